@@ -1,0 +1,3 @@
+// Package iptables is part of clusterlab; see ../DESIGN notes in README.md.
+// This package comment is replaced when the package lands.
+package iptables
