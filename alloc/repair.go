@@ -1,0 +1,412 @@
+package alloc
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// DefaultLeakPasses is how many consecutive repair passes must see a value
+// leaked before Repair frees it: kube-apiserver's numRepairsBeforeLeakCleanup.
+// The delay keeps a pass from freeing a value that an in-flight create has
+// allocated but not yet stored.
+const DefaultLeakPasses = 3
+
+// ProblemKind classifies what a repair pass found.
+type ProblemKind string
+
+const (
+	// Leaked: allocated, but no service uses it.
+	Leaked ProblemKind = "Leaked"
+	// Missing: a service uses it, but it is not marked allocated.
+	Missing ProblemKind = "NotAllocated"
+	// Duplicate: two or more services (or one service twice) claim it.
+	Duplicate ProblemKind = "AlreadyAllocated"
+	// OutOfRange: a service uses a value outside every configured range.
+	OutOfRange ProblemKind = "OutOfRange"
+	// Invalid: a service's clusterIP is not an IP address.
+	Invalid ProblemKind = "NotValid"
+)
+
+// Resource says which allocator a Problem is about.
+type Resource string
+
+const (
+	ResourceClusterIP Resource = "ClusterIP"
+	ResourceNodePort  Resource = "NodePort"
+)
+
+// Problem is one finding of a repair pass.
+type Problem struct {
+	Kind     ProblemKind
+	Resource Resource
+	// Value is the IP (canonical form; verbatim when Invalid) or the port.
+	Value string
+	// Services lists "namespace/name" of the claimants in the order the pass
+	// met them (services sorted by namespace/name); empty for Leaked. A
+	// Duplicate lists every claimant, the first one being the holder.
+	Services []string
+	// Range is the allocator range the value was checked against, "" when
+	// no allocator covers it.
+	Range string
+	// LeakCount is, for Leaked, how many consecutive Repair passes have now
+	// seen it leaked (0 from Check).
+	LeakCount int
+	// Fixed is true when Repair acted: a Missing value was marked, or a
+	// Leaked value was freed.
+	Fixed bool
+}
+
+// String renders the problem as kube-apiserver's repair loop logs it.
+func (p Problem) String() string {
+	what := "the ClusterIP " + p.Value
+	if p.Resource == ResourceNodePort {
+		what = "the node port " + p.Value
+	}
+	svc := strings.Join(p.Services, ", ")
+	switch p.Kind {
+	case Leaked:
+		switch {
+		case p.Fixed:
+			return what + " appears to have leaked: cleaning up"
+		case p.LeakCount > 0:
+			return fmt.Sprintf("%s may have leaked: flagging for later clean up (pass %d)", what, p.LeakCount)
+		default:
+			return what + " may have leaked"
+		}
+	case Missing:
+		s := fmt.Sprintf("%s for service %s is not allocated", what, svc)
+		if p.Fixed {
+			s += "; repairing"
+		}
+		return s
+	case Duplicate:
+		return fmt.Sprintf("%s for services %s was assigned to multiple services; please recreate", what, svc)
+	case OutOfRange:
+		if p.Range == "" {
+			if p.Resource == ResourceNodePort {
+				return fmt.Sprintf("%s for service %s is not within any configured node port range; please recreate", what, svc)
+			}
+			return fmt.Sprintf("%s for service %s is not within any configured service CIDR; please recreate", what, svc)
+		}
+		if p.Resource == ResourceNodePort {
+			return fmt.Sprintf("%s for service %s is not within the port range %s; please recreate", what, svc, p.Range)
+		}
+		return fmt.Sprintf("%s for service %s is not within the service CIDR %s; please recreate", what, svc, p.Range)
+	case Invalid:
+		return fmt.Sprintf("%s for service %s is not a valid IP; please recreate", what, svc)
+	}
+	return fmt.Sprintf("%s: %s (%s)", p.Kind, what, svc)
+}
+
+// Report is the outcome of a repair pass: problems sorted by resource
+// (ClusterIPs first), then value (IPs and ports numerically), then kind.
+type Report struct {
+	Problems []Problem
+}
+
+// OK reports whether the pass found nothing.
+func (r Report) OK() bool { return len(r.Problems) == 0 }
+
+// Filter returns the problems of one kind and resource.
+func (r Report) Filter(kind ProblemKind, res Resource) []Problem {
+	var out []Problem
+	for _, p := range r.Problems {
+		if p.Kind == kind && p.Resource == res {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// String returns one line per problem, or "ok".
+func (r Report) String() string {
+	if r.OK() {
+		return "ok\n"
+	}
+	var b strings.Builder
+	for _, p := range r.Problems {
+		b.WriteString(p.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// ClusterIPsOf returns the cluster IPs a Service holds: spec.clusterIPs, or
+// spec.clusterIP when clusterIPs is empty, without "" and "None".
+func ClusterIPsOf(svc *corev1.Service) []string {
+	ips := svc.Spec.ClusterIPs
+	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+		ips = []string{svc.Spec.ClusterIP}
+	}
+	var out []string
+	for _, ip := range ips {
+		if ip != "" && ip != corev1.ClusterIPNone {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// NodePortsOf returns the node ports a Service holds, as Kubernetes' repair
+// loop collects them: each non-zero spec.ports[].nodePort once, even when
+// several ports share it (53/TCP and 53/UDP on one node port, or a repeated
+// protocol), then spec.healthCheckNodePort unless it coincides with a node
+// port that no port uses over TCP. So a healthCheckNodePort equal to a TCP
+// node port appears twice, and a repair pass reports it as a duplicate.
+func NodePortsOf(svc *corev1.Service) []int {
+	var out []int
+	protos := map[int][]corev1.Protocol{}
+	for _, p := range svc.Spec.Ports {
+		np := int(p.NodePort)
+		if np == 0 {
+			continue
+		}
+		proto := p.Protocol
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		if _, seen := protos[np]; !seen {
+			out = append(out, np)
+		}
+		if !slices.Contains(protos[np], proto) {
+			protos[np] = append(protos[np], proto)
+		}
+	}
+	if hc := int(svc.Spec.HealthCheckNodePort); hc != 0 {
+		if ps, seen := protos[hc]; !seen || slices.Contains(ps, corev1.ProtocolTCP) {
+			out = append(out, hc)
+		}
+	}
+	return out
+}
+
+// Repairer checks allocators against the live Services and, in Repair,
+// brings them in line, as kube-apiserver's ClusterIP and node port repair
+// controllers do. It keeps per-value leak counters between passes, so use
+// one Repairer per set of allocators.
+type Repairer struct {
+	a *Allocators
+	// LeakPasses is how many consecutive passes must see a value leaked
+	// before Repair frees it; values below 1 mean DefaultLeakPasses.
+	LeakPasses int
+
+	ipLeaks   map[netip.Addr]int
+	portLeaks map[int]int
+}
+
+// NewRepairer returns a Repairer for a with LeakPasses = DefaultLeakPasses.
+func NewRepairer(a *Allocators) *Repairer {
+	return &Repairer{a: a, LeakPasses: DefaultLeakPasses, ipLeaks: map[netip.Addr]int{}, portLeaks: map[int]int{}}
+}
+
+// Check compares the allocators with services and reports every problem
+// without changing anything (leak counters included).
+func (r *Repairer) Check(services []*corev1.Service) Report {
+	return r.pass(services, false)
+}
+
+// Repair runs one pass: it reports as Check does, marks Missing values,
+// counts Leaked ones and frees those seen leaked on LeakPasses consecutive
+// passes. Duplicates, out-of-range and invalid values are only reported:
+// fixing them means changing a Service ("please recreate").
+func (r *Repairer) Repair(services []*corev1.Service) Report {
+	return r.pass(services, true)
+}
+
+type claim struct {
+	svcs []string
+}
+
+func (r *Repairer) pass(services []*corev1.Service, fix bool) Report {
+	svcs := slices.Clone(services)
+	slices.SortStableFunc(svcs, func(x, y *corev1.Service) int {
+		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
+	})
+	var rep Report
+	ipClaims := map[netip.Addr]*claim{}
+	portClaims := map[int]*claim{}
+	for _, svc := range svcs {
+		key := svc.Namespace + "/" + svc.Name
+		for _, raw := range ClusterIPsOf(svc) {
+			ip, err := netip.ParseAddr(raw)
+			if err != nil || ip.Zone() != "" {
+				rep.Problems = append(rep.Problems, Problem{Kind: Invalid, Resource: ResourceClusterIP, Value: raw, Services: []string{key}})
+				continue
+			}
+			ip = ip.Unmap()
+			ipa := r.a.ForIP(ip)
+			if ipa == nil || !ipa.usable(ip) {
+				p := Problem{Kind: OutOfRange, Resource: ResourceClusterIP, Value: ip.String(), Services: []string{key}}
+				if ipa != nil {
+					p.Range = ipa.CIDR().String()
+				}
+				rep.Problems = append(rep.Problems, p)
+				continue
+			}
+			c := ipClaims[ip]
+			if c == nil {
+				c = &claim{}
+				ipClaims[ip] = c
+			}
+			c.svcs = append(c.svcs, key)
+		}
+		for _, port := range NodePortsOf(svc) {
+			pa := r.a.NodePorts
+			if pa == nil || !pa.r.Contains(port) {
+				p := Problem{Kind: OutOfRange, Resource: ResourceNodePort, Value: strconv.Itoa(port), Services: []string{key}}
+				if pa != nil {
+					p.Range = pa.r.String()
+				}
+				rep.Problems = append(rep.Problems, p)
+				continue
+			}
+			c := portClaims[port]
+			if c == nil {
+				c = &claim{}
+				portClaims[port] = c
+			}
+			c.svcs = append(c.svcs, key)
+		}
+	}
+
+	threshold := r.LeakPasses
+	if threshold < 1 {
+		threshold = DefaultLeakPasses
+	}
+
+	// ClusterIPs.
+	for ip, c := range ipClaims {
+		ipa := r.a.ForIP(ip)
+		if len(c.svcs) > 1 {
+			rep.Problems = append(rep.Problems, Problem{Kind: Duplicate, Resource: ResourceClusterIP, Value: ip.String(), Services: c.svcs, Range: ipa.CIDR().String()})
+		}
+		if !ipa.Has(ip) {
+			p := Problem{Kind: Missing, Resource: ResourceClusterIP, Value: ip.String(), Services: c.svcs, Range: ipa.CIDR().String()}
+			if fix {
+				p.Fixed = ipa.Allocate(ip) == nil
+			}
+			rep.Problems = append(rep.Problems, p)
+		}
+	}
+	seenIPLeaks := map[netip.Addr]bool{}
+	for _, ipa := range r.a.ClusterIPs {
+		ipa.ForEach(func(ip netip.Addr) {
+			if ipClaims[ip] != nil {
+				return
+			}
+			p := Problem{Kind: Leaked, Resource: ResourceClusterIP, Value: ip.String(), Range: ipa.CIDR().String()}
+			if fix {
+				seenIPLeaks[ip] = true
+				p.LeakCount = r.ipLeaks[ip] + 1
+				if p.LeakCount >= threshold {
+					ipa.Release(ip)
+					p.Fixed = true
+					delete(r.ipLeaks, ip)
+				} else {
+					r.ipLeaks[ip] = p.LeakCount
+				}
+			}
+			rep.Problems = append(rep.Problems, p)
+		})
+	}
+
+	// Node ports.
+	pa := r.a.NodePorts
+	for port, c := range portClaims {
+		if len(c.svcs) > 1 {
+			rep.Problems = append(rep.Problems, Problem{Kind: Duplicate, Resource: ResourceNodePort, Value: strconv.Itoa(port), Services: c.svcs, Range: pa.r.String()})
+		}
+		if !pa.Has(port) {
+			p := Problem{Kind: Missing, Resource: ResourceNodePort, Value: strconv.Itoa(port), Services: c.svcs, Range: pa.r.String()}
+			if fix {
+				p.Fixed = pa.Allocate(port) == nil
+			}
+			rep.Problems = append(rep.Problems, p)
+		}
+	}
+	seenPortLeaks := map[int]bool{}
+	if pa != nil {
+		pa.ForEach(func(port int) {
+			if portClaims[port] != nil {
+				return
+			}
+			p := Problem{Kind: Leaked, Resource: ResourceNodePort, Value: strconv.Itoa(port), Range: pa.r.String()}
+			if fix {
+				seenPortLeaks[port] = true
+				p.LeakCount = r.portLeaks[port] + 1
+				if p.LeakCount >= threshold {
+					pa.Release(port)
+					p.Fixed = true
+					delete(r.portLeaks, port)
+				} else {
+					r.portLeaks[port] = p.LeakCount
+				}
+			}
+			rep.Problems = append(rep.Problems, p)
+		})
+	}
+
+	if fix {
+		// Counters track consecutive passes: a value not leaked this pass
+		// (used again, or released) starts from zero next time.
+		for ip := range r.ipLeaks {
+			if !seenIPLeaks[ip] {
+				delete(r.ipLeaks, ip)
+			}
+		}
+		for port := range r.portLeaks {
+			if !seenPortLeaks[port] {
+				delete(r.portLeaks, port)
+			}
+		}
+	}
+
+	slices.SortStableFunc(rep.Problems, compareProblems)
+	return rep
+}
+
+var kindOrder = map[ProblemKind]int{Invalid: 0, OutOfRange: 1, Duplicate: 2, Missing: 3, Leaked: 4}
+
+func compareProblems(x, y Problem) int {
+	if c := cmp.Compare(x.Resource, y.Resource); c != 0 {
+		return c // "ClusterIP" < "NodePort"
+	}
+	if c := compareValues(x, y); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(kindOrder[x.Kind], kindOrder[y.Kind]); c != 0 {
+		return c
+	}
+	return slices.Compare(x.Services, y.Services)
+}
+
+func compareValues(x, y Problem) int {
+	if x.Resource == ResourceNodePort {
+		a, _ := strconv.Atoi(x.Value)
+		b, _ := strconv.Atoi(y.Value)
+		return cmp.Compare(a, b)
+	}
+	a, errA := netip.ParseAddr(x.Value)
+	b, errB := netip.ParseAddr(y.Value)
+	switch {
+	case errA != nil && errB != nil:
+		return cmp.Compare(x.Value, y.Value)
+	case errA != nil:
+		return -1 // invalid values first
+	case errB != nil:
+		return 1
+	}
+	return a.Compare(b)
+}
+
+// usable reports whether ip is one of the allocator's usable addresses.
+func (a *IPAllocator) usable(ip netip.Addr) bool {
+	_, ok := a.offset(ip)
+	return ok
+}
