@@ -1,0 +1,265 @@
+package kernel
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// The echo protocol: a TCP server writes one line "NAME SRC\n" as soon as it accepts a
+// connection (NAME is the server's name, SRC the client address:port it saw) and
+// closes; a UDP server answers every datagram with the same line. So a client learns
+// which pod answered and whether the source was NATed, in one round trip.
+
+// echoServer is a TCP listener and a UDP socket created inside a namespace.
+type echoServer struct {
+	name string
+	tcp  net.Listener
+	udp  net.PacketConn
+	wg   sync.WaitGroup
+}
+
+// Serve starts a TCP and a UDP echo server inside ns, bound to bind, answering with
+// name. The sockets are made on a thread inside the namespace and served from ordinary
+// goroutines (a socket stays in the namespace it was created in). Bind to a specific
+// address in a namespace with several addresses (a node) when UDP replies must come
+// from the address the client sent to; a wildcard UDP server answers from whatever
+// address routing picks. Servers stop at Close.
+func (h *Harness) Serve(ns *Netns, name string, bind netip.AddrPort) error {
+	if strings.ContainsAny(name, " \n") || name == "" {
+		return fmt.Errorf("serve: bad name %q", name)
+	}
+	s := &echoServer{name: name}
+	err := ns.h.do(func() error {
+		var err error
+		s.tcp, err = net.Listen("tcp", bind.String())
+		if err != nil {
+			return err
+		}
+		s.udp, err = net.ListenPacket("udp", bind.String())
+		if err != nil {
+			s.tcp.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("serve %s on %v in %s: %w", name, bind, ns, err)
+	}
+	s.wg.Add(2)
+	go s.serveTCP()
+	go s.serveUDP()
+	h.mu.Lock()
+	h.servers = append(h.servers, s)
+	h.mu.Unlock()
+	return nil
+}
+
+func (s *echoServer) serveTCP() {
+	defer s.wg.Done()
+	for {
+		c, err := s.tcp.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		go func() {
+			defer c.Close()
+			_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+			fmt.Fprintf(c, "%s %s\n", s.name, c.RemoteAddr())
+		}()
+	}
+}
+
+func (s *echoServer) serveUDP() {
+	defer s.wg.Done()
+	buf := make([]byte, 2048)
+	for {
+		_, from, err := s.udp.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		_, _ = s.udp.WriteTo([]byte(fmt.Sprintf("%s %s\n", s.name, from)), from)
+	}
+}
+
+func (s *echoServer) close() {
+	s.tcp.Close()
+	s.udp.Close()
+	s.wg.Wait()
+}
+
+// Outcome is how a client operation ended.
+type Outcome int
+
+// Outcomes.
+const (
+	// Answered: a server answered; Result.Server and Result.Source say who and what
+	// source address it saw.
+	Answered Outcome = iota
+	// Refused: connection refused (a TCP RST or an ICMP port unreachable, e.g. from
+	// REJECT or from a closed port).
+	Refused
+	// TimedOut: no answer within the timeout (e.g. DROP).
+	TimedOut
+	// Unreachable: ICMP host/network unreachable or no route.
+	Unreachable
+	// Failed: anything else (see Result.Err).
+	Failed
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Answered:
+		return "answered"
+	case Refused:
+		return "refused"
+	case TimedOut:
+		return "timeout"
+	case Unreachable:
+		return "unreachable"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Result is what one client operation saw.
+type Result struct {
+	Outcome Outcome
+	Server  string         // the answering server's name (Answered only)
+	Source  netip.AddrPort // the client address the server saw (Answered only)
+	Local   netip.AddrPort // the client's own address, when the socket got one
+	Err     error          // the underlying error (not Answered)
+}
+
+func (r Result) String() string {
+	if r.Outcome == Answered {
+		return fmt.Sprintf("%s saw %v", r.Server, r.Source)
+	}
+	if r.Err != nil {
+		return fmt.Sprintf("%v (%v)", r.Outcome, r.Err)
+	}
+	return r.Outcome.String()
+}
+
+// Dial connects from inside ns to dst over proto ("tcp" or "udp") and reports who
+// answered. Each step waits at most the harness Timeout, so a dropped packet costs about
+// that much and no more; nothing sleeps otherwise.
+func (h *Harness) Dial(ns *Netns, proto string, dst netip.AddrPort) Result {
+	return h.DialFrom(ns, proto, netip.AddrPort{}, dst)
+}
+
+// DialFrom is Dial with the client bound to src (an address of ns, port 0 for any).
+func (h *Harness) DialFrom(ns *Netns, proto string, src, dst netip.AddrPort) Result {
+	var res Result
+	err := ns.h.do(func() error {
+		res = dialEcho(proto, src, dst, h.cfg.Timeout)
+		return nil
+	})
+	if err != nil {
+		return Result{Outcome: Failed, Err: err}
+	}
+	return res
+}
+
+// DialN makes n Dials from ns to dst, at most parallel at a time, and returns the
+// results in order.
+func (h *Harness) DialN(ns *Netns, proto string, dst netip.AddrPort, n, parallel int) []Result {
+	if parallel < 1 {
+		parallel = 1
+	}
+	out := make([]Result, n)
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			out[i] = h.Dial(ns, proto, dst)
+			<-sem
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func dialEcho(proto string, src, dst netip.AddrPort, timeout time.Duration) Result {
+	var local net.Addr
+	if src.IsValid() {
+		switch proto {
+		case "tcp":
+			local = net.TCPAddrFromAddrPort(src)
+		case "udp":
+			local = net.UDPAddrFromAddrPort(src)
+		}
+	}
+	d := net.Dialer{Timeout: timeout, LocalAddr: local}
+	switch proto {
+	case "tcp", "udp":
+	default:
+		return Result{Outcome: Failed, Err: fmt.Errorf("dial: protocol %q: want tcp or udp", proto)}
+	}
+	c, err := d.Dial(proto, dst.String())
+	if err != nil {
+		return classify(Result{}, err)
+	}
+	defer c.Close()
+	res := Result{}
+	if la, ok := c.LocalAddr().(interface{ AddrPort() netip.AddrPort }); ok {
+		res.Local = la.AddrPort()
+	}
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return classify(res, err)
+	}
+	if proto == "udp" {
+		if _, err := c.Write([]byte("hello\n")); err != nil {
+			return classify(res, err)
+		}
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return classify(res, err)
+	}
+	name, src2, ok := strings.Cut(strings.TrimSpace(line), " ")
+	if !ok {
+		res.Outcome, res.Err = Failed, fmt.Errorf("bad echo answer %q", line)
+		return res
+	}
+	ap, err := netip.ParseAddrPort(src2)
+	if err != nil {
+		res.Outcome, res.Err = Failed, fmt.Errorf("bad echo answer %q: %w", line, err)
+		return res
+	}
+	res.Outcome, res.Server, res.Source = Answered, name, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	return res
+}
+
+func classify(res Result, err error) Result {
+	res.Err = err
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET):
+		res.Outcome = Refused
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		res.Outcome = TimedOut
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		res.Outcome = Unreachable
+	default:
+		res.Outcome = Failed
+	}
+	return res
+}

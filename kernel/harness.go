@@ -1,0 +1,672 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Topology is how a harness node connects its pods.
+type Topology string
+
+// Topologies.
+const (
+	// TopologyAuto is TopologyBridge when the node namespace has bridge netfilter
+	// (net.bridge.bridge-nf-call-iptables), else TopologyRouted.
+	TopologyAuto Topology = ""
+	// TopologyBridge: pods hang off a Linux bridge cbr0 on the node (kubenet style) with
+	// hairpin mode on every pod port. Pod-to-pod traffic on one node is bridged, so it
+	// passes iptables only through br_netfilter (bridge-nf-call-iptables=1); without
+	// br_netfilter a pod reaching a Service whose endpoint is on the same bridge would
+	// bypass DNAT un-NAT on the reply and break.
+	TopologyBridge Topology = "bridge"
+	// TopologyRouted: one veth per pod and no bridge (CNI ptp / Calico style). The pod has
+	// a /32 and a default route via the node's gateway address, which sits on every
+	// host-side veth; the node routes each pod's /32 to its veth. Every packet between
+	// pods is routed by the node, so iptables sees it without br_netfilter.
+	TopologyRouted Topology = "routed"
+)
+
+// PodConfig describes one pod.
+type PodConfig struct {
+	Name string     // reported by the pod's echo servers; required, unique
+	Node int        // index of the node it runs on (0, or 1 with SecondNode)
+	IP   netip.Addr // optional; default: the next free address of the node's pod subnet
+}
+
+// HarnessConfig describes the mini-cluster a Harness builds. Zero values get defaults.
+type HarnessConfig struct {
+	// Prefix starts every namespace name; default "clh". Names are
+	// PREFIX<pid>-<n>-<role>, unique per process and harness; at start, namespaces
+	// named PREFIX<pid>-... whose pid is no longer running are deleted as leftovers of
+	// a crashed run. Must be letters and digits only.
+	Prefix string
+	// Topology of the pod network; TopologyAuto picks bridge when br_netfilter is there.
+	Topology Topology
+	// Pods to create; default two pods "pod0" and "pod1" on node 0.
+	Pods []PodConfig
+	// PodPorts: every pod runs a TCP and a UDP echo server on each port; default 8080.
+	// Use an empty non-nil slice for none.
+	PodPorts []uint16
+	// SecondNode adds node 1, with its own pod subnet, on the same node network.
+	SecondNode bool
+	// NodeNetwork is the network between the nodes and the external client (a /24 or
+	// bigger): node i gets host address i+1, the external client host address 100.
+	// Default 192.168.77.0/24.
+	NodeNetwork netip.Prefix
+	// ClusterCIDR is the pod network (/16 or bigger); node i's pod subnet is its i-th
+	// /24, with the node's gateway address at .1. Default 10.244.0.0/16.
+	ClusterCIDR netip.Prefix
+	// ExternalRoutes are the prefixes the external client routes via node 0 (Service
+	// VIPs, externalIPs, LoadBalancer IPs). Default 10.96.0.0/12 and 203.0.113.0/24.
+	ExternalRoutes []netip.Prefix
+	// Backend for the nodes' IPTables; BackendAuto means nft (a fresh namespace has no
+	// rules for detection to go by).
+	Backend Backend
+	// NodeSysctls are written in every node namespace after the defaults (keys as for
+	// sysctl(8): "net.ipv4.ip_forward").
+	NodeSysctls map[string]string
+	// Timeout bounds each client operation (connect, and wait for the answer); default
+	// 1 s, so a dropped packet costs at most this much.
+	Timeout time.Duration
+}
+
+// Netns is one network namespace of a harness.
+type Netns struct {
+	Name string // under /run/netns: `ip netns exec NAME ...` works
+	Role string // "node0", "node1", "external" or "pod/NAME"
+	h    *nsHandle
+}
+
+func (n *Netns) String() string { return n.Role + "(" + n.Name + ")" }
+
+// Node is a node namespace: the "host" whose iptables a test programs.
+type Node struct {
+	Index   int
+	Netns   *Netns
+	IP      netip.Addr   // node IP on eth0, the node network
+	PodCIDR netip.Prefix // this node's pod subnet
+	// Gateway is the node's address on the pod network: on cbr0 (bridge) or on every
+	// host-side pod veth (routed); pods route via it.
+	Gateway   netip.Addr
+	IPTables  *IPTables  // IPv4 iptables in this namespace
+	Conntrack *Conntrack // conntrack in this namespace
+	Pods      []*Pod
+}
+
+// Pod is a pod namespace.
+type Pod struct {
+	Name     string
+	Node     *Node
+	Netns    *Netns
+	IP       netip.Addr
+	HostVeth string // the node-side interface of its veth pair
+	Ports    []uint16
+}
+
+// Harness is a mini-cluster of network namespaces:
+//
+//	 external client ns ("external")          node ns ("node0")                  pod ns ("pod/NAME")
+//	┌─────────────────────────┐   veth   ┌──────────────────────────────┐  veth  ┌──────────────┐
+//	│ fab0 (bridge)           │──n0──eth0│ eth0 192.168.77.1/24          │        │ eth0         │
+//	│  192.168.77.100/24      │          │ default via 192.168.77.100    │ vethK──│ 10.244.0.K+2 │
+//	│ routes 10.96.0.0/12,    │          │ cbr0 10.244.0.1/24 (bridge)   │        │ default via  │
+//	│  203.0.113.0/24 via .1  │          │  ports vethK, hairpin on      │        │  10.244.0.1  │
+//	│                         │──n1──┐   │ ip_forward, route_localnet=1  │        └──────────────┘
+//	└─────────────────────────┘      │   │ iptables + conntrack here     │
+//	                                 │   └──────────────────────────────┘
+//	                                 └─eth0 node1 192.168.77.2, pods 10.244.1.0/24 (SecondNode)
+//
+// The external namespace is the outside world and the nodes' default gateway (it
+// forwards nothing, so traffic to unknown destinations ends there). Nodes route each
+// other's pod subnets via their node IPs. Nothing is created or changed in the caller's
+// own namespace except the namespace files under /run/netns.
+type Harness struct {
+	Prefix      string
+	Topology    Topology
+	ClusterCIDR netip.Prefix
+	Nodes       []*Node
+	External    *Netns
+	ExternalIP  netip.Addr
+	Pods        []*Pod
+	// BrNetfilter says whether the node namespaces have bridge netfilter (so bridged
+	// traffic passes iptables).
+	BrNetfilter bool
+	// IPTables and Conntrack are node 0's.
+	IPTables  *IPTables
+	Conntrack *Conntrack
+
+	cfg       HarnessConfig
+	run       runner
+	mu        sync.Mutex
+	created   []*Netns
+	servers   []*echoServer
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var harnessSeq atomic.Int64
+
+var prefixRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,7}$`)
+
+func (c *HarnessConfig) setDefaults() error {
+	if c.Prefix == "" {
+		c.Prefix = "clh"
+	}
+	if !prefixRE.MatchString(c.Prefix) {
+		return fmt.Errorf("harness: Prefix %q: want 1-8 lower-case letters and digits, starting with a letter", c.Prefix)
+	}
+	if len(c.Pods) == 0 {
+		c.Pods = []PodConfig{{Name: "pod0"}, {Name: "pod1"}}
+	}
+	if c.PodPorts == nil {
+		c.PodPorts = []uint16{8080}
+	}
+	if !c.NodeNetwork.IsValid() {
+		c.NodeNetwork = netip.MustParsePrefix("192.168.77.0/24")
+	}
+	if !c.ClusterCIDR.IsValid() {
+		c.ClusterCIDR = netip.MustParsePrefix("10.244.0.0/16")
+	}
+	if c.ExternalRoutes == nil {
+		c.ExternalRoutes = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("203.0.113.0/24")}
+	}
+	if c.Backend == BackendAuto {
+		c.Backend = BackendNFT
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = time.Second
+	}
+	switch c.Topology {
+	case TopologyAuto, TopologyBridge, TopologyRouted:
+	default:
+		return fmt.Errorf("harness: unknown Topology %q", c.Topology)
+	}
+	if !c.NodeNetwork.Addr().Is4() || c.NodeNetwork.Bits() > 24 {
+		return fmt.Errorf("harness: NodeNetwork %v: want an IPv4 /24 or bigger", c.NodeNetwork)
+	}
+	if !c.ClusterCIDR.Addr().Is4() || c.ClusterCIDR.Bits() > 16 {
+		return fmt.Errorf("harness: ClusterCIDR %v: want an IPv4 /16 or bigger", c.ClusterCIDR)
+	}
+	c.NodeNetwork, c.ClusterCIDR = c.NodeNetwork.Masked(), c.ClusterCIDR.Masked()
+	nodes := 1
+	if c.SecondNode {
+		nodes = 2
+	}
+	seen := map[string]bool{}
+	for i, p := range c.Pods {
+		if p.Name == "" || strings.ContainsAny(p.Name, " \n\t") {
+			return fmt.Errorf("harness: Pods[%d].Name %q: want a non-empty name without spaces", i, p.Name)
+		}
+		if seen[p.Name] {
+			return fmt.Errorf("harness: Pods[%d].Name %q: duplicate", i, p.Name)
+		}
+		seen[p.Name] = true
+		if p.Node < 0 || p.Node >= nodes {
+			return fmt.Errorf("harness: Pods[%d] (%s): Node %d does not exist", i, p.Name, p.Node)
+		}
+	}
+	return nil
+}
+
+// addOffset returns the address n after a (IPv4).
+func addOffset(a netip.Addr, n uint32) netip.Addr {
+	b := a.As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v += n
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// NewHarness builds the namespaces, links, addresses, routes and sysctls of cfg, starts
+// the pods' echo servers and returns the harness. On any error it removes whatever it
+// had made and returns the error. The caller must Close the harness. Skipping when the
+// machine cannot do this is the caller's job (RequireHarness).
+func NewHarness(cfg HarnessConfig) (*Harness, error) {
+	if err := HarnessSupported(); err != nil {
+		return nil, err
+	}
+	return newHarness(context.Background(), cfg, execRunner{})
+}
+
+func newHarness(ctx context.Context, cfg HarnessConfig, r runner) (h *Harness, err error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	removeStaleNetns(ctx, r, cfg.Prefix)
+	h = &Harness{
+		Prefix:      fmt.Sprintf("%s%d-%d-", cfg.Prefix, os.Getpid(), harnessSeq.Add(1)),
+		ClusterCIDR: cfg.ClusterCIDR,
+		cfg:         cfg,
+		run:         r,
+	}
+	defer func() {
+		if err != nil {
+			if cerr := h.Close(); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("cleanup after failure: %w", cerr))
+			}
+			h = nil
+		}
+	}()
+	if err := h.build(ctx); err != nil {
+		return h, fmt.Errorf("harness %s: %w", h.Prefix, err)
+	}
+	return h, nil
+}
+
+func (h *Harness) addNetns(ctx context.Context, suffix, role string) (*Netns, error) {
+	name := h.Prefix + suffix
+	c := command{argv: []string{"ip", "netns", "add", name}}
+	if ce := commandError(c, h.run.run(ctx, c)); ce != nil {
+		return nil, ce
+	}
+	n := &Netns{Name: name, Role: role}
+	h.mu.Lock()
+	h.created = append(h.created, n)
+	h.mu.Unlock()
+	hd, err := openNetns(name)
+	if err != nil {
+		return nil, err
+	}
+	n.h = hd
+	return n, nil
+}
+
+// batch runs `ip -n NS -batch -` with the given lines: one process for many changes;
+// ip stops at the first failing line and names it.
+func (h *Harness) batch(ctx context.Context, ns *Netns, lines []string) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	c := command{argv: []string{"ip", "-n", ns.Name, "-batch", "-"}, stdin: []byte(strings.Join(lines, "\n") + "\n")}
+	if ce := commandError(c, h.run.run(ctx, c)); ce != nil {
+		return fmt.Errorf("configure %s: %w (input: %q)", ns, ce, strings.Join(lines, "; "))
+	}
+	return nil
+}
+
+func (h *Harness) build(ctx context.Context) error {
+	cfg := h.cfg
+	nodeCount := 1
+	if cfg.SecondNode {
+		nodeCount = 2
+	}
+	// Namespaces first, so that every later failure is cleaned up by Close.
+	ext, err := h.addNetns(ctx, "ext", "external")
+	if err != nil {
+		return err
+	}
+	h.External = ext
+	h.ExternalIP = addOffset(cfg.NodeNetwork.Addr(), 100)
+	for i := 0; i < nodeCount; i++ {
+		ns, err := h.addNetns(ctx, "node"+strconv.Itoa(i), "node"+strconv.Itoa(i))
+		if err != nil {
+			return err
+		}
+		subnet := netip.PrefixFrom(addOffset(cfg.ClusterCIDR.Addr(), uint32(i)<<8), 24)
+		if !cfg.ClusterCIDR.Contains(subnet.Addr()) {
+			return fmt.Errorf("ClusterCIDR %v has no room for node %d's /24", cfg.ClusterCIDR, i)
+		}
+		h.Nodes = append(h.Nodes, &Node{
+			Index:   i,
+			Netns:   ns,
+			IP:      addOffset(cfg.NodeNetwork.Addr(), uint32(i+1)),
+			PodCIDR: subnet,
+			Gateway: addOffset(subnet.Addr(), 1),
+		})
+	}
+	next := make([]uint32, nodeCount)
+	for i, pc := range cfg.Pods {
+		node := h.Nodes[pc.Node]
+		ns, err := h.addNetns(ctx, "p"+strconv.Itoa(i), "pod/"+pc.Name)
+		if err != nil {
+			return err
+		}
+		ip := pc.IP
+		if !ip.IsValid() {
+			for {
+				ip = addOffset(node.PodCIDR.Addr(), 2+next[pc.Node])
+				next[pc.Node]++
+				if !slices.ContainsFunc(cfg.Pods, func(o PodConfig) bool { return o.IP == ip }) {
+					break
+				}
+			}
+		}
+		if !ip.Is4() || !node.PodCIDR.Contains(ip) || ip == node.Gateway || ip == node.PodCIDR.Addr() {
+			return fmt.Errorf("pod %s: IP %v is not a pod address of node %d's subnet %v", pc.Name, ip, pc.Node, node.PodCIDR)
+		}
+		p := &Pod{Name: pc.Name, Node: node, Netns: ns, IP: ip, HostVeth: "veth" + strconv.Itoa(i), Ports: cfg.PodPorts}
+		h.Pods = append(h.Pods, p)
+		node.Pods = append(node.Pods, p)
+	}
+
+	// Sysctls before links, so that new interfaces inherit conf/default.
+	if err := writeSysctls(ext, map[string]string{"net.ipv4.conf.all.rp_filter": "0", "net.ipv4.conf.default.rp_filter": "0"}); err != nil {
+		return err
+	}
+	for _, n := range h.Nodes {
+		brnf, err := sysctlExists(n.Netns, "net.bridge.bridge-nf-call-iptables")
+		if err != nil {
+			return err
+		}
+		if n.Index == 0 {
+			h.BrNetfilter = brnf
+		}
+	}
+	switch cfg.Topology {
+	case TopologyAuto:
+		h.Topology = TopologyRouted
+		if h.BrNetfilter {
+			h.Topology = TopologyBridge
+		}
+	case TopologyBridge:
+		if !h.BrNetfilter {
+			return errors.New("TopologyBridge needs bridge netfilter (net.bridge.bridge-nf-call-iptables) in the node namespace, and it is missing (br_netfilter not loaded?): use TopologyRouted")
+		}
+		h.Topology = TopologyBridge
+	default:
+		h.Topology = cfg.Topology
+	}
+	for _, n := range h.Nodes {
+		if err := writeSysctls(n.Netns, h.nodeSysctls()); err != nil {
+			return err
+		}
+		if err := writeOptionalSysctls(n.Netns, conntrackSysctls); err != nil {
+			return err
+		}
+		if err := writeSysctls(n.Netns, cfg.NodeSysctls); err != nil {
+			return err
+		}
+	}
+	for _, p := range h.Pods {
+		if err := writeSysctls(p.Netns, map[string]string{"net.ipv4.conf.all.rp_filter": "0", "net.ipv4.conf.default.rp_filter": "0"}); err != nil {
+			return err
+		}
+	}
+
+	// Links, addresses and routes.
+	bits := cfg.NodeNetwork.Bits()
+	extLines := []string{"link set lo up", "link add fab0 type bridge", "link set fab0 up",
+		fmt.Sprintf("addr add %s/%d dev fab0", h.ExternalIP, bits)}
+	for _, n := range h.Nodes {
+		port := "n" + strconv.Itoa(n.Index)
+		extLines = append(extLines,
+			fmt.Sprintf("link add %s type veth peer name eth0 netns %s", port, n.Netns.Name),
+			fmt.Sprintf("link set %s master fab0", port),
+			fmt.Sprintf("link set %s up", port))
+	}
+	if err := h.batch(ctx, ext, extLines); err != nil {
+		return err
+	}
+	for _, n := range h.Nodes {
+		lines := []string{"link set lo up", "link set eth0 up",
+			fmt.Sprintf("addr add %s/%d dev eth0", n.IP, bits),
+			fmt.Sprintf("route add default via %s dev eth0", h.ExternalIP)}
+		if h.Topology == TopologyBridge {
+			lines = append(lines, "link add cbr0 type bridge nf_call_iptables 1 nf_call_ip6tables 1",
+				fmt.Sprintf("addr add %s/24 dev cbr0", n.Gateway), "link set cbr0 up")
+		}
+		for _, p := range n.Pods {
+			lines = append(lines, fmt.Sprintf("link add %s type veth peer name eth0 netns %s", p.HostVeth, p.Netns.Name))
+			if h.Topology == TopologyBridge {
+				lines = append(lines,
+					fmt.Sprintf("link set %s master cbr0", p.HostVeth),
+					fmt.Sprintf("link set %s type bridge_slave hairpin on", p.HostVeth),
+					fmt.Sprintf("link set %s up", p.HostVeth))
+			} else {
+				lines = append(lines,
+					fmt.Sprintf("addr add %s/32 dev %s", n.Gateway, p.HostVeth),
+					fmt.Sprintf("link set %s up", p.HostVeth),
+					fmt.Sprintf("route add %s/32 dev %s src %s", p.IP, p.HostVeth, n.Gateway))
+			}
+		}
+		for _, o := range h.Nodes {
+			if o != n {
+				lines = append(lines, fmt.Sprintf("route add %s via %s dev eth0", o.PodCIDR, o.IP))
+			}
+		}
+		if err := h.batch(ctx, n.Netns, lines); err != nil {
+			return err
+		}
+	}
+	for _, p := range h.Pods {
+		gw := p.Node.Gateway
+		lines := []string{"link set lo up"}
+		if h.Topology == TopologyBridge {
+			lines = append(lines, fmt.Sprintf("addr add %s/24 dev eth0", p.IP), "link set eth0 up",
+				fmt.Sprintf("route add default via %s dev eth0", gw))
+		} else {
+			lines = append(lines, fmt.Sprintf("addr add %s/32 dev eth0", p.IP), "link set eth0 up",
+				fmt.Sprintf("route add %s dev eth0 scope link", gw),
+				fmt.Sprintf("route add default via %s dev eth0 src %s", gw, p.IP))
+		}
+		if err := h.batch(ctx, p.Netns, lines); err != nil {
+			return err
+		}
+	}
+	var extRoutes []string
+	for _, r := range cfg.ExternalRoutes {
+		extRoutes = append(extRoutes, fmt.Sprintf("route add %s via %s dev fab0", r.Masked(), h.Nodes[0].IP))
+	}
+	if err := h.batch(ctx, ext, extRoutes); err != nil {
+		return err
+	}
+
+	// Servers, then the adapters.
+	for _, p := range h.Pods {
+		for _, port := range p.Ports {
+			if err := h.Serve(p.Netns, p.Name, netip.AddrPortFrom(netip.IPv4Unspecified(), port)); err != nil {
+				return fmt.Errorf("pod %s: %w", p.Name, err)
+			}
+		}
+	}
+	for _, n := range h.Nodes {
+		ipt, err := newIPTables(ctx, IPTablesOptions{Backend: cfg.Backend, Family: IPv4, Netns: n.Netns.Name}, h.run)
+		if err != nil {
+			return err
+		}
+		n.IPTables = ipt
+		n.Conntrack = newConntrack(ConntrackOptions{Netns: n.Netns.Name}, h.run)
+	}
+	h.IPTables, h.Conntrack = h.Nodes[0].IPTables, h.Nodes[0].Conntrack
+	return nil
+}
+
+// nodeSysctls are what a kube-proxy node has: forwarding, localhost NodePorts
+// (route_localnet), no reverse-path filtering (asymmetric paths through NAT), and
+// bridged traffic through iptables.
+func (h *Harness) nodeSysctls() map[string]string {
+	m := map[string]string{
+		"net.ipv4.ip_forward":                  "1",
+		"net.ipv4.conf.all.forwarding":         "1",
+		"net.ipv4.conf.all.route_localnet":     "1",
+		"net.ipv4.conf.default.route_localnet": "1",
+		"net.ipv4.conf.all.rp_filter":          "0",
+		"net.ipv4.conf.default.rp_filter":      "0",
+	}
+	if h.BrNetfilter {
+		m["net.bridge.bridge-nf-call-iptables"] = "1"
+		m["net.bridge.bridge-nf-call-ip6tables"] = "1"
+	}
+	return m
+}
+
+// conntrackSysctls are the values kube-proxy sets by default (its conntrack
+// configuration); written when nf_conntrack is present.
+var conntrackSysctls = map[string]string{
+	"net.netfilter.nf_conntrack_tcp_timeout_established": "86400",
+	"net.netfilter.nf_conntrack_tcp_timeout_close_wait":  "3600",
+}
+
+func sysctlPath(key string) (string, error) {
+	if key == "" || strings.Contains(key, "..") || strings.ContainsAny(key, " \n") || !strings.HasPrefix(key, "net.") {
+		return "", fmt.Errorf("bad sysctl key %q (want net.*)", key)
+	}
+	return filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/")), nil
+}
+
+// writeSysctls writes sysctls inside ns (a thread in the namespace opens /proc/sys/net,
+// which shows the namespace of the opening thread) and reads each back.
+func writeSysctls(ns *Netns, m map[string]string) error {
+	return writeSysctlsMode(ns, m, false)
+}
+
+// writeOptionalSysctls skips keys whose file does not exist.
+func writeOptionalSysctls(ns *Netns, m map[string]string) error {
+	return writeSysctlsMode(ns, m, true)
+}
+
+func writeSysctlsMode(ns *Netns, m map[string]string, optional bool) error {
+	if len(m) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return ns.h.do(func() error {
+		for _, k := range keys {
+			p, err := sysctlPath(k)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(p, []byte(m[k]+"\n"), 0o644); err != nil {
+				if optional && errors.Is(err, os.ErrNotExist) {
+					continue
+				}
+				return fmt.Errorf("sysctl %s=%s in %s: %w", k, m[k], ns, err)
+			}
+			got, err := os.ReadFile(p)
+			if err != nil {
+				return fmt.Errorf("sysctl %s in %s: read back: %w", k, ns, err)
+			}
+			if strings.TrimSpace(string(got)) != strings.TrimSpace(m[k]) {
+				return fmt.Errorf("sysctl %s in %s: wrote %q, reads %q", k, ns, m[k], strings.TrimSpace(string(got)))
+			}
+		}
+		return nil
+	})
+}
+
+func sysctlExists(ns *Netns, key string) (bool, error) {
+	p, err := sysctlPath(key)
+	if err != nil {
+		return false, err
+	}
+	var ok bool
+	err = ns.h.do(func() error {
+		_, err := os.Stat(p)
+		ok = err == nil
+		return nil
+	})
+	return ok, err
+}
+
+// Sysctl reads a sysctl inside ns.
+func (h *Harness) Sysctl(ns *Netns, key string) (string, error) {
+	p, err := sysctlPath(key)
+	if err != nil {
+		return "", err
+	}
+	var v string
+	err = ns.h.do(func() error {
+		b, err := os.ReadFile(p)
+		v = strings.TrimSpace(string(b))
+		return err
+	})
+	return v, err
+}
+
+// Namespaces returns every namespace of the harness: external, nodes, pods.
+func (h *Harness) Namespaces() []*Netns {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.created)
+}
+
+// Pod returns the named pod, or nil.
+func (h *Harness) Pod(name string) *Pod {
+	for _, p := range h.Pods {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Exec runs a command inside ns (`ip netns exec NAME args...`) and returns its standard
+// output; a failure is a *CommandError carrying the exit code and standard error.
+func (h *Harness) Exec(ctx context.Context, ns *Netns, args ...string) ([]byte, error) {
+	if len(args) == 0 {
+		return nil, errors.New("harness exec: no command")
+	}
+	c := command{argv: inNetnsArgv(ns.Name, args)}
+	res := h.run.run(ctx, c)
+	if ce := commandError(c, res); ce != nil {
+		return res.stdout, ce
+	}
+	return res.stdout, nil
+}
+
+// Close stops the servers and deletes every namespace the harness made (which deletes
+// their links too). It is safe to call more than once and after a partial build.
+func (h *Harness) Close() error {
+	h.closeOnce.Do(func() {
+		var errs []error
+		h.mu.Lock()
+		servers := h.servers
+		h.servers = nil
+		created := h.created
+		h.mu.Unlock()
+		for _, s := range servers {
+			s.close()
+		}
+		for i := len(created) - 1; i >= 0; i-- {
+			n := created[i]
+			if n.h != nil {
+				_ = n.h.close()
+			}
+			c := command{argv: []string{"ip", "netns", "del", n.Name}}
+			if ce := commandError(c, h.run.run(context.Background(), c)); ce != nil {
+				errs = append(errs, ce)
+			}
+		}
+		h.closeErr = errors.Join(errs...)
+	})
+	return h.closeErr
+}
+
+// removeStaleNetns deletes namespaces named PREFIX<pid>-<n>-... whose process is gone:
+// leftovers of a crashed or killed run. Namespaces of live processes (other test
+// binaries running in parallel) and names not matching the pattern are left alone.
+func removeStaleNetns(ctx context.Context, r runner, prefix string) {
+	entries, err := os.ReadDir(netnsDir)
+	if err != nil {
+		return
+	}
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `([0-9]+)-[0-9]+-[a-z0-9]+$`)
+	for _, e := range entries {
+		m := re.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("/proc", m[1])); err == nil || !errors.Is(err, os.ErrNotExist) {
+			continue // alive (or cannot tell): not ours to touch
+		}
+		r.run(ctx, command{argv: []string{"ip", "netns", "del", e.Name()}})
+	}
+}

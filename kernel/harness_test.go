@@ -1,0 +1,96 @@
+package kernel
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clusterlab/clusterlab/proxy/iptables"
+)
+
+// newTestHarness builds a harness or skips; it is closed when the test ends, and the
+// test checks that every namespace is gone afterwards.
+func newTestHarness(t *testing.T, cfg HarnessConfig) *Harness {
+	t.Helper()
+	RequireHarness(t)
+	RequireTools(t, "iptables-nft-restore", "conntrack")
+	h, err := NewHarness(cfg)
+	if err != nil {
+		t.Fatalf("NewHarness: %v", err)
+	}
+	t.Cleanup(func() {
+		names := h.Namespaces()
+		if err := h.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		for _, n := range names {
+			if _, err := os.Stat(netnsDir + "/" + n.Name); !os.IsNotExist(err) {
+				t.Errorf("namespace %s still exists after Close (stat: %v)", n.Name, err)
+			}
+		}
+	})
+	return h
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func restore(t *testing.T, ipt *IPTables, text string) {
+	t.Helper()
+	if err := ipt.Restore(ctxT(t), []byte(text), iptables.RestoreOptions{NoFlush: true}); err != nil {
+		t.Fatalf("restore: %v\ninput:\n%s", err, text)
+	}
+}
+
+func wantAnswer(t *testing.T, what string, r Result, server string, src netip.Addr) {
+	t.Helper()
+	if r.Outcome != Answered || r.Server != server || (src.IsValid() && r.Source.Addr() != src) {
+		t.Errorf("%s: got %v, want %s seeing source %v", what, r, server, src)
+	}
+}
+
+func wantOutcome(t *testing.T, what string, r Result, o Outcome) {
+	t.Helper()
+	if r.Outcome != o {
+		t.Errorf("%s: got %v, want %v", what, r, o)
+	}
+}
+
+func TestHarnessPlainConnectivity(t *testing.T) {
+	for _, topo := range []Topology{TopologyBridge, TopologyRouted} {
+		t.Run(string(topo), func(t *testing.T) {
+			h := newTestHarness(t, HarnessConfig{Topology: topo, SecondNode: true,
+				Pods: []PodConfig{{Name: "a"}, {Name: "b"}, {Name: "c", Node: 1}}})
+			a, b, c := h.Pod("a"), h.Pod("b"), h.Pod("c")
+			if got, want := a.IP.String(), "10.244.0.2"; got != want {
+				t.Errorf("pod a IP %s, want %s", got, want)
+			}
+			if got, want := c.IP.String(), "10.244.1.2"; got != want {
+				t.Errorf("pod c IP %s, want %s", got, want)
+			}
+			node := h.Nodes[0]
+			for _, proto := range []string{"tcp", "udp"} {
+				wantAnswer(t, proto+" pod a -> pod b", h.Dial(a.Netns, proto, netip.AddrPortFrom(b.IP, 8080)), "b", a.IP)
+				wantAnswer(t, proto+" pod a -> pod c (other node)", h.Dial(a.Netns, proto, netip.AddrPortFrom(c.IP, 8080)), "c", a.IP)
+				wantAnswer(t, proto+" node -> pod a", h.Dial(node.Netns, proto, netip.AddrPortFrom(a.IP, 8080)), "a", node.Gateway)
+				wantOutcome(t, proto+" pod a -> pod b closed port", h.Dial(a.Netns, proto, netip.AddrPortFrom(b.IP, 9)), Refused)
+			}
+			// The settings a kube-proxy node needs.
+			for key, want := range map[string]string{"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.route_localnet": "1", "net.ipv4.conf.all.rp_filter": "0"} {
+				if got, err := h.Sysctl(node.Netns, key); err != nil || got != want {
+					t.Errorf("node sysctl %s = %q, %v; want %q", key, got, err, want)
+				}
+			}
+			out, err := h.Exec(ctxT(t), node.Netns, "ip", "-o", "addr", "show", "dev", "eth0")
+			if err != nil || !strings.Contains(string(out), node.IP.String()+"/24") {
+				t.Errorf("node eth0 addresses: %q, %v; want %v/24", out, err, node.IP)
+			}
+		})
+	}
+}
