@@ -1,3 +1,36 @@
-// Package proxy is part of clusterlab; see ../DESIGN notes in README.md.
-// This package comment is replaced when the package lands.
+// Package proxy is what every proxy mode (iptables, IPVS, userspace, later nftables)
+// shares: kube-proxy's view of Services and EndpointSlices for one node and one IP
+// family, the endpoint selection rules, the node's kube-proxy flags, and the change
+// tracking a mode syncs from. It follows kube-proxy's pkg/proxy (serviceport.go,
+// endpointslicecache.go, topology.go, servicechangetracker.go, util/nodeport_addresses.go,
+// util/localdetector.go) and depends on nothing but the Kubernetes API types, so any
+// mode, the simulator and the kernel adapter can use it.
+//
+// Data flows one way:
+//
+//	[]*corev1.Service, []*discoveryv1.EndpointSlice      (complete lists, each sync)
+//	        │  ChangeTracker.Update(services, slices)      one node, one IP family
+//	        ▼
+//	SyncState{Services: ServicePortMap, Endpoints: EndpointsMap, what changed}
+//	        │  per service port:
+//	        │  CategorizeEndpoints(endpoints, servicePort, node, labels)
+//	        ▼
+//	Categorized{Cluster, Local, AllReachable, HasAnyEndpoints}
+//	        │  a mode turns these into its ruleset (proxy/iptables: restore text;
+//	        │  proxy/ipvs: virtual servers) and writes it through its Interface
+//	        ▼
+//	SyncState.StaleConntrackFilters() → CleanStaleConntrack(Conntrack, filters)
+//
+// ServicePort is one Service port with only the addresses of the family (cluster IP,
+// external IPs, LoadBalancer VIPs, source ranges) and its policies resolved; Endpoint is
+// one EndpointSlice entry (addresses[0] only) with kube-proxy's defaults for unset
+// conditions (ready and serving true, terminating false) and Local set for this node.
+// Entries for the same ip:port across slices collapse into one.
+//
+// NodeConfig carries the flags that change rules: --detect-local-mode and its CIDRs or
+// interfaces (LocalTrafficDetector), --nodeport-addresses (NodePortAddresses),
+// --masquerade-all, --iptables-masquerade-bit, --iptables-localhost-nodeports.
+//
+// Orders are deterministic where kube-proxy's are not: service ports are walked in
+// ServicePortName.Less order, endpoints in string order.
 package proxy
