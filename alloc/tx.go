@@ -35,10 +35,11 @@ import (
 // nodePort per port number shared by TCP and UDP, a healthCheckNodePort) is
 // the caller's job; NodePortsOf lists what a stored Service holds.
 //
-// Re-allocating a value whose release is pending in the same Tx (an update
-// that drops a nodePort and then asks for the same number again) cancels the
+// Allocating a value whose release is pending in the same Tx (an update that
+// drops a nodePort and then asks for the same number again) cancels the
 // release instead of failing with "already allocated"; a later Revert leaves
-// that value with its original owner.
+// that value with its original owner. (Should the value not be marked at all,
+// it is allocated as usual and the release is still cancelled.)
 //
 // A Tx is for one goroutine. Using it after Commit or Revert panics, except
 // that Revert after Commit (and a second Commit or Revert) does nothing.
@@ -106,10 +107,14 @@ func (tx *Tx) AllocateIP(ip netip.Addr) error {
 	if ipa == nil {
 		return &FamilyNotConfiguredError{Family: FamilyOf(ip)}
 	}
-	if ipa.Has(ip) && tx.ips.reclaim(ip) {
+	wasPending := tx.ips.reclaim(ip)
+	if wasPending && ipa.Has(ip) {
 		return nil
 	}
 	if err := ipa.Allocate(ip); err != nil {
+		if wasPending {
+			tx.ips.defer_(ip)
+		}
 		return err
 	}
 	tx.ips.take(ip)
@@ -129,6 +134,7 @@ func (tx *Tx) AllocateNextIP(family corev1.IPFamily) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, err
 	}
+	tx.ips.reclaim(ip) // a pending release of an unmarked value no longer applies
 	tx.ips.take(ip)
 	return ip, nil
 }
@@ -149,10 +155,14 @@ func (tx *Tx) AllocatePort(port int) error {
 	if pa == nil {
 		return &NotInRangeError{Port: port}
 	}
-	if pa.Has(port) && tx.ports.reclaim(port) {
+	wasPending := tx.ports.reclaim(port)
+	if wasPending && pa.Has(port) {
 		return nil
 	}
 	if err := pa.Allocate(port); err != nil {
+		if wasPending {
+			tx.ports.defer_(port)
+		}
 		return err
 	}
 	tx.ports.take(port)
@@ -171,6 +181,7 @@ func (tx *Tx) AllocateNextPort() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	tx.ports.reclaim(port) // a pending release of an unmarked value no longer applies
 	tx.ports.take(port)
 	return port, nil
 }
