@@ -350,7 +350,10 @@ func (h *Harness) build(ctx context.Context) error {
 	}
 
 	// Sysctls before links, so that new interfaces inherit conf/default.
-	if err := writeSysctls(ext, map[string]string{"net.ipv4.conf.all.rp_filter": "0", "net.ipv4.conf.default.rp_filter": "0"}); err != nil {
+	if err := writeSysctls(ext, leafSysctls); err != nil {
+		return err
+	}
+	if err := writeOptionalSysctls(ext, optionalSysctls); err != nil {
 		return err
 	}
 	for _, n := range h.Nodes {
@@ -380,7 +383,7 @@ func (h *Harness) build(ctx context.Context) error {
 		if err := writeSysctls(n.Netns, h.nodeSysctls()); err != nil {
 			return err
 		}
-		if err := writeOptionalSysctls(n.Netns, conntrackSysctls); err != nil {
+		if err := writeOptionalSysctls(n.Netns, optionalSysctls); err != nil {
 			return err
 		}
 		if err := writeSysctls(n.Netns, cfg.NodeSysctls); err != nil {
@@ -388,7 +391,10 @@ func (h *Harness) build(ctx context.Context) error {
 		}
 	}
 	for _, p := range h.Pods {
-		if err := writeSysctls(p.Netns, map[string]string{"net.ipv4.conf.all.rp_filter": "0", "net.ipv4.conf.default.rp_filter": "0"}); err != nil {
+		if err := writeSysctls(p.Netns, leafSysctls); err != nil {
+			return err
+		}
+		if err := writeOptionalSysctls(p.Netns, optionalSysctls); err != nil {
 			return err
 		}
 	}
@@ -481,11 +487,26 @@ func (h *Harness) build(ctx context.Context) error {
 	return nil
 }
 
+// leafSysctls are for the pod and external namespaces: no reverse-path filtering and no
+// ICMP rate limit (see nodeSysctls).
+var leafSysctls = map[string]string{
+	"net.ipv4.conf.all.rp_filter":     "0",
+	"net.ipv4.conf.default.rp_filter": "0",
+	"net.ipv4.icmp_ratelimit":         "0",
+}
+
 // nodeSysctls are what a kube-proxy node has: forwarding, localhost NodePorts
 // (route_localnet), no reverse-path filtering (asymmetric paths through NAT), and
-// bridged traffic through iptables.
+// bridged traffic through iptables. Two more make REJECT deterministic: without them a
+// REJECTed packet that the node would route back out of the interface it came in on
+// first triggers an ICMP redirect, and the per-host ICMP rate limit (1/s) then swallows
+// the port-unreachable, so REJECT would look like DROP; and a test making hundreds of
+// connections to a REJECTed service must see every one refused.
 func (h *Harness) nodeSysctls() map[string]string {
 	m := map[string]string{
+		"net.ipv4.conf.all.send_redirects":     "0",
+		"net.ipv4.conf.default.send_redirects": "0",
+		"net.ipv4.icmp_ratelimit":              "0",
 		"net.ipv4.ip_forward":                  "1",
 		"net.ipv4.conf.all.forwarding":         "1",
 		"net.ipv4.conf.all.route_localnet":     "1",
@@ -500,9 +521,14 @@ func (h *Harness) nodeSysctls() map[string]string {
 	return m
 }
 
-// conntrackSysctls are the values kube-proxy sets by default (its conntrack
-// configuration); written when nf_conntrack is present.
-var conntrackSysctls = map[string]string{
+// optionalSysctls are written where the kernel has them: the conntrack values
+// kube-proxy sets by default (when nf_conntrack is there), and the global ICMP rate
+// limit, per namespace since Linux 6.x (a sysctl that is global to the kernel does not
+// appear under a child namespace's /proc/sys/net at all, so writing only what exists
+// there can never change the host).
+var optionalSysctls = map[string]string{
+	"net.ipv4.icmp_msgs_per_sec":                         "100000",
+	"net.ipv4.icmp_msgs_burst":                           "10000",
 	"net.netfilter.nf_conntrack_tcp_timeout_established": "86400",
 	"net.netfilter.nf_conntrack_tcp_timeout_close_wait":  "3600",
 }
