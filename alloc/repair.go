@@ -68,7 +68,10 @@ func (p Problem) String() string {
 	if p.Resource == ResourceNodePort {
 		what = "the node port " + p.Value
 	}
-	svc := strings.Join(p.Services, ", ")
+	svc := "service " + strings.Join(p.Services, ", ")
+	if len(p.Services) > 1 {
+		svc = "services " + strings.Join(p.Services, ", ")
+	}
 	switch p.Kind {
 	case Leaked:
 		switch {
@@ -80,26 +83,26 @@ func (p Problem) String() string {
 			return what + " may have leaked"
 		}
 	case Missing:
-		s := fmt.Sprintf("%s for service %s is not allocated", what, svc)
+		s := fmt.Sprintf("%s for %s is not allocated", what, svc)
 		if p.Fixed {
 			s += "; repairing"
 		}
 		return s
 	case Duplicate:
-		return fmt.Sprintf("%s for services %s was assigned to multiple services; please recreate", what, svc)
+		return fmt.Sprintf("%s for %s was assigned to multiple services; please recreate", what, svc)
 	case OutOfRange:
 		if p.Range == "" {
 			if p.Resource == ResourceNodePort {
-				return fmt.Sprintf("%s for service %s is not within any configured node port range; please recreate", what, svc)
+				return fmt.Sprintf("%s for %s is not within any configured node port range; please recreate", what, svc)
 			}
-			return fmt.Sprintf("%s for service %s is not within any configured service CIDR; please recreate", what, svc)
+			return fmt.Sprintf("%s for %s is not within any configured service CIDR; please recreate", what, svc)
 		}
 		if p.Resource == ResourceNodePort {
-			return fmt.Sprintf("%s for service %s is not within the port range %s; please recreate", what, svc, p.Range)
+			return fmt.Sprintf("%s for %s is not within the port range %s; please recreate", what, svc, p.Range)
 		}
-		return fmt.Sprintf("%s for service %s is not within the service CIDR %s; please recreate", what, svc, p.Range)
+		return fmt.Sprintf("%s for %s is not within the service CIDR %s; please recreate", what, svc, p.Range)
 	case Invalid:
-		return fmt.Sprintf("%s for service %s is not a valid IP; please recreate", what, svc)
+		return fmt.Sprintf("%s for %s is not a valid IP; please recreate", what, svc)
 	}
 	return fmt.Sprintf("%s: %s (%s)", p.Kind, what, svc)
 }

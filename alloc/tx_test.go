@@ -11,7 +11,14 @@ import (
 	"pgregory.net/rapid"
 )
 
-func newAllocs(t testing.TB, ports string, cidrs ...string) *Allocators {
+// tb is what helpers need of *testing.T and *rapid.T alike.
+type tb interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
+func newAllocs(t tb, ports string, cidrs ...string) *Allocators {
 	t.Helper()
 	var ps []netip.Prefix
 	for _, c := range cidrs {
