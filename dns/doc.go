@@ -1,3 +1,63 @@
-// Package dns is part of clusterlab; see ../DESIGN notes in README.md.
-// This package comment is replaced when the package lands.
+// Package dns is clusterlab's cluster DNS: a server that answers per the
+// Kubernetes DNS-Based Service Discovery specification (schema 1.1.0), using
+// CoreDNS's kubernetes-plugin conventions where the specification is silent,
+// plus the client side a pod sees: the resolv.conf the kubelet writes for it
+// and a stub resolver that walks its search list as glibc does.
+//
+// # Server data flow
+//
+//	Source (service store, StaticSource)      Invalidate() / change callback
+//	  ListServices, ListEndpointSlices,  ─────────────────┐ marks the index stale
+//	  ListPods, ListNamespaces                            v
+//	        │                                   rebuild on the next query:
+//	        └──────────── buildIndex ─────────> index (immutable snapshot, read
+//	                                             lock-free; new SOA serial)
+//	query ─> Handle / ServeDNS / HandleWire
+//	  1. transport rules: QR set → no reply; opcode ≠ QUERY → NOTIMP;
+//	     question count ≠ 1, several OPTs, bad name → FORMERR; EDNS version
+//	     ≠ 0 → BADVERS; class not IN/ANY → REFUSED
+//	  2. zone match: the most specific served zone; none → upstream
+//	     (REFUSED without one, SERVFAIL when it fails)
+//	  3. name parsing (parseRequest, right to left below the zone):
+//	     [_port._proto. | endpoint.] service . namespace . svc|pod . zone
+//	     reverse zones: d.c.b.a.in-addr.arpa / 32 nibbles under ip6.arpa
+//	  4. record synthesis from the index: items (address + port + owner,
+//	     or an ExternalName target) → A/AAAA (dedup by address, CNAME chased
+//	     in the zone or through the upstream, TC propagated), SRV (weight
+//	     floor(100/n), dedup by target+port, glue per target+address), PTR,
+//	     TXT dns-version, SOA/NS at the apex
+//	  5. response rules: AA on every zone answer; an empty answer is NODATA
+//	     or NXDOMAIN (errNameError) with the zone's SOA in the authority
+//	     section (TTL min(ttl, 300)); NXDOMAIN becomes SERVFAIL while the
+//	     Source has not synced, or is forwarded in fallthrough zones; owner
+//	     names keep the query's spelling; the OPT record is echoed and UDP
+//	     replies are truncated (TC) to 512 bytes or the EDNS0 buffer size
+//
+// The server owns no socket: it is a miekg/dns Handler (ServeDNS), so it runs
+// under a dns.Server on UDP or TCP, and Handle/HandleWire answer a message
+// directly, which is how the simulated network (netsim) runs it behind the
+// kube-dns Service.
+//
+// # Decisions where CoreDNS is silent or inconsistent
+//
+//   - Names outside every served zone go to Config.Upstream; without one
+//     they are REFUSED (what CoreDNS answers for a zone no server block
+//     serves). With the default reverse zones (in-addr.arpa, ip6.arpa),
+//     reverse misses fall through to the upstream, as in kube-dns's Corefile.
+//   - NXDOMAIN vs NODATA is decided by whether the name exists, for every
+//     query type: CoreDNS answers NODATA for any TXT query and for SOA on
+//     any name; here a missing name is NXDOMAIN whatever the type, and a
+//     PTR name that exists answers NODATA to A. dns-version.<zone>,
+//     ns.dns.<zone> and dns.<zone> exist.
+//   - A pod name with extra labels (x.1-2-3-4.ns.pod.<zone>) is NXDOMAIN.
+//   - A ClusterIP service without ports still answers A/AAAA (CoreDNS says
+//     NXDOMAIN; validation rejects such services anyway).
+//   - An ExternalName that looks like an IP address gives no CNAME: NXDOMAIN
+//     (as CoreDNS).
+//   - Namespaces exist when a Namespace object, or any object in them, is in
+//     the Source, and default, kube-system, kube-public and kube-node-lease
+//     always do.
+//   - ns.dns.<zone> points at the kube-system/kube-dns service's cluster IPs,
+//     else at Config.NSAddrs.
+//   - Zone transfers (AXFR/IXFR) are REFUSED.
 package dns

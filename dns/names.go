@@ -1,0 +1,192 @@
+package dns
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+)
+
+// errNameError means the name does not exist: the answer is NXDOMAIN.
+var errNameError = errors.New("name does not exist")
+
+// request is a parsed name below the cluster domain, all labels lower case.
+// The five shapes (right to left, as CoreDNS parses them):
+//
+//	<zone>, svc.<zone>, pod.<zone>             → nothing asked (podOrSvc == "")
+//	<ns>.svc|pod.<zone>                        → namespace only
+//	<svc>.<ns>.svc.<zone>                      → service (pod: dashed IP)
+//	<endpoint>.<svc>.<ns>.svc.<zone>           → one endpoint
+//	_<port>._<proto>.<svc>.<ns>.svc.<zone>     → named port (underscores optional)
+type request struct {
+	podOrSvc  string // "svc", "pod" or "" (apex)
+	namespace string
+	service   string // for pods: the dashed IP
+	endpoint  string
+	port      string
+	protocol  string
+	portSet   bool // the name had the <port>.<proto> shape
+}
+
+// parseRequest parses base, the part of a lower-case query name in front of
+// the zone (no trailing dot; "" for the apex). Anything that cannot be a
+// cluster name is errNameError.
+func parseRequest(base string) (request, error) {
+	var r request
+	if base == "" || base == "svc" || base == "pod" {
+		return r, nil
+	}
+	segs := strings.Split(base, ".")
+	last := len(segs) - 1
+	r.podOrSvc = segs[last]
+	if r.podOrSvc != "svc" && r.podOrSvc != "pod" {
+		return r, errNameError
+	}
+	last--
+	r.namespace = segs[last]
+	last--
+	if last < 0 {
+		return r, nil
+	}
+	r.service = segs[last]
+	last--
+	switch last {
+	case -1:
+	case 0:
+		r.endpoint = segs[0]
+	case 1:
+		r.port = strings.TrimPrefix(segs[0], "_")
+		r.protocol = strings.TrimPrefix(segs[1], "_")
+		r.portSet = true
+	default:
+		return r, errNameError
+	}
+	return r, nil
+}
+
+// matchPortProto reports whether a service or endpoint port (name, protocol)
+// matches the asked port and protocol; an empty ask matches anything.
+func matchPortProto(askPort, askProto string, p portInfo) bool {
+	return (askPort == "" || askPort == p.name) && (askProto == "" || askProto == p.protocol)
+}
+
+// podIPFromLabel turns the dashed label of a pod name into an IP address:
+// exactly three dashes and no "--" is IPv4 (1-2-3-4), anything else is IPv6
+// with '-' for ':' (fd00--1).
+func podIPFromLabel(label string) (netip.Addr, bool) {
+	var s string
+	if strings.Count(label, "-") == 3 && !strings.Contains(label, "--") {
+		s = strings.ReplaceAll(label, "-", ".")
+	} else {
+		s = strings.ReplaceAll(label, "-", ":")
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil || ip.Zone() != "" {
+		return netip.Addr{}, false
+	}
+	return ip.Unmap(), true
+}
+
+const (
+	reverseV4 = "in-addr.arpa."
+	reverseV6 = "ip6.arpa."
+)
+
+// isReverseZone reports whether the lower-case FQDN zone is in in-addr.arpa
+// or ip6.arpa.
+func isReverseZone(zone string) bool {
+	return zone == reverseV4 || strings.HasSuffix(zone, "."+reverseV4) ||
+		zone == reverseV6 || strings.HasSuffix(zone, "."+reverseV6)
+}
+
+// addrFromReverse extracts the address from a full reverse name
+// (d.c.b.a.in-addr.arpa. or 32 nibbles under ip6.arpa.); ok is false for
+// anything else, including partial names.
+func addrFromReverse(name string) (netip.Addr, bool) {
+	switch {
+	case strings.HasSuffix(name, "."+reverseV4):
+		labels := strings.Split(strings.TrimSuffix(name, "."+reverseV4), ".")
+		if len(labels) != 4 {
+			return netip.Addr{}, false
+		}
+		ip, err := netip.ParseAddr(labels[3] + "." + labels[2] + "." + labels[1] + "." + labels[0])
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		return ip, true
+	case strings.HasSuffix(name, "."+reverseV6):
+		labels := strings.Split(strings.TrimSuffix(name, "."+reverseV6), ".")
+		if len(labels) != 32 {
+			return netip.Addr{}, false
+		}
+		var b [16]byte
+		for i, l := range labels {
+			if len(l) != 1 {
+				return netip.Addr{}, false
+			}
+			v, ok := hexNibble(l[0])
+			if !ok {
+				return netip.Addr{}, false
+			}
+			pos := 31 - i // labels run from the last nibble to the first
+			if pos%2 == 0 {
+				b[pos/2] |= v << 4
+			} else {
+				b[pos/2] |= v
+			}
+		}
+		return netip.AddrFrom16(b), true
+	}
+	return netip.Addr{}, false
+}
+
+func hexNibble(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// ReverseName returns the PTR owner name of ip: d.c.b.a.in-addr.arpa. for
+// IPv4, the 32 reversed nibbles under ip6.arpa. for IPv6.
+func ReverseName(ip netip.Addr) string {
+	ip = ip.Unmap()
+	if ip.Is4() {
+		b := ip.As4()
+		return itoa(b[3]) + "." + itoa(b[2]) + "." + itoa(b[1]) + "." + itoa(b[0]) + "." + reverseV4
+	}
+	const hexdigits = "0123456789abcdef"
+	b := ip.As16()
+	var sb strings.Builder
+	for i := 15; i >= 0; i-- {
+		sb.WriteByte(hexdigits[b[i]&0xf])
+		sb.WriteByte('.')
+		sb.WriteByte(hexdigits[b[i]>>4])
+		sb.WriteByte('.')
+	}
+	sb.WriteString(reverseV6)
+	return sb.String()
+}
+
+func itoa(b byte) string {
+	if b < 10 {
+		return string('0' + b)
+	}
+	var buf [3]byte
+	i := len(buf)
+	for b > 0 {
+		i--
+		buf[i] = '0' + b%10
+		b /= 10
+	}
+	return string(buf[i:])
+}
+
+// inZone reports whether the lower-case FQDN name is zone or below it.
+func inZone(name, zone string) bool {
+	return name == zone || strings.HasSuffix(name, "."+zone)
+}

@@ -1,0 +1,478 @@
+package dns
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mdns "github.com/miekg/dns"
+)
+
+// PodMode selects how <dashed-ip>.<ns>.pod.<zone> names are answered
+// (CoreDNS's `pods` option).
+type PodMode int
+
+const (
+	// PodsDisabled answers NXDOMAIN for every pod name (CoreDNS's default).
+	PodsDisabled PodMode = iota
+	// PodsInsecure answers any name that parses as an IP in an existing
+	// namespace, without looking for the pod (kube-dns's behaviour).
+	PodsInsecure
+	// PodsVerified answers only when a pod with that IP exists in that
+	// namespace.
+	PodsVerified
+)
+
+// String returns the mode as the CLI spells it.
+func (m PodMode) String() string {
+	switch m {
+	case PodsDisabled:
+		return "disabled"
+	case PodsInsecure:
+		return "insecure"
+	case PodsVerified:
+		return "verified"
+	}
+	return fmt.Sprintf("PodMode(%d)", int(m))
+}
+
+// ParsePodMode parses "disabled", "insecure" or "verified".
+func ParsePodMode(s string) (PodMode, error) {
+	for _, m := range []PodMode{PodsDisabled, PodsInsecure, PodsVerified} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("pod mode %q: want disabled, insecure or verified", s)
+}
+
+// DefaultTTL is the TTL of synthesised records unless configured (CoreDNS's).
+const DefaultTTL = 5
+
+// Config configures a Server. Start from DefaultConfig: the zero TTL is a
+// real TTL of 0.
+type Config struct {
+	// Zones served. The first is the cluster domain (cluster.local when Zones
+	// is empty); further ones are reverse zones served for PTR, such as
+	// 0.10.in-addr.arpa (a further forward zone is served as an alias of the
+	// cluster domain). Without any reverse zone, in-addr.arpa and ip6.arpa
+	// are served, falling through to the upstream on NXDOMAIN as in the
+	// default kube-dns Corefile.
+	Zones []string
+	// TTL of synthesised records, seconds (CoreDNS allows 0–3600).
+	TTL uint32
+	// Pods selects how pod names are answered.
+	Pods PodMode
+	// Upstream answers names outside the zones and ExternalName targets
+	// outside the cluster domain. Nil: out-of-zone queries are REFUSED (as
+	// CoreDNS does for a name no server block serves) and out-of-zone
+	// ExternalName CNAMEs are returned unchased.
+	Upstream Upstream
+	// Fallthrough lists zones whose NXDOMAIN answers are instead forwarded to
+	// the upstream (CoreDNS `fallthrough`). Nil means the default reverse
+	// zones when those are in use, none otherwise.
+	Fallthrough []string
+	// NSAddrs are the addresses given for ns.dns.<zone> when the Source has
+	// no kube-system/kube-dns service with a cluster IP.
+	NSAddrs []netip.Addr
+	// EndpointPodNames labels endpoints without a hostname by their pod's
+	// name instead of their dashed IP (CoreDNS endpoint_pod_names).
+	EndpointPodNames bool
+	// UpstreamTimeout bounds one upstream exchange; default 2s.
+	UpstreamTimeout time.Duration
+	// Now is the clock for the SOA serial (the time of the last change);
+	// default time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig is cluster.local, TTL 5, pods disabled, no upstream.
+func DefaultConfig() Config {
+	return Config{Zones: []string{"cluster.local"}, TTL: DefaultTTL}
+}
+
+// Server is the cluster DNS: a miekg/dns Handler answering from a Source.
+// It holds no socket; run it under a dns.Server on any transport, or call
+// Handle / HandleWire directly (the simulated network does).
+type Server struct {
+	cfg     Config
+	src     Source
+	ttl     uint32
+	zones   []string // lower-case FQDNs
+	primary string   // the cluster domain, lower-case FQDN
+	fall    map[string]bool
+
+	cur        atomic.Pointer[index]
+	dirty      atomic.Bool
+	mu         sync.Mutex // serialises rebuilds
+	lastSerial uint32
+	cancel     []func()
+}
+
+// New returns a server answering from src. If src can report changes
+// (StaticSource.OnChange, or a store's Watch), the server subscribes and
+// rebuilds its index lazily on the next query after a change; otherwise call
+// Invalidate after changing the data.
+func New(src Source, cfg Config) (*Server, error) {
+	if src == nil {
+		return nil, fmt.Errorf("dns: nil source")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.TTL > 3600 {
+		return nil, fmt.Errorf("dns: ttl %d: must be between 0 and 3600", cfg.TTL)
+	}
+	if cfg.Pods < PodsDisabled || cfg.Pods > PodsVerified {
+		return nil, fmt.Errorf("dns: invalid pod mode %d", int(cfg.Pods))
+	}
+	s := &Server{cfg: cfg, src: src, ttl: cfg.TTL, fall: map[string]bool{}}
+	zones := cfg.Zones
+	if len(zones) == 0 {
+		zones = []string{"cluster.local"}
+	}
+	haveReverse := false
+	for i, z := range zones {
+		nz, err := normalizeZone(z)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 && isReverseZone(nz) {
+			return nil, fmt.Errorf("dns: zone %q: the first zone is the cluster domain and cannot be a reverse zone", z)
+		}
+		for _, prev := range s.zones {
+			if prev == nz {
+				return nil, fmt.Errorf("dns: zone %q given twice", z)
+			}
+		}
+		haveReverse = haveReverse || isReverseZone(nz)
+		s.zones = append(s.zones, nz)
+	}
+	s.primary = s.zones[0]
+	if !haveReverse {
+		s.zones = append(s.zones, reverseV4, reverseV6)
+		if cfg.Fallthrough == nil {
+			s.fall[reverseV4], s.fall[reverseV6] = true, true
+		}
+	}
+	for _, z := range cfg.Fallthrough {
+		nz, err := normalizeZone(z)
+		if err != nil {
+			return nil, fmt.Errorf("dns: fallthrough: %w", err)
+		}
+		s.fall[nz] = true
+	}
+	s.dirty.Store(true)
+	s.rebuild()
+	switch w := src.(type) {
+	case interface{ OnChange(func()) }:
+		w.OnChange(s.Invalidate)
+	case interface{ Watch(func()) func() }:
+		s.cancel = append(s.cancel, w.Watch(s.Invalidate))
+	}
+	return s, nil
+}
+
+func normalizeZone(z string) (string, error) {
+	nz := strings.ToLower(mdns.Fqdn(strings.TrimSpace(z)))
+	if nz == "." {
+		return "", fmt.Errorf("dns: zone %q: the root zone cannot be served", z)
+	}
+	if _, ok := mdns.IsDomainName(nz); !ok {
+		return "", fmt.Errorf("dns: zone %q: not a domain name", z)
+	}
+	return nz, nil
+}
+
+// Zones returns the served zones, lower-case FQDNs, cluster domain first.
+func (s *Server) Zones() []string { return append([]string(nil), s.zones...) }
+
+// Close stops following the source's change notifications.
+func (s *Server) Close() {
+	for _, c := range s.cancel {
+		c()
+	}
+	s.cancel = nil
+}
+
+// Invalidate marks the index stale: the next query rebuilds it from the
+// Source and bumps the SOA serial. Safe to call from any goroutine, also from
+// inside a store's change callback (it does not call back into the Source).
+func (s *Server) Invalidate() { s.dirty.Store(true) }
+
+// Serial returns the current SOA serial (after rebuilding if stale).
+func (s *Server) Serial() uint32 { return s.index().serial }
+
+func (s *Server) index() *index {
+	if s.dirty.Load() {
+		s.rebuild()
+	}
+	return s.cur.Load()
+}
+
+func (s *Server) rebuild() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.dirty.Load() {
+		return
+	}
+	s.dirty.Store(false)
+	idx := buildIndex(s.src, s.cfg.EndpointPodNames, s.cfg.NSAddrs)
+	serial := uint32(s.cfg.Now().Unix())
+	if serial <= s.lastSerial {
+		serial = s.lastSerial + 1
+	}
+	s.lastSerial = serial
+	idx.serial = serial
+	s.cur.Store(idx)
+}
+
+// matchZone returns the most specific served zone containing the lower-case
+// FQDN name, or "".
+func (s *Server) matchZone(lname string) string {
+	best := ""
+	for _, z := range s.zones {
+		if len(z) > len(best) && inZone(lname, z) {
+			best = z
+		}
+	}
+	return best
+}
+
+// ServeDNS implements mdns.Handler. Under a mdns.Server the default accept
+// function has already answered FORMERR/NOTIMP for malformed headers.
+func (s *Server) ServeDNS(w mdns.ResponseWriter, r *mdns.Msg) {
+	network := "udp"
+	if a := w.LocalAddr(); a != nil && strings.HasPrefix(a.Network(), "tcp") {
+		network = "tcp"
+	}
+	if resp := s.Handle(context.Background(), r, network); resp != nil {
+		_ = w.WriteMsg(resp)
+	}
+}
+
+// Handle answers one parsed request that arrived over network ("udp" or
+// "tcp"). It returns nil when no reply is due (the message is a response).
+// The reply carries an OPT record when the request did, and for UDP fits the
+// client's size (512 bytes, or the EDNS0 buffer size), with TC set when
+// records had to be dropped.
+func (s *Server) Handle(ctx context.Context, req *mdns.Msg, network string) *mdns.Msg {
+	if req == nil || req.Response {
+		return nil
+	}
+	if req.Opcode != mdns.OpcodeQuery {
+		return s.finish(req, errorReply(req, mdns.RcodeNotImplemented), network)
+	}
+	if len(req.Question) != 1 || countOPT(req) > 1 {
+		return s.finish(req, errorReply(req, mdns.RcodeFormatError), network)
+	}
+	if opt := req.IsEdns0(); opt != nil && opt.Version() != 0 {
+		m := errorReply(req, mdns.RcodeBadVers)
+		m.Question = req.Question
+		m.SetEdns0(uint16(ednsSize(req)), false)
+		return m
+	}
+	q := req.Question[0]
+	if q.Qclass != mdns.ClassINET && q.Qclass != mdns.ClassANY {
+		m := new(mdns.Msg)
+		m.SetRcode(req, mdns.RcodeRefused)
+		return s.finish(req, m, network)
+	}
+	if _, ok := mdns.IsDomainName(q.Name); !ok || !mdns.IsFqdn(q.Name) {
+		return s.finish(req, errorReply(req, mdns.RcodeFormatError), network)
+	}
+	return s.finish(req, s.answer(ctx, req, network), network)
+}
+
+// errorReply is a bare reply with rcode and no question (what miekg/dns's
+// server sends for messages it rejects).
+func errorReply(req *mdns.Msg, rcode int) *mdns.Msg {
+	m := new(mdns.Msg)
+	m.Id = req.Id
+	m.Response = true
+	m.Opcode = req.Opcode
+	m.RecursionDesired = req.RecursionDesired
+	m.CheckingDisabled = req.CheckingDisabled
+	m.Rcode = rcode
+	return m
+}
+
+func countOPT(m *mdns.Msg) int {
+	n := 0
+	for _, rr := range m.Extra {
+		if rr.Header().Rrtype == mdns.TypeOPT {
+			n++
+		}
+	}
+	return n
+}
+
+// ednsSize is the largest UDP reply the client accepts.
+func ednsSize(req *mdns.Msg) int {
+	if opt := req.IsEdns0(); opt != nil && int(opt.UDPSize()) > mdns.MinMsgSize {
+		return int(opt.UDPSize())
+	}
+	return mdns.MinMsgSize
+}
+
+// finish applies the transport rules to a reply: echo OPT (or drop one the
+// client did not ask for), then truncate to the client's size.
+func (s *Server) finish(req, m *mdns.Msg, network string) *mdns.Msg {
+	var extra []mdns.RR
+	for _, rr := range m.Extra {
+		if rr.Header().Rrtype != mdns.TypeOPT {
+			extra = append(extra, rr)
+		}
+	}
+	m.Extra = extra
+	if ro := req.IsEdns0(); ro != nil {
+		o := &mdns.OPT{Hdr: mdns.RR_Header{Name: ".", Rrtype: mdns.TypeOPT}}
+		o.SetUDPSize(uint16(ednsSize(req)))
+		if ro.Do() {
+			o.SetDo()
+		}
+		m.Extra = append(m.Extra, o)
+	}
+	size := mdns.MaxMsgSize
+	if network != "tcp" {
+		size = ednsSize(req)
+	}
+	m.Truncate(size)
+	m.Compress = true
+	return m
+}
+
+// answer produces the reply for a well-formed single-question query.
+func (s *Server) answer(ctx context.Context, req *mdns.Msg, network string) *mdns.Msg {
+	q := req.Question[0]
+	lname := strings.ToLower(q.Name)
+	zone := s.matchZone(lname)
+	if zone == "" {
+		return s.forward(ctx, req, network)
+	}
+	idx := s.index()
+	l := s.newLookup(ctx, idx, network, q.Name, zone)
+	rcode, answer, extra := l.run(q.Name, q.Qtype)
+	if rcode == mdns.RcodeNameError && s.fall[zone] && s.cfg.Upstream != nil {
+		return s.forward(ctx, req, network)
+	}
+	if rcode == mdns.RcodeNameError && !idx.synced {
+		rcode = mdns.RcodeServerFailure
+	}
+	m := new(mdns.Msg)
+	m.SetReply(req)
+	m.Authoritative = true
+	m.RecursionAvailable = s.cfg.Upstream != nil
+	m.Rcode = rcode
+	m.Truncated = l.truncated
+	m.Answer = answer
+	m.Extra = extra
+	if rcode != mdns.RcodeRefused && len(answer) == 0 {
+		m.Ns = []mdns.RR{l.soa()}
+	}
+	return m
+}
+
+// forward sends an out-of-zone query to the upstream: REFUSED without one,
+// SERVFAIL when it fails.
+func (s *Server) forward(ctx context.Context, req *mdns.Msg, network string) *mdns.Msg {
+	if s.cfg.Upstream == nil {
+		m := new(mdns.Msg)
+		m.SetRcode(req, mdns.RcodeRefused)
+		return m
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.upstreamTimeout())
+	defer cancel()
+	resp, err := s.cfg.Upstream.Exchange(ctx, req.Copy(), network)
+	if err != nil || resp == nil {
+		m := new(mdns.Msg)
+		m.SetRcode(req, mdns.RcodeServerFailure)
+		m.RecursionAvailable = true
+		return m
+	}
+	resp = resp.Copy()
+	resp.Id = req.Id
+	resp.Response = true
+	resp.Question = req.Question
+	return resp
+}
+
+func (s *Server) upstreamTimeout() time.Duration {
+	if s.cfg.UpstreamTimeout > 0 {
+		return s.cfg.UpstreamTimeout
+	}
+	return 2 * time.Second
+}
+
+// askUpstream resolves an out-of-zone ExternalName target.
+func (s *Server) askUpstream(ctx context.Context, name string, qtype uint16, network string) (*mdns.Msg, error) {
+	m := new(mdns.Msg)
+	m.SetQuestion(name, qtype)
+	m.SetEdns0(mdns.DefaultMsgSize, false)
+	ctx, cancel := context.WithTimeout(ctx, s.upstreamTimeout())
+	defer cancel()
+	resp, err := s.cfg.Upstream.Exchange(ctx, m, network)
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil {
+		return nil, fmt.Errorf("upstream: empty reply")
+	}
+	return resp, nil
+}
+
+// HandleWire answers one DNS message in wire format, as a server socket
+// would: nil means send nothing (the input is too short to have a header, or
+// is itself a response). It applies miekg/dns's default accept rules
+// (FORMERR for a question count other than one or too many records in the
+// other sections, NOTIMP for opcodes other than QUERY/NOTIFY) and FORMERR
+// for a body that does not parse, then Handle.
+func (s *Server) HandleWire(ctx context.Context, b []byte, network string) []byte {
+	if len(b) < 12 {
+		return nil
+	}
+	h := mdns.Header{
+		Id:      binary.BigEndian.Uint16(b[0:]),
+		Bits:    binary.BigEndian.Uint16(b[2:]),
+		Qdcount: binary.BigEndian.Uint16(b[4:]),
+		Ancount: binary.BigEndian.Uint16(b[6:]),
+		Nscount: binary.BigEndian.Uint16(b[8:]),
+		Arcount: binary.BigEndian.Uint16(b[10:]),
+	}
+	hdrOnly := &mdns.Msg{MsgHdr: mdns.MsgHdr{
+		Id:               h.Id,
+		Opcode:           int(h.Bits>>11) & 0xF,
+		RecursionDesired: h.Bits&(1<<8) != 0,
+		CheckingDisabled: h.Bits&(1<<4) != 0,
+	}}
+	var resp *mdns.Msg
+	switch mdns.DefaultMsgAcceptFunc(h) {
+	case mdns.MsgIgnore:
+		return nil
+	case mdns.MsgReject:
+		resp = errorReply(hdrOnly, mdns.RcodeFormatError)
+	case mdns.MsgRejectNotImplemented:
+		resp = errorReply(hdrOnly, mdns.RcodeNotImplemented)
+	default:
+		req := new(mdns.Msg)
+		if err := req.Unpack(b); err != nil {
+			resp = errorReply(hdrOnly, mdns.RcodeFormatError)
+		} else if resp = s.Handle(ctx, req, network); resp == nil {
+			return nil
+		}
+	}
+	out, err := resp.Pack()
+	if err != nil {
+		// A reply we built but cannot encode is a bug in the reply, not in
+		// the query; answer SERVFAIL rather than nothing.
+		fail := errorReply(hdrOnly, mdns.RcodeServerFailure)
+		if out, err = fail.Pack(); err != nil {
+			return nil
+		}
+	}
+	return out
+}
