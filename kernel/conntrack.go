@@ -431,6 +431,11 @@ func parseConntrackLine(line string) (ConntrackEntry, error) {
 	if !tuples[0].Dst.IsValid() || !tuples[1].Dst.IsValid() {
 		return e, fmt.Errorf("tuple without dst")
 	}
+	for _, a := range []netip.Addr{tuples[0].Src, tuples[0].Dst, tuples[1].Src, tuples[1].Dst} {
+		if a.Is4() != (e.Family == IPv4) {
+			return e, fmt.Errorf("address %v is not %v", a, e.Family)
+		}
+	}
 	e.Orig, e.Reply = tuples[0], tuples[1]
 	return e, nil
 }

@@ -242,7 +242,7 @@ func newHarness(ctx context.Context, cfg HarnessConfig, r runner) (h *Harness, e
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	removeStaleNetns(ctx, r, cfg.Prefix)
+	removeStaleNetns(ctx, r, netnsDir, cfg.Prefix)
 	h = &Harness{
 		Prefix:      fmt.Sprintf("%s%d-%d-", cfg.Prefix, os.Getpid(), harnessSeq.Add(1)),
 		ClusterCIDR: cfg.ClusterCIDR,
@@ -675,8 +675,8 @@ func (h *Harness) Close() error {
 // removeStaleNetns deletes namespaces named PREFIX<pid>-<n>-... whose process is gone:
 // leftovers of a crashed or killed run. Namespaces of live processes (other test
 // binaries running in parallel) and names not matching the pattern are left alone.
-func removeStaleNetns(ctx context.Context, r runner, prefix string) {
-	entries, err := os.ReadDir(netnsDir)
+func removeStaleNetns(ctx context.Context, r runner, dir, prefix string) {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
