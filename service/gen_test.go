@@ -1,0 +1,134 @@
+package service
+
+import (
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"pgregory.net/rapid"
+)
+
+// Generators of valid objects for property tests.
+
+var (
+	genNamespace = rapid.SampledFrom([]string{"default", "shop", "kube-system"})
+	genDNS1035   = rapid.StringMatching(`[a-z]([-a-z0-9]{0,8}[a-z0-9])?`)
+	genPortName  = rapid.StringMatching(`[a-z]([a-z0-9]{0,6})?`)
+	genProtocol  = rapid.SampledFrom([]corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP})
+)
+
+// svcShape says what kind of service to generate.
+type svcShape struct {
+	// allocated: fill clusterIPs, nodePorts and healthCheckNodePort as the
+	// Store would (for Validate); otherwise leave them for the Store, except
+	// for the occasional explicit request when requests is set.
+	allocated bool
+	requests  bool
+}
+
+// genService draws a valid Service, defaulted.
+func genService(t *rapid.T, shape svcShape) *corev1.Service {
+	typ := rapid.SampledFrom([]string{"ClusterIP", "ClusterIP", "NodePort", "LoadBalancer", "ExternalName", "Headless"}).Draw(t, "type")
+	svc := NewService(genNamespace.Draw(t, "ns") + "/" + genDNS1035.Draw(t, "name"))
+	s := &svc.Spec
+	switch typ {
+	case "Headless":
+		s.Type = corev1.ServiceTypeClusterIP
+		s.ClusterIP, s.ClusterIPs = corev1.ClusterIPNone, []string{corev1.ClusterIPNone}
+	case "ExternalName":
+		s.Type = corev1.ServiceTypeExternalName
+		s.ExternalName = rapid.SampledFrom([]string{"db.example.com", "example.org.", "a.b.c"}).Draw(t, "externalName")
+	default:
+		s.Type = corev1.ServiceType(typ)
+	}
+
+	minPorts := 1
+	if typ == "Headless" || typ == "ExternalName" {
+		minPorts = 0
+	}
+	n := rapid.IntRange(minPorts, 4).Draw(t, "nports")
+	names := map[string]bool{}
+	keys := map[string]bool{}
+	for i := 0; i < n; i++ {
+		p := corev1.ServicePort{Protocol: genProtocol.Draw(t, "proto")}
+		if typ == "LoadBalancer" {
+			p.Protocol = corev1.ProtocolTCP
+		}
+		p.Port = int32(rapid.IntRange(1, 65535).Draw(t, "port"))
+		if keys[fmt.Sprint(p.Protocol, p.Port)] {
+			continue
+		}
+		keys[fmt.Sprint(p.Protocol, p.Port)] = true
+		if n > 1 || rapid.Bool().Draw(t, "named") {
+			name := genPortName.Draw(t, "portName")
+			if names[name] {
+				name = fmt.Sprintf("%s%d", name, i)
+			}
+			names[name] = true
+			p.Name = name
+		}
+		switch rapid.IntRange(0, 2).Draw(t, "targetKind") {
+		case 0: // defaulted
+		case 1:
+			p.TargetPort = intstr.FromInt32(int32(rapid.IntRange(1, 65535).Draw(t, "targetPort")))
+		case 2:
+			p.TargetPort = intstr.FromString(rapid.StringMatching(`[a-z]([a-z0-9]{0,8}[a-z])?`).Draw(t, "targetName"))
+		}
+		s.Ports = append(s.Ports, p)
+	}
+	if len(s.Ports) > 1 {
+		for i := range s.Ports {
+			if s.Ports[i].Name == "" {
+				s.Ports[i].Name = fmt.Sprintf("p%d", i)
+			}
+		}
+	}
+	if typ != "ExternalName" && rapid.IntRange(0, 4).Draw(t, "selector") > 0 {
+		s.Selector = map[string]string{"app": genDNS1035.Draw(t, "app")}
+	}
+	if typ != "ExternalName" && rapid.IntRange(0, 3).Draw(t, "affinity") == 0 {
+		s.SessionAffinity = corev1.ServiceAffinityClientIP
+		if rapid.Bool().Draw(t, "timeout") {
+			to := int32(rapid.IntRange(1, int(MaxClientIPAffinitySeconds)).Draw(t, "timeoutSeconds"))
+			s.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &to}}
+		}
+	}
+	if typ != "ExternalName" && typ != "Headless" && rapid.IntRange(0, 4).Draw(t, "externalIPs") == 0 {
+		s.ExternalIPs = []string{fmt.Sprintf("203.0.113.%d", rapid.IntRange(1, 254).Draw(t, "externalIP"))}
+	}
+	if typ == "NodePort" || typ == "LoadBalancer" || len(s.ExternalIPs) > 0 {
+		if rapid.Bool().Draw(t, "etpLocal") {
+			s.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		}
+	}
+	if typ != "ExternalName" && rapid.IntRange(0, 3).Draw(t, "itpLocal") == 0 {
+		p := corev1.ServiceInternalTrafficPolicyLocal
+		s.InternalTrafficPolicy = &p
+	}
+	if typ == "LoadBalancer" && rapid.IntRange(0, 2).Draw(t, "noLBNodePorts") == 0 {
+		f := false
+		s.AllocateLoadBalancerNodePorts = &f
+	}
+	if typ == "Headless" && rapid.Bool().Draw(t, "publishNotReady") {
+		s.PublishNotReadyAddresses = true
+	}
+
+	wantIP := shape.allocated || (shape.requests && rapid.IntRange(0, 3).Draw(t, "requestIP") == 0)
+	if typ != "ExternalName" && typ != "Headless" && wantIP {
+		ip := netip.AddrFrom4([4]byte{10, 96, byte(rapid.IntRange(0, 15).Draw(t, "ipHi")), byte(rapid.IntRange(1, 254).Draw(t, "ipLo"))})
+		s.ClusterIP, s.ClusterIPs = ip.String(), []string{ip.String()}
+	}
+	if typ == "NodePort" || typ == "LoadBalancer" {
+		for i := range s.Ports {
+			if shape.allocated || (shape.requests && rapid.IntRange(0, 3).Draw(t, "requestNodePort") == 0) {
+				s.Ports[i].NodePort = int32(30000 + i*1000 + rapid.IntRange(0, 999).Draw(t, "nodePort"))
+			}
+		}
+	}
+	DefaultService(svc)
+	if NeedsHealthCheck(svc) && (shape.allocated || (shape.requests && rapid.IntRange(0, 3).Draw(t, "requestHCNP") == 0)) {
+		s.HealthCheckNodePort = int32(rapid.IntRange(32700, 32767).Draw(t, "hcnp"))
+	}
+	return svc
+}
