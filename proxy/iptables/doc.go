@@ -1,3 +1,36 @@
-// Package iptables is part of clusterlab; see ../DESIGN notes in README.md.
-// This package comment is replaced when the package lands.
+// Package iptables is kube-proxy's iptables mode: it generates, byte for byte, the
+// iptables-restore input kube-proxy writes (its current layout: KUBE-SERVICES,
+// KUBE-NODEPORTS, KUBE-SVC/SVL/EXT/FW/SEP-*, KUBE-MARK-MASQ, KUBE-POSTROUTING,
+// KUBE-FORWARD, KUBE-PROXY-FIREWALL, KUBE-EXTERNAL-SERVICES, KUBE-FIREWALL) and applies
+// it through Interface, which the in-memory emulator and the kernel adapter implement.
+//
+// The flow of one sync:
+//
+//	[]*corev1.Service, []*discoveryv1.EndpointSlice
+//	   │ proxy.ChangeTracker.Update             per node, per IP family: ServicePort,
+//	   ▼                                        Endpoint, what changed since last sync
+//	proxy.SyncState
+//	   │ for each service port, in ServicePortName order:
+//	   │   proxy.CategorizeEndpoints → cluster / local / reachable endpoints
+//	   │   → KUBE-SERVICES, KUBE-NODEPORTS, filter REJECT/DROP rules   (always)
+//	   │   → KUBE-SVC/SVL/EXT/FW/SEP chains                (full sync, or if changed)
+//	   ▼
+//	restore text  "*filter … COMMIT\n*nat … COMMIT\n"   (plus -X for stale chains)
+//	   │ Interface.Restore(--noflush --counters)
+//	   ▼
+//	emulator (proxy/iptables/emulator) or kernel (package kernel)
+//	   then proxy.SyncState.StaleConntrackFilters → proxy.Conntrack.Delete
+//
+// Render is the pure function (objects → full-sync text) for the CLI and tests;
+// Proxier keeps state between syncs and does partial syncs and stale-chain deletion as
+// kube-proxy does since 1.26. The hook jump rules (PREROUTING → KUBE-SERVICES and so
+// on) are not part of the restore text in kube-proxy; JumpRules lists them, Proxier
+// inserts missing ones with a separate restore of "-I" lines on full syncs, and
+// RenderOptions.IncludeJumps writes them into the text for a fresh node.
+//
+// Names and numbers are kube-proxy's: chain names are "KUBE-SVC-" etc. plus the first 16
+// base32 characters of SHA-256(service port name + protocol [+ endpoint]);
+// probabilities are 1/n printed with %0.10f; the masquerade mark is 1<<bit printed with
+// %#08x (0x00004000). Where kube-proxy's order is random (it walks a Go map) this
+// package sorts: services by namespace/name/port/protocol, stale chains by name.
 package iptables

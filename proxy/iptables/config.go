@@ -1,0 +1,115 @@
+package iptables
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/clusterlab/clusterlab/proxy"
+)
+
+// DefaultSyncPeriod is kube-proxy's --iptables-sync-period default. In large-cluster
+// mode stale chains are deleted at most once per sync period.
+const DefaultSyncPeriod = 30 * time.Second
+
+// FullSyncPeriod is how often kube-proxy does a full sync even without a reason to.
+const FullSyncPeriod = time.Hour
+
+// Config configures one iptables-mode proxy (one IP family). The zero value of each
+// field is what current kube-proxy does on a current host.
+type Config struct {
+	// Family is the IP family the proxy handles; "" means IPv4.
+	Family corev1.IPFamily
+	// Node is the node and its kube-proxy flags.
+	Node proxy.NodeConfig
+	// NoRandomFully leaves --random-fully off MASQUERADE (iptables older than 1.6.2).
+	NoRandomFully bool
+	// NoNFAcct: the nfacct counters could not be created, so no -m nfacct rules are
+	// written (the localhost NodePort counting rule and the counter on the INVALID
+	// drop). With counters, the kernel must have the nfacct objects
+	// localhost_nps_accepted_pkts and ct_state_invalid_dropped_pkts, or the restore fails.
+	NoNFAcct bool
+	// ConntrackTCPBeLiberal: net.netfilter.nf_conntrack_tcp_be_liberal is non-zero, so
+	// kube-proxy does not drop ctstate INVALID packets in KUBE-FORWARD.
+	ConntrackTCPBeLiberal bool
+	// SyncPeriod is --iptables-sync-period (default 30s).
+	SyncPeriod time.Duration
+	// Clock returns the current time; default time.Now. It only decides when full syncs
+	// and large-cluster stale-chain cleanups are due.
+	Clock func() time.Time
+}
+
+// resolved is a Config with defaults applied and everything derived from the node
+// computed once.
+type resolved struct {
+	family      corev1.IPFamily
+	isIPv6      bool
+	nodeName    string
+	nodeLabels  map[string]string
+	primaryIP   netip.Addr // invalid if the node has none of the family
+	mark        string     // "0x00004000"
+	markMask    string     // "0x00004000/0x00004000"
+	detector    proxy.LocalTrafficDetector
+	masqAll     bool
+	localhostNP bool // localhost NodePorts in effect (IPv4 only)
+	matchAll    bool
+	nodePortIPs []netip.Addr // when !matchAll
+	randomFully bool
+	nfacct      bool
+	tcpLiberal  bool
+	syncPeriod  time.Duration
+	clock       func() time.Time
+}
+
+func resolve(c Config) (*resolved, error) {
+	if err := c.Node.Validate(); err != nil {
+		return nil, err
+	}
+	family := c.Family
+	switch family {
+	case "":
+		family = corev1.IPv4Protocol
+	case corev1.IPv4Protocol, corev1.IPv6Protocol:
+	default:
+		return nil, fmt.Errorf("iptables config: family: %q is neither IPv4 nor IPv6", c.Family)
+	}
+	npa, err := c.Node.ResolveNodePortAddresses(family)
+	if err != nil {
+		return nil, err
+	}
+	r := &resolved{
+		family:      family,
+		isIPv6:      family == corev1.IPv6Protocol,
+		nodeName:    c.Node.Name,
+		nodeLabels:  c.Node.Labels,
+		detector:    c.Node.NewLocalTrafficDetector(family),
+		masqAll:     c.Node.MasqueradeAll,
+		matchAll:    npa.MatchAll(),
+		randomFully: !c.NoRandomFully,
+		nfacct:      !c.NoNFAcct,
+		tcpLiberal:  c.ConntrackTCPBeLiberal,
+		syncPeriod:  c.SyncPeriod,
+		clock:       c.Clock,
+	}
+	if ip, ok := c.Node.PrimaryIP(family); ok {
+		r.primaryIP = ip
+	}
+	// kube-proxy formats the mark with %#08x: 0x00004000.
+	r.mark = fmt.Sprintf("%#08x", c.Node.MasqueradeMark())
+	r.markMask = r.mark + "/" + r.mark
+	// Localhost NodePorts: IPv4 only, on unless disabled, and only if the NodePort
+	// addresses include 127.0.0.0/8.
+	r.localhostNP = !r.isIPv6 && c.Node.LocalhostNodePortsEnabled() && npa.ContainsIPv4Loopback()
+	if !r.matchAll {
+		r.nodePortIPs = npa.NodeIPs(c.Node.LocalAddresses())
+	}
+	if r.syncPeriod <= 0 {
+		r.syncPeriod = DefaultSyncPeriod
+	}
+	if r.clock == nil {
+		r.clock = time.Now
+	}
+	return r, nil
+}

@@ -1,0 +1,114 @@
+package iptables
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"strconv"
+	"strings"
+)
+
+// Tables and the chains kube-proxy's iptables mode owns.
+const (
+	TableFilter = "filter"
+	TableNAT    = "nat"
+	TableMangle = "mangle"
+
+	ChainServices         = "KUBE-SERVICES"          // nat and filter
+	ChainExternalServices = "KUBE-EXTERNAL-SERVICES" // filter
+	ChainNodePorts        = "KUBE-NODEPORTS"         // nat and filter
+	ChainPostrouting      = "KUBE-POSTROUTING"       // nat
+	ChainMarkMasq         = "KUBE-MARK-MASQ"         // nat
+	ChainForward          = "KUBE-FORWARD"           // filter
+	ChainProxyFirewall    = "KUBE-PROXY-FIREWALL"    // filter
+	ChainProxyCanary      = "KUBE-PROXY-CANARY"      // mangle, nat, filter (empty)
+	// ChainKubeletFirewall is kube-proxy's copy of kubelet's anti-martian chain.
+	ChainKubeletFirewall = "KUBE-FIREWALL" // filter
+
+	// Prefixes of the per-service-port chains.
+	PrefixServiceCluster = "KUBE-SVC-"
+	PrefixServiceLocal   = "KUBE-SVL-"
+	PrefixExternal       = "KUBE-EXT-"
+	PrefixFirewall       = "KUBE-FW-"
+	PrefixEndpoint       = "KUBE-SEP-"
+
+	// NFAcct counters kube-proxy creates and counts with -m nfacct.
+	NFAcctLocalhostNodePorts  = "localhost_nps_accepted_pkts"
+	NFAcctInvalidCTDropped    = "ct_state_invalid_dropped_pkts"
+	largeClusterEndpointLimit = 1000
+)
+
+// LargeClusterEndpointsThreshold is the number of endpoints (over all service ports)
+// above which kube-proxy stops writing per-endpoint comments and cleans up stale chains
+// at most once per sync period.
+const LargeClusterEndpointsThreshold = largeClusterEndpointLimit
+
+// PortProtoHash returns the 16-character chain-name hash of a service port: the first 16
+// characters of the standard base32 encoding of SHA-256(servicePortName + protocol),
+// where servicePortName is "ns/name:port" (or "ns/name") and protocol is lower case.
+func PortProtoHash(servicePortName, protocol string) string {
+	h := sha256.Sum256([]byte(servicePortName + protocol))
+	return base32.StdEncoding.EncodeToString(h[:])[:16]
+}
+
+// EndpointChainName returns the KUBE-SEP chain of one endpoint ("ip:port" or
+// "[ip6]:port") of a service port.
+func EndpointChainName(servicePortName, protocol, endpoint string) string {
+	h := sha256.Sum256([]byte(servicePortName + protocol + endpoint))
+	return PrefixEndpoint + base32.StdEncoding.EncodeToString(h[:])[:16]
+}
+
+// ServiceChainNames are the four per-service-port chains; they share one hash.
+type ServiceChainNames struct {
+	Cluster  string // KUBE-SVC-<h>
+	Local    string // KUBE-SVL-<h>
+	External string // KUBE-EXT-<h>
+	Firewall string // KUBE-FW-<h>
+}
+
+// ServiceChains returns the chain names of a service port.
+func ServiceChains(servicePortName, protocol string) ServiceChainNames {
+	h := PortProtoHash(servicePortName, protocol)
+	return ServiceChainNames{
+		Cluster:  PrefixServiceCluster + h,
+		Local:    PrefixServiceLocal + h,
+		External: PrefixExternal + h,
+		Firewall: PrefixFirewall + h,
+	}
+}
+
+// IsServiceChain reports whether a chain name is one of kube-proxy's per-service chains
+// (the only chains it ever deletes).
+func IsServiceChain(chain string) bool {
+	for _, p := range []string{PrefixServiceCluster, PrefixServiceLocal, PrefixEndpoint, PrefixFirewall, PrefixExternal} {
+		if strings.HasPrefix(chain, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Probability returns kube-proxy's text for 1/n: Go's "%0.10f" of 1.0/n, as
+// "0.5000000000" for n=2. It is exact to that format (rounded half to even on the binary
+// value, like fmt).
+func Probability(n int) string {
+	return strconv.FormatFloat(1.0/float64(n), 'f', 10, 64)
+}
+
+// probabilities caches Probability(n) for n < len.
+type probabilities []string
+
+func (p *probabilities) get(n int) string {
+	if n >= len(*p) {
+		for i := len(*p); i <= n; i++ {
+			if i == 0 {
+				*p = append(*p, "<bad value>")
+				continue
+			}
+			*p = append(*p, Probability(i))
+		}
+	}
+	return (*p)[n]
+}
+
+// chainLine returns ":CHAIN - [0:0]".
+func chainLine(chain string) string { return ":" + chain + " - [0:0]" }
