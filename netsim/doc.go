@@ -1,3 +1,72 @@
-// Package netsim is part of clusterlab; see ../DESIGN notes in README.md.
-// This package comment is replaced when the package lands.
+// Package netsim is clusterlab's virtual cluster network: nodes, pods and external hosts
+// with real TCP/UDP stacks (gVisor netstack), joined by a datapath written in plain Go
+// that behaves like a Linux node's: netfilter-style hooks, conntrack with NAT, routing,
+// a pod bridge, and the kernel settings that change outcomes.
+//
+// # The pieces
+//
+//	Cluster ── fabric (the cluster network: node IPs and pod CIDRs routed to their nodes,
+//	   │                external hosts, the cloud load balancer, externalIPs)
+//	   ├── Node: a small Linux router
+//	   │     interfaces lo, eth0 (uplink), cbr0 (pod bridge; one port per pod)
+//	   │     datapath: hooks + handlers, Conntrack, routing, NodeSettings
+//	   │     host stack (netstack): the node's own sockets, hostNetwork pods
+//	   ├── Pod: its own netstack (eth0 on the node's bridge, lo); apps use Pod.Net()
+//	   └── ExternalHost: a netstack on the external network
+//
+// Every pod, node host network and external host has a Net (Dial, Listen, ListenPacket)
+// that behaves like package net, so standard Go code runs inside the simulation. A
+// container port can run the built-in whoami server (Pod.Serve), which answers with the
+// pod's name and the client address it saw, so tests see which backend answered and
+// whether the source was masqueraded.
+//
+// # A packet's way through a node
+//
+// A packet from a pod enters its node on the bridge (cbr0); one from another node or an
+// external host enters on eth0; one from the node's own stack starts at OUTPUT.
+//
+//  1. PREROUTING. Handlers below PriorityConntrack run first (the raw table). Then
+//     conntrack looks the packet up: an existing entry (which direction, which state) or a
+//     new, unconfirmed one. Then the NAT step (PriorityNATDst): for a connection's first
+//     packet the NAT handlers run (a proxy mode's DNAT); a binding, or a null binding,
+//     is recorded on the entry; every packet is then rewritten as its entry says. Other
+//     handlers run at their priorities around these steps.
+//  2. Routing, after DNAT. Local addresses (node IPs, the bridge address, loopback, VIPs
+//     bound to a dummy interface) go to INPUT; pod IPs of this node out the bridge;
+//     everything else out eth0 into the cluster network. Martians (loopback addresses on
+//     other interfaces without route_localnet), rp_filter and ip_forward apply here.
+//  3. INPUT for local traffic: handlers, SNAT, conntrack confirmation, then the node's
+//     host stack. Or FORWARD (TTL decremented) and then POSTROUTING: handlers, the SNAT
+//     step (MASQUERADE picks the output interface's address and a source port the way
+//     the kernel does), conntrack confirmation, and out: to a pod's bridge port (dropped
+//     when it is the port the packet came in on and hairpin mode is off), or to eth0.
+//
+// A locally generated packet runs OUTPUT (conntrack, DNAT, handlers), is routed, and runs
+// POSTROUTING; to a local address it loops back through lo into PREROUTING and INPUT,
+// keeping its conntrack entry, as in Linux.
+//
+// Handlers return Continue, Drop, Reject (an ICMP unreachable or a TCP RST is built and
+// sent back through the node's OUTPUT path, attached to the connection so that NAT is
+// undone on its way), NAT (NAT handlers only), Reroute or Stolen. Replies and ICMP errors
+// are un-NATed from the conntrack entry (ICMP errors' quoted packets too), and checksums
+// are updated incrementally.
+//
+// # Time, randomness, determinism
+//
+// One virtual Clock drives conntrack timeouts, link latency and every netstack's timers;
+// by default it follows the wall clock and Advance jumps it forward (skip a 30 s UDP
+// timeout instantly); with Config.ManualClock it moves only through Advance. All
+// randomness comes from the seed: each node draws its handlers' choice points
+// (Context.Chance, Context.Pick) and NAT port choices from its own seeded source, links
+// their faults from theirs, netstacks their ISNs and ephemeral ports from theirs.
+//
+// Probes (Cluster.Probe) inject a synthetic packet or a whole exchange (a TCP handshake,
+// a UDP request and reply) through the same datapath code, synchronously and without
+// apps: their outcomes are a pure function of the seed, the state and the probe. With
+// AllBranches a probe follows every outcome of every choice point and reports each with
+// its probability, changing nothing. Real netstack traffic is concurrent, so tests check
+// its outcomes (who answered, what source it saw, conntrack contents), not its bytes.
+//
+// Traces record every hook, handler verdict, rule, conntrack lookup, NAT, route and the
+// end, as text or JSON. Cluster.Capture writes pcap files per interface.
 package netsim

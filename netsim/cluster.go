@@ -1,0 +1,462 @@
+package netsim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Config describes a cluster network. Zero fields take the defaults documented on each;
+// the zero Config is a one-node IPv4 cluster.
+type Config struct {
+	// Seed drives every random choice in the simulation: datapath handler decisions,
+	// NAT port choice, link faults, netstack ISNs and ephemeral ports.
+	Seed uint64
+	// Nodes lists the nodes. Default: one node named "node-a".
+	Nodes []NodeConfig
+	// NodeCIDRs are the networks node IPs come from, one per family, primary first.
+	// Default [172.18.0.0/16] (as kind uses); node i gets .2+i.
+	NodeCIDRs []netip.Prefix
+	// ClusterCIDRs are the pod networks, one per family. Default [10.244.0.0/16]; node i
+	// gets the i-th /24 (IPv4) or /64 (IPv6).
+	ClusterCIDRs []netip.Prefix
+	// ExternalCIDR is the network of external hosts. Default 203.0.113.0/24.
+	ExternalCIDR netip.Prefix
+	// LoadBalancerCIDR is the pool the simulated cloud load balancer assigns ingress IPs
+	// from. Default 198.51.100.0/24.
+	LoadBalancerCIDR netip.Prefix
+	// MTU of every link. Default 1500; 65536 gives the fast mode.
+	MTU int
+	// ManualClock makes virtual time move only through Clock().Advance. Default: the
+	// clock runs with the wall clock (and Advance jumps it).
+	ManualClock bool
+	// QueueLen bounds each node's input queue (packets beyond it are tail-dropped and
+	// counted). Default 4096.
+	QueueLen int
+}
+
+// NodeConfig describes a node.
+type NodeConfig struct {
+	Name string
+	// IPs are the node's addresses, one per family; default from Config.NodeCIDRs.
+	IPs []netip.Addr
+	// PodCIDRs are the node's pod ranges, one per family; default from ClusterCIDRs.
+	PodCIDRs []netip.Prefix
+	// Zone is the node's topology.kubernetes.io/zone label.
+	Zone string
+	// Labels are extra node labels.
+	Labels map[string]string
+	// Settings are the node's kernel settings; nil means DefaultNodeSettings().
+	Settings *NodeSettings
+}
+
+func (cfg *Config) setDefaults() error {
+	if len(cfg.Nodes) == 0 {
+		cfg.Nodes = []NodeConfig{{Name: "node-a"}}
+	}
+	if len(cfg.NodeCIDRs) == 0 {
+		cfg.NodeCIDRs = []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16")}
+	}
+	if len(cfg.ClusterCIDRs) == 0 {
+		cfg.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}
+	}
+	if !cfg.ExternalCIDR.IsValid() {
+		cfg.ExternalCIDR = netip.MustParsePrefix("203.0.113.0/24")
+	}
+	if !cfg.LoadBalancerCIDR.IsValid() {
+		cfg.LoadBalancerCIDR = netip.MustParsePrefix("198.51.100.0/24")
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = 1500
+	}
+	if cfg.MTU < 1280 || cfg.MTU > 65536 {
+		return fmt.Errorf("MTU %d: must be between 1280 and 65536", cfg.MTU)
+	}
+	if cfg.QueueLen == 0 {
+		cfg.QueueLen = 4096
+	}
+	for i, p := range cfg.ClusterCIDRs {
+		cfg.ClusterCIDRs[i] = p.Masked()
+	}
+	for i, p := range cfg.NodeCIDRs {
+		cfg.NodeCIDRs[i] = p.Masked()
+	}
+	seen := map[string]bool{}
+	for i, n := range cfg.Nodes {
+		if n.Name == "" {
+			return fmt.Errorf("nodes[%d].name: required", i)
+		}
+		if seen[n.Name] {
+			return fmt.Errorf("nodes[%d].name: duplicate node %q", i, n.Name)
+		}
+		seen[n.Name] = true
+	}
+	return nil
+}
+
+// Cluster is a simulated cluster network at run time.
+type Cluster struct {
+	cfg    Config
+	clock  *Clock
+	fabric *fabric
+	caps   captures
+	done   chan struct{}
+	rng    *rand.Rand
+
+	probeMu      sync.Mutex // probes run one at a time
+	mu           sync.Mutex
+	nodes        map[string]*Node
+	order        []*Node
+	pods         map[string]*Pod
+	external     map[string]*ExternalHost
+	nextExternal netip.Addr
+	closed       bool
+}
+
+// New builds the cluster network: nodes with their bridges, host stacks and datapaths.
+func New(cfg Config) (*Cluster, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("netsim: config: %w", err)
+	}
+	c := &Cluster{
+		cfg:      cfg,
+		clock:    NewClock(cfg.ManualClock),
+		done:     make(chan struct{}),
+		rng:      rand.New(rand.NewChaCha8(seedFor(cfg.Seed, "cluster"))),
+		nodes:    map[string]*Node{},
+		pods:     map[string]*Pod{},
+		external: map[string]*ExternalHost{},
+	}
+	c.fabric = newFabric(c)
+	c.nextExternal = cfg.ExternalCIDR.Addr().Next().Next().Next().Next().Next().Next().Next().Next().Next()
+	// Stacks start one TCP processor goroutine per GOMAXPROCS; build them under 1 (see
+	// netstack.md: it halves their memory and goroutines).
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	for i, nc := range cfg.Nodes {
+		if _, err := c.addNode(i, nc); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Clock returns the cluster's virtual clock.
+func (c *Cluster) Clock() *Clock { return c.clock }
+
+// Config returns the cluster's configuration with defaults filled in.
+func (c *Cluster) Config() Config { return c.cfg }
+
+// Node returns the named node, or nil.
+func (c *Cluster) Node(name string) *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[name]
+}
+
+// Nodes returns the nodes in configuration order.
+func (c *Cluster) Nodes() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Node(nil), c.order...)
+}
+
+// Pod returns the running pod "namespace/name", or nil.
+func (c *Cluster) Pod(namespace, name string) *Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pods[namespace+"/"+name]
+}
+
+// Pods returns the running pods sorted by key.
+func (c *Cluster) Pods() []*Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Pod, 0, len(c.pods))
+	for _, p := range c.pods {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key() < out[j].key() })
+	return out
+}
+
+// nthAddr returns the address n after base.
+func nthAddr(base netip.Addr, n int) netip.Addr {
+	b := base.AsSlice()
+	carry := n
+	for i := len(b) - 1; i >= 0 && carry > 0; i-- {
+		v := int(b[i]) + carry
+		b[i] = byte(v)
+		carry = v >> 8
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// nthSubnet returns the i-th subnet of the given size inside p.
+func nthSubnet(p netip.Prefix, bits, i int) (netip.Prefix, error) {
+	if bits < p.Bits() {
+		return netip.Prefix{}, fmt.Errorf("%s is smaller than a /%d", p, bits)
+	}
+	if shift := bits - p.Bits(); shift < 31 && i >= 1<<shift {
+		return netip.Prefix{}, fmt.Errorf("%s has no room for a %d-th /%d", p, i+1, bits)
+	}
+	b := p.Addr().AsSlice()
+	// add i << (len*8 - bits)
+	hostBits := len(b)*8 - bits
+	for k := 0; k < 64 && i > 0; k++ {
+		if i&1 != 0 {
+			bit := hostBits + k
+			idx := len(b) - 1 - bit/8
+			if idx < 0 {
+				return netip.Prefix{}, errors.New("subnet index overflow")
+			}
+			// add with carry
+			add := 1 << (bit % 8)
+			for j := idx; j >= 0 && add > 0; j-- {
+				v := int(b[j]) + add
+				b[j] = byte(v)
+				add = v >> 8
+			}
+		}
+		i >>= 1
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return netip.PrefixFrom(a, bits), nil
+}
+
+func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
+	n := &Node{
+		cluster:  c,
+		name:     nc.Name,
+		cfg:      nc,
+		ifaces:   map[string]*Iface{},
+		local:    map[netip.Addr]*Iface{},
+		ports:    map[netip.Addr]*podPort{},
+		stopped:  make(chan struct{}),
+		settings: DefaultNodeSettings(),
+		rng:      rand.New(rand.NewChaCha8(seedFor(c.cfg.Seed, "node/"+nc.Name))),
+	}
+	if nc.Settings != nil {
+		n.settings = *nc.Settings
+	}
+	n.q = packetQueue{wake: make(chan struct{}, 1), limit: c.cfg.QueueLen}
+	n.ct = NewConntrack(c.clock.Now, n.settings.Conntrack)
+	n.uplinkLink = newLink("node "+nc.Name+" uplink", c.cfg.Seed)
+	// Addresses.
+	n.ips = nc.IPs
+	if len(n.ips) == 0 {
+		for _, p := range c.cfg.NodeCIDRs {
+			n.ips = append(n.ips, nthAddr(p.Addr(), 2+i))
+		}
+	}
+	n.podCIDR = nc.PodCIDRs
+	if len(n.podCIDR) == 0 {
+		for _, p := range c.cfg.ClusterCIDRs {
+			bits := 24
+			if p.Addr().Is6() {
+				bits = 64
+			}
+			sub, err := nthSubnet(p, bits, i)
+			if err != nil {
+				return nil, fmt.Errorf("node %s: pod CIDR: %w", nc.Name, err)
+			}
+			n.podCIDR = append(n.podCIDR, sub)
+		}
+	}
+	for _, p := range n.podCIDR {
+		n.gateway = append(n.gateway, p.Addr().Next())
+	}
+	// Interfaces.
+	n.lo = &Iface{Name: "lo", Kind: IfLoopback, Addrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8"), netip.MustParsePrefix("::1/128")}}
+	n.uplink = &Iface{Name: "eth0", Kind: IfUplink}
+	for j, ip := range n.ips {
+		bits := 32
+		for _, p := range c.cfg.NodeCIDRs {
+			if p.Contains(ip) {
+				bits = p.Bits()
+			}
+		}
+		_ = j
+		n.uplink.Addrs = append(n.uplink.Addrs, netip.PrefixFrom(ip, bits))
+	}
+	n.bridge = &Iface{Name: "cbr0", Kind: IfBridge}
+	for j, gw := range n.gateway {
+		n.bridge.Addrs = append(n.bridge.Addrs, netip.PrefixFrom(gw, n.podCIDR[j].Bits()))
+	}
+	for _, i := range []*Iface{n.lo, n.uplink, n.bridge} {
+		n.ifaces[i.Name] = i
+		if i == n.lo {
+			continue
+		}
+		for _, p := range i.Addrs {
+			n.local[p.Addr()] = i
+		}
+	}
+	// The host network stack.
+	var hostAddrs []netip.Prefix
+	for _, ip := range n.ips {
+		hostAddrs = append(hostAddrs, netip.PrefixFrom(ip, ip.BitLen()))
+	}
+	for _, gw := range n.gateway {
+		hostAddrs = append(hostAddrs, netip.PrefixFrom(gw, gw.BitLen()))
+	}
+	st, err := newNetStack(stackOptions{
+		name:    "node/" + nc.Name,
+		seed:    c.cfg.Seed,
+		clock:   c.clock,
+		mtu:     uint32(c.cfg.MTU),
+		addrs:   hostAddrs,
+		out:     func(b []byte) { n.enqueue(b, queueSource{kind: fromHost}) },
+		loopOut: func(b []byte) { n.enqueue(b, queueSource{kind: fromHostLo}) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", nc.Name, err)
+	}
+	n.host = st
+	n.hostNet = newNet("node "+nc.Name, st.s, n.ips)
+	// The cluster network's routes to it.
+	c.fabric.mu.Lock()
+	for _, ip := range n.ips {
+		if d, ok := c.fabric.nodeIPs[ip]; ok {
+			c.fabric.mu.Unlock()
+			st.close()
+			return nil, fmt.Errorf("node %s: IP %s already belongs to node %s", nc.Name, ip, d.name)
+		}
+		c.fabric.nodeIPs[ip] = n
+	}
+	for _, p := range n.podCIDR {
+		for _, r := range c.fabric.podCIDRs {
+			if r.p.Overlaps(p) {
+				c.fabric.mu.Unlock()
+				st.close()
+				return nil, fmt.Errorf("node %s: pod CIDR %s overlaps node %s's %s", nc.Name, p, r.node.name, r.p)
+			}
+		}
+		c.fabric.podCIDRs = append(c.fabric.podCIDRs, cidrRoute{p: p, node: n})
+	}
+	c.fabric.mu.Unlock()
+	c.mu.Lock()
+	c.nodes[nc.Name] = n
+	c.order = append(c.order, n)
+	c.mu.Unlock()
+	go n.run()
+	return n, nil
+}
+
+// Close stops the simulation: every stack is torn down and every goroutine ends.
+func (c *Cluster) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	pods := make([]*Pod, 0, len(c.pods))
+	for _, p := range c.pods {
+		pods = append(pods, p)
+	}
+	nodes := append([]*Node(nil), c.order...)
+	hosts := make([]*ExternalHost, 0, len(c.external))
+	for _, h := range c.external {
+		hosts = append(hosts, h)
+	}
+	c.mu.Unlock()
+	close(c.done)
+	for _, p := range pods {
+		p.kill()
+	}
+	for _, h := range hosts {
+		h.dead.Store(true)
+		h.stack.close()
+	}
+	for _, n := range nodes {
+		<-n.stopped
+		if n.host != nil {
+			n.host.close()
+		}
+	}
+}
+
+// Wait a moment of virtual time for in-flight packets: Settle advances a manual clock by
+// d, or, for a running clock, does nothing. (Real traffic needs no settling: callers wait
+// on their connections.)
+func (c *Cluster) Settle(d time.Duration) {
+	if c.clock.Manual() {
+		c.clock.Advance(d)
+	}
+}
+
+// StartPod starts a pod's network on a node with the given IPs (nil: the next free
+// addresses of the node's pod CIDRs; hostNetwork: the node's). The service store's
+// kubelet calls this for the pods it schedules; tests of the bare network call it
+// directly.
+func (c *Cluster) StartPod(node, namespace, name string, ips []netip.Addr, hostNetwork bool) (*Pod, error) {
+	n := c.Node(node)
+	if n == nil {
+		return nil, fmt.Errorf("pod %s/%s: no node %q", namespace, name, node)
+	}
+	key := namespace + "/" + name
+	c.mu.Lock()
+	if _, dup := c.pods[key]; dup {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("pod %s already runs", key)
+	}
+	c.mu.Unlock()
+	if !hostNetwork && len(ips) == 0 {
+		var err error
+		if ips, err = n.nextPodIPs(); err != nil {
+			return nil, fmt.Errorf("pod %s: %w", key, err)
+		}
+	}
+	p, err := n.newPod(namespace, name, ips, hostNetwork)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.pods[key] = p
+	c.mu.Unlock()
+	return p, nil
+}
+
+// StopPod kills a pod's network (its sockets die) and forgets it.
+func (c *Cluster) StopPod(namespace, name string) {
+	key := namespace + "/" + name
+	c.mu.Lock()
+	p := c.pods[key]
+	delete(c.pods, key)
+	c.mu.Unlock()
+	if p != nil {
+		p.kill()
+	}
+}
+
+// nextPodIPs allocates the lowest free address of each pod CIDR after the gateway, as
+// host-local IPAM does.
+func (n *Node) nextPodIPs() ([]netip.Addr, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []netip.Addr
+	for j, p := range n.podCIDR {
+		a := n.gateway[j].Next()
+		for ; p.Contains(a); a = a.Next() {
+			if _, used := n.ports[a]; !used && a != n.podCIDR[j].Addr() {
+				if a.Is4() && !p.Contains(a.Next()) { // broadcast
+					continue
+				}
+				break
+			}
+		}
+		if !p.Contains(a) || a.Is4() && !p.Contains(a.Next()) {
+			return nil, fmt.Errorf("node %s: pod CIDR %s is full", n.name, p)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}

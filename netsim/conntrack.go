@@ -1,0 +1,765 @@
+package netsim
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Tuple is one direction of a connection as conntrack keys it.
+type Tuple struct {
+	Proto            uint8
+	Src, Dst         netip.Addr
+	SrcPort, DstPort uint16
+}
+
+// Invert returns the tuple of the other direction.
+func (t Tuple) Invert() Tuple {
+	return Tuple{Proto: t.Proto, Src: t.Dst, Dst: t.Src, SrcPort: t.DstPort, DstPort: t.SrcPort}
+}
+
+func (t Tuple) String() string {
+	return fmt.Sprintf("src=%s dst=%s sport=%d dport=%d", t.Src, t.Dst, t.SrcPort, t.DstPort)
+}
+
+// tupleOf returns the packet's tuple.
+func tupleOf(p *Packet) Tuple {
+	return Tuple{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort}
+}
+
+// CtState is a packet's conntrack state as the iptables conntrack match sees it.
+type CtState uint8
+
+// Conntrack states.
+const (
+	CtUntracked CtState = iota // no lookup yet (raw table) or NOTRACK
+	CtNew
+	CtEstablished
+	CtRelated
+	CtInvalid
+)
+
+func (s CtState) String() string {
+	return [...]string{"UNTRACKED", "NEW", "ESTABLISHED", "RELATED", "INVALID"}[s]
+}
+
+// ConnStatus holds conntrack status bits (IPS_* in the kernel).
+type ConnStatus uint16
+
+// Status bits.
+const (
+	StatusSeenReply ConnStatus = 1 << iota
+	StatusAssured
+	StatusConfirmed
+	StatusSrcNAT
+	StatusDstNAT
+	StatusSrcNATDone // the SNAT decision was taken (maybe a null binding)
+	StatusDstNATDone // the DNAT decision was taken (maybe a null binding)
+)
+
+func (s ConnStatus) String() string {
+	var parts []string
+	for _, b := range []struct {
+		bit  ConnStatus
+		name string
+	}{{StatusSeenReply, "SEEN_REPLY"}, {StatusAssured, "ASSURED"}, {StatusConfirmed, "CONFIRMED"}, {StatusSrcNAT, "SRC_NAT"}, {StatusDstNAT, "DST_NAT"}, {StatusSrcNATDone, "SRC_NAT_DONE"}, {StatusDstNATDone, "DST_NAT_DONE"}} {
+		if s&b.bit != 0 {
+			parts = append(parts, b.name)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// TCPState is conntrack's view of a TCP connection (TCP_CONNTRACK_*).
+type TCPState uint8
+
+// TCP conntrack states, in the kernel's order.
+const (
+	TCPNone TCPState = iota
+	TCPSynSent
+	TCPSynRecv
+	TCPEstablished
+	TCPFinWait
+	TCPCloseWait
+	TCPLastAck
+	TCPTimeWait
+	TCPClose
+	TCPSynSent2
+	tcpMax    // sIV: invalid transition
+	tcpIgnore // sIG: ignore
+)
+
+var tcpStateNames = [...]string{"NONE", "SYN_SENT", "SYN_RECV", "ESTABLISHED", "FIN_WAIT", "CLOSE_WAIT", "LAST_ACK", "TIME_WAIT", "CLOSE", "SYN_SENT2"}
+
+func (s TCPState) String() string {
+	if int(s) < len(tcpStateNames) {
+		return tcpStateNames[s]
+	}
+	return "INVALID"
+}
+
+// Conn is a conntrack entry.
+type Conn struct {
+	ID       uint64
+	Orig     Tuple // the tuple of the first packet, as it arrived
+	Reply    Tuple // the tuple replies are expected with (NAT changes it)
+	Status   ConnStatus
+	TCPState TCPState
+	Mark     uint32 // connmark
+	Created  time.Time
+	Expires  time.Time
+	// Packets and bytes seen in the original and reply directions.
+	Packets [2]uint64
+	Bytes   [2]uint64
+
+	tcp        [2]tcpSide
+	lastDir    int
+	lastIndex  int
+	timeoutFor time.Duration
+}
+
+type tcpSide struct {
+	end, maxend, maxwin uint32
+	maxack              uint32
+	scale               uint8
+	flags               uint8
+}
+
+const (
+	tcpFlagWindowScale = 1 << iota
+	tcpFlagSACKPerm
+	tcpFlagCloseInit
+	tcpFlagMaxAckSet
+	tcpFlagDataUnacked
+)
+
+// Has reports whether all bits of s are set.
+func (c *Conn) Has(s ConnStatus) bool { return c.Status&s == s }
+
+// String renders the entry like `conntrack -L`.
+func (c *Conn) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-4s %d ", ProtoName(c.Orig.Proto), c.Orig.Proto)
+	if c.Orig.Proto == ProtoTCP {
+		fmt.Fprintf(&b, "%s ", c.TCPState)
+	}
+	fmt.Fprintf(&b, "%s ", c.Orig)
+	if !c.Has(StatusSeenReply) {
+		b.WriteString("[UNREPLIED] ")
+	}
+	fmt.Fprintf(&b, "%s ", c.Reply)
+	if c.Has(StatusAssured) {
+		b.WriteString("[ASSURED] ")
+	}
+	fmt.Fprintf(&b, "mark=%d", c.Mark)
+	return b.String()
+}
+
+// ConntrackSettings are the nf_conntrack sysctls that change outcomes.
+type ConntrackSettings struct {
+	TCPBeLiberal bool // nf_conntrack_tcp_be_liberal: out-of-window segments are not INVALID
+	TCPLoose     bool // nf_conntrack_tcp_loose: pick up established connections mid-stream
+
+	TCPTimeouts  [10]time.Duration // indexed by TCPState; zero entries take the kernel default
+	UDPTimeout   time.Duration     // nf_conntrack_udp_timeout (unreplied), default 30s
+	UDPStream    time.Duration     // nf_conntrack_udp_timeout_stream, default 120s
+	ICMPTimeout  time.Duration     // nf_conntrack_icmp_timeout, default 30s
+	OtherTimeout time.Duration     // nf_conntrack_generic_timeout, default 600s
+	TCPUnack     time.Duration     // nf_conntrack_tcp_timeout_unacknowledged, default 300s
+}
+
+// DefaultTCPTimeouts are the kernel's defaults per TCP conntrack state, with the values
+// kube-proxy sets (established 24h, close_wait 1h).
+var DefaultTCPTimeouts = [10]time.Duration{
+	TCPSynSent:     2 * time.Minute,
+	TCPSynRecv:     60 * time.Second,
+	TCPEstablished: 24 * time.Hour,
+	TCPFinWait:     2 * time.Minute,
+	TCPCloseWait:   time.Hour,
+	TCPLastAck:     30 * time.Second,
+	TCPTimeWait:    2 * time.Minute,
+	TCPClose:       10 * time.Second,
+	TCPSynSent2:    2 * time.Minute,
+}
+
+func (s *ConntrackSettings) tcpTimeout(st TCPState) time.Duration {
+	if int(st) < len(s.TCPTimeouts) && s.TCPTimeouts[st] != 0 {
+		return s.TCPTimeouts[st]
+	}
+	return DefaultTCPTimeouts[st]
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// Conntrack is a node's connection-tracking table.
+//
+// As in the kernel, an entry is created for the first packet of every flow (NATed or
+// not) and inserted into the table ("confirmed") only when that packet leaves the node
+// or is delivered locally; a packet dropped before that leaves no entry. NAT decisions
+// change the entry's reply tuple before confirmation. Entries expire on the virtual clock.
+type Conntrack struct {
+	mu       sync.Mutex
+	table    map[Tuple]ctRef
+	settings ConntrackSettings
+	now      func() time.Time
+	nextID   uint64
+	ops      int
+}
+
+type ctRef struct {
+	c     *Conn
+	reply bool
+}
+
+// NewConntrack returns an empty table on the given clock.
+func NewConntrack(now func() time.Time, s ConntrackSettings) *Conntrack {
+	return &Conntrack{table: make(map[Tuple]ctRef), settings: s, now: now}
+}
+
+// Settings returns the table's sysctls.
+func (t *Conntrack) Settings() ConntrackSettings {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.settings
+}
+
+// SetSettings changes the table's sysctls; existing entries keep their deadlines.
+func (t *Conntrack) SetSettings(s ConntrackSettings) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.settings = s
+}
+
+// lookup finds the entry for a tuple, dropping it if it has expired.
+func (t *Conntrack) lookupLocked(tu Tuple, now time.Time) (ctRef, bool) {
+	r, ok := t.table[tu]
+	if !ok {
+		return ctRef{}, false
+	}
+	if !now.Before(r.c.Expires) {
+		t.removeLocked(r.c)
+		return ctRef{}, false
+	}
+	return r, true
+}
+
+func (t *Conntrack) removeLocked(c *Conn) {
+	if r, ok := t.table[c.Orig]; ok && r.c == c {
+		delete(t.table, c.Orig)
+	}
+	if r, ok := t.table[c.Reply]; ok && r.c == c {
+		delete(t.table, c.Reply)
+	}
+}
+
+// gcLocked drops expired entries now and then.
+func (t *Conntrack) gcLocked(now time.Time) {
+	t.ops++
+	if t.ops < 4096 {
+		return
+	}
+	t.ops = 0
+	for tu, r := range t.table {
+		if !now.Before(r.c.Expires) {
+			delete(t.table, tu)
+		}
+	}
+}
+
+// ctResult is what the conntrack hook tells the datapath about a packet.
+type ctResult struct {
+	conn    *Conn
+	reply   bool
+	state   CtState
+	isNew   bool // conn was created for this packet and is not yet confirmed
+	related bool
+}
+
+// in runs conntrack for a packet at PREROUTING or OUTPUT: finds or creates its entry,
+// runs the protocol state machine, and classifies the packet.
+func (t *Conntrack) in(p *Packet) ctResult {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	t.gcLocked(now)
+	if p.l4off == 0 && p.Proto != ProtoICMP {
+		return ctResult{state: CtInvalid}
+	}
+	if p.IsICMPError() {
+		if p.Inner == nil || !p.Inner.hasPorts() && !p.Inner.IsICMPError() {
+			return ctResult{state: CtInvalid}
+		}
+		// The quoted packet went the other way: look its tuple up.
+		r, ok := t.lookupLocked(tupleOf(p.Inner), now)
+		if !ok {
+			return ctResult{state: CtInvalid}
+		}
+		return ctResult{conn: r.c, reply: !r.reply, state: CtRelated, related: true}
+	}
+	if !p.hasPorts() {
+		// Other protocols (and ICMP types without ids) are tracked by addresses only.
+		tu := Tuple{Proto: p.Proto, Src: p.Src, Dst: p.Dst}
+		return t.trackGenericLocked(p, tu, now)
+	}
+	tu := tupleOf(p)
+	r, ok := t.lookupLocked(tu, now)
+	if !ok {
+		return t.newLocked(p, tu, now)
+	}
+	c := r.c
+	dir := 0
+	if r.reply {
+		dir = 1
+	}
+	switch p.Proto {
+	case ProtoTCP:
+		st, valid, reopen := t.tcpPacketLocked(c, dir, p)
+		if reopen {
+			t.removeLocked(c)
+			return t.newLocked(p, tu, now)
+		}
+		if !valid {
+			return ctResult{state: CtInvalid}
+		}
+		_ = st
+	case ProtoUDP, ProtoSCTP:
+		if r.reply {
+			c.Status |= StatusSeenReply
+		}
+		if c.Has(StatusSeenReply) {
+			c.Status |= StatusAssured
+			t.setTimeout(c, now, orDefault(t.settings.UDPStream, 120*time.Second))
+		} else {
+			t.setTimeout(c, now, orDefault(t.settings.UDPTimeout, 30*time.Second))
+		}
+	default: // ICMP echo
+		if r.reply {
+			c.Status |= StatusSeenReply
+		}
+		t.setTimeout(c, now, orDefault(t.settings.ICMPTimeout, 30*time.Second))
+	}
+	c.Packets[dir]++
+	c.Bytes[dir] += uint64(len(p.Data))
+	state := CtEstablished
+	if !r.reply && !c.Has(StatusSeenReply) {
+		state = CtNew
+	}
+	return ctResult{conn: c, reply: r.reply, state: state}
+}
+
+func (t *Conntrack) trackGenericLocked(p *Packet, tu Tuple, now time.Time) ctResult {
+	r, ok := t.lookupLocked(tu, now)
+	if !ok {
+		return t.newLocked(p, tu, now)
+	}
+	if r.reply {
+		r.c.Status |= StatusSeenReply
+	}
+	t.setTimeout(r.c, now, orDefault(t.settings.OtherTimeout, 600*time.Second))
+	state := CtEstablished
+	if !r.reply && !r.c.Has(StatusSeenReply) {
+		state = CtNew
+	}
+	return ctResult{conn: r.c, reply: r.reply, state: state}
+}
+
+func (t *Conntrack) newLocked(p *Packet, tu Tuple, now time.Time) ctResult {
+	if p.Proto == ProtoICMP && p.ICMPType != 8 || p.Proto == ProtoICMPv6 && p.ICMPType != 128 {
+		if p.isICMPEcho() { // an echo reply without a request
+			return ctResult{state: CtInvalid}
+		}
+	}
+	t.nextID++
+	c := &Conn{ID: t.nextID, Orig: tu, Reply: tu.Invert(), Created: now}
+	c.Packets[0] = 1
+	c.Bytes[0] = uint64(len(p.Data))
+	switch p.Proto {
+	case ProtoTCP:
+		idx := tcpIndex(p.TCPFlags)
+		st := tcpTransitions[0][idx][TCPNone]
+		if st == TCPEstablished && !t.settings.TCPLoose {
+			return ctResult{state: CtInvalid}
+		}
+		if st >= tcpMax {
+			return ctResult{state: CtInvalid}
+		}
+		c.TCPState = TCPNone
+		if _, valid, _ := t.tcpPacketLocked(c, 0, p); !valid {
+			return ctResult{state: CtInvalid}
+		}
+		c.Packets[0], c.Bytes[0] = 1, uint64(len(p.Data))
+	case ProtoUDP, ProtoSCTP:
+		t.setTimeout(c, now, orDefault(t.settings.UDPTimeout, 30*time.Second))
+	case ProtoICMP, ProtoICMPv6:
+		t.setTimeout(c, now, orDefault(t.settings.ICMPTimeout, 30*time.Second))
+	default:
+		t.setTimeout(c, now, orDefault(t.settings.OtherTimeout, 600*time.Second))
+	}
+	return ctResult{conn: c, state: CtNew, isNew: true}
+}
+
+func (t *Conntrack) setTimeout(c *Conn, now time.Time, d time.Duration) {
+	c.timeoutFor = d
+	c.Expires = now.Add(d)
+}
+
+// confirm inserts a new entry into the table when its first packet leaves the node or is
+// delivered locally. It reports false when another entry already owns one of its tuples
+// (the kernel drops the packet then: the insert race behind the SNAT/DNAT clash bugs).
+func (t *Conntrack) confirm(c *Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c.Has(StatusConfirmed) {
+		return true
+	}
+	now := t.now()
+	if r, ok := t.lookupLocked(c.Orig, now); ok && r.c != c {
+		return false
+	}
+	if r, ok := t.lookupLocked(c.Reply, now); ok && r.c != c {
+		return false
+	}
+	c.Status |= StatusConfirmed
+	t.table[c.Orig] = ctRef{c: c}
+	t.table[c.Reply] = ctRef{c: c, reply: true}
+	return true
+}
+
+// tupleTaken reports whether a confirmed entry other than c uses tu in either direction.
+func (t *Conntrack) tupleTaken(tu Tuple, c *Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.lookupLocked(tu, t.now())
+	return ok && r.c != c
+}
+
+// Entries returns a snapshot of the live entries, ordered by ID.
+func (t *Conntrack) Entries() []Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	seen := map[*Conn]bool{}
+	var out []Conn
+	for _, r := range t.table {
+		if seen[r.c] || !now.Before(r.c.Expires) {
+			continue
+		}
+		seen[r.c] = true
+		out = append(out, *r.c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Len returns the number of live entries.
+func (t *Conntrack) Len() int { return len(t.Entries()) }
+
+// CtFilter selects entries the way the conntrack tool's -L/-D options do. Zero fields
+// match anything.
+type CtFilter struct {
+	Proto        uint8      // -p
+	OrigSrc      netip.Addr // -s, --orig-src
+	OrigDst      netip.Addr // -d, --orig-dst
+	OrigSrcPort  uint16     // --sport, --orig-port-src
+	OrigDstPort  uint16     // --dport, --orig-port-dst
+	ReplySrc     netip.Addr // -r, --reply-src
+	ReplyDst     netip.Addr // -q, --reply-dst
+	ReplySrcPort uint16     // --reply-port-src
+	ReplyDstPort uint16     // --reply-port-dst
+	Mark         *uint32    // -m, --mark
+	Status       ConnStatus // --status: all these bits set
+}
+
+// Match reports whether c passes the filter.
+func (f CtFilter) Match(c *Conn) bool {
+	switch {
+	case f.Proto != 0 && c.Orig.Proto != f.Proto,
+		f.OrigSrc.IsValid() && c.Orig.Src != f.OrigSrc,
+		f.OrigDst.IsValid() && c.Orig.Dst != f.OrigDst,
+		f.OrigSrcPort != 0 && c.Orig.SrcPort != f.OrigSrcPort,
+		f.OrigDstPort != 0 && c.Orig.DstPort != f.OrigDstPort,
+		f.ReplySrc.IsValid() && c.Reply.Src != f.ReplySrc,
+		f.ReplyDst.IsValid() && c.Reply.Dst != f.ReplyDst,
+		f.ReplySrcPort != 0 && c.Reply.SrcPort != f.ReplySrcPort,
+		f.ReplyDstPort != 0 && c.Reply.DstPort != f.ReplyDstPort,
+		f.Mark != nil && c.Mark != *f.Mark,
+		f.Status != 0 && !c.Has(f.Status):
+		return false
+	}
+	return true
+}
+
+// List returns the live entries the filter matches.
+func (t *Conntrack) List(f CtFilter) []Conn {
+	var out []Conn
+	for _, c := range t.Entries() {
+		if f.Match(&c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Delete removes the entries the filter matches and returns how many it removed.
+func (t *Conntrack) Delete(f CtFilter) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seen := map[*Conn]bool{}
+	n := 0
+	for _, r := range t.table {
+		if seen[r.c] {
+			continue
+		}
+		seen[r.c] = true
+		if f.Match(r.c) {
+			t.removeLocked(r.c)
+			n++
+		}
+	}
+	return n
+}
+
+// Flush removes every entry (conntrack -F).
+func (t *Conntrack) Flush() int {
+	return t.Delete(CtFilter{})
+}
+
+// ---- TCP state machine (net/netfilter/nf_conntrack_proto_tcp.c) ----
+
+const (
+	tcpSynSet = iota
+	tcpSynAckSet
+	tcpFinSet
+	tcpAckSet
+	tcpRstSet
+	tcpNoneSet
+)
+
+func tcpIndex(flags uint8) int {
+	switch {
+	case flags&TCPRst != 0:
+		return tcpRstSet
+	case flags&TCPSyn != 0 && flags&TCPAck != 0:
+		return tcpSynAckSet
+	case flags&TCPSyn != 0:
+		return tcpSynSet
+	case flags&TCPFin != 0:
+		return tcpFinSet
+	case flags&TCPAck != 0:
+		return tcpAckSet
+	}
+	return tcpNoneSet
+}
+
+const (
+	sNO = TCPNone
+	sSS = TCPSynSent
+	sSR = TCPSynRecv
+	sES = TCPEstablished
+	sFW = TCPFinWait
+	sCW = TCPCloseWait
+	sLA = TCPLastAck
+	sTW = TCPTimeWait
+	sCL = TCPClose
+	sS2 = TCPSynSent2
+	sIV = tcpMax
+	sIG = tcpIgnore
+)
+
+// tcpTransitions is the kernel's tcp_conntracks table: [direction][flags][old state].
+var tcpTransitions = [2][6][10]TCPState{
+	{ // ORIGINAL
+		/*syn*/ {sSS, sSS, sIG, sIG, sIG, sIG, sIG, sSS, sSS, sS2},
+		/*synack*/ {sIV, sIV, sSR, sIV, sIV, sIV, sIV, sIV, sIV, sSR},
+		/*fin*/ {sIV, sIV, sFW, sFW, sLA, sLA, sLA, sTW, sCL, sIV},
+		/*ack*/ {sES, sIV, sES, sES, sCW, sCW, sTW, sTW, sCL, sIV},
+		/*rst*/ {sIV, sCL, sCL, sCL, sCL, sCL, sCL, sCL, sCL, sCL},
+		/*none*/ {sIV, sIV, sIV, sIV, sIV, sIV, sIV, sIV, sIV, sIV},
+	},
+	{ // REPLY
+		/*syn*/ {sIV, sS2, sIV, sIV, sIV, sIV, sIV, sSS, sIV, sS2},
+		/*synack*/ {sIV, sSR, sIG, sIG, sIG, sIG, sIG, sIG, sIG, sSR},
+		/*fin*/ {sIV, sIV, sFW, sFW, sLA, sLA, sLA, sTW, sCL, sIV},
+		/*ack*/ {sIV, sIG, sSR, sES, sCW, sCW, sTW, sTW, sCL, sIG},
+		/*rst*/ {sIV, sCL, sCL, sCL, sCL, sCL, sCL, sCL, sCL, sCL},
+		/*none*/ {sIV, sIV, sIV, sIV, sIV, sIV, sIV, sIV, sIV, sIV},
+	},
+}
+
+func seqBefore(a, b uint32) bool { return int32(a-b) < 0 }
+func seqAfter(a, b uint32) bool  { return seqBefore(b, a) }
+
+// tcpPacketLocked runs the state machine and the window check for a packet of c in
+// direction dir. It returns the new state, whether the packet is valid (not INVALID), and
+// whether the packet reopens a closed connection (the caller then starts a new entry).
+func (t *Conntrack) tcpPacketLocked(c *Conn, dir int, p *Packet) (TCPState, bool, bool) {
+	idx := tcpIndex(p.TCPFlags)
+	old := c.TCPState
+	next := tcpTransitions[dir][idx][old]
+	switch next {
+	case sSS:
+		// A SYN on a closed or time-waiting connection reopens it (RFC 1122).
+		if old == sTW || old == sCL {
+			return old, false, true
+		}
+	case sIG:
+		// The kernel lets ignored packets through without changing the state.
+		c.lastDir, c.lastIndex = dir, idx
+		return old, true, false
+	case sIV:
+		return old, false, false
+	}
+	if !t.tcpInWindow(c, dir, p) {
+		return old, false, false
+	}
+	if idx == tcpRstSet || idx == tcpFinSet {
+		c.tcp[dir].flags |= tcpFlagCloseInit
+	}
+	c.TCPState = next
+	c.lastDir, c.lastIndex = dir, idx
+	if dir == 1 {
+		c.Status |= StatusSeenReply
+	}
+	if c.Has(StatusSeenReply) && !c.Has(StatusAssured) && (old == sSR || old == sS2 || old == sES) && next == sES {
+		c.Status |= StatusAssured
+	}
+	timeout := t.settings.tcpTimeout(next)
+	if (c.tcp[0].flags|c.tcp[1].flags)&tcpFlagDataUnacked != 0 {
+		if u := orDefault(t.settings.TCPUnack, 5*time.Minute); u < timeout {
+			timeout = u
+		}
+	}
+	t.setTimeout(c, t.now(), timeout)
+	return next, true, false
+}
+
+// tcpInWindow is the kernel's tcp_in_window, without SACK blocks and NAT sequence offsets.
+func (t *Conntrack) tcpInWindow(c *Conn, dir int, p *Packet) bool {
+	sender, receiver := &c.tcp[dir], &c.tcp[1-dir]
+	seq, ack, win16 := p.TCPSeq()
+	win := uint32(win16)
+	sack := ack
+	end := seq + p.tcpSeqLen()
+	syn := p.TCPFlags&TCPSyn != 0
+	hasAck := p.TCPFlags&TCPAck != 0
+	rst := p.TCPFlags&TCPRst != 0
+
+	if sender.maxwin == 0 {
+		// First packet seen in this direction.
+		if syn {
+			sender.end, sender.maxend = end, end
+			sender.maxwin = max(win, 1)
+			sender.scale, sender.flags = tcpOptions(p)
+			if sender.flags&receiver.flags&tcpFlagWindowScale == 0 {
+				sender.scale, receiver.scale = 0, 0
+			}
+			if !hasAck {
+				return true
+			}
+		} else {
+			// Mid-stream pickup (nf_conntrack_tcp_loose).
+			sender.end = end
+			swin := win << sender.scale
+			sender.maxwin = max(swin, 1)
+			sender.maxend = end + sender.maxwin
+			if receiver.maxwin == 0 {
+				receiver.end, receiver.maxend = sack, sack
+			} else if sack == receiver.end+1 {
+				receiver.end++
+			}
+		}
+	} else if (c.TCPState == TCPSynSent && dir == 0 || c.TCPState == TCPSynRecv && dir == 1) && seqAfter(end, sender.end) {
+		// Retransmitted SYN/SYN-ACK with a new ISN: start over.
+		sender.end, sender.maxend = end, end
+		sender.maxwin = max(win, 1)
+		sender.scale, sender.flags = tcpOptions(p)
+	}
+	if !hasAck {
+		ack, sack = receiver.end, receiver.end
+	} else if rst && ack == 0 {
+		ack, sack = receiver.end, receiver.end
+	}
+	if rst && seq == 0 && c.TCPState == TCPSynSent {
+		seq, end = sender.end, sender.end
+	}
+	maxAckWin := uint32(66000)
+	if sender.maxwin > maxAckWin {
+		maxAckWin = sender.maxwin
+	}
+	inRecvWin := receiver.maxwin == 0 || seqAfter(end, sender.end-receiver.maxwin-1)
+	ok := seqBefore(seq, sender.maxend+1) && inRecvWin &&
+		seqBefore(sack, receiver.end+1) && seqAfter(sack, receiver.end-maxAckWin-1)
+	if !ok {
+		return t.settings.TCPBeLiberal && !rst
+	}
+	if !syn {
+		win <<= sender.scale
+	}
+	if swin := win + (sack - ack); sender.maxwin < swin {
+		sender.maxwin = swin
+	}
+	if seqAfter(end, sender.end) {
+		sender.end = end
+		sender.flags |= tcpFlagDataUnacked
+	}
+	if hasAck {
+		if sender.flags&tcpFlagMaxAckSet == 0 {
+			sender.maxack = ack
+			sender.flags |= tcpFlagMaxAckSet
+		} else if seqAfter(ack, sender.maxack) {
+			sender.maxack = ack
+		}
+	}
+	if receiver.maxwin != 0 && seqAfter(end, sender.maxend) {
+		receiver.maxwin += end - sender.maxend
+	}
+	if seqAfter(sack+win, receiver.maxend-1) {
+		receiver.maxend = sack + win
+		if win == 0 {
+			receiver.maxend++
+		}
+	}
+	if ack == receiver.end {
+		receiver.flags &^= tcpFlagDataUnacked
+	}
+	return true
+}
+
+// tcpOptions reads the window-scale and SACK-permitted options of a segment.
+func tcpOptions(p *Packet) (scale uint8, flags uint8) {
+	l4 := p.Data[p.l4off:]
+	hl := int(l4[12]>>4) * 4
+	if hl > len(l4) {
+		return 0, 0
+	}
+	opts := l4[20:hl]
+	for len(opts) > 0 {
+		switch opts[0] {
+		case 0:
+			return
+		case 1:
+			opts = opts[1:]
+			continue
+		}
+		if len(opts) < 2 || opts[1] < 2 || int(opts[1]) > len(opts) {
+			return
+		}
+		switch {
+		case opts[0] == 4 && opts[1] == 2:
+			flags |= tcpFlagSACKPerm
+		case opts[0] == 3 && opts[1] == 3:
+			scale = min(opts[2], 14)
+			flags |= tcpFlagWindowScale
+		}
+		opts = opts[opts[1]:]
+	}
+	return
+}

@@ -1,0 +1,797 @@
+package netsim
+
+import (
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+)
+
+// penv is the environment one packet is processed in: how choice points resolve,
+// whether it is traced, whether it may change state.
+type penv struct {
+	ch    chooser
+	trace *Trace
+	dry   bool
+}
+
+func (e *penv) step(s TraceStep) {
+	if e.trace != nil {
+		e.trace.add(s)
+	}
+}
+
+type egressKind uint8
+
+const (
+	egDrop     egressKind = iota // the packet is gone (dropped or rejected)
+	egLocal                      // deliver to the node's host stack
+	egPod                        // out the bridge to a pod
+	egUplink                     // out eth0 into the cluster network
+	egLoopback                   // out lo: re-enters the node at PREROUTING
+	egStolen                     // a handler took it
+)
+
+// egress is what the datapath decided for a packet at one node.
+type egress struct {
+	kind    egressKind
+	pk      *Packet
+	port    *podPort
+	reason  string
+	reject  bool      // dropped by a Reject (replies holds what was sent back)
+	replies []*Packet // packets the node generated in response (REJECT, ICMP errors)
+}
+
+func dropped(pk *Packet, reason string) egress {
+	return egress{kind: egDrop, pk: pk, reason: reason}
+}
+
+// hookResult is how a hook ended.
+type hookResult uint8
+
+const (
+	hookContinue hookResult = iota
+	hookDrop
+	hookReject
+	hookReroute
+	hookStolen
+)
+
+// ingress processes a packet arriving on an interface: PREROUTING, routing, then INPUT or
+// FORWARD and POSTROUTING.
+func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	atomic.AddUint64(&n.stats.Received, 1)
+	pk.InIface, pk.OutIface = in.Name, ""
+	if port != nil {
+		pk.inPort = port
+	}
+	loop := in == n.lo
+	if !loop {
+		if pk.Src.IsLoopback() && !n.settings.RouteLocalnet {
+			return n.dropLocked(pk, env, "martian source (route_localnet=0)")
+		}
+		if pk.Dst.IsLoopback() && !n.settings.RouteLocalnet {
+			return n.dropLocked(pk, env, "martian destination (route_localnet=0)")
+		}
+		if _, own := n.local[pk.Src]; own && pk.Src != pk.Dst {
+			return n.dropLocked(pk, env, "martian source (one of the node's own addresses)")
+		}
+	}
+	env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Prerouting.String(), Packet: pk.String(), Detail: "in " + in.Name})
+	res, eg := n.runHookLocked(Prerouting, pk, env)
+	if res != hookContinue {
+		return eg
+	}
+	rt := n.routeLocked(pk.Dst)
+	if !loop && rt.kind == routeLocal && pk.Dst.IsLoopback() && !n.settings.RouteLocalnet {
+		return n.dropLocked(pk, env, "martian destination after DNAT (route_localnet=0)")
+	}
+	if !loop && n.settings.RPFilter != 0 {
+		back := n.routeLocked(pk.Src)
+		switch {
+		case back.kind == routeNone:
+			return n.dropLocked(pk, env, "rp_filter: no route back to the source")
+		case n.settings.RPFilter == 1 && back.iface != in:
+			return n.dropLocked(pk, env, fmt.Sprintf("rp_filter strict: route back to %s leaves %s, packet came in %s", pk.Src, ifaceName(back.iface), in.Name))
+		}
+	}
+	env.step(TraceStep{Kind: StepRoute, Node: n.name, Detail: n.describeRoute(rt, pk)})
+	if rt.kind == routeLocal {
+		return n.inputLocked(pk, rt, env)
+	}
+	if rt.kind == routeNone {
+		return n.dropLocked(pk, env, "no route to "+pk.Dst.String())
+	}
+	if !n.settings.IPForward {
+		return n.dropLocked(pk, env, "ip_forward=0: the node does not forward")
+	}
+	pk.OutIface = rt.iface.Name
+	if !pk.decTTL() {
+		eg := n.dropLocked(pk, env, "TTL exceeded")
+		if r := n.icmpErrorLocked(pk, 11, 0); r != nil {
+			eg.replies = append(eg.replies, r)
+		}
+		return eg
+	}
+	env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Forward.String(), Packet: pk.String(), Detail: "in " + in.Name + " out " + rt.iface.Name})
+	res, eg = n.runHookLocked(Forward, pk, env)
+	switch res {
+	case hookContinue:
+	case hookReroute:
+		return n.rerouteLocked(pk, env)
+	default:
+		return eg
+	}
+	atomic.AddUint64(&n.stats.Forwarded, 1)
+	return n.postroutingLocked(pk, rt, env)
+}
+
+func ifaceName(i *Iface) string {
+	if i == nil {
+		return "nowhere"
+	}
+	return i.Name
+}
+
+func (n *Node) describeRoute(rt route, pk *Packet) string {
+	switch rt.kind {
+	case routeLocal:
+		return fmt.Sprintf("%s is local (%s): INPUT", pk.Dst, rt.iface.Name)
+	case routeBridge:
+		return fmt.Sprintf("%s is pod %s on %s port %s: FORWARD", pk.Dst, rt.port.pod.key(), rt.iface.Name, rt.port.name)
+	case routeUplink:
+		return fmt.Sprintf("%s via %s: FORWARD", pk.Dst, rt.iface.Name)
+	case routeNoNeigh:
+		return fmt.Sprintf("%s is on %s but no pod has it", pk.Dst, rt.iface.Name)
+	}
+	return fmt.Sprintf("no route to %s", pk.Dst)
+}
+
+// output processes a packet the node's host stack sends: OUTPUT, routing (after DNAT),
+// POSTROUTING.
+func (n *Node) output(pk *Packet, env *penv) egress {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	pk.InIface, pk.OutIface = "", ""
+	env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Output.String(), Packet: pk.String()})
+	res, eg := n.runHookLocked(Output, pk, env)
+	if res != hookContinue {
+		return eg
+	}
+	rt := n.routeLocked(pk.Dst)
+	env.step(TraceStep{Kind: StepRoute, Node: n.name, Detail: n.describeRoute(rt, pk)})
+	switch rt.kind {
+	case routeNone:
+		return n.dropLocked(pk, env, "no route to "+pk.Dst.String())
+	case routeLocal:
+		pk.OutIface = n.lo.Name
+		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Postrouting.String(), Packet: pk.String(), Detail: "out lo"})
+		res, eg := n.runHookLocked(Postrouting, pk, env)
+		if res != hookContinue {
+			return eg
+		}
+		return egress{kind: egLoopback, pk: pk}
+	}
+	if pk.Src.IsLoopback() && !n.settings.RouteLocalnet {
+		return n.dropLocked(pk, env, fmt.Sprintf("martian source %s leaving %s (route_localnet=0)", pk.Src, rt.iface.Name))
+	}
+	pk.OutIface = rt.iface.Name
+	return n.postroutingLocked(pk, rt, env)
+}
+
+// rerouteLocked sends on a packet a handler rewrote (Reroute verdict): route it again and
+// run POSTROUTING.
+func (n *Node) rerouteLocked(pk *Packet, env *penv) egress {
+	rt := n.routeLocked(pk.Dst)
+	env.step(TraceStep{Kind: StepRoute, Node: n.name, Detail: "rerouted: " + n.describeRoute(rt, pk)})
+	switch rt.kind {
+	case routeNone:
+		return n.dropLocked(pk, env, "no route to "+pk.Dst.String())
+	case routeLocal:
+		return n.dropLocked(pk, env, "rerouted to a local address")
+	}
+	pk.OutIface = rt.iface.Name
+	return n.postroutingLocked(pk, rt, env)
+}
+
+func (n *Node) inputLocked(pk *Packet, rt route, env *penv) egress {
+	env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Input.String(), Packet: pk.String()})
+	res, eg := n.runHookLocked(Input, pk, env)
+	switch res {
+	case hookContinue:
+	case hookReroute:
+		return n.rerouteLocked(pk, env)
+	default:
+		return eg
+	}
+	atomic.AddUint64(&n.stats.Delivered, 1)
+	env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "LOCAL", Packet: pk.String(), Detail: "delivered to the node's host stack"})
+	return egress{kind: egLocal, pk: pk}
+}
+
+func (n *Node) postroutingLocked(pk *Packet, rt route, env *penv) egress {
+	env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Postrouting.String(), Packet: pk.String(), Detail: "out " + rt.iface.Name})
+	res, eg := n.runHookLocked(Postrouting, pk, env)
+	if res != hookContinue {
+		return eg
+	}
+	switch rt.kind {
+	case routeBridge:
+		if pk.inPort == rt.port && !n.settings.Hairpin {
+			return n.dropLocked(pk, env, fmt.Sprintf("bridge hairpin mode off: %s would leave by the port it came in on (%s)", pk, rt.port.name))
+		}
+		return egress{kind: egPod, pk: pk, port: rt.port}
+	case routeNoNeigh:
+		eg := n.dropLocked(pk, env, fmt.Sprintf("no neighbour: nothing answers ARP for %s on %s", pk.Dst, rt.iface.Name))
+		if r := n.icmpErrorLocked(pk, 3, 1); r != nil {
+			eg.replies = append(eg.replies, r)
+		}
+		return eg
+	}
+	return egress{kind: egUplink, pk: pk}
+}
+
+func (n *Node) dropLocked(pk *Packet, env *penv, reason string) egress {
+	atomic.AddUint64(&n.stats.Dropped, 1)
+	env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "DROP", Packet: pk.String(), Detail: reason})
+	return dropped(pk, reason)
+}
+
+// builtin steps of a hook, at netfilter's priorities.
+const (
+	stepConntrack = iota
+	stepNAT
+	stepConfirm
+)
+
+type builtin struct {
+	prio int
+	kind int
+}
+
+var hookBuiltins = [numHooks][]builtin{
+	Prerouting:  {{PriorityConntrack, stepConntrack}, {PriorityNATDst, stepNAT}},
+	Input:       {{PriorityNATSrc, stepNAT}, {1 << 30, stepConfirm}},
+	Forward:     nil,
+	Output:      {{PriorityConntrack, stepConntrack}, {PriorityNATDst, stepNAT}},
+	Postrouting: {{PriorityNATSrc, stepNAT}, {1 << 30, stepConfirm}},
+}
+
+// runHookLocked runs a hook's handlers and built-in steps in priority order.
+func (n *Node) runHookLocked(h Hook, pk *Packet, env *penv) (hookResult, egress) {
+	bs := hookBuiltins[h]
+	hs := n.hooks[h]
+	bi := 0
+	runBuiltin := func(b builtin) (hookResult, egress) {
+		switch b.kind {
+		case stepConntrack:
+			n.conntrackLocked(pk, env)
+		case stepNAT:
+			return n.natStepLocked(h, pk, env)
+		case stepConfirm:
+			return n.confirmLocked(pk, env)
+		}
+		return hookContinue, egress{}
+	}
+	for _, he := range hs {
+		if he.spec.NAT {
+			continue // NAT handlers run inside the NAT step
+		}
+		for bi < len(bs) && bs[bi].prio <= he.spec.Priority {
+			if r, eg := runBuiltin(bs[bi]); r != hookContinue {
+				return r, eg
+			}
+			bi++
+		}
+		if r, eg := n.callLocked(h, he.spec, pk, env); r != hookContinue {
+			return r, eg
+		}
+	}
+	for ; bi < len(bs); bi++ {
+		if r, eg := runBuiltin(bs[bi]); r != hookContinue {
+			return r, eg
+		}
+	}
+	return hookContinue, egress{}
+}
+
+func (n *Node) context(h Hook, name string, env *penv) *Context {
+	return &Context{node: n, hook: h, now: n.cluster.clock.Now(), chooser: env.ch, trace: env.trace, dryRun: env.dry, handler: name}
+}
+
+// callLocked calls one handler and acts on its verdict.
+func (n *Node) callLocked(h Hook, spec HandlerSpec, pk *Packet, env *penv) (hookResult, egress) {
+	v := spec.Handler.Handle(n.context(h, spec.Name, env), pk)
+	if env.trace != nil && (v.Kind != Continue || v.Reason != "") {
+		env.step(TraceStep{Kind: StepHandler, Node: n.name, Hook: h.String(), Handler: spec.Name, Verdict: verdictString(v), Detail: v.Reason})
+	}
+	switch v.Kind {
+	case Continue:
+		return hookContinue, egress{}
+	case Drop:
+		return hookDrop, n.dropLocked(pk, env, fmt.Sprintf("dropped by %s at %s%s", spec.Name, h, reasonSuffix(v.Reason)))
+	case Reject:
+		return hookReject, n.rejectLocked(pk, v.Reject, env, fmt.Sprintf("rejected (%s) by %s at %s%s", v.Reject, spec.Name, h, reasonSuffix(v.Reason)))
+	case Reroute:
+		return hookReroute, egress{}
+	case Stolen:
+		env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "STOLEN", Detail: "taken by " + spec.Name})
+		return hookStolen, egress{kind: egStolen, pk: pk}
+	case NAT:
+		panic(fmt.Sprintf("netsim: handler %q returned a NAT verdict but is not registered as a NAT handler", spec.Name))
+	}
+	panic(fmt.Sprintf("netsim: handler %q returned unknown verdict %d", spec.Name, v.Kind))
+}
+
+func reasonSuffix(r string) string {
+	if r == "" {
+		return ""
+	}
+	return ": " + r
+}
+
+func verdictString(v Verdict) string {
+	switch v.Kind {
+	case Reject:
+		return "REJECT " + v.Reject.String()
+	case NAT:
+		return v.NAT.String()
+	}
+	return v.Kind.String()
+}
+
+// conntrackLocked is the conntrack hook (PREROUTING and OUTPUT at -200).
+func (n *Node) conntrackLocked(pk *Packet, env *penv) {
+	if pk.Conn != nil || pk.notrack {
+		// Already tracked (looped back, or a reply the node generated), or NOTRACK.
+		if pk.notrack {
+			pk.CtState = CtUntracked
+		}
+		return
+	}
+	r := n.ct.in(pk)
+	pk.Conn, pk.CtReply, pk.CtState, pk.ctCreated = r.conn, r.reply, r.state, r.isNew
+	if env.trace != nil {
+		s := TraceStep{Kind: StepConntrack, Node: n.name, Verdict: r.state.String()}
+		switch {
+		case r.conn == nil:
+			s.Detail = "no entry (invalid or untracked)"
+		case r.isNew:
+			s.Detail = "new entry " + r.conn.Orig.String()
+		default:
+			dir := "original"
+			if r.reply {
+				dir = "reply"
+			}
+			s.Detail = fmt.Sprintf("entry #%d (%s direction): %s", r.conn.ID, dir, r.conn.String())
+		}
+		env.step(s)
+	}
+}
+
+// confirmLocked inserts a new connection into the table (end of INPUT and POSTROUTING).
+func (n *Node) confirmLocked(pk *Packet, env *penv) (hookResult, egress) {
+	c := pk.Conn
+	if c == nil || !pk.ctCreated || c.Has(StatusConfirmed) {
+		return hookContinue, egress{}
+	}
+	if env.dry {
+		return hookContinue, egress{}
+	}
+	if !n.ct.confirm(c) {
+		return hookDrop, n.dropLocked(pk, env, "conntrack insert clash: another entry holds "+c.Reply.String())
+	}
+	pk.ctCreated = false
+	return hookContinue, egress{}
+}
+
+// natStepLocked is the NAT hook: for a connection's first packet it runs the NAT
+// handlers and records the binding (or a null binding); then it applies the binding.
+func (n *Node) natStepLocked(h Hook, pk *Packet, env *penv) (hookResult, egress) {
+	c := pk.Conn
+	if c == nil {
+		return hookContinue, egress{}
+	}
+	dstManip := h == Prerouting || h == Output
+	if pk.CtState == CtRelated {
+		n.natICMPErrorLocked(pk, dstManip, env)
+		return hookContinue, egress{}
+	}
+	done := StatusSrcNATDone
+	if dstManip {
+		done = StatusDstNATDone
+	}
+	if !c.Has(done) && !pk.CtReply {
+		for _, he := range n.hooks[h] {
+			if !he.spec.NAT {
+				continue
+			}
+			v := he.spec.Handler.Handle(n.context(h, he.spec.Name, env), pk)
+			if env.trace != nil && (v.Kind != Continue || v.Reason != "") {
+				env.step(TraceStep{Kind: StepHandler, Node: n.name, Hook: h.String(), Handler: he.spec.Name, Verdict: verdictString(v), Detail: v.Reason})
+			}
+			switch v.Kind {
+			case Continue:
+				continue
+			case Drop:
+				return hookDrop, n.dropLocked(pk, env, fmt.Sprintf("dropped by %s at %s%s", he.spec.Name, h, reasonSuffix(v.Reason)))
+			case Reject:
+				return hookReject, n.rejectLocked(pk, v.Reject, env, fmt.Sprintf("rejected (%s) by %s at %s%s", v.Reject, he.spec.Name, h, reasonSuffix(v.Reason)))
+			case NAT:
+				if err := n.bindLocked(h, c, pk, v.NAT, env); err != "" {
+					return hookDrop, n.dropLocked(pk, env, err)
+				}
+			case Stolen:
+				return hookStolen, egress{kind: egStolen, pk: pk}
+			default:
+				panic(fmt.Sprintf("netsim: NAT handler %q returned %s", he.spec.Name, v.Kind))
+			}
+			break
+		}
+		c.Status |= done
+	}
+	n.applyNATLocked(pk, dstManip, env)
+	return hookContinue, egress{}
+}
+
+// bindLocked records a NAT binding on c for its first packet pk. It returns a drop
+// reason when the binding cannot be made.
+func (n *Node) bindLocked(h Hook, c *Conn, pk *Packet, a NATAction, env *penv) string {
+	dstManip := h == Prerouting || h == Output
+	switch a.Kind {
+	case DNAT, Redirect:
+		if !dstManip {
+			panic(fmt.Sprintf("netsim: %s at %s: DNAT and REDIRECT are only valid in PREROUTING and OUTPUT", a.Kind, h))
+		}
+		addr := a.Addr
+		if a.Kind == Redirect {
+			var ok bool
+			addr, ok = n.redirectAddrLocked(h, pk)
+			if !ok {
+				return "REDIRECT: the input interface has no address"
+			}
+		}
+		if !addr.IsValid() {
+			addr = pk.Dst
+		}
+		if addr.Is4() != pk.Dst.Is4() {
+			return fmt.Sprintf("%s to %s: wrong address family", a.Kind, addr)
+		}
+		port := pk.DstPort
+		if a.PortMin != 0 && pk.hasPorts() && !pk.isICMPEcho() {
+			port = a.PortMin
+			if a.PortMax > a.PortMin {
+				port = n.pickPortLocked(c, Tuple{Proto: c.Orig.Proto, Src: addr, Dst: c.Reply.Dst, DstPort: c.Reply.DstPort}, true, a.PortMin, a.PortMax, a.Random || a.RandomFully)
+			}
+		}
+		c.Reply.Src, c.Reply.SrcPort = addr, port
+		c.Status |= StatusDstNAT
+	case SNAT, Masquerade:
+		if dstManip {
+			panic(fmt.Sprintf("netsim: %s at %s: SNAT and MASQUERADE are only valid in INPUT and POSTROUTING", a.Kind, h))
+		}
+		if a.Kind == Masquerade && h != Postrouting {
+			panic("netsim: MASQUERADE is only valid in POSTROUTING")
+		}
+		addr := a.Addr
+		if a.Kind == Masquerade {
+			out := n.ifaces[pk.OutIface]
+			if out == nil {
+				return "MASQUERADE: no output interface"
+			}
+			var ok bool
+			addr, ok = out.Primary(pk.Src)
+			if !ok {
+				return "MASQUERADE: " + out.Name + " has no address of the packet's family"
+			}
+		}
+		if !addr.IsValid() {
+			addr = pk.Src
+		}
+		if addr.Is4() != pk.Src.Is4() {
+			return fmt.Sprintf("%s to %s: wrong address family", a.Kind, addr)
+		}
+		port := c.Orig.SrcPort
+		if pk.hasPorts() && !pk.isICMPEcho() {
+			lo, hi := a.PortMin, a.PortMax
+			if hi < lo {
+				hi = lo
+			}
+			var ok bool
+			port, ok = n.snatPortLocked(c, addr, lo, hi, a.Random || a.RandomFully)
+			if !ok {
+				return "SNAT: no free source port"
+			}
+		}
+		c.Reply.Dst, c.Reply.DstPort = addr, port
+		c.Status |= StatusSrcNAT
+	default:
+		panic(fmt.Sprintf("netsim: unknown NAT kind %d", a.Kind))
+	}
+	env.step(TraceStep{Kind: StepNAT, Node: n.name, Hook: h.String(), Verdict: a.Kind.String(), Detail: "new binding: replies expected as " + c.Reply.String()})
+	return ""
+}
+
+// redirectAddrLocked is REDIRECT's new destination: the primary address of the input
+// interface, or loopback for locally generated packets.
+func (n *Node) redirectAddrLocked(h Hook, pk *Packet) (netip.Addr, bool) {
+	if h == Output || pk.InIface == n.lo.Name {
+		if pk.Dst.Is4() {
+			return netip.MustParseAddr("127.0.0.1"), true
+		}
+		return netip.IPv6Loopback(), true
+	}
+	if i := n.ifaces[pk.InIface]; i != nil {
+		return i.Primary(pk.Dst)
+	}
+	return netip.Addr{}, false
+}
+
+// snatPortLocked chooses the source port for SNAT/MASQUERADE as the kernel's
+// nf_nat_l4proto_unique_tuple does: keep the original port when the resulting tuple is
+// unique (and no randomisation was asked for), else search from a random offset.
+func (n *Node) snatPortLocked(c *Conn, addr netip.Addr, lo, hi uint16, random bool) (uint16, bool) {
+	orig := c.Orig.SrcPort
+	reply := Tuple{Proto: c.Orig.Proto, Src: c.Reply.Src, SrcPort: c.Reply.SrcPort, Dst: addr}
+	inRange := lo == 0 || orig >= lo && orig <= hi
+	if !random && inRange {
+		reply.DstPort = orig
+		if !n.ct.tupleTaken(reply, c) {
+			return orig, true
+		}
+	}
+	if lo == 0 {
+		switch {
+		case orig < 512:
+			lo, hi = 1, 511
+		case orig < 1024:
+			lo, hi = 600, 1023
+		default:
+			lo, hi = 1024, 65535
+		}
+	}
+	p := n.pickPortLocked(c, reply, false, lo, hi, true)
+	if p == 0 {
+		return 0, false
+	}
+	return p, true
+}
+
+// pickPortLocked searches [lo, hi] for a port that makes tuple (with the port in the
+// destination field for SNAT, source field for DNAT) unique, from a random offset when
+// random is set, trying at most 128 ports and then halving rounds, as the kernel does.
+func (n *Node) pickPortLocked(c *Conn, tu Tuple, dnat bool, lo, hi uint16, random bool) uint16 {
+	size := uint32(hi) - uint32(lo) + 1
+	var off uint32
+	if random {
+		off = uint32(n.rng.Uint32() & 0xffff)
+	}
+	attempts := size
+	if attempts > 128 {
+		attempts = 128
+	}
+	for {
+		for i := uint32(0); i < attempts; i++ {
+			port := uint16(uint32(lo) + (off+i)%size)
+			if dnat {
+				tu.SrcPort = port
+			} else {
+				tu.DstPort = port
+			}
+			if !n.ct.tupleTaken(tu, c) {
+				return port
+			}
+		}
+		attempts /= 2
+		if attempts < 16 {
+			return 0
+		}
+		off = uint32(n.rng.Uint32() & 0xffff)
+	}
+}
+
+// applyNATLocked rewrites a packet according to its connection's bindings (the kernel's
+// nf_nat_packet): at a DST hook the destination, at a SRC hook the source, in whichever
+// direction the packet travels.
+func (n *Node) applyNATLocked(pk *Packet, dstManip bool, env *penv) {
+	c := pk.Conn
+	var target netip.AddrPort
+	switch {
+	case dstManip && !pk.CtReply && c.Has(StatusDstNAT):
+		target = netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort)
+	case dstManip && pk.CtReply && c.Has(StatusSrcNAT):
+		target = netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort)
+	case !dstManip && !pk.CtReply && c.Has(StatusSrcNAT):
+		target = netip.AddrPortFrom(c.Reply.Dst, c.Reply.DstPort)
+	case !dstManip && pk.CtReply && c.Has(StatusDstNAT):
+		target = netip.AddrPortFrom(c.Orig.Dst, c.Orig.DstPort)
+	default:
+		return
+	}
+	before := pk.String()
+	if dstManip {
+		if pk.Dst == target.Addr() && pk.DstPort == target.Port() {
+			return
+		}
+		pk.SetDst(target.Addr(), target.Port())
+	} else {
+		if pk.Src == target.Addr() && pk.SrcPort == target.Port() {
+			return
+		}
+		pk.SetSrc(target.Addr(), target.Port())
+	}
+	if env.trace != nil {
+		kind := "SNAT"
+		if dstManip {
+			kind = "DNAT"
+		}
+		if pk.CtReply {
+			kind = "un-" + map[bool]string{true: "SNAT", false: "DNAT"}[dstManip]
+		}
+		env.step(TraceStep{Kind: StepNAT, Node: n.name, Verdict: kind, Detail: fmt.Sprintf("entry #%d: %s => %s", c.ID, before, pk.String())})
+	}
+}
+
+// natICMPErrorLocked translates an ICMP error related to a NATed connection: the outer
+// header as a packet of the error's direction, the quoted packet the opposite way (the
+// kernel's nf_nat_icmp_reply_translation).
+func (n *Node) natICMPErrorLocked(pk *Packet, dstManip bool, env *penv) {
+	c := pk.Conn
+	in := pk.Inner
+	if in == nil {
+		return
+	}
+	var target netip.AddrPort
+	ok := true
+	switch {
+	case dstManip && !pk.CtReply && c.Has(StatusDstNAT):
+		target = netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort)
+	case dstManip && pk.CtReply && c.Has(StatusSrcNAT):
+		target = netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort)
+	case !dstManip && !pk.CtReply && c.Has(StatusSrcNAT):
+		target = netip.AddrPortFrom(c.Reply.Dst, c.Reply.DstPort)
+	case !dstManip && pk.CtReply && c.Has(StatusDstNAT):
+		target = netip.AddrPortFrom(c.Orig.Dst, c.Orig.DstPort)
+	default:
+		ok = false
+	}
+	if !ok {
+		return
+	}
+	before := pk.String()
+	if dstManip {
+		if in.Src != target.Addr() || in.SrcPort != target.Port() {
+			in.SetSrc(target.Addr(), target.Port())
+		}
+		if pk.Dst != target.Addr() {
+			pk.SetDst(target.Addr(), 0)
+		}
+	} else {
+		if in.Dst != target.Addr() || in.DstPort != target.Port() {
+			in.SetDst(target.Addr(), target.Port())
+		}
+		if pk.Src != target.Addr() {
+			pk.SetSrc(target.Addr(), 0)
+		}
+	}
+	pk.fixICMPChecksum()
+	env.step(TraceStep{Kind: StepNAT, Node: n.name, Verdict: "ICMP error translation", Detail: fmt.Sprintf("entry #%d: %s => %s", c.ID, before, pk.String())})
+}
+
+// rejectLocked drops pk and builds what the REJECT target sends back.
+func (n *Node) rejectLocked(pk *Packet, with RejectWith, env *penv, reason string) egress {
+	atomic.AddUint64(&n.stats.Rejected, 1)
+	eg := dropped(pk, reason)
+	eg.reject = true
+	var r *Packet
+	if with == RejectTCPReset && pk.Proto == ProtoTCP {
+		r = n.tcpResetLocked(pk)
+	} else {
+		typ, code := with.icmpTypeCode(pk.IPv6)
+		r = n.icmpErrorLocked(pk, typ, code)
+	}
+	env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "REJECT", Packet: pk.String(), Detail: reason})
+	if r != nil {
+		eg.replies = append(eg.replies, r)
+	}
+	return eg
+}
+
+// tcpResetLocked builds the RST the kernel's nf_send_reset sends for pk, attached to pk's
+// connection so that NAT is undone on the way back.
+func (n *Node) tcpResetLocked(pk *Packet) *Packet {
+	if pk.TCPFlags&TCPRst != 0 || pk.l4off == 0 {
+		return nil
+	}
+	seq, ack, _ := pk.TCPSeq()
+	seg := TCPSegment{Src: netip.AddrPortFrom(pk.Dst, pk.DstPort), Dst: netip.AddrPortFrom(pk.Src, pk.SrcPort), WindowScale: -1}
+	if pk.TCPFlags&TCPAck != 0 {
+		seg.Flags, seg.Seq = TCPRst, ack
+	} else {
+		seg.Flags, seg.Ack = TCPRst|TCPAck, seq+pk.tcpSeqLen()
+	}
+	r, err := ParsePacket(BuildTCP(seg))
+	if err != nil {
+		return nil
+	}
+	if pk.Conn != nil {
+		r.Conn, r.CtReply, r.CtState = pk.Conn, !pk.CtReply, CtEstablished
+	}
+	return r
+}
+
+// icmpErrorLocked builds an ICMP error about pk from this node, related to pk's
+// connection. The source is pk's destination when that is local, else the node's address
+// on the interface toward pk's source (as icmp_send chooses).
+func (n *Node) icmpErrorLocked(pk *Packet, typ, code uint8) *Packet {
+	if pk.IsICMPError() {
+		return nil // never an error about an error
+	}
+	src := pk.Dst
+	if !n.IsLocalAddr(pk.Dst) {
+		back := n.routeLocked(pk.Src)
+		a, ok := netip.Addr{}, false
+		if back.iface != nil {
+			a, ok = back.iface.Primary(pk.Src)
+		}
+		if !ok {
+			a, ok = n.uplink.Primary(pk.Src)
+		}
+		if !ok {
+			return nil
+		}
+		src = a
+	}
+	if pk.IPv6 && typ == 3 {
+		typ = 1
+	}
+	b := BuildICMPError(src, pk.Data, typ, code)
+	if b == nil {
+		return nil
+	}
+	r, err := ParsePacket(b)
+	if err != nil {
+		return nil
+	}
+	if pk.Conn != nil {
+		r.Conn, r.CtReply, r.CtState = pk.Conn, !pk.CtReply, CtRelated
+	}
+	return r
+}
+
+// execute carries out an egress decision for real traffic.
+func (n *Node) execute(eg egress, tr *Trace) {
+	for _, r := range eg.replies {
+		n.execute(n.output(r, n.packetEnv(tr)), tr)
+	}
+	switch eg.kind {
+	case egLocal:
+		n.deliverHost(eg.pk)
+	case egPod:
+		n.capture(n.bridge.Name, eg.pk.Data)
+		eg.port.link.send(n.cluster, eg.pk.Data, func(b []byte) {
+			if p := eg.port.pod; p != nil {
+				p.receive(b)
+			}
+		})
+	case egUplink:
+		n.capture(n.uplink.Name, eg.pk.Data)
+		n.cluster.fabric.fromNode(n, eg.pk, tr)
+	case egLoopback:
+		n.capture(n.lo.Name, eg.pk.Data)
+		n.execute(n.ingress(eg.pk, n.lo, nil, n.packetEnv(tr)), tr)
+	}
+}
+
+// deliverHost hands a locally delivered packet to the node's host stack.
+func (n *Node) deliverHost(pk *Packet) {
+	if n.host == nil {
+		return
+	}
+	if pk.Dst.IsLoopback() && n.host.lo != nil {
+		n.host.lo.inject(pk.Data)
+		return
+	}
+	n.host.link.inject(pk.Data)
+}

@@ -1,0 +1,136 @@
+package netsim
+
+import (
+	"net/netip"
+	"sync"
+)
+
+// fabric is the cluster network between nodes, external hosts and the cloud load
+// balancer: a flat L3 network that routes node IPs and pod CIDRs to their nodes (as cloud
+// routes or a flat overlay do), external host addresses to their hosts, load-balancer
+// addresses to the load balancer, and externalIPs to the nodes an administrator routed
+// them to. Anything else has no route: a packet to a ClusterIP that no node DNATed ends
+// here, as it would at a real cluster's default gateway.
+type fabric struct {
+	c  *Cluster
+	mu sync.RWMutex
+	// routes
+	nodeIPs   map[netip.Addr]*Node
+	podCIDRs  []cidrRoute
+	hosts     map[netip.Addr]*ExternalHost
+	extIP     map[netip.Addr]*Node
+	lbIPs     map[netip.Addr]*loadBalancer
+	partition map[string]int // node name (or "external") → group; 0: not partitioned
+}
+
+type cidrRoute struct {
+	p    netip.Prefix
+	node *Node
+}
+
+// hopKind is the kind of place the fabric delivers to.
+type hopKind uint8
+
+const (
+	hopNone hopKind = iota
+	hopNode
+	hopExternal
+	hopLB
+)
+
+type fabricDest struct {
+	kind hopKind
+	node *Node
+	host *ExternalHost
+	lb   *loadBalancer
+}
+
+func newFabric(c *Cluster) *fabric {
+	return &fabric{c: c, nodeIPs: map[netip.Addr]*Node{}, hosts: map[netip.Addr]*ExternalHost{}, extIP: map[netip.Addr]*Node{}, lbIPs: map[netip.Addr]*loadBalancer{}, partition: map[string]int{}}
+}
+
+func (f *fabric) lookup(dst netip.Addr) fabricDest {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if n, ok := f.nodeIPs[dst]; ok {
+		return fabricDest{kind: hopNode, node: n}
+	}
+	if h, ok := f.hosts[dst]; ok {
+		return fabricDest{kind: hopExternal, host: h}
+	}
+	if lb, ok := f.lbIPs[dst]; ok {
+		return fabricDest{kind: hopLB, lb: lb}
+	}
+	if n, ok := f.extIP[dst]; ok {
+		return fabricDest{kind: hopNode, node: n}
+	}
+	for _, r := range f.podCIDRs {
+		if r.p.Contains(dst) {
+			return fabricDest{kind: hopNode, node: r.node}
+		}
+	}
+	return fabricDest{}
+}
+
+// partitioned reports whether two places (node names, or "external") are cut off.
+func (f *fabric) partitioned(a, b string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	ga, gb := f.partition[a], f.partition[b]
+	return ga != 0 && gb != 0 && ga != gb
+}
+
+func (d fabricDest) name() string {
+	switch d.kind {
+	case hopNode:
+		return d.node.name
+	case hopExternal, hopLB:
+		return "external"
+	}
+	return ""
+}
+
+func (d fabricDest) String() string {
+	switch d.kind {
+	case hopNode:
+		return "node " + d.node.name
+	case hopExternal:
+		return "external host " + d.host.name
+	case hopLB:
+		return "load balancer " + d.lb.ip.String()
+	}
+	return "nowhere"
+}
+
+// fromNode carries a packet a node sent out its uplink.
+func (f *fabric) fromNode(n *Node, pk *Packet, tr *Trace) {
+	d := f.lookup(pk.Dst)
+	if d.kind == hopNone || f.partitioned(n.name, d.name()) {
+		return
+	}
+	n.uplinkLink.send(f.c, pk.Data, func(b []byte) { f.deliver(d, b, tr) })
+}
+
+// fromExternal carries a packet an external host sent.
+func (f *fabric) fromExternal(h *ExternalHost, b []byte) {
+	pk, err := ParsePacket(b)
+	if err != nil {
+		return
+	}
+	d := f.lookup(pk.Dst)
+	if d.kind == hopNone || d.kind == hopExternal && d.host == h || f.partitioned("external", d.name()) {
+		return
+	}
+	h.link.send(f.c, b, func(b []byte) { f.deliver(d, b, nil) })
+}
+
+func (f *fabric) deliver(d fabricDest, b []byte, tr *Trace) {
+	switch d.kind {
+	case hopNode:
+		d.node.enqueue(b, queueSource{kind: fromUplink, trace: tr})
+	case hopExternal:
+		d.host.receive(b)
+	case hopLB:
+		d.lb.receive(b)
+	}
+}

@@ -1,0 +1,163 @@
+package netsim
+
+import (
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// LinkFaults are the faults of one link, all drawn from the link's seeded source.
+type LinkFaults struct {
+	Loss      float64       // probability that a packet is lost
+	Latency   time.Duration // one-way delay on the virtual clock
+	Jitter    time.Duration // extra uniform delay in [0, Jitter)
+	Reorder   float64       // probability that a packet is held back by ReorderBy
+	ReorderBy time.Duration // how long a reordered packet is held (default 1ms)
+	Duplicate float64       // probability that a packet is delivered twice
+}
+
+func (f LinkFaults) zero() bool { return f == LinkFaults{} }
+
+// Link is a point-to-point link with faults: a pod's veth, a node's uplink, an external
+// host's link. Packets keep their order unless reordering is asked for.
+type Link struct {
+	name    string
+	flushMu sync.Mutex // serialises deliveries so they keep their order
+	mu      sync.Mutex
+	f       LinkFaults
+	rng     *rand.Rand
+	// delivery queue for delayed packets, in due order
+	pending  []delayed
+	timerSet bool
+	lost     uint64
+	sent     uint64
+}
+
+type delayed struct {
+	due     time.Time
+	data    []byte
+	deliver func([]byte)
+}
+
+func newLink(name string, seed uint64) *Link {
+	s := seedFor(seed, "link/"+name)
+	return &Link{name: name, rng: rand.New(rand.NewChaCha8(s))}
+}
+
+// Name returns the link's name ("pod default/web-1", "node node-a uplink", ...).
+func (l *Link) Name() string { return l.name }
+
+// SetFaults sets the link's faults.
+func (l *Link) SetFaults(f LinkFaults) {
+	l.mu.Lock()
+	l.f = f
+	l.mu.Unlock()
+}
+
+// Faults returns the link's faults.
+func (l *Link) Faults() LinkFaults {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f
+}
+
+// Counters returns how many packets the link carried and lost.
+func (l *Link) Counters() (sent, lost uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sent, l.lost
+}
+
+// send carries data over the link, applying its faults, and calls deliver (possibly
+// later, on the virtual clock).
+func (l *Link) send(c *Cluster, data []byte, deliver func([]byte)) {
+	if l == nil {
+		deliver(data)
+		return
+	}
+	l.mu.Lock()
+	f := l.f
+	if f.zero() && len(l.pending) == 0 {
+		l.sent++
+		l.mu.Unlock()
+		deliver(data)
+		return
+	}
+	if f.Loss > 0 && l.rng.Float64() < f.Loss {
+		l.lost++
+		l.mu.Unlock()
+		return
+	}
+	l.sent++
+	copies := 1
+	if f.Duplicate > 0 && l.rng.Float64() < f.Duplicate {
+		copies = 2
+	}
+	now := c.clock.Now()
+	for i := 0; i < copies; i++ {
+		d := f.Latency
+		if f.Jitter > 0 {
+			d += time.Duration(l.rng.Int64N(int64(f.Jitter)))
+		}
+		if f.Reorder > 0 && l.rng.Float64() < f.Reorder {
+			by := f.ReorderBy
+			if by == 0 {
+				by = time.Millisecond
+			}
+			d += by
+		}
+		b := data
+		if i > 0 {
+			b = append([]byte(nil), data...)
+		}
+		l.insertLocked(delayed{due: now.Add(d), data: b, deliver: deliver})
+	}
+	l.armLocked(c, now)
+	l.mu.Unlock()
+}
+
+func (l *Link) insertLocked(d delayed) {
+	i := len(l.pending)
+	for i > 0 && (l.pending[i-1].due.After(d.due)) {
+		i--
+	}
+	l.pending = append(l.pending, delayed{})
+	copy(l.pending[i+1:], l.pending[i:])
+	l.pending[i] = d
+}
+
+func (l *Link) armLocked(c *Cluster, now time.Time) {
+	if l.timerSet || len(l.pending) == 0 {
+		return
+	}
+	l.timerSet = true
+	wait := l.pending[0].due.Sub(now)
+	if wait < 0 {
+		wait = 0
+	}
+	c.clock.AfterFunc(wait, func() { l.flush(c) })
+}
+
+// flush delivers every packet that is due, in order.
+func (l *Link) flush(c *Cluster) {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	for {
+		l.mu.Lock()
+		l.timerSet = false
+		now := c.clock.Now()
+		if len(l.pending) == 0 {
+			l.mu.Unlock()
+			return
+		}
+		if l.pending[0].due.After(now) {
+			l.armLocked(c, now)
+			l.mu.Unlock()
+			return
+		}
+		d := l.pending[0]
+		l.pending = l.pending[1:]
+		l.mu.Unlock()
+		d.deliver(d.data)
+	}
+}

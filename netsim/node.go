@@ -1,0 +1,431 @@
+package netsim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// NodeSettings are the kernel settings of a node that change outcomes.
+type NodeSettings struct {
+	// Hairpin is the bridge's hairpin mode on pod ports (kubelet --hairpin-mode
+	// hairpin-veth): with it off, a packet the node sends back out the bridge port it came
+	// in on is lost, so a pod cannot reach itself through its own Service.
+	Hairpin bool
+	// RouteLocalnet is net.ipv4.conf.all.route_localnet: with it off, packets to or from
+	// 127.0.0.0/8 on a non-loopback interface are martians and dropped (localhost
+	// NodePorts need it on; kube-proxy sets it).
+	RouteLocalnet bool
+	// IPForward is net.ipv4.ip_forward: with it off the node forwards nothing.
+	IPForward bool
+	// RPFilter is net.ipv4.conf.all.rp_filter: 0 off, 1 strict (the route back to the
+	// source must leave through the interface the packet came in on), 2 loose (there must
+	// be some route back).
+	RPFilter int
+	// Conntrack holds the nf_conntrack sysctls (tcp_be_liberal, timeouts).
+	Conntrack ConntrackSettings
+}
+
+// DefaultNodeSettings are a Kubernetes node's usual settings: hairpin on, forwarding
+// on, route_localnet off, rp_filter off, conntrack defaults with loose pickup.
+func DefaultNodeSettings() NodeSettings {
+	return NodeSettings{Hairpin: true, IPForward: true, Conntrack: ConntrackSettings{TCPLoose: true}}
+}
+
+// Interface kinds.
+const (
+	IfLoopback = "loopback"
+	IfUplink   = "uplink" // the node's link to the cluster network (eth0)
+	IfBridge   = "bridge" // the pod bridge (cbr0)
+	IfDummy    = "dummy"  // a dummy interface holding VIPs (kube-ipvs0)
+)
+
+// Iface is a network interface of a node.
+type Iface struct {
+	Name  string
+	Kind  string
+	Addrs []netip.Prefix
+}
+
+// Primary returns the interface's first address of the family of like, if any.
+func (i *Iface) Primary(like netip.Addr) (netip.Addr, bool) {
+	for _, p := range i.Addrs {
+		if p.Addr().Is4() == like.Is4() {
+			return p.Addr(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+type handlerEntry struct {
+	spec HandlerSpec
+	id   uint64
+}
+
+// Node is a node of the simulated cluster at run time: a small Linux router with a pod
+// bridge, an uplink to the cluster network, a host network stack, conntrack, and the
+// handlers registered at its hooks.
+type Node struct {
+	cluster *Cluster
+	name    string
+	cfg     NodeConfig
+	ips     []netip.Addr   // node IPs, primary family first
+	podCIDR []netip.Prefix // per family
+	gateway []netip.Addr   // cbr0 addresses (first address of each pod CIDR)
+
+	mu        sync.Mutex // the datapath lock: held while a packet is processed
+	settings  NodeSettings
+	ifaces    map[string]*Iface
+	lo        *Iface
+	uplink    *Iface
+	bridge    *Iface
+	local     map[netip.Addr]*Iface
+	ports     map[netip.Addr]*podPort // pod IP → bridge port
+	hooks     [numHooks][]handlerEntry
+	nextID    uint64
+	ct        *Conntrack
+	rng       *rand.Rand
+	host      *netStack
+	hostNet   *Net
+	down      atomic.Bool
+	partition int
+
+	q          packetQueue
+	stopped    chan struct{}
+	uplinkLink *Link
+	stats      NodeStats
+}
+
+// NodeStats counts what the datapath did.
+type NodeStats struct {
+	Received, Forwarded, Delivered, Dropped, Rejected, QueueDrops uint64
+}
+
+// podPort is a pod's port on the node's bridge.
+type podPort struct {
+	name string // vethXXXXXXXX, as the host side of the pod's veth
+	pod  *Pod
+	link *Link
+}
+
+// Name returns the node's name.
+func (n *Node) Name() string { return n.name }
+
+// IPs returns the node's IPs, primary family first.
+func (n *Node) IPs() []netip.Addr { return append([]netip.Addr(nil), n.ips...) }
+
+// IP returns the node's primary IP.
+func (n *Node) IP() netip.Addr { return n.ips[0] }
+
+// PodCIDRs returns the node's pod CIDRs.
+func (n *Node) PodCIDRs() []netip.Prefix { return append([]netip.Prefix(nil), n.podCIDR...) }
+
+// Conntrack returns the node's connection-tracking table.
+func (n *Node) Conntrack() *Conntrack { return n.ct }
+
+// HostNet returns the node's host network: hostNetwork pods, NodePort listeners and the
+// userspace proxy use it.
+func (n *Node) HostNet() *Net { return n.hostNet }
+
+// Settings returns the node's kernel settings.
+func (n *Node) Settings() NodeSettings {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.settings
+}
+
+// SetSettings changes the node's kernel settings (the conntrack part included).
+func (n *Node) SetSettings(s NodeSettings) {
+	n.mu.Lock()
+	n.settings = s
+	n.mu.Unlock()
+	n.ct.SetSettings(s.Conntrack)
+}
+
+// UpdateSettings changes the node's settings through f.
+func (n *Node) UpdateSettings(f func(*NodeSettings)) {
+	s := n.Settings()
+	f(&s)
+	n.SetSettings(s)
+}
+
+// Interfaces returns the node's interfaces sorted by name.
+func (n *Node) Interfaces() []Iface {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []Iface
+	for _, i := range n.ifaces {
+		c := *i
+		c.Addrs = append([]netip.Prefix(nil), i.Addrs...)
+		out = append(out, c)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+// IsLocalAddr reports whether addr is one of the node's own addresses (any interface,
+// loopback included), as addrtype LOCAL does.
+func (n *Node) IsLocalAddr(addr netip.Addr) bool {
+	if addr.IsLoopback() {
+		return true
+	}
+	_, ok := n.local[addr]
+	return ok
+}
+
+// AddHandler registers a handler at a hook and returns a function that removes it.
+func (n *Node) AddHandler(spec HandlerSpec) (remove func()) {
+	if spec.Handler == nil {
+		panic("netsim: AddHandler with a nil Handler")
+	}
+	if spec.NAT {
+		switch spec.Hook {
+		case Prerouting, Output, Input, Postrouting:
+		default:
+			panic(fmt.Sprintf("netsim: NAT handler %q at %s: NAT is done in PREROUTING, OUTPUT, INPUT and POSTROUTING", spec.Name, spec.Hook))
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.nextID++
+	id := n.nextID
+	hs := append([]handlerEntry(nil), n.hooks[spec.Hook]...)
+	hs = append(hs, handlerEntry{spec: spec, id: id})
+	sort.SliceStable(hs, func(i, j int) bool { return hs[i].spec.Priority < hs[j].spec.Priority })
+	n.hooks[spec.Hook] = hs
+	return func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		var out []handlerEntry
+		for _, h := range n.hooks[spec.Hook] {
+			if h.id != id {
+				out = append(out, h)
+			}
+		}
+		n.hooks[spec.Hook] = out
+	}
+}
+
+// AddInterface adds a dummy interface (e.g. kube-ipvs0), or returns the existing one.
+func (n *Node) AddInterface(name string) *Iface {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if i, ok := n.ifaces[name]; ok {
+		return i
+	}
+	i := &Iface{Name: name, Kind: IfDummy}
+	n.ifaces[name] = i
+	return i
+}
+
+// AddAddress binds an address to one of the node's interfaces (as `ip addr add`): it
+// becomes local to the node and its host stack answers for it. IPVS mode binds every VIP
+// to kube-ipvs0 this way.
+func (n *Node) AddAddress(iface string, p netip.Prefix) error {
+	n.mu.Lock()
+	i, ok := n.ifaces[iface]
+	if !ok {
+		n.mu.Unlock()
+		return fmt.Errorf("node %s: no interface %q", n.name, iface)
+	}
+	if _, dup := n.local[p.Addr()]; dup {
+		n.mu.Unlock()
+		return nil
+	}
+	i.Addrs = append(i.Addrs, p)
+	n.local[p.Addr()] = i
+	n.mu.Unlock()
+	if n.host != nil && !p.Addr().IsLoopback() {
+		return addStackAddr(n.host.s, nicMain, netip.PrefixFrom(p.Addr(), p.Addr().BitLen()))
+	}
+	return nil
+}
+
+// RemoveAddress unbinds an address from the node.
+func (n *Node) RemoveAddress(iface string, addr netip.Addr) error {
+	n.mu.Lock()
+	i, ok := n.ifaces[iface]
+	if !ok {
+		n.mu.Unlock()
+		return fmt.Errorf("node %s: no interface %q", n.name, iface)
+	}
+	var keep []netip.Prefix
+	found := false
+	for _, p := range i.Addrs {
+		if p.Addr() == addr {
+			found = true
+			continue
+		}
+		keep = append(keep, p)
+	}
+	i.Addrs = keep
+	if found {
+		delete(n.local, addr)
+	}
+	n.mu.Unlock()
+	if found && n.host != nil {
+		n.host.s.RemoveAddress(nicMain, addrOf(addr))
+	}
+	return nil
+}
+
+// routeKind is what routing decided for a packet.
+type routeKind uint8
+
+const (
+	routeLocal   routeKind = iota // deliver to the node itself
+	routeBridge                   // out cbr0 to a pod port
+	routeUplink                   // out eth0 into the cluster network
+	routeNone                     // no route
+	routeNoNeigh                  // on-link (pod CIDR) but nobody there: ARP fails
+)
+
+type route struct {
+	kind  routeKind
+	iface *Iface
+	port  *podPort
+}
+
+// routeLocked decides where a packet to dst goes (the FIB lookup).
+func (n *Node) routeLocked(dst netip.Addr) route {
+	if i, ok := n.local[dst]; ok {
+		return route{kind: routeLocal, iface: i}
+	}
+	if dst.IsLoopback() {
+		return route{kind: routeLocal, iface: n.lo}
+	}
+	for _, p := range n.podCIDR {
+		if p.Contains(dst) {
+			if port, ok := n.ports[dst]; ok {
+				return route{kind: routeBridge, iface: n.bridge, port: port}
+			}
+			return route{kind: routeNoNeigh, iface: n.bridge}
+		}
+	}
+	if dst.IsUnspecified() || dst.IsMulticast() {
+		return route{kind: routeNone}
+	}
+	return route{kind: routeUplink, iface: n.uplink}
+}
+
+// packetQueue is a node's input queue: a bounded FIFO with a wake-up channel.
+type packetQueue struct {
+	mu    sync.Mutex
+	items []queued
+	wake  chan struct{}
+	limit int
+}
+
+type queued struct {
+	data []byte
+	from queueSource
+}
+
+// queueSource says where a queued packet came from.
+type queueSource struct {
+	kind  uint8 // fromPort, fromHost, fromHostLo, fromUplink
+	port  *podPort
+	trace *Trace
+}
+
+const (
+	fromPort uint8 = iota
+	fromHost
+	fromHostLo
+	fromUplink
+)
+
+func (q *packetQueue) push(d []byte, from queueSource) bool {
+	q.mu.Lock()
+	if len(q.items) >= q.limit {
+		q.mu.Unlock()
+		return false
+	}
+	q.items = append(q.items, queued{data: d, from: from})
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (q *packetQueue) take(buf []queued) []queued {
+	q.mu.Lock()
+	buf = append(buf[:0], q.items...)
+	clear(q.items)
+	q.items = q.items[:0]
+	q.mu.Unlock()
+	return buf
+}
+
+// enqueue hands a packet to the node's datapath goroutine.
+func (n *Node) enqueue(d []byte, from queueSource) {
+	if n.down.Load() {
+		return
+	}
+	if !n.q.push(d, from) {
+		atomic.AddUint64(&n.stats.QueueDrops, 1)
+	}
+}
+
+// run is the node's datapath goroutine.
+func (n *Node) run() {
+	defer close(n.stopped)
+	var batch []queued
+	for {
+		select {
+		case <-n.q.wake:
+		case <-n.cluster.done:
+			return
+		}
+		batch = n.q.take(batch)
+		for _, it := range batch {
+			if n.down.Load() {
+				continue
+			}
+			n.handleQueued(it)
+		}
+		clear(batch)
+	}
+}
+
+func (n *Node) handleQueued(it queued) {
+	pk, err := ParsePacket(it.data)
+	if err != nil {
+		atomic.AddUint64(&n.stats.Dropped, 1)
+		return
+	}
+	var eg egress
+	switch it.from.kind {
+	case fromPort:
+		n.capture(n.bridge.Name, it.data)
+		eg = n.ingress(pk, n.bridge, it.from.port, n.packetEnv(it.from.trace))
+	case fromUplink:
+		n.capture(n.uplink.Name, it.data)
+		eg = n.ingress(pk, n.uplink, nil, n.packetEnv(it.from.trace))
+	case fromHost, fromHostLo:
+		eg = n.output(pk, n.packetEnv(it.from.trace))
+	}
+	n.execute(eg, it.from.trace)
+}
+
+// packetEnv is the environment a packet of real traffic is processed in.
+func (n *Node) packetEnv(tr *Trace) *penv {
+	return &penv{ch: randChooser{n.rng}, trace: tr}
+}
+
+// Stats returns the node's datapath counters.
+func (n *Node) Stats() NodeStats {
+	return NodeStats{
+		Received:   atomic.LoadUint64(&n.stats.Received),
+		Forwarded:  atomic.LoadUint64(&n.stats.Forwarded),
+		Delivered:  atomic.LoadUint64(&n.stats.Delivered),
+		Dropped:    atomic.LoadUint64(&n.stats.Dropped),
+		Rejected:   atomic.LoadUint64(&n.stats.Rejected),
+		QueueDrops: atomic.LoadUint64(&n.stats.QueueDrops),
+	}
+}
