@@ -153,9 +153,9 @@ func (b *bitmap) bytes() []byte {
 	return out
 }
 
-// decode parses data in the format of bytes into a fresh word slice for a
-// bitmap of max values, returning the words and the number of set bits. A bit
-// at or past max is an error.
+// decodeBitmap parses data in the format of bytes into a fresh word slice
+// for a bitmap of max values, returning the words and the number of set bits.
+// A bit at or past max is an error.
 func decodeBitmap(data []byte, max int) ([]uint64, int, error) {
 	words := make([]uint64, (max+63)/64)
 	count := 0
@@ -165,17 +165,11 @@ func decodeBitmap(data []byte, max int) ([]uint64, int, error) {
 			continue
 		}
 		bit := 8 * k
-		for t := 0; t < 8; t++ {
-			if v&(1<<uint(t)) == 0 {
-				continue
-			}
-			i := bit + t
-			if i >= max {
-				return nil, 0, fmt.Errorf("snapshot data marks offset %d but the range has only %d usable values", i, max)
-			}
-			words[i>>6] |= 1 << (uint(i) & 63)
-			count++
+		if top := bit + bits.Len8(v) - 1; top >= max {
+			return nil, 0, fmt.Errorf("snapshot data marks offset %d but the range has only %d usable values", top, max)
 		}
+		words[bit>>6] |= uint64(v) << (uint(bit) & 63)
+		count += bits.OnesCount8(v)
 	}
 	return words, count, nil
 }

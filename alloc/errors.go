@@ -59,9 +59,11 @@ func (e *mismatchedPortsError) Is(target error) bool { return target == ErrMisma
 // usable values (for IPs this includes the network address, the IPv4
 // broadcast address and, for IPv6, addresses past the 65536-entry cap).
 type NotInRangeError struct {
-	// IP is the rejected address; it is the zero Addr for a port error.
+	// Resource is ResourceClusterIP or ResourceNodePort.
+	Resource Resource
+	// IP is the rejected address (ResourceClusterIP).
 	IP netip.Addr
-	// Port is the rejected port (meaningful only when IP is not valid).
+	// Port is the rejected port (ResourceNodePort).
 	Port int
 	// ValidRange is the allocator's range as text: "10.96.0.0/12" or
 	// "30000-32767".
@@ -73,7 +75,7 @@ type NotInRangeError struct {
 //	the provided IP (<ip>) is not in the valid range. The range of valid IPs is <cidr>
 //	provided port is not in the valid range. The range of valid ports is <base>-<last>
 func (e *NotInRangeError) Error() string {
-	if e.IP.IsValid() {
+	if e.Resource == ResourceClusterIP {
 		return fmt.Sprintf("the provided IP (%s) is not in the valid range. The range of valid IPs is %s", e.IP, e.ValidRange)
 	}
 	return fmt.Sprintf("provided port is not in the valid range. The range of valid ports is %s", e.ValidRange)

@@ -161,7 +161,7 @@ func (a *IPAllocator) addr(off int) netip.Addr {
 }
 
 func (a *IPAllocator) notInRange(ip netip.Addr) error {
-	return &NotInRangeError{IP: ip.Unmap().WithZone(""), ValidRange: a.cidr.String()}
+	return &NotInRangeError{Resource: ResourceClusterIP, IP: ip.Unmap().WithZone(""), ValidRange: a.cidr.String()}
 }
 
 // Allocate reserves ip, which may be any usable address (static band or not).

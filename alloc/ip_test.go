@@ -341,6 +341,7 @@ func TestIPErrorMessages(t *testing.T) {
 		{r4.Allocate(netip.MustParseAddr("::ffff:10.112.0.1")), "the provided IP (10.112.0.1) is not in the valid range. The range of valid IPs is 10.96.0.0/12"},
 		{r6.Allocate(netip.MustParseAddr("fd00:10:97::1")), "the provided IP (fd00:10:97::1) is not in the valid range. The range of valid IPs is fd00:10:96::/112"},
 		{r6.Allocate(netip.MustParseAddr("10.96.0.1")), "the provided IP (10.96.0.1) is not in the valid range. The range of valid IPs is fd00:10:96::/112"},
+		{r4.Allocate(netip.Addr{}), "the provided IP (invalid IP) is not in the valid range. The range of valid IPs is 10.96.0.0/12"},
 		{fullErr, "range is full"},
 		{r4.Restore(r6.Snapshot()), "the provided network does not match the current range"},
 	}
@@ -439,5 +440,42 @@ func TestDefaultSeedIsDeterministicAndRandom(t *testing.T) {
 	first, _ := c.AllocateNext()
 	if first == a[0] {
 		t.Errorf("seed 7 and the default seed picked the same first address %s", first)
+	}
+}
+
+// Concurrent callers never receive the same address (run with -race).
+func TestIPAllocateNextConcurrent(t *testing.T) {
+	a := newIP(t, "10.0.0.0/22")
+	const workers, each = 4, 200
+	results := make(chan netip.Addr, workers*each)
+	done := make(chan struct{})
+	for w := 0; w < workers; w++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; i < each; i++ {
+				ip, err := a.AllocateNext()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results <- ip
+				_ = a.Has(ip)
+				_ = a.Snapshot()
+			}
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		<-done
+	}
+	close(results)
+	seen := map[netip.Addr]bool{}
+	for ip := range results {
+		if seen[ip] {
+			t.Fatalf("%s handed out twice", ip)
+		}
+		seen[ip] = true
+	}
+	if len(seen) != workers*each || a.Used() != workers*each {
+		t.Fatalf("got %d addresses, Used()=%d", len(seen), a.Used())
 	}
 }

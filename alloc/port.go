@@ -160,7 +160,7 @@ func (a *PortAllocator) InStaticBand(port int) bool {
 // for a taken port.
 func (a *PortAllocator) Allocate(port int) error {
 	if !a.r.Contains(port) {
-		return &NotInRangeError{Port: port, ValidRange: a.r.String()}
+		return &NotInRangeError{Resource: ResourceNodePort, Port: port, ValidRange: a.r.String()}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -52,7 +52,7 @@ func TestPortAllocateFillAndRelease(t *testing.T) {
 	for _, p := range []int{1, 9999, 10201, 20000, -1} {
 		err := r.Allocate(p)
 		var nr *NotInRangeError
-		if !errors.As(err, &nr) || nr.Port != p || nr.IP.IsValid() || nr.ValidRange != "10000-10200" {
+		if !errors.As(err, &nr) || nr.Port != p || nr.Resource != ResourceNodePort || nr.ValidRange != "10000-10200" {
 			t.Errorf("Allocate(%d) = %v, want NotInRangeError", p, err)
 		}
 	}

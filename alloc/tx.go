@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"errors"
 	"net/netip"
 	"slices"
 
@@ -102,6 +103,9 @@ func (tx *Tx) mustBeOpen() {
 // ErrIPAllocated).
 func (tx *Tx) AllocateIP(ip netip.Addr) error {
 	tx.mustBeOpen()
+	if !ip.IsValid() {
+		return errors.New("alloc: AllocateIP of the zero netip.Addr")
+	}
 	ip = ip.Unmap().WithZone("")
 	ipa := tx.a.ForIP(ip)
 	if ipa == nil {
@@ -153,7 +157,7 @@ func (tx *Tx) AllocatePort(port int) error {
 	tx.mustBeOpen()
 	pa := tx.a.NodePorts
 	if pa == nil {
-		return &NotInRangeError{Port: port}
+		return &NotInRangeError{Resource: ResourceNodePort, Port: port}
 	}
 	wasPending := tx.ports.reclaim(port)
 	if wasPending && pa.Has(port) {

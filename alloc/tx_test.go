@@ -233,6 +233,9 @@ func TestTxErrors(t *testing.T) {
 	if err := tx.AllocateIP(mustAddr("10.96.0.3")); err == nil || err.Error() != "the provided IP (10.96.0.3) is not in the valid range. The range of valid IPs is 10.96.0.0/30" {
 		t.Errorf("AllocateIP(10.96.0.3) = %v", err)
 	}
+	if err := tx.AllocateIP(netip.Addr{}); err == nil || IsFamilyNotConfigured(err) {
+		t.Errorf("AllocateIP(zero) = %v", err)
+	}
 	if err := tx.AllocatePort(80); err == nil || err.Error() != "provided port is not in the valid range. The range of valid ports is 30000-30001" {
 		t.Errorf("AllocatePort(80) = %v", err)
 	}
