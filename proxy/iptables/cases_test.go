@@ -288,14 +288,16 @@ func asUpstream(text string) string { return strings.ReplaceAll(text, "0x0000400
 // text declares and fills, no rule goes to an undeclared chain, and no declared chain
 // is unused (the fixed top-level chains excepted).
 func checkRuleJumps(text string) error {
-	type tbl struct{ created, filled, jumped map[string]bool }
+	type tbl struct{ created, filled, jumped, hooked map[string]bool }
 	tables := map[string]*tbl{}
 	var cur *tbl
+	curName := ""
 	for _, line := range strings.Split(text, "\n") {
 		switch {
 		case strings.HasPrefix(line, "*"):
-			cur = &tbl{map[string]bool{}, map[string]bool{}, map[string]bool{}}
-			tables[line[1:]] = cur
+			cur = &tbl{map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}}
+			curName = line[1:]
+			tables[curName] = cur
 		case strings.HasPrefix(line, ":"):
 			name, _, _ := strings.Cut(line[1:], " ")
 			cur.created[name] = true
@@ -305,11 +307,20 @@ func checkRuleJumps(text string) error {
 			_, chain, spec := splitRule(line)
 			cur.filled[chain] = true
 			if j := jumpTarget(spec); j != "" && !builtinTargets[j] {
-				cur.jumped[j] = true
+				if slices.Contains(builtinChains[curName], chain) {
+					cur.hooked[j] = true // a hook jump rule (IncludeJumps): may target an empty chain
+				} else {
+					cur.jumped[j] = true
+				}
 			}
 		}
 	}
 	for name, t := range tables {
+		for c := range t.hooked {
+			if !t.created[c] {
+				return fmt.Errorf("%s: hook jump to chain %s that was not created", name, c)
+			}
+		}
 		for c := range t.jumped {
 			if !t.created[c] {
 				return fmt.Errorf("%s: jump to chain %s that was not created", name, c)

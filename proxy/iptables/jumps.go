@@ -84,13 +84,22 @@ func InstalledOrder() []JumpRule {
 	return out
 }
 
-// appendJumps appends "-A CHAIN spec" lines for one table in installed order.
+// hookChains are the built-in chains of each table, in the kernel's order.
+var hookChains = map[string][]string{
+	TableFilter: {"INPUT", "FORWARD", "OUTPUT"},
+	TableNAT:    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
+}
+
+// appendJumps appends "-A CHAIN spec" lines for one table: chain by chain, each in
+// installed order.
 func appendJumps(out []byte, table string) []byte {
-	for _, j := range InstalledOrder() {
-		if j.Table != table {
-			continue
+	installed := InstalledOrder()
+	for _, chain := range hookChains[table] {
+		for _, j := range installed {
+			if j.Table == table && j.Chain == chain {
+				out = append(out, "-A "+j.Chain+" "+j.Spec()+"\n"...)
+			}
 		}
-		out = append(out, "-A "+j.Chain+" "+j.Spec()+"\n"...)
 	}
 	return out
 }
