@@ -1,0 +1,574 @@
+package dns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	mdns "github.com/miekg/dns"
+)
+
+// Family selects the address records a lookup asks for.
+type Family int
+
+const (
+	// FamilyAny asks A and AAAA for every name tried (getaddrinfo AF_UNSPEC).
+	FamilyAny Family = iota
+	// FamilyIPv4 asks A only.
+	FamilyIPv4
+	// FamilyIPv6 asks AAAA only.
+	FamilyIPv6
+)
+
+// ErrorKind is why a lookup failed, named after glibc's h_errno values.
+type ErrorKind int
+
+const (
+	// HostNotFound: every name tried was NXDOMAIN (EAI_NONAME).
+	HostNotFound ErrorKind = iota + 1
+	// NoData: a name tried exists but has no address of the asked family
+	// (EAI_NODATA).
+	NoData
+	// TryAgain: SERVFAIL or no reply (EAI_AGAIN).
+	TryAgain
+	// NoRecovery: REFUSED, FORMERR, NOTIMP or an unusable name (EAI_FAIL).
+	NoRecovery
+)
+
+func (k ErrorKind) String() string {
+	switch k {
+	case HostNotFound:
+		return "HOST_NOT_FOUND"
+	case NoData:
+		return "NO_DATA"
+	case TryAgain:
+		return "TRY_AGAIN"
+	case NoRecovery:
+		return "NO_RECOVERY"
+	}
+	return fmt.Sprintf("ErrorKind(%d)", int(k))
+}
+
+// LookupError is a failed lookup.
+type LookupError struct {
+	Name string
+	Kind ErrorKind
+}
+
+func (e *LookupError) Error() string {
+	return fmt.Sprintf("lookup %s: %s", e.Name, e.Kind)
+}
+
+// IsNotFound reports whether err is a lookup that found no such host or no
+// address for it.
+func IsNotFound(err error) bool {
+	var le *LookupError
+	return errors.As(err, &le) && (le.Kind == HostNotFound || le.Kind == NoData)
+}
+
+// QueryLog is one DNS query the stub sent, and what came back.
+type QueryLog struct {
+	Name    string
+	Type    uint16
+	Server  string // host:port
+	Network string // udp or tcp
+	Rcode   int    // -1 when there was no reply
+	Answers int    // records in the answer section
+	TC      bool
+	Err     error
+}
+
+// String is "A svc1.default.svc.cluster.local. @10.96.0.10:53/udp NXDOMAIN".
+func (q QueryLog) String() string {
+	res := ""
+	switch {
+	case q.Err != nil:
+		res = "error: " + q.Err.Error()
+	case q.Rcode == mdns.RcodeSuccess && q.Answers == 0:
+		res = "NODATA"
+	default:
+		res = mdns.RcodeToString[q.Rcode]
+		if q.Answers > 0 {
+			res += fmt.Sprintf(" %d answers", q.Answers)
+		}
+	}
+	if q.TC {
+		res += " TC"
+	}
+	return fmt.Sprintf("%s %s @%s/%s %s", mdns.TypeToString[q.Type], q.Name, q.Server, q.Network, res)
+}
+
+// Result is a successful lookup.
+type Result struct {
+	Name  string       // the FQDN that answered
+	Addrs []netip.Addr // A then AAAA addresses, in answer order
+	Log   []QueryLog
+}
+
+// Stub is a pod's stub resolver: the glibc res_search walk over a
+// ResolvConf's search list, talking to its nameservers through Dial, so it
+// runs over a real or a simulated network. It records every query it sends.
+// Safe for concurrent use.
+type Stub struct {
+	Conf ResolvConf
+	// Dial opens a connection to a nameserver (network "udp" or "tcp",
+	// address host:port). Nil dials the host's network.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Timeout overrides Conf's timeout option (per query and nameserver).
+	Timeout time.Duration
+
+	mu     sync.Mutex
+	nextID uint16
+}
+
+// NewStub returns a stub resolver for conf.
+func NewStub(conf ResolvConf, dial func(ctx context.Context, network, address string) (net.Conn, error)) *Stub {
+	return &Stub{Conf: conf, Dial: dial}
+}
+
+// SearchList returns the names a lookup of name tries, in glibc's order:
+// a name with a trailing dot only as is; with at least ndots dots as is first
+// and then with each search domain; otherwise with each search domain and
+// then as is. All are FQDNs.
+func (s *Stub) SearchList(name string) []string {
+	if strings.HasSuffix(name, ".") {
+		return []string{name}
+	}
+	var out []string
+	dots := strings.Count(name, ".")
+	asIsFirst := dots >= s.Conf.Ndots()
+	if asIsFirst {
+		out = append(out, name+".")
+	}
+	rootOnList := false
+	for _, d := range s.Conf.Searches {
+		d = strings.TrimSuffix(d, ".")
+		if d == "" {
+			rootOnList = true
+			out = append(out, name+".")
+			continue
+		}
+		out = append(out, name+"."+d+".")
+	}
+	if !asIsFirst && !rootOnList {
+		out = append(out, name+".")
+	}
+	return out
+}
+
+// LookupHost resolves name to addresses (A and AAAA), walking the search list.
+func (s *Stub) LookupHost(ctx context.Context, name string) (*Result, error) {
+	return s.Lookup(ctx, name, FamilyAny)
+}
+
+// LookupNetIP is net.Resolver.LookupNetIP's shape: network "ip", "ip4" or
+// "ip6".
+func (s *Stub) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	fam := FamilyAny
+	switch network {
+	case "ip4":
+		fam = FamilyIPv4
+	case "ip6":
+		fam = FamilyIPv6
+	case "ip":
+	default:
+		return nil, fmt.Errorf("lookup %s: unsupported network %q", host, network)
+	}
+	res, err := s.Lookup(ctx, host, fam)
+	if err != nil {
+		return nil, err
+	}
+	return res.Addrs, nil
+}
+
+// tryResult is the outcome of one name of the walk.
+type tryResult struct {
+	ok       bool
+	kind     ErrorKind
+	servfail bool // the failure was a SERVFAIL reply (not a timeout)
+	addrs    []netip.Addr
+}
+
+// Lookup resolves name, walking the search list as glibc's res_search does:
+// stop at the first name whose reply has answers; go on after NXDOMAIN,
+// NODATA (remembered) and SERVFAIL; stop the search list after any other
+// failure (REFUSED, no reply), but still try the name as is if it was not
+// tried yet. The error reported: the as-is try's when it went first, else
+// NO_DATA if any name had no data, else TRY_AGAIN after a SERVFAIL, else the
+// last try's. The returned Result (also on error) holds the query log.
+func (s *Stub) Lookup(ctx context.Context, name string, fam Family) (*Result, error) {
+	res := &Result{}
+	if name == "" || name == "." {
+		return res, &LookupError{Name: name, Kind: HostNotFound}
+	}
+	try := func(fqdn string) tryResult {
+		tr := s.tryName(ctx, fqdn, fam, &res.Log)
+		if tr.ok {
+			res.Name = fqdn
+			res.Addrs = tr.addrs
+		}
+		return tr
+	}
+	fail := func(k ErrorKind) (*Result, error) { return res, &LookupError{Name: name, Kind: k} }
+
+	if strings.HasSuffix(name, ".") {
+		tr := try(name)
+		if tr.ok {
+			return res, nil
+		}
+		return fail(tr.kind)
+	}
+	dots := strings.Count(name, ".")
+	triedAsIs := false
+	var saved ErrorKind
+	if dots >= s.Conf.Ndots() {
+		tr := try(name + ".")
+		if tr.ok {
+			return res, nil
+		}
+		saved, triedAsIs = tr.kind, true
+	}
+	gotNoData, gotServfail, rootOnList := false, false, false
+	var last ErrorKind
+	for _, d := range s.Conf.Searches {
+		d = strings.TrimSuffix(d, ".")
+		fqdn := name + "." + d + "."
+		if d == "" {
+			rootOnList = true
+			fqdn = name + "."
+		}
+		tr := try(fqdn)
+		if tr.ok {
+			return res, nil
+		}
+		last = tr.kind
+		done := false
+		switch {
+		case tr.kind == NoData:
+			gotNoData = true
+		case tr.kind == HostNotFound:
+		case tr.kind == TryAgain && tr.servfail:
+			gotServfail = true
+		default:
+			done = true
+		}
+		if done {
+			break
+		}
+	}
+	if !triedAsIs && !rootOnList {
+		tr := try(name + ".")
+		if tr.ok {
+			return res, nil
+		}
+		last = tr.kind
+	}
+	switch {
+	case saved != 0:
+		return fail(saved)
+	case gotNoData:
+		return fail(NoData)
+	case gotServfail:
+		return fail(TryAgain)
+	case last != 0:
+		return fail(last)
+	}
+	return fail(HostNotFound)
+}
+
+// tryName asks for the addresses of one FQDN and classifies the replies as
+// glibc's __res_context_query does for an A+AAAA pair: success when either
+// reply is NOERROR with answers; otherwise the rcode of the A reply, or of the
+// AAAA reply when the A reply was NOERROR.
+func (s *Stub) tryName(ctx context.Context, fqdn string, fam Family, log *[]QueryLog) tryResult {
+	if _, ok := mdns.IsDomainName(fqdn); !ok || len(fqdn) > 254 {
+		return tryResult{kind: NoRecovery}
+	}
+	var qtypes []uint16
+	switch fam {
+	case FamilyIPv4:
+		qtypes = []uint16{mdns.TypeA}
+	case FamilyIPv6:
+		qtypes = []uint16{mdns.TypeAAAA}
+	default:
+		qtypes = []uint16{mdns.TypeA, mdns.TypeAAAA}
+	}
+	replies := s.send(ctx, fqdn, qtypes, log)
+	var tr tryResult
+	for _, r := range replies {
+		if r == nil || r.Rcode != mdns.RcodeSuccess || len(r.Answer) == 0 {
+			continue
+		}
+		tr.ok = true
+		for _, rr := range r.Answer {
+			switch v := rr.(type) {
+			case *mdns.A:
+				if ip, ok := netip.AddrFromSlice(v.A); ok {
+					tr.addrs = append(tr.addrs, ip.Unmap())
+				}
+			case *mdns.AAAA:
+				if ip, ok := netip.AddrFromSlice(v.AAAA); ok {
+					tr.addrs = append(tr.addrs, ip)
+				}
+			}
+		}
+	}
+	if tr.ok {
+		return tr
+	}
+	first := replies[0]
+	if first == nil {
+		return tryResult{kind: TryAgain}
+	}
+	code := first.Rcode
+	if code == mdns.RcodeSuccess && len(replies) > 1 {
+		if replies[1] == nil {
+			return tryResult{kind: TryAgain}
+		}
+		code = replies[1].Rcode
+	}
+	switch code {
+	case mdns.RcodeNameError:
+		return tryResult{kind: HostNotFound}
+	case mdns.RcodeServerFailure:
+		return tryResult{kind: TryAgain, servfail: true}
+	case mdns.RcodeSuccess:
+		return tryResult{kind: NoData}
+	}
+	return tryResult{kind: NoRecovery}
+}
+
+func (s *Stub) id() uint16 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	if s.nextID == 0 {
+		s.nextID = 1
+	}
+	return s.nextID
+}
+
+func nameserverAddr(ns string) string {
+	if _, _, err := net.SplitHostPort(ns); err == nil {
+		return ns
+	}
+	return net.JoinHostPort(ns, "53")
+}
+
+// send asks the qtypes for fqdn as glibc's res_send does: over UDP, all
+// questions on one socket back to back (unless options single-request or
+// single-request-reopen); per attempt each nameserver in turn, moving on
+// after no reply or a SERVFAIL/NOTIMP/REFUSED reply (kept in case no server
+// does better); a truncated reply is asked again over TCP. replies[i] is nil
+// when qtypes[i] got no reply at all.
+func (s *Stub) send(ctx context.Context, fqdn string, qtypes []uint16, log *[]QueryLog) []*mdns.Msg {
+	best := make([]*mdns.Msg, len(qtypes))
+	servers := s.Conf.Nameservers
+	if len(servers) == 0 {
+		servers = []string{"127.0.0.1"}
+	}
+	for attempt := 0; attempt < s.Conf.Attempts(); attempt++ {
+		for _, ns := range servers {
+			addr := nameserverAddr(ns)
+			replies := s.exchangeUDP(ctx, addr, fqdn, qtypes, log)
+			good := true
+			for i, r := range replies {
+				if r != nil && r.Truncated {
+					r = s.exchangeTCP(ctx, addr, fqdn, qtypes[i], log)
+					replies[i] = r
+				}
+				if r == nil {
+					good = false
+					continue
+				}
+				switch r.Rcode {
+				case mdns.RcodeServerFailure, mdns.RcodeNotImplemented, mdns.RcodeRefused:
+					good = false
+				}
+				best[i] = r
+			}
+			if good {
+				return replies
+			}
+			if ctx.Err() != nil {
+				return best
+			}
+		}
+	}
+	return best
+}
+
+func (s *Stub) timeout() time.Duration {
+	if s.Timeout > 0 {
+		return s.Timeout
+	}
+	return s.Conf.Timeout()
+}
+
+func (s *Stub) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if s.Dial != nil {
+		return s.Dial(ctx, network, addr)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+func (s *Stub) query(fqdn string, qtype uint16) *mdns.Msg {
+	m := new(mdns.Msg)
+	m.SetQuestion(fqdn, qtype)
+	m.Id = s.id()
+	return m
+}
+
+// exchangeUDP sends the questions and collects the replies, matching IDs.
+func (s *Stub) exchangeUDP(ctx context.Context, addr, fqdn string, qtypes []uint16, log *[]QueryLog) []*mdns.Msg {
+	replies := make([]*mdns.Msg, len(qtypes))
+	_, sequential := s.Conf.Option("single-request")
+	_, reopen := s.Conf.Option("single-request-reopen")
+	var conn *mdns.Conn
+	closeConn := func() {
+		if conn != nil {
+			conn.Close()
+			conn = nil
+		}
+	}
+	defer closeConn()
+	open := func() error {
+		closeConn()
+		c, err := s.dial(ctx, "udp", addr)
+		if err != nil {
+			return err
+		}
+		conn = &mdns.Conn{Conn: c, UDPSize: mdns.MinMsgSize}
+		return nil
+	}
+	// Log entries go in question order, whatever order the replies came in.
+	entries := make([]*QueryLog, len(qtypes))
+	defer func() {
+		for _, e := range entries {
+			if e != nil {
+				*log = append(*log, *e)
+			}
+		}
+	}()
+	record := func(i int, _ *mdns.Msg, r *mdns.Msg, err error) {
+		e := &QueryLog{Name: fqdn, Type: qtypes[i], Server: addr, Network: "udp", Rcode: -1, Err: err}
+		if r != nil {
+			e.Rcode, e.Answers, e.TC = r.Rcode, len(r.Answer), r.Truncated
+		}
+		entries[i] = e
+	}
+	// readFor waits for the replies to the outstanding queries.
+	readFor := func(pending map[uint16]int, queries map[uint16]*mdns.Msg) {
+		_ = conn.SetReadDeadline(time.Now().Add(s.timeout()))
+		for len(pending) > 0 {
+			r, err := conn.ReadMsg()
+			if err != nil {
+				for id, i := range pending {
+					record(i, queries[id], nil, err)
+				}
+				return
+			}
+			i, ok := pending[r.Id]
+			if !ok || len(r.Question) != 1 || !strings.EqualFold(r.Question[0].Name, fqdn) || r.Question[0].Qtype != qtypes[i] {
+				continue // a stray or mismatched reply: keep waiting, as glibc does
+			}
+			delete(pending, r.Id)
+			replies[i] = r
+			record(i, queries[r.Id], r, nil)
+		}
+	}
+	if err := open(); err != nil {
+		for i := range qtypes {
+			record(i, nil, nil, err)
+		}
+		return replies
+	}
+	if sequential || reopen {
+		for i, qt := range qtypes {
+			if i > 0 && reopen {
+				if err := open(); err != nil {
+					record(i, nil, nil, err)
+					continue
+				}
+			}
+			q := s.query(fqdn, qt)
+			if err := conn.WriteMsg(q); err != nil {
+				record(i, q, nil, err)
+				continue
+			}
+			readFor(map[uint16]int{q.Id: i}, map[uint16]*mdns.Msg{q.Id: q})
+		}
+		return replies
+	}
+	pending := map[uint16]int{}
+	queries := map[uint16]*mdns.Msg{}
+	for i, qt := range qtypes {
+		q := s.query(fqdn, qt)
+		if err := conn.WriteMsg(q); err != nil {
+			record(i, q, nil, err)
+			continue
+		}
+		pending[q.Id] = i
+		queries[q.Id] = q
+	}
+	readFor(pending, queries)
+	return replies
+}
+
+func (s *Stub) exchangeTCP(ctx context.Context, addr, fqdn string, qtype uint16, log *[]QueryLog) *mdns.Msg {
+	e := QueryLog{Name: fqdn, Type: qtype, Server: addr, Network: "tcp", Rcode: -1}
+	defer func() { *log = append(*log, e) }()
+	c, err := s.dial(ctx, "tcp", addr)
+	if err != nil {
+		e.Err = err
+		return nil
+	}
+	conn := &mdns.Conn{Conn: c}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(s.timeout()))
+	q := s.query(fqdn, qtype)
+	if err := conn.WriteMsg(q); err != nil {
+		e.Err = err
+		return nil
+	}
+	for {
+		r, err := conn.ReadMsg()
+		if err != nil {
+			e.Err = err
+			return nil
+		}
+		if r.Id == q.Id {
+			e.Rcode, e.Answers, e.TC = r.Rcode, len(r.Answer), r.Truncated
+			return r
+		}
+	}
+}
+
+// NetResolver returns a Go resolver (PreferGo) whose every DNS connection
+// goes through the stub's Dial to the first nameserver. Go applies its own
+// search list and ndots, read from the process's /etc/resolv.conf, not the
+// pod's: give it FQDNs (trailing dot), or use Stub.LookupNetIP for the pod's
+// exact glibc search semantics and a query log.
+func (s *Stub) NetResolver() *net.Resolver {
+	server := "127.0.0.1:53"
+	if len(s.Conf.Nameservers) > 0 {
+		server = nameserverAddr(s.Conf.Nameservers[0])
+	}
+	return &net.Resolver{
+		PreferGo: true,
+		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			if strings.HasPrefix(network, "tcp") {
+				network = "tcp"
+			} else {
+				network = "udp"
+			}
+			return s.dial(ctx, network, server)
+		},
+	}
+}
