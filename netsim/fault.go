@@ -1,6 +1,7 @@
 package netsim
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -161,3 +162,82 @@ func (l *Link) flush(c *Cluster) {
 		d.deliver(d.data)
 	}
 }
+
+// probeLost decides whether a probe's packet is lost on the link: a choice point when the
+// probe explores all branches, a draw from the link's seeded source otherwise.
+func (l *Link) probeLost(env *penv) bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	loss := l.f.Loss
+	l.mu.Unlock()
+	if loss <= 0 {
+		return false
+	}
+	if pc, ok := env.ch.(*pathChooser); ok {
+		lost := pc.chance(loss)
+		if lost {
+			env.step(TraceStep{Kind: StepFault, Detail: "lost on link " + l.name})
+		}
+		return lost
+	}
+	l.mu.Lock()
+	lost := l.rng.Float64() < loss
+	l.mu.Unlock()
+	if lost {
+		env.step(TraceStep{Kind: StepFault, Detail: "lost on link " + l.name})
+	}
+	return lost
+}
+
+// Uplink returns the node's link to the cluster network, whose faults can be set.
+func (n *Node) Uplink() *Link { return n.uplinkLink }
+
+// Partition cuts the cluster network into groups: places in different groups cannot
+// reach each other; places in no group reach everyone. A place is a node name or
+// "external" (all external hosts and the load balancer). Partition replaces any earlier
+// partition.
+func (c *Cluster) Partition(groups ...[]string) error {
+	p := map[string]int{}
+	for i, g := range groups {
+		for _, name := range g {
+			if name != "external" && c.Node(name) == nil {
+				return fmt.Errorf("partition: no node %q", name)
+			}
+			if _, dup := p[name]; dup {
+				return fmt.Errorf("partition: %q is in two groups", name)
+			}
+			p[name] = i + 1
+		}
+	}
+	c.fabric.mu.Lock()
+	c.fabric.partition = p
+	c.fabric.mu.Unlock()
+	return nil
+}
+
+// Heal removes any partition.
+func (c *Cluster) Heal() { _ = c.Partition() }
+
+// KillNode makes a node die: its datapath stops, its pods die with their sockets, and the
+// cluster network drops everything addressed to it. (Its objects stay in the store, as a
+// NotReady node's do, until someone removes them.)
+func (c *Cluster) KillNode(name string) error {
+	n := c.Node(name)
+	if n == nil {
+		return fmt.Errorf("no node %q", name)
+	}
+	if !n.down.CompareAndSwap(false, true) {
+		return nil
+	}
+	for _, p := range c.Pods() {
+		if p.node == n && !p.hostNetwork {
+			p.kill()
+		}
+	}
+	return nil
+}
+
+// Down reports whether the node has been killed.
+func (n *Node) Down() bool { return n.down.Load() }

@@ -196,6 +196,12 @@ func (c *Cluster) Probe(p Probe) ([]ProbeResult, error) {
 		return nil, fmt.Errorf("probe: unsupported protocol %d", p.Proto)
 	}
 	src := p.Src
+	if !src.IsValid() && p.Dst.Addr().IsLoopback() {
+		src = p.Dst.Addr() // a socket connecting to loopback gets a loopback source
+		if src.Is4() {
+			src = netip.MustParseAddr("127.0.0.1")
+		}
+	}
 	if !src.IsValid() {
 		for _, a := range from.addrs() {
 			if a.Is4() == p.Dst.Addr().Is4() {
@@ -494,6 +500,9 @@ func (c *Cluster) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *p
 		}
 		n := pod.node
 		env.step(TraceStep{Kind: StepLink, Node: n.name, Detail: fmt.Sprintf("pod %s eth0 -> %s port %s", pod.key(), n.bridge.Name, pod.port.name), Packet: pk.String()})
+		if pod.port.link.probeLost(env) {
+			return walkEnd{kind: endDropped, pk: pk, node: n, reason: "lost on link " + pod.port.link.name}
+		}
 		if n.down.Load() {
 			return walkEnd{kind: endDropped, pk: pk, node: n, reason: "node " + n.name + " is down"}
 		}
@@ -507,6 +516,9 @@ func (c *Cluster) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *p
 		e := nodeEnv(n)
 		return c.follow(n, n.output(pk, e), e, nodeEnv)
 	case from.ext != nil:
+		if from.ext.link.probeLost(env) {
+			return walkEnd{kind: endDropped, pk: pk, reason: "lost on link " + from.ext.link.name}
+		}
 		return c.fromFabric(pk, "external", env, nodeEnv)
 	}
 	return walkEnd{kind: endDropped, pk: pk, reason: "no source"}
@@ -554,6 +566,9 @@ func (c *Cluster) follow(n *Node, eg egress, env *penv, nodeEnv func(*Node) *pen
 			return walkEnd{kind: endDelivered, at: place{node: n}, pk: eg.pk}
 		case egPod:
 			pod := eg.port.pod
+			if eg.port.link.probeLost(env) {
+				return walkEnd{kind: endDropped, pk: eg.pk, node: n, reason: "lost on link " + eg.port.link.name}
+			}
 			env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "DELIVERED", Detail: "pod " + pod.key() + " via " + eg.port.name, Packet: eg.pk.String()})
 			if pod.dead.Load() {
 				return walkEnd{kind: endDropped, pk: eg.pk, node: n, reason: "pod " + pod.key() + " is dead"}
@@ -563,8 +578,44 @@ func (c *Cluster) follow(n *Node, eg egress, env *penv, nodeEnv func(*Node) *pen
 			eg = n.ingress(eg.pk, n.lo, nil, env)
 			continue
 		case egUplink:
+			if n.uplinkLink.probeLost(env) {
+				return walkEnd{kind: endDropped, pk: eg.pk, node: n, reason: "lost on link " + n.uplinkLink.name}
+			}
 			return c.fromFabric(eg.pk, n.name, env, nodeEnv)
 		}
 	}
 	return walkEnd{kind: endDropped, pk: eg.pk, node: n, reason: "routing loop"}
+}
+
+// Inject sends a raw IP packet from a place (see Probe.From) through the datapath, as
+// if the place's stack had sent it, and reports where it ends. Tests use it for packets
+// a stack would not send (out-of-window segments, spoofed sources).
+func (c *Cluster) Inject(from string, data []byte, trace bool) (ProbeResult, error) {
+	pl, err := c.parsePlace(from)
+	if err != nil {
+		return ProbeResult{}, err
+	}
+	pk, err := ParsePacket(append([]byte(nil), data...))
+	if err != nil {
+		return ProbeResult{}, fmt.Errorf("inject: %w", err)
+	}
+	c.probeMu.Lock()
+	defer c.probeMu.Unlock()
+	env := &penv{}
+	if trace {
+		env.trace = &Trace{}
+	}
+	nodeEnv := func(n *Node) *penv {
+		e := *env
+		e.ch = randChooser{n.rng}
+		return &e
+	}
+	end := c.walk(pl, pk, env, nodeEnv)
+	out := end.outcome(pk.Proto, pk)
+	if end.kind == endRefused && end.reply != nil {
+		r := c.followBack(pl, end, env, nodeEnv, out)
+		r.Probability, r.Trace = 1, env.trace
+		return r, nil
+	}
+	return ProbeResult{Outcome: out, Probability: 1, Trace: env.trace}, nil
 }

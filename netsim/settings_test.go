@@ -1,0 +1,378 @@
+package netsim
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// kubeLikeNAT is a small kube-proxy: DNAT a VIP to backends; mark hairpin and
+// off-node traffic for masquerade (as KUBE-SEP's -s EP -j KUBE-MARK-MASQ and
+// KUBE-SVC's ! -s podCIDR rule do); masquerade marked packets in POSTROUTING. It can
+// also DNAT node-local "NodePort" traffic to 127.0.0.1.
+type kubeLikeNAT struct {
+	vip      netip.AddrPort
+	nodePort uint16
+	backend  netip.AddrPort
+}
+
+const masqMark = 0x4000
+
+func (k *kubeLikeNAT) attach(n *Node) {
+	dnat := HandlerFunc(func(ctx *Context, p *Packet) Verdict {
+		hit := p.Dst == k.vip.Addr() && p.DstPort == k.vip.Port()
+		if k.nodePort != 0 && ctx.IsLocalAddr(p.Dst) && p.DstPort == k.nodePort {
+			hit = true
+			p.Mark |= masqMark
+		}
+		if !hit {
+			return VerdictContinue
+		}
+		if p.Src == k.backend.Addr() {
+			p.Mark |= masqMark // hairpin
+		}
+		return DNATTo(k.backend, "")
+	})
+	n.AddHandler(HandlerSpec{Name: "kube-services", Hook: Prerouting, Priority: PriorityNATDst, NAT: true, Handler: dnat})
+	n.AddHandler(HandlerSpec{Name: "kube-services", Hook: Output, Priority: PriorityNATDst, NAT: true, Handler: dnat})
+	n.AddHandler(HandlerSpec{Name: "kube-postrouting", Hook: Postrouting, Priority: PriorityNATSrc, NAT: true, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
+		if p.Mark&masqMark == 0 {
+			return VerdictContinue
+		}
+		return MasqueradeVerdict(true, "marked for masquerade")
+	})})
+}
+
+// ctRecorder records the conntrack state of packets at a hook.
+type ctRecorder struct{ states []CtState }
+
+func (r *ctRecorder) Handle(ctx *Context, p *Packet) Verdict {
+	r.states = append(r.states, p.CtState)
+	return VerdictContinue
+}
+
+func TestHairpinMasqueradeAndHairpinMode(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-a", "default/web", 8080)
+	vip := netip.MustParseAddrPort("10.96.0.80:80")
+	k := &kubeLikeNAT{vip: vip, backend: netip.AddrPortFrom(web.IP(), 8080)}
+	k.attach(c.Node("node-a"))
+
+	// Real traffic: the pod reaches itself through its Service and sees the bridge
+	// address as the client (masqueraded).
+	w, err := ask(t, web.Net(), vip.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(w.Client, "10.244.0.1:") || w.Pod != "default/web" {
+		t.Errorf("hairpin reply %+v: want the pod itself, seeing the bridge address 10.244.0.1", w)
+	}
+	r, _ := c.ProbeOne(Probe{From: "pod:default/web", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect})
+	if r.Result != ResultConnected || r.SeenSrc.Addr() != netip.MustParseAddr("10.244.0.1") {
+		t.Errorf("hairpin probe with hairpin mode on: %s", r.Outcome)
+	}
+	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.Hairpin = false })
+	r, _ = c.ProbeOne(Probe{From: "pod:default/web", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect})
+	if r.Result != ResultDropped || !strings.Contains(r.Reason, "hairpin") {
+		t.Errorf("hairpin probe with hairpin mode off: %s, want dropped by the bridge", r.Outcome)
+	}
+}
+
+func TestRouteLocalnetForLocalhostNodePort(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-a", "default/web", 8080)
+	k := &kubeLikeNAT{vip: netip.MustParseAddrPort("10.96.0.81:80"), nodePort: 30080, backend: netip.AddrPortFrom(web.IP(), 8080)}
+	k.attach(c.Node("node-a"))
+	lo := netip.MustParseAddrPort("127.0.0.1:30080")
+	r, _ := c.ProbeOne(Probe{From: "node:node-a", Proto: ProtoTCP, Dst: lo, Mode: ProbeConnect})
+	if r.Result != ResultDropped || !strings.Contains(r.Reason, "route_localnet") {
+		t.Errorf("localhost NodePort with route_localnet=0: %s, want dropped as a martian", r.Outcome)
+	}
+	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.RouteLocalnet = true })
+	r, _ = c.ProbeOne(Probe{From: "node:node-a", Proto: ProtoTCP, Dst: lo, Mode: ProbeConnect})
+	if r.Result != ResultConnected || r.Pod != "default/web" || r.SeenSrc.Addr() != netip.MustParseAddr("10.244.0.1") || r.ReplyFrom != lo {
+		t.Errorf("localhost NodePort with route_localnet=1: %s", r.Outcome)
+	}
+	// And real traffic from the node's host network.
+	w, err := ask(t, c.Node("node-a").HostNet(), lo.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Pod != "default/web" {
+		t.Errorf("real localhost NodePort traffic reached %+v", w)
+	}
+}
+
+func TestIPForwardOff(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	startPod(t, c, "node-a", "default/client")
+	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.IPForward = false })
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 8080)})
+	if r.Result != ResultDropped || !strings.Contains(r.Reason, "ip_forward") || r.Node != "node-a" {
+		t.Errorf("ip_forward=0: %s", r.Outcome)
+	}
+}
+
+func TestRPFilter(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	startPod(t, c, "node-a", "default/client")
+	spoofed := netip.MustParseAddr("10.244.2.77") // node-c's pod range, sent from node-a's bridge
+	p := Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 8080), Src: spoofed}
+	if r, _ := c.ProbeOne(p); r.Result != ResultDelivered {
+		t.Errorf("rp_filter=0: %s, want delivered", r.Outcome)
+	}
+	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.RPFilter = 2 })
+	if r, _ := c.ProbeOne(p); r.Result != ResultDelivered {
+		t.Errorf("rp_filter=2 (loose): %s, want delivered (a route back exists)", r.Outcome)
+	}
+	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.RPFilter = 1 })
+	if r, _ := c.ProbeOne(p); r.Result != ResultDropped || !strings.Contains(r.Reason, "rp_filter strict") {
+		t.Errorf("rp_filter=1: %s, want dropped (the route back leaves eth0, not cbr0)", r.Outcome)
+	}
+}
+
+func TestTCPBeLiberalAndInvalid(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	client := startPod(t, c, "node-a", "default/client")
+	rec := &ctRecorder{}
+	c.Node("node-a").AddHandler(HandlerSpec{Name: "rec", Hook: Forward, Priority: PriorityFilter, Handler: rec})
+	dst := netip.AddrPortFrom(web.IP(), 8080)
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst, SrcPort: 41000, Mode: ProbeConnect})
+	if r.Result != ResultConnected {
+		t.Fatalf("handshake: %s", r.Outcome)
+	}
+	// An ACK far outside the window the conntrack entry has seen.
+	entries := c.Node("node-a").Conntrack().List(CtFilter{Proto: ProtoTCP, OrigDst: web.IP(), OrigSrcPort: 41000})
+	if len(entries) != 1 || entries[0].TCPState != TCPEstablished {
+		t.Fatalf("conntrack after handshake: %v", entries)
+	}
+	bad := BuildTCP(TCPSegment{Src: netip.AddrPortFrom(client.IP(), 41000), Dst: dst, Flags: TCPAck, Seq: 0x80000000, Ack: 1, WindowScale: -1})
+	rec.states = nil
+	if _, err := c.Inject("pod:default/client", bad, false); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.states) != 1 || rec.states[0] != CtInvalid {
+		t.Errorf("out-of-window ACK: conntrack states %v, want [INVALID]", rec.states)
+	}
+	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.Conntrack.TCPBeLiberal = true })
+	rec.states = nil
+	c.Inject("pod:default/client", bad, false)
+	if len(rec.states) != 1 || rec.states[0] != CtEstablished {
+		t.Errorf("out-of-window ACK with tcp_be_liberal=1: %v, want [ESTABLISHED]", rec.states)
+	}
+}
+
+func TestPartitionAndNodeDeath(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	startPod(t, c, "node-a", "default/client")
+	dst := netip.AddrPortFrom(web.IP(), 8080)
+	if err := c.Partition([]string{"node-a"}, []string{"node-b", "node-c"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst}); r.Result != ResultDropped || !strings.Contains(r.Reason, "partition") {
+		t.Errorf("partitioned: %s", r.Outcome)
+	}
+	c.Heal()
+	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst, Mode: ProbeConnect}); r.Result != ResultConnected {
+		t.Errorf("healed: %s", r.Outcome)
+	}
+	if err := c.KillNode("node-b"); err != nil {
+		t.Fatal(err)
+	}
+	if web.Alive() {
+		t.Error("a pod of a dead node is still alive")
+	}
+	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst}); r.Result != ResultDropped || !strings.Contains(r.Reason, "down") {
+		t.Errorf("dead node: %s", r.Outcome)
+	}
+}
+
+func TestLinkLossInProbesAndAllBranches(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	startPod(t, c, "node-a", "default/client")
+	c.Node("node-a").Uplink().SetFaults(LinkFaults{Loss: 0.25})
+	rs, err := c.Probe(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: netip.AddrPortFrom(web.IP(), 8080), AllBranches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || rs[0].Result != ResultDelivered || rs[0].Probability != 0.75 || rs[1].Result != ResultDropped || rs[1].Probability != 0.25 {
+		t.Errorf("all branches with 25%% loss: %v", rs)
+	}
+	lost := 0
+	for i := 0; i < 400; i++ {
+		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: netip.AddrPortFrom(web.IP(), 8080)})
+		if r.Result == ResultDropped {
+			lost++
+		}
+	}
+	if lost < 60 || lost > 140 {
+		t.Errorf("lost %d of 400 probes at 25%% loss", lost)
+	}
+}
+
+func TestRealTrafficWithLossAndLatency(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	client := startPod(t, c, "node-a", "default/client")
+	c.Node("node-a").Uplink().SetFaults(LinkFaults{Loss: 0.1, Latency: 5 * time.Millisecond})
+	start := c.Clock().Now()
+	for i := 0; i < 5; i++ {
+		if _, err := ask(t, client.Net(), netip.AddrPortFrom(web.IP(), 8080).String()); err != nil {
+			t.Fatalf("request %d with 10%% loss: %v", i, err)
+		}
+	}
+	if el := c.Clock().Since(start); el < 5*2*5*time.Millisecond {
+		t.Errorf("5 exchanges over a 5 ms link took %v of virtual time", el)
+	}
+	if sent, _ := c.Node("node-a").Uplink().Counters(); sent == 0 {
+		t.Error("uplink carried nothing")
+	}
+}
+
+func TestDuplicationAndReordering(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	sink := startPod(t, c, "node-b", "default/sink")
+	client := startPod(t, c, "node-a", "default/client")
+	pc, err := sink.Net().ListenPacket("udp", ":9000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	c.Node("node-a").Uplink().SetFaults(LinkFaults{Duplicate: 1})
+	conn, err := client.Net().Dial("udp", netip.AddrPortFrom(sink.IP(), 9000).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte("x"))
+	pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 100)
+	for i := 0; i < 2; i++ {
+		if _, _, err := pc.ReadFrom(buf); err != nil {
+			t.Fatalf("copy %d of a duplicated datagram: %v", i+1, err)
+		}
+	}
+	c.Node("node-a").Uplink().SetFaults(LinkFaults{Reorder: 0.5, ReorderBy: 20 * time.Millisecond})
+	const n = 40
+	for i := 0; i < n; i++ {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], uint32(i))
+		conn.Write(b[:])
+	}
+	var got []uint32
+	for len(got) < n {
+		k, _, err := pc.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("after %d datagrams: %v", len(got), err)
+		}
+		if k == 4 {
+			got = append(got, binary.BigEndian.Uint32(buf))
+		}
+	}
+	inversions := 0
+	for i := 1; i < len(got); i++ {
+		if got[i] < got[i-1] {
+			inversions++
+		}
+	}
+	if inversions == 0 {
+		t.Errorf("no reordering seen with 50%% reorder: %v", got)
+	}
+}
+
+func TestKilledPodSocketsDie(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	client := startPod(t, c, "node-a", "default/client")
+	addr := netip.AddrPortFrom(web.IP(), 8080)
+	conn, err := client.Net().DialContext(ctxT(t), "tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ln, err := web.Net().Listen("tcp", ":9090")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.StopPod("default", "web")
+	if _, err := ln.Accept(); err == nil {
+		t.Error("a killed pod's listener still accepts")
+	}
+	// A new connection to the dead pod's address: the node finds nobody on the bridge and
+	// answers host unreachable.
+	_, err = client.Net().DialContext(ctxT(t), "tcp", addr.String())
+	if !errors.Is(err, syscall.EHOSTUNREACH) {
+		t.Errorf("dial a deleted pod's IP: %v, want EHOSTUNREACH", err)
+	}
+}
+
+func TestPcapCapture(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	client := startPod(t, c, "node-a", "default/client")
+	var buf bytes.Buffer
+	stop, err := c.Capture("node-a/eth0", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ask(t, client.Net(), netip.AddrPortFrom(web.IP(), 8080).String()); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	b := buf.Bytes()
+	if len(b) < 24 || binary.LittleEndian.Uint32(b) != pcapMagic || binary.LittleEndian.Uint32(b[20:]) != pcapLinkRaw {
+		t.Fatalf("not a raw-IP pcap file: % x", b[:min(len(b), 24)])
+	}
+	var syn, synack bool
+	for off := 24; off+16 <= len(b); {
+		n := int(binary.LittleEndian.Uint32(b[off+8:]))
+		pk, err := ParsePacket(b[off+16 : off+16+n])
+		if err != nil {
+			t.Fatalf("record at %d: %v", off, err)
+		}
+		if !pk.ChecksumsValid() {
+			t.Errorf("captured packet with bad checksums: %s", pk)
+		}
+		syn = syn || pk.TCPFlags == TCPSyn && pk.Src == client.IP()
+		synack = synack || pk.TCPFlags == TCPSyn|TCPAck && pk.Src == web.IP()
+		off += 16 + n
+	}
+	if !syn || !synack {
+		t.Errorf("capture on node-a/eth0 lacks the handshake (syn %v, syn-ack %v)", syn, synack)
+	}
+}
+
+func TestTraceJSON(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	startPod(t, c, "node-a", "default/client")
+	attachDNAT(c, &staticDNAT{vip: netip.MustParseAddrPort("10.96.0.90:80"), backends: []netip.AddrPort{netip.AddrPortFrom(web.IP(), 8080)}})
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.90:80"), Trace: true})
+	js, err := r.Trace.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"kind": "hook"`, `"hook": "PREROUTING"`, `"kind": "conntrack"`, `"verdict": "NEW"`, `"kind": "nat"`, `"kind": "route"`, `"node": "node-b"`, `"verdict": "DELIVERED"`} {
+		if !bytes.Contains(js, []byte(want)) {
+			t.Errorf("trace JSON lacks %s:\n%s", want, js)
+		}
+	}
+	text := r.Trace.String()
+	if !strings.Contains(text, "[node-a] PREROUTING") || !strings.Contains(text, "[node-b] POSTROUTING") {
+		t.Errorf("trace text:\n%s", text)
+	}
+	_ = context.Background
+	_ = fmt.Sprint
+}
