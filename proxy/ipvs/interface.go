@@ -70,4 +70,5 @@ type RealServer struct {
 	ActiveConn     int    // read-only in Get*
 	InactiveConn   int    // read-only in Get*
 	PersistConn    int    // read-only in Get*: connection templates pointing here
+	Overloaded     bool   // read-only in Get*: IP_VS_DEST_F_OVERLOAD (set by the -x/-y thresholds)
 }

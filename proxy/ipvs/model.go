@@ -1,0 +1,777 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Errors the model returns, wrapped with context; they mirror the kernel's errnos.
+var (
+	ErrExist       = errors.New("already exists")                       // EEXIST
+	ErrNotFound    = errors.New("not found")                            // ENOENT (also an unknown scheduler)
+	ErrInvalid     = errors.New("invalid argument")                     // EINVAL
+	ErrRange       = errors.New("out of range")                         // ERANGE
+	ErrUnsupported = errors.New("not supported by the userspace model") // EOPNOTSUPP
+)
+
+// IsNotFound reports whether err is (or wraps) ErrNotFound.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsExist reports whether err is (or wraps) ErrExist.
+func IsExist(err error) bool { return errors.Is(err, ErrExist) }
+
+// Sysctls are the net.ipv4.vs.* settings the model honours.
+type Sysctls struct {
+	ConnReuseMode           int           // conn_reuse_mode (default 1; bit 2 also reuses FIN_WAIT of DR/TUN)
+	ExpireNodestConn        bool          // expire_nodest_conn (default 0)
+	ExpireQuiescentTemplate bool          // expire_quiescent_template (default 0)
+	SloppyTCP               bool          // sloppy_tcp: any non-RST TCP packet may create a connection
+	SloppySCTP              bool          // sloppy_sctp
+	CacheBypass             bool          // cache_bypass: fwmark services without a destination forward to the original destination
+	Conntrack               bool          // conntrack: keep netfilter conntrack for IPVS connections
+	LBLCExpiration          time.Duration // lblc_expiration (default 24h)
+	LBLCRExpiration         time.Duration // lblcr_expiration (default 24h)
+}
+
+// DefaultSysctls returns the kernel's defaults.
+func DefaultSysctls() Sysctls {
+	return Sysctls{ConnReuseMode: 1, LBLCExpiration: 24 * time.Hour, LBLCRExpiration: 24 * time.Hour}
+}
+
+// KubeProxySysctls returns what kube-proxy's IPVS mode sets on a kernel >= 5.9:
+// conntrack=1, expire_nodest_conn=1, expire_quiescent_template=1, conn_reuse_mode left at 1.
+func KubeProxySysctls() Sysctls {
+	s := DefaultSysctls()
+	s.Conntrack = true
+	s.ExpireNodestConn = true
+	s.ExpireQuiescentTemplate = true
+	return s
+}
+
+// Config configures a Model. The zero Config is a default kernel with its own manual
+// clock and seed 0.
+type Config struct {
+	Clock             Clock    // nil: a new ManualClock
+	Seed              uint64   // the twos scheduler's random source: PCG(Seed, Seed)
+	Sysctls           *Sysctls // nil: DefaultSysctls()
+	LegacyActiveConns bool     // kernels before 4.8: only ESTABLISHED TCP connections are active
+	MHTableIndex      int      // CONFIG_IP_VS_MH_TAB_INDEX, 8..17; 0 means 12 (4093 slots)
+	SHTableBits       int      // CONFIG_IP_VS_SH_TAB_BITS, 4..20; 0 means 8 (256 buckets)
+	HZ                int      // kernel HZ for the one-jiffy delay of the expire_nodest_conn work; 0 means 250
+	ConnTabBits       int      // conn_tab_bits, shown as size= by ipvsadm -L; 0 means 12
+}
+
+// Model is the userspace IPVS: virtual services, their destinations in kernel list order,
+// the schedulers, and the connection table with persistence templates. It implements
+// Interface. A Model is safe for concurrent use.
+type Model struct {
+	mu    sync.Mutex
+	cfg   Config
+	sys   Sysctls
+	clock Clock
+	now   time.Time
+	pcg   *rand.PCG
+	rng   *rand.Rand
+
+	services map[svcKey]*service
+	ftpSvcs  int // services on port 21 (ftpsvc_counter)
+	nullSvcs int // port-zero services (nullsvc_counter)
+
+	trash      []*dest // dest_trash, newest first
+	trashGen   uint64
+	trashArmed bool
+
+	conns   map[connKey][]*conn // normal connections, newest first per key
+	tpls    map[connKey][]*conn // persistence templates
+	connSeq uint64
+
+	tcpTimeouts  [tcpLast + 1]time.Duration
+	udpTimeout   time.Duration
+	sctpTimeouts [sctpLast + 1]time.Duration
+
+	events        eventQueue
+	evSeq         uint64
+	nodestGen     uint64
+	nodestPending bool
+
+	mhSize  int // MH lookup table size
+	mhBits  int // IP_VS_MH_TAB_BITS
+	shBits  uint
+	jiffy   time.Duration
+	tabBits int
+	destSeq uint64
+	svcSeq  uint64
+	stats   Stats
+}
+
+// Stats counts what the model did; useful in tests and benchmarks.
+type Stats struct {
+	Scheduled uint64 // scheduler decisions that returned a destination
+	NoDest    uint64 // scheduler decisions that returned none
+	ConnsMade uint64 // connection entries created (templates excluded)
+	TplsMade  uint64 // persistence templates created
+	ConnsGone uint64 // connection entries freed (templates excluded)
+}
+
+var _ Interface = (*Model)(nil)
+
+var mhPrimes = [...]int{251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071}
+
+// New returns an empty model.
+func New(cfg Config) (*Model, error) {
+	m := &Model{cfg: cfg, services: map[svcKey]*service{}, conns: map[connKey][]*conn{}, tpls: map[connKey][]*conn{}}
+	if cfg.Clock == nil {
+		m.clock = NewManualClock()
+	} else {
+		m.clock = cfg.Clock
+	}
+	if cfg.Sysctls != nil {
+		m.sys = *cfg.Sysctls
+	} else {
+		m.sys = DefaultSysctls()
+	}
+	if m.sys.LBLCExpiration <= 0 {
+		m.sys.LBLCExpiration = 24 * time.Hour
+	}
+	if m.sys.LBLCRExpiration <= 0 {
+		m.sys.LBLCRExpiration = 24 * time.Hour
+	}
+	idx := cfg.MHTableIndex
+	if idx == 0 {
+		idx = 12
+	}
+	if idx < 8 || idx > 17 {
+		return nil, fmt.Errorf("ipvs: MHTableIndex %d: want 8..17: %w", cfg.MHTableIndex, ErrInvalid)
+	}
+	m.mhSize = mhPrimes[idx-8]
+	m.mhBits = idx / 2
+	sb := cfg.SHTableBits
+	if sb == 0 {
+		sb = 8
+	}
+	if sb < 4 || sb > 20 {
+		return nil, fmt.Errorf("ipvs: SHTableBits %d: want 4..20: %w", cfg.SHTableBits, ErrInvalid)
+	}
+	m.shBits = uint(sb)
+	hz := cfg.HZ
+	if hz == 0 {
+		hz = 250
+	}
+	if hz < 1 {
+		return nil, fmt.Errorf("ipvs: HZ %d: %w", cfg.HZ, ErrInvalid)
+	}
+	m.jiffy = time.Second / time.Duration(hz)
+	m.tabBits = cfg.ConnTabBits
+	if m.tabBits == 0 {
+		m.tabBits = 12
+	}
+	m.pcg = rand.NewPCG(cfg.Seed, cfg.Seed)
+	m.rng = rand.New(m.pcg)
+	m.tcpTimeouts = defaultTCPTimeouts
+	m.udpTimeout = defaultUDPTimeout
+	m.sctpTimeouts = defaultSCTPTimeouts
+	m.now = m.clock.Now()
+	return m, nil
+}
+
+// MustNew is New for configurations known to be valid; it panics on error.
+func MustNew(cfg Config) *Model {
+	m, err := New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// Sysctls returns the model's sysctl settings.
+func (m *Model) Sysctls() Sysctls {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sys
+}
+
+// SetSysctls replaces the sysctl settings.
+func (m *Model) SetSysctls(s Sysctls) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s.LBLCExpiration <= 0 {
+		s.LBLCExpiration = 24 * time.Hour
+	}
+	if s.LBLCRExpiration <= 0 {
+		s.LBLCRExpiration = 24 * time.Hour
+	}
+	m.sys = s
+}
+
+// Stats returns the model's counters.
+func (m *Model) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stats
+}
+
+// Now returns the model's notion of the current time (the clock's time once events due
+// by then have run).
+func (m *Model) Now() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sync()
+	return m.now
+}
+
+// sync runs the events that fell due since the last call. Called with mu held.
+func (m *Model) sync() {
+	now := m.clock.Now()
+	if now.Before(m.now) {
+		now = m.now
+	}
+	m.runEvents(now)
+}
+
+// svcKey identifies a virtual service: a fwmark and family, or family, protocol,
+// address and port.
+type svcKey struct {
+	fwmark uint32
+	v6     bool
+	proto  uint8
+	addr   netip.Addr
+	port   uint16
+}
+
+func (k svcKey) String() string {
+	if k.fwmark != 0 {
+		if k.v6 {
+			return fmt.Sprintf("FWM %d IPv6", k.fwmark)
+		}
+		return fmt.Sprintf("FWM %d", k.fwmark)
+	}
+	return protoName(k.proto) + " " + netip.AddrPortFrom(k.addr, k.port).String()
+}
+
+type service struct {
+	key        svcKey
+	proto      uint8 // svc->protocol (TCP for fwmark services, as ipvsadm sets it)
+	schedName  string
+	sched      scheduler // nil for "none"
+	schedGen   uint64
+	flags      ServiceFlags // never includes FlagHashed
+	timeoutSec uint32
+	mask4      uint32 // IPv4 persistence mask (host order, 0xffffffff = /32)
+	bits6      int    // IPv6 persistence prefix length
+	dests      []*dest
+	seq        uint64
+}
+
+func (s *service) persistent() bool { return s.flags&FlagPersistent != 0 }
+
+type dest struct {
+	svc        *service
+	addr       netip.Addr
+	port       uint16
+	weight     int
+	lastWeight int
+	fwd        ForwardMethod
+	tun        tunnelInfo
+	uThresh    uint32
+	lThresh    uint32
+	active     int
+	inactive   int
+	persist    int
+	available  bool
+	overload   bool
+	refs       int // references from connection entries and lblc/lblcr caches
+	pos        int // index in svc.dests while linked
+	seq        uint64
+
+	// identity for trash matching (the service it was created for)
+	vkey  svcKey
+	vprot uint8
+
+	inTrash   bool
+	idleStart time.Time
+}
+
+type tunnelInfo struct {
+	typ   uint8 // 0 ipip, 1 gue
+	port  uint16
+	flags uint8 // 0 nocsum, 1 csum, 2 remcsum
+}
+
+func (d *dest) addrPort() netip.AddrPort { return netip.AddrPortFrom(d.addr, d.port) }
+func (d *dest) total() int               { return d.active + d.inactive }
+
+// overhead is ip_vs_dest_conn_overhead(): activeconns*256 + inactconns.
+func (d *dest) overhead() int64 { return int64(d.active)<<8 + int64(d.inactive) }
+
+// schedulerByName returns a fresh scheduler, nil for "none".
+func (m *Model) schedulerByName(name string) (scheduler, error) {
+	switch name {
+	case "rr":
+		return &rrSched{}, nil
+	case "wrr":
+		return &wrrSched{}, nil
+	case "lc":
+		return lcSched{}, nil
+	case "wlc":
+		return wlcSched{}, nil
+	case "sed":
+		return sedSched{}, nil
+	case "nq":
+		return nqSched{}, nil
+	case "fo":
+		return foSched{}, nil
+	case "ovf":
+		return ovfSched{}, nil
+	case "twos":
+		return twosSched{}, nil
+	case "dh":
+		return &dhSched{}, nil
+	case "sh":
+		return &shSched{}, nil
+	case "mh":
+		return &mhSched{}, nil
+	case "lblc":
+		return &lblcSched{}, nil
+	case "lblcr":
+		return &lblcrSched{}, nil
+	case "none":
+		return nil, nil
+	}
+	return nil, fmt.Errorf("scheduler module ip_vs_%s: %w", name, ErrNotFound)
+}
+
+// Schedulers lists the scheduler names the model implements.
+func Schedulers() []string {
+	return []string{"rr", "wrr", "lc", "wlc", "sed", "nq", "dh", "sh", "mh", "lblc", "lblcr", "fo", "ovf", "twos"}
+}
+
+// svcSpec is a service as userspace describes it (ip_vs_service_user_kern).
+type svcSpec struct {
+	key        svcKey
+	proto      uint8
+	schedName  string
+	flags      ServiceFlags
+	timeoutSec uint32
+	mask4      uint32
+	bits6      int
+}
+
+func (m *Model) bindScheduler(s *service, sched scheduler) {
+	s.sched = sched
+	s.schedGen++
+	if sched != nil {
+		sched.init(m, s)
+	}
+}
+
+func (m *Model) unbindScheduler(s *service) {
+	if s.sched != nil {
+		s.sched.done(m, s)
+	}
+	s.sched = nil
+	s.schedGen++
+}
+
+func (m *Model) addService(sp svcSpec) error {
+	if _, ok := m.services[sp.key]; ok {
+		return fmt.Errorf("virtual service %s: %w", sp.key, ErrExist)
+	}
+	sched, err := m.schedulerByName(sp.schedName)
+	if err != nil {
+		return err
+	}
+	if sp.key.v6 && (sp.bits6 < 1 || sp.bits6 > 128) {
+		return fmt.Errorf("virtual service %s: IPv6 netmask /%d: %w", sp.key, sp.bits6, ErrInvalid)
+	}
+	m.svcSeq++
+	s := &service{key: sp.key, proto: sp.proto, schedName: sp.schedName, flags: sp.flags &^ FlagHashed,
+		timeoutSec: sp.timeoutSec, mask4: sp.mask4, bits6: sp.bits6, seq: m.svcSeq}
+	m.bindScheduler(s, sched)
+	if s.key.fwmark == 0 {
+		if s.key.port == ftpPort {
+			m.ftpSvcs++
+		} else if s.key.port == 0 {
+			m.nullSvcs++
+		}
+	}
+	m.services[s.key] = s
+	return nil
+}
+
+const ftpPort = 21
+const ftpDataPort = 20
+
+func (m *Model) editService(sp svcSpec) error {
+	s, ok := m.services[sp.key]
+	if !ok {
+		return fmt.Errorf("virtual service %s: %w", sp.key, ErrNotFound)
+	}
+	sched, err := m.schedulerByName(sp.schedName)
+	if err != nil {
+		return err
+	}
+	if sp.key.v6 && (sp.bits6 < 1 || sp.bits6 > 128) {
+		return fmt.Errorf("virtual service %s: IPv6 netmask /%d: %w", sp.key, sp.bits6, ErrInvalid)
+	}
+	if sp.schedName != s.schedName {
+		m.unbindScheduler(s)
+		s.schedName = sp.schedName
+		m.bindScheduler(s, sched)
+	}
+	s.flags = sp.flags &^ FlagHashed
+	s.timeoutSec = sp.timeoutSec
+	s.mask4 = sp.mask4
+	s.bits6 = sp.bits6
+	return nil
+}
+
+func (m *Model) delService(key svcKey) error {
+	s, ok := m.services[key]
+	if !ok {
+		return fmt.Errorf("virtual service %s: %w", key, ErrNotFound)
+	}
+	m.unbindScheduler(s)
+	for _, d := range append([]*dest(nil), s.dests...) {
+		m.unlinkDest(s, d, false)
+		m.trashDest(d)
+	}
+	if s.key.fwmark == 0 {
+		if s.key.port == ftpPort {
+			m.ftpSvcs--
+		} else if s.key.port == 0 {
+			m.nullSvcs--
+		}
+	}
+	delete(m.services, key)
+	return nil
+}
+
+// destSpec is a destination as userspace describes it (ip_vs_dest_user_kern).
+type destSpec struct {
+	addr    netip.Addr
+	port    uint16
+	weight  int
+	fwd     ForwardMethod
+	tun     tunnelInfo
+	uThresh uint32
+	lThresh uint32
+}
+
+func (sp destSpec) check(s *service) error {
+	if sp.weight < 0 {
+		return fmt.Errorf("real server %s: weight %d less than zero: %w", netip.AddrPortFrom(sp.addr, sp.port), sp.weight, ErrRange)
+	}
+	if sp.lThresh > sp.uThresh {
+		return fmt.Errorf("real server %s: lower threshold %d is higher than upper threshold %d: %w",
+			netip.AddrPortFrom(sp.addr, sp.port), sp.lThresh, sp.uThresh, ErrRange)
+	}
+	if sp.fwd > DirectRoute {
+		return fmt.Errorf("real server %s: forwarding method %d: %w", netip.AddrPortFrom(sp.addr, sp.port), sp.fwd, ErrInvalid)
+	}
+	if sp.addr.Is6() != s.key.v6 && sp.fwd != Tunnel {
+		return fmt.Errorf("real server %s: a different address family is allowed only for tunneling: %w",
+			netip.AddrPortFrom(sp.addr, sp.port), ErrInvalid)
+	}
+	return nil
+}
+
+func (s *service) lookupDest(addr netip.Addr, port uint16) *dest {
+	for _, d := range s.dests {
+		if d.addr == addr && d.port == port {
+			return d
+		}
+	}
+	return nil
+}
+
+func (m *Model) addDest(s *service, sp destSpec) error {
+	if err := sp.check(s); err != nil {
+		return err
+	}
+	if s.lookupDest(sp.addr, sp.port) != nil {
+		return fmt.Errorf("real server %s in %s: %w", netip.AddrPortFrom(sp.addr, sp.port), s.key, ErrExist)
+	}
+	if d := m.trashGet(s, sp.addr, sp.port); d != nil {
+		m.updateDest(s, d, sp, true)
+		return nil
+	}
+	if !unicastOK(sp.addr) {
+		return fmt.Errorf("real server %s: not a unicast address: %w", sp.addr, ErrInvalid)
+	}
+	m.destSeq++
+	d := &dest{addr: sp.addr, port: sp.port, vkey: s.key, vprot: s.proto, seq: m.destSeq}
+	m.updateDest(s, d, sp, true)
+	return nil
+}
+
+// unicastOK is ip_vs_new_dest's address-type check: IPv4 RTN_UNICAST or RTN_LOCAL,
+// IPv6 unicast and not link-local.
+func unicastOK(a netip.Addr) bool {
+	if !a.IsValid() || a.IsUnspecified() || a.IsMulticast() {
+		return false
+	}
+	if a.Is4() {
+		return a != netip.AddrFrom4([4]byte{255, 255, 255, 255}) && a.As4()[0] != 0
+	}
+	return !a.IsLinkLocalUnicast()
+}
+
+// updateDest is __ip_vs_update_dest().
+func (m *Model) updateDest(s *service, d *dest, sp destSpec, add bool) {
+	if add || sp.weight != 0 {
+		d.lastWeight = sp.weight
+	}
+	d.weight = sp.weight
+	d.fwd = sp.fwd
+	d.tun = sp.tun
+	d.svc = s
+	d.available = true
+	if sp.uThresh == 0 || sp.uThresh > d.uThresh {
+		d.overload = false
+	}
+	d.uThresh = sp.uThresh
+	d.lThresh = sp.lThresh
+	if add {
+		s.dests = append(s.dests, nil)
+		copy(s.dests[1:], s.dests)
+		s.dests[0] = d
+		s.reindex()
+		if s.sched != nil {
+			s.sched.addDest(m, s, d)
+		}
+	} else if s.sched != nil {
+		s.sched.updDest(m, s, d)
+	}
+}
+
+func (s *service) reindex() {
+	for i, d := range s.dests {
+		d.pos = i
+	}
+}
+
+func (m *Model) editDest(s *service, sp destSpec) error {
+	if err := sp.check(s); err != nil {
+		return err
+	}
+	d := s.lookupDest(sp.addr, sp.port)
+	if d == nil {
+		return fmt.Errorf("real server %s in %s: %w", netip.AddrPortFrom(sp.addr, sp.port), s.key, ErrNotFound)
+	}
+	m.updateDest(s, d, sp, false)
+	return nil
+}
+
+func (m *Model) delDest(s *service, addr netip.Addr, port uint16) error {
+	d := s.lookupDest(addr, port)
+	if d == nil {
+		return fmt.Errorf("real server %s in %s: %w", netip.AddrPortFrom(addr, port), s.key, ErrNotFound)
+	}
+	m.unlinkDest(s, d, true)
+	m.trashDest(d)
+	return nil
+}
+
+// unlinkDest is __ip_vs_unlink_dest().
+func (m *Model) unlinkDest(s *service, d *dest, svcupd bool) {
+	d.available = false
+	pos := d.pos
+	s.dests = append(s.dests[:pos], s.dests[pos+1:]...)
+	s.reindex()
+	if svcupd && s.sched != nil {
+		s.sched.delDest(m, s, d, pos)
+	}
+}
+
+// IP_VS_DEST_TRASH_PERIOD
+const trashPeriod = 60 * time.Second
+
+// trashDest is __ip_vs_del_dest(): the dest moves to the trash, where it waits until no
+// connection or scheduler cache refers to it.
+func (m *Model) trashDest(d *dest) {
+	if len(m.trash) == 0 {
+		m.trashGen++
+		m.schedule(&event{at: m.now.Add(trashPeriod / 2), kind: evTrash, gen: m.trashGen})
+	}
+	m.trash = append([]*dest{d}, m.trash...)
+	d.inTrash = true
+	d.idleStart = time.Time{}
+	if m.sys.ExpireNodestConn && !m.nodestPending {
+		m.nodestPending = true
+		m.nodestGen++
+		m.schedule(&event{at: m.now.Add(m.jiffy), kind: evNodestFlush, gen: m.nodestGen})
+	}
+}
+
+// trashGet is ip_vs_trash_get_dest().
+func (m *Model) trashGet(s *service, addr netip.Addr, port uint16) *dest {
+	for i, d := range m.trash {
+		if d.addr == addr && d.port == port && d.vkey.fwmark == s.key.fwmark && d.vprot == s.proto &&
+			(s.key.fwmark != 0 || (d.vkey.addr == s.key.addr && d.vkey.port == s.key.port)) && d.vkey.v6 == s.key.v6 {
+			m.trash = append(m.trash[:i], m.trash[i+1:]...)
+			d.inTrash = false
+			return d
+		}
+	}
+	return nil
+}
+
+// trashExpire is ip_vs_dest_trash_expire().
+func (m *Model) trashExpire() {
+	kept := m.trash[:0]
+	for _, d := range m.trash {
+		if d.refs > 0 {
+			kept = append(kept, d)
+			continue
+		}
+		if !d.idleStart.IsZero() {
+			if m.now.Before(d.idleStart.Add(trashPeriod)) {
+				kept = append(kept, d)
+				continue
+			}
+		} else {
+			d.idleStart = m.now
+			kept = append(kept, d)
+			continue
+		}
+		d.inTrash = false // freed
+	}
+	for i := len(kept); i < len(m.trash); i++ {
+		m.trash[i] = nil
+	}
+	m.trash = kept
+	if len(m.trash) > 0 {
+		m.trashGen++
+		m.schedule(&event{at: m.now.Add(trashPeriod / 2), kind: evTrash, gen: m.trashGen})
+	}
+}
+
+// sortedServices returns the services in ipvsadm's sort order (ipvs_cmp_services).
+func (m *Model) sortedServices() []*service {
+	out := make([]*service, 0, len(m.services))
+	for _, s := range m.services {
+		out = append(out, s)
+	}
+	// Go map order is random: start from creation order so that the merge sort below,
+	// which is stable, is deterministic even where the C comparator is not a total order.
+	sort.Slice(out, func(i, j int) bool { return out[i].seq < out[j].seq })
+	msort(out, func(a, b *service) int { return cmpServices(a, b) })
+	return out
+}
+
+// cmpServices is libipvs' ipvs_cmp_services: differences of unsigned fields taken as int,
+// exactly as the C code computes them (so two addresses 2^31 apart compare "wrongly", as
+// in ipvsadm).
+func cmpServices(a, b *service) int {
+	if r := int32(a.key.fwmark - b.key.fwmark); r != 0 {
+		return int(r)
+	}
+	if r := afNum(a.key.v6) - afNum(b.key.v6); r != 0 {
+		return r
+	}
+	if r := int(a.proto) - int(b.proto); r != 0 {
+		return r
+	}
+	if r := cmpAddr(a.key.addr, b.key.addr, a.key.v6); r != 0 {
+		return r
+	}
+	return int(a.key.port) - int(b.key.port)
+}
+
+func afNum(v6 bool) int {
+	if v6 {
+		return 10 // AF_INET6
+	}
+	return 2 // AF_INET
+}
+
+func cmpAddr(a, b netip.Addr, v6 bool) int {
+	if !v6 {
+		if !a.IsValid() || !b.IsValid() {
+			return 0
+		}
+		x, y := a.Unmap().As4(), b.Unmap().As4()
+		return int(int32(be32(x[:]) - be32(y[:])))
+	}
+	x, y := a.As16(), b.As16()
+	for i := 0; i < 16; i += 4 {
+		if r := int32(be32(x[i:]) - be32(y[i:])); r != 0 {
+			return int(r)
+		}
+	}
+	return 0
+}
+
+func be32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// cmpDests is libipvs' ipvs_cmp_dests.
+func cmpDests(a, b *dest) int {
+	if r := cmpAddr(a.addr, b.addr, a.addr.Is6()); r != 0 {
+		return r
+	}
+	return int(a.port) - int(b.port)
+}
+
+// msort is glibc's merge sort (msort.c) as qsort uses it: split in halves (n1 = n/2),
+// sort each, merge taking from the left while cmp(left, right) <= 0.
+func msort[T any](a []T, cmp func(T, T) int) {
+	if len(a) <= 1 {
+		return
+	}
+	tmp := make([]T, len(a))
+	msortRec(a, tmp, cmp)
+}
+
+func msortRec[T any](a, tmp []T, cmp func(T, T) int) {
+	n := len(a)
+	if n <= 1 {
+		return
+	}
+	n1 := n / 2
+	l, r := a[:n1], a[n1:]
+	msortRec(l, tmp[:n1], cmp)
+	msortRec(r, tmp[n1:], cmp)
+	i, j, k := 0, 0, 0
+	for i < len(l) && j < len(r) {
+		if cmp(l[i], r[j]) <= 0 {
+			tmp[k] = l[i]
+			i++
+		} else {
+			tmp[k] = r[j]
+			j++
+		}
+		k++
+	}
+	k += copy(tmp[k:], l[i:])
+	copy(tmp[k:], r[j:])
+	copy(a, tmp[:n])
+}
+
+// family helpers
+
+func svcKeyFor(fwmark uint32, v6 bool, proto uint8, addr netip.Addr, port uint16) svcKey {
+	if fwmark != 0 {
+		return svcKey{fwmark: fwmark, v6: v6}
+	}
+	return svcKey{v6: addr.Is6(), proto: proto, addr: addr, port: port}
+}
+
+func parseProtocol(s string) (uint8, error) {
+	switch strings.ToUpper(s) {
+	case "TCP":
+		return ProtoTCP, nil
+	case "UDP":
+		return ProtoUDP, nil
+	case "SCTP":
+		return ProtoSCTP, nil
+	}
+	return 0, fmt.Errorf("protocol %q: want TCP, UDP or SCTP: %w", s, ErrInvalid)
+}
