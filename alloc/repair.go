@@ -227,6 +227,12 @@ type claim struct {
 }
 
 func (r *Repairer) pass(services []*corev1.Service, fix bool) Report {
+	if r.ipLeaks == nil {
+		r.ipLeaks = map[netip.Addr]int{}
+	}
+	if r.portLeaks == nil {
+		r.portLeaks = map[int]int{}
+	}
 	svcs := slices.Clone(services)
 	slices.SortStableFunc(svcs, func(x, y *corev1.Service) int {
 		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))

@@ -72,7 +72,7 @@ func (l *ledger[T]) take(v T) {
 	}
 }
 
-func (l *ledger[T]) defer_(v T) {
+func (l *ledger[T]) schedule(v T) {
 	if !slices.Contains(l.pending, v) {
 		l.pending = append(l.pending, v)
 	}
@@ -117,7 +117,7 @@ func (tx *Tx) AllocateIP(ip netip.Addr) error {
 	}
 	if err := ipa.Allocate(ip); err != nil {
 		if wasPending {
-			tx.ips.defer_(ip)
+			tx.ips.schedule(ip)
 		}
 		return err
 	}
@@ -147,7 +147,7 @@ func (tx *Tx) AllocateNextIP(family corev1.IPFamily) (netip.Addr, error) {
 // family, out of range or not allocated is released as a no-op.
 func (tx *Tx) ReleaseIP(ip netip.Addr) {
 	tx.mustBeOpen()
-	tx.ips.defer_(ip.Unmap().WithZone(""))
+	tx.ips.schedule(ip.Unmap().WithZone(""))
 }
 
 // AllocatePort reserves a requested node port. It returns the allocator's
@@ -165,7 +165,7 @@ func (tx *Tx) AllocatePort(port int) error {
 	}
 	if err := pa.Allocate(port); err != nil {
 		if wasPending {
-			tx.ports.defer_(port)
+			tx.ports.schedule(port)
 		}
 		return err
 	}
@@ -193,7 +193,7 @@ func (tx *Tx) AllocateNextPort() (int, error) {
 // ReleasePort schedules port to be released at Commit.
 func (tx *Tx) ReleasePort(port int) {
 	tx.mustBeOpen()
-	tx.ports.defer_(port)
+	tx.ports.schedule(port)
 }
 
 // Commit performs the scheduled releases and ends the transaction; what it
