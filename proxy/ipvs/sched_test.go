@@ -267,7 +267,7 @@ func TestSH(t *testing.T) {
 		eq(t, "sh other port "+client, tm.ask(client+":1234", vip, 0), want)
 	}
 	// sh-port: key = port + addr
-	tm.do("-E -t "+vip+" -s sh -b sh-port")
+	tm.do("-E -t " + vip + " -s sh -b sh-port")
 	for client, want := range map[string]string{
 		"10.0.0.1": "A", "10.0.0.2": "B", "10.0.0.3": "A", "10.0.0.4": "B", "10.0.0.5": "B", "172.16.0.9": "A",
 	} {
