@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync/atomic"
+	"time"
 )
 
 // penv is the environment one packet is processed in: how choice points resolve,
@@ -12,6 +13,14 @@ type penv struct {
 	ch    chooser
 	trace *Trace
 	dry   bool
+	t     time.Time // the virtual time, read once per packet
+}
+
+func (e *penv) now(n *Node) time.Time {
+	if e.t.IsZero() {
+		e.t = n.cluster.clock.Now()
+	}
+	return e.t
 }
 
 func (e *penv) step(s TraceStep) {
@@ -78,7 +87,9 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 			return n.dropLocked(pk, env, "martian source (one of the node's own addresses)")
 		}
 	}
-	env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Prerouting.String(), Packet: pk.String(), Detail: "in " + in.Name})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Prerouting.String(), Packet: pk.String(), Detail: "in " + in.Name})
+	}
 	res, eg := n.runHookLocked(Prerouting, pk, env)
 	if res != hookContinue {
 		return eg
@@ -96,7 +107,9 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 			return n.dropLocked(pk, env, fmt.Sprintf("rp_filter strict: route back to %s leaves %s, packet came in %s", pk.Src, ifaceName(back.iface), in.Name))
 		}
 	}
-	env.step(TraceStep{Kind: StepRoute, Node: n.name, Detail: n.describeRoute(rt, pk)})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepRoute, Node: n.name, Detail: n.describeRoute(rt, pk)})
+	}
 	if rt.kind == routeLocal {
 		return n.inputLocked(pk, rt, env)
 	}
@@ -114,7 +127,9 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 		}
 		return eg
 	}
-	env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Forward.String(), Packet: pk.String(), Detail: "in " + in.Name + " out " + rt.iface.Name})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Forward.String(), Packet: pk.String(), Detail: "in " + in.Name + " out " + rt.iface.Name})
+	}
 	res, eg = n.runHookLocked(Forward, pk, env)
 	switch res {
 	case hookContinue:
@@ -154,19 +169,25 @@ func (n *Node) output(pk *Packet, env *penv) egress {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	pk.InIface, pk.OutIface = "", ""
-	env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Output.String(), Packet: pk.String()})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Output.String(), Packet: pk.String()})
+	}
 	res, eg := n.runHookLocked(Output, pk, env)
 	if res != hookContinue {
 		return eg
 	}
 	rt := n.routeLocked(pk.Dst)
-	env.step(TraceStep{Kind: StepRoute, Node: n.name, Detail: n.describeRoute(rt, pk)})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepRoute, Node: n.name, Detail: n.describeRoute(rt, pk)})
+	}
 	switch rt.kind {
 	case routeNone:
 		return n.dropLocked(pk, env, "no route to "+pk.Dst.String())
 	case routeLocal:
 		pk.OutIface = n.lo.Name
-		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Postrouting.String(), Packet: pk.String(), Detail: "out lo"})
+		if env.trace != nil {
+			env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Postrouting.String(), Packet: pk.String(), Detail: "out lo"})
+		}
 		res, eg := n.runHookLocked(Postrouting, pk, env)
 		if res != hookContinue {
 			return eg
@@ -184,7 +205,9 @@ func (n *Node) output(pk *Packet, env *penv) egress {
 // run POSTROUTING.
 func (n *Node) rerouteLocked(pk *Packet, env *penv) egress {
 	rt := n.routeLocked(pk.Dst)
-	env.step(TraceStep{Kind: StepRoute, Node: n.name, Detail: "rerouted: " + n.describeRoute(rt, pk)})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepRoute, Node: n.name, Detail: "rerouted: " + n.describeRoute(rt, pk)})
+	}
 	switch rt.kind {
 	case routeNone:
 		return n.dropLocked(pk, env, "no route to "+pk.Dst.String())
@@ -196,7 +219,9 @@ func (n *Node) rerouteLocked(pk *Packet, env *penv) egress {
 }
 
 func (n *Node) inputLocked(pk *Packet, rt route, env *penv) egress {
-	env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Input.String(), Packet: pk.String()})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Input.String(), Packet: pk.String()})
+	}
 	res, eg := n.runHookLocked(Input, pk, env)
 	switch res {
 	case hookContinue:
@@ -206,12 +231,16 @@ func (n *Node) inputLocked(pk *Packet, rt route, env *penv) egress {
 		return eg
 	}
 	atomic.AddUint64(&n.stats.Delivered, 1)
-	env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "LOCAL", Packet: pk.String(), Detail: "delivered to the node's host stack"})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "LOCAL", Packet: pk.String(), Detail: "delivered to the node's host stack"})
+	}
 	return egress{kind: egLocal, pk: pk}
 }
 
 func (n *Node) postroutingLocked(pk *Packet, rt route, env *penv) egress {
-	env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Postrouting.String(), Packet: pk.String(), Detail: "out " + rt.iface.Name})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Postrouting.String(), Packet: pk.String(), Detail: "out " + rt.iface.Name})
+	}
 	res, eg := n.runHookLocked(Postrouting, pk, env)
 	if res != hookContinue {
 		return eg
@@ -234,7 +263,9 @@ func (n *Node) postroutingLocked(pk *Packet, rt route, env *penv) egress {
 
 func (n *Node) dropLocked(pk *Packet, env *penv, reason string) egress {
 	atomic.AddUint64(&n.stats.Dropped, 1)
-	env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "DROP", Packet: pk.String(), Detail: reason})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "DROP", Packet: pk.String(), Detail: reason})
+	}
 	return dropped(pk, reason)
 }
 
@@ -261,25 +292,13 @@ var hookBuiltins = [numHooks][]builtin{
 // runHookLocked runs a hook's handlers and built-in steps in priority order.
 func (n *Node) runHookLocked(h Hook, pk *Packet, env *penv) (hookResult, egress) {
 	bs := hookBuiltins[h]
-	hs := n.hooks[h]
 	bi := 0
-	runBuiltin := func(b builtin) (hookResult, egress) {
-		switch b.kind {
-		case stepConntrack:
-			n.conntrackLocked(pk, env)
-		case stepNAT:
-			return n.natStepLocked(h, pk, env)
-		case stepConfirm:
-			return n.confirmLocked(pk, env)
-		}
-		return hookContinue, egress{}
-	}
-	for _, he := range hs {
+	for _, he := range n.hooks[h] {
 		if he.spec.NAT {
 			continue // NAT handlers run inside the NAT step
 		}
 		for bi < len(bs) && bs[bi].prio <= he.spec.Priority {
-			if r, eg := runBuiltin(bs[bi]); r != hookContinue {
+			if r, eg := n.builtinLocked(h, bs[bi].kind, pk, env); r != hookContinue {
 				return r, eg
 			}
 			bi++
@@ -289,15 +308,30 @@ func (n *Node) runHookLocked(h Hook, pk *Packet, env *penv) (hookResult, egress)
 		}
 	}
 	for ; bi < len(bs); bi++ {
-		if r, eg := runBuiltin(bs[bi]); r != hookContinue {
+		if r, eg := n.builtinLocked(h, bs[bi].kind, pk, env); r != hookContinue {
 			return r, eg
 		}
 	}
 	return hookContinue, egress{}
 }
 
+func (n *Node) builtinLocked(h Hook, kind int, pk *Packet, env *penv) (hookResult, egress) {
+	switch kind {
+	case stepConntrack:
+		n.conntrackLocked(pk, env)
+	case stepNAT:
+		return n.natStepLocked(h, pk, env)
+	case stepConfirm:
+		return n.confirmLocked(pk, env)
+	}
+	return hookContinue, egress{}
+}
+
+// context returns the handler context; the node reuses one (handlers must not keep it).
 func (n *Node) context(h Hook, name string, env *penv) *Context {
-	return &Context{node: n, hook: h, now: n.cluster.clock.Now(), chooser: env.ch, trace: env.trace, dryRun: env.dry, handler: name}
+	c := &n.hctx
+	*c = Context{node: n, hook: h, now: env.now(n), chooser: env.ch, trace: env.trace, dryRun: env.dry, handler: name}
+	return c
 }
 
 // callLocked calls one handler and acts on its verdict.
@@ -316,7 +350,9 @@ func (n *Node) callLocked(h Hook, spec HandlerSpec, pk *Packet, env *penv) (hook
 	case Reroute:
 		return hookReroute, egress{}
 	case Stolen:
-		env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "STOLEN", Detail: "taken by " + spec.Name})
+		if env.trace != nil {
+			env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "STOLEN", Detail: "taken by " + spec.Name})
+		}
 		return hookStolen, egress{kind: egStolen, pk: pk}
 	case NAT:
 		panic(fmt.Sprintf("netsim: handler %q returned a NAT verdict but is not registered as a NAT handler", spec.Name))
@@ -509,7 +545,9 @@ func (n *Node) bindLocked(h Hook, c *Conn, pk *Packet, a NATAction, env *penv) s
 	default:
 		panic(fmt.Sprintf("netsim: unknown NAT kind %d", a.Kind))
 	}
-	env.step(TraceStep{Kind: StepNAT, Node: n.name, Hook: h.String(), Verdict: a.Kind.String(), Detail: "new binding: replies expected as " + c.Reply.String()})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepNAT, Node: n.name, Hook: h.String(), Verdict: a.Kind.String(), Detail: "new binding: replies expected as " + c.Reply.String()})
+	}
 	return ""
 }
 
@@ -609,7 +647,10 @@ func (n *Node) applyNATLocked(pk *Packet, dstManip bool, env *penv) {
 	default:
 		return
 	}
-	before := pk.String()
+	var before string
+	if env.trace != nil {
+		before = pk.String()
+	}
 	if dstManip {
 		if pk.Dst == target.Addr() && pk.DstPort == target.Port() {
 			return
@@ -629,7 +670,9 @@ func (n *Node) applyNATLocked(pk *Packet, dstManip bool, env *penv) {
 		if pk.CtReply {
 			kind = "un-" + map[bool]string{true: "SNAT", false: "DNAT"}[dstManip]
 		}
-		env.step(TraceStep{Kind: StepNAT, Node: n.name, Verdict: kind, Detail: fmt.Sprintf("entry #%d: %s => %s", c.ID, before, pk.String())})
+		if env.trace != nil {
+			env.step(TraceStep{Kind: StepNAT, Node: n.name, Verdict: kind, Detail: fmt.Sprintf("entry #%d: %s => %s", c.ID, before, pk.String())})
+		}
 	}
 }
 
@@ -676,7 +719,9 @@ func (n *Node) natICMPErrorLocked(pk *Packet, dstManip bool, env *penv) {
 		}
 	}
 	pk.fixICMPChecksum()
-	env.step(TraceStep{Kind: StepNAT, Node: n.name, Verdict: "ICMP error translation", Detail: fmt.Sprintf("entry #%d: %s => %s", c.ID, before, pk.String())})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepNAT, Node: n.name, Verdict: "ICMP error translation", Detail: fmt.Sprintf("entry #%d: %s => %s", c.ID, before, pk.String())})
+	}
 }
 
 // rejectLocked drops pk and builds what the REJECT target sends back.
@@ -691,7 +736,9 @@ func (n *Node) rejectLocked(pk *Packet, with RejectWith, env *penv, reason strin
 		typ, code := with.icmpTypeCode(pk.IPv6)
 		r = n.icmpErrorLocked(pk, typ, code)
 	}
-	env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "REJECT", Packet: pk.String(), Detail: reason})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "REJECT", Packet: pk.String(), Detail: reason})
+	}
 	if r != nil {
 		eg.replies = append(eg.replies, r)
 	}

@@ -61,10 +61,10 @@ func (l *stackLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error)
 	}
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
-		v := pkt.ToView()
-		b := make([]byte, v.Size())
-		copy(b, v.AsSlice())
-		v.Release()
+		b := make([]byte, 0, pkt.Size())
+		for _, s := range pkt.AsSlices() {
+			b = append(b, s...)
+		}
 		l.txPackets.Add(1)
 		l.out(b)
 		n++

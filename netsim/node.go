@@ -97,6 +97,8 @@ type Node struct {
 	stopped    chan struct{}
 	uplinkLink *Link
 	stats      NodeStats
+	hctx       Context // reused for every handler call (under mu)
+	pkt        Packet  // reused by the datapath goroutine for each queued packet
 }
 
 // NodeStats counts what the datapath did.
@@ -394,8 +396,9 @@ func (n *Node) run() {
 }
 
 func (n *Node) handleQueued(it queued) {
-	pk, err := ParsePacket(it.data)
-	if err != nil {
+	pk := &n.pkt
+	*pk = Packet{}
+	if err := pk.parse(it.data); err != nil {
 		atomic.AddUint64(&n.stats.Dropped, 1)
 		return
 	}

@@ -488,7 +488,9 @@ func (c *Cluster) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *p
 		pod := from.pod
 		for _, a := range pod.ips {
 			if a == pk.Dst {
-				env.step(TraceStep{Kind: StepEnd, Verdict: "LOCAL", Detail: "delivered inside pod " + pod.key() + " (its own address)"})
+				if env.trace != nil {
+					env.step(TraceStep{Kind: StepEnd, Verdict: "LOCAL", Detail: "delivered inside pod " + pod.key() + " (its own address)"})
+				}
 				return walkEnd{kind: endDelivered, at: from, pk: pk}
 			}
 		}
@@ -499,7 +501,9 @@ func (c *Cluster) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *p
 			return walkEnd{kind: endDropped, pk: pk, reason: "pod " + pod.key() + " is dead"}
 		}
 		n := pod.node
-		env.step(TraceStep{Kind: StepLink, Node: n.name, Detail: fmt.Sprintf("pod %s eth0 -> %s port %s", pod.key(), n.bridge.Name, pod.port.name), Packet: pk.String()})
+		if env.trace != nil {
+			env.step(TraceStep{Kind: StepLink, Node: n.name, Detail: fmt.Sprintf("pod %s eth0 -> %s port %s", pod.key(), n.bridge.Name, pod.port.name), Packet: pk.String()})
+		}
 		if pod.port.link.probeLost(env) {
 			return walkEnd{kind: endDropped, pk: pk, node: n, reason: "lost on link " + pod.port.link.name}
 		}
@@ -527,12 +531,16 @@ func (c *Cluster) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *p
 // fromFabric routes a packet through the cluster network.
 func (c *Cluster) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv func(*Node) *penv) walkEnd {
 	d := c.fabric.lookup(pk.Dst)
-	env.step(TraceStep{Kind: StepLink, Detail: "cluster network: " + pk.Dst.String() + " -> " + d.String(), Packet: pk.String()})
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepLink, Detail: "cluster network: " + pk.Dst.String() + " -> " + d.String(), Packet: pk.String()})
+	}
 	switch {
 	case d.kind == hopNone:
 		return walkEnd{kind: endDropped, pk: pk, reason: "no route to " + pk.Dst.String() + " in the cluster network"}
 	case c.fabric.partitioned(fromName, d.name()):
-		env.step(TraceStep{Kind: StepFault, Detail: "partition between " + fromName + " and " + d.name()})
+		if env.trace != nil {
+			env.step(TraceStep{Kind: StepFault, Detail: "partition between " + fromName + " and " + d.name()})
+		}
 		return walkEnd{kind: endDropped, pk: pk, reason: "network partition between " + fromName + " and " + d.name()}
 	}
 	switch d.kind {
@@ -543,7 +551,9 @@ func (c *Cluster) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv fun
 		e := nodeEnv(d.node)
 		return c.follow(d.node, d.node.ingress(pk, d.node.uplink, nil, e), e, nodeEnv)
 	case hopExternal:
-		env.step(TraceStep{Kind: StepEnd, Verdict: "DELIVERED", Detail: "external host " + d.host.name, Packet: pk.String()})
+		if env.trace != nil {
+			env.step(TraceStep{Kind: StepEnd, Verdict: "DELIVERED", Detail: "external host " + d.host.name, Packet: pk.String()})
+		}
 		return walkEnd{kind: endDelivered, at: place{ext: d.host}, pk: pk}
 	case hopLB:
 		return d.lb.probe(pk, env, nodeEnv)
@@ -569,7 +579,9 @@ func (c *Cluster) follow(n *Node, eg egress, env *penv, nodeEnv func(*Node) *pen
 			if eg.port.link.probeLost(env) {
 				return walkEnd{kind: endDropped, pk: eg.pk, node: n, reason: "lost on link " + eg.port.link.name}
 			}
-			env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "DELIVERED", Detail: "pod " + pod.key() + " via " + eg.port.name, Packet: eg.pk.String()})
+			if env.trace != nil {
+				env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "DELIVERED", Detail: "pod " + pod.key() + " via " + eg.port.name, Packet: eg.pk.String()})
+			}
 			if pod.dead.Load() {
 				return walkEnd{kind: endDropped, pk: eg.pk, node: n, reason: "pod " + pod.key() + " is dead"}
 			}

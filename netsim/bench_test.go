@@ -1,0 +1,232 @@
+package netsim
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Benchmarks for docs/PERFORMANCE.md. Each simulated figure has its anchor, kernel
+// loopback, measured by the Kernel* benchmark in the same run:
+//
+//	go test -run XXX -bench . -benchtime 3x ./netsim/
+
+const chunk = 64 << 10
+
+// sinkServer accepts connections and discards what they send.
+func sinkServer(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() { io.Copy(io.Discard, c); c.Close() }()
+	}
+}
+
+// pingServer answers every 64-byte message with 64 bytes and closes.
+func pingServer(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			buf := make([]byte, 64)
+			if _, err := io.ReadFull(c, buf); err == nil {
+				c.Write(buf)
+			}
+			c.Close()
+		}()
+	}
+}
+
+type dialer interface {
+	Dial(network, address string) (net.Conn, error)
+}
+
+type kernelDialer struct{}
+
+func (kernelDialer) Dial(network, address string) (net.Conn, error) {
+	return net.Dial(network, address)
+}
+
+func throughput(b *testing.B, d dialer, addr string, total int) {
+	buf := make([]byte, chunk)
+	b.SetBytes(int64(total))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for sent := 0; sent < total; sent += chunk {
+			if _, err := c.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+		}
+		c.(interface{ CloseWrite() error }).CloseWrite()
+		io.Copy(io.Discard, c) // wait for the server's close
+		c.Close()
+	}
+}
+
+func connRate(b *testing.B, d dialer, addr string, par int) {
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	per := b.N / par
+	if per == 0 {
+		per = 1
+	}
+	for w := 0; w < par; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := make([]byte, 64)
+			for i := 0; i < per; i++ {
+				c, err := d.Dial("tcp", addr)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				c.Write(msg)
+				io.ReadFull(c, msg)
+				c.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(per*par)/b.Elapsed().Seconds(), "conn/s")
+}
+
+// clusterIPPair builds node-a client → VIP (static DNAT) → node-b server.
+func clusterIPPair(b *testing.B, mtu int, serve func(net.Listener)) (*Net, string) {
+	c, err := New(Config{Seed: 1, MTU: mtu, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	server, err := c.StartPod("node-b", "default", "server", nil, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	client, err := c.StartPod("node-a", "default", "client", nil, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := server.Net().Listen("tcp", ":8080")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go serve(ln)
+	vip := netip.MustParseAddrPort("10.96.0.1:80")
+	attachDNAT(c, &staticDNAT{vip: vip, backends: []netip.AddrPort{netip.AddrPortFrom(server.IP(), 8080)}})
+	return client.Net(), vip.String()
+}
+
+func kernelServer(b *testing.B, serve func(net.Listener)) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go serve(ln)
+	return ln.Addr().String()
+}
+
+func BenchmarkThroughputKernelLoopback(b *testing.B) {
+	throughput(b, kernelDialer{}, kernelServer(b, sinkServer), 256<<20)
+}
+
+func BenchmarkThroughputClusterIPMTU1500(b *testing.B) {
+	n, addr := clusterIPPair(b, 1500, sinkServer)
+	throughput(b, n, addr, 64<<20)
+}
+
+func BenchmarkThroughputClusterIPMTU64K(b *testing.B) {
+	n, addr := clusterIPPair(b, 65536, sinkServer)
+	throughput(b, n, addr, 256<<20)
+}
+
+func BenchmarkConnectKernelLoopback(b *testing.B) {
+	connRate(b, kernelDialer{}, kernelServer(b, pingServer), 1)
+}
+
+func BenchmarkConnectClusterIP(b *testing.B) {
+	n, addr := clusterIPPair(b, 1500, pingServer)
+	connRate(b, n, addr, 1)
+}
+
+func BenchmarkConnectKernelLoopbackPar16(b *testing.B) {
+	connRate(b, kernelDialer{}, kernelServer(b, pingServer), 16)
+}
+
+func BenchmarkConnectClusterIPPar16(b *testing.B) {
+	n, addr := clusterIPPair(b, 1500, pingServer)
+	connRate(b, n, addr, 16)
+}
+
+// BenchmarkProbe measures probes per second through the datapath (client pod on node-a,
+// a static DNAT handler, a backend on node-b).
+func BenchmarkProbe(b *testing.B) {
+	c, err := New(Config{Seed: 1, ManualClock: true, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	server, _ := c.StartPod("node-b", "default", "server", nil, false)
+	c.StartPod("node-a", "default", "client", nil, false)
+	vip := netip.MustParseAddrPort("10.96.0.1:80")
+	attachDNAT(c, &staticDNAT{vip: vip, backends: []netip.AddrPort{netip.AddrPortFrom(server.IP(), 8080)}})
+	p := Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: vip}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.SrcPort = uint16(1024 + i%60000)
+		if _, err := c.Probe(p); err != nil {
+			b.Fatal(err)
+		}
+		if i%50000 == 49999 {
+			c.Clock().Advance(time.Minute) // let conntrack entries expire as they would
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "probes/s")
+}
+
+// BenchmarkPods builds 10,000 idle pods and reports the time and heap per pod.
+func BenchmarkPods(b *testing.B) {
+	const pods = 10000
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		nodes := make([]NodeConfig, 40)
+		for j := range nodes {
+			nodes[j] = NodeConfig{Name: fmt.Sprintf("node-%02d", j)}
+		}
+		c, err := New(Config{Seed: 1, Nodes: nodes})
+		if err != nil {
+			b.Fatal(err)
+		}
+		prev := runtime.GOMAXPROCS(1)
+		for j := 0; j < pods; j++ {
+			if _, err := c.StartPod(nodes[j%len(nodes)].Name, "default", fmt.Sprintf("pod-%05d", j), nil, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GOMAXPROCS(prev)
+		el := time.Since(start)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(el.Seconds(), "s/10k-pods")
+		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/pods/1024, "KiB-heap/pod")
+		b.ReportMetric(float64(after.Sys)/(1<<20), "MiB-sys")
+		c.Close()
+	}
+}
