@@ -1,3 +1,84 @@
-// Package kernel is part of clusterlab; see ../DESIGN notes in README.md.
-// This package comment is replaced when the package lands.
+// Package kernel is clusterlab's kernel-backed adapter: real implementations of the
+// interfaces the proxy modes write through, and a network-namespace harness that builds
+// a small real cluster node for differential tests against the emulators.
+//
+// # Adapters
+//
+// Each adapter implements a proxy interface by driving the kernel, optionally inside a
+// named network namespace (/run/netns/NAME):
+//
+//	proxy/iptables.Interface ── IPTables  ── iptables-{nft,legacy}-restore / -save, ip6tables-*
+//	proxy/ipvs.Interface     ── IPVS      ── generic netlink "IPVS" family (github.com/moby/ipvs)
+//	proxy.Conntrack          ── Conntrack ── conntrack -D / -L -o extended (conntrack-tools)
+//
+// IPTables.Restore feeds the generator's iptables-restore text on stdin to
+// `iptables-restore -w 5 [--noflush] [--counters]` (-W 100000 too on the legacy backend;
+// wait flags gated on the tool's version as kube-proxy gates them). The tool applies a
+// whole input or nothing; a failure is a *RestoreError with the input line the tool
+// named and its stderr. Save runs `iptables-save -t TABLE` per table. The backend is
+// chosen explicitly or detected as kube-proxy's iptables wrapper does (DetectBackend).
+// EnsureChain, EnsureRule (-C, then -I or -A) and DeleteRule are the helpers kube-proxy
+// uses for its hook jump rules outside the restore path.
+//
+// Conntrack.Delete turns a proxy.ConntrackFilter into conntrack options and treats
+// "0 flow entries have been deleted" (exit status 1) as success; List parses
+// `conntrack -L -o extended` into ConntrackEntry values for tests.
+//
+// IPVS translates VirtualServer/RealServer to and from the library's Service and
+// Destination (the IPv4 persistence netmask is a network-order mask, the IPv6 one a
+// prefix length). moby/ipvs does not notice a kernel without IPVS, so CheckIPVS
+// resolves the generic-netlink family itself, and NewIPVS returns an error wrapping
+// ErrIPVSUnsupported (and the netlink ENOENT) when it is missing. Nothing falls back:
+// the caller picks the userspace model or another mode.
+//
+// # The exec seam
+//
+// Every external tool runs through an unexported runner. Commands for a namespace are
+// prefixed with `ip netns exec NAME` rather than run after setns(2), so every command
+// line is one a person can paste to reproduce it, and the unit tests check exact
+// command lines and stdin against a recording fake, without root.
+//
+// # The harness
+//
+// NewHarness builds, from a HarnessConfig, namespaces and links like this (defaults):
+//
+//	         external ns                      node0 ns (the "host" under test)              pod ns
+//	┌──────────────────────────┐ veth  ┌───────────────────────────────────┐ veth  ┌────────────────┐
+//	│ fab0 bridge              ├─n0────┤eth0 192.168.77.1/24               │       │ eth0           │
+//	│  192.168.77.100/24       │  eth0 │ default via 192.168.77.100        ├veth0──┤ 10.244.0.2/24  │
+//	│ 10.96.0.0/12 and         │       │ cbr0 10.244.0.1/24, hairpin ports ├veth1┐ │ default via    │
+//	│ 203.0.113.0/24 via .1    │       │ ip_forward, route_localnet,       │     │ │  10.244.0.1    │
+//	│ (no forwarding: a sink)  │       │ bridge-nf-call-iptables=1,        │     │ └────────────────┘
+//	│                          │       │ rp_filter=0, IPTables, Conntrack  │     └─ pod1 10.244.0.3 ...
+//	│                          ├─n1──┐ └───────────────────────────────────┘
+//	└──────────────────────────┘     └─eth0 node1 ns (SecondNode): 192.168.77.2, cbr0 10.244.1.1/24,
+//	                                     its pods 10.244.1.x; the nodes route each other's pod /24
+//
+// In TopologyRouted (chosen automatically when the node namespace has no bridge
+// netfilter) there is no cbr0: each pod has a /32 and routes via 10.244.0.1, which sits
+// on every host-side veth, and the node routes each pod /32 to its veth, so every pod
+// packet crosses the node's IP stack and iptables. With a bridge but no br_netfilter,
+// pod-to-pod traffic on one bridge would skip iptables (and a pod reaching a Service
+// whose endpoint shares its bridge would get replies that were never un-DNATed), which
+// is why TopologyBridge refuses to build without it.
+//
+// Each pod runs TCP and UDP echo servers (PodPorts, default 8080) that answer with the
+// pod's name and the source address they saw. Their sockets are created on an OS thread
+// locked into the pod's namespace (setns, checked through /proc/thread-self, the thread
+// discarded afterwards) and then served from ordinary goroutines: a socket stays in the
+// namespace it was made in. This is in-process, so there is no re-executed test binary,
+// no TestMain hook for callers and no child process to reap. Clients work the same way:
+// Harness.Dial from any namespace returns which pod answered and the source it saw, or
+// Refused, TimedOut or Unreachable, each step bounded by HarnessConfig.Timeout (1 s).
+//
+// The node namespaces get the sysctls a kube-proxy node has, plus ICMP redirects and
+// ICMP rate limits off so that every REJECTed connection is refused rather than
+// sometimes timing out. Nothing is changed in the caller's own namespace beyond the
+// files under /run/netns: links are created directly inside the harness namespaces.
+// Namespace names are PREFIX<pid>-<n>-<role>; NewHarness deletes leftovers of a
+// crashed run (names with this prefix whose pid is gone), never anything else. Close
+// deletes every namespace it made, also after a partial build.
+//
+// Tests that need root skip through RequireHarness, RequireRoot, RequireTools and
+// RequireIPVS.
 package kernel

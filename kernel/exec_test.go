@@ -385,6 +385,7 @@ func TestHarnessConfigErrors(t *testing.T) {
 		{"small cluster CIDR", HarnessConfig{ClusterCIDR: mustPrefix("10.0.0.0/24")}, "ClusterCIDR"},
 		{"IPv6 node network", HarnessConfig{NodeNetwork: mustPrefix("fd00::/64")}, "NodeNetwork"},
 		{"topology", HarnessConfig{Topology: "mesh"}, "Topology"},
+		{"duplicate pod IP", HarnessConfig{Pods: []PodConfig{{Name: "a", IP: mustAddr("10.244.0.5")}, {Name: "b", IP: mustAddr("10.244.0.5")}}}, "already belongs to pod a"},
 	}
 	for _, tc := range cases {
 		err := tc.cfg.setDefaults()

@@ -204,7 +204,14 @@ func (c *HarnessConfig) setDefaults() error {
 		nodes = 2
 	}
 	seen := map[string]bool{}
+	seenIP := map[netip.Addr]string{}
 	for i, p := range c.Pods {
+		if p.IP.IsValid() {
+			if other, dup := seenIP[p.IP]; dup {
+				return fmt.Errorf("harness: Pods[%d] (%s): IP %v already belongs to pod %s", i, p.Name, p.IP, other)
+			}
+			seenIP[p.IP] = p.Name
+		}
 		if p.Name == "" || strings.ContainsAny(p.Name, " \n\t") {
 			return fmt.Errorf("harness: Pods[%d].Name %q: want a non-empty name without spaces", i, p.Name)
 		}
@@ -465,6 +472,13 @@ func (h *Harness) build(ctx context.Context) error {
 	}
 	if err := h.batch(ctx, ext, extRoutes); err != nil {
 		return err
+	}
+
+	// Every link must be really up before the harness is used (see waitLinksUp).
+	for _, ns := range h.Namespaces() {
+		if err := ns.h.waitLinksUp(5 * time.Second); err != nil {
+			return err
+		}
 	}
 
 	// Servers, then the adapters.

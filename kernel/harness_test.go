@@ -94,3 +94,38 @@ func TestHarnessPlainConnectivity(t *testing.T) {
 		})
 	}
 }
+
+// A build that fails part way removes everything it made.
+func TestHarnessCleanupAfterFailure(t *testing.T) {
+	RequireHarness(t)
+	RequireTools(t, "iptables-nft-restore")
+	cases := []struct {
+		name string
+		cfg  HarnessConfig
+		want string
+	}{
+		{"pod IP outside the node's subnet (fails after namespaces exist)",
+			HarnessConfig{Prefix: "clhfail", Pods: []PodConfig{{Name: "a"}, {Name: "b", IP: netip.MustParseAddr("10.9.9.9")}}}, "not a pod address"},
+		{"bad node sysctl (fails after links and sysctls)",
+			HarnessConfig{Prefix: "clhfail", NodeSysctls: map[string]string{"net.ipv4.no_such_knob": "1"}}, "no_such_knob"},
+		{"route clash in the last ip -batch (fails after every link exists)",
+			HarnessConfig{Prefix: "clhfail", ExternalRoutes: []netip.Prefix{netip.MustParsePrefix("192.168.77.0/24")}}, "File exists"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := NewHarness(tc.cfg)
+			if err == nil {
+				h.Close()
+				t.Fatalf("NewHarness succeeded, want an error containing %q", tc.want)
+			} else if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want it to contain %q", err, tc.want)
+			}
+			entries, _ := os.ReadDir(netnsDir)
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), "clhfail") {
+					t.Errorf("namespace %s left behind", e.Name())
+				}
+			}
+		})
+	}
+}

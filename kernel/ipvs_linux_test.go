@@ -3,13 +3,36 @@
 package kernel
 
 import (
+	"errors"
 	"net/netip"
+	"os"
+	"syscall"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
+
+func TestIPVSKernel(t *testing.T) {
+	_, statErr := os.Stat("/proc/net/ip_vs")
+	err := CheckIPVS()
+	if os.IsNotExist(statErr) {
+		// No IPVS loaded (this machine: CONFIG_IP_VS missing). The adapter must say so.
+		if !errors.Is(err, ErrIPVSUnsupported) || !errors.Is(err, syscall.ENOENT) {
+			t.Fatalf("CheckIPVS without /proc/net/ip_vs: %v; want ErrIPVSUnsupported wrapping ENOENT", err)
+		}
+		v, err := NewIPVS("")
+		if v != nil || !errors.Is(err, ErrIPVSUnsupported) {
+			t.Fatalf("NewIPVS: %v, %v; want nil and ErrIPVSUnsupported", v, err)
+		}
+		t.Skip("kernel IPVS unavailable, error checked: " + err.Error())
+	}
+	if err != nil {
+		t.Fatalf("/proc/net/ip_vs exists but CheckIPVS: %v", err)
+	}
+	testIPVSRoundTrip(t)
+}
 
 // testIPVSRoundTrip programs virtual servers in a harness node namespace and reads them
 // back. It runs only on kernels with IPVS.

@@ -4,10 +4,14 @@ package kernel
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
+	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,4 +68,82 @@ func (h *nsHandle) do(fn func() error) error {
 		errc <- fn()
 	}()
 	return <-errc
+}
+
+// waitLinksUp waits until every administratively-up interface in the namespace (except
+// lo, and bridges without ports) is operationally up. Until the kernel's linkwatch
+// work has seen a new veth's carrier (it runs up to a second later) the device still
+// has the noop qdisc and silently drops what is sent through it, so a harness used
+// straight away would lose its first packets. The wait is event-driven: a link
+// subscription in the namespace, checked against a dump taken after subscribing.
+func (h *nsHandle) waitLinksUp(timeout time.Duration) error {
+	ch := make(chan netlink.LinkUpdate, 1024)
+	done := make(chan struct{})
+	defer close(done)
+	var nh *netlink.Handle
+	err := h.do(func() error {
+		if err := netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{}); err != nil {
+			return fmt.Errorf("subscribe to links: %w", err)
+		}
+		var err error
+		nh, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("netns %s: %w", h.name, err)
+	}
+	defer nh.Close()
+	links, err := nh.LinkList()
+	if err != nil {
+		return fmt.Errorf("netns %s: list links: %w", h.name, err)
+	}
+	state := map[int]netlink.Link{}
+	for _, l := range links {
+		state[l.Attrs().Index] = l
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		pending := linksNotUp(state)
+		if len(pending) == 0 {
+			return nil
+		}
+		select {
+		case u, ok := <-ch:
+			if !ok {
+				return fmt.Errorf("netns %s: link subscription closed with %v not up", h.name, pending)
+			}
+			if u.Header.Type == unix.RTM_DELLINK {
+				delete(state, int(u.Index))
+			} else {
+				state[u.Link.Attrs().Index] = u.Link
+			}
+		case <-timer.C:
+			return fmt.Errorf("netns %s: links %v not up after %v", h.name, pending, timeout)
+		}
+	}
+}
+
+func linksNotUp(state map[int]netlink.Link) []string {
+	hasPorts := map[int]bool{}
+	for _, l := range state {
+		if m := l.Attrs().MasterIndex; m != 0 {
+			hasPorts[m] = true
+		}
+	}
+	var pending []string
+	for idx, l := range state {
+		a := l.Attrs()
+		if a.Flags&net.FlagUp == 0 || a.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		if l.Type() == "bridge" && !hasPorts[idx] {
+			continue
+		}
+		if a.OperState != netlink.OperUp {
+			pending = append(pending, a.Name+"("+a.OperState.String()+")")
+		}
+	}
+	sort.Strings(pending)
+	return pending
 }
