@@ -6,8 +6,8 @@ import (
 	"errors"
 	"net/netip"
 	"os"
-	"syscall"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
