@@ -1,0 +1,83 @@
+// Package emulator is an in-memory iptables: the ruleset model, the iptables-save parser
+// and dumper, iptables-restore semantics, and an evaluator that runs packets through the
+// rules with the state the kernel keeps beside them, recording a rule-by-rule trace.
+//
+// # Flow
+//
+//	iptables-save / iptables-restore text
+//	   │ tokenize (iptables-restore's quoting) → rule spec parser (generic options,
+//	   │ match modules and targets, implicit -m tcp/udp, unknown modules kept verbatim)
+//	   │ → restore semantics (*table, :CHAIN lines, -A/-I/-R/-D/-N/-X/-F/-Z/-P/-E, COMMIT,
+//	   │   --noflush), applied to a copy; validated at the end (jumps to missing chains,
+//	   │   busy chains, loops, NAT/REJECT outside their hooks) — all or nothing
+//	   ▼
+//	Ruleset (model: Table → Chain → Rule{header fields, []Match, Target})
+//	   │ Save: the kernel's normalised spelling (iptables v1.8.9 nf_tables), so that
+//	   │ parse → save → parse is stable and a kernel dump saves back unchanged
+//	   ▼
+//	evaluation at a hook: raw → mangle → nat → filter → security (nat last in INPUT and
+//	POSTROUTING; nat only for a connection's first packet), each table from its built-in
+//	chain: rules in order, jumps, gotos, RETURN, policies. Long chains (KUBE-SERVICES)
+//	are indexed by destination address and by (protocol, port): the candidates are
+//	merged in rule order so first-match semantics are exact, and per-packet cost does
+//	not grow with the number of services.
+//	   │
+//	   ▼
+//	verdict (ACCEPT, DROP, REJECT with its type, UNKNOWN) + NAT action + marks + Trace
+//
+// Emulator wraps a Ruleset with that state and implements proxy/iptables.Interface
+// (Restore/Save) as a state-based fake. Walk follows a connection's first packet through
+// a node's hooks (PREROUTING → INPUT, or FORWARD → POSTROUTING; OUTPUT → POSTROUTING
+// [→ INPUT]) for `clusterlab trace`; with all branches it enumerates every outcome of
+// every statistic choice point with its probability (merging identical outcomes) and
+// renders the paths as a tree.
+//
+// # Kernel fidelity
+//
+// What the emulator models, as the kernel does: -s/-d/-i/-o/-p/-f with negation and
+// interface wildcards; tcp, udp, sctp ports and TCP flags; icmp and icmp6 types;
+// multiport; addrtype (through Env.AddrType, --limit-iface-in/out); comment; statistic
+// (random: the kernel's fixed-point probability round(P·2^31)/2^31 as a choice point;
+// nth: a counter per rule, reset when the rule is replaced); recent (xt_recent: lists
+// per name with ip_list_tot entries (default 100) evicted least-recently-updated first,
+// ip_pkt_list_tot stamps per entry, --set/--rcheck/--update/--remove, --seconds,
+// --hitcount, --reap (the oldest entry only), --rttl, --rsource/--rdest, --mask; a
+// list is freed when no rule names it); conntrack (--ctstate with the SNAT/DNAT virtual
+// states, --ctproto, --ctorig/repl src/dst and ports, --ctstatus, --ctexpire, --ctdir);
+// state; mark and connmark; set (ipsets: see IPSets); nfacct (a named counter);
+// iprange. Targets: ACCEPT, DROP, RETURN, jumps and gotos, REJECT (default
+// icmp-port-unreachable / icmp6-port-unreachable), DNAT, SNAT, MASQUERADE, REDIRECT
+// (address and port ranges; --random, --random-fully, --persistent), MARK and CONNMARK
+// (all forms, saved as --set-xmark), LOG (a no-op shown in traces), NOTRACK and CT
+// --notrack (the packet becomes untracked).
+//
+// # What it does not understand
+//
+// A match module the emulator does not model (physdev, limit, mac, owner, ...) is kept
+// verbatim, printed back verbatim and shown in traces. It is undecidable: a single-path
+// evaluation assumes it does NOT match (so the rule is skipped, conservatively), and the
+// trace says so; an all-branches walk follows both assumptions and lists, per outcome,
+// the assumptions it rests on (its probability is then conditional on them). Options the
+// emulator parses but does not model (tcp --tcp-option, sctp --chunk-types, set
+// counter conditions, a set that was not loaded) make the match undecidable the same
+// way. Extension targets it does not model are kept verbatim too: pass-through ones
+// (NFLOG, TCPMSS, CT, CHECKSUM, ...) are stepped over; others (NFQUEUE, TPROXY, ...) end
+// the evaluation with verdict UNKNOWN. Options of unknown modules and targets are not
+// re-ordered, so their saved form equals the kernel's only if the input had its order.
+//
+// # Restore semantics
+//
+// Without --noflush every table in the input is replaced (its built-in policies reset to
+// ACCEPT unless set, as the nf_tables backend does). With --noflush a ":CHAIN - [0:0]"
+// line creates or flushes a user chain; a built-in chain line only sets the policy ("-"
+// keeps it). A chain is deleted (-X) only when empty and unreferenced. A rule may jump
+// only to a chain that exists at that line. Unlike the real tool, which commits table by
+// table, an input applies whole or not at all. Errors are *ParseError values naming the
+// input, the line and the option.
+//
+// # Traces and line numbers
+//
+// A rule remembers the text and line it was loaded from (Rule.File, Rule.Line); traces
+// show that line, so a trace of a dump loaded from a file points into the file. Rules
+// skipped by a chain index are not listed (a step says how many were skipped).
+package emulator

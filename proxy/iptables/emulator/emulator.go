@@ -1,0 +1,249 @@
+package emulator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/clusterlab/clusterlab/proxy/iptables"
+)
+
+// Emulator is an in-memory iptables for one address family: a state-based fake of
+// iptables-restore / iptables-save (it rejects what the kernel rejects: jumps to
+// missing chains, deleting a chain in use, loops, NAT targets outside their hooks) that
+// also evaluates packets against its rules, with the state the kernel keeps beside
+// them: xt_recent lists, statistic nth counters, nfacct counters, rule counters and an
+// ipset model.
+//
+// It is safe for concurrent use; evaluations are serialised.
+type Emulator struct {
+	mu       sync.Mutex
+	rs       *Ruleset
+	st       *state
+	restores int
+}
+
+var _ iptables.Interface = (*Emulator)(nil)
+
+// Option configures an Emulator.
+type Option func(*Emulator)
+
+// WithRecentLimits sets xt_recent's module parameters: ip_list_tot (addresses per
+// list, default 100) and ip_pkt_list_tot (time stamps per address, default 20).
+func WithRecentLimits(listTot, pktListTot int) Option {
+	return func(e *Emulator) {
+		if listTot > 0 {
+			e.st.recentListTot = listTot
+		}
+		if pktListTot > 0 {
+			e.st.recentPktTot = pktListTot
+		}
+	}
+}
+
+// WithIPSets gives the emulator the ipsets that set matches read.
+func WithIPSets(s *IPSets) Option { return func(e *Emulator) { e.st.ipsets = s } }
+
+// New returns an empty emulator for a family.
+func New(f Family, opts ...Option) *Emulator {
+	e := &Emulator{rs: NewRuleset(f), st: newState()}
+	for _, o := range opts {
+		o(e)
+	}
+	return e
+}
+
+// Load returns an emulator holding the ruleset of an iptables-save dump (with or
+// without counters). file names the dump in errors and traces.
+func Load(data []byte, f Family, file string, opts ...Option) (*Emulator, error) {
+	e := New(f, opts...)
+	if err := e.restore(data, RestoreOptions{Counters: true, File: file, keepOrder: true}); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Family returns the emulator's address family.
+func (e *Emulator) Family() Family { return e.rs.Family }
+
+// Restore implements iptables.Interface: it applies iptables-restore input atomically.
+func (e *Emulator) Restore(ctx context.Context, data []byte, opts iptables.RestoreOptions) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	name := fmt.Sprintf("restore#%d", e.restores+1)
+	e.mu.Unlock()
+	return e.restore(data, RestoreOptions{NoFlush: opts.NoFlush, Counters: opts.Counters, File: name})
+}
+
+// RestoreText is Restore with this package's options (an input name for errors).
+func (e *Emulator) RestoreText(data []byte, opts RestoreOptions) error { return e.restore(data, opts) }
+
+func (e *Emulator) restore(data []byte, opts RestoreOptions) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rs, err := Restore(e.rs, data, opts)
+	if err != nil {
+		return err
+	}
+	e.rs = rs
+	e.restores++
+	e.gc()
+	return nil
+}
+
+// gc drops the state of rules that are gone: xt_recent lists no rule names any more
+// (the kernel frees a list with its last rule) and nth counters of deleted rules.
+func (e *Emulator) gc() {
+	names := make(map[string]bool)
+	nth := make(map[*StatisticMatch]bool)
+	for _, t := range e.rs.Tables {
+		for _, c := range t.Chains {
+			for _, r := range c.Rules {
+				for _, m := range r.Matches {
+					switch m := m.(type) {
+					case *RecentMatch:
+						names[m.Name] = true
+					case *StatisticMatch:
+						if m.Nth {
+							nth[m] = true
+						}
+					case *NfacctMatch:
+						if e.st.nfacct[m.Name] == nil {
+							e.st.nfacct[m.Name] = &Counters{}
+						}
+					}
+				}
+			}
+		}
+	}
+	for n := range e.st.recent {
+		if !names[n] {
+			delete(e.st.recent, n)
+		}
+	}
+	for m := range e.st.nth {
+		if !nth[m] {
+			delete(e.st.nth, m)
+		}
+	}
+}
+
+// Save implements iptables.Interface: iptables-save output (without counters) for the
+// named tables, or all.
+func (e *Emulator) Save(ctx context.Context, tables ...string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, t := range tables {
+		if _, ok := tableDefs[t]; !ok {
+			return nil, fmt.Errorf("iptables-save: unknown table %q", t)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rs.Save(false, tables...), nil
+}
+
+// SaveCounters is iptables-save -c: rule and policy counters included.
+func (e *Emulator) SaveCounters(tables ...string) []byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rs.Save(true, tables...)
+}
+
+// Ruleset returns the current ruleset. Restores replace it rather than change it, so
+// it stays valid; callers must not modify it (evaluations update its counters).
+func (e *Emulator) Ruleset() *Ruleset {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rs
+}
+
+// SetIPSets replaces the ipsets set matches read.
+func (e *Emulator) SetIPSets(s *IPSets) {
+	e.mu.Lock()
+	e.st.ipsets = s
+	e.mu.Unlock()
+}
+
+// Recent returns the entries of an xt_recent list (oldest first), as
+// /proc/net/xt_recent/NAME would show them.
+func (e *Emulator) Recent(name string) []RecentEntry {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.st.recent[name]
+	if t == nil {
+		return nil
+	}
+	out := make([]RecentEntry, 0, len(t.lru))
+	for _, en := range t.lru {
+		out = append(out, en.export())
+	}
+	return out
+}
+
+// RecentLists returns the names of the xt_recent lists that hold entries.
+func (e *Emulator) RecentLists() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for n, t := range e.st.recent {
+		if len(t.entries) > 0 {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Nfacct returns an nfacct object's counters; objects exist once a rule names them.
+func (e *Emulator) Nfacct(name string) (Counters, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.st.nfacct[name]
+	if c == nil {
+		return Counters{}, false
+	}
+	return *c, true
+}
+
+func (e *Emulator) newCtx(env Env, pkt *Packet, tr *Trace) *evalCtx {
+	dry := false
+	if d, ok := env.(DryRunner); ok {
+		dry = d.DryRun()
+	}
+	return &evalCtx{pkt: pkt, env: env, ch: envChooser{env}, st: e.st, dry: dry, tr: tr}
+}
+
+// EvalHook evaluates the tables at a hook for pkt, in netfilter priority order
+// (raw, mangle, nat, filter, security; nat last in INPUT and POSTROUTING). The nat table
+// is consulted only for a connection's first packet (Conntrack state NEW or RELATED and
+// not CTConfirmed): later packets follow the conntrack entry, which the host applies.
+// Targets change pkt: MARK and CONNMARK its marks, NAT targets its addresses and
+// ports (so later tables see the translation) and its conntrack status. tr, if not
+// nil, records every rule looked at.
+func (e *Emulator) EvalHook(env Env, hook Hook, pkt *Packet, tr *Trace) HookResult {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.newCtx(env, pkt, tr).evalHook(e.rs, hook)
+}
+
+// EvalTable evaluates one table's built-in chain for hook (whatever the packet's
+// conntrack state: the caller decides whether a nat table applies). A table the
+// ruleset lacks accepts.
+func (e *Emulator) EvalTable(env Env, table string, hook Hook, pkt *Packet, tr *Trace) TableResult {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.rs.Table(table)
+	if t == nil || t.Chain(hook.String()) == nil {
+		return TableResult{Decision: Decision{Hook: hook, Table: table, Chain: hook.String(), Policy: "ACCEPT"}}
+	}
+	c := e.newCtx(env, pkt, tr)
+	if tr != nil {
+		tr.add(Step{Kind: StepTable, Hook: hook.String(), Table: table, Chain: hook.String(), Packet: pkt.String()}, c)
+	}
+	return c.evalTable(t, hook)
+}

@@ -1,0 +1,632 @@
+package emulator
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Verdict is the fate a table traversal, a hook or a walk gives a packet.
+type Verdict uint8
+
+// Verdicts.
+const (
+	// Accept lets the packet go on (the next table, the next hook).
+	Accept Verdict = iota
+	// Drop discards the packet silently.
+	Drop
+	// Reject discards it and answers with an ICMP error or a TCP reset.
+	Reject
+	// Unknown means a target the emulator does not model decided (NFQUEUE, TPROXY, ...).
+	Unknown
+	// Local is a walk's end: delivered to a local socket (the packet passed INPUT).
+	Local
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Accept:
+		return "ACCEPT"
+	case Drop:
+		return "DROP"
+	case Reject:
+		return "REJECT"
+	case Unknown:
+		return "UNKNOWN"
+	case Local:
+		return "LOCAL"
+	}
+	return fmt.Sprintf("Verdict(%d)", uint8(v))
+}
+
+// Decision says what decided a table traversal: a rule, or a built-in chain's policy.
+type Decision struct {
+	Hook   Hook
+	Table  string
+	Chain  string
+	Rule   *Rule // nil when the policy decided
+	Policy string
+}
+
+// ByPolicy reports whether the chain policy decided.
+func (d Decision) ByPolicy() bool { return d.Rule == nil }
+
+// NAT is a NAT action a rule took. Addr and Port are the translation; AddrMax/PortMax
+// give the range when it was not narrowed to one choice (an all-branches exploration
+// keeps ranges whole; MASQUERADE without a known interface address has no Addr).
+type NAT struct {
+	Kind          string // DNAT, SNAT, MASQUERADE, REDIRECT
+	Addr, AddrMax netip.Addr
+	Port, PortMax uint16
+	Random        bool
+	RandomFully   bool
+	Persistent    bool
+	Hook          Hook
+	Chain         string
+	Rule          *Rule
+}
+
+// Dest renders the translated address and port: "10.0.0.1:80", "[fd00::1]:80", a
+// range "10.0.0.1-10.0.0.3:80", or "" when unknown.
+func (n *NAT) Dest() string {
+	if n == nil {
+		return ""
+	}
+	addr := ""
+	if n.Addr.IsValid() {
+		addr = n.Addr.String()
+		if n.AddrMax.IsValid() && n.AddrMax != n.Addr {
+			addr += "-" + n.AddrMax.String()
+		}
+	}
+	if n.Port == 0 {
+		return addr
+	}
+	port := fmt.Sprint(n.Port)
+	if n.PortMax > n.Port {
+		port += fmt.Sprintf("-%d", n.PortMax)
+	}
+	if n.Addr.Is6() {
+		return "[" + addr + "]:" + port
+	}
+	return addr + ":" + port
+}
+
+func (n *NAT) String() string {
+	s := n.Kind
+	if d := n.Dest(); d != "" {
+		s += " to " + d
+	}
+	if n.RandomFully {
+		s += " random-fully"
+	}
+	return s
+}
+
+// TableResult is the outcome of one table at one hook.
+type TableResult struct {
+	Verdict    Verdict
+	RejectWith string
+	Decision   Decision
+	NAT        *NAT
+}
+
+// HookResult is the outcome of all tables at a hook.
+type HookResult struct {
+	Verdict    Verdict
+	RejectWith string
+	// Decision is what decided: the terminal rule or policy for DROP/REJECT/UNKNOWN,
+	// else the last table's decision.
+	Decision Decision
+	// Tables holds each table's result in evaluation order.
+	Tables []TableResult
+	// NAT is the NAT action taken at this hook (first packets only), if any.
+	NAT *NAT
+}
+
+// chooser resolves choice points and undecidable matches.
+type chooser interface {
+	chance(p float64) bool
+	// pickRange picks one of n values, or returns -1 to keep the range whole.
+	pickRange(n int) int
+	// unknown returns the assumption for an undecidable match of a rule.
+	unknown(r *Rule, mi int) bool
+}
+
+type envChooser struct{ env Env }
+
+func (c envChooser) chance(p float64) bool {
+	if p >= 1 {
+		return true
+	}
+	if p <= 0 {
+		return false
+	}
+	return c.env.Chance(p)
+}
+func (c envChooser) pickRange(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return c.env.Pick(n)
+}
+func (envChooser) unknown(*Rule, int) bool { return false }
+
+// state is the emulator state evaluation reads and changes.
+type state struct {
+	recent        map[string]*recentTable
+	nth           map[*StatisticMatch]uint32
+	nfacct        map[string]*Counters
+	ipsets        *IPSets
+	recentListTot int
+	recentPktTot  int
+}
+
+func newState() *state {
+	return &state{recent: make(map[string]*recentTable), nth: make(map[*StatisticMatch]uint32),
+		nfacct: make(map[string]*Counters), recentListTot: 100, recentPktTot: 20}
+}
+
+// overlay holds a dry run's changes.
+type overlay struct {
+	recent map[string]*recentTable
+	nth    map[*StatisticMatch]uint32
+}
+
+// evalCtx is one evaluation: the packet, the host, the state, the trace.
+type evalCtx struct {
+	pkt    *Packet
+	env    Env
+	ch     chooser
+	st     *state
+	dry    bool
+	ov     overlay
+	tr     *Trace
+	hook   Hook
+	table  string
+	notes  []string // details of the rule being evaluated (choices, assumptions)
+	assume []Assumption
+	rule   *Rule
+	chain  string
+	buf    []int32
+}
+
+// Assumption records how an undecidable match was resolved on a path.
+type Assumption struct {
+	Hook    Hook
+	Table   string
+	Chain   string
+	Rule    *Rule
+	Match   string // the match as iptables-save prints it
+	Matched bool
+}
+
+func (c *evalCtx) chance(p float64) bool {
+	v := c.ch.chance(p)
+	if c.tr != nil && p > 0 && p < 1 {
+		word := "not taken"
+		if v {
+			word = "taken"
+		}
+		c.notes = append(c.notes, fmt.Sprintf("statistic p=%.11f: %s", p, word))
+	}
+	return v
+}
+
+// nth advances (or, in a dry run, pretends to advance) an nth-mode counter.
+func (c *evalCtx) nth(m *StatisticMatch) bool {
+	every := m.Every - 1
+	cur, ok := c.ov.nth[m]
+	if !ok {
+		if v, ok2 := c.st.nth[m]; ok2 {
+			cur = v
+		} else {
+			cur = every - m.Packet
+		}
+	}
+	next := cur + 1
+	if cur == every {
+		next = 0
+	}
+	if c.dry {
+		if c.ov.nth == nil {
+			c.ov.nth = make(map[*StatisticMatch]uint32)
+		}
+		c.ov.nth[m] = next
+	} else {
+		c.st.nth[m] = next
+	}
+	if c.tr != nil {
+		c.notes = append(c.notes, fmt.Sprintf("statistic nth: packet %d of every %d", (next+every)%m.Every, m.Every))
+	}
+	return next == 0
+}
+
+func (c *evalCtx) countNfacct(name string) {
+	if c.dry {
+		return
+	}
+	ctr := c.st.nfacct[name]
+	if ctr == nil {
+		ctr = &Counters{}
+		c.st.nfacct[name] = ctr
+	}
+	ctr.Packets++
+	ctr.Bytes += uint64(c.pkt.Len)
+}
+
+func ifaceMatch(pattern, name string) bool {
+	if strings.HasSuffix(pattern, "+") {
+		return strings.HasPrefix(name, pattern[:len(pattern)-1])
+	}
+	return pattern == name
+}
+
+// matchRule decides whether r matches the packet, checking the header fields first
+// and then each match module in order (stopping at the first that fails, as the kernel
+// does, so later modules' side effects do not happen).
+func (c *evalCtx) matchRule(r *Rule) bool {
+	p := c.pkt
+	if r.Src.IsSet() && r.Src.Prefix.Contains(p.Src) == r.Src.Neg {
+		return false
+	}
+	if r.Dst.IsSet() && r.Dst.Prefix.Contains(p.Dst) == r.Dst.Neg {
+		return false
+	}
+	if r.InIface.Name != "" && ifaceMatch(r.InIface.Name, p.InIface) == r.InIface.Neg {
+		return false
+	}
+	if r.OutIface.Name != "" && ifaceMatch(r.OutIface.Name, p.OutIface) == r.OutIface.Neg {
+		return false
+	}
+	if r.Proto.Set && (p.Proto == r.Proto.Num) == r.Proto.Neg {
+		return false
+	}
+	switch r.Fragment {
+	case FragOnly:
+		if !p.Fragment {
+			return false
+		}
+	case FragNone:
+		if p.Fragment {
+			return false
+		}
+	}
+	for i, m := range r.Matches {
+		res := m.eval(c)
+		if res == unknown {
+			v := c.ch.unknown(r, i)
+			a := Assumption{Hook: c.hook, Table: c.table, Chain: c.chain, Rule: r, Match: FormatMatch(m), Matched: v}
+			c.assume = append(c.assume, a)
+			if c.tr != nil {
+				word := "assumed not to match"
+				if v {
+					word = "assumed to match"
+				}
+				c.notes = append(c.notes, fmt.Sprintf("%q not emulated: %s", a.Match, word))
+			}
+			res = triOf(v)
+		}
+		if res == no {
+			return false
+		}
+	}
+	return true
+}
+
+type frame struct {
+	chain   *Chain
+	cand    []int32 // candidate rule indexes (indexed chains), nil: every rule
+	pos     int
+	indexed bool
+}
+
+func (f *frame) next() (int, bool) {
+	if f.indexed {
+		if f.pos >= len(f.cand) {
+			return 0, false
+		}
+		f.pos++
+		return int(f.cand[f.pos-1]), true
+	}
+	if f.pos >= len(f.chain.Rules) {
+		return 0, false
+	}
+	f.pos++
+	return f.pos - 1, true
+}
+
+const maxDepth = 256
+
+// evalTable runs the packet through one table's built-in chain for hook.
+func (c *evalCtx) evalTable(t *Table, hook Hook) TableResult {
+	c.hook, c.table = hook, t.Name
+	base := t.Chain(hook.String())
+	res := TableResult{Decision: Decision{Hook: hook, Table: t.Name, Chain: base.Name}}
+	stack := make([]frame, 0, 8)
+	c.buf = c.buf[:0]
+	push := func(ch *Chain) {
+		f := frame{chain: ch}
+		if len(ch.Rules) >= indexThreshold {
+			if ch.idx == nil {
+				ch.idx = buildIndex(ch)
+			}
+			start := len(c.buf)
+			c.buf = ch.idx.candidates(c.pkt, c.buf)
+			f.cand, f.indexed = c.buf[start:len(c.buf):len(c.buf)], true
+			if c.tr != nil && len(f.cand) < len(ch.Rules) {
+				c.tr.add(Step{Kind: StepIndex, Hook: hook.String(), Table: t.Name, Chain: ch.Name, Depth: len(stack),
+					Detail: fmt.Sprintf("%d of %d rules skipped by the chain index (destination %s, port %d)", len(ch.Rules)-len(f.cand), len(ch.Rules), c.pkt.Dst, c.pkt.DstPort)}, c)
+			}
+		}
+		stack = append(stack, f)
+	}
+	policy := func() TableResult {
+		res.Decision.Chain, res.Decision.Policy, res.Decision.Rule = base.Name, base.Policy, nil
+		if base.Policy == "DROP" {
+			res.Verdict = Drop
+		}
+		if !c.dry {
+			base.Counters.Packets++
+			base.Counters.Bytes += uint64(c.pkt.Len)
+		}
+		if c.tr != nil {
+			c.tr.add(Step{Kind: StepPolicy, Hook: hook.String(), Table: t.Name, Chain: base.Name, Verdict: base.Policy}, c)
+		}
+		return res
+	}
+	push(base)
+	for {
+		f := &stack[len(stack)-1]
+		ri, ok := f.next()
+		if !ok {
+			done := f.chain
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return policy()
+			}
+			if c.tr != nil && !done.Builtin {
+				c.tr.add(Step{Kind: StepReturn, Hook: hook.String(), Table: t.Name, Chain: done.Name, Depth: len(stack), Detail: "end of chain"}, c)
+			}
+			continue
+		}
+		r := f.chain.Rules[ri]
+		c.chain, c.rule = f.chain.Name, r
+		c.notes = c.notes[:0]
+		matched := c.matchRule(r)
+		stepIdx := -1
+		if c.tr != nil {
+			stepIdx = c.tr.add(Step{Kind: StepRule, Hook: hook.String(), Table: t.Name, Chain: f.chain.Name,
+				Line: r.Line, Rule: r.Text(f.chain.Name), Matched: &matched, Depth: len(stack) - 1,
+				Detail: strings.Join(c.notes, "; ")}, c)
+		}
+		if !matched {
+			continue
+		}
+		if !c.dry {
+			r.Counters.Packets++
+			r.Counters.Bytes += uint64(c.pkt.Len)
+		}
+		decided := func(v Verdict) TableResult {
+			res.Verdict = v
+			res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = f.chain.Name, r, ""
+			return res
+		}
+		setVerdict := func(s string) {
+			if stepIdx >= 0 {
+				c.tr.Steps[stepIdx].Verdict = s
+			}
+		}
+		switch tg := r.Target.(type) {
+		case nil:
+		case *VerdictTarget:
+			setVerdict(tg.Verdict)
+			switch tg.Verdict {
+			case "ACCEPT":
+				return decided(Accept)
+			case "DROP":
+				return decided(Drop)
+			case "RETURN":
+				stack = stack[:len(stack)-1]
+				if len(stack) == 0 {
+					return policy()
+				}
+			}
+		case *JumpTarget:
+			dst := t.Chain(tg.Chain)
+			if dst == nil || len(stack) >= maxDepth {
+				setVerdict("DROP (bad jump)")
+				return decided(Drop)
+			}
+			if tg.Goto {
+				setVerdict("goto " + tg.Chain)
+				stack = stack[:len(stack)-1]
+			} else {
+				setVerdict("jump " + tg.Chain)
+			}
+			push(dst)
+		case *RejectTarget:
+			setVerdict("REJECT --reject-with " + tg.With)
+			res.RejectWith = tg.With
+			return decided(Reject)
+		case *NATTarget, *MasqueradeTarget, *RedirectTarget:
+			n := c.nat(r, hook, f.chain.Name)
+			setVerdict(n.String())
+			res.NAT = n
+			return decided(Accept)
+		case *MarkTarget:
+			c.pkt.Mark = (c.pkt.Mark &^ tg.Mask) ^ tg.Value
+			setVerdict(fmt.Sprintf("MARK -> %#x", c.pkt.Mark))
+		case *ConnmarkTarget:
+			switch tg.Mode {
+			case ConnmarkSet:
+				c.pkt.CT.Mark = (c.pkt.CT.Mark &^ tg.Mask) ^ tg.Value
+			case ConnmarkSave:
+				c.pkt.CT.Mark = (c.pkt.CT.Mark &^ tg.CtMask) ^ (c.pkt.Mark & tg.NfMask)
+			case ConnmarkRestore:
+				c.pkt.Mark = (c.pkt.Mark &^ tg.NfMask) ^ (c.pkt.CT.Mark & tg.CtMask)
+			}
+			setVerdict(fmt.Sprintf("CONNMARK (mark %#x, ctmark %#x)", c.pkt.Mark, c.pkt.CT.Mark))
+		case *LogTarget:
+			setVerdict("LOG (no-op)")
+		case *NotrackTarget:
+			c.pkt.CT.State = CTUntracked
+			setVerdict("NOTRACK")
+		case *UnknownTarget:
+			if tg.notrack() {
+				c.pkt.CT.State = CTUntracked
+			}
+			if tg.passThrough() {
+				setVerdict(tg.Target + " (not emulated, continues)")
+				continue
+			}
+			setVerdict(tg.Target + " (not emulated: verdict unknown)")
+			return decided(Unknown)
+		}
+	}
+}
+
+// nat computes and applies a NAT target.
+func (c *evalCtx) nat(r *Rule, hook Hook, chain string) *NAT {
+	p := c.pkt
+	n := &NAT{Kind: r.Target.Name(), Hook: hook, Chain: chain, Rule: r}
+	pickPort := func(lo, hi uint16, keep uint16) (uint16, uint16) {
+		if lo == 0 {
+			return keep, 0
+		}
+		if keep >= lo && keep <= hi {
+			return keep, 0
+		}
+		if hi == lo {
+			return lo, 0
+		}
+		if i := c.ch.pickRange(int(hi-lo) + 1); i >= 0 {
+			return lo + uint16(i), 0
+		}
+		return lo, hi
+	}
+	switch tg := r.Target.(type) {
+	case *NATTarget:
+		n.Random, n.RandomFully, n.Persistent = tg.Random, tg.RandomFully, tg.Persistent
+		if tg.AddrMin.IsValid() {
+			n.Addr = tg.AddrMin
+			if tg.AddrMax != tg.AddrMin {
+				if size, ok := rangeSize(tg.AddrMin, tg.AddrMax); ok {
+					if i := c.ch.pickRange(size); i >= 0 {
+						n.Addr = addrAdd(tg.AddrMin, i)
+					} else {
+						n.AddrMax = tg.AddrMax
+					}
+				} else {
+					n.AddrMax = tg.AddrMax
+				}
+			}
+		}
+		if tg.Kind == "DNAT" {
+			if !n.Addr.IsValid() {
+				n.Addr = p.Dst
+			}
+			n.Port, n.PortMax = pickPort(tg.PortMin, tg.PortMax, p.DstPort)
+		} else {
+			if !n.Addr.IsValid() {
+				n.Addr = p.Src
+			}
+			n.Port, n.PortMax = tg.PortMin, tg.PortMax
+		}
+	case *MasqueradeTarget:
+		n.Random, n.RandomFully = tg.Random, tg.RandomFully
+		n.Port, n.PortMax = tg.PortMin, tg.PortMax
+		if ia, ok := c.env.(IfaceAddrer); ok && p.OutIface != "" {
+			if a, ok := ia.IfaceAddr(p.OutIface, p.Family()); ok {
+				n.Addr = a
+			}
+		}
+	case *RedirectTarget:
+		n.Random = tg.Random
+		if hook == Output {
+			n.Addr = netip.MustParseAddr("127.0.0.1")
+			if p.Family() == IPv6 {
+				n.Addr = netip.IPv6Loopback()
+			}
+		} else if ia, ok := c.env.(IfaceAddrer); ok && p.InIface != "" {
+			if a, ok := ia.IfaceAddr(p.InIface, p.Family()); ok {
+				n.Addr = a
+			}
+		}
+		n.Port, n.PortMax = pickPort(tg.PortMin, tg.PortMax, p.DstPort)
+	}
+	// Apply the translation to the packet so that later tables see it.
+	switch n.Kind {
+	case "DNAT", "REDIRECT":
+		if n.Addr.IsValid() && !n.AddrMax.IsValid() {
+			p.Dst = n.Addr
+		}
+		if n.Port != 0 && n.PortMax == 0 && p.hasPorts() {
+			p.DstPort = n.Port
+		}
+		p.CT.Status |= CTDstNAT
+	default:
+		if n.Addr.IsValid() && !n.AddrMax.IsValid() {
+			p.Src = n.Addr
+		}
+		p.CT.Status |= CTSrcNAT
+	}
+	return n
+}
+
+// rangeSize returns the number of addresses in [a, b] when it fits an int.
+func rangeSize(a, b netip.Addr) (int, bool) {
+	n := 1
+	for x := a; x != b; x = x.Next() {
+		n++
+		if n > 1<<16 {
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+func addrAdd(a netip.Addr, i int) netip.Addr {
+	for ; i > 0; i-- {
+		a = a.Next()
+	}
+	return a
+}
+
+// natFirst reports whether the nat table sees this packet: only a connection's first
+// packet (new or related, not yet confirmed) does; later packets follow the binding.
+func natFirst(p *Packet) bool {
+	return p.CT.Status&CTConfirmed == 0 && (p.CT.State == CTNew || p.CT.State == CTRelated)
+}
+
+// evalHook runs every table at hook in netfilter priority order.
+func (c *evalCtx) evalHook(rs *Ruleset, hook Hook) HookResult {
+	var hr HookResult
+	for _, name := range hookTables[hook] {
+		t := rs.Table(name)
+		if t == nil {
+			continue
+		}
+		if name == TableNAT && !natFirst(c.pkt) {
+			if c.tr != nil {
+				c.tr.add(Step{Kind: StepNote, Hook: hook.String(), Table: name,
+					Detail: "nat table skipped: not the first packet of the connection (the conntrack entry's binding applies)"}, c)
+			}
+			continue
+		}
+		if c.tr != nil {
+			c.tr.add(Step{Kind: StepTable, Hook: hook.String(), Table: name, Chain: hook.String(), Packet: c.pkt.String()}, c)
+		}
+		tr := c.evalTable(t, hook)
+		hr.Tables = append(hr.Tables, tr)
+		hr.Decision = tr.Decision
+		if tr.NAT != nil {
+			hr.NAT = tr.NAT
+		}
+		if tr.Verdict != Accept {
+			hr.Verdict, hr.RejectWith = tr.Verdict, tr.RejectWith
+			return hr
+		}
+	}
+	return hr
+}

@@ -1,0 +1,374 @@
+package emulator
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Family is the address family a ruleset serves: iptables (IPv4) or ip6tables (IPv6).
+type Family uint8
+
+// The two families.
+const (
+	IPv4 Family = 4
+	IPv6 Family = 6
+)
+
+func (f Family) String() string {
+	if f == IPv6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+func (f Family) bits() int {
+	if f == IPv6 {
+		return 128
+	}
+	return 32
+}
+
+// FamilyOf returns the family of addr.
+func FamilyOf(addr netip.Addr) Family {
+	if addr.Is4() || addr.Is4In6() {
+		return IPv4
+	}
+	return IPv6
+}
+
+// IP protocol numbers.
+const (
+	ProtoICMP    uint8 = 1
+	ProtoIGMP    uint8 = 2
+	ProtoTCP     uint8 = 6
+	ProtoUDP     uint8 = 17
+	ProtoGRE     uint8 = 47
+	ProtoESP     uint8 = 50
+	ProtoAH      uint8 = 51
+	ProtoICMPv6  uint8 = 58
+	ProtoSCTP    uint8 = 132
+	ProtoMH      uint8 = 135
+	ProtoUDPLite uint8 = 136
+	ProtoDCCP    uint8 = 33
+)
+
+// protoNames are the names iptables-save prints for -p (its built-in table and the usual
+// /etc/protocols names); other protocols print as numbers.
+var protoNames = map[uint8]string{
+	ProtoICMP: "icmp", ProtoIGMP: "igmp", ProtoTCP: "tcp", ProtoUDP: "udp", ProtoGRE: "gre",
+	ProtoESP: "esp", ProtoAH: "ah", ProtoICMPv6: "ipv6-icmp", ProtoSCTP: "sctp",
+	ProtoMH: "ipv6-mh", ProtoUDPLite: "udplite", ProtoDCCP: "dccp",
+}
+
+// protoByName accepts what iptables accepts for -p: names and aliases.
+var protoByName = map[string]uint8{
+	"icmp": ProtoICMP, "igmp": ProtoIGMP, "tcp": ProtoTCP, "udp": ProtoUDP, "gre": ProtoGRE,
+	"esp": ProtoESP, "ah": ProtoAH, "ipv6-icmp": ProtoICMPv6, "icmpv6": ProtoICMPv6,
+	"sctp": ProtoSCTP, "ipv6-mh": ProtoMH, "mh": ProtoMH, "udplite": ProtoUDPLite,
+	"dccp": ProtoDCCP, "all": 0,
+}
+
+// ProtoName returns the name iptables-save prints for an IP protocol number.
+func ProtoName(p uint8) string {
+	if n, ok := protoNames[p]; ok {
+		return n
+	}
+	return fmt.Sprint(p)
+}
+
+// ParseProto parses a protocol as -p accepts it: a name ("tcp", "ipv6-icmp", "all") or a
+// number. "all" and 0 mean any protocol.
+func ParseProto(s string) (uint8, error) {
+	if p, ok := protoByName[strings.ToLower(s)]; ok {
+		return p, nil
+	}
+	var n int
+	if _, err := fmt.Sscanf(s, "%d", &n); err == nil && fmt.Sprint(n) == s && n >= 0 && n <= 255 {
+		return uint8(n), nil
+	}
+	return 0, fmt.Errorf("unknown protocol %q", s)
+}
+
+// TCP flag bits as in the TCP header.
+const (
+	TCPFin uint8 = 0x01
+	TCPSyn uint8 = 0x02
+	TCPRst uint8 = 0x04
+	TCPPsh uint8 = 0x08
+	TCPAck uint8 = 0x10
+	TCPUrg uint8 = 0x20
+)
+
+// CTState is a packet's conntrack state as the conntrack and state matches see it.
+type CTState uint8
+
+// Conntrack states. The zero value is NEW: a packet that opens a connection.
+const (
+	CTNew CTState = iota
+	CTEstablished
+	CTRelated
+	CTInvalid   // no conntrack entry could be made
+	CTUntracked // the raw table's NOTRACK / CT --notrack
+)
+
+func (s CTState) String() string {
+	switch s {
+	case CTNew:
+		return "NEW"
+	case CTEstablished:
+		return "ESTABLISHED"
+	case CTRelated:
+		return "RELATED"
+	case CTInvalid:
+		return "INVALID"
+	case CTUntracked:
+		return "UNTRACKED"
+	}
+	return fmt.Sprintf("CTState(%d)", uint8(s))
+}
+
+// CTStatus holds a conntrack entry's status bits (the subset the conntrack match names).
+type CTStatus uint16
+
+// Conntrack status bits.
+const (
+	CTExpected  CTStatus = 1 << iota // IPS_EXPECTED
+	CTSeenReply                      // IPS_SEEN_REPLY
+	CTAssured                        // IPS_ASSURED
+	CTConfirmed                      // IPS_CONFIRMED: the entry is in the table (not a first packet)
+	CTSrcNAT                         // IPS_SRC_NAT: the connection's source is translated
+	CTDstNAT                         // IPS_DST_NAT: the connection's destination is translated
+)
+
+// Tuple is one direction of a connection.
+type Tuple struct {
+	Src, Dst         netip.Addr
+	SrcPort, DstPort uint16
+}
+
+// Conntrack is what the kernel knows about the packet's connection.
+type Conntrack struct {
+	State  CTState
+	Status CTStatus
+	// Reply is true when the packet travels in the reply direction (--ctdir REPLY).
+	Reply bool
+	// Orig and ReplyTuple are the connection's tuples; a zero Orig means "the packet's
+	// own tuple" (a first packet).
+	Orig, ReplyTuple Tuple
+	// Mark is the connection mark (CONNMARK, -m connmark).
+	Mark uint32
+	// Expire is the remaining lifetime (--ctexpire).
+	Expire time.Duration
+}
+
+// Packet is what the emulator evaluates: the header fields rules look at and the
+// metadata the kernel keeps beside a packet. Targets change Mark, Conntrack.Mark and,
+// for NAT targets, the addresses and ports.
+type Packet struct {
+	Proto            uint8
+	Src, Dst         netip.Addr
+	SrcPort, DstPort uint16 // TCP, UDP, SCTP, DCCP, UDP-Lite ports
+	TCPFlags         uint8
+	ICMPType         uint8 // ICMP / ICMPv6
+	ICMPCode         uint8
+	TTL              uint8
+	// Fragment is true for a non-first fragment (-f); such a packet has no ports.
+	Fragment bool
+	// InIface and OutIface are the interface names -i and -o see (empty where the
+	// kernel has none: no input interface in OUTPUT, no output interface before routing).
+	InIface, OutIface string
+	Mark              uint32
+	Len               int // bytes, for counters
+	CT                Conntrack
+}
+
+// Family returns the packet's address family.
+func (p *Packet) Family() Family { return FamilyOf(p.Dst) }
+
+func (p *Packet) hasPorts() bool {
+	if p.Fragment {
+		return false
+	}
+	switch p.Proto {
+	case ProtoTCP, ProtoUDP, ProtoSCTP, ProtoDCCP, ProtoUDPLite:
+		return true
+	}
+	return false
+}
+
+// origTuple returns the connection's original tuple, or the packet's own when unknown.
+func (p *Packet) origTuple() Tuple {
+	if p.CT.Orig.Src.IsValid() {
+		return p.CT.Orig
+	}
+	return Tuple{Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort}
+}
+
+func (p *Packet) replyTuple() Tuple {
+	if p.CT.ReplyTuple.Src.IsValid() {
+		return p.CT.ReplyTuple
+	}
+	o := p.origTuple()
+	return Tuple{Src: o.Dst, Dst: o.Src, SrcPort: o.DstPort, DstPort: o.SrcPort}
+}
+
+// String renders the packet briefly: "tcp 10.0.0.1:1234 -> 10.96.0.1:80 mark 0x4000".
+func (p *Packet) String() string {
+	var b strings.Builder
+	b.WriteString(ProtoName(p.Proto))
+	b.WriteByte(' ')
+	if p.hasPorts() {
+		b.WriteString(netip.AddrPortFrom(p.Src, p.SrcPort).String())
+		b.WriteString(" -> ")
+		b.WriteString(netip.AddrPortFrom(p.Dst, p.DstPort).String())
+	} else {
+		b.WriteString(p.Src.String())
+		b.WriteString(" -> ")
+		b.WriteString(p.Dst.String())
+	}
+	if p.InIface != "" {
+		b.WriteString(" in " + p.InIface)
+	}
+	if p.OutIface != "" {
+		b.WriteString(" out " + p.OutIface)
+	}
+	if p.Mark != 0 {
+		fmt.Fprintf(&b, " mark %#x", p.Mark)
+	}
+	return b.String()
+}
+
+// AddrType is a routing address type, as the addrtype match names them (RTN_*).
+type AddrType uint16
+
+// Address types, as bits (addrtype --src-type LOCAL,UNICAST).
+const (
+	AddrUnspec AddrType = 1 << iota
+	AddrUnicast
+	AddrLocal
+	AddrBroadcast
+	AddrAnycast
+	AddrMulticast
+	AddrBlackhole
+	AddrUnreachable
+	AddrProhibit
+	AddrThrow
+	AddrNAT
+	AddrXResolve
+)
+
+var addrTypeNames = []string{"UNSPEC", "UNICAST", "LOCAL", "BROADCAST", "ANYCAST", "MULTICAST",
+	"BLACKHOLE", "UNREACHABLE", "PROHIBIT", "THROW", "NAT", "XRESOLVE"}
+
+func (t AddrType) String() string {
+	var parts []string
+	for i, n := range addrTypeNames {
+		if t&(1<<i) != 0 {
+			parts = append(parts, n)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// Env is what the emulator needs from its host: the virtual clock, choice points and
+// the node's addresses. netsim's per-hook context provides it through an adapter; for
+// stand-alone use StaticEnv is enough.
+type Env interface {
+	// Now is the virtual time (recent --seconds).
+	Now() time.Time
+	// Chance is a choice point that is true with probability p (statistic --mode random).
+	Chance(p float64) bool
+	// Pick is a choice point returning a uniform choice in [0, n) (a NAT address range).
+	Pick(n int) int
+	// AddrType classifies addr as the node's routing tables would (addrtype). A
+	// non-empty iface limits the lookup to that interface (--limit-iface-in/out).
+	AddrType(addr netip.Addr, iface string) AddrType
+}
+
+// DryRunner is implemented by an Env whose packets are what-ifs: the emulator then
+// changes no state (recent lists, nth counters, rule and nfacct counters).
+type DryRunner interface{ DryRun() bool }
+
+// IfaceAddrer is implemented by an Env that knows interface addresses; MASQUERADE and
+// REDIRECT then report the address they translate to.
+type IfaceAddrer interface {
+	IfaceAddr(iface string, f Family) (netip.Addr, bool)
+}
+
+// ClassifyAddr returns the address type of addr given the node's local addresses: LOCAL
+// for one of them or a loopback address, MULTICAST, BROADCAST (255.255.255.255), UNSPEC
+// (the unspecified address), UNICAST otherwise. It is the usual AddrType for an Env.
+func ClassifyAddr(addr netip.Addr, local func(netip.Addr) bool) AddrType {
+	switch {
+	case !addr.IsValid() || addr.IsUnspecified():
+		return AddrUnspec
+	case addr.IsLoopback() || (local != nil && local(addr)):
+		return AddrLocal
+	case addr.IsMulticast():
+		return AddrMulticast
+	case addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return AddrBroadcast
+	}
+	return AddrUnicast
+}
+
+// StaticEnv is a simple Env: a clock you set, a seeded random source and a fixed set of
+// local addresses.
+type StaticEnv struct {
+	Time  time.Time
+	Rand  *rand.Rand
+	Local []netip.Addr
+	// IfaceAddrs maps an interface name to its primary address (MASQUERADE, REDIRECT).
+	IfaceAddrs map[string]netip.Addr
+}
+
+// NewStaticEnv returns a StaticEnv seeded with seed, with the given local addresses.
+func NewStaticEnv(seed uint64, local ...netip.Addr) *StaticEnv {
+	return &StaticEnv{Time: time.Unix(1_700_000_000, 0).UTC(), Rand: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), Local: local}
+}
+
+// Now implements Env.
+func (e *StaticEnv) Now() time.Time { return e.Time }
+
+// Advance moves the clock forward.
+func (e *StaticEnv) Advance(d time.Duration) { e.Time = e.Time.Add(d) }
+
+// Chance implements Env.
+func (e *StaticEnv) Chance(p float64) bool {
+	if p >= 1 {
+		return true
+	}
+	if p <= 0 {
+		return false
+	}
+	return e.Rand.Float64() < p
+}
+
+// Pick implements Env.
+func (e *StaticEnv) Pick(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	return e.Rand.IntN(n)
+}
+
+// AddrType implements Env (the interface limit is ignored: every local address counts).
+func (e *StaticEnv) AddrType(addr netip.Addr, _ string) AddrType {
+	return ClassifyAddr(addr, func(a netip.Addr) bool {
+		for _, l := range e.Local {
+			if l == a {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// IfaceAddr implements IfaceAddrer.
+func (e *StaticEnv) IfaceAddr(iface string, _ Family) (netip.Addr, bool) {
+	a, ok := e.IfaceAddrs[iface]
+	return a, ok
+}

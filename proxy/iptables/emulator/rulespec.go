@@ -1,0 +1,388 @@
+package emulator
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// optError is an error about one option of a rule.
+type optError struct {
+	opt string
+	err error
+}
+
+func (e *optError) Error() string { return e.opt + ": " + e.err.Error() }
+func (e *optError) Unwrap() error { return e.err }
+
+func optErr(opt string, format string, args ...any) error {
+	return &optError{opt, fmt.Errorf(format, args...)}
+}
+
+// owner is something that takes options: a known match or target (opts set), or an
+// unknown one (opts nil) that swallows what follows it.
+type owner struct {
+	opts    map[string]optSpec
+	b       builder
+	unknown *[]string // the raw argument list of an unknown module or target
+}
+
+// ruleSpec is a parsed rule spec: the rule, plus the extra addresses of comma lists
+// (iptables expands "-s a,b" into one rule per address).
+type ruleSpec struct {
+	rule       *Rule
+	srcs, dsts []netip.Prefix
+	counters   *Counters // -c P B
+	skip       bool      // -4 in an IPv6 ruleset or -6 in an IPv4 one
+}
+
+// specParser parses rule specs; it keeps scratch space between rules.
+type specParser struct {
+	family Family
+	rc     ruleCtx
+	owners []owner
+}
+
+func isGenericOpt(s string) bool {
+	switch s {
+	case "-s", "--source", "--src", "-d", "--destination", "--dst", "-p", "--protocol",
+		"-i", "--in-interface", "-o", "--out-interface", "-f", "--fragment", "-m", "--match",
+		"-j", "--jump", "-g", "--goto", "-c", "--set-counters", "-4", "--ipv4", "-6", "--ipv6":
+		return true
+	}
+	return false
+}
+
+// isOptToken reports whether a token looks like an option (ends an unknown option's
+// argument list).
+func isOptToken(t token) bool {
+	return !t.quoted && (t.val == "!" || (len(t.val) > 1 && t.val[0] == '-' && (t.val[1] < '0' || t.val[1] > '9')))
+}
+
+var protoModules = map[uint8]string{ProtoTCP: "tcp", ProtoUDP: "udp", ProtoSCTP: "sctp", ProtoICMP: "icmp", ProtoICMPv6: "icmp6"}
+
+// parse parses the tokens of a rule spec (everything after "-A CHAIN").
+func (sp *specParser) parse(toks []token) (*ruleSpec, error) {
+	r := &Rule{}
+	out := &ruleSpec{rule: r}
+	sp.rc = ruleCtx{family: sp.family, seen: sp.rc.seen[:0]}
+	sp.owners = sp.owners[:0]
+	neg := false
+	i := 0
+	arg := func(opt string) (token, error) {
+		if i >= len(toks) {
+			return token{}, optErr(opt, "missing argument")
+		}
+		i++
+		return toks[i-1], nil
+	}
+	for i < len(toks) {
+		t := toks[i]
+		i++
+		if t.val == "!" && !t.quoted {
+			if neg {
+				return nil, optErr("!", "multiple ! flags not allowed")
+			}
+			neg = true
+			continue
+		}
+		if t.quoted || !strings.HasPrefix(t.val, "-") {
+			return nil, optErr(t.raw, "unexpected argument (not an option)")
+		}
+		opt := t.val
+		switch opt {
+		case "-s", "--source", "--src", "-d", "--destination", "--dst":
+			a, err := arg(opt)
+			if err != nil {
+				return nil, err
+			}
+			var list []netip.Prefix
+			for _, part := range strings.Split(a.val, ",") {
+				p, err := parsePrefix(part, sp.family)
+				if err != nil {
+					return nil, &optError{opt, err}
+				}
+				list = append(list, p)
+			}
+			spec := AddrSpec{Prefix: list[0], Neg: neg}
+			if list[0].Bits() == 0 && !neg && len(list) == 1 {
+				spec = AddrSpec{} // 0/0 matches everything; iptables-save prints nothing
+			}
+			if opt == "-s" || opt == "--source" || opt == "--src" {
+				if r.Src.IsSet() || out.srcs != nil {
+					return nil, optErr(opt, "given twice")
+				}
+				r.Src = spec
+				if len(list) > 1 {
+					out.srcs = list
+				}
+			} else {
+				if r.Dst.IsSet() || out.dsts != nil {
+					return nil, optErr(opt, "given twice")
+				}
+				r.Dst = spec
+				if len(list) > 1 {
+					out.dsts = list
+				}
+			}
+			if len(list) > 1 && neg {
+				return nil, optErr(opt, "! cannot be used with multiple addresses")
+			}
+		case "-p", "--protocol":
+			a, err := arg(opt)
+			if err != nil {
+				return nil, err
+			}
+			if r.Proto.Set {
+				return nil, optErr(opt, "given twice")
+			}
+			p, err := ParseProto(a.val)
+			if err != nil {
+				return nil, &optError{opt, err}
+			}
+			if p == 0 {
+				if neg {
+					return nil, optErr(opt, "rule would never match protocol")
+				}
+			} else {
+				r.Proto = ProtoSpec{Set: true, Num: p, Neg: neg}
+			}
+			sp.rc.proto = r.Proto
+		case "-i", "--in-interface", "-o", "--out-interface":
+			a, err := arg(opt)
+			if err != nil {
+				return nil, err
+			}
+			if a.val == "" || len(a.val) > 15 || strings.ContainsAny(a.val, " /") {
+				return nil, optErr(opt, "invalid interface name %q", a.val)
+			}
+			spec := IfaceSpec{Name: a.val, Neg: neg}
+			if opt == "-i" || opt == "--in-interface" {
+				r.InIface = spec
+			} else {
+				r.OutIface = spec
+			}
+		case "-f", "--fragment":
+			if sp.family == IPv6 {
+				return nil, optErr(opt, "not available for IPv6 (use -m frag)")
+			}
+			r.Fragment = FragOnly
+			if neg {
+				r.Fragment = FragNone
+			}
+		case "-c", "--set-counters":
+			p, err := arg(opt)
+			if err != nil {
+				return nil, err
+			}
+			b, err := arg(opt)
+			if err != nil {
+				return nil, err
+			}
+			pn, err1 := strconv.ParseUint(p.val, 10, 64)
+			bn, err2 := strconv.ParseUint(b.val, 10, 64)
+			if err1 != nil || err2 != nil {
+				return nil, optErr(opt, "invalid counters %q %q", p.val, b.val)
+			}
+			out.counters = &Counters{pn, bn}
+		case "-4", "--ipv4":
+			out.skip = out.skip || sp.family != IPv4
+		case "-6", "--ipv6":
+			out.skip = out.skip || sp.family != IPv6
+		case "-m", "--match":
+			a, err := arg(opt)
+			if err != nil {
+				return nil, err
+			}
+			if neg {
+				return nil, optErr(opt, "! is not allowed before -m")
+			}
+			if def, ok := modules[a.val]; ok {
+				b := def.new()
+				r.Matches = append(r.Matches, b)
+				sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
+			} else {
+				if a.val == "" || strings.HasPrefix(a.val, "-") {
+					return nil, optErr(opt, "invalid match name %q", a.val)
+				}
+				u := &UnknownMatch{Name: a.val}
+				r.Matches = append(r.Matches, u)
+				sp.owners = append(sp.owners, owner{unknown: &u.Args})
+			}
+		case "-j", "--jump", "-g", "--goto":
+			a, err := arg(opt)
+			if err != nil {
+				return nil, err
+			}
+			if neg {
+				return nil, optErr(opt, "cannot be negated")
+			}
+			if r.Target != nil {
+				return nil, optErr(opt, "only one -j or -g per rule")
+			}
+			name := a.val
+			if opt == "-g" || opt == "--goto" {
+				if err := validChainName(name); err != nil {
+					return nil, &optError{opt, err}
+				}
+				r.Target = &JumpTarget{Chain: name, Goto: true}
+				break
+			}
+			switch {
+			case name == "ACCEPT" || name == "DROP" || name == "RETURN":
+				r.Target = &VerdictTarget{Verdict: name}
+				sp.owners = append(sp.owners, owner{opts: map[string]optSpec{}})
+			case targets[name] != nil:
+				def := targets[name]
+				b := def.new()
+				r.Target = b
+				sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
+			case passTargets[name] || stopTargets[name] || sp.looksLikeExtension(toks[i:]):
+				u := &UnknownTarget{Target: name}
+				r.Target = u
+				sp.owners = append(sp.owners, owner{unknown: &u.Args})
+			default:
+				if err := validChainName(name); err != nil {
+					return nil, &optError{opt, err}
+				}
+				r.Target = &JumpTarget{Chain: name}
+			}
+		default:
+			if err := sp.moduleOption(r, toks, &i, opt, neg); err != nil {
+				return nil, err
+			}
+		}
+		neg = false
+	}
+	if neg {
+		return nil, optErr("!", "nothing follows !")
+	}
+	for _, o := range sp.owners {
+		if o.b != nil {
+			if err := o.b.finish(&sp.rc); err != nil {
+				name := "-j " + r.Target.Name()
+				if m, ok := o.b.(Match); ok {
+					name = "-m " + m.Module()
+				}
+				return nil, &optError{name, err}
+			}
+		}
+	}
+	return out, nil
+}
+
+// looksLikeExtension reports whether the words after "-j NAME" are options nobody else
+// claims, which makes NAME an extension target rather than a chain.
+func (sp *specParser) looksLikeExtension(rest []token) bool {
+	if len(rest) == 0 || !strings.HasPrefix(rest[0].val, "--") || rest[0].quoted {
+		return false
+	}
+	for _, o := range sp.owners {
+		if o.opts != nil {
+			if _, ok := o.opts[rest[0].val]; ok {
+				return false
+			}
+		}
+	}
+	return !isGenericOpt(rest[0].val)
+}
+
+// moduleOption hands an option to the module or target that owns it: the newest
+// known one that has it, else the protocol's implicit module (-p tcp --dport 80 loads
+// -m tcp, as iptables does), else the newest unknown module or target, which takes the
+// option and the words after it verbatim.
+func (sp *specParser) moduleOption(r *Rule, toks []token, i *int, opt string, neg bool) error {
+	for j := len(sp.owners) - 1; j >= 0; j-- {
+		o := sp.owners[j]
+		if o.opts == nil {
+			continue
+		}
+		if spec, ok := o.opts[opt]; ok {
+			return sp.give(o, spec, toks, i, opt, neg)
+		}
+	}
+	if r.Proto.Set && !r.Proto.Neg {
+		if name, ok := protoModules[r.Proto.Num]; ok {
+			def := modules[name]
+			if spec, ok := def.opts[opt]; ok {
+				b := def.new()
+				r.Matches = append(r.Matches, b)
+				o := owner{opts: def.opts, b: b}
+				sp.owners = append(sp.owners, o)
+				return sp.give(o, spec, toks, i, opt, neg)
+			}
+		}
+	}
+	for j := len(sp.owners) - 1; j >= 0; j-- {
+		o := sp.owners[j]
+		if o.unknown == nil {
+			continue
+		}
+		if neg {
+			*o.unknown = append(*o.unknown, "!")
+		}
+		*o.unknown = append(*o.unknown, toks[*i-1].raw)
+		for *i < len(toks) && !isOptToken(toks[*i]) {
+			*o.unknown = append(*o.unknown, toks[*i].raw)
+			*i++
+		}
+		return nil
+	}
+	return optErr(opt, "unknown option")
+}
+
+func (sp *specParser) give(o owner, spec optSpec, toks []token, i *int, opt string, neg bool) error {
+	if neg && !spec.negatable {
+		return optErr(opt, "cannot be negated")
+	}
+	if *i+spec.nargs > len(toks) {
+		return optErr(opt, "missing argument")
+	}
+	args := toks[*i : *i+spec.nargs]
+	*i += spec.nargs
+	if err := o.b.option(&sp.rc, spec.canon, neg, args); err != nil {
+		var oe *optError
+		if errors.As(err, &oe) {
+			return err
+		}
+		return &optError{opt, err}
+	}
+	return nil
+}
+
+// expand returns the rules a spec stands for (more than one for comma lists).
+func (s *ruleSpec) expand() []*Rule {
+	if s.srcs == nil && s.dsts == nil {
+		return []*Rule{s.rule}
+	}
+	srcs := s.srcs
+	if srcs == nil {
+		srcs = []netip.Prefix{s.rule.Src.Prefix}
+	}
+	dsts := s.dsts
+	if dsts == nil {
+		dsts = []netip.Prefix{s.rule.Dst.Prefix}
+	}
+	var out []*Rule
+	for _, sa := range srcs {
+		for _, da := range dsts {
+			nr := *s.rule
+			if s.srcs != nil {
+				nr.Src = AddrSpec{Prefix: sa}
+				if sa.Bits() == 0 {
+					nr.Src = AddrSpec{}
+				}
+			}
+			if s.dsts != nil {
+				nr.Dst = AddrSpec{Prefix: da}
+				if da.Bits() == 0 {
+					nr.Dst = AddrSpec{}
+				}
+			}
+			out = append(out, &nr)
+		}
+	}
+	return out
+}

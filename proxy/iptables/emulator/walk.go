@@ -1,0 +1,468 @@
+package emulator
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// From says where a walked packet comes from.
+type From uint8
+
+// Packet origins.
+const (
+	// FromAuto: from the node itself when the source is one of its local addresses,
+	// else from outside (a pod or another host).
+	FromAuto From = iota
+	FromPod
+	FromNode
+	FromExternal
+)
+
+// ParseFrom parses "pod", "node", "external" or "" (auto).
+func ParseFrom(s string) (From, error) {
+	switch s {
+	case "", "auto":
+		return FromAuto, nil
+	case "pod":
+		return FromPod, nil
+	case "node":
+		return FromNode, nil
+	case "external":
+		return FromExternal, nil
+	}
+	return 0, fmt.Errorf("unknown origin %q (want pod, node or external)", s)
+}
+
+// WalkInput is a stand-alone packet walk through a node's hooks: the first packet of a
+// connection, as `clusterlab trace` follows it.
+type WalkInput struct {
+	// Packet is the packet as it enters (its conntrack state is set to NEW).
+	Packet Packet
+	From   From
+	// Local are the node's addresses (addrtype LOCAL, local delivery); loopback
+	// addresses are always local.
+	Local []netip.Addr
+	// AllBranches follows every statistic choice (and both assumptions for every
+	// match the emulator does not model) instead of drawing from Seed.
+	AllBranches bool
+	Seed        uint64
+	// Time is the virtual clock (recent --seconds); zero means a fixed epoch.
+	Time time.Time
+	// MaxPaths bounds an all-branches exploration (default 4096).
+	MaxPaths int
+}
+
+// RuleRef names a rule on a packet's path.
+type RuleRef struct {
+	Hook  string `json:"hook"`
+	Table string `json:"table"`
+	Chain string `json:"chain"`
+	Line  int    `json:"line"`
+	Rule  string `json:"rule"`
+}
+
+// DecisionRef names what decided an outcome: a rule (line and rule set) or a built-in
+// chain's policy (policy set).
+type DecisionRef struct {
+	Hook   string `json:"hook"`
+	Table  string `json:"table"`
+	Chain  string `json:"chain"`
+	Line   int    `json:"line,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	Policy string `json:"policy,omitempty"`
+}
+
+// AssumptionRef is an undecidable match (a module the emulator does not model) and
+// the value assumed for it on an outcome's path.
+type AssumptionRef struct {
+	RuleRef
+	Match   string `json:"match"`
+	Matched bool   `json:"assumed_match"`
+}
+
+// Outcome is one possible fate of a walked packet.
+type Outcome struct {
+	// Probability of this outcome (the product of the statistic choices on its paths,
+	// summed over merged paths). With assumptions it is conditional on them.
+	Probability float64 `json:"probability"`
+	// Verdict: ACCEPT (left the node: forwarded, or sent out by the node itself),
+	// LOCAL (delivered to a local socket), DROP, REJECT, or UNKNOWN (a target the
+	// emulator does not model decided).
+	Verdict    string `json:"verdict"`
+	RejectWith string `json:"reject_with,omitempty"`
+	// DecidedBy is "rule" or "policy"; Decision names it (null when no filter table
+	// rule or policy was involved: a ruleset without a filter table accepts).
+	DecidedBy string       `json:"decided_by"`
+	Decision  *DecisionRef `json:"decision"`
+	// DNATDestination is the destination a DNAT or REDIRECT chose ("ip:port"), or null.
+	DNATDestination *string `json:"dnat_destination"`
+	// Masqueraded is true when a MASQUERADE or SNAT rule translated the source.
+	Masqueraded bool `json:"masqueraded"`
+	// SNATSource is the source address SNAT chose (MASQUERADE: null, the output
+	// interface's address is not known to a stand-alone walk).
+	SNATSource *string `json:"snat_source"`
+	// Mark is the packet mark at the end, in hex.
+	Mark string `json:"mark"`
+	// Packet is the packet at the end, after translations.
+	Packet string `json:"packet"`
+	// Hooks are the hooks the packet went through.
+	Hooks []string `json:"hooks"`
+	// MatchedRules are the rules that matched, in order.
+	MatchedRules []RuleRef `json:"matched_rules"`
+	// Assumptions lists the undecidable matches met on the way and what was assumed.
+	Assumptions []AssumptionRef `json:"assumptions,omitempty"`
+	// Paths counts the paths merged into this outcome.
+	Paths int `json:"paths"`
+
+	// Trace is the (first merged) path's trace.
+	Trace   *Trace      `json:"-"`
+	choices []choiceRec // the path's choices, for the tree rendering
+	key     string      // identity for merging
+}
+
+// WalkResult is a walk's outcomes: merged (identical outcomes summed) and per path.
+type WalkResult struct {
+	Input     WalkInput
+	Start     Hook
+	Outcomes  []*Outcome
+	Paths     []*Outcome
+	Truncated bool
+}
+
+// choiceRec is one resolved choice point on a path.
+type choiceRec struct {
+	alt, n int
+	p      float64 // probability of the alternative taken (1 for assumptions)
+	step   int     // index of the trace step the choice belongs to
+	label  string
+}
+
+// pathChooser replays forced choices and records new ones (all-branches exploration).
+type pathChooser struct {
+	forced []int
+	pos    int
+	taken  []choiceRec
+	prob   float64
+	tr     *Trace
+	memo   map[unknownKey]bool
+}
+
+type unknownKey struct {
+	r  *Rule
+	mi int
+}
+
+func (c *pathChooser) next(n int) int {
+	alt := 0
+	if c.pos < len(c.forced) {
+		alt = c.forced[c.pos]
+	}
+	c.pos++
+	return alt
+}
+
+func (c *pathChooser) chance(p float64) bool {
+	if p >= 1 {
+		return true
+	}
+	if p <= 0 {
+		return false
+	}
+	alt := c.next(2)
+	v := alt == 0
+	q := p
+	label := fmt.Sprintf("statistic p=%.11f: taken", p)
+	if !v {
+		q = 1 - p
+		label = fmt.Sprintf("statistic p=%.11f: not taken", p)
+	}
+	c.prob *= q
+	c.taken = append(c.taken, choiceRec{alt: alt, n: 2, p: q, step: len(c.tr.Steps), label: label})
+	return v
+}
+
+func (c *pathChooser) pickRange(int) int { return -1 }
+
+func (c *pathChooser) unknown(r *Rule, mi int) bool {
+	k := unknownKey{r, mi}
+	if v, ok := c.memo[k]; ok {
+		return v
+	}
+	alt := c.next(2)
+	v := alt == 1
+	label := fmt.Sprintf("assume %q does not match", FormatMatch(r.Matches[mi]))
+	if v {
+		label = fmt.Sprintf("assume %q matches", FormatMatch(r.Matches[mi]))
+	}
+	c.taken = append(c.taken, choiceRec{alt: alt, n: 2, p: 1, step: len(c.tr.Steps), label: label})
+	if c.memo == nil {
+		c.memo = make(map[unknownKey]bool)
+	}
+	c.memo[k] = v
+	return v
+}
+
+func nextPath(taken []choiceRec) ([]int, bool) {
+	for i := len(taken) - 1; i >= 0; i-- {
+		if taken[i].alt+1 < taken[i].n {
+			seq := make([]int, i+1)
+			for j := 0; j < i; j++ {
+				seq[j] = taken[j].alt
+			}
+			seq[i] = taken[i].alt + 1
+			return seq, true
+		}
+	}
+	return nil, false
+}
+
+// recordingChooser draws from an Env and records the choices (single-path walks).
+type recordingChooser struct {
+	envChooser
+	prob  float64
+	taken []choiceRec
+	tr    *Trace
+}
+
+func (c *recordingChooser) chance(p float64) bool {
+	v := c.envChooser.chance(p)
+	if p > 0 && p < 1 {
+		q := p
+		if !v {
+			q = 1 - p
+		}
+		c.prob *= q
+		c.taken = append(c.taken, choiceRec{n: 2, p: q, step: len(c.tr.Steps)})
+	}
+	return v
+}
+
+// walkEnv is the Env of a stand-alone walk.
+type walkEnv struct {
+	*StaticEnv
+}
+
+func (walkEnv) DryRun() bool { return true }
+
+// Walk follows the first packet of a connection through the node: it enters at
+// PREROUTING, or at OUTPUT when it comes from the node (--from node, or its source is
+// a local address). After PREROUTING (and its DNAT) a local destination goes to INPUT
+// (LOCAL), any other through FORWARD and POSTROUTING (ACCEPT). After OUTPUT the packet
+// goes through POSTROUTING and, when its destination is local, back in over loopback
+// (PREROUTING without nat, INPUT) to LOCAL. A walk is a what-if: it changes no state.
+func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
+	if !in.Packet.Src.IsValid() || !in.Packet.Dst.IsValid() {
+		return nil, fmt.Errorf("walk: source and destination addresses are required")
+	}
+	if FamilyOf(in.Packet.Src) != e.Family() || FamilyOf(in.Packet.Dst) != e.Family() {
+		return nil, fmt.Errorf("walk: %s packet %s -> %s in an %s ruleset", FamilyOf(in.Packet.Dst), in.Packet.Src, in.Packet.Dst, e.Family())
+	}
+	env := NewStaticEnv(in.Seed, in.Local...)
+	if !in.Time.IsZero() {
+		env.Time = in.Time
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	res := &WalkResult{Input: in}
+	res.Start = Prerouting
+	if in.From == FromNode || (in.From == FromAuto && env.AddrType(in.Packet.Src, "") == AddrLocal) {
+		res.Start = Output
+	}
+	if !in.AllBranches {
+		tr := &Trace{}
+		ch := &recordingChooser{envChooser: envChooser{env}, prob: 1, tr: tr}
+		o := e.walkOnce(env, ch, tr, in, res.Start)
+		o.Probability, o.choices = ch.prob, ch.taken
+		res.Paths = []*Outcome{o}
+		res.Outcomes = []*Outcome{o}
+		return res, nil
+	}
+	max := in.MaxPaths
+	if max <= 0 {
+		max = 4096
+	}
+	var forced []int
+	merged := map[string]*Outcome{}
+	for {
+		tr := &Trace{}
+		ch := &pathChooser{forced: forced, prob: 1, tr: tr}
+		o := e.walkOnce(env, ch, tr, in, res.Start)
+		o.Probability, o.choices = ch.prob, ch.taken
+		res.Paths = append(res.Paths, o)
+		if m, ok := merged[o.key]; ok {
+			m.Probability += o.Probability
+			m.Paths++
+		} else {
+			c := *o
+			merged[o.key] = &c
+			res.Outcomes = append(res.Outcomes, &c)
+		}
+		next, ok := nextPath(ch.taken)
+		if !ok {
+			break
+		}
+		if len(res.Paths) >= max {
+			res.Truncated = true
+			break
+		}
+		forced = next
+	}
+	return res, nil
+}
+
+func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput, start Hook) *Outcome {
+	pkt := in.Packet
+	pkt.CT = Conntrack{State: CTNew}
+	c := &evalCtx{pkt: &pkt, env: walkEnv{env}, ch: ch, st: e.st, dry: true, tr: tr}
+	o := &Outcome{Paths: 1, Trace: tr, MatchedRules: []RuleRef{}, Hooks: []string{}}
+	var lastRule, lastFilter *Decision
+	var dnat, snat *NAT
+	isLocal := func(a netip.Addr) bool { return env.AddrType(a, "") == AddrLocal }
+	finish := func(v Verdict, reject string, d *Decision) *Outcome {
+		o.Verdict, o.RejectWith = v.String(), reject
+		if d == nil {
+			d = lastRule
+			if d == nil {
+				d = lastFilter
+			}
+		}
+		o.DecidedBy = "policy"
+		if d != nil {
+			o.Decision = &DecisionRef{Hook: d.Hook.String(), Table: d.Table, Chain: d.Chain, Policy: d.Policy}
+			if d.Rule != nil {
+				o.DecidedBy = "rule"
+				o.Decision.Line, o.Decision.Rule, o.Decision.Policy = d.Rule.Line, d.Rule.Text(d.Chain), ""
+			}
+		}
+		if dnat != nil {
+			s := dnat.Dest()
+			o.DNATDestination = &s
+		}
+		if snat != nil {
+			o.Masqueraded = true
+			if snat.Kind == "SNAT" {
+				s := snat.Dest()
+				o.SNATSource = &s
+			}
+		}
+		o.Mark = fmt.Sprintf("%#x", pkt.Mark)
+		o.Packet = pkt.String()
+		for _, s := range tr.Steps {
+			if s.Kind == StepRule && s.Matched != nil && *s.Matched {
+				o.MatchedRules = append(o.MatchedRules, RuleRef{Hook: s.Hook, Table: s.Table, Chain: s.Chain, Line: s.Line, Rule: s.Rule})
+			}
+		}
+		for _, a := range c.assume {
+			o.Assumptions = append(o.Assumptions, AssumptionRef{
+				RuleRef: RuleRef{Hook: a.Hook.String(), Table: a.Table, Chain: a.Chain, Line: a.Rule.Line, Rule: a.Rule.Text(a.Chain)},
+				Match:   a.Match, Matched: a.Matched})
+		}
+		detail := ""
+		if o.DNATDestination != nil {
+			detail += " dnat " + *o.DNATDestination
+		}
+		if o.Masqueraded {
+			detail += " masqueraded"
+		}
+		tr.add(Step{Kind: StepVerdict, Verdict: o.Verdict, Detail: strings.TrimSpace(detail + " " + o.RejectWith)}, c)
+		o.key = outcomeKey(o)
+		return o
+	}
+	run := func(h Hook) *Outcome {
+		o.Hooks = append(o.Hooks, h.String())
+		tr.add(Step{Kind: StepHook, Hook: h.String(), Packet: pkt.String()}, c)
+		hr := c.evalHook(e.rs, h)
+		for i := range hr.Tables {
+			d := hr.Tables[i].Decision
+			if d.Table == TableNAT {
+				continue
+			}
+			if d.Rule != nil {
+				lastRule = &d
+			} else if d.Table == TableFilter {
+				lastFilter = &d
+			}
+		}
+		if hr.NAT != nil {
+			switch hr.NAT.Kind {
+			case "DNAT", "REDIRECT":
+				dnat = hr.NAT
+			default:
+				snat = hr.NAT
+			}
+		}
+		if hr.Verdict != Accept {
+			d := hr.Decision
+			return finish(hr.Verdict, hr.RejectWith, &d)
+		}
+		return nil
+	}
+	if start == Prerouting {
+		if o := run(Prerouting); o != nil {
+			return o
+		}
+		if isLocal(pkt.Dst) {
+			tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is local: INPUT", pkt.Dst)}, c)
+			if o := run(Input); o != nil {
+				return o
+			}
+			return finish(Local, "", nil)
+		}
+		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is not local: FORWARD", pkt.Dst)}, c)
+		if o := run(Forward); o != nil {
+			return o
+		}
+		if o := run(Postrouting); o != nil {
+			return o
+		}
+		return finish(Accept, "", nil)
+	}
+	if o := run(Output); o != nil {
+		return o
+	}
+	local := isLocal(pkt.Dst)
+	if local {
+		pkt.OutIface = "lo"
+		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is local: out over loopback", pkt.Dst)}, c)
+	}
+	if o := run(Postrouting); o != nil {
+		return o
+	}
+	if !local {
+		return finish(Accept, "", nil)
+	}
+	pkt.CT.Status |= CTConfirmed
+	pkt.InIface = "lo"
+	tr.add(Step{Kind: StepNote, Detail: "conntrack: entry confirmed; back in over loopback"}, c)
+	if o := run(Prerouting); o != nil {
+		return o
+	}
+	if o := run(Input); o != nil {
+		return o
+	}
+	return finish(Local, "", nil)
+}
+
+// outcomeKey identifies an outcome for merging: everything observable except the
+// probability and the rules on the way.
+func outcomeKey(o *Outcome) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%s|%s|", o.Verdict, o.RejectWith, o.DecidedBy)
+	if o.Decision != nil {
+		fmt.Fprintf(&b, "%s/%s/%s/%d/%s|", o.Decision.Hook, o.Decision.Table, o.Decision.Chain, o.Decision.Line, o.Decision.Policy)
+	}
+	if o.DNATDestination != nil {
+		b.WriteString(*o.DNATDestination)
+	}
+	fmt.Fprintf(&b, "|%v|", o.Masqueraded)
+	if o.SNATSource != nil {
+		b.WriteString(*o.SNATSource)
+	}
+	fmt.Fprintf(&b, "|%s|%s|%s|", o.Mark, o.Packet, strings.Join(o.Hooks, ","))
+	for _, a := range o.Assumptions {
+		fmt.Fprintf(&b, "%s:%d:%s=%v;", a.Chain, a.Line, a.Match, a.Matched)
+	}
+	return b.String()
+}
