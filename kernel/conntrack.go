@@ -157,6 +157,19 @@ func (c *Conntrack) DeleteContext(ctx context.Context, f proxy.ConntrackFilter) 
 	return n, nil
 }
 
+// Flush empties the conntrack table (conntrack -F) of the adapter's family.
+func (c *Conntrack) Flush(ctx context.Context) error {
+	args := []string{"-F"}
+	if c.opts.Family == IPv6 {
+		args = append(args, "-f", "ipv6")
+	}
+	cmd := c.cmd(args)
+	if ce := commandError(cmd, c.run.run(ctx, cmd)); ce != nil {
+		return fmt.Errorf("conntrack flush: %w", ce)
+	}
+	return nil
+}
+
 // List returns the entries the filter matches (conntrack -L -o extended with the same
 // options as Delete).
 func (c *Conntrack) List(ctx context.Context, f proxy.ConntrackFilter) ([]ConntrackEntry, error) {

@@ -442,6 +442,10 @@ func TestConntrackCommandLines(t *testing.T) {
 	if _, err := ct.Delete(proxy.ConntrackFilter{Protocol: 6}); err == nil || !strings.Contains(err.Error(), "invalid parameters") {
 		t.Errorf("tool failure: %v; want the tool's stderr", err)
 	}
+	f.reset()
+	if err := newConntrack(ConntrackOptions{Netns: "n", Family: IPv6}, f).Flush(context.Background()); err != nil || len(f.calls) != 1 || f.calls[0] != "ip netns exec n conntrack -F -f ipv6" {
+		t.Errorf("Flush: %v, calls %q", err, f.calls)
+	}
 	// List runs -L -o extended with the filter and parses.
 	f.on("conntrack -L -o extended -p udp --orig-dst 10.96.0.10", 0,
 		"ipv4     2 udp      17 29 src=192.168.77.100 dst=10.96.0.10 sport=41000 dport=53 src=10.244.0.2 dst=192.168.77.100 sport=8080 dport=41000 mark=0 use=1\n",

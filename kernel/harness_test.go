@@ -81,6 +81,18 @@ func TestHarnessPlainConnectivity(t *testing.T) {
 				wantAnswer(t, proto+" node -> pod a", h.Dial(node.Netns, proto, netip.AddrPortFrom(a.IP, 8080)), "a", node.Gateway)
 				wantOutcome(t, proto+" pod a -> pod b closed port", h.Dial(a.Netns, proto, netip.AddrPortFrom(b.IP, 9)), Refused)
 			}
+			// A host-network server on the node, bound to the node IP.
+			if err := h.Serve(node.Netns, "node0-host", netip.AddrPortFrom(node.IP, 10250)); err != nil {
+				t.Fatal(err)
+			}
+			for _, proto := range []string{"tcp", "udp"} {
+				wantAnswer(t, proto+" ext -> node IP", h.Dial(h.External, proto, netip.AddrPortFrom(node.IP, 10250)), "node0-host", h.ExternalIP)
+				wantAnswer(t, proto+" pod c -> node0 IP (cross node)", h.Dial(c.Netns, proto, netip.AddrPortFrom(node.IP, 10250)), "node0-host", c.IP)
+				wantAnswer(t, proto+" pod a from a fixed port", h.DialFrom(a.Netns, proto, netip.AddrPortFrom(a.IP, 40001), netip.AddrPortFrom(b.IP, 8080)), "b", a.IP)
+			}
+			if r := h.DialFrom(a.Netns, "tcp", netip.AddrPortFrom(a.IP, 40002), netip.AddrPortFrom(b.IP, 8080)); r.Source.Port() != 40002 || r.Local.Port() != 40002 {
+				t.Errorf("DialFrom fixed port: %v (local %v), want source port 40002", r, r.Local)
+			}
 			// The settings a kube-proxy node needs.
 			for key, want := range map[string]string{"net.ipv4.ip_forward": "1", "net.ipv4.conf.all.route_localnet": "1", "net.ipv4.conf.all.rp_filter": "0"} {
 				if got, err := h.Sysctl(node.Netns, key); err != nil || got != want {

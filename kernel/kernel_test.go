@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -235,6 +236,26 @@ COMMIT
 			if seen["a"] == 0 || seen["b"] == 0 || seen["a"]+seen["b"] != 60 {
 				t.Errorf("60 connections to a 50/50 VIP: %v; want both a and b", seen)
 			}
+			// Counters show which rules the traffic took.
+			counted, err := h.IPTables.SaveCounters(ctxT(t), "nat")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// nat sees only the first packet of each connection: the two .14 rules
+			// together counted exactly the 60 connections, and both matched some.
+			var hits []int
+			for _, l := range strings.Split(string(counted), "\n") {
+				if strings.Contains(l, "-A VIPS -d 10.96.0.14/32") {
+					var pkts, bytes int
+					if _, err := fmt.Sscanf(l, "[%d:%d]", &pkts, &bytes); err != nil {
+						t.Fatalf("counter line %q: %v", l, err)
+					}
+					hits = append(hits, pkts)
+				}
+			}
+			if len(hits) != 2 || hits[0] == 0 || hits[1] == 0 || hits[0]+hits[1] != 60 {
+				t.Errorf("packet counters of the two VIP .14 rules: %v; want two non-zero counts adding up to 60\n%s", hits, counted)
+			}
 			// Localhost NodePort-style DNAT from the node needs route_localnet.
 			wantAnswer(t, "node -> 127.0.0.1:30080", h.Dial(node.Netns, "tcp", netip.MustParseAddrPort("127.0.0.1:30080")), "b", node.Gateway)
 			// DROP gives a timeout (bounded by the harness Timeout); both protocols at once.
@@ -302,5 +323,20 @@ func TestConntrackKernel(t *testing.T) {
 	// The TCP entry is untouched.
 	if left, err := h.Conntrack.List(ctx, proxy.ConntrackFilter{Protocol: 6, OrigDst: vip}); err != nil || len(left) != 1 {
 		t.Errorf("TCP entries after the UDP delete: %v, %v; want 1", left, err)
+	}
+	// An empty filter matches everything.
+	if n, err := h.Conntrack.Delete(proxy.ConntrackFilter{}); err != nil || n < 1 {
+		t.Errorf("Delete(all): n=%d err=%v, want at least the TCP entry", n, err)
+	}
+	if left, err := h.Conntrack.List(ctx, proxy.ConntrackFilter{OrigDst: vip}); err != nil || len(left) != 0 {
+		t.Errorf("after Delete(all): %v, %v; want none", left, err)
+	}
+	// Flush empties the table too.
+	wantAnswer(t, "udp via DNAT again", h.Dial(h.External, "udp", netip.AddrPortFrom(vip, 53)), a.Name, h.ExternalIP)
+	if err := h.Conntrack.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := h.Conntrack.List(ctx, proxy.ConntrackFilter{OrigDst: vip}); err != nil || len(left) != 0 {
+		t.Errorf("after Flush: %v, %v; want none", left, err)
 	}
 }
