@@ -195,7 +195,8 @@ func (m *Model) writeService(w io.Writer, s *service, f listFormat) {
 	}
 }
 
-// writeRules is ipvsadm -Sn.
+// writeRules is ipvsadm -Sn. Like ipvsadm it leaves out the -x/-y thresholds (see
+// ipvsadm -L --thresholds).
 func (m *Model) writeRules(w io.Writer) {
 	for _, s := range m.sortedServices() {
 		var name string
@@ -235,12 +236,6 @@ func (m *Model) writeRules(w io.Writer) {
 				} else {
 					line += " --tun-type ipip"
 				}
-			}
-			if d.uThresh != 0 {
-				line += fmt.Sprintf(" -x %d", d.uThresh)
-			}
-			if d.lThresh != 0 {
-				line += fmt.Sprintf(" -y %d", d.lThresh)
 			}
 			fmt.Fprintln(w, line)
 		}

@@ -940,6 +940,9 @@ func (m *Model) apply(c *Command, w io.Writer) error {
 		}
 		return nil
 	case OpList:
+		if c.has(optService) && m.services[c.svc.key] == nil {
+			return fmt.Errorf("virtual service %s: no such service: %w", c.svc.key, ErrNotFound)
+		}
 		if w == nil {
 			return nil
 		}
