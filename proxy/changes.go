@@ -43,6 +43,24 @@ func (s *SyncState) Changed(nn types.NamespacedName) bool {
 	return s.ServicesChanged[nn] || s.EndpointsChanged[nn]
 }
 
+// NewSyncState builds the view of the lists for the node and family without change
+// tracking (every Service counts as changed), for one-off rendering.
+func NewSyncState(services []*corev1.Service, slices []*discoveryv1.EndpointSlice, family corev1.IPFamily, node NodeConfig) (*SyncState, error) {
+	sp, err := BuildServicePortMap(services, family)
+	if err != nil {
+		return nil, err
+	}
+	em, err := BuildEndpointsMap(slices, family, &node)
+	if err != nil {
+		return nil, err
+	}
+	st := &SyncState{Services: sp, Endpoints: em, ServicesChanged: map[types.NamespacedName]bool{}, EndpointsChanged: map[types.NamespacedName]bool{}}
+	for name := range sp {
+		st.ServicesChanged[name.NamespacedName] = true
+	}
+	return st, nil
+}
+
 // ChangeTracker turns successive complete lists of Services and EndpointSlices into
 // SyncStates for one node and one IP family, as kube-proxy's ServiceChangeTracker and
 // EndpointsChangeTracker do from watch events. It keeps the previous view; the first
@@ -52,6 +70,7 @@ type ChangeTracker struct {
 	node   NodeConfig
 
 	services  map[types.NamespacedName]ServicePortMap
+	objects   map[types.NamespacedName]*corev1.Service
 	slices    map[types.NamespacedName][]*discoveryv1.EndpointSlice
 	endpoints map[types.NamespacedName]EndpointsMap
 }
@@ -62,6 +81,7 @@ func NewChangeTracker(family corev1.IPFamily, node NodeConfig) *ChangeTracker {
 		family:    family,
 		node:      node,
 		services:  map[types.NamespacedName]ServicePortMap{},
+		objects:   map[types.NamespacedName]*corev1.Service{},
 		slices:    map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
 		endpoints: map[types.NamespacedName]EndpointsMap{},
 	}
@@ -72,9 +92,14 @@ func (t *ChangeTracker) Family() corev1.IPFamily { return t.family }
 
 // Update takes the complete current lists and returns the new view and its changes. On
 // error (an object that does not parse) the tracker is left as it was.
+//
+// Objects are treated as immutable, as informer caches treat them: an object passed
+// again as the same pointer is taken to be unchanged, so a change must come as a new
+// object (a copy), not as an edit in place. Different pointers are compared by value.
 func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1.EndpointSlice) (*SyncState, error) {
 	// Services.
 	newServices := make(map[types.NamespacedName]ServicePortMap, len(services))
+	newObjects := make(map[types.NamespacedName]*corev1.Service, len(services))
 	for _, svc := range services {
 		if svc == nil {
 			continue
@@ -82,6 +107,11 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		nn := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 		if _, dup := newServices[nn]; dup {
 			return nil, fmt.Errorf("service %s: listed twice", nn)
+		}
+		newObjects[nn] = svc
+		if old, ok := t.services[nn]; ok && t.objects[nn] == svc {
+			newServices[nn] = old
+			continue
 		}
 		m, err := ServicePortsForService(svc, t.family)
 		if err != nil {
@@ -108,13 +138,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 			return nil, err
 		}
 		newEndpoints[nn] = m
-		// Keep copies, so a caller that edits an object in place is still seen to
-		// have changed it next time.
-		copies := make([]*discoveryv1.EndpointSlice, len(list))
-		for i, s := range list {
-			copies[i] = s.DeepCopy()
-		}
-		newSlices[nn] = copies
+		newSlices[nn] = list
 		endpointsChanged[nn] = true
 	}
 	for nn := range t.slices {
@@ -133,7 +157,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		for k, v := range m {
 			st.Services[k] = v
 		}
-		if old := t.services[nn]; !reflect.DeepEqual(old, m) && !(len(old) == 0 && len(m) == 0) {
+		if old := t.services[nn]; !(len(old) == 0 && len(m) == 0) && !sameServicePorts(old, m) {
 			st.ServicesChanged[nn] = true
 		}
 	}
@@ -184,6 +208,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 
 	// Commit.
 	t.services = newServices
+	t.objects = newObjects
 	t.slices = newSlices
 	t.endpoints = newEndpoints
 	return st, nil
@@ -194,7 +219,20 @@ func sameSlices(a, b []*discoveryv1.EndpointSlice) bool {
 		return false
 	}
 	for i := range a {
-		if !reflect.DeepEqual(a[i], b[i]) {
+		if a[i] != b[i] && !reflect.DeepEqual(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameServicePorts(a, b ServicePortMap) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || (v != w && !reflect.DeepEqual(v, w)) {
 			return false
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -45,9 +46,28 @@ func NewEndpoint(ip netip.Addr, port int) *Endpoint {
 	return e
 }
 
+// cache computes String and IPString with one allocation: "ip:port" or "[ip]:port",
+// the address being a substring of it.
 func (e *Endpoint) cache() {
-	e.ipStr = e.IP.String()
-	e.str = net.JoinHostPort(e.ipStr, strconv.Itoa(e.Port))
+	var buf [64]byte
+	b := buf[:0]
+	v6 := e.IP.Is6()
+	if v6 {
+		b = append(b, '[')
+	}
+	b = e.IP.AppendTo(b)
+	n := len(b)
+	if v6 {
+		b = append(b, ']')
+	}
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(e.Port), 10)
+	e.str = string(b)
+	if v6 {
+		e.ipStr = e.str[1:n]
+	} else {
+		e.ipStr = e.str[:n]
+	}
 }
 
 // String returns "ip:port", or "[ip]:port" for IPv6 (net.JoinHostPort), the form
@@ -126,7 +146,7 @@ func SliceService(slice *discoveryv1.EndpointSlice) (types.NamespacedName, bool)
 // slices, and a terminating duplicate never replaces an entry already seen. Slices are
 // read in name order.
 func endpointsForService(nn types.NamespacedName, sliceList []*discoveryv1.EndpointSlice, node *NodeConfig) (EndpointsMap, error) {
-	sets := make(map[ServicePortName]map[string]*Endpoint)
+	lists := make(map[ServicePortName][]*Endpoint)
 	for _, slice := range sliceList {
 		for _, port := range slice.Ports {
 			if port.Name == nil || port.Port == nil || *port.Port == 0 {
@@ -137,11 +157,12 @@ func endpointsForService(nn types.NamespacedName, sliceList []*discoveryv1.Endpo
 				proto = protocolOrTCP(*port.Protocol)
 			}
 			spn := ServicePortName{NamespacedName: nn, Port: *port.Name, Protocol: proto}
-			set := sets[spn]
-			if set == nil {
-				set = make(map[string]*Endpoint, len(slice.Endpoints))
-				sets[spn] = set
+			list := lists[spn]
+			if list == nil {
+				list = make([]*Endpoint, 0, len(slice.Endpoints))
 			}
+			// One allocation for this slice's endpoints of this port.
+			slab := make([]Endpoint, 0, len(slice.Endpoints))
 			for ei := range slice.Endpoints {
 				e := &slice.Endpoints[ei]
 				if len(e.Addresses) == 0 {
@@ -152,13 +173,14 @@ func endpointsForService(nn types.NamespacedName, sliceList []*discoveryv1.Endpo
 					return nil, fmt.Errorf("endpointslice %s/%s: endpoints[%d].addresses[0]: invalid IP address %q",
 						slice.Namespace, slice.Name, ei, e.Addresses[0])
 				}
-				ep := &Endpoint{
+				slab = append(slab, Endpoint{
 					IP:          ip,
 					Port:        int(*port.Port),
 					Ready:       e.Conditions.Ready == nil || *e.Conditions.Ready,
 					Serving:     e.Conditions.Serving == nil || *e.Conditions.Serving,
 					Terminating: e.Conditions.Terminating != nil && *e.Conditions.Terminating,
-				}
+				})
+				ep := &slab[len(slab)-1]
 				if e.NodeName != nil {
 					ep.NodeName = *e.NodeName
 					ep.Local = node.Name != "" && ep.NodeName == node.Name
@@ -180,23 +202,31 @@ func endpointsForService(nn types.NamespacedName, sliceList []*discoveryv1.Endpo
 					}
 				}
 				ep.cache()
-				if _, exists := set[ep.str]; !exists || !ep.Terminating {
-					set[ep.str] = ep
-				}
+				list = append(list, ep)
 			}
+			lists[spn] = list
 		}
 	}
-	out := make(EndpointsMap, len(sets))
-	for spn, set := range sets {
-		if len(set) == 0 {
+	out := make(EndpointsMap, len(lists))
+	for spn, list := range lists {
+		if len(list) == 0 {
 			continue
 		}
-		list := make([]*Endpoint, 0, len(set))
-		for _, ep := range set {
-			list = append(list, ep)
+		// Sort stably by ip:port, then keep one entry per ip:port: the first seen,
+		// replaced by any later one that is not terminating (an endpoint moving
+		// between slices, or a pod IP reused while the old pod terminates).
+		slices.SortStableFunc(list, func(a, b *Endpoint) int { return strings.Compare(a.str, b.str) })
+		kept := list[:0]
+		for _, ep := range list {
+			if n := len(kept); n > 0 && kept[n-1].str == ep.str {
+				if !ep.Terminating {
+					kept[n-1] = ep
+				}
+				continue
+			}
+			kept = append(kept, ep)
 		}
-		sortEndpoints(list)
-		out[spn] = list
+		out[spn] = kept
 	}
 	return out, nil
 }

@@ -194,6 +194,12 @@ func NeedsHealthCheck(svc *corev1.Service) bool {
 // leading zeros, as the API server has always accepted). IPv4-mapped IPv6 addresses are
 // returned as IPv4, as Go's net.IP prints them.
 func ParseIPSloppy(s string) (netip.Addr, bool) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			return netip.Addr{}, false
+		}
+		return a.Unmap(), true
+	}
 	ip := utilnet.ParseIPSloppy(s)
 	if ip == nil {
 		return netip.Addr{}, false

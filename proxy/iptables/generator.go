@@ -63,12 +63,14 @@ func (l *lineBuf) end() {
 }
 
 // svcInfo holds what the generator derives once per service port and reuses across
-// syncs: kube-proxy's servicePortInfo and the endpoint chain names.
+// syncs: kube-proxy's servicePortInfo and the KUBE-SEP names of the endpoints it had
+// chains for last time (sorted by endpoint string, as endpoint lists are).
 type svcInfo struct {
 	name    string // "ns/svc:port"
 	proto   string // "tcp"
 	chains  ServiceChainNames
-	epChain map[string]string // "ip:port" -> KUBE-SEP-...
+	epStrs  []string // "ip:port", sorted
+	epNames []string // KUBE-SEP-... of epStrs[i]
 }
 
 func newSvcInfo(n proxy.ServicePortName) *svcInfo {
@@ -77,16 +79,56 @@ func newSvcInfo(n proxy.ServicePortName) *svcInfo {
 	return s
 }
 
-func (s *svcInfo) endpointChain(ep string) string {
-	if c, ok := s.epChain[ep]; ok {
-		return c
+// setEndpoints makes epStrs/epNames describe reach (sorted by string), reusing the
+// names already computed.
+func (s *svcInfo) setEndpoints(reach []*proxy.Endpoint) {
+	if len(reach) == len(s.epStrs) {
+		same := true
+		for i, ep := range reach {
+			if ep.String() != s.epStrs[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return
+		}
 	}
-	if s.epChain == nil {
-		s.epChain = make(map[string]string)
+	strs := make([]string, len(reach))
+	names := make([]string, len(reach))
+	j := 0
+	var buf [128]byte
+	for i, ep := range reach {
+		str := ep.String()
+		for j < len(s.epStrs) && s.epStrs[j] < str {
+			j++
+		}
+		strs[i] = str
+		if j < len(s.epStrs) && s.epStrs[j] == str {
+			names[i] = s.epNames[j]
+		} else {
+			names[i] = string(hash16(buf[:0], PrefixEndpoint, s.name, s.proto, str))
+		}
 	}
-	c := EndpointChainName(s.name, s.proto, ep)
-	s.epChain[ep] = c
-	return c
+	s.epStrs, s.epNames = strs, names
+}
+
+// chainOf returns the KUBE-SEP name of each endpoint of eps, a sorted subset of the
+// endpoints last given to setEndpoints, into out.
+func (s *svcInfo) chainsOf(eps []*proxy.Endpoint, out []string) []string {
+	out = out[:0]
+	j := 0
+	for _, ep := range eps {
+		str := ep.String()
+		for j < len(s.epStrs) && s.epStrs[j] != str {
+			j++
+		}
+		if j == len(s.epStrs) {
+			panic("iptables: endpoint " + str + " of " + s.name + " has no chain name")
+		}
+		out = append(out, s.epNames[j])
+	}
+	return out
 }
 
 // generator writes kube-proxy's restore input. One generator serves one Proxier (or one
@@ -104,6 +146,7 @@ type generator struct {
 	largeCluster bool
 	numEndpoints int
 	out          []byte
+	sepNames     []string // scratch for endpointRules
 }
 
 func newGenerator(r *resolved) *generator {
@@ -122,7 +165,6 @@ func (g *generator) begin() {
 	for _, b := range []*lineBuf{&g.filterChains, &g.filterRules, &g.natChains, &g.natRules, &g.skipChains, &g.skipRules} {
 		b.reset()
 	}
-	g.active = make(map[string]bool, len(g.active))
 	for _, c := range []string{ChainServices, ChainExternalServices, ChainForward, ChainNodePorts, ChainProxyFirewall} {
 		g.filterChains.w(chainLine(c))
 		g.filterChains.end()
@@ -169,6 +211,12 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 	}
 	g.numEndpoints = total
 	g.largeCluster = total > LargeClusterEndpointsThreshold
+	// Size the buffers for this many rules up front (about 300 bytes of rules per
+	// endpoint and 600 per service port) instead of growing them by copying.
+	g.natRules.b = slices.Grow(g.natRules.b, 300*total+600*len(names))
+	g.natChains.b = slices.Grow(g.natChains.b, 32*(total+2*len(names)))
+	g.filterRules.b = slices.Grow(g.filterRules.b, 64*len(names))
+	g.active = make(map[string]bool, total+2*len(names))
 
 	next := make(map[proxy.ServicePortName]*svcInfo, len(names))
 	fr := &g.filterRules
@@ -180,10 +228,8 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		}
 		next[name] = info
 		eps := st.Endpoints[name]
-		if len(info.epChain) > 2*len(eps)+16 {
-			info.epChain = nil // drop names of endpoints long gone
-		}
 		c := proxy.CategorizeEndpoints(eps, sp, r.nodeName, r.nodeLabels)
+		info.setEndpoints(c.AllReachable)
 		proto, svcName := info.proto, info.name
 		clusterChain, localChain := info.chains.Cluster, info.chains.Local
 		usesClusterChain := len(c.Cluster) > 0 && sp.UsesClusterEndpoints()
@@ -410,9 +456,9 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 			g.endpointRules(nr, info, sp, localChain, c.Local)
 		}
 
-		for _, ep := range c.AllReachable {
+		for i, ep := range c.AllReachable {
 			epStr := ep.String()
-			sep := info.endpointChain(epStr)
+			sep := info.epNames[i]
 			nc.w(chainLine(sep))
 			nc.end()
 			g.active[sep] = true
@@ -440,11 +486,12 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 // endpointRules writes a KUBE-SVC/KUBE-SVL chain: the ClientIP affinity checks, then
 // the probability ladder (1/n, 1/(n-1), ... , the last rule unconditional).
 func (g *generator) endpointRules(nr *lineBuf, info *svcInfo, sp *proxy.ServicePort, chain string, eps []*proxy.Endpoint) {
+	g.sepNames = info.chainsOf(eps, g.sepNames)
 	if sp.SessionAffinity == corev1.ServiceAffinityClientIP {
 		seconds := strconv.Itoa(sp.StickyMaxAgeSeconds)
-		for _, ep := range eps {
+		for i, ep := range eps {
 			epStr := ep.String()
-			sep := info.endpointChain(epStr)
+			sep := g.sepNames[i]
 			nr.w("-A", chain)
 			if !g.largeCluster {
 				nr.w("-m", "comment", "--comment")
@@ -465,7 +512,7 @@ func (g *generator) endpointRules(nr *lineBuf, info *svcInfo, sp *proxy.ServiceP
 		if i < n-1 {
 			nr.w("-m", "statistic", "--mode", "random", "--probability", g.probs.get(n-i))
 		}
-		nr.w("-j", info.endpointChain(epStr))
+		nr.w("-j", g.sepNames[i])
 		nr.end()
 	}
 }
@@ -539,7 +586,11 @@ func (g *generator) finish(jumps bool) []byte {
 	fr.w("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
 	fr.end()
 
-	out := g.out[:0]
+	size := len(g.filterChains.b) + len(g.filterRules.b) + len(g.natChains.b) + len(g.natRules.b) + 64
+	if jumps {
+		size += 4096
+	}
+	out := slices.Grow(g.out[:0], size)
 	out = append(out, "*filter\n"...)
 	out = append(out, g.filterChains.b...)
 	if jumps {

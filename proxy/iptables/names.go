@@ -46,15 +46,29 @@ const LargeClusterEndpointsThreshold = largeClusterEndpointLimit
 // characters of the standard base32 encoding of SHA-256(servicePortName + protocol),
 // where servicePortName is "ns/name:port" (or "ns/name") and protocol is lower case.
 func PortProtoHash(servicePortName, protocol string) string {
-	h := sha256.Sum256([]byte(servicePortName + protocol))
-	return base32.StdEncoding.EncodeToString(h[:])[:16]
+	var buf [128]byte
+	return string(hash16(buf[:0], "", servicePortName, protocol, ""))
 }
 
 // EndpointChainName returns the KUBE-SEP chain of one endpoint ("ip:port" or
 // "[ip6]:port") of a service port.
 func EndpointChainName(servicePortName, protocol, endpoint string) string {
-	h := sha256.Sum256([]byte(servicePortName + protocol + endpoint))
-	return PrefixEndpoint + base32.StdEncoding.EncodeToString(h[:])[:16]
+	var buf [128]byte
+	return string(hash16(buf[:0], PrefixEndpoint, servicePortName, protocol, endpoint))
+}
+
+// hash16 appends prefix and the first 16 base32 characters of SHA-256(a+b+c) to dst,
+// using dst's spare capacity as scratch for the hash input. Sixteen base32 characters
+// are exactly the encoding of the digest's first 10 bytes, so only those are encoded.
+func hash16(dst []byte, prefix, a, b, c string) []byte {
+	in := append(dst[len(dst):], a...)
+	in = append(in, b...)
+	in = append(in, c...)
+	sum := sha256.Sum256(in)
+	dst = append(dst, prefix...)
+	var enc [16]byte
+	base32.StdEncoding.Encode(enc[:], sum[:10])
+	return append(dst, enc[:]...)
 }
 
 // ServiceChainNames are the four per-service-port chains; they share one hash.

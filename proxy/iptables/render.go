@@ -26,7 +26,7 @@ func Render(services []*corev1.Service, slices []*discoveryv1.EndpointSlice, cfg
 	if err != nil {
 		return nil, err
 	}
-	st, err := proxy.NewChangeTracker(r.family, cfg.Node).Update(services, slices)
+	st, err := proxy.NewSyncState(services, slices, r.family, cfg.Node)
 	if err != nil {
 		return nil, err
 	}
