@@ -55,21 +55,14 @@ const (
 	ProtoDCCP    uint8 = 33
 )
 
-// protoNames are the names iptables-save prints for -p (its built-in table and the usual
-// /etc/protocols names); other protocols print as numbers.
-var protoNames = map[uint8]string{
-	ProtoICMP: "icmp", ProtoIGMP: "igmp", ProtoTCP: "tcp", ProtoUDP: "udp", ProtoGRE: "gre",
-	ProtoESP: "esp", ProtoAH: "ah", ProtoICMPv6: "ipv6-icmp", ProtoSCTP: "sctp",
-	ProtoMH: "ipv6-mh", ProtoUDPLite: "udplite", ProtoDCCP: "dccp",
-}
+// protoNames are the names iptables-save prints for -p: getprotobynumber's, i.e. the
+// usual /etc/protocols (Debian netbase) names; other protocols print as numbers.
+var protoNames = map[uint8]string{1: "icmp", 2: "igmp", 3: "ggp", 4: "ipencap", 5: "st", 6: "tcp", 8: "egp", 9: "igp", 12: "pup", 17: "udp", 20: "hmp", 22: "xns-idp", 27: "rdp", 29: "iso-tp4", 33: "dccp", 36: "xtp", 37: "ddp", 38: "idpr-cmtp", 41: "ipv6", 43: "ipv6-route", 44: "ipv6-frag", 45: "idrp", 46: "rsvp", 47: "gre", 50: "esp", 51: "ah", 57: "skip", 58: "ipv6-icmp", 59: "ipv6-nonxt", 60: "ipv6-opts", 73: "rspf", 81: "vmtp", 88: "eigrp", 89: "ospf", 93: "ax.25", 94: "ipip", 97: "etherip", 98: "encap", 103: "pim", 108: "ipcomp", 112: "vrrp", 115: "l2tp", 124: "isis", 132: "sctp", 133: "fc", 135: "mobility-header", 136: "udplite", 137: "mpls-in-ip", 138: "manet", 139: "hip", 140: "shim6", 141: "wesp", 142: "rohc", 143: "ethernet"}
 
-// protoByName accepts what iptables accepts for -p: names and aliases.
-var protoByName = map[string]uint8{
-	"icmp": ProtoICMP, "igmp": ProtoIGMP, "tcp": ProtoTCP, "udp": ProtoUDP, "gre": ProtoGRE,
-	"esp": ProtoESP, "ah": ProtoAH, "ipv6-icmp": ProtoICMPv6, "icmpv6": ProtoICMPv6,
-	"sctp": ProtoSCTP, "ipv6-mh": ProtoMH, "mh": ProtoMH, "udplite": ProtoUDPLite,
-	"dccp": ProtoDCCP, "all": 0,
-}
+// protoByName accepts what iptables accepts for -p: /etc/protocols names, iptables'
+// own aliases, "all" and numbers.
+var protoByName = map[string]uint8{"icmp": 1, "igmp": 2, "ggp": 3, "ipencap": 4, "st": 5, "tcp": 6, "egp": 8, "igp": 9, "pup": 12, "udp": 17, "hmp": 20, "xns-idp": 22, "rdp": 27, "iso-tp4": 29, "dccp": 33, "xtp": 36, "ddp": 37, "idpr-cmtp": 38, "ipv6": 41, "ipv6-route": 43, "ipv6-frag": 44, "idrp": 45, "rsvp": 46, "gre": 47, "esp": 50, "ah": 51, "skip": 57, "ipv6-icmp": 58, "ipv6-nonxt": 59, "ipv6-opts": 60, "rspf": 73, "vmtp": 81, "eigrp": 88, "ospf": 89, "ax.25": 93, "ipip": 94, "etherip": 97, "encap": 98, "pim": 103, "ipcomp": 108, "vrrp": 112, "l2tp": 115, "isis": 124, "sctp": 132, "fc": 133, "mobility-header": 135, "udplite": 136, "mpls-in-ip": 137, "manet": 138, "hip": 139, "shim6": 140, "wesp": 141, "rohc": 142, "ethernet": 143,
+	"icmpv6": ProtoICMPv6, "ipv6-mh": ProtoMH, "mh": ProtoMH, "all": 0}
 
 // ProtoName returns the name iptables-save prints for an IP protocol number.
 func ProtoName(p uint8) string {

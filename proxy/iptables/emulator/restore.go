@@ -171,7 +171,7 @@ func (tx *txn) run(text string) error {
 
 func (tx *txn) tableLine(name string) error {
 	if tx.cur != nil {
-		return tx.errf("", "%v before *%s (table %s is not committed)", ErrNoCommit, name, tx.cur.t.Name)
+		return tx.errf("", "%w before *%s (table %s is not committed)", ErrNoCommit, name, tx.cur.t.Name)
 	}
 	if _, ok := tableDefs[name]; !ok {
 		return tx.errf("", "unknown table %q (want raw, mangle, nat, filter or security)", name)
@@ -432,7 +432,7 @@ func (tx *txn) commandLine(line string) error {
 			return tx.wrap(&optError{cmd, err})
 		}
 		if tx.cur.t.Chain(name) != nil {
-			return tx.errf(cmd, "%v: %s", ErrChainExists, name)
+			return tx.errf(cmd, "%w: %s", ErrChainExists, name)
 		}
 		tx.cur.owned[tx.cur.t.AddChain(name)] = true
 		return nil
@@ -559,7 +559,7 @@ func (tx *txn) deleteChain(c *Chain, cmd string) error {
 		return tx.errf(cmd, "cannot delete built-in chain %s", c.Name)
 	}
 	if len(c.Rules) > 0 || tx.cur.refs[c.Name] > 0 {
-		return tx.errf(cmd, "%v: %s", ErrChainBusy, c.Name)
+		return tx.errf(cmd, "%w: %s", ErrChainBusy, c.Name)
 	}
 	tx.cur.t.removeChain(c.Name)
 	delete(tx.cur.refs, c.Name)
@@ -579,7 +579,7 @@ func (tx *txn) rename(from, to, cmd string) error {
 		return tx.wrap(&optError{cmd, err})
 	}
 	if t.Chain(to) != nil {
-		return tx.errf(cmd, "%v: %s", ErrChainExists, to)
+		return tx.errf(cmd, "%w: %s", ErrChainExists, to)
 	}
 	delete(t.byName, from)
 	c.Name = to
