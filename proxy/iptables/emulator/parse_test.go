@@ -232,7 +232,7 @@ COMMIT
 		want    string
 	}{
 		{
-			name: "without noflush a table is replaced whole, policies reset",
+			name:  "without noflush a table is replaced whole, policies reset",
 			steps: []string{base, "*filter\n:C - [0:0]\n-A OUTPUT -j C\nCOMMIT\n"},
 			want: `*filter
 :C - [0:0]
