@@ -455,3 +455,27 @@ func TestConntrackCommandLines(t *testing.T) {
 		t.Errorf("List: %v, %v", entries, err)
 	}
 }
+
+func TestCheckReport(t *testing.T) {
+	f := newFake()
+	f.on("iptables-nft --version", 0, "iptables v1.8.9 (nf_tables)\n", "")
+	f.on("iptables-legacy --version", -1, "", "")
+	f.on("conntrack --version", 0, "", "conntrack v1.4.7 (conntrack-tools)\n")
+	f.on("iptables-legacy-save", 0, "*filter\n-A INPUT -j ACCEPT\nCOMMIT\n", "")
+	rep := check(context.Background(), f)
+	if len(rep.IPTables) != 4 || rep.IPTables[0].Version != "iptables v1.8.9 (nf_tables)" || rep.IPTables[1].Err == "" {
+		t.Errorf("iptables reports: %+v", rep.IPTables)
+	}
+	if rep.Conntrack.Version != "conntrack v1.4.7 (conntrack-tools)" {
+		t.Errorf("conntrack report: %+v (a version printed on stderr counts)", rep.Conntrack)
+	}
+	if rep.Backend != BackendLegacy {
+		t.Errorf("detected backend %q, want legacy (it holds the only rule)", rep.Backend)
+	}
+	text := rep.String()
+	for _, want := range []string{"iptables-nft         iptables v1.8.9 (nf_tables)\n", "iptables-legacy      unavailable: ", "detected backend     legacy\n"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("report text lacks %q:\n%s", want, text)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clusterlab/clusterlab/kernel"
+)
+
+func init() {
+	kernelCmd := &cobra.Command{
+		Use:   "kernel",
+		Short: "The real-kernel adapter: check what this machine offers, build a namespace harness",
+	}
+
+	var output string
+	checkCmd := &cobra.Command{
+		Use:   "check",
+		Short: "Report the iptables backends, conntrack tool, IPVS and namespace support here",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			rep := kernel.Check(cmd.Context())
+			switch output {
+			case "text":
+				fmt.Fprint(cmd.OutOrStdout(), rep.String())
+			case "json":
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			default:
+				return badInput(fmt.Errorf("-o %q: want text or json", output))
+			}
+			return nil
+		},
+	}
+	checkCmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+
+	var pods int
+	var secondNode bool
+	var topology, backend string
+	harnessCmd := &cobra.Command{
+		Use:   "harness",
+		Short: "Build a namespace mini-cluster (needs root), print it, and remove it on Ctrl-C",
+		Long: `Builds the differential-test harness: an external-client namespace, a node namespace
+(bridge cbr0 or routed pod veths, ip_forward, route_localnet) and pod namespaces running
+TCP and UDP echo servers on port 8080. Explore it with 'ip netns exec NAME ...' (for
+example iptables-save in the node); Ctrl-C deletes every namespace it made.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pods < 1 || pods > 200 {
+				return badInput(fmt.Errorf("--pods %d: want 1 to 200", pods))
+			}
+			var topo kernel.Topology
+			switch topology {
+			case "auto":
+			case "bridge", "routed":
+				topo = kernel.Topology(topology)
+			default:
+				return badInput(fmt.Errorf("--topology %q: want auto, bridge or routed", topology))
+			}
+			var be kernel.Backend
+			switch backend {
+			case "nft", "legacy":
+				be = kernel.Backend(backend)
+			default:
+				return badInput(fmt.Errorf("--backend %q: want nft or legacy", backend))
+			}
+			cfg := kernel.HarnessConfig{Topology: topo, SecondNode: secondNode, Backend: be}
+			for i := range pods {
+				node := 0
+				if secondNode && i%2 == 1 {
+					node = 1
+				}
+				cfg.Pods = append(cfg.Pods, kernel.PodConfig{Name: fmt.Sprintf("pod%d", i), Node: node})
+			}
+			h, err := kernel.NewHarness(cfg)
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "topology %s, br_netfilter %v\n", h.Topology, h.BrNetfilter)
+			fmt.Fprintf(out, "external  netns %-22s %v\n", h.External.Name, h.ExternalIP)
+			for _, n := range h.Nodes {
+				fmt.Fprintf(out, "node%d     netns %-22s %v, pod subnet %v via %v\n", n.Index, n.Netns.Name, n.IP, n.PodCIDR, n.Gateway)
+			}
+			for _, p := range h.Pods {
+				fmt.Fprintf(out, "%-9s netns %-22s %v on node%d, echo on tcp/udp %v\n", p.Name, p.Netns.Name, p.IP, p.Node.Index, p.Ports)
+			}
+			fmt.Fprintln(out, "Ctrl-C to remove it.")
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			<-ctx.Done()
+			return h.Close()
+		},
+	}
+	harnessCmd.Flags().IntVar(&pods, "pods", 2, "number of pods")
+	harnessCmd.Flags().BoolVar(&secondNode, "second-node", false, "add a second node (odd-numbered pods go there)")
+	harnessCmd.Flags().StringVar(&topology, "topology", "auto", "pod network: auto, bridge or routed")
+	harnessCmd.Flags().StringVar(&backend, "backend", "nft", "iptables backend of the nodes: nft or legacy")
+
+	kernelCmd.AddCommand(checkCmd, harnessCmd)
+	rootCmd.AddCommand(kernelCmd)
+}
