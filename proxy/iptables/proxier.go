@@ -242,6 +242,10 @@ func parseSave(data []byte) map[string]*savedTable {
 		line := strings.TrimSpace(sc.Text())
 		switch {
 		case strings.HasPrefix(line, "*"):
+			if t, ok := out[line[1:]]; ok {
+				cur = t // a table named twice: one table
+				break
+			}
 			cur = &savedTable{chains: map[string]bool{}, rules: map[string][]string{}}
 			out[line[1:]] = cur
 		case cur == nil:
