@@ -115,7 +115,7 @@ func TestMatches(t *testing.T) {
 		{"IPv6 header and icmp6", []string{"-s fd00::/64 -p ipv6-icmp --icmpv6-type echo-request -j ACCEPT"}, pkt("ipv6-icmp fd00::9 fd00::2"), func(p *Packet) { p.ICMPType = 128 }, "ACCEPT@1"},
 		{"policy", []string{":INPUT DROP [0:0]", "-p udp -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil, "DROP@policy"},
 		{"REJECT default", []string{"-p tcp -j REJECT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil, "REJECT:icmp-port-unreachable@1"},
-		{"REJECT IPv6 default", []string{"-p tcp -j REJECT"}, pkt("tcp fd00::9:5 fd00::2:80"), nil, "REJECT:icmp6-port-unreachable@1"},
+		{"REJECT IPv6 default", []string{"-p tcp -j REJECT"}, pkt("tcp [fd00::9]:5 [fd00::2]:80"), nil, "REJECT:icmp6-port-unreachable@1"},
 		{"REJECT tcp-reset", []string{"-p tcp -j REJECT --reject-with tcp-reset"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil, "REJECT:tcp-reset@1"},
 	}
 	for _, tc := range cases {

@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -13,11 +14,14 @@ func (r *WalkResult) JSON() ([]byte, error) {
 	if out == nil {
 		out = []*Outcome{}
 	}
-	b, err := json.MarshalIndent(out, "", "  ")
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out); err != nil {
 		return nil, err
 	}
-	return append(b, '\n'), nil
+	return buf.Bytes(), nil
 }
 
 // Text renders the walk: the packet, every step (a tree of branches when all branches

@@ -52,6 +52,10 @@ type WalkInput struct {
 	Time time.Time
 	// MaxPaths bounds an all-branches exploration (default 4096).
 	MaxPaths int
+	// OutIface is the output interface routing picks for a packet that leaves the node
+	// (FORWARD, POSTROUTING); empty when unknown. Packets to a local address leave
+	// over "lo".
+	OutIface string
 }
 
 // RuleRef names a rule on a packet's path.
@@ -410,7 +414,8 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 			}
 			return finish(Local, "", nil)
 		}
-		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is not local: FORWARD", pkt.Dst)}, c)
+		pkt.OutIface = in.OutIface
+		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is not local: FORWARD%s", pkt.Dst, outVia(in.OutIface))}, c)
 		if o := run(Forward); o != nil {
 			return o
 		}
@@ -426,6 +431,9 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 	if local {
 		pkt.OutIface = "lo"
 		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is local: out over loopback", pkt.Dst)}, c)
+	} else {
+		pkt.OutIface = in.OutIface
+		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is not local%s", pkt.Dst, outVia(in.OutIface))}, c)
 	}
 	if o := run(Postrouting); o != nil {
 		return o
@@ -443,6 +451,13 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		return o
 	}
 	return finish(Local, "", nil)
+}
+
+func outVia(iface string) string {
+	if iface == "" {
+		return " (output interface unknown)"
+	}
+	return " via " + iface
 }
 
 // outcomeKey identifies an outcome for merging: everything observable except the

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+)
+
+// traceOptions are the flags of `clusterlab trace`. The packet flags are shared by every
+// source of rules; today the rules come from an iptables-save dump (--iptables-save),
+// and other sources (scenario files) can be added as further flags without changing
+// these.
+type traceOptions struct {
+	iptablesSave string
+	ipsets       string
+
+	src, dst     string
+	sport, dport int
+	proto        string
+	localIPs     []string
+	from         string
+	inIface      string
+	outIface     string
+	allBranches  bool
+	seed         uint64
+	output       string
+}
+
+const traceLong = `Trace the first packet of a connection through a node's iptables rules, rule by
+rule, as the kernel would: raw, mangle, nat, filter and security tables at each hook.
+
+The packet enters at PREROUTING, or at OUTPUT when it comes from the node (--from node,
+or its source is one of --local-ips). After nat PREROUTING a local destination goes to
+INPUT (delivered locally), any other through FORWARD and POSTROUTING; after OUTPUT it
+goes through POSTROUTING and, when its destination is local, back in to INPUT.
+statistic --mode random rules are choice points: by default one branch is drawn (from
+--seed); --all-branches follows every branch and lists every outcome with its
+probability, merging identical ones. Match modules the emulator does not model (physdev,
+limit, owner, ...) are assumed not to match; with --all-branches both possibilities are
+followed and each outcome lists its assumptions.
+
+Output -o json is a JSON array of outcomes, each an object with:
+  probability       number: the outcome's probability (conditional on its assumptions)
+  verdict           "ACCEPT" (left the node), "LOCAL" (delivered locally), "DROP",
+                    "REJECT", or "UNKNOWN" (a target the emulator does not model decided)
+  reject_with       the REJECT type, e.g. "icmp-port-unreachable" (REJECT only)
+  decided_by        "rule" or "policy": what made the final filtering decision
+  decision          {hook, table, chain, line, rule} of that rule, or {hook, table, chain,
+                    policy}; null when no filter rule or policy was involved
+  dnat_destination  "ip:port" a DNAT or REDIRECT translated to, or null
+  masqueraded       true when MASQUERADE or SNAT translated the source
+  snat_source       the SNAT source address ("ip" or "ip:ports"), null for MASQUERADE
+  mark              the packet mark at the end, in hex
+  packet            the packet at the end, after translations
+  hooks             the hooks the packet went through, in order
+  matched_rules     [{hook, table, chain, line, rule}]: the rules that matched, in order
+                    (line = the rule's line in the dump; rule = its text)
+  assumptions       [{hook, table, chain, line, rule, match, assumed_match}] (if any)
+  paths             how many paths were merged into this outcome`
+
+func init() {
+	var o traceOptions
+	cmd := &cobra.Command{
+		Use:   "trace --iptables-save FILE --src IP --dst IP --dport N [flags]",
+		Short: "Trace a packet through an iptables-save dump, rule by rule",
+		Long:  traceLong,
+		Example: `  clusterlab trace --iptables-save node1.txt --src 10.244.3.9 --dst 10.96.0.50 --dport 8125 --proto udp --all-branches
+  clusterlab trace --iptables-save node1.txt --src 192.168.1.10 --dst 10.96.0.1 --dport 443 --local-ips 192.168.1.10 -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runTrace(cmd, &o) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.iptablesSave, "iptables-save", "", "iptables-save (or ip6tables-save) output to trace through, with or without -c counters")
+	f.StringVar(&o.ipsets, "ipsets", "", "`ipset save` output for -m set rules (optional)")
+	f.StringVar(&o.src, "src", "", "source IP address")
+	f.StringVar(&o.dst, "dst", "", "destination IP address")
+	f.IntVar(&o.dport, "dport", 0, "destination port")
+	f.IntVar(&o.sport, "sport", 40000, "source port")
+	f.StringVar(&o.proto, "proto", "tcp", "protocol: tcp, udp or sctp")
+	f.StringSliceVar(&o.localIPs, "local-ips", nil, "the node's own IP addresses (addrtype LOCAL, local delivery), comma-separated")
+	f.StringVar(&o.from, "from", "", "where the packet comes from: pod, node or external (default: node if --src is local, else from outside)")
+	f.StringVar(&o.inIface, "in-interface", "", "input interface the packet arrives on (for -i rules; none by default)")
+	f.StringVar(&o.outIface, "out-interface", "", "output interface routing picks for a packet that leaves the node (for -o rules; none by default)")
+	f.BoolVar(&o.allBranches, "all-branches", false, "follow every statistic branch and list every outcome with its probability")
+	f.Uint64Var(&o.seed, "seed", 1, "seed for the choice points when not following all branches")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	rootCmd.AddCommand(cmd)
+}
+
+func runTrace(cmd *cobra.Command, o *traceOptions) error {
+	if o.iptablesSave == "" {
+		return badInput(errors.New("--iptables-save is required"))
+	}
+	in, err := o.walkInput()
+	if err != nil {
+		return badInput(err)
+	}
+	if o.output != "text" && o.output != "json" {
+		return badInput(fmt.Errorf("-o %q: want text or json", o.output))
+	}
+	data, err := os.ReadFile(o.iptablesSave)
+	if err != nil {
+		return badInput(fmt.Errorf("--iptables-save: %w", err))
+	}
+	var opts []emulator.Option
+	if o.ipsets != "" {
+		sets, err := os.ReadFile(o.ipsets)
+		if err != nil {
+			return badInput(fmt.Errorf("--ipsets: %w", err))
+		}
+		s, err := emulator.ParseIPSetSave(sets, o.ipsets)
+		if err != nil {
+			return badInput(err)
+		}
+		opts = append(opts, emulator.WithIPSets(s))
+	}
+	e, err := emulator.Load(data, emulator.FamilyOf(in.Packet.Dst), o.iptablesSave, opts...)
+	if err != nil {
+		return badInput(err)
+	}
+	res, err := e.Walk(in)
+	if err != nil {
+		return badInput(err)
+	}
+	out := cmd.OutOrStdout()
+	if o.output == "json" {
+		b, err := res.JSON()
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(b)
+		return err
+	}
+	_, err = fmt.Fprint(out, res.Text())
+	return err
+}
+
+func (o *traceOptions) walkInput() (emulator.WalkInput, error) {
+	var in emulator.WalkInput
+	src, err := netip.ParseAddr(o.src)
+	if err != nil {
+		return in, fmt.Errorf("--src %q: want an IP address", o.src)
+	}
+	dst, err := netip.ParseAddr(o.dst)
+	if err != nil {
+		return in, fmt.Errorf("--dst %q: want an IP address", o.dst)
+	}
+	src, dst = src.Unmap(), dst.Unmap()
+	if src.Is4() != dst.Is4() {
+		return in, fmt.Errorf("--src %s and --dst %s are of different IP families", src, dst)
+	}
+	if o.dport < 1 || o.dport > 65535 {
+		return in, fmt.Errorf("--dport %d: want a port in 1-65535", o.dport)
+	}
+	if o.sport < 1 || o.sport > 65535 {
+		return in, fmt.Errorf("--sport %d: want a port in 1-65535", o.sport)
+	}
+	var proto uint8
+	switch strings.ToLower(o.proto) {
+	case "tcp":
+		proto = emulator.ProtoTCP
+	case "udp":
+		proto = emulator.ProtoUDP
+	case "sctp":
+		proto = emulator.ProtoSCTP
+	default:
+		return in, fmt.Errorf("--proto %q: want tcp, udp or sctp", o.proto)
+	}
+	from, err := emulator.ParseFrom(o.from)
+	if err != nil {
+		return in, fmt.Errorf("--from: %w", err)
+	}
+	for _, s := range o.localIPs {
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return in, fmt.Errorf("--local-ips %q: want IP addresses", s)
+		}
+		in.Local = append(in.Local, a.Unmap())
+	}
+	if from == emulator.FromNode {
+		in.Local = append(in.Local, src)
+	}
+	p := emulator.Packet{Proto: proto, Src: src, Dst: dst, SrcPort: uint16(o.sport), DstPort: uint16(o.dport),
+		TTL: 64, Len: 60, InIface: o.inIface}
+	if proto == emulator.ProtoTCP {
+		p.TCPFlags = emulator.TCPSyn
+	}
+	in.Packet, in.From, in.AllBranches, in.Seed, in.OutIface = p, from, o.allBranches, o.seed, o.outIface
+	return in, nil
+}
