@@ -244,11 +244,19 @@ func TestTraceGolden(t *testing.T) {
 		kp("kube-lb-blocked-source", "tcp 203.0.113.200:40000 5.6.7.8:80", FromExternal, false),
 		kp("kube-localhost-nodeport", "tcp 127.0.0.1:40000 127.0.0.1:3001", FromNode, true),
 		{"calico-pod-to-docker-host-port", "normalise/calico.saved", IPv4, WalkInput{
-			Packet: func() Packet { p := *pkt("tcp 10.244.1.7:40000 192.168.1.10:8080"); p.InIface = "cali12d4a061371"; return p }(),
-			From:   FromPod, Local: []netip.Addr{mustAddr("192.168.1.10")}, AllBranches: true, OutIface: "docker0"}},
+			Packet: func() Packet {
+				p := *pkt("tcp 10.244.1.7:40000 192.168.1.10:8080")
+				p.InIface = "cali12d4a061371"
+				return p
+			}(),
+			From: FromPod, Local: []netip.Addr{mustAddr("192.168.1.10")}, AllBranches: true, OutIface: "docker0"}},
 		{"calico-pod-to-apiserver", "normalise/calico.saved", IPv4, WalkInput{
-			Packet: func() Packet { p := *pkt("tcp 10.244.1.7:40000 10.96.0.1:443"); p.InIface = "cali12d4a061371"; return p }(),
-			From:   FromPod, Local: []netip.Addr{mustAddr("192.168.1.10")}, AllBranches: true}},
+			Packet: func() Packet {
+				p := *pkt("tcp 10.244.1.7:40000 10.96.0.1:443")
+				p.InIface = "cali12d4a061371"
+				return p
+			}(),
+			From: FromPod, Local: []netip.Addr{mustAddr("192.168.1.10")}, AllBranches: true}},
 		{"ipv6-clusterip", "normalise/v6-v6.saved", IPv6, WalkInput{Packet: *pkt("tcp [fd00:10::9]:40000 [fd00:30::41]:80"), From: FromPod, AllBranches: true}},
 	}
 	dir := "../../../testdata/iptables/traces"
