@@ -64,7 +64,10 @@ Output -o json is a JSON array of outcomes, each an object with:
   assumptions       [{hook, table, chain, line, rule, match, assumed_match}] (if any)
   paths             how many paths were merged into this outcome`
 
-func init() {
+func init() { rootCmd.AddCommand(newTraceCmd()) }
+
+// newTraceCmd builds the trace command (a fresh one per call, so tests get clean flags).
+func newTraceCmd() *cobra.Command {
 	var o traceOptions
 	cmd := &cobra.Command{
 		Use:   "trace --iptables-save FILE --src IP --dst IP --dport N [flags]",
@@ -90,7 +93,7 @@ func init() {
 	f.BoolVar(&o.allBranches, "all-branches", false, "follow every statistic branch and list every outcome with its probability")
 	f.Uint64Var(&o.seed, "seed", 1, "seed for the choice points when not following all branches")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 func runTrace(cmd *cobra.Command, o *traceOptions) error {
