@@ -454,7 +454,7 @@ func (s *Store) newManagedSlice(svc *corev1.Service, at discoveryv1.AddressType,
 			}},
 		},
 		AddressType: at,
-		Endpoints:   append([]discoveryv1.Endpoint(nil), eps...),
+		Endpoints:   append(make([]discoveryv1.Endpoint, 0, len(eps)), eps...),
 		Ports:       ports,
 	}
 	setTypeMeta(sl)
