@@ -17,6 +17,11 @@ func TestChainNameHashes(t *testing.T) {
 		{"ns5/svc5:p80", "tcp", "NUKIZ6OKUXPJNT4C"},
 		{"ns2/svc2:p8080", "tcp", "2VJB64SDSIJUP5T6"},
 		{"ns4/svc4:p8082", "tcp", "EBDQOQU5SJFXRIL3"},
+		// Chains every cluster has, as seen in real iptables-save dumps.
+		{"default/kubernetes:https", "tcp", "NPX46M4PTMTKRN6Y"},
+		{"kube-system/kube-dns:dns", "udp", "TCOU7JCQXEZGVUNU"},
+		{"kube-system/kube-dns:dns-tcp", "tcp", "ERIFXISQEP7F7OF4"},
+		{"kube-system/kube-dns:metrics", "tcp", "JD5MR3NA4I4DYORP"},
 	}
 	for _, c := range svc {
 		if got := PortProtoHash(c.spn, c.proto); got != c.hash {
