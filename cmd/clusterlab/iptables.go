@@ -215,4 +215,3 @@ func (o *iptablesGenOptions) nodeConfig(n *corev1.Node) (proxy.NodeConfig, error
 	}
 	return c, c.Validate()
 }
-
