@@ -3,6 +3,7 @@ package ipvs
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -526,9 +527,9 @@ func parseListedService(f []string) (svcSpec, error) {
 			if i+1 >= len(f) {
 				return sp, fmt.Errorf("persistent: missing timeout")
 			}
-			v, err := strconv.ParseUint(f[i+1], 10, 32)
-			if err != nil {
-				return sp, fmt.Errorf("persistent %s: invalid timeout", f[i+1])
+			v, ok := stringToNumber(f[i+1], 1, maxTimeout)
+			if !ok {
+				return sp, fmt.Errorf("persistent %s: invalid timeout (want 1..%d)", f[i+1], maxTimeout)
 			}
 			sp.flags |= FlagPersistent
 			sp.timeoutSec = uint32(v)
@@ -559,6 +560,13 @@ func parseListedService(f []string) (svcSpec, error) {
 		default:
 			return sp, fmt.Errorf("%q: unexpected word in a virtual service line", tok)
 		}
+	}
+	// the checks ipvsadm -A makes, so that the model can be written back as -Sn
+	if sp.key.fwmark == 0 && sp.key.port == 0 && sp.flags&FlagPersistent == 0 {
+		return sp, errors.New("Zero port specified for non-persistent service")
+	}
+	if sp.flags&FlagOnePacket != 0 && sp.key.fwmark == 0 && sp.proto != ProtoUDP {
+		return sp, errors.New("One-Packet Scheduling is only for UDP virtual services")
 	}
 	return sp, nil
 }

@@ -1,8 +1,11 @@
 package ipvs
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -134,3 +137,9 @@ func eq(t *testing.T, what, got, want string) {
 		t.Errorf("%s:\n got: %s\nwant: %s", what, got, want)
 	}
 }
+
+func readFileIfExists(name string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(testdataDir, name))
+}
+
+func asLineError(err error, le **LineError) bool { return errors.As(err, le) }

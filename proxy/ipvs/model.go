@@ -658,11 +658,29 @@ func (m *Model) sortedServices() []*service {
 	for _, s := range m.services {
 		out = append(out, s)
 	}
-	// Go map order is random: start from creation order so that the merge sort below,
-	// which is stable, is deterministic even where the C comparator is not a total order.
-	sort.Slice(out, func(i, j int) bool { return out[i].seq < out[j].seq })
+	// The kernel hands ipvsadm its services in hash-table order, which depends on the
+	// netns address (random per boot). Start from a true total order instead, so that the
+	// result depends only on the set of services even where ipvsadm's comparator is not a
+	// total order (IPv4 addresses 2^31 or more apart), then sort as ipvsadm does.
+	sort.Slice(out, func(i, j int) bool { return totalLess(out[i].key, out[j].key) })
 	msort(out, func(a, b *service) int { return cmpServices(a, b) })
 	return out
+}
+
+func totalLess(a, b svcKey) bool {
+	if a.fwmark != b.fwmark {
+		return a.fwmark < b.fwmark
+	}
+	if a.v6 != b.v6 {
+		return !a.v6
+	}
+	if a.proto != b.proto {
+		return a.proto < b.proto
+	}
+	if c := a.addr.Compare(b.addr); c != 0 {
+		return c < 0
+	}
+	return a.port < b.port
 }
 
 // cmpServices is libipvs' ipvs_cmp_services: differences of unsigned fields taken as int,
