@@ -70,6 +70,15 @@
 // no TestMain hook for callers and no child process to reap. Clients work the same way:
 // Harness.Dial from any namespace returns which pod answered and the source it saw, or
 // Refused, TimedOut or Unreachable, each step bounded by HarnessConfig.Timeout (1 s).
+// TCP clients read ICMP errors from the socket error queue (IP_RECVERR), so a REJECT
+// is reported as refused at once even when its ICMP error arrives while connect(2)
+// still holds the socket lock, which the kernel otherwise keeps only as a soft error
+// until the SYN retransmission a second later.
+//
+// With HarnessConfig.IPv6 the harness is dual-stack: fd00:77::/64 beside the node
+// network, a /64 per node out of fd00:10:244::/56 for pods, IPv6 routes mirroring the
+// IPv4 ones, duplicate address detection off so addresses work at once, and per node an
+// ip6tables adapter (IPTables6) and an IPv6 conntrack adapter (Conntrack6).
 //
 // The node namespaces get the sysctls a kube-proxy node has, plus ICMP redirects and
 // ICMP rate limits off so that every REJECTed connection is refused rather than

@@ -114,7 +114,8 @@ const (
 	Refused
 	// TimedOut: no answer within the timeout (e.g. DROP).
 	TimedOut
-	// Unreachable: ICMP host/network unreachable or no route.
+	// Unreachable: ICMP host/network unreachable, administratively prohibited, or no
+	// route.
 	Unreachable
 	// Failed: anything else (see Result.Err).
 	Failed
@@ -208,14 +209,22 @@ func dialEcho(proto string, src, dst netip.AddrPort, timeout time.Duration) Resu
 		}
 	}
 	d := net.Dialer{Timeout: timeout, LocalAddr: local}
+	var c net.Conn
+	var err error
 	switch proto {
-	case "tcp", "udp":
+	case "tcp":
+		var res Result
+		c, res = connectTCP(src, dst, timeout)
+		if c == nil {
+			return res
+		}
+	case "udp":
+		c, err = d.Dial(proto, dst.String())
+		if err != nil {
+			return classify(Result{}, err)
+		}
 	default:
 		return Result{Outcome: Failed, Err: fmt.Errorf("dial: protocol %q: want tcp or udp", proto)}
-	}
-	c, err := d.Dial(proto, dst.String())
-	if err != nil {
-		return classify(Result{}, err)
 	}
 	defer c.Close()
 	res := Result{}
@@ -256,7 +265,7 @@ func classify(res Result, err error) Result {
 		res.Outcome = Refused
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		res.Outcome = TimedOut
-	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EACCES):
 		res.Outcome = Unreachable
 	default:
 		res.Outcome = Failed

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -42,6 +43,7 @@ type PodConfig struct {
 	Name string     // reported by the pod's echo servers; required, unique
 	Node int        // index of the node it runs on (0, or 1 with SecondNode)
 	IP   netip.Addr // optional; default: the next free address of the node's pod subnet
+	IP6  netip.Addr // optional, with IPv6; default: the same host number in the IPv6 subnet
 }
 
 // HarnessConfig describes the mini-cluster a Harness builds. Zero values get defaults.
@@ -70,6 +72,19 @@ type HarnessConfig struct {
 	// ExternalRoutes are the prefixes the external client routes via node 0 (Service
 	// VIPs, externalIPs, LoadBalancer IPs). Default 10.96.0.0/12 and 203.0.113.0/24.
 	ExternalRoutes []netip.Prefix
+	// IPv6 makes the harness dual-stack: every namespace also gets IPv6 addresses and
+	// routes, nodes forward IPv6 and get IPTables6/Conntrack6, and the pods' echo
+	// servers listen on both families.
+	IPv6 bool
+	// NodeNetwork6 is the IPv6 node network (a /64 or bigger), numbered like
+	// NodeNetwork. Default fd00:77::/64.
+	NodeNetwork6 netip.Prefix
+	// ClusterCIDR6 is the IPv6 pod network (a /56 or bigger); node i's pod subnet is
+	// its i-th /64, gateway ::1. Default fd00:10:244::/56.
+	ClusterCIDR6 netip.Prefix
+	// ExternalRoutes6 are routed from the external client via node 0 over IPv6.
+	// Default fd00:10:96::/108 and 2001:db8::/64.
+	ExternalRoutes6 []netip.Prefix
 	// Backend for the nodes' IPTables; BackendAuto means nft (a fresh namespace has no
 	// rules for detection to go by).
 	Backend Backend
@@ -100,8 +115,15 @@ type Node struct {
 	// host-side pod veth (routed); pods route via it.
 	Gateway   netip.Addr
 	IPTables  *IPTables  // IPv4 iptables in this namespace
-	Conntrack *Conntrack // conntrack in this namespace
+	Conntrack *Conntrack // conntrack in this namespace (IPv4 table)
 	Pods      []*Pod
+
+	// With HarnessConfig.IPv6 (zero otherwise):
+	IP6        netip.Addr
+	PodCIDR6   netip.Prefix
+	Gateway6   netip.Addr
+	IPTables6  *IPTables  // ip6tables
+	Conntrack6 *Conntrack // conntrack, IPv6 table
 }
 
 // Pod is a pod namespace.
@@ -110,7 +132,8 @@ type Pod struct {
 	Node     *Node
 	Netns    *Netns
 	IP       netip.Addr
-	HostVeth string // the node-side interface of its veth pair
+	IP6      netip.Addr // with HarnessConfig.IPv6
+	HostVeth string     // the node-side interface of its veth pair
 	Ports    []uint16
 }
 
@@ -138,13 +161,16 @@ type Harness struct {
 	Nodes       []*Node
 	External    *Netns
 	ExternalIP  netip.Addr
+	ExternalIP6 netip.Addr // with HarnessConfig.IPv6
 	Pods        []*Pod
 	// BrNetfilter says whether the node namespaces have bridge netfilter (so bridged
 	// traffic passes iptables).
 	BrNetfilter bool
-	// IPTables and Conntrack are node 0's.
-	IPTables  *IPTables
-	Conntrack *Conntrack
+	// IPTables and Conntrack are node 0's; IPTables6 and Conntrack6 too, with IPv6.
+	IPTables   *IPTables
+	Conntrack  *Conntrack
+	IPTables6  *IPTables
+	Conntrack6 *Conntrack
 
 	cfg       HarnessConfig
 	run       runner
@@ -181,6 +207,24 @@ func (c *HarnessConfig) setDefaults() error {
 	if c.ExternalRoutes == nil {
 		c.ExternalRoutes = []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("203.0.113.0/24")}
 	}
+	if !c.NodeNetwork6.IsValid() {
+		c.NodeNetwork6 = netip.MustParsePrefix("fd00:77::/64")
+	}
+	if !c.ClusterCIDR6.IsValid() {
+		c.ClusterCIDR6 = netip.MustParsePrefix("fd00:10:244::/56")
+	}
+	if c.ExternalRoutes6 == nil {
+		c.ExternalRoutes6 = []netip.Prefix{netip.MustParsePrefix("fd00:10:96::/108"), netip.MustParsePrefix("2001:db8::/64")}
+	}
+	if c.IPv6 {
+		if !c.NodeNetwork6.Addr().Is6() || c.NodeNetwork6.Addr().Is4In6() || c.NodeNetwork6.Bits() > 64 {
+			return fmt.Errorf("harness: NodeNetwork6 %v: want an IPv6 /64 or bigger", c.NodeNetwork6)
+		}
+		if !c.ClusterCIDR6.Addr().Is6() || c.ClusterCIDR6.Addr().Is4In6() || c.ClusterCIDR6.Bits() > 56 {
+			return fmt.Errorf("harness: ClusterCIDR6 %v: want an IPv6 /56 or bigger", c.ClusterCIDR6)
+		}
+		c.NodeNetwork6, c.ClusterCIDR6 = c.NodeNetwork6.Masked(), c.ClusterCIDR6.Masked()
+	}
 	if c.Backend == BackendAuto {
 		c.Backend = BackendNFT
 	}
@@ -206,11 +250,17 @@ func (c *HarnessConfig) setDefaults() error {
 	seen := map[string]bool{}
 	seenIP := map[netip.Addr]string{}
 	for i, p := range c.Pods {
-		if p.IP.IsValid() {
-			if other, dup := seenIP[p.IP]; dup {
-				return fmt.Errorf("harness: Pods[%d] (%s): IP %v already belongs to pod %s", i, p.Name, p.IP, other)
+		for _, a := range []netip.Addr{p.IP, p.IP6} {
+			if !a.IsValid() {
+				continue
 			}
-			seenIP[p.IP] = p.Name
+			if other, dup := seenIP[a]; dup {
+				return fmt.Errorf("harness: Pods[%d] (%s): IP %v already belongs to pod %s", i, p.Name, a, other)
+			}
+			seenIP[a] = p.Name
+		}
+		if p.IP6.IsValid() && !c.IPv6 {
+			return fmt.Errorf("harness: Pods[%d] (%s): IP6 set but IPv6 is off", i, p.Name)
 		}
 		if p.Name == "" || strings.ContainsAny(p.Name, " \n\t") {
 			return fmt.Errorf("harness: Pods[%d].Name %q: want a non-empty name without spaces", i, p.Name)
@@ -232,6 +282,22 @@ func addOffset(a netip.Addr, n uint32) netip.Addr {
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	v += n
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// addOffset6 returns the address n after a (IPv6, low 64 bits).
+func addOffset6(a netip.Addr, n uint64) netip.Addr {
+	b := a.As16()
+	lo := binary.BigEndian.Uint64(b[8:]) + n
+	binary.BigEndian.PutUint64(b[8:], lo)
+	return netip.AddrFrom16(b)
+}
+
+// subnet6 returns the i-th /64 of p.
+func subnet6(p netip.Prefix, i uint64) netip.Prefix {
+	b := p.Addr().As16()
+	hi := binary.BigEndian.Uint64(b[:8]) + i
+	binary.BigEndian.PutUint64(b[:8], hi)
+	return netip.PrefixFrom(netip.AddrFrom16(b), 64)
 }
 
 // NewHarness builds the namespaces, links, addresses, routes and sysctls of cfg, starts
@@ -314,6 +380,10 @@ func (h *Harness) build(ctx context.Context) error {
 	}
 	h.External = ext
 	h.ExternalIP = addOffset(cfg.NodeNetwork.Addr(), 100)
+	v6 := cfg.IPv6
+	if v6 {
+		h.ExternalIP6 = addOffset6(cfg.NodeNetwork6.Addr(), 100)
+	}
 	for i := 0; i < nodeCount; i++ {
 		ns, err := h.addNetns(ctx, "node"+strconv.Itoa(i), "node"+strconv.Itoa(i))
 		if err != nil {
@@ -323,13 +393,19 @@ func (h *Harness) build(ctx context.Context) error {
 		if !cfg.ClusterCIDR.Contains(subnet.Addr()) {
 			return fmt.Errorf("ClusterCIDR %v has no room for node %d's /24", cfg.ClusterCIDR, i)
 		}
-		h.Nodes = append(h.Nodes, &Node{
+		node := &Node{
 			Index:   i,
 			Netns:   ns,
 			IP:      addOffset(cfg.NodeNetwork.Addr(), uint32(i+1)),
 			PodCIDR: subnet,
 			Gateway: addOffset(subnet.Addr(), 1),
-		})
+		}
+		if v6 {
+			node.IP6 = addOffset6(cfg.NodeNetwork6.Addr(), uint64(i+1))
+			node.PodCIDR6 = subnet6(cfg.ClusterCIDR6, uint64(i))
+			node.Gateway6 = addOffset6(node.PodCIDR6.Addr(), 1)
+		}
+		h.Nodes = append(h.Nodes, node)
 	}
 	next := make([]uint32, nodeCount)
 	for i, pc := range cfg.Pods {
@@ -352,11 +428,31 @@ func (h *Harness) build(ctx context.Context) error {
 			return fmt.Errorf("pod %s: IP %v is not a pod address of node %d's subnet %v", pc.Name, ip, pc.Node, node.PodCIDR)
 		}
 		p := &Pod{Name: pc.Name, Node: node, Netns: ns, IP: ip, HostVeth: "veth" + strconv.Itoa(i), Ports: cfg.PodPorts}
+		if v6 {
+			p.IP6 = pc.IP6
+			if !p.IP6.IsValid() {
+				host := binary.BigEndian.Uint32(ip.AsSlice()) & 0xff
+				p.IP6 = addOffset6(node.PodCIDR6.Addr(), uint64(host))
+			}
+			if !node.PodCIDR6.Contains(p.IP6) || p.IP6 == node.Gateway6 || p.IP6 == node.PodCIDR6.Addr() {
+				return fmt.Errorf("pod %s: IP6 %v is not a pod address of node %d's subnet %v", pc.Name, p.IP6, pc.Node, node.PodCIDR6)
+			}
+		}
 		h.Pods = append(h.Pods, p)
 		node.Pods = append(node.Pods, p)
 	}
 
 	// Sysctls before links, so that new interfaces inherit conf/default.
+	if v6 {
+		for _, ns := range h.Namespaces() {
+			if ok, err := sysctlExists(ns, "net.ipv6.conf.all.disable_ipv6"); err != nil || !ok {
+				return fmt.Errorf("IPv6 requested but %s has no IPv6 (%v)", ns, err)
+			}
+			if err := writeSysctls(ns, ipv6Sysctls); err != nil {
+				return err
+			}
+		}
+	}
 	if err := writeSysctls(ext, leafSysctls); err != nil {
 		return err
 	}
@@ -393,6 +489,11 @@ func (h *Harness) build(ctx context.Context) error {
 		if err := writeOptionalSysctls(n.Netns, optionalSysctls); err != nil {
 			return err
 		}
+		if v6 {
+			if err := writeSysctls(n.Netns, map[string]string{"net.ipv6.conf.all.forwarding": "1"}); err != nil {
+				return err
+			}
+		}
 		if err := writeSysctls(n.Netns, cfg.NodeSysctls); err != nil {
 			return err
 		}
@@ -410,6 +511,9 @@ func (h *Harness) build(ctx context.Context) error {
 	bits := cfg.NodeNetwork.Bits()
 	extLines := []string{"link set lo up", "link add fab0 type bridge", "link set fab0 up",
 		fmt.Sprintf("addr add %s/%d dev fab0", h.ExternalIP, bits)}
+	if v6 {
+		extLines = append(extLines, fmt.Sprintf("addr add %s/%d dev fab0 nodad", h.ExternalIP6, cfg.NodeNetwork6.Bits()))
+	}
 	for _, n := range h.Nodes {
 		port := "n" + strconv.Itoa(n.Index)
 		extLines = append(extLines,
@@ -424,9 +528,16 @@ func (h *Harness) build(ctx context.Context) error {
 		lines := []string{"link set lo up", "link set eth0 up",
 			fmt.Sprintf("addr add %s/%d dev eth0", n.IP, bits),
 			fmt.Sprintf("route add default via %s dev eth0", h.ExternalIP)}
+		if v6 {
+			lines = append(lines, fmt.Sprintf("addr add %s/%d dev eth0 nodad", n.IP6, cfg.NodeNetwork6.Bits()),
+				fmt.Sprintf("route add default via %s dev eth0", h.ExternalIP6))
+		}
 		if h.Topology == TopologyBridge {
 			lines = append(lines, "link add cbr0 type bridge nf_call_iptables 1 nf_call_ip6tables 1",
 				fmt.Sprintf("addr add %s/24 dev cbr0", n.Gateway), "link set cbr0 up")
+			if v6 {
+				lines = append(lines, fmt.Sprintf("addr add %s/64 dev cbr0 nodad", n.Gateway6))
+			}
 		}
 		for _, p := range n.Pods {
 			lines = append(lines, fmt.Sprintf("link add %s type veth peer name eth0 netns %s", p.HostVeth, p.Netns.Name))
@@ -440,11 +551,19 @@ func (h *Harness) build(ctx context.Context) error {
 					fmt.Sprintf("addr add %s/32 dev %s", n.Gateway, p.HostVeth),
 					fmt.Sprintf("link set %s up", p.HostVeth),
 					fmt.Sprintf("route add %s/32 dev %s src %s", p.IP, p.HostVeth, n.Gateway))
+				if v6 {
+					lines = append(lines,
+						fmt.Sprintf("addr add %s/128 dev %s nodad", n.Gateway6, p.HostVeth),
+						fmt.Sprintf("route add %s/128 dev %s", p.IP6, p.HostVeth))
+				}
 			}
 		}
 		for _, o := range h.Nodes {
 			if o != n {
 				lines = append(lines, fmt.Sprintf("route add %s via %s dev eth0", o.PodCIDR, o.IP))
+				if v6 {
+					lines = append(lines, fmt.Sprintf("route add %s via %s dev eth0", o.PodCIDR6, o.IP6))
+				}
 			}
 		}
 		if err := h.batch(ctx, n.Netns, lines); err != nil {
@@ -454,13 +573,23 @@ func (h *Harness) build(ctx context.Context) error {
 	for _, p := range h.Pods {
 		gw := p.Node.Gateway
 		lines := []string{"link set lo up"}
+		gw6 := p.Node.Gateway6
 		if h.Topology == TopologyBridge {
 			lines = append(lines, fmt.Sprintf("addr add %s/24 dev eth0", p.IP), "link set eth0 up",
 				fmt.Sprintf("route add default via %s dev eth0", gw))
+			if v6 {
+				lines = append(lines, fmt.Sprintf("addr add %s/64 dev eth0 nodad", p.IP6),
+					fmt.Sprintf("route add default via %s dev eth0", gw6))
+			}
 		} else {
 			lines = append(lines, fmt.Sprintf("addr add %s/32 dev eth0", p.IP), "link set eth0 up",
 				fmt.Sprintf("route add %s dev eth0 scope link", gw),
 				fmt.Sprintf("route add default via %s dev eth0 src %s", gw, p.IP))
+			if v6 {
+				lines = append(lines, fmt.Sprintf("addr add %s/128 dev eth0 nodad", p.IP6),
+					fmt.Sprintf("route add %s/128 dev eth0", gw6),
+					fmt.Sprintf("route add default via %s dev eth0 src %s", gw6, p.IP6))
+			}
 		}
 		if err := h.batch(ctx, p.Netns, lines); err != nil {
 			return err
@@ -469,6 +598,11 @@ func (h *Harness) build(ctx context.Context) error {
 	var extRoutes []string
 	for _, r := range cfg.ExternalRoutes {
 		extRoutes = append(extRoutes, fmt.Sprintf("route add %s via %s dev fab0", r.Masked(), h.Nodes[0].IP))
+	}
+	if v6 {
+		for _, r := range cfg.ExternalRoutes6 {
+			extRoutes = append(extRoutes, fmt.Sprintf("route add %s via %s dev fab0", r.Masked(), h.Nodes[0].IP6))
+		}
 	}
 	if err := h.batch(ctx, ext, extRoutes); err != nil {
 		return err
@@ -482,9 +616,13 @@ func (h *Harness) build(ctx context.Context) error {
 	}
 
 	// Servers, then the adapters.
+	wildcard := netip.IPv4Unspecified()
+	if v6 {
+		wildcard = netip.IPv6Unspecified() // a dual-stack socket
+	}
 	for _, p := range h.Pods {
 		for _, port := range p.Ports {
-			if err := h.Serve(p.Netns, p.Name, netip.AddrPortFrom(netip.IPv4Unspecified(), port)); err != nil {
+			if err := h.Serve(p.Netns, p.Name, netip.AddrPortFrom(wildcard, port)); err != nil {
 				return fmt.Errorf("pod %s: %w", p.Name, err)
 			}
 		}
@@ -496,9 +634,29 @@ func (h *Harness) build(ctx context.Context) error {
 		}
 		n.IPTables = ipt
 		n.Conntrack = newConntrack(ConntrackOptions{Netns: n.Netns.Name}, h.run)
+		if v6 {
+			ipt6, err := newIPTables(ctx, IPTablesOptions{Backend: cfg.Backend, Family: IPv6, Netns: n.Netns.Name}, h.run)
+			if err != nil {
+				return err
+			}
+			n.IPTables6 = ipt6
+			n.Conntrack6 = newConntrack(ConntrackOptions{Netns: n.Netns.Name, Family: IPv6}, h.run)
+		}
 	}
 	h.IPTables, h.Conntrack = h.Nodes[0].IPTables, h.Nodes[0].Conntrack
+	h.IPTables6, h.Conntrack6 = h.Nodes[0].IPTables6, h.Nodes[0].Conntrack6
 	return nil
+}
+
+// ipv6Sysctls go everywhere with IPv6: addresses usable at once (no duplicate address
+// detection, which would hold them "tentative" for a second or more) and no ICMPv6
+// rate limit (REJECT must always answer).
+var ipv6Sysctls = map[string]string{
+	"net.ipv6.conf.all.disable_ipv6":     "0",
+	"net.ipv6.conf.default.disable_ipv6": "0",
+	"net.ipv6.conf.all.accept_dad":       "0",
+	"net.ipv6.conf.default.accept_dad":   "0",
+	"net.ipv6.icmp.ratelimit":            "0",
 }
 
 // leafSysctls are for the pod and external namespaces: no reverse-path filtering and no

@@ -340,3 +340,50 @@ func TestConntrackKernel(t *testing.T) {
 		t.Errorf("after Flush: %v, %v; want none", left, err)
 	}
 }
+
+func TestHarnessIPv6(t *testing.T) {
+	for _, topo := range []Topology{TopologyBridge, TopologyRouted} {
+		t.Run(string(topo), func(t *testing.T) {
+			RequireTools(t, "ip6tables-nft-restore")
+			h := newTestHarness(t, HarnessConfig{Topology: topo, IPv6: true, SecondNode: true,
+				Pods: []PodConfig{{Name: "a"}, {Name: "b"}, {Name: "c", Node: 1}}})
+			a, b, c := h.Pod("a"), h.Pod("b"), h.Pod("c")
+			node := h.Nodes[0]
+			if a.IP6.String() != "fd00:10:244::2" || c.IP6.String() != "fd00:10:244:1::2" || node.Gateway6.String() != "fd00:10:244::1" ||
+				h.ExternalIP6.String() != "fd00:77::64" || node.IP6.String() != "fd00:77::1" {
+				t.Fatalf("addresses: a %v c %v gw %v ext %v node %v", a.IP6, c.IP6, node.Gateway6, h.ExternalIP6, node.IP6)
+			}
+			for _, proto := range []string{"tcp", "udp"} {
+				wantAnswer(t, proto+" v6 pod a -> pod b", h.Dial(a.Netns, proto, netip.AddrPortFrom(b.IP6, 8080)), "b", a.IP6)
+				wantAnswer(t, proto+" v6 pod a -> pod c (other node)", h.Dial(a.Netns, proto, netip.AddrPortFrom(c.IP6, 8080)), "c", a.IP6)
+				wantAnswer(t, proto+" v4 pod a -> pod b (dual-stack server)", h.Dial(a.Netns, proto, netip.AddrPortFrom(b.IP, 8080)), "b", a.IP)
+			}
+			rules := strings.NewReplacer("$A", a.IP6.String(), "$B", b.IP6.String()).Replace(`*nat
+:VIPS - [0:0]
+-A PREROUTING -j VIPS
+-A VIPS -d fd00:10:96::10/128 -p tcp -m tcp --dport 80 -j DNAT --to-destination [$A]:8080
+-A VIPS -d fd00:10:96::10/128 -p udp -m udp --dport 80 -j DNAT --to-destination [$A]:8080
+-A VIPS -d fd00:10:96::11/128 -j DNAT --to-destination $B
+-A POSTROUTING -d $B/128 -j MASQUERADE
+COMMIT
+*filter
+-A FORWARD -d fd00:10:96::20/128 -j REJECT
+COMMIT
+`)
+			restore(t, h.IPTables6, rules)
+			vip10, vip11 := netip.MustParseAddr("fd00:10:96::10"), netip.MustParseAddr("fd00:10:96::11")
+			for _, proto := range []string{"tcp", "udp"} {
+				wantAnswer(t, proto+" ext -> v6 VIP (DNAT to a)", h.Dial(h.External, proto, netip.AddrPortFrom(vip10, 80)), "a", h.ExternalIP6)
+				wantAnswer(t, proto+" pod a -> v6 VIP (DNAT to b, masquerade)", h.Dial(a.Netns, proto, netip.AddrPortFrom(vip11, 8080)), "b", node.Gateway6)
+				wantOutcome(t, proto+" ext -> v6 REJECT", h.Dial(h.External, proto, netip.MustParseAddrPort("[fd00:10:96::20]:80")), Refused)
+			}
+			entries, err := h.Conntrack6.List(ctxT(t), proxy.ConntrackFilter{Protocol: 17, OrigDst: vip10})
+			if err != nil || len(entries) != 1 || entries[0].Family != IPv6 || entries[0].Reply.Src != a.IP6 {
+				t.Errorf("IPv6 conntrack entries for %v: %v, %v; want one, DNATed to %v", vip10, entries, err, a.IP6)
+			}
+			if n, err := h.Conntrack6.Delete(proxy.ConntrackFilter{Protocol: 17, OrigDst: vip10}); err != nil || n != 1 {
+				t.Errorf("IPv6 conntrack delete: %d, %v", n, err)
+			}
+		})
+	}
+}
