@@ -126,18 +126,18 @@ type Store struct {
 	rv      uint64
 	objs    map[string]map[string]map[string]runtime.Object // kind → namespace → name → object
 	created map[string]uint64                               // kind/ns/name → resourceVersion at creation
-	pending []Event                                         // committed, not yet delivered
 
-	watchMu    sync.Mutex // orders deliveries; never held while mu is
+	// Delivery: committed events wait in queue (commit order) until the
+	// goroutine that is delivering (delivering) hands them to the watchers,
+	// without holding mu.
 	watchers   []*watcher
-	nextID     int
 	queue      []delivery
 	delivering bool
 }
 
 type watcher struct {
-	id        int
 	fn        func(Event)
+	since     uint64 // deliver only events committed after this resourceVersion
 	cancelled atomic.Bool
 }
 
@@ -186,7 +186,7 @@ func NewStore(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("service store: master service: %w", err)
 		}
 	}
-	s.pending = nil // nobody can watch yet
+	s.queue = nil // nobody can watch yet
 	return s, nil
 }
 
@@ -220,29 +220,26 @@ func (s *Store) WatchWithReplay(fn func(Event)) (cancel func()) {
 }
 
 func (s *Store) watch(fn func(Event), replay bool) func() {
-	s.watchMu.Lock()
-	w := &watcher{id: s.nextID, fn: fn}
-	s.nextID++
+	s.mu.Lock()
+	w := &watcher{fn: fn, since: s.rv}
 	s.watchers = append(s.watchers, w)
 	if replay {
-		// Holding watchMu keeps any delivery from starting, so the snapshot
-		// and the queue position agree.
-		s.mu.Lock()
+		// The snapshot includes every committed change, so the watcher skips
+		// queued events up to s.rv (since) and gets the replay first.
 		var replayed []delivery
 		for _, kind := range kindOrder {
 			for _, obj := range s.listLocked(kind) {
 				replayed = append(replayed, delivery{ev: Event{Type: Added, Kind: kind, New: obj, ResourceVersion: resourceVersionOf(obj)}, only: w})
 			}
 		}
-		s.mu.Unlock()
 		s.queue = append(replayed, s.queue...)
 	}
-	s.watchMu.Unlock()
+	s.mu.Unlock()
 	s.deliver()
 	return func() {
 		w.cancelled.Store(true)
-		s.watchMu.Lock()
-		defer s.watchMu.Unlock()
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		for i, x := range s.watchers {
 			if x == w {
 				s.watchers = append(s.watchers[:i:i], s.watchers[i+1:]...)
@@ -260,47 +257,48 @@ func resourceVersionOf(obj runtime.Object) uint64 {
 	return rv
 }
 
-// publish moves committed events to the delivery queue and delivers them.
-// Called with no lock held.
-func (s *Store) publish() {
-	s.mu.Lock()
-	evs := s.pending
-	s.pending = nil
-	s.mu.Unlock()
-	if len(evs) > 0 {
-		s.watchMu.Lock()
-		for _, ev := range evs {
-			s.queue = append(s.queue, delivery{ev: ev})
-		}
-		s.watchMu.Unlock()
-	}
-	s.deliver()
-}
+// publish delivers committed events. Called with no lock held.
+func (s *Store) publish() { s.deliver() }
 
 func (s *Store) deliver() {
-	s.watchMu.Lock()
+	s.mu.Lock()
 	if s.delivering {
-		s.watchMu.Unlock()
+		s.mu.Unlock()
 		return // an outer call on this (or another) goroutine is draining the queue
 	}
 	s.delivering = true
+	finished := false
+	defer func() {
+		if !finished { // a callback panicked: let later changes be delivered
+			s.mu.Lock()
+			s.delivering = false
+			s.mu.Unlock()
+		}
+	}()
 	for len(s.queue) > 0 {
 		d := s.queue[0]
 		s.queue = s.queue[1:]
-		targets := []*watcher{d.only}
-		if d.only == nil {
-			targets = append([]*watcher(nil), s.watchers...)
+		var targets []*watcher
+		if d.only != nil {
+			targets = []*watcher{d.only}
+		} else {
+			for _, w := range s.watchers {
+				if d.ev.ResourceVersion > w.since {
+					targets = append(targets, w)
+				}
+			}
 		}
-		s.watchMu.Unlock()
+		s.mu.Unlock()
 		for _, w := range targets {
 			if !w.cancelled.Load() {
 				w.fn(d.ev)
 			}
 		}
-		s.watchMu.Lock()
+		s.mu.Lock()
 	}
 	s.delivering = false
-	s.watchMu.Unlock()
+	finished = true
+	s.mu.Unlock()
 }
 
 // --- reading ---------------------------------------------------------------
@@ -656,7 +654,7 @@ type savedState struct {
 }
 
 func (s *Store) save() savedState {
-	st := savedState{rv: s.rv, pending: len(s.pending), created: make(map[string]uint64, len(s.created))}
+	st := savedState{rv: s.rv, pending: len(s.queue), created: make(map[string]uint64, len(s.created))}
 	st.rngState, _ = s.rngSource().MarshalBinary()
 	st.objs = make(map[string]map[string]map[string]runtime.Object, len(s.objs))
 	for k, byNS := range s.objs {
@@ -684,7 +682,7 @@ func (s *Store) restore(st savedState) {
 	_ = s.rngSource().UnmarshalBinary(st.rngState)
 	s.objs = st.objs
 	s.created = st.created
-	s.pending = s.pending[:st.pending]
+	s.queue = s.queue[:st.pending] // nothing is delivered while mu is held
 	for i, a := range s.allocs.ClusterIPs {
 		if err := a.Restore(st.ips[i]); err != nil {
 			panic(fmt.Sprintf("service store: restoring allocator: %v", err))
@@ -730,7 +728,7 @@ func (s *Store) commit(t EventType, kind string, old, obj runtime.Object) runtim
 		}
 		delete(s.created, createdKey(kind, m.Namespace, m.Name))
 	}
-	s.pending = append(s.pending, Event{Type: t, Kind: kind, Old: old, New: obj, ResourceVersion: s.rv})
+	s.queue = append(s.queue, delivery{ev: Event{Type: t, Kind: kind, Old: old, New: obj, ResourceVersion: s.rv}})
 	return obj
 }
 

@@ -746,3 +746,59 @@ func TestGenerateNameAndUIDsAreDeterministic(t *testing.T) {
 		t.Errorf("runs differ or bad name: %v %v", a, b)
 	}
 }
+
+func TestWatchSurvivesAPanickingCallback(t *testing.T) {
+	s := newStore(t, Config{})
+	var seen []string
+	boom := true
+	s.Watch(func(e Event) {
+		if boom {
+			boom = false
+			panic("watcher bug")
+		}
+		seen = append(seen, e.String())
+	})
+	func() {
+		defer func() { _ = recover() }()
+		mustCreate(t, s, NewNamespace("a"))
+	}()
+	mustCreate(t, s, NewNamespace("b"))
+	if len(seen) != 1 || !strings.HasPrefix(seen[0], "Added Namespace b") {
+		t.Errorf("after a panic: %v", seen)
+	}
+}
+
+// Concurrent writers: every event is delivered exactly once, in commit order.
+func TestConcurrentWriters(t *testing.T) {
+	s := newStore(t, Config{})
+	mustCreate(t, s, NewService("default/web", Selector("app=web"), Port("http", 80, 0)))
+	var mu = make(chan struct{}, 1)
+	var rvs []uint64
+	s.Watch(func(e Event) {
+		mu <- struct{}{}
+		rvs = append(rvs, e.ResourceVersion)
+		<-mu
+	})
+	done := make(chan error)
+	for g := 0; g < 4; g++ {
+		go func(g int) {
+			var err error
+			for i := 0; i < 25 && err == nil; i++ {
+				_, err = s.Create(NewPod(fmt.Sprintf("default/p-%d-%d", g, i), Labels("app=web"), PodIP(fmt.Sprintf("10.244.%d.%d", g, i+1)), Ready(true)))
+			}
+			done <- err
+		}(g)
+	}
+	for g := 0; g < 4; g++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.publish() // drain anything a racing writer left queued
+	if !slices.IsSorted(rvs) || len(rvs) == 0 || int(rvs[len(rvs)-1]-rvs[0])+1 != len(rvs) {
+		t.Fatalf("%d events, first %d last %d, sorted %v", len(rvs), rvs[0], rvs[len(rvs)-1], slices.IsSorted(rvs))
+	}
+	if n := len(endpointLines(s, "default", "web")); n != 100 {
+		t.Errorf("%d endpoints, want 100", n)
+	}
+}
