@@ -113,7 +113,7 @@ func (s *svcInfo) setEndpoints(reach []*proxy.Endpoint) {
 	s.epStrs, s.epNames = strs, names
 }
 
-// chainOf returns the KUBE-SEP name of each endpoint of eps, a sorted subset of the
+// chainsOf returns the KUBE-SEP name of each endpoint of eps, a sorted subset of the
 // endpoints last given to setEndpoints, into out.
 func (s *svcInfo) chainsOf(eps []*proxy.Endpoint, out []string) []string {
 	out = out[:0]

@@ -100,7 +100,8 @@ type SyncResult struct {
 
 // Sync brings the ruleset in line with the complete current lists of Services and
 // EndpointSlices. On error nothing more is written and the next Sync is full. Objects
-// that do not parse are an error before anything is written.
+// that do not parse are an error before anything is written. Objects are treated as
+// immutable (see proxy.ChangeTracker.Update): pass a new object for a change.
 func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, slices []*discoveryv1.EndpointSlice) (*SyncResult, error) {
 	st, err := p.tracker.Update(services, slices)
 	if err != nil {
