@@ -11,6 +11,8 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/clusterlab/clusterlab/service"
 )
 
 // PodMode selects how <dashed-ip>.<ns>.pod.<zone> names are answered
@@ -114,7 +116,7 @@ type Server struct {
 }
 
 // New returns a server answering from src. If src can report changes
-// (StaticSource.OnChange, or a store's Watch), the server subscribes and
+// (StaticSource.OnChange, or service.Store's Watch), the server subscribes and
 // rebuilds its index lazily on the next query after a change; otherwise call
 // Invalidate after changing the data.
 func New(src Source, cfg Config) (*Server, error) {
@@ -171,8 +173,10 @@ func New(src Source, cfg Config) (*Server, error) {
 	switch w := src.(type) {
 	case interface{ OnChange(func()) }:
 		w.OnChange(s.Invalidate)
-	case interface{ Watch(func()) func() }:
-		s.cancel = append(s.cancel, w.Watch(s.Invalidate))
+	case interface {
+		Watch(func(service.Event)) (cancel func())
+	}:
+		s.cancel = append(s.cancel, w.Watch(func(service.Event) { s.Invalidate() }))
 	}
 	return s, nil
 }
