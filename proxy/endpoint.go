@@ -258,11 +258,11 @@ func sortNames(names []ServicePortName) {
 // groupSlices filters slices to the family's address type and groups them by Service,
 // each group sorted by slice name. Slices without a service-name label are ignored, as
 // kube-proxy does; two slices with the same namespace/name are an error.
-func groupSlices(slices_ []*discoveryv1.EndpointSlice, family corev1.IPFamily) (map[types.NamespacedName][]*discoveryv1.EndpointSlice, error) {
+func groupSlices(sliceList []*discoveryv1.EndpointSlice, family corev1.IPFamily) (map[types.NamespacedName][]*discoveryv1.EndpointSlice, error) {
 	want := AddressTypeForFamily(family)
 	out := make(map[types.NamespacedName][]*discoveryv1.EndpointSlice)
-	seen := make(map[types.NamespacedName]bool, len(slices_))
-	for _, s := range slices_ {
+	seen := make(map[types.NamespacedName]bool, len(sliceList))
+	for _, s := range sliceList {
 		if s == nil {
 			continue
 		}
@@ -296,8 +296,8 @@ func groupSlices(slices_ []*discoveryv1.EndpointSlice, family corev1.IPFamily) (
 
 // BuildEndpointsMap returns the endpoints of every service port found in the slices, for
 // the family and the node.
-func BuildEndpointsMap(slices_ []*discoveryv1.EndpointSlice, family corev1.IPFamily, node *NodeConfig) (EndpointsMap, error) {
-	groups, err := groupSlices(slices_, family)
+func BuildEndpointsMap(sliceList []*discoveryv1.EndpointSlice, family corev1.IPFamily, node *NodeConfig) (EndpointsMap, error) {
+	groups, err := groupSlices(sliceList, family)
 	if err != nil {
 		return nil, err
 	}
