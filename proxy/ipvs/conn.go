@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"container/heap"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -40,7 +41,9 @@ type conn struct {
 	expires  time.Time
 
 	timerPending bool
-	timerGen     uint64
+	timerGen     uint64 // generation of the live queue event
+	setSeq       uint64 // order of the last modTimer
+	evAt         time.Time
 
 	control  *conn
 	nControl int
@@ -131,11 +134,42 @@ func (m *Model) connOutGet(proto uint8, src, dst netip.AddrPort) *conn {
 
 // ---- timers ----
 
+// modTimer is mod_timer(): the entry expires at at. Timers due at the same instant fire
+// in the order they were set. The queue holds at most one live event per entry: a later
+// deadline is picked up when the earlier event fires (fireConnTimer), so refreshing an
+// entry on every packet costs no heap operation.
 func (m *Model) modTimer(c *conn, at time.Time) {
-	c.timerGen++
+	m.evSeq++
+	c.setSeq = m.evSeq
 	c.timerPending = true
 	c.expires = at
-	m.schedule(&event{at: at, kind: evConnExpire, conn: c, gen: c.timerGen})
+	if c.evAt.IsZero() || at.Before(c.evAt) {
+		m.pushConnEvent(c)
+	}
+}
+
+func (m *Model) pushConnEvent(c *conn) {
+	c.timerGen++
+	c.evAt = c.expires
+	heap.Push(&m.events, &event{at: c.expires, seq: c.setSeq, kind: evConnExpire, conn: c, gen: c.timerGen})
+}
+
+// fireConnTimer handles a connection event that came due.
+func (m *Model) fireConnTimer(e *event) {
+	c := e.conn
+	if c.timerGen != e.gen {
+		return // superseded by an earlier deadline
+	}
+	c.evAt = time.Time{}
+	if !c.timerPending || c.freed {
+		return
+	}
+	if !c.expires.Equal(e.at) || c.setSeq != e.seq {
+		m.pushConnEvent(c) // the deadline moved later (or was set again) since
+		return
+	}
+	c.timerPending = false
+	m.connExpire(c)
 }
 
 func (m *Model) timerDelete(c *conn) bool {
@@ -143,7 +177,6 @@ func (m *Model) timerDelete(c *conn) bool {
 		return false
 	}
 	c.timerPending = false
-	c.timerGen++
 	return true
 }
 
@@ -448,7 +481,7 @@ func (v Via) String() string {
 // Decision is the outcome of a packet (or of a dry-run schedule).
 type Decision struct {
 	Verdict Verdict
-	Service *VirtualServer // the virtual service involved, if any
+	Service *VirtualServer // the virtual service involved, if any (shared: do not modify)
 	Dest    netip.AddrPort // see VerdictForward
 	Forward ForwardMethod
 	Via     Via
@@ -482,7 +515,7 @@ func (m *Model) Out(p Packet) Decision {
 	m.setState(c, dirOutput, &p)
 	m.connPut(c)
 	dec := Decision{Verdict: VerdictForward, Dest: netip.AddrPortFrom(c.vaddr, c.vport), Forward: c.fwd,
-		Via: ViaConnection, Conn: m.entry(c), Reason: "reply of connection " + c.describe()}
+		Via: ViaConnection, Conn: m.entry(c), Reason: "reply of an existing connection"}
 	if c.dest != nil && c.dest.svc != nil {
 		dec.Service = c.dest.svc.virtualServer()
 	}
@@ -647,7 +680,7 @@ func (m *Model) in(p *Packet) Decision {
 		dec.Forward = c.fwd
 	}
 	if !dec.New {
-		dec.Reason = "existing connection " + c.describe()
+		dec.Reason = "existing connection"
 	}
 	if note != "" {
 		dec.Reason = note + "; " + dec.Reason
@@ -847,7 +880,7 @@ func (m *Model) schedPersist(svc *service, p *Packet, in *schedInput) (*conn, in
 		dec.Via, dec.Reason = ViaScheduler, "new connection scheduled by "+svc.schedName+", new persistence template"
 	} else {
 		d = ct.dest
-		dec.Via, dec.Reason = ViaTemplate, "new connection sent by persistence template "+ct.describe()
+		dec.Via, dec.Reason = ViaTemplate, "new connection sent by its persistence template"
 	}
 	dport := dstPort
 	if dport == svc.key.port && d.port != 0 {

@@ -60,10 +60,7 @@ func (m *Model) runEvents(now time.Time) {
 		m.now = e.at
 		switch e.kind {
 		case evConnExpire:
-			if e.conn.timerGen == e.gen && e.conn.timerPending {
-				e.conn.timerPending = false
-				m.connExpire(e.conn)
-			}
+			m.fireConnTimer(e)
 		case evSchedTick:
 			if e.svc.schedGen == e.gen {
 				if t, ok := e.svc.sched.(ticker); ok {

@@ -77,8 +77,12 @@ func keyFromVS(vs *VirtualServer) (svcKey, error) {
 	return sp.key, err
 }
 
-// virtualServer is the service as Interface returns it (flags without FlagHashed).
+// virtualServer is the service as Interface returns it (flags without FlagHashed). The
+// value is cached until the service changes: callers must not modify it.
 func (s *service) virtualServer() *VirtualServer {
+	if s.vs != nil {
+		return s.vs
+	}
 	vs := &VirtualServer{Scheduler: s.schedName, Flags: s.flags, Timeout: s.timeoutSec}
 	if s.key.fwmark != 0 {
 		vs.FWMark = s.key.fwmark
@@ -95,6 +99,7 @@ func (s *service) virtualServer() *VirtualServer {
 	} else {
 		vs.Netmask = uint32(bits.LeadingZeros32(^s.mask4))
 	}
+	s.vs = vs
 	return vs
 }
 
@@ -184,7 +189,8 @@ func (m *Model) GetVirtualServer(vs *VirtualServer) (*VirtualServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.virtualServer(), nil
+	c := *s.virtualServer()
+	return &c, nil
 }
 
 // GetVirtualServers returns every service in ipvsadm's listing order.
@@ -194,7 +200,8 @@ func (m *Model) GetVirtualServers() ([]*VirtualServer, error) {
 	m.sync()
 	var out []*VirtualServer
 	for _, s := range m.sortedServices() {
-		out = append(out, s.virtualServer())
+		c := *s.virtualServer()
+		out = append(out, &c)
 	}
 	return out, nil
 }

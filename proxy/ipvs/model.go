@@ -266,6 +266,7 @@ type service struct {
 	bits6      int    // IPv6 persistence prefix length
 	dests      []*dest
 	seq        uint64
+	vs         *VirtualServer // cached virtualServer()
 }
 
 func (s *service) persistent() bool { return s.flags&FlagPersistent != 0 }
@@ -419,6 +420,7 @@ func (m *Model) editService(sp svcSpec) error {
 	if sp.key.v6 && (sp.bits6 < 1 || sp.bits6 > 128) {
 		return fmt.Errorf("virtual service %s: IPv6 netmask /%d: %w", sp.key, sp.bits6, ErrInvalid)
 	}
+	s.vs = nil
 	if sp.schedName != s.schedName {
 		m.unbindScheduler(s)
 		s.schedName = sp.schedName

@@ -1,0 +1,81 @@
+package ipvs
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// benchService builds a TCP service with 100 destinations (weights 1..4, varied
+// counters) for the given scheduler.
+func benchService(b *testing.B, sched string) (*Model, *service) {
+	b.Helper()
+	m := MustNew(Config{Seed: 1})
+	if err := m.Exec([]string{"-A", "-t", "10.0.0.1:80", "-s", sched}, nil); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		addr := fmt.Sprintf("10.1.%d.%d:8080", i/250, i%250+1)
+		if err := m.Exec([]string{"-a", "-t", "10.0.0.1:80", "-r", addr, "-m", "-w", fmt.Sprint(1 + i%4)}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s := m.services[svcKey{proto: ProtoTCP, addr: netip.MustParseAddr("10.0.0.1"), port: 80}]
+	for i, d := range s.dests {
+		d.active = 1 + (i*7)%13 // no idle destination: nq scans the whole list
+		d.inactive = (i * 11) % 29
+	}
+	return m, s
+}
+
+// BenchmarkSchedule measures scheduler decisions with 100 destinations: one call of
+// the scheduler per op, over 1024 different clients (and 1024 destination addresses for
+// the locality schedulers).
+func BenchmarkSchedule(b *testing.B) {
+	for _, name := range Schedulers() {
+		b.Run(name, func(b *testing.B) {
+			m, s := benchService(b, name)
+			ins := make([]schedInput, 1024)
+			for i := range ins {
+				ins[i] = schedInput{saddr: netip.AddrFrom4([4]byte{192, 0, byte(i >> 8), byte(i)}),
+					daddr: netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}), sport: uint16(1024 + i), proto: ProtoTCP}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if s.sched.schedule(m, s, &ins[i&1023], false) == nil {
+					b.Fatal("no destination")
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
+
+// BenchmarkConnection measures whole TCP connections through the IPVS hooks: SYN,
+// SYN-ACK, ACK, FIN, FIN-ACK, ACK (six packets) per op, rr over 100 destinations, the
+// virtual clock moving 10 ms per connection so that TIME_WAIT entries expire as they do
+// under a steady load of 100 connections/s.
+func BenchmarkConnection(b *testing.B) {
+	clock := NewManualClock()
+	m := MustNew(Config{Clock: clock})
+	_ = m.Exec([]string{"-A", "-t", "10.0.0.1:80", "-s", "rr"}, nil)
+	for i := 0; i < 100; i++ {
+		_ = m.Exec([]string{"-a", "-t", "10.0.0.1:80", "-r", fmt.Sprintf("10.1.0.%d:8080", i+1), "-m"}, nil)
+	}
+	vip := netip.MustParseAddrPort("10.0.0.1:80")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c := netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, byte(i >> 16), byte(i >> 8)}), uint16(1024+i&0x3fff))
+		d := m.In(Packet{Protocol: ProtoTCP, Src: c, Dst: vip, TCPFlags: TCPSyn})
+		m.Out(Packet{Protocol: ProtoTCP, Src: d.Dest, Dst: c, TCPFlags: TCPSyn | TCPAck})
+		m.In(Packet{Protocol: ProtoTCP, Src: c, Dst: vip, TCPFlags: TCPAck})
+		m.In(Packet{Protocol: ProtoTCP, Src: c, Dst: vip, TCPFlags: TCPFin | TCPAck})
+		m.Out(Packet{Protocol: ProtoTCP, Src: d.Dest, Dst: c, TCPFlags: TCPFin | TCPAck})
+		m.In(Packet{Protocol: ProtoTCP, Src: c, Dst: vip, TCPFlags: TCPAck})
+		clock.Advance(10 * time.Millisecond)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "conns/s")
+}
