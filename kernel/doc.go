@@ -10,6 +10,7 @@
 //	proxy/iptables.Interface ── IPTables  ── iptables-{nft,legacy}-restore / -save, ip6tables-*
 //	proxy/ipvs.Interface     ── IPVS      ── generic netlink "IPVS" family (github.com/moby/ipvs)
 //	proxy.Conntrack          ── Conntrack ── conntrack -D / -L -o extended (conntrack-tools)
+//	(kube-proxy's nfacct)    ── EnsureNFAcct, ListNFAcct ── nfnetlink_acct
 //
 // IPTables.Restore feeds the generator's iptables-restore text on stdin to
 // `iptables-restore -w 5 [--noflush] [--counters]` (-W 100000 too on the legacy backend;
@@ -23,6 +24,10 @@
 // Conntrack.Delete turns a proxy.ConntrackFilter into conntrack options and treats
 // "0 flow entries have been deleted" (exit status 1) as success; List parses
 // `conntrack -L -o extended` into ConntrackEntry values for tests.
+//
+// EnsureNFAcct creates the accounting objects that kube-proxy's `-m nfacct` rules
+// need before iptables-restore accepts them (there is no nfacct tool on Debian by
+// default); ListNFAcct reads their counters.
 //
 // IPVS translates VirtualServer/RealServer to and from the library's Service and
 // Destination (the IPv4 persistence netmask is a network-order mask, the IPv6 one a

@@ -387,3 +387,37 @@ COMMIT
 		})
 	}
 }
+
+// kube-proxy's nfacct rules load once the objects exist, and count.
+func TestNFAcctKernel(t *testing.T) {
+	h := newTestHarness(t, HarnessConfig{PodPorts: []uint16{}, Pods: []PodConfig{{Name: "a"}}})
+	node := h.Nodes[0]
+	rule := "*filter\n:KUBE-PROXY-TEST - [0:0]\n-A INPUT -j KUBE-PROXY-TEST\n-A KUBE-PROXY-TEST -p udp -m udp --dport 9 -m nfacct --nfacct-name localhost_nps_accepted_pkts -j ACCEPT\nCOMMIT\n"
+	err := h.IPTables.Restore(ctxT(t), []byte(rule), iptables.RestoreOptions{NoFlush: true})
+	var re *RestoreError
+	if !errors.As(err, &re) || re.Line != 4 {
+		t.Fatalf("restore before the nfacct object exists: %v; want a RestoreError at line 4", err)
+	}
+	for range 2 { // idempotent
+		if err := EnsureNFAcct(node.Netns.Name, "localhost_nps_accepted_pkts"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restore(t, h.IPTables, rule)
+	for range 3 {
+		h.Dial(h.External, "udp", netip.AddrPortFrom(node.IP, 9))
+	}
+	accts, err := ListNFAcct(node.Netns.Name)
+	if err != nil || len(accts) != 1 || accts[0].Name != "localhost_nps_accepted_pkts" || accts[0].Packets != 3 || accts[0].Bytes == 0 {
+		t.Errorf("ListNFAcct = %+v, %v; want one object with 3 packets", accts, err)
+	}
+	if err := EnsureNFAcct(node.Netns.Name, "localhost_nps_accepted_pkts"); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := ListNFAcct(node.Netns.Name); len(again) != 1 || again[0].Packets != 3 {
+		t.Errorf("EnsureNFAcct on an existing object changed it: %+v", again)
+	}
+	if err := EnsureNFAcct(node.Netns.Name, strings.Repeat("x", 40)); err == nil {
+		t.Error("overlong name: want an error")
+	}
+}
