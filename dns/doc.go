@@ -38,6 +38,28 @@
 // directly, which is how the simulated network (netsim) runs it behind the
 // kube-dns Service.
 //
+// The transport rules of step 1 are miekg/dns's default accept function,
+// which CoreDNS serves with, plus CoreDNS's BADVERS; HandleWire applies them
+// itself so that a simulated socket behaves like a real one.
+//
+// # The pod side
+//
+//	pod spec + kubelet flags ──PodResolvConf──> ResolvConf (String(): resolv.conf text)
+//	ResolvConf + Dial ──NewStub──> Stub
+//	  Lookup(name): SearchList order (trailing dot: as is; ≥ ndots dots: as is
+//	  first; else each search domain, then as is), A and AAAA back to back on
+//	  one UDP socket per name (single-request options: one at a time), TC →
+//	  TCP, next nameserver after no reply or SERVFAIL/REFUSED/NOTIMP; the
+//	  walk goes on after NXDOMAIN, NODATA and SERVFAIL and reports glibc's
+//	  h_errno (HOST_NOT_FOUND, NO_DATA, TRY_AGAIN, NO_RECOVERY); every query
+//	  sent is in the Result's log.
+//	  NetResolver(): Go's own resolver dialling the pod's nameserver through
+//	  the same Dial (Go's search list comes from the process, not the pod).
+//
+// `clusterlab dns serve` is Serve: manifests → StaticSource → Server on UDP
+// and TCP, the files polled by content hash and reloaded (a failed reload
+// keeps the previous data).
+//
 // # Decisions where CoreDNS is silent or inconsistent
 //
 //   - Names outside every served zone go to Config.Upstream; without one
