@@ -1,12 +1,14 @@
 package kernel
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
 )
 
 func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
@@ -115,6 +117,103 @@ func FuzzParseConntrack(f *testing.F) {
 				}
 			}
 			_ = e.String()
+		}
+	})
+}
+
+// renderConntrack writes an entry the way `conntrack -L -o extended` prints it.
+func renderConntrack(e ConntrackEntry) string {
+	var b strings.Builder
+	fam, famNum := "ipv4", 2
+	if e.Family == IPv6 {
+		fam, famNum = "ipv6", 10
+	}
+	fmt.Fprintf(&b, "%-8s %d %-8s %d %d ", fam, famNum, e.ProtoName, e.Protocol, int(e.Timeout/time.Second))
+	if e.State != "" {
+		b.WriteString(e.State + " ")
+	}
+	tuple := func(t ConntrackTuple) {
+		fmt.Fprintf(&b, "src=%s dst=%s ", t.Src, t.Dst)
+		switch e.Protocol {
+		case 1, 58:
+			fmt.Fprintf(&b, "type=%d code=%d id=%d ", t.ICMPType, t.ICMPCode, t.ICMPID)
+		default:
+			fmt.Fprintf(&b, "sport=%d dport=%d ", t.SrcPort, t.DstPort)
+		}
+	}
+	tuple(e.Orig)
+	if e.Status&StatusUnreplied != 0 {
+		b.WriteString("[UNREPLIED] ")
+	}
+	tuple(e.Reply)
+	for _, s := range []struct {
+		f ConntrackStatus
+		n string
+	}{{StatusAssured, "[ASSURED] "}, {StatusOffload, "[OFFLOAD] "}, {StatusHWOffload, "[HW_OFFLOAD] "}} {
+		if e.Status&s.f != 0 {
+			b.WriteString(s.n)
+		}
+	}
+	fmt.Fprintf(&b, "mark=%d ", e.Mark)
+	if e.Zone != 0 {
+		fmt.Fprintf(&b, "zone=%d ", e.Zone)
+	}
+	fmt.Fprintf(&b, "use=%d\n", e.Use)
+	return b.String()
+}
+
+func TestParseConntrackProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		v6 := rapid.Bool().Draw(t, "v6")
+		addr := func(label string) netip.Addr {
+			if v6 {
+				var b [16]byte
+				copy(b[:], rapid.SliceOfN(rapid.Byte(), 16, 16).Draw(t, label))
+				return netip.AddrFrom16(b)
+			}
+			var b [4]byte
+			copy(b[:], rapid.SliceOfN(rapid.Byte(), 4, 4).Draw(t, label))
+			return netip.AddrFrom4(b)
+		}
+		e := ConntrackEntry{Family: IPv4, Timeout: time.Duration(rapid.Uint32().Draw(t, "timeout")) * time.Second,
+			Mark: rapid.Uint32().Draw(t, "mark"), Zone: rapid.Uint16().Draw(t, "zone"), Use: rapid.Uint32().Draw(t, "use")}
+		if v6 {
+			e.Family = IPv6
+		}
+		protos := []struct {
+			num   uint8
+			name  string
+			state string
+		}{{6, "tcp", "ESTABLISHED"}, {6, "tcp", "TIME_WAIT"}, {17, "udp", ""}, {132, "sctp", "COOKIE_WAIT"}, {1, "icmp", ""}, {47, "unknown", ""}}
+		p := rapid.SampledFrom(protos).Draw(t, "proto")
+		if p.num == 1 && v6 {
+			p.num, p.name = 58, "icmpv6"
+		}
+		e.Protocol, e.ProtoName, e.State = p.num, p.name, p.state
+		tuple := func(label string) ConntrackTuple {
+			tu := ConntrackTuple{Src: addr(label + ".src"), Dst: addr(label + ".dst")}
+			switch p.num {
+			case 1, 58:
+				tu.ICMPType, tu.ICMPCode, tu.ICMPID = rapid.Uint8().Draw(t, label+".type"), rapid.Uint8().Draw(t, label+".code"), rapid.Uint16().Draw(t, label+".id")
+			case 47:
+			default:
+				tu.SrcPort, tu.DstPort = rapid.Uint16().Draw(t, label+".sport"), rapid.Uint16().Draw(t, label+".dport")
+			}
+			return tu
+		}
+		e.Orig, e.Reply = tuple("orig"), tuple("reply")
+		e.Status = ConntrackStatus(rapid.IntRange(0, 15).Draw(t, "status"))
+		line := renderConntrack(e)
+		if p.num == 47 {
+			// "unknown" protocols print no ports; the renderer printed zero ports.
+			line = strings.ReplaceAll(line, "sport=0 dport=0 ", "")
+		}
+		got, err := ParseConntrack([]byte(line))
+		if err != nil {
+			t.Fatalf("parse %q: %v", line, err)
+		}
+		if len(got) != 1 || !cmp.Equal(got[0], e, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })) {
+			t.Fatalf("line %q\nparsed %+v\nwant   %+v", line, got, e)
 		}
 	})
 }
