@@ -1,9 +1,10 @@
 package service
 
 import (
-	"fmt"
 	"hash/fnv"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -349,13 +350,60 @@ func endpointPorts(svc *corev1.Service, pod *corev1.Pod) []discoveryv1.EndpointP
 func portsKey(ports []discoveryv1.EndpointPort) string {
 	var b strings.Builder
 	for _, p := range ports {
-		fmt.Fprintf(&b, "%s/%s/%d", derefStr(p.Name), derefProto(p.Protocol), derefInt(p.Port))
+		b.WriteString(derefStr(p.Name))
+		b.WriteByte('/')
+		b.WriteString(string(derefProto(p.Protocol)))
+		b.WriteByte('/')
+		b.WriteString(strconv.Itoa(int(derefInt(p.Port))))
 		if p.AppProtocol != nil {
-			b.WriteString("/" + *p.AppProtocol)
+			b.WriteByte('/')
+			b.WriteString(*p.AppProtocol)
 		}
 		b.WriteByte(';')
 	}
 	return b.String()
+}
+
+// slicesEqual compares what the controllers write into a slice, without
+// reflection (this runs for every slice of a service on every pod change).
+func slicesEqual(a, b *discoveryv1.EndpointSlice) bool {
+	if a.AddressType != b.AddressType || a.GenerateName != b.GenerateName ||
+		!maps.Equal(a.Labels, b.Labels) || !maps.Equal(a.Annotations, b.Annotations) ||
+		len(a.OwnerReferences) != len(b.OwnerReferences) || (a.Ports == nil) != (b.Ports == nil) ||
+		portsKey(a.Ports) != portsKey(b.Ports) || len(a.Endpoints) != len(b.Endpoints) || (a.Endpoints == nil) != (b.Endpoints == nil) {
+		return false
+	}
+	for i := range a.OwnerReferences {
+		if !apiequality.Semantic.DeepEqual(a.OwnerReferences[i], b.OwnerReferences[i]) {
+			return false
+		}
+	}
+	for i := range a.Endpoints {
+		if !endpointEqual(&a.Endpoints[i], &b.Endpoints[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func eqPtr[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func endpointEqual(a, b *discoveryv1.Endpoint) bool {
+	if !slices.Equal(a.Addresses, b.Addresses) || !eqPtr(a.Conditions.Ready, b.Conditions.Ready) ||
+		!eqPtr(a.Conditions.Serving, b.Conditions.Serving) || !eqPtr(a.Conditions.Terminating, b.Conditions.Terminating) ||
+		!eqPtr(a.Hostname, b.Hostname) || !eqPtr(a.NodeName, b.NodeName) || !eqPtr(a.Zone, b.Zone) ||
+		!eqPtr(a.TargetRef, b.TargetRef) || !maps.Equal(a.DeprecatedTopology, b.DeprecatedTopology) {
+		return false
+	}
+	if (a.Hints == nil) != (b.Hints == nil) {
+		return false
+	}
+	return a.Hints == nil || (slices.Equal(a.Hints.ForZones, b.Hints.ForZones) && slices.Equal(a.Hints.ForNodes, b.Hints.ForNodes))
 }
 
 func derefStr(p *string) string {
@@ -512,13 +560,14 @@ func (s *Store) reconcileSlicesLocked(existing, desired []*discoveryv1.EndpointS
 			creates = append(creates, d)
 			continue
 		}
+		if slicesEqual(d, old) {
+			continue
+		}
 		next := old.DeepCopy()
 		next.Labels, next.Annotations, next.OwnerReferences, next.GenerateName = d.Labels, d.Annotations, d.OwnerReferences, d.GenerateName
 		next.AddressType, next.Endpoints, next.Ports = d.AddressType, d.Endpoints, d.Ports
-		if !apiequality.Semantic.DeepEqual(next, old) {
-			updates = append(updates, next)
-			olds = append(olds, old)
-		}
+		updates = append(updates, next)
+		olds = append(olds, old)
 	}
 	for _, d := range creates {
 		d.UID = s.newUID()

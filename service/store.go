@@ -126,6 +126,7 @@ type Store struct {
 	rv      uint64
 	objs    map[string]map[string]map[string]runtime.Object // kind → namespace → name → object
 	created map[string]uint64                               // kind/ns/name → resourceVersion at creation
+	slices  map[string]map[string]*discoveryv1.EndpointSlice // "ns/service-name label" → name → slice
 
 	// Delivery: committed events wait in queue (commit order) until the
 	// goroutine that is delivering (delivering) hands them to the watchers,
@@ -173,6 +174,7 @@ func NewStore(cfg Config) (*Store, error) {
 		rng:     rng,
 		objs:    map[string]map[string]map[string]runtime.Object{},
 		created: map[string]uint64{},
+		slices:  map[string]map[string]*discoveryv1.EndpointSlice{},
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -440,11 +442,7 @@ func (s *Store) EndpointSlicesFor(ns, service string) []*discoveryv1.EndpointSli
 // managedBy when it is not "".
 func (s *Store) slicesForLocked(ns, service, managedBy string) []*discoveryv1.EndpointSlice {
 	var out []*discoveryv1.EndpointSlice
-	for _, o := range s.objs[KindEndpointSlice][ns] {
-		sl := o.(*discoveryv1.EndpointSlice)
-		if sl.Labels[discoveryv1.LabelServiceName] != service {
-			continue
-		}
+	for _, sl := range s.slices[ns+"/"+service] {
 		if managedBy != "" && sl.Labels[discoveryv1.LabelManagedBy] != managedBy {
 			continue
 		}
@@ -452,6 +450,31 @@ func (s *Store) slicesForLocked(ns, service, managedBy string) []*discoveryv1.En
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// indexSlice adds (add) or removes a slice in the by-service index.
+func (s *Store) indexSlice(sl *discoveryv1.EndpointSlice, add bool) {
+	key := sl.Namespace + "/" + sl.Labels[discoveryv1.LabelServiceName]
+	if add {
+		if s.slices[key] == nil {
+			s.slices[key] = map[string]*discoveryv1.EndpointSlice{}
+		}
+		s.slices[key][sl.Name] = sl
+		return
+	}
+	delete(s.slices[key], sl.Name)
+	if len(s.slices[key]) == 0 {
+		delete(s.slices, key)
+	}
+}
+
+func (s *Store) rebuildSliceIndex() {
+	s.slices = map[string]map[string]*discoveryv1.EndpointSlice{}
+	for _, byName := range s.objs[KindEndpointSlice] {
+		for _, o := range byName {
+			s.indexSlice(o.(*discoveryv1.EndpointSlice), true)
+		}
+	}
 }
 
 // --- errors ----------------------------------------------------------------
@@ -682,6 +705,7 @@ func (s *Store) restore(st savedState) {
 	_ = s.rngSource().UnmarshalBinary(st.rngState)
 	s.objs = st.objs
 	s.created = st.created
+	s.rebuildSliceIndex()
 	s.queue = s.queue[:st.pending] // nothing is delivered while mu is held
 	for i, a := range s.allocs.ClusterIPs {
 		if err := a.Restore(st.ips[i]); err != nil {
@@ -704,6 +728,14 @@ func createdKey(kind, ns, name string) string { return kind + "/" + ns + "/" + n
 // resourceVersion and queues the event.
 func (s *Store) commit(t EventType, kind string, old, obj runtime.Object) runtime.Object {
 	s.rv++
+	if kind == KindEndpointSlice {
+		if old != nil {
+			s.indexSlice(old.(*discoveryv1.EndpointSlice), false)
+		}
+		if obj != nil {
+			s.indexSlice(obj.(*discoveryv1.EndpointSlice), true)
+		}
+	}
 	if obj != nil {
 		m := objectMeta(obj)
 		m.ResourceVersion = strconv.FormatUint(s.rv, 10)
