@@ -124,8 +124,8 @@ type Store struct {
 	pcg     *rand.PCG
 	rng     *rand.Rand
 	rv      uint64
-	objs    map[string]map[string]map[string]runtime.Object // kind → namespace → name → object
-	created map[string]uint64                               // kind/ns/name → resourceVersion at creation
+	objs    map[string]map[string]map[string]runtime.Object  // kind → namespace → name → object
+	created map[string]uint64                                // kind/ns/name → resourceVersion at creation
 	slices  map[string]map[string]*discoveryv1.EndpointSlice // "ns/service-name label" → name → slice
 
 	// Delivery: committed events wait in queue (commit order) until the
