@@ -785,6 +785,13 @@ func (h *Harness) Sysctl(ns *Netns, key string) (string, error) {
 	return v, err
 }
 
+// LocalAddrs returns every address configured in ns, sorted, loopback included: for a
+// node, what iptables' `-m addrtype --dst-type LOCAL` matches (the emulator's local
+// IPs).
+func (h *Harness) LocalAddrs(ns *Netns) ([]netip.Addr, error) {
+	return ns.h.addrs()
+}
+
 // Namespaces returns every namespace of the harness: external, nodes, pods.
 func (h *Harness) Namespaces() []*Netns {
 	h.mu.Lock()

@@ -99,6 +99,19 @@ func TestHarnessPlainConnectivity(t *testing.T) {
 					t.Errorf("node sysctl %s = %q, %v; want %q", key, got, err, want)
 				}
 			}
+			locals, err := h.LocalAddrs(node.Netns)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, a := range locals {
+				if a.Is4() {
+					got = append(got, a.String())
+				}
+			}
+			if want := "10.244.0.1 127.0.0.1 192.168.77.1"; strings.Join(got, " ") != want {
+				t.Errorf("node IPv4 local addresses %v, want %s", got, want)
+			}
 			out, err := h.Exec(ctxT(t), node.Netns, "ip", "-o", "addr", "show", "dev", "eth0")
 			if err != nil || !strings.Contains(string(out), node.IP.String()+"/24") {
 				t.Errorf("node eth0 addresses: %q, %v; want %v/24", out, err, node.IP)

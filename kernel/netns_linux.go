@@ -5,9 +5,11 @@ package kernel
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"time"
 
@@ -146,4 +148,33 @@ func linksNotUp(state map[int]netlink.Link) []string {
 	}
 	sort.Strings(pending)
 	return pending
+}
+
+// addrs lists every address configured in the namespace (all interfaces, both
+// families, loopback included), as netlink reports them.
+func (h *nsHandle) addrs() ([]netip.Addr, error) {
+	var nh *netlink.Handle
+	if err := h.do(func() error {
+		var err error
+		nh, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	defer nh.Close()
+	list, err := nh.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: list addresses: %w", h.name, err)
+	}
+	var out []netip.Addr
+	for _, a := range list {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			ip = ip.Unmap()
+			if !slices.Contains(out, ip) {
+				out = append(out, ip)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out, nil
 }

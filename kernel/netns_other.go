@@ -4,6 +4,7 @@ package kernel
 
 import (
 	"errors"
+	"net/netip"
 	"runtime"
 	"time"
 )
@@ -16,3 +17,4 @@ func openNetns(name string) (*nsHandle, error)      { return nil, errNoNetns }
 func (h *nsHandle) close() error                    { return nil }
 func (h *nsHandle) do(fn func() error) error        { return errNoNetns }
 func (h *nsHandle) waitLinksUp(time.Duration) error { return errNoNetns }
+func (h *nsHandle) addrs() ([]netip.Addr, error)    { return nil, errNoNetns }
