@@ -69,6 +69,11 @@ type HarnessConfig struct {
 	// ClusterCIDR is the pod network (/16 or bigger); node i's pod subnet is its i-th
 	// /24, with the node's gateway address at .1. Default 10.244.0.0/16.
 	ClusterCIDR netip.Prefix
+	// ExternalAddrs are extra client addresses of the external namespace (any
+	// addresses; the nodes' default routes lead back to it), for tests that need
+	// several outside sources, such as LoadBalancer source ranges: use DialFrom with one
+	// of them as the source.
+	ExternalAddrs []netip.Addr
 	// ExternalRoutes are the prefixes the external client routes via node 0 (Service
 	// VIPs, externalIPs, LoadBalancer IPs). Default 10.96.0.0/12 and 203.0.113.0/24.
 	ExternalRoutes []netip.Prefix
@@ -513,6 +518,16 @@ func (h *Harness) build(ctx context.Context) error {
 		fmt.Sprintf("addr add %s/%d dev fab0", h.ExternalIP, bits)}
 	if v6 {
 		extLines = append(extLines, fmt.Sprintf("addr add %s/%d dev fab0 nodad", h.ExternalIP6, cfg.NodeNetwork6.Bits()))
+	}
+	for _, a := range cfg.ExternalAddrs {
+		switch {
+		case a.Is4():
+			extLines = append(extLines, fmt.Sprintf("addr add %s/32 dev fab0", a))
+		case v6 && !a.Is4In6():
+			extLines = append(extLines, fmt.Sprintf("addr add %s/128 dev fab0 nodad", a))
+		default:
+			return fmt.Errorf("ExternalAddrs: %v: want IPv4, or IPv6 with IPv6 on", a)
+		}
 	}
 	for _, n := range h.Nodes {
 		port := "n" + strconv.Itoa(n.Index)

@@ -165,7 +165,8 @@ func TestKernelNATAndFilter(t *testing.T) {
 	for _, topo := range []Topology{TopologyBridge, TopologyRouted} {
 		t.Run(string(topo), func(t *testing.T) {
 			h := newTestHarness(t, HarnessConfig{Topology: topo, SecondNode: true,
-				Pods: []PodConfig{{Name: "a"}, {Name: "b"}, {Name: "c", Node: 1}}})
+				Pods:          []PodConfig{{Name: "a"}, {Name: "b"}, {Name: "c", Node: 1}},
+				ExternalAddrs: []netip.Addr{netip.MustParseAddr("198.51.100.7")}})
 			a, b, c := h.Pod("a"), h.Pod("b"), h.Pod("c")
 			node := h.Nodes[0]
 			rules := strings.NewReplacer("$A", a.IP.String(), "$B", b.IP.String(), "$C", c.IP.String(), "$GW", node.Gateway.String()).Replace(`*nat
@@ -204,6 +205,8 @@ COMMIT
 			for _, proto := range []string{"tcp", "udp"} {
 				// DNAT, no masquerade: the pod sees the external client.
 				wantAnswer(t, proto+" ext -> VIP .10 (DNAT to a)", h.Dial(ext, proto, vip(10, 80)), "a", h.ExternalIP)
+				extra := netip.MustParseAddr("198.51.100.7")
+				wantAnswer(t, proto+" ext from an extra address -> VIP .10", h.DialFrom(ext, proto, netip.AddrPortFrom(extra, 0), vip(10, 80)), "a", extra)
 				// MASQUERADE: the pod sees the node's address on the pod network.
 				wantAnswer(t, proto+" ext -> VIP .11 (DNAT to b, masquerade)", h.Dial(ext, proto, vip(11, 80)), "b", node.Gateway)
 				// Other node's pod: works only because of the masquerade (else c would
