@@ -209,6 +209,13 @@ func (m *Model) SetSysctls(s Sysctls) {
 	m.sys = s
 }
 
+// Reseed restarts the twos scheduler's random source as PCG(seed, seed).
+func (m *Model) Reseed(seed uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pcg.Seed(seed, seed)
+}
+
 // Stats returns the model's counters.
 func (m *Model) Stats() Stats {
 	m.mu.Lock()

@@ -24,16 +24,18 @@ type ScriptInput struct {
 	Config      Config // Clock nil: a ManualClock driven by sleep/advance lines
 }
 
-// ScriptResult is the outcome of one conn or sched line.
+// ScriptResult is the outcome of one conn, sched or packet line.
 type ScriptResult struct {
 	File          string `json:"file"`
 	Line          int    `json:"line"`
-	Command       string `json:"command"` // conn or sched
+	Command       string `json:"command"` // conn, sched or packet
 	Protocol      string `json:"protocol"`
 	Client        string `json:"client"`
 	Virtual       string `json:"virtual"`
 	Mark          uint32 `json:"mark,omitempty"`
 	Close         bool   `json:"close,omitempty"`
+	Reply         bool   `json:"reply,omitempty"` // packet ... reply: from the real server
+	Flags         string `json:"flags,omitempty"` // packet: TCP flags or SCTP chunk
 	Destination   string `json:"destination,omitempty"`
 	NoDestination bool   `json:"no_destination"`
 	Verdict       string `json:"verdict"`
@@ -142,6 +144,10 @@ type scriptLine struct {
 	dur   time.Duration
 	sysK  string
 	sysV  string
+	seed  uint64
+	reply bool
+	flags uint8
+	chunk uint8
 }
 
 // RunScript loads in.Restore, then runs in.Script line by line. Any error (a line that
@@ -277,6 +283,48 @@ func parseScriptLine(w []string) (scriptLine, error) {
 				return l, fmt.Errorf("%s: unexpected %q", w[0], x)
 			}
 		}
+	case "packet":
+		l.kind = "packet"
+		if len(w) < 4 {
+			return l, errors.New("packet: want packet tcp|udp|sctp SRC_IP:PORT DST_IP:PORT [flags=SYN,ACK,FIN,RST] [chunk=NAME] [reply] [mark=N]")
+		}
+		p, err := parseProtocol(w[1])
+		if err != nil {
+			return l, fmt.Errorf("packet: %w", err)
+		}
+		l.proto = p
+		if l.src, err = parseAddrPort(w[2]); err != nil {
+			return l, fmt.Errorf("packet: source %q: %w", w[2], err)
+		}
+		if l.dst, err = parseAddrPort(w[3]); err != nil {
+			return l, fmt.Errorf("packet: destination %q: %w", w[3], err)
+		}
+		for _, x := range w[4:] {
+			switch {
+			case x == "reply":
+				l.reply = true
+			case strings.HasPrefix(x, "flags=") && p == ProtoTCP:
+				f, err := parseTCPFlags(strings.TrimPrefix(x, "flags="))
+				if err != nil {
+					return l, fmt.Errorf("packet: %s: %w", x, err)
+				}
+				l.flags = f
+			case strings.HasPrefix(x, "chunk=") && p == ProtoSCTP:
+				c, err := parseChunk(strings.TrimPrefix(x, "chunk="))
+				if err != nil {
+					return l, fmt.Errorf("packet: %s: %w", x, err)
+				}
+				l.chunk = c
+			case strings.HasPrefix(x, "mark="):
+				v, err := strconv.ParseUint(strings.TrimPrefix(x, "mark="), 0, 32)
+				if err != nil {
+					return l, fmt.Errorf("packet: %s: want mark=N (0..4294967295)", x)
+				}
+				l.mark = uint32(v)
+			default:
+				return l, fmt.Errorf("packet: unexpected %q", x)
+			}
+		}
 	case "set":
 		l.kind = "set"
 		if err := parseSetLine(&l, w[1:]); err != nil {
@@ -292,6 +340,16 @@ func parseScriptLine(w []string) (scriptLine, error) {
 			return l, fmt.Errorf("%s %s: %w", w[0], w[1], err)
 		}
 		l.dur = d
+	case "seed":
+		l.kind = "seed"
+		if len(w) != 2 {
+			return l, errors.New("seed: want seed N")
+		}
+		n, err := strconv.ParseUint(w[1], 10, 64)
+		if err != nil {
+			return l, fmt.Errorf("seed %s: want a number", w[1])
+		}
+		l.seed = n
 	case "sysctl":
 		l.kind = "sysctl"
 		if len(w) != 2 || !strings.Contains(w[1], "=") {
@@ -312,7 +370,7 @@ func parseScriptLine(w []string) (scriptLine, error) {
 			l.kind, l.cmd = "ipvsadm", c
 			return l, nil
 		}
-		return l, fmt.Errorf("%q: not an ipvsadm command, conn, sched, set, sleep/advance or sysctl line", w[0])
+		return l, fmt.Errorf("%q: not an ipvsadm command, conn, sched, packet, set, sleep/advance, sysctl or seed line", w[0])
 	}
 	return l, nil
 }
@@ -501,6 +559,8 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 			return errors.New("sleep: the model runs on an external clock")
 		}
 		clock.Advance(l.dur)
+	case "seed":
+		m.Reseed(l.seed)
 	case "sysctl":
 		s := m.Sysctls()
 		if err := applySysctl(&s, l.sysK, l.sysV); err != nil {
@@ -511,12 +571,23 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 		vs := (&service{key: l.svc.key, proto: l.svc.key.proto}).virtualServer()
 		vs.Scheduler = ""
 		return m.SetDestState(vs, l.rs, l.st)
-	case "conn", "sched":
+	case "conn", "sched", "packet":
 		r := ScriptResult{File: file, Line: l.no, Command: l.kind, Protocol: strings.ToLower(protoName(l.proto)),
-			Client: l.src.String(), Virtual: l.dst.String(), Mark: l.mark, Close: l.close}
+			Client: l.src.String(), Virtual: l.dst.String(), Mark: l.mark, Close: l.close, Reply: l.reply}
+		if l.kind == "packet" {
+			r.Flags = packetFlags(l)
+		}
 		var dec Decision
 		var final *ConnEntry
-		if l.kind == "sched" {
+		if l.kind == "packet" {
+			pk := Packet{Protocol: l.proto, Src: l.src, Dst: l.dst, Mark: l.mark, TCPFlags: l.flags, SCTPChunk: l.chunk}
+			if l.reply {
+				dec = m.Out(pk)
+			} else {
+				dec = m.In(pk)
+			}
+			final = dec.Conn
+		} else if l.kind == "sched" {
 			dec = m.Schedule(Packet{Protocol: l.proto, Src: l.src, Dst: l.dst, Mark: l.mark, TCPFlags: TCPSyn, SCTPChunk: SCTPInit})
 		} else {
 			dec, final = m.connect(l.proto, l.src, l.dst, l.mark, l.close)
@@ -541,7 +612,7 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 		if final != nil {
 			r.State = final.State
 			r.Expires = final.Expires.String()
-		} else if l.kind == "conn" && !r.NoDestination {
+		} else if l.kind != "sched" && !r.NoDestination {
 			r.State = "expired"
 		}
 		rep.Results = append(rep.Results, r)
@@ -569,6 +640,12 @@ func (r *ScriptResult) textLine() string {
 	if r.Close {
 		b.WriteString(" close")
 	}
+	if r.Reply {
+		b.WriteString(" reply")
+	}
+	if r.Flags != "" {
+		b.WriteString(" " + r.Flags)
+	}
 	b.WriteString(": ")
 	if r.NoDestination {
 		b.WriteString("no destination")
@@ -587,6 +664,8 @@ func (r *ScriptResult) textLine() string {
 		det = append(det, r.Verdict)
 	case r.Command == "sched":
 		det = append(det, "via "+r.Via)
+	case r.Reply:
+		det = append(det, "reply of an existing connection")
 	case r.NewConnection:
 		det = append(det, "new connection via "+r.Via)
 	default:
@@ -731,4 +810,67 @@ func (m *Model) Snapshot() State {
 			Expires: e.Expires.String(), Template: c.template})
 	}
 	return st
+}
+
+func parseTCPFlags(s string) (uint8, error) {
+	var f uint8
+	if s == "" || s == "none" {
+		return 0, nil
+	}
+	names := map[string]uint8{"syn": TCPSyn, "ack": TCPAck, "fin": TCPFin, "rst": TCPRst,
+		"s": TCPSyn, "a": TCPAck, "f": TCPFin, "r": TCPRst}
+	parts := strings.Split(strings.ToLower(s), ",")
+	if len(parts) == 1 && len(parts[0]) <= 4 && strings.Trim(parts[0], "safr") == "" {
+		parts = strings.Split(parts[0], "")
+	}
+	for _, p := range parts {
+		v, ok := names[p]
+		if !ok {
+			return 0, fmt.Errorf("unknown TCP flag %q (SYN, ACK, FIN, RST)", p)
+		}
+		f |= v
+	}
+	return f, nil
+}
+
+var chunkNames = map[string]uint8{"data": SCTPData, "init": SCTPInit, "init-ack": SCTPInitAck,
+	"abort": SCTPAbort, "shutdown": SCTPShutdown, "shutdown-ack": SCTPShutdownAck, "error": SCTPError,
+	"cookie-echo": SCTPCookieEcho, "cookie-ack": SCTPCookieAck, "shutdown-complete": SCTPShutdownComplete}
+
+func parseChunk(s string) (uint8, error) {
+	if v, ok := chunkNames[strings.ToLower(s)]; ok {
+		return v, nil
+	}
+	v, err := strconv.ParseUint(s, 10, 8)
+	if err != nil {
+		return 0, fmt.Errorf("unknown SCTP chunk %q (init, init-ack, cookie-echo, cookie-ack, data, shutdown, shutdown-ack, shutdown-complete, abort, error or a number)", s)
+	}
+	return uint8(v), nil
+}
+
+func packetFlags(l scriptLine) string {
+	switch l.proto {
+	case ProtoTCP:
+		var n []string
+		for _, f := range []struct {
+			bit  uint8
+			name string
+		}{{TCPSyn, "SYN"}, {TCPAck, "ACK"}, {TCPFin, "FIN"}, {TCPRst, "RST"}} {
+			if l.flags&f.bit != 0 {
+				n = append(n, f.name)
+			}
+		}
+		if len(n) == 0 {
+			return "flags=none"
+		}
+		return "flags=" + strings.Join(n, ",")
+	case ProtoSCTP:
+		for k, v := range chunkNames {
+			if v == l.chunk {
+				return "chunk=" + k
+			}
+		}
+		return "chunk=" + strconv.Itoa(int(l.chunk))
+	}
+	return ""
 }

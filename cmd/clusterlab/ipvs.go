@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
+)
+
+// ipvsOptions are the flags of `clusterlab ipvs`.
+type ipvsOptions struct {
+	restore string
+	script  string
+	output  string
+}
+
+const ipvsLong = `Replay IPVS in userspace: every Linux scheduler (rr wrr lc wlc sed nq dh sh mh lblc
+lblcr fo ovf twos) exact to the kernel (4.18 and later), the connection table with its
+TCP/UDP/SCTP states, counters and timeouts, persistence templates, and the trash of
+removed real servers, on a virtual clock.
+
+--restore FILE loads an ipvsadm -Sn dump (replayed like ipvsadm -R: each -a puts the
+real server at the head of its list) or an ipvsadm -Ln listing (its ActiveConn and
+InActConn become the real servers' counters; the printed order becomes the list order,
+which is exact for ipvsadm -Ln --nosort). The format is detected. FILE "-" is stdin.
+
+--script FILE runs one line at a time ("-" is stdin). A line is one of:
+  ipvsadm command     without the leading "ipvsadm": -A -E -D -a -e -d -C -Z --set,
+                      with -t/-u/--sctp-service/-f, -s, -p [timeout], -M, -w, -r,
+                      -m/-g/-i, -b, -x, -y, -o, and long spellings; -L/-l (-n, -c,
+                      --nosort, --thresholds, --persistent-conn, --timeout) and -S print
+                      listings exactly as ipvsadm does.
+  conn tcp|udp CLIENT_IP:PORT VIP:PORT [close] [mark=N]
+                      a whole connection through the IPVS hooks: for TCP the three-way
+                      handshake (the SYN-ACK only when the real server is masqueraded),
+                      for UDP one datagram and its reply. It stays in the connection
+                      table, counted as the kernel counts it, until it times out or a
+                      later "conn ... close" line closes it (TCP: FIN from the client,
+                      FIN-ACK, ACK, leaving TIME_WAIT for 2 minutes; UDP has no close:
+                      its entry is expired as its idle timeout would). "close" on a
+                      connection that does not exist opens and closes one. sctp works too.
+  sched tcp|udp CLIENT_IP:PORT VIP:PORT [mark=N]
+                      which destination a new connection would get now (persistence
+                      templates included), changing nothing: no entry, no template, no
+                      scheduler state (rr cursor, wrr weight, lblc cache, twos draws).
+  packet tcp|udp|sctp SRC_IP:PORT DST_IP:PORT [flags=SYN,ACK,FIN,RST] [chunk=NAME]
+                      [reply] [mark=N]
+                      one packet through the IPVS hook: from a client (the connection
+                      table decides, the scheduler only for a packet that may start a
+                      connection), or with reply from the real server back to the client
+                      (its source becomes the virtual address). flags also take letters
+                      (flags=SA); SCTP chunks: init, init-ack, cookie-echo, cookie-ack,
+                      data, shutdown, shutdown-ack, shutdown-complete, abort, error.
+  set -t|-u|-f SERVICE -r RIP:PORT [active=N] [inactive=N] [overloaded=yes|no]
+                      set a real server's counters and OVERLOAD flag, to reproduce a
+                      state captured from a node.
+  sleep SECONDS       (or advance) move the virtual clock: connections, templates,
+                      scheduler caches and the trash age as in the kernel. SECONDS is a
+                      number (1.5) or a duration (2m30s).
+  sysctl NAME=VALUE   net.ipv4.vs settings: conn_reuse_mode, expire_nodest_conn,
+                      expire_quiescent_template, sloppy_tcp, sloppy_sctp, cache_bypass,
+                      conntrack, lblc_expiration, lblcr_expiration (kube-proxy sets
+                      conntrack=1 expire_nodest_conn=1 expire_quiescent_template=1).
+  seed N              restart the twos scheduler's random source (default seed 0).
+mark=N gives the packet firewall mark N, so that it matches a fwmark service whatever its
+destination. Blank lines and lines or words starting with # are comments. Without
+--restore the script starts from an empty table; without --script the restored table is
+printed as ipvsadm -Ln shows it.
+
+Output (-o text) has one line per conn, sched and packet line, in order, with the
+chosen destination or "no destination", and the listings the script asked for where it
+asked. -o json is an object with:
+  restore_format  "ipvsadm -Sn", "ipvsadm -Ln" or "empty" (absent without --restore)
+  results         one object per conn, sched and packet line:
+    file, line        where the line is
+    command           "conn", "sched" or "packet"
+    protocol          "tcp", "udp" or "sctp"
+    client, virtual   "ip:port" as given
+    mark              the firewall mark (absent when 0)
+    close             true for conn ... close
+    reply             true for packet ... reply
+    flags             packet lines: "flags=SYN,ACK" or "chunk=init"
+    destination       "ip:port" of the real server (for a reply: the virtual address
+                      its source becomes; absent when none)
+    no_destination    true when no real server was chosen
+    verdict           "forward", "reject" (no destination: ICMP port unreachable),
+                      "drop", "accept" (not IPVS traffic) or "bypass"
+    via               "scheduler", "template", "connection" (an existing entry) or "none"
+    service           the virtual service, e.g. "TCP 10.96.0.10:80" or "FWM 5"
+    scheduler         its scheduler
+    new_connection    true when the line created a connection entry
+    state             the entry's state afterwards (e.g. "ESTABLISHED", "TIME_WAIT")
+    expires           time left on the entry's timer
+    reason            why, in words
+    time              virtual time since the start of the script
+  listings        {file, line, command, output} for each -L/-S line
+  final           the state at the end:
+    services      [{service, scheduler, flags, persistent_timeout, netmask,
+                    destinations: [{address, forward, weight, active_conns,
+                    inactive_conns, persistent_conns, overloaded, upper_threshold,
+                    lower_threshold}]}], real servers in kernel list order
+    connections   [{protocol, client, virtual, destination, state, expires, template}]
+  elapsed         virtual time the script took
+
+Bad input (a file that does not load, a script line that does not parse or that the
+kernel would refuse) stops with FILE:LINE and exit code 2; nothing is printed then.`
+
+func init() {
+	var o ipvsOptions
+	cmd := &cobra.Command{
+		Use:   "ipvs [--restore FILE] [--script FILE] [-o text|json]",
+		Short: "Replay IPVS: ipvsadm dumps and commands, connections, scheduler decisions",
+		Long:  ipvsLong,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runIPVS(o, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&o.restore, "restore", "", "ipvsadm -Sn or ipvsadm -Ln dump to start from (- for stdin)")
+	cmd.Flags().StringVar(&o.script, "script", "", "script of ipvsadm commands, conn, sched, set, sleep and sysctl lines (- for stdin)")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	rootCmd.AddCommand(cmd)
+}
+
+// runIPVS is `clusterlab ipvs`: errors caused by the input are wrapped with badInput.
+func runIPVS(o ipvsOptions, stdin io.Reader, w io.Writer) error {
+	if o.output != "text" && o.output != "json" {
+		return badInput(fmt.Errorf("-o %s: want text or json", o.output))
+	}
+	if o.restore == "-" && o.script == "-" {
+		return badInput(errors.New("--restore and --script cannot both read stdin"))
+	}
+	read := func(flag, name string) ([]byte, string, error) {
+		if name == "" {
+			return nil, "", nil
+		}
+		if name == "-" {
+			b, err := io.ReadAll(stdin)
+			if err != nil {
+				return nil, "", fmt.Errorf("%s: reading stdin: %w", flag, err)
+			}
+			return b, "<stdin>", nil
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, "", badInput(fmt.Errorf("%s: %w", flag, err))
+		}
+		return b, name, nil
+	}
+	restore, restoreName, err := read("--restore", o.restore)
+	if err != nil {
+		return err
+	}
+	script, scriptName, err := read("--script", o.script)
+	if err != nil {
+		return err
+	}
+	rep, err := ipvs.RunScript(ipvs.ScriptInput{Restore: restore, RestoreName: restoreName, Script: script, ScriptName: scriptName})
+	if err != nil {
+		return badInput(err)
+	}
+	if o.output == "json" {
+		return rep.WriteJSON(w)
+	}
+	return rep.WriteText(w)
+}

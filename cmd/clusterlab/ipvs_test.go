@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var updateIPVS = flag.Bool("update-ipvs", false, "rewrite the golden files of TestIPVSCommand")
+
+const ipvsTestdata = "../../testdata/ipvs"
+
+// TestIPVSCommand runs scripts through `clusterlab ipvs` and compares text and JSON
+// output with golden files.
+func TestIPVSCommand(t *testing.T) {
+	cases := []struct {
+		restore, script, output, golden string
+	}{
+		{"kube-proxy.sn", "tour.script", "text", "tour.text.golden"},
+		{"kube-proxy.sn", "tour.script", "json", "tour.json.golden"},
+		{"", "graceful.script", "text", "graceful.text.golden"},
+		{"node.ln", "oncall.script", "text", "oncall.text.golden"},
+		{"node.ln", "", "text", "node.ln.text.golden"},
+	}
+	for _, c := range cases {
+		t.Run(c.golden, func(t *testing.T) {
+			o := ipvsOptions{output: c.output}
+			if c.restore != "" {
+				o.restore = filepath.Join(ipvsTestdata, c.restore)
+			}
+			if c.script != "" {
+				o.script = filepath.Join(ipvsTestdata, c.script)
+			}
+			var out bytes.Buffer
+			if err := runIPVS(o, strings.NewReader(""), &out); err != nil {
+				t.Fatal(err)
+			}
+			got := strings.ReplaceAll(out.String(), ipvsTestdata+"/", "")
+			path := filepath.Join(ipvsTestdata, c.golden)
+			if *updateIPVS {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test -update-ipvs)", err)
+			}
+			if got != string(want) {
+				t.Errorf("output differs from %s:\n%s", path, got)
+			}
+		})
+	}
+}
+
+func TestIPVSCommandStdin(t *testing.T) {
+	var out bytes.Buffer
+	script := "-A -t 10.0.0.1:80 -s rr\n-a -t 10.0.0.1:80 -r 10.1.0.1:80 -m\nsched tcp 192.0.2.1:1 10.0.0.1:80\n"
+	if err := runIPVS(ipvsOptions{script: "-", output: "text"}, strings.NewReader(script), &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "sched tcp 192.0.2.1:1 -> 10.0.0.1:80: 10.1.0.1:80 [TCP 10.0.0.1:80 rr, via scheduler]\n"; out.String() != want {
+		t.Errorf("got %q, want %q", out.String(), want)
+	}
+}
+
+func TestIPVSCommandBadInput(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := []struct {
+		o    ipvsOptions
+		want string
+	}{
+		{ipvsOptions{output: "yaml"}, "-o yaml: want text or json"},
+		{ipvsOptions{output: "text", restore: filepath.Join(dir, "missing.sn")}, "--restore:"},
+		{ipvsOptions{output: "text", restore: write("bad.sn", "-A -t 10.0.0.1:80 -s rr\n-a -t 10.0.0.1:80 -r nope -m\n")}, "bad.sn:2: -r nope: illegal real server address[:port] specified"},
+		{ipvsOptions{output: "text", script: write("bad.script", "# ok\nconn tcp 10.0.0.1 10.0.0.2:80\n")}, `bad.script:2: conn: client "10.0.0.1": want IP:PORT`},
+		{ipvsOptions{output: "text", script: write("refused.script", "-A -t 10.0.0.1:80 -s rr\n-A -t 10.0.0.1:80 -s rr\n")}, "refused.script:2: virtual service TCP 10.0.0.1:80: already exists"},
+		{ipvsOptions{output: "json", script: write("set.script", "-A -t 10.0.0.1:80\nset -t 10.0.0.1:80 -r 10.1.0.1:80 active=1\n")}, "set.script:2: real server 10.1.0.1:80 in TCP 10.0.0.1:80: not found"},
+		{ipvsOptions{output: "text", restore: "-", script: "-"}, "cannot both read stdin"},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		err := runIPVS(c.o, strings.NewReader(""), &out)
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want a usage error containing %q", c.o, err, c.want)
+		}
+		if out.Len() != 0 {
+			t.Errorf("%+v: printed %q despite the error", c.o, out.String())
+		}
+	}
+}
