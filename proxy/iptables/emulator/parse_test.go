@@ -417,6 +417,7 @@ func TestBadInput(t *testing.T) {
 		{"MARK without an action", "*mangle\n-A PREROUTING -j MARK\nCOMMIT\n", IPv4, 2, "-j MARK", "needs one of", nil},
 		{"multiport with too many ports", "*filter\n-A INPUT -p tcp -m multiport --dports 1,2,3,4,5,6,7,8,9,10,11,12,13,14:15,16 -j ACCEPT\nCOMMIT\n", IPv4, 2, "--dports", "too many ports", nil},
 		{"jump to a built-in chain", "*filter\n-A FORWARD -j INPUT\nCOMMIT\n", IPv4, 2, "-j INPUT", "built-in", nil},
+		{"chain named like a target", "*filter\n:LOG - [0:0]\nCOMMIT\n", IPv4, 2, "", "may not clash with target name", nil},
 		{"fragment flag in IPv6", "*filter\n-A INPUT -f -j ACCEPT\nCOMMIT\n", IPv6, 2, "-f", "not available for IPv6", nil},
 	}
 	for _, tc := range cases {

@@ -262,9 +262,11 @@ func (sp *specParser) parse(toks []token) (*ruleSpec, error) {
 	for _, o := range sp.owners {
 		if o.b != nil {
 			if err := o.b.finish(&sp.rc); err != nil {
-				name := "-j " + r.Target.Name()
+				var name string
 				if m, ok := o.b.(Match); ok {
 					name = "-m " + m.Module()
+				} else if tg, ok := o.b.(Target); ok {
+					name = "-j " + tg.Name()
 				}
 				return nil, &optError{name, err}
 			}

@@ -207,6 +207,17 @@ func validChainName(s string) error {
 		return fmt.Errorf("invalid chain name %q", s)
 	case strings.ContainsAny(s, " \t\"'"):
 		return fmt.Errorf("invalid chain name %q", s)
+	case isTargetName(s):
+		return fmt.Errorf("chain name %q may not clash with target name", s)
 	}
 	return nil
+}
+
+// isTargetName reports whether s names a standard or extension target.
+func isTargetName(s string) bool {
+	switch s {
+	case "ACCEPT", "DROP", "RETURN", "QUEUE":
+		return true
+	}
+	return targets[s] != nil || passTargets[s] || stopTargets[s]
 }
