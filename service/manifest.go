@@ -44,8 +44,7 @@ type Manifest struct {
 	// object itself.
 	Item int
 
-	docLine int          // first content line of the enclosing document
-	node    *yamlv3.Node // the object's YAML node (absolute lines), nil if unknown
+	node *yamlv3.Node // the object's YAML node (absolute lines), nil if unknown
 }
 
 // ManifestError is a problem with one document or object of a manifest file.
@@ -405,7 +404,7 @@ func decodeDoc(file string, d rawDoc) ([]Manifest, []error) {
 			docLine = d.firstLine + l - 1
 		}
 	}
-	base := Manifest{File: file, Doc: d.index, Line: docLine, docLine: docLine}
+	base := Manifest{File: file, Doc: d.index, Line: docLine}
 	fail := func(line int, msg string, err error) []error {
 		return []error{&ManifestError{File: file, Line: line, Doc: d.index, DocLine: docLine, Msg: msg, Err: err}}
 	}
@@ -444,7 +443,7 @@ func decodeDoc(file string, d rawDoc) ([]Manifest, []error) {
 		shiftLines(root.Content[0], d.firstLine-1)
 		base.node = root.Content[0]
 		if base.node.Line > 0 {
-			base.Line, base.docLine = base.node.Line, base.node.Line
+			base.Line = base.node.Line
 		}
 	}
 
@@ -609,10 +608,10 @@ func typeError(m Manifest, err error) error {
 			}
 		}
 	}
-	if shown == "" {
-		shown = " " + value
+	msg := fmt.Sprintf("%s: got %s, expected %s", path, value, typ)
+	if shown != "" {
+		msg = fmt.Sprintf("%s: Invalid value:%s: got %s, expected %s", path, shown, value, typ)
 	}
-	msg := fmt.Sprintf("%s: Invalid value:%s: got %s, expected %s", path, shown, value, typ)
 	return m.newError(path, msg, err)
 }
 
