@@ -7,15 +7,15 @@ import (
 	"time"
 )
 
-// benchService builds a TCP service with 100 destinations (weights 1..4, varied
-// counters) for the given scheduler.
-func benchService(b *testing.B, sched string) (*Model, *service) {
+// benchService builds a TCP service with n destinations (weights 1..4, varied counters,
+// none idle) for the given scheduler.
+func benchService(b *testing.B, sched string, n int) (*Model, *service) {
 	b.Helper()
 	m := MustNew(Config{Seed: 1})
 	if err := m.Exec([]string{"-A", "-t", "10.0.0.1:80", "-s", sched}, nil); err != nil {
 		b.Fatal(err)
 	}
-	for i := 0; i < 100; i++ {
+	for i := 0; i < n; i++ {
 		addr := fmt.Sprintf("10.1.%d.%d:8080", i/250, i%250+1)
 		if err := m.Exec([]string{"-a", "-t", "10.0.0.1:80", "-r", addr, "-m", "-w", fmt.Sprint(1 + i%4)}, nil); err != nil {
 			b.Fatal(err)
@@ -29,28 +29,32 @@ func benchService(b *testing.B, sched string) (*Model, *service) {
 	return m, s
 }
 
-// BenchmarkSchedule measures scheduler decisions with 100 destinations: one call of
-// the scheduler per op, over 1024 different clients (and 1024 destination addresses for
-// the locality schedulers).
+// BenchmarkSchedule measures scheduler decisions with 100 (and, for scale, 1000)
+// destinations: one call of the scheduler per op, over 1024 different clients (and 1024
+// destination addresses for the locality schedulers).
 func BenchmarkSchedule(b *testing.B) {
 	for _, name := range Schedulers() {
-		b.Run(name, func(b *testing.B) {
-			m, s := benchService(b, name)
-			ins := make([]schedInput, 1024)
-			for i := range ins {
-				ins[i] = schedInput{saddr: netip.AddrFrom4([4]byte{192, 0, byte(i >> 8), byte(i)}),
-					daddr: netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}), sport: uint16(1024 + i), proto: ProtoTCP}
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if s.sched.schedule(m, s, &ins[i&1023], false) == nil {
-					b.Fatal("no destination")
-				}
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
-		})
+		for _, n := range []int{100, 1000} {
+			b.Run(fmt.Sprintf("%s/dests=%d", name, n), func(b *testing.B) { benchSchedule(b, name, n) })
+		}
 	}
+}
+
+func benchSchedule(b *testing.B, name string, n int) {
+	m, s := benchService(b, name, n)
+	ins := make([]schedInput, 1024)
+	for i := range ins {
+		ins[i] = schedInput{saddr: netip.AddrFrom4([4]byte{192, 0, byte(i >> 8), byte(i)}),
+			daddr: netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}), sport: uint16(1024 + i), proto: ProtoTCP}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if s.sched.schedule(m, s, &ins[i&1023], false) == nil {
+			b.Fatal("no destination")
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 }
 
 // BenchmarkConnection measures whole TCP connections through the IPVS hooks: SYN,

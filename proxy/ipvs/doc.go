@@ -1,3 +1,77 @@
-// Package ipvs is part of clusterlab; see ../DESIGN notes in README.md.
-// This package comment is replaced when the package lands.
+// Package ipvs is a userspace model of the Linux IP Virtual Server (net/netfilter/ipvs)
+// exact enough that the same sequence of events picks the same real servers as a kernel
+// (4.18 or later) would, and the ipvsadm face to drive and show it.
+//
+// # How a packet flows
+//
+//	packet (Model.In)
+//	   │
+//	   ▼
+//	connection table ── hit ──► conn_reuse_mode / expire_nodest_conn checks ──► forward
+//	   │ miss                                                (existing entry: no scheduling)
+//	   ▼
+//	may it start a connection? (TCP SYN, SCTP INIT, any UDP; sloppy_tcp/sctp)
+//	   │ yes                                               no ──► VerdictAccept
+//	   ▼
+//	virtual service: fwmark first, then protocol+VIP+port, FTP, port zero
+//	   │
+//	   ▼
+//	persistent? ── template for (client & netmask, VIP, port) valid ──► its destination
+//	   │ no template                                       (timer restarted; the scheduler
+//	   ▼                                                    is not asked)
+//	scheduler: walks the service's destinations in kernel list order
+//	   │ (rr wrr lc wlc sed nq dh sh mh lblc lblcr fo ovf twos)
+//	   ▼
+//	new connection entry (and template) bound to the destination:
+//	InActConn+1 (PersistConn+1 for a template), OVERLOAD if -x is reached
+//	   │
+//	   ▼
+//	protocol state machine (TCP, UDP, SCTP tables of the kernel) moves the entry between
+//	ActiveConn and InActConn and sets its timeout; the timer restarts on every packet
+//
+// Replies of masqueraded connections go through Model.Out, which finds the entry by the
+// real server's address and moves its state in the OUTPUT direction.
+//
+// # The pieces
+//
+// Services hold their destinations in kernel list order: every add (ipvsadm -a,
+// AddRealServer) puts the destination at the head, as list_add_rcu does, so ties go to
+// the most recently added server, and ipvsadm -Ln --nosort shows that order (plain -Ln
+// sorts). Each destination has its weight and last non-zero weight (mh), forwarding
+// method, thresholds, its ActiveConn/InActConn/PersistConn counters and its AVAILABLE and
+// OVERLOAD flags. A removed destination waits in the trash while connection entries or
+// lblc/lblcr cache entries refer to it; re-adding it resurrects it with its counters.
+//
+// The schedulers are ports of ip_vs_*.c: the same hooks (rr moves its cursor on delete
+// only, wrr resets on every change, dh/sh/mh rebuild their tables), the same overhead
+// formulas (active*256+inactive; active+1 for sed/nq), 64-bit signed cross
+// multiplication, hash_32 multiply-shift for dh/sh/lblc/lblcr, the 64-bit hsiphash and
+// the 4093-slot Maglev table of mh (CONFIG_IP_VS_MH_TAB_INDEX=12; Config.MHTableIndex
+// picks another prime), and the lblc/lblcr caches with their 60 s garbage collection.
+// twos draws from a PCG seeded by Config.Seed. Schedule asks a scheduler without
+// changing anything.
+//
+// The connection table keys entries by protocol and client address and port, with
+// persistence templates (client network, VIP, port; fwmark templates use protocol IP and
+// the mark as address) controlling the entries they created. Timeouts are the kernel's
+// (TCP per state, UDP 300 s, SCTP per state; ConfigureTimeouts is ipvsadm --set), and a
+// template that still controls entries is re-armed in 60 s steps.
+//
+// Time comes from an injected Clock (netsim.Clock, or a ManualClock). The model sets no
+// timers: connection expiry, template expiry, the schedulers' garbage collection, the
+// trash timer and the expire_nodest_conn work item are events in the model's own queue,
+// run in deadline order (ties in the order they were set) when a method is next called.
+//
+// Model implements Interface, the kube-proxy view of IPVS, so the kube-proxy IPVS mode
+// can program it exactly as it programs a kernel through package kernel; the datapath
+// calls In and Out per packet. The ipvsadm face (ParseCommand, Exec, LoadDump, Listing,
+// Rules, ConnListing) reads and writes ipvsadm's formats, and RunScript runs the scripts
+// of clusterlab ipvs.
+//
+// # Not modelled
+//
+// The FTP application helper (its data connections are not created), persistence
+// engines (--pe sip), the connection sync daemon, traffic statistics (--stats, --rate),
+// ICMP errors for IPVS connections, the secure_tcp state table, 32-bit kernels (whose
+// hsiphash differs), host and service name resolution (listings are numeric).
 package ipvs
