@@ -146,7 +146,27 @@ func SliceService(slice *discoveryv1.EndpointSlice) (types.NamespacedName, bool)
 // slices, and a terminating duplicate never replaces an entry already seen. Slices are
 // read in name order.
 func endpointsForService(nn types.NamespacedName, sliceList []*discoveryv1.EndpointSlice, node *NodeConfig) (EndpointsMap, error) {
-	lists := make(map[ServicePortName][]*Endpoint)
+	lists, err := portEndpointsForService(nn, sliceList, node)
+	if err != nil {
+		return nil, err
+	}
+	out := make(EndpointsMap, len(lists))
+	for _, pl := range lists {
+		out[pl.name] = pl.eps
+	}
+	return out, nil
+}
+
+// portEndpoints is one service port's endpoint list.
+type portEndpoints struct {
+	name ServicePortName
+	eps  []*Endpoint
+}
+
+// portEndpointsForService is endpointsForService as a list (a Service has few ports, so
+// a list searched linearly is cheaper than a map); ports without endpoints are left out.
+func portEndpointsForService(nn types.NamespacedName, sliceList []*discoveryv1.EndpointSlice, node *NodeConfig) ([]portEndpoints, error) {
+	var lists []portEndpoints
 	for _, slice := range sliceList {
 		for _, port := range slice.Ports {
 			if port.Name == nil || port.Port == nil || *port.Port == 0 {
@@ -157,10 +177,18 @@ func endpointsForService(nn types.NamespacedName, sliceList []*discoveryv1.Endpo
 				proto = protocolOrTCP(*port.Protocol)
 			}
 			spn := ServicePortName{NamespacedName: nn, Port: *port.Name, Protocol: proto}
-			list := lists[spn]
-			if list == nil {
-				list = make([]*Endpoint, 0, len(slice.Endpoints))
+			idx := -1
+			for i := range lists {
+				if lists[i].name == spn {
+					idx = i
+					break
+				}
 			}
+			if idx < 0 {
+				lists = append(lists, portEndpoints{name: spn, eps: make([]*Endpoint, 0, len(slice.Endpoints))})
+				idx = len(lists) - 1
+			}
+			list := lists[idx].eps
 			// One allocation for this slice's endpoints of this port.
 			slab := make([]Endpoint, 0, len(slice.Endpoints))
 			for ei := range slice.Endpoints {
@@ -204,11 +232,12 @@ func endpointsForService(nn types.NamespacedName, sliceList []*discoveryv1.Endpo
 				ep.cache()
 				list = append(list, ep)
 			}
-			lists[spn] = list
+			lists[idx].eps = list
 		}
 	}
-	out := make(EndpointsMap, len(lists))
-	for spn, list := range lists {
+	out := lists[:0]
+	for _, pl := range lists {
+		list := pl.eps
 		if len(list) == 0 {
 			continue
 		}
@@ -226,7 +255,7 @@ func endpointsForService(nn types.NamespacedName, sliceList []*discoveryv1.Endpo
 			}
 			kept = append(kept, ep)
 		}
-		out[spn] = kept
+		out = append(out, portEndpoints{name: pl.name, eps: kept})
 	}
 	return out, nil
 }
@@ -301,14 +330,14 @@ func BuildEndpointsMap(sliceList []*discoveryv1.EndpointSlice, family corev1.IPF
 	if err != nil {
 		return nil, err
 	}
-	out := make(EndpointsMap)
+	out := make(EndpointsMap, len(groups))
 	for nn, list := range groups {
-		m, err := endpointsForService(nn, list, node)
+		lists, err := portEndpointsForService(nn, list, node)
 		if err != nil {
 			return nil, err
 		}
-		for k, v := range m {
-			out[k] = v
+		for _, pl := range lists {
+			out[pl.name] = pl.eps
 		}
 	}
 	return out, nil

@@ -16,12 +16,16 @@ import (
 // throws them away).
 type lineBuf struct {
 	b       []byte
+	base    int // b[:base] is reserved space before the content (see finish)
 	lines   int
 	mid     bool
 	discard bool
 }
 
-func (l *lineBuf) reset() { l.b, l.lines, l.mid = l.b[:0], 0, false }
+func (l *lineBuf) reset() { l.b, l.lines, l.mid = l.b[:l.base], 0, false }
+
+// content returns what was written.
+func (l *lineBuf) content() []byte { return l.b[l.base:] }
 
 // w appends words.
 func (l *lineBuf) w(words ...string) {
@@ -51,6 +55,16 @@ func (l *lineBuf) q(parts ...string) {
 	}
 	l.b = append(l.b, '"')
 	l.mid = true
+}
+
+// chain writes the line declaring a chain, ":CHAIN - [0:0]".
+func (l *lineBuf) chain(name string) {
+	if !l.discard {
+		l.b = append(l.b, ':')
+		l.b = append(l.b, name...)
+		l.b = append(l.b, " - [0:0]\n"...)
+	}
+	l.lines++
 }
 
 // end finishes the line.
@@ -166,12 +180,10 @@ func (g *generator) begin() {
 		b.reset()
 	}
 	for _, c := range []string{ChainServices, ChainExternalServices, ChainForward, ChainNodePorts, ChainProxyFirewall} {
-		g.filterChains.w(chainLine(c))
-		g.filterChains.end()
+		g.filterChains.chain(c)
 	}
 	for _, c := range []string{ChainServices, ChainNodePorts, ChainPostrouting, ChainMarkMasq} {
-		g.natChains.w(chainLine(c))
-		g.natChains.end()
+		g.natChains.chain(c)
 	}
 	nr := &g.natRules
 	nr.w("-A", ChainPostrouting, "-m", "mark", "!", "--mark", r.markMask, "-j", "RETURN")
@@ -189,8 +201,7 @@ func (g *generator) begin() {
 	nr.end()
 
 	if !r.isIPv6 && r.localhostNP {
-		g.filterChains.w(chainLine(ChainKubeletFirewall))
-		g.filterChains.end()
+		g.filterChains.chain(ChainKubeletFirewall)
 		fr := &g.filterRules
 		fr.w("-A", ChainKubeletFirewall, "-m", "comment", "--comment")
 		fr.q("block incoming localnet connections")
@@ -212,8 +223,16 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 	g.numEndpoints = total
 	g.largeCluster = total > LargeClusterEndpointsThreshold
 	// Size the buffers for this many rules up front (about 300 bytes of rules per
-	// endpoint and 600 per service port) instead of growing them by copying.
-	g.natRules.b = slices.Grow(g.natRules.b, 300*total+600*len(names))
+	// endpoint and 600 per service port) instead of growing them by copying. The nat
+	// rules buffer keeps room in front for everything that precedes them in the
+	// output (filter section, nat chain lines: about 36 bytes per chain and 200 bytes
+	// of filter rules per service port), so finish need not copy the rules.
+	head := 36*(total+4*len(names)+16) + 200*len(names) + 8192
+	est := 300*total + 600*len(names) + 1024
+	if nr := &g.natRules; nr.base < head || cap(nr.b)-len(nr.b) < est {
+		b := make([]byte, head, head+len(nr.content())+est)
+		nr.b, nr.base = append(b, nr.content()...), head
+	}
 	g.natChains.b = slices.Grow(g.natChains.b, 32*(total+2*len(names)))
 	g.filterRules.b = slices.Grow(g.filterRules.b, 64*len(names))
 	g.active = make(map[string]bool, total+2*len(names))
@@ -382,8 +401,7 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		}
 
 		if usesExtChain {
-			nc.w(chainLine(extChain))
-			nc.end()
+			nc.chain(extChain)
 			g.active[extChain] = true
 			if !sp.ExternalPolicyLocal {
 				nr.w("-A", extChain, "-m", "comment", "--comment")
@@ -416,8 +434,7 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		}
 
 		if usesFW {
-			nc.w(chainLine(fwChain))
-			nc.end()
+			nc.chain(fwChain)
 			g.active[fwChain] = true
 			allowFromNode := false
 			for _, cidr := range sp.LoadBalancerSourceRanges {
@@ -444,14 +461,12 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		}
 
 		if usesClusterChain {
-			nc.w(chainLine(clusterChain))
-			nc.end()
+			nc.chain(clusterChain)
 			g.active[clusterChain] = true
 			g.endpointRules(nr, info, sp, clusterChain, c.Cluster)
 		}
 		if usesLocalChain {
-			nc.w(chainLine(localChain))
-			nc.end()
+			nc.chain(localChain)
 			g.active[localChain] = true
 			g.endpointRules(nr, info, sp, localChain, c.Local)
 		}
@@ -459,8 +474,7 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		for i, ep := range c.AllReachable {
 			epStr := ep.String()
 			sep := info.epNames[i]
-			nc.w(chainLine(sep))
-			nc.end()
+			nc.chain(sep)
 			g.active[sep] = true
 			// Hairpin: a pod reaching itself through the Service is masqueraded.
 			nr.w("-A", sep)
@@ -533,8 +547,7 @@ func (g *generator) staleChains(existing []string) []string {
 // deleteChains flushes and deletes chains (a chain line, then -X).
 func (g *generator) deleteChains(chains []string) {
 	for _, c := range chains {
-		g.natChains.w(chainLine(c))
-		g.natChains.end()
+		g.natChains.chain(c)
 		g.natRules.w("-X", c)
 		g.natRules.end()
 	}
@@ -586,27 +599,33 @@ func (g *generator) finish(jumps bool) []byte {
 	fr.w("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
 	fr.end()
 
-	size := len(g.filterChains.b) + len(g.filterRules.b) + len(g.natChains.b) + len(g.natRules.b) + 64
-	if jumps {
-		size += 4096
-	}
-	out := slices.Grow(g.out[:0], size)
-	out = append(out, "*filter\n"...)
-	out = append(out, g.filterChains.b...)
+	// Everything before the nat rules.
+	hdr := g.out[:0]
+	hdr = append(hdr, "*filter\n"...)
+	hdr = append(hdr, g.filterChains.b...)
 	if jumps {
 		if r.isIPv6 || !r.localhostNP {
-			out = append(out, chainLine(ChainKubeletFirewall)+"\n"...)
+			hdr = append(hdr, chainLine(ChainKubeletFirewall)+"\n"...)
 		}
-		out = appendJumps(out, TableFilter)
+		hdr = appendJumps(hdr, TableFilter)
 	}
-	out = append(out, g.filterRules.b...)
-	out = append(out, "COMMIT\n*nat\n"...)
-	out = append(out, g.natChains.b...)
+	hdr = append(hdr, g.filterRules.b...)
+	hdr = append(hdr, "COMMIT\n*nat\n"...)
+	hdr = append(hdr, g.natChains.b...)
 	if jumps {
-		out = appendJumps(out, TableNAT)
+		hdr = appendJumps(hdr, TableNAT)
 	}
-	out = append(out, g.natRules.b...)
-	out = append(out, "COMMIT\n"...)
-	g.out = out
-	return out
+	g.out = hdr
+	nat := &g.natRules
+	if len(hdr) <= nat.base {
+		// Put the header in the room left before the rules: no copy of the rules.
+		start := nat.base - len(hdr)
+		copy(nat.b[start:nat.base], hdr)
+		nat.b = append(nat.b, "COMMIT\n"...)
+		return nat.b[start:]
+	}
+	out := make([]byte, 0, len(hdr)+len(nat.content())+8)
+	out = append(out, hdr...)
+	out = append(out, nat.content()...)
+	return append(out, "COMMIT\n"...)
 }

@@ -82,7 +82,8 @@ type SyncResult struct {
 	// missing jump rules ("-I"), written before Data; nil if nothing was missing or the
 	// sync was partial.
 	JumpData []byte
-	// Data is the main restore input (applied with --noflush --counters).
+	// Data is the main restore input (applied with --noflush --counters). It shares
+	// the Proxier's buffers: it is valid until the next Sync.
 	Data []byte
 	// StaleChains are the chains Data deletes.
 	StaleChains []string
@@ -137,7 +138,7 @@ func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, slices [
 		}
 	}
 	data := g.finish(false)
-	res.Data = append([]byte(nil), data...)
+	res.Data = data
 	if err := p.ipt.Restore(ctx, data, RestoreOptions{NoFlush: true, Counters: true}); err != nil {
 		return res, fmt.Errorf("iptables proxier: restore: %w", err)
 	}
