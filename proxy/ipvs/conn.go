@@ -412,8 +412,9 @@ type Packet struct {
 	// does not schedule it if it is a reply of an existing connection.
 	LocalOut bool
 	// ConfirmedConntrack tells that the packet matched a confirmed netfilter conntrack
-	// entry. With the conntrack sysctl on, a SYN that must reschedule a reused entry is
-	// then dropped so that conntrack can clean up (ip_vs_conn_uses_old_conntrack).
+	// entry (the datapath's conntrack knows). A SYN that must reschedule a reused entry
+	// is then dropped so that conntrack can forget the old flow and the client's
+	// retransmission is scheduled afresh (ip_vs_conn_uses_old_conntrack, Linux 5.9+).
 	ConfirmedConntrack bool
 }
 
@@ -494,10 +495,21 @@ type Decision struct {
 // a virtual service: it looks up or creates the connection entry, moves its state and
 // counters, and says where the packet goes. The virtual clock's current time applies.
 func (m *Model) In(p Packet) Decision {
+	p.unmap()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sync()
 	return m.in(&p)
+}
+
+// unmap turns IPv4-mapped IPv6 addresses into IPv4 ones.
+func (p *Packet) unmap() {
+	if p.Src.Addr().Is4In6() {
+		p.Src = netip.AddrPortFrom(p.Src.Addr().Unmap(), p.Src.Port())
+	}
+	if p.Dst.Addr().Is4In6() {
+		p.Dst = netip.AddrPortFrom(p.Dst.Addr().Unmap(), p.Dst.Port())
+	}
 }
 
 // Out is the IPVS hook for replies (ip_vs_out): a packet from a real server back to a
@@ -505,6 +517,7 @@ func (m *Model) In(p Packet) Decision {
 // address the reply's source is rewritten to (VerdictForward), or VerdictAccept when the
 // packet belongs to no connection.
 func (m *Model) Out(p Packet) Decision {
+	p.unmap()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sync()
@@ -526,6 +539,7 @@ func (m *Model) Out(p Packet) Decision {
 // changing anything: no entry, no template, no scheduler state (rr cursor, wrr weight,
 // lblc cache, twos random draws). Persistence templates are consulted.
 func (m *Model) Schedule(p Packet) Decision {
+	p.unmap()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sync()
@@ -692,8 +706,10 @@ func (m *Model) in(p *Packet) Decision {
 	return dec
 }
 
-func (m *Model) usesOldConntrack(c *conn, p *Packet) bool {
-	return c.nfct && p.ConfirmedConntrack
+// usesOldConntrack is ip_vs_conn_uses_old_conntrack() since 5.9: the packet belongs to
+// a confirmed netfilter conntrack entry, which cannot be redirected to another server.
+func (m *Model) usesOldConntrack(_ *conn, p *Packet) bool {
+	return p.ConfirmedConntrack
 }
 
 // tryToSchedule is the protocol's conn_schedule() followed by ip_vs_schedule().

@@ -255,9 +255,8 @@ func TestConnReuse(t *testing.T) {
 		}
 		eq(t, "TIME_WAIT + SYN", tm.stateOf(ProtoTCP, "192.0.2.1:1000", vip), "SYN_RECV 1m0s")
 	})
-	t.Run("with conntrack the SYN of a confirmed flow is dropped", func(t *testing.T) {
+	t.Run("a SYN of a confirmed conntrack flow is dropped, its retransmission rescheduled", func(t *testing.T) {
 		tm := newTM(t, Config{}, svcLines("rr", "A", "B")...)
-		tm.do("sysctl conntrack=1")
 		closed(tm)
 		d := tm.In(Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:1000"), Dst: netip.MustParseAddrPort(vip),
 			TCPFlags: TCPSyn, ConfirmedConntrack: true})
