@@ -31,6 +31,14 @@
 // interfaces (LocalTrafficDetector), --nodeport-addresses (NodePortAddresses),
 // --masquerade-all, --iptables-masquerade-bit, --iptables-localhost-nodeports.
 //
+// ChangeTracker keeps the previous view so a mode can do partial syncs: it reports which
+// Services' service ports or EndpointSlices changed, and the UDP state that went stale
+// (deleted UDP service ports, endpoints that stopped serving, UDP services that got
+// their first endpoint), from which StaleConntrackFilters derives the conntrack entries
+// kube-proxy clears. Objects passed to it are treated as immutable, as informer caches
+// treat them: a changed object must be a new object. NewSyncState builds a view once,
+// without tracking.
+//
 // Orders are deterministic where kube-proxy's are not: service ports are walked in
 // ServicePortName.Less order, endpoints in string order.
 package proxy
