@@ -22,6 +22,7 @@ type Emulator struct {
 	rs       *Ruleset
 	st       *state
 	restores int
+	scratch  evalCtx // reused by evaluations (they hold mu)
 }
 
 var _ iptables.Interface = (*Emulator)(nil)
@@ -210,12 +211,18 @@ func (e *Emulator) Nfacct(name string) (Counters, bool) {
 	return *c, true
 }
 
+// newCtx prepares the emulator's reusable evaluation context (the caller holds mu).
 func (e *Emulator) newCtx(env Env, pkt *Packet, tr *Trace) *evalCtx {
 	dry := false
 	if d, ok := env.(DryRunner); ok {
 		dry = d.DryRun()
 	}
-	return &evalCtx{pkt: pkt, env: env, ch: envChooser{env}, st: e.st, dry: dry, tr: tr}
+	c := &e.scratch
+	*c = evalCtx{pkt: pkt, env: env, st: e.st, dry: dry, tr: tr,
+		buf: c.buf[:0], stack: c.stack[:0], notes: c.notes[:0], assume: c.assume[:0]}
+	c.envCh = envChooser{env}
+	c.ch = &c.envCh
+	return c
 }
 
 // EvalHook evaluates the tables at a hook for pkt, in netfilter priority order

@@ -135,7 +135,7 @@ type chooser interface {
 
 type envChooser struct{ env Env }
 
-func (c envChooser) chance(p float64) bool {
+func (c *envChooser) chance(p float64) bool {
 	if p >= 1 {
 		return true
 	}
@@ -144,13 +144,13 @@ func (c envChooser) chance(p float64) bool {
 	}
 	return c.env.Chance(p)
 }
-func (c envChooser) pickRange(n int) int {
+func (c *envChooser) pickRange(n int) int {
 	if n <= 1 {
 		return 0
 	}
 	return c.env.Pick(n)
 }
-func (envChooser) unknown(*Rule, int) bool { return false }
+func (*envChooser) unknown(*Rule, int) bool { return false }
 
 // state is the emulator state evaluation reads and changes.
 type state struct {
@@ -189,6 +189,8 @@ type evalCtx struct {
 	rule   *Rule
 	chain  string
 	buf    []int32
+	stack  []frame
+	envCh  envChooser
 }
 
 // Assumption records how an undecidable match was resolved on a path.
@@ -338,66 +340,108 @@ func (f *frame) next() (int, bool) {
 
 const maxDepth = 256
 
+// builtin returns a table's built-in chain for a hook (they come first in Chains).
+func (t *Table) builtin(h Hook) *Chain {
+	name := hookNames[h]
+	for _, c := range t.Chains {
+		if !c.Builtin {
+			break
+		}
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// jumpTarget returns the chain rule i of c jumps to, resolving the chain's jumps once
+// per ruleset version (restores give changed tables new Chain objects).
+func (c *Chain) jumpTarget(t *Table, i int) *Chain {
+	if c.jumps == nil {
+		c.jumps = make([]*Chain, len(c.Rules))
+		for j, r := range c.Rules {
+			if jt, ok := r.Target.(*JumpTarget); ok {
+				c.jumps[j] = t.Chain(jt.Chain)
+			}
+		}
+	}
+	return c.jumps[i]
+}
+
+// push enters a chain: an indexed chain's candidate rules are computed here.
+func (c *evalCtx) push(t *Table, ch *Chain) {
+	f := frame{chain: ch}
+	if len(ch.Rules) >= indexThreshold {
+		if ch.idx == nil {
+			ch.idx = buildIndex(ch)
+		}
+		start := len(c.buf)
+		c.buf = ch.idx.candidates(c.pkt, c.buf)
+		f.cand, f.indexed = c.buf[start:len(c.buf):len(c.buf)], true
+		if c.tr != nil && len(f.cand) < len(ch.Rules) {
+			c.tr.add(Step{Kind: StepIndex, Hook: c.hook.String(), Table: t.Name, Chain: ch.Name, Depth: len(c.stack),
+				Detail: fmt.Sprintf("%d of %d rules skipped by the chain index (destination %s, port %d)", len(ch.Rules)-len(f.cand), len(ch.Rules), c.pkt.Dst, c.pkt.DstPort)}, c)
+		}
+	}
+	c.stack = append(c.stack, f)
+}
+
+// policy ends a traversal with the built-in chain's policy.
+func (c *evalCtx) policy(base *Chain, res TableResult) TableResult {
+	res.Decision.Chain, res.Decision.Policy, res.Decision.Rule = base.Name, base.Policy, nil
+	if base.Policy == "DROP" {
+		res.Verdict = Drop
+	}
+	if !c.dry {
+		base.Counters.Packets++
+		base.Counters.Bytes += uint64(c.pkt.Len)
+	}
+	if c.tr != nil {
+		c.tr.add(Step{Kind: StepPolicy, Hook: c.hook.String(), Table: c.table, Chain: base.Name, Verdict: base.Policy}, c)
+	}
+	return res
+}
+
+func (c *evalCtx) setVerdict(step int, s string) {
+	if step >= 0 {
+		c.tr.Steps[step].Verdict = s
+	}
+}
+
 // evalTable runs the packet through one table's built-in chain for hook.
 func (c *evalCtx) evalTable(t *Table, hook Hook) TableResult {
 	c.hook, c.table = hook, t.Name
-	base := t.Chain(hook.String())
+	base := t.builtin(hook)
 	res := TableResult{Decision: Decision{Hook: hook, Table: t.Name, Chain: base.Name}}
-	stack := make([]frame, 0, 8)
+	c.stack = c.stack[:0]
 	c.buf = c.buf[:0]
-	push := func(ch *Chain) {
-		f := frame{chain: ch}
-		if len(ch.Rules) >= indexThreshold {
-			if ch.idx == nil {
-				ch.idx = buildIndex(ch)
-			}
-			start := len(c.buf)
-			c.buf = ch.idx.candidates(c.pkt, c.buf)
-			f.cand, f.indexed = c.buf[start:len(c.buf):len(c.buf)], true
-			if c.tr != nil && len(f.cand) < len(ch.Rules) {
-				c.tr.add(Step{Kind: StepIndex, Hook: hook.String(), Table: t.Name, Chain: ch.Name, Depth: len(stack),
-					Detail: fmt.Sprintf("%d of %d rules skipped by the chain index (destination %s, port %d)", len(ch.Rules)-len(f.cand), len(ch.Rules), c.pkt.Dst, c.pkt.DstPort)}, c)
-			}
-		}
-		stack = append(stack, f)
-	}
-	policy := func() TableResult {
-		res.Decision.Chain, res.Decision.Policy, res.Decision.Rule = base.Name, base.Policy, nil
-		if base.Policy == "DROP" {
-			res.Verdict = Drop
-		}
-		if !c.dry {
-			base.Counters.Packets++
-			base.Counters.Bytes += uint64(c.pkt.Len)
-		}
-		if c.tr != nil {
-			c.tr.add(Step{Kind: StepPolicy, Hook: hook.String(), Table: t.Name, Chain: base.Name, Verdict: base.Policy}, c)
-		}
-		return res
-	}
-	push(base)
+	c.push(t, base)
 	for {
-		f := &stack[len(stack)-1]
+		f := &c.stack[len(c.stack)-1]
 		ri, ok := f.next()
 		if !ok {
 			done := f.chain
-			stack = stack[:len(stack)-1]
-			if len(stack) == 0 {
-				return policy()
+			c.stack = c.stack[:len(c.stack)-1]
+			if len(c.stack) == 0 {
+				return c.policy(base, res)
 			}
 			if c.tr != nil && !done.Builtin {
-				c.tr.add(Step{Kind: StepReturn, Hook: hook.String(), Table: t.Name, Chain: done.Name, Depth: len(stack), Detail: "end of chain"}, c)
+				c.tr.add(Step{Kind: StepReturn, Hook: hook.String(), Table: t.Name, Chain: done.Name, Depth: len(c.stack), Detail: "end of chain"}, c)
 			}
 			continue
 		}
-		r := f.chain.Rules[ri]
-		c.chain, c.rule = f.chain.Name, r
-		c.notes = c.notes[:0]
-		matched := c.matchRule(r)
-		stepIdx := -1
+		ch := f.chain
+		r := ch.Rules[ri]
+		c.chain, c.rule = ch.Name, r
 		if c.tr != nil {
-			stepIdx = c.tr.add(Step{Kind: StepRule, Hook: hook.String(), Table: t.Name, Chain: f.chain.Name,
-				Line: r.Line, Rule: r.Text(f.chain.Name), Matched: &matched, Depth: len(stack) - 1,
+			c.notes = c.notes[:0]
+		}
+		matched := c.matchRule(r)
+		step := -1
+		if c.tr != nil {
+			m := matched
+			step = c.tr.add(Step{Kind: StepRule, Hook: hook.String(), Table: t.Name, Chain: ch.Name,
+				Line: r.Line, Rule: r.Text(ch.Name), Matched: &m, Depth: len(c.stack) - 1,
 				Detail: strings.Join(c.notes, "; ")}, c)
 		}
 		if !matched {
@@ -407,56 +451,55 @@ func (c *evalCtx) evalTable(t *Table, hook Hook) TableResult {
 			r.Counters.Packets++
 			r.Counters.Bytes += uint64(c.pkt.Len)
 		}
-		decided := func(v Verdict) TableResult {
+		decide := func(v Verdict) TableResult {
 			res.Verdict = v
-			res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = f.chain.Name, r, ""
+			res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = ch.Name, r, ""
 			return res
-		}
-		setVerdict := func(s string) {
-			if stepIdx >= 0 {
-				c.tr.Steps[stepIdx].Verdict = s
-			}
 		}
 		switch tg := r.Target.(type) {
 		case nil:
 		case *VerdictTarget:
-			setVerdict(tg.Verdict)
+			c.setVerdict(step, tg.Verdict)
 			switch tg.Verdict {
 			case "ACCEPT":
-				return decided(Accept)
+				return decide(Accept)
 			case "DROP":
-				return decided(Drop)
+				return decide(Drop)
 			case "RETURN":
-				stack = stack[:len(stack)-1]
-				if len(stack) == 0 {
-					return policy()
+				c.stack = c.stack[:len(c.stack)-1]
+				if len(c.stack) == 0 {
+					return c.policy(base, res)
 				}
 			}
 		case *JumpTarget:
-			dst := t.Chain(tg.Chain)
-			if dst == nil || len(stack) >= maxDepth {
-				setVerdict("DROP (bad jump)")
-				return decided(Drop)
+			dst := ch.jumpTarget(t, ri)
+			if dst == nil || len(c.stack) >= maxDepth {
+				c.setVerdict(step, "DROP (bad jump)")
+				return decide(Drop)
 			}
 			if tg.Goto {
-				setVerdict("goto " + tg.Chain)
-				stack = stack[:len(stack)-1]
+				c.setVerdict(step, "goto "+tg.Chain)
+				c.stack = c.stack[:len(c.stack)-1]
 			} else {
-				setVerdict("jump " + tg.Chain)
+				c.setVerdict(step, "jump "+tg.Chain)
 			}
-			push(dst)
+			c.push(t, dst)
 		case *RejectTarget:
-			setVerdict("REJECT --reject-with " + tg.With)
+			c.setVerdict(step, "REJECT --reject-with "+tg.With)
 			res.RejectWith = tg.With
-			return decided(Reject)
+			return decide(Reject)
 		case *NATTarget, *MasqueradeTarget, *RedirectTarget:
-			n := c.nat(r, hook, f.chain.Name)
-			setVerdict(n.String())
+			n := c.nat(r, hook, ch.Name)
+			if step >= 0 {
+				c.setVerdict(step, n.String())
+			}
 			res.NAT = n
-			return decided(Accept)
+			return decide(Accept)
 		case *MarkTarget:
 			c.pkt.Mark = (c.pkt.Mark &^ tg.Mask) ^ tg.Value
-			setVerdict(fmt.Sprintf("MARK -> %#x", c.pkt.Mark))
+			if step >= 0 {
+				c.setVerdict(step, fmt.Sprintf("MARK -> %#x", c.pkt.Mark))
+			}
 		case *ConnmarkTarget:
 			switch tg.Mode {
 			case ConnmarkSet:
@@ -466,22 +509,28 @@ func (c *evalCtx) evalTable(t *Table, hook Hook) TableResult {
 			case ConnmarkRestore:
 				c.pkt.Mark = (c.pkt.Mark &^ tg.NfMask) ^ (c.pkt.CT.Mark & tg.CtMask)
 			}
-			setVerdict(fmt.Sprintf("CONNMARK (mark %#x, ctmark %#x)", c.pkt.Mark, c.pkt.CT.Mark))
+			if step >= 0 {
+				c.setVerdict(step, fmt.Sprintf("CONNMARK (mark %#x, ctmark %#x)", c.pkt.Mark, c.pkt.CT.Mark))
+			}
 		case *LogTarget:
-			setVerdict("LOG (no-op)")
+			c.setVerdict(step, "LOG (no-op)")
 		case *NotrackTarget:
 			c.pkt.CT.State = CTUntracked
-			setVerdict("NOTRACK")
+			c.setVerdict(step, "NOTRACK")
 		case *UnknownTarget:
 			if tg.notrack() {
 				c.pkt.CT.State = CTUntracked
 			}
 			if tg.passThrough() {
-				setVerdict(tg.Target + " (not emulated, continues)")
+				if step >= 0 {
+					c.setVerdict(step, tg.Target+" (not emulated, continues)")
+				}
 				continue
 			}
-			setVerdict(tg.Target + " (not emulated: verdict unknown)")
-			return decided(Unknown)
+			if step >= 0 {
+				c.setVerdict(step, tg.Target+" (not emulated: verdict unknown)")
+			}
+			return decide(Unknown)
 		}
 	}
 }

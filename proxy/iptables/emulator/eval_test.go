@@ -564,7 +564,7 @@ func TestIndexPreservesOrder(t *testing.T) {
 					tr := &Trace{}
 					e.EvalTable(env, TableNAT, Prerouting, p, tr)
 					var want []string
-					c := &evalCtx{pkt: p, env: env, ch: envChooser{env}, st: newState(), dry: true}
+					c := &evalCtx{pkt: p, env: env, ch: &envChooser{env}, st: newState(), dry: true}
 					for _, r := range svc.Rules {
 						if c.matchRule(r) {
 							want = append(want, fmt.Sprint(r.Line))

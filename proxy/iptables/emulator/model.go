@@ -209,7 +209,8 @@ type Chain struct {
 	Counters Counters
 	Rules    []*Rule
 
-	idx *chainIndex // built lazily by the evaluator
+	idx   *chainIndex // built lazily by the evaluator; valid while Rules is unchanged
+	jumps []*Chain    // resolved jump targets, per ruleset version (not kept by clone)
 }
 
 // AddrSpec is -s or -d: a prefix, possibly negated. The zero value matches anything.

@@ -279,7 +279,7 @@ func (tx *txn) flush(c *Chain) {
 		}
 	}
 	c.Rules = nil
-	c.idx = nil
+	c.idx, c.jumps = nil, nil
 	tx.cur.owned[c] = true
 }
 
@@ -289,7 +289,7 @@ func (tx *txn) rules(c *Chain) []*Rule {
 		c.Rules = slices.Clone(c.Rules)
 		tx.cur.owned[c] = true
 	}
-	c.idx = nil
+	c.idx, c.jumps = nil, nil
 	return c.Rules
 }
 

@@ -231,7 +231,7 @@ type recordingChooser struct {
 }
 
 func (c *recordingChooser) chance(p float64) bool {
-	v := c.envChooser.chance(p)
+	v := (&c.envChooser).chance(p)
 	if p > 0 && p < 1 {
 		q := p
 		if !v {
