@@ -1,0 +1,197 @@
+package emulator
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/clusterlab/clusterlab/netsim"
+)
+
+// This file adapts the emulator to netsim's datapath: each table at each hook becomes a
+// netsim handler at the table's netfilter priority (nat tables as NAT handlers, which
+// netsim calls only for a connection's first packet and whose bindings its conntrack
+// applies to later packets, as the kernel does).
+
+// NetsimHandlers returns the handler specs that run the emulator's tables on a netsim
+// node, named "<name> <table>".
+func (e *Emulator) NetsimHandlers(name string) []netsim.HandlerSpec {
+	prio := map[string]int{TableRaw: netsim.PriorityRaw, TableMangle: netsim.PriorityMangle,
+		TableFilter: netsim.PriorityFilter, TableSecurity: netsim.PrioritySecurity}
+	var specs []netsim.HandlerSpec
+	for h := Prerouting; h <= Postrouting; h++ {
+		for _, table := range hookTables[h] {
+			spec := netsim.HandlerSpec{Name: name + " " + table, Hook: netsimHook(h),
+				Handler: &netsimHandler{e: e, table: table, hook: h}}
+			if table == TableNAT {
+				spec.NAT = true
+				spec.Priority = netsim.PriorityNATDst
+				if h == Input || h == Postrouting {
+					spec.Priority = netsim.PriorityNATSrc
+				}
+			} else {
+				spec.Priority = prio[table]
+			}
+			specs = append(specs, spec)
+		}
+	}
+	return specs
+}
+
+// AttachNetsim registers the emulator's handlers on a node and returns a function that
+// removes them.
+func (e *Emulator) AttachNetsim(n *netsim.Node, name string) (detach func()) {
+	var removes []func()
+	for _, s := range e.NetsimHandlers(name) {
+		removes = append(removes, n.AddHandler(s))
+	}
+	return func() {
+		for _, r := range removes {
+			r()
+		}
+	}
+}
+
+func netsimHook(h Hook) netsim.Hook {
+	return [...]netsim.Hook{netsim.Prerouting, netsim.Input, netsim.Forward, netsim.Output, netsim.Postrouting}[h]
+}
+
+// netsimEnv is the Env of a packet in netsim: its virtual clock, its choice points and
+// its node's addresses.
+type netsimEnv struct{ ctx *netsim.Context }
+
+func (v netsimEnv) Now() time.Time        { return v.ctx.Now() }
+func (v netsimEnv) Chance(p float64) bool { return v.ctx.Chance(p) }
+func (v netsimEnv) Pick(n int) int        { return v.ctx.Pick(n) }
+func (v netsimEnv) DryRun() bool          { return v.ctx.DryRun() }
+func (v netsimEnv) AddrType(a netip.Addr, _ string) AddrType {
+	return ClassifyAddr(a, v.ctx.IsLocalAddr)
+}
+
+type netsimHandler struct {
+	e     *Emulator
+	table string
+	hook  Hook
+}
+
+var netsimReject = map[string]netsim.RejectWith{
+	"icmp-port-unreachable": netsim.RejectPortUnreachable, "icmp6-port-unreachable": netsim.RejectPortUnreachable,
+	"icmp-net-unreachable": netsim.RejectNetUnreachable, "icmp6-no-route": netsim.RejectNetUnreachable,
+	"icmp-host-unreachable": netsim.RejectHostUnreachable, "icmp6-addr-unreachable": netsim.RejectHostUnreachable,
+	"icmp-proto-unreachable": netsim.RejectProtoUnreachable, "icmp-net-prohibited": netsim.RejectNetProhibited,
+	"icmp-host-prohibited": netsim.RejectHostProhibited, "icmp-admin-prohibited": netsim.RejectAdminProhibited,
+	"icmp6-adm-prohibited": netsim.RejectAdminProhibited, "icmp6-policy-fail": netsim.RejectAdminProhibited,
+	"icmp6-reject-route": netsim.RejectAdminProhibited, "tcp-reset": netsim.RejectTCPReset,
+}
+
+// fromNetsim builds the emulator's view of a netsim packet.
+func fromNetsim(p *netsim.Packet, ctx *netsim.Context, table string) Packet {
+	q := Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
+		TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL,
+		InIface: p.InIface, OutIface: p.OutIface, Mark: p.Mark, Len: len(p.Data)}
+	switch {
+	case p.Conn == nil && table == TableRaw:
+		q.CT.State = CTInvalid // the raw table runs before conntrack: no entry yet
+	case p.CtState == netsim.CtUntracked:
+		q.CT.State = CTUntracked
+	case p.Conn == nil || p.CtState == netsim.CtInvalid:
+		q.CT.State = CTInvalid
+	case p.CtState == netsim.CtEstablished:
+		q.CT.State = CTEstablished
+	case p.CtState == netsim.CtRelated:
+		q.CT.State = CTRelated
+	default:
+		q.CT.State = CTNew
+	}
+	if c := p.Conn; c != nil {
+		q.CT.Reply = p.CtReply
+		q.CT.Mark = c.Mark
+		q.CT.Orig = Tuple{Src: c.Orig.Src, Dst: c.Orig.Dst, SrcPort: c.Orig.SrcPort, DstPort: c.Orig.DstPort}
+		q.CT.ReplyTuple = Tuple{Src: c.Reply.Src, Dst: c.Reply.Dst, SrcPort: c.Reply.SrcPort, DstPort: c.Reply.DstPort}
+		for _, b := range []struct {
+			from netsim.ConnStatus
+			to   CTStatus
+		}{{netsim.StatusSeenReply, CTSeenReply}, {netsim.StatusAssured, CTAssured}, {netsim.StatusConfirmed, CTConfirmed},
+			{netsim.StatusSrcNAT, CTSrcNAT}, {netsim.StatusDstNAT, CTDstNAT}} {
+			if c.Status&b.from != 0 {
+				q.CT.Status |= b.to
+			}
+		}
+		if !c.Expires.IsZero() {
+			q.CT.Expire = c.Expires.Sub(ctx.Now())
+		}
+	}
+	return q
+}
+
+// Handle implements netsim.Handler.
+func (h *netsimHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.Verdict {
+	q := fromNetsim(p, ctx, h.table)
+	var tr *Trace
+	if ctx.Tracing() {
+		tr = &Trace{}
+	}
+	res := h.e.EvalTable(netsimEnv{ctx}, h.table, h.hook, &q, tr)
+	if tr != nil {
+		for _, s := range tr.Steps {
+			if s.Kind != StepRule && s.Kind != StepPolicy && s.Kind != StepIndex {
+				continue
+			}
+			ts := netsim.TraceStep{Kind: netsim.StepRule, Table: s.Table, Chain: s.Chain, Line: s.Line, Rule: s.Rule,
+				Matched: s.Matched, Verdict: s.Verdict, Detail: s.Detail}
+			if s.Kind == StepPolicy {
+				ts.Rule, ts.Verdict = "policy "+s.Verdict, s.Verdict
+			} else if s.Kind == StepIndex {
+				ts.Kind = netsim.StepNote
+			}
+			ctx.Trace(ts)
+		}
+	}
+	p.Mark = q.Mark
+	if p.Conn != nil && !ctx.DryRun() {
+		p.Conn.Mark = q.CT.Mark
+	}
+	if q.CT.State == CTUntracked && h.table == TableRaw {
+		p.SetNoTrack()
+	}
+	reason := decisionReason(res.Decision)
+	switch res.Verdict {
+	case Drop:
+		return netsim.Verdict{Kind: netsim.Drop, Reason: reason}
+	case Reject:
+		return netsim.RejectVerdict(netsimReject[res.RejectWith], reason)
+	case Unknown:
+		return netsim.Verdict{Kind: netsim.Drop, Reason: reason + ": target not emulated"}
+	}
+	if n := res.NAT; n != nil {
+		a := netsim.NATAction{Random: n.Random, RandomFully: n.RandomFully}
+		switch n.Kind {
+		case "DNAT":
+			a.Kind = netsim.DNAT
+		case "REDIRECT":
+			a.Kind = netsim.Redirect
+		case "SNAT":
+			a.Kind = netsim.SNAT
+		default:
+			a.Kind = netsim.Masquerade
+		}
+		if n.Kind == "DNAT" || n.Kind == "SNAT" {
+			a.Addr = n.Addr
+		}
+		if n.Port != 0 {
+			a.PortMin, a.PortMax = n.Port, n.Port
+			if n.PortMax > n.Port {
+				a.PortMax = n.PortMax
+			}
+		}
+		return netsim.Verdict{Kind: netsim.NAT, NAT: a, Reason: reason}
+	}
+	return netsim.VerdictContinue
+}
+
+func decisionReason(d Decision) string {
+	if d.Rule == nil {
+		return fmt.Sprintf("%s/%s policy %s", d.Table, d.Chain, d.Policy)
+	}
+	return fmt.Sprintf("%s/%s line %d", d.Table, d.Chain, d.Rule.Line)
+}

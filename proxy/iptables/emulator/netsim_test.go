@@ -1,0 +1,139 @@
+package emulator
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/clusterlab/clusterlab/netsim"
+)
+
+// TestNetsimAdapter runs the emulator as a netsim node's netfilter tables: a
+// kube-proxy-style ClusterIP with three endpoints, masquerade for off-cluster sources,
+// and a REJECT for a service without endpoints.
+func TestNetsimAdapter(t *testing.T) {
+	c, err := netsim.New(netsim.Config{Seed: 3, Nodes: []netsim.NodeConfig{{Name: "node-a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	client, err := c.StartPod("node-a", "ns", "client", nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eps []netip.Addr
+	for i := 1; i <= 3; i++ {
+		p, err := c.StartPod("node-a", "ns", fmt.Sprintf("b%d", i), nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Serve(netsim.ProtoTCP, 8080); err != nil {
+			t.Fatal(err)
+		}
+		eps = append(eps, p.IP())
+	}
+	rules := fmt.Sprintf(`*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-SVC-X - [0:0]
+:KUBE-SEP-1 - [0:0]
+:KUBE-SEP-2 - [0:0]
+:KUBE-SEP-3 - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-POSTROUTING - [0:0]
+-A PREROUTING -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A OUTPUT -m comment --comment "kubernetes service portals" -j KUBE-SERVICES
+-A POSTROUTING -m comment --comment "kubernetes postrouting rules" -j KUBE-POSTROUTING
+-A KUBE-SERVICES -m comment --comment "ns/svc cluster IP" -m tcp -p tcp -d 10.96.0.50 --dport 80 -j KUBE-SVC-X
+-A KUBE-SVC-X -m comment --comment "ns/svc cluster IP" -m tcp -p tcp -d 10.96.0.50 --dport 80 ! -s 10.244.0.0/16 -j KUBE-MARK-MASQ
+-A KUBE-SVC-X -m statistic --mode random --probability 0.3333333333 -j KUBE-SEP-1
+-A KUBE-SVC-X -m statistic --mode random --probability 0.5000000000 -j KUBE-SEP-2
+-A KUBE-SVC-X -j KUBE-SEP-3
+-A KUBE-SEP-1 -m tcp -p tcp -j DNAT --to-destination %s:8080
+-A KUBE-SEP-2 -m tcp -p tcp -j DNAT --to-destination %s:8080
+-A KUBE-SEP-3 -m tcp -p tcp -j DNAT --to-destination %s:8080
+-A KUBE-MARK-MASQ -j MARK --or-mark 0x00004000
+-A KUBE-POSTROUTING -m mark ! --mark 0x00004000/0x00004000 -j RETURN
+-A KUBE-POSTROUTING -j MARK --xor-mark 0x00004000
+-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE --random-fully
+COMMIT
+*filter
+:KUBE-SERVICES - [0:0]
+-A FORWARD -m conntrack --ctstate NEW -j KUBE-SERVICES
+-A OUTPUT -m conntrack --ctstate NEW -j KUBE-SERVICES
+-A KUBE-SERVICES -m comment --comment "ns/none has no endpoints" -m tcp -p tcp -d 10.96.0.60 --dport 80 -j REJECT
+COMMIT
+`, eps[0], eps[1], eps[2])
+	e := load(t, IPv4, rules)
+	detach := e.AttachNetsim(c.Node("node-a"), "iptables")
+	defer detach()
+
+	t.Run("all branches of the ladder", func(t *testing.T) {
+		rs, err := c.Probe(netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.50:80"), AllBranches: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range rs {
+			if math.Abs(r.Probability-1.0/3) > 1e-8 || r.Result != netsim.ResultDelivered || r.SeenSrc.Addr() != client.IP() {
+				t.Errorf("outcome %v p=%v", r.Outcome, r.Probability)
+			}
+			got = append(got, r.Pod)
+		}
+		sort.Strings(got)
+		if strings.Join(got, " ") != "ns/b1 ns/b2 ns/b3" {
+			t.Errorf("endpoints reached: %v", got)
+		}
+	})
+
+	t.Run("connections through netstack", func(t *testing.T) {
+		seen := map[string]int{}
+		for i := 0; i < 30; i++ {
+			r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.50:80"), Mode: netsim.ProbeConnect})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Result != netsim.ResultConnected {
+				t.Fatalf("connect: %v", r.Outcome)
+			}
+			seen[r.Pod]++
+		}
+		if len(seen) != 3 {
+			t.Errorf("30 connections reached %v", seen)
+		}
+	})
+
+	t.Run("node traffic is masqueraded", func(t *testing.T) {
+		r, err := c.ProbeOne(netsim.Probe{From: "node:node-a", Proto: netsim.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.50:80"), Mode: netsim.ProbeConnect, Trace: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Result != netsim.ResultConnected || r.SeenSrc.Addr() == c.Node("node-a").IP() {
+			t.Errorf("outcome %v: want connected, seen from the node's bridge address\n%s", r.Outcome, r.Trace)
+		}
+		if !strings.Contains(r.Trace.String(), "KUBE-MARK-MASQ") || !strings.Contains(r.Trace.String(), "MASQUERADE") {
+			t.Errorf("trace lacks the masquerade rules:\n%s", r.Trace)
+		}
+	})
+
+	t.Run("reject for a service without endpoints", func(t *testing.T) {
+		r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.60:80"), Mode: netsim.ProbeConnect, Trace: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Result != netsim.ResultRefused {
+			t.Errorf("outcome %v, want refused\n%s", r.Outcome, r.Trace)
+		}
+		var rule *netsim.TraceStep
+		for _, s := range r.Trace.Find(netsim.StepRule) {
+			if s.Chain == "KUBE-SERVICES" && s.Table == "filter" && s.Matched != nil && *s.Matched {
+				rule = &s
+			}
+		}
+		if rule == nil || rule.Line != 29 || !strings.Contains(rule.Rule, "has no endpoints") {
+			t.Errorf("trace step of the REJECT rule: %+v\n%s", rule, r.Trace)
+		}
+	})
+}
