@@ -24,11 +24,15 @@ import (
 
 // diffService is a Service for the differential test: ports 80/TCP and 80/UDP to
 // targetPort 8080 on the named pods.
-func diffService(name, clusterIP string, typ corev1.ServiceType, nodePort int32, affinity bool, pods []*kernel.Pod, nodeName string) (*corev1.Service, *discoveryv1.EndpointSlice) {
+func diffService(fam Family, name, clusterIP string, typ corev1.ServiceType, nodePort int32, affinity bool, pods []*kernel.Pod, nodeName string) (*corev1.Service, *discoveryv1.EndpointSlice) {
+	ipFamily, addrType := corev1.IPv4Protocol, discoveryv1.AddressTypeIPv4
+	if fam == IPv6 {
+		ipFamily, addrType = corev1.IPv6Protocol, discoveryv1.AddressTypeIPv6
+	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "diff", Name: name},
 		Spec: corev1.ServiceSpec{Type: typ, ClusterIP: clusterIP, ClusterIPs: []string{clusterIP},
-			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, SessionAffinity: corev1.ServiceAffinityNone,
+			IPFamilies: []corev1.IPFamily{ipFamily}, SessionAffinity: corev1.ServiceAffinityNone,
 			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyCluster},
 	}
 	if typ != corev1.ServiceTypeNodePort {
@@ -48,7 +52,7 @@ func diffService(name, clusterIP string, typ corev1.ServiceType, nodePort int32,
 	}
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "diff", Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
-		AddressType: discoveryv1.AddressTypeIPv4,
+		AddressType: addrType,
 	}
 	for _, proto := range []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP} {
 		n, port, pr := strings.ToLower(string(proto)), int32(8080), proto
@@ -57,7 +61,11 @@ func diffService(name, clusterIP string, typ corev1.ServiceType, nodePort int32,
 	for _, pod := range pods {
 		ready := true
 		node := nodeName
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{pod.IP.String()},
+		ip := pod.IP
+		if fam == IPv6 {
+			ip = pod.IP6
+		}
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{ip.String()},
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready}, NodeName: &node})
 	}
 	return svc, slice
@@ -71,8 +79,14 @@ func diffService(name, clusterIP string, typ corev1.ServiceType, nodePort int32,
 // kernel's iptables-save output loads into the emulator as the same ruleset.
 func TestKernelDifferential(t *testing.T) {
 	kernel.RequireHarness(t)
-	kernel.RequireTools(t, "iptables-nft-restore", "iptables-nft-save")
-	h, err := kernel.NewHarness(kernel.HarnessConfig{Prefix: "clemu",
+	kernel.RequireTools(t, "iptables-nft-restore", "iptables-nft-save", "ip6tables-nft-restore", "ip6tables-nft-save")
+	for _, fam := range []Family{IPv4, IPv6} {
+		t.Run(fam.String(), func(t *testing.T) { kernelDifferential(t, fam) })
+	}
+}
+
+func kernelDifferential(t *testing.T, fam Family) {
+	h, err := kernel.NewHarness(kernel.HarnessConfig{Prefix: "clemu", IPv6: fam == IPv6,
 		Pods: []kernel.PodConfig{{Name: "client"}, {Name: "ep1"}, {Name: "ep2"}, {Name: "ep3"}}})
 	if err != nil {
 		t.Fatalf("harness: %v", err)
@@ -91,6 +105,17 @@ func TestKernelDifferential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Per family: the addresses, the node's ip(6)tables, the service network.
+	ipOf := func(p *kernel.Pod) netip.Addr { return p.IP }
+	nodeIP, ipt, extIP := node.IP, node.IPTables, h.ExternalIP
+	vipNet, clusterCIDR, podCIDR := "10.96.0.", "10.244.0.0/16", node.PodCIDR
+	if fam == IPv6 {
+		ipOf = func(p *kernel.Pod) netip.Addr { return p.IP6 }
+		nodeIP, ipt, extIP = node.IP6, node.IPTables6, h.ExternalIP6
+		vipNet, clusterCIDR, podCIDR = "fd00:10:96::", "fd00:10:244::/56", node.PodCIDR6
+	}
+	vipAddr := func(host int) string { return fmt.Sprintf("%s%d", vipNet, host) }
+	vip := func(host int) netip.AddrPort { return netip.AddrPortFrom(netip.MustParseAddr(vipAddr(host)), 80) }
 	isLocal := func(a netip.Addr) bool {
 		for _, l := range local {
 			if l == a {
@@ -106,13 +131,16 @@ func TestKernelDifferential(t *testing.T) {
 	add := func(s *corev1.Service, e *discoveryv1.EndpointSlice) {
 		services, slices = append(services, s), append(slices, e)
 	}
-	add(diffService("three", "10.96.0.10", corev1.ServiceTypeClusterIP, 0, false, []*kernel.Pod{ep1, ep2, ep3}, nodeName))
-	add(diffService("empty", "10.96.0.20", corev1.ServiceTypeClusterIP, 0, false, nil, nodeName))
-	add(diffService("np", "10.96.0.30", corev1.ServiceTypeNodePort, 30080, false, []*kernel.Pod{ep2}, nodeName))
-	add(diffService("sticky", "10.96.0.40", corev1.ServiceTypeClusterIP, 0, true, []*kernel.Pod{ep1, ep3}, nodeName))
+	add(diffService(fam, "three", vipAddr(10), corev1.ServiceTypeClusterIP, 0, false, []*kernel.Pod{ep1, ep2, ep3}, nodeName))
+	add(diffService(fam, "empty", vipAddr(20), corev1.ServiceTypeClusterIP, 0, false, nil, nodeName))
+	add(diffService(fam, "np", vipAddr(30), corev1.ServiceTypeNodePort, 30080, false, []*kernel.Pod{ep2}, nodeName))
+	add(diffService(fam, "sticky", vipAddr(40), corev1.ServiceTypeClusterIP, 0, true, []*kernel.Pod{ep1, ep3}, nodeName))
 
-	cfg := kp.Config{Node: proxy.NodeConfig{Name: nodeName, IPs: []netip.Addr{node.IP}, Addresses: local,
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}, PodCIDRs: []netip.Prefix{node.PodCIDR}}}
+	cfg := kp.Config{Node: proxy.NodeConfig{Name: nodeName, IPs: []netip.Addr{nodeIP}, Addresses: local,
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(clusterCIDR)}, PodCIDRs: []netip.Prefix{podCIDR}}}
+	if fam == IPv6 {
+		cfg.Family = corev1.IPv6Protocol
+	}
 	nfacct := true
 	for _, name := range []string{"localhost_nps_accepted_pkts", "ct_state_invalid_dropped_pkts"} {
 		if err := kernel.EnsureNFAcct(node.Netns.Name, name); err != nil {
@@ -122,8 +150,8 @@ func TestKernelDifferential(t *testing.T) {
 	}
 	cfg.NoNFAcct = !nfacct
 
-	emu := New(IPv4)
-	for _, ipt := range []kp.Interface{node.IPTables, emu} {
+	emu := New(fam)
+	for _, ipt := range []kp.Interface{ipt, emu} {
 		p, err := kp.NewProxier(ipt, nil, cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +163,7 @@ func TestKernelDifferential(t *testing.T) {
 
 	t.Run("kernel save is the emulator's ruleset", func(t *testing.T) {
 		for _, table := range []string{"filter", "nat"} {
-			ks, err := node.IPTables.Save(ctx, table)
+			ks, err := ipt.Save(ctx, table)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,7 +174,7 @@ func TestKernelDifferential(t *testing.T) {
 			if stripComments(string(ks)) != string(es) {
 				t.Errorf("%s: kernel and emulator saves differ:\n%s", table, lineDiff(stripComments(string(ks)), string(es)))
 			}
-			rs, err := ParseDump(ks, IPv4, "kernel")
+			rs, err := ParseDump(ks, fam, "kernel")
 			if err != nil {
 				t.Fatalf("kernel save does not load: %v", err)
 			}
@@ -185,7 +213,7 @@ func TestKernelDifferential(t *testing.T) {
 				}
 				dst := netip.MustParseAddrPort(*o.DNATDestination)
 				pod := podByName[res.Server]
-				if pod == nil || pod.IP != dst.Addr() {
+				if pod == nil || ipOf(pod) != dst.Addr() {
 					continue
 				}
 				if o.Masqueraded != isLocal(res.Source.Addr()) || (!o.Masqueraded && res.Source.Addr() != client) {
@@ -224,14 +252,13 @@ func TestKernelDifferential(t *testing.T) {
 		fromNode bool
 		n        int
 	}
-	vip := func(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 	flows := []flow{
-		{"pod -> 3-endpoint ClusterIP", client.Netns, client.IP, vip("10.96.0.10:80"), false, 150},
-		{"pod -> ClusterIP without endpoints", client.Netns, client.IP, vip("10.96.0.20:80"), false, 5},
-		{"external -> NodePort", h.External, h.ExternalIP, netip.AddrPortFrom(node.IP, 30080), false, 5},
-		{"node -> ClusterIP", node.Netns, node.IP, vip("10.96.0.30:80"), true, 5},
-		{"node -> ClusterIP without endpoints", node.Netns, node.IP, vip("10.96.0.20:80"), true, 3},
-		{"pod -> ClientIP affinity", client.Netns, client.IP, vip("10.96.0.40:80"), false, 10},
+		{"pod -> 3-endpoint ClusterIP", client.Netns, ipOf(client), vip(10), false, 150},
+		{"pod -> ClusterIP without endpoints", client.Netns, ipOf(client), vip(20), false, 5},
+		{"external -> NodePort", h.External, extIP, netip.AddrPortFrom(nodeIP, 30080), false, 5},
+		{"node -> ClusterIP", node.Netns, nodeIP, vip(30), true, 5},
+		{"node -> ClusterIP without endpoints", node.Netns, nodeIP, vip(20), true, 3},
+		{"pod -> ClientIP affinity", client.Netns, ipOf(client), vip(40), false, 10},
 	}
 	for _, fl := range flows {
 		for _, proto := range []string{"tcp", "udp"} {
@@ -290,12 +317,12 @@ func TestKernelDifferential(t *testing.T) {
 
 	t.Run("chi-square over 300 connections", func(t *testing.T) {
 		// Both protocols of the 3-endpoint service together: each endpoint 1/3.
-		outs := emuOutcomes(t, "tcp", *client.Netns, client.IP, vip("10.96.0.10:80"), false)
+		outs := emuOutcomes(t, "tcp", *client.Netns, ipOf(client), vip(10), false)
 		count := map[string]int{}
 		for _, proto := range []string{"tcp", "udp"} {
-			for _, res := range h.DialN(client.Netns, proto, vip("10.96.0.10:80"), 150, 8) {
+			for _, res := range h.DialN(client.Netns, proto, vip(10), 150, 8) {
 				if res.Outcome == kernel.Answered {
-					count[podByName[res.Server].IP.String()+":8080"]++
+					count[netip.AddrPortFrom(ipOf(podByName[res.Server]), 8080).String()]++
 				}
 			}
 		}
@@ -312,11 +339,11 @@ func TestKernelDifferential(t *testing.T) {
 	})
 
 	t.Run("counters after real traffic load back", func(t *testing.T) {
-		ks, err := node.IPTables.SaveCounters(ctx, "nat")
+		ks, err := ipt.SaveCounters(ctx, "nat")
 		if err != nil {
 			t.Fatal(err)
 		}
-		rs, err := ParseDump(ks, IPv4, "kernel -c")
+		rs, err := ParseDump(ks, fam, "kernel -c")
 		if err != nil {
 			t.Fatal(err)
 		}
