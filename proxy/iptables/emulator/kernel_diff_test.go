@@ -360,3 +360,76 @@ func probs(outs []*Outcome) []float64 {
 	}
 	return p
 }
+
+// BenchmarkConnectionSetup: the same generated ruleset (N ClusterIP services of three
+// endpoints each) in the kernel and in the emulator. kernel: a TCP connection from a pod
+// namespace to the last service's VIP, answered by an endpoint's echo server (connect,
+// request, answer); emulator: that connection's first packet through PREROUTING,
+// FORWARD and POSTROUTING (what the netsim datapath asks of it per connection), and the
+// same as a traced stand-alone Walk. Needs root.
+func BenchmarkConnectionSetup(b *testing.B) {
+	if err := kernel.HarnessSupported(); err != nil {
+		b.Skip(err)
+	}
+	h, err := kernel.NewHarness(kernel.HarnessConfig{Prefix: "clemub", Topology: kernel.TopologyRouted,
+		Pods: []kernel.PodConfig{{Name: "client"}, {Name: "ep1"}, {Name: "ep2"}, {Name: "ep3"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	node, client := h.Nodes[0], h.Pod("client")
+	local, err := h.LocalAddrs(node.Netns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	eps := []*kernel.Pod{h.Pod("ep1"), h.Pod("ep2"), h.Pod("ep3")}
+	for _, n := range []int{10, 10000} {
+		var services []*corev1.Service
+		var slices []*discoveryv1.EndpointSlice
+		for i := 0; i < n; i++ {
+			s, e := diffService(IPv4, fmt.Sprintf("s%d", i), fmt.Sprintf("10.96.%d.%d", i/250, i%250+1), corev1.ServiceTypeClusterIP, 0, false, eps, "node0")
+			services, slices = append(services, s), append(slices, e)
+		}
+		vip := netip.AddrPortFrom(netip.MustParseAddr(fmt.Sprintf("10.96.%d.%d", (n-1)/250, (n-1)%250+1)), 80)
+		cfg := kp.Config{NoNFAcct: true, Node: proxy.NodeConfig{Name: "node0", IPs: []netip.Addr{node.IP}, Addresses: local,
+			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}}
+		emu := New(IPv4)
+		for _, ipt := range []kp.Interface{node.IPTables, emu} {
+			p, err := kp.NewProxier(ipt, nil, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := p.Sync(context.Background(), services, slices); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(fmt.Sprintf("kernel/services=%d", n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if r := h.Dial(client.Netns, "tcp", vip); r.Outcome != kernel.Answered {
+					b.Fatal(r)
+				}
+			}
+		})
+		env := dryEnv{NewStaticEnv(1, local...)}
+		b.Run(fmt.Sprintf("emulator/services=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				p := Packet{Proto: ProtoTCP, Src: client.IP, Dst: vip.Addr(), SrcPort: 40000, DstPort: 80, TCPFlags: TCPSyn, Len: 60}
+				for _, hk := range []Hook{Prerouting, Forward, Postrouting} {
+					if hr := emu.EvalHook(env, hk, &p, nil); hr.Verdict != Accept {
+						b.Fatal(hr.Verdict)
+					}
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("emulator-walk/services=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				p := Packet{Proto: ProtoTCP, Src: client.IP, Dst: vip.Addr(), SrcPort: 40000, DstPort: 80, TCPFlags: TCPSyn, Len: 60}
+				if _, err := emu.Walk(WalkInput{Packet: p, From: FromPod, Local: local, Seed: uint64(i)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
