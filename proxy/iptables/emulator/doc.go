@@ -75,6 +75,49 @@
 // table, an input applies whole or not at all. Errors are *ParseError values naming the
 // input, the line and the option.
 //
+// # Walks, traces and the JSON outcome list
+//
+// Walk (and `clusterlab trace`) follows the first packet of a connection: it enters at
+// PREROUTING, or at OUTPUT when it comes from the node; after nat PREROUTING a local
+// destination (Env.AddrType LOCAL) goes to INPUT, any other through FORWARD and
+// POSTROUTING; after OUTPUT it goes through POSTROUTING and, for a local destination,
+// back in over loopback (PREROUTING without nat, INPUT). A MASQUERADE or SNAT on the way
+// marks the outcome masqueraded. A walk is a dry run: no recent list, counter or nth
+// counter changes. With AllBranches every statistic choice point is followed both ways
+// (depth first, re-running the walk with a forced prefix of choices); each path is an
+// Outcome with the product of its choices' probabilities; outcomes identical in
+// everything observable are merged (probabilities summed, Paths counted). Text renders
+// the paths as a tree (shared steps once, a branch per alternative, like ovn-trace);
+// JSON renders the merged outcomes as an array of objects with these fields:
+//
+//	probability       the outcome's probability (conditional on its assumptions)
+//	verdict           ACCEPT (left the node), LOCAL (delivered locally), DROP, REJECT,
+//	                  UNKNOWN (a target the emulator does not model decided)
+//	reject_with       the REJECT type (REJECT only)
+//	decided_by        "rule" or "policy": for DROP/REJECT/UNKNOWN what ended the walk; for
+//	                  ACCEPT/LOCAL the last rule of a raw/mangle/filter/security table that
+//	                  accepted, else the last filter chain policy
+//	decision          {hook, table, chain, line, rule} or {hook, table, chain, policy}, or
+//	                  null (no filter table involved)
+//	dnat_destination  "ip:port" of a DNAT/REDIRECT, or null
+//	masqueraded       a MASQUERADE or SNAT translated the source
+//	snat_source       SNAT's source ("ip" or "ip:ports"); null for MASQUERADE
+//	mark              the final packet mark, hex
+//	packet            the final packet, after translations
+//	hooks             the hooks passed, in order
+//	matched_rules     [{hook, table, chain, line, rule}]: the rules that matched
+//	assumptions       [{hook, table, chain, line, rule, match, assumed_match}], if any
+//	paths             the number of merged paths
+//
+// # netsim
+//
+// AttachNetsim registers the emulator on a netsim node: one handler per table and hook
+// at the table's netfilter priority, the nat tables as NAT handlers (netsim calls them
+// only for a connection's first packet and applies the binding to later packets). The
+// handler maps netsim's packet and conntrack entry to Packet, its Context to Env (virtual
+// clock, seeded choice points, the node's addresses, dry runs of probes) and the
+// emulator's rule steps into the netsim trace.
+//
 // # Traces and line numbers
 //
 // A rule remembers the text and line it was loaded from (Rule.File, Rule.Line); traces

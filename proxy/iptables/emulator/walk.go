@@ -358,7 +358,13 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 				o.MatchedRules = append(o.MatchedRules, RuleRef{Hook: s.Hook, Table: s.Table, Chain: s.Chain, Line: s.Line, Rule: s.Rule})
 			}
 		}
+		seen := map[string]bool{}
 		for _, a := range c.assume {
+			k := fmt.Sprintf("%p %s", a.Rule, a.Match)
+			if seen[k] {
+				continue // the same rule met again on the path: one assumption
+			}
+			seen[k] = true
 			o.Assumptions = append(o.Assumptions, AssumptionRef{
 				RuleRef: RuleRef{Hook: a.Hook.String(), Table: a.Table, Chain: a.Chain, Line: a.Rule.Line, Rule: a.Rule.Text(a.Chain)},
 				Match:   a.Match, Matched: a.Matched})
