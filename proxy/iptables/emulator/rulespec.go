@@ -239,7 +239,7 @@ func (sp *specParser) parse(toks []token) (*ruleSpec, error) {
 				b := def.new()
 				r.Target = b
 				sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
-			case passTargets[name] || stopTargets[name] || sp.looksLikeExtension(toks[i:]):
+			case passTargets[name] || stopTargets[name] || sp.looksLikeExtension(toks, toks[i:]):
 				u := &UnknownTarget{Target: name}
 				r.Target = u
 				sp.owners = append(sp.owners, owner{unknown: &u.Args})
@@ -275,31 +275,57 @@ func (sp *specParser) parse(toks []token) (*ruleSpec, error) {
 	return out, nil
 }
 
-// looksLikeExtension reports whether the words after "-j NAME" are options nobody else
-// claims, which makes NAME an extension target rather than a chain.
-func (sp *specParser) looksLikeExtension(rest []token) bool {
-	if len(rest) == 0 || !strings.HasPrefix(rest[0].val, "--") || rest[0].quoted {
+// looksLikeExtension reports whether the words after "-j NAME" are options that no known
+// module of the rule (loaded anywhere in it, or implied by its -p) has, which makes
+// NAME an extension target rather than a chain. Looking at the whole rule keeps the
+// answer the same whatever order the options come in (iptables-save prints the target
+// last).
+func (sp *specParser) looksLikeExtension(toks []token, rest []token) bool {
+	if len(rest) == 0 || !strings.HasPrefix(rest[0].val, "--") || rest[0].quoted || isGenericOpt(rest[0].val) {
 		return false
 	}
-	for _, o := range sp.owners {
-		if o.opts != nil {
-			if _, ok := o.opts[rest[0].val]; ok {
+	opt := rest[0].val
+	for i := 0; i+1 < len(toks); i++ {
+		if toks[i].quoted {
+			continue
+		}
+		var def *moduleDef
+		switch toks[i].val {
+		case "-m", "--match":
+			def = modules[toks[i+1].val]
+		case "-p", "--protocol":
+			if p, err := ParseProto(toks[i+1].val); err == nil {
+				def = modules[protoModules[p]]
+			}
+		}
+		if def != nil {
+			if _, ok := def.opts[opt]; ok {
 				return false
 			}
 		}
 	}
-	return !isGenericOpt(rest[0].val)
+	return true
 }
 
-// moduleOption hands an option to the module or target that owns it: the newest
-// known one that has it, else the protocol's implicit module (-p tcp --dport 80 loads
-// -m tcp, as iptables does), else the newest unknown module or target, which takes the
-// option and the words after it verbatim.
+// moduleOption hands an option to the module or target that owns it, newest first, as
+// iptables does: a known module or target takes the options it has; a module or target
+// the emulator does not know takes every option that follows it (with the words after
+// each) until the next -m, -j or header option, which is how iptables-save prints them;
+// an option nobody loaded takes loads the protocol's module implicitly (-p tcp --dport
+// 80 is -p tcp -m tcp --dport 80), as iptables does.
 func (sp *specParser) moduleOption(r *Rule, toks []token, i *int, opt string, neg bool) error {
 	for j := len(sp.owners) - 1; j >= 0; j-- {
 		o := sp.owners[j]
-		if o.opts == nil {
-			continue
+		if o.unknown != nil {
+			if neg {
+				*o.unknown = append(*o.unknown, "!")
+			}
+			*o.unknown = append(*o.unknown, toks[*i-1].raw)
+			for *i < len(toks) && !isOptToken(toks[*i]) {
+				*o.unknown = append(*o.unknown, toks[*i].raw)
+				*i++
+			}
+			return nil
 		}
 		if spec, ok := o.opts[opt]; ok {
 			return sp.give(o, spec, toks, i, opt, neg)
@@ -316,21 +342,6 @@ func (sp *specParser) moduleOption(r *Rule, toks []token, i *int, opt string, ne
 				return sp.give(o, spec, toks, i, opt, neg)
 			}
 		}
-	}
-	for j := len(sp.owners) - 1; j >= 0; j-- {
-		o := sp.owners[j]
-		if o.unknown == nil {
-			continue
-		}
-		if neg {
-			*o.unknown = append(*o.unknown, "!")
-		}
-		*o.unknown = append(*o.unknown, toks[*i-1].raw)
-		for *i < len(toks) && !isOptToken(toks[*i]) {
-			*o.unknown = append(*o.unknown, toks[*i].raw)
-			*i++
-		}
-		return nil
 	}
 	return optErr(opt, "unknown option")
 }
