@@ -2,12 +2,17 @@ package netsim
 
 import (
 	"errors"
+
 	"fmt"
+	"github.com/clusterlab/clusterlab/alloc"
+	"github.com/clusterlab/clusterlab/service"
+	corev1 "k8s.io/api/core/v1"
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,6 +43,29 @@ type Config struct {
 	// QueueLen bounds each node's input queue (packets beyond it are tail-dropped and
 	// counted). Default 4096.
 	QueueLen int
+
+	// Store is the API server the network follows; nil makes a new one with
+	// ServiceCIDRs, NodePortRange, the seed and the virtual clock (and the master
+	// service default/kubernetes).
+	Store *service.Store
+	// ServiceCIDRs and NodePortRange configure a new store (defaults 10.96.0.0/12 and
+	// 30000-32767).
+	ServiceCIDRs  []netip.Prefix
+	NodePortRange alloc.PortRange
+	// Proxy builds each node's service proxy (a kube-proxy mode); nil runs none.
+	Proxy ProxyFactory
+	// SyncDelay is how long after a change in the store the proxies sync (per node:
+	// Node.SetSyncDelay). Zero syncs at once.
+	SyncDelay time.Duration
+	// Replay makes runs reproducible byte for byte (see Cluster.Run): a manual clock, and
+	// packets delivered one at a time by Run. About a hundred times slower.
+	Replay bool
+	// LoadBalancerMode is how the simulated cloud load balancer forwards to nodes:
+	// "nodeport" (default: it rewrites the destination to a node's IP and the service's
+	// node port, keeping the client's address, as a network load balancer with instance
+	// targets does) or "vip" (it forwards the packet unchanged to a node, which handles
+	// the load-balancer IP itself, as GCE and MetalLB do).
+	LoadBalancerMode string
 }
 
 // NodeConfig describes a node.
@@ -80,6 +108,16 @@ func (cfg *Config) setDefaults() error {
 	if cfg.QueueLen == 0 {
 		cfg.QueueLen = 4096
 	}
+	if cfg.Replay {
+		cfg.ManualClock = true
+	}
+	switch cfg.LoadBalancerMode {
+	case "":
+		cfg.LoadBalancerMode = "nodeport"
+	case "nodeport", "vip":
+	default:
+		return fmt.Errorf("loadBalancerMode %q: want nodeport or vip", cfg.LoadBalancerMode)
+	}
 	for i, p := range cfg.ClusterCIDRs {
 		cfg.ClusterCIDRs[i] = p.Masked()
 	}
@@ -116,6 +154,20 @@ type Cluster struct {
 	external     map[string]*ExternalHost
 	nextExternal netip.Addr
 	closed       bool
+	finalizing   map[string]bool
+
+	store       *service.Store
+	cancelWatch func()
+	errMu       sync.Mutex
+	errs        []error
+	lbs         map[string]*loadBalancer // service key → its load balancer
+	nextLB      netip.Addr
+	lbMu        sync.RWMutex
+	lbReplies   map[Tuple]Tuple // nodeport mode: reply tuple as a node sends it → the client's flow
+	lbFlows     atomic.Int64
+	replayQ     replayQueue
+	apps        map[string]App
+	podStart    []func(*Pod, *corev1.Pod)
 }
 
 // New builds the cluster network: nodes with their bridges, host stacks and datapaths.
@@ -124,13 +176,18 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("netsim: config: %w", err)
 	}
 	c := &Cluster{
-		cfg:      cfg,
-		clock:    NewClock(cfg.ManualClock),
-		done:     make(chan struct{}),
-		rng:      rand.New(rand.NewChaCha8(seedFor(cfg.Seed, "cluster"))),
-		nodes:    map[string]*Node{},
-		pods:     map[string]*Pod{},
-		external: map[string]*ExternalHost{},
+		cfg:        cfg,
+		clock:      NewClock(cfg.ManualClock),
+		done:       make(chan struct{}),
+		rng:        rand.New(rand.NewChaCha8(seedFor(cfg.Seed, "cluster"))),
+		nodes:      map[string]*Node{},
+		pods:       map[string]*Pod{},
+		external:   map[string]*ExternalHost{},
+		store:      cfg.Store,
+		finalizing: map[string]bool{},
+		lbs:        map[string]*loadBalancer{},
+		lbReplies:  map[Tuple]Tuple{},
+		apps:       map[string]App{},
 	}
 	c.fabric = newFabric(c)
 	c.nextExternal = cfg.ExternalCIDR.Addr().Next().Next().Next().Next().Next().Next().Next().Next().Next()
@@ -143,6 +200,11 @@ func New(cfg Config) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
+	}
+	runtime.GOMAXPROCS(prev)
+	if err := c.startKube(); err != nil {
+		c.Close()
+		return nil, err
 	}
 	return c, nil
 }
@@ -346,7 +408,11 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 	c.nodes[nc.Name] = n
 	c.order = append(c.order, n)
 	c.mu.Unlock()
-	go n.run()
+	if c.cfg.Replay {
+		close(n.stopped)
+	} else {
+		go n.run()
+	}
 	return n, nil
 }
 
@@ -358,6 +424,7 @@ func (c *Cluster) Close() {
 		return
 	}
 	c.closed = true
+	cancel := c.cancelWatch
 	pods := make([]*Pod, 0, len(c.pods))
 	for _, p := range c.pods {
 		pods = append(pods, p)
@@ -368,6 +435,9 @@ func (c *Cluster) Close() {
 		hosts = append(hosts, h)
 	}
 	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 	close(c.done)
 	for _, p := range pods {
 		p.kill()

@@ -104,6 +104,7 @@ func (d fabricDest) String() string {
 
 // fromNode carries a packet a node sent out its uplink.
 func (f *fabric) fromNode(n *Node, pk *Packet, tr *Trace) {
+	f.c.lbReply(pk)
 	d := f.lookup(pk.Dst)
 	if d.kind == hopNone || f.partitioned(n.name, d.name()) {
 		return

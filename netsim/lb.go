@@ -1,15 +1,324 @@
 package netsim
 
-import "net/netip"
+import (
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"sort"
+	"sync"
 
-// loadBalancer is the simulated cloud load balancer for one ingress address.
+	"github.com/clusterlab/clusterlab/service"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// loadBalancer is the simulated cloud load balancer of one LoadBalancer Service: it owns
+// the service's ingress address on the cluster network, enforces
+// loadBalancerSourceRanges, and spreads flows over the healthy nodes (with
+// externalTrafficPolicy Local only the nodes whose health check node port reports local
+// endpoints), either rewriting the destination to the node's IP and node port
+// ("nodeport" mode) or passing the packet through unchanged ("vip" mode).
 type loadBalancer struct {
-	c  *Cluster
-	ip netip.Addr
+	c   *Cluster
+	ip  netip.Addr
+	key string
+
+	mu  sync.Mutex
+	svc *corev1.Service
+	// nodeport mode: replies from node:nodePort to the client are rewritten back.
+	flows   map[Tuple]*Node // client → ingress flow: chosen node
+	replies map[Tuple]Tuple // reply tuple as the node sends it → original tuple
 }
 
-func (lb *loadBalancer) receive(b []byte) {}
+// HealthChecker answers the health check of a node's healthCheckNodePort for a service:
+// an HTTP status (200 with local endpoints, 503 without, as kube-proxy answers).
+type HealthChecker func(namespace, name string) int
 
+// SetHealthChecker replaces the node's default health check (which counts the ready
+// endpoints the store's EndpointSlices place on the node, as kube-proxy does).
+func (n *Node) SetHealthChecker(h HealthChecker) {
+	n.mu.Lock()
+	n.health = h
+	n.mu.Unlock()
+}
+
+// healthy reports whether the load balancer sees the node as a good target for svc.
+func (n *Node) healthy(svc *corev1.Service) bool {
+	if n.down.Load() {
+		return false
+	}
+	if svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
+		return true
+	}
+	n.mu.Lock()
+	h := n.health
+	n.mu.Unlock()
+	if h != nil {
+		return h(svc.Namespace, svc.Name) == 200
+	}
+	for _, s := range n.cluster.store.EndpointSlicesFor(svc.Namespace, svc.Name) {
+		for _, ep := range s.Endpoints {
+			if ep.NodeName != nil && *ep.NodeName == n.name && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lbController keeps a load balancer per LoadBalancer Service and publishes its ingress
+// address in the Service's status, as a cloud controller does.
+func (c *Cluster) lbController(ev service.Event) {
+	var svc *corev1.Service
+	if ev.New != nil {
+		svc = ev.New.(*corev1.Service)
+	} else {
+		svc = ev.Old.(*corev1.Service)
+	}
+	key := svc.Namespace + "/" + svc.Name
+	want := ev.Type != service.Deleted && svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.LoadBalancerClass == nil
+	c.mu.Lock()
+	lb := c.lbs[key]
+	c.mu.Unlock()
+	if !want {
+		if lb != nil {
+			c.removeLB(lb)
+		}
+		return
+	}
+	if lb == nil {
+		ip, err := c.lbAddress(svc)
+		if err != nil {
+			c.recordErr(fmt.Errorf("cloud load balancer for %s: %w", key, err))
+			return
+		}
+		lb = &loadBalancer{c: c, ip: ip, key: key, flows: map[Tuple]*Node{}}
+		c.mu.Lock()
+		c.lbs[key] = lb
+		c.mu.Unlock()
+		c.fabric.mu.Lock()
+		c.fabric.lbIPs[ip] = lb
+		c.fabric.mu.Unlock()
+	}
+	lb.mu.Lock()
+	lb.svc = svc
+	lb.mu.Unlock()
+	// ipMode Proxy tells kube-proxy the load balancer delivers to node ports itself (no
+	// rules for the ingress IP); VIP that packets arrive addressed to it.
+	mode := corev1.LoadBalancerIPModeProxy
+	if c.cfg.LoadBalancerMode == "vip" {
+		mode = corev1.LoadBalancerIPModeVIP
+	}
+	ing := svc.Status.LoadBalancer.Ingress
+	if len(ing) == 1 && ing[0].IP == lb.ip.String() && ing[0].IPMode != nil && *ing[0].IPMode == mode {
+		return
+	}
+	st := svc.DeepCopy()
+	st.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lb.ip.String(), IPMode: &mode}}
+	if _, err := c.store.UpdateStatus(st); err != nil {
+		c.recordErr(fmt.Errorf("cloud load balancer for %s: status: %w", key, err))
+	}
+}
+
+// lbAddress picks the ingress address: spec.loadBalancerIP when given, else the next free
+// address of the pool.
+func (c *Cluster) lbAddress(svc *corev1.Service) (netip.Addr, error) {
+	if s := svc.Spec.LoadBalancerIP; s != "" {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("spec.loadBalancerIP %q: %w", s, err)
+		}
+		if d := c.fabric.lookup(a); d.kind != hopNone {
+			return netip.Addr{}, fmt.Errorf("spec.loadBalancerIP %s is already used by %s", a, d)
+		}
+		return a, nil
+	}
+	pool := c.cfg.LoadBalancerCIDR
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := c.nextLB
+	if !a.IsValid() {
+		a = pool.Addr().Next()
+	}
+	for ; pool.Contains(a); a = a.Next() {
+		if d := c.fabric.lookup(a); d.kind == hopNone {
+			c.nextLB = a.Next()
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("the load-balancer pool %s is exhausted", pool)
+}
+
+func (c *Cluster) removeLB(lb *loadBalancer) {
+	c.mu.Lock()
+	delete(c.lbs, lb.key)
+	c.mu.Unlock()
+	c.fabric.mu.Lock()
+	delete(c.fabric.lbIPs, lb.ip)
+	c.fabric.mu.Unlock()
+}
+
+// LoadBalancerIP returns the ingress address of a LoadBalancer Service, if it has one.
+func (c *Cluster) LoadBalancerIP(namespace, name string) (netip.Addr, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lb := c.lbs[namespace+"/"+name]
+	if lb == nil {
+		return netip.Addr{}, false
+	}
+	return lb.ip, true
+}
+
+// lbDecision is what the load balancer does with one packet.
+type lbDecision struct {
+	node   *Node
+	reason string // why it was dropped, if node is nil
+}
+
+// decideLocked handles a client packet: source ranges, port, node choice, rewrite.
+func (lb *loadBalancer) decideLocked(pk *Packet) lbDecision {
+	svc := lb.svc
+	if svc == nil {
+		return lbDecision{reason: "load balancer has no service"}
+	}
+	if rs := svc.Spec.LoadBalancerSourceRanges; len(rs) > 0 {
+		ok := false
+		for _, r := range rs {
+			if p, err := netip.ParsePrefix(trimSpace(r)); err == nil && p.Contains(pk.Src) {
+				ok = true
+			}
+		}
+		if !ok {
+			return lbDecision{reason: fmt.Sprintf("source %s is outside loadBalancerSourceRanges %v", pk.Src, rs)}
+		}
+	}
+	var sp *corev1.ServicePort
+	for i := range svc.Spec.Ports {
+		p := &svc.Spec.Ports[i]
+		if int(p.Port) == int(pk.DstPort) && protoOf(p.Protocol) == pk.Proto {
+			sp = p
+		}
+	}
+	if sp == nil {
+		return lbDecision{reason: fmt.Sprintf("load balancer %s has no listener on %s/%d", lb.ip, ProtoName(pk.Proto), pk.DstPort)}
+	}
+	tu := tupleOf(pk)
+	if n, ok := lb.flows[tu]; ok && !n.down.Load() {
+		return lbDecision{node: n}
+	}
+	var healthy []*Node
+	for _, n := range lb.c.Nodes() {
+		if n.healthy(svc) {
+			healthy = append(healthy, n)
+		}
+	}
+	if len(healthy) == 0 {
+		return lbDecision{reason: "no healthy backend node (health checks failing)"}
+	}
+	sort.Slice(healthy, func(i, j int) bool { return healthy[i].name < healthy[j].name })
+	h := fnv.New64a()
+	fmt.Fprint(h, tu.String())
+	n := healthy[h.Sum64()%uint64(len(healthy))]
+	if lb.c.cfg.LoadBalancerMode == "nodeport" {
+		if sp.NodePort == 0 {
+			return lbDecision{reason: "the service port has no node port (allocateLoadBalancerNodePorts=false)"}
+		}
+		reply := Tuple{Proto: pk.Proto, Src: n.ips[0], SrcPort: uint16(sp.NodePort), Dst: pk.Src, DstPort: pk.SrcPort}
+		lb.c.lbMu.Lock()
+		lb.c.lbReplies[reply] = tu
+		lb.c.lbMu.Unlock()
+		lb.c.lbFlows.Store(int64(len(lb.c.lbReplies)))
+	}
+	lb.flows[tu] = n
+	return lbDecision{node: n}
+}
+
+func trimSpace(s string) string {
+	for len(s) > 0 && s[0] == ' ' {
+		s = s[1:]
+	}
+	for len(s) > 0 && s[len(s)-1] == ' ' {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func protoOf(p corev1.Protocol) uint8 {
+	switch p {
+	case corev1.ProtocolUDP:
+		return ProtoUDP
+	case corev1.ProtocolSCTP:
+		return ProtoSCTP
+	}
+	return ProtoTCP
+}
+
+// forward rewrites a client packet for the chosen node (nodeport mode).
+func (lb *loadBalancer) rewrite(pk *Packet, n *Node) {
+	if lb.c.cfg.LoadBalancerMode != "nodeport" {
+		return
+	}
+	var port uint16
+	tu := tupleOf(pk)
+	lb.c.lbMu.RLock()
+	for r, orig := range lb.c.lbReplies {
+		if orig == tu && r.Src == n.ips[0] {
+			port = r.SrcPort
+		}
+	}
+	lb.c.lbMu.RUnlock()
+	pk.SetDst(n.ips[0], port)
+}
+
+// receive handles a packet of real traffic addressed to the load balancer.
+func (lb *loadBalancer) receive(b []byte) {
+	pk, err := ParsePacket(b)
+	if err != nil {
+		return
+	}
+	lb.mu.Lock()
+	d := lb.decideLocked(pk)
+	lb.mu.Unlock()
+	if d.node == nil {
+		return
+	}
+	lb.rewrite(pk, d.node)
+	lb.c.fabric.deliver(fabricDest{kind: hopNode, node: d.node}, pk.Data, nil)
+}
+
+// probe handles a probe's packet addressed to the load balancer.
 func (lb *loadBalancer) probe(pk *Packet, env *penv, nodeEnv func(*Node) *penv) walkEnd {
-	return walkEnd{kind: endDropped, pk: pk, reason: "load balancer not implemented"}
+	lb.mu.Lock()
+	d := lb.decideLocked(pk)
+	lb.mu.Unlock()
+	if d.node == nil {
+		if env.trace != nil {
+			env.step(TraceStep{Kind: StepEnd, Verdict: "DROP", Detail: "cloud load balancer: " + d.reason, Packet: pk.String()})
+		}
+		return walkEnd{kind: endDropped, pk: pk, reason: "cloud load balancer: " + d.reason}
+	}
+	before := pk.String()
+	lb.rewrite(pk, d.node)
+	if env.trace != nil {
+		env.step(TraceStep{Kind: StepLink, Detail: fmt.Sprintf("cloud load balancer %s: %s -> node %s as %s", lb.ip, before, d.node.name, pk.String())})
+	}
+	if d.node.down.Load() {
+		return walkEnd{kind: endDropped, pk: pk, node: d.node, reason: "node " + d.node.name + " is down"}
+	}
+	e := nodeEnv(d.node)
+	return lb.c.follow(d.node, d.node.ingress(pk, d.node.uplink, nil, e), e, nodeEnv)
+}
+
+// lbReply rewrites a node's reply to a flow the load balancer forwarded in nodeport mode
+// (the load balancer's connection tracking) and reports whether it did.
+func (c *Cluster) lbReply(pk *Packet) bool {
+	if c.lbFlows.Load() == 0 {
+		return false
+	}
+	c.lbMu.RLock()
+	orig, ok := c.lbReplies[tupleOf(pk)]
+	c.lbMu.RUnlock()
+	if ok {
+		pk.SetSrc(orig.Dst, orig.DstPort)
+	}
+	return ok
 }

@@ -99,6 +99,9 @@ type Node struct {
 	stats      NodeStats
 	hctx       Context // reused for every handler call (under mu)
 	pkt        Packet  // reused by the datapath goroutine for each queued packet
+	proxy      Proxy
+	ps         proxyState
+	health     HealthChecker
 }
 
 // NodeStats counts what the datapath did.
@@ -369,6 +372,10 @@ func (n *Node) enqueue(d []byte, from queueSource) {
 	if n.down.Load() {
 		return
 	}
+	if n.cluster.cfg.Replay {
+		n.cluster.replayQ.push(n, queued{data: d, from: from})
+		return
+	}
 	if !n.q.push(d, from) {
 		atomic.AddUint64(&n.stats.QueueDrops, 1)
 	}
@@ -432,3 +439,6 @@ func (n *Node) Stats() NodeStats {
 		QueueDrops: atomic.LoadUint64(&n.stats.QueueDrops),
 	}
 }
+
+// Cluster returns the cluster the node belongs to.
+func (n *Node) Cluster() *Cluster { return n.cluster }

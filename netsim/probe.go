@@ -530,6 +530,12 @@ func (c *Cluster) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *p
 
 // fromFabric routes a packet through the cluster network.
 func (c *Cluster) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv func(*Node) *penv) walkEnd {
+	if fromName != "external" {
+		before := pk.String()
+		if c.lbReply(pk) && env.trace != nil {
+			env.step(TraceStep{Kind: StepLink, Detail: "cloud load balancer un-NATs the reply: " + before + " => " + pk.String()})
+		}
+	}
 	d := c.fabric.lookup(pk.Dst)
 	if env.trace != nil {
 		env.step(TraceStep{Kind: StepLink, Detail: "cluster network: " + pk.Dst.String() + " -> " + d.String(), Packet: pk.String()})

@@ -1,0 +1,150 @@
+package netsim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Replay mode: identical packet traces run to run.
+//
+// Real netstack traffic is concurrent: TCP segments are processed on netstack's own
+// goroutines, so windows and ACK timing vary with scheduling. Config.Replay makes a run
+// reproducible byte for byte, at about a hundredth of the speed: the clock is manual, no
+// node runs its own datapath goroutine, and Cluster.Run delivers exactly one packet at a
+// time, waiting before each for every other goroutine to block (a quiescence barrier over
+// the goroutine states), and advances virtual time to the next timer only when nothing is
+// in flight. Use it to re-run a failing seed and diff pcaps; property tests should check
+// outcomes in the normal mode instead.
+
+// replayQueue holds every packet in flight, in the order it was sent.
+type replayQueue struct {
+	mu    sync.Mutex
+	items []replayItem
+}
+
+type replayItem struct {
+	n *Node
+	q queued
+}
+
+func (r *replayQueue) push(n *Node, q queued) {
+	r.mu.Lock()
+	r.items = append(r.items, replayItem{n, q})
+	r.mu.Unlock()
+}
+
+func (r *replayQueue) pop() (replayItem, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.items) == 0 {
+		return replayItem{}, false
+	}
+	it := r.items[0]
+	r.items = r.items[1:]
+	return it, true
+}
+
+// ErrRunTimeout is returned by Run when the function does not finish within the wall-
+// clock limit of a replay run.
+var ErrRunTimeout = errors.New("netsim: replay run did not finish")
+
+// Run runs f, which drives traffic in the cluster (dials, requests), and returns its
+// error. In replay mode Run is what moves packets and time while f runs, one packet at a
+// time; f must not wait on wall-clock deadlines. In the normal mode Run just calls f.
+func (c *Cluster) Run(f func() error) error {
+	if !c.cfg.Replay {
+		return f()
+	}
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		quiesce()
+		select {
+		case err := <-done:
+			return err
+		default:
+		}
+		if time.Now().After(deadline) {
+			return ErrRunTimeout
+		}
+		if it, ok := c.replayQ.pop(); ok {
+			if !it.n.down.Load() {
+				it.n.handleQueued(it.q)
+			}
+			continue
+		}
+		if d, ok := c.clock.nextDeadline(); ok {
+			c.clock.Advance(d)
+		} else {
+			c.clock.Advance(time.Millisecond)
+		}
+	}
+}
+
+// nextDeadline returns how long until the earliest pending timer.
+func (c *Clock) nextDeadline() (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.timers) == 0 {
+		return 0, false
+	}
+	d := c.timers[0].deadline - c.elapsedLocked()
+	if d < 0 {
+		d = 0
+	}
+	return d, true
+}
+
+// quiesce returns once every other goroutine has been blocked for three polls in a row.
+func quiesce() {
+	buf := make([]byte, 1<<20)
+	calm := 0
+	for i := 0; i < 100000 && calm < 3; i++ {
+		runtime.Gosched()
+		n := runtime.Stack(buf, true)
+		for n == len(buf) {
+			buf = make([]byte, 2*len(buf))
+			n = runtime.Stack(buf, true)
+		}
+		if othersBusy(buf[:n]) {
+			calm = 0
+		} else {
+			calm++
+		}
+	}
+}
+
+// othersBusy reports whether a goroutine other than the caller is running or runnable.
+func othersBusy(dump []byte) bool {
+	first := true
+	for _, block := range bytes.Split(dump, []byte("\n\n")) {
+		header, _, _ := bytes.Cut(block, []byte("\n"))
+		if first {
+			first = false // the caller
+			continue
+		}
+		i := bytes.IndexByte(header, '[')
+		j := bytes.IndexByte(header, ']')
+		if i < 0 || j < i {
+			continue
+		}
+		state := string(header[i+1 : j])
+		if k := bytes.IndexByte([]byte(state), ','); k >= 0 {
+			state = state[:k]
+		}
+		switch state {
+		case "running", "runnable", "syscall":
+			return true
+		}
+	}
+	return false
+}
+
+var _ = fmt.Sprint
