@@ -352,6 +352,14 @@ func TCPFlagString(f uint8) string {
 	return s
 }
 
+// resetMeta forgets what one node knew about the packet (conntrack, mark, interfaces)
+// when it crosses a wire to another host, as an skb's metadata does not travel.
+func (p *Packet) resetMeta() {
+	p.Conn, p.CtState, p.CtReply, p.ctCreated = nil, CtUntracked, false, false
+	p.Mark, p.notrack, p.inPort = 0, false, nil
+	p.InIface, p.OutIface = "", ""
+}
+
 // SetNoTrack exempts the packet from connection tracking (the raw table's CT --notrack).
 // It only has an effect before the conntrack hook, i.e. at PriorityRaw.
 func (p *Packet) SetNoTrack() { p.notrack = true }

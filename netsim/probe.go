@@ -536,6 +536,7 @@ func (c *Cluster) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv fun
 			env.step(TraceStep{Kind: StepLink, Detail: "cloud load balancer un-NATs the reply: " + before + " => " + pk.String()})
 		}
 	}
+	pk.resetMeta()
 	d := c.fabric.lookup(pk.Dst)
 	if env.trace != nil {
 		env.step(TraceStep{Kind: StepLink, Detail: "cluster network: " + pk.Dst.String() + " -> " + d.String(), Packet: pk.String()})
