@@ -230,3 +230,32 @@ func BenchmarkPods(b *testing.B) {
 		c.Close()
 	}
 }
+
+// netstackPair wires two netstacks back to back with no datapath between them: the
+// ceiling any simulated path can reach.
+func netstackPair(b *testing.B, serve func(net.Listener)) (*Net, string) {
+	clock := NewClock(false)
+	var a, s *netStack
+	var err error
+	a, err = newNetStack(stackOptions{name: "a", seed: 1, clock: clock, mtu: 1500, addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/24")}, out: func(p []byte) { s.link.inject(p) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err = newNetStack(stackOptions{name: "s", seed: 1, clock: clock, mtu: 1500, addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.2/24")}, out: func(p []byte) { a.link.inject(p) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { a.close(); s.close() })
+	sn := newNet("s", s.s, []netip.Addr{netip.MustParseAddr("10.0.0.2")})
+	ln, err := sn.Listen("tcp", ":8080")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go serve(ln)
+	return newNet("a", a.s, []netip.Addr{netip.MustParseAddr("10.0.0.1")}), "10.0.0.2:8080"
+}
+
+func BenchmarkConnectNetstackDirect(b *testing.B) {
+	n, addr := netstackPair(b, pingServer)
+	connRate(b, n, addr, 1)
+}

@@ -1,8 +1,8 @@
 package netsim
 
 import (
-	"container/heap"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -24,83 +24,82 @@ var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 //   - Manual: virtual time moves only through Advance. Probes and replay mode use it;
 //     netstack traffic under a manual clock needs someone to advance it.
 //
-// Clock implements tcpip.Clock. Timers due at the same instant fire in the order they
-// were set.
+// Clock implements tcpip.Clock. Timers that Advance fires, fire in deadline order, and in
+// the order they were set when their deadlines are equal.
 type Clock struct {
-	mu      sync.Mutex
 	manual  bool
-	offset  time.Duration // virtual time elapsed through Advance
-	started time.Time     // wall-clock start (monotonic) for running mode
-	timers  timerHeap
-	seq     uint64
+	offset  atomic.Int64 // virtual nanoseconds added by Advance
+	started time.Time    // wall-clock start (monotonic) for running mode
+
+	mu     sync.Mutex
+	timers map[*clockTimer]struct{} // pending timers
+	seq    uint64
 }
 
 // NewClock returns a clock at Epoch. manual selects manual mode.
 func NewClock(manual bool) *Clock {
-	return &Clock{manual: manual, started: time.Now()}
+	return &Clock{manual: manual, started: time.Now(), timers: map[*clockTimer]struct{}{}}
 }
 
 // Manual reports whether the clock only moves through Advance.
 func (c *Clock) Manual() bool { return c.manual }
 
-// Now returns the current virtual time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return Epoch.Add(c.elapsedLocked())
+// elapsed is the virtual time since Epoch.
+func (c *Clock) elapsed() time.Duration {
+	if c.manual {
+		return time.Duration(c.offset.Load())
+	}
+	return time.Duration(c.offset.Load()) + time.Since(c.started)
 }
+
+// Now returns the current virtual time.
+func (c *Clock) Now() time.Time { return Epoch.Add(c.elapsed()) }
 
 // Since returns the virtual time elapsed since t.
 func (c *Clock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
-func (c *Clock) elapsedLocked() time.Duration {
-	if c.manual {
-		return c.offset
-	}
-	return c.offset + time.Since(c.started)
-}
-
 // NowMonotonic implements tcpip.Clock.
 func (c *Clock) NowMonotonic() tcpip.MonotonicTime {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	var m tcpip.MonotonicTime
-	return m.Add(c.elapsedLocked() + time.Hour) // never zero
+	return m.Add(c.elapsed() + time.Hour) // never zero
 }
 
 // Advance moves virtual time forward by d and runs every timer that falls due, in
 // deadline order, before it returns (each callback on its own goroutine, as tcpip.Clock
-// requires, but Advance waits for them).
+// requires, but Advance waits for it).
 func (c *Clock) Advance(d time.Duration) {
 	if d < 0 {
 		panic("netsim: Clock.Advance with a negative duration")
 	}
-	c.mu.Lock()
-	c.offset += d
-	target := c.elapsedLocked()
+	c.offset.Add(int64(d))
+	target := c.elapsed()
 	if !c.manual {
-		for _, t := range c.timers {
-			c.armLocked(t, target)
+		// Wall-clock timers were armed for the old offset: bring them forward.
+		c.mu.Lock()
+		for t := range c.timers {
+			if t.real != nil {
+				t.real.Reset(max(0, t.deadline-target))
+			}
 		}
+		c.mu.Unlock()
 	}
-	c.mu.Unlock()
-	// Fire due timers one at a time so that timers set by callbacks, and due by now,
-	// fire too.
 	for i := 0; i < 1_000_000; i++ {
 		c.mu.Lock()
-		if len(c.timers) == 0 || c.timers[0].deadline > target {
+		var next *clockTimer
+		for t := range c.timers {
+			if t.deadline <= target && (next == nil || t.deadline < next.deadline || t.deadline == next.deadline && t.seq < next.seq) {
+				next = t
+			}
+		}
+		if next == nil {
 			c.mu.Unlock()
 			return
 		}
-		t := heap.Pop(&c.timers).(*clockTimer)
-		t.index = -1
-		if t.real != nil {
-			t.real.Stop()
-			t.real = nil
-		}
+		delete(c.timers, next)
+		next.pending = false
 		c.mu.Unlock()
 		done := make(chan struct{})
-		go func() { defer close(done); t.f() }()
+		go func() { defer close(done); next.f() }()
 		<-done
 	}
 }
@@ -108,49 +107,54 @@ func (c *Clock) Advance(d time.Duration) {
 // AfterFunc implements tcpip.Clock: f runs on its own goroutine once d of virtual time
 // has passed.
 func (c *Clock) AfterFunc(d time.Duration, f func()) tcpip.Timer {
-	t := &clockTimer{c: c, f: f, index: -1}
+	t := &clockTimer{c: c, f: f}
 	t.Reset(d)
 	return t
 }
 
-// armLocked (re)starts the wall-clock timer behind t in running mode.
-func (c *Clock) armLocked(t *clockTimer, now time.Duration) {
-	if t.real != nil {
-		t.real.Stop()
-	}
-	wait := t.deadline - now
-	if wait < 0 {
-		wait = 0
-	}
-	t.real = time.AfterFunc(wait, func() { c.fire(t) })
-}
-
-// fire runs t if it is still pending (called from a wall-clock timer).
-func (c *Clock) fire(t *clockTimer) {
+// nextDeadline returns how long until the earliest pending timer.
+func (c *Clock) nextDeadline() (time.Duration, bool) {
 	c.mu.Lock()
-	if t.index < 0 {
-		c.mu.Unlock()
-		return
+	defer c.mu.Unlock()
+	var min time.Duration
+	found := false
+	for t := range c.timers {
+		if !found || t.deadline < min {
+			min, found = t.deadline, true
+		}
 	}
-	now := c.elapsedLocked()
-	if t.deadline > now { // Advance re-armed it with a later wall time; wait for that
-		c.mu.Unlock()
-		return
+	if !found {
+		return 0, false
 	}
-	heap.Remove(&c.timers, t.index)
-	t.index = -1
-	t.real = nil
-	c.mu.Unlock()
-	t.f()
+	return max(0, min-c.elapsed()), true
 }
 
 type clockTimer struct {
 	c        *Clock
 	f        func()
-	deadline time.Duration
+	deadline time.Duration // virtual time since Epoch
 	seq      uint64
-	index    int
-	real     *time.Timer
+	pending  bool
+	real     *time.Timer // running mode
+}
+
+// fireReal runs when the wall-clock timer expires.
+func (t *clockTimer) fireReal() {
+	c := t.c
+	c.mu.Lock()
+	if !t.pending {
+		c.mu.Unlock()
+		return
+	}
+	if rest := t.deadline - c.elapsed(); rest > 0 { // stale wake-up of an earlier arming
+		t.real.Reset(rest)
+		c.mu.Unlock()
+		return
+	}
+	t.pending = false
+	delete(c.timers, t)
+	c.mu.Unlock()
+	t.f()
 }
 
 // Stop implements tcpip.Timer.
@@ -158,16 +162,13 @@ func (t *clockTimer) Stop() bool {
 	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if t.index < 0 {
-		return false
-	}
-	heap.Remove(&c.timers, t.index)
-	t.index = -1
+	was := t.pending
+	t.pending = false
+	delete(c.timers, t)
 	if t.real != nil {
 		t.real.Stop()
-		t.real = nil
 	}
-	return true
+	return was
 }
 
 // Reset implements tcpip.Timer.
@@ -175,35 +176,19 @@ func (t *clockTimer) Reset(d time.Duration) {
 	c := t.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if t.index >= 0 {
-		heap.Remove(&c.timers, t.index)
-	}
-	now := c.elapsedLocked()
-	t.deadline = now + d
+	t.deadline = c.elapsed() + d
 	c.seq++
 	t.seq = c.seq
-	heap.Push(&c.timers, t)
-	if !c.manual {
-		c.armLocked(t, now)
+	t.pending = true
+	c.timers[t] = struct{}{}
+	if c.manual {
+		return
 	}
-}
-
-type timerHeap []*clockTimer
-
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
-	if h[i].deadline != h[j].deadline {
-		return h[i].deadline < h[j].deadline
+	if t.real == nil {
+		t.real = time.AfterFunc(d, t.fireReal)
+	} else {
+		t.real.Reset(d)
 	}
-	return h[i].seq < h[j].seq
-}
-func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
-func (h *timerHeap) Push(x any)   { t := x.(*clockTimer); t.index = len(*h); *h = append(*h, t) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return t
 }
 
 var _ tcpip.Clock = (*Clock)(nil)

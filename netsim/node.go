@@ -403,7 +403,10 @@ func (n *Node) run() {
 }
 
 func (n *Node) handleQueued(it queued) {
-	pk := &n.pkt
+	n.handle(it, &n.pkt)
+}
+
+func (n *Node) handle(it queued, pk *Packet) {
 	*pk = Packet{}
 	if err := pk.parse(it.data); err != nil {
 		atomic.AddUint64(&n.stats.Dropped, 1)

@@ -88,20 +88,6 @@ func (c *Cluster) Run(f func() error) error {
 	}
 }
 
-// nextDeadline returns how long until the earliest pending timer.
-func (c *Clock) nextDeadline() (time.Duration, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.timers) == 0 {
-		return 0, false
-	}
-	d := c.timers[0].deadline - c.elapsedLocked()
-	if d < 0 {
-		d = 0
-	}
-	return d, true
-}
-
 // quiesce returns once every other goroutine has been blocked for three polls in a row.
 func quiesce() {
 	buf := make([]byte, 1<<20)
