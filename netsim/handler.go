@@ -341,3 +341,27 @@ func (c *Context) Tracef(format string, args ...any) {
 	}
 	c.Trace(TraceStep{Kind: StepNote, Detail: fmt.Sprintf(format, args...)})
 }
+
+// RewriteDst rewrites the packet's destination the way IPVS's masquerading forwarder
+// does from a non-NAT hook (INPUT, OUTPUT), and records it on the packet's conntrack
+// entry as a DNAT binding (as the kernel's ip_vs_update_conntrack does), so that replies
+// are translated back and later packets of the connection follow it. Use it with a
+// Reroute verdict. It reports false when the packet has no conntrack entry of its own
+// to bind (untracked or invalid): the packet is still rewritten.
+func (c *Context) RewriteDst(p *Packet, to netip.AddrPort) bool {
+	conn := p.Conn
+	ok := conn != nil && !p.CtReply && p.CtState != CtRelated
+	if ok && !c.dryRun {
+		conn.Reply.Src, conn.Reply.SrcPort = to.Addr(), to.Port()
+		conn.Status |= StatusDstNAT | StatusDstNATDone
+	}
+	before := ""
+	if c.trace != nil {
+		before = p.String()
+	}
+	p.SetDst(to.Addr(), to.Port())
+	if c.trace != nil {
+		c.Trace(TraceStep{Kind: StepNAT, Verdict: "DNAT", Detail: before + " => " + p.String()})
+	}
+	return ok
+}

@@ -376,3 +376,40 @@ func TestTraceJSON(t *testing.T) {
 	_ = context.Background
 	_ = fmt.Sprint
 }
+
+// An IPVS-like handler at INPUT: the VIP is local (bound to a dummy interface); the
+// handler rewrites the destination and reroutes, and conntrack undoes it on replies.
+func TestRewriteDstAndReroute(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	client := startPod(t, c, "node-a", "default/client")
+	n := c.Node("node-a")
+	n.AddInterface("kube-ipvs0")
+	vip := netip.MustParseAddrPort("10.96.0.77:80")
+	if err := n.AddAddress("kube-ipvs0", netip.PrefixFrom(vip.Addr(), 32)); err != nil {
+		t.Fatal(err)
+	}
+	n.AddHandler(HandlerSpec{Name: "ipvs", Hook: Input, Priority: PriorityNATSrc - 2, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
+		if p.Dst != vip.Addr() || p.DstPort != vip.Port() || p.CtReply {
+			return VerdictContinue
+		}
+		ctx.RewriteDst(p, netip.AddrPortFrom(web.IP(), 8080))
+		return Verdict{Kind: Reroute, Reason: "virtual server"}
+	})})
+	w, err := ask(t, client.Net(), vip.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Pod != "default/web" || !strings.HasPrefix(w.Client, client.IP().String()) {
+		t.Errorf("through the rewriting handler: %+v", w)
+	}
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect})
+	if r.Result != ResultConnected || r.ReplyFrom != vip {
+		t.Errorf("probe: %s", r.Outcome)
+	}
+	// A port the handler does not serve reaches the node's own stack: refused.
+	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(vip.Addr(), 81), Mode: ProbeConnect})
+	if r.Result != ResultRefused || r.Node != "node-a" {
+		t.Errorf("VIP on another port: %s, want refused by node-a's stack", r.Outcome)
+	}
+}
