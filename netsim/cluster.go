@@ -155,6 +155,7 @@ type Cluster struct {
 	nextExternal netip.Addr
 	closed       bool
 	finalizing   map[string]bool
+	nodeIndex    int // the index the next added node takes
 
 	store       *service.Store
 	cancelWatch func()
@@ -202,6 +203,7 @@ func New(cfg Config) (*Cluster, error) {
 		}
 	}
 	runtime.GOMAXPROCS(prev)
+	c.nodeIndex = len(cfg.Nodes)
 	if err := c.startKube(); err != nil {
 		c.Close()
 		return nil, err

@@ -533,3 +533,82 @@ func (c *Cluster) podKeys() []string {
 }
 
 var _ = strconv.Itoa
+
+// AddNode adds a node to a running cluster (a new machine joining): its network, its
+// Node object in the store, and its proxy. Its index among the nodes picks its default
+// IPs and pod CIDRs, so they do not collide with existing nodes'.
+func (c *Cluster) AddNode(nc NodeConfig) (*Node, error) {
+	if nc.Name == "" {
+		return nil, fmt.Errorf("add node: name required")
+	}
+	if c.Node(nc.Name) != nil {
+		return nil, fmt.Errorf("add node: node %q exists", nc.Name)
+	}
+	c.mu.Lock()
+	idx := c.nodeIndex
+	c.nodeIndex++
+	c.mu.Unlock()
+	n, err := c.addNode(idx, nc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.store.Create(n.nodeObject()); err != nil {
+		return nil, fmt.Errorf("add node %s: %w", nc.Name, err)
+	}
+	if c.cfg.Proxy != nil {
+		p, err := c.cfg.Proxy(n)
+		if err != nil {
+			return nil, fmt.Errorf("add node %s: proxy: %w", nc.Name, err)
+		}
+		n.proxy = p
+		n.syncNow()
+	}
+	return n, nil
+}
+
+// RemoveNode takes a node out of the cluster: it dies (its pods with it), its pods and
+// Node object are deleted from the store, and the cluster network forgets its routes.
+func (c *Cluster) RemoveNode(name string) error {
+	n := c.Node(name)
+	if n == nil {
+		return fmt.Errorf("remove node: no node %q", name)
+	}
+	if err := c.KillNode(name); err != nil {
+		return err
+	}
+	for _, p := range c.store.ListPods() {
+		if p.Spec.NodeName == name {
+			if err := c.store.Delete(service.KindPod, p.Namespace, p.Name); err != nil {
+				return fmt.Errorf("remove node %s: %w", name, err)
+			}
+		}
+	}
+	if err := c.store.Delete(service.KindNode, "", name); err != nil {
+		return fmt.Errorf("remove node %s: %w", name, err)
+	}
+	c.fabric.mu.Lock()
+	for ip, m := range c.fabric.nodeIPs {
+		if m == n {
+			delete(c.fabric.nodeIPs, ip)
+		}
+	}
+	var keep []cidrRoute
+	for _, r := range c.fabric.podCIDRs {
+		if r.node != n {
+			keep = append(keep, r)
+		}
+	}
+	c.fabric.podCIDRs = keep
+	c.fabric.mu.Unlock()
+	c.mu.Lock()
+	delete(c.nodes, name)
+	var order []*Node
+	for _, m := range c.order {
+		if m != n {
+			order = append(order, m)
+		}
+	}
+	c.order = order
+	c.mu.Unlock()
+	return nil
+}

@@ -2,6 +2,7 @@ package netsim
 
 import (
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 	"sync"
@@ -362,5 +363,91 @@ func TestProxyPauseAndErrors(t *testing.T) {
 	}
 	if errs := c.Errors(); len(errs) != 0 {
 		t.Errorf("background errors: %v", errs)
+	}
+}
+
+func TestAddAndRemoveNodes(t *testing.T) {
+	c := kubeCluster(t, Config{})
+	c.Apply(myService())
+	mustCreatePod(t, c, webPod("web-0", "node-a"))
+	n, err := c.AddNode(NodeConfig{Name: "node-d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.IP().String() != "172.18.0.5" || n.PodCIDRs()[0].String() != "10.244.3.0/24" {
+		t.Errorf("new node: %s %v", n.IP(), n.PodCIDRs())
+	}
+	if _, ok := c.Store().GetNode("node-d"); !ok {
+		t.Error("new node not registered")
+	}
+	client := mustCreatePod(t, c, service.NewPod("default/client", service.OnNode("node-d")))
+	svc, _ := c.Store().GetService("default", "my-service")
+	vip := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)
+	if w, err := ask(t, client.Net(), vip.String()); err != nil || w.Pod != "default/web-0" {
+		t.Errorf("from the new node: %+v %v", w, err)
+	}
+	mustCreatePod(t, c, webPod("web-1", "node-b"))
+	if err := c.RemoveNode("node-a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Store().GetPod("default", "web-0"); ok {
+		t.Error("a removed node's pod is still in the store")
+	}
+	for i := 0; i < 4; i++ {
+		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect})
+		if r.Result != ResultConnected || r.Pod != "default/web-1" {
+			t.Errorf("after removing node-a: %s", r.Outcome)
+		}
+	}
+}
+
+// The acceptance test: three HTTP servers on three nodes, a client in a fourth
+// pod, a test DNAT handler in between; replies, conntrack entries and the trace checked.
+func TestHTTPThroughDNATAcrossThreeNodes(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	vip := netip.MustParseAddrPort("10.96.0.100:80")
+	var backends []netip.AddrPort
+	for i, node := range []string{"node-a", "node-b", "node-c"} {
+		p := startPod(t, c, node, fmt.Sprintf("default/http-%d", i), 8080)
+		backends = append(backends, netip.AddrPortFrom(p.IP(), 8080))
+	}
+	attachDNAT(c, &staticDNAT{vip: vip, backends: backends})
+	client := startPod(t, c, "node-b", "default/client")
+	hc := client.Net().HTTPClient()
+	seen := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		resp, err := hc.Get("http://" + vip.String() + "/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		w, err := ParseWhoami(string(body))
+		if err != nil || resp.StatusCode != 200 || w.Msg != "/hello" || resp.Header.Get("X-Pod") != w.Pod {
+			t.Fatalf("HTTP reply %d %q (%v)", resp.StatusCode, body, err)
+		}
+		seen[w.Pod] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("three requests reached %v", seen)
+	}
+	ents := c.Node("node-b").Conntrack().List(CtFilter{Proto: ProtoTCP, OrigDst: vip.Addr()})
+	if len(ents) != 3 {
+		t.Fatalf("node-b conntrack: %d entries for the VIP, want 3", len(ents))
+	}
+	targets := map[netip.Addr]bool{}
+	for _, e := range ents {
+		targets[e.Reply.Src] = true
+		if !e.Has(StatusDstNAT|StatusAssured) || e.TCPState == TCPSynSent {
+			t.Errorf("entry %s: want DNATed, assured, past SYN_SENT", e.String())
+		}
+	}
+	if len(targets) != 3 {
+		t.Errorf("conntrack replies expected from %v, want the three backends", targets)
+	}
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect, Trace: true})
+	nat := r.Trace.Find(StepNAT)
+	if r.Result != ResultConnected || len(nat) < 2 {
+		t.Errorf("traced probe: %s with %d NAT steps\n%s", r.Outcome, len(nat), r.Trace)
 	}
 }
