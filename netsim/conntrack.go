@@ -1,6 +1,7 @@
 package netsim
 
 import (
+	"container/heap"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -23,6 +24,19 @@ func (t Tuple) Invert() Tuple {
 
 func (t Tuple) String() string {
 	return fmt.Sprintf("src=%s dst=%s sport=%d dport=%d", t.Src, t.Dst, t.SrcPort, t.DstPort)
+}
+
+// ctKey is a tuple packed for hashing (netip.Addr carries a zone pointer that makes map
+// keys bigger and slower).
+type ctKey struct {
+	src, dst         [16]byte
+	srcPort, dstPort uint16
+	proto            uint8
+	v6               bool
+}
+
+func keyOf(t Tuple) ctKey {
+	return ctKey{src: t.Src.As16(), dst: t.Dst.As16(), srcPort: t.SrcPort, dstPort: t.DstPort, proto: t.Proto, v6: t.Src.Is6() && !t.Src.Is4In6()}
 }
 
 // tupleOf returns the packet's tuple.
@@ -116,6 +130,8 @@ type Conn struct {
 	Bytes   [2]uint64
 
 	tcp        [2]tcpSide
+	heapKey    time.Time // the expiry this entry was queued for garbage collection with
+	heapIdx    int       // position in the expiry queue; -1 when not queued
 	lastDir    int
 	lastIndex  int
 	timeoutFor time.Duration
@@ -207,11 +223,11 @@ func orDefault(d, def time.Duration) time.Duration {
 // change the entry's reply tuple before confirmation. Entries expire on the virtual clock.
 type Conntrack struct {
 	mu       sync.Mutex
-	table    map[Tuple]ctRef
+	table    map[ctKey]ctRef
 	settings ConntrackSettings
 	now      func() time.Time
 	nextID   uint64
-	ops      int
+	expq     expiryQueue // confirmed entries by (possibly stale) expiry
 }
 
 type ctRef struct {
@@ -221,7 +237,7 @@ type ctRef struct {
 
 // NewConntrack returns an empty table on the given clock.
 func NewConntrack(now func() time.Time, s ConntrackSettings) *Conntrack {
-	return &Conntrack{table: make(map[Tuple]ctRef), settings: s, now: now}
+	return &Conntrack{table: make(map[ctKey]ctRef), settings: s, now: now}
 }
 
 // Settings returns the table's sysctls.
@@ -240,7 +256,7 @@ func (t *Conntrack) SetSettings(s ConntrackSettings) {
 
 // lookup finds the entry for a tuple, dropping it if it has expired.
 func (t *Conntrack) lookupLocked(tu Tuple, now time.Time) (ctRef, bool) {
-	r, ok := t.table[tu]
+	r, ok := t.table[keyOf(tu)]
 	if !ok {
 		return ctRef{}, false
 	}
@@ -252,26 +268,46 @@ func (t *Conntrack) lookupLocked(tu Tuple, now time.Time) (ctRef, bool) {
 }
 
 func (t *Conntrack) removeLocked(c *Conn) {
-	if r, ok := t.table[c.Orig]; ok && r.c == c {
-		delete(t.table, c.Orig)
+	if c.heapIdx >= 0 && c.heapIdx < len(t.expq) && t.expq[c.heapIdx] == c {
+		heap.Remove(&t.expq, c.heapIdx)
 	}
-	if r, ok := t.table[c.Reply]; ok && r.c == c {
-		delete(t.table, c.Reply)
+	if r, ok := t.table[keyOf(c.Orig)]; ok && r.c == c {
+		delete(t.table, keyOf(c.Orig))
+	}
+	if r, ok := t.table[keyOf(c.Reply)]; ok && r.c == c {
+		delete(t.table, keyOf(c.Reply))
 	}
 }
 
-// gcLocked drops expired entries now and then.
+// gcLocked drops expired entries. Entries sit in a queue keyed by the expiry they had
+// when queued; one found due whose expiry moved on is queued again, so a packet's refresh
+// costs nothing and collection is O(log n) per entry.
 func (t *Conntrack) gcLocked(now time.Time) {
-	t.ops++
-	if t.ops < 4096 {
-		return
-	}
-	t.ops = 0
-	for tu, r := range t.table {
-		if !now.Before(r.c.Expires) {
-			delete(t.table, tu)
+	for len(t.expq) > 0 && !t.expq[0].heapKey.After(now) {
+		c := heap.Pop(&t.expq).(*Conn)
+		if now.Before(c.Expires) {
+			c.heapKey = c.Expires
+			heap.Push(&t.expq, c)
+			continue
 		}
+		t.removeLocked(c)
 	}
+}
+
+// expiryQueue is a min-heap of entries by heapKey.
+type expiryQueue []*Conn
+
+func (q expiryQueue) Len() int           { return len(q) }
+func (q expiryQueue) Less(i, j int) bool { return q[i].heapKey.Before(q[j].heapKey) }
+func (q expiryQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i]; q[i].heapIdx = i; q[j].heapIdx = j }
+func (q *expiryQueue) Push(x any)        { c := x.(*Conn); c.heapIdx = len(*q); *q = append(*q, c) }
+func (q *expiryQueue) Pop() any {
+	old := *q
+	c := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	c.heapIdx = -1
+	return c
 }
 
 // ctResult is what the conntrack hook tells the datapath about a packet.
@@ -378,7 +414,7 @@ func (t *Conntrack) newLocked(p *Packet, tu Tuple, now time.Time) ctResult {
 		}
 	}
 	t.nextID++
-	c := &Conn{ID: t.nextID, Orig: tu, Reply: tu.Invert(), Created: now}
+	c := &Conn{ID: t.nextID, Orig: tu, Reply: tu.Invert(), Created: now, heapIdx: -1}
 	c.Packets[0] = 1
 	c.Bytes[0] = uint64(len(p.Data))
 	switch p.Proto {
@@ -428,8 +464,10 @@ func (t *Conntrack) confirm(c *Conn) bool {
 		return false
 	}
 	c.Status |= StatusConfirmed
-	t.table[c.Orig] = ctRef{c: c}
-	t.table[c.Reply] = ctRef{c: c, reply: true}
+	t.table[keyOf(c.Orig)] = ctRef{c: c}
+	t.table[keyOf(c.Reply)] = ctRef{c: c, reply: true}
+	c.heapKey = c.Expires
+	heap.Push(&t.expq, c)
 	return true
 }
 
