@@ -1,0 +1,672 @@
+package scenario
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/clusterlab/clusterlab/alloc"
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy"
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// plan is a checked scenario, ready to run under one proxy mode.
+type plan struct {
+	s         *Scenario
+	cfg       netsim.Config
+	mode      kubeproxy.Mode
+	proxyOpts kubeproxy.Options
+	version   string   // the kube-proxy version modelled ("1.35")
+	notes     []string // what the version, mode and DNS choices mean for this run
+	dns       string   // kube-dns, direct or off
+	nodes     []string
+	delays    map[string]time.Duration // per-node sync delays
+	manifests *loaded
+	applies   map[int]*loaded // apply steps' objects by step index
+}
+
+// DefaultNodes are the nodes of a scenario that lists none.
+var DefaultNodes = []string{"node-a", "node-b", "node-c"}
+
+// prepare checks every field and loads the manifests. mode overrides cluster.proxy.mode
+// when not empty.
+func (s *Scenario) prepare(mode string) (*plan, error) {
+	var errs []error
+	fail := func(path, format string, args ...any) {
+		errs = append(errs, s.errorf(path, format, args...))
+	}
+	c := &s.Cluster
+	p := &plan{s: s, delays: map[string]time.Duration{}, applies: map[int]*loaded{}}
+	seed := c.Seed
+	if seed == 0 {
+		seed = 1
+	}
+	p.cfg = netsim.Config{Seed: seed, ManualClock: true}
+
+	// Networks.
+	prefix := func(field, v string) netip.Prefix {
+		if v == "" {
+			return netip.Prefix{}
+		}
+		pf, err := netip.ParsePrefix(v)
+		if err != nil {
+			fail("cluster."+field, "want a CIDR such as 10.0.0.0/16, got %q", v)
+			return netip.Prefix{}
+		}
+		return pf.Masked()
+	}
+	if pf := prefix("node_cidr", c.NodeCIDR); pf.IsValid() {
+		p.cfg.NodeCIDRs = []netip.Prefix{pf}
+	}
+	if pf := prefix("pod_cidr", c.PodCIDR); pf.IsValid() {
+		p.cfg.ClusterCIDRs = []netip.Prefix{pf}
+	}
+	if pf := prefix("service_cidr", c.ServiceCIDR); pf.IsValid() {
+		p.cfg.ServiceCIDRs = []netip.Prefix{pf}
+	}
+	p.cfg.ExternalCIDR = prefix("external_cidr", c.ExternalCIDR)
+	p.cfg.LoadBalancerCIDR = prefix("load_balancer_cidr", c.LoadBalancerCIDR)
+	switch c.LoadBalancerMode {
+	case "", "nodeport", "vip":
+		p.cfg.LoadBalancerMode = c.LoadBalancerMode
+	default:
+		fail("cluster.load_balancer_mode", "want nodeport or vip, got %q", c.LoadBalancerMode)
+	}
+	if c.NodePortRange != "" {
+		lo, hi, ok := strings.Cut(c.NodePortRange, "-")
+		a, err1 := strconv.Atoi(strings.TrimSpace(lo))
+		b, err2 := strconv.Atoi(strings.TrimSpace(hi))
+		if !ok || err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
+			fail("cluster.node_port_range", "want FIRST-LAST such as 30000-32767, got %q", c.NodePortRange)
+		} else {
+			p.cfg.NodePortRange = alloc.PortRange{Base: a, Size: b - a + 1}
+		}
+	}
+
+	// Nodes.
+	base := netsim.DefaultNodeSettings()
+	if c.NodeSettings != nil {
+		if err := c.NodeSettings.check(s, "cluster.node_settings"); err != nil {
+			errs = append(errs, err)
+		}
+		c.NodeSettings.applyTo(&base)
+	}
+	if len(c.Nodes) == 0 {
+		for _, n := range DefaultNodes {
+			st := base
+			p.cfg.Nodes = append(p.cfg.Nodes, netsim.NodeConfig{Name: n, Settings: &st})
+			p.nodes = append(p.nodes, n)
+		}
+	}
+	for i, n := range c.Nodes {
+		fp := fmt.Sprintf("cluster.nodes[%d]", i)
+		if n.Name == "" {
+			fail(fp+".name", "required")
+		} else if msgs := validation.IsDNS1123Subdomain(n.Name); len(msgs) > 0 {
+			fail(fp+".name", "%q: %s", n.Name, strings.Join(msgs, "; "))
+		} else if slices.Contains(p.nodes, n.Name) {
+			fail(fp+".name", "node %q is listed twice", n.Name)
+		}
+		for k, v := range n.Labels {
+			if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+				fail(fp+".labels."+k, "%s", strings.Join(msgs, "; "))
+			}
+			if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+				fail(fp+".labels."+k, "%s", strings.Join(msgs, "; "))
+			}
+		}
+		st := base
+		if n.Settings != nil {
+			if err := n.Settings.check(s, fp+".settings"); err != nil {
+				errs = append(errs, err)
+			}
+			n.Settings.applyTo(&st)
+		}
+		if n.SyncDelay != nil {
+			p.delays[n.Name] = n.SyncDelay.D()
+		}
+		p.cfg.Nodes = append(p.cfg.Nodes, netsim.NodeConfig{Name: n.Name, Zone: n.Zone, Labels: n.Labels, Settings: &st})
+		p.nodes = append(p.nodes, n.Name)
+	}
+	var externals []string
+	for i, h := range c.ExternalHosts {
+		fp := fmt.Sprintf("cluster.external_hosts[%d]", i)
+		if h.Name == "" {
+			fail(fp+".name", "required")
+		} else if slices.Contains(externals, h.Name) {
+			fail(fp+".name", "external host %q is listed twice", h.Name)
+		}
+		externals = append(externals, h.Name)
+		if h.IP != "" {
+			if _, err := netip.ParseAddr(h.IP); err != nil {
+				fail(fp+".ip", "want an IP address, got %q", h.IP)
+			}
+		}
+	}
+
+	// Proxy mode, version and flags.
+	px := c.Proxy
+	p.cfg.SyncDelay = px.SyncDelay.D()
+	m := px.Mode
+	modePath := "cluster.proxy.mode"
+	if mode != "" {
+		m, modePath = mode, "mode"
+	}
+	if m == "" {
+		m = string(kubeproxy.IPTables)
+	}
+	p.mode = kubeproxy.Mode(m)
+	switch p.mode {
+	case kubeproxy.IPTables, kubeproxy.IPVS, kubeproxy.Userspace:
+		if !modeAvailable(p.mode) {
+			fail(modePath, "kube-proxy mode %q is not available in this build (have %s)", m, modeList())
+		}
+	default:
+		fail(modePath, "unknown kube-proxy mode %q: want iptables, ipvs or userspace (this build has %s)", m, modeList())
+	}
+	if px.Scheduler != "" && !slices.Contains(ipvs.Schedulers(), px.Scheduler) {
+		fail("cluster.proxy.scheduler", "unknown IPVS scheduler %q: want one of %s", px.Scheduler, strings.Join(ipvs.Schedulers(), ", "))
+	}
+	p.proxyOpts = kubeproxy.Options{Mode: p.mode, Scheduler: px.Scheduler, Seed: seed}
+	var nodeMods []func(*proxy.NodeConfig)
+	ver, vnotes, mods, verr := versionBehaviour(px.Version, p.mode)
+	if verr != nil {
+		fail("cluster.proxy.version", "%v", verr)
+	}
+	p.version, p.notes = ver, append(p.notes, vnotes...)
+	nodeMods = append(nodeMods, mods...)
+	if px.MasqueradeAll {
+		nodeMods = append(nodeMods, func(nc *proxy.NodeConfig) { nc.MasqueradeAll = true })
+	}
+	if len(px.NodePortAddresses) > 0 {
+		for i, a := range px.NodePortAddresses {
+			if a == "primary" {
+				if len(px.NodePortAddresses) > 1 {
+					fail(fmt.Sprintf("cluster.proxy.nodeport_addresses[%d]", i), "\"primary\" must be the only value")
+				}
+				continue
+			}
+			if _, err := netip.ParsePrefix(a); err != nil {
+				fail(fmt.Sprintf("cluster.proxy.nodeport_addresses[%d]", i), "want a CIDR or \"primary\", got %q", a)
+			}
+		}
+		addrs := slices.Clone(px.NodePortAddresses)
+		nodeMods = append(nodeMods, func(nc *proxy.NodeConfig) { nc.NodePortAddresses = addrs })
+	}
+	switch lm := proxy.LocalMode(px.DetectLocalMode); lm {
+	case "":
+	case proxy.LocalModeClusterCIDR, proxy.LocalModeNodeCIDR, proxy.LocalModeBridgeInterface, proxy.LocalModeInterfaceNamePrefix:
+		nodeMods = append(nodeMods, func(nc *proxy.NodeConfig) {
+			nc.DetectLocalMode = lm
+			if lm == proxy.LocalModeInterfaceNamePrefix {
+				nc.InterfaceNamePrefix = "veth"
+			}
+		})
+	default:
+		fail("cluster.proxy.detect_local_mode", "want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix, got %q", px.DetectLocalMode)
+	}
+	if px.LocalhostNodePorts != nil {
+		v := *px.LocalhostNodePorts
+		nodeMods = append(nodeMods, func(nc *proxy.NodeConfig) { nc.LocalhostNodePorts = &v })
+	}
+	if len(nodeMods) > 0 {
+		p.proxyOpts.Node = func(nc *proxy.NodeConfig) {
+			for _, f := range nodeMods {
+				f(nc)
+			}
+		}
+	}
+
+	// DNS.
+	switch c.DNS {
+	case "":
+		if kubeDNSAvailable() {
+			p.dns = "kube-dns"
+		} else {
+			p.dns = "direct"
+			p.notes = append(p.notes, "dns: names are answered in-process by the cluster DNS server code (direct); kube-dns inside the simulation is not in this build")
+		}
+	case "kube-dns":
+		if !kubeDNSAvailable() {
+			fail("cluster.dns", "kube-dns inside the simulation is not available in this build; use dns: direct (the DNS server answers each pod's resolver in-process) or off")
+		}
+		p.dns = c.DNS
+	case "direct", "off":
+		p.dns = c.DNS
+	default:
+		fail("cluster.dns", "want kube-dns, direct or off, got %q", c.DNS)
+	}
+
+	// Manifests.
+	p.manifests = &loaded{}
+	if err := s.loadManifests(s.Manifests, "manifests", seed, p.manifests); err != nil {
+		errs = append(errs, err)
+	}
+
+	// Steps.
+	var clock time.Duration
+	for i := range s.Steps {
+		st := &s.Steps[i]
+		sp := fmt.Sprintf("steps[%d]", i)
+		acts := st.actions()
+		switch len(acts) {
+		case 0:
+			fail(sp, "no action: want one of connect, send, dns, check, apply, delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node, sync, node_settings")
+			continue
+		case 1:
+		default:
+			fail(sp, "one action per step, got %s", strings.Join(acts, " and "))
+			continue
+		}
+		if st.At != nil {
+			if st.At.D() < clock {
+				fail(sp+".at", "%s is earlier than the time the steps before reach (%s)", st.At, Duration(clock))
+			}
+			clock = st.At.D()
+		}
+		if st.Advance != nil {
+			clock += st.Advance.D()
+		}
+		if st.Expect != nil {
+			switch acts[0] {
+			case "connect", "send", "dns", "check":
+				s.checkExpect(st, sp, &errs)
+			default:
+				fail(sp+".expect", "only connect, send, dns and check steps have expectations (this is %s)", acts[0])
+			}
+		}
+		s.checkStep(p, st, i, sp, nodeSet(p.nodes), externals, &errs)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return p, nil
+}
+
+func nodeSet(nodes []string) map[string]bool {
+	m := map[string]bool{}
+	for _, n := range nodes {
+		m[n] = true
+	}
+	return m
+}
+
+func modeAvailable(m kubeproxy.Mode) bool { return slices.Contains(kubeproxy.Modes(), m) }
+
+func modeList() string {
+	var out []string
+	for _, m := range kubeproxy.Modes() {
+		out = append(out, string(m))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// AvailableModes lists the kube-proxy modes this build has, sorted.
+func AvailableModes() []string {
+	var out []string
+	for _, m := range kubeproxy.Modes() {
+		out = append(out, string(m))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (ns *NodeSettings) check(s *Scenario, path string) error {
+	var errs []error
+	if ns.RPFilter != nil && (*ns.RPFilter < 0 || *ns.RPFilter > 2) {
+		errs = append(errs, s.errorf(path+".rp_filter", "want 0 (off), 1 (strict) or 2 (loose), got %d", *ns.RPFilter))
+	}
+	return errors.Join(errs...)
+}
+
+func (ns *NodeSettings) applyTo(st *netsim.NodeSettings) {
+	if ns == nil {
+		return
+	}
+	if ns.Hairpin != nil {
+		st.Hairpin = *ns.Hairpin
+	}
+	if ns.RouteLocalnet != nil {
+		st.RouteLocalnet = *ns.RouteLocalnet
+	}
+	if ns.IPForward != nil {
+		st.IPForward = *ns.IPForward
+	}
+	if ns.RPFilter != nil {
+		st.RPFilter = *ns.RPFilter
+	}
+	if ns.TCPBeLiberal != nil {
+		st.Conntrack.TCPBeLiberal = *ns.TCPBeLiberal
+	}
+	if ns.UDPTimeout != nil {
+		st.Conntrack.UDPTimeout = ns.UDPTimeout.D()
+	}
+	if ns.UDPStreamTimeout != nil {
+		st.Conntrack.UDPStream = ns.UDPStreamTimeout.D()
+	}
+}
+
+var resultNames = []string{"ok", "connected", "replied", "delivered", "refused", "dropped"}
+
+func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
+	e := st.Expect
+	ep := sp + ".expect"
+	fail := func(f, format string, args ...any) {
+		*errs = append(*errs, s.errorf(ep+"."+f, format, args...))
+	}
+	traffic := st.Connect != nil || st.Send != nil
+	only := func(f string, set bool, ok bool, what string) {
+		if set && !ok {
+			fail(f, "only %s steps have %s", what, f)
+		}
+	}
+	only("result", e.Result != "", traffic, "connect and send")
+	only("min_success", e.MinSuccess != nil, traffic, "connect and send")
+	only("reaches", e.Reaches != nil, traffic, "connect and send")
+	only("not_reaches", e.NotReaches != nil, traffic, "connect and send")
+	only("backends", e.Backends != nil, traffic, "connect and send")
+	only("spread", e.Spread != nil, traffic, "connect and send")
+	only("seen_source", e.SeenSource != "", traffic, "connect and send")
+	only("rcode", e.Rcode != "", st.DNS != nil, "dns")
+	only("answer", e.Answer != nil, st.DNS != nil, "dns")
+	only("count", e.Count != nil, st.Check != nil, "check")
+	only("ready", e.Ready != nil, st.Check != nil && st.Check.Endpoints != nil, "check endpoints")
+	if e.Result != "" && !slices.Contains(resultNames, e.Result) {
+		fail("result", "want one of %s, got %q", strings.Join(resultNames, ", "), e.Result)
+	}
+	if st.Send != nil && (e.Result == "connected" || e.Result == "replied") {
+		fail("result", "a send step sends single packets: want delivered, refused, dropped or ok, got %q", e.Result)
+	}
+	if st.Connect != nil && e.Result == "delivered" {
+		fail("result", "a connect step completes exchanges: want connected, replied, refused, dropped or ok, got %q", e.Result)
+	}
+	if e.MinSuccess != nil && (*e.MinSuccess < 0 || *e.MinSuccess > 1) {
+		fail("min_success", "want a fraction between 0 and 1 (or a percentage), got %v", *e.MinSuccess)
+	}
+	for i, r := range append(slices.Clone(e.Reaches), e.NotReaches...) {
+		f := fmt.Sprintf("reaches[%d]", i)
+		if i >= len(e.Reaches) {
+			f = fmt.Sprintf("not_reaches[%d]", i-len(e.Reaches))
+		}
+		if _, err := path.Match(strings.TrimPrefix(r, "pod:"), ""); err != nil || r == "" {
+			fail(f, "want a pod NAMESPACE/NAME or a pattern such as default/web-*, got %q", r)
+		}
+	}
+	if e.Backends != nil && *e.Backends < 0 {
+		fail("backends", "want zero or more, got %d", *e.Backends)
+	}
+	if e.Spread != nil && (*e.Spread <= 0 || *e.Spread > 1) {
+		fail("spread", "want a tolerance between 0 and 1 (0.25: each backend within ±25%% of an even share), got %v", *e.Spread)
+	}
+	if e.SeenSource != "" {
+		switch {
+		case e.SeenSource == "client", e.SeenSource == "not-client", e.SeenSource == "node", strings.HasPrefix(e.SeenSource, "node:"):
+		default:
+			if _, err := netip.ParseAddr(e.SeenSource); err != nil {
+				fail("seen_source", "want client, not-client, node, node:NAME or an IP address, got %q", e.SeenSource)
+			}
+		}
+	}
+	if e.Rcode != "" && rcodeOf(e.Rcode) < 0 {
+		fail("rcode", "want NOERROR, NXDOMAIN, SERVFAIL, REFUSED, FORMERR or NOTIMP, got %q", e.Rcode)
+	}
+	if e.Count != nil && *e.Count < 0 {
+		fail("count", "want zero or more, got %d", *e.Count)
+	}
+}
+
+var rcodes = []string{"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED"}
+
+func rcodeOf(s string) int { return slices.Index(rcodes, strings.ToUpper(s)) }
+
+var dnsTypes = []string{"A", "AAAA", "SRV", "PTR", "TXT", "CNAME", "NS", "SOA"}
+
+func (s *Scenario) checkStep(p *plan, st *Step, i int, sp string, nodes map[string]bool, externals []string, errs *[]error) {
+	fail := func(f, format string, args ...any) {
+		*errs = append(*errs, s.errorf(sp+"."+f, format, args...))
+	}
+	checkPlace := func(f, v string) {
+		pl, err := parsePlace(v, false)
+		if err != nil {
+			fail(f, "%v", err)
+			return
+		}
+		switch pl.kind {
+		case "node":
+			if !nodes[pl.name] {
+				fail(f, "no node %q (the nodes are %s)", pl.name, strings.Join(p.nodes, ", "))
+			}
+		case "external":
+			if !slices.Contains(externals, pl.name) {
+				fail(f, "no external host %q: add it under cluster.external_hosts", pl.name)
+			}
+		}
+	}
+	checkNode := func(f, v string, allOK bool) {
+		if v == "all" && allOK {
+			return
+		}
+		if !nodes[v] {
+			fail(f, "no node %q (the nodes are %s%s)", v, strings.Join(p.nodes, ", "), map[bool]string{true: `, or "all"`}[allOK])
+		}
+	}
+	checkTarget := func(f, v string, portOptional bool) {
+		t, err := parseTarget(v, portOptional)
+		if err != nil {
+			fail(f, "%v", err)
+			return
+		}
+		if t.kind == "nodeport" {
+			checkNode(f, t.node, false)
+		}
+		if t.kind == "node" {
+			checkNode(f, t.host, false)
+		}
+		if t.kind == "name" && p.dns == "off" {
+			fail(f, "%q is a DNS name, but cluster.dns is off", v)
+		}
+	}
+	checkPods := func(f string, a *PodAction) {
+		switch {
+		case a.Pod == "" && a.Selector == "":
+			fail(f, "want pod: NAMESPACE/NAME (or a pattern such as default/web-*) or selector: LABELS")
+		case a.Pod != "" && a.Selector != "":
+			fail(f, "pod and selector: give one")
+		case a.Selector != "":
+			if _, err := labels.Parse(a.Selector); err != nil {
+				fail(f+".selector", "%v", err)
+			}
+		default:
+			if _, err := path.Match(a.Pod, ""); err != nil {
+				fail(f+".pod", "bad pattern %q", a.Pod)
+			}
+		}
+		if a.Count < 0 {
+			fail(f+".count", "want zero (all) or more, got %d", a.Count)
+		}
+	}
+	switch {
+	case st.Connect != nil || st.Send != nil:
+		t, f := st.Connect, "connect"
+		if t == nil {
+			t, f = st.Send, "send"
+		}
+		checkPlace(f+".from", t.From)
+		checkTarget(f+".to", t.To, false)
+		proto := strings.ToLower(t.Proto)
+		switch proto {
+		case "", "tcp", "udp":
+		case "sctp":
+			if t.Via == "netstack" {
+				fail(f+".proto", "sctp traffic needs via: probe (netstack has no SCTP sockets)")
+			}
+		default:
+			fail(f+".proto", "want tcp, udp or sctp, got %q", t.Proto)
+		}
+		if t.Count < 0 || t.Count > 100000 {
+			fail(f+".count", "want 1-100000, got %d", t.Count)
+		}
+		if t.SrcPort < 0 || t.SrcPort > 65535 {
+			fail(f+".src_port", "want 1-65535, got %d", t.SrcPort)
+		}
+		switch t.Via {
+		case "", "probe":
+		case "netstack":
+			if st.Send != nil {
+				fail(f+".via", "send steps are single synthetic packets: via probe only")
+			}
+			if t.Trace {
+				fail(f+".trace", "traces come from probes: remove trace or use via: probe")
+			}
+		default:
+			fail(f+".via", "want probe or netstack, got %q", t.Via)
+		}
+	case st.DNS != nil:
+		if p.dns == "off" {
+			fail("dns", "cluster.dns is off")
+		}
+		if _, err := parsePlace(st.DNS.From, true); err != nil {
+			fail("dns.from", "%v", err)
+		}
+		if st.DNS.Name == "" || !validDNSName(st.DNS.Name) {
+			fail("dns.name", "want a DNS name, got %q", st.DNS.Name)
+		}
+		if st.DNS.Type != "" && !slices.Contains(dnsTypes, strings.ToUpper(st.DNS.Type)) {
+			fail("dns.type", "want one of %s, got %q", strings.Join(dnsTypes, ", "), st.DNS.Type)
+		}
+	case st.Check != nil:
+		switch {
+		case st.Check.Conntrack != nil && st.Check.Endpoints != nil:
+			fail("check", "one check per step: conntrack or endpoints")
+		case st.Check.Conntrack != nil:
+			ct := st.Check.Conntrack
+			checkNode("check.conntrack.node", ct.Node, true)
+			switch strings.ToLower(ct.Proto) {
+			case "", "tcp", "udp", "sctp", "icmp":
+			default:
+				fail("check.conntrack.proto", "want tcp, udp, sctp or icmp, got %q", ct.Proto)
+			}
+			if ct.Dst != "" {
+				checkTarget("check.conntrack.dst", ct.Dst, true)
+				if t, err := parseTarget(ct.Dst, true); err == nil && t.kind == "name" {
+					fail("check.conntrack.dst", "names are not resolved here: use an IP, service:NS/NAME:PORT, nodeport:... or pod:...")
+				}
+			}
+			if ct.ReplySrc != "" {
+				if _, err := parseTarget(ct.ReplySrc, true); err != nil {
+					fail("check.conntrack.reply_src", "%v", err)
+				}
+			}
+		case st.Check.Endpoints != nil:
+			if ns, n, ok := strings.Cut(st.Check.Endpoints.Service, "/"); !ok || ns == "" || n == "" {
+				fail("check.endpoints.service", "want NAMESPACE/NAME, got %q", st.Check.Endpoints.Service)
+			}
+		default:
+			fail("check", "want conntrack: or endpoints:")
+		}
+	case st.Apply != nil:
+		l := &loaded{}
+		if len(st.Apply) == 0 {
+			fail("apply", "want at least one manifest")
+		}
+		if err := s.loadManifests(st.Apply, sp+".apply", p.cfg.Seed, l); err != nil {
+			*errs = append(*errs, err)
+		}
+		p.applies[i] = l
+	case st.Delete != nil:
+		for j, r := range st.Delete {
+			f := fmt.Sprintf("delete[%d]", j)
+			switch r.Kind {
+			case "Service", "Pod", "Endpoints", "EndpointSlice", "Deployment", "ReplicaSet":
+				if ns, n, ok := strings.Cut(r.Name, "/"); !ok || ns == "" || n == "" {
+					fail(f+".name", "want NAMESPACE/NAME, got %q", r.Name)
+				}
+			case "Namespace", "Node":
+				if r.Name == "" || strings.Contains(r.Name, "/") {
+					fail(f+".name", "want a %s name, got %q", r.Kind, r.Name)
+				}
+			default:
+				fail(f+".kind", "want Service, Pod, Endpoints, EndpointSlice, Deployment, ReplicaSet, Namespace or Node, got %q", r.Kind)
+			}
+		}
+	case st.DeletePod != nil:
+		checkPods("delete_pod", st.DeletePod)
+	case st.KillPod != nil:
+		checkPods("kill_pod", st.KillPod)
+		if st.KillPod.Grace != 0 {
+			fail("kill_pod.grace", "a killed pod dies at once; grace belongs to delete_pod")
+		}
+	case st.SetReady != nil:
+		checkPods("set_ready", &st.SetReady.PodAction)
+	case st.Scale != nil:
+		w := st.Scale.Deployment
+		if (w == "") == (st.Scale.ReplicaSet == "") {
+			fail("scale", "want deployment: NS/NAME or replicaset: NS/NAME (one of them)")
+		}
+		if st.Scale.Replicas < 0 || st.Scale.Replicas > 1000 {
+			fail("scale.replicas", "want 0-1000, got %d", st.Scale.Replicas)
+		}
+	case st.Fault != nil:
+		f := st.Fault
+		checkPlace("fault.link", f.Link)
+		for _, x := range []struct {
+			name string
+			v    float64
+		}{{"loss", f.Loss}, {"duplicate", f.Duplicate}, {"reorder", f.Reorder}} {
+			if x.v < 0 || x.v > 1 {
+				fail("fault."+x.name, "want a probability between 0 and 1 (or a percentage), got %v", x.v)
+			}
+		}
+	case st.Partition != nil:
+		seen := map[string]bool{}
+		for j, g := range st.Partition {
+			for k, n := range g {
+				f := fmt.Sprintf("partition[%d][%d]", j, k)
+				if n != "external" && !nodes[n] {
+					fail(f, "no node %q (the nodes are %s, or \"external\")", n, strings.Join(p.nodes, ", "))
+				}
+				if seen[n] {
+					fail(f, "%q is in two groups", n)
+				}
+				seen[n] = true
+			}
+		}
+	case st.KillNode != "":
+		checkNode("kill_node", st.KillNode, false)
+	case st.Sync != nil:
+		sy := st.Sync
+		n := 0
+		for _, set := range []bool{sy.Pause != "", sy.Resume != "", sy.Now, sy.Delay != nil} {
+			if set {
+				n++
+			}
+		}
+		if n != 1 {
+			fail("sync", "want exactly one of pause, resume, now, delay")
+		}
+		if sy.Pause != "" {
+			checkNode("sync.pause", sy.Pause, true)
+		}
+		if sy.Resume != "" {
+			checkNode("sync.resume", sy.Resume, true)
+		}
+		if sy.Delay != nil {
+			checkNode("sync.delay.node", sy.Delay.Node, true)
+		}
+	case st.NodeSettings != nil:
+		checkNode("node_settings.node", st.NodeSettings.Node, true)
+		if err := st.NodeSettings.NodeSettings.check(s, sp+".node_settings"); err != nil {
+			*errs = append(*errs, err)
+		}
+	}
+}

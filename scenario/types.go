@@ -1,0 +1,564 @@
+package scenario
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	yaml "go.yaml.in/yaml/v3"
+)
+
+// Scenario is one scenario file: a cluster, the Kubernetes objects in it, and timed steps
+// that act on it and check what happens. The YAML field names are the `yaml` tags; every
+// field is optional except where a comment says otherwise.
+type Scenario struct {
+	// Name is a one-line title; Description says what the scenario shows.
+	Name        string `yaml:"name,omitempty"`
+	Description string `yaml:"description,omitempty"`
+	// Cluster describes the nodes, networks, proxy mode and DNS.
+	Cluster Cluster `yaml:"cluster,omitempty"`
+	// Manifests are applied before the first step, all at once (Apply orders them by kind:
+	// namespaces, nodes, services, endpoints, slices, pods). Deployments and ReplicaSets
+	// are expanded into pods.
+	Manifests []Manifest `yaml:"manifests,omitempty"`
+	// Steps run in order.
+	Steps []Step `yaml:"steps,omitempty"`
+
+	// File is the file the scenario was read from ("" when built in Go); manifest paths
+	// are relative to its directory.
+	File string `yaml:"-"`
+	// Dir is the directory manifest paths are relative to (default: File's directory, or
+	// the working directory).
+	Dir string `yaml:"-"`
+
+	src   []byte         // the file's text (for inline manifest positions)
+	lines map[string]int // field path → line, from the loader
+}
+
+// Cluster describes the simulated cluster.
+type Cluster struct {
+	// Seed drives every random choice (iptables probabilities, IPVS, ports, pod name
+	// suffixes). Default 1.
+	Seed uint64 `yaml:"seed,omitempty"`
+	// Nodes lists the nodes. Default: three nodes node-a, node-b, node-c.
+	Nodes []Node `yaml:"nodes,omitempty"`
+	// NodeCIDR is the network node IPs come from (default 172.18.0.0/16; node i gets .2+i).
+	NodeCIDR string `yaml:"node_cidr,omitempty"`
+	// PodCIDR is the pod network (--cluster-cidr; default 10.244.0.0/16; node i gets the
+	// i-th /24).
+	PodCIDR string `yaml:"pod_cidr,omitempty"`
+	// ServiceCIDR is the service cluster IP range (default 10.96.0.0/12).
+	ServiceCIDR string `yaml:"service_cidr,omitempty"`
+	// ExternalCIDR is the network of external hosts (default 203.0.113.0/24).
+	ExternalCIDR string `yaml:"external_cidr,omitempty"`
+	// LoadBalancerCIDR is the pool load-balancer IPs come from (default 198.51.100.0/24).
+	LoadBalancerCIDR string `yaml:"load_balancer_cidr,omitempty"`
+	// LoadBalancerMode is how the cloud load balancer forwards: "nodeport" (default: to a
+	// node's IP and the node port, keeping the client's address) or "vip" (the packet
+	// unchanged to a node, which handles the load-balancer IP itself).
+	LoadBalancerMode string `yaml:"load_balancer_mode,omitempty"`
+	// NodePortRange is the node port range, "30000-32767" by default.
+	NodePortRange string `yaml:"node_port_range,omitempty"`
+	// Proxy is kube-proxy's configuration on every node.
+	Proxy Proxy `yaml:"proxy,omitempty"`
+	// NodeSettings are kernel settings for every node (each node's own settings override
+	// them field by field).
+	NodeSettings *NodeSettings `yaml:"node_settings,omitempty"`
+	// DNS is how names are resolved: "kube-dns" (a cluster DNS service inside the
+	// simulation, queried over the network through kube-proxy), "direct" (the cluster DNS
+	// server code answers each pod's stub resolver in-process, no packets), or "off".
+	// Default: kube-dns when this build has it, else direct (the run says which).
+	DNS string `yaml:"dns,omitempty"`
+	// ExternalHosts are machines outside the cluster (clients on the internet).
+	ExternalHosts []ExternalHost `yaml:"external_hosts,omitempty"`
+}
+
+// Proxy is the kube-proxy configuration of every node.
+type Proxy struct {
+	// Mode is the proxy mode: iptables (default), ipvs or userspace. A mode this build does
+	// not have is an error naming it.
+	Mode string `yaml:"mode,omitempty"`
+	// Scheduler is the IPVS scheduler (--ipvs-scheduler): rr (default), wrr, lc, wlc, sed,
+	// nq, dh, sh, mh, lblc, lblcr, fo, ovf.
+	Scheduler string `yaml:"scheduler,omitempty"`
+	// Version is the kube-proxy version modelled, "1.N" (default: the current behaviour,
+	// 1.34). See VersionNotes for what each value changes.
+	Version string `yaml:"version,omitempty"`
+	// SyncDelay is how long after a change every node's proxy syncs (default 0: at once).
+	SyncDelay Duration `yaml:"sync_delay,omitempty"`
+	// MasqueradeAll is --masquerade-all.
+	MasqueradeAll bool `yaml:"masquerade_all,omitempty"`
+	// NodePortAddresses is --nodeport-addresses: CIDRs, or "primary".
+	NodePortAddresses []string `yaml:"nodeport_addresses,omitempty"`
+	// DetectLocalMode is --detect-local-mode: ClusterCIDR (default), NodeCIDR,
+	// BridgeInterface or InterfaceNamePrefix.
+	DetectLocalMode string `yaml:"detect_local_mode,omitempty"`
+	// LocalhostNodePorts is --iptables-localhost-nodeports (default true).
+	LocalhostNodePorts *bool `yaml:"localhost_nodeports,omitempty"`
+}
+
+// Node is one node of the cluster.
+type Node struct {
+	// Name is required.
+	Name string `yaml:"name"`
+	// Zone is the topology.kubernetes.io/zone label.
+	Zone string `yaml:"zone,omitempty"`
+	// Labels are extra node labels.
+	Labels map[string]string `yaml:"labels,omitempty"`
+	// Settings are this node's kernel settings (over Cluster.NodeSettings).
+	Settings *NodeSettings `yaml:"settings,omitempty"`
+	// SyncDelay overrides the proxy's sync delay on this node.
+	SyncDelay *Duration `yaml:"sync_delay,omitempty"`
+}
+
+// NodeSettings are the kernel settings of a node that change outcomes; unset fields keep
+// the default (hairpin on, route_localnet as kube-proxy sets it, ip_forward on, rp_filter 0,
+// tcp_be_liberal off, the kernel's conntrack timeouts).
+type NodeSettings struct {
+	// Hairpin is the bridge's hairpin mode: off, a pod cannot reach itself through its
+	// Service.
+	Hairpin *bool `yaml:"hairpin,omitempty"`
+	// RouteLocalnet is net.ipv4.conf.all.route_localnet (localhost NodePorts need it).
+	RouteLocalnet *bool `yaml:"route_localnet,omitempty"`
+	// IPForward is net.ipv4.ip_forward.
+	IPForward *bool `yaml:"ip_forward,omitempty"`
+	// RPFilter is net.ipv4.conf.all.rp_filter: 0 off, 1 strict, 2 loose.
+	RPFilter *int `yaml:"rp_filter,omitempty"`
+	// TCPBeLiberal is net.netfilter.nf_conntrack_tcp_be_liberal.
+	TCPBeLiberal *bool `yaml:"tcp_be_liberal,omitempty"`
+	// UDPTimeout and UDPStreamTimeout are nf_conntrack_udp_timeout (default 30s) and
+	// nf_conntrack_udp_timeout_stream (default 120s).
+	UDPTimeout       *Duration `yaml:"udp_timeout,omitempty"`
+	UDPStreamTimeout *Duration `yaml:"udp_stream_timeout,omitempty"`
+}
+
+// ExternalHost is a machine outside the cluster.
+type ExternalHost struct {
+	// Name is required; steps name it as external:NAME.
+	Name string `yaml:"name"`
+	// IP is its address (default: the next free address of the external network).
+	IP string `yaml:"ip,omitempty"`
+}
+
+// Manifest is an entry of a manifests list: a path to a manifest file or directory
+// (relative to the scenario file; a directory contributes its *.yaml, *.yml and *.json
+// files), or one Kubernetes object written inline. In YAML an entry is either
+// `path: FILE` or the object itself (apiVersion, kind, metadata, ...).
+type Manifest struct {
+	Path string
+	// Object is the inline object as written (a YAML mapping).
+	Object *yaml.Node
+
+	line int // where the entry is in the scenario file
+}
+
+// MarshalYAML writes the entry as `path: FILE` or as the object.
+func (m Manifest) MarshalYAML() (any, error) {
+	if m.Object != nil {
+		return m.Object, nil
+	}
+	return map[string]string{"path": m.Path}, nil
+}
+
+// Step is one step of a scenario: exactly one action (connect, send, dns, check, apply,
+// delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal,
+// kill_node, sync, node_settings), optionally at a given virtual time, and for connect,
+// send, dns and check an expectation.
+type Step struct {
+	// Name labels the step in the output (default: a description of the action).
+	Name string `yaml:"name,omitempty"`
+	// At runs the step at this virtual time after the scenario started, advancing the
+	// clock to it (it is an error if the clock is already later).
+	At *Duration `yaml:"at,omitempty"`
+
+	// Connect makes connections: a TCP handshake, or a UDP request and its reply.
+	Connect *Traffic `yaml:"connect,omitempty"`
+	// Send sends single packets (a TCP SYN, a UDP datagram) and reports where each ends,
+	// without replies.
+	Send *Traffic `yaml:"send,omitempty"`
+	// DNS asks a pod's resolver for a name.
+	DNS *DNSQuery `yaml:"dns,omitempty"`
+	// Check looks at state: conntrack entries, endpoints.
+	Check *Check `yaml:"check,omitempty"`
+
+	// Apply creates or updates objects (change a Service, add pods): manifests as in the
+	// scenario's top-level list.
+	Apply []Manifest `yaml:"apply,omitempty"`
+	// Delete deletes objects.
+	Delete []ObjectRef `yaml:"delete,omitempty"`
+	// DeletePod deletes pods through the API (kubectl delete pod).
+	DeletePod *PodAction `yaml:"delete_pod,omitempty"`
+	// KillPod kills pods' network at once without telling the API: the pod still looks
+	// ready, so its endpoint stays until something (delete_pod, set_ready) changes that.
+	KillPod *PodAction `yaml:"kill_pod,omitempty"`
+	// SetReady sets pods' Ready condition, as a readiness probe would.
+	SetReady *SetReady `yaml:"set_ready,omitempty"`
+	// Scale sets a Deployment's or ReplicaSet's replicas: new pods are created, or the
+	// newest ones deleted.
+	Scale *Scale `yaml:"scale,omitempty"`
+	// Advance moves the virtual clock forward (timers fire: syncs, grace periods,
+	// conntrack timeouts).
+	Advance *Duration `yaml:"advance,omitempty"`
+	// Fault sets a link's faults (loss, latency, ...).
+	Fault *Fault `yaml:"fault,omitempty"`
+	// Partition cuts the cluster network into groups of nodes ("external" names the
+	// outside world); it replaces any earlier partition.
+	Partition [][]string `yaml:"partition,omitempty"`
+	// Heal removes any partition.
+	Heal bool `yaml:"heal,omitempty"`
+	// KillNode makes a node die (its pods with it); its objects stay in the API.
+	KillNode string `yaml:"kill_node,omitempty"`
+	// Sync controls the proxies' syncs.
+	Sync *Sync `yaml:"sync,omitempty"`
+	// NodeSettings changes kernel settings of running nodes.
+	NodeSettings *NodeSettingsChange `yaml:"node_settings,omitempty"`
+
+	// Expect says what a connect, send, dns or check step must see; a failed expectation
+	// fails the run (exit code 1).
+	Expect *Expect `yaml:"expect,omitempty"`
+}
+
+// Traffic is what a connect or send step sends.
+type Traffic struct {
+	// From is where the traffic starts (required): pod:NAMESPACE/NAME (or pod:NAME in
+	// default), node:NAME (the node's host network) or external:NAME.
+	From string `yaml:"from"`
+	// To is the destination (required), one of:
+	//   IP:PORT, [IPv6]:PORT                 an address
+	//   NAME:PORT                            a DNS name, resolved by the source's resolver
+	//                                        (my-service, my-service.default.svc.cluster.local)
+	//   service:NS/NAME:PORT                 the service's cluster IP (PORT may be a port name)
+	//   nodeport:NS/NAME[:PORT]@NODE         NODE's IP and the service port's node port
+	//   loadbalancer:NS/NAME:PORT            the service's load-balancer IP
+	//   pod:NS/NAME:PORT                     the pod's IP
+	//   node:NAME:PORT                       the node's IP
+	To string `yaml:"to"`
+	// Proto is tcp (default), udp or sctp (sctp only with via: probe).
+	Proto string `yaml:"proto,omitempty"`
+	// Count is how many connections or packets (default 1), each from a new source port
+	// unless SrcPort is set.
+	Count int `yaml:"count,omitempty"`
+	// SrcPort fixes the source port: every attempt is then the same 5-tuple, so conntrack
+	// entries are reused.
+	SrcPort int `yaml:"src_port,omitempty"`
+	// Via is how traffic is made: "probe" (default: synthetic packets through the same
+	// datapath, synchronous and deterministic, with rule-level traces) or "netstack"
+	// (real TCP/UDP sockets in the source's network stack talking to the built-in whoami
+	// server; concurrent, so only outcomes are checked).
+	Via string `yaml:"via,omitempty"`
+	// Trace prints the rule-by-rule trace of the first attempt (probe only).
+	Trace bool `yaml:"trace,omitempty"`
+}
+
+// DNSQuery is a name lookup from a pod.
+type DNSQuery struct {
+	// From is the pod whose resolver asks (required): pod:NAMESPACE/NAME.
+	From string `yaml:"from"`
+	// Name is the name asked for (required); short names go through the pod's search list.
+	Name string `yaml:"name"`
+	// Type is A (default), AAAA, SRV, PTR, TXT or CNAME. A and AAAA go through the pod's
+	// stub resolver (search list, ndots); other types ask the name as written.
+	Type string `yaml:"type,omitempty"`
+}
+
+// Check looks at the state of the cluster. Exactly one field is set.
+type Check struct {
+	// Conntrack counts conntrack entries on a node.
+	Conntrack *ConntrackCheck `yaml:"conntrack,omitempty"`
+	// Endpoints counts a service's endpoints in its EndpointSlices.
+	Endpoints *EndpointsCheck `yaml:"endpoints,omitempty"`
+}
+
+// ConntrackCheck selects conntrack entries.
+type ConntrackCheck struct {
+	// Node is the node whose table is read (required), or "all".
+	Node string `yaml:"node"`
+	// Proto is tcp, udp, sctp or icmp (default: any).
+	Proto string `yaml:"proto,omitempty"`
+	// Dst is the original destination, as a connect step's To (names are not resolved;
+	// service:, nodeport: and friends are). A port of 0 or none matches any port.
+	Dst string `yaml:"dst,omitempty"`
+	// ReplySrc is the address the reply comes from (the endpoint a DNAT chose): an IP,
+	// IP:PORT or pod:NS/NAME.
+	ReplySrc string `yaml:"reply_src,omitempty"`
+}
+
+// EndpointsCheck selects a service's endpoints.
+type EndpointsCheck struct {
+	// Service is NAMESPACE/NAME (required).
+	Service string `yaml:"service"`
+}
+
+// ObjectRef names an object: kind and NAMESPACE/NAME (or NAME for nodes and namespaces).
+type ObjectRef struct {
+	Kind string `yaml:"kind"`
+	Name string `yaml:"name"`
+}
+
+// PodAction selects pods for delete_pod and kill_pod.
+type PodAction struct {
+	// Pod is NAMESPACE/NAME, or a pattern with * (default/web-*), or "" with Selector.
+	Pod string `yaml:"pod,omitempty"`
+	// Selector is a label selector (app=web) in Namespace (default "default").
+	Selector  string `yaml:"selector,omitempty"`
+	Namespace string `yaml:"namespace,omitempty"`
+	// Count limits how many of the matching pods (sorted by name) are affected; 0: all.
+	Count int `yaml:"count,omitempty"`
+	// Grace is the deletion grace period (delete_pod only; default 0: gone at once).
+	// During it the pod is terminating: its endpoints stay serving-but-not-ready.
+	Grace Duration `yaml:"grace,omitempty"`
+}
+
+// SetReady sets the Ready condition of the pods a PodAction selects.
+type SetReady struct {
+	PodAction `yaml:",inline"`
+	// Ready is the new value of the condition.
+	Ready bool `yaml:"ready"`
+}
+
+// Scale changes a workload's replicas.
+type Scale struct {
+	// Deployment or ReplicaSet is NAMESPACE/NAME of a workload from the manifests.
+	Deployment string `yaml:"deployment,omitempty"`
+	ReplicaSet string `yaml:"replicaset,omitempty"`
+	// Replicas is the new count.
+	Replicas int `yaml:"replicas"`
+}
+
+// Fault sets the faults of one link: a pod's veth (pod:NS/NAME), a node's uplink
+// (node:NAME) or an external host's link (external:NAME). All zero clears them.
+type Fault struct {
+	Link      string   `yaml:"link"`
+	Loss      float64  `yaml:"loss,omitempty"`
+	Latency   Duration `yaml:"latency,omitempty"`
+	Jitter    Duration `yaml:"jitter,omitempty"`
+	Duplicate float64  `yaml:"duplicate,omitempty"`
+	Reorder   float64  `yaml:"reorder,omitempty"`
+}
+
+// Sync controls kube-proxy syncs. Exactly one field is set.
+type Sync struct {
+	// Pause stops a node's proxy from syncing ("all" for every node).
+	Pause string `yaml:"pause,omitempty"`
+	// Resume lets it sync again (at once if anything changed).
+	Resume string `yaml:"resume,omitempty"`
+	// Now syncs every live node's proxy at once.
+	Now bool `yaml:"now,omitempty"`
+	// Delay sets a node's sync delay.
+	Delay *SyncDelay `yaml:"delay,omitempty"`
+}
+
+// SyncDelay is a node's proxy sync delay.
+type SyncDelay struct {
+	Node     string   `yaml:"node"` // a node name or "all"
+	Duration Duration `yaml:"duration"`
+}
+
+// NodeSettingsChange sets kernel settings on running nodes.
+type NodeSettingsChange struct {
+	// Node is a node name or "all".
+	Node         string `yaml:"node"`
+	NodeSettings `yaml:",inline"`
+}
+
+// Expect is what a step must see. Fields that are not set are not checked.
+//
+// For connect and send steps, over all attempts:
+//   - result: every attempt ended so: connected, replied (UDP), delivered (send),
+//     refused, dropped; "ok" means connected, replied or delivered.
+//   - min_success: at least this fraction of attempts were ok.
+//   - reaches: the pods that answered are exactly these (NS/NAME or patterns with *;
+//     each pattern answered at least once, every answer matched a pattern).
+//   - not_reaches: no answer came from these.
+//   - backends: this many distinct pods answered.
+//   - spread: each pod that answered got an even share within this tolerance (0.25:
+//     within ±25% of count/backends).
+//   - seen_source: the source address the backend saw: "client" (the client's own
+//     address), "not-client" (translated), "node" (any node's IP), node:NAME, or an IP.
+//
+// For dns steps: rcode (NOERROR, NXDOMAIN, ...), answer (the set of answers: IPs,
+// service:NS/NAME for a service's cluster IPs, pod:NS/NAME for a pod's IPs, or record
+// data for other types such as SRV "0 100 80 my-service.default.svc.cluster.local.").
+//
+// For check steps: count (conntrack entries, endpoints), ready (ready endpoints).
+type Expect struct {
+	Result     string   `yaml:"result,omitempty"`
+	MinSuccess *float64 `yaml:"min_success,omitempty"`
+	Reaches    []string `yaml:"reaches,omitempty"`
+	NotReaches []string `yaml:"not_reaches,omitempty"`
+	Backends   *int     `yaml:"backends,omitempty"`
+	Spread     *float64 `yaml:"spread,omitempty"`
+	SeenSource string   `yaml:"seen_source,omitempty"`
+
+	Rcode  string   `yaml:"rcode,omitempty"`
+	Answer []string `yaml:"answer,omitempty"`
+
+	Count *int `yaml:"count,omitempty"`
+	Ready *int `yaml:"ready,omitempty"`
+}
+
+// Duration is a time.Duration written as "30s", "1m30s", "250ms".
+type Duration time.Duration
+
+// D returns the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalYAML writes the duration as Go's time.Duration string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// String returns the duration as Go's time.Duration string.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Action returns the name of the step's action (its YAML key), or "" if none is set.
+func (s *Step) Action() string {
+	as := s.actions()
+	if len(as) == 0 {
+		return ""
+	}
+	return as[0]
+}
+
+func (s *Step) actions() []string {
+	var out []string
+	add := func(set bool, name string) {
+		if set {
+			out = append(out, name)
+		}
+	}
+	add(s.Connect != nil, "connect")
+	add(s.Send != nil, "send")
+	add(s.DNS != nil, "dns")
+	add(s.Check != nil, "check")
+	add(s.Apply != nil, "apply")
+	add(s.Delete != nil, "delete")
+	add(s.DeletePod != nil, "delete_pod")
+	add(s.KillPod != nil, "kill_pod")
+	add(s.SetReady != nil, "set_ready")
+	add(s.Scale != nil, "scale")
+	add(s.Advance != nil, "advance")
+	add(s.Fault != nil, "fault")
+	add(s.Partition != nil, "partition")
+	add(s.Heal, "heal")
+	add(s.KillNode != "", "kill_node")
+	add(s.Sync != nil, "sync")
+	add(s.NodeSettings != nil, "node_settings")
+	return out
+}
+
+// Title is the step's name, or a one-line description of its action.
+func (s *Step) Title() string {
+	if s.Name != "" {
+		return s.Name
+	}
+	switch {
+	case s.Connect != nil:
+		return fmt.Sprintf("connect %s -> %s%s", s.Connect.From, s.Connect.To, trafficSuffix(s.Connect))
+	case s.Send != nil:
+		return fmt.Sprintf("send %s -> %s%s", s.Send.From, s.Send.To, trafficSuffix(s.Send))
+	case s.DNS != nil:
+		t := s.DNS.Type
+		if t == "" {
+			t = "A"
+		}
+		return fmt.Sprintf("dns %s %s from %s", t, s.DNS.Name, s.DNS.From)
+	case s.Check != nil && s.Check.Conntrack != nil:
+		c := s.Check.Conntrack
+		parts := []string{"conntrack on " + c.Node}
+		if c.Proto != "" {
+			parts = append(parts, c.Proto)
+		}
+		if c.Dst != "" {
+			parts = append(parts, "to "+c.Dst)
+		}
+		if c.ReplySrc != "" {
+			parts = append(parts, "replied by "+c.ReplySrc)
+		}
+		return "check " + strings.Join(parts, " ")
+	case s.Check != nil && s.Check.Endpoints != nil:
+		return "check endpoints of " + s.Check.Endpoints.Service
+	case s.Apply != nil:
+		return fmt.Sprintf("apply %d manifest(s)", len(s.Apply))
+	case s.Delete != nil:
+		var names []string
+		for _, r := range s.Delete {
+			names = append(names, r.Kind+" "+r.Name)
+		}
+		return "delete " + strings.Join(names, ", ")
+	case s.DeletePod != nil:
+		t := "delete pod " + s.DeletePod.describe()
+		if s.DeletePod.Grace > 0 {
+			t += " (grace " + s.DeletePod.Grace.String() + ")"
+		}
+		return t
+	case s.KillPod != nil:
+		return "kill pod " + s.KillPod.describe()
+	case s.SetReady != nil:
+		return fmt.Sprintf("set ready=%v on %s", s.SetReady.Ready, s.SetReady.describe())
+	case s.Scale != nil:
+		w := s.Scale.Deployment
+		if w == "" {
+			w = s.Scale.ReplicaSet
+		}
+		return fmt.Sprintf("scale %s to %d", w, s.Scale.Replicas)
+	case s.Advance != nil:
+		return "advance " + s.Advance.String()
+	case s.Fault != nil:
+		return "fault on " + s.Fault.Link
+	case s.Partition != nil:
+		var gs []string
+		for _, g := range s.Partition {
+			gs = append(gs, "["+strings.Join(g, " ")+"]")
+		}
+		return "partition " + strings.Join(gs, " ")
+	case s.Heal:
+		return "heal the partition"
+	case s.KillNode != "":
+		return "kill node " + s.KillNode
+	case s.Sync != nil:
+		switch {
+		case s.Sync.Pause != "":
+			return "pause kube-proxy on " + s.Sync.Pause
+		case s.Sync.Resume != "":
+			return "resume kube-proxy on " + s.Sync.Resume
+		case s.Sync.Now:
+			return "sync every proxy now"
+		case s.Sync.Delay != nil:
+			return fmt.Sprintf("sync delay %s on %s", s.Sync.Delay.Duration, s.Sync.Delay.Node)
+		}
+	case s.NodeSettings != nil:
+		return "node settings on " + s.NodeSettings.Node
+	}
+	return "(no action)"
+}
+
+func trafficSuffix(t *Traffic) string {
+	var parts []string
+	if t.Proto != "" && !strings.EqualFold(t.Proto, "tcp") {
+		parts = append(parts, strings.ToLower(t.Proto))
+	}
+	if t.Count > 1 {
+		parts = append(parts, fmt.Sprintf("x%d", t.Count))
+	}
+	if t.Via == "netstack" {
+		parts = append(parts, "via netstack")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func (p *PodAction) describe() string {
+	s := p.Pod
+	if s == "" {
+		ns := p.Namespace
+		if ns == "" {
+			ns = "default"
+		}
+		s = ns + "/{" + p.Selector + "}"
+	}
+	if p.Count > 0 {
+		s += fmt.Sprintf(" (first %d)", p.Count)
+	}
+	return s
+}
