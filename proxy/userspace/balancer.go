@@ -221,6 +221,33 @@ func (b *Balancer) Next(name proxy.ServicePortName, client netip.Addr, resetAffi
 	return c, nil
 }
 
+// Peek returns what Next would choose for a new connection from client now, changing
+// nothing (for traces).
+func (b *Balancer) Peek(name proxy.ServicePortName, client netip.Addr) (Choice, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.services[name]
+	if st == nil {
+		return Choice{}, ErrMissingService
+	}
+	if len(st.endpoints) == 0 {
+		return Choice{}, ErrMissingEndpoints
+	}
+	if st.clientIP {
+		if a := st.clients[client.Unmap()]; a != nil {
+			age := b.clock.Now().Sub(a.lastUsed)
+			if time.Duration(int64(age.Seconds()))*time.Second < st.ttl {
+				return Choice{Endpoint: a.endpoint, Reason: ReasonAffinity, Age: age, TTL: st.ttl}, nil
+			}
+		}
+	}
+	c := Choice{Endpoint: st.endpoints[st.index], Reason: ReasonRoundRobin, Index: st.index, Of: len(st.endpoints)}
+	if st.clientIP {
+		c.TTL = st.ttl
+	}
+	return c, nil
+}
+
 // CleanupStaleSessions drops affinity entries unused for the timeout (kube-proxy does
 // this on every sync).
 func (b *Balancer) CleanupStaleSessions() {

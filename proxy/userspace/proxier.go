@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -679,7 +680,7 @@ func (s *serviceProxy) serveTCP() {
 	for {
 		in, err := s.ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) || !s.alive.Load() {
+			if !s.alive.Load() || !transient(err) {
 				return
 			}
 			continue
@@ -694,6 +695,20 @@ func (s *serviceProxy) serveTCP() {
 		}
 		go splice(in, out)
 	}
+}
+
+// transient reports whether a socket error leaves the socket usable: a timeout, or a
+// shortage of file descriptors or a connection aborted before accept. Anything else (a
+// closed socket, a network stack torn down) ends the loop reading it.
+func transient(err error) bool {
+	if errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EINTR)
 }
 
 // splice copies both ways; each direction passes its end of stream on as a half

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,7 +77,9 @@ func (s *serviceProxy) serveUDP() {
 	for {
 		n, from, err := s.pc.ReadFrom(buf)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) || !s.alive.Load() {
+			// A UDP socket also reports ICMP errors for datagrams it sent (replies to a
+			// client that is gone): those leave it usable.
+			if !s.alive.Load() || !transient(err) && !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.EHOSTUNREACH) && !errors.Is(err, syscall.ENETUNREACH) {
 				return
 			}
 			continue

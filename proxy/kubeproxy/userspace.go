@@ -1,0 +1,294 @@
+package kubeproxy
+
+// kube-proxy's userspace mode on the simulated network:
+//
+//	service store ──▶ netsim: Proxy.Sync ──▶ userspace.Proxier (per IP family)
+//	                                           │ listeners on node.HostNet() (netstack sockets)
+//	                                           │ restore text (KUBE-PORTALS-*, KUBE-NODEPORT-*)
+//	                                           ▼
+//	                                  emulator.Emulator attached to the node's hooks
+//
+// A pod's SYN to a cluster IP meets the emulator's REDIRECT in PREROUTING, is delivered
+// to the node's host stack at the listener's port, and the proxier (an ordinary
+// program on the node's host network) accepts it, picks an endpoint and connects to it
+// from the node. A trace of the packet ends at the listener, where a small handler at
+// INPUT notes which service's listener it reached and which endpoint the proxy would
+// choose; the proxier's decision log (UserspaceDecisions) says what it did choose.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy"
+	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+	"github.com/clusterlab/clusterlab/proxy/userspace"
+)
+
+func init() { Register(Userspace, newUserspaceProxy) }
+
+// UserspaceConfig holds the userspace mode's own kube-proxy flags.
+type UserspaceConfig struct {
+	// UDPIdleTimeout is --udp-timeout (default 250ms), on the cluster's virtual clock.
+	UDPIdleTimeout time.Duration
+	// PortRange is --proxy-port-range (default: the node's host stack picks).
+	PortRange userspace.PortRange
+	// DialTimeouts are the endpoint dial timeouts (default 250ms, 500ms, 1s, 2s).
+	DialTimeouts []time.Duration
+	// DecisionLog is how many decisions each proxier keeps (default 4096).
+	DecisionLog int
+	// OnDecision, if set, receives every decision as it is made, with the node's name
+	// (from the proxies' goroutines).
+	OnDecision func(node string, d userspace.Decision)
+}
+
+// UserspaceFactory is Factory for the userspace mode with its own flags (Factory with
+// Mode Userspace uses the defaults).
+func UserspaceFactory(opts Options, uc UserspaceConfig) netsim.ProxyFactory {
+	opts.Mode = Userspace
+	return func(n *netsim.Node) (netsim.Proxy, error) {
+		cfg := NodeConfigFor(n)
+		if opts.Node != nil {
+			opts.Node(&cfg)
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("kube-proxy on %s: %w", n.Name(), err)
+		}
+		return newUserspace(n, opts, cfg, uc)
+	}
+}
+
+func newUserspaceProxy(n *netsim.Node, opts Options, cfg proxy.NodeConfig) (netsim.Proxy, error) {
+	return newUserspace(n, opts, cfg, UserspaceConfig{})
+}
+
+// userspaceProxy is the userspace mode on one node: a Proxier per IP family of the
+// node, each writing into an emulator attached to the node's datapath.
+type userspaceProxy struct {
+	n        *netsim.Node
+	fams     []*userspaceFamily
+	mu       sync.Mutex
+	localEPs map[types.NamespacedName]int
+}
+
+type userspaceFamily struct {
+	family corev1.IPFamily
+	emu    *emulator.Emulator
+	px     *userspace.Proxier
+}
+
+// userspaceClock adapts the cluster's virtual clock to userspace.Clock.
+type userspaceClock struct{ c *netsim.Clock }
+
+func (k userspaceClock) Now() time.Time { return k.c.Now() }
+
+func (k userspaceClock) AfterFunc(d time.Duration, f func()) userspace.Timer {
+	return k.c.AfterFunc(d, f)
+}
+
+func newUserspace(n *netsim.Node, opts Options, cfg proxy.NodeConfig, uc UserspaceConfig) (*userspaceProxy, error) {
+	p := &userspaceProxy{n: n}
+	seed := opts.Seed
+	if seed == 0 {
+		seed = n.Cluster().Config().Seed
+	}
+	h := fnv.New64a()
+	h.Write([]byte(n.Name()))
+	seed ^= h.Sum64()
+	seen := map[corev1.IPFamily]bool{}
+	for _, ip := range n.IPs() {
+		fam, efam := corev1.IPv4Protocol, emulator.IPv4
+		if ip.Is6() {
+			fam, efam = corev1.IPv6Protocol, emulator.IPv6
+		}
+		if seen[fam] {
+			continue
+		}
+		seen[fam] = true
+		emu := emulator.New(efam)
+		px, err := userspace.New(userspace.Config{
+			Family:         fam,
+			Node:           cfg,
+			Network:        n.HostNet(),
+			IPTables:       emu,
+			Conntrack:      Conntrack{T: n.Conntrack(), Family: fam},
+			Clock:          userspaceClock{n.Cluster().Clock()},
+			Seed:           seed + uint64(len(p.fams)),
+			HostIP:         ip,
+			PortRange:      uc.PortRange,
+			UDPIdleTimeout: uc.UDPIdleTimeout,
+			DialTimeouts:   uc.DialTimeouts,
+			DecisionLog:    uc.DecisionLog,
+			OnDecision:     onDecision(n.Name(), uc.OnDecision),
+		})
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("kube-proxy (userspace) on %s: %w", n.Name(), err)
+		}
+		emu.AttachNetsim(n, "kube-proxy userspace "+string(fam))
+		p.fams = append(p.fams, &userspaceFamily{family: fam, emu: emu, px: px})
+	}
+	n.AddHandler(netsim.HandlerSpec{Name: "kube-proxy userspace", Hook: netsim.Input, Priority: netsim.PrioritySecurity + 10, Handler: netsim.HandlerFunc(p.note)})
+	n.SetHealthChecker(p.health)
+	return p, nil
+}
+
+func onDecision(node string, f func(string, userspace.Decision)) func(userspace.Decision) {
+	if f == nil {
+		return nil
+	}
+	return func(d userspace.Decision) { f(node, d) }
+}
+
+func (p *userspaceProxy) close() {
+	for _, f := range p.fams {
+		f.px.Close()
+	}
+}
+
+// Sync implements netsim.Proxy. Listeners that could not be opened are reported as an
+// error after the rest of the sync has been applied.
+func (p *userspaceProxy) Sync() error {
+	st := p.n.Cluster().Store()
+	svcs, slices := st.ListServices(), st.ListEndpointSlices()
+	local := map[types.NamespacedName]int{}
+	var warnings []error
+	for _, f := range p.fams {
+		res, err := f.px.Sync(context.Background(), svcs, slices)
+		if err != nil {
+			return err
+		}
+		warnings = append(warnings, res.Warnings...)
+		for nn, k := range f.px.State().Endpoints.LocalReadyEndpoints() {
+			local[nn] += k
+		}
+	}
+	p.mu.Lock()
+	p.localEPs = local
+	p.mu.Unlock()
+	return errors.Join(warnings...)
+}
+
+// health is the health-check node port: 200 with local ready endpoints, 503 without.
+// (The userspace proxy itself ignores externalTrafficPolicy: it sends to any endpoint.)
+func (p *userspaceProxy) health(namespace, name string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.localEPs[types.NamespacedName{Namespace: namespace, Name: name}] > 0 {
+		return 200
+	}
+	return 503
+}
+
+func (p *userspaceProxy) family(addr netip.Addr) *userspaceFamily {
+	fam := corev1.IPv4Protocol
+	if addr.Is6() {
+		fam = corev1.IPv6Protocol
+	}
+	for _, f := range p.fams {
+		if f.family == fam {
+			return f
+		}
+	}
+	return nil
+}
+
+// note adds a trace step where a packet reaches a proxy listener: which service port's
+// listener, the address the client asked for, and the endpoint the proxy would choose
+// for a new connection from that client now.
+func (p *userspaceProxy) note(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
+	if !ctx.Tracing() || pk.CtState != netsim.CtNew || pk.Proto != netsim.ProtoTCP && pk.Proto != netsim.ProtoUDP {
+		return netsim.VerdictContinue
+	}
+	f := p.family(pk.Dst)
+	if f == nil {
+		return netsim.VerdictContinue
+	}
+	proto := corev1.ProtocolTCP
+	if pk.Proto == netsim.ProtoUDP {
+		proto = corev1.ProtocolUDP
+	}
+	l, ok := f.px.ListenerAt(proto, pk.DstPort)
+	if !ok {
+		return netsim.VerdictContinue
+	}
+	asked := ""
+	if c := pk.Conn; c != nil && (c.Orig.Dst != pk.Dst || c.Orig.DstPort != pk.DstPort) {
+		asked = fmt.Sprintf(" (the client asked for %v)", netip.AddrPortFrom(c.Orig.Dst, c.Orig.DstPort))
+	}
+	next := "no endpoints: the proxy will close the connection"
+	src := pk.Src
+	if pk.Conn != nil {
+		src = pk.Conn.Orig.Src
+	}
+	if ch, err := f.px.Balancer().Peek(l.Service, src); err == nil {
+		next = fmt.Sprintf("the proxy would connect to %s (%s) from this node", ch.Endpoint, ch)
+	}
+	ctx.Tracef("redirected to the userspace proxy listener for %s at :%d/%s%s; %s — see the proxier's decision log for what it did",
+		l.Service, l.Port, userspaceProtoName(proto), asked, next)
+	return netsim.VerdictContinue
+}
+
+func userspaceProtoName(p corev1.Protocol) string {
+	if p == corev1.ProtocolUDP {
+		return "udp"
+	}
+	return "tcp"
+}
+
+func userspaceOf(n *netsim.Node) *userspaceProxy {
+	p, _ := n.Proxy().(*userspaceProxy)
+	return p
+}
+
+// UserspaceProxier returns the userspace proxier of a node for a family, or nil when
+// the node does not run the userspace mode (or has no address of the family).
+func UserspaceProxier(n *netsim.Node, family corev1.IPFamily) *userspace.Proxier {
+	p := userspaceOf(n)
+	if p == nil {
+		return nil
+	}
+	for _, f := range p.fams {
+		if f.family == family {
+			return f.px
+		}
+	}
+	return nil
+}
+
+// UserspaceEmulator returns the iptables emulator holding a userspace-mode node's
+// rules for a family (nil if none).
+func UserspaceEmulator(n *netsim.Node, family corev1.IPFamily) *emulator.Emulator {
+	p := userspaceOf(n)
+	if p == nil {
+		return nil
+	}
+	for _, f := range p.fams {
+		if f.family == family {
+			return f.emu
+		}
+	}
+	return nil
+}
+
+// UserspaceDecisions returns a userspace-mode node's decisions (every family, IPv4
+// first), oldest first within a family.
+func UserspaceDecisions(n *netsim.Node) []userspace.Decision {
+	p := userspaceOf(n)
+	if p == nil {
+		return nil
+	}
+	var out []userspace.Decision
+	for _, f := range p.fams {
+		out = append(out, f.px.Decisions()...)
+	}
+	return out
+}

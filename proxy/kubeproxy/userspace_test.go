@@ -1,0 +1,511 @@
+package kubeproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy"
+	"github.com/clusterlab/clusterlab/proxy/userspace"
+	"github.com/clusterlab/clusterlab/service"
+)
+
+func userspaceCluster(t testing.TB, uc UserspaceConfig) *netsim.Cluster {
+	t.Helper()
+	c, err := netsim.New(netsim.Config{Seed: 11, Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}, Proxy: UserspaceFactory(Options{}, uc)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, err := range c.Errors() {
+			t.Errorf("cluster error: %v", err)
+		}
+		c.Close()
+	})
+	return c
+}
+
+// nodeAddrs is every address of a node: "the node's address" a backend may see is its
+// IP, or its bridge address when the endpoint is one of its own pods.
+func nodeAddrs(n *netsim.Node) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, i := range n.Interfaces() {
+		for _, p := range i.Addrs {
+			out[p.Addr()] = true
+		}
+	}
+	return out
+}
+
+func lastDecision(t *testing.T, n *netsim.Node) userspace.Decision {
+	t.Helper()
+	ds := UserspaceDecisions(n)
+	if len(ds) == 0 {
+		t.Fatalf("no decisions on %s", n.Name())
+	}
+	return ds[len(ds)-1]
+}
+
+func podIP(t *testing.T, c *netsim.Cluster, key string) netip.Addr {
+	t.Helper()
+	ns, name, _ := strings.Cut(key, "/")
+	p := c.Pod(ns, name)
+	if p == nil {
+		t.Fatalf("no pod %s", key)
+	}
+	return p.IP()
+}
+
+// listenerOf returns a node's listener for a service port name.
+func listenerOf(t *testing.T, n *netsim.Node, svc, port string) userspace.Listener {
+	t.Helper()
+	for _, l := range UserspaceProxier(n, corev1.IPv4Protocol).Listeners() {
+		if l.Service.Name == svc && l.Service.Port == port {
+			return l
+		}
+	}
+	t.Fatalf("%s: no listener for %s:%s", n.Name(), svc, port)
+	return userspace.Listener{}
+}
+
+func TestUserspaceModeClusterIPTCP(t *testing.T) {
+	c := userspaceCluster(t, UserspaceConfig{})
+	if err := c.Apply(service.NewService("default/my-service", service.Selector("app=MyApp"), service.Port("http", 80, 9376))); err != nil {
+		t.Fatal(err)
+	}
+	backends(t, c)
+	client, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeA := c.Node("node-a")
+	px := UserspaceProxier(nodeA, corev1.IPv4Protocol)
+	l := listenerOf(t, nodeA, "my-service", "http")
+	order := px.Balancer().Endpoints(l.Service)
+	if len(order) != 3 {
+		t.Fatalf("endpoints %v", order)
+	}
+	vip := vipOf(t, c, "my-service", 80)
+	if len(l.Portals) != 1 || l.Portals[0] != vip {
+		t.Errorf("listener portals %v, want %v", l.Portals, vip)
+	}
+	addrs := nodeAddrs(nodeA)
+	for i := 0; i < 9; i++ {
+		w := ask(t, client.Net(), vip.String())
+		d := lastDecision(t, nodeA)
+		if d.Endpoint != order[i%3] || d.Attempts[0].Reason != userspace.ReasonRoundRobin {
+			t.Errorf("connection %d: %s; want %s by round robin", i, d, order[i%3])
+		}
+		if !strings.HasPrefix(order[i%3], podIP(t, c, w.Pod).String()+":") {
+			t.Errorf("connection %d answered by %s, decision says %s", i, w.Pod, d.Endpoint)
+		}
+		seen := netip.MustParseAddrPort(w.Client)
+		if !addrs[seen.Addr()] || seen != d.Source {
+			t.Errorf("backend saw %v; want a node-a address, the decision's source %v", seen, d.Source)
+		}
+		if d.Client.Addr() != client.IP() || d.Listener.Port() != l.Port {
+			t.Errorf("decision's client %v / listener %v", d.Client, d.Listener)
+		}
+	}
+
+	// The datapath's view: REDIRECT to the listener on the node, and the note.
+	r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect, Trace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Result != netsim.ResultConnected || r.Node != "node-a" || r.Pod != "" || r.Addr.Port() != l.Port || r.ReplyFrom != vip {
+		t.Errorf("probe: %s; want connected to node-a's listener :%d, replies from %v", r.Outcome, l.Port, vip)
+	}
+	trace := r.Trace.String()
+	for _, want := range []string{
+		"-j REDIRECT --to-ports " + fmt.Sprint(l.Port),
+		"redirected to the userspace proxy listener for default/my-service:http at :" + fmt.Sprint(l.Port) + "/tcp (the client asked for " + vip.String() + ")",
+		"the proxy would connect to " + order[0],
+	} {
+		if !strings.Contains(trace, want) {
+			t.Errorf("trace lacks %q:\n%s", want, trace)
+		}
+	}
+}
+
+// askUDP sends one datagram from a fresh socket and reads the answer.
+func askUDP(t *testing.T, conn net.Conn) netsim.Whoami {
+	t.Helper()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write([]byte("hi\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1024)
+	n, err := conn.Read(buf)
+	if err != nil {
+		t.Fatalf("udp read: %v", err)
+	}
+	w, err := netsim.ParseWhoami(string(buf[:n]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func dialUDP(t *testing.T, n *netsim.Net, addr netip.AddrPort) net.Conn {
+	t.Helper()
+	conn, err := n.Dial("udp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func TestUserspaceModeClusterIPUDP(t *testing.T) {
+	c := userspaceCluster(t, UserspaceConfig{UDPIdleTimeout: 30 * time.Second})
+	if err := c.Apply(service.NewService("default/dns", service.Selector("app=MyApp"), service.UDPPort("dns", 53, 53))); err != nil {
+		t.Fatal(err)
+	}
+	backends(t, c)
+	client, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeA := c.Node("node-a")
+	px := UserspaceProxier(nodeA, corev1.IPv4Protocol)
+	l := listenerOf(t, nodeA, "dns", "dns")
+	order := px.Balancer().Endpoints(l.Service)
+	vip := vipOf(t, c, "dns", 53)
+	addrs := nodeAddrs(nodeA)
+	// Each socket is a new client address: a new session, the next endpoint.
+	for i := 0; i < 6; i++ {
+		conn := dialUDP(t, client.Net(), vip)
+		w := askUDP(t, conn)
+		d := lastDecision(t, nodeA)
+		if d.Protocol != corev1.ProtocolUDP || d.Endpoint != order[i%3] || !strings.HasPrefix(d.Endpoint, podIP(t, c, w.Pod).String()+":") {
+			t.Errorf("datagram %d answered by %s; decision %s; want %s", i, w.Pod, d, order[i%3])
+		}
+		seen := netip.MustParseAddrPort(w.Client)
+		if !addrs[seen.Addr()] || seen != d.Source {
+			t.Errorf("backend saw %v; want a node-a address, the decision's source %v", seen, d.Source)
+		}
+		// More datagrams from the same socket stay in the session: same backend, same
+		// source, no new decision.
+		n := len(UserspaceDecisions(nodeA))
+		for k := 0; k < 2; k++ {
+			if w2 := askUDP(t, conn); w2.Pod != w.Pod || w2.Client != w.Client {
+				t.Errorf("same client, datagram %d: %+v, want %+v", k+2, w2, w)
+			}
+		}
+		if m := len(UserspaceDecisions(nodeA)); m != n {
+			t.Errorf("%d new decisions within a session", m-n)
+		}
+	}
+	if s := px.Sessions(); len(s) != 6 {
+		t.Errorf("%d sessions, want 6", len(s))
+	}
+}
+
+func TestUserspaceModeUDPSessionsTimeOut(t *testing.T) {
+	c := userspaceCluster(t, UserspaceConfig{UDPIdleTimeout: 30 * time.Second})
+	if err := c.Apply(service.NewService("default/dns", service.Selector("app=MyApp"), service.UDPPort("dns", 53, 53))); err != nil {
+		t.Fatal(err)
+	}
+	backends(t, c)
+	client, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeA := c.Node("node-a")
+	px := UserspaceProxier(nodeA, corev1.IPv4Protocol)
+	order := px.Balancer().Endpoints(listenerOf(t, nodeA, "dns", "dns").Service)
+	conn := dialUDP(t, client.Net(), vipOf(t, c, "dns", 53))
+	first := askUDP(t, conn)
+	c.Clock().Advance(20 * time.Second)
+	if w := askUDP(t, conn); w.Client != first.Client {
+		t.Errorf("after 20 s idle: %+v, want the same session (%s)", w, first.Client)
+	}
+	if s := px.Sessions(); len(s) != 1 || s[0].Client.Addr() != client.IP() {
+		t.Fatalf("sessions: %+v", s)
+	}
+	// 30 s without a datagram: the session ends on the virtual clock.
+	c.Clock().Advance(30 * time.Second)
+	if s := px.Sessions(); len(s) != 0 {
+		t.Fatalf("sessions after 30 s idle: %+v", s)
+	}
+	w := askUDP(t, conn)
+	d := lastDecision(t, nodeA)
+	if len(UserspaceDecisions(nodeA)) != 2 || d.Endpoint != order[1] || w.Client == first.Client {
+		t.Errorf("after the timeout: %+v, decision %s; want a new session to %s", w, d, order[1])
+	}
+}
+
+func TestUserspaceModeAffinity(t *testing.T) {
+	c := userspaceCluster(t, UserspaceConfig{})
+	svc := service.NewService("default/sticky", service.Selector("app=MyApp"), service.Port("http", 80, 9376))
+	svc.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+	svc.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To(int32(60))}}
+	if err := c.Apply(svc); err != nil {
+		t.Fatal(err)
+	}
+	backends(t, c)
+	client, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeA := c.Node("node-a")
+	vip := vipOf(t, c, "sticky", 80)
+	first := ask(t, client.Net(), vip.String())
+	for i := 0; i < 5; i++ {
+		c.Clock().Advance(50 * time.Second)
+		w := ask(t, client.Net(), vip.String())
+		d := lastDecision(t, nodeA)
+		if w.Pod != first.Pod || d.Attempts[0].Reason != userspace.ReasonAffinity {
+			t.Fatalf("connection %d, 50 s after the previous: %s (%s), want %s by affinity", i, w.Pod, d, first.Pod)
+		}
+	}
+	// Another client has its own entry.
+	other, err := c.CreatePod(service.NewPod("default/other", service.OnNode("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := ask(t, other.Net(), vip.String()); w.Pod == first.Pod {
+		t.Errorf("another client got %s too; round robin should have moved on", w.Pod)
+	}
+	// 60 s idle: the entry has expired on the virtual clock.
+	c.Clock().Advance(60 * time.Second)
+	w := ask(t, client.Net(), vip.String())
+	d := lastDecision(t, nodeA)
+	if w.Pod == first.Pod || d.Attempts[0].Reason != userspace.ReasonRoundRobin {
+		t.Errorf("after the timeout: %s (%s), want the next endpoint by round robin", w.Pod, d)
+	}
+}
+
+// A pod is killed while the client's node has not synced: the userspace proxy's dial
+// to it fails and the next endpoint takes the connection; the iptables mode, on the
+// same cluster, sends a third of new connections into the void.
+func TestUserspaceModeRetriesDeadEndpoint(t *testing.T) {
+	killWeb1 := func(c *netsim.Cluster) (*netsim.Pod, string) {
+		if err := c.Apply(service.NewService("default/my-service", service.Selector("app=MyApp"), service.Port("http", 80, 9376))); err != nil {
+			t.Fatal(err)
+		}
+		backends(t, c)
+		client, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Node("node-a").PauseProxy()
+		dead := podIP(t, c, "default/web-1").String() + ":9376"
+		if err := c.DeletePod("default", "web-1", 0); err != nil {
+			t.Fatal(err)
+		}
+		return client, dead
+	}
+	ipt := cluster(t, IPTables)
+	killWeb1(ipt)
+	vip := vipOf(t, ipt, "my-service", 80)
+	rs, err := ipt.Probe(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, AllBranches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := 0.0
+	for _, r := range rs {
+		if r.Result != netsim.ResultDelivered {
+			lost += r.Probability
+		}
+	}
+	if lost < 0.33 || lost > 0.34 {
+		t.Errorf("iptables mode with a stale endpoint: %v lost, want 1/3: %v", lost, rs)
+	}
+
+	c := userspaceCluster(t, UserspaceConfig{})
+	client, dead := killWeb1(c)
+	nodeA := c.Node("node-a")
+	vip = vipOf(t, c, "my-service", 80)
+	order := UserspaceProxier(nodeA, corev1.IPv4Protocol).Balancer().Endpoints(listenerOf(t, nodeA, "my-service", "http").Service)
+	// Round robin, where the dead endpoint's turn also uses the next one's.
+	want := 0
+	for i, idx := 0, 0; i < 9; i++ {
+		if order[idx] == dead {
+			want++
+			idx = (idx + 1) % 3
+		}
+		idx = (idx + 1) % 3
+	}
+	if want == 0 {
+		t.Fatalf("node-a's proxier has no endpoint %s (%v): it synced", dead, order)
+	}
+	retries := 0
+	for i := 0; i < 9; i++ {
+		w := ask(t, client.Net(), vip.String())
+		if w.Pod == "default/web-1" {
+			t.Fatalf("the killed pod answered")
+		}
+		d := lastDecision(t, nodeA)
+		if d.Retries() > 0 {
+			retries++
+			if d.Attempts[0].Endpoint != dead || d.Attempts[0].Err == "" || d.Endpoint == dead {
+				t.Errorf("retry: %s", d)
+			}
+		}
+	}
+	if retries != want {
+		t.Errorf("%d of 9 connections retried, want %d (the dead endpoint's turns in %v)", retries, want, order)
+	}
+	// Once the node syncs, the dead endpoint is gone and nothing is retried.
+	nodeA.ResumeProxy()
+	c.SyncProxies()
+	n := len(UserspaceDecisions(nodeA))
+	for i := 0; i < 4; i++ {
+		ask(t, client.Net(), vip.String())
+	}
+	for _, d := range UserspaceDecisions(nodeA)[n:] {
+		if d.Retries() != 0 {
+			t.Errorf("after the sync: %s", d)
+		}
+	}
+}
+
+func TestUserspaceModeNodePortAndHost(t *testing.T) {
+	c := userspaceCluster(t, UserspaceConfig{})
+	ext, err := c.AddExternalHost("client", netip.Addr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(service.NewService("default/web", service.Selector("app=MyApp"), service.Port("http", 80, 9376), service.NodePort())); err != nil {
+		t.Fatal(err)
+	}
+	backends(t, c)
+	svc, _ := c.Store().GetService("default", "web")
+	np := uint16(svc.Spec.Ports[0].NodePort)
+	nodeA := c.Node("node-a")
+	l := listenerOf(t, nodeA, "web", "http")
+	if l.NodePort != np {
+		t.Errorf("listener node port %d, want %d", l.NodePort, np)
+	}
+	addrs := nodeAddrs(nodeA)
+	seen := map[string]bool{}
+	for i := 0; i < 6; i++ {
+		w := ask(t, ext.Net(), netip.AddrPortFrom(nodeA.IP(), np).String())
+		seen[w.Pod] = true
+		d := lastDecision(t, nodeA)
+		if src := netip.MustParseAddrPort(w.Client); !addrs[src.Addr()] || d.Client.Addr() != ext.IP() {
+			t.Errorf("via the node port: backend saw %v, decision %s", src, d)
+		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("node port reached %v", seen)
+	}
+	// The node's own processes: KUBE-PORTALS-HOST DNATs to the node IP.
+	w := ask(t, nodeA.HostNet(), vipOf(t, c, "web", 80).String())
+	if d := lastDecision(t, nodeA); d.Listener != netip.AddrPortFrom(nodeA.IP(), l.Port) || !strings.HasPrefix(d.Endpoint, podIP(t, c, w.Pod).String()+":") {
+		t.Errorf("from the node: %+v, decision %s", w, d)
+	}
+	// ... and its own node port.
+	ask(t, nodeA.HostNet(), netip.AddrPortFrom(nodeA.IP(), np).String())
+	// The node port itself is held by the proxy.
+	if !nodeA.HostNet().Listening(netsim.ProtoTCP, np) {
+		t.Error("node port not held open on the node")
+	}
+}
+
+func TestUserspaceModeNoEndpoints(t *testing.T) {
+	decided := make(chan userspace.Decision, 16)
+	c := userspaceCluster(t, UserspaceConfig{OnDecision: func(node string, d userspace.Decision) { decided <- d }})
+	if err := c.Apply(
+		service.NewService("default/empty", service.Selector("app=nothing"), service.Port("http", 80, 9376)),
+		service.NewService("default/empty-dns", service.Selector("app=nothing"), service.UDPPort("dns", 53, 53)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	client, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeA := c.Node("node-a")
+	// TCP: the proxy accepts (the handshake is with the proxy) and closes at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := client.Net().DialContext(ctx, "tcp", vipOf(t, c, "empty", 80).String())
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintln(conn, "hi")
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	conn.Close()
+	if line != "" || !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !strings.Contains(fmt.Sprint(err), "reset") {
+		t.Errorf("service without endpoints: read %q, %v; want the connection closed without an answer", line, err)
+	}
+	d := <-decided
+	if d.Endpoint != "" || d.Err != userspace.ErrMissingEndpoints.Error() {
+		t.Errorf("decision: %s", d)
+	}
+	// UDP: the datagram is dropped, no session is made.
+	udp := dialUDP(t, client.Net(), vipOf(t, c, "empty-dns", 53))
+	udp.Write([]byte("hi\n"))
+	select {
+	case d := <-decided:
+		if d.Protocol != corev1.ProtocolUDP || d.Err != userspace.ErrMissingEndpoints.Error() {
+			t.Errorf("UDP decision: %s", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no decision for the UDP datagram")
+	}
+	if s := UserspaceProxier(nodeA, corev1.IPv4Protocol).Sessions(); len(s) != 0 {
+		t.Errorf("sessions: %+v", s)
+	}
+}
+
+func TestUserspaceModeHealthAndChanges(t *testing.T) {
+	c := userspaceCluster(t, UserspaceConfig{})
+	if err := c.Apply(service.NewService("default/web", service.Selector("app=MyApp"), service.Port("http", 80, 9376))); err != nil {
+		t.Fatal(err)
+	}
+	backends(t, c)
+	nodeA := c.Node("node-a")
+	p := userspaceOf(nodeA)
+	if got := p.health("default", "web"); got != 200 {
+		t.Errorf("health with a local endpoint: %d", got)
+	}
+	if err := c.DeletePod("default", "web-0", 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.health("default", "web"); got != 503 {
+		t.Errorf("health without a local endpoint: %d", got)
+	}
+	old := listenerOf(t, nodeA, "web", "http")
+	svc, _ := c.Store().GetService("default", "web")
+	svc = svc.DeepCopy()
+	svc.Spec.Ports[0].Port = 8080
+	if _, err := c.Store().Update(svc); err != nil {
+		t.Fatal(err)
+	}
+	nl := listenerOf(t, nodeA, "web", "http")
+	if nl.Port == old.Port || nodeA.HostNet().Listening(netsim.ProtoTCP, old.Port) {
+		t.Errorf("port change: listener %d → %d, old still listening: %v", old.Port, nl.Port, nodeA.HostNet().Listening(netsim.ProtoTCP, old.Port))
+	}
+	saved, _ := UserspaceEmulator(nodeA, corev1.IPv4Protocol).Save(context.Background(), "nat")
+	if !strings.Contains(string(saved), fmt.Sprintf("--dport 8080 -j REDIRECT --to-ports %d", nl.Port)) || strings.Contains(string(saved), fmt.Sprintf("--to-ports %d\n", old.Port)) {
+		t.Errorf("rules after the change:\n%s", saved)
+	}
+	if err := c.Store().Delete("Service", "default", "web"); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range UserspaceProxier(nodeA, corev1.IPv4Protocol).Listeners() {
+		if l.Service.Name == "web" {
+			t.Errorf("listener of a deleted service: %+v", l)
+		}
+	}
+	if UserspaceProxier(c.Node("node-b"), corev1.IPv6Protocol) != nil || Emulator(nodeA, netip.Addr{}) != nil {
+		t.Error("accessors of other modes/families returned something")
+	}
+	_ = proxy.ProtoTCP
+}
