@@ -1,0 +1,693 @@
+package ipvs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/clusterlab/clusterlab/proxy"
+	"github.com/clusterlab/clusterlab/proxy/iptables"
+)
+
+// DefaultScheduler is kube-proxy's --ipvs-scheduler default.
+const DefaultScheduler = "rr"
+
+// DefaultDummyDevice is the interface kube-proxy binds the virtual addresses to.
+const DefaultDummyDevice = "kube-ipvs0"
+
+// ProxierConfig configures kube-proxy's IPVS mode for one IP family. The zero value of
+// each field is kube-proxy's default on a current kernel.
+type ProxierConfig struct {
+	// Family is the IP family the proxier handles; "" means IPv4.
+	Family corev1.IPFamily
+	// Node is the node and its kube-proxy flags (--nodeport-addresses,
+	// --masquerade-all, --iptables-masquerade-bit, the local traffic detector).
+	Node proxy.NodeConfig
+	// Scheduler is --ipvs-scheduler (default rr). With mh every virtual server gets the
+	// mh-port flag, as kube-proxy sets it.
+	Scheduler string
+	// ExcludeCIDRs is --ipvs-exclude-cidrs: virtual servers in these ranges are never
+	// deleted as stale.
+	ExcludeCIDRs []netip.Prefix
+	// StrictARP is --ipvs-strict-arp (arp_ignore=1, arp_announce=2).
+	StrictARP bool
+	// TCPTimeout, TCPFinTimeout and UDPTimeout are --ipvs-tcp-timeout,
+	// --ipvs-tcpfin-timeout and --ipvs-udp-timeout (ipvsadm --set); zero keeps the
+	// kernel's value.
+	TCPTimeout, TCPFinTimeout, UDPTimeout time.Duration
+	// NoRandomFully leaves --random-fully off the MASQUERADE rule (old iptables).
+	NoRandomFully bool
+	// KernelVersion decides conn_reuse_mode: kube-proxy sets it to 0 on kernels from
+	// 4.1 up to (not including) 5.9 and leaves it alone on newer ones. "" means a
+	// current kernel.
+	KernelVersion string
+	// DummyDevice is the interface the VIPs are bound to (default kube-ipvs0).
+	DummyDevice string
+}
+
+// Proxier is kube-proxy's IPVS-mode proxier (pkg/proxy/ipvs/proxier.go) for one IP
+// family. Each Sync reconciles, from the complete lists of Services and
+// EndpointSlices:
+//
+//   - virtual servers through Interface: one per ClusterIP:port, per externalIP:port, per
+//     LoadBalancer ingress IP:port and per node IP × NodePort, with the scheduler,
+//     ClientIP affinity as persistence (-p timeout), mh-port for mh; real servers with
+//     weight 1, graceful termination of the ones that go away (weight 0 while TCP
+//     connections remain, deleted once they are gone or at once for UDP and SCTP);
+//     stale virtual servers deleted;
+//   - the dummy interface through Netlink: every ClusterIP, and every external and
+//     LoadBalancer IP that is not already a node address, bound; the rest unbound;
+//   - the ipsets through IPSets (ipset restore: created with -exist, entries diffed);
+//   - the iptables rules through iptables.Interface (the jump rules ensured, then one
+//     iptables-restore --noflush of the mode's chains);
+//   - stale UDP conntrack entries through proxy.Conntrack.
+//
+// Differences from kube-proxy: Services, endpoints and real servers are walked in sorted
+// order (kube-proxy walks Go maps), so real servers are added in endpoint string order
+// and the kernel's list (newest first) is deterministic; errors kube-proxy only logs are
+// returned in SyncResult.Warnings. A Proxier is not safe for concurrent use.
+type Proxier struct {
+	cfg      ProxierConfig
+	ipv6     bool
+	family   corev1.IPFamily
+	sched    string
+	dev      string
+	mark     string // "0x00004000"
+	nodeIP   netip.Addr
+	detector proxy.LocalTrafficDetector
+	npa      *proxy.NodePortAddresses
+
+	ipvs  Interface
+	sets  IPSets
+	ipt   iptables.Interface
+	nl    Netlink
+	ct    proxy.Conntrack
+	track *proxy.ChangeTracker
+
+	graceful    *graceful
+	initialSync bool
+	state       *proxy.SyncState
+	sysctls     []SysctlSetting
+
+	rules      ruleWriter
+	restoreBuf []byte
+}
+
+// SysctlSetting is one kernel parameter kube-proxy's IPVS mode sets.
+type SysctlSetting struct {
+	Name  string // /proc/sys path: "net/ipv4/vs/conntrack"
+	Value int
+}
+
+func (s SysctlSetting) String() string { return s.Name + "=" + strconv.Itoa(s.Value) }
+
+// Writers is what a Proxier writes through. IPVS, IPSets, IPTables and Netlink are
+// required; Conntrack and Sysctl may be nil.
+type Writers struct {
+	IPVS      Interface
+	IPSets    IPSets
+	IPTables  iptables.Interface
+	Netlink   Netlink
+	Conntrack proxy.Conntrack
+	Sysctl    Sysctl
+}
+
+// NewProxier returns a Proxier. Like kube-proxy's NewProxier it sets the sysctls the
+// mode needs (through w.Sysctl, when given) and the IPVS timeouts (when configured).
+func NewProxier(w Writers, cfg ProxierConfig) (*Proxier, error) {
+	if w.IPVS == nil || w.IPSets == nil || w.IPTables == nil || w.Netlink == nil {
+		return nil, errors.New("ipvs proxier: IPVS, IPSets, IPTables and Netlink writers are required")
+	}
+	if err := cfg.Node.Validate(); err != nil {
+		return nil, fmt.Errorf("ipvs proxier: %w", err)
+	}
+	p := &Proxier{cfg: cfg, ipvs: w.IPVS, sets: w.IPSets, ipt: w.IPTables, nl: w.Netlink, ct: w.Conntrack, initialSync: true}
+	switch cfg.Family {
+	case "", corev1.IPv4Protocol:
+		p.family = corev1.IPv4Protocol
+	case corev1.IPv6Protocol:
+		p.family, p.ipv6 = corev1.IPv6Protocol, true
+	default:
+		return nil, fmt.Errorf("ipvs proxier: family: %q is neither IPv4 nor IPv6", cfg.Family)
+	}
+	p.sched = cfg.Scheduler
+	if p.sched == "" {
+		p.sched = DefaultScheduler
+	}
+	if !slices.Contains(Schedulers(), p.sched) {
+		return nil, fmt.Errorf("ipvs proxier: scheduler %q: want one of %s", p.sched, strings.Join(Schedulers(), ", "))
+	}
+	p.dev = cfg.DummyDevice
+	if p.dev == "" {
+		p.dev = DefaultDummyDevice
+	}
+	p.mark = fmt.Sprintf("%#08x", cfg.Node.MasqueradeMark())
+	if ip, ok := cfg.Node.PrimaryIP(p.family); ok {
+		p.nodeIP = ip
+	}
+	p.detector = cfg.Node.NewLocalTrafficDetector(p.family)
+	npa, err := cfg.Node.ResolveNodePortAddresses(p.family)
+	if err != nil {
+		return nil, fmt.Errorf("ipvs proxier: %w", err)
+	}
+	p.npa = npa
+	p.track = proxy.NewChangeTracker(p.family, cfg.Node)
+	p.graceful = newGraceful(w.IPVS)
+
+	sysctls, err := KubeProxySysctlSettings(cfg.KernelVersion, cfg.StrictARP)
+	if err != nil {
+		return nil, fmt.Errorf("ipvs proxier: %w", err)
+	}
+	p.sysctls = sysctls
+	if w.Sysctl != nil {
+		for _, s := range sysctls {
+			if err := w.Sysctl.SetSysctl(s.Name, s.Value); err != nil {
+				return nil, fmt.Errorf("ipvs proxier: can't set sysctl %s: %w", s, err)
+			}
+		}
+	}
+	if cfg.TCPTimeout > 0 || cfg.TCPFinTimeout > 0 || cfg.UDPTimeout > 0 {
+		if err := w.IPVS.ConfigureTimeouts(cfg.TCPTimeout, cfg.TCPFinTimeout, cfg.UDPTimeout); err != nil {
+			return nil, fmt.Errorf("ipvs proxier: configuring IPVS timeouts: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// KubeProxySysctlSettings returns the sysctls kube-proxy's IPVS mode sets at start-up on
+// a kernel of the given version ("" for a current one): vs/conntrack=1,
+// vs/conn_reuse_mode=0 only on kernels 4.1 to 5.8 (#93297), vs/expire_nodest_conn=1,
+// vs/expire_quiescent_template=1, ip_forward=1, and with strict ARP arp_ignore=1 and
+// arp_announce=2.
+func KubeProxySysctlSettings(kernelVersion string, strictARP bool) ([]SysctlSetting, error) {
+	out := []SysctlSetting{{"net/ipv4/vs/conntrack", 1}}
+	if kernelVersion != "" {
+		v, err := parseKernelVersion(kernelVersion)
+		if err != nil {
+			return nil, err
+		}
+		n := v[0]*1000 + v[1]
+		if n >= 4001 && n < 5009 {
+			out = append(out, SysctlSetting{"net/ipv4/vs/conn_reuse_mode", 0})
+		}
+	}
+	out = append(out, SysctlSetting{"net/ipv4/vs/expire_nodest_conn", 1},
+		SysctlSetting{"net/ipv4/vs/expire_quiescent_template", 1},
+		SysctlSetting{"net/ipv4/ip_forward", 1})
+	if strictARP {
+		out = append(out, SysctlSetting{"net/ipv4/conf/all/arp_ignore", 1}, SysctlSetting{"net/ipv4/conf/all/arp_announce", 2})
+	}
+	return out, nil
+}
+
+func parseKernelVersion(s string) ([2]int, error) {
+	f := strings.FieldsFunc(s, func(r rune) bool { return r == '.' || r == '-' || r == '+' })
+	if len(f) < 2 {
+		return [2]int{}, fmt.Errorf("kernel version %q: want MAJOR.MINOR[.PATCH]", s)
+	}
+	var v [2]int
+	for i := range 2 {
+		n, err := strconv.Atoi(f[i])
+		if err != nil || n < 0 {
+			return [2]int{}, fmt.Errorf("kernel version %q: want MAJOR.MINOR[.PATCH]", s)
+		}
+		v[i] = n
+	}
+	return v, nil
+}
+
+// ApplySysctls returns base with the IPVS sysctls of settings applied (the model's view
+// of what kube-proxy writes to /proc/sys/net/ipv4/vs).
+func ApplySysctls(base Sysctls, settings []SysctlSetting) Sysctls {
+	for _, s := range settings {
+		switch s.Name {
+		case "net/ipv4/vs/conntrack":
+			base.Conntrack = s.Value != 0
+		case "net/ipv4/vs/conn_reuse_mode":
+			base.ConnReuseMode = s.Value
+		case "net/ipv4/vs/expire_nodest_conn":
+			base.ExpireNodestConn = s.Value != 0
+		case "net/ipv4/vs/expire_quiescent_template":
+			base.ExpireQuiescentTemplate = s.Value != 0
+		}
+	}
+	return base
+}
+
+// Sysctls returns the sysctls the proxier set (or would set) at start-up.
+func (p *Proxier) Sysctls() []SysctlSetting { return slices.Clone(p.sysctls) }
+
+// Family returns the proxier's IP family.
+func (p *Proxier) Family() corev1.IPFamily { return p.family }
+
+// Scheduler returns the scheduler of every virtual server.
+func (p *Proxier) Scheduler() string { return p.sched }
+
+// DummyDevice returns the interface the VIPs are bound to.
+func (p *Proxier) DummyDevice() string { return p.dev }
+
+// State returns the view of the last successful Sync (nil before the first).
+func (p *Proxier) State() *proxy.SyncState { return p.state }
+
+// SyncResult reports what one Sync did.
+type SyncResult struct {
+	// JumpData is the restore input that created missing chains and inserted missing
+	// jump rules (nil if nothing was missing).
+	JumpData []byte
+	// IPSetData is the ipset restore input; IPTablesData the iptables-restore input
+	// (applied with --noflush --counters). IPTablesData shares the proxier's buffer:
+	// it is valid until the next Sync.
+	IPSetData, IPTablesData []byte
+	// ServicePorts counts the view; VirtualServers the virtual servers it wants.
+	ServicePorts, VirtualServers int
+	// Changes to IPVS.
+	VirtualServersAdded, VirtualServersUpdated, VirtualServersDeleted int
+	RealServersAdded, RealServersDeleted, RealServersQuiesced         int
+	// SetEntriesAdded and SetEntriesDeleted count the ipset changes.
+	SetEntriesAdded, SetEntriesDeleted int
+	// Bound and Unbound list the addresses added to and removed from the dummy
+	// interface.
+	Bound, Unbound []netip.Addr
+	// ConntrackFilters were applied after the restore; ConntrackDeleted entries went.
+	ConntrackFilters []proxy.ConntrackFilter
+	ConntrackDeleted int
+	// Warnings are failures kube-proxy only logs (one virtual server or real server
+	// that could not be programmed, an address that could not be unbound, conntrack).
+	Warnings []error
+}
+
+func (r *SyncResult) warn(err error) {
+	if err != nil {
+		r.Warnings = append(r.Warnings, err)
+	}
+}
+
+// Sync brings IPVS, the dummy interface, the ipsets and the iptables rules in line with
+// the complete current lists of Services and EndpointSlices (treated as immutable: pass
+// a new object for a change). Objects that do not parse are an error before anything is
+// written; a failed ipset or iptables restore ends the sync with an error (kube-proxy
+// logs it and retries on its next sync).
+func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, endpointSlices []*discoveryv1.EndpointSlice) (*SyncResult, error) {
+	st, err := p.track.Update(services, endpointSlices)
+	if err != nil {
+		return nil, fmt.Errorf("ipvs proxier: %w", err)
+	}
+	res := &SyncResult{ServicePorts: len(st.Services)}
+	defer func() { p.initialSync = false }()
+
+	// The mode's chains and the jumps to them.
+	saved, err := p.ipt.Save(ctx, tableFilter, tableNAT)
+	if err != nil {
+		return res, fmt.Errorf("ipvs proxier: iptables-save: %w", err)
+	}
+	if jd := jumpRestore(parseSavedRules(saved)); jd != nil {
+		res.JumpData = jd
+		if err := p.ipt.Restore(ctx, jd, iptables.RestoreOptions{NoFlush: true}); err != nil {
+			return res, fmt.Errorf("ipvs proxier: ensuring chains and jump rules: %w", err)
+		}
+	}
+	if _, err := p.nl.EnsureDummyDevice(p.dev); err != nil {
+		return res, fmt.Errorf("ipvs proxier: dummy interface %s: %w", p.dev, err)
+	}
+	sets := map[string]*ipset{}
+	setList := make([]*ipset, 0, len(setInfos))
+	for _, si := range setInfos {
+		s := &ipset{info: si, name: SetName(si.name, p.ipv6), ipv6: p.ipv6, active: map[string]bool{}}
+		sets[si.name] = s
+		setList = append(setList, s)
+	}
+
+	bound, err := p.nl.LocalAddresses(p.dev)
+	if err != nil {
+		res.warn(fmt.Errorf("listing addresses on %s: %w", p.dev, err))
+	}
+	alreadyBound := map[netip.Addr]bool{}
+	for _, a := range bound {
+		if p.ofFamily(a) {
+			alreadyBound[a.Unmap()] = true
+		}
+	}
+	all, err := p.nl.LocalAddresses("")
+	if err != nil {
+		res.warn(fmt.Errorf("listing node addresses: %w", err))
+	}
+	// Node addresses: every local address of the family except those on the dummy
+	// interface (loopback and IPv6 link-local left out, as kube-proxy's netlink handle
+	// does).
+	nodeAddrs := map[netip.Addr]bool{}
+	for _, a := range all {
+		a = a.Unmap()
+		if p.ofFamily(a) && !alreadyBound[a] && !a.IsLoopback() && !(p.ipv6 && a.IsLinkLocalUnicast()) {
+			nodeAddrs[a] = true
+		}
+	}
+
+	var nodeIPs []netip.Addr
+	hasNodePort := false
+	for _, sp := range st.Services {
+		if sp.NodePort != 0 {
+			hasNodePort = true
+			break
+		}
+	}
+	if hasNodePort {
+		if p.npa.MatchAll() {
+			for a := range nodeAddrs {
+				nodeIPs = append(nodeIPs, a)
+			}
+			slices.SortFunc(nodeIPs, func(a, b netip.Addr) int { return a.Compare(b) })
+		} else {
+			var local []netip.Addr
+			for _, a := range all {
+				if a = a.Unmap(); p.ofFamily(a) {
+					local = append(local, a)
+				}
+			}
+			for _, a := range p.npa.NodeIPs(local) {
+				if !a.IsLoopback() {
+					nodeIPs = append(nodeIPs, a)
+				}
+			}
+		}
+	}
+
+	active := map[string]bool{}
+	activeBind := map[netip.Addr]bool{}
+	var noNode []noNodeAccess
+	nodeLabels := p.cfg.Node.Labels
+
+	for _, name := range st.Services.SortedNames() {
+		sp := st.Services[name]
+		proto := strings.ToLower(string(sp.Protocol))
+		eps := st.Endpoints[name]
+
+		// Hairpin: traffic from a local endpoint to itself is masqueraded.
+		for _, ep := range eps {
+			if ep.Local {
+				sets[SetLoopBack].add(entryIPPortIP(ep.IP, proto, ep.Port, ep.IP))
+			}
+		}
+		cat := proxy.CategorizeEndpoints(eps, sp, p.cfg.Node.Name, nodeLabels)
+		endpointsFor := func(onlyLocal bool) []*proxy.Endpoint {
+			if onlyLocal && len(cat.Local) > 0 {
+				return cat.Local
+			}
+			// Without local endpoints, use the cluster ones so that pods on this node
+			// still reach the service (k8s #97081).
+			return cat.Cluster
+		}
+		newVS := func(addr netip.Addr, port int) *VirtualServer {
+			vs := &VirtualServer{Address: addr, Port: uint16(port), Protocol: string(sp.Protocol), Scheduler: p.sched}
+			if sp.SessionAffinity == corev1.ServiceAffinityClientIP {
+				vs.Flags |= FlagPersistent
+				vs.Timeout = uint32(sp.StickyMaxAgeSeconds)
+			}
+			if p.sched == "mh" {
+				vs.Flags |= FlagSchedSH2
+			}
+			return vs
+		}
+		program := func(vs *VirtualServer, bind, onlyLocal bool) {
+			if err := p.syncService(vs, bind, alreadyBound, res); err != nil {
+				res.warn(fmt.Errorf("service %s: virtual server %s: %w", name, vsString(vs), err))
+				return
+			}
+			active[vsString(vs)] = true
+			if bind {
+				activeBind[vs.Address] = true
+			}
+			if err := p.syncEndpoints(vs, endpointsFor(onlyLocal), res); err != nil {
+				res.warn(fmt.Errorf("service %s: real servers of %s: %w", name, vsString(vs), err))
+			}
+		}
+
+		// ClusterIP.
+		sets[SetClusterIP].add(entryIPPort(sp.ClusterIP, proto, sp.Port))
+		program(newVS(sp.ClusterIP, sp.Port), true, sp.InternalPolicyLocal)
+
+		// External IPs: bound unless already a node address.
+		for _, ip := range sp.ExternalIPs {
+			if sp.ExternalPolicyLocal {
+				sets[SetExternalIPLocal].add(entryIPPort(ip, proto, sp.Port))
+			} else {
+				sets[SetExternalIP].add(entryIPPort(ip, proto, sp.Port))
+			}
+			program(newVS(ip, sp.Port), !nodeAddrs[ip], sp.ExternalPolicyLocal)
+		}
+
+		// LoadBalancer ingress IPs.
+		for _, ip := range sp.LoadBalancerVIPs {
+			e := entryIPPort(ip, proto, sp.Port)
+			sets[SetLoadBalancer].add(e)
+			if sp.ExternalPolicyLocal {
+				sets[SetLoadBalancerLocal].add(e)
+			}
+			if len(sp.LoadBalancerSourceRanges) > 0 {
+				sets[SetLoadBalancerFW].add(e)
+				allowFromNode := false
+				for _, cidr := range sp.LoadBalancerSourceRanges {
+					sets[SetLoadBalancerSourceCIDR].add(entryIPPortNet(ip, proto, sp.Port, cidr))
+					if p.nodeIP.IsValid() && cidr.Contains(p.nodeIP) {
+						allowFromNode = true
+					}
+				}
+				// Node traffic to its own LB VIP never reaches the load balancer: allow
+				// it when the ranges include the node, else drop it (#119656).
+				if allowFromNode {
+					sets[SetLoadBalancerSourceIP].add(entryIPPortIP(ip, proto, sp.Port, ip))
+				} else {
+					noNode = append(noNode, noNodeAccess{ip: ip.String(), proto: proto, port: sp.Port})
+				}
+			}
+			program(newVS(ip, sp.Port), !nodeAddrs[ip], sp.ExternalPolicyLocal)
+		}
+
+		if sp.NodePort != 0 {
+			if len(nodeIPs) == 0 {
+				// kube-proxy skips the rest of this service port (health check included).
+				continue
+			}
+			var npSet, npLocal string
+			var entries []string
+			switch sp.Protocol {
+			case corev1.ProtocolTCP:
+				npSet, npLocal = SetNodePortTCP, SetNodePortLocalTCP
+				entries = []string{strconv.Itoa(sp.NodePort)}
+			case corev1.ProtocolUDP:
+				npSet, npLocal = SetNodePortUDP, SetNodePortLocalUDP
+				entries = []string{strconv.Itoa(sp.NodePort)}
+			case corev1.ProtocolSCTP:
+				npSet, npLocal = SetNodePortSCTP, SetNodePortLocalSCTP
+				for _, ip := range nodeIPs {
+					entries = append(entries, entryIPPort(ip, proto, sp.NodePort))
+				}
+			}
+			for _, e := range entries {
+				sets[npSet].add(e)
+				if sp.ExternalPolicyLocal {
+					sets[npLocal].add(e)
+				}
+			}
+			for _, ip := range nodeIPs {
+				program(newVS(ip, sp.NodePort), false, sp.ExternalPolicyLocal)
+			}
+		}
+		if sp.HealthCheckNodePort != 0 {
+			sets[SetHealthCheckNodePort].add(strconv.Itoa(sp.HealthCheckNodePort))
+		}
+	}
+	for a := range activeBind {
+		sets[SetIPVSAddresses].add(a.String())
+	}
+	res.VirtualServers = len(active)
+
+	// ipsets, then the rules that use them.
+	savedSets, err := p.sets.SaveIPSets(ctx)
+	if err != nil {
+		return res, fmt.Errorf("ipvs proxier: ipset save: %w", err)
+	}
+	var setData bytes.Buffer
+	res.SetEntriesAdded, res.SetEntriesDeleted = writeSetRestore(&setData, setList, parseSavedSets(savedSets))
+	res.IPSetData = setData.Bytes()
+	if err := p.sets.RestoreIPSets(ctx, res.IPSetData); err != nil {
+		return res, fmt.Errorf("ipvs proxier: ipset restore: %w", err)
+	}
+	res.IPTablesData = p.writeRules(sets, noNode)
+	if err := p.ipt.Restore(ctx, res.IPTablesData, iptables.RestoreOptions{NoFlush: true, Counters: true}); err != nil {
+		return res, fmt.Errorf("ipvs proxier: iptables-restore: %w", err)
+	}
+
+	// Addresses no longer used leave the dummy interface.
+	var stale []netip.Addr
+	for a := range alreadyBound {
+		if !activeBind[a] {
+			stale = append(stale, a)
+		}
+	}
+	slices.SortFunc(stale, func(a, b netip.Addr) int { return a.Compare(b) })
+	for _, a := range stale {
+		if err := p.nl.UnbindAddress(p.dev, a); err != nil {
+			res.warn(fmt.Errorf("unbinding %s from %s: %w", a, p.dev, err))
+			continue
+		}
+		res.Unbound = append(res.Unbound, a)
+	}
+
+	// Virtual servers no longer used are deleted.
+	current, err := p.ipvs.GetVirtualServers()
+	if err != nil {
+		res.warn(fmt.Errorf("listing virtual servers: %w", err))
+	}
+	for _, vs := range current {
+		if vs.FWMark != 0 || !vs.Address.IsValid() || !p.ofFamily(vs.Address) || p.excluded(vs.Address) || active[vsString(vs)] {
+			continue
+		}
+		if err := p.ipvs.DeleteVirtualServer(vs); err != nil {
+			res.warn(fmt.Errorf("deleting virtual server %s: %w", vsString(vs), err))
+			continue
+		}
+		res.VirtualServersDeleted++
+	}
+
+	p.state = st
+	res.ConntrackFilters = st.StaleConntrackFilters()
+	if p.ct != nil && len(res.ConntrackFilters) > 0 {
+		n, err := proxy.CleanStaleConntrack(p.ct, res.ConntrackFilters)
+		res.ConntrackDeleted = n
+		res.warn(err)
+	}
+	return res, nil
+}
+
+func (p *Proxier) ofFamily(a netip.Addr) bool { return a.Unmap().Is6() == p.ipv6 }
+
+func (p *Proxier) excluded(a netip.Addr) bool {
+	for _, c := range p.cfg.ExcludeCIDRs {
+		if c.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// vsEqual is kube-proxy's VirtualServer.Equal.
+func vsEqual(a, b *VirtualServer) bool {
+	return a.Address == b.Address && a.Protocol == b.Protocol && a.Port == b.Port &&
+		a.Scheduler == b.Scheduler && a.Flags&^FlagHashed == b.Flags&^FlagHashed && a.Timeout == b.Timeout
+}
+
+// syncService is kube-proxy's syncService: create or update the virtual server, then
+// bind its address to the dummy interface.
+func (p *Proxier) syncService(vs *VirtualServer, bind bool, alreadyBound map[netip.Addr]bool, res *SyncResult) error {
+	applied, err := p.ipvs.GetVirtualServer(vs)
+	if err != nil && !IsNotFound(err) {
+		return err
+	}
+	switch {
+	case applied == nil:
+		if err := p.ipvs.AddVirtualServer(vs); err != nil {
+			return err
+		}
+		res.VirtualServersAdded++
+	case !vsEqual(applied, vs):
+		if err := p.ipvs.UpdateVirtualServer(vs); err != nil {
+			return err
+		}
+		res.VirtualServersUpdated++
+	}
+	if bind && !alreadyBound[vs.Address] {
+		if err := p.nl.BindAddress(p.dev, vs.Address); err != nil {
+			return fmt.Errorf("binding %s to %s: %w", vs.Address, p.dev, err)
+		}
+		alreadyBound[vs.Address] = true
+		res.Bound = append(res.Bound, vs.Address)
+	}
+	return nil
+}
+
+// syncEndpoints is kube-proxy's syncEndpoint: add the real servers of new endpoints
+// (weight 1), take back endpoints that were being terminated, and terminate gracefully
+// the real servers of endpoints that are gone.
+func (p *Proxier) syncEndpoints(vs *VirtualServer, endpoints []*proxy.Endpoint, res *SyncResult) error {
+	cur, err := p.ipvs.GetRealServers(vs)
+	if err != nil {
+		return err
+	}
+	curSet := make(map[string]*RealServer, len(cur))
+	for _, rs := range cur {
+		curSet[rsString(rs)] = rs
+	}
+	want := make(map[string]bool, len(endpoints))
+	var errs []error
+	for _, ep := range endpoints {
+		key := ep.String()
+		if want[key] {
+			continue
+		}
+		want[key] = true
+		rs := &RealServer{Address: ep.IP, Port: uint16(ep.Port), Weight: 1}
+		if old, ok := curSet[key]; ok {
+			if p.initialSync && old.Weight != rs.Weight {
+				// After a restart every weight goes back to 1.
+				if err := p.ipvs.UpdateRealServer(vs, rs); err != nil {
+					errs = append(errs, fmt.Errorf("resetting weight of %s: %w", key, err))
+				}
+			}
+			name := uniqueRSName(vs, rs)
+			if !p.graceful.inList(name) {
+				continue
+			}
+			// The endpoint came back while its real server was being terminated:
+			// delete it and add it again.
+			if err := p.graceful.moveOut(name); err != nil {
+				errs = append(errs, fmt.Errorf("taking back %s: %w", key, err))
+				continue
+			}
+		}
+		if err := p.ipvs.AddRealServer(vs, rs); err != nil {
+			errs = append(errs, fmt.Errorf("adding %s: %w", key, err))
+			continue
+		}
+		res.RealServersAdded++
+	}
+	var gone []string
+	for key := range curSet {
+		if !want[key] {
+			gone = append(gone, key)
+		}
+	}
+	slices.Sort(gone)
+	for _, key := range gone {
+		rs := curSet[key]
+		if p.graceful.inList(uniqueRSName(vs, rs)) {
+			continue
+		}
+		deleted, err := p.graceful.gracefulDelete(vs, &RealServer{Address: rs.Address, Port: rs.Port})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("deleting %s: %w", key, err))
+		}
+		if deleted {
+			res.RealServersDeleted++
+		} else if err == nil {
+			res.RealServersQuiesced++
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// GracefulCheck is the graceful termination manager's periodic pass (kube-proxy runs it
+// every GracefulCheckInterval): it deletes the real servers being terminated whose
+// connections are gone and returns their names ("vip:port/PROTO/rip:port").
+func (p *Proxier) GracefulCheck() ([]string, error) { return p.graceful.tryDelete() }
+
+// Terminating lists the real servers being terminated ("vip:port/PROTO/rip:port").
+func (p *Proxier) Terminating() []string { return p.graceful.names() }
