@@ -110,9 +110,16 @@ func (r *serveRun) a(t *testing.T, name string) []string {
 	return out
 }
 
+// writeFile replaces path's content atomically (a temporary file renamed over
+// it), so that a poll still in flight from the previous tick sees the old or
+// the new content, never a half-written file.
 func writeFile(t *testing.T, path, text string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -109,8 +109,9 @@ type Server struct {
 	fall    map[string]bool
 
 	cur        atomic.Pointer[index]
-	dirty      atomic.Bool
-	mu         sync.Mutex // serialises rebuilds
+	gen        atomic.Uint64 // bumped by every Invalidate
+	built      atomic.Uint64 // the gen the current index was built at (or after)
+	mu         sync.Mutex    // serialises rebuilds
 	lastSerial uint32
 	cancel     []func()
 }
@@ -168,7 +169,7 @@ func New(src Source, cfg Config) (*Server, error) {
 		}
 		s.fall[nz] = true
 	}
-	s.dirty.Store(true)
+	s.gen.Store(1)
 	s.rebuild()
 	switch w := src.(type) {
 	case interface{ OnChange(func()) }:
@@ -206,25 +207,29 @@ func (s *Server) Close() {
 // Invalidate marks the index stale: the next query rebuilds it from the
 // Source and bumps the SOA serial. Safe to call from any goroutine, also from
 // inside a store's change callback (it does not call back into the Source).
-func (s *Server) Invalidate() { s.dirty.Store(true) }
+func (s *Server) Invalidate() { s.gen.Add(1) }
 
 // Serial returns the current SOA serial (after rebuilding if stale).
 func (s *Server) Serial() uint32 { return s.index().serial }
 
 func (s *Server) index() *index {
-	if s.dirty.Load() {
+	if s.built.Load() != s.gen.Load() {
 		s.rebuild()
 	}
 	return s.cur.Load()
 }
 
+// rebuild builds the index if it is stale. A query that finds it stale waits
+// here for the rebuild in progress rather than answering from the old index,
+// so an answer never predates a change that was notified before the query
+// arrived.
 func (s *Server) rebuild() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.dirty.Load() {
+	g := s.gen.Load()
+	if s.built.Load() == g {
 		return
 	}
-	s.dirty.Store(false)
 	idx := buildIndex(s.src, s.cfg.EndpointPodNames, s.cfg.NSAddrs)
 	serial := uint32(s.cfg.Now().Unix())
 	if serial <= s.lastSerial {
@@ -233,6 +238,7 @@ func (s *Server) rebuild() {
 	s.lastSerial = serial
 	idx.serial = serial
 	s.cur.Store(idx)
+	s.built.Store(g)
 }
 
 // matchZone returns the most specific served zone containing the lower-case
