@@ -186,6 +186,16 @@ func InstallClusterDNS(c *netsim.Cluster, opts ClusterDNSOptions) (*ClusterDNS, 
 		}
 	}
 
+	// Everything is checked before anything is created.
+	if _, err := NewZoneUpstream(strings.ReplaceAll(DefaultUpstreamZone, "{web}", "192.0.2.1") + opts.UpstreamRecords); err != nil {
+		return nil, fmt.Errorf("cluster dns: upstream records: %w", err)
+	}
+	for _, name := range []string{UpstreamHostName, WebHostName} {
+		if c.ExternalHost(name) != nil {
+			return nil, fmt.Errorf("cluster dns: external host %q already exists", name)
+		}
+	}
+
 	// The simulated internet.
 	if err := cd.startUpstream(); err != nil {
 		return nil, err
