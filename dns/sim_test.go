@@ -3,6 +3,7 @@ package dns
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -368,5 +369,135 @@ func TestClusterDNSNames(t *testing.T) {
 	}
 	if errs := c.Errors(); len(errs) > 0 {
 		t.Errorf("background errors: %v", errs)
+	}
+}
+
+// TestClusterDNSPolicies: what each dnsPolicy gives a pod (resolv.conf) and
+// where its names are resolved: hostNetwork pods and the DNS pods themselves
+// use the node's resolv.conf (the upstream host), ClusterFirstWithHostNet
+// the cluster DNS from the node's network, None only the pod's dnsConfig.
+// Pods running before the install get resolvers too.
+func TestClusterDNSPolicies(t *testing.T) {
+	c := simCluster(t, nil, "node-a", "node-b")
+	early := mustPod(t, c, service.NewPod("default/early", service.OnNode("node-b")))
+	cd := installDNS(t, c, ClusterDNSOptions{Replicas: 1})
+	up := cd.UpstreamHost().IP().String()
+	nodeConf := "nameserver " + up + "\n"
+
+	hostPod := service.NewPod("default/host", service.HostNetwork(), service.OnNode("node-b"))
+	withHostNet := service.NewPod("default/host-cf", service.HostNetwork(), service.OnNode("node-b"))
+	withHostNet.Spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+	none := service.NewPod("default/custom", service.OnNode("node-b"))
+	none.Spec.DNSPolicy = corev1.DNSNone
+	two := "2"
+	none.Spec.DNSConfig = &corev1.PodDNSConfig{
+		Nameservers: []string{"10.96.0.10"},
+		Searches:    []string{"svc.cluster.local"},
+		Options:     []corev1.PodDNSConfigOption{{Name: "ndots", Value: &two}},
+	}
+	for _, p := range []*corev1.Pod{hostPod, withHostNet, none} {
+		mustPod(t, c, p)
+	}
+	for _, tc := range []struct{ pod, conf string }{
+		{"default/early", "search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"},
+		{"default/host", nodeConf},
+		{"default/host-cf", "search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"},
+		{"default/custom", "search svc.cluster.local\nnameserver 10.96.0.10\noptions ndots:2\n"},
+		{"kube-system/coredns-0", nodeConf},
+	} {
+		ns, name, _ := strings.Cut(tc.pod, "/")
+		if got, ok := cd.ResolvConf(ns, name); !ok || got != tc.conf {
+			t.Errorf("%s resolv.conf:\n%s\nwant:\n%s", tc.pod, got, tc.conf)
+		}
+	}
+	if got := cd.NodeResolver("node-b").ResolvConf(); got != nodeConf {
+		t.Errorf("node-b resolv.conf %q, want %q", got, nodeConf)
+	}
+
+	// The pod that started first resolves cluster names.
+	if w := httpWhoami(t, early.Net(), "http://example.com/"); w.Node != "external:"+WebHostName {
+		t.Errorf("early pod reached %+v", w)
+	}
+
+	// A hostNetwork pod's Net is its node's: names go straight to the upstream
+	// host, which knows no cluster names.
+	host := c.Pod("default", "host")
+	if host.Net() != c.Node("node-b").HostNet() {
+		t.Fatal("a hostNetwork pod should share its node's network")
+	}
+	nr := cd.NodeResolver("node-b")
+	if _, err := host.Net().Resolver(simCtx(t), "example.com"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logLines(lastLookup(t, nr).Queries), trimLog(`
+		A example.com. @`+up+`:53/udp NOERROR 1 answers
+		AAAA example.com. @`+up+`:53/udp NODATA`); got != want {
+		t.Errorf("node's lookup of example.com:\n%s\nwant:\n%s", got, want)
+	}
+	if _, err := host.Net().Resolver(simCtx(t), "kubernetes.default"); err == nil || !strings.Contains(err.Error(), "no such host") {
+		t.Errorf("a cluster name from the host network: %v, want no such host", err)
+	}
+
+	// ClusterFirstWithHostNet: the cluster DNS, reached from the node's own
+	// network through the VIP (kube-proxy's OUTPUT rules).
+	addrs, err := cd.Resolver("default", "host-cf").Resolve(simCtx(t), "kubernetes.default")
+	if err != nil || len(addrs) != 1 || addrs[0].String() != "10.96.0.1" {
+		t.Errorf("kubernetes.default from a ClusterFirstWithHostNet pod: %v %v", addrs, err)
+	}
+	// The DNS pod sees one of node-b's own addresses. (Which one is netsim's
+	// host-stack source selection: for a 10.x destination it picks the bridge
+	// address 10.244.1.1, where Linux would take eth0's 172.18.0.3.)
+	nodeB := c.Node("node-b")
+	seen := false
+	for _, q := range cd.ServerLog() {
+		a := q.Client.Addr()
+		seen = seen || q.Server == "kube-system/coredns-0" && !a.IsLoopback() && nodeB.IsLocalAddr(a) && q.Name == "kubernetes.default.svc.cluster.local."
+	}
+	if !seen {
+		t.Errorf("no DNS pod query came from node-b's addresses: %v", cd.ServerLog())
+	}
+
+	// dnsPolicy None with ndots:2 and one search domain.
+	custom := cd.Resolver("default", "custom")
+	if _, err := c.Pod("default", "custom").Net().Resolver(simCtx(t), "kubernetes.default"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := logLines(lastLookup(t, custom).Queries), trimLog(`
+		A kubernetes.default.svc.cluster.local. @10.96.0.10:53/udp NOERROR 1 answers
+		AAAA kubernetes.default.svc.cluster.local. @10.96.0.10:53/udp NODATA`); got != want {
+		t.Errorf("custom pod's lookup:\n%s\nwant:\n%s", got, want)
+	}
+	// A lookup failure reads like Go's.
+	_, err = c.Pod("default", "custom").Net().Dial("tcp", "nope.invalid:80")
+	var le *LookupError
+	if err == nil || !strings.Contains(err.Error(), "lookup nope.invalid on 10.96.0.10:53: no such host") || !errors.As(err, &le) || le.Kind != HostNotFound {
+		t.Errorf("dial nope.invalid: %v", err)
+	}
+}
+
+// TestInstallClusterDNSBadOptions: bad options are refused before anything is
+// created; a second install is refused.
+func TestInstallClusterDNSBadOptions(t *testing.T) {
+	c := simCluster(t, nil, "node-a")
+	for _, tc := range []struct {
+		opts ClusterDNSOptions
+		want string
+	}{
+		{ClusterDNSOptions{Replicas: -1}, "replicas -1"},
+		{ClusterDNSOptions{Nodes: []string{"node-z"}}, `nodes: no node "node-z"`},
+		{ClusterDNSOptions{UpstreamRecords: "bad.example. IN A not-an-ip\n"}, "upstream records"},
+		{ClusterDNSOptions{Server: &Config{Zones: []string{"cluster.local"}, TTL: 4000}}, "ttl 4000"},
+	} {
+		_, err := InstallClusterDNS(c, tc.opts)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error containing %q", tc.opts, err, tc.want)
+		}
+	}
+	if _, ok := c.Store().GetService("kube-system", "kube-dns"); ok || c.ExternalHost(UpstreamHostName) != nil || len(c.Pods()) != 0 {
+		t.Fatalf("a refused install left objects behind: pods %v", c.Pods())
+	}
+	installDNS(t, c, ClusterDNSOptions{Replicas: 1})
+	if _, err := InstallClusterDNS(c, ClusterDNSOptions{}); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Errorf("second install: %v", err)
 	}
 }
