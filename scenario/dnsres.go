@@ -20,7 +20,18 @@ import (
 )
 
 // kubeDNSAvailable reports whether this build can run kube-dns inside the simulation.
-func kubeDNSAvailable() bool { return false }
+func kubeDNSAvailable() bool { return true }
+
+// installKubeDNS runs cluster DNS inside the simulation: the kube-system/kube-dns
+// Service at the tenth address of the service range, two CoreDNS-like pods behind it,
+// and every pod's resolver pointed at it (package dns's InstallClusterDNS).
+func installKubeDNS(c *netsim.Cluster) (*resolver, error) {
+	cd, err := dns.InstallClusterDNS(c, dns.ClusterDNSOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &resolver{mode: "kube-dns", c: c, cd: cd, dnsIP: cd.ServiceIP().String()}, nil
+}
 
 // clusterDomain is the cluster domain every scenario uses.
 const clusterDomain = "cluster.local"
@@ -31,7 +42,8 @@ const clusterDomain = "cluster.local"
 type resolver struct {
 	mode  string
 	c     *netsim.Cluster
-	srv   *dns.Server // direct mode
+	srv   *dns.Server      // direct mode
+	cd    *dns.ClusterDNS // kube-dns mode
 	dnsIP string      // the nameserver pods are given
 }
 
@@ -82,6 +94,9 @@ func (r *resolver) stubFor(p *netsim.Pod, obj *corev1.Pod) *dns.Stub {
 		return dns.NewStub(conf, func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return newMemConn(r.srv, network), nil
 		})
+	}
+	if pr := r.cd.Resolver(p.Namespace(), p.Name()); pr != nil {
+		return pr.Stub
 	}
 	return dns.NewStub(conf, p.Net().DialContext)
 }

@@ -53,7 +53,11 @@ func decodeScenario(name string, data []byte) (*Scenario, error) {
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
-		return nil, &Error{File: name, Line: extra.Line, Msg: "a scenario file holds one YAML document; put manifests under manifests: or in their own files"}
+		line := extra.Line
+		if len(extra.Content) > 0 {
+			line = extra.Content[0].Line
+		}
+		return nil, &Error{File: name, Line: line, Msg: "a scenario file holds one YAML document; put manifests under manifests: or in their own files"}
 	} else if err != io.EOF {
 		return nil, yamlError(name, err)
 	}

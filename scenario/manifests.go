@@ -48,6 +48,7 @@ type workload struct {
 	rng       *rand.Rand
 	pods      []string // pod names, oldest first
 	used      map[string]bool
+	initial   []*corev1.Pod // the pods made when it was loaded
 }
 
 func (w *workload) key() string { return w.namespace + "/" + w.name }
@@ -196,13 +197,23 @@ func (s *Scenario) manifestFiles(p string) ([]string, error) {
 // marshalled.
 func (s *Scenario) inlineText(m Manifest) ([]byte, error) {
 	n := m.Object
+	marshal := func() ([]byte, error) {
+		b, err := yaml.Marshal(blockStyle(n))
+		if err != nil {
+			return nil, err
+		}
+		if n.Line > 1 {
+			b = append([]byte(strings.Repeat("\n", n.Line-1)), b...)
+		}
+		return b, nil
+	}
 	if len(s.src) == 0 || n.Line == 0 || n.Column == 0 || n.Style&yaml.FlowStyle != 0 {
-		return yaml.Marshal(n)
+		return marshal()
 	}
 	lines := strings.SplitAfter(string(s.src), "\n")
 	start := n.Line - 1
 	if start >= len(lines) {
-		return yaml.Marshal(n)
+		return marshal()
 	}
 	col := n.Column - 1
 	var b strings.Builder
@@ -212,7 +223,7 @@ func (s *Scenario) inlineText(m Manifest) ([]byte, error) {
 		body := strings.TrimRight(ln, "\r\n")
 		if i == start {
 			if len(body) < col {
-				return yaml.Marshal(n)
+				return marshal()
 			}
 			b.WriteString(body[col:])
 			b.WriteString("\n")
@@ -231,6 +242,18 @@ func (s *Scenario) inlineText(m Manifest) ([]byte, error) {
 		b.WriteString("\n")
 	}
 	return []byte(b.String()), nil
+}
+
+// blockStyle returns a copy of n without flow style (so that it marshals as block YAML,
+// which service.Load does not mistake for JSON).
+func blockStyle(n *yaml.Node) *yaml.Node {
+	c := *n
+	c.Style &^= yaml.FlowStyle
+	c.Content = make([]*yaml.Node, len(n.Content))
+	for i, x := range n.Content {
+		c.Content[i] = blockStyle(x)
+	}
+	return &c
 }
 
 var docMarker = regexp.MustCompile(`^---([ \t].*)?$`)
@@ -306,6 +329,15 @@ func validateObject(obj runtime.Object) field.ErrorList {
 }
 
 func (l *loaded) add(obj runtime.Object, where string) error {
+	if err := l.claim(obj, where); err != nil {
+		return err
+	}
+	l.objects = append(l.objects, obj)
+	return nil
+}
+
+// claim records that an object is defined (at where), failing on a second definition.
+func (l *loaded) claim(obj runtime.Object, where string) error {
 	k := service.KindOf(obj) + " " + service.ObjectKey(obj)
 	if prev, dup := l.origin[k]; dup {
 		return fmt.Errorf("%s is defined twice (first at %s)", k, prev)
@@ -314,7 +346,6 @@ func (l *loaded) add(obj runtime.Object, where string) error {
 		l.origin = map[string]string{}
 	}
 	l.origin[k] = where
-	l.objects = append(l.objects, obj)
 	return nil
 }
 
@@ -468,9 +499,11 @@ func (s *Scenario) expandWorkload(src manifestSource, kind, text string, doc *ya
 		return errors.Join(errs...)
 	}
 	for i := 0; i < replicas; i++ {
-		if err := into.add(w.newPod(), fmt.Sprintf("%s:%d (%s)", src.file, doc.Line, what)); err != nil {
+		pod := w.newPod()
+		if err := into.claim(pod, fmt.Sprintf("%s:%d (%s)", src.file, doc.Line, what)); err != nil {
 			return fail("metadata.name", err.Error())
 		}
+		w.initial = append(w.initial, pod)
 	}
 	into.workloads = append(into.workloads, w)
 	return nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/clusterlab/clusterlab/alloc"
+	"github.com/clusterlab/clusterlab/dns"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
@@ -138,12 +139,15 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 		p.nodes = append(p.nodes, n.Name)
 	}
 	var externals []string
+	dnsHosts := c.DNS == "kube-dns" || c.DNS == "" && kubeDNSAvailable()
 	for i, h := range c.ExternalHosts {
 		fp := fmt.Sprintf("cluster.external_hosts[%d]", i)
 		if h.Name == "" {
 			fail(fp+".name", "required")
 		} else if slices.Contains(externals, h.Name) {
 			fail(fp+".name", "external host %q is listed twice", h.Name)
+		} else if dnsHosts && (h.Name == dns.UpstreamHostName || h.Name == dns.WebHostName) {
+			fail(fp+".name", "%q is the name of a host kube-dns adds (the simulated internet's DNS server and web host)", h.Name)
 		}
 		externals = append(externals, h.Name)
 		if h.IP != "" {
@@ -503,6 +507,9 @@ func (s *Scenario) checkStep(p *plan, st *Step, i int, sp string, nodes map[stri
 		}
 		checkPlace(f+".from", t.From)
 		checkTarget(f+".to", t.To, false)
+		if tg, err := parseTarget(t.To, false); err == nil && tg.kind == "name" && !strings.HasPrefix(t.From, "pod:") {
+			fail(f+".to", "%q is a DNS name: only pods resolve cluster names (use service:NS/NAME:PORT from nodes and external hosts)", t.To)
+		}
 		proto := strings.ToLower(t.Proto)
 		switch proto {
 		case "", "tcp", "udp":

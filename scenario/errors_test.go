@@ -1,0 +1,77 @@
+package scenario
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLoadErrors: bad scenarios are rejected with the file, the line and the field.
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "bad-svc.yaml"), []byte("apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n    - port: 0\n"), 0o644)
+	cases := []struct {
+		name, yaml string
+		want       []string // substrings of the error, in order
+	}{
+		{"unknown top-level field", "name: x\nstepz: []\n", []string{"bad.yaml:2: stepz: unknown field (did you mean steps?)"}},
+		{"wrong type", "steps:\n  - connect:\n      from: pod:default/c\n      to: 10.0.0.1:80\n      count: ten\n", []string{`bad.yaml:5: steps[0].connect.count: want a whole number, got "ten"`}},
+		{"no action", "steps:\n  - name: nothing\n", []string{"bad.yaml:2: steps[0]: no action"}},
+		{"two actions", "steps:\n  - advance: 1s\n    heal: true\n", []string{"bad.yaml:2: steps[0]: one action per step, got advance and heal"}},
+		{"bad duration", "steps:\n  - advance: 5 minutes\n", []string{`bad.yaml:2: steps[0].advance: want a duration such as 30s`}},
+		{"bad target", "steps:\n  - connect:\n      from: pod:default/c\n      to: 10.0.0.1\n", []string{"bad.yaml:4: steps[0].connect.to:", "a port is required"}},
+		{"name from a node", "steps:\n  - connect:\n      from: node:node-a\n      to: web:80\n", []string{"bad.yaml:4: steps[0].connect.to:", "only pods resolve cluster names"}},
+		{"unknown node", "steps:\n  - kill_node: node-z\n", []string{`bad.yaml:2: steps[0].kill_node: no node "node-z" (the nodes are node-a, node-b, node-c)`}},
+		{"unknown mode", "cluster:\n  proxy:\n    mode: nftables\n", []string{`bad.yaml:3: cluster.proxy.mode: unknown kube-proxy mode "nftables"`}},
+		{"userspace too new", "cluster:\n  proxy:\n    mode: userspace\n    version: \"1.30\"\n", []string{"bad.yaml:4: cluster.proxy.version: 1.30: the userspace proxy mode was removed in kube-proxy 1.26"}},
+		{"iptables too old", "cluster:\n  proxy:\n    version: \"1.20\"\n", []string{"bad.yaml:3: cluster.proxy.version: 1.20: kube-proxy before 1.28 is not modelled"}},
+		{"bad scheduler", "cluster:\n  proxy:\n    scheduler: fastest\n", []string{`bad.yaml:3: cluster.proxy.scheduler: unknown IPVS scheduler "fastest"`}},
+		{"expect on the wrong step", "steps:\n  - advance: 1s\n    expect:\n      count: 1\n", []string{"bad.yaml:3: steps[0].expect: only connect, send, dns and check steps have expectations"}},
+		{"expectation of another step kind", "steps:\n  - dns:\n      from: pod:default/c\n      name: web\n    expect:\n      backends: 3\n", []string{"bad.yaml:6: steps[0].expect.backends: only connect and send steps have backends"}},
+		{"time going back", "steps:\n  - advance: 10s\n  - at: 5s\n    heal: true\n", []string{"bad.yaml:3: steps[1].at: 5s is earlier than the time the steps before reach (10s)"}},
+		{"inline manifest invalid", "manifests:\n  - apiVersion: v1\n    kind: Service\n    metadata:\n      name: web\n    spec:\n      ports:\n        - port: 70000\n", []string{`bad.yaml:8: manifests[0]: Service "default/web": spec.ports[0].port: Invalid value: 70000`}},
+		{"inline unknown field", "manifests:\n  - apiVersion: v1\n    kind: Pod\n    metadata:\n      name: p\n    spec:\n      containerz: []\n", []string{"bad.yaml:7: manifests[0]:", "containerz"}},
+		{"manifest file invalid", "manifests:\n  - path: bad-svc.yaml\n", []string{"bad.yaml:2: manifests[0].path: ", "bad-svc.yaml:7", "spec.ports[0].port"}},
+		{"manifest file missing", "manifests:\n  - path: nope.yaml\n", []string{"bad.yaml:2: manifests[0].path: ", "nope.yaml: no such file or directory"}},
+		{"deployment selector mismatch", "manifests:\n  - apiVersion: apps/v1\n    kind: Deployment\n    metadata: {name: web}\n    spec:\n      selector: {matchLabels: {app: web}}\n      template:\n        metadata: {labels: {app: other}}\n        spec: {containers: [{name: c, image: i}]}\n", []string{"bad.yaml:8: manifests[0]: Deployment \"default/web\": spec.template.metadata.labels: Invalid value: `selector` does not match template `labels`"}},
+		{"deployment bad container", "manifests:\n  - apiVersion: apps/v1\n    kind: Deployment\n    metadata: {name: web}\n    spec:\n      selector: {matchLabels: {app: web}}\n      template:\n        metadata: {labels: {app: web}}\n        spec:\n          containers:\n            - name: c\n              image: i\n              ports:\n                - containerPort: 0\n", []string{"bad.yaml:14: manifests[0]: Deployment \"default/web\": pod template: spec.template.spec.containers[0].ports[0].containerPort"}},
+		{"duplicate object", "manifests:\n  - {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: c, image: i}]}}\n  - {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: c, image: i}]}}\n", []string{"Pod default/p is defined twice"}},
+		{"two documents", "name: a\n---\nname: b\n", []string{"bad.yaml:3: a scenario file holds one YAML document"}},
+		{"yaml syntax", "steps:\n  - advance: [1s\n", []string{"bad.yaml:", "invalid YAML"}},
+		{"empty", "", []string{"bad.yaml: the file is empty"}},
+		{"dns off but a name", "cluster:\n  dns: off\nsteps:\n  - connect:\n      from: pod:default/c\n      to: web:80\n", []string{"steps[0].connect.to:", "cluster.dns is off"}},
+		{"percent too big", "steps:\n  - fault:\n      link: node:node-a\n      loss: 150%\n", []string{"bad.yaml:4: steps[0].fault.loss: want a probability between 0 and 1"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(filepath.Join(dir, "bad.yaml"), []byte(tc.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !IsInputError(err) {
+				t.Errorf("%v is not an input error", err)
+			}
+			msg := strings.ReplaceAll(err.Error(), dir+string(filepath.Separator), "")
+			rest := msg
+			for _, w := range tc.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("error\n  %s\ndoes not contain (in order)\n  %s", msg, w)
+				}
+				rest = rest[i+len(w):]
+			}
+		})
+	}
+}
+
+// TestLoadGoodFiles: every scenario under testdata/scenarios loads.
+func TestLoadScenarioFiles(t *testing.T) {
+	files, _ := filepath.Glob("../testdata/scenarios/*.yaml")
+	files = append(files, "demo.yaml")
+	for _, f := range files {
+		if _, err := Load(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}

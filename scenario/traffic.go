@@ -1,0 +1,543 @@
+package scenario
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	mdns "github.com/miekg/dns"
+
+	"github.com/clusterlab/clusterlab/dns"
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+)
+
+// attempt is one connection or packet, whichever way it was made.
+type attempt struct {
+	result string // connected, replied, delivered, refused, dropped
+	pod    string
+	node   string
+	seen   netip.Addr
+	reason string
+}
+
+func okResult(r string) bool {
+	return r == netsim.ResultConnected || r == netsim.ResultReplied || r == netsim.ResultDelivered
+}
+
+// traffic runs a connect (connect=true) or send step.
+func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool, res *StepResult) error {
+	tg, err := parseTarget(t.To, false)
+	if err != nil {
+		return err
+	}
+	dst, how, err := r.resolveTarget(ctx, tg, t.From)
+	if err != nil {
+		return err
+	}
+	client, err := r.clientAddr(t.From, dst.Addr())
+	if err != nil {
+		return err
+	}
+	protoName := strings.ToLower(t.Proto)
+	if protoName == "" {
+		protoName = "tcp"
+	}
+	proto, _ := netsim.ParseProto(protoName)
+	count := t.Count
+	if count == 0 {
+		count = 1
+	}
+	via := t.Via
+	autoNote := ""
+	if via == "" {
+		via = "probe"
+		if connect && r.p.mode == kubeproxy.Userspace && (protoName == "tcp" || protoName == "udp") {
+			via = "netstack"
+			autoNote = "via netstack: in the userspace mode a program on the node picks the backend, and a probe stops at its listener"
+		}
+	}
+	tr := &TrafficResult{From: t.From, Client: client.String(), To: t.To, Dst: dst.String(), Resolved: how, Proto: protoName, Via: via, Attempts: count,
+		Results: map[string]int{}}
+	var atts []attempt
+	if via == "probe" {
+		mode := netsim.ProbePacket
+		if connect {
+			mode = netsim.ProbeConnect
+		}
+		for i := 0; i < count; i++ {
+			pr, err := r.c.ProbeOne(netsim.Probe{From: t.From, Proto: proto, Dst: dst, SrcPort: uint16(t.SrcPort), Mode: mode, Trace: t.Trace && i == 0, Payload: []byte("clusterlab\n")})
+			if err != nil {
+				return err
+			}
+			if i == 0 && pr.Trace != nil {
+				res.Trace = pr.Trace
+			}
+			atts = append(atts, attempt{result: pr.Result, pod: pr.Pod, node: pr.Node, seen: pr.SeenSrc.Addr(), reason: pr.Reason})
+		}
+	} else {
+		n, err := r.netOf(t.From)
+		if err != nil {
+			return err
+		}
+		if t.Trace {
+			pr, err := r.c.ProbeOne(netsim.Probe{From: t.From, Proto: proto, Dst: dst, SrcPort: uint16(t.SrcPort), Mode: netsim.ProbePacket, Trace: true})
+			if err != nil {
+				return err
+			}
+			res.Trace = pr.Trace
+		}
+		for i := 0; i < count; i++ {
+			atts = append(atts, r.netstackAttempt(ctx, n, protoName, uint16(t.SrcPort), dst))
+		}
+	}
+	for _, a := range atts {
+		tr.Results[a.result]++
+		if okResult(a.result) {
+			if a.pod != "" {
+				if tr.Backends == nil {
+					tr.Backends = map[string]int{}
+				}
+				tr.Backends[a.pod]++
+			} else if a.node != "" {
+				if tr.Backends == nil {
+					tr.Backends = map[string]int{}
+				}
+				tr.Backends["node:"+a.node]++
+			}
+			if a.seen.IsValid() {
+				if tr.SeenSources == nil {
+					tr.SeenSources = map[string]int{}
+				}
+				tr.SeenSources[r.classify(a.seen, client)]++
+			}
+		} else if a.reason != "" {
+			if tr.Reasons == nil {
+				tr.Reasons = map[string]int{}
+			}
+			tr.Reasons[a.reason]++
+		}
+	}
+	res.Traffic = tr
+	res.Summary = trafficSummary(tr)
+	if how != "" {
+		res.Details = append(res.Details, how)
+	}
+	if autoNote != "" {
+		res.Details = append(res.Details, autoNote)
+	}
+	if len(tr.Backends) > 0 {
+		res.Details = append(res.Details, "answered by "+countsText(tr.Backends))
+	}
+	if len(tr.SeenSources) > 0 {
+		res.Details = append(res.Details, "the receiver saw the source as "+seenText(tr.SeenSources, client))
+	}
+	if len(tr.Reasons) > 0 {
+		res.Details = append(res.Details, "why: "+countsText(tr.Reasons))
+	}
+	if st.Expect != nil {
+		res.Expectations = r.checkTraffic(st.Expect, tr, atts, client)
+	}
+	return nil
+}
+
+func trafficSummary(tr *TrafficResult) string {
+	var parts []string
+	for _, k := range []string{netsim.ResultConnected, netsim.ResultReplied, netsim.ResultDelivered, netsim.ResultRefused, netsim.ResultDropped, netsim.ResultStolen} {
+		if n := tr.Results[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+	}
+	for _, k := range sortedKeys(tr.Results) {
+		switch k {
+		case netsim.ResultConnected, netsim.ResultReplied, netsim.ResultDelivered, netsim.ResultRefused, netsim.ResultDropped, netsim.ResultStolen:
+		default:
+			parts = append(parts, fmt.Sprintf("%d %s", tr.Results[k], k))
+		}
+	}
+	return fmt.Sprintf("%s %s -> %s: %s", tr.Proto, tr.Client, tr.Dst, strings.Join(parts, ", "))
+}
+
+func seenText(m map[string]int, client netip.Addr) string {
+	out := map[string]int{}
+	for k, v := range m {
+		if k == "client" {
+			k = "the client's own address " + client.String()
+		}
+		out[k] += v
+	}
+	return countsText(out)
+}
+
+// netstackAttempt makes one real connection (TCP: connect, send a line, read the whoami
+// answer; UDP: a datagram and its answer) and pumps the virtual clock while it waits, so
+// that retransmissions and link latency happen.
+func (r *runner) netstackAttempt(ctx context.Context, n *netsim.Net, proto string, sport uint16, dst netip.AddrPort) attempt {
+	budget := 10 * time.Second // virtual time before the attempt counts as dropped
+	if proto == "udp" {
+		budget = 3 * time.Second
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan attempt, 1)
+	var conn net.Conn
+	connCh := make(chan net.Conn, 1)
+	go func() {
+		c, err := n.DialFrom(actx, proto, sport, dst.String())
+		if err != nil {
+			done <- failed(err)
+			return
+		}
+		connCh <- c
+		defer c.Close()
+		if _, err := fmt.Fprintln(c, "clusterlab"); err != nil {
+			done <- failed(err)
+			return
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			done <- failed(err)
+			return
+		}
+		w, err := netsim.ParseWhoami(line)
+		if err != nil {
+			done <- attempt{result: netsim.ResultDropped, reason: "not a whoami answer: " + strings.TrimSpace(line)}
+			return
+		}
+		res := netsim.ResultConnected
+		if proto == "udp" {
+			res = netsim.ResultReplied
+		}
+		a := attempt{result: res, pod: w.Pod, node: w.Node}
+		if ap, err := netip.ParseAddrPort(w.Client); err == nil {
+			a.seen = ap.Addr().Unmap()
+		}
+		done <- a
+	}()
+	var waited time.Duration
+	for {
+		select {
+		case a := <-done:
+			return a
+		case c := <-connCh:
+			conn = c
+			continue
+		case <-time.After(20 * time.Millisecond):
+		}
+		if waited >= budget {
+			cancel()
+			if conn != nil {
+				conn.Close()
+			}
+			<-done
+			return attempt{result: netsim.ResultDropped, reason: fmt.Sprintf("no answer within %s", budget)}
+		}
+		r.c.Clock().Advance(100 * time.Millisecond)
+		waited += 100 * time.Millisecond
+	}
+}
+
+func failed(err error) attempt {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return attempt{result: netsim.ResultRefused, reason: "connection refused"}
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return attempt{result: netsim.ResultRefused, reason: "host unreachable"}
+	case errors.Is(err, context.Canceled), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, net.ErrClosed):
+		return attempt{result: netsim.ResultDropped, reason: "no answer"}
+	}
+	return attempt{result: netsim.ResultDropped, reason: err.Error()}
+}
+
+// checkTraffic evaluates a connect or send step's expectations.
+func (r *runner) checkTraffic(e *Expect, tr *TrafficResult, atts []attempt, client netip.Addr) []Expectation {
+	var out []Expectation
+	add := func(field, want, got string, ok bool) {
+		out = append(out, Expectation{Field: field, Want: want, Got: got, OK: ok})
+	}
+	okCount := 0
+	for _, a := range atts {
+		if okResult(a.result) {
+			okCount++
+		}
+	}
+	if e.Result != "" {
+		good := 0
+		for _, a := range atts {
+			if a.result == e.Result || e.Result == "ok" && okResult(a.result) {
+				good++
+			}
+		}
+		add("result", fmt.Sprintf("every attempt %s", e.Result), summaryCounts(tr.Results), good == len(atts))
+	}
+	if e.MinSuccess != nil {
+		frac := float64(okCount) / float64(len(atts))
+		add("min_success", fmt.Sprintf("at least %.0f%% ok", *e.MinSuccess*100), fmt.Sprintf("%.0f%% (%d of %d)", frac*100, okCount, len(atts)), frac+1e-9 >= *e.MinSuccess)
+	}
+	backends := map[string]int{}
+	for k, v := range tr.Backends {
+		backends[k] = v
+	}
+	if e.Reaches != nil {
+		ok := true
+		var missing, extra []string
+		for _, pat := range e.Reaches {
+			if !anyMatch(pat, backends) {
+				ok = false
+				missing = append(missing, pat)
+			}
+		}
+		for b := range backends {
+			matched := false
+			for _, pat := range e.Reaches {
+				if podMatch(pat, b) {
+					matched = true
+				}
+			}
+			if !matched {
+				ok = false
+				extra = append(extra, b)
+			}
+		}
+		sort.Strings(extra)
+		got := "{" + strings.Join(sortedKeys(backends), ", ") + "}"
+		if len(missing) > 0 {
+			got += "; nothing from " + strings.Join(missing, ", ")
+		}
+		if len(extra) > 0 {
+			got += "; unexpected " + strings.Join(extra, ", ")
+		}
+		add("reaches", "{"+strings.Join(e.Reaches, ", ")+"}", got, ok)
+	}
+	if e.NotReaches != nil {
+		var hit []string
+		for b := range backends {
+			for _, pat := range e.NotReaches {
+				if podMatch(pat, b) {
+					hit = append(hit, b)
+					break
+				}
+			}
+		}
+		sort.Strings(hit)
+		got := "none of them"
+		if len(hit) > 0 {
+			got = strings.Join(hit, ", ")
+		}
+		add("not_reaches", "none of {"+strings.Join(e.NotReaches, ", ")+"}", got, len(hit) == 0)
+	}
+	if e.Backends != nil {
+		add("backends", fmt.Sprintf("%d distinct backends", *e.Backends), fmt.Sprintf("%d (%s)", len(backends), countsText(backends)), len(backends) == *e.Backends)
+	}
+	if e.Spread != nil {
+		n := len(backends)
+		if e.Backends != nil {
+			n = *e.Backends
+		}
+		ok := n > 0 && okCount > 0 && len(backends) == n
+		even := 0.0
+		if n > 0 {
+			even = float64(okCount) / float64(n)
+		}
+		for _, v := range backends {
+			if float64(v) < even*(1-*e.Spread)-1e-9 || float64(v) > even*(1+*e.Spread)+1e-9 {
+				ok = false
+			}
+		}
+		add("spread", fmt.Sprintf("each of %d backends within ±%.0f%% of %.1f", n, *e.Spread*100, even), countsText(backends), ok)
+	}
+	if e.SeenSource != "" {
+		want, ok := e.SeenSource, true
+		seen := tr.SeenSources
+		for cls, v := range seen {
+			if v == 0 {
+				continue
+			}
+			switch {
+			case want == "client":
+				ok = ok && cls == "client"
+			case want == "not-client":
+				ok = ok && cls != "client"
+			case want == "node":
+				ok = ok && strings.HasPrefix(cls, "node:")
+			case strings.HasPrefix(want, "node:"):
+				ok = ok && cls == want
+			default:
+				a, _ := netip.ParseAddr(want)
+				ok = ok && (cls == a.String() || cls == "client" && client == a || r.classify(a, client) == cls)
+			}
+		}
+		if len(seen) == 0 {
+			ok = false
+		}
+		got := "nothing answered"
+		if len(seen) > 0 {
+			got = countsText(seen)
+		}
+		add("seen_source", want, got, ok)
+	}
+	return out
+}
+
+func summaryCounts(m map[string]int) string {
+	if len(m) == 0 {
+		return "no attempts"
+	}
+	return countsText(m)
+}
+
+func podMatch(pat, pod string) bool {
+	pat = strings.TrimPrefix(pat, "pod:")
+	if !strings.Contains(pat, "/") && !strings.HasPrefix(pat, "node:") {
+		pat = "default/" + pat
+	}
+	ok, _ := path.Match(pat, pod)
+	return ok
+}
+
+func anyMatch(pat string, backends map[string]int) bool {
+	for b := range backends {
+		if podMatch(pat, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// ---- DNS steps ----
+
+func (r *runner) dnsStep(ctx context.Context, st *Step, res *StepResult) error {
+	q := st.DNS
+	typ := strings.ToUpper(q.Type)
+	if typ == "" {
+		typ = "A"
+	}
+	dr := &DNSResult{Name: q.Name, Type: typ, Answers: []string{}}
+	res.DNS = dr
+	if typ == "A" || typ == "AAAA" {
+		fam := dns.FamilyIPv4
+		if typ == "AAAA" {
+			fam = dns.FamilyIPv6
+		}
+		stub, err := r.res.podStub(q.From)
+		if err != nil {
+			return err
+		}
+		result, err := stub.Lookup(ctx, q.Name, fam)
+		var logs []dns.QueryLog
+		if result != nil {
+			logs = result.Log
+		}
+		var le *dns.LookupError
+		switch {
+		case err == nil:
+			dr.Rcode, dr.FQDN = "NOERROR", result.Name
+			for _, a := range result.Addrs {
+				dr.Answers = append(dr.Answers, a.String())
+			}
+		case errors.As(err, &le):
+			dr.Rcode = map[dns.ErrorKind]string{dns.HostNotFound: "NXDOMAIN", dns.NoData: "NOERROR", dns.TryAgain: "SERVFAIL", dns.NoRecovery: "REFUSED"}[le.Kind]
+			res.Details = append(res.Details, "resolver: "+err.Error())
+		default:
+			return err
+		}
+		for _, l := range logs {
+			dr.Queries = append(dr.Queries, l.String())
+		}
+	} else {
+		qt := mdns.StringToType[typ]
+		msg, fqdn, log, err := r.res.query(ctx, q.From, q.Name, qt)
+		dr.Queries = log
+		if err != nil {
+			return err
+		}
+		dr.FQDN, dr.Rcode = fqdn, mdns.RcodeToString[msg.Rcode]
+		for _, rr := range msg.Answer {
+			dr.Answers = append(dr.Answers, rdata(rr))
+		}
+	}
+	res.Summary = fmt.Sprintf("%s %s: %s", typ, q.Name, dr.Rcode)
+	if len(dr.Answers) > 0 {
+		res.Summary += " " + strings.Join(dr.Answers, ", ")
+	}
+	if dr.FQDN != "" && strings.TrimSuffix(dr.FQDN, ".") != strings.TrimSuffix(q.Name, ".") {
+		res.Details = append(res.Details, "answered for "+dr.FQDN)
+	}
+	if len(dr.Queries) > 1 {
+		res.Details = append(res.Details, "queries: "+strings.Join(dr.Queries, "; "))
+	}
+	if r.res.mode == "direct" {
+		res.Details = append(res.Details, "answered in-process by the cluster DNS server code (dns: direct)")
+	}
+	if e := st.Expect; e != nil {
+		if e.Rcode != "" {
+			res.Expectations = append(res.Expectations, Expectation{Field: "rcode", Want: strings.ToUpper(e.Rcode), Got: dr.Rcode, OK: strings.EqualFold(e.Rcode, dr.Rcode)})
+		}
+		if e.Answer != nil {
+			want, err := r.expandAnswers(e.Answer)
+			if err != nil {
+				return err
+			}
+			got := append([]string(nil), dr.Answers...)
+			sort.Strings(want)
+			sort.Strings(got)
+			res.Expectations = append(res.Expectations, Expectation{Field: "answer", Want: "{" + strings.Join(want, ", ") + "}", Got: "{" + strings.Join(got, ", ") + "}", OK: strings.Join(want, "\n") == strings.Join(got, "\n")})
+		}
+	}
+	return nil
+}
+
+// rdata is a record's data as zone-file text ("10.96.0.10", "0 100 80 web.default.svc.cluster.local.").
+func rdata(rr mdns.RR) string {
+	s := rr.String()
+	h := rr.Header().String()
+	return strings.TrimSpace(strings.TrimPrefix(s, h))
+}
+
+// expandAnswers turns service:NS/NAME and pod:NS/NAME into their addresses.
+func (r *runner) expandAnswers(in []string) ([]string, error) {
+	var out []string
+	for _, a := range in {
+		switch {
+		case strings.HasPrefix(a, "service:"):
+			ns, n := splitKey(strings.TrimPrefix(a, "service:"))
+			svc, ok := r.c.Store().GetService(ns, n)
+			if !ok {
+				return nil, fmt.Errorf("answer %q: no service %s/%s", a, ns, n)
+			}
+			ips := svc.Spec.ClusterIPs
+			if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+				ips = []string{svc.Spec.ClusterIP}
+			}
+			for _, ip := range ips {
+				if ip != "None" {
+					out = append(out, ip)
+				}
+			}
+		case strings.HasPrefix(a, "pod:"):
+			ns, n := splitKey(strings.TrimPrefix(a, "pod:"))
+			pod, ok := r.c.Store().GetPod(ns, n)
+			if !ok {
+				return nil, fmt.Errorf("answer %q: no pod %s/%s", a, ns, n)
+			}
+			for _, ip := range pod.Status.PodIPs {
+				out = append(out, ip.IP)
+			}
+		default:
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+var _ = strconv.Itoa
