@@ -42,9 +42,9 @@ const clusterDomain = "cluster.local"
 type resolver struct {
 	mode  string
 	c     *netsim.Cluster
-	srv   *dns.Server      // direct mode
+	srv   *dns.Server     // direct mode
 	cd    *dns.ClusterDNS // kube-dns mode
-	dnsIP string      // the nameserver pods are given
+	dnsIP string          // the nameserver pods are given
 }
 
 func newDirectResolver(c *netsim.Cluster) (*resolver, error) {
