@@ -243,6 +243,34 @@ func TestClusterDNSNames(t *testing.T) {
 		})
 	}
 
+	// An answer too big for 512 bytes: TC over UDP, then the same question over
+	// TCP through the VIP's dns-tcp port.
+	var big []string
+	for i := 1; i <= 40; i++ {
+		big = append(big, fmt.Sprintf("10.250.0.%d", i))
+	}
+	if err := c.Apply(service.NewService("default/big", service.Headless(), service.Port("p", 80, 80)),
+		service.NewEndpointSlice("default/big-1", service.ForService("big"), service.SlicePort("p", 80, corev1.ProtocolTCP), service.ReadyAddresses(big...))); err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := client.Net().Resolver(simCtx(t), "big")
+	if err != nil || len(addrs) != 40 {
+		t.Errorf("big: %d addresses, %v", len(addrs), err)
+	}
+	if got, want := logLines(lastLookup(t, r).Queries), trimLog(`
+		A big.default.svc.cluster.local. @10.96.0.10:53/udp NOERROR 29 answers TC
+		AAAA big.default.svc.cluster.local. @10.96.0.10:53/udp NODATA
+		A big.default.svc.cluster.local. @10.96.0.10:53/tcp NOERROR 40 answers`); got != want {
+		t.Errorf("big: query log:\n%s\nwant:\n%s", got, want)
+	}
+
+	// Go's own resolver over the pod's network (an FQDN: Go's search list is
+	// the process's).
+	goAddrs, err := r.NetResolver().LookupHost(simCtx(t), "my-service.default.svc.cluster.local.")
+	if err != nil || !slices.Equal(goAddrs, []string{myService.Spec.ClusterIP}) {
+		t.Errorf("Go resolver: %v %v", goAddrs, err)
+	}
+
 	// Names used for connections: the pod's Net resolves them, the traffic goes
 	// through the Service VIPs.
 	if w := whoamiOver(t, client.Net(), "my-service:80"); w.Pod != "default/web-0" || !strings.HasPrefix(w.Client, client.IP().String()+":") {

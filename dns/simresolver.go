@@ -95,6 +95,11 @@ func (r *PodResolver) Resolve(ctx context.Context, host string) ([]netip.Addr, e
 	return res.Addrs, nil
 }
 
+// NetResolver returns a Go *net.Resolver whose DNS traffic leaves from the
+// pod's network to its first nameserver (see Stub.NetResolver: Go applies
+// its own search list and ndots, not the pod's, so give it FQDNs).
+func (r *PodResolver) NetResolver() *net.Resolver { return r.Stub.NetResolver() }
+
 // fromHosts looks host up in the hosts file (case-insensitively, a trailing
 // dot ignored).
 func (r *PodResolver) fromHosts(host string) ([]netip.Addr, string) {
