@@ -11,7 +11,9 @@
 //	  ListPods, ListNamespaces                            v
 //	        │                                   rebuild on the next query:
 //	        └──────────── buildIndex ─────────> index (immutable snapshot, read
-//	                                             lock-free; new SOA serial)
+//	                                             lock-free; new SOA serial; a
+//	                                             query finding it stale waits
+//	                                             for the rebuild in progress)
 //	query ─> Handle / ServeDNS / HandleWire
 //	  1. transport rules: QR set → no reply; opcode ≠ QUERY → NOTIMP;
 //	     question count ≠ 1, several OPTs, bad name → FORMERR; EDNS version
@@ -55,6 +57,40 @@
 //	  sent is in the Result's log.
 //	  NetResolver(): Go's own resolver dialling the pod's nameserver through
 //	  the same Dial (Go's search list comes from the process, not the pod).
+//
+// # Inside the simulation
+//
+// InstallClusterDNS(cluster, ClusterDNSOptions) gives a netsim cluster the
+// cluster DNS a kubeadm cluster has, so that DNS traffic takes the same
+// paths, and meets the same proxy-mode and conntrack behaviour, as any other
+// service traffic:
+//
+//	pod Net().Dial("tcp", "my-service:80")
+//	  └─ PodResolver (installed by the kubelet's pod-start hook): /etc/hosts,
+//	     then the Stub walking the pod's resolv.conf (PodResolvConf)
+//	       └─ UDP/TCP from the pod to kube-system/kube-dns 10.96.0.10:53
+//	            └─ the node's proxy mode (DNAT, conntrack) ─> a coredns-N pod
+//	                 (app AppName: Server.HandleWire on its own UDP and TCP
+//	                 sockets, reading the cluster's service.Store; metrics on 9153)
+//	                   └─ names outside the zone: forwarded over the network to
+//	                      the external host "upstream-dns" (a ZoneUpstream; the
+//	                      DNS pods have dnsPolicy Default, and the nodes'
+//	                      resolv.conf names that host), whose names point at the
+//	                      external host "example-web"
+//
+// The upstream host sees the DNS pods' own addresses: the simulated network
+// routes pod addresses to external hosts without the outbound masquerade most
+// CNIs add. hostNetwork pods share their node's network and resolver (the
+// node's resolv.conf). Every resolver keeps its lookups with the queries the stub
+// sent (ClusterDNS.Resolver(ns, name).Queries()); ServerLog lists what the
+// DNS pods and the upstream host answered and the client address each saw.
+// AddPod adds a DNS pod (a new name, a new address, as a ReplicaSet would);
+// deleting one through the cluster stops its server with the pod. The tests
+// show the search-list walks through the iptables mode, a DNS pod lost
+// behind a lagging kube-proxy, and the stale-UDP-conntrack failure (a client
+// pinned to one source port keeps reaching a replaced DNS pod's dead address
+// until kube-proxy deletes the entry, or, without that cleanup, until the
+// client goes quiet for the UDP stream timeout).
 //
 // `clusterlab dns serve` is Serve: manifests → StaticSource → Server on UDP
 // and TCP, the files polled by content hash and reloaded (a failed reload
