@@ -526,6 +526,17 @@ func (s *Scenario) checkStep(p *plan, st *Step, i int, sp string, nodes map[stri
 		if t.SrcPort < 0 || t.SrcPort > 65535 {
 			fail(f+".src_port", "want 1-65535, got %d", t.SrcPort)
 		}
+		if t.AllBranches {
+			if st.Connect != nil {
+				fail(f+".all_branches", "every branch is followed for single packets: use a send step")
+			}
+			if t.Via == "netstack" {
+				fail(f+".all_branches", "branches are followed by probes: remove via: netstack")
+			}
+			if st.Expect != nil && (st.Expect.Spread != nil || st.Expect.MinSuccess != nil) {
+				fail("expect", "with all_branches each outcome counts once: spread and min_success do not apply")
+			}
+		}
 		switch t.Via {
 		case "", "probe":
 		case "netstack":

@@ -97,6 +97,15 @@ type TrafficResult struct {
 	SeenSources map[string]int `json:"seen_sources,omitempty"`
 	// Reasons counts why attempts were refused or dropped.
 	Reasons map[string]int `json:"reasons,omitempty"`
+	// Branches are the outcomes of one packet with their probabilities (all_branches).
+	Branches []Branch `json:"branches,omitempty"`
+}
+
+// Branch is one possible outcome of a packet and its probability.
+type Branch struct {
+	Probability float64 `json:"probability"`
+	Outcome     string  `json:"outcome"`
+	Pod         string  `json:"pod,omitempty"`
 }
 
 // DNSResult is the answer to a dns step.

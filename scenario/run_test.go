@@ -48,34 +48,34 @@ func TestDemoScenarioIPTables(t *testing.T) {
 		rep.WriteText(&b)
 		t.Fatalf("demo scenario failed:\n%s", b.String())
 	}
-	vip := step(t, rep, "vip")
+	vip := step(t, rep, "requests to the VIP")
 	if vip.Traffic.Results["connected"] != 90 || len(vip.Traffic.Backends) != 3 || vip.Traffic.SeenSources["client"] != 90 {
 		t.Errorf("vip: %+v", vip.Traffic)
 	}
 	// The deleted pod is terminating: it keeps its endpoint but gets no new connections.
-	del := step(t, rep, "delete")
+	del := step(t, rep, "delete a backend")
 	m := regexp.MustCompile(`deleted (default/my-app-\S+)`).FindStringSubmatch(del.Summary)
 	if m == nil {
 		t.Fatalf("delete summary %q", del.Summary)
 	}
-	after := step(t, rep, "after-delete")
+	after := step(t, rep, "requests after the delete")
 	if after.Traffic.Backends[m[1]] != 0 {
 		t.Errorf("the terminating pod %s still got new connections: %v", m[1], after.Traffic.Backends)
 	}
 	if len(after.Traffic.Backends) != 3 {
 		t.Errorf("after the delete (and the ReplicaSet's replacement) want 3 backends, got %v", after.Traffic.Backends)
 	}
-	ep := step(t, rep, "endpoints")
+	ep := step(t, rep, "endpoints after the delete")
 	if *ep.Count != 4 || *ep.Ready != 3 || !strings.Contains(strings.Join(ep.Details, "\n"), m[1]) {
 		t.Errorf("endpoints: %d/%d %v", *ep.Count, *ep.Ready, ep.Details)
 	}
-	out := step(t, rep, "from-outside")
+	out := step(t, rep, "from outside through node-b")
 	for cls := range out.Traffic.SeenSources {
 		if cls != "node:node-b" {
 			t.Errorf("NodePort from outside (eTP Cluster) through node-b: backend saw %s, want node-b's address", cls)
 		}
 	}
-	tr := step(t, rep, "trace")
+	tr := step(t, rep, "one packet, rule by rule")
 	if tr.Trace == nil || !strings.Contains(tr.Trace.String(), "KUBE-SEP-") {
 		t.Errorf("trace step has no rule-level trace")
 	}

@@ -70,6 +70,43 @@ func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool
 	tr := &TrafficResult{From: t.From, Client: client.String(), To: t.To, Dst: dst.String(), Resolved: how, Proto: protoName, Via: via, Attempts: count,
 		Results: map[string]int{}}
 	var atts []attempt
+	if t.AllBranches {
+		rs, err := r.c.Probe(netsim.Probe{From: t.From, Proto: proto, Dst: dst, SrcPort: uint16(t.SrcPort), Mode: netsim.ProbePacket, AllBranches: true, Trace: t.Trace, Payload: []byte("clusterlab\n")})
+		if err != nil {
+			return err
+		}
+		tr.Attempts = 1
+		for i, pr := range rs {
+			if i == 0 && pr.Trace != nil {
+				res.Trace = pr.Trace
+			}
+			tr.Branches = append(tr.Branches, Branch{Probability: pr.Probability, Outcome: pr.Outcome.String(), Pod: pr.Pod})
+		}
+		res.Traffic = tr
+		res.Summary = fmt.Sprintf("%s %s -> %s: %d possible outcomes", protoName, client, dst, len(rs))
+		if how != "" {
+			res.Details = append(res.Details, how)
+		}
+		for _, b := range tr.Branches {
+			res.Details = append(res.Details, fmt.Sprintf("p=%.4f  %s", b.Probability, b.Outcome))
+		}
+		if st.Expect != nil {
+			for _, b := range rs {
+				atts = append(atts, attempt{result: b.Result, pod: b.Pod, node: b.Node, seen: b.SeenSrc.Addr(), reason: b.Reason})
+			}
+			for _, a := range atts {
+				tr.Results[a.result]++
+				if okResult(a.result) && a.pod != "" {
+					if tr.Backends == nil {
+						tr.Backends = map[string]int{}
+					}
+					tr.Backends[a.pod]++
+				}
+			}
+			res.Expectations = r.checkTraffic(st.Expect, tr, atts, client)
+		}
+		return nil
+	}
 	if via == "probe" {
 		mode := netsim.ProbePacket
 		if connect {

@@ -248,6 +248,10 @@ type Traffic struct {
 	Via string `yaml:"via,omitempty"`
 	// Trace prints the rule-by-rule trace of the first attempt (probe only).
 	Trace bool `yaml:"trace,omitempty"`
+	// AllBranches follows every random choice of one packet (iptables statistic rules,
+	// IPVS random schedulers) and reports each outcome with its probability, changing
+	// nothing (send steps only; count is ignored).
+	AllBranches bool `yaml:"all_branches,omitempty"`
 }
 
 // DNSQuery is a name lookup from a pod.

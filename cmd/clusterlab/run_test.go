@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const failingScenario = `cluster: {dns: off}
+manifests:
+  - {apiVersion: v1, kind: Pod, metadata: {name: client}, spec: {containers: [{name: c, image: i}]}}
+  - {apiVersion: v1, kind: Service, metadata: {name: empty}, spec: {selector: {app: none}, ports: [{port: 80}]}}
+steps:
+  - name: no endpoints
+    connect: {from: pod:default/client, to: service:default/empty:80}
+    expect: {result: connected}
+`
+
+func TestRunExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	failing := filepath.Join(dir, "failing.yaml")
+	os.WriteFile(failing, []byte(failingScenario), 0o644)
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("steps:\n  - connect: {from: pod:default/c, to: nowhere}\n"), 0o644)
+
+	out, _, err := runCmd(t, "run", "../../scenario/demo.yaml")
+	if err != nil {
+		t.Fatalf("demo scenario: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "PASS: 9 steps") {
+		t.Errorf("no PASS line:\n%s", out)
+	}
+
+	out, _, err = runCmd(t, "run", failing)
+	var ue usageError
+	if err == nil || errors.As(err, &ue) {
+		t.Fatalf("a failed expectation must exit 1 (not 2): %v", err)
+	}
+	if !strings.Contains(out, "FAIL expect result: every attempt connected, got refused 1") {
+		t.Errorf("output:\n%s", out)
+	}
+
+	_, _, err = runCmd(t, "run", bad)
+	if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), "bad.yaml:2: steps[0].connect.to:") {
+		t.Errorf("bad file: want a usage error naming file:line: field, got %v", err)
+	}
+	for _, args := range [][]string{{"run"}, {"run", failing, "-o", "yaml"}, {"run", "/nonexistent.yaml"}, {"run", failing, "--modes", "iptables,nftables"}} {
+		if _, _, err := runCmd(t, args...); err == nil || !errors.As(err, &ue) {
+			t.Errorf("%v: want a usage error, got %v", args, err)
+		}
+	}
+}
+
+func TestRunModesJSON(t *testing.T) {
+	out, _, err := runCmd(t, "run", "../../scenario/demo.yaml", "--modes", "iptables,userspace", "-o", "json")
+	var cmp struct {
+		Modes       []string
+		Differences []struct {
+			Title string
+			Facts []struct {
+				Name   string
+				ByMode map[string]string `json:"by_mode"`
+			}
+		}
+		Passed bool
+	}
+	if jerr := json.Unmarshal([]byte(out), &cmp); jerr != nil {
+		t.Fatalf("%v (run error %v)\n%s", jerr, err, out)
+	}
+	if err != nil || !cmp.Passed {
+		t.Fatalf("the demo scenario should pass under both modes: %v", err)
+	}
+	found := false
+	for _, d := range cmp.Differences {
+		for _, f := range d.Facts {
+			if d.Title == "requests to the VIP" && f.Name == "seen_source" && f.ByMode["iptables"] == "client" && f.ByMode["userspace"] == "node:node-a" {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the VIP step's seen source should differ (client vs node:node-a): %+v", cmp.Differences)
+	}
+}
