@@ -127,7 +127,7 @@ func newUserspace(n *netsim.Node, opts Options, cfg proxy.NodeConfig, uc Userspa
 			UDPIdleTimeout: uc.UDPIdleTimeout,
 			DialTimeouts:   uc.DialTimeouts,
 			DecisionLog:    uc.DecisionLog,
-			OnDecision:     onDecision(n.Name(), uc.OnDecision),
+			OnDecision:     userspaceOnDecision(n.Name(), uc.OnDecision),
 		})
 		if err != nil {
 			p.close()
@@ -141,7 +141,7 @@ func newUserspace(n *netsim.Node, opts Options, cfg proxy.NodeConfig, uc Userspa
 	return p, nil
 }
 
-func onDecision(node string, f func(string, userspace.Decision)) func(userspace.Decision) {
+func userspaceOnDecision(node string, f func(string, userspace.Decision)) func(userspace.Decision) {
 	if f == nil {
 		return nil
 	}

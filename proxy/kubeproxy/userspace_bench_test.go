@@ -31,13 +31,13 @@ func BenchmarkConnectClusterIP(b *testing.B) {
 				if !slices.Contains(Modes(), mode) {
 					b.Skipf("mode %s is not registered", mode)
 				}
-				benchConnect(b, mode, par)
+				benchConnectMode(b, mode, par)
 			})
 		}
 	}
 }
 
-func benchConnect(b *testing.B, mode Mode, par int) {
+func benchConnectMode(b *testing.B, mode Mode, par int) {
 	c, err := netsim.New(netsim.Config{Seed: 11, Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}, Proxy: Factory(Options{Mode: mode})})
 	if err != nil {
 		b.Fatal(err)

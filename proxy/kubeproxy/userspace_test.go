@@ -38,7 +38,7 @@ func userspaceCluster(t testing.TB, uc UserspaceConfig) *netsim.Cluster {
 
 // nodeAddrs is every address of a node: "the node's address" a backend may see is its
 // IP, or its bridge address when the endpoint is one of its own pods.
-func nodeAddrs(n *netsim.Node) map[netip.Addr]bool {
+func usNodeAddrs(n *netsim.Node) map[netip.Addr]bool {
 	out := map[netip.Addr]bool{}
 	for _, i := range n.Interfaces() {
 		for _, p := range i.Addrs {
@@ -48,7 +48,7 @@ func nodeAddrs(n *netsim.Node) map[netip.Addr]bool {
 	return out
 }
 
-func lastDecision(t *testing.T, n *netsim.Node) userspace.Decision {
+func usLastDecision(t *testing.T, n *netsim.Node) userspace.Decision {
 	t.Helper()
 	ds := UserspaceDecisions(n)
 	if len(ds) == 0 {
@@ -57,7 +57,7 @@ func lastDecision(t *testing.T, n *netsim.Node) userspace.Decision {
 	return ds[len(ds)-1]
 }
 
-func podIP(t *testing.T, c *netsim.Cluster, key string) netip.Addr {
+func usPodIP(t *testing.T, c *netsim.Cluster, key string) netip.Addr {
 	t.Helper()
 	ns, name, _ := strings.Cut(key, "/")
 	p := c.Pod(ns, name)
@@ -68,7 +68,7 @@ func podIP(t *testing.T, c *netsim.Cluster, key string) netip.Addr {
 }
 
 // listenerOf returns a node's listener for a service port name.
-func listenerOf(t *testing.T, n *netsim.Node, svc, port string) userspace.Listener {
+func usListener(t *testing.T, n *netsim.Node, svc, port string) userspace.Listener {
 	t.Helper()
 	for _, l := range UserspaceProxier(n, corev1.IPv4Protocol).Listeners() {
 		if l.Service.Name == svc && l.Service.Port == port {
@@ -91,7 +91,7 @@ func TestUserspaceModeClusterIPTCP(t *testing.T) {
 	}
 	nodeA := c.Node("node-a")
 	px := UserspaceProxier(nodeA, corev1.IPv4Protocol)
-	l := listenerOf(t, nodeA, "my-service", "http")
+	l := usListener(t, nodeA, "my-service", "http")
 	order := px.Balancer().Endpoints(l.Service)
 	if len(order) != 3 {
 		t.Fatalf("endpoints %v", order)
@@ -100,14 +100,14 @@ func TestUserspaceModeClusterIPTCP(t *testing.T) {
 	if len(l.Portals) != 1 || l.Portals[0] != vip {
 		t.Errorf("listener portals %v, want %v", l.Portals, vip)
 	}
-	addrs := nodeAddrs(nodeA)
+	addrs := usNodeAddrs(nodeA)
 	for i := 0; i < 9; i++ {
 		w := ask(t, client.Net(), vip.String())
-		d := lastDecision(t, nodeA)
+		d := usLastDecision(t, nodeA)
 		if d.Endpoint != order[i%3] || d.Attempts[0].Reason != userspace.ReasonRoundRobin {
 			t.Errorf("connection %d: %s; want %s by round robin", i, d, order[i%3])
 		}
-		if !strings.HasPrefix(order[i%3], podIP(t, c, w.Pod).String()+":") {
+		if !strings.HasPrefix(order[i%3], usPodIP(t, c, w.Pod).String()+":") {
 			t.Errorf("connection %d answered by %s, decision says %s", i, w.Pod, d.Endpoint)
 		}
 		seen := netip.MustParseAddrPort(w.Client)
@@ -140,7 +140,7 @@ func TestUserspaceModeClusterIPTCP(t *testing.T) {
 }
 
 // askUDP sends one datagram from a fresh socket and reads the answer.
-func askUDP(t *testing.T, conn net.Conn) netsim.Whoami {
+func usAskUDP(t *testing.T, conn net.Conn) netsim.Whoami {
 	t.Helper()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := conn.Write([]byte("hi\n")); err != nil {
@@ -158,7 +158,7 @@ func askUDP(t *testing.T, conn net.Conn) netsim.Whoami {
 	return w
 }
 
-func dialUDP(t *testing.T, n *netsim.Net, addr netip.AddrPort) net.Conn {
+func usDialUDP(t *testing.T, n *netsim.Net, addr netip.AddrPort) net.Conn {
 	t.Helper()
 	conn, err := n.Dial("udp", addr.String())
 	if err != nil {
@@ -180,16 +180,16 @@ func TestUserspaceModeClusterIPUDP(t *testing.T) {
 	}
 	nodeA := c.Node("node-a")
 	px := UserspaceProxier(nodeA, corev1.IPv4Protocol)
-	l := listenerOf(t, nodeA, "dns", "dns")
+	l := usListener(t, nodeA, "dns", "dns")
 	order := px.Balancer().Endpoints(l.Service)
 	vip := vipOf(t, c, "dns", 53)
-	addrs := nodeAddrs(nodeA)
+	addrs := usNodeAddrs(nodeA)
 	// Each socket is a new client address: a new session, the next endpoint.
 	for i := 0; i < 6; i++ {
-		conn := dialUDP(t, client.Net(), vip)
-		w := askUDP(t, conn)
-		d := lastDecision(t, nodeA)
-		if d.Protocol != corev1.ProtocolUDP || d.Endpoint != order[i%3] || !strings.HasPrefix(d.Endpoint, podIP(t, c, w.Pod).String()+":") {
+		conn := usDialUDP(t, client.Net(), vip)
+		w := usAskUDP(t, conn)
+		d := usLastDecision(t, nodeA)
+		if d.Protocol != corev1.ProtocolUDP || d.Endpoint != order[i%3] || !strings.HasPrefix(d.Endpoint, usPodIP(t, c, w.Pod).String()+":") {
 			t.Errorf("datagram %d answered by %s; decision %s; want %s", i, w.Pod, d, order[i%3])
 		}
 		seen := netip.MustParseAddrPort(w.Client)
@@ -200,7 +200,7 @@ func TestUserspaceModeClusterIPUDP(t *testing.T) {
 		// source, no new decision.
 		n := len(UserspaceDecisions(nodeA))
 		for k := 0; k < 2; k++ {
-			if w2 := askUDP(t, conn); w2.Pod != w.Pod || w2.Client != w.Client {
+			if w2 := usAskUDP(t, conn); w2.Pod != w.Pod || w2.Client != w.Client {
 				t.Errorf("same client, datagram %d: %+v, want %+v", k+2, w2, w)
 			}
 		}
@@ -225,11 +225,11 @@ func TestUserspaceModeUDPSessionsTimeOut(t *testing.T) {
 	}
 	nodeA := c.Node("node-a")
 	px := UserspaceProxier(nodeA, corev1.IPv4Protocol)
-	order := px.Balancer().Endpoints(listenerOf(t, nodeA, "dns", "dns").Service)
-	conn := dialUDP(t, client.Net(), vipOf(t, c, "dns", 53))
-	first := askUDP(t, conn)
+	order := px.Balancer().Endpoints(usListener(t, nodeA, "dns", "dns").Service)
+	conn := usDialUDP(t, client.Net(), vipOf(t, c, "dns", 53))
+	first := usAskUDP(t, conn)
 	c.Clock().Advance(20 * time.Second)
-	if w := askUDP(t, conn); w.Client != first.Client {
+	if w := usAskUDP(t, conn); w.Client != first.Client {
 		t.Errorf("after 20 s idle: %+v, want the same session (%s)", w, first.Client)
 	}
 	if s := px.Sessions(); len(s) != 1 || s[0].Client.Addr() != client.IP() {
@@ -240,8 +240,8 @@ func TestUserspaceModeUDPSessionsTimeOut(t *testing.T) {
 	if s := px.Sessions(); len(s) != 0 {
 		t.Fatalf("sessions after 30 s idle: %+v", s)
 	}
-	w := askUDP(t, conn)
-	d := lastDecision(t, nodeA)
+	w := usAskUDP(t, conn)
+	d := usLastDecision(t, nodeA)
 	if len(UserspaceDecisions(nodeA)) != 2 || d.Endpoint != order[1] || w.Client == first.Client {
 		t.Errorf("after the timeout: %+v, decision %s; want a new session to %s", w, d, order[1])
 	}
@@ -266,7 +266,7 @@ func TestUserspaceModeAffinity(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		c.Clock().Advance(50 * time.Second)
 		w := ask(t, client.Net(), vip.String())
-		d := lastDecision(t, nodeA)
+		d := usLastDecision(t, nodeA)
 		if w.Pod != first.Pod || d.Attempts[0].Reason != userspace.ReasonAffinity {
 			t.Fatalf("connection %d, 50 s after the previous: %s (%s), want %s by affinity", i, w.Pod, d, first.Pod)
 		}
@@ -282,7 +282,7 @@ func TestUserspaceModeAffinity(t *testing.T) {
 	// 60 s idle: the entry has expired on the virtual clock.
 	c.Clock().Advance(60 * time.Second)
 	w := ask(t, client.Net(), vip.String())
-	d := lastDecision(t, nodeA)
+	d := usLastDecision(t, nodeA)
 	if w.Pod == first.Pod || d.Attempts[0].Reason != userspace.ReasonRoundRobin {
 		t.Errorf("after the timeout: %s (%s), want the next endpoint by round robin", w.Pod, d)
 	}
@@ -302,7 +302,7 @@ func TestUserspaceModeRetriesDeadEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Node("node-a").PauseProxy()
-		dead := podIP(t, c, "default/web-1").String() + ":9376"
+		dead := usPodIP(t, c, "default/web-1").String() + ":9376"
 		if err := c.DeletePod("default", "web-1", 0); err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +329,7 @@ func TestUserspaceModeRetriesDeadEndpoint(t *testing.T) {
 	client, dead := killWeb1(c)
 	nodeA := c.Node("node-a")
 	vip = vipOf(t, c, "my-service", 80)
-	order := UserspaceProxier(nodeA, corev1.IPv4Protocol).Balancer().Endpoints(listenerOf(t, nodeA, "my-service", "http").Service)
+	order := UserspaceProxier(nodeA, corev1.IPv4Protocol).Balancer().Endpoints(usListener(t, nodeA, "my-service", "http").Service)
 	// Round robin, where the dead endpoint's turn also uses the next one's.
 	want := 0
 	for i, idx := 0, 0; i < 9; i++ {
@@ -348,7 +348,7 @@ func TestUserspaceModeRetriesDeadEndpoint(t *testing.T) {
 		if w.Pod == "default/web-1" {
 			t.Fatalf("the killed pod answered")
 		}
-		d := lastDecision(t, nodeA)
+		d := usLastDecision(t, nodeA)
 		if d.Retries() > 0 {
 			retries++
 			if d.Attempts[0].Endpoint != dead || d.Attempts[0].Err == "" || d.Endpoint == dead {
@@ -386,16 +386,16 @@ func TestUserspaceModeNodePortAndHost(t *testing.T) {
 	svc, _ := c.Store().GetService("default", "web")
 	np := uint16(svc.Spec.Ports[0].NodePort)
 	nodeA := c.Node("node-a")
-	l := listenerOf(t, nodeA, "web", "http")
+	l := usListener(t, nodeA, "web", "http")
 	if l.NodePort != np {
 		t.Errorf("listener node port %d, want %d", l.NodePort, np)
 	}
-	addrs := nodeAddrs(nodeA)
+	addrs := usNodeAddrs(nodeA)
 	seen := map[string]bool{}
 	for i := 0; i < 6; i++ {
 		w := ask(t, ext.Net(), netip.AddrPortFrom(nodeA.IP(), np).String())
 		seen[w.Pod] = true
-		d := lastDecision(t, nodeA)
+		d := usLastDecision(t, nodeA)
 		if src := netip.MustParseAddrPort(w.Client); !addrs[src.Addr()] || d.Client.Addr() != ext.IP() {
 			t.Errorf("via the node port: backend saw %v, decision %s", src, d)
 		}
@@ -405,7 +405,7 @@ func TestUserspaceModeNodePortAndHost(t *testing.T) {
 	}
 	// The node's own processes: KUBE-PORTALS-HOST DNATs to the node IP.
 	w := ask(t, nodeA.HostNet(), vipOf(t, c, "web", 80).String())
-	if d := lastDecision(t, nodeA); d.Listener != netip.AddrPortFrom(nodeA.IP(), l.Port) || !strings.HasPrefix(d.Endpoint, podIP(t, c, w.Pod).String()+":") {
+	if d := usLastDecision(t, nodeA); d.Listener != netip.AddrPortFrom(nodeA.IP(), l.Port) || !strings.HasPrefix(d.Endpoint, usPodIP(t, c, w.Pod).String()+":") {
 		t.Errorf("from the node: %+v, decision %s", w, d)
 	}
 	// ... and its own node port.
@@ -449,7 +449,7 @@ func TestUserspaceModeNoEndpoints(t *testing.T) {
 		t.Errorf("decision: %s", d)
 	}
 	// UDP: the datagram is dropped, no session is made.
-	udp := dialUDP(t, client.Net(), vipOf(t, c, "empty-dns", 53))
+	udp := usDialUDP(t, client.Net(), vipOf(t, c, "empty-dns", 53))
 	udp.Write([]byte("hi\n"))
 	select {
 	case d := <-decided:
@@ -481,14 +481,14 @@ func TestUserspaceModeHealthAndChanges(t *testing.T) {
 	if got := p.health("default", "web"); got != 503 {
 		t.Errorf("health without a local endpoint: %d", got)
 	}
-	old := listenerOf(t, nodeA, "web", "http")
+	old := usListener(t, nodeA, "web", "http")
 	svc, _ := c.Store().GetService("default", "web")
 	svc = svc.DeepCopy()
 	svc.Spec.Ports[0].Port = 8080
 	if _, err := c.Store().Update(svc); err != nil {
 		t.Fatal(err)
 	}
-	nl := listenerOf(t, nodeA, "web", "http")
+	nl := usListener(t, nodeA, "web", "http")
 	if nl.Port == old.Port || nodeA.HostNet().Listening(netsim.ProtoTCP, old.Port) {
 		t.Errorf("port change: listener %d → %d, old still listening: %v", old.Port, nl.Port, nodeA.HostNet().Listening(netsim.ProtoTCP, old.Port))
 	}
@@ -508,4 +508,131 @@ func TestUserspaceModeHealthAndChanges(t *testing.T) {
 		t.Error("accessors of other modes/families returned something")
 	}
 	_ = proxy.ProtoTCP
+}
+
+func TestUserspaceModeLoadBalancer(t *testing.T) {
+	for _, lbMode := range []string{"nodeport", "vip"} {
+		t.Run(lbMode, func(t *testing.T) {
+			c, err := netsim.New(netsim.Config{Seed: 11, LoadBalancerMode: lbMode, Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}}, Proxy: Factory(Options{Mode: Userspace})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			ext, err := c.AddExternalHost("client", netip.Addr{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Apply(service.NewService("default/lb", service.Selector("app=MyApp"), service.Port("http", 80, 9376), service.LoadBalancer())); err != nil {
+				t.Fatal(err)
+			}
+			for i, node := range []string{"node-a", "node-b"} {
+				if _, err := c.CreatePod(service.NewPod(fmt.Sprintf("default/web-%d", i), service.Labels("app=MyApp"), service.ContainerPort("http", 9376, corev1.ProtocolTCP), service.OnNode(node))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lbIP, ok := c.LoadBalancerIP("default", "lb")
+			if !ok {
+				t.Fatal("no load-balancer IP")
+			}
+			// In vip mode the node gets packets for the load-balancer IP, which has its own
+			// portal rules; in nodeport mode the load balancer sends to the node port (and
+			// its ingress has ipMode Proxy, which gets no rules).
+			l := usListener(t, c.Node("node-a"), "lb", "http")
+			if has := slicesContains(l.Portals, netip.AddrPortFrom(lbIP, 80)); has != (lbMode == "vip") {
+				t.Errorf("listener portals %v; load-balancer IP %v among them: %v", l.Portals, lbIP, has)
+			}
+			seen := map[string]bool{}
+			for i := 0; i < 6; i++ {
+				w := ask(t, ext.Net(), netip.AddrPortFrom(lbIP, 80).String())
+				seen[w.Pod] = true
+				src := netip.MustParseAddrPort(w.Client).Addr()
+				if src == ext.IP() {
+					t.Errorf("backend saw the client's own address %v through the userspace proxy", src)
+				}
+			}
+			if len(seen) != 2 {
+				t.Errorf("through the load balancer: %v", seen)
+			}
+			var total int
+			for _, n := range c.Nodes() {
+				for _, d := range UserspaceDecisions(n) {
+					total++
+					if d.Client.Addr() != ext.IP() {
+						t.Errorf("%s: decision %s, want client %v", n.Name(), d, ext.IP())
+					}
+				}
+			}
+			if total != 6 {
+				t.Errorf("%d decisions over the nodes, want 6", total)
+			}
+		})
+	}
+}
+
+func slicesContains(list []netip.AddrPort, x netip.AddrPort) bool {
+	for _, y := range list {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func TestUserspaceModeDualStack(t *testing.T) {
+	c, err := netsim.New(netsim.Config{Seed: 11,
+		NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fd00:18::/64")},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
+		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:10:96::/108")},
+		Nodes:        []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}}, Proxy: Factory(Options{Mode: Userspace})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Apply(service.NewService("default/web", service.Selector("app=MyApp"), service.Port("http", 80, 9376), service.UDPPort("dns", 53, 53), service.DualStack())); err != nil {
+		t.Fatal(err)
+	}
+	for i, node := range []string{"node-a", "node-b"} {
+		if _, err := c.CreatePod(service.NewPod(fmt.Sprintf("default/web-%d", i), service.Labels("app=MyApp"), service.ContainerPort("http", 9376, corev1.ProtocolTCP), service.ContainerPort("dns", 53, corev1.ProtocolUDP), service.OnNode(node))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, _ := c.Store().GetService("default", "web")
+	if len(svc.Spec.ClusterIPs) != 2 {
+		t.Fatalf("cluster IPs %v", svc.Spec.ClusterIPs)
+	}
+	nodeA := c.Node("node-a")
+	px6 := UserspaceProxier(nodeA, corev1.IPv6Protocol)
+	if px6 == nil || UserspaceEmulator(nodeA, corev1.IPv6Protocol) == nil {
+		t.Fatal("no IPv6 proxier")
+	}
+	addrs := usNodeAddrs(nodeA)
+	for _, ip := range svc.Spec.ClusterIPs {
+		vip := netip.AddrPortFrom(netip.MustParseAddr(ip), 80)
+		for i := 0; i < 2; i++ {
+			w := ask(t, client.Net(), vip.String())
+			src := netip.MustParseAddrPort(w.Client).Addr()
+			if !addrs[src] || src.Is6() != vip.Addr().Is6() {
+				t.Errorf("%v: backend saw %v, want a node-a address of the family", vip, src)
+			}
+		}
+		// The built-in UDP server listens on IPv4 only (netsim's wildcard UDP socket is
+		// per family), so UDP is checked over IPv4.
+		if vip.Addr().Is4() {
+			conn := usDialUDP(t, client.Net(), netip.AddrPortFrom(vip.Addr(), 53))
+			if w := usAskUDP(t, conn); !addrs[netip.MustParseAddrPort(w.Client).Addr()] {
+				t.Errorf("%v udp: backend saw %v", vip, w.Client)
+			}
+		}
+	}
+	if n := len(px6.Decisions()); n != 2 {
+		t.Errorf("%d IPv6 decisions, want 2", n)
+	}
+	saved, _ := UserspaceEmulator(nodeA, corev1.IPv6Protocol).Save(context.Background(), "nat")
+	if !strings.Contains(string(saved), "-d "+svc.Spec.ClusterIPs[1]+"/128 -p tcp") {
+		t.Errorf("ip6tables nat:\n%s", saved)
+	}
 }

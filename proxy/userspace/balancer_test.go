@@ -99,7 +99,11 @@ func TestBalancerAffinity(t *testing.T) {
 	b.SetEndpoints(web, eps)
 	order := b.Endpoints(web)
 
+	peek, err := b.Peek(web, client)
 	first := next(t, b, client, false)
+	if err != nil || peek != first {
+		t.Fatalf("peek %+v, %v; next %+v", peek, err, first)
+	}
 	if first.Reason != ReasonRoundRobin || first.Endpoint != order[0] || first.TTL != 10*time.Second {
 		t.Fatalf("first connection: %+v", first)
 	}
@@ -121,7 +125,14 @@ func TestBalancerAffinity(t *testing.T) {
 		t.Fatalf("9.999 s idle: %+v, want affinity", c)
 	}
 	clk.Advance(10 * time.Second)
+	peek, _ = b.Peek(web, client)
+	if again, _ := b.Peek(web, client); again != peek {
+		t.Fatalf("peek changed state: %+v then %+v", peek, again)
+	}
 	c := next(t, b, client, false)
+	if c != peek {
+		t.Fatalf("peek %+v, next %+v", peek, c)
+	}
 	if c.Reason != ReasonRoundRobin || c.Endpoint != order[2] {
 		t.Fatalf("10 s idle: %+v, want round robin to %s", c, order[2])
 	}

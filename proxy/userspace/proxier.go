@@ -478,6 +478,9 @@ func (p *Proxier) listenLocked(s *serviceProxy) error {
 			s.ln = ln
 			s.addr = addrPortOf(ln.Addr())
 		}
+		if !s.addr.Addr().IsValid() { // a wildcard socket may not report its address
+			s.addr = netip.AddrPortFrom(p.listenIP, s.addr.Port())
+		}
 		s.port = s.addr.Port()
 		return nil
 	}
