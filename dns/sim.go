@@ -95,7 +95,7 @@ type ClusterDNS struct {
 	placement []string
 	resolvers map[string]*PodResolver // pod key or "node:NAME"
 	servers   map[*netsim.Pod]*dnsPod
-	log       []ServerQuery
+	log       ring[ServerQuery]
 	appErrs   []error
 }
 
@@ -139,7 +139,7 @@ func InstallClusterDNS(c *netsim.Cluster, opts ClusterDNSOptions) (*ClusterDNS, 
 	if _, exists := st.GetService(metav1NamespaceSystem, "kube-dns"); exists {
 		return nil, fmt.Errorf("cluster dns: service kube-system/kube-dns already exists")
 	}
-	cd := &ClusterDNS{c: c, opts: opts, resolvers: map[string]*PodResolver{}, servers: map[*netsim.Pod]*dnsPod{}}
+	cd := &ClusterDNS{c: c, opts: opts, resolvers: map[string]*PodResolver{}, servers: map[*netsim.Pod]*dnsPod{}, log: ring[ServerQuery]{cap: maxServerLog}}
 	if opts.Server != nil {
 		cd.serverCfg = *opts.Server
 	} else {
@@ -404,10 +404,7 @@ func (cd *ClusterDNS) runDNSPod(p *netsim.Pod, obj *corev1.Pod) (stop func(), er
 func (cd *ClusterDNS) logQuery(q ServerQuery) {
 	cd.mu.Lock()
 	defer cd.mu.Unlock()
-	if len(cd.log) >= maxServerLog {
-		cd.log = append(cd.log[:0:0], cd.log[len(cd.log)-maxServerLog+1:]...)
-	}
-	cd.log = append(cd.log, q)
+	cd.log.add(q)
 }
 
 // ServerLog returns the queries the DNS pods and the upstream host answered,
@@ -415,13 +412,13 @@ func (cd *ClusterDNS) logQuery(q ServerQuery) {
 func (cd *ClusterDNS) ServerLog() []ServerQuery {
 	cd.mu.Lock()
 	defer cd.mu.Unlock()
-	return append([]ServerQuery(nil), cd.log...)
+	return cd.log.list()
 }
 
 // ResetLogs clears the server log and every resolver's lookups.
 func (cd *ClusterDNS) ResetLogs() {
 	cd.mu.Lock()
-	cd.log = nil
+	cd.log.reset()
 	rs := make([]*PodResolver, 0, len(cd.resolvers))
 	for _, r := range cd.resolvers {
 		rs = append(rs, r)
@@ -446,7 +443,7 @@ func (cd *ClusterDNS) kubeletDNS(n *netsim.Node) KubeletDNS {
 func (cd *ClusterDNS) newResolver(key string, conf ResolvConf, warnings []string, hosts []hostsEntry, dial func(context.Context, string, string) (net.Conn, error)) *PodResolver {
 	stub := NewStub(conf, dial)
 	stub.Timeout = cd.opts.StubTimeout
-	return &PodResolver{Pod: key, Conf: conf, Warnings: warnings, Stub: stub, hosts: hosts, now: cd.c.Clock().Now}
+	return &PodResolver{Pod: key, Conf: conf, Warnings: warnings, Stub: stub, hosts: hosts, now: cd.c.Clock().Now, lookups: ring[Lookup]{cap: maxLookups}}
 }
 
 // nodeResolver gives node n's own network a resolver from the node's

@@ -47,7 +47,7 @@ type PodResolver struct {
 	now   func() time.Time
 
 	mu      sync.Mutex
-	lookups []Lookup
+	lookups ring[Lookup]
 }
 
 type hostsEntry struct {
@@ -150,17 +150,14 @@ func (r *PodResolver) dnsError(host string, err error, log []QueryLog) error {
 func (r *PodResolver) record(lk Lookup) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.lookups) >= maxLookups {
-		r.lookups = append(r.lookups[:0:0], r.lookups[len(r.lookups)-maxLookups+1:]...)
-	}
-	r.lookups = append(r.lookups, lk)
+	r.lookups.add(lk)
 }
 
 // Lookups returns the lookups so far, oldest first.
 func (r *PodResolver) Lookups() []Lookup {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Lookup(nil), r.lookups...)
+	return r.lookups.list()
 }
 
 // Queries returns every DNS query the pod's stub sent, oldest first.
@@ -168,7 +165,7 @@ func (r *PodResolver) Queries() []QueryLog {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []QueryLog
-	for _, lk := range r.lookups {
+	for _, lk := range r.lookups.list() {
 		out = append(out, lk.Queries...)
 	}
 	return out
@@ -177,7 +174,7 @@ func (r *PodResolver) Queries() []QueryLog {
 // Reset forgets the lookups so far.
 func (r *PodResolver) Reset() {
 	r.mu.Lock()
-	r.lookups = nil
+	r.lookups.reset()
 	r.mu.Unlock()
 }
 

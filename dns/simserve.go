@@ -75,11 +75,13 @@ func serveWire(n *netsim.Net, port uint16, h wireHandler, onQuery func(client ne
 				req := append([]byte(nil), buf[:k]...)
 				go func() {
 					resp := h(ctx, req, "udp")
-					if resp != nil {
-						_, _ = pc.WriteTo(resp, from)
-					}
+					// Logged before the reply leaves, so a client that has its
+					// answer finds the query in the log.
 					if onQuery != nil {
 						onQuery(addrPortOf(from), "udp", req, resp)
+					}
+					if resp != nil {
+						_, _ = pc.WriteTo(resp, from)
 					}
 				}()
 			}
@@ -310,3 +312,27 @@ func (m *metrics) text() string {
 }
 
 var errNoNameserver = errors.New("no nameserver")
+
+// ring keeps the last cap items appended, in order.
+type ring[T any] struct {
+	items []T
+	start int // index of the oldest item once full
+	cap   int
+}
+
+func (r *ring[T]) add(v T) {
+	if len(r.items) < r.cap {
+		r.items = append(r.items, v)
+		return
+	}
+	r.items[r.start] = v
+	r.start = (r.start + 1) % r.cap
+}
+
+func (r *ring[T]) list() []T {
+	out := make([]T, 0, len(r.items))
+	out = append(out, r.items[r.start:]...)
+	return append(out, r.items[:r.start]...)
+}
+
+func (r *ring[T]) reset() { r.items, r.start = nil, 0 }
