@@ -1,0 +1,639 @@
+package kubeproxy
+
+// kube-proxy's IPVS mode on the simulated network:
+//
+//	service store ──▶ netsim: Proxy.Sync ──▶ ipvs.Proxier (per IP family)
+//	                                           │ virtual servers ──▶ ipvs.Model (one per node)
+//	                                           │ VIPs ──▶ node interface kube-ipvs0
+//	                                           │ ipsets + iptables-restore text
+//	                                           ▼
+//	                                  emulator.Emulator attached to the node's hooks
+//
+// The model sits in the node's datapath as the kernel's IPVS hooks do:
+//
+//	INPUT  prio 98  (NAT_SRC-2)  ip_vs_reply4:  replies of IPVS connections to this node
+//	INPUT  prio 99  (NAT_SRC-1)  ip_vs_remote_request4: a connection's first packet to a
+//	                              virtual service (a VIP on kube-ipvs0, a node IP for a
+//	                              NodePort): the model schedules it; the handler rewrites
+//	                              the destination (recorded as the conntrack entry's DNAT
+//	                              binding, as ip_vs_update_conntrack does) and reroutes it
+//	                              out to the real server through POSTROUTING, where
+//	                              KUBE-POSTROUTING masquerades what was marked
+//	FORWARD prio 99 (NAT_SRC-1)  ip_vs_reply4 and the rest of each connection: netsim's
+//	                              conntrack applies the binding to later packets, so they
+//	                              are forwarded, not delivered; the handler shows each of
+//	                              them (in either direction) to the model, so its TCP
+//	                              state machine, counters and timers move as the kernel's
+//	OUTPUT prio -99 (NAT_DST+1)  ip_vs_local_request4/ip_vs_local_reply4: the same for
+//	                              the node's own connections
+//
+// The model runs on the cluster's virtual clock with kube-proxy's sysctls
+// (conntrack=1, expire_nodest_conn=1, expire_quiescent_template=1), set through the
+// proxier's Sysctl writer. Traces name the virtual service, the scheduler and its
+// destinations with their counters, and how the destination was found (a connection
+// entry, a persistence template, the scheduler).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy"
+	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
+)
+
+func init() { Register(IPVS, newIPVSProxy) }
+
+// IPVSConfig holds the IPVS mode's own kube-proxy flags (Options.Scheduler is
+// --ipvs-scheduler).
+type IPVSConfig struct {
+	// ExcludeCIDRs is --ipvs-exclude-cidrs.
+	ExcludeCIDRs []netip.Prefix
+	// StrictARP is --ipvs-strict-arp.
+	StrictARP bool
+	// TCPTimeout, TCPFinTimeout and UDPTimeout are --ipvs-tcp-timeout,
+	// --ipvs-tcpfin-timeout and --ipvs-udp-timeout.
+	TCPTimeout, TCPFinTimeout, UDPTimeout time.Duration
+	// KernelVersion is the node's kernel ("" a current one): it decides
+	// conn_reuse_mode.
+	KernelVersion string
+	// Model adjusts each node's IPVS model configuration (kernel build options, legacy
+	// active-connection counting) before the model is made.
+	Model func(*ipvs.Config)
+}
+
+// IPVSFactory is Factory for the IPVS mode with its own flags (Factory with Mode IPVS
+// uses the defaults).
+func IPVSFactory(opts Options, ic IPVSConfig) netsim.ProxyFactory {
+	opts.Mode = IPVS
+	return func(n *netsim.Node) (netsim.Proxy, error) {
+		cfg := NodeConfigFor(n)
+		if opts.Node != nil {
+			opts.Node(&cfg)
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("kube-proxy on %s: %w", n.Name(), err)
+		}
+		return newIPVS(n, opts, cfg, ic)
+	}
+}
+
+func newIPVSProxy(n *netsim.Node, opts Options, cfg proxy.NodeConfig) (netsim.Proxy, error) {
+	return newIPVS(n, opts, cfg, IPVSConfig{})
+}
+
+// ipvsProxy is the IPVS mode on one node: one model, a proxier and an emulator per IP
+// family of the node.
+type ipvsProxy struct {
+	n     *netsim.Node
+	model *ipvs.Model
+	fams  []*ipvsFamily
+
+	mu       sync.Mutex // serialises syncs and the graceful-termination check
+	localEPs map[types.NamespacedName]int
+	ticking  bool
+	stats    ipvsHandlerStats
+}
+
+type ipvsFamily struct {
+	family corev1.IPFamily
+	emu    *emulator.Emulator
+	px     *ipvs.Proxier
+}
+
+// ipvsHandlerStats counts what the handlers did (for tests and benchmarks).
+type ipvsHandlerStats struct {
+	mu                           sync.Mutex
+	scheduled, rejected, dropped uint64
+}
+
+func newIPVS(n *netsim.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig) (*ipvsProxy, error) {
+	seed := opts.Seed
+	if seed == 0 {
+		seed = n.Cluster().Config().Seed
+	}
+	h := fnv.New64a()
+	h.Write([]byte("ipvs/" + n.Name()))
+	mc := ipvs.Config{Clock: n.Cluster().Clock(), Seed: seed ^ h.Sum64()}
+	if ic.Model != nil {
+		ic.Model(&mc)
+	}
+	model, err := ipvs.New(mc)
+	if err != nil {
+		return nil, fmt.Errorf("kube-proxy (ipvs) on %s: %w", n.Name(), err)
+	}
+	p := &ipvsProxy{n: n, model: model}
+	nl := ipvsNetlink{n}
+	sys := &ipvsSysctl{n: n, model: model}
+	seen := map[corev1.IPFamily]bool{}
+	for _, ip := range n.IPs() {
+		fam, efam := corev1.IPv4Protocol, emulator.IPv4
+		if ip.Is6() {
+			fam, efam = corev1.IPv6Protocol, emulator.IPv6
+		}
+		if seen[fam] {
+			continue
+		}
+		seen[fam] = true
+		emu := emulator.New(efam)
+		px, err := ipvs.NewProxier(ipvs.Writers{IPVS: model, IPSets: emu, IPTables: emu, Netlink: nl,
+			Conntrack: Conntrack{T: n.Conntrack(), Family: fam}, Sysctl: sys},
+			ipvs.ProxierConfig{Family: fam, Node: cfg, Scheduler: opts.Scheduler, ExcludeCIDRs: ic.ExcludeCIDRs,
+				StrictARP: ic.StrictARP, TCPTimeout: ic.TCPTimeout, TCPFinTimeout: ic.TCPFinTimeout, UDPTimeout: ic.UDPTimeout,
+				KernelVersion: ic.KernelVersion})
+		if err != nil {
+			return nil, fmt.Errorf("kube-proxy (ipvs) on %s: %w", n.Name(), err)
+		}
+		emu.AttachNetsim(n, "kube-proxy ipvs "+string(fam))
+		p.fams = append(p.fams, &ipvsFamily{family: fam, emu: emu, px: px})
+	}
+	for _, s := range []netsim.HandlerSpec{
+		{Name: "ipvs reply", Hook: netsim.Input, Priority: netsim.PriorityNATSrc - 2, Handler: netsim.HandlerFunc(p.inputReply)},
+		{Name: "ipvs", Hook: netsim.Input, Priority: netsim.PriorityNATSrc - 1, Handler: netsim.HandlerFunc(p.inputRequest)},
+		{Name: "ipvs", Hook: netsim.Forward, Priority: netsim.PriorityNATSrc - 1, Handler: netsim.HandlerFunc(p.forward)},
+		{Name: "ipvs", Hook: netsim.Output, Priority: netsim.PriorityNATDst + 1, Handler: netsim.HandlerFunc(p.output)},
+	} {
+		n.AddHandler(s)
+	}
+	n.SetHealthChecker(p.health)
+	return p, nil
+}
+
+// Sync implements netsim.Proxy.
+func (p *ipvsProxy) Sync() error {
+	st := p.n.Cluster().Store()
+	svcs, slices := st.ListServices(), st.ListEndpointSlices()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	local := map[types.NamespacedName]int{}
+	var warnings []error
+	for _, f := range p.fams {
+		res, err := f.px.Sync(context.Background(), svcs, slices)
+		if err != nil {
+			return err
+		}
+		warnings = append(warnings, res.Warnings...)
+		for nn, k := range f.px.State().Endpoints.LocalReadyEndpoints() {
+			local[nn] += k
+		}
+	}
+	p.localEPs = local
+	p.armGracefulCheck()
+	return errors.Join(warnings...)
+}
+
+// armGracefulCheck starts kube-proxy's one-minute graceful-termination check on the
+// virtual clock while real servers are being terminated. Called with mu held.
+func (p *ipvsProxy) armGracefulCheck() {
+	if p.ticking {
+		return
+	}
+	pending := false
+	for _, f := range p.fams {
+		pending = pending || len(f.px.Terminating()) > 0
+	}
+	if !pending {
+		return
+	}
+	p.ticking = true
+	p.n.Cluster().Clock().AfterFunc(ipvs.GracefulCheckInterval, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.ticking = false
+		for _, f := range p.fams {
+			// Errors are kube-proxy log lines (a real server already gone): the
+			// check goes on.
+			_, _ = f.px.GracefulCheck()
+		}
+		p.armGracefulCheck()
+	})
+}
+
+// health is the health-check node port: 200 with local ready endpoints, 503 without.
+func (p *ipvsProxy) health(namespace, name string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.localEPs[types.NamespacedName{Namespace: namespace, Name: name}] > 0 {
+		return 200
+	}
+	return 503
+}
+
+// ---- the node as the proxier's Netlink and Sysctl ----
+
+// ipvsNetlink is a netsim node as ipvs.Netlink.
+type ipvsNetlink struct{ n *netsim.Node }
+
+func (l ipvsNetlink) EnsureDummyDevice(name string) (bool, error) {
+	for _, i := range l.n.Interfaces() {
+		if i.Name == name {
+			return true, nil
+		}
+	}
+	l.n.AddInterface(name)
+	return false, nil
+}
+
+func (l ipvsNetlink) LocalAddresses(dev string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	found := dev == ""
+	for _, i := range l.n.Interfaces() {
+		if dev != "" && i.Name != dev {
+			continue
+		}
+		found = true
+		for _, a := range i.Addrs {
+			out = append(out, a.Addr())
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("node %s: no interface %q", l.n.Name(), dev)
+	}
+	return out, nil
+}
+
+func (l ipvsNetlink) BindAddress(dev string, addr netip.Addr) error {
+	return l.n.AddAddress(dev, netip.PrefixFrom(addr, addr.BitLen()))
+}
+
+func (l ipvsNetlink) UnbindAddress(dev string, addr netip.Addr) error {
+	return l.n.RemoveAddress(dev, addr)
+}
+
+// ipvsSysctl applies kube-proxy's sysctl writes to the node: net/ipv4/vs/* to the IPVS
+// model, ip_forward to the node's settings; the ARP ones have no effect in netsim (it
+// has no ARP) and are only recorded.
+type ipvsSysctl struct {
+	n      *netsim.Node
+	model  *ipvs.Model
+	mu     sync.Mutex
+	writes []ipvs.SysctlSetting
+}
+
+func (s *ipvsSysctl) SetSysctl(name string, value int) error {
+	s.mu.Lock()
+	s.writes = append(s.writes, ipvs.SysctlSetting{Name: name, Value: value})
+	s.mu.Unlock()
+	switch {
+	case strings.HasPrefix(name, "net/ipv4/vs/"):
+		s.model.SetSysctls(ipvs.ApplySysctls(s.model.Sysctls(), []ipvs.SysctlSetting{{Name: name, Value: value}}))
+	case name == "net/ipv4/ip_forward":
+		s.n.UpdateSettings(func(ns *netsim.NodeSettings) { ns.IPForward = value != 0 })
+	}
+	return nil
+}
+
+// ---- the datapath handlers ----
+
+// ipvsPacket is the model's view of a netsim packet with the given addresses.
+func ipvsPacket(pk *netsim.Packet, src, dst netip.AddrPort, localOut bool) ipvs.Packet {
+	q := ipvs.Packet{Protocol: pk.Proto, Src: src, Dst: dst, Mark: pk.Mark, TCPFlags: pk.TCPFlags, LocalOut: localOut,
+		ConfirmedConntrack: pk.Conn != nil && pk.Conn.Has(netsim.StatusConfirmed)}
+	if pk.Proto == netsim.ProtoSCTP {
+		// netsim does not parse SCTP chunks: a connection's first packet stands for INIT.
+		q.SCTPChunk = ipvs.SCTPData
+		if pk.CtState == netsim.CtNew {
+			q.SCTPChunk = ipvs.SCTPInit
+		}
+	}
+	return q
+}
+
+func handled(proto uint8) bool {
+	return proto == netsim.ProtoTCP || proto == netsim.ProtoUDP || proto == netsim.ProtoSCTP
+}
+
+// bound reports whether the packet's connection has a DNAT binding (IPVS's, in this
+// mode, which writes no DNAT rules).
+func bound(pk *netsim.Packet) bool {
+	return pk.Conn != nil && pk.Conn.Has(netsim.StatusDstNAT)
+}
+
+// inputRequest is ip_vs_remote_request4: the first packet of a connection to a local
+// address, which may be a virtual service.
+func (p *ipvsProxy) inputRequest(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
+	if !handled(pk.Proto) || pk.CtReply || pk.IsICMPError() {
+		return netsim.VerdictContinue
+	}
+	if bound(pk) {
+		// A later packet of a connection whose real server is this node itself.
+		return p.established(ctx, pk, false)
+	}
+	return p.request(ctx, pk, false)
+}
+
+// output is ip_vs_local_request4 and ip_vs_local_reply4: the node's own packets.
+func (p *ipvsProxy) output(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
+	if !handled(pk.Proto) || pk.IsICMPError() {
+		return netsim.VerdictContinue
+	}
+	switch {
+	case pk.CtReply:
+		return p.reply(ctx, pk)
+	case bound(pk):
+		return p.established(ctx, pk, true)
+	}
+	return p.request(ctx, pk, true)
+}
+
+// inputReply is ip_vs_reply4 at LOCAL_IN: replies to the node's own connections.
+func (p *ipvsProxy) inputReply(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
+	if !handled(pk.Proto) || !pk.CtReply || pk.IsICMPError() {
+		return netsim.VerdictContinue
+	}
+	return p.reply(ctx, pk)
+}
+
+// forward sees every forwarded packet of an IPVS connection after its first: replies
+// (ip_vs_reply4) and the client's later packets, which netsim's conntrack has already
+// sent on to the real server.
+func (p *ipvsProxy) forward(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
+	if !handled(pk.Proto) || !bound(pk) || pk.IsICMPError() {
+		return netsim.VerdictContinue
+	}
+	if pk.CtReply {
+		return p.reply(ctx, pk)
+	}
+	return p.established(ctx, pk, false)
+}
+
+// request handles a connection's first packet.
+func (p *ipvsProxy) request(ctx *netsim.Context, pk *netsim.Packet, localOut bool) netsim.Verdict {
+	q := ipvsPacket(pk, netip.AddrPortFrom(pk.Src, pk.SrcPort), netip.AddrPortFrom(pk.Dst, pk.DstPort), localOut)
+	var before string
+	if ctx.Tracing() {
+		before = p.destinations(q)
+	}
+	var d ipvs.Decision
+	if ctx.DryRun() {
+		d = p.model.Schedule(q)
+	} else {
+		d = p.model.In(q)
+	}
+	if d.Service == nil && d.Verdict == ipvs.VerdictAccept {
+		return netsim.VerdictContinue // not a virtual service
+	}
+	if ctx.Tracing() {
+		p.trace(ctx, q, d, before)
+	}
+	return p.act(ctx, pk, d, localOut)
+}
+
+// act turns a decision on a first packet into a verdict.
+func (p *ipvsProxy) act(ctx *netsim.Context, pk *netsim.Packet, d ipvs.Decision, localOut bool) netsim.Verdict {
+	reason := "IPVS " + serviceLabel(d.Service) + ": " + d.Reason
+	switch d.Verdict {
+	case ipvs.VerdictForward:
+		if !ctx.DryRun() {
+			p.count(func(s *ipvsHandlerStats) { s.scheduled++ })
+		}
+		if d.Forward != ipvs.Masquerade {
+			// kube-proxy programs masquerading real servers only; a hand-made
+			// direct-routing or tunnel server is forwarded as if masquerading.
+			reason += " (forwarding method treated as masquerade)"
+		}
+		ctx.RewriteDst(pk, d.Dest)
+		if localOut || ctx.IsLocalAddr(d.Dest.Addr()) {
+			// After OUTPUT the datapath routes the rewritten packet itself; a real
+			// server on this node takes it up the local stack (IPVS's LOCALNODE).
+			return netsim.Verdict{Kind: netsim.Continue, Reason: reason}
+		}
+		return netsim.Verdict{Kind: netsim.Reroute, Reason: reason}
+	case ipvs.VerdictReject:
+		if !ctx.DryRun() {
+			p.count(func(s *ipvsHandlerStats) { s.rejected++ })
+		}
+		return netsim.RejectVerdict(netsim.RejectPortUnreachable, reason)
+	case ipvs.VerdictDrop:
+		if !ctx.DryRun() {
+			p.count(func(s *ipvsHandlerStats) { s.dropped++ })
+		}
+		return netsim.Verdict{Kind: netsim.Drop, Reason: reason}
+	case ipvs.VerdictBypass:
+		return netsim.Verdict{Kind: netsim.Continue, Reason: reason + " (cache bypass: to the original destination)"}
+	}
+	return netsim.Verdict{Kind: netsim.Continue, Reason: reason}
+}
+
+// established shows a later packet of a connection to the model (with the addresses it
+// had before the binding rewrote it) and drops it when IPVS would.
+func (p *ipvsProxy) established(ctx *netsim.Context, pk *netsim.Packet, localOut bool) netsim.Verdict {
+	c := pk.Conn
+	if ctx.DryRun() {
+		return netsim.VerdictContinue
+	}
+	q := ipvsPacket(pk, netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort), netip.AddrPortFrom(c.Orig.Dst, c.Orig.DstPort), localOut)
+	d := p.model.In(q)
+	switch d.Verdict {
+	case ipvs.VerdictForward:
+		if d.Dest == netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort) {
+			return netsim.VerdictContinue
+		}
+		if ctx.Tracing() {
+			p.trace(ctx, q, d, "")
+		}
+		return netsim.Verdict{Kind: netsim.Drop, Reason: fmt.Sprintf("IPVS %s: %s, to %s, but the connection is bound to %s", serviceLabel(d.Service), d.Reason, d.Dest, netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort))}
+	case ipvs.VerdictAccept:
+		if pk.Proto == netsim.ProtoTCP && pk.TCPFlags&netsim.TCPRst == 0 && d.Service == nil && strings.HasPrefix(d.Reason, "no connection entry") && p.isVirtual(q) {
+			// The IPVS entry expired (its TCP timeout is far shorter than
+			// conntrack's): the kernel passes the packet to the local stack, where
+			// nothing listens on the VIP, and the client gets a reset.
+			return netsim.RejectVerdict(netsim.RejectTCPReset, "IPVS: no connection entry for "+q.String()+" any more (it expired): the node's own stack resets the connection")
+		}
+		return netsim.VerdictContinue
+	case ipvs.VerdictDrop:
+		p.count(func(s *ipvsHandlerStats) { s.dropped++ })
+		return netsim.Verdict{Kind: netsim.Drop, Reason: "IPVS " + serviceLabel(d.Service) + ": " + d.Reason}
+	case ipvs.VerdictReject:
+		p.count(func(s *ipvsHandlerStats) { s.rejected++ })
+		return netsim.RejectVerdict(netsim.RejectPortUnreachable, "IPVS "+serviceLabel(d.Service)+": "+d.Reason)
+	}
+	return netsim.VerdictContinue
+}
+
+// reply shows a reply to the model (ip_vs_out), before conntrack rewrites its source
+// back to the virtual address.
+func (p *ipvsProxy) reply(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
+	c := pk.Conn
+	if c == nil || !c.Has(netsim.StatusDstNAT) || ctx.DryRun() {
+		return netsim.VerdictContinue
+	}
+	q := ipvsPacket(pk, netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort), netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort), false)
+	d := p.model.Out(q)
+	if ctx.Tracing() && d.Verdict == ipvs.VerdictForward && d.Conn != nil {
+		ctx.Trace(netsim.TraceStep{Kind: netsim.StepNote, Detail: fmt.Sprintf("IPVS reply of %s: connection %s -> %s -> %s now %s",
+			serviceLabel(d.Service), d.Conn.Client, d.Conn.Virtual, d.Conn.Dest, d.Conn.State)})
+	}
+	return netsim.VerdictContinue
+}
+
+func (p *ipvsProxy) isVirtual(q ipvs.Packet) bool {
+	vs, err := p.model.GetVirtualServer(&ipvs.VirtualServer{Address: q.Dst.Addr(), Port: q.Dst.Port(), Protocol: protoUpper(q.Protocol)})
+	return err == nil && vs != nil
+}
+
+func (p *ipvsProxy) count(f func(*ipvsHandlerStats)) {
+	p.stats.mu.Lock()
+	f(&p.stats)
+	p.stats.mu.Unlock()
+}
+
+func protoUpper(p uint8) string {
+	switch p {
+	case netsim.ProtoUDP:
+		return "UDP"
+	case netsim.ProtoSCTP:
+		return "SCTP"
+	}
+	return "TCP"
+}
+
+func serviceLabel(vs *ipvs.VirtualServer) string {
+	if vs == nil {
+		return "(no virtual service)"
+	}
+	if vs.FWMark != 0 {
+		return fmt.Sprintf("FWM %d", vs.FWMark)
+	}
+	s := vs.Protocol + " " + netip.AddrPortFrom(vs.Address, vs.Port).String() + " " + vs.Scheduler
+	if vs.Flags&ipvs.FlagPersistent != 0 {
+		s += fmt.Sprintf(" persistent %d", vs.Timeout)
+	}
+	return s
+}
+
+// schedulerWhy says in a line how each scheduler picks.
+var schedulerWhy = map[string]string{
+	"rr":    "round robin: the next destination after the last one chosen, in list order (weight 0 skipped)",
+	"wrr":   "weighted round robin: passes over the list taking each destination whose weight is at least the current weight",
+	"lc":    "least connections: the lowest active*256+inactive, first in list order on a tie",
+	"wlc":   "weighted least connections: the lowest (active*256+inactive)/weight",
+	"sed":   "shortest expected delay: the lowest (active+1)/weight",
+	"nq":    "never queue: the first idle destination, else shortest expected delay",
+	"dh":    "destination hashing: a 256-bucket table indexed by a hash of the destination address",
+	"sh":    "source hashing: a 256-bucket table indexed by a hash of the client address",
+	"mh":    "Maglev hashing of the client address (and port with mh-port) into a 4093-slot table",
+	"lblc":  "locality-based least connections: the destination cached for the address, else wlc",
+	"lblcr": "locality-based least connections with replication",
+	"fo":    "weighted fail-over: the highest weight",
+	"ovf":   "overflow: the highest weight while its active connections stay below its weight",
+	"twos":  "power of two random choices by weight, the less loaded of the two",
+}
+
+// destinations describes the service's destinations before a decision (for traces).
+func (p *ipvsProxy) destinations(q ipvs.Packet) string {
+	vs := &ipvs.VirtualServer{Address: q.Dst.Addr(), Port: q.Dst.Port(), Protocol: protoUpper(q.Protocol)}
+	rss, err := p.model.GetRealServers(vs)
+	if err != nil {
+		return ""
+	}
+	if len(rss) == 0 {
+		return "no destinations"
+	}
+	parts := make([]string, 0, len(rss))
+	for _, rs := range rss {
+		s := fmt.Sprintf("%s weight %d active %d inactive %d", netip.AddrPortFrom(rs.Address, rs.Port), rs.Weight, rs.ActiveConn, rs.InactiveConn)
+		if rs.PersistConn > 0 {
+			s += fmt.Sprintf(" persistent %d", rs.PersistConn)
+		}
+		parts = append(parts, s)
+	}
+	return "destinations in list order: " + strings.Join(parts, "; ")
+}
+
+// trace records the decision: which virtual service, how the destination was found and
+// why.
+func (p *ipvsProxy) trace(ctx *netsim.Context, q ipvs.Packet, d ipvs.Decision, before string) {
+	vs := d.Service
+	ctx.Trace(netsim.TraceStep{Kind: netsim.StepNote, Detail: "IPVS virtual service " + serviceLabel(vs) + " for " + q.String()})
+	if before != "" {
+		ctx.Trace(netsim.TraceStep{Kind: netsim.StepNote, Detail: before})
+	}
+	var why string
+	switch d.Via {
+	case ipvs.ViaScheduler:
+		why = "scheduler " + vs.Scheduler + " chose " + d.Dest.String() + ": " + schedulerWhy[vs.Scheduler]
+		if vs.Flags&ipvs.FlagPersistent != 0 {
+			why += "; a persistence template now sends " + q.Src.Addr().String() + "'s new connections there for " + fmt.Sprint(vs.Timeout) + " s"
+		}
+	case ipvs.ViaTemplate:
+		why = "persistence template of " + q.Src.Addr().String() + " sent it to " + d.Dest.String() + " (the scheduler was not asked)"
+		for _, e := range p.model.Connections() {
+			if e.Template && e.Virtual == q.Dst && e.Client.Addr() == q.Src.Addr() {
+				why += fmt.Sprintf("; template expires in %s, controls %d connections", e.Expires.Round(time.Second), e.Controls)
+			}
+		}
+	case ipvs.ViaConnection:
+		why = "existing connection entry sent it to " + d.Dest.String()
+	default:
+		why = d.Verdict.String() + ": " + d.Reason
+	}
+	if d.Conn != nil && !d.Conn.Template {
+		why += fmt.Sprintf(" [entry %s %s -> %s -> %s %s, expires in %s]", d.Conn.Protocol, d.Conn.Client, d.Conn.Virtual, d.Conn.Dest, d.Conn.State, d.Conn.Expires.Round(time.Second))
+	}
+	ctx.Trace(netsim.TraceStep{Kind: netsim.StepNote, Verdict: strings.ToUpper(d.Verdict.String()), Detail: why})
+}
+
+// ---- access for tests, tools and traces ----
+
+func ipvsOf(n *netsim.Node) *ipvsProxy {
+	p, _ := n.Proxy().(*ipvsProxy)
+	return p
+}
+
+// IPVSModel returns the IPVS model of a node running the IPVS mode (nil otherwise): its
+// ipvsadm face (Listing, Rules, ConnListing) shows the node's virtual servers and
+// connections.
+func IPVSModel(n *netsim.Node) *ipvs.Model {
+	if p := ipvsOf(n); p != nil {
+		return p.model
+	}
+	return nil
+}
+
+// IPVSProxier returns a node's IPVS-mode proxier for a family (nil if none).
+func IPVSProxier(n *netsim.Node, family corev1.IPFamily) *ipvs.Proxier {
+	if p := ipvsOf(n); p != nil {
+		for _, f := range p.fams {
+			if f.family == family {
+				return f.px
+			}
+		}
+	}
+	return nil
+}
+
+// IPVSEmulator returns the emulator holding an IPVS-mode node's iptables rules and
+// ipsets for a family (nil if none).
+func IPVSEmulator(n *netsim.Node, family corev1.IPFamily) *emulator.Emulator {
+	if p := ipvsOf(n); p != nil {
+		for _, f := range p.fams {
+			if f.family == family {
+				return f.emu
+			}
+		}
+	}
+	return nil
+}
+
+// IPVSHandlerStats counts an IPVS-mode node's decisions on first packets: connections
+// scheduled, refused (no destination) and dropped.
+func IPVSHandlerStats(n *netsim.Node) (scheduled, rejected, dropped uint64) {
+	p := ipvsOf(n)
+	if p == nil {
+		return 0, 0, 0
+	}
+	p.stats.mu.Lock()
+	defer p.stats.mu.Unlock()
+	return p.stats.scheduled, p.stats.rejected, p.stats.dropped
+}
