@@ -19,8 +19,8 @@ import (
 
 	"github.com/clusterlab/clusterlab/kernel"
 	"github.com/clusterlab/clusterlab/proxy"
-	"github.com/clusterlab/clusterlab/proxy/ipvs"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 // TestKernelDifferential programs the same cases twice — once into the emulator (rules and
