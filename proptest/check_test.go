@@ -1,0 +1,15 @@
+package proptest
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+)
+
+// TestIPTablesHoldsEveryInvariant: kube-proxy's iptables mode on netsim keeps every
+// invariant over generated cases.
+func TestIPTablesHoldsEveryInvariant(t *testing.T) {
+	rapid.Check(t, Property(Options{NoDualStack: true}, KubeProxy(kubeproxy.IPTables), "iptables"))
+}
