@@ -298,4 +298,3 @@ func writeScenario(dir, label string, data []byte) (string, error) {
 	path := filepath.Join(dir, fmt.Sprintf("%s-%d.yaml", name, time.Now().UnixNano()))
 	return path, os.WriteFile(path, data, 0o644)
 }
-
