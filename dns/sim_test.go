@@ -395,6 +395,30 @@ func TestClusterDNSNames(t *testing.T) {
 		!strings.Contains(string(body), `coredns_dns_responses_total{server="dns://:53",zone=".",rcode="NXDOMAIN"}`) {
 		t.Errorf("metrics:\n%s", body)
 	}
+	total := 0
+	for _, k := range cd.Pods() {
+		ns, name, _ := strings.Cut(k, "/")
+		text, ok := cd.Metrics(ns, name)
+		if !ok {
+			t.Errorf("no metrics for %s", k)
+		}
+		for _, line := range strings.Split(text, "\n") {
+			var n int
+			if strings.HasPrefix(line, "coredns_dns_requests_total{") {
+				fmt.Sscanf(line[strings.LastIndexByte(line, ' ')+1:], "%d", &n)
+				total += n
+			}
+		}
+	}
+	logged := 0
+	for _, q := range cd.ServerLog() {
+		if strings.HasPrefix(q.Server, "kube-system/") {
+			logged++
+		}
+	}
+	if total != logged {
+		t.Errorf("the DNS pods' request counters sum to %d, their logs hold %d queries", total, logged)
+	}
 	if errs := c.Errors(); len(errs) > 0 {
 		t.Errorf("background errors: %v", errs)
 	}
