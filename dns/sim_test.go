@@ -553,3 +553,24 @@ func TestInstallClusterDNSBadOptions(t *testing.T) {
 		t.Errorf("second install: %v", err)
 	}
 }
+
+// TestClusterDNSEveryMode: names resolve through the kube-dns VIP under every
+// kube-proxy mode this build has.
+func TestClusterDNSEveryMode(t *testing.T) {
+	for _, m := range kubeproxy.Modes() {
+		t.Run(string(m), func(t *testing.T) {
+			c := simCluster(t, kubeproxy.Factory(kubeproxy.Options{Mode: m}), "node-a", "node-b")
+			cd := installDNS(t, c, ClusterDNSOptions{})
+			client := mustPod(t, c, service.NewPod("default/client", service.OnNode("node-b")))
+			for name, want := range map[string]string{"kubernetes": "10.96.0.1", "kube-dns.kube-system": "10.96.0.10", "example.com": cd.WebHost().IP().String()} {
+				addrs, err := client.Net().Resolver(simCtx(t), name)
+				if err != nil || len(addrs) != 1 || addrs[0].String() != want {
+					t.Errorf("%s: %v %v, want %s", name, addrs, err, want)
+				}
+			}
+			if w := httpWhoami(t, client.Net(), "http://example.com/"); w.Node != "external:"+WebHostName {
+				t.Errorf("http://example.com/ reached %+v", w)
+			}
+		})
+	}
+}
