@@ -371,14 +371,20 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 	for _, gw := range n.gateway {
 		hostAddrs = append(hostAddrs, netip.PrefixFrom(gw, gw.BitLen()))
 	}
+	var srcRoutes []srcRoute
+	for j, p := range n.podCIDR {
+		srcRoutes = append(srcRoutes, srcRoute{dst: p, src: n.gateway[j]})
+	}
 	st, err := newNetStack(stackOptions{
-		name:    "node/" + nc.Name,
-		seed:    c.cfg.Seed,
-		clock:   c.clock,
-		mtu:     uint32(c.cfg.MTU),
-		addrs:   hostAddrs,
-		out:     func(b []byte) { n.enqueue(b, queueSource{kind: fromHost}) },
-		loopOut: func(b []byte) { n.enqueue(b, queueSource{kind: fromHostLo}) },
+		srcRoutes:  srcRoutes,
+		defaultSrc: n.ips,
+		name:       "node/" + nc.Name,
+		seed:       c.cfg.Seed,
+		clock:      c.clock,
+		mtu:        uint32(c.cfg.MTU),
+		addrs:      hostAddrs,
+		out:        func(b []byte) { n.enqueue(b, queueSource{kind: fromHost}) },
+		loopOut:    func(b []byte) { n.enqueue(b, queueSource{kind: fromHostLo}) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", nc.Name, err)
@@ -406,6 +412,7 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 		c.fabric.podCIDRs = append(c.fabric.podCIDRs, cidrRoute{p: p, node: n})
 	}
 	c.fabric.mu.Unlock()
+	n.AddHandler(HandlerSpec{Name: "cni-masquerade", Hook: Postrouting, Priority: PriorityNATSrc + 10, NAT: true, Handler: HandlerFunc(n.egressMasq)})
 	c.mu.Lock()
 	c.nodes[nc.Name] = n
 	c.order = append(c.order, n)
@@ -531,4 +538,12 @@ func (n *Node) nextPodIPs() ([]netip.Addr, error) {
 		out = append(out, a)
 	}
 	return out, nil
+}
+
+// serviceCIDRs returns the store's service ranges.
+func (c *Cluster) serviceCIDRs() []netip.Prefix {
+	if c.store == nil {
+		return c.cfg.ServiceCIDRs
+	}
+	return c.store.Config().ServiceCIDRs
 }

@@ -27,12 +27,17 @@ type NodeSettings struct {
 	RPFilter int
 	// Conntrack holds the nf_conntrack sysctls (tcp_be_liberal, timeouts).
 	Conntrack ConntrackSettings
+	// EgressMasquerade masquerades pod traffic leaving the cluster network (to
+	// destinations outside the cluster, node and service CIDRs) behind the node IP, as
+	// CNIs and ip-masq-agent do, so external hosts see nodes, not pod IPs.
+	EgressMasquerade bool
 }
 
 // DefaultNodeSettings are a Kubernetes node's usual settings: hairpin on, forwarding
-// on, route_localnet off, rp_filter off, conntrack defaults with loose pickup.
+// on, route_localnet off, rp_filter off, egress masquerade on, conntrack defaults with
+// loose pickup.
 func DefaultNodeSettings() NodeSettings {
-	return NodeSettings{Hairpin: true, IPForward: true, Conntrack: ConntrackSettings{TCPLoose: true}}
+	return NodeSettings{Hairpin: true, IPForward: true, EgressMasquerade: true, Conntrack: ConntrackSettings{TCPLoose: true}}
 }
 
 // Interface kinds.
@@ -445,3 +450,18 @@ func (n *Node) Stats() NodeStats {
 
 // Cluster returns the cluster the node belongs to.
 func (n *Node) Cluster() *Cluster { return n.cluster }
+
+// egressMasq is the CNI's masquerade of pod traffic leaving the cluster network: a NAT
+// handler at POSTROUTING after kube-proxy's.
+func (n *Node) egressMasq(ctx *Context, p *Packet) Verdict {
+	if !n.settings.EgressMasquerade || p.OutIface != n.uplink.Name || !containsAny(n.podCIDR, p.Src) {
+		return VerdictContinue
+	}
+	cfg := &n.cluster.cfg
+	for _, set := range [][]netip.Prefix{cfg.ClusterCIDRs, cfg.NodeCIDRs, n.cluster.serviceCIDRs()} {
+		if containsAny(set, p.Dst) {
+			return VerdictContinue
+		}
+	}
+	return MasqueradeVerdict(false, "pod traffic leaving the cluster network")
+}

@@ -413,3 +413,48 @@ func TestRewriteDstAndReroute(t *testing.T) {
 		t.Errorf("VIP on another port: %s, want refused by node-a's stack", r.Outcome)
 	}
 }
+
+// The node's own connections leave from its node IP, except toward its own pods, which it
+// reaches from the bridge address (the kernel's routes: "10.244.0.0/24 dev cbr0 src
+// 10.244.0.1", "default via ... src 172.18.0.2").
+func TestHostSourceAddressSelection(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	local := startPod(t, c, "node-a", "default/local", 8080)
+	remote := startPod(t, c, "node-b", "default/remote", 8080)
+	n := c.Node("node-a")
+	w, err := ask(t, n.HostNet(), netip.AddrPortFrom(local.IP(), 8080).String())
+	if err != nil || !strings.HasPrefix(w.Client, "10.244.0.1:") {
+		t.Errorf("node to its own pod: %+v %v, want the bridge address", w, err)
+	}
+	w, err = ask(t, n.HostNet(), netip.AddrPortFrom(remote.IP(), 8080).String())
+	if err != nil || !strings.HasPrefix(w.Client, "172.18.0.2:") {
+		t.Errorf("node to another node's pod: %+v %v, want the node IP", w, err)
+	}
+}
+
+func TestEgressMasquerade(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	ext, err := c.AddExternalHost("web", netip.Addr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := ServeWhoami(ext.Net(), "", "external", ProtoTCP, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	client := startPod(t, c, "node-b", "default/client")
+	other := startPod(t, c, "node-a", "default/other", 8080)
+	w, err := ask(t, client.Net(), netip.AddrPortFrom(ext.IP(), 80).String())
+	if err != nil || !strings.HasPrefix(w.Client, "172.18.0.3:") {
+		t.Errorf("pod to the outside: %+v %v, want node-b's IP", w, err)
+	}
+	if w, err := ask(t, client.Net(), netip.AddrPortFrom(other.IP(), 8080).String()); err != nil || !strings.HasPrefix(w.Client, client.IP().String()) {
+		t.Errorf("pod to pod must keep its address: %+v %v", w, err)
+	}
+	c.Node("node-b").UpdateSettings(func(s *NodeSettings) { s.EgressMasquerade = false })
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(ext.IP(), 80), Mode: ProbeConnect})
+	if r.Result != ResultConnected || r.SeenSrc.Addr() != client.IP() {
+		t.Errorf("without egress masquerade: %s", r.Outcome)
+	}
+}

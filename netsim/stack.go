@@ -94,6 +94,17 @@ type stackOptions struct {
 	// the OUTPUT hooks, for localhost NodePorts).
 	loopOut  func([]byte)
 	spoofing bool // accept and send for any address
+	// srcRoutes are on-link routes with a preferred source address, matched before the
+	// default route (a node's host stack: pod CIDRs from the bridge address; everything
+	// else from the node IP, as the kernel's routes say).
+	srcRoutes []srcRoute
+	// defaultSrc is the preferred source of the default route per family.
+	defaultSrc []netip.Addr
+}
+
+type srcRoute struct {
+	dst netip.Prefix
+	src netip.Addr
 }
 
 func newNetStack(o stackOptions) (*netStack, error) {
@@ -155,6 +166,17 @@ func newNetStack(o stackOptions) (*netStack, error) {
 			tcpip.Route{Destination: mustSubnet(netip.MustParsePrefix("127.0.0.0/8")), NIC: nicLoop},
 			tcpip.Route{Destination: mustSubnet(netip.MustParsePrefix("::1/128")), NIC: nicLoop})
 	}
+	for _, r := range o.srcRoutes {
+		routes = append(routes, tcpip.Route{Destination: mustSubnet(r.dst), NIC: nicMain, SourceHint: addrOf(r.src)})
+	}
+	hint := func(v4 bool) tcpip.Address {
+		for _, a := range o.defaultSrc {
+			if a.Is4() == v4 {
+				return addrOf(a)
+			}
+		}
+		return tcpip.Address{}
+	}
 	v4, v6 := false, false
 	for _, p := range o.addrs {
 		if p.Addr().Is4() {
@@ -173,10 +195,10 @@ func newNetStack(o stackOptions) (*netStack, error) {
 		}
 	}
 	if v4 {
-		routes = append(routes, tcpip.Route{Destination: mustSubnet(netip.MustParsePrefix("0.0.0.0/0")), NIC: nicMain})
+		routes = append(routes, tcpip.Route{Destination: mustSubnet(netip.MustParsePrefix("0.0.0.0/0")), NIC: nicMain, SourceHint: hint(true)})
 	}
 	if v6 {
-		routes = append(routes, tcpip.Route{Destination: mustSubnet(netip.MustParsePrefix("::/0")), NIC: nicMain})
+		routes = append(routes, tcpip.Route{Destination: mustSubnet(netip.MustParsePrefix("::/0")), NIC: nicMain, SourceHint: hint(false)})
 	}
 	s.SetRouteTable(routes)
 	return &netStack{s: s, link: link, lo: lo}, nil
