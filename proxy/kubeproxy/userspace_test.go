@@ -462,6 +462,22 @@ func TestUserspaceModeNoEndpoints(t *testing.T) {
 	if s := UserspaceProxier(nodeA, corev1.IPv4Protocol).Sessions(); len(s) != 0 {
 		t.Errorf("sessions: %+v", s)
 	}
+	// The datapath's view, beside the iptables mode's REJECT on the same Service.
+	p := netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vipOf(t, c, "empty", 80), Mode: netsim.ProbeConnect}
+	if r, _ := c.ProbeOne(p); r.Result != netsim.ResultConnected || r.Node != "node-a" {
+		t.Errorf("userspace mode, no endpoints: %s; want connected to the proxy listener", r.Outcome)
+	}
+	ipt := cluster(t, IPTables)
+	if err := ipt.Apply(service.NewService("default/empty", service.Selector("app=nothing"), service.Port("http", 80, 9376))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ipt.CreatePod(service.NewPod("default/client", service.OnNode("node-a"))); err != nil {
+		t.Fatal(err)
+	}
+	p.Dst = vipOf(t, ipt, "empty", 80)
+	if r, _ := ipt.ProbeOne(p); r.Result != netsim.ResultRefused {
+		t.Errorf("iptables mode, no endpoints: %s; want refused", r.Outcome)
+	}
 }
 
 func TestUserspaceModeHealthAndChanges(t *testing.T) {
