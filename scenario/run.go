@@ -67,6 +67,7 @@ type runner struct {
 	workloads map[string]*workload // "Deployment ns/name", "ReplicaSet ns/name"
 	rep       *Report
 	errSeen   int
+	lastProbe []netsim.ProbeResult // Trace's outcomes
 }
 
 func (p *plan) start() (*runner, error) {

@@ -69,14 +69,23 @@ func init() { rootCmd.AddCommand(newTraceCmd()) }
 // newTraceCmd builds the trace command (a fresh one per call, so tests get clean flags).
 func newTraceCmd() *cobra.Command {
 	var o traceOptions
+	var so scenarioTraceOptions // the scenario mode's flags (trace_scenario.go)
 	cmd := &cobra.Command{
-		Use:   "trace --iptables-save FILE --src IP --dst IP --dport N [flags]",
-		Short: "Trace a packet through an iptables-save dump, rule by rule",
-		Long:  traceLong,
+		Use:   "trace (--iptables-save FILE --src IP --dst IP --dport N | SCENARIO --from pod:NS/NAME --to NAME_OR_VIP[:PORT]) [flags]",
+		Short: "Trace a packet through an iptables-save dump or a scenario's cluster, rule by rule",
+		Long:  traceLong + traceScenarioLong,
 		Example: `  clusterlab trace --iptables-save node1.txt --src 10.244.3.9 --dst 10.96.0.50 --dport 8125 --proto udp --all-branches
-  clusterlab trace --iptables-save node1.txt --src 192.168.1.10 --dst 10.96.0.1 --dport 443 --local-ips 192.168.1.10 -o json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runTrace(cmd, &o) },
+  clusterlab trace --iptables-save node1.txt --src 192.168.1.10 --dst 10.96.0.1 --dport 443 --local-ips 192.168.1.10 -o json` + traceScenarioExamples,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				return runScenarioTrace(cmd, args[0], &o, &so)
+			}
+			if c := changed(cmd, scenarioTraceFlags); len(c) > 0 {
+				return badInput(fmt.Errorf("%s: only for tracing a scenario (give the scenario file as the argument)", strings.Join(c, ", ")))
+			}
+			return runTrace(cmd, &o)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.iptablesSave, "iptables-save", "", "iptables-save (or ip6tables-save) output to trace through, with or without -c counters")
@@ -87,12 +96,13 @@ func newTraceCmd() *cobra.Command {
 	f.IntVar(&o.sport, "sport", 40000, "source port")
 	f.StringVar(&o.proto, "proto", "tcp", "protocol: tcp, udp or sctp")
 	f.StringSliceVar(&o.localIPs, "local-ips", nil, "the node's own IP addresses (addrtype LOCAL, local delivery), comma-separated")
-	f.StringVar(&o.from, "from", "", "where the packet comes from: pod, node or external (default: node if --src is local, else from outside)")
+	f.StringVar(&o.from, "from", "", "where the packet comes from: pod, node or external (default: node if --src is local, else from outside); with a scenario: pod:NS/NAME, node:NAME or external:NAME")
 	f.StringVar(&o.inIface, "in-interface", "", "input interface the packet arrives on (for -i rules; none by default)")
 	f.StringVar(&o.outIface, "out-interface", "", "output interface routing picks for a packet that leaves the node (for -o rules; none by default)")
 	f.BoolVar(&o.allBranches, "all-branches", false, "follow every statistic branch and list every outcome with its probability")
 	f.Uint64Var(&o.seed, "seed", 1, "seed for the choice points when not following all branches")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	addScenarioTraceFlags(f, &so)
 	return cmd
 }
 
