@@ -78,9 +78,9 @@
 //	                      resolv.conf names that host), whose names point at the
 //	                      external host "example-web"
 //
-// The upstream host sees the DNS pods' own addresses: the simulated network
-// routes pod addresses to external hosts without the outbound masquerade most
-// CNIs add. hostNetwork pods share their node's network and resolver (the
+// The upstream host sees the DNS pods' nodes' addresses: pod traffic leaving the
+// cluster network is masqueraded, as most CNIs do (netsim's EgressMasquerade
+// node setting). hostNetwork pods share their node's network and resolver (the
 // node's resolv.conf). Every resolver keeps its lookups with the queries the stub
 // sent (ClusterDNS.Resolver(ns, name).Queries()); ServerLog lists what the
 // DNS pods and the upstream host answered and the client address each saw.

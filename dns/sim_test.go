@@ -290,11 +290,13 @@ func TestClusterDNSNames(t *testing.T) {
 	}
 
 	// The upstream host was asked only the names outside the cluster zone, by
-	// the DNS pods (over the network, from their own addresses).
+	// the DNS pods (over the network; their traffic leaving the cluster is
+	// masqueraded behind their nodes' addresses, as a CNI does).
 	dnsIPs := map[netip.Addr]string{}
 	for _, k := range cd.Pods() {
 		ns, name, _ := strings.Cut(k, "/")
-		dnsIPs[c.Pod(ns, name).IP()] = k
+		p := c.Pod(ns, name)
+		dnsIPs[p.Node().IP()] = k
 	}
 	upstreamNames := map[string]bool{}
 	clientSeen := 0
