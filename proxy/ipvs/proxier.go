@@ -321,7 +321,12 @@ func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, endpoint
 	sets := map[string]*ipset{}
 	setList := make([]*ipset, 0, len(setInfos))
 	for _, si := range setInfos {
-		s := &ipset{info: si, name: SetName(si.name, p.ipv6), ipv6: p.ipv6, active: map[string]bool{}}
+		size := 0
+		switch si.name {
+		case SetClusterIP, SetIPVSAddresses, SetLoopBack:
+			size = len(st.Services)
+		}
+		s := &ipset{info: si, name: SetName(si.name, p.ipv6), ipv6: p.ipv6, active: make(map[string]bool, size)}
 		sets[si.name] = s
 		setList = append(setList, s)
 	}
@@ -642,6 +647,9 @@ func (p *Proxier) syncEndpoints(vs *VirtualServer, endpoints []*proxy.Endpoint, 
 					errs = append(errs, fmt.Errorf("resetting weight of %s: %w", key, err))
 				}
 			}
+			if len(p.graceful.list) == 0 {
+				continue
+			}
 			name := uniqueRSName(vs, rs)
 			if !p.graceful.inList(name) {
 				continue
@@ -668,7 +676,7 @@ func (p *Proxier) syncEndpoints(vs *VirtualServer, endpoints []*proxy.Endpoint, 
 	slices.Sort(gone)
 	for _, key := range gone {
 		rs := curSet[key]
-		if p.graceful.inList(uniqueRSName(vs, rs)) {
+		if len(p.graceful.list) > 0 && p.graceful.inList(uniqueRSName(vs, rs)) {
 			continue
 		}
 		deleted, err := p.graceful.gracefulDelete(vs, &RealServer{Address: rs.Address, Port: rs.Port})

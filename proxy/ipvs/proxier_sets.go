@@ -130,6 +130,9 @@ func entryIPPortNet(ip netip.Addr, proto string, port int, net netip.Prefix) str
 // covering one address without its prefix length, the protocol in lower case (tcp when
 // absent, for hash types).
 func canonicalEntry(typ, e string) string {
+	if isCanonical(typ, e) {
+		return e
+	}
 	parts := strings.Split(e, ",")
 	for i, p := range parts {
 		if proto, port, ok := strings.Cut(p, ":"); ok && !strings.Contains(port, ":") && isPort(port) {
@@ -156,6 +159,33 @@ func canonicalEntry(typ, e string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// isCanonical is a fast test for the common case: what this package writes and what
+// the kernel prints (lower case, protocols present, no network prefixes, IPv4). An
+// entry it does not recognise is canonicalised the slow way.
+func isCanonical(typ, e string) bool {
+	if typ == setTypeBitmapPort {
+		return isPort(e)
+	}
+	colons := 0
+	for i := 0; i < len(e); i++ {
+		c := e[i]
+		switch {
+		case c >= '0' && c <= '9', c == '.', c == ',', c >= 'a' && c <= 'z':
+		case c == ':':
+			colons++
+		default:
+			return false // upper case, '/', IPv6 brackets, ...
+		}
+	}
+	switch typ {
+	case setTypeHashIP:
+		return colons == 0 && !strings.Contains(e, ",")
+	case setTypeHashIPPort:
+		return colons == 1 && strings.Count(e, ",") == 1
+	}
+	return colons == 1 && strings.Count(e, ",") == 2
 }
 
 func isPort(s string) bool {
