@@ -62,10 +62,11 @@ func benchNode() proxy.NodeConfig {
 //
 //   - full: the first sync of a node (every virtual server, real server, VIP binding
 //     and set entry created);
+//
 //   - one-endpoint: a resync after one service's endpoints were replaced (the IPVS mode
 //     still reconciles every service; the iptables mode rewrites one service's chains).
 //
-//	go test ./proxy/ipvs/ -run '^$' -bench 'ProxierSync' -benchtime 5x -count 3
+//     go test ./proxy/ipvs/ -run '^$' -bench 'ProxierSync' -benchtime 5x -count 3
 func BenchmarkProxierSync(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1000, 10000} {
