@@ -72,25 +72,24 @@ func ServeWhoami(n *Net, pod, node string, proto uint8, port uint16) (stop func(
 		}()
 		return func() { ln.Close() }, nil
 	case ProtoUDP:
-		pc, err := n.ListenPacket("udp", fmt.Sprintf(":%d", port))
-		if err != nil {
-			return nil, err
-		}
-		go func() {
-			buf := make([]byte, 65536)
-			for {
-				k, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
+		// One socket per family the network has (netstack's UDP sockets are per family).
+		var stops []func()
+		for _, network := range n.udpNetworks() {
+			pc, err := n.ListenPacket(network, fmt.Sprintf(":%d", port))
+			if err != nil {
+				for _, s := range stops {
+					s()
 				}
-				w := Whoami{Pod: pod, Node: node, Client: from.String(), Local: fmt.Sprintf(":%d", port), Msg: strings.TrimRight(string(buf[:k]), "\r\n")}
-				if la := pc.LocalAddr(); la != nil {
-					w.Local = la.String()
-				}
-				pc.WriteTo([]byte(w.String()+"\n"), from)
+				return nil, err
 			}
-		}()
-		return func() { pc.Close() }, nil
+			go serveWhoamiUDP(pc, pod, node, port)
+			stops = append(stops, func() { pc.Close() })
+		}
+		return func() {
+			for _, s := range stops {
+				s()
+			}
+		}, nil
 	}
 	return nil, fmt.Errorf("the built-in server speaks tcp and udp, not %s", ProtoName(proto))
 }
@@ -144,4 +143,19 @@ func (p *Pod) Serve(proto uint8, port uint16) error {
 	p.servers = append(p.servers, stop)
 	p.mu.Unlock()
 	return nil
+}
+
+func serveWhoamiUDP(pc net.PacketConn, pod, node string, port uint16) {
+	buf := make([]byte, 65536)
+	for {
+		k, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		w := Whoami{Pod: pod, Node: node, Client: from.String(), Local: fmt.Sprintf(":%d", port), Msg: strings.TrimRight(string(buf[:k]), "\r\n")}
+		if la := pc.LocalAddr(); la != nil {
+			w.Local = la.String()
+		}
+		pc.WriteTo([]byte(w.String()+"\n"), from)
+	}
 }

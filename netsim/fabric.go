@@ -1,6 +1,7 @@
 package netsim
 
 import (
+	"fmt"
 	"net/netip"
 	"sync"
 )
@@ -134,4 +135,29 @@ func (f *fabric) deliver(d fabricDest, b []byte, tr *Trace) {
 	case hopLB:
 		d.lb.receive(b)
 	}
+}
+
+// RouteExternalIP routes an address to a node through the cluster network, as an
+// administrator routes a Service's externalIPs (or a BGP speaker announces them): packets
+// to it from anywhere in the cluster network go to that node. A zero node name removes
+// the route.
+func (c *Cluster) RouteExternalIP(ip netip.Addr, node string) error {
+	c.fabric.mu.Lock()
+	defer c.fabric.mu.Unlock()
+	if node == "" {
+		delete(c.fabric.extIP, ip)
+		return nil
+	}
+	n := c.Node(node)
+	if n == nil {
+		return fmt.Errorf("route external IP %s: no node %q", ip, node)
+	}
+	if _, ok := c.fabric.nodeIPs[ip]; ok {
+		return fmt.Errorf("route external IP %s: it is a node IP", ip)
+	}
+	if _, ok := c.fabric.hosts[ip]; ok {
+		return fmt.Errorf("route external IP %s: it belongs to an external host", ip)
+	}
+	c.fabric.extIP[ip] = n
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
 )
 
@@ -257,7 +258,7 @@ func (n *Net) Listen(network, address string) (net.Listener, error) {
 		if len(lns) > 0 && fa.Port == 0 {
 			fa.Port = uint16(lns[0].Addr().(*net.TCPAddr).Port)
 		}
-		ln, err := listenTCP(n.s, fa, proto, len(lns) > 0)
+		ln, err := listenTCP(n.s, fa, proto, len(lns) > 0 || network == "tcp6")
 		if err != nil {
 			for _, l := range lns {
 				l.Close()
@@ -406,7 +407,7 @@ func (n *Net) ListenPacket(network, address string) (net.PacketConn, error) {
 	}
 	// A wildcard UDP socket in netstack is per family; listen on the first (IPv4 unless
 	// the address says otherwise) — dual-stack UDP servers open two sockets.
-	c, err := gonet.DialUDP(n.s, &fa, nil, protos[0])
+	c, err := listenUDP(n.s, fa, protos[0], network == "udp6")
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
@@ -430,4 +431,39 @@ func (c *trackedPacketConn) Close() error {
 // HTTPClient returns an HTTP client whose connections are made from this network.
 func (n *Net) HTTPClient() *http.Client {
 	return &http.Client{Transport: &http.Transport{DialContext: n.DialContext, DisableKeepAlives: true}}
+}
+
+// udpNetworks lists "udp4" and/or "udp6" for the families the network has addresses of.
+func (n *Net) udpNetworks() []string {
+	var v4, v6 bool
+	for _, a := range n.addrs {
+		v4 = v4 || a.Is4()
+		v6 = v6 || a.Is6()
+	}
+	var out []string
+	if v4 || !v6 {
+		out = append(out, "udp4")
+	}
+	if v6 {
+		out = append(out, "udp6")
+	}
+	return out
+}
+
+// listenUDP is gonet.DialUDP for a listening socket, with IPV6_V6ONLY set on IPv6 sockets
+// when v6only is true (so IPv4 and IPv6 sockets can share a port).
+func listenUDP(s *stack.Stack, fa tcpip.FullAddress, proto tcpip.NetworkProtocolNumber, v6only bool) (*gonet.UDPConn, error) {
+	var wq waiter.Queue
+	ep, err := s.NewEndpoint(udp.ProtocolNumber, proto, &wq)
+	if err != nil {
+		return nil, errors.New(err.String())
+	}
+	if proto == ipv6.ProtocolNumber {
+		ep.SocketOptions().SetV6Only(v6only)
+	}
+	if err := ep.Bind(fa); err != nil {
+		ep.Close()
+		return nil, os.NewSyscallError("bind", errnoOf(err))
+	}
+	return gonet.NewUDPConn(&wq, ep), nil
 }

@@ -458,3 +458,73 @@ func TestEgressMasquerade(t *testing.T) {
 		t.Errorf("without egress masquerade: %s", r.Outcome)
 	}
 }
+
+func dualStack() Config {
+	return Config{Seed: 5, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}},
+		NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fc00:f853:ccd:e793::/64")},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}}
+}
+
+func TestDualStackServersAndListeners(t *testing.T) {
+	c := newTestCluster(t, dualStack())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	client := startPod(t, c, "node-a", "default/client")
+	if len(web.IPs()) != 2 {
+		t.Fatalf("pod IPs %v", web.IPs())
+	}
+	for _, ip := range web.IPs() {
+		addr := netip.AddrPortFrom(ip, 8080).String()
+		if w, err := ask(t, client.Net(), addr); err != nil || w.Pod != "default/web" {
+			t.Errorf("tcp to %s: %+v %v", addr, w, err)
+		}
+		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: netip.AddrPortFrom(ip, 8080), Mode: ProbeConnect})
+		if r.Result != ResultReplied {
+			t.Errorf("udp probe to %s: %s", addr, r.Outcome)
+		}
+		conn, err := client.Net().Dial("udp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		conn.Write([]byte("x"))
+		buf := make([]byte, 200)
+		k, err := conn.Read(buf)
+		conn.Close()
+		if err != nil || !strings.Contains(string(buf[:k]), "pod=default/web") {
+			t.Errorf("udp to %s: %q %v", addr, buf[:k], err)
+		}
+	}
+	// tcp6 and tcp4 listeners share a port, as IPV6_V6ONLY sockets do.
+	l4, err := client.Net().Listen("tcp4", ":9000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l4.Close()
+	l6, err := client.Net().Listen("tcp6", "[::]:9000")
+	if err != nil {
+		t.Fatalf("tcp6 beside tcp4 on one port: %v", err)
+	}
+	l6.Close()
+}
+
+func TestRouteExternalIP(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	if _, err := c.AddExternalHost("client", netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	eip := netip.MustParseAddrPort("192.0.2.50:80")
+	p := Probe{From: "external:client", Proto: ProtoTCP, Dst: eip}
+	if r, _ := c.ProbeOne(p); r.Result != ResultDropped || !strings.Contains(r.Reason, "no route") {
+		t.Errorf("unrouted external IP: %s", r.Outcome)
+	}
+	if err := c.RouteExternalIP(eip.Addr(), "node-c"); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := c.ProbeOne(Probe{From: "external:client", Proto: ProtoTCP, Dst: eip, Trace: true})
+	if len(r.Trace.Find(StepHook)) == 0 || r.Trace.Find(StepHook)[0].Node != "node-c" {
+		t.Errorf("routed external IP did not reach node-c: %s\n%s", r.Outcome, r.Trace)
+	}
+	if err := c.RouteExternalIP(c.Node("node-a").IP(), "node-b"); err == nil {
+		t.Error("routing a node IP elsewhere was accepted")
+	}
+}

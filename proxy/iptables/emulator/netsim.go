@@ -126,6 +126,9 @@ func fromNetsim(p *netsim.Packet, ctx *netsim.Context, table string) Packet {
 
 // Handle implements netsim.Handler.
 func (h *netsimHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.Verdict {
+	if p.IPv6 != (h.e.Family() == IPv6) {
+		return netsim.VerdictContinue // iptables does not see ip6tables' packets, nor the reverse
+	}
 	q := fromNetsim(p, ctx, h.table)
 	var tr *Trace
 	if ctx.Tracing() {
@@ -153,6 +156,9 @@ func (h *netsimHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.Ver
 	}
 	if q.CT.State == CTUntracked && h.table == TableRaw {
 		p.SetNoTrack()
+	}
+	if res.Verdict != Drop && res.Verdict != Reject && res.Verdict != Unknown && res.NAT == nil {
+		return netsim.VerdictContinue
 	}
 	reason := decisionReason(res.Decision)
 	switch res.Verdict {

@@ -137,3 +137,43 @@ COMMIT
 		}
 	})
 }
+
+// Each family's emulator sees only its own family's packets, as iptables and ip6tables do.
+func TestNetsimAdapterFamilies(t *testing.T) {
+	c, err := netsim.New(netsim.Config{Seed: 3, Nodes: []netsim.NodeConfig{{Name: "node-a"}},
+		NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fc00:f853:ccd:e793::/64")},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	web, err := c.StartPod("node-a", "ns", "web", nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartPod("node-a", "ns", "client", nil, false); err != nil {
+		t.Fatal(err)
+	}
+	e := New(IPv4)
+	if err := e.RestoreText([]byte("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"), RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.AttachNetsim(c.Node("node-a"), "v4")
+	ips := web.IPs()
+	if len(ips) != 2 {
+		t.Fatalf("pod IPs %v, want one per family", ips)
+	}
+	for _, ip := range ips {
+		r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(ip, 80)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := netsim.ResultDelivered
+		if ip.Is4() {
+			want = netsim.ResultDropped
+		}
+		if r.Result != want {
+			t.Errorf("to %s with an IPv4 FORWARD DROP policy: %s, want %s", ip, r.Outcome, want)
+		}
+	}
+}
