@@ -58,15 +58,12 @@ func benchNode() proxy.NodeConfig {
 
 // Sync time of the IPVS-mode proxier for 1,000 and 10,000 services (docs/PERFORMANCE.md,
 // section proxy/kubeproxy ipvs), beside the iptables-mode proxier writing the same
-// services into the emulator, in the same run:
+// services into the emulator, in the same run. "full" is the first sync of a node
+// (every virtual server, real server, VIP binding and set entry created);
+// "one-endpoint" is a resync after one service's endpoints were replaced (the IPVS mode
+// still reconciles every service; the iptables mode rewrites one service's chains).
 //
-//   - full: the first sync of a node (every virtual server, real server, VIP binding
-//     and set entry created);
-//
-//   - one-endpoint: a resync after one service's endpoints were replaced (the IPVS mode
-//     still reconciles every service; the iptables mode rewrites one service's chains).
-//
-//     go test ./proxy/ipvs/ -run '^$' -bench 'ProxierSync' -benchtime 5x -count 3
+//	go test ./proxy/ipvs/ -run '^$' -bench 'ProxierSync' -benchtime 5x -count 3
 func BenchmarkProxierSync(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1000, 10000} {
