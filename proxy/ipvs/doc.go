@@ -68,6 +68,46 @@
 // Rules, ConnListing) reads and writes ipvsadm's formats, and RunScript runs the scripts
 // of clusterlab ipvs.
 //
+// # kube-proxy's IPVS mode
+//
+// Proxier is kube-proxy's IPVS-mode proxier (pkg/proxy/ipvs/proxier.go) for one IP
+// family. Each Sync takes the complete lists of Services and EndpointSlices and
+// reconciles, through small interfaces, everything the mode programs on a node:
+//
+//	Services, EndpointSlices ──▶ proxy.ChangeTracker ──▶ per service port, in order:
+//	   │ CategorizeEndpoints (cluster / local endpoints, eTP Local falling back to
+//	   │ cluster endpoints when the node has none, as kube-proxy does)
+//	   ├─▶ Interface (the Model, or package kernel's netlink IPVS):
+//	   │     virtual servers for the ClusterIP, each externalIP, each LoadBalancer
+//	   │     ingress IP and each node IP × NodePort; scheduler --ipvs-scheduler,
+//	   │     ClientIP affinity as persistence (-p timeout), mh-port with mh; real servers
+//	   │     weight 1; endpoints that went away terminated gracefully (weight 0 while
+//	   │     TCP connections remain, deleted by GracefulCheck once they are gone, UDP and
+//	   │     SCTP at once); stale virtual servers deleted (not in --ipvs-exclude-cidrs)
+//	   ├─▶ Netlink: the VIPs bound to kube-ipvs0 (external and LB IPs only when not
+//	   │     already node addresses), stale ones unbound
+//	   ├─▶ IPSets (ipset restore; the emulator or ExecIPSets): KUBE-CLUSTER-IP,
+//	   │     KUBE-LOOP-BACK, KUBE-NODE-PORT-*, KUBE-EXTERNAL-IP(-LOCAL),
+//	   │     KUBE-LOAD-BALANCER(-LOCAL, -FW, -SOURCE-IP, -SOURCE-CIDR),
+//	   │     KUBE-HEALTH-CHECK-NODE-PORT, KUBE-IPVS-IPS (KUBE-6-* for IPv6): created with
+//	   │     -exist, entries diffed against ipset save
+//	   ├─▶ proxy/iptables.Interface: the jump rules ensured, then one iptables-restore
+//	   │     --noflush of KUBE-SERVICES, KUBE-POSTROUTING, KUBE-MARK-MASQ,
+//	   │     KUBE-NODE-PORT, KUBE-LOAD-BALANCER (nat) and KUBE-FORWARD, KUBE-NODE-PORT,
+//	   │     KUBE-PROXY-FIREWALL, KUBE-SOURCE-RANGES-FIREWALL, KUBE-IPVS-FILTER,
+//	   │     KUBE-IPVS-OUT-FILTER (filter), all matching the sets
+//	   └─▶ proxy.Conntrack: stale UDP entries cleared
+//
+// NewProxier sets the sysctls the mode needs through a Sysctl writer
+// (KubeProxySysctlSettings: vs/conntrack=1, expire_nodest_conn=1,
+// expire_quiescent_template=1, conn_reuse_mode=0 on kernels 4.1 to 5.8, ip_forward=1,
+// and the strict-ARP pair); ApplySysctls maps them onto a Model's Sysctls. Services
+// without endpoints get a virtual server without real servers: IPVS itself refuses their
+// connections (ICMP port unreachable), so the mode writes no REJECT rules. The golden
+// states of testdata/ipvsmode and a differential test against a kernel in a network
+// namespace hold the output to kube-proxy's tests and to the real tools. Package
+// proxy/kubeproxy runs the mode on netsim, the Model in each node's datapath.
+//
 // # Not modelled
 //
 // The FTP application helper (its data connections are not created), persistence
