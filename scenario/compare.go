@@ -37,7 +37,8 @@ type Fact struct {
 // RunModes runs the scenario under each mode, one after the other, and compares the
 // outcomes step by step. Backend counts differ run to run by design (random choices), so
 // a step's backends are compared as a set, and only for steps of 10 attempts or more
-// (fewer are a draw among the backends); results, seen sources, DNS answers, counts,
+// (fewer are a draw among the backends) that reached more than one backend (which one
+// a single backend is, under affinity say, is a draw too); results, seen sources, DNS answers, counts,
 // statuses and failed expectations are compared as they are.
 func RunModes(ctx context.Context, s *Scenario, modes []string, opts Options) (*Comparison, error) {
 	if len(modes) == 0 {
@@ -109,8 +110,11 @@ func stepFact(st *StepResult, name string) string {
 	case "backends":
 		// A few attempts are a draw among the backends, not a property of the mode.
 		if st.Traffic != nil && st.Traffic.Attempts >= minAttemptsForBackends {
-			if len(st.Traffic.Backends) == 0 {
+			switch len(st.Traffic.Backends) {
+			case 0:
 				return "none"
+			case 1:
+				return "one backend" // which one is a draw
 			}
 			return strings.Join(sortedKeys(st.Traffic.Backends), ", ")
 		}

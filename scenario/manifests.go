@@ -324,6 +324,10 @@ func (s *Scenario) loadSource(src manifestSource, seed uint64, into *loaded) err
 
 func validateObject(obj runtime.Object) field.ErrorList {
 	c := obj.DeepCopyObject()
+	if svc, ok := c.(*corev1.Service); ok && len(svc.Spec.ClusterIPs) == 0 && svc.Spec.ClusterIP != "" {
+		// The API server fills clusterIPs from clusterIP before it validates.
+		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
+	}
 	service.Default(c)
 	return service.Validate(c)
 }

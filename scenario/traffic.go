@@ -179,8 +179,8 @@ func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool
 	if len(tr.SeenSources) > 0 {
 		res.Details = append(res.Details, "the receiver saw the source as "+seenText(tr.SeenSources, client))
 	}
-	if len(tr.Reasons) > 0 {
-		res.Details = append(res.Details, "why: "+countsText(tr.Reasons))
+	for _, k := range sortedKeys(tr.Reasons) {
+		res.Details = append(res.Details, fmt.Sprintf("why (%d of %d): %s", tr.Reasons[k], count, k))
 	}
 	if st.Expect != nil {
 		res.Expectations = r.checkTraffic(st.Expect, tr, atts, client)
