@@ -552,3 +552,81 @@ func TestIPVSModeListing(t *testing.T) {
 		t.Errorf("ipvsadm -Ln of node-a differs from %s (-want +got):\n%s", golden, diff)
 	}
 }
+
+// loadBalancerSourceRanges through the IPVS mode's sets: the cloud load balancer applies
+// them to outside clients; on the nodes, where the LB IP is bound to kube-ipvs0,
+// KUBE-PROXY-FIREWALL sends LB traffic to KUBE-SOURCE-RANGES-FIREWALL, which lets the
+// ranges through and drops the rest (a pod's connection here) before IPVS sees it; the
+// NodePort ignores the ranges.
+func TestIPVSModeLBSourceRanges(t *testing.T) {
+	c := ipvsClusterWith(t, "rr", func(cfg *netsim.Config) { cfg.LoadBalancerMode = "vip" })
+	allowed, err := c.AddExternalHost("allowed", netip.MustParseAddr("203.0.113.10"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AddExternalHost("blocked", netip.MustParseAddr("203.0.113.200")); err != nil {
+		t.Fatal(err)
+	}
+	svc := service.NewService("default/lb", service.Selector("app=MyApp"), service.Port("http", 80, 9376), service.LoadBalancer())
+	svc.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/25"}
+	if err := c.Apply(svc); err != nil {
+		t.Fatal(err)
+	}
+	backends(t, c)
+	if _, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a"))); err != nil {
+		t.Fatal(err)
+	}
+	lbIP, ok := c.LoadBalancerIP("default", "lb")
+	if !ok {
+		t.Fatal("no load-balancer IP")
+	}
+	if w := ask(t, allowed.Net(), netip.AddrPortFrom(lbIP, 80).String()); !strings.HasPrefix(w.Pod, "default/web-") {
+		t.Errorf("allowed source: %+v", w)
+	}
+	r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Mode: netsim.ProbeConnect, Trace: true})
+	if r.Result != netsim.ResultDropped || r.Node != "node-a" || !strings.Contains(r.Trace.String(), "KUBE-SOURCE-RANGES-FIREWALL") {
+		t.Errorf("pod outside the ranges to the LB IP: %s, want dropped on node-a by KUBE-SOURCE-RANGES-FIREWALL\n%s", r.Outcome, r.Trace)
+	}
+	r, _ = c.ProbeOne(netsim.Probe{From: "external:blocked", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Mode: netsim.ProbeConnect})
+	if r.Result != netsim.ResultDropped {
+		t.Errorf("blocked outside source: %s, want dropped", r.Outcome)
+	}
+	got, _ := c.Store().GetService("default", "lb")
+	np := uint16(got.Spec.Ports[0].NodePort)
+	r, _ = c.ProbeOne(netsim.Probe{From: "external:blocked", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np), Mode: netsim.ProbeConnect})
+	if r.Result != netsim.ResultConnected {
+		t.Errorf("blocked source to the NodePort: %s, want connected (ranges apply to the LB IP only)", r.Outcome)
+	}
+}
+
+// A UDP client that keeps its port fails over when its backend is deleted: the real
+// server goes at once (no graceful termination for UDP), kube-proxy clears the flow's
+// conntrack entry, and IPVS expires the old connection entry on the next datagram
+// (expire_nodest_conn) and schedules it afresh.
+func TestIPVSModeUDPFailover(t *testing.T) {
+	c := ipvsCluster(t, "rr")
+	if err := c.Apply(service.NewService("default/dns", service.Selector("app=MyApp"), service.UDPPort("dns", 53, 53))); err != nil {
+		t.Fatal(err)
+	}
+	backends(t, c)
+	if _, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a"))); err != nil {
+		t.Fatal(err)
+	}
+	p := netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoUDP, Dst: vipOf(t, c, "dns", 53), SrcPort: 45053, Mode: netsim.ProbeConnect}
+	r, _ := c.ProbeOne(p)
+	if r.Result != netsim.ResultReplied {
+		t.Fatalf("first datagram: %s", r.Outcome)
+	}
+	first := r.Pod
+	if again, _ := c.ProbeOne(p); again.Pod != first {
+		t.Errorf("the same flow moved from %s to %s", first, again.Pod)
+	}
+	ns, name, _ := strings.Cut(first, "/")
+	if err := c.DeletePod(ns, name, 0); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = c.ProbeOne(p)
+	if r.Result != netsim.ResultReplied || r.Pod == first || r.Pod == "" {
+		t.Errorf("after %s was deleted: %s", first, r.Outcome)
+	}
+}
