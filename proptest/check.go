@@ -422,7 +422,7 @@ func CheckNodePorts(w *World) error {
 			lo := netip.MustParseAddr("127.0.0.1")
 			exp := Expect{Endpoints: v.ClusterEndpoints(), Reason: "the cluster endpoints (localhost NodePort)"}
 			if !w.nodePortAllowed(n, lo) {
-				exp = Expect{Verdict: "not-delivered", Reason: "localhost NodePorts do not apply"}
+				exp = Expect{Verdict: "not-delivered", Reason: fmt.Sprintf("localhost NodePorts do not apply (--nodeport-addresses %v, %s mode)", w.Case.Cluster.NodePortAddresses, w.Semantics.Name)}
 			}
 			r.landing(v.Key(), netsim.Probe{From: "node:" + n.Name(), Proto: proto, Dst: addrPort(lo, v.Port.NodePort), AllBranches: true}, exp, false, netip.Addr{})
 		}
@@ -578,6 +578,13 @@ func CheckSourceRanges(w *World) error {
 					continue
 				}
 				p := netsim.Probe{From: src.From, Proto: proto, Dst: addrPort(a, v.Port.Port), AllBranches: true}
+				if strings.HasPrefix(src.From, "pod:") && len(v.LoadBalancerIPs) == 0 {
+					// Through the cloud load balancer, pod traffic leaves the cluster
+					// masqueraded to its node's address.
+					if n := w.Cluster.Node(src.Node); n != nil {
+						ca = n.IP()
+					}
+				}
 				if !inRanges(v.Service, ca) {
 					r.landing(v.Key(), p, Expect{Verdict: "not-delivered", Reason: fmt.Sprintf("%s is outside loadBalancerSourceRanges %v", ca, v.Service.Spec.LoadBalancerSourceRanges)}, false, netip.Addr{})
 					continue

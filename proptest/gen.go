@@ -140,59 +140,97 @@ func drawCluster(t *rapid.T, o Options) ClusterSpec {
 // Cases draws a whole world: a cluster, services of every kind with pods (or
 // hand-written EndpointSlices) behind them, client pods, external hosts, and changes
 // made after creation. Every object is valid (Default then Validate passes) and the
-// case shrinks toward one node, one ClusterIP service on 80/TCP, no pods.
+// case shrinks toward one node, one ClusterIP service on 80/TCP, no pods: services,
+// pods, clients and steps are drawn as lists whose elements rapid can drop one by one.
 func Cases(o Options) *rapid.Generator[*Case] {
 	o = o.withDefaults()
 	return rapid.Custom(func(t *rapid.T) *Case { return drawCase(t, o) })
 }
 
-// book hands out pod addresses per node.
-type book struct {
+// Addresses hands out pod addresses per node: the k-th pod placed on node i gets host
+// 10+k of each of the node's pod ranges (ClusterSpec.PodIPs).
+type Addresses struct {
 	c    ClusterSpec
 	next map[string]int
 }
 
-func (b *book) podIPs(node string) []netip.Addr {
-	if b.next == nil {
-		b.next = map[string]int{}
-	}
+// NewAddresses returns an empty address book for cluster c.
+func NewAddresses(c ClusterSpec) *Addresses { return &Addresses{c: c, next: map[string]int{}} }
+
+// Next returns the addresses of the next pod placed on node.
+func (b *Addresses) Next(node string) []netip.Addr {
 	k := b.next[node]
 	b.next[node] = k + 1
 	return b.c.PodIPs(b.c.NodeIndex(node), k)
 }
 
+// serviceDraft is a service with what stands behind it, before names and addresses
+// are given out.
+type serviceDraft struct {
+	svc         *corev1.Service
+	externalIPs bool
+	share       bool // select the previous service's pods instead of pods of its own
+	pods        []podDraft
+	slices      int // hand-written slices per family (selectorless services)
+}
+
+// podDraft is a pod behind a service: where it runs, what it listens on, what happens
+// to it and, for selectorless services, how its hand-written endpoint reads.
+type podDraft struct {
+	node       string
+	state      PodState
+	ports      []corev1.ContainerPort
+	cond       string
+	slice      int
+	noNodeName bool
+}
+
+// stepDraft is a step whose target is an index into the case's pods, services or
+// nodes (taken modulo their number when the case is put together).
+type stepDraft struct {
+	step  Step
+	index int
+}
+
 func drawCase(t *rapid.T, o Options) *Case {
 	c := &Case{Cluster: drawCluster(t, o), PodStates: map[string]PodState{}}
-	b := &book{c: c.Cluster}
-	nsvc := rapid.IntRange(1, o.MaxServices).Draw(t, "services")
-	var apps []string
-	for i := 0; i < nsvc; i++ {
-		name := fmt.Sprintf("svc-%d", i)
-		svc := drawService(t, c.Cluster, "default/"+name, i, o, apps)
+	b := NewAddresses(c.Cluster)
+	nodes := nodeNamesOf(c.Cluster)
+	draft := rapid.Custom(func(t *rapid.T) serviceDraft { return drawServiceDraft(t, c.Cluster, o) })
+	drafts := rapid.SliceOfN(draft, 1, o.MaxServices).Draw(t, "services")
+	prevApp := ""
+	for i, d := range drafts {
+		svc := d.svc
+		svc.Name = fmt.Sprintf("svc-%d", i)
+		if d.externalIPs {
+			svc.Spec.ExternalIPs = []string{nthAddr(ExternalIPNet.Addr(), 10+i).String()}
+		}
 		c.Services = append(c.Services, svc)
-		if svc.Spec.Type == corev1.ServiceTypeExternalName {
+		switch {
+		case svc.Spec.Type == corev1.ServiceTypeExternalName:
 			continue
-		}
-		if svc.Spec.Selector != nil {
-			app := svc.Spec.Selector["app"]
-			if app != name {
-				continue // shares another service's pods
+		case svc.Spec.Selector == nil:
+			var pods []*corev1.Pod
+			for k, pd := range d.pods {
+				pods = append(pods, newPod(b, fmt.Sprintf("%s/%s-%d", svc.Namespace, svc.Name, k), pd.node, nil, pd.ports))
 			}
-			apps = append(apps, app)
-			pods, states := drawPods(t, b, svc, o, true)
 			c.Pods = append(c.Pods, pods...)
-			for k, v := range states {
-				c.PodStates[k] = v
-			}
+			c.Slices = append(c.Slices, handSlices(c.Cluster, svc, pods, d)...)
+			continue
+		case d.share && prevApp != "":
+			svc.Spec.Selector = map[string]string{"app": prevApp}
 			continue
 		}
-		pods, _ := drawPods(t, b, svc, o, false)
-		c.Pods = append(c.Pods, pods...)
-		c.Slices = append(c.Slices, drawSlices(t, c.Cluster, svc, pods)...)
+		svc.Spec.Selector = map[string]string{"app": svc.Name}
+		prevApp = svc.Name
+		for k, pd := range d.pods {
+			key := fmt.Sprintf("%s/%s-%d", svc.Namespace, svc.Name, k)
+			c.Pods = append(c.Pods, newPod(b, key, pd.node, map[string]string{"app": svc.Name}, pd.ports))
+			c.PodStates[key] = pd.state
+		}
 	}
-	nc := rapid.IntRange(1, o.MaxClients).Draw(t, "clients")
-	for i := 0; i < nc; i++ {
-		node := rapid.SampledFrom(nodeNamesOf(c.Cluster)).Draw(t, "clientNode")
+	clients := rapid.SliceOfN(rapid.SampledFrom(nodes), 1, o.MaxClients).Draw(t, "clients")
+	for i, node := range clients {
 		c.Pods = append(c.Pods, newPod(b, fmt.Sprintf("default/client-%d", i), node, nil, nil))
 	}
 	ne := rapid.IntRange(1, len(Externals)).Draw(t, "externals")
@@ -201,6 +239,56 @@ func drawCase(t *rapid.T, o Options) *Case {
 		c.Steps = drawSteps(t, c, o)
 	}
 	return c
+}
+
+func drawServiceDraft(t *rapid.T, c ClusterSpec, o Options) serviceDraft {
+	d := serviceDraft{svc: drawService(t, c, "default/svc", 0, o, nil)}
+	d.externalIPs = len(d.svc.Spec.ExternalIPs) > 0
+	d.svc.Spec.ExternalIPs = nil
+	if d.svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return d
+	}
+	selectorless := d.svc.Spec.Selector == nil
+	if !selectorless {
+		d.share = rapid.IntRange(0, 3).Draw(t, "shareSelector") == 3
+	} else {
+		d.slices = rapid.IntRange(1, 2).Draw(t, "handSlices")
+	}
+	pod := rapid.Custom(func(t *rapid.T) podDraft { return drawPodDraft(t, c, d.svc, !selectorless, d.slices) })
+	d.pods = rapid.SliceOfN(pod, 0, o.MaxEndpointPods).Draw(t, "endpointPods")
+	return d
+}
+
+func drawPodDraft(t *rapid.T, c ClusterSpec, svc *corev1.Service, labelled bool, nslices int) podDraft {
+	pd := podDraft{node: rapid.SampledFrom(nodeNamesOf(c)).Draw(t, "podNode")}
+	seen := map[string]bool{}
+	for _, sp := range svc.Spec.Ports {
+		num, name := targetOf(sp)
+		if name != "" {
+			if labelled && rapid.IntRange(0, 4).Draw(t, "lacksNamedPort") == 4 {
+				continue
+			}
+			num = rapid.SampledFrom(targetNumbers).Draw(t, "namedPortNumber")
+		}
+		k := fmt.Sprint(num, protoOr(sp.Protocol))
+		if name == "" && seen[k] {
+			continue // another service port already targets this container port
+		}
+		for seen[k] {
+			num++
+			k = fmt.Sprint(num, protoOr(sp.Protocol))
+		}
+		seen[k] = true
+		pd.ports = append(pd.ports, corev1.ContainerPort{Name: name, ContainerPort: num, Protocol: protoOr(sp.Protocol)})
+	}
+	if labelled {
+		pd.state = rapid.SampledFrom([]PodState{PodReady, PodNotReady, PodTerminating, PodTerminatingNotReady}).Draw(t, "podState")
+		return pd
+	}
+	pd.cond = rapid.SampledFrom([]string{"unset", "ready", "not-ready", "serving-terminating", "terminating"}).Draw(t, "conditions")
+	pd.slice = rapid.IntRange(0, nslices-1).Draw(t, "slice")
+	pd.noNodeName = rapid.IntRange(0, 4).Draw(t, "noNodeName") == 4
+	return pd
 }
 
 func nodeNamesOf(c ClusterSpec) []string {
@@ -220,16 +308,16 @@ var (
 	targetNames = map[string]string{"": "web", "http": "web", "dns": "dns-srv", "metrics": "prom", "admin": "adm"}
 )
 
-// Service draws one Service named key (ns/name) for cluster c: of one of o.Kinds, with
+// Services draws one Service for cluster c, named default/svc: of one of o.Kinds, with
 // one or two ports (TCP or UDP, named when there are two, targetPort defaulted, a
-// number or a name), ClientIP affinity, internal and external traffic policies,
-// externalIPs (192.0.2.(10+index)), loadBalancerSourceRanges and, in a dual-stack
-// cluster, an IP family policy. Its selector is app=<name>, or one of apps (a selector
-// shared with earlier services), or none (a selectorless service; draw its slices with
-// Slices). Cluster IPs and node ports are left to the API server.
-func Service(c ClusterSpec, key string, index int, o Options, apps []string) *rapid.Generator[*corev1.Service] {
+// number or a name), ClientIP affinity, internal and external traffic policies, an
+// externalIP (192.0.2.10), loadBalancerSourceRanges and, in a dual-stack cluster, an IP
+// family policy; its selector is app=svc, or none (a selectorless service: write its
+// EndpointSlices by hand). Cluster IPs and node ports are left to the API server.
+// Rename it before use when drawing several.
+func Services(c ClusterSpec, o Options) *rapid.Generator[*corev1.Service] {
 	o = o.withDefaults()
-	return rapid.Custom(func(t *rapid.T) *corev1.Service { return drawService(t, c, key, index, o, apps) })
+	return rapid.Custom(func(t *rapid.T) *corev1.Service { return drawService(t, c, "default/svc", 0, o, nil) })
 }
 
 func drawService(t *rapid.T, c ClusterSpec, key string, index int, o Options, apps []string) *corev1.Service {
@@ -336,56 +424,11 @@ func targetOf(sp corev1.ServicePort) (int32, string) {
 	return sp.Port, ""
 }
 
-// Pods draws the pods behind svc: up to MaxEndpointPods, on any node, labelled with the
-// service's selector (labelled says so; pods for selectorless services carry no
-// labels), each with a container port for every service port (named ones under their
-// targetPort's name; now and then a pod lacks a named port, as real pods do), ready,
-// not ready, or terminating. Addresses come from the book so that they are known
-// before the cluster runs.
-func drawPods(t *rapid.T, b *book, svc *corev1.Service, o Options, labelled bool) ([]*corev1.Pod, map[string]PodState) {
-	n := rapid.IntRange(0, o.MaxEndpointPods).Draw(t, "endpointPods")
-	states := map[string]PodState{}
-	var pods []*corev1.Pod
-	for i := 0; i < n; i++ {
-		key := fmt.Sprintf("%s/%s-%d", svc.Namespace, svc.Name, i)
-		node := rapid.SampledFrom(nodeNamesOf(b.c)).Draw(t, "podNode")
-		var cps []corev1.ContainerPort
-		seen := map[string]bool{}
-		for _, sp := range svc.Spec.Ports {
-			num, name := targetOf(sp)
-			if name != "" {
-				if !labelled || rapid.IntRange(0, 4).Draw(t, "lacksNamedPort") < 4 {
-					num = rapid.SampledFrom(targetNumbers).Draw(t, "namedPortNumber")
-				} else {
-					continue
-				}
-			}
-			k := fmt.Sprint(num, protoOr(sp.Protocol))
-			if name == "" && seen[k] {
-				continue // another service port already targets this container port
-			}
-			for seen[k] {
-				num++
-				k = fmt.Sprint(num, protoOr(sp.Protocol))
-			}
-			seen[k] = true
-			cps = append(cps, corev1.ContainerPort{Name: name, ContainerPort: num, Protocol: protoOr(sp.Protocol)})
-		}
-		var labels map[string]string
-		if labelled {
-			labels = map[string]string{"app": svc.Spec.Selector["app"]}
-			states[key] = rapid.SampledFrom([]PodState{PodReady, PodNotReady, PodTerminating, PodTerminatingNotReady}).Draw(t, "podState")
-		}
-		pods = append(pods, newPod(b, key, node, labels, cps))
-	}
-	return pods, states
-}
-
-func newPod(b *book, key, node string, labels map[string]string, ports []corev1.ContainerPort) *corev1.Pod {
+func newPod(b *Addresses, key, node string, labels map[string]string, ports []corev1.ContainerPort) *corev1.Pod {
 	pod := service.NewPod(key, service.OnNode(node))
 	pod.Labels = labels
 	pod.Spec.Containers[0].Ports = ports
-	for _, ip := range b.podIPs(node) {
+	for _, ip := range b.Next(node) {
 		pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: ip.String()})
 	}
 	pod.Status.PodIP = pod.Status.PodIPs[0].IP
@@ -395,24 +438,19 @@ func newPod(b *book, key, node string, labels map[string]string, ports []corev1.
 // sliceManager labels the EndpointSlices the generator writes by hand.
 const sliceManager = "proptest.clusterlab.io"
 
-// Slices draws hand-written EndpointSlices for a selectorless svc whose endpoints are
-// pods (addresses known): per address family of the service, the endpoints spread over
-// one or two slices, each with drawn conditions (unset = ready, ready, not ready,
-// serving and terminating, terminating and not serving) and, mostly, its pod's node.
-func Slices(c ClusterSpec, svc *corev1.Service, pods []*corev1.Pod) *rapid.Generator[[]*discoveryv1.EndpointSlice] {
-	return rapid.Custom(func(t *rapid.T) []*discoveryv1.EndpointSlice { return drawSlices(t, c, svc, pods) })
-}
-
-func drawSlices(t *rapid.T, c ClusterSpec, svc *corev1.Service, pods []*corev1.Pod) []*discoveryv1.EndpointSlice {
+// handSlices writes the EndpointSlices of a selectorless service whose endpoints are
+// the given pods: per address family, d.slices slices, each endpoint in the slice its
+// draft names with the conditions it drew (unset = ready, ready, not ready, serving and
+// terminating, terminating and not serving) and, mostly, its pod's node.
+func handSlices(c ClusterSpec, svc *corev1.Service, pods []*corev1.Pod, d serviceDraft) []*discoveryv1.EndpointSlice {
 	var out []*discoveryv1.EndpointSlice
 	for _, fam := range serviceFamilies(c, svc) {
-		nslices := rapid.IntRange(1, 2).Draw(t, "slices")
 		addrType := discoveryv1.AddressTypeIPv4
 		if fam == corev1.IPv6Protocol {
 			addrType = discoveryv1.AddressTypeIPv6
 		}
 		var slices []*discoveryv1.EndpointSlice
-		for i := 0; i < nslices; i++ {
+		for i := 0; i < d.slices; i++ {
 			name := fmt.Sprintf("%s-manual-%d", svc.Name, i)
 			if fam == corev1.IPv6Protocol {
 				name = fmt.Sprintf("%s-manual6-%d", svc.Name, i)
@@ -424,14 +462,10 @@ func drawSlices(t *rapid.T, c ClusterSpec, svc *corev1.Service, pods []*corev1.P
 		// Ports: the service's ports with the numbers the (first) pod listens on.
 		for _, sp := range svc.Spec.Ports {
 			num, name := targetOf(sp)
-			if name != "" || num == 0 {
+			if name != "" {
 				num = targetNumbers[0]
-				if len(pods) > 0 {
-					if n := containerPort(pods[0], sp); n != 0 {
-						num = n
-					}
-				}
-			} else if len(pods) > 0 {
+			}
+			if len(pods) > 0 {
 				if n := containerPort(pods[0], sp); n != 0 {
 					num = n
 				}
@@ -441,14 +475,14 @@ func drawSlices(t *rapid.T, c ClusterSpec, svc *corev1.Service, pods []*corev1.P
 				sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &pname, Protocol: &proto, Port: &port})
 			}
 		}
-		for _, pod := range pods {
+		for k, pod := range pods {
 			addr := podAddr(pod, fam)
 			if !addr.IsValid() {
 				continue
 			}
-			sl := slices[rapid.IntRange(0, nslices-1).Draw(t, "slice")]
+			pd := d.pods[k]
 			ep := discoveryv1.Endpoint{Addresses: []string{addr.String()}}
-			switch rapid.SampledFrom([]string{"unset", "ready", "not-ready", "serving-terminating", "terminating"}).Draw(t, "conditions") {
+			switch pd.cond {
 			case "ready":
 				ep.Conditions = conditions(true, true, false)
 			case "not-ready":
@@ -458,12 +492,12 @@ func drawSlices(t *rapid.T, c ClusterSpec, svc *corev1.Service, pods []*corev1.P
 			case "terminating":
 				ep.Conditions = conditions(false, false, true)
 			}
-			if rapid.IntRange(0, 4).Draw(t, "noNodeName") < 4 {
+			if !pd.noNodeName {
 				node := pod.Spec.NodeName
 				ep.NodeName = &node
 			}
 			ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name}
-			sl.Endpoints = append(sl.Endpoints, ep)
+			slices[pd.slice%len(slices)].Endpoints = append(slices[pd.slice%len(slices)].Endpoints, ep)
 		}
 		out = append(out, slices...)
 	}
@@ -507,9 +541,10 @@ func serviceFamilies(c ClusterSpec, svc *corev1.Service) []corev1.IPFamily {
 	return []corev1.IPFamily{corev1.IPv4Protocol}
 }
 
-// drawSteps draws up to two changes (and, with o.Faults, a fault) made after creation.
+// drawSteps draws up to two changes (and, with o.Faults, three with faults among them)
+// made after creation.
 func drawSteps(t *rapid.T, c *Case, o Options) []Step {
-	kinds := []StepKind{}
+	var kinds []StepKind
 	if !o.NoSteps {
 		kinds = append(kinds, StepDeletePod, StepSetReady, StepDeleteService, StepToExternalName, StepAdvance)
 	}
@@ -520,8 +555,22 @@ func drawSteps(t *rapid.T, c *Case, o Options) []Step {
 	if o.Faults {
 		max = 3
 	}
-	n := rapid.IntRange(0, max).Draw(t, "steps")
-	var steps []Step
+	nodes := nodeNamesOf(c.Cluster)
+	draft := rapid.Custom(func(t *rapid.T) stepDraft {
+		d := stepDraft{step: Step{Kind: rapid.SampledFrom(kinds).Draw(t, "step")}, index: rapid.IntRange(0, 7).Draw(t, "target")}
+		switch d.step.Kind {
+		case StepDeletePod:
+			d.step.Grace = rapid.SampledFrom([]time.Duration{0, TerminationGrace}).Draw(t, "grace")
+		case StepSetReady:
+			d.step.Ready = rapid.Bool().Draw(t, "ready")
+		case StepAdvance:
+			d.step.Duration = rapid.SampledFrom([]time.Duration{time.Second, time.Minute, time.Hour}).Draw(t, "advance")
+		case StepLinkLoss:
+			d.step.Loss = rapid.SampledFrom([]float64{0.5, 1}).Draw(t, "loss")
+		}
+		return d
+	})
+	drafts := rapid.SliceOfN(draft, 0, max).Draw(t, "steps")
 	var pods, svcs []string
 	for _, p := range c.Pods {
 		if p.Labels != nil {
@@ -533,43 +582,32 @@ func drawSteps(t *rapid.T, c *Case, o Options) []Step {
 			svcs = append(svcs, s.Namespace+"/"+s.Name)
 		}
 	}
-	nodes := nodeNamesOf(c.Cluster)
-	for i := 0; i < n; i++ {
-		k := rapid.SampledFrom(kinds).Draw(t, "step")
-		switch k {
+	var steps []Step
+	for _, d := range drafts {
+		s := d.step
+		switch s.Kind {
 		case StepDeletePod, StepSetReady:
 			if len(pods) == 0 {
 				continue
 			}
-			s := Step{Kind: k, Target: rapid.SampledFrom(pods).Draw(t, "stepPod")}
-			if k == StepDeletePod {
-				s.Grace = rapid.SampledFrom([]time.Duration{0, TerminationGrace}).Draw(t, "grace")
-			} else {
-				s.Ready = rapid.Bool().Draw(t, "ready")
-			}
-			steps = append(steps, s)
+			s.Target = pods[d.index%len(pods)]
 		case StepDeleteService, StepToExternalName:
 			if len(svcs) == 0 {
 				continue
 			}
-			steps = append(steps, Step{Kind: k, Target: rapid.SampledFrom(svcs).Draw(t, "stepService")})
-		case StepAdvance:
-			steps = append(steps, Step{Kind: k, Duration: rapid.SampledFrom([]time.Duration{time.Second, time.Minute, time.Hour}).Draw(t, "advance")})
-		case StepPauseProxy, StepKillNode, StepLinkLoss:
-			if k == StepKillNode && len(nodes) < 2 {
+			s.Target = svcs[d.index%len(svcs)]
+		case StepPauseProxy, StepLinkLoss:
+			s.Target = nodes[d.index%len(nodes)]
+		case StepKillNode:
+			if len(nodes) < 2 {
 				continue
 			}
-			s := Step{Kind: k, Target: rapid.SampledFrom(nodes).Draw(t, "stepNode")}
-			if k == StepLinkLoss {
-				s.Loss = 0.5
-			}
-			steps = append(steps, s)
+			s.Target = nodes[d.index%len(nodes)]
 		case StepPartition:
-			cut := rapid.IntRange(0, len(nodes)-1).Draw(t, "partitionAt")
-			groups := [][]string{append([]string(nil), nodes[:cut]...), append([]string(nil), nodes[cut:]...)}
-			groups[0] = append(groups[0], "external")
-			steps = append(steps, Step{Kind: k, Groups: groups})
+			cut := d.index % len(nodes)
+			s.Groups = [][]string{append(append([]string(nil), nodes[:cut]...), "external"), append([]string(nil), nodes[cut:]...)}
 		}
+		steps = append(steps, s)
 	}
 	return steps
 }

@@ -234,11 +234,15 @@ func CheckDeletedPods(w *World) error {
 			if err != nil {
 				return err
 			}
-			gone, isDeleted := w.DeletedPods[o.Addr.Addr()]
+			to := w.flowTarget(f.src, p)
+			if !to.IsValid() {
+				to = o.Addr
+			}
+			gone, isDeleted := w.DeletedPods[to.Addr()]
 			if !isDeleted {
 				continue
 			}
-			if still[o.Addr] {
+			if still[to] {
 				continue // StaleUDPException: the address is still an endpoint
 			}
 			what := "a new flow (new source port)"
@@ -246,9 +250,23 @@ func CheckDeletedPods(w *World) error {
 				what = "a datagram from the same source port (the old conntrack entry)"
 			}
 			r.vs = append(r.vs, &Violation{Invariant: r.inv, Service: f.v.Key(), Probe: p,
-				Expected: fmt.Sprintf("%s after %s (at %s) was deleted and the proxies synced: not %s", what, gone, f.ep.Addr, o.Addr.Addr()),
-				Got:      o.Outcome.String(), Trace: o.Trace})
+				Expected: fmt.Sprintf("%s after %s (at %s) was deleted and the proxies synced: not to %s", what, gone, f.ep.Addr, to.Addr()),
+				Got:      fmt.Sprintf("%s (the flow's conntrack entry on %s translates it to %s)", o.Outcome, f.src.Node, to), Trace: o.Trace})
 		}
 	}
 	return r.result()
+}
+
+// flowTarget returns where the source node's conntrack translated a probe's flow: the
+// reply source of the entry for (source address, source port, destination).
+func (w *World) flowTarget(src Source, p netsim.Probe) netip.AddrPort {
+	n := w.Cluster.Node(src.Node)
+	a, ok := src.Addr(p.Dst.Addr().Is6())
+	if n == nil || !ok {
+		return netip.AddrPort{}
+	}
+	for _, e := range n.Conntrack().List(netsim.CtFilter{Proto: p.Proto, OrigSrc: a, OrigSrcPort: p.SrcPort, OrigDst: p.Dst.Addr(), OrigDstPort: p.Dst.Port()}) {
+		return netip.AddrPortFrom(e.Reply.Src, e.Reply.SrcPort)
+	}
+	return netip.AddrPort{}
 }

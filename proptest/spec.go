@@ -355,3 +355,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// GoString renders the case as its summary (rapid logs drawn values with %#v).
+func (c *Case) GoString() string { return "case{" + c.Summary() + "}" }

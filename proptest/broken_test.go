@@ -1,0 +1,321 @@
+package proptest
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"pgregory.net/rapid"
+
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy"
+	"github.com/clusterlab/clusterlab/proxy/iptables"
+	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+)
+
+// A broken proxy is kube-proxy's iptables mode fed a distorted view of the API (or
+// configured without a duty): each one breaks one invariant the way real proxy bugs do,
+// and each test asserts that the property fails with a message that names the
+// invariant, the service, the probe, the expectation, the outcome and the trace.
+
+// view distorts what a broken proxy sees.
+type view func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice)
+
+// brokenProxy is the iptables mode syncing from a distorted view, on one family.
+type brokenProxy struct {
+	n     *netsim.Node
+	px    *iptables.Proxier
+	view  view
+	flags func(*proxy.NodeConfig)
+}
+
+// broken returns a ProxyFor running the iptables mode on a distorted view; noFlags
+// makes it ignore the case's kube-proxy flags; noConntrack drops the conntrack cleanup.
+func broken(v view, noFlags, noConntrack bool) ProxyFor {
+	return func(c ClusterSpec) netsim.ProxyFactory {
+		return func(n *netsim.Node) (netsim.Proxy, error) {
+			cfg := kubeproxy.NodeConfigFor(n)
+			if !noFlags {
+				c.KubeProxyFlags(&cfg)
+			}
+			emu := emulator.New(emulator.IPv4)
+			var ct proxy.Conntrack
+			if !noConntrack {
+				ct = kubeproxy.Conntrack{T: n.Conntrack(), Family: corev1.IPv4Protocol}
+			}
+			px, err := iptables.NewProxier(emu, ct, iptables.Config{Node: cfg, Clock: n.Cluster().Clock().Now})
+			if err != nil {
+				return nil, err
+			}
+			emu.AttachNetsim(n, "broken kube-proxy")
+			if cfg.LocalhostNodePortsEnabled() {
+				n.UpdateSettings(func(s *netsim.NodeSettings) { s.RouteLocalnet = true })
+			}
+			return &brokenProxy{n: n, px: px, view: v}, nil
+		}
+	}
+}
+
+func (b *brokenProxy) Sync() error {
+	st := b.n.Cluster().Store()
+	svcs, slices := st.ListServices(), st.ListEndpointSlices()
+	if b.view != nil {
+		svcs, slices = b.view(svcs, slices)
+	}
+	_, err := b.px.Sync(context.Background(), svcs, slices)
+	return err
+}
+
+// mapServices applies f to a copy of every service.
+func mapServices(f func(*corev1.Service)) view {
+	return func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+		var out []*corev1.Service
+		for _, s := range svcs {
+			c := s.DeepCopy()
+			f(c)
+			out = append(out, c)
+		}
+		return out, slices
+	}
+}
+
+// mapEndpoints applies f to a copy of every endpoint.
+func mapEndpoints(f func(*discoveryv1.Endpoint) bool) view {
+	return func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+		var out []*discoveryv1.EndpointSlice
+		for _, s := range slices {
+			c := s.DeepCopy()
+			c.Endpoints = nil
+			for _, e := range s.Endpoints {
+				e := *e.DeepCopy()
+				if f(&e) {
+					c.Endpoints = append(c.Endpoints, e)
+				}
+			}
+			out = append(out, c)
+		}
+		return svcs, out
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// staleView remembers every service it has seen: deleted services and ExternalName
+// conversions never reach the proxy (an informer cache that misses deletions).
+func staleView() view {
+	var mu sync.Mutex
+	seen := map[string]*corev1.Service{}
+	return func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range svcs {
+			key := s.Namespace + "/" + s.Name
+			if s.Spec.Type == corev1.ServiceTypeExternalName && seen[key] != nil {
+				continue
+			}
+			seen[key] = s
+		}
+		var out []*corev1.Service
+		for _, k := range sortedKeys(seen) {
+			out = append(out, seen[k])
+		}
+		return out, slices
+	}
+}
+
+// recordingTB is a rapid.TB that records what a failing property reports.
+type recordingTB struct {
+	name   string
+	mu     sync.Mutex
+	out    strings.Builder
+	failed bool
+}
+
+func (r *recordingTB) Helper()      {}
+func (r *recordingTB) Name() string { return r.name }
+func (r *recordingTB) Logf(f string, a ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fmt.Fprintf(&r.out, f+"\n", a...)
+}
+func (r *recordingTB) Log(a ...any)              { r.Logf("%s", fmt.Sprint(a...)) }
+func (r *recordingTB) Skipf(f string, a ...any)  { panic("skip in a recorded property") }
+func (r *recordingTB) Skip(a ...any)             { panic("skip in a recorded property") }
+func (r *recordingTB) SkipNow()                  { panic("skip in a recorded property") }
+func (r *recordingTB) Errorf(f string, a ...any) { r.Logf(f, a...); r.Fail() }
+func (r *recordingTB) Error(a ...any)            { r.Log(a...); r.Fail() }
+func (r *recordingTB) Fatalf(f string, a ...any) { r.Errorf(f, a...) }
+func (r *recordingTB) Fatal(a ...any)            { r.Error(a...) }
+func (r *recordingTB) FailNow()                  { r.Fail() }
+func (r *recordingTB) Fail() {
+	r.mu.Lock()
+	r.failed = true
+	r.mu.Unlock()
+}
+func (r *recordingTB) Failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+
+// setFlag sets a flag for the test and restores it afterwards.
+func setFlag(t *testing.T, name, value string) {
+	t.Helper()
+	f := flag.Lookup(name)
+	if f == nil {
+		t.Fatalf("no flag %s", name)
+	}
+	old := f.Value.String()
+	if err := flag.Set(name, value); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { flag.Set(name, old) })
+}
+
+// runRecorded runs a property through rapid with a recording TB and returns the output.
+func runRecorded(t *testing.T, prop func(*rapid.T)) (string, bool) {
+	t.Helper()
+	setFlag(t, "rapid.nofailfile", "true")
+	tb := &recordingTB{name: t.Name()}
+	rapid.Check(tb, prop)
+	return tb.out.String(), tb.Failed()
+}
+
+// TestCheckersCatchBrokenProxies feeds each invariant a proxy broken the way real proxy
+// bugs are, and asserts the property fails with a message that says which invariant,
+// which service, what was expected, what the probe showed and the trace.
+func TestCheckersCatchBrokenProxies(t *testing.T) {
+	setFlag(t, "rapid.shrinktime", "1s")
+	cases := []struct {
+		name    string
+		proxy   ProxyFor
+		opts    Options
+		checker string
+		want    []string // more text the report must hold
+	}{
+		{
+			name: "DNATs to not-ready endpoints",
+			proxy: broken(mapEndpoints(func(e *discoveryv1.Endpoint) bool {
+				e.Conditions.Ready, e.Conditions.Serving, e.Conditions.Terminating = ptr(true), ptr(true), ptr(false)
+				return true
+			}), false, false),
+			opts:    Options{Kinds: []ServiceKind{KindClusterIP}},
+			checker: InvClusterIP,
+			want:    []string{"expected: delivered to one of", "got:"},
+		},
+		{
+			name: "ignores serving terminating endpoints",
+			proxy: broken(mapEndpoints(func(e *discoveryv1.Endpoint) bool {
+				return e.Conditions.Ready == nil || *e.Conditions.Ready
+			}), false, false),
+			opts:    Options{Kinds: []ServiceKind{KindClusterIP}},
+			checker: InvClusterIP,
+			want:    []string{"serving terminating", "refused"},
+		},
+		{
+			name:    "ignores internalTrafficPolicy Local",
+			proxy:   broken(mapServices(func(s *corev1.Service) { s.Spec.InternalTrafficPolicy = nil }), false, false),
+			opts:    Options{Kinds: []ServiceKind{KindClusterIP}, MaxNodes: 3},
+			checker: InvClusterIP,
+			want:    []string{"internalTrafficPolicy Local"},
+		},
+		{
+			name: "blackholes services without endpoints",
+			proxy: broken(func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+				// Every service port gets a ready endpoint at an address nobody has.
+				var out []*discoveryv1.EndpointSlice
+				for _, s := range svcs {
+					if s.Spec.Type == corev1.ServiceTypeExternalName || s.Spec.ClusterIP == corev1.ClusterIPNone {
+						continue
+					}
+					sl := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4}
+					sl.Namespace, sl.Name = s.Namespace, s.Name+"-blackhole"
+					sl.Labels = map[string]string{discoveryv1.LabelServiceName: s.Name}
+					for _, p := range s.Spec.Ports {
+						sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: ptr(p.Name), Protocol: ptr(protoOr(p.Protocol)), Port: ptr(int32(9))})
+					}
+					sl.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"10.244.255.254"}}}
+					out = append(out, sl)
+				}
+				return svcs, append(out, slices...)
+			}, false, false),
+			opts:    Options{Kinds: []ServiceKind{KindClusterIP, KindNodePort}},
+			checker: InvNoEndpoints,
+			want:    []string{"expected: refused (the service port has no endpoints)", "10.244.255.254"},
+		},
+		{
+			name:    "ignores externalTrafficPolicy Local",
+			proxy:   broken(mapServices(func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster }), false, false),
+			opts:    Options{Kinds: []ServiceKind{KindNodePort}, MaxNodes: 3},
+			checker: InvETPLocal,
+			want:    []string{"externalTrafficPolicy Local"},
+		},
+		{
+			name:    "forgets loadBalancerSourceRanges",
+			proxy:   broken(mapServices(func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = nil }), false, false),
+			opts:    Options{Kinds: []ServiceKind{KindLoadBalancer}, LoadBalancerMode: "vip"},
+			checker: InvSourceRanges,
+			want:    []string{"is outside loadBalancerSourceRanges", "pod:"},
+		},
+		{
+			name:    "answers NodePorts on every address",
+			proxy:   broken(nil, true, false),
+			opts:    Options{Kinds: []ServiceKind{KindNodePort}},
+			checker: InvNodePorts,
+			want:    []string{"--nodeport-addresses"},
+		},
+		{
+			name: "ignores ClientIP affinity",
+			proxy: broken(mapServices(func(s *corev1.Service) {
+				s.Spec.SessionAffinity, s.Spec.SessionAffinityConfig = corev1.ServiceAffinityNone, nil
+			}), false, false),
+			opts:    Options{Kinds: []ServiceKind{KindClusterIP}},
+			checker: InvAffinity,
+			want:    []string{"lands on", "connection 1"},
+		},
+		{
+			name:    "never forgets a service",
+			proxy:   broken(staleView(), false, false),
+			opts:    Options{Kinds: []ServiceKind{KindClusterIP, KindNodePort}},
+			checker: InvNoVIP,
+			want:    []string{"(gone)", "is no service's now"},
+		},
+		{
+			name:    "never cleans conntrack",
+			proxy:   broken(nil, false, true),
+			opts:    Options{Kinds: []ServiceKind{KindClusterIP}, NoSteps: true},
+			checker: InvDeletedPod,
+			want:    []string{"the old conntrack entry", "was deleted"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, ok := CheckerNamed(tc.checker)
+			if !ok {
+				t.Fatalf("no checker %s", tc.checker)
+			}
+			tc.opts.NoDualStack = true
+			out, failed := runRecorded(t, Property(tc.opts, tc.proxy, "broken", c))
+			if !failed {
+				t.Fatalf("the %s property held for a proxy that %s", tc.checker, tc.name)
+			}
+			for _, w := range append([]string{
+				"[rapid] failed after", "-rapid.seed=", "broke an invariant", tc.checker + ": service default/svc-",
+				"probe:", "expected:", "got:", "trace:", "case:", "scenario (replay with",
+			}, tc.want...) {
+				if !strings.Contains(out, w) {
+					t.Errorf("the report lacks %q:\n%s", w, out)
+				}
+			}
+			if t.Failed() || testing.Verbose() {
+				t.Logf("report:\n%s", out)
+			}
+		})
+	}
+}
