@@ -630,3 +630,34 @@ func TestIPVSModeUDPFailover(t *testing.T) {
 		t.Errorf("after %s was deleted: %s", first, r.Outcome)
 	}
 }
+
+// The node's own connections: to a ClusterIP (IPVS at OUTPUT; masqueraded, as the node's
+// address is outside the cluster CIDR) and to its own NodePort (the node IP is a virtual
+// server too).
+func TestIPVSModeFromNode(t *testing.T) {
+	c := ipvsCluster(t, "rr")
+	if err := c.Apply(service.NewService("default/web", service.Selector("app=MyApp"), service.Port("http", 80, 9376), service.NodePort())); err != nil {
+		t.Fatal(err)
+	}
+	backends(t, c)
+	n := c.Node("node-a")
+	pods := podIPs(t, c)
+	seen := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		w := askClosed(t, n.HostNet(), vipOf(t, c, "web", 80).String())
+		seen[w.Pod] = true
+		src := netip.MustParseAddrPort(w.Client).Addr()
+		if !n.IsLocalAddr(src) {
+			t.Errorf("node-a's connection reached %s from %s, not from one of node-a's addresses", w.Pod, src)
+		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("three connections from the node reached %v", seen)
+	}
+	svc, _ := c.Store().GetService("default", "web")
+	np := svc.Spec.Ports[0].NodePort
+	w := askClosed(t, n.HostNet(), fmt.Sprintf("%s:%d", n.IP(), np))
+	if _, ok := pods[strings.Split(w.Local, ":")[0]]; !ok || !strings.HasPrefix(w.Pod, "default/web-") {
+		t.Errorf("node-a to its own NodePort: %+v", w)
+	}
+}
