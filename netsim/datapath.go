@@ -91,7 +91,7 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Prerouting.String(), Packet: pk.String(), Detail: "in " + in.Name})
 	}
 	res, eg := n.runHookLocked(Prerouting, pk, env)
-	if res != hookContinue {
+	if res != hookContinue && res != hookReroute { // routing comes next anyway
 		return eg
 	}
 	rt := n.routeLocked(pk.Dst)
@@ -173,7 +173,7 @@ func (n *Node) output(pk *Packet, env *penv) egress {
 		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Output.String(), Packet: pk.String()})
 	}
 	res, eg := n.runHookLocked(Output, pk, env)
-	if res != hookContinue {
+	if res != hookContinue && res != hookReroute { // routing comes next anyway
 		return eg
 	}
 	rt := n.routeLocked(pk.Dst)
@@ -348,6 +348,9 @@ func (n *Node) callLocked(h Hook, spec HandlerSpec, pk *Packet, env *penv) (hook
 	case Reject:
 		return hookReject, n.rejectLocked(pk, v.Reject, env, fmt.Sprintf("rejected (%s) by %s at %s%s", v.Reject, spec.Name, h, reasonSuffix(v.Reason)))
 	case Reroute:
+		if h == Postrouting {
+			return hookDrop, n.dropLocked(pk, env, spec.Name+" returned REROUTE at POSTROUTING, where routing is over")
+		}
 		return hookReroute, egress{}
 	case Stolen:
 		if env.trace != nil {

@@ -528,3 +528,22 @@ func TestRouteExternalIP(t *testing.T) {
 		t.Error("routing a node IP elsewhere was accepted")
 	}
 }
+
+// Reroute from OUTPUT: the node's own traffic to a VIP, rewritten by a handler.
+func TestRerouteAtOutput(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	vip := netip.MustParseAddrPort("10.96.0.78:80")
+	n := c.Node("node-a")
+	n.AddHandler(HandlerSpec{Name: "ipvs-out", Hook: Output, Priority: PriorityNATDst + 1, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
+		if p.Dst == vip.Addr() && p.DstPort == vip.Port() && !p.CtReply {
+			ctx.RewriteDst(p, netip.AddrPortFrom(web.IP(), 8080))
+			return Verdict{Kind: Reroute}
+		}
+		return VerdictContinue
+	})})
+	r, _ := c.ProbeOne(Probe{From: "node:node-a", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect})
+	if r.Result != ResultConnected || r.Pod != "default/web" || r.ReplyFrom != vip {
+		t.Errorf("reroute at OUTPUT: %s", r.Outcome)
+	}
+}

@@ -1,8 +1,10 @@
-// Package kubeproxy runs kube-proxy's proxy modes on clusterlab's simulated network. It
-// joins three pieces that are built and tested on their own: the shared proxy view
-// (package proxy), a mode's rule writer (package proxy/iptables's Proxier, ...) and the
-// back end that evaluates what it writes (the iptables emulator attached to the node's
-// netsim datapath):
+// Package kubeproxy runs kube-proxy's proxy modes — iptables, IPVS and userspace — on
+// clusterlab's simulated network. It joins pieces that are built and tested on their
+// own: the shared proxy view (package proxy), a mode's rule writer (proxy/iptables's
+// Proxier, proxy/ipvs's Proxier, proxy/userspace's Proxier) and the back ends that
+// evaluate what it writes (the iptables emulator with its ipsets, the IPVS model, the
+// userspace proxy's listeners on the node's host network), attached to the node's netsim
+// datapath. The iptables mode, for example:
 //
 //	service store ──▶ netsim (Proxy.Sync on every change, after the node's delay)
 //	                     │
@@ -12,7 +14,8 @@
 //	                                             ▼                       ▼  node's hooks)
 //	                                   netsim conntrack cleanup   packets of the node
 //
-// Use Factory as a netsim.Config's Proxy:
+// ipvs.go and userspace.go register the other two modes; each file's doc says how its
+// mode sits on the datapath. Use Factory as a netsim.Config's Proxy:
 //
 //	c, err := netsim.New(netsim.Config{Nodes: ..., Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPTables})})
 package kubeproxy
