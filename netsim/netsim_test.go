@@ -251,8 +251,8 @@ func TestProbeOutcomes(t *testing.T) {
 		t.Errorf("trace lacks NAT or conntrack steps:\n%s", r.Trace)
 	}
 	// Each node tracks the flow in its own table: metadata does not cross the wire.
-	if n := len(c.Node("node-b").Conntrack().List(CtFilter{Proto: ProtoTCP, OrigDst: web.IP()})); n != 1 {
-		t.Errorf("node-b tracks %d entries for the probe's flow, want 1", n)
+	if es := c.Node("node-b").Conntrack().List(CtFilter{Proto: ProtoTCP, OrigDst: web.IP()}); len(es) != 1 || es[0].TCPState != TCPClose {
+		t.Errorf("node-b tracks %v for the probe's flow, want one entry, closed by the probe's RST", es)
 	}
 	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.61:80"), Mode: ProbeConnect})
 	if r.Result != ResultRefused || r.ReplyFrom.Addr() != netip.MustParseAddr("10.244.0.1") {

@@ -378,6 +378,12 @@ func (c *Cluster) runProbe(p Probe, from place, src netip.Addr, sport uint16, en
 		return ProbeResult{Outcome: out}
 	}
 	out.Result = ResultConnected
+	// Abort the connection as a port scanner would, so it does not linger as ESTABLISHED
+	// in conntrack (and in IPVS's connection table): conntrack moves it to CLOSE.
+	rst := BuildTCP(TCPSegment{Src: srcAP, Dst: dst, Flags: TCPRst, Seq: isn + 1, WindowScale: -1})
+	if rpk, err := ParsePacket(rst); err == nil {
+		c.walk(from, rpk, &penv{dry: env.dry, ch: env.ch}, nodeEnv)
+	}
 	return ProbeResult{Outcome: out}
 }
 

@@ -147,11 +147,20 @@ func TestTCPBeLiberalAndInvalid(t *testing.T) {
 	rec := &ctRecorder{}
 	c.Node("node-a").AddHandler(HandlerSpec{Name: "rec", Hook: Forward, Priority: PriorityFilter, Handler: rec})
 	dst := netip.AddrPortFrom(web.IP(), 8080)
-	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst, SrcPort: 41000, Mode: ProbeConnect})
-	if r.Result != ResultConnected {
-		t.Fatalf("handshake: %s", r.Outcome)
+	src := netip.AddrPortFrom(client.IP(), 41000)
+	// A handshake by hand (a connect probe would close the connection afterwards).
+	for _, step := range []struct {
+		from string
+		seg  TCPSegment
+	}{
+		{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: TCPSyn, Seq: 1000, WindowScale: -1}},
+		{"pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: TCPSyn | TCPAck, Seq: 5000, Ack: 1001, WindowScale: -1}},
+		{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: TCPAck, Seq: 1001, Ack: 5001, WindowScale: -1}},
+	} {
+		if r, err := c.Inject(step.from, BuildTCP(step.seg), false); err != nil || r.Result != ResultDelivered {
+			t.Fatalf("handshake step %s: %v %v", TCPFlagString(step.seg.Flags), r.Outcome, err)
+		}
 	}
-	// An ACK far outside the window the conntrack entry has seen.
 	entries := c.Node("node-a").Conntrack().List(CtFilter{Proto: ProtoTCP, OrigDst: web.IP(), OrigSrcPort: 41000})
 	if len(entries) != 1 || entries[0].TCPState != TCPEstablished {
 		t.Fatalf("conntrack after handshake: %v", entries)
