@@ -204,13 +204,20 @@ func (r *runner) runStep(ctx context.Context, i int) {
 	st := &r.s.Steps[i]
 	sp := fmt.Sprintf("steps[%d]", i)
 	res := StepResult{Index: i + 1, Title: st.Title(), Action: st.Action(), Line: r.s.lineOf(sp), Status: "ok"}
+	res.Time = fmtElapsed(r.elapsed())
 	if st.At != nil {
 		target := st.At.D()
-		if now := r.elapsed(); target > now {
-			r.c.Clock().Advance(target - now)
+		now := r.elapsed()
+		if target < now {
+			// Only netstack traffic moves the clock on its own (while it waits).
+			res.Status, res.Error = "error", fmt.Sprintf("at %s: the clock is already at %s (netstack traffic waited on the virtual clock before this step)", st.At, fmtElapsed(now))
+			r.rep.Failed++
+			r.rep.Steps = append(r.rep.Steps, res)
+			return
 		}
+		r.c.Clock().Advance(target - now)
+		res.Time = fmtElapsed(r.elapsed())
 	}
-	res.Time = fmtElapsed(r.elapsed())
 	var err error
 	switch {
 	case st.Connect != nil:

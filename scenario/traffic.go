@@ -269,7 +269,7 @@ func (r *runner) netstackAttempt(ctx context.Context, n *netsim.Net, proto strin
 		case c := <-connCh:
 			conn = c
 			continue
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 		if waited >= budget {
 			cancel()
@@ -279,10 +279,14 @@ func (r *runner) netstackAttempt(ctx context.Context, n *netsim.Net, proto strin
 			<-done
 			return attempt{result: netsim.ResultDropped, reason: fmt.Sprintf("no answer within %s", budget)}
 		}
-		r.c.Clock().Advance(100 * time.Millisecond)
-		waited += 100 * time.Millisecond
+		r.c.Clock().Advance(pumpStep)
+		waited += pumpStep
 	}
 }
+
+// pumpStep is how far the virtual clock moves each time netstack traffic has waited 10 ms
+// of wall time without finishing (retransmission timers, link latency).
+const pumpStep = 250 * time.Millisecond
 
 func failed(err error) attempt {
 	switch {
