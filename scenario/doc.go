@@ -7,14 +7,127 @@
 //	scenario.yaml ──Load──▶ *Scenario (types.go; errors name file:line: field)
 //	                           │ Run(s, Options{Mode})
 //	                           ▼
-//	      netsim.Cluster + kubeproxy.Factory(mode) + cluster DNS
-//	                           │ each step in order, at its virtual time
+//	      netsim.Cluster + kubeproxy.Factory(mode) + cluster DNS (package dns)
+//	                           │ manifests applied, every proxy synced, then each
+//	                           │ step in order, at its virtual time
 //	                           ▼
-//	      Report{Steps: [StepResult{outcomes, expectations}]} ──▶ Text / JSON
+//	      Report{Steps: [StepResult{outcomes, expectations}]} ──▶ WriteText / JSON
 //	                           │ RunModes: the same scenario under several modes
 //	                           ▼
-//	      Comparison: where the modes' outcomes differ
+//	      Comparison{Differences: the facts that differ, step by step}
 //
-// A scenario can be built in Go too (the property-testing kit writes its shrunk
-// counterexamples that way) and written back with Marshal.
+// Trace builds a scenario's cluster and follows one packet (DOT, SVG, Mermaid, pcap);
+// RunDemo is `clusterlab demo`. A scenario can also be built in Go (the property-testing
+// kit writes its shrunk counterexamples that way: InlineObject for objects) and written
+// back with Marshal.
+//
+// # The file
+//
+//	name: ...                     a title; description: ... says what it shows
+//	cluster:
+//	  seed: 1                     every random choice (default 1)
+//	  nodes:                      default node-a, node-b, node-c
+//	    - name: node-a
+//	      zone: zone-1            topology.kubernetes.io/zone
+//	      labels: {k: v}
+//	      settings: {...}         this node's kernel settings (over node_settings)
+//	      sync_delay: 2s          this node's kube-proxy sync delay
+//	  node_cidr, pod_cidr, service_cidr, external_cidr, load_balancer_cidr: CIDRs
+//	  load_balancer_mode: nodeport | vip
+//	  node_port_range: 30000-32767
+//	  proxy:
+//	    mode: iptables | ipvs | userspace      (a mode this build lacks is an error)
+//	    scheduler: rr | wrr | lc | wlc | sed | nq | dh | sh | mh | lblc | lblcr | fo | ovf | twos
+//	    version: "1.33"           the kube-proxy version modelled (VersionNotes)
+//	    sync_delay: 0s            how long after a change every proxy syncs
+//	    masquerade_all, nodeport_addresses: [CIDR|primary], detect_local_mode,
+//	    localhost_nodeports       kube-proxy's flags
+//	  node_settings:              hairpin, route_localnet, ip_forward, rp_filter (0/1/2),
+//	                              tcp_be_liberal, udp_timeout, udp_stream_timeout
+//	  dns: kube-dns | direct | off
+//	                              kube-dns: a kube-system/kube-dns Service at the tenth
+//	                              service address with CoreDNS-like pods, every pod's
+//	                              resolver pointed at it (queries cross kube-proxy);
+//	                              direct: the DNS server code answers each pod's stub
+//	                              resolver in-process; default kube-dns
+//	  external_hosts: [{name: laptop, ip: 203.0.113.50}]
+//	manifests:                    applied together before the first step
+//	  - path: app.yaml            a file or directory, relative to the scenario file
+//	  - apiVersion: v1            or an object inline
+//	    kind: Service
+//	    ...
+//	steps:                        in order; each has one action
+//	  - name: ...                 optional title
+//	    at: 30s                   run at this virtual time since the start
+//	    <action>: ...
+//	    expect: ...               for connect, send, dns and check
+//
+// Actions:
+//
+//	connect: {from, to, proto, count, src_port, via, trace}
+//	                              TCP handshakes or UDP request/replies
+//	send: {from, to, proto, count, src_port, trace, all_branches}
+//	                              single packets; all_branches: every outcome of one
+//	                              packet with its probability
+//	dns: {from: pod:NS/NAME, name, type}      A (stub resolver: search list, ndots),
+//	                              AAAA, SRV, PTR, TXT, CNAME, NS, SOA
+//	check: {conntrack: {node, proto, dst, reply_src}} | {endpoints: {service}}
+//	apply: [manifests]            create or update (Deployments roll out or scale)
+//	delete: [{kind, name}]
+//	delete_pod: {pod | selector [+ namespace], count, grace}
+//	                              a Deployment's or ReplicaSet's pod is replaced at once
+//	kill_pod: {pod | selector, count}         the network dies, the API does not know
+//	set_ready: {pod | selector, count, ready}
+//	scale: {deployment | replicaset: NS/NAME, replicas}
+//	advance: 30s
+//	fault: {link: pod:NS/NAME | node:NAME | external:NAME, loss, latency, jitter,
+//	        duplicate, reorder}   (all zero clears)
+//	partition: [[node-a], [node-b, external]]
+//	heal: true
+//	kill_node: node-b
+//	sync: {pause: NODE|all} | {resume: NODE|all} | {now: true} | {delay: {node, duration}}
+//	node_settings: {node: NODE|all, hairpin, rp_filter, ...}
+//
+// from is pod:NS/NAME (pod:NAME in default), node:NAME or external:NAME. to is IP:PORT,
+// NAME:PORT (a DNS name, resolved by the pod's resolver; pods only),
+// service:NS/NAME:PORT (the cluster IP; PORT may be a port name),
+// nodeport:NS/NAME[:PORT]@NODE, loadbalancer:NS/NAME:PORT, pod:NS/NAME:PORT or
+// node:NAME:PORT.
+//
+// Expectations (expect:):
+//
+//	result: connected | replied | delivered | refused | dropped | ok   every attempt
+//	min_success: 0.9              at least this fraction ok (or "90%")
+//	reaches: [default/web-*]      exactly these pods answered (patterns with *)
+//	not_reaches: [...]            none of these answered
+//	backends: 3                   this many distinct pods answered
+//	spread: 0.25                  each within ±25% of an even share
+//	seen_source: client | not-client | node | node:NAME | IP
+//	rcode: NXDOMAIN               dns
+//	answer: [service:NS/NAME, pod:NS/NAME, 10.0.0.1, "0 50 80 x.default.svc.cluster.local."]
+//	count: 1, ready: 1            check (conntrack entries; endpoints, ready endpoints)
+//
+// # Probes and real sockets
+//
+// Traffic is made with probes by default: synthetic packets (a SYN, a datagram) or whole
+// exchanges walked through the same datapath code real packets take, synchronously, so
+// that outcomes are a function of the seed and the state, and traces are rule-level.
+// via: netstack opens real sockets in the source's gVisor stack and talks to the
+// built-in whoami server (concurrent; only outcomes are checked), pumping the virtual
+// clock in 250 ms steps while it waits (retransmissions, latency; a dropped connection
+// waits 10 s of virtual time, a UDP one 3 s). In the userspace mode connect steps use
+// netstack unless they say otherwise, because the proxy is a program on the node: a probe
+// stops at its listener.
+//
+// # Time
+//
+// The clock is manual: it moves only with advance, at, and netstack waits. Sync delays,
+// grace periods, conntrack and affinity timeouts fire on it.
+//
+// # Where a run differs from a real cluster
+//
+// Deleting a workload's pod creates its replacement at once (the ReplicaSet controller,
+// without scheduling or image pull delay); scaling down deletes the newest pods with no
+// grace period; a new template replaces every pod at once (no rolling update). Pod name
+// suffixes come from the seed. kill_pod does not restart the container.
 package scenario
