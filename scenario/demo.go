@@ -427,7 +427,7 @@ func (d *Demo) WriteText(w io.Writer) error {
 	}
 	p("Next:")
 	p("   clusterlab run testdata/scenarios/quickstart.yaml      a scenario file, step by step")
-	p("   clusterlab run --modes %s testdata/scenarios/clusterip-trace.yaml", strings.Join(d.Modes, ","))
+	p("   clusterlab run --modes %s testdata/scenarios/session-affinity.yaml", strings.Join(d.Modes, ","))
 	p("   clusterlab trace testdata/scenarios/clusterip-trace.yaml --from pod:default/client --to my-service:80 --svg path.svg")
 	p("   go run ./examples/quickstart                           the library in 30 lines")
 	_, err := io.WriteString(w, b.String())

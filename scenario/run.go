@@ -855,6 +855,9 @@ func (r *runner) checkConntrack(ct *ConntrackCheck, e *Expect, res *StepResult) 
 			return err
 		}
 		f.OrigDst, f.OrigDstPort = ap.Addr(), ap.Port()
+		if t.port == "" && t.kind != "nodeport" {
+			f.OrigDstPort = 0 // no port: any port
+		}
 	}
 	if ct.ReplySrc != "" {
 		t, err := parseTarget(ct.ReplySrc, true)
@@ -866,6 +869,9 @@ func (r *runner) checkConntrack(ct *ConntrackCheck, e *Expect, res *StepResult) 
 			return err
 		}
 		f.ReplySrc, f.ReplySrcPort = ap.Addr(), ap.Port()
+		if t.port == "" && t.kind != "nodeport" {
+			f.ReplySrcPort = 0
+		}
 	}
 	count := 0
 	var lines []string

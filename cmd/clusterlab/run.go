@@ -79,7 +79,7 @@ func newRunCmd() *cobra.Command {
 		Long:  fmt.Sprintf(runLong, strings.Join(scenario.AvailableModes(), ", ")),
 		Example: `  clusterlab run testdata/scenarios/quickstart.yaml
   clusterlab run testdata/scenarios/session-affinity.yaml -o json
-  clusterlab run --modes iptables,userspace testdata/scenarios/clusterip-trace.yaml`,
+  clusterlab run --modes iptables,ipvs,userspace testdata/scenarios/session-affinity.yaml`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return badInput(fmt.Errorf("run needs one scenario file, got %d arguments", len(args)))
