@@ -85,3 +85,17 @@ func TestRunModesJSON(t *testing.T) {
 		t.Errorf("the VIP step's seen source should differ (client vs node:node-a): %+v", cmp.Differences)
 	}
 }
+
+func TestRunProgress(t *testing.T) {
+	_, stderr, err := runCmd(t, "run", "../../scenario/demo.yaml", "--progress")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stderr, "\r[1/9] requests to the VIP") || !strings.Contains(stderr, "[9/9] from outside through node-b") {
+		t.Errorf("progress line: %q", stderr)
+	}
+	_, stderr, _ = runCmd(t, "run", "../../scenario/demo.yaml")
+	if stderr != "" {
+		t.Errorf("no progress line when stderr is not a terminal: %q", stderr)
+	}
+}

@@ -1,0 +1,37 @@
+package scenario
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestVersionChangesNodeHints: trafficDistribution PreferSameNode keeps traffic on the
+// client's node from kube-proxy 1.34 (PreferSameTrafficDistribution beta) and not before.
+func TestVersionChangesNodeHints(t *testing.T) {
+	text := `cluster:
+  dns: off
+  nodes: [{name: node-a}, {name: node-b}]
+  proxy: {version: "VERSION"}
+manifests:
+  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {trafficDistribution: PreferSameNode, selector: {app: web}, ports: [{port: 80, targetPort: 8080}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: web-a, labels: {app: web}}, spec: {nodeName: node-a, containers: [{name: c, image: i, ports: [{containerPort: 8080}]}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: web-b, labels: {app: web}}, spec: {nodeName: node-b, containers: [{name: c, image: i, ports: [{containerPort: 8080}]}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: client}, spec: {nodeName: node-a, containers: [{name: c, image: i}]}}
+steps:
+  - name: from node-a
+    connect: {from: pod:default/client, to: service:default/web:80, count: 20}
+`
+	for _, tc := range []struct {
+		version  string
+		backends int
+	}{{"1.35", 1}, {"1.34", 1}, {"1.33", 2}, {"1.28", 2}} {
+		rep := mustRun(t, mustParse(t, strings.Replace(text, "VERSION", tc.version, 1)), "")
+		b := rep.Steps[0].Traffic.Backends
+		if len(b) != tc.backends || tc.backends == 1 && b["default/web-a"] != 20 {
+			t.Errorf("kube-proxy %s: backends %v, want %d", tc.version, b, tc.backends)
+		}
+		if rep.Version != tc.version {
+			t.Errorf("report says version %s, want %s", rep.Version, tc.version)
+		}
+	}
+}
