@@ -44,7 +44,7 @@ func TestIPVSSchedulers(t *testing.T) {
 	}
 	for _, n := range lc.perBackend {
 		if n != 20 {
-			t.Errorf("lc with connections that stay open spreads evenly: %v", lc.perBackend)
+			t.Errorf("lc counts the closed connections' inactive entries: it should spread evenly, got %v", lc.perBackend)
 		}
 	}
 	if !strings.Contains(out.String(), "rr        20   20   20       0  0 of 6") {
