@@ -22,6 +22,8 @@ type Pod struct {
 	net         *Net
 	port        *podPort
 	dead        atomic.Bool
+	// capturePoint names the pod's veth for Cluster.Capture: "pod/<namespace>/<name>".
+	capturePoint string
 
 	mu      sync.Mutex
 	servers []func()
@@ -69,6 +71,7 @@ func (p *Pod) receive(b []byte) {
 	if p.dead.Load() || p.stack == nil {
 		return
 	}
+	p.cluster.captureAt(p.capturePoint, b)
 	p.stack.link.inject(b)
 }
 
@@ -110,7 +113,7 @@ func vethName(key string) string {
 // newPod builds a pod's network on node n.
 func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool) (*Pod, error) {
 	c := n.cluster
-	p := &Pod{cluster: c, node: n, namespace: namespace, name: name, hostNetwork: hostNetwork}
+	p := &Pod{cluster: c, node: n, namespace: namespace, name: name, hostNetwork: hostNetwork, capturePoint: "pod/" + namespace + "/" + name}
 	if hostNetwork {
 		p.ips = n.IPs()
 		p.net = n.hostNet
@@ -144,6 +147,7 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 			if p.dead.Load() {
 				return
 			}
+			c.captureAt(p.capturePoint, b)
 			port.link.send(c, b, func(b []byte) { n.enqueue(b, queueSource{kind: fromPort, port: port}) })
 		},
 	})

@@ -331,8 +331,12 @@ func TestPcapCapture(t *testing.T) {
 	c := newTestCluster(t, threeNodes())
 	web := startPod(t, c, "node-b", "default/web", 8080)
 	client := startPod(t, c, "node-a", "default/client")
-	var buf bytes.Buffer
+	var buf, podBuf bytes.Buffer
 	stop, err := c.Capture("node-a/eth0", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopPod, err := c.Capture("pod/default/client", &podBuf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,6 +344,12 @@ func TestPcapCapture(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
+	stopPod()
+	if pb := podBuf.Bytes(); len(pb) < 24+16+40 || binary.LittleEndian.Uint32(pb[20:]) != pcapLinkRaw {
+		t.Errorf("pod veth capture: %d bytes", len(pb))
+	} else if first, err := ParsePacket(pb[40 : 40+binary.LittleEndian.Uint32(pb[32:])]); err != nil || first.TCPFlags != TCPSyn || first.Src != client.IP() || first.TTL != 64 {
+		t.Errorf("the pod's capture should start with its SYN as it left the pod (TTL 64): %v %v", first, err)
+	}
 	b := buf.Bytes()
 	if len(b) < 24 || binary.LittleEndian.Uint32(b) != pcapMagic || binary.LittleEndian.Uint32(b[20:]) != pcapLinkRaw {
 		t.Fatalf("not a raw-IP pcap file: % x", b[:min(len(b), 24)])

@@ -33,8 +33,11 @@ var rootCmd = &cobra.Command{
 	Use:   "clusterlab",
 	Short: "A userspace virtual network for Kubernetes Service networking",
 	Long: `clusterlab models Kubernetes nodes, pods and Service VIPs in userspace, runs
-kube-proxy's proxy modes as packet handlers, serves cluster DNS, and traces
-packets through real iptables-save and ipvsadm dumps.`,
+kube-proxy's proxy modes (iptables, IPVS, userspace) as packet handlers, serves
+cluster DNS, runs scenario files with expectations, and traces packets through
+simulated clusters and through real iptables-save and ipvsadm dumps.
+
+Start with: clusterlab demo`,
 	SilenceUsage:  true,
 	SilenceErrors: true,
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,6 +77,7 @@ type ProxierConfig struct {
 // and the kernel's list (newest first) is deterministic; errors kube-proxy only logs are
 // returned in SyncResult.Warnings. A Proxier is not safe for concurrent use.
 type Proxier struct {
+	mu       sync.Mutex // Sync, GracefulCheck and Terminating may be called from different goroutines
 	cfg      ProxierConfig
 	ipv6     bool
 	family   corev1.IPFamily
@@ -297,6 +299,8 @@ func (r *SyncResult) warn(err error) {
 // written; a failed ipset or iptables restore ends the sync with an error (kube-proxy
 // logs it and retries on its next sync).
 func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, endpointSlices []*discoveryv1.EndpointSlice) (*SyncResult, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	st, err := p.track.Update(services, endpointSlices)
 	if err != nil {
 		return nil, fmt.Errorf("ipvs proxier: %w", err)
@@ -695,7 +699,15 @@ func (p *Proxier) syncEndpoints(vs *VirtualServer, endpoints []*proxy.Endpoint, 
 // GracefulCheck is the graceful termination manager's periodic pass (kube-proxy runs it
 // every GracefulCheckInterval): it deletes the real servers being terminated whose
 // connections are gone and returns their names ("vip:port/PROTO/rip:port").
-func (p *Proxier) GracefulCheck() ([]string, error) { return p.graceful.tryDelete() }
+func (p *Proxier) GracefulCheck() ([]string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.graceful.tryDelete()
+}
 
 // Terminating lists the real servers being terminated ("vip:port/PROTO/rip:port").
-func (p *Proxier) Terminating() []string { return p.graceful.names() }
+func (p *Proxier) Terminating() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.graceful.names()
+}

@@ -184,7 +184,10 @@ func newIPTablesProxy(n *netsim.Node, cfg proxy.NodeConfig) (*iptablesProxy, err
 		seen[fam] = true
 		emu := emulator.New(efam)
 		clock := n.Cluster().Clock()
-		px, err := iptables.NewProxier(emu, Conntrack{T: n.Conntrack(), Family: fam}, iptables.Config{Family: fam, Node: cfg, Clock: clock.Now})
+		// kube-proxy reads nf_conntrack_tcp_be_liberal at start: with it set, it does
+		// not drop ctstate INVALID packets in KUBE-FORWARD.
+		px, err := iptables.NewProxier(emu, Conntrack{T: n.Conntrack(), Family: fam}, iptables.Config{Family: fam, Node: cfg, Clock: clock.Now,
+			ConntrackTCPBeLiberal: n.Settings().Conntrack.TCPBeLiberal})
 		if err != nil {
 			return nil, fmt.Errorf("kube-proxy (iptables) on %s: %w", n.Name(), err)
 		}

@@ -18,6 +18,7 @@ import (
 //
 // It is safe for concurrent use; evaluations are serialised.
 type Emulator struct {
+	fam      Family // fixed at New; read without mu
 	mu       sync.Mutex
 	rs       *Ruleset
 	st       *state
@@ -48,7 +49,7 @@ func WithIPSets(s *IPSets) Option { return func(e *Emulator) { e.st.ipsets = s }
 
 // New returns an empty emulator for a family.
 func New(f Family, opts ...Option) *Emulator {
-	e := &Emulator{rs: NewRuleset(f), st: newState()}
+	e := &Emulator{fam: f, rs: NewRuleset(f), st: newState()}
 	for _, o := range opts {
 		o(e)
 	}
@@ -66,7 +67,7 @@ func Load(data []byte, f Family, file string, opts ...Option) (*Emulator, error)
 }
 
 // Family returns the emulator's address family.
-func (e *Emulator) Family() Family { return e.rs.Family }
+func (e *Emulator) Family() Family { return e.fam }
 
 // Restore implements iptables.Interface: it applies iptables-restore input atomically.
 func (e *Emulator) Restore(ctx context.Context, data []byte, opts iptables.RestoreOptions) error {
