@@ -11,5 +11,5 @@ import (
 // TestIPTablesHoldsEveryInvariant: kube-proxy's iptables mode on netsim keeps every
 // invariant over generated cases.
 func TestIPTablesHoldsEveryInvariant(t *testing.T) {
-	rapid.Check(t, Property(Options{NoDualStack: true}, KubeProxy(kubeproxy.IPTables), "iptables"))
+	rapid.Check(t, Property(Options{}, KubeProxy(kubeproxy.IPTables), "iptables"))
 }

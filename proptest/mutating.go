@@ -70,6 +70,17 @@ func CheckAffinity(w *World) error {
 			var first Endpoint
 			var seq []string
 			ok := true
+			advanced := false
+			to := dst.String()
+			// The reproduction: one connection, (the wait,) then every branch of the next
+			// packet must go to one backend.
+			repro := func() []Action {
+				a := []Action{{Kind: "connect", From: src.From, Proto: proto, To: to, Count: 1}}
+				if advanced {
+					a = append(a, Action{Kind: "advance", Duration: timeout / 2})
+				}
+				return append(a, Action{Kind: "send", From: src.From, Proto: proto, To: to, AllBranches: true, Expect: &Want{Backends: 1}})
+			}
 			step := func(what string) {
 				if !ok {
 					return
@@ -101,7 +112,7 @@ func CheckAffinity(w *World) error {
 					p.Mode = netsim.ProbeConnect
 					r.vs = append(r.vs, &Violation{Invariant: r.inv, Service: v.Key(), Probe: p,
 						Expected: fmt.Sprintf("every connection from %s within %s of the last lands on %s, as the first did", src.From, timeout, first),
-						Got:      strings.Join(seq, "\n"), Trace: o.Trace})
+						Got:      strings.Join(seq, "\n"), Trace: o.Trace, Repro: repro()})
 					ok = false
 				}
 			}
@@ -112,6 +123,7 @@ func CheckAffinity(w *World) error {
 				continue
 			}
 			w.Cluster.Clock().Advance(timeout / 2)
+			advanced = true
 			step(fmt.Sprintf("connection 4, %s later", timeout/2))
 			if !ok || !w.Semantics.AffinityExpires {
 				continue
@@ -130,9 +142,13 @@ func CheckAffinity(w *World) error {
 				}
 			}
 			if len(reached) < 2 && !w.Faulty() {
+				want := wantFor(exp)
 				r.vs = append(r.vs, &Violation{Invariant: r.inv, Service: v.Key(), Probe: p,
 					Expected: fmt.Sprintf("after %s without a connection (more than the %s timeout) any of %d endpoints again", timeout+time.Second, timeout, len(exp.Endpoints)),
-					Got:      describe(rs) + "\nearlier: " + strings.Join(seq, "; ")})
+					Got:      describe(rs) + "\nearlier: " + strings.Join(seq, "; "),
+					Repro: []Action{{Kind: "connect", From: src.From, Proto: proto, To: to, Count: 1},
+						{Kind: "advance", Duration: timeout + time.Second},
+						{Kind: "send", From: src.From, Proto: proto, To: to, AllBranches: true, Expect: &Want{Backends: len(want.Reaches)}}}})
 			}
 		}
 	}
@@ -249,9 +265,33 @@ func CheckDeletedPods(w *World) error {
 			if p.SrcPort == f.port {
 				what = "a datagram from the same source port (the old conntrack entry)"
 			}
+			// The reproduction deletes every endpoint pod the client could have reached,
+			// so that the replay's first flow surely lands on one of them.
+			var gonePods []string
+			deleted := map[netip.Addr]bool{}
+			for _, ep := range f.v.Internal(f.src.Node).Endpoints {
+				ns, name := splitKey(ep.Pod)
+				if obj, ok := w.Cluster.Store().GetPod(ns, name); ep.Pod != "" && (!ok || obj.Labels != nil) && "pod:"+ep.Pod != f.src.From {
+					gonePods = append(gonePods, ep.Pod)
+					deleted[ep.Addr.Addr()] = true
+				}
+			}
+			after := f.v
+			after.Endpoints = nil
+			for _, ep := range f.v.Endpoints {
+				if !deleted[ep.Addr.Addr()] {
+					after.Endpoints = append(after.Endpoints, ep)
+				}
+			}
+			repro := []Action{
+				{Kind: "connect", From: f.src.From, Proto: p.Proto, To: f.dst.String(), SrcPort: f.port},
+				{Kind: "delete-pod", Pods: gonePods},
+				{Kind: "sync"},
+				{Kind: "connect", From: f.src.From, Proto: p.Proto, To: f.dst.String(), SrcPort: p.SrcPort, Expect: wantFor(after.Internal(f.src.Node))},
+			}
 			r.vs = append(r.vs, &Violation{Invariant: r.inv, Service: f.v.Key(), Probe: p,
 				Expected: fmt.Sprintf("%s after %s (at %s) was deleted and the proxies synced: not to %s", what, gone, f.ep.Addr, to.Addr()),
-				Got:      fmt.Sprintf("%s (the flow's conntrack entry on %s translates it to %s)", o.Outcome, f.src.Node, to), Trace: o.Trace})
+				Got:      fmt.Sprintf("%s (the flow's conntrack entry on %s translates it to %s)", o.Outcome, f.src.Node, to), Trace: o.Trace, Repro: repro})
 		}
 	}
 	return r.result()

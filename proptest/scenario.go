@@ -245,7 +245,7 @@ func scenarioAction(a Action) scenario.Step {
 	case "sync":
 		return scenario.Step{Sync: &scenario.Sync{Now: true}}
 	}
-	t := &scenario.Traffic{From: a.From, To: a.To, Proto: netsim.ProtoName(a.Proto), Count: a.Count, SrcPort: int(a.SrcPort)}
+	t := &scenario.Traffic{From: a.From, To: a.To, Proto: netsim.ProtoName(a.Proto), Count: a.Count, SrcPort: int(a.SrcPort), AllBranches: a.AllBranches}
 	if t.Count == 1 {
 		t.Count = 0
 	}

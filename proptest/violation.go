@@ -32,15 +32,18 @@ type Violation struct {
 // "connect": whole exchanges), "advance" (the virtual clock), "delete-pod" (grace 0) or
 // "sync" (every proxy now).
 type Action struct {
-	Kind     string
-	From     string
-	Proto    uint8
-	To       string // "IP:PORT", or "loadbalancer:NS/NAME:PORT"
-	Count    int    // attempts, each from a new source port (unless SrcPort)
-	SrcPort  uint16
-	Duration time.Duration
-	Pods     []string
-	Expect   *Want
+	Kind    string
+	From    string
+	Proto   uint8
+	To      string // "IP:PORT", or "loadbalancer:NS/NAME:PORT"
+	Count   int    // attempts, each from a new source port (unless SrcPort)
+	SrcPort uint16
+	// AllBranches follows every random choice of one packet (send only): expectations
+	// then hold over every possible outcome.
+	AllBranches bool
+	Duration    time.Duration
+	Pods        []string
+	Expect      *Want
 }
 
 // Want is what a reproduction step expects when the invariant holds (scenario
@@ -189,17 +192,21 @@ func wantFor(exp Expect) *Want {
 }
 
 // probeRepro is the default reproduction of a violation found by probe p: the same
-// traffic, often enough to meet every branch, expecting what exp says.
+// traffic (every branch of it when p followed every branch; else often enough to meet
+// every branch), expecting what exp says.
 func probeRepro(p netsim.Probe, to string, exp Expect, want *Want) []Action {
-	kind := "send"
-	if p.Mode == netsim.ProbeConnect && !p.AllBranches {
-		kind = "connect"
-	}
 	if to == "" {
 		to = p.Dst.String()
 	}
 	if want == nil {
 		want = wantFor(exp)
+	}
+	if p.AllBranches && !strings.HasPrefix(to, "loadbalancer:") {
+		return []Action{{Kind: "send", From: p.From, Proto: p.Proto, To: to, SrcPort: p.SrcPort, AllBranches: true, Expect: want}}
+	}
+	kind := "send"
+	if p.Mode == netsim.ProbeConnect && !p.AllBranches {
+		kind = "connect"
 	}
 	count := 1
 	if len(exp.Endpoints) > 1 || p.AllBranches {
