@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -301,6 +302,8 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 				t.Fatalf("no checker %s", tc.checker)
 			}
 			tc.opts.NoDualStack = true
+			dir := t.TempDir()
+			t.Setenv(ScenarioDirEnv, dir)
 			out, failed := runRecorded(t, Property(tc.opts, tc.proxy, "broken", c))
 			if !failed {
 				t.Fatalf("the %s property held for a proxy that %s", tc.checker, tc.name)
@@ -315,6 +318,14 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 			}
 			if t.Failed() || testing.Verbose() {
 				t.Logf("report:\n%s", out)
+			}
+			// The counterexample replays under kube-proxy's real iptables mode, where
+			// every reproduction's expectations hold: they encode the invariant, not the
+			// broken proxy's behaviour.
+			path := scenarioIn(t, dir)
+			if rep := runScenario(t, path); !rep.Passed {
+				data, _ := os.ReadFile(path)
+				t.Errorf("the counterexample fails under iptables too (its expectations are wrong):\n%s\n%s", data, reportText(rep))
 			}
 		})
 	}

@@ -88,6 +88,38 @@ func CheckerNamed(name string) (Checker, bool) {
 	return Checker{}, false
 }
 
+// ProbeCheck is one probe held to an expectation: the building block of the checkers,
+// for writing invariants of your own.
+type ProbeCheck struct {
+	// Invariant names the rule in violations.
+	Invariant string
+	// Service is the service port the probe is about (optional: it names the service in
+	// violations and says what an unexpected address is).
+	Service *PortView
+	// Probe is sent as a dry run following every branch when AllBranches is set (then
+	// every outcome must meet the expectation), else once for real.
+	Probe  netsim.Probe
+	Expect Expect
+	// Cover asks that every expected endpoint be reached by some branch.
+	Cover bool
+	// KeepsSource, when valid, is the address the endpoint must see as the source.
+	KeepsSource netip.Addr
+	// To is how a scenario reproduction names the destination (default: the address;
+	// "loadbalancer:NS/NAME:PORT" for a load-balancer IP).
+	To string
+}
+
+// CheckProbe runs one probe check and returns its Violations, or nil.
+func (w *World) CheckProbe(pc ProbeCheck) error {
+	r := &run{w: w, inv: pc.Invariant, to: pc.To, view: pc.Service}
+	svc := ""
+	if pc.Service != nil {
+		svc = pc.Service.Key()
+	}
+	r.landing(svc, pc.Probe, pc.Expect, pc.Cover, pc.KeepsSource)
+	return r.result()
+}
+
 // run collects the violations of one invariant.
 type run struct {
 	w   *World

@@ -1,7 +1,9 @@
 package proptest
 
 import (
+	"errors"
 	"os"
+	"strings"
 
 	"pgregory.net/rapid"
 )
@@ -21,7 +23,12 @@ func Report(t *rapid.T, w *World, err error) {
 	} else {
 		t.Logf("scenario (replay with `clusterlab run FILE`):\n%s", data)
 		if dir := os.Getenv(ScenarioDirEnv); dir != "" {
-			if path, werr := writeScenario(dir, "proptest", data); werr != nil {
+			label := w.Mode
+			var vs Violations
+			if errors.As(err, &vs) {
+				label += "-" + strings.Join(vs.Invariants(), "-")
+			}
+			if path, werr := writeScenario(dir, label, data); werr != nil {
 				t.Logf("writing the scenario: %v", werr)
 			} else {
 				t.Logf("scenario written to %s", path)

@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -128,11 +127,24 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 		s.Steps = append(s.Steps, ss)
 	}
 
-	// The violations, reproduced.
-	for i, v := range vs {
-		if i == MaxReproduced {
-			break
+	// The violations, reproduced: those that only send packets first, then at most one
+	// that changes the world (connections that fill affinity tables, the clock, pod
+	// deletions), so that no reproduction disturbs another.
+	var quiet, loud []*Violation
+	for _, v := range vs {
+		if mutates(v.Repro) {
+			loud = append(loud, v)
+		} else {
+			quiet = append(quiet, v)
 		}
+	}
+	if len(quiet) > MaxReproduced {
+		quiet = quiet[:MaxReproduced]
+	}
+	if len(loud) > 1 {
+		loud = loud[:1]
+	}
+	for _, v := range append(quiet, loud...) {
 		for j, a := range v.Repro {
 			ss := scenarioAction(a)
 			if j == len(v.Repro)-1 || a.Expect != nil {
@@ -142,6 +154,17 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 		}
 	}
 	return s, nil
+}
+
+// mutates reports whether a reproduction changes the world (anything but sending
+// packets).
+func mutates(as []Action) bool {
+	for _, a := range as {
+		if a.Kind != "send" {
+			return true
+		}
+	}
+	return false
 }
 
 var traceRE = regexp.MustCompile(`(?m)^  trace:\n(    .*\n?)*`)
@@ -284,7 +307,9 @@ func (w *World) ScenarioYAML(err error) ([]byte, error) {
 // Report write each counterexample's scenario file there.
 const ScenarioDirEnv = "PROPTEST_SCENARIO_DIR"
 
-// writeScenario writes data under dir with a name from label; it returns the path.
+// writeScenario writes data to dir/proptest-<label>.yaml (replacing an earlier one: a
+// shrinking property reports many times, and its last report is the smallest case) and
+// returns the path.
 func writeScenario(dir, label string, data []byte) (string, error) {
 	name := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
@@ -295,6 +320,6 @@ func writeScenario(dir, label string, data []byte) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, fmt.Sprintf("%s-%d.yaml", name, time.Now().UnixNano()))
+	path := filepath.Join(dir, "proptest-"+name+".yaml")
 	return path, os.WriteFile(path, data, 0o644)
 }

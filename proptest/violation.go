@@ -201,7 +201,9 @@ func probeRepro(p netsim.Probe, to string, exp Expect, want *Want) []Action {
 	if want == nil {
 		want = wantFor(exp)
 	}
-	if p.AllBranches && !strings.HasPrefix(to, "loadbalancer:") {
+	// Scenario files count the source a receiver saw only for real attempts, so a
+	// source expectation is replayed with attempts rather than branches.
+	if p.AllBranches && !strings.HasPrefix(to, "loadbalancer:") && want.SeenSource == "" {
 		return []Action{{Kind: "send", From: p.From, Proto: p.Proto, To: to, SrcPort: p.SrcPort, AllBranches: true, Expect: want}}
 	}
 	kind := "send"

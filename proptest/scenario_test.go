@@ -1,0 +1,109 @@
+package proptest
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+	"github.com/clusterlab/clusterlab/scenario"
+)
+
+// keepsSourceEverywhere is a deliberately wrong invariant: "outside traffic to a
+// NodePort keeps the client's address", which kube-proxy breaks on purpose under
+// externalTrafficPolicy Cluster (it masquerades so that replies come back through the
+// node).
+var keepsSourceEverywhere = Checker{Name: "node-port-keeps-source", Check: func(w *World) error {
+	var all Violations
+	for _, v := range w.ServicePorts() {
+		if v.Port.NodePort == 0 || !v.HasEndpoints() || v.V6() {
+			continue
+		}
+		for _, ext := range w.ExternalSources() {
+			for _, n := range w.Cluster.Nodes() {
+				if !w.nodePortAllowed(n, n.IP()) {
+					continue
+				}
+				err := w.CheckProbe(ProbeCheck{Invariant: "node-port-keeps-source", Service: &v,
+					Probe:  netsim.Probe{From: ext.From, Proto: protoNum(v.Port.Protocol), Dst: addrPort(n.IP(), v.Port.NodePort), AllBranches: true},
+					Expect: v.External(n.Name()), KeepsSource: ext.Addrs[0]})
+				if vs, ok := err.(Violations); ok {
+					all = append(all, vs...)
+				}
+			}
+		}
+	}
+	return all.err()
+}}
+
+// scenarioIn returns the one scenario file a property wrote into dir.
+func scenarioIn(t *testing.T, dir string) string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if len(files) != 1 {
+		t.Fatalf("want one scenario file in %s, got %v", dir, files)
+	}
+	return files[0]
+}
+
+func runScenario(t *testing.T, path string) *scenario.Report {
+	t.Helper()
+	s, err := scenario.Load(path)
+	if err != nil {
+		data, _ := os.ReadFile(path)
+		t.Fatalf("the counterexample does not load: %v\n%s", err, data)
+	}
+	rep, err := scenario.Run(context.Background(), s, scenario.Options{})
+	if err != nil {
+		t.Fatalf("the counterexample does not run: %v", err)
+	}
+	return rep
+}
+
+func reportText(rep *scenario.Report) string {
+	var b bytes.Buffer
+	rep.WriteText(&b)
+	return b.String()
+}
+
+// TestCounterexampleReplays: a property with a deliberately wrong invariant fails; the
+// shrunk counterexample it writes loads as a scenario file and, run under the same
+// mode, fails on the expectation that encodes the invariant.
+func TestCounterexampleReplays(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(ScenarioDirEnv, dir)
+	setFlag(t, "rapid.shrinktime", "1s")
+	out, failed := runRecorded(t, Property(Options{NoDualStack: true, NoSteps: true, Kinds: []ServiceKind{KindNodePort}},
+		KubeProxy(kubeproxy.IPTables), "iptables", keepsSourceEverywhere))
+	if !failed {
+		t.Fatal("the wrong invariant held")
+	}
+	for _, w := range []string{"node-port-keeps-source: service default/svc-", "seen_source: client", "scenario written to"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("the report lacks %q:\n%s", w, out)
+		}
+	}
+	path := scenarioIn(t, dir)
+	rep := runScenario(t, path)
+	text := reportText(rep)
+	if rep.Passed {
+		data, _ := os.ReadFile(path)
+		t.Fatalf("the replay passed; it must fail where the property did:\n%s\n%s", data, text)
+	}
+	failedSeen := false
+	for _, st := range rep.Steps {
+		for _, e := range st.Expectations {
+			if !e.OK && e.Field == "seen_source" {
+				failedSeen = true
+			}
+		}
+	}
+	if !failedSeen {
+		t.Errorf("the replay failed, but not on seen_source:\n%s", text)
+	}
+	t.Logf("replay:\n%s", text)
+}
