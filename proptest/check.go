@@ -195,6 +195,7 @@ func sameOutcome(a, b netsim.Outcome) bool {
 // expected endpoint must be reached by some outcome. A valid client means the endpoint
 // must see that address as the source.
 func (r *run) landing(svc string, p netsim.Probe, exp Expect, cover bool, client netip.Addr) {
+	exp = r.w.Semantics.adjust(exp)
 	all := p.AllBranches
 	want := wantFor(exp)
 	if client.IsValid() && len(exp.Endpoints) > 0 {
@@ -212,7 +213,7 @@ func (r *run) landing(svc string, p netsim.Probe, exp Expect, cover bool, client
 	reached := map[netip.AddrPort]bool{}
 	for i := range rs {
 		o := rs[i]
-		if faulty && o.Result == netsim.ResultDropped {
+		if (faulty || exp.MayDrop) && o.Result == netsim.ResultDropped {
 			continue
 		}
 		if len(exp.Endpoints) == 0 {
@@ -240,7 +241,7 @@ func (r *run) landing(svc string, p netsim.Probe, exp Expect, cover bool, client
 		}
 		reached[ep.Addr] = true
 	}
-	if cover && !faulty && len(exp.Endpoints) > 0 {
+	if cover && r.w.Semantics.Branches && !faulty && len(exp.Endpoints) > 0 {
 		var missed []string
 		for _, ep := range exp.Endpoints {
 			if !reached[ep.Addr] {
@@ -271,21 +272,28 @@ func delivered(result string) bool {
 	return false
 }
 
-// verdictIs reports whether an outcome has the verdict: "refused", "dropped",
+// verdictIs reports whether an outcome has the verdict: "refused" (also a packet
+// delivered to a node port nobody listens on, which the node refuses), "dropped",
 // "refused-or-dropped", or "not-delivered" (no pod got it and nothing listening
 // answered: refused, dropped, or delivered to a host port nobody listens on).
 func verdictIs(o netsim.Outcome, verdict string) bool {
 	switch verdict {
 	case "refused":
-		return o.Result == netsim.ResultRefused
+		return o.Result == netsim.ResultRefused || hostRefuses(o)
 	case "dropped":
 		return o.Result == netsim.ResultDropped
 	case "refused-or-dropped":
-		return o.Result == netsim.ResultRefused || o.Result == netsim.ResultDropped
+		return o.Result == netsim.ResultRefused || hostRefuses(o) || o.Result == netsim.ResultDropped
 	case "not-delivered":
 		return !delivered(o.Result) || o.Pod == "" && !o.Listening
 	}
 	return false
+}
+
+// hostRefuses reports whether a single packet reached a node's own stack where nothing
+// listens: the node answers it with a RST or an ICMP port unreachable.
+func hostRefuses(o netsim.Outcome) bool {
+	return o.Result == netsim.ResultDelivered && o.Pod == "" && o.External == "" && o.Node != "" && !o.Listening
 }
 
 func endpointAt(exp Expect, a netip.AddrPort) (Endpoint, bool) {
@@ -336,7 +344,11 @@ func CheckClusterIPs(w *World) error {
 					continue
 				}
 				p := netsim.Probe{From: src.From, Proto: protoNum(v.Port.Protocol), Dst: addrPort(a, v.Port.Port), AllBranches: true}
-				r.landing(v.Key(), p, Expect{Endpoints: v.ClusterEndpoints(), Reason: "the cluster endpoints (external IP from inside the cluster)"}, true, netip.Addr{})
+				exp := Expect{Endpoints: v.ClusterEndpoints(), Reason: "the cluster endpoints (external IP from inside the cluster)"}
+				if !w.Semantics.ShortCircuit {
+					exp = v.External(src.Node)
+				}
+				r.landing(v.Key(), p, exp, true, netip.Addr{})
 			}
 		}
 	}
@@ -557,7 +569,7 @@ func (r *run) landingLB(v PortView, p netsim.Probe, client netip.Addr) {
 			continue
 		}
 		node := ingressNode(o.Trace)
-		exp := v.External(node)
+		exp := r.w.Semantics.adjust(v.External(node))
 		if len(exp.Endpoints) == 0 && verdictIs(o.Outcome, exp.Verdict) {
 			// The load balancer's health check is per service: a node with a ready
 			// endpoint of another port of the service passes it, and drops this port's

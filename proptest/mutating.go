@@ -41,7 +41,8 @@ func answeredBy(o netsim.ProbeResult, exp Expect) (Endpoint, bool) {
 // endpoints a client could reach, a client's connections (each from a new source port)
 // all land on the backend the first one reached, also after half the timeout has
 // passed on the virtual clock; once the timeout has passed without a connection, every
-// backend is possible again (where the mode's Semantics say affinity expires so).
+// backend is possible again (where the mode's Semantics say affinity expires so and
+// choices are random branches a probe can follow).
 func CheckAffinity(w *World) error {
 	r := &run{w: w, inv: InvAffinity}
 	port := uint16(40000)
@@ -125,7 +126,7 @@ func CheckAffinity(w *World) error {
 			w.Cluster.Clock().Advance(timeout / 2)
 			advanced = true
 			step(fmt.Sprintf("connection 4, %s later", timeout/2))
-			if !ok || !w.Semantics.AffinityExpires {
+			if !ok || !w.Semantics.AffinityExpires || !w.Semantics.Branches {
 				continue
 			}
 			w.Cluster.Clock().Advance(timeout + time.Second)

@@ -149,7 +149,24 @@ type Expect struct {
 	Endpoints []Endpoint
 	Verdict   string
 	Reason    string
+	// Why classifies an expectation without endpoints (WhyNoEndpoints,
+	// WhyNoLocalEndpoints), so that a mode's Semantics can say what it does instead.
+	Why string
+	// Fallback are the cluster endpoints a mode that ignores a traffic policy of Local
+	// without local endpoints uses instead (IPVS, kubernetes#97081).
+	Fallback []Endpoint
+	// External marks an expectation for outside traffic (externalTrafficPolicy).
+	External bool
+	// MayDrop tolerates lost packets (outside traffic sent to another node's endpoint
+	// without masquerading: the kernel may drop it as a martian, or its reply).
+	MayDrop bool
 }
+
+// Why values.
+const (
+	WhyNoEndpoints      = "no-endpoints"
+	WhyNoLocalEndpoints = "no-local-endpoints"
+)
 
 func (e Expect) String() string {
 	if len(e.Endpoints) == 0 {
@@ -175,13 +192,19 @@ func (e Expect) Has(addr netip.AddrPort) bool {
 // Internal is what a new connection to the cluster IP from a source on node gets.
 func (v PortView) Internal(node string) Expect {
 	if !v.HasEndpoints() {
-		return Expect{Verdict: "refused", Reason: "the service port has no endpoints"}
+		return Expect{Verdict: "refused", Reason: "the service port has no endpoints", Why: WhyNoEndpoints}
 	}
 	if v.InternalTrafficLocal() {
 		if eps := v.LocalEndpoints(node); len(eps) > 0 {
 			return Expect{Endpoints: eps, Reason: "the endpoints on " + node + " (internalTrafficPolicy Local)"}
 		}
-		return Expect{Verdict: "dropped", Reason: "internalTrafficPolicy Local and no endpoint on " + node}
+		e := Expect{Verdict: "dropped", Reason: "internalTrafficPolicy Local and no endpoint on " + node, Why: WhyNoLocalEndpoints}
+		if v.ExternallyReachable() {
+			// kube-proxy keeps the cluster endpoint set only for ports that also take
+			// outside traffic (CategorizeEndpoints' usesCluster).
+			e.Fallback = v.ClusterEndpoints()
+		}
+		return e
 	}
 	return Expect{Endpoints: v.ClusterEndpoints(), Reason: readyOrTerminating(v.ClusterEndpoints())}
 }
@@ -190,13 +213,13 @@ func (v PortView) Internal(node string) Expect {
 // load-balancer IP handled by kube-proxy) on node gets.
 func (v PortView) External(node string) Expect {
 	if !v.HasEndpoints() {
-		return Expect{Verdict: "refused", Reason: "the service port has no endpoints"}
+		return Expect{Verdict: "refused", Reason: "the service port has no endpoints", Why: WhyNoEndpoints}
 	}
 	if v.ExternalTrafficLocal() {
 		if eps := v.LocalEndpoints(node); len(eps) > 0 {
 			return Expect{Endpoints: eps, Reason: "the endpoints on " + node + " (externalTrafficPolicy Local)"}
 		}
-		return Expect{Verdict: "dropped", Reason: "externalTrafficPolicy Local and no endpoint on " + node}
+		return Expect{Verdict: "dropped", Reason: "externalTrafficPolicy Local and no endpoint on " + node, Why: WhyNoLocalEndpoints, Fallback: v.ClusterEndpoints(), External: true}
 	}
 	return Expect{Endpoints: v.ClusterEndpoints(), Reason: readyOrTerminating(v.ClusterEndpoints())}
 }

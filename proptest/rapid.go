@@ -69,6 +69,7 @@ func Property(o Options, proxyFor ProxyFor, mode string, checks ...Checker) func
 		defer w.Close()
 		if mode != "" {
 			w.Mode = mode
+			w.Semantics = SemanticsFor(mode)
 		}
 		if err := Check(w, checks...); err != nil {
 			Report(t, w, err)
