@@ -131,7 +131,16 @@ func (w *World) Dial(from string, proto uint8, dst netip.AddrPort, srcPort uint1
 			if conn != nil {
 				conn.Close()
 			}
-			<-done
+			// The connection may have been handed over since the last look: close it
+			// too, or the reader waits on it for ever.
+			for waiting := true; waiting; {
+				select {
+				case <-done:
+					waiting = false
+				case c := <-conns:
+					c.Close()
+				}
+			}
 			return Dialed{Result: netsim.ResultDropped, Reason: fmt.Sprintf("no answer within %s", DialBudget)}, nil
 		}
 		w.Cluster.Clock().Advance(DialPump)
