@@ -157,11 +157,14 @@ func ClusterIPsOf(svc *corev1.Service) []string {
 }
 
 // NodePortsOf returns the node ports a Service holds, as Kubernetes' repair
-// loop collects them: each non-zero spec.ports[].nodePort once, even when
-// several ports share it (53/TCP and 53/UDP on one node port, or a repeated
-// protocol), then spec.healthCheckNodePort unless it coincides with a node
-// port that no port uses over TCP. So a healthCheckNodePort equal to a TCP
-// node port appears twice, and a repair pass reports it as a duplicate.
+// loop collects them (collectServiceNodePorts): each non-zero
+// spec.ports[].nodePort once per protocol, so ports sharing a node port over
+// different protocols (53/TCP and 53/UDP) count it once, while a node port
+// repeated over the same protocol (which validation forbids) counts again
+// and a repair pass reports it as a duplicate; then spec.healthCheckNodePort
+// unless it coincides with a node port that no port uses over TCP. So a
+// healthCheckNodePort equal to a TCP node port also appears twice. An empty
+// protocol counts as TCP (the API server defaults it).
 func NodePortsOf(svc *corev1.Service) []int {
 	var out []int
 	protos := map[int][]corev1.Protocol{}
@@ -174,11 +177,13 @@ func NodePortsOf(svc *corev1.Service) []int {
 		if proto == "" {
 			proto = corev1.ProtocolTCP
 		}
-		if _, seen := protos[np]; !seen {
+		seen, ok := protos[np]
+		switch {
+		case !ok, slices.Contains(seen, proto):
 			out = append(out, np)
 		}
-		if !slices.Contains(protos[np], proto) {
-			protos[np] = append(protos[np], proto)
+		if !slices.Contains(seen, proto) {
+			protos[np] = append(seen, proto)
 		}
 	}
 	if hc := int(svc.Spec.HealthCheckNodePort); hc != 0 {

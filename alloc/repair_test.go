@@ -137,6 +137,7 @@ web/hc-tcp np=30082/TCP hc=30082
 web/hc-udp np=30090/UDP hc=30090`,
 			want: `the ClusterIP 10.96.0.20 for services web/a, web/b was assigned to multiple services; please recreate
 the node port 30080 for services web/a, web/b was assigned to multiple services; please recreate
+the node port 30081 for services web/dns, web/dns was assigned to multiple services; please recreate
 the node port 30082 for services web/hc-tcp, web/hc-tcp was assigned to multiple services; please recreate
 `,
 		},
@@ -300,7 +301,9 @@ func TestNodePortsOf(t *testing.T) {
 		{"a/a", nil},
 		{"a/a np=30080", []int{30080}},
 		{"a/a np=30080/TCP,30080/UDP", []int{30080}},
-		{"a/a np=30080/UDP,30080/UDP", []int{30080}},
+		{"a/a np=30080/UDP,30080/UDP", []int{30080, 30080}}, // same protocol twice: counted twice
+		{"a/a np=30080/TCP,30080/UDP,30080/TCP", []int{30080, 30080}},
+		{"a/a np=30080/TCP,30080/UDP,30080/SCTP", []int{30080}},
 		{"a/a np=30080,0,30081", []int{30080, 30081}},
 		{"a/a np=30080 hc=30090", []int{30080, 30090}},
 		{"a/a np=30080/TCP hc=30080", []int{30080, 30080}},
