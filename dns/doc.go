@@ -94,7 +94,11 @@
 //
 // `clusterlab dns serve` is Serve: manifests → StaticSource → Server on UDP
 // and TCP, the files polled by content hash and reloaded (a failed reload
-// keeps the previous data).
+// keeps the previous data). Cluster IPs in the manifests are served as they
+// are; hand-written manifests are first completed as a cluster would
+// complete them (a Service without a clusterIP gets a stable one from
+// 10.96.0.0/12, a selector Service without EndpointSlices gets the
+// controller's slices for the manifests' Pods), and the log says so.
 //
 // # Decisions where CoreDNS is silent or inconsistent
 //

@@ -60,7 +60,9 @@ func IsInputError(err error) bool {
 // until ctx is done, reloading when the files change. A manifest error at
 // start is an input error (each problem with its file and line); a failed
 // reload keeps the previous data and is logged. Cluster IPs are served as
-// the manifests give them.
+// the manifests give them; what a cluster would have added to hand-written
+// manifests (cluster IPs, EndpointSlices from the Pods) is filled in and
+// logged (see completeObjects).
 func Serve(ctx context.Context, cfg ServeConfig) error {
 	logw := cfg.Log
 	if logw == nil {
@@ -75,7 +77,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
 		return inputError{fmt.Errorf("--listen %q: %w", cfg.Listen, err)}
 	}
-	objs, err := loadObjects(cfg.Manifests)
+	objs, notes, err := loadObjects(cfg.Manifests)
 	if err != nil {
 		return inputError{err}
 	}
@@ -130,6 +132,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 
 	fmt.Fprintf(logw, "clusterlab dns: serving %s (%s) from %d objects on %s udp+tcp\n",
 		strings.TrimSuffix(srv.Zones()[0], "."), strings.Join(trimDots(srv.Zones()[1:]), " "), len(objs), pc.LocalAddr())
+	writeNotes(logw, notes)
 	if cfg.OnListen != nil {
 		cfg.OnListen(pc.LocalAddr(), ln.Addr())
 	}
@@ -156,7 +159,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 				continue
 			}
 			fp = nfp
-			objs, err := loadObjects(cfg.Manifests)
+			objs, notes, err := loadObjects(cfg.Manifests)
 			if err == nil && ferr != nil {
 				err = ferr
 			}
@@ -165,6 +168,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 			} else {
 				src.Set(objs...)
 				fmt.Fprintf(logw, "clusterlab dns: reloaded %d objects (serial %d)\n", len(objs), srv.Serial())
+				writeNotes(logw, notes)
 			}
 			if cfg.OnReload != nil {
 				cfg.OnReload(err)
@@ -181,12 +185,21 @@ func trimDots(zs []string) []string {
 	return out
 }
 
-func loadObjects(paths []string) ([]runtime.Object, error) {
+// loadObjects loads the manifests and completes them as a cluster would
+// (completeObjects), returning a note for each thing filled in.
+func loadObjects(paths []string) ([]runtime.Object, []string, error) {
 	ms, err := service.LoadPaths(paths...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return service.Objects(ms), nil
+	objs, notes := completeObjects(service.Objects(ms))
+	return objs, notes, nil
+}
+
+func writeNotes(w io.Writer, notes []string) {
+	for _, n := range notes {
+		fmt.Fprintf(w, "clusterlab dns: %s\n", n)
+	}
 }
 
 // listenBoth binds UDP and TCP on the same address; with port 0 it finds a
@@ -196,7 +209,7 @@ func listenBoth(addr string) (net.PacketConn, net.Listener, error) {
 	for i := 0; i < 20; i++ {
 		pc, err := net.ListenPacket("udp", addr)
 		if err != nil {
-			return nil, nil, fmt.Errorf("dns serve: listen udp %s: %w", addr, err)
+			return nil, nil, fmt.Errorf("dns serve: %w", err) // "listen udp ADDR: ..."
 		}
 		ln, err := net.Listen("tcp", pc.LocalAddr().String())
 		if err == nil {
@@ -208,7 +221,7 @@ func listenBoth(addr string) (net.PacketConn, net.Listener, error) {
 			break
 		}
 	}
-	return nil, nil, fmt.Errorf("dns serve: listen tcp %s: %w", addr, lastErr)
+	return nil, nil, fmt.Errorf("dns serve: %w", lastErr) // "listen tcp ADDR: ..."
 }
 
 // fingerprint hashes the contents of the files LoadPaths would read, so a

@@ -15,6 +15,10 @@ func init() {
 	dnsCmd := &cobra.Command{
 		Use:   "dns",
 		Short: "Cluster DNS per the Kubernetes DNS specification",
+		Long: `Cluster DNS per the Kubernetes DNS-Based Service Discovery specification (schema
+1.1.0), with CoreDNS's kubernetes-plugin conventions where the specification is
+silent. "dns serve" answers for the objects in manifest files on a real port.`,
+		Example: dnsServeExamples,
 	}
 	dnsCmd.AddCommand(newDNSServeCmd())
 	rootCmd.AddCommand(dnsCmd)
@@ -26,8 +30,9 @@ func newDNSServeCmd() *cobra.Command {
 		pods string
 	)
 	cmd := &cobra.Command{
-		Use:   "serve --manifests FILE_OR_DIR... [--listen 127.0.0.1:5353] [--zone cluster.local]... [--ttl 5] [--pods disabled|insecure|verified] [--upstream ADDR]",
-		Short: "Serve cluster DNS for the objects in manifest files, reloading when they change",
+		Use:     "serve --manifests FILE_OR_DIR... [--listen 127.0.0.1:5353] [--zone cluster.local]... [--ttl 5] [--pods disabled|insecure|verified] [--upstream ADDR]",
+		Example: dnsServeExamples,
+		Short:   "Serve cluster DNS for the objects in manifest files, reloading when they change",
 		Long: `Serve answers DNS over UDP and TCP for the Services, EndpointSlices, Endpoints,
 Pods and Namespaces in the manifests, as CoreDNS's kubernetes plugin would:
 
@@ -36,10 +41,25 @@ Pods and Namespaces in the manifests, as CoreDNS's kubernetes plugin would:
 --zone may repeat: the first is the cluster domain, further ones are reverse
 zones such as 0.10.in-addr.arpa served for PTR; without any, PTR answers come
 from in-addr.arpa and ip6.arpa. Names outside the zones go to --upstream, or
-are REFUSED without one. Cluster IPs are served as the manifests give them.
-Runs until interrupted.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+are REFUSED without one.
+
+--manifests takes files and directories (their *.yaml, *.yml and *.json files); it
+may repeat, and arguments after the flags are more manifests. Namespaces, Services,
+EndpointSlices, Endpoints and Pods are served; other kinds are ignored. Cluster IPs
+are served as the manifests give them. Hand-written manifests get what the API
+server and its controllers would add, each said on the log: a Service without a
+clusterIP gets one (from 10.96.0.0/12, fd00:10:96::/112 for IPv6; the same one on
+every reload while no other Service takes it), and a Service with a selector but
+no EndpointSlice or Endpoints in the manifests gets the EndpointSlices the
+controller would make from the manifests' Pods (their status.podIP and Ready
+condition).
+
+The files are checked every second and reloaded when their content changes; a
+reload that fails to parse keeps the previous data and says why. Runs until
+interrupted (exit 0). Exit 2: bad flags or manifests; exit 1: the address cannot
+be bound.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.Manifests = append(cfg.Manifests, args...)
 			mode, err := dns.ParsePodMode(pods)
 			if err != nil {
 				return badInput(err)
@@ -66,6 +86,13 @@ Runs until interrupted.`,
 	f.StringVar(&cfg.Upstream, "upstream", "", "upstream resolver for names outside the zones (IP or host:port)")
 	return cmd
 }
+
+const dnsServeExamples = `  clusterlab dns serve --manifests testdata/dns/my-service.yaml --listen 127.0.0.1:5353 &
+  dig @127.0.0.1 -p 5353 my-service.default.svc.cluster.local
+  dig @127.0.0.1 -p 5353 SRV _http._tcp.my-service.default.svc.cluster.local
+  dig @127.0.0.1 -p 5353 -x 10.244.1.5
+  kubectl get -A -o yaml svc,endpointslices,pods,namespaces > cluster.yaml
+  clusterlab dns serve --manifests cluster.yaml --zone cluster.local --zone 0.10.in-addr.arpa --pods insecure --upstream 1.1.1.1`
 
 func cmdContext(cmd *cobra.Command) context.Context {
 	if ctx := cmd.Context(); ctx != nil {

@@ -28,6 +28,87 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// startDNSServe runs `dns serve` in-process with args on an ephemeral port and
+// returns the address it serves on and the log lines that followed the status
+// line; the server stops when the test ends.
+func startDNSServe(t *testing.T, args ...string) (addr string, log *lineWriter) {
+	t.Helper()
+	cmd := newDNSServeCmd()
+	out := &lineWriter{ch: make(chan string, 16)}
+	cmd.SetOut(out)
+	cmd.SetErr(out)
+	cmd.SetArgs(append(args, "--listen", "127.0.0.1:0"))
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("after cancel: %v", err)
+		}
+	})
+	select {
+	case line := <-out.ch:
+		m := regexp.MustCompile(`on (127\.0\.0\.1:\d+) udp\+tcp\n$`).FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("status line %q", line)
+		}
+		return m[1], out
+	case err := <-done:
+		t.Fatalf("dns serve exited: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no status line")
+	}
+	return "", nil
+}
+
+// TestDNSServeHandWritten is the command of the help text and the README: the Services
+// docs' my-service, hand-written (no clusterIP, no EndpointSlice), given as an argument
+// after the flags as well as with --manifests.
+func TestDNSServeHandWritten(t *testing.T) {
+	for _, args := range [][]string{
+		{"--manifests", "../../testdata/dns/my-service.yaml"},
+		{"../../testdata/dns/my-service.yaml"},
+		{"--manifests", "../../testdata/dns/cluster.yaml", "../../testdata/dns/my-service.yaml"},
+	} {
+		addr, log := startDNSServe(t, args...)
+		allocRE := regexp.MustCompile(`service default/my-service has no clusterIP in the manifests: serving it at (10\.\d+\.\d+\.\d+) \(allocated\)`)
+		var notes []string
+		var m []string
+		derived := false
+		for m == nil || !derived {
+			select {
+			case l := <-log.ch:
+				notes = append(notes, l)
+				if mm := allocRE.FindStringSubmatch(l); mm != nil {
+					m = mm
+				}
+				derived = derived || strings.Contains(l, "default/my-service has no EndpointSlice in the manifests: 3 endpoints derived")
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%v: log has %q, want the allocation and endpoint notes", args, notes)
+			}
+		}
+		q := new(mdns.Msg)
+		q.SetQuestion("my-service.default.svc.cluster.local.", mdns.TypeA)
+		resp, _, err := (&mdns.Client{Timeout: 5 * time.Second}).Exchange(q, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Answer) != 1 || !strings.HasSuffix(resp.Answer[0].String(), "\tA\t"+m[1]) {
+			t.Errorf("%v: answer %v, want A %s", args, resp.Answer, m[1])
+		}
+		q.SetQuestion("5.1.244.10.in-addr.arpa.", mdns.TypePTR)
+		resp, _, err = (&mdns.Client{Timeout: 5 * time.Second}).Exchange(q, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Answer) != 1 || !strings.HasSuffix(resp.Answer[0].String(), "\tPTR\t10-244-1-5.my-service.default.svc.cluster.local.") {
+			t.Errorf("%v: PTR %v", args, resp.Answer)
+		}
+	}
+}
+
 // TestDNSServeCommand runs `dns serve` in-process on an ephemeral port,
 // queries it, and stops it through its context.
 func TestDNSServeCommand(t *testing.T) {
