@@ -14,6 +14,7 @@ import (
 
 func runCmd(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
+	setupRoot()
 	var out, errb bytes.Buffer
 	// Flags keep their values between Execute calls: reset them.
 	for _, c := range rootCmd.Commands() {

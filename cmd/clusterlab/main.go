@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/spf13/cobra"
 )
@@ -37,19 +38,79 @@ kube-proxy's proxy modes (iptables, IPVS, userspace) as packet handlers, serves
 cluster DNS, runs scenario files with expectations, and traces packets through
 simulated clusters and through real iptables-save and ipvsadm dumps.
 
-Start with: clusterlab demo`,
+Start with: clusterlab demo
+
+Exit codes, for every subcommand: 0 success; 1 a check or expectation failed, or the
+work itself failed (an address in use, a kernel call refused); 2 bad usage or bad
+input (an unknown command or flag, a file that does not parse). Errors go to stderr.`,
+	Example: `  clusterlab demo
+  clusterlab run testdata/scenarios/quickstart.yaml
+  clusterlab run --modes iptables,ipvs,userspace testdata/scenarios/session-affinity.yaml
+  clusterlab trace testdata/scenarios/clusterip-trace.yaml --from pod:default/client --to my-service:80 --svg path.svg
+  clusterlab dns serve --manifests testdata/dns/my-service.yaml --listen 127.0.0.1:5353`,
 	SilenceUsage:  true,
 	SilenceErrors: true,
 }
 
-func main() {
-	rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return badInput(err) })
-	if err := rootCmd.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "clusterlab:", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+// usageArgs makes every command's argument errors usage errors (exit 2), and makes a
+// command group (clusterlab, clusterlab dns, ...) refuse an unknown subcommand with
+// exit 2 where cobra would print the group's help and exit 0.
+func usageArgs(cmd *cobra.Command) {
+	if v := cmd.Args; v != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error { return badInput(v(c, args)) }
 	}
+	if cmd.HasSubCommands() {
+		if cmd.Args == nil {
+			cmd.Args = func(c *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					return nil
+				}
+				msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+				if c.SuggestionsMinimumDistance <= 0 {
+					c.SuggestionsMinimumDistance = 2
+				}
+				if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+					msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+				}
+				return badInput(errors.New(msg))
+			}
+		}
+		if !cmd.Runnable() {
+			cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		usageArgs(sub)
+	}
+}
+
+var setupOnce sync.Once
+
+// setupRoot finishes the command tree once every subcommand has registered itself.
+func setupRoot() {
+	setupOnce.Do(func() {
+		rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return badInput(err) })
+		usageArgs(rootCmd)
+	})
+}
+
+// exitCode is the process exit code for what Execute returned.
+func exitCode(err error) int {
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		return 2
+	}
+	return 1
+}
+
+func main() {
+	setupRoot()
+	err := rootCmd.Execute()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "clusterlab:", err)
+	}
+	os.Exit(exitCode(err))
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -182,15 +183,16 @@ func (p *progress) step(i, total int, title string) {
 		return
 	}
 	line := fmt.Sprintf("[%d/%d] %s", i, total, title)
-	if len(line) > 100 {
-		line = line[:97] + "..."
+	if r := []rune(line); len(r) > 100 { // cut whole characters, not bytes
+		line = string(r[:97]) + "..."
 	}
+	width := utf8.RuneCountInString(line)
 	pad := ""
-	if n := p.width - len(line); n > 0 {
+	if n := p.width - width; n > 0 {
 		pad = strings.Repeat(" ", n)
 	}
 	fmt.Fprintf(p.w, "\r%s%s", line, pad)
-	p.width = len(line)
+	p.width = width
 }
 
 func (p *progress) done() {

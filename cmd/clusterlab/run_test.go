@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 const failingScenario = `cluster: {dns: off}
@@ -97,5 +98,27 @@ func TestRunProgress(t *testing.T) {
 	_, stderr, _ = runCmd(t, "run", "../../scenario/demo.yaml")
 	if stderr != "" {
 		t.Errorf("no progress line when stderr is not a terminal: %q", stderr)
+	}
+}
+
+// TestProgressLineCutsCharacters: a long title is cut at a character boundary, and a
+// shorter line after a longer one blanks the rest of it.
+func TestProgressLineCutsCharacters(t *testing.T) {
+	var b strings.Builder
+	p := newProgress(&b, true)
+	p.step(1, 2, strings.Repeat("→", 120))
+	first := b.String()
+	if !utf8.ValidString(first) || !strings.HasSuffix(first, "...") || utf8.RuneCountInString(first) != 1+100 {
+		t.Errorf("long line %q: want 100 characters after \\r, ending in ...", first)
+	}
+	b.Reset()
+	p.step(2, 2, "short")
+	if got := b.String(); got != "\r[2/2] short"+strings.Repeat(" ", 100-len("[2/2] short")) {
+		t.Errorf("short line after a long one: %q", got)
+	}
+	b.Reset()
+	p.done()
+	if got := b.String(); got != "\r"+strings.Repeat(" ", len("[2/2] short"))+"\r" {
+		t.Errorf("done: %q", got)
 	}
 }

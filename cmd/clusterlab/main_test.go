@@ -1,0 +1,54 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// TestExitCodes: scripts can rely on 2 for anything the caller typed wrong, for every
+// subcommand and command group, and on 0 for help.
+func TestExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"nosuch"}, 2, `unknown command "nosuch" for "clusterlab"`},
+		{[]string{"demoo"}, 2, `did you mean "demo"?`},
+		{[]string{"demo", "extra"}, 2, `unknown command "extra" for "clusterlab demo"`},
+		{[]string{"dns", "bogus"}, 2, `unknown command "bogus" for "clusterlab dns"`},
+		{[]string{"dns", "serve", "--bogus"}, 2, "unknown flag: --bogus"},
+		{[]string{"run", "a.yaml", "b.yaml"}, 2, "run needs one scenario file"},
+		{[]string{"demo", "-o", "yaml"}, 2, `-o "yaml"`},
+		{[]string{"dns"}, 0, ""},
+		{[]string{}, 0, ""},
+		{[]string{"dns", "serve", "--help"}, 0, ""},
+	} {
+		_, _, err := runCmd(t, tc.args...)
+		if got := exitCode(err); got != tc.code || (tc.msg != "" && (err == nil || !strings.Contains(err.Error(), tc.msg))) {
+			t.Errorf("clusterlab %s: exit %d (%v), want %d with %q", strings.Join(tc.args, " "), got, err, tc.code, tc.msg)
+		}
+	}
+	if exitCode(errors.New("scenario failed")) != 1 {
+		t.Error("a plain error must exit 1")
+	}
+}
+
+// TestEveryCommandHasExamples: each subcommand's --help shows how it is used.
+func TestEveryCommandHasExamples(t *testing.T) {
+	mine := map[string]bool{"clusterlab": true, "clusterlab demo": true, "clusterlab run": true, "clusterlab trace": true,
+		"clusterlab dns": true, "clusterlab dns serve": true}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if mine[c.CommandPath()] && c.Example == "" {
+			t.Errorf("%s: no examples in its help", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(rootCmd)
+}
