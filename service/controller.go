@@ -591,8 +591,12 @@ func (s *Store) reconcileSlicesLocked(existing, desired []*discoveryv1.EndpointS
 // --- mirroring controller ----------------------------------------------------
 
 // syncMirrorLocked mirrors the Endpoints ns/name into EndpointSlices when
-// its service exists and has no selector, and the Endpoints is not
-// labelled endpointslice.kubernetes.io/skip-mirror=true.
+// its service exists, is not ExternalName and has no selector, and the
+// Endpoints is neither labelled endpointslice.kubernetes.io/skip-mirror=true
+// nor a leader-election record (annotation
+// control-plane.alpha.kubernetes.io/leader), as the EndpointSlice mirroring
+// controller does. Otherwise the mirrored slices are deleted (upstream
+// leaves them when the service is deleted or becomes ExternalName).
 func (s *Store) syncMirrorLocked(ns, name string) {
 	if name == "" {
 		return
@@ -601,41 +605,60 @@ func (s *Store) syncMirrorLocked(ns, name string) {
 	var desired []*discoveryv1.EndpointSlice
 	eo, epOK := s.objs[KindEndpoints][ns][name]
 	so, svcOK := s.objs[KindService][ns][name]
-	if epOK && svcOK && so.(*corev1.Service).Spec.Selector == nil {
-		ep := eo.(*corev1.Endpoints)
-		if ep.Labels[discoveryv1.LabelSkipMirror] != "true" {
+	if epOK && svcOK {
+		svc, ep := so.(*corev1.Service), eo.(*corev1.Endpoints)
+		_, leader := ep.Annotations[leaderElectionAnnotation]
+		if svc.Spec.Selector == nil && svc.Spec.Type != corev1.ServiceTypeExternalName &&
+			ep.Labels[discoveryv1.LabelSkipMirror] != "true" && !leader {
 			desired = s.mirrorSlicesLocked(ep)
 		}
 	}
 	s.reconcileSlicesLocked(existing, desired)
 }
 
-// maxMirroredPerSubset is how many addresses of one subset get mirrored.
-const maxMirroredPerSubset = 1000
+// leaderElectionAnnotation marks an Endpoints object used as a leader
+// election lock (client-go resourcelock), which is never mirrored.
+const leaderElectionAnnotation = "control-plane.alpha.kubernetes.io/leader"
 
+// MaxMirroredEndpointsPerSubset is how many addresses of one Endpoints
+// subset the mirroring controller mirrors (kube-controller-manager
+// --mirroring-max-endpoints-per-subset, default 1000); the rest are
+// skipped. Each subset becomes one slice per address family.
+const MaxMirroredEndpointsPerSubset = 1000
+
+// mirrorSlicesLocked computes the mirrored slices of ep: its subsets are
+// repacked (RepackSubsets), then each subset gives one slice per address
+// family with up to MaxMirroredEndpointsPerSubset endpoints (ready for
+// addresses, not ready for notReadyAddresses; hostname, nodeName and
+// targetRef copied; addresses that are not IPs skipped).
 func (s *Store) mirrorSlicesLocked(ep *corev1.Endpoints) []*discoveryv1.EndpointSlice {
 	type group struct {
 		at    discoveryv1.AddressType
 		ports []discoveryv1.EndpointPort
 		eps   []discoveryv1.Endpoint
+		index map[string]int // endpoint identity → position in eps
 	}
 	groups := map[string]*group{}
 	var keys []string
-	for _, ss := range ep.Subsets {
+	for _, ss := range RepackSubsets(ep.Subsets) {
 		ports := []discoveryv1.EndpointPort{}
 		for _, p := range ss.Ports {
 			name, port, proto := p.Name, p.Port, p.Protocol
-			ports = append(ports, discoveryv1.EndpointPort{Name: &name, Port: &port, Protocol: &proto, AppProtocol: p.AppProtocol})
+			var app *string
+			if p.AppProtocol != nil {
+				app = ptrTo(*p.AppProtocol)
+			}
+			ports = append(ports, discoveryv1.EndpointPort{Name: &name, Port: &port, Protocol: &proto, AppProtocol: app})
 		}
 		pk := portsKey(ports)
 		n := 0
 		add := func(a corev1.EndpointAddress, ready bool) {
-			if n >= maxMirroredPerSubset {
+			if n >= MaxMirroredEndpointsPerSubset {
 				return
 			}
 			ip, err := netip.ParseAddr(a.IP)
 			if err != nil {
-				return
+				return // not mirrored, and not counted
 			}
 			at := discoveryv1.AddressTypeIPv4
 			if ip.Is6() && !ip.Is4In6() {
@@ -648,17 +671,26 @@ func (s *Store) mirrorSlicesLocked(ep *corev1.Endpoints) []*discoveryv1.Endpoint
 			if a.NodeName != nil {
 				e.NodeName = ptrTo(*a.NodeName)
 			}
+			id := e.Addresses[0] + "|" + a.Hostname
 			if a.TargetRef != nil {
 				e.TargetRef = a.TargetRef.DeepCopy()
+				id += "|" + a.TargetRef.Namespace + "/" + a.TargetRef.Name
 			}
 			key := string(at) + "|" + pk
 			g := groups[key]
 			if g == nil {
-				g = &group{at: at, ports: ports}
+				g = &group{at: at, ports: ports, index: map[string]int{}}
 				groups[key] = g
 				keys = append(keys, key)
 			}
-			g.eps = append(g.eps, e)
+			// The controller keeps endpoints in a set keyed by address,
+			// hostname and target: a repeat replaces the earlier one.
+			if i, dup := g.index[id]; dup {
+				g.eps[i] = e
+			} else {
+				g.index[id] = len(g.eps)
+				g.eps = append(g.eps, e)
+			}
 			n++
 		}
 		for _, a := range ss.Addresses {
@@ -691,38 +723,35 @@ func (s *Store) mirrorSlicesLocked(ep *corev1.Endpoints) []*discoveryv1.Endpoint
 	var out []*discoveryv1.EndpointSlice
 	for _, key := range keys {
 		g := groups[key]
-		for chunk, start := 0, 0; start < len(g.eps); chunk, start = chunk+1, start+s.cfg.MaxEndpointsPerSlice {
-			end := min(start+s.cfg.MaxEndpointsPerSlice, len(g.eps))
-			l := map[string]string{}
-			for k, v := range lbls {
-				l[k] = v
-			}
-			var a map[string]string
-			if annots != nil {
-				a = map[string]string{}
-				for k, v := range annots {
-					a[k] = v
-				}
-			}
-			sl := &discoveryv1.EndpointSlice{
-				ObjectMeta: metav1.ObjectMeta{
-					Namespace:    ep.Namespace,
-					Name:         s.uniqueSliceName(ep.Namespace, ep.Name, MirroringControllerName, prefix, taken, "mirror", ep.Namespace, ep.Name, key, strconv.Itoa(chunk)),
-					GenerateName: prefix,
-					Labels:       l,
-					Annotations:  a,
-					OwnerReferences: []metav1.OwnerReference{{
-						APIVersion: "v1", Kind: KindEndpoints, Name: ep.Name, UID: ep.UID,
-						Controller: ptrTo(true), BlockOwnerDeletion: ptrTo(true),
-					}},
-				},
-				AddressType: g.at,
-				Endpoints:   append([]discoveryv1.Endpoint(nil), g.eps[start:end]...),
-				Ports:       g.ports,
-			}
-			setTypeMeta(sl)
-			out = append(out, sl)
+		l := map[string]string{}
+		for k, v := range lbls {
+			l[k] = v
 		}
+		var a map[string]string
+		if annots != nil {
+			a = map[string]string{}
+			for k, v := range annots {
+				a[k] = v
+			}
+		}
+		sl := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace:    ep.Namespace,
+				Name:         s.uniqueSliceName(ep.Namespace, ep.Name, MirroringControllerName, prefix, taken, "mirror", ep.Namespace, ep.Name, key, "0"),
+				GenerateName: prefix,
+				Labels:       l,
+				Annotations:  a,
+				OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: "v1", Kind: KindEndpoints, Name: ep.Name, UID: ep.UID,
+					Controller: ptrTo(true), BlockOwnerDeletion: ptrTo(true),
+				}},
+			},
+			AddressType: g.at,
+			Endpoints:   g.eps,
+			Ports:       g.ports,
+		}
+		setTypeMeta(sl)
+		out = append(out, sl)
 	}
 	return out
 }

@@ -476,3 +476,85 @@ func TestDisabledControllerKeepsDumpSlices(t *testing.T) {
 		t.Errorf("got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(wantWeb, "\n  "))
 	}
 }
+
+// The mirroring controller's own rules: a subset is one slice per family of
+// up to 1000 endpoints (not chunked like the EndpointSlice controller's),
+// subsets are repacked first, ExternalName services and leader-election
+// Endpoints are not mirrored.
+func TestMirroringSliceShape(t *testing.T) {
+	ips := func(n int) []string {
+		var out []string
+		for i := 0; i < n; i++ {
+			out = append(out, fmt.Sprintf("10.1.%d.%d", i/250, i%250+1))
+		}
+		return out
+	}
+	mirrored := func(s *Store, name string) []*discoveryv1.EndpointSlice {
+		var out []*discoveryv1.EndpointSlice
+		for _, sl := range s.EndpointSlicesFor("default", name) {
+			if sl.Labels[discoveryv1.LabelManagedBy] == MirroringControllerName {
+				out = append(out, sl)
+			}
+		}
+		return out
+	}
+	s := newStore(t, Config{}) // MaxEndpointsPerSlice 100 is the EndpointSlice controller's
+	for _, tc := range []struct {
+		name      string
+		n         int
+		endpoints int
+	}{{"big", 150, 150}, {"huge", 1005, MaxMirroredEndpointsPerSubset}} {
+		mustCreate(t, s, NewService("default/"+tc.name, Port("http", 80, 0)))
+		mustCreate(t, s, NewEndpoints("default/"+tc.name, Subset(ips(tc.n), nil, EndpointPort("http", 80, "TCP"))))
+		sls := mirrored(s, tc.name)
+		if len(sls) != 1 || len(sls[0].Endpoints) != tc.endpoints {
+			t.Fatalf("%s: %d addresses → %d slices (%v endpoints), want one of %d", tc.name, tc.n, len(sls), func() []int {
+				var n []int
+				for _, sl := range sls {
+					n = append(n, len(sl.Endpoints))
+				}
+				return n
+			}(), tc.endpoints)
+		}
+		if errs := ValidateEndpointSlice(sls[0]); len(errs) != 0 {
+			t.Errorf("%s: mirrored slice invalid: %v", tc.name, errs[0])
+		}
+	}
+
+	// Repacked first: one address listed twice (ready and not) is one not
+	// ready endpoint; ports offered by the same addresses share a slice.
+	mustCreate(t, s, NewService("default/packed", Port("http", 80, 0), Port("https", 443, 0)))
+	mustCreate(t, s, NewEndpoints("default/packed",
+		Subset([]string{"192.168.1.1", "192.168.1.2"}, nil, EndpointPort("https", 443, "TCP")),
+		Subset([]string{"192.168.1.2", "192.168.1.1"}, []string{"192.168.1.2"}, EndpointPort("https", 443, "TCP")),
+		Subset([]string{"192.168.1.1"}, []string{"192.168.1.2"}, EndpointPort("http", 80, "TCP"))))
+	got := endpointLines(s, "default", "packed")
+	want := []string{
+		"IPv4 [http/TCP/80 https/TCP/443] 192.168.1.1 ready serving=nil terminating=nil",
+		"IPv4 [http/TCP/80 https/TCP/443] 192.168.1.2 !ready serving=nil terminating=nil",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("packed:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+
+	// ExternalName services are not mirrored; becoming one drops the mirror.
+	mustCreate(t, s, NewService("default/ext", ExternalName("db.example.com")))
+	mustCreate(t, s, NewEndpoints("default/ext", Subset([]string{"192.168.2.1"}, nil, EndpointPort("http", 80, "TCP"))))
+	if sls := mirrored(s, "ext"); len(sls) != 0 {
+		t.Errorf("ExternalName service mirrored: %s", renderSlices(sls))
+	}
+	if _, err := s.Update(NewService("default/big", ExternalName("db.example.com"))); err != nil {
+		t.Fatal(err)
+	}
+	if sls := mirrored(s, "big"); len(sls) != 0 {
+		t.Errorf("mirror kept after the service became ExternalName: %d slices", len(sls))
+	}
+
+	// A leader-election lock is not mirrored.
+	mustCreate(t, s, NewService("default/lock", Port("http", 80, 0)))
+	mustCreate(t, s, NewEndpoints("default/lock", Annotation("control-plane.alpha.kubernetes.io/leader", `{"holderIdentity":"a"}`),
+		Subset([]string{"192.168.3.1"}, nil, EndpointPort("http", 80, "TCP"))))
+	if sls := mirrored(s, "lock"); len(sls) != 0 {
+		t.Errorf("leader-election Endpoints mirrored: %s", renderSlices(sls))
+	}
+}

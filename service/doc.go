@@ -17,9 +17,12 @@
 //	    ▼
 //	Store (the simulation's API server)
 //	    │  Create/Update/Delete: default, allocate clusterIPs and node ports
-//	    │  through package alloc (all or nothing), validate, commit
-//	    │  endpoints controller: Services + Pods (+ Nodes) → EndpointSlices;
-//	    │  mirroring: hand-written Endpoints → EndpointSlices
+//	    │  through package alloc (all or nothing), validate, canonicalize
+//	    │  (Endpoints subsets repacked: RepackSubsets), commit
+//	    │  endpoints controller: Services + Pods (+ Nodes) → EndpointSlices
+//	    │  (≤ MaxEndpointsPerSlice each, one set per address family);
+//	    │  mirroring: hand-written Endpoints of selectorless Services →
+//	    │  EndpointSlices (one per subset and family, ≤ 1000 endpoints)
 //	    ▼
 //	watchers (Watch): proxies, DNS, the simulated kubelet — events in commit
 //	order, delivered synchronously after the store's lock is released
@@ -49,7 +52,8 @@
 //     service, address type, port set and chunk, not random. Pods on a node
 //     the store does not know are listed unless Config.StrictNodes. When a
 //     service loses its selector or becomes ExternalName its controller slices
-//     are deleted (upstream leaves them). trafficDistribution hints are
+//     are deleted, and so are its mirrored slices when it becomes
+//     ExternalName (upstream leaves both). trafficDistribution hints are
 //     written; topology-aware hints (service.kubernetes.io/topology-mode) and
 //     the last-change-trigger-time annotation are not.
 //   - Hand-written Endpoints and EndpointSlices may not use a service's

@@ -847,6 +847,7 @@ func (s *Store) createLocked(in runtime.Object) (runtime.Object, error) {
 	if err := s.checkEndpointAddressesLocked(obj); err != nil {
 		return nil, err
 	}
+	canonicalize(obj)
 	if tx != nil {
 		tx.Commit()
 	}
@@ -922,6 +923,7 @@ func (s *Store) updateLocked(in runtime.Object, status bool) (runtime.Object, er
 	if err := s.checkEndpointAddressesLocked(obj); err != nil {
 		return nil, err
 	}
+	canonicalize(obj)
 	if apiequality.Semantic.DeepEqual(obj, oldObj) {
 		return oldObj, nil // nothing changed: no write, no event (and nothing allocated)
 	}
@@ -931,6 +933,14 @@ func (s *Store) updateLocked(in runtime.Object, status bool) (runtime.Object, er
 	s.commit(Modified, kind, oldObj, obj)
 	s.afterChangeLocked(kind, oldObj, obj)
 	return obj, nil
+}
+
+// canonicalize normalizes a validated object as the API server's strategy
+// does before storing it: Endpoints subsets are repacked (RepackSubsets).
+func canonicalize(obj runtime.Object) {
+	if ep, ok := obj.(*corev1.Endpoints); ok {
+		ep.Subsets = RepackSubsets(ep.Subsets)
+	}
 }
 
 // keepStatus copies the stored status into obj: the main resource does not
