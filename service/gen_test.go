@@ -75,6 +75,10 @@ func genService(t *rapid.T, shape svcShape) *corev1.Service {
 		case 2:
 			p.TargetPort = intstr.FromString(rapid.StringMatching(`[a-z]([a-z0-9]{0,8}[a-z])?`).Draw(t, "targetName"))
 		}
+		if rapid.IntRange(0, 4).Draw(t, "appProtocol") == 0 {
+			ap := rapid.SampledFrom([]string{"http", "h2c", "kubernetes.io/ws", "example.com/custom"}).Draw(t, "appProtocolName")
+			p.AppProtocol = &ap
+		}
 		s.Ports = append(s.Ports, p)
 	}
 	if len(s.Ports) > 1 {
@@ -110,6 +114,27 @@ func genService(t *rapid.T, shape svcShape) *corev1.Service {
 		f := false
 		s.AllocateLoadBalancerNodePorts = &f
 	}
+	if typ == "LoadBalancer" {
+		if rapid.IntRange(0, 2).Draw(t, "sourceRanges") == 0 {
+			s.LoadBalancerSourceRanges = rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"10.0.0.0/8", "192.168.0.0/16", "203.0.113.0/24", "2001:db8::/32"}), 1, 3, rapid.ID[string]).Draw(t, "ranges")
+		}
+		if rapid.IntRange(0, 3).Draw(t, "lbClass") == 0 {
+			c := "example.com/lb"
+			s.LoadBalancerClass = &c
+		}
+		if rapid.Bool().Draw(t, "ingress") {
+			svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: fmt.Sprintf("198.51.100.%d", rapid.IntRange(1, 254).Draw(t, "ingressIP"))}}
+		}
+	}
+	if typ != "ExternalName" && rapid.IntRange(0, 4).Draw(t, "trafficDistribution") == 0 {
+		td := rapid.SampledFrom([]string{corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameZone,
+			corev1.ServiceTrafficDistributionPreferSameNode}).Draw(t, "td")
+		s.TrafficDistribution = &td
+	}
+	if rapid.IntRange(0, 2).Draw(t, "labels") == 0 {
+		svc.Labels = map[string]string{"app.kubernetes.io/name": genDNS1035.Draw(t, "labelValue")}
+		svc.Annotations = map[string]string{"example.com/note": rapid.StringMatching(`[ -~]{0,20}`).Draw(t, "annotation")}
+	}
 	if typ == "Headless" && rapid.Bool().Draw(t, "publishNotReady") {
 		s.PublishNotReadyAddresses = true
 	}
@@ -118,6 +143,32 @@ func genService(t *rapid.T, shape svcShape) *corev1.Service {
 	if typ != "ExternalName" && typ != "Headless" && wantIP {
 		ip := netip.AddrFrom4([4]byte{10, 96, byte(rapid.IntRange(0, 15).Draw(t, "ipHi")), byte(rapid.IntRange(1, 254).Draw(t, "ipLo"))})
 		s.ClusterIP, s.ClusterIPs = ip.String(), []string{ip.String()}
+	}
+	if shape.allocated && typ != "ExternalName" {
+		// What the Store's family initialisation writes: families matching
+		// the IPs, IPv6 primary or dual-stack now and then.
+		pol := corev1.IPFamilyPolicySingleStack
+		v6 := netip.MustParseAddr("fd00:10:96::").As16()
+		v6[14], v6[15] = byte(rapid.IntRange(0, 255).Draw(t, "v6Hi")), byte(rapid.IntRange(1, 255).Draw(t, "v6Lo"))
+		v6ip := netip.AddrFrom16(v6).String()
+		switch {
+		case typ == "Headless":
+			s.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+			if len(s.Selector) == 0 {
+				pol = corev1.IPFamilyPolicyRequireDualStack
+				s.IPFamilies = append(s.IPFamilies, corev1.IPv6Protocol)
+			}
+		case rapid.IntRange(0, 3).Draw(t, "family") == 0:
+			s.ClusterIP, s.ClusterIPs = v6ip, []string{v6ip}
+			s.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
+		case rapid.IntRange(0, 2).Draw(t, "dual") == 0:
+			pol = rapid.SampledFrom([]corev1.IPFamilyPolicy{corev1.IPFamilyPolicyPreferDualStack, corev1.IPFamilyPolicyRequireDualStack}).Draw(t, "policy")
+			s.ClusterIPs = append(s.ClusterIPs, v6ip)
+			s.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+		default:
+			s.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+		}
+		s.IPFamilyPolicy = &pol
 	}
 	if typ == "NodePort" || typ == "LoadBalancer" {
 		for i := range s.Ports {

@@ -163,9 +163,25 @@ func TestPropFailedCreateLeavesNothing(t *testing.T) {
 		if b := rapid.SampledFrom(breakers).Draw(t, "breaker"); rapid.Bool().Draw(t, "break") {
 			b.apply(t, svc)
 		} else if existing := s.ListServices(); len(existing) > 0 {
-			// Collide on an allocated value instead.
-			victim := existing[len(existing)-1]
-			if HasClusterIP(victim) && HasClusterIP(svc) {
+			// Collide on an allocated value instead: a cluster IP, or a node
+			// port (after the cluster IP has been allocated, so that the
+			// rollback has something to undo).
+			victim := rapid.SampledFrom(existing).Draw(t, "victim")
+			var taken []int32
+			for _, p := range victim.Spec.Ports {
+				if p.NodePort != 0 {
+					taken = append(taken, p.NodePort)
+				}
+			}
+			if victim.Spec.HealthCheckNodePort != 0 {
+				taken = append(taken, victim.Spec.HealthCheckNodePort)
+			}
+			switch {
+			case len(taken) > 0 && len(svc.Spec.Ports) > 0 &&
+				(svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) && rapid.Bool().Draw(t, "portCollision"):
+				i := rapid.IntRange(0, len(svc.Spec.Ports)-1).Draw(t, "port")
+				svc.Spec.Ports[i].NodePort = rapid.SampledFrom(taken).Draw(t, "takenPort")
+			case HasClusterIP(victim) && HasClusterIP(svc):
 				svc.Spec.ClusterIP, svc.Spec.ClusterIPs = victim.Spec.ClusterIP, []string{victim.Spec.ClusterIP}
 			}
 		}
