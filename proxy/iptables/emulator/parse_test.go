@@ -406,6 +406,7 @@ func TestBadInput(t *testing.T) {
 		{"recent without a command", "*nat\n-A PREROUTING -m recent --name x -j ACCEPT\nCOMMIT\n", IPv4, 2, "-m recent", "needs one of", nil},
 		{"recent --reap without --seconds", "*nat\n-A PREROUTING -m recent --rcheck --reap -j ACCEPT\nCOMMIT\n", IPv4, 2, "-m recent", "--reap needs --seconds", nil},
 		{"reject type of the other family", "*filter\n-A INPUT -j REJECT --reject-with icmp-port-unreachable\nCOMMIT\n", IPv6, 2, "--reject-with", "unknown reject type", nil},
+		{"tcp-rst is not an ip6tables spelling", "*filter\n-A INPUT -p tcp -j REJECT --reject-with tcp-rst\nCOMMIT\n", IPv6, 2, "--reject-with", "unknown reject type", nil},
 		{"tcp-reset without -p tcp", "*filter\n-A INPUT -j REJECT --reject-with tcp-reset\nCOMMIT\n", IPv4, 2, "-j REJECT", "needs -p tcp", nil},
 		{"negated -m", "*filter\n-A INPUT ! -m tcp -j ACCEPT\nCOMMIT\n", IPv4, 2, "-m", "! is not allowed", nil},
 		{"two targets", "*filter\n-A INPUT -j ACCEPT -j DROP\nCOMMIT\n", IPv4, 2, "-j", "only one -j or -g", nil},

@@ -108,25 +108,43 @@ func (t *JumpTarget) appendTarget(b []byte) []byte {
 
 // ---------------------------------------------------------------------------------
 
-var rejectV4 = map[string]string{
-	"icmp-net-unreachable": "icmp-net-unreachable", "net-unreach": "icmp-net-unreachable",
-	"icmp-host-unreachable": "icmp-host-unreachable", "host-unreach": "icmp-host-unreachable",
-	"icmp-proto-unreachable": "icmp-proto-unreachable", "proto-unreach": "icmp-proto-unreachable",
-	"icmp-port-unreachable": "icmp-port-unreachable", "port-unreach": "icmp-port-unreachable",
-	"icmp-net-prohibited": "icmp-net-prohibited", "net-prohib": "icmp-net-prohibited",
-	"icmp-host-prohibited": "icmp-host-prohibited", "host-prohib": "icmp-host-prohibited",
-	"icmp-admin-prohibited": "icmp-admin-prohibited", "admin-prohib": "icmp-admin-prohibited",
-	"tcp-reset": "tcp-reset", "tcp-rst": "tcp-reset",
+// rejectName is one entry of libxt's reject_table: the canonical name iptables-save
+// prints and its alias.
+type rejectName struct{ name, alias string }
+
+// rejectV4 and rejectV6 are libipt_REJECT's and libip6t_REJECT's reject_table, in table
+// order: the tools take the first entry whose name or alias begins with the argument,
+// ignoring case ("icmp-p" is icmp-proto-unreachable, "T" tcp-reset, "" the first entry).
+var rejectV4 = []rejectName{
+	{"icmp-net-unreachable", "net-unreach"},
+	{"icmp-host-unreachable", "host-unreach"},
+	{"icmp-proto-unreachable", "proto-unreach"},
+	{"icmp-port-unreachable", "port-unreach"},
+	{"icmp-net-prohibited", "net-prohib"},
+	{"icmp-host-prohibited", "host-prohib"},
+	{"tcp-reset", "tcp-rst"},
+	{"icmp-admin-prohibited", "admin-prohib"},
 }
 
-var rejectV6 = map[string]string{
-	"icmp6-no-route": "icmp6-no-route", "no-route": "icmp6-no-route",
-	"icmp6-adm-prohibited": "icmp6-adm-prohibited", "adm-prohibited": "icmp6-adm-prohibited",
-	"icmp6-addr-unreachable": "icmp6-addr-unreachable", "addr-unreach": "icmp6-addr-unreachable",
-	"icmp6-port-unreachable": "icmp6-port-unreachable", "port-unreach": "icmp6-port-unreachable",
-	"icmp6-policy-fail": "icmp6-policy-fail", "policy-fail": "icmp6-policy-fail",
-	"icmp6-reject-route": "icmp6-reject-route", "reject-route": "icmp6-reject-route",
-	"tcp-reset": "tcp-reset", "tcp-rst": "tcp-reset",
+var rejectV6 = []rejectName{
+	{"icmp6-no-route", "no-route"},
+	{"icmp6-adm-prohibited", "adm-prohibited"},
+	{"icmp6-addr-unreachable", "addr-unreach"},
+	{"icmp6-port-unreachable", "port-unreach"},
+	{"tcp-reset", "tcp-reset"},
+	{"icmp6-policy-fail", "policy-fail"},
+	{"icmp6-reject-route", "reject-route"},
+}
+
+// lookupReject resolves a --reject-with argument as REJECT_parse does.
+func lookupReject(table []rejectName, arg string) (string, bool) {
+	prefix := func(s string) bool { return len(arg) <= len(s) && strings.EqualFold(s[:len(arg)], arg) }
+	for _, e := range table {
+		if prefix(e.name) || prefix(e.alias) {
+			return e.name, true
+		}
+	}
+	return "", false
 }
 
 // RejectTarget is -j REJECT --reject-with TYPE (canonical names; the default is
@@ -144,7 +162,7 @@ func (t *RejectTarget) option(rc *ruleCtx, opt string, _ bool, args []token) err
 	if rc.family == IPv6 {
 		names = rejectV6
 	}
-	w, ok := names[args[0].val]
+	w, ok := lookupReject(names, args[0].val)
 	if !ok {
 		return fmt.Errorf("unknown reject type %q for %s", args[0].val, rc.family)
 	}
