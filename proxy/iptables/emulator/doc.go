@@ -40,9 +40,11 @@
 // (random: the kernel's fixed-point probability round(P·2^31)/2^31 as a choice point;
 // nth: a counter per rule, reset when the rule is replaced); recent (xt_recent: lists
 // per name with ip_list_tot entries (default 100) evicted least-recently-updated first,
-// ip_pkt_list_tot stamps per entry, --set/--rcheck/--update/--remove, --seconds,
-// --hitcount, --reap (the oldest entry only), --rttl, --rsource/--rdest, --mask; a
-// list is freed when no rule names it); conntrack (--ctstate with the SNAT/DNAT virtual
+// a ring of time stamps per entry sized as kernels since 4.11 size it (32, or the next
+// power of two of the largest --hitcount of the list's rules; the list is flushed when
+// a new rule needs more), --set/--rcheck/--update/--remove, --seconds, --hitcount,
+// --reap (the oldest entry only), --rttl, --rsource/--rdest, --mask (the list's mask is
+// the first rule's); a list is freed when no rule names it); conntrack (--ctstate with the SNAT/DNAT virtual
 // states, --ctproto, --ctorig/repl src/dst and ports, --ctstatus, --ctexpire, --ctdir);
 // state; mark and connmark; set (ipsets: see IPSets); nfacct (a named counter);
 // iprange. Targets: ACCEPT, DROP, RETURN, jumps and gotos, REJECT (default

@@ -32,7 +32,9 @@ var _ iptables.Interface = (*Emulator)(nil)
 type Option func(*Emulator)
 
 // WithRecentLimits sets xt_recent's module parameters: ip_list_tot (addresses per
-// list, default 100) and ip_pkt_list_tot (time stamps per address, default 20).
+// list, default 100) and ip_pkt_list_tot (time stamps remembered per address; default 0,
+// which lets each list size its stamps from the --hitcount of its rules, 32 at least, as
+// kernels since 4.11 do).
 func WithRecentLimits(listTot, pktListTot int) Option {
 	return func(e *Emulator) {
 		if listTot > 0 {
@@ -101,6 +103,7 @@ func (e *Emulator) restore(data []byte, opts RestoreOptions) error {
 func (e *Emulator) gc() {
 	names := make(map[string]bool)
 	nth := make(map[*StatisticMatch]bool)
+	conf := make(map[string]recentConf)
 	for _, t := range e.rs.Tables {
 		for _, c := range t.Chains {
 			for _, r := range c.Rules {
@@ -108,6 +111,7 @@ func (e *Emulator) gc() {
 					switch m := m.(type) {
 					case *RecentMatch:
 						names[m.Name] = true
+						conf[m.Name] = e.st.recentConfig(conf, m)
 					case *StatisticMatch:
 						if m.Nth {
 							nth[m] = true
@@ -126,6 +130,13 @@ func (e *Emulator) gc() {
 			delete(e.st.recent, n)
 		}
 	}
+	for n, cf := range conf {
+		if old, ok := e.st.recentConf[n]; ok && cf.stampMask > old.stampMask {
+			// A rule needs more time stamps than the list keeps: the kernel flushes it.
+			delete(e.st.recent, n)
+		}
+	}
+	e.st.recentConf = conf
 	for m := range e.st.nth {
 		if !nth[m] {
 			delete(e.st.nth, m)

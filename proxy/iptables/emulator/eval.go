@@ -160,11 +160,15 @@ type state struct {
 	ipsets        *IPSets
 	recentListTot int
 	recentPktTot  int
+	// recentConf holds, per xt_recent list, what the kernel fixes when the first rule
+	// naming it is checked: the address mask and the size of each entry's time-stamp
+	// ring (see recentConfig).
+	recentConf map[string]recentConf
 }
 
 func newState() *state {
 	return &state{recent: make(map[string]*recentTable), nth: make(map[*StatisticMatch]uint32),
-		nfacct: make(map[string]*Counters), recentListTot: 100, recentPktTot: 20}
+		nfacct: make(map[string]*Counters), recentListTot: 100, recentConf: make(map[string]recentConf)}
 }
 
 // overlay holds a dry run's changes.

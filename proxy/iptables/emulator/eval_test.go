@@ -516,6 +516,45 @@ COMMIT
 		}
 	})
 
+	// What a 6.18 kernel did with these rules (UDP from 10.9.0.5 and .6 to a namespace
+	// holding them, counters read back): the list's mask is the first rule's, so the
+	// /32 --rcheck finds the /24 entry; and a list sizes its time-stamp ring from the
+	// --hitcount of its rules (32 stamps for 25), so packets 26 to 30 of 30 match.
+	t.Run("list mask from the first rule, stamp ring sized by --hitcount", func(t *testing.T) {
+		e := load(t, IPv4, `*filter
+:INPUT ACCEPT [0:0]
+-A INPUT -p udp --dport 1000 -m recent --name L --set --mask 255.255.255.0
+-A INPUT -p udp --dport 1001 -m recent --name L --rcheck --mask 255.255.255.255 -j DROP
+-A INPUT -p udp --dport 2000 -m recent --name H --rcheck --hitcount 25 -j DROP
+-A INPUT -p udp --dport 2000 -m recent --name H --set
+COMMIT
+`)
+		env := NewStaticEnv(1)
+		e.EvalTable(env, TableFilter, Input, pkt("udp 10.9.0.5:5 10.9.0.1:1000"), nil)
+		if v := e.EvalTable(env, TableFilter, Input, pkt("udp 10.9.0.6:5 10.9.0.1:1001"), nil).Verdict; v != Drop {
+			t.Errorf("--rcheck --mask 255.255.255.255 on a list made with /24: %v, want DROP (the list's mask applies)", v)
+		}
+		drops := 0
+		for i := 0; i < 30; i++ {
+			if e.EvalTable(env, TableFilter, Input, pkt("udp 10.9.0.5:5 10.9.0.1:2000"), nil).Verdict == Drop {
+				drops++
+			}
+		}
+		if drops != 5 {
+			t.Errorf("--hitcount 25 matched %d of 30 packets, want 5 (the kernel keeps 32 stamps)", drops)
+		}
+		if got := e.Recent("H"); len(got) != 1 || len(got[0].Stamps) != 25 {
+			t.Errorf("list H %+v, want one entry with 25 stamps (the dropped packets never reached --set)", got)
+		}
+		// A rule needing more stamps than the list keeps makes the kernel flush it.
+		if err := e.RestoreText([]byte("*filter\n-A INPUT -m recent --name H --rcheck --hitcount 40\nCOMMIT\n"), RestoreOptions{NoFlush: true}); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.Recent("H"); got != nil {
+			t.Errorf("list H kept %d entries after a rule with --hitcount 40 was added, want it flushed", len(got))
+		}
+	})
+
 	t.Run("dry runs change nothing", func(t *testing.T) {
 		e := load(t, IPv4, rules)
 		env := dryEnv{NewStaticEnv(1)}

@@ -6,6 +6,50 @@ import (
 	"time"
 )
 
+// recentConf is what the kernel keeps per xt_recent list (struct recent_table) apart
+// from its entries: the address mask, taken from the first rule that named the list
+// (later rules' --mask is ignored), and nstamps_max_mask, the size of each entry's
+// time-stamp ring less one.
+type recentConf struct {
+	mask      netip.Addr
+	stampMask int
+}
+
+// nstampMask is recent_mt_check()'s nstamp_mask for a rule: from ip_pkt_list_tot if set
+// and above the rule's --hitcount, else from the hitcount, else 32 stamps.
+func nstampMask(pktTot int, hitcount uint32) int {
+	pow2 := func(n int) int {
+		p := 1
+		for p < n {
+			p <<= 1
+		}
+		return p
+	}
+	switch {
+	case pktTot > 0 && int(hitcount) < pktTot:
+		return pow2(pktTot) - 1
+	case hitcount > 0:
+		return pow2(int(hitcount)) - 1
+	}
+	return 32 - 1
+}
+
+// recentConfig returns the list configuration after checking rule m: a list that
+// exists (in next, built in rule order, or else in the current state) keeps its mask
+// and grows its stamp ring if m needs more.
+func (st *state) recentConfig(next map[string]recentConf, m *RecentMatch) recentConf {
+	want := nstampMask(st.recentPktTot, m.Hitcount)
+	cf, ok := next[m.Name]
+	if !ok {
+		cf, ok = st.recentConf[m.Name]
+	}
+	if !ok {
+		return recentConf{mask: m.Mask, stampMask: want}
+	}
+	cf.stampMask = max(cf.stampMask, want)
+	return cf
+}
+
 // recentTable is one xt_recent list: at most listTot addresses, each with up to pktTot
 // time stamps, kept in least-recently-updated order (the kernel evicts the head of
 // this order when the list is full, and --reap looks only at the head).
@@ -117,7 +161,12 @@ func (c *evalCtx) recent(m *RecentMatch) tri {
 	if m.Dest {
 		addr = c.pkt.Dst
 	}
-	addr = maskAddr(addr, m.Mask)
+	cf, ok := c.st.recentConf[m.Name]
+	if !ok {
+		// A rule evaluated without having been loaded through a restore.
+		cf = recentConf{mask: m.Mask, stampMask: nstampMask(c.st.recentPktTot, m.Hitcount)}
+	}
+	addr = maskAddr(addr, cf.mask)
 	ttl := c.pkt.TTL
 	ret := m.Neg
 	now := c.env.Now()
@@ -134,7 +183,7 @@ func (c *evalCtx) recent(m *RecentMatch) tri {
 			return triOf(ret)
 		}
 		t = c.recentTable(m.Name, true)
-		t.init(addr, ttl, now, c.st.recentListTot, c.st.recentPktTot)
+		t.init(addr, ttl, now, c.st.recentListTot, cf.stampMask+1)
 		return triOf(!ret)
 	}
 	if m.Command != RecentCheck || m.Reap {
