@@ -77,16 +77,23 @@ func diffService(fam Family, name, clusterIP string, typ corev1.ServiceType, nod
 // source it saw, refused) is one of the emulator's outcomes for that packet, the spread
 // over 300 connections fits the emulator's probabilities (chi-square), and the
 // kernel's iptables-save output loads into the emulator as the same ruleset.
+//
+// It runs for both iptables backends (nf_tables, then legacy x_tables) and both families.
 func TestKernelDifferential(t *testing.T) {
 	kernel.RequireHarness(t)
-	kernel.RequireTools(t, "iptables-nft-restore", "iptables-nft-save", "ip6tables-nft-restore", "ip6tables-nft-save")
-	for _, fam := range []Family{IPv4, IPv6} {
-		t.Run(fam.String(), func(t *testing.T) { kernelDifferential(t, fam) })
+	for _, b := range []kernel.Backend{kernel.BackendNFT, kernel.BackendLegacy} {
+		t.Run(string(b), func(t *testing.T) {
+			kernel.RequireTools(t, "iptables-"+string(b)+"-restore", "iptables-"+string(b)+"-save",
+				"ip6tables-"+string(b)+"-restore", "ip6tables-"+string(b)+"-save")
+			for _, fam := range []Family{IPv4, IPv6} {
+				t.Run(fam.String(), func(t *testing.T) { kernelDifferential(t, b, fam) })
+			}
+		})
 	}
 }
 
-func kernelDifferential(t *testing.T, fam Family) {
-	h, err := kernel.NewHarness(kernel.HarnessConfig{Prefix: "clemu", IPv6: fam == IPv6,
+func kernelDifferential(t *testing.T, backend kernel.Backend, fam Family) {
+	h, err := kernel.NewHarness(kernel.HarnessConfig{Prefix: "clemu", IPv6: fam == IPv6, Backend: backend,
 		Pods: []kernel.PodConfig{{Name: "client"}, {Name: "ep1"}, {Name: "ep2"}, {Name: "ep3"}}})
 	if err != nil {
 		t.Fatalf("harness: %v", err)
