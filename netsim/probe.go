@@ -354,10 +354,12 @@ func (c *Cluster) runProbe(p Probe, from place, src netip.Addr, sport uint16, en
 		out.Reason = "nothing listens on " + ProtoName(p.Proto) + fmt.Sprintf("/%d", end.pk.DstPort)
 		return ProbeResult{Outcome: out}
 	case back.pk.Src != dst.Addr() || p.Proto != ProtoICMP && p.Proto != ProtoICMPv6 && back.pk.SrcPort != dst.Port():
-		// The client's stack sees a reply from an address it did not talk to.
+		// The client's stack sees a reply from an address it did not talk to. A TCP
+		// client answers such a SYN-ACK with a RST (no socket matches it) while its own
+		// connect goes on waiting for the SYN-ACK it expects, and times out.
 		if p.Proto == ProtoTCP {
-			out.Result = ResultRefused
-			out.Reason = fmt.Sprintf("SYN-ACK came from %s, not %s: the client resets it", out.ReplyFrom, dst)
+			out.Result = ResultDropped
+			out.Reason = fmt.Sprintf("SYN-ACK came from %s, not %s: the client resets it and its connection times out", out.ReplyFrom, dst)
 		} else {
 			out.Result = ResultDropped
 			out.Reason = fmt.Sprintf("reply came from %s, not %s: the client drops it", out.ReplyFrom, dst)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -61,20 +62,22 @@ func (w *World) netOf(from string) (*netsim.Net, error) {
 	return nil, fmt.Errorf("no source %q", from)
 }
 
-// DialPump is how far the virtual clock moves each time a real connection has waited
-// 10 ms of wall time (retransmissions, a proxy's own connection); DialBudget is how much
-// virtual time a connection gets before it counts as dropped.
-const (
-	DialPump   = 250 * time.Millisecond
-	DialBudget = 5 * time.Second
-)
+// DialBudget is how much virtual time a real connection gets before it counts as
+// dropped.
+const DialBudget = 5 * time.Second
 
 // Dial makes a real connection from a source's network stack (a pod, a node's host
 // network, an external host) to dst over TCP or UDP, sends a line and reads the
 // built-in whoami server's answer. Unlike a probe it goes through everything a program
-// would meet, the userspace proxy's own sockets included. Virtual time is moved on
-// while it waits (the world's clock is manual), so a lost packet costs DialBudget of
-// virtual time and little wall time. srcPort 0 picks an ephemeral port.
+// would meet, the userspace proxy's own sockets included.
+//
+// The world's clock is manual, and Dial moves it without sleeping on wall time: it
+// waits until every goroutine of the simulation is blocked (netsim.Quiesce), and only
+// then, with nothing left to happen before a timer fires, advances virtual time to the
+// next timer (a retransmission, a proxy's dial timeout, a session expiry). So an answer
+// that needs no timer never sees the clock move, however slow the machine, and a lost
+// packet costs DialBudget of virtual time and little wall time. srcPort 0 picks an
+// ephemeral port.
 func (w *World) Dial(from string, proto uint8, dst netip.AddrPort, srcPort uint16) (Dialed, error) {
 	n, err := w.netOf(from)
 	if err != nil {
@@ -99,7 +102,11 @@ func (w *World) Dial(from string, proto uint8, dst netip.AddrPort, srcPort uint1
 		}
 		line, err := bufio.NewReader(c).ReadString('\n')
 		if err != nil {
-			done <- dialFailed(err)
+			d := dialFailed(err)
+			if errors.Is(err, io.EOF) {
+				d = Dialed{Result: ResultClosed, Reason: "accepted, then closed without an answer"}
+			}
+			done <- d
 			return
 		}
 		who, err := netsim.ParseWhoami(line)
@@ -116,17 +123,29 @@ func (w *World) Dial(from string, proto uint8, dst netip.AddrPort, srcPort uint1
 		}
 		done <- d
 	}()
+	clock := w.Cluster.Clock()
 	var conn net.Conn
 	var waited time.Duration
-	for {
-		select {
-		case d := <-done:
-			return d, nil
-		case conn = <-conns:
-			continue
-		case <-time.After(10 * time.Millisecond):
+	poll := func() (Dialed, bool) {
+		for {
+			select {
+			case d := <-done:
+				return d, true
+			case conn = <-conns:
+			default:
+				return Dialed{}, false
+			}
 		}
-		if waited >= DialBudget {
+	}
+	for steps := 0; ; steps++ {
+		if d, ok := poll(); ok {
+			return d, nil
+		}
+		netsim.Quiesce()
+		if d, ok := poll(); ok {
+			return d, nil
+		}
+		if waited >= DialBudget || steps > 10000 {
 			cancel()
 			if conn != nil {
 				conn.Close()
@@ -143,10 +162,18 @@ func (w *World) Dial(from string, proto uint8, dst netip.AddrPort, srcPort uint1
 			}
 			return Dialed{Result: netsim.ResultDropped, Reason: fmt.Sprintf("no answer within %s", DialBudget)}, nil
 		}
-		w.Cluster.Clock().Advance(DialPump)
-		waited += DialPump
+		step := DialBudget - waited
+		if d, ok := clock.NextDeadline(); ok && d < step {
+			step = d
+		}
+		clock.Advance(step)
+		waited += step
 	}
 }
+
+// ResultClosed is a Dial result: the connection was accepted and then closed without an
+// answer (the userspace proxy does this when it cannot reach any endpoint).
+const ResultClosed = "closed"
 
 func dialFailed(err error) Dialed {
 	switch {
