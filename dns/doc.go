@@ -55,8 +55,9 @@
 //	  walk goes on after NXDOMAIN, NODATA and SERVFAIL and reports glibc's
 //	  h_errno (HOST_NOT_FOUND, NO_DATA, TRY_AGAIN, NO_RECOVERY); every query
 //	  sent is in the Result's log.
-//	  NetResolver(): Go's own resolver dialling the pod's nameserver through
-//	  the same Dial (Go's search list comes from the process, not the pod).
+//	  NetResolver(): a Go *net.Resolver for code in the pod that resolves
+//	  through the same Stub and search list (it dials nothing: each question
+//	  Go asks is answered by the stub's walk; goresolver.go).
 //
 // # Inside the simulation
 //

@@ -264,11 +264,18 @@ func TestClusterDNSNames(t *testing.T) {
 		t.Errorf("big: query log:\n%s\nwant:\n%s", got, want)
 	}
 
-	// Go's own resolver over the pod's network (an FQDN: Go's search list is
-	// the process's).
+	// Go's own resolver for code in the pod: the pod's search list, its
+	// queries over the pod's network, its lookups recorded.
 	goAddrs, err := r.NetResolver().LookupHost(simCtx(t), "my-service.default.svc.cluster.local.")
 	if err != nil || !slices.Equal(goAddrs, []string{myService.Spec.ClusterIP}) {
 		t.Errorf("Go resolver: %v %v", goAddrs, err)
+	}
+	goAddrs, err = r.NetResolver().LookupHost(simCtx(t), "my-service")
+	if err != nil || !slices.Equal(goAddrs, []string{myService.Spec.ClusterIP}) {
+		t.Errorf("Go resolver, short name: %v %v", goAddrs, err)
+	}
+	if lk := lastLookup(t, r); lk.Name != "my-service" || lk.FQDN != "my-service.default.svc.cluster.local." || lk.Source != "dns" || len(lk.Queries) != 2 {
+		t.Errorf("Go resolver's lookup of my-service recorded as %+v", lk)
 	}
 
 	// Names used for connections: the pod's Net resolves them, the traffic goes

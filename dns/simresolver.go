@@ -21,6 +21,7 @@ const maxLookups = 4096
 type Lookup struct {
 	At      time.Time // virtual time the lookup started
 	Name    string    // as the program asked
+	Type    uint16    // 0: addresses (A and AAAA); else the type asked through NetResolver
 	Source  string    // "files" (the pod's /etc/hosts), "dns", or "" on failure
 	FQDN    string    // the name that answered (DNS), or the hosts-file name
 	Addrs   []netip.Addr
@@ -73,11 +74,20 @@ func (r *PodResolver) Hosts() string {
 // hosts file, then the stub's search-list walk. Errors are *net.DNSError
 // (wrapping the stub's *LookupError), as Go's resolver reports them.
 func (r *PodResolver) Resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	lk := r.lookup(ctx, host)
+	if lk.Err != nil {
+		return nil, r.dnsError(host, lk.Err, lk.Queries)
+	}
+	return lk.Addrs, nil
+}
+
+// lookup resolves host (hosts file, then the stub) and records the lookup.
+func (r *PodResolver) lookup(ctx context.Context, host string) Lookup {
 	lk := Lookup{At: r.now(), Name: host}
 	if addrs, name := r.fromHosts(host); len(addrs) > 0 {
 		lk.Source, lk.FQDN, lk.Addrs = "files", name, addrs
 		r.record(lk)
-		return addrs, nil
+		return lk
 	}
 	res, err := r.Stub.Lookup(ctx, host, FamilyAny)
 	if res != nil {
@@ -88,17 +98,33 @@ func (r *PodResolver) Resolve(ctx context.Context, host string) ([]netip.Addr, e
 	if err != nil {
 		lk.Err = err
 		r.record(lk)
-		return nil, r.dnsError(host, err, lk.Queries)
+		return lk
 	}
 	lk.Source = "dns"
 	r.record(lk)
-	return res.Addrs, nil
+	return lk
 }
 
-// NetResolver returns a Go *net.Resolver whose DNS traffic leaves from the
-// pod's network to its first nameserver (see Stub.NetResolver: Go applies
-// its own search list and ndots, not the pod's, so give it FQDNs).
-func (r *PodResolver) NetResolver() *net.Resolver { return r.Stub.NetResolver() }
+// NetResolver returns a Go *net.Resolver that resolves as the pod does: its
+// /etc/hosts, then its stub walking its resolv.conf's search list (see
+// Stub.NetResolver), every lookup recorded in Lookups like Resolve's (other
+// types than addresses with their Type).
+func (r *PodResolver) NetResolver() *net.Resolver {
+	return newGoResolver(&goAnswerer{
+		stub: r.Stub,
+		addrs: func(ctx context.Context, name string) (string, []netip.Addr, error) {
+			lk := r.lookup(ctx, name)
+			return lk.FQDN, lk.Addrs, lk.Err
+		},
+		record: func(name string, qtype uint16, fqdn string, log []QueryLog, err error) {
+			lk := Lookup{At: r.now(), Name: name, Type: qtype, FQDN: fqdn, Queries: log, Err: err}
+			if err == nil {
+				lk.Source = "dns"
+			}
+			r.record(lk)
+		},
+	})
+}
 
 // fromHosts looks host up in the hosts file (case-insensitively, a trailing
 // dot ignored).

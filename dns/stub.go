@@ -206,22 +206,24 @@ func (s *Stub) Lookup(ctx context.Context, name string, fam Family) (*Result, er
 	if name == "" || name == "." {
 		return res, &LookupError{Name: name, Kind: HostNotFound}
 	}
-	try := func(fqdn string) tryResult {
-		tr := s.tryName(ctx, fqdn, fam, &res.Log)
-		if tr.ok {
-			res.Name = fqdn
-			res.Addrs = tr.addrs
-		}
-		return tr
+	fqdn, tr, kind := s.walk(name, func(fqdn string) tryResult { return s.tryName(ctx, fqdn, fam, &res.Log) })
+	if fqdn == "" {
+		return res, &LookupError{Name: name, Kind: kind}
 	}
-	fail := func(k ErrorKind) (*Result, error) { return res, &LookupError{Name: name, Kind: k} }
+	res.Name, res.Addrs = fqdn, tr.addrs
+	return res, nil
+}
 
+// walk is glibc's res_search over name (see Lookup): try is called for each
+// name of the search list in turn until one succeeds. It returns the FQDN
+// that succeeded with its result, or "" and the error glibc reports.
+func (s *Stub) walk(name string, try func(fqdn string) tryResult) (string, tryResult, ErrorKind) {
 	if strings.HasSuffix(name, ".") {
 		tr := try(name)
 		if tr.ok {
-			return res, nil
+			return name, tr, 0
 		}
-		return fail(tr.kind)
+		return "", tr, tr.kind
 	}
 	dots := strings.Count(name, ".")
 	triedAsIs := false
@@ -229,7 +231,7 @@ func (s *Stub) Lookup(ctx context.Context, name string, fam Family) (*Result, er
 	if dots >= s.Conf.Ndots() {
 		tr := try(name + ".")
 		if tr.ok {
-			return res, nil
+			return name + ".", tr, 0
 		}
 		saved, triedAsIs = tr.kind, true
 	}
@@ -244,7 +246,7 @@ func (s *Stub) Lookup(ctx context.Context, name string, fam Family) (*Result, er
 		}
 		tr := try(fqdn)
 		if tr.ok {
-			return res, nil
+			return fqdn, tr, 0
 		}
 		last = tr.kind
 		done := false
@@ -264,21 +266,21 @@ func (s *Stub) Lookup(ctx context.Context, name string, fam Family) (*Result, er
 	if !triedAsIs && !rootOnList {
 		tr := try(name + ".")
 		if tr.ok {
-			return res, nil
+			return name + ".", tr, 0
 		}
 		last = tr.kind
 	}
 	switch {
 	case saved != 0:
-		return fail(saved)
+		return "", tryResult{}, saved
 	case gotNoData:
-		return fail(NoData)
+		return "", tryResult{}, NoData
 	case gotServfail:
-		return fail(TryAgain)
+		return "", tryResult{}, TryAgain
 	case last != 0:
-		return fail(last)
+		return "", tryResult{}, last
 	}
-	return fail(HostNotFound)
+	return "", tryResult{}, HostNotFound
 }
 
 // tryName asks for the addresses of one FQDN and classifies the replies as
@@ -550,25 +552,15 @@ func (s *Stub) exchangeTCP(ctx context.Context, addr, fqdn string, qtype uint16,
 	}
 }
 
-// NetResolver returns a Go resolver (PreferGo) whose every DNS connection
-// goes through the stub's Dial to the first nameserver. Go applies its own
-// search list and ndots, read from the process's /etc/resolv.conf, not the
-// pod's: give it FQDNs (trailing dot), or use Stub.LookupNetIP for the pod's
-// exact glibc search semantics and a query log.
+// NetResolver returns a Go *net.Resolver that resolves as this stub does: the
+// search list, ndots and nameservers of its resolv.conf, not this process's.
+// Every question Go asks is answered by the stub's walk for that name (A and
+// AAAA questions for one name share one A+AAAA walk, as getaddrinfo's), with
+// a CNAME from the name asked to the FQDN that answered; the resolver itself
+// dials nothing (see goresolver.go). Go still reads this process's /etc/hosts
+// before asking. Names are walked as relative names: Go sends every name with
+// a trailing dot, so a trailing dot the program wrote is lost (the answer is
+// the same unless a search expansion of the name exists).
 func (s *Stub) NetResolver() *net.Resolver {
-	server := "127.0.0.1:53"
-	if len(s.Conf.Nameservers) > 0 {
-		server = nameserverAddr(s.Conf.Nameservers[0])
-	}
-	return &net.Resolver{
-		PreferGo: true,
-		Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			if strings.HasPrefix(network, "tcp") {
-				network = "tcp"
-			} else {
-				network = "udp"
-			}
-			return s.dial(ctx, network, server)
-		},
-	}
+	return newGoResolver(&goAnswerer{stub: s})
 }

@@ -281,7 +281,7 @@ func TestStubNoReply(t *testing.T) {
 	}
 }
 
-// TestNetResolver: Go's own resolver, dialling through the stub.
+// TestNetResolver: Go's resolver answered by the stub, FQDNs and the stub's own LookupNetIP.
 func TestNetResolver(t *testing.T) {
 	s := newTestServer(t, nil)
 	st := stubFor(t, s, "testns")
