@@ -58,6 +58,10 @@
 //     the last-change-trigger-time annotation are not.
 //   - Hand-written Endpoints and EndpointSlices may not use a service's
 //     cluster IP as an endpoint address (traffic would loop through the VIP).
+//   - IP and CIDR fields are validated as the API server does with strict
+//     IP validation (no leading zeros, no IPv4-mapped IPv6, any IPv6
+//     spelling), but without its ratcheting: an update must fix an invalid
+//     address that an older cluster let in.
 //   - Pod validation covers what networking uses (metadata, containers and
 //     ports, hostname/subdomain, DNS and restart policy, status IPs).
 //   - Service environment variables come sorted by service name (the

@@ -802,3 +802,24 @@ func TestConcurrentWriters(t *testing.T) {
 		t.Errorf("%d endpoints, want 100", n)
 	}
 }
+
+// A requested cluster IP in a non-canonical IPv6 spelling is accepted (the
+// API server only warns) and takes the same address as its canonical form.
+func TestNonCanonicalRequestedClusterIP(t *testing.T) {
+	s := newStore(t, dual6Cfg)
+	svc := mustService(t, s, NewService("default/a", Port("http", 80, 0), ClusterIP("FD00:10:96:0::0005")))
+	if !slices.Equal(svc.Spec.IPFamilies, []corev1.IPFamily{"IPv6"}) ||
+		!s.Allocators().ForFamily("IPv6").Has(netip.MustParseAddr("fd00:10:96::5")) {
+		t.Fatalf("spec %+v, allocator %s", svc.Spec, allocState(s))
+	}
+	_, err := s.Create(NewService("default/b", Port("http", 80, 0), ClusterIP("fd00:10:96::5")))
+	if want := `Service "b" is invalid: spec.clusterIPs: Invalid value: ["fd00:10:96::5"]: failed to allocate IP fd00:10:96::5: provided IP is already allocated`; err == nil || err.Error() != want {
+		t.Errorf("second service: %v\nwant %s", err, want)
+	}
+	if err := s.Delete(KindService, "default", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Allocators().ForFamily("IPv6").Used() != 0 {
+		t.Errorf("after delete: %s", allocState(s))
+	}
+}

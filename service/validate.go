@@ -145,6 +145,24 @@ func validatePortNumOrName(port intstr.IntOrString, p *field.Path) field.ErrorLi
 	return errs
 }
 
+// validateLegacyIP checks an address in one of the API's "legacy" IP
+// fields (clusterIPs, externalIPs, Endpoints and EndpointSlice addresses,
+// pod and host IPs, load-balancer ingress IPs) as the API server does with
+// strict IP validation (KEP-4858, StrictIPCIDRValidation): it must parse,
+// IPv4 octets may not have leading zeros and IPv4-mapped IPv6 addresses are
+// refused, but an IPv6 address need not be in canonical form (such as
+// "FD00:0::5") — the API server only warns about that.
+func validateLegacyIP(p *field.Path, value string) field.ErrorList {
+	return validation.IsValidIPForLegacyField(p, value, true, nil)
+}
+
+// validateLegacyCIDR is validateLegacyIP for the legacy CIDR fields
+// (loadBalancerSourceRanges, node podCIDRs): no leading zeros, not
+// IPv4-mapped, no bits set past the prefix length, any IPv6 spelling.
+func validateLegacyCIDR(p *field.Path, value string) field.ErrorList {
+	return validation.IsValidCIDRForLegacyField(p, value, true, nil)
+}
+
 // ValidateNonSpecialIP rejects addresses that make no sense as endpoints or
 // external IPs: unspecified, loopback, link-local unicast and link-local
 // multicast.
@@ -262,7 +280,7 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 	ipPath := specPath.Child("externalIPs")
 	for i, ip := range svc.Spec.ExternalIPs {
 		idx := ipPath.Index(i)
-		if errs := validation.IsValidIP(idx, ip); len(errs) != 0 {
+		if errs := validateLegacyIP(idx, ip); len(errs) != 0 {
 			allErrs = append(allErrs, errs...)
 		} else {
 			allErrs = append(allErrs, ValidateNonSpecialIP(ip, idx)...)
@@ -313,7 +331,7 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 		}
 		for i, v := range svc.Spec.LoadBalancerSourceRanges {
 			// Space padding is tolerated, for historical reasons.
-			allErrs = append(allErrs, validation.IsValidCIDR(fp.Index(i), strings.TrimSpace(v))...)
+			allErrs = append(allErrs, validateLegacyCIDR(fp.Index(i), strings.TrimSpace(v))...)
 		}
 	} else if val, ok := svc.Annotations[corev1.AnnotationLoadBalancerSourceRangesKey]; ok {
 		fp := metaPath.Child("annotations").Key(corev1.AnnotationLoadBalancerSourceRangesKey)
@@ -322,7 +340,7 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 		}
 		if val = strings.TrimSpace(val); val != "" {
 			for _, v := range strings.Split(val, ",") {
-				allErrs = append(allErrs, validation.IsValidCIDR(fp, strings.TrimSpace(v))...)
+				allErrs = append(allErrs, validateLegacyCIDR(fp, strings.TrimSpace(v))...)
 			}
 		}
 	}
@@ -499,7 +517,7 @@ func ValidateServiceClusterIPsRelatedFields(svc *corev1.Service) field.ErrorList
 			}
 			continue
 		}
-		errs := validation.IsValidIP(ipsPath.Index(i), ip)
+		errs := validateLegacyIP(ipsPath.Index(i), ip)
 		hasInvalidIPs = hasInvalidIPs || len(errs) != 0
 		allErrs = append(allErrs, errs...)
 	}
@@ -627,7 +645,7 @@ func ValidateServiceStatus(svc *corev1.Service) field.ErrorList {
 	for i, ing := range svc.Status.LoadBalancer.Ingress {
 		idx := p.Index(i)
 		if ing.IP != "" {
-			allErrs = append(allErrs, validation.IsValidIP(idx.Child("ip"), ing.IP)...)
+			allErrs = append(allErrs, validateLegacyIP(idx.Child("ip"), ing.IP)...)
 		}
 		switch {
 		case ing.IPMode != nil && ing.IP == "":
@@ -766,7 +784,7 @@ func validateIPPair(ips []string, p *field.Path) field.ErrorList {
 		return append(allErrs, field.TooMany(p, len(ips), 2))
 	}
 	for i, ip := range ips {
-		allErrs = append(allErrs, validation.IsValidIP(p.Index(i).Child("ip"), ip)...)
+		allErrs = append(allErrs, validateLegacyIP(p.Index(i).Child("ip"), ip)...)
 	}
 	if len(allErrs) == 0 && len(ips) == 2 && isIPv6String(ips[0]) == isIPv6String(ips[1]) {
 		allErrs = append(allErrs, field.Invalid(p, ips, "may specify no more than one IP for each IP family"))
@@ -814,7 +832,7 @@ func ValidateNode(node *corev1.Node) field.ErrorList {
 		allErrs = append(allErrs, field.TooMany(p, len(node.Spec.PodCIDRs), 2))
 	}
 	for i, c := range node.Spec.PodCIDRs {
-		allErrs = append(allErrs, validation.IsValidCIDR(p.Index(i), c)...)
+		allErrs = append(allErrs, validateLegacyCIDR(p.Index(i), c)...)
 	}
 	if node.Spec.PodCIDR != "" && len(node.Spec.PodCIDRs) > 0 && node.Spec.PodCIDR != node.Spec.PodCIDRs[0] {
 		allErrs = append(allErrs, field.Invalid(field.NewPath("spec", "podCIDR"), node.Spec.PodCIDR, "must match the first element of podCIDRs"))
@@ -855,7 +873,10 @@ func ValidateEndpoints(ep *corev1.Endpoints) field.ErrorList {
 }
 
 func validateEndpointAddress(a *corev1.EndpointAddress, p *field.Path) field.ErrorList {
-	allErrs := validation.IsValidIP(p.Child("ip"), a.IP)
+	allErrs := validateLegacyIP(p.Child("ip"), a.IP)
+	if len(allErrs) == 0 {
+		allErrs = ValidateNonSpecialIP(a.IP, p.Child("ip"))
+	}
 	if len(a.Hostname) > 0 {
 		allErrs = append(allErrs, validateDNS1123Label(a.Hostname, p.Child("hostname"))...)
 	}
@@ -864,7 +885,7 @@ func validateEndpointAddress(a *corev1.EndpointAddress, p *field.Path) field.Err
 			allErrs = append(allErrs, field.Invalid(p.Child("nodeName"), *a.NodeName, msg))
 		}
 	}
-	return append(allErrs, ValidateNonSpecialIP(a.IP, p.Child("ip"))...)
+	return allErrs
 }
 
 func validateEndpointPort(port *corev1.EndpointPort, requireName bool, p *field.Path) field.ErrorList {
@@ -977,7 +998,7 @@ func ValidateEndpointSlice(s *discoveryv1.EndpointSlice) field.ErrorList {
 func validateSliceAddress(at discoveryv1.AddressType, addr string, p *field.Path) field.ErrorList {
 	switch at {
 	case discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6:
-		errs := validation.IsValidIP(p, addr)
+		errs := validateLegacyIP(p, addr)
 		if len(errs) > 0 {
 			return errs
 		}
