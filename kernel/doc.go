@@ -32,8 +32,9 @@
 // IPVS translates VirtualServer/RealServer to and from the library's Service and
 // Destination (the IPv4 persistence netmask is a network-order mask, the IPv6 one a
 // prefix length). moby/ipvs does not notice a kernel without IPVS, so CheckIPVS
-// resolves the generic-netlink family itself, and NewIPVS returns an error wrapping
-// ErrIPVSUnsupported (and the netlink ENOENT) when it is missing. Nothing falls back:
+// resolves the generic-netlink family itself, and NewIPVS returns an
+// *IPVSUnsupportedError (errors.Is ErrIPVSUnsupported, wrapping the netlink ENOENT) when
+// it is missing. Nothing falls back:
 // the caller picks the userspace model or another mode.
 //
 // # The exec seam

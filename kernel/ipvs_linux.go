@@ -33,8 +33,8 @@ var _ ipvs.Interface = (*IPVS)(nil)
 
 // CheckIPVS reports whether the kernel can do IPVS by resolving the "IPVS"
 // generic-netlink family (CTRL_CMD_GETFAMILY). Generic-netlink families are
-// kernel-wide, so the answer holds for every namespace. A missing family gives an error
-// wrapping both ErrIPVSUnsupported and the netlink error (ENOENT). moby/ipvs's own New
+// kernel-wide, so the answer holds for every namespace. A missing family gives an
+// *IPVSUnsupportedError (matching ErrIPVSUnsupported) wrapping the netlink error (ENOENT). moby/ipvs's own New
 // cannot be trusted for this: on a kernel without IPVS it logs a warning and returns a
 // handle whose calls go to family 0.
 func CheckIPVS() error {
@@ -43,7 +43,7 @@ func CheckIPVS() error {
 		return nil
 	}
 	if errors.Is(err, syscall.ENOENT) {
-		return fmt.Errorf("%w: generic netlink family \"IPVS\" not found (kernel built without CONFIG_IP_VS, or ip_vs not loaded): %w", ErrIPVSUnsupported, err)
+		return &IPVSUnsupportedError{Reason: "generic netlink family \"IPVS\" not found (kernel built without CONFIG_IP_VS, or ip_vs not loaded)", Err: err}
 	}
 	return fmt.Errorf("ipvs: resolving generic netlink family \"IPVS\": %w", err)
 }

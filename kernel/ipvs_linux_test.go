@@ -22,6 +22,10 @@ func TestIPVSKernel(t *testing.T) {
 		if !errors.Is(err, ErrIPVSUnsupported) || !errors.Is(err, syscall.ENOENT) {
 			t.Fatalf("CheckIPVS without /proc/net/ip_vs: %v; want ErrIPVSUnsupported wrapping ENOENT", err)
 		}
+		var ue *IPVSUnsupportedError
+		if !errors.As(err, &ue) || ue.Reason == "" || !errors.Is(ue.Err, syscall.ENOENT) {
+			t.Fatalf("CheckIPVS: %#v; want an *IPVSUnsupportedError with a reason and the netlink ENOENT", err)
+		}
 		v, err := NewIPVS("")
 		if v != nil || !errors.Is(err, ErrIPVSUnsupported) {
 			t.Fatalf("NewIPVS: %v, %v; want nil and ErrIPVSUnsupported", v, err)

@@ -4,7 +4,6 @@ package kernel
 
 import (
 	"errors"
-	"fmt"
 	"runtime"
 	"time"
 
@@ -20,7 +19,7 @@ var _ ipvs.Interface = (*IPVS)(nil)
 var errNotLinux = errors.New("IPVS needs Linux, this is " + runtime.GOOS)
 
 // CheckIPVS reports why IPVS cannot be used: always, off Linux.
-func CheckIPVS() error { return fmt.Errorf("%w: %w", ErrIPVSUnsupported, errNotLinux) }
+func CheckIPVS() error { return &IPVSUnsupportedError{Err: errNotLinux} }
 
 // NewIPVS fails with ErrIPVSUnsupported off Linux.
 func NewIPVS(netns string) (*IPVS, error) { return nil, CheckIPVS() }
