@@ -38,8 +38,10 @@ type Config struct {
 	// epoch (2025-01-01T00:00:00Z) that nothing advances; a simulation passes
 	// its virtual clock.
 	Now func() time.Time
-	// MaxEndpointsPerSlice caps the endpoints in one controller-made
-	// EndpointSlice. Default 100.
+	// MaxEndpointsPerSlice caps the endpoints in one EndpointSlice made by
+	// the EndpointSlice controller (kube-controller-manager
+	// --max-endpoints-per-slice). Default 100. Mirrored slices are not
+	// chunked: each holds up to MaxMirroredEndpointsPerSubset.
 	MaxEndpointsPerSlice int
 	// MasterService creates default/kubernetes (the first IP of the primary
 	// range, port 443 "https" → 6443) as the apiserver does.
