@@ -28,6 +28,7 @@ type traceOptions struct {
 	inIface      string
 	outIface     string
 	allBranches  bool
+	everyRule    bool
 	seed         uint64
 	output       string
 }
@@ -41,9 +42,11 @@ INPUT (delivered locally), any other through FORWARD and POSTROUTING; after OUTP
 goes through POSTROUTING and, when its destination is local, back in to INPUT.
 statistic --mode random rules are choice points: by default one branch is drawn (from
 --seed); --all-branches follows every branch and lists every outcome with its
-probability, merging identical ones. Match modules the emulator does not model (physdev,
-limit, owner, ...) are assumed not to match; with --all-branches both possibilities are
-followed and each outcome lists its assumptions.
+probability, merging identical ones. Long chains are looked up through an index (the
+rules it shows cannot match are skipped, and the trace says how many); --every-rule
+scans them rule by rule as the kernel does and lists every rule. Match modules the
+emulator does not model (physdev, limit, owner, ...) are assumed not to match; with
+--all-branches both possibilities are followed and each outcome lists its assumptions.
 
 Output -o json is a JSON array of outcomes, each an object with:
   probability       number: the outcome's probability (conditional on its assumptions)
@@ -100,6 +103,7 @@ func newTraceCmd() *cobra.Command {
 	f.StringVar(&o.inIface, "in-interface", "", "input interface the packet arrives on (for -i rules; none by default)")
 	f.StringVar(&o.outIface, "out-interface", "", "output interface routing picks for a packet that leaves the node (for -o rules; none by default)")
 	f.BoolVar(&o.allBranches, "all-branches", false, "follow every statistic branch and list every outcome with its probability")
+	f.BoolVar(&o.everyRule, "every-rule", false, "list every rule looked at, scanning long chains rule by rule as the kernel does (by default rules a chain index shows cannot match are skipped, and a line says how many)")
 	f.Uint64Var(&o.seed, "seed", 1, "seed for the choice points when not following all branches")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	addScenarioTraceFlags(f, &so)
@@ -204,6 +208,6 @@ func (o *traceOptions) walkInput() (emulator.WalkInput, error) {
 	if proto == emulator.ProtoTCP {
 		p.TCPFlags = emulator.TCPSyn
 	}
-	in.Packet, in.From, in.AllBranches, in.Seed, in.OutIface = p, from, o.allBranches, o.seed, o.outIface
+	in.Packet, in.From, in.AllBranches, in.Seed, in.OutIface, in.EveryRule = p, from, o.allBranches, o.seed, o.outIface, o.everyRule
 	return in, nil
 }

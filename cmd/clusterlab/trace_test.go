@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -77,5 +78,46 @@ func TestTraceBadInput(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%v: error %q does not mention %q", tc.args, err, tc.msg)
 		}
+	}
+}
+
+// TestTraceEveryRule: a long chain is looked up through its index unless --every-rule
+// asks for the rule-by-rule scan, which lists every rule before the match.
+func TestTraceEveryRule(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n")
+	for i := 1; i <= 20; i++ {
+		fmt.Fprintf(&b, "-A KUBE-SERVICES -d 10.96.0.%d/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.244.0.%d:8080\n", i, i)
+	}
+	b.WriteString("COMMIT\n")
+	dump := t.TempDir() + "/dump.txt"
+	if err := os.WriteFile(dump, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--iptables-save", dump, "--src", "10.244.1.5", "--dst", "10.96.0.15", "--dport", "80"}
+	indexed, err := runTraceCmd(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	every, err := runTraceCmd(t, append(args, "--every-rule")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(indexed, "19 of 20 rules skipped by the chain index") || strings.Contains(indexed, "line 5:") {
+		t.Errorf("default trace does not go through the index:\n%s", indexed)
+	}
+	if strings.Contains(every, "skipped by the chain index") {
+		t.Errorf("--every-rule trace still skips rules:\n%s", every)
+	}
+	for line := 5; line <= 19; line++ { // the 15th KUBE-SERVICES rule, on line 19, matches
+		if !strings.Contains(every, fmt.Sprintf("line %d: -A KUBE-SERVICES", line)) {
+			t.Errorf("--every-rule trace lacks line %d:\n%s", line, every)
+		}
+	}
+	if strings.Contains(every, "line 20:") {
+		t.Errorf("--every-rule trace goes on after the DNAT:\n%s", every)
+	}
+	if _, err := runTraceCmd(t, "../../testdata/scenarios/quickstart.yaml", "--from", "pod:default/client", "--to", "web", "--every-rule"); err == nil || !strings.Contains(err.Error(), "every-rule") {
+		t.Errorf("--every-rule with a scenario: %v, want an error naming the flag", err)
 	}
 }

@@ -124,5 +124,6 @@
 //
 // A rule remembers the text and line it was loaded from (Rule.File, Rule.Line); traces
 // show that line, so a trace of a dump loaded from a file points into the file. Rules
-// skipped by a chain index are not listed (a step says how many were skipped).
+// skipped by a chain index are not listed (a step says how many were skipped), unless
+// WalkInput.EveryRule asks for a rule-by-rule scan.
 package emulator

@@ -195,6 +195,8 @@ type evalCtx struct {
 	buf    []int32
 	stack  []frame
 	envCh  envChooser
+	// noIndex scans long chains rule by rule instead of through their index.
+	noIndex bool
 }
 
 // Assumption records how an undecidable match was resolved on a path.
@@ -375,7 +377,7 @@ func (c *Chain) jumpTarget(t *Table, i int) *Chain {
 // push enters a chain: an indexed chain's candidate rules are computed here.
 func (c *evalCtx) push(t *Table, ch *Chain) {
 	f := frame{chain: ch}
-	if len(ch.Rules) >= indexThreshold {
+	if len(ch.Rules) >= indexThreshold && !c.noIndex {
 		if ch.idx == nil {
 			ch.idx = buildIndex(ch)
 		}

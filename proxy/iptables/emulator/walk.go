@@ -56,6 +56,10 @@ type WalkInput struct {
 	// (FORWARD, POSTROUTING); empty when unknown. Packets to a local address leave
 	// over "lo".
 	OutIface string
+	// EveryRule scans every chain rule by rule, as the kernel does, so that the trace
+	// lists every rule looked at, matched or not, instead of skipping through the chain
+	// indexes the rules that cannot match (the outcomes are the same).
+	EveryRule bool
 }
 
 // RuleRef names a rule on a packet's path.
@@ -319,7 +323,7 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput, start Hook) *Outcome {
 	pkt := in.Packet
 	pkt.CT = Conntrack{State: CTNew}
-	c := &evalCtx{pkt: &pkt, env: walkEnv{env}, ch: ch, st: e.st, dry: true, tr: tr}
+	c := &evalCtx{pkt: &pkt, env: walkEnv{env}, ch: ch, st: e.st, dry: true, tr: tr, noIndex: in.EveryRule}
 	o := &Outcome{Paths: 1, Trace: tr, MatchedRules: []RuleRef{}, Hooks: []string{}}
 	var lastRule, lastFilter *Decision
 	var dnat, snat *NAT

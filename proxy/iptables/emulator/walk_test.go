@@ -314,3 +314,45 @@ func TestTraceGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestWalkEveryRule: by default a trace skips, through the chain index, the rules of a
+// long chain that cannot match; EveryRule lists each of them as evaluated and not
+// matched, with the same outcomes.
+func TestWalkEveryRule(t *testing.T) {
+	e := load(t, IPv4, string(kubeDumpTo(40, 2, func(i, j int) string { return fmt.Sprintf("10.244.%d.%d", i, j+1) }, 8080)))
+	in := WalkInput{Packet: *pkt("tcp 10.0.0.2:40000 172.30.0.31:80"), AllBranches: true}
+	indexed := walk(t, e, in)
+	in.EveryRule = true
+	every := walk(t, e, in)
+	summary := func(r *WalkResult) string {
+		var s []string
+		for _, o := range r.Outcomes {
+			s = append(s, fmt.Sprintf("%s %.6f", o.summary(), o.Probability))
+		}
+		return strings.Join(s, "; ")
+	}
+	if summary(indexed) != summary(every) {
+		t.Errorf("outcomes differ:\nindexed %s\nevery rule %s", summary(indexed), summary(every))
+	}
+	// nat KUBE-SERVICES holds 40 cluster IP rules and the NodePort tail rule; the DNAT
+	// ends the nat table, so the indexed walk lists only the matching rule.
+	looked := func(r *WalkResult) (rules, skipped int) {
+		for _, s := range r.Paths[0].Trace.Steps {
+			switch {
+			case s.Kind == StepRule && s.Table == TableNAT && s.Chain == "KUBE-SERVICES":
+				rules++
+			case s.Kind == StepIndex && s.Table == TableNAT && s.Chain == "KUBE-SERVICES":
+				skipped++
+			}
+		}
+		return
+	}
+	if n, skips := looked(indexed); n != 1 || skips != 1 {
+		t.Errorf("indexed walk: %d KUBE-SERVICES rules listed, %d index steps; want 1 and 1", n, skips)
+	}
+	// The packet's service is the 31st: rules 1-30 are listed as not matching, the 31st
+	// matches and jumps; nothing after it is looked at.
+	if n, skips := looked(every); n != 31 || skips != 0 {
+		t.Errorf("every-rule walk: %d KUBE-SERVICES rules listed, %d index steps; want 31 and 0", n, skips)
+	}
+}
