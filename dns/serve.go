@@ -185,14 +185,18 @@ func trimDots(zs []string) []string {
 	return out
 }
 
-// loadObjects loads the manifests and completes them as a cluster would
-// (completeObjects), returning a note for each thing filled in.
+// loadObjects loads the manifests (skipping kinds it does not serve) and
+// completes them as a cluster would (completeObjects), returning a note for
+// each thing skipped or filled in.
 func loadObjects(paths []string) ([]runtime.Object, []string, error) {
-	ms, err := service.LoadPaths(paths...)
+	ms, skipped, err := loadManifests(paths)
 	if err != nil {
 		return nil, nil, err
 	}
 	objs, notes := completeObjects(service.Objects(ms))
+	if n := skippedNote(skipped); n != "" {
+		notes = append([]string{n}, notes...)
+	}
 	return objs, notes, nil
 }
 

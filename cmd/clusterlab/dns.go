@@ -45,14 +45,15 @@ are REFUSED without one.
 
 --manifests takes files and directories (their *.yaml, *.yml and *.json files); it
 may repeat, and arguments after the flags are more manifests. Namespaces, Services,
-EndpointSlices, Endpoints and Pods are served; other kinds are ignored. Cluster IPs
-are served as the manifests give them. Hand-written manifests get what the API
-server and its controllers would add, each said on the log: a Service without a
-clusterIP gets one (from 10.96.0.0/12, fd00:10:96::/112 for IPv6; the same one on
-every reload while no other Service takes it), and a Service with a selector but
-no EndpointSlice or Endpoints in the manifests gets the EndpointSlices the
-controller would make from the manifests' Pods (their status.podIP and Ready
-condition).
+EndpointSlices, Endpoints and Pods are served; documents and List items of other
+kinds (Deployments, ConfigMaps, ... as "kubectl get all -A -o yaml" prints them)
+are skipped, and the log says how many of each. Cluster IPs are served as the
+manifests give them. Hand-written manifests get what the API server and its
+controllers would add, each said on the log: a Service without a clusterIP gets
+one (from 10.96.0.0/12, fd00:10:96::/112 for IPv6; the same one on every reload
+while no other Service takes it), and a Service with a selector but no
+EndpointSlice or Endpoints in the manifests gets the EndpointSlices the controller
+would make from the manifests' Pods (their status.podIP and Ready condition).
 
 The files are checked every second and reloaded when their content changes; a
 reload that fails to parse keeps the previous data and says why. Runs until
