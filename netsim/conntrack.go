@@ -333,12 +333,16 @@ func (t *Conntrack) in(p *Packet) ctResult {
 		if p.Inner == nil || !p.Inner.hasPorts() && !p.Inner.IsICMPError() {
 			return ctResult{state: CtInvalid}
 		}
-		// The quoted packet went the other way: look its tuple up.
-		r, ok := t.lookupLocked(tupleOf(p.Inner), now)
+		// The quoted packet went the other way, and as it left this node: NATed already.
+		// Its tuple inverted is what a packet of the error's own direction would carry
+		// (the kernel's nf_ct_invert_tuple on the inner tuple): look that up, so that an
+		// error about a DNATed or SNATed packet finds the entry by its reply tuple.
+		in := tupleOf(p.Inner)
+		r, ok := t.lookupLocked(Tuple{Proto: in.Proto, Src: in.Dst, Dst: in.Src, SrcPort: in.DstPort, DstPort: in.SrcPort}, now)
 		if !ok {
 			return ctResult{state: CtInvalid}
 		}
-		return ctResult{conn: r.c, reply: !r.reply, state: CtRelated, related: true}
+		return ctResult{conn: r.c, reply: r.reply, state: CtRelated, related: true}
 	}
 	if !p.hasPorts() {
 		// Other protocols (and ICMP types without ids) are tracked by addresses only.

@@ -349,3 +349,30 @@ func TestHostNetworkAndNodeLocal(t *testing.T) {
 	}
 	_ = io.EOF
 }
+
+// An ICMP error about a DNATed packet is RELATED to its connection on the node that did
+// the DNAT (the quoted packet's tuple, inverted, is the entry's reply tuple) and goes
+// back translated: a UDP client of a VIP whose backend does not listen is refused, by
+// the VIP, as under a kernel. (gVisor's UDP sockets do not report a port-unreachable
+// error to a later read, as Linux's connected sockets do: probes see it, apps do not.)
+func TestICMPErrorThroughDNAT(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	silent := startPod(t, c, "node-c", "default/silent") // listens on nothing
+	vip := netip.MustParseAddrPort("10.96.0.10:53")
+	attachDNAT(c, &staticDNAT{vip: vip, backends: []netip.AddrPort{netip.AddrPortFrom(silent.IP(), 5353)}})
+	startPod(t, c, "node-a", "default/client")
+	r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: vip, Mode: ProbeConnect, Trace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Result != ResultRefused || r.ReplyFrom.Addr() != vip.Addr() {
+		t.Fatalf("UDP to a VIP whose backend does not listen: %s, want refused with the error from the VIP\n%s", r.Outcome, r.Trace)
+	}
+	var related bool
+	for _, s := range r.Trace.Find(StepConntrack) {
+		related = related || s.Node == "node-a" && strings.HasPrefix(s.Verdict, "RELATED")
+	}
+	if !related {
+		t.Errorf("node-a did not find the ICMP error RELATED to the DNATed flow:\n%s", r.Trace)
+	}
+}
