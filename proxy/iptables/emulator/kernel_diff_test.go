@@ -178,8 +178,10 @@ func kernelDifferential(t *testing.T, backend kernel.Backend, fam Family) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if stripComments(string(ks)) != string(es) {
-				t.Errorf("%s: kernel and emulator saves differ:\n%s", table, lineDiff(stripComments(string(ks)), string(es)))
+			// The legacy backend prints chain counters even without -c, and stray
+			// packets (IGMP, neighbour discovery) move them: compare without.
+			if got := zeroChainCounters(stripComments(string(ks))); got != string(es) {
+				t.Errorf("%s: kernel and emulator saves differ:\n%s", table, lineDiff(got, string(es)))
 			}
 			rs, err := ParseDump(ks, fam, "kernel")
 			if err != nil {
@@ -358,6 +360,19 @@ func kernelDifferential(t *testing.T, backend kernel.Backend, fam Family) {
 			t.Errorf("counted save does not round-trip:\n%s", lineDiff(stripComments(string(ks)), string(got)))
 		}
 	})
+}
+
+// zeroChainCounters rewrites the counters of iptables-save's chain lines to [0:0].
+func zeroChainCounters(save string) string {
+	lines := strings.SplitAfter(save, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, ":") {
+			if j := strings.LastIndex(l, " ["); j >= 0 {
+				lines[i] = l[:j] + " [0:0]" + l[len(strings.TrimRight(l, "\n")):]
+			}
+		}
+	}
+	return strings.Join(lines, "")
 }
 
 func probs(outs []*Outcome) []float64 {
