@@ -909,6 +909,11 @@ const (
 	RecentRemove = "--remove"
 )
 
+// recentMaxHitcount is the largest --hitcount the kernel accepts (XT_RECENT_MAX_NSTAMPS
+// less one: 65535 on current kernels, as a 6.18 kernel showed; 255 before the limit
+// was raised).
+const recentMaxHitcount = 65535
+
 // RecentMatch is -m recent (xt_recent).
 type RecentMatch struct {
 	Command  string // RecentSet, RecentCheck, RecentUpdate or RecentRemove
@@ -979,8 +984,8 @@ func (m *RecentMatch) finish(rc *ruleCtx) error {
 	if m.Reap && m.Seconds == 0 {
 		return fmt.Errorf("recent --reap needs --seconds")
 	}
-	if m.Hitcount > 255 {
-		return fmt.Errorf("recent --hitcount %d is above 255", m.Hitcount)
+	if m.Hitcount > recentMaxHitcount {
+		return fmt.Errorf("recent --hitcount %d is above %d", m.Hitcount, recentMaxHitcount)
 	}
 	if !m.nameSet {
 		m.Name = "DEFAULT"

@@ -404,6 +404,7 @@ func TestBadInput(t *testing.T) {
 		{"statistic without probability", "*nat\n-A PREROUTING -m statistic --mode random -j ACCEPT\nCOMMIT\n", IPv4, 2, "-m statistic", "needs --probability", nil},
 		{"probability above 1", "*nat\n-A PREROUTING -m statistic --mode random --probability 1.5 -j ACCEPT\nCOMMIT\n", IPv4, 2, "--probability", "between 0 and 1", nil},
 		{"recent without a command", "*nat\n-A PREROUTING -m recent --name x -j ACCEPT\nCOMMIT\n", IPv4, 2, "-m recent", "needs one of", nil},
+		{"recent --hitcount above 65535", "*nat\n-A PREROUTING -m recent --rcheck --hitcount 65536 -j ACCEPT\nCOMMIT\n", IPv4, 2, "-m recent", "above 65535", nil},
 		{"recent --reap without --seconds", "*nat\n-A PREROUTING -m recent --rcheck --reap -j ACCEPT\nCOMMIT\n", IPv4, 2, "-m recent", "--reap needs --seconds", nil},
 		{"reject type of the other family", "*filter\n-A INPUT -j REJECT --reject-with icmp-port-unreachable\nCOMMIT\n", IPv6, 2, "--reject-with", "unknown reject type", nil},
 		{"tcp-rst is not an ip6tables spelling", "*filter\n-A INPUT -p tcp -j REJECT --reject-with tcp-rst\nCOMMIT\n", IPv6, 2, "--reject-with", "unknown reject type", nil},
