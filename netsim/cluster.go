@@ -311,6 +311,7 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 		n.settings = *nc.Settings
 	}
 	n.q = packetQueue{wake: make(chan struct{}, 1), limit: c.cfg.QueueLen}
+	n.fromFabric = func(f frame) { n.enqueue(f, queueSource{kind: fromUplink}) }
 	n.ct = NewConntrack(c.clock.Now, n.settings.Conntrack)
 	n.uplinkLink = newLink("node "+nc.Name+" uplink", c.cfg.Seed)
 	// Addresses.
@@ -383,8 +384,8 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 		clock:      c.clock,
 		mtu:        uint32(c.cfg.MTU),
 		addrs:      hostAddrs,
-		out:        func(b []byte) { n.enqueue(b, queueSource{kind: fromHost}) },
-		loopOut:    func(b []byte) { n.enqueue(b, queueSource{kind: fromHostLo}) },
+		out:        func(f frame) { n.enqueue(f, queueSource{kind: fromHost}) },
+		loopOut:    func(f frame) { n.enqueue(f, queueSource{kind: fromHostLo}) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", nc.Name, err)

@@ -2,6 +2,7 @@ package netsim
 
 import (
 	"container/heap"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -35,8 +36,97 @@ type ctKey struct {
 	v6               bool
 }
 
+// ctKey4 is an IPv4 tuple packed into two words, so that the map hashes and compares 16
+// bytes, not ctKey's 38.
+type ctKey4 struct {
+	addrs uint64 // source << 32 | destination
+	rest  uint64 // source port << 32 | destination port << 16 | protocol
+}
+
+// ctTable maps the tuples of both directions of every confirmed entry to the entry:
+// IPv4 tuples (and IPv4-mapped IPv6 ones, as before) by ctKey4, IPv6 tuples by ctKey.
+type ctTable struct {
+	v4 map[ctKey4]ctRef
+	v6 map[ctKey]ctRef
+}
+
+func newCtTable() ctTable {
+	return ctTable{v4: make(map[ctKey4]ctRef), v6: make(map[ctKey]ctRef)}
+}
+
+func key4Of(t Tuple) (ctKey4, bool) {
+	src, dst := t.Src, t.Dst
+	if src.Is4In6() {
+		src = src.Unmap()
+	}
+	if dst.Is4In6() {
+		dst = dst.Unmap()
+	}
+	if !src.Is4() || !dst.Is4() {
+		return ctKey4{}, false
+	}
+	s, d := src.As4(), dst.As4()
+	return ctKey4{
+		addrs: uint64(binary.BigEndian.Uint32(s[:]))<<32 | uint64(binary.BigEndian.Uint32(d[:])),
+		rest:  uint64(t.SrcPort)<<32 | uint64(t.DstPort)<<16 | uint64(t.Proto),
+	}, true
+}
+
 func keyOf(t Tuple) ctKey {
 	return ctKey{src: t.Src.As16(), dst: t.Dst.As16(), srcPort: t.SrcPort, dstPort: t.DstPort, proto: t.Proto, v6: t.Src.Is6() && !t.Src.Is4In6()}
+}
+
+func (m *ctTable) get(t Tuple) (ctRef, bool) {
+	if k, ok := key4Of(t); ok {
+		r, ok := m.v4[k]
+		return r, ok
+	}
+	r, ok := m.v6[keyOf(t)]
+	return r, ok
+}
+
+func (m *ctTable) put(t Tuple, r ctRef) {
+	if k, ok := key4Of(t); ok {
+		m.v4[k] = r
+		return
+	}
+	m.v6[keyOf(t)] = r
+}
+
+// delIf removes t's mapping when it points at c.
+func (m *ctTable) delIf(t Tuple, c *Conn) {
+	if k, ok := key4Of(t); ok {
+		if r, ok := m.v4[k]; ok && r.c == c {
+			delete(m.v4, k)
+		}
+		return
+	}
+	k := keyOf(t)
+	if r, ok := m.v6[k]; ok && r.c == c {
+		delete(m.v6, k)
+	}
+}
+
+// len is the number of tuples mapped (two per entry).
+func (m *ctTable) len() int { return len(m.v4) + len(m.v6) }
+
+// conns returns every entry in the table once, in no particular order.
+func (m *ctTable) conns() []*Conn {
+	seen := make(map[*Conn]bool, (len(m.v4)+len(m.v6))/2)
+	out := make([]*Conn, 0, (len(m.v4)+len(m.v6))/2)
+	for _, r := range m.v4 {
+		if !seen[r.c] {
+			seen[r.c] = true
+			out = append(out, r.c)
+		}
+	}
+	for _, r := range m.v6 {
+		if !seen[r.c] {
+			seen[r.c] = true
+			out = append(out, r.c)
+		}
+	}
+	return out
 }
 
 // tupleOf returns the packet's tuple.
@@ -223,7 +313,7 @@ func orDefault(d, def time.Duration) time.Duration {
 // change the entry's reply tuple before confirmation. Entries expire on the virtual clock.
 type Conntrack struct {
 	mu       sync.Mutex
-	table    map[ctKey]ctRef
+	table    ctTable
 	settings ConntrackSettings
 	now      func() time.Time
 	nextID   uint64
@@ -237,7 +327,7 @@ type ctRef struct {
 
 // NewConntrack returns an empty table on the given clock.
 func NewConntrack(now func() time.Time, s ConntrackSettings) *Conntrack {
-	return &Conntrack{table: make(map[ctKey]ctRef), settings: s, now: now}
+	return &Conntrack{table: newCtTable(), settings: s, now: now}
 }
 
 // Settings returns the table's sysctls.
@@ -256,7 +346,7 @@ func (t *Conntrack) SetSettings(s ConntrackSettings) {
 
 // lookup finds the entry for a tuple, dropping it if it has expired.
 func (t *Conntrack) lookupLocked(tu Tuple, now time.Time) (ctRef, bool) {
-	r, ok := t.table[keyOf(tu)]
+	r, ok := t.table.get(tu)
 	if !ok {
 		return ctRef{}, false
 	}
@@ -271,12 +361,8 @@ func (t *Conntrack) removeLocked(c *Conn) {
 	if c.heapIdx >= 0 && c.heapIdx < len(t.expq) && t.expq[c.heapIdx] == c {
 		heap.Remove(&t.expq, c.heapIdx)
 	}
-	if r, ok := t.table[keyOf(c.Orig)]; ok && r.c == c {
-		delete(t.table, keyOf(c.Orig))
-	}
-	if r, ok := t.table[keyOf(c.Reply)]; ok && r.c == c {
-		delete(t.table, keyOf(c.Reply))
-	}
+	t.table.delIf(c.Orig, c)
+	t.table.delIf(c.Reply, c)
 }
 
 // gcLocked drops expired entries. Entries sit in a queue keyed by the expiry they had
@@ -319,12 +405,12 @@ type ctResult struct {
 	related bool
 }
 
-// in runs conntrack for a packet at PREROUTING or OUTPUT: finds or creates its entry,
+// in runs conntrack for a packet at PREROUTING or OUTPUT at virtual time now (the
+// packet's, read once for its whole way through the node): finds or creates its entry,
 // runs the protocol state machine, and classifies the packet.
-func (t *Conntrack) in(p *Packet) ctResult {
+func (t *Conntrack) in(p *Packet, now time.Time) ctResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.now()
 	t.gcLocked(now)
 	if p.l4off == 0 && p.Proto != ProtoICMP {
 		return ctResult{state: CtInvalid}
@@ -361,7 +447,7 @@ func (t *Conntrack) in(p *Packet) ctResult {
 	}
 	switch p.Proto {
 	case ProtoTCP:
-		st, valid, reopen := t.tcpPacketLocked(c, dir, p)
+		st, valid, reopen := t.tcpPacketLocked(c, dir, p, now)
 		if reopen {
 			t.removeLocked(c)
 			return t.newLocked(p, tu, now)
@@ -432,7 +518,7 @@ func (t *Conntrack) newLocked(p *Packet, tu Tuple, now time.Time) ctResult {
 			return ctResult{state: CtInvalid}
 		}
 		c.TCPState = TCPNone
-		if _, valid, _ := t.tcpPacketLocked(c, 0, p); !valid {
+		if _, valid, _ := t.tcpPacketLocked(c, 0, p, now); !valid {
 			return ctResult{state: CtInvalid}
 		}
 		c.Packets[0], c.Bytes[0] = 1, uint64(len(p.Data))
@@ -468,8 +554,8 @@ func (t *Conntrack) confirm(c *Conn) bool {
 		return false
 	}
 	c.Status |= StatusConfirmed
-	t.table[keyOf(c.Orig)] = ctRef{c: c}
-	t.table[keyOf(c.Reply)] = ctRef{c: c, reply: true}
+	t.table.put(c.Orig, ctRef{c: c})
+	t.table.put(c.Reply, ctRef{c: c, reply: true})
 	c.heapKey = c.Expires
 	heap.Push(&t.expq, c)
 	return true
@@ -488,14 +574,11 @@ func (t *Conntrack) Entries() []Conn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
-	seen := map[*Conn]bool{}
 	var out []Conn
-	for _, r := range t.table {
-		if seen[r.c] || !now.Before(r.c.Expires) {
-			continue
+	for _, c := range t.table.conns() {
+		if now.Before(c.Expires) {
+			out = append(out, *c)
 		}
-		seen[r.c] = true
-		out = append(out, *r.c)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
@@ -554,15 +637,10 @@ func (t *Conntrack) List(f CtFilter) []Conn {
 func (t *Conntrack) Delete(f CtFilter) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	seen := map[*Conn]bool{}
 	n := 0
-	for _, r := range t.table {
-		if seen[r.c] {
-			continue
-		}
-		seen[r.c] = true
-		if f.Match(r.c) {
-			t.removeLocked(r.c)
+	for _, c := range t.table.conns() {
+		if f.Match(c) {
+			t.removeLocked(c)
 			n++
 		}
 	}
@@ -642,7 +720,7 @@ func seqAfter(a, b uint32) bool  { return seqBefore(b, a) }
 // tcpPacketLocked runs the state machine and the window check for a packet of c in
 // direction dir. It returns the new state, whether the packet is valid (not INVALID), and
 // whether the packet reopens a closed connection (the caller then starts a new entry).
-func (t *Conntrack) tcpPacketLocked(c *Conn, dir int, p *Packet) (TCPState, bool, bool) {
+func (t *Conntrack) tcpPacketLocked(c *Conn, dir int, p *Packet, now time.Time) (TCPState, bool, bool) {
 	idx := tcpIndex(p.TCPFlags)
 	old := c.TCPState
 	next := tcpTransitions[dir][idx][old]
@@ -679,7 +757,7 @@ func (t *Conntrack) tcpPacketLocked(c *Conn, dir int, p *Packet) (TCPState, bool
 			timeout = u
 		}
 	}
-	t.setTimeout(c, t.now(), timeout)
+	t.setTimeout(c, now, timeout)
 	return next, true, false
 }
 

@@ -90,7 +90,8 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 	if env.trace != nil {
 		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Prerouting.String(), Packet: pk.String(), Detail: "in " + in.Name})
 	}
-	res, eg := n.runHookLocked(Prerouting, pk, env)
+	var eg egress
+	res := n.runHookLocked(Prerouting, pk, env, &eg)
 	if res != hookContinue && res != hookReroute { // routing comes next anyway
 		return eg
 	}
@@ -130,7 +131,7 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 	if env.trace != nil {
 		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Forward.String(), Packet: pk.String(), Detail: "in " + in.Name + " out " + rt.iface.Name})
 	}
-	res, eg = n.runHookLocked(Forward, pk, env)
+	res = n.runHookLocked(Forward, pk, env, &eg)
 	switch res {
 	case hookContinue:
 	case hookReroute:
@@ -172,7 +173,8 @@ func (n *Node) output(pk *Packet, env *penv) egress {
 	if env.trace != nil {
 		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Output.String(), Packet: pk.String()})
 	}
-	res, eg := n.runHookLocked(Output, pk, env)
+	var eg egress
+	res := n.runHookLocked(Output, pk, env, &eg)
 	if res != hookContinue && res != hookReroute { // routing comes next anyway
 		return eg
 	}
@@ -188,8 +190,7 @@ func (n *Node) output(pk *Packet, env *penv) egress {
 		if env.trace != nil {
 			env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Postrouting.String(), Packet: pk.String(), Detail: "out lo"})
 		}
-		res, eg := n.runHookLocked(Postrouting, pk, env)
-		if res != hookContinue {
+		if n.runHookLocked(Postrouting, pk, env, &eg) != hookContinue {
 			return eg
 		}
 		return egress{kind: egLoopback, pk: pk}
@@ -222,7 +223,8 @@ func (n *Node) inputLocked(pk *Packet, rt route, env *penv) egress {
 	if env.trace != nil {
 		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Input.String(), Packet: pk.String()})
 	}
-	res, eg := n.runHookLocked(Input, pk, env)
+	var eg egress
+	res := n.runHookLocked(Input, pk, env, &eg)
 	switch res {
 	case hookContinue:
 	case hookReroute:
@@ -241,8 +243,8 @@ func (n *Node) postroutingLocked(pk *Packet, rt route, env *penv) egress {
 	if env.trace != nil {
 		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Postrouting.String(), Packet: pk.String(), Detail: "out " + rt.iface.Name})
 	}
-	res, eg := n.runHookLocked(Postrouting, pk, env)
-	if res != hookContinue {
+	var eg egress
+	if n.runHookLocked(Postrouting, pk, env, &eg) != hookContinue {
 		return eg
 	}
 	switch rt.kind {
@@ -289,42 +291,46 @@ var hookBuiltins = [numHooks][]builtin{
 	Postrouting: {{PriorityNATSrc, stepNAT}, {1 << 30, stepConfirm}},
 }
 
-// runHookLocked runs a hook's handlers and built-in steps in priority order.
-func (n *Node) runHookLocked(h Hook, pk *Packet, env *penv) (hookResult, egress) {
+// runHookLocked runs a hook's handlers and built-in steps in priority order. When the
+// packet's way ends at the hook (anything but hookContinue and hookReroute), out holds
+// how.
+func (n *Node) runHookLocked(h Hook, pk *Packet, env *penv, out *egress) hookResult {
 	bs := hookBuiltins[h]
 	bi := 0
-	for _, he := range n.hooks[h] {
-		if he.spec.NAT {
+	hs := n.hooks[h]
+	for i := range hs {
+		spec := &hs[i].spec
+		if spec.NAT {
 			continue // NAT handlers run inside the NAT step
 		}
-		for bi < len(bs) && bs[bi].prio <= he.spec.Priority {
-			if r, eg := n.builtinLocked(h, bs[bi].kind, pk, env); r != hookContinue {
-				return r, eg
+		for bi < len(bs) && bs[bi].prio <= spec.Priority {
+			if r := n.builtinLocked(h, bs[bi].kind, pk, env, out); r != hookContinue {
+				return r
 			}
 			bi++
 		}
-		if r, eg := n.callLocked(h, he.spec, pk, env); r != hookContinue {
-			return r, eg
+		if r := n.callLocked(h, spec, pk, env, out); r != hookContinue {
+			return r
 		}
 	}
 	for ; bi < len(bs); bi++ {
-		if r, eg := n.builtinLocked(h, bs[bi].kind, pk, env); r != hookContinue {
-			return r, eg
+		if r := n.builtinLocked(h, bs[bi].kind, pk, env, out); r != hookContinue {
+			return r
 		}
 	}
-	return hookContinue, egress{}
+	return hookContinue
 }
 
-func (n *Node) builtinLocked(h Hook, kind int, pk *Packet, env *penv) (hookResult, egress) {
+func (n *Node) builtinLocked(h Hook, kind int, pk *Packet, env *penv, out *egress) hookResult {
 	switch kind {
 	case stepConntrack:
 		n.conntrackLocked(pk, env)
 	case stepNAT:
-		return n.natStepLocked(h, pk, env)
+		return n.natStepLocked(h, pk, env, out)
 	case stepConfirm:
-		return n.confirmLocked(pk, env)
+		return n.confirmLocked(pk, env, out)
 	}
-	return hookContinue, egress{}
+	return hookContinue
 }
 
 // context returns the handler context; the node reuses one (handlers must not keep it).
@@ -335,28 +341,32 @@ func (n *Node) context(h Hook, name string, env *penv) *Context {
 }
 
 // callLocked calls one handler and acts on its verdict.
-func (n *Node) callLocked(h Hook, spec HandlerSpec, pk *Packet, env *penv) (hookResult, egress) {
+func (n *Node) callLocked(h Hook, spec *HandlerSpec, pk *Packet, env *penv, out *egress) hookResult {
 	v := spec.Handler.Handle(n.context(h, spec.Name, env), pk)
 	if env.trace != nil && (v.Kind != Continue || v.Reason != "") {
 		env.step(TraceStep{Kind: StepHandler, Node: n.name, Hook: h.String(), Handler: spec.Name, Verdict: verdictString(v), Detail: v.Reason})
 	}
 	switch v.Kind {
 	case Continue:
-		return hookContinue, egress{}
+		return hookContinue
 	case Drop:
-		return hookDrop, n.dropLocked(pk, env, fmt.Sprintf("dropped by %s at %s%s", spec.Name, h, reasonSuffix(v.Reason)))
+		*out = n.dropLocked(pk, env, fmt.Sprintf("dropped by %s at %s%s", spec.Name, h, reasonSuffix(v.Reason)))
+		return hookDrop
 	case Reject:
-		return hookReject, n.rejectLocked(pk, v.Reject, env, fmt.Sprintf("rejected (%s) by %s at %s%s", v.Reject, spec.Name, h, reasonSuffix(v.Reason)))
+		*out = n.rejectLocked(pk, v.Reject, env, fmt.Sprintf("rejected (%s) by %s at %s%s", v.Reject, spec.Name, h, reasonSuffix(v.Reason)))
+		return hookReject
 	case Reroute:
 		if h == Postrouting {
-			return hookDrop, n.dropLocked(pk, env, spec.Name+" returned REROUTE at POSTROUTING, where routing is over")
+			*out = n.dropLocked(pk, env, spec.Name+" returned REROUTE at POSTROUTING, where routing is over")
+			return hookDrop
 		}
-		return hookReroute, egress{}
+		return hookReroute
 	case Stolen:
 		if env.trace != nil {
 			env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "STOLEN", Detail: "taken by " + spec.Name})
 		}
-		return hookStolen, egress{kind: egStolen, pk: pk}
+		*out = egress{kind: egStolen, pk: pk}
+		return hookStolen
 	case NAT:
 		panic(fmt.Sprintf("netsim: handler %q returned a NAT verdict but is not registered as a NAT handler", spec.Name))
 	}
@@ -389,7 +399,7 @@ func (n *Node) conntrackLocked(pk *Packet, env *penv) {
 		}
 		return
 	}
-	r := n.ct.in(pk)
+	r := n.ct.in(pk, env.now(n))
 	pk.Conn, pk.CtReply, pk.CtState, pk.ctCreated = r.conn, r.reply, r.state, r.isNew
 	if env.trace != nil {
 		s := TraceStep{Kind: StepConntrack, Node: n.name, Verdict: r.state.String()}
@@ -410,32 +420,33 @@ func (n *Node) conntrackLocked(pk *Packet, env *penv) {
 }
 
 // confirmLocked inserts a new connection into the table (end of INPUT and POSTROUTING).
-func (n *Node) confirmLocked(pk *Packet, env *penv) (hookResult, egress) {
+func (n *Node) confirmLocked(pk *Packet, env *penv, out *egress) hookResult {
 	c := pk.Conn
 	if c == nil || !pk.ctCreated || c.Has(StatusConfirmed) {
-		return hookContinue, egress{}
+		return hookContinue
 	}
 	if env.dry {
-		return hookContinue, egress{}
+		return hookContinue
 	}
 	if !n.ct.confirm(c) {
-		return hookDrop, n.dropLocked(pk, env, "conntrack insert clash: another entry holds "+c.Reply.String())
+		*out = n.dropLocked(pk, env, "conntrack insert clash: another entry holds "+c.Reply.String())
+		return hookDrop
 	}
 	pk.ctCreated = false
-	return hookContinue, egress{}
+	return hookContinue
 }
 
 // natStepLocked is the NAT hook: for a connection's first packet it runs the NAT
 // handlers and records the binding (or a null binding); then it applies the binding.
-func (n *Node) natStepLocked(h Hook, pk *Packet, env *penv) (hookResult, egress) {
+func (n *Node) natStepLocked(h Hook, pk *Packet, env *penv, out *egress) hookResult {
 	c := pk.Conn
 	if c == nil {
-		return hookContinue, egress{}
+		return hookContinue
 	}
 	dstManip := h == Prerouting || h == Output
 	if pk.CtState == CtRelated {
 		n.natICMPErrorLocked(pk, dstManip, env)
-		return hookContinue, egress{}
+		return hookContinue
 	}
 	done := StatusSrcNATDone
 	if dstManip {
@@ -454,15 +465,19 @@ func (n *Node) natStepLocked(h Hook, pk *Packet, env *penv) (hookResult, egress)
 			case Continue:
 				continue
 			case Drop:
-				return hookDrop, n.dropLocked(pk, env, fmt.Sprintf("dropped by %s at %s%s", he.spec.Name, h, reasonSuffix(v.Reason)))
+				*out = n.dropLocked(pk, env, fmt.Sprintf("dropped by %s at %s%s", he.spec.Name, h, reasonSuffix(v.Reason)))
+				return hookDrop
 			case Reject:
-				return hookReject, n.rejectLocked(pk, v.Reject, env, fmt.Sprintf("rejected (%s) by %s at %s%s", v.Reject, he.spec.Name, h, reasonSuffix(v.Reason)))
+				*out = n.rejectLocked(pk, v.Reject, env, fmt.Sprintf("rejected (%s) by %s at %s%s", v.Reject, he.spec.Name, h, reasonSuffix(v.Reason)))
+				return hookReject
 			case NAT:
 				if err := n.bindLocked(h, c, pk, v.NAT, env); err != "" {
-					return hookDrop, n.dropLocked(pk, env, err)
+					*out = n.dropLocked(pk, env, err)
+					return hookDrop
 				}
 			case Stolen:
-				return hookStolen, egress{kind: egStolen, pk: pk}
+				*out = egress{kind: egStolen, pk: pk}
+				return hookStolen
 			default:
 				panic(fmt.Sprintf("netsim: NAT handler %q returned %s", he.spec.Name, v.Kind))
 			}
@@ -471,7 +486,7 @@ func (n *Node) natStepLocked(h Hook, pk *Packet, env *penv) (hookResult, egress)
 		c.Status |= done
 	}
 	n.applyNATLocked(pk, dstManip, env)
-	return hookContinue, egress{}
+	return hookContinue
 }
 
 // bindLocked records a NAT binding on c for its first packet pk. It returns a drop
@@ -820,11 +835,7 @@ func (n *Node) execute(eg egress, tr *Trace) {
 		n.deliverHost(eg.pk)
 	case egPod:
 		n.capture(n.bridge.Name, eg.pk.Data)
-		eg.port.link.send(n.cluster, eg.pk.Data, func(b []byte) {
-			if p := eg.port.pod; p != nil {
-				p.receive(b)
-			}
-		})
+		eg.port.link.send(n.cluster, eg.pk.frame(), eg.port.toPod)
 	case egUplink:
 		n.capture(n.uplink.Name, eg.pk.Data)
 		n.cluster.fabric.fromNode(n, eg.pk, tr)
@@ -840,8 +851,8 @@ func (n *Node) deliverHost(pk *Packet) {
 		return
 	}
 	if pk.Dst.IsLoopback() && n.host.lo != nil {
-		n.host.lo.inject(pk.Data)
+		n.host.lo.inject(pk.frame())
 		return
 	}
-	n.host.link.inject(pk.Data)
+	n.host.link.inject(pk.frame())
 }

@@ -17,6 +17,9 @@ type ExternalHost struct {
 	net     *Net
 	link    *Link
 	dead    atomic.Bool
+	// capturePoint names the host's link for Cluster.Capture: "external/<name>".
+	capturePoint string
+	recv         func(frame) // receive, bound once
 }
 
 // Name returns the host's name.
@@ -31,12 +34,12 @@ func (h *ExternalHost) Net() *Net { return h.net }
 // Link returns the host's link to the cluster network, whose faults can be set.
 func (h *ExternalHost) Link() *Link { return h.link }
 
-func (h *ExternalHost) receive(b []byte) {
+func (h *ExternalHost) receive(f frame) {
 	if h.dead.Load() {
 		return
 	}
-	h.cluster.captureAt("external/"+h.name, b)
-	h.stack.link.inject(b)
+	h.cluster.captureAt(h.capturePoint, f.b)
+	h.stack.link.inject(f)
 }
 
 // AddExternalHost adds a host on the external network. A zero ip takes the next free
@@ -57,7 +60,8 @@ func (c *Cluster) AddExternalHost(name string, ip netip.Addr) (*ExternalHost, er
 	if d := c.fabric.lookup(ip); d.kind != hopNone {
 		return nil, fmt.Errorf("external host %s: %s is already used by %s", name, ip, d)
 	}
-	h := &ExternalHost{cluster: c, name: name, ip: ip, link: newLink("external "+name, c.cfg.Seed)}
+	h := &ExternalHost{cluster: c, name: name, ip: ip, link: newLink("external "+name, c.cfg.Seed), capturePoint: "external/" + name}
+	h.recv = h.receive
 	st, err := newNetStack(stackOptions{
 		name:     "external/" + name,
 		seed:     c.cfg.Seed,
@@ -65,12 +69,12 @@ func (c *Cluster) AddExternalHost(name string, ip netip.Addr) (*ExternalHost, er
 		mtu:      uint32(c.cfg.MTU),
 		addrs:    []netip.Prefix{netip.PrefixFrom(ip, c.cfg.ExternalCIDR.Bits())},
 		loopback: true,
-		out: func(b []byte) {
+		out: func(f frame) {
 			if h.dead.Load() {
 				return
 			}
-			c.captureAt("external/"+name, b)
-			c.fabric.fromExternal(h, b)
+			c.captureAt(h.capturePoint, f.b)
+			c.fabric.fromExternal(h, f)
 		},
 	})
 	if err != nil {

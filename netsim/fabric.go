@@ -53,6 +53,26 @@ func newFabric(c *Cluster) *fabric {
 func (f *fabric) lookup(dst netip.Addr) fabricDest {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.lookupLocked(dst)
+}
+
+// route finds where a packet from place from (a node name, or "external") to dst goes:
+// nowhere when there is no route or a partition lies between.
+func (f *fabric) route(from string, dst netip.Addr) fabricDest {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	d := f.lookupLocked(dst)
+	if d.kind == hopNone || len(f.partition) == 0 {
+		return d
+	}
+	ga, gb := f.partition[from], f.partition[d.name()]
+	if ga != 0 && gb != 0 && ga != gb {
+		return fabricDest{}
+	}
+	return d
+}
+
+func (f *fabric) lookupLocked(dst netip.Addr) fabricDest {
 	if n, ok := f.nodeIPs[dst]; ok {
 		return fabricDest{kind: hopNode, node: n}
 	}
@@ -106,35 +126,45 @@ func (d fabricDest) String() string {
 // fromNode carries a packet a node sent out its uplink.
 func (f *fabric) fromNode(n *Node, pk *Packet, tr *Trace) {
 	f.c.lbReply(pk)
-	d := f.lookup(pk.Dst)
-	if d.kind == hopNone || f.partitioned(n.name, d.name()) {
+	d := f.route(n.name, pk.Dst)
+	if d.kind == hopNone {
 		return
 	}
-	n.uplinkLink.send(f.c, pk.Data, func(b []byte) { f.deliver(d, b, tr) })
+	n.uplinkLink.send(f.c, pk.frame(), d.receiver(tr))
 }
 
 // fromExternal carries a packet an external host sent.
-func (f *fabric) fromExternal(h *ExternalHost, b []byte) {
-	pk, err := ParsePacket(b)
-	if err != nil {
+func (f *fabric) fromExternal(h *ExternalHost, fr frame) {
+	var pk Packet
+	if err := pk.parse(fr.b); err != nil {
 		return
 	}
-	d := f.lookup(pk.Dst)
-	if d.kind == hopNone || d.kind == hopExternal && d.host == h || f.partitioned("external", d.name()) {
+	d := f.route("external", pk.Dst)
+	if d.kind == hopNone || d.kind == hopExternal && d.host == h {
 		return
 	}
-	h.link.send(f.c, b, func(b []byte) { f.deliver(d, b, nil) })
+	h.link.send(f.c, fr, d.receiver(nil))
 }
 
-func (f *fabric) deliver(d fabricDest, b []byte, tr *Trace) {
+// receiver returns what takes a packet in at d: bound once per place, so that untraced
+// packets need no closure.
+func (d fabricDest) receiver(tr *Trace) func(frame) {
 	switch d.kind {
 	case hopNode:
-		d.node.enqueue(b, queueSource{kind: fromUplink, trace: tr})
+		if tr != nil {
+			return func(fr frame) { d.node.enqueue(fr, queueSource{kind: fromUplink, trace: tr}) }
+		}
+		return d.node.fromFabric
 	case hopExternal:
-		d.host.receive(b)
+		return d.host.recv
 	case hopLB:
-		d.lb.receive(b)
+		return d.lb.recv
 	}
+	return func(frame) {}
+}
+
+func (f *fabric) deliver(d fabricDest, fr frame, tr *Trace) {
+	d.receiver(tr)(fr)
 }
 
 // RouteExternalIP routes an address to a node through the cluster network, as an

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,18 +33,27 @@ type Link struct {
 	timerSet bool
 	lost     uint64
 	sent     uint64
+	// clean is set while the link has no faults and holds nothing back: packets then
+	// cross it at once without taking mu (counted in fastSent).
+	clean    atomic.Bool
+	fastSent atomic.Uint64
 }
 
 type delayed struct {
 	due     time.Time
-	data    []byte
-	deliver func([]byte)
+	data    frame
+	deliver func(frame)
 }
 
 func newLink(name string, seed uint64) *Link {
 	s := seedFor(seed, "link/"+name)
-	return &Link{name: name, rng: rand.New(rand.NewChaCha8(s))}
+	l := &Link{name: name, rng: rand.New(rand.NewChaCha8(s))}
+	l.clean.Store(true)
+	return l
 }
+
+// updateCleanLocked recomputes clean after a change of faults or of the pending queue.
+func (l *Link) updateCleanLocked() { l.clean.Store(l.f.zero() && len(l.pending) == 0) }
 
 // Name returns the link's name ("pod default/web-1", "node node-a uplink", ...).
 func (l *Link) Name() string { return l.name }
@@ -52,6 +62,7 @@ func (l *Link) Name() string { return l.name }
 func (l *Link) SetFaults(f LinkFaults) {
 	l.mu.Lock()
 	l.f = f
+	l.updateCleanLocked()
 	l.mu.Unlock()
 }
 
@@ -66,12 +77,35 @@ func (l *Link) Faults() LinkFaults {
 func (l *Link) Counters() (sent, lost uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.sent, l.lost
+	return l.sent + l.fastSent.Load(), l.lost
 }
 
 // send carries data over the link, applying its faults, and calls deliver (possibly
 // later, on the virtual clock).
-func (l *Link) send(c *Cluster, data []byte, deliver func([]byte)) {
+func (l *Link) send(c *Cluster, data frame, deliver func(frame)) {
+	if l.pass() {
+		deliver(data)
+		return
+	}
+	l.sendFaulty(c, data, deliver)
+}
+
+// pass reports whether a packet crosses the link at once, untouched: no faults and nothing
+// held back. It then counts the packet as sent, and the caller delivers it itself (so that
+// the fast path needs no closure).
+func (l *Link) pass() bool {
+	if l == nil {
+		return true
+	}
+	if l.clean.Load() {
+		l.fastSent.Add(1)
+		return true
+	}
+	return false
+}
+
+// sendFaulty is send for a link with faults or packets held back.
+func (l *Link) sendFaulty(c *Cluster, data frame, deliver func(frame)) {
 	if l == nil {
 		deliver(data)
 		return
@@ -109,10 +143,12 @@ func (l *Link) send(c *Cluster, data []byte, deliver func([]byte)) {
 		}
 		b := data
 		if i > 0 {
-			b = append([]byte(nil), data...)
+			// The duplicate gets its own bytes: a frame goes to one stack only.
+			b = plainFrame(append([]byte(nil), data.b...))
 		}
 		l.insertLocked(delayed{due: now.Add(d), data: b, deliver: deliver})
 	}
+	l.updateCleanLocked()
 	l.armLocked(c, now)
 	l.mu.Unlock()
 }
@@ -148,6 +184,7 @@ func (l *Link) flush(c *Cluster) {
 		l.timerSet = false
 		now := c.clock.Now()
 		if len(l.pending) == 0 {
+			l.updateCleanLocked()
 			l.mu.Unlock()
 			return
 		}

@@ -27,6 +27,7 @@ type loadBalancer struct {
 	// nodeport mode: replies from node:nodePort to the client are rewritten back.
 	flows   map[Tuple]*Node // client → ingress flow: chosen node
 	replies map[Tuple]Tuple // reply tuple as the node sends it → original tuple
+	recv    func(frame)     // receive, bound once
 }
 
 // HealthChecker answers the health check of a node's healthCheckNodePort for a service:
@@ -92,6 +93,7 @@ func (c *Cluster) lbController(ev service.Event) {
 			return
 		}
 		lb = &loadBalancer{c: c, ip: ip, key: key, flows: map[Tuple]*Node{}}
+		lb.recv = lb.receive
 		c.mu.Lock()
 		c.lbs[key] = lb
 		c.mu.Unlock()
@@ -270,11 +272,12 @@ func (lb *loadBalancer) rewrite(pk *Packet, n *Node) {
 }
 
 // receive handles a packet of real traffic addressed to the load balancer.
-func (lb *loadBalancer) receive(b []byte) {
-	pk, err := ParsePacket(b)
+func (lb *loadBalancer) receive(f frame) {
+	pk, err := ParsePacket(f.b)
 	if err != nil {
 		return
 	}
+	pk.view = f.v
 	lb.mu.Lock()
 	d := lb.decideLocked(pk)
 	lb.mu.Unlock()
@@ -282,7 +285,7 @@ func (lb *loadBalancer) receive(b []byte) {
 		return
 	}
 	lb.rewrite(pk, d.node)
-	lb.c.fabric.deliver(fabricDest{kind: hopNode, node: d.node}, pk.Data, nil)
+	lb.c.fabric.deliver(fabricDest{kind: hopNode, node: d.node}, pk.frame(), nil)
 }
 
 // probe handles a probe's packet addressed to the load balancer.

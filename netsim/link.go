@@ -10,13 +10,38 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
+// frame is an IP packet on its way from one netstack to another: its bytes, and the pooled
+// netstack buffer holding them when they were copied out of a stack. The datapath reads and
+// rewrites the bytes in place; the stack that finally receives the packet takes the buffer
+// over without copying. A frame without a buffer (built by the datapath itself, or a copy)
+// is copied into the receiving stack.
+//
+// Whoever hands a frame on gives it away: once delivered, its bytes belong to the receiving
+// stack, which recycles them. A frame goes to at most one stack; anything that sends the
+// same bytes twice (a duplicating link) copies them first.
+type frame struct {
+	b []byte
+	v *buffer.View // nil: b is ordinary memory
+}
+
+func plainFrame(b []byte) frame { return frame{b: b} }
+
+// payload returns a netstack buffer with the frame's bytes: the frame's own pooled buffer
+// when it still holds exactly those bytes, else a copy.
+func (f frame) payload() buffer.Buffer {
+	if v := f.v; v != nil && v.Size() == len(f.b) && len(f.b) > 0 && &v.AsSlice()[0] == &f.b[0] {
+		return buffer.MakeWithView(v)
+	}
+	return buffer.MakeWithData(f.b)
+}
+
 // stackLink is the link endpoint between a netstack (a pod's or a node's host stack) and
-// the datapath. Outbound packets are copied out as plain byte slices and handed to out;
-// inbound packets are injected with inject. It plays the part of a veth.
+// the datapath. Outbound packets are copied out into pooled buffers and handed to out as
+// frames; inbound frames are injected with inject. It plays the part of a veth.
 type stackLink struct {
 	mtu      uint32
-	loopback bool         // report CapabilityLoopback (a host stack's lo)
-	out      func([]byte) // called on the writer's goroutine; must not block
+	loopback bool        // report CapabilityLoopback (a host stack's lo)
+	out      func(frame) // called on the writer's goroutine; must not block
 
 	mu         sync.RWMutex
 	dispatcher stack.NetworkDispatcher
@@ -27,26 +52,26 @@ type stackLink struct {
 
 var _ stack.LinkEndpoint = (*stackLink)(nil)
 
-func newStackLink(mtu uint32, out func([]byte)) *stackLink {
+func newStackLink(mtu uint32, out func(frame)) *stackLink {
 	return &stackLink{mtu: mtu, out: out}
 }
 
-// inject delivers an IP packet into the stack.
-func (l *stackLink) inject(b []byte) {
+// inject delivers an IP packet into the stack, which takes the frame's buffer over.
+func (l *stackLink) inject(f frame) {
 	if l.closed.Load() {
 		return
 	}
 	l.mu.RLock()
 	d := l.dispatcher
 	l.mu.RUnlock()
-	if d == nil || len(b) == 0 {
+	if d == nil || len(f.b) == 0 {
 		return
 	}
 	proto := header.IPv4ProtocolNumber
-	if b[0]>>4 == 6 {
+	if f.b[0]>>4 == 6 {
 		proto = header.IPv6ProtocolNumber
 	}
-	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(b)})
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: f.payload()})
 	l.rxPackets.Add(1)
 	d.DeliverNetworkPacket(proto, pkt)
 	pkt.DecRef()
@@ -54,22 +79,39 @@ func (l *stackLink) inject(b []byte) {
 
 func (l *stackLink) close() { l.closed.Store(true) }
 
-// WritePackets implements stack.LinkEndpoint.
+// WritePackets implements stack.LinkEndpoint: each packet is copied once, into a pooled
+// buffer that travels with it to the receiving stack.
 func (l *stackLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	if l.closed.Load() {
 		return 0, &tcpip.ErrClosedForSend{}
 	}
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
-		b := make([]byte, 0, pkt.Size())
-		for _, s := range pkt.AsSlices() {
-			b = append(b, s...)
-		}
+		v := copyOut(pkt)
 		l.txPackets.Add(1)
-		l.out(b)
+		l.out(frame{b: v.AsSlice(), v: v})
 		n++
 	}
 	return n, nil
+}
+
+// copyOut copies an outbound packet into a pooled buffer of its exact size. (pkt.ToView
+// sizes the buffer by everything the packet reserved, header room included, which pushes
+// 64 KiB packets past the largest pool into fresh heap memory, and netstack then copies
+// such a buffer once more on receipt.)
+func copyOut(pkt *stack.PacketBuffer) *buffer.View {
+	v := buffer.NewView(pkt.Size())
+	vl, off := pkt.AsViewList()
+	for e := vl.Front(); e != nil; e = e.Next() {
+		b := e.AsSlice()
+		if off >= len(b) {
+			off -= len(b)
+			continue
+		}
+		v.Write(b[off:])
+		off = 0
+	}
+	return v
 }
 
 // Attach implements stack.LinkEndpoint.

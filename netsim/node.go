@@ -102,8 +102,9 @@ type Node struct {
 	stopped    chan struct{}
 	uplinkLink *Link
 	stats      NodeStats
-	hctx       Context // reused for every handler call (under mu)
-	pkt        Packet  // reused by the datapath goroutine for each queued packet
+	hctx       Context     // reused for every handler call (under mu)
+	pkt        Packet      // reused by the datapath goroutine for each queued packet
+	fromFabric func(frame) // enqueues a packet from the cluster network (bound once)
 	proxy      Proxy
 	ps         proxyState
 	health     HealthChecker
@@ -119,6 +120,9 @@ type podPort struct {
 	name string // vethXXXXXXXX, as the host side of the pod's veth
 	pod  *Pod
 	link *Link
+	// toNode and toPod deliver at the two ends of the veth (bound once, so that sending a
+	// packet allocates no closure).
+	toNode, toPod func(frame)
 }
 
 // Name returns the node's name.
@@ -330,7 +334,7 @@ type packetQueue struct {
 }
 
 type queued struct {
-	data []byte
+	data frame
 	from queueSource
 }
 
@@ -348,7 +352,7 @@ const (
 	fromUplink
 )
 
-func (q *packetQueue) push(d []byte, from queueSource) bool {
+func (q *packetQueue) push(d frame, from queueSource) bool {
 	q.mu.Lock()
 	if len(q.items) >= q.limit {
 		q.mu.Unlock()
@@ -373,7 +377,7 @@ func (q *packetQueue) take(buf []queued) []queued {
 }
 
 // enqueue hands a packet to the node's datapath goroutine.
-func (n *Node) enqueue(d []byte, from queueSource) {
+func (n *Node) enqueue(d frame, from queueSource) {
 	if n.down.Load() {
 		return
 	}
@@ -413,17 +417,18 @@ func (n *Node) handleQueued(it queued) {
 
 func (n *Node) handle(it queued, pk *Packet) {
 	*pk = Packet{}
-	if err := pk.parse(it.data); err != nil {
+	if err := pk.parse(it.data.b); err != nil {
 		atomic.AddUint64(&n.stats.Dropped, 1)
 		return
 	}
+	pk.view = it.data.v
 	var eg egress
 	switch it.from.kind {
 	case fromPort:
-		n.capture(n.bridge.Name, it.data)
+		n.capture(n.bridge.Name, it.data.b)
 		eg = n.ingress(pk, n.bridge, it.from.port, n.packetEnv(it.from.trace))
 	case fromUplink:
-		n.capture(n.uplink.Name, it.data)
+		n.capture(n.uplink.Name, it.data.b)
 		eg = n.ingress(pk, n.uplink, nil, n.packetEnv(it.from.trace))
 	case fromHost, fromHostLo:
 		eg = n.output(pk, n.packetEnv(it.from.trace))

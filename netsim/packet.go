@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+
+	"gvisor.dev/gvisor/pkg/buffer"
 )
 
 // IP protocol numbers the datapath understands.
@@ -96,9 +98,10 @@ type Packet struct {
 	// CtReply is true when the packet travels in the reply direction of Conn.
 	CtReply bool
 
-	inPort    *podPort // the bridge port the packet came in on (hairpin check)
-	notrack   bool     // raw-table NOTRACK
-	ctCreated bool     // Conn was created for this packet and awaits confirmation
+	inPort    *podPort     // the bridge port the packet came in on (hairpin check)
+	view      *buffer.View // the pooled buffer Data sits in, handed on with it (see frame)
+	notrack   bool         // raw-table NOTRACK
+	ctCreated bool         // Conn was created for this packet and awaits confirmation
 
 	l3len int // IP header length including IPv6 extension headers
 	l4off int // offset of the transport header in Data; 0 when absent (fragment)
@@ -306,6 +309,7 @@ func (p *Packet) tcpSeqLen() uint32 {
 func (p *Packet) Clone() *Packet {
 	q := *p
 	q.Data = append([]byte(nil), p.Data...)
+	q.view = nil
 	if p.Inner != nil {
 		// Re-parse so the inner packet refers to the new bytes.
 		_ = q.parse(q.Data)
@@ -359,6 +363,9 @@ func (p *Packet) resetMeta() {
 	p.Mark, p.notrack, p.inPort = 0, false, nil
 	p.InIface, p.OutIface = "", ""
 }
+
+// frame hands the packet's bytes on, with the pooled buffer they sit in.
+func (p *Packet) frame() frame { return frame{b: p.Data, v: p.view} }
 
 // SetNoTrack exempts the packet from connection tracking (the raw table's CT --notrack).
 // It only has an effect before the conntrack hook, i.e. at PriorityRaw.

@@ -67,12 +67,12 @@ func (p *Pod) Link() *Link {
 }
 
 // receive injects a packet from the node into the pod.
-func (p *Pod) receive(b []byte) {
+func (p *Pod) receive(f frame) {
 	if p.dead.Load() || p.stack == nil {
 		return
 	}
-	p.cluster.captureAt(p.capturePoint, b)
-	p.stack.link.inject(b)
+	p.cluster.captureAt(p.capturePoint, f.b)
+	p.stack.link.inject(f)
 }
 
 // kill stops the pod's network: its sockets die (connections reset locally, peers see
@@ -124,6 +124,8 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 	}
 	p.ips = ips
 	port := &podPort{name: vethName(namespace + "/" + name), pod: p, link: newLink("pod "+namespace+"/"+name, c.cfg.Seed)}
+	port.toNode = func(f frame) { n.enqueue(f, queueSource{kind: fromPort, port: port}) }
+	port.toPod = p.receive
 	var prefixes []netip.Prefix
 	for _, ip := range ips {
 		for _, cidr := range n.podCIDR {
@@ -143,12 +145,12 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 		addrs:    prefixes,
 		gateways: n.gateway,
 		loopback: true,
-		out: func(b []byte) {
+		out: func(f frame) {
 			if p.dead.Load() {
 				return
 			}
-			c.captureAt(p.capturePoint, b)
-			port.link.send(c, b, func(b []byte) { n.enqueue(b, queueSource{kind: fromPort, port: port}) })
+			c.captureAt(p.capturePoint, f.b)
+			port.link.send(c, f, port.toNode)
 		},
 	})
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 type replayQueue struct {
 	mu    sync.Mutex
 	items []replayItem
+	head  int // items[:head] are taken; the slice is reused once it is empty
 }
 
 type replayItem struct {
@@ -40,11 +41,15 @@ func (r *replayQueue) push(n *Node, q queued) {
 func (r *replayQueue) pop() (replayItem, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.items) == 0 {
+	if r.head == len(r.items) {
 		return replayItem{}, false
 	}
-	it := r.items[0]
-	r.items = r.items[1:]
+	it := r.items[r.head]
+	r.items[r.head] = replayItem{}
+	r.head++
+	if r.head == len(r.items) {
+		r.items, r.head = r.items[:0], 0
+	}
 	return it, true
 }
 

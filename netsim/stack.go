@@ -88,11 +88,11 @@ type stackOptions struct {
 	addrs    []netip.Prefix
 	gateways []netip.Addr // default route next hops per family; empty: on-link
 	loopback bool         // add a loopback NIC with 127.0.0.1/8 and ::1 (pods)
-	out      func([]byte)
+	out      func(frame)
 	// loopOut, when set, adds a loopback NIC whose packets go to the datapath instead of
 	// straight back into the stack (a node's host stack: its localhost traffic must pass
 	// the OUTPUT hooks, for localhost NodePorts).
-	loopOut  func([]byte)
+	loopOut  func(frame)
 	spoofing bool // accept and send for any address
 	// srcRoutes are on-link routes with a preferred source address, matched before the
 	// default route (a node's host stack: pod CIDRs from the bridge address; everything
