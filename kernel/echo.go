@@ -33,29 +33,54 @@ type echoServer struct {
 // from the address the client sent to; a wildcard UDP server answers from whatever
 // address routing picks. Servers stop at Close.
 func (h *Harness) Serve(ns *Netns, name string, bind netip.AddrPort) error {
+	return h.serve(ns, name, bind, true, true)
+}
+
+// ServeProto is Serve for one protocol ("tcp" or "udp"): the other stays closed, so
+// it is refused as a port nothing listens on.
+func (h *Harness) ServeProto(ns *Netns, name, proto string, bind netip.AddrPort) error {
+	switch proto {
+	case "tcp":
+		return h.serve(ns, name, bind, true, false)
+	case "udp":
+		return h.serve(ns, name, bind, false, true)
+	}
+	return fmt.Errorf("serve %s: protocol %q: want tcp or udp", name, proto)
+}
+
+func (h *Harness) serve(ns *Netns, name string, bind netip.AddrPort, tcp, udp bool) error {
 	if strings.ContainsAny(name, " \n") || name == "" {
 		return fmt.Errorf("serve: bad name %q", name)
 	}
 	s := &echoServer{name: name}
 	err := ns.h.do(func() error {
 		var err error
-		s.tcp, err = net.Listen("tcp", bind.String())
-		if err != nil {
-			return err
+		if tcp {
+			if s.tcp, err = net.Listen("tcp", bind.String()); err != nil {
+				return err
+			}
 		}
-		s.udp, err = net.ListenPacket("udp", bind.String())
-		if err != nil {
-			s.tcp.Close()
-			return err
+		if udp {
+			if s.udp, err = net.ListenPacket("udp", bind.String()); err != nil {
+				if s.tcp != nil {
+					s.tcp.Close()
+				}
+				return err
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("serve %s on %v in %s: %w", name, bind, ns, err)
 	}
-	s.wg.Add(2)
-	go s.serveTCP()
-	go s.serveUDP()
+	if s.tcp != nil {
+		s.wg.Add(1)
+		go s.serveTCP()
+	}
+	if s.udp != nil {
+		s.wg.Add(1)
+		go s.serveUDP()
+	}
 	h.mu.Lock()
 	h.servers = append(h.servers, s)
 	h.mu.Unlock()
@@ -96,8 +121,12 @@ func (s *echoServer) serveUDP() {
 }
 
 func (s *echoServer) close() {
-	s.tcp.Close()
-	s.udp.Close()
+	if s.tcp != nil {
+		s.tcp.Close()
+	}
+	if s.udp != nil {
+		s.udp.Close()
+	}
 	s.wg.Wait()
 }
 

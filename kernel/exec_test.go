@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -386,6 +387,10 @@ func TestHarnessConfigErrors(t *testing.T) {
 		{"IPv6 node network", HarnessConfig{NodeNetwork: mustPrefix("fd00::/64")}, "NodeNetwork"},
 		{"topology", HarnessConfig{Topology: "mesh"}, "Topology"},
 		{"duplicate pod IP", HarnessConfig{Pods: []PodConfig{{Name: "a", IP: mustAddr("10.244.0.5")}, {Name: "b", IP: mustAddr("10.244.0.5")}}}, "already belongs to pod a"},
+		{"node IPs for two nodes, one node", HarnessConfig{NodeIPs: []netip.Addr{mustAddr("192.168.77.2"), mustAddr("192.168.77.3")}}, "2 addresses for 1 nodes"},
+		{"node IP off the node network", HarnessConfig{NodeIPs: []netip.Addr{mustAddr("172.18.0.2")}}, "NodeIPs[0] 172.18.0.2"},
+		{"node IP of the external client", HarnessConfig{NodeIPs: []netip.Addr{mustAddr("192.168.77.100")}}, "NodeIPs[0]"},
+		{"two nodes, one IP", HarnessConfig{SecondNode: true, NodeIPs: []netip.Addr{mustAddr("192.168.77.2"), mustAddr("192.168.77.2")}}, "NodeIPs[1]"},
 	}
 	for _, tc := range cases {
 		err := tc.cfg.setDefaults()

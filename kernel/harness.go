@@ -44,6 +44,10 @@ type PodConfig struct {
 	Node int        // index of the node it runs on (0, or 1 with SecondNode)
 	IP   netip.Addr // optional; default: the next free address of the node's pod subnet
 	IP6  netip.Addr // optional, with IPv6; default: the same host number in the IPv6 subnet
+	// TCPPorts and UDPPorts, when either is non-nil, are the ports the pod's echo
+	// servers listen on, per protocol, instead of HarnessConfig.PodPorts on both (as a
+	// pod's containerPorts declare a protocol each).
+	TCPPorts, UDPPorts []uint16
 }
 
 // HarnessConfig describes the mini-cluster a Harness builds. Zero values get defaults.
@@ -63,9 +67,12 @@ type HarnessConfig struct {
 	// SecondNode adds node 1, with its own pod subnet, on the same node network.
 	SecondNode bool
 	// NodeNetwork is the network between the nodes and the external client (a /24 or
-	// bigger): node i gets host address i+1, the external client host address 100.
-	// Default 192.168.77.0/24.
+	// bigger): node i gets host address i+1 (or NodeIPs[i]), the external client host
+	// address 100. Default 192.168.77.0/24.
 	NodeNetwork netip.Prefix
+	// NodeIPs, when set, are the nodes' addresses on NodeNetwork, one per node (for a
+	// harness that mirrors a simulated cluster's address plan).
+	NodeIPs []netip.Addr
 	// ClusterCIDR is the pod network (/16 or bigger); node i's pod subnet is its i-th
 	// /24, with the node's gateway address at .1. Default 10.244.0.0/16.
 	ClusterCIDR netip.Prefix
@@ -139,7 +146,10 @@ type Pod struct {
 	IP       netip.Addr
 	IP6      netip.Addr // with HarnessConfig.IPv6
 	HostVeth string     // the node-side interface of its veth pair
-	Ports    []uint16
+	// Ports its echo servers listen on over both TCP and UDP (HarnessConfig.PodPorts),
+	// or, for a pod given ports per protocol, TCPPorts and UDPPorts.
+	Ports              []uint16
+	TCPPorts, UDPPorts []uint16
 }
 
 // Harness is a mini-cluster of network namespaces:
@@ -251,6 +261,17 @@ func (c *HarnessConfig) setDefaults() error {
 	nodes := 1
 	if c.SecondNode {
 		nodes = 2
+	}
+	if c.NodeIPs != nil {
+		if len(c.NodeIPs) != nodes {
+			return fmt.Errorf("harness: NodeIPs: %d addresses for %d nodes", len(c.NodeIPs), nodes)
+		}
+		ext := addOffset(c.NodeNetwork.Addr(), 100)
+		for i, a := range c.NodeIPs {
+			if !a.Is4() || !c.NodeNetwork.Contains(a) || a == c.NodeNetwork.Addr() || a == ext || i > 0 && a == c.NodeIPs[0] {
+				return fmt.Errorf("harness: NodeIPs[%d] %v: want a free host address of NodeNetwork %v (not .0, not the external client's %v, not another node's)", i, a, c.NodeNetwork, ext)
+			}
+		}
 	}
 	seen := map[string]bool{}
 	seenIP := map[netip.Addr]string{}
@@ -405,6 +426,9 @@ func (h *Harness) build(ctx context.Context) error {
 			PodCIDR: subnet,
 			Gateway: addOffset(subnet.Addr(), 1),
 		}
+		if cfg.NodeIPs != nil {
+			node.IP = cfg.NodeIPs[i]
+		}
 		if v6 {
 			node.IP6 = addOffset6(cfg.NodeNetwork6.Addr(), uint64(i+1))
 			node.PodCIDR6 = subnet6(cfg.ClusterCIDR6, uint64(i))
@@ -433,6 +457,9 @@ func (h *Harness) build(ctx context.Context) error {
 			return fmt.Errorf("pod %s: IP %v is not a pod address of node %d's subnet %v", pc.Name, ip, pc.Node, node.PodCIDR)
 		}
 		p := &Pod{Name: pc.Name, Node: node, Netns: ns, IP: ip, HostVeth: "veth" + strconv.Itoa(i), Ports: cfg.PodPorts}
+		if pc.TCPPorts != nil || pc.UDPPorts != nil {
+			p.Ports, p.TCPPorts, p.UDPPorts = nil, pc.TCPPorts, pc.UDPPorts
+		}
 		if v6 {
 			p.IP6 = pc.IP6
 			if !p.IP6.IsValid() {
@@ -636,6 +663,19 @@ func (h *Harness) build(ctx context.Context) error {
 		wildcard = netip.IPv6Unspecified() // a dual-stack socket
 	}
 	for _, p := range h.Pods {
+		if p.TCPPorts != nil || p.UDPPorts != nil {
+			for _, s := range []struct {
+				proto string
+				ports []uint16
+			}{{"tcp", p.TCPPorts}, {"udp", p.UDPPorts}} {
+				for _, port := range s.ports {
+					if err := h.ServeProto(p.Netns, p.Name, s.proto, netip.AddrPortFrom(wildcard, port)); err != nil {
+						return fmt.Errorf("pod %s: %w", p.Name, err)
+					}
+				}
+			}
+			continue
+		}
 		for _, port := range p.Ports {
 			if err := h.Serve(p.Netns, p.Name, netip.AddrPortFrom(wildcard, port)); err != nil {
 				return fmt.Errorf("pod %s: %w", p.Name, err)

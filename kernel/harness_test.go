@@ -120,6 +120,24 @@ func TestHarnessPlainConnectivity(t *testing.T) {
 	}
 }
 
+// Node addresses can be given (to mirror a simulated cluster), and a pod can listen per
+// protocol: its TCP port answers TCP only, its UDP port UDP only.
+func TestHarnessNodeIPsAndPortsPerProtocol(t *testing.T) {
+	h := newTestHarness(t, HarnessConfig{SecondNode: true, NodeNetwork: mustPrefix("172.18.0.0/24"),
+		NodeIPs: []netip.Addr{mustAddr("172.18.0.2"), mustAddr("172.18.0.3")},
+		Pods:    []PodConfig{{Name: "web", TCPPorts: []uint16{80}, UDPPorts: []uint16{53}}, {Name: "client", Node: 1}}})
+	if h.Nodes[0].IP != mustAddr("172.18.0.2") || h.Nodes[1].IP != mustAddr("172.18.0.3") {
+		t.Errorf("node IPs %v %v", h.Nodes[0].IP, h.Nodes[1].IP)
+	}
+	web, client := h.Pod("web"), h.Pod("client")
+	wantAnswer(t, "tcp/80", h.Dial(client.Netns, "tcp", netip.AddrPortFrom(web.IP, 80)), "web", client.IP)
+	wantAnswer(t, "udp/53", h.Dial(client.Netns, "udp", netip.AddrPortFrom(web.IP, 53)), "web", client.IP)
+	wantOutcome(t, "udp/80", h.Dial(client.Netns, "udp", netip.AddrPortFrom(web.IP, 80)), Refused)
+	wantOutcome(t, "tcp/53", h.Dial(client.Netns, "tcp", netip.AddrPortFrom(web.IP, 53)), Refused)
+	wantOutcome(t, "tcp/8080 (PodPorts do not apply)", h.Dial(client.Netns, "tcp", netip.AddrPortFrom(web.IP, 8080)), Refused)
+	wantAnswer(t, "the other pod keeps PodPorts", h.Dial(web.Netns, "tcp", netip.AddrPortFrom(client.IP, 8080)), "client", web.IP)
+}
+
 // A build that fails part way removes everything it made.
 func TestHarnessCleanupAfterFailure(t *testing.T) {
 	RequireHarness(t)
