@@ -150,6 +150,7 @@ type Cluster struct {
 	mu           sync.Mutex
 	nodes        map[string]*Node
 	order        []*Node
+	allNodes     []*Node // every node ever added, removed ones too: Close stops them all
 	pods         map[string]*Pod
 	external     map[string]*ExternalHost
 	nextExternal netip.Addr
@@ -417,6 +418,7 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 	c.mu.Lock()
 	c.nodes[nc.Name] = n
 	c.order = append(c.order, n)
+	c.allNodes = append(c.allNodes, n)
 	c.mu.Unlock()
 	if c.cfg.Replay {
 		close(n.stopped)
@@ -439,7 +441,7 @@ func (c *Cluster) Close() {
 	for _, p := range c.pods {
 		pods = append(pods, p)
 	}
-	nodes := append([]*Node(nil), c.order...)
+	nodes := append([]*Node(nil), c.allNodes...)
 	hosts := make([]*ExternalHost, 0, len(c.external))
 	for _, h := range c.external {
 		hosts = append(hosts, h)
@@ -449,6 +451,12 @@ func (c *Cluster) Close() {
 		cancel()
 	}
 	close(c.done)
+	for _, n := range nodes {
+		select {
+		case n.q.wake <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
 	for _, p := range pods {
 		p.kill()
 	}

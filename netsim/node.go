@@ -395,10 +395,11 @@ func (n *Node) run() {
 	defer close(n.stopped)
 	var batch []queued
 	for {
+		<-n.q.wake // one channel, not a select with done: the cheaper wake-up per packet
 		select {
-		case <-n.q.wake:
-		case <-n.cluster.done:
+		case <-n.cluster.done: // Close wakes every node after closing done
 			return
+		default:
 		}
 		batch = n.q.take(batch)
 		for _, it := range batch {
