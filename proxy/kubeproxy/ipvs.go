@@ -154,6 +154,7 @@ func newIPVS(n *netsim.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig) 
 		if err != nil {
 			return nil, fmt.Errorf("kube-proxy (ipvs) on %s: %w", n.Name(), err)
 		}
+		emu.SetIPVSLookup(p.ipvsLookup)
 		emu.AttachNetsim(n, "kube-proxy ipvs "+string(fam))
 		p.fams = append(p.fams, &ipvsFamily{family: fam, emu: emu, px: px})
 	}
@@ -480,6 +481,29 @@ func (p *ipvsProxy) reply(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict
 func (p *ipvsProxy) isVirtual(q ipvs.Packet) bool {
 	vs, err := p.model.GetVirtualServer(&ipvs.VirtualServer{Address: q.Dst.Addr(), Port: q.Dst.Port(), Protocol: protoUpper(q.Protocol)})
 	return err == nil && vs != nil
+}
+
+// ipvsLookup tells the emulator's -m ipvs rules (KUBE-IPVS-OUT-FILTER) which packets
+// IPVS has handled (skb->ipvs_property): after the IPVS hooks have run — at OUTPUT from
+// the filter table on (IPVS's LOCAL_OUT hook runs at NF_IP_PRI_NAT_DST+2), and at
+// POSTROUTING — a packet in its connection's original direction whose destination IPVS
+// rewrote from a virtual service of this node. Its entry's virtual address and port are
+// the connection's original destination; kube-proxy's real servers are masqueraded.
+func (p *ipvsProxy) ipvsLookup(q *emulator.Packet, hook emulator.Hook, table string) *emulator.IPVSConn {
+	switch {
+	case hook == emulator.Output && (table == emulator.TableFilter || table == emulator.TableSecurity):
+	case hook == emulator.Postrouting:
+	default:
+		return nil
+	}
+	o := q.CT.Orig
+	if q.CT.Reply || !o.Dst.IsValid() || (q.Dst == o.Dst && q.DstPort == o.DstPort) {
+		return nil
+	}
+	if !handled(q.Proto) || !p.isVirtual(ipvs.Packet{Protocol: q.Proto, Dst: netip.AddrPortFrom(o.Dst, o.DstPort)}) {
+		return nil
+	}
+	return &emulator.IPVSConn{VAddr: o.Dst, VPort: o.DstPort, Method: emulator.IPVSMasq}
 }
 
 func (p *ipvsProxy) count(f func(*ipvsHandlerStats)) {

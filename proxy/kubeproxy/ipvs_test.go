@@ -591,6 +591,26 @@ func TestIPVSModeLBSourceRanges(t *testing.T) {
 	if r.Result != netsim.ResultDropped {
 		t.Errorf("blocked outside source: %s, want dropped", r.Outcome)
 	}
+	// The node itself, outside the ranges: its connection to the VIP bound on
+	// kube-ipvs0 leaves from the VIP (the kernel's source for a local destination; the
+	// probe names it, as netsim's host stack would pick the node IP), IPVS schedules it
+	// at LOCAL_OUT, and KUBE-IPVS-OUT-FILTER's -m ipvs rule drops it
+	// (kubernetes#119656).
+	for _, all := range []bool{false, true} {
+		p := netsim.Probe{From: "node:node-a", Src: lbIP, Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Trace: true, AllBranches: all}
+		if !all {
+			p.Mode = netsim.ProbeConnect
+		}
+		rs, err := c.Probe(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if r.Result != netsim.ResultDropped || !strings.Contains(r.Trace.String(), "KUBE-IPVS-OUT-FILTER") || strings.Contains(r.Trace.String(), "not emulated") {
+				t.Errorf("node-a (all branches %v) to its LB IP outside the ranges: %s, want dropped by KUBE-IPVS-OUT-FILTER's -m ipvs rule\n%s", all, r.Outcome, r.Trace)
+			}
+		}
+	}
 	got, _ := c.Store().GetService("default", "lb")
 	np := uint16(got.Spec.Ports[0].NodePort)
 	r, _ = c.ProbeOne(netsim.Probe{From: "external:blocked", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np), Mode: netsim.ProbeConnect})

@@ -47,7 +47,10 @@
 // the first rule's); a list is freed when no rule names it); conntrack (--ctstate with the SNAT/DNAT virtual
 // states, --ctproto, --ctorig/repl src/dst and ports, --ctstatus, --ctexpire, --ctdir);
 // state; mark and connmark; set (ipsets: see IPSets); nfacct (a named counter);
-// iprange. Targets: ACCEPT, DROP, RETURN, jumps and gotos, REJECT (default
+// iprange; ipvs (xt_ipvs: --ipvs, --vproto, --vaddr, --vport, --vdir, --vmethod,
+// --vportctl, decided from the IPVS state a caller gives through SetIPVSLookup —
+// kube-proxy's IPVS mode on netsim does — and undecidable without it; printed as
+// written). Targets: ACCEPT, DROP, RETURN, jumps and gotos, REJECT (default
 // icmp-port-unreachable / icmp6-port-unreachable), DNAT, SNAT, MASQUERADE, REDIRECT
 // (address and port ranges; --random, --random-fully, --persistent), MARK and CONNMARK
 // (all forms, saved as --set-xmark), LOG (a no-op shown in traces), NOTRACK and CT

@@ -164,6 +164,8 @@ type state struct {
 	// naming it is checked: the address mask and the size of each entry's time-stamp
 	// ring (see recentConfig).
 	recentConf map[string]recentConf
+	// ipvs tells -m ipvs rules about IPVS connections (nil: undecidable).
+	ipvs IPVSLookup
 }
 
 func newState() *state {

@@ -1669,6 +1669,8 @@ func (m *IPRangeMatch) eval(c *evalCtx) tri {
 type UnknownMatch struct {
 	Name string
 	Args []string // raw option tokens, quotes and "!" included
+
+	ipvs *ipvsSpec // -m ipvs: its options as the evaluator reads them (see ipvs.go)
 }
 
 // Module implements Match.
@@ -1682,4 +1684,9 @@ func (m *UnknownMatch) appendArgs(b []byte) []byte {
 	return b
 }
 
-func (m *UnknownMatch) eval(*evalCtx) tri { return unknown }
+func (m *UnknownMatch) eval(c *evalCtx) tri {
+	if m.ipvs != nil {
+		return m.ipvs.eval(c)
+	}
+	return unknown
+}

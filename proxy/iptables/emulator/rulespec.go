@@ -259,6 +259,15 @@ func (sp *specParser) parse(toks []token) (*ruleSpec, error) {
 	if neg {
 		return nil, optErr("!", "nothing follows !")
 	}
+	for _, m := range r.Matches {
+		if u, ok := m.(*UnknownMatch); ok && u.Name == "ipvs" {
+			spec, err := parseIPVS(u.Args, sp.rc.family)
+			if err != nil {
+				return nil, &optError{"-m ipvs", err}
+			}
+			u.ipvs = spec
+		}
+	}
 	for _, o := range sp.owners {
 		if o.b != nil {
 			if err := o.b.finish(&sp.rc); err != nil {
