@@ -312,7 +312,7 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 		n.settings = *nc.Settings
 	}
 	n.q = packetQueue{wake: make(chan struct{}, 1), limit: c.cfg.QueueLen}
-	n.fromFabric = func(f frame) { n.enqueue(f, queueSource{kind: fromUplink}) }
+	n.fromFabric = func(f frame) { n.fromUplinkNow(f, nil) }
 	n.ct = NewConntrack(c.clock.Now, n.settings.Conntrack)
 	n.uplinkLink = newLink("node "+nc.Name+" uplink", c.cfg.Seed)
 	// Addresses.

@@ -152,7 +152,7 @@ func (d fabricDest) receiver(tr *Trace) func(frame) {
 	switch d.kind {
 	case hopNode:
 		if tr != nil {
-			return func(fr frame) { d.node.enqueue(fr, queueSource{kind: fromUplink, trace: tr}) }
+			return func(fr frame) { d.node.fromUplinkNow(fr, tr) }
 		}
 		return d.node.fromFabric
 	case hopExternal:

@@ -74,10 +74,12 @@ const (
 // iptables emulator, IPVS, the userspace proxy's redirect rules) and users' own code are
 // handlers.
 //
-// Handlers run on the datapath's goroutine with the node locked: they must not block and
-// must not call back into the node. Time and randomness come from the Context (so that
-// decisions are a pure function of the seed and the packets), never from the wall clock
-// or a global source.
+// Handlers run with the node locked, one packet at a time, on whichever goroutine carries
+// the packet through the node (the node's datapath goroutine for packets from its pods and
+// its own stack; the sending node's for packets from the cluster network): they must not
+// block, must not call back into the node, and must not keep the packet or its bytes after
+// they return. Time and randomness come from the Context (so that decisions are a pure
+// function of the seed and the packets), never from the wall clock or a global source.
 type Handler interface {
 	Handle(ctx *Context, p *Packet) Verdict
 }

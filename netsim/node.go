@@ -104,7 +104,7 @@ type Node struct {
 	stats      NodeStats
 	hctx       Context     // reused for every handler call (under mu)
 	pkt        Packet      // reused by the datapath goroutine for each queued packet
-	fromFabric func(frame) // enqueues a packet from the cluster network (bound once)
+	fromFabric func(frame) // takes a packet in from the cluster network (bound once)
 	proxy      Proxy
 	ps         proxyState
 	health     HealthChecker
@@ -414,6 +414,25 @@ func (n *Node) run() {
 
 func (n *Node) handleQueued(it queued) {
 	n.handle(it, &n.pkt)
+}
+
+// packetPool holds the Packets of node passes run outside a node's own goroutine.
+var packetPool = sync.Pool{New: func() any { return new(Packet) }}
+
+// fromUplinkNow runs a packet that arrives from the cluster network through the node at
+// once, on the goroutine that carried it there (usually the sending node's datapath
+// goroutine), instead of queueing it for the node's own goroutine: the wire between two
+// nodes costs no goroutine hand-off. The node lock orders it with the node's other
+// packets. Replay mode queues it, to keep its one packet at a time.
+func (n *Node) fromUplinkNow(f frame, tr *Trace) {
+	if n.cluster.cfg.Replay || n.down.Load() {
+		n.enqueue(f, queueSource{kind: fromUplink, trace: tr})
+		return
+	}
+	pk := packetPool.Get().(*Packet)
+	n.handle(queued{data: f, from: queueSource{kind: fromUplink, trace: tr}}, pk)
+	*pk = Packet{} // let go of what the packet referred to
+	packetPool.Put(pk)
 }
 
 func (n *Node) handle(it queued, pk *Packet) {
