@@ -32,13 +32,13 @@ type Clock struct {
 	started time.Time    // wall-clock start (monotonic) for running mode
 
 	mu     sync.Mutex
-	timers map[*clockTimer]struct{} // pending timers
+	timers []*clockTimer // pending timers, in no order; each knows its index
 	seq    uint64
 }
 
 // NewClock returns a clock at Epoch. manual selects manual mode.
 func NewClock(manual bool) *Clock {
-	return &Clock{manual: manual, started: time.Now(), timers: map[*clockTimer]struct{}{}}
+	return &Clock{manual: manual, started: time.Now()}
 }
 
 // Manual reports whether the clock only moves through Advance.
@@ -76,7 +76,7 @@ func (c *Clock) Advance(d time.Duration) {
 	if !c.manual {
 		// Wall-clock timers were armed for the old offset: bring them forward.
 		c.mu.Lock()
-		for t := range c.timers {
+		for _, t := range c.timers {
 			if t.real != nil {
 				t.real.Reset(max(0, t.deadline-target))
 			}
@@ -86,7 +86,7 @@ func (c *Clock) Advance(d time.Duration) {
 	for i := 0; i < 1_000_000; i++ {
 		c.mu.Lock()
 		var next *clockTimer
-		for t := range c.timers {
+		for _, t := range c.timers {
 			if t.deadline <= target && (next == nil || t.deadline < next.deadline || t.deadline == next.deadline && t.seq < next.seq) {
 				next = t
 			}
@@ -95,8 +95,7 @@ func (c *Clock) Advance(d time.Duration) {
 			c.mu.Unlock()
 			return
 		}
-		delete(c.timers, next)
-		next.pending = false
+		c.removeLocked(next)
 		c.mu.Unlock()
 		done := make(chan struct{})
 		go func() { defer close(done); next.f() }()
@@ -118,7 +117,7 @@ func (c *Clock) nextDeadline() (time.Duration, bool) {
 	defer c.mu.Unlock()
 	var min time.Duration
 	found := false
-	for t := range c.timers {
+	for _, t := range c.timers {
 		if !found || t.deadline < min {
 			min, found = t.deadline, true
 		}
@@ -135,7 +134,30 @@ type clockTimer struct {
 	deadline time.Duration // virtual time since Epoch
 	seq      uint64
 	pending  bool
+	idx      int         // position in Clock.timers while pending
 	real     *time.Timer // running mode
+}
+
+// addLocked puts t among the pending timers (if it is not there yet).
+func (c *Clock) addLocked(t *clockTimer) {
+	if t.pending {
+		return
+	}
+	t.pending, t.idx = true, len(c.timers)
+	c.timers = append(c.timers, t)
+}
+
+// removeLocked takes t out of the pending timers (if it is there).
+func (c *Clock) removeLocked(t *clockTimer) {
+	if !t.pending {
+		return
+	}
+	last := len(c.timers) - 1
+	c.timers[t.idx] = c.timers[last]
+	c.timers[t.idx].idx = t.idx
+	c.timers[last] = nil
+	c.timers = c.timers[:last]
+	t.pending = false
 }
 
 // fireReal runs when the wall-clock timer expires.
@@ -151,8 +173,7 @@ func (t *clockTimer) fireReal() {
 		c.mu.Unlock()
 		return
 	}
-	t.pending = false
-	delete(c.timers, t)
+	c.removeLocked(t)
 	c.mu.Unlock()
 	t.f()
 }
@@ -163,8 +184,7 @@ func (t *clockTimer) Stop() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	was := t.pending
-	t.pending = false
-	delete(c.timers, t)
+	c.removeLocked(t)
 	if t.real != nil {
 		t.real.Stop()
 	}
@@ -179,8 +199,7 @@ func (t *clockTimer) Reset(d time.Duration) {
 	t.deadline = c.elapsed() + d
 	c.seq++
 	t.seq = c.seq
-	t.pending = true
-	c.timers[t] = struct{}{}
+	c.addLocked(t)
 	if c.manual {
 		return
 	}

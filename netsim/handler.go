@@ -78,7 +78,7 @@ const (
 // the packet through the node (the node's datapath goroutine for packets from its pods and
 // its own stack; the sending node's for packets from the cluster network): they must not
 // block, must not call back into the node, and must not keep the packet or its bytes after
-// they return. Time and randomness come from the Context (so that decisions are a pure
+// they return (except by returning Stolen, which hands the packet over). Time and randomness come from the Context (so that decisions are a pure
 // function of the seed and the packets), never from the wall clock or a global source.
 type Handler interface {
 	Handle(ctx *Context, p *Packet) Verdict

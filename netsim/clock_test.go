@@ -1,0 +1,46 @@
+package netsim
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Advance fires due timers in deadline order, and in the order they were set when their
+// deadlines are equal; stopped timers do not fire; a reset timer fires once, at its new
+// deadline; timers not yet due stay pending.
+func TestClockAdvanceOrder(t *testing.T) {
+	c := NewClock(true)
+	var fired []string
+	add := func(name string, d time.Duration) *clockTimer {
+		return c.AfterFunc(d, func() { fired = append(fired, name) }).(*clockTimer)
+	}
+	add("b", 20*time.Millisecond)
+	add("a", 10*time.Millisecond)
+	add("c", 20*time.Millisecond) // same deadline as b, set later
+	stopped := add("stopped", 5*time.Millisecond)
+	moved := add("moved", 1*time.Millisecond)
+	add("late", time.Hour)
+	var timers []*clockTimer
+	for i := 0; i < 50; i++ { // churn: many timers set and stopped in between
+		timers = append(timers, add(fmt.Sprint("x", i), time.Minute))
+	}
+	for _, x := range timers {
+		x.Stop()
+	}
+	if !stopped.Stop() || stopped.Stop() {
+		t.Error("Stop should report true for a pending timer, then false")
+	}
+	moved.Reset(15 * time.Millisecond)
+	c.Advance(30 * time.Millisecond)
+	if got, want := strings.Join(fired, " "), "a moved b c"; got != want {
+		t.Errorf("fired %q, want %q", got, want)
+	}
+	if d, ok := c.nextDeadline(); !ok || d != time.Hour-30*time.Millisecond {
+		t.Errorf("next deadline %v %v, want the late timer's", d, ok)
+	}
+	if len(c.timers) != 1 {
+		t.Errorf("%d timers pending, want 1", len(c.timers))
+	}
+}
