@@ -397,7 +397,7 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 	c.fabric.mu.Lock()
 	for _, ip := range n.ips {
 		if d, ok := c.fabric.nodeIPs[ip]; ok {
-			c.fabric.mu.Unlock()
+			c.fabric.unlock()
 			st.close()
 			return nil, fmt.Errorf("node %s: IP %s already belongs to node %s", nc.Name, ip, d.name)
 		}
@@ -406,14 +406,14 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 	for _, p := range n.podCIDR {
 		for _, r := range c.fabric.podCIDRs {
 			if r.p.Overlaps(p) {
-				c.fabric.mu.Unlock()
+				c.fabric.unlock()
 				st.close()
 				return nil, fmt.Errorf("node %s: pod CIDR %s overlaps node %s's %s", nc.Name, p, r.node.name, r.p)
 			}
 		}
 		c.fabric.podCIDRs = append(c.fabric.podCIDRs, cidrRoute{p: p, node: n})
 	}
-	c.fabric.mu.Unlock()
+	c.fabric.unlock()
 	n.AddHandler(HandlerSpec{Name: "cni-masquerade", Hook: Postrouting, Priority: PriorityNATSrc + 10, NAT: true, Handler: HandlerFunc(n.egressMasq)})
 	c.mu.Lock()
 	c.nodes[nc.Name] = n

@@ -85,7 +85,7 @@ func (c *Cluster) AddExternalHost(name string, ip netip.Addr) (*ExternalHost, er
 	c.external[name] = h
 	c.fabric.mu.Lock()
 	c.fabric.hosts[ip] = h
-	c.fabric.mu.Unlock()
+	c.fabric.unlock()
 	return h, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 )
 
 // fabric is the cluster network between nodes, external hosts and the cloud load
@@ -14,7 +15,7 @@ import (
 // here, as it would at a real cluster's default gateway.
 type fabric struct {
 	c  *Cluster
-	mu sync.RWMutex
+	mu sync.Mutex // held while the routes below change; unlock publishes them
 	// routes
 	nodeIPs   map[netip.Addr]*Node
 	podCIDRs  []cidrRoute
@@ -22,6 +23,45 @@ type fabric struct {
 	extIP     map[netip.Addr]*Node
 	lbIPs     map[netip.Addr]*loadBalancer
 	partition map[string]int // node name (or "external") → group; 0: not partitioned
+
+	// published is a copy of the routes that packets read without locking.
+	published atomic.Pointer[fabricRoutes]
+}
+
+// fabricRoutes is an immutable copy of the fabric's routes: one map for every address
+// routed as a whole (node IPs over external hosts over load-balancer addresses over
+// externalIPs, as lookups have always preferred them), then the pod CIDRs.
+type fabricRoutes struct {
+	exact     map[netip.Addr]fabricDest
+	podCIDRs  []cidrRoute
+	partition map[string]int
+}
+
+// unlock publishes the routes as they now are and releases mu; every change of the routes
+// ends with it.
+func (f *fabric) unlock() {
+	r := &fabricRoutes{
+		exact:     make(map[netip.Addr]fabricDest, len(f.nodeIPs)+len(f.hosts)+len(f.lbIPs)+len(f.extIP)),
+		podCIDRs:  append([]cidrRoute(nil), f.podCIDRs...),
+		partition: make(map[string]int, len(f.partition)),
+	}
+	for a, n := range f.extIP {
+		r.exact[a] = fabricDest{kind: hopNode, node: n}
+	}
+	for a, lb := range f.lbIPs {
+		r.exact[a] = fabricDest{kind: hopLB, lb: lb}
+	}
+	for a, h := range f.hosts {
+		r.exact[a] = fabricDest{kind: hopExternal, host: h}
+	}
+	for a, n := range f.nodeIPs {
+		r.exact[a] = fabricDest{kind: hopNode, node: n}
+	}
+	for k, g := range f.partition {
+		r.partition[k] = g
+	}
+	f.published.Store(r)
+	f.mu.Unlock()
 }
 
 type cidrRoute struct {
@@ -47,58 +87,50 @@ type fabricDest struct {
 }
 
 func newFabric(c *Cluster) *fabric {
-	return &fabric{c: c, nodeIPs: map[netip.Addr]*Node{}, hosts: map[netip.Addr]*ExternalHost{}, extIP: map[netip.Addr]*Node{}, lbIPs: map[netip.Addr]*loadBalancer{}, partition: map[string]int{}}
+	f := &fabric{c: c, nodeIPs: map[netip.Addr]*Node{}, hosts: map[netip.Addr]*ExternalHost{}, extIP: map[netip.Addr]*Node{}, lbIPs: map[netip.Addr]*loadBalancer{}, partition: map[string]int{}}
+	f.mu.Lock()
+	f.unlock()
+	return f
 }
 
 func (f *fabric) lookup(dst netip.Addr) fabricDest {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.lookupLocked(dst)
+	return f.published.Load().lookup(dst)
 }
 
 // route finds where a packet from place from (a node name, or "external") to dst goes:
 // nowhere when there is no route or a partition lies between.
 func (f *fabric) route(from string, dst netip.Addr) fabricDest {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	d := f.lookupLocked(dst)
-	if d.kind == hopNone || len(f.partition) == 0 {
+	r := f.published.Load()
+	d := r.lookup(dst)
+	if d.kind == hopNone || len(r.partition) == 0 {
 		return d
 	}
-	ga, gb := f.partition[from], f.partition[d.name()]
-	if ga != 0 && gb != 0 && ga != gb {
+	if r.cut(from, d.name()) {
 		return fabricDest{}
 	}
 	return d
 }
 
-func (f *fabric) lookupLocked(dst netip.Addr) fabricDest {
-	if n, ok := f.nodeIPs[dst]; ok {
-		return fabricDest{kind: hopNode, node: n}
+func (r *fabricRoutes) lookup(dst netip.Addr) fabricDest {
+	if d, ok := r.exact[dst]; ok {
+		return d
 	}
-	if h, ok := f.hosts[dst]; ok {
-		return fabricDest{kind: hopExternal, host: h}
-	}
-	if lb, ok := f.lbIPs[dst]; ok {
-		return fabricDest{kind: hopLB, lb: lb}
-	}
-	if n, ok := f.extIP[dst]; ok {
-		return fabricDest{kind: hopNode, node: n}
-	}
-	for _, r := range f.podCIDRs {
-		if r.p.Contains(dst) {
-			return fabricDest{kind: hopNode, node: r.node}
+	for _, cr := range r.podCIDRs {
+		if cr.p.Contains(dst) {
+			return fabricDest{kind: hopNode, node: cr.node}
 		}
 	}
 	return fabricDest{}
 }
 
+func (r *fabricRoutes) cut(a, b string) bool {
+	ga, gb := r.partition[a], r.partition[b]
+	return ga != 0 && gb != 0 && ga != gb
+}
+
 // partitioned reports whether two places (node names, or "external") are cut off.
 func (f *fabric) partitioned(a, b string) bool {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	ga, gb := f.partition[a], f.partition[b]
-	return ga != 0 && gb != 0 && ga != gb
+	return f.published.Load().cut(a, b)
 }
 
 func (d fabricDest) name() string {
@@ -173,7 +205,7 @@ func (f *fabric) deliver(d fabricDest, fr frame, tr *Trace) {
 // the route.
 func (c *Cluster) RouteExternalIP(ip netip.Addr, node string) error {
 	c.fabric.mu.Lock()
-	defer c.fabric.mu.Unlock()
+	defer c.fabric.unlock()
 	if node == "" {
 		delete(c.fabric.extIP, ip)
 		return nil

@@ -250,7 +250,7 @@ func (c *Cluster) Partition(groups ...[]string) error {
 	}
 	c.fabric.mu.Lock()
 	c.fabric.partition = p
-	c.fabric.mu.Unlock()
+	c.fabric.unlock()
 	return nil
 }
 

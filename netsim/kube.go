@@ -599,7 +599,7 @@ func (c *Cluster) RemoveNode(name string) error {
 		}
 	}
 	c.fabric.podCIDRs = keep
-	c.fabric.mu.Unlock()
+	c.fabric.unlock()
 	c.mu.Lock()
 	delete(c.nodes, name)
 	var order []*Node

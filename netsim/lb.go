@@ -99,7 +99,7 @@ func (c *Cluster) lbController(ev service.Event) {
 		c.mu.Unlock()
 		c.fabric.mu.Lock()
 		c.fabric.lbIPs[ip] = lb
-		c.fabric.mu.Unlock()
+		c.fabric.unlock()
 	}
 	lb.mu.Lock()
 	lb.svc = svc
@@ -156,7 +156,7 @@ func (c *Cluster) removeLB(lb *loadBalancer) {
 	c.mu.Unlock()
 	c.fabric.mu.Lock()
 	delete(c.fabric.lbIPs, lb.ip)
-	c.fabric.mu.Unlock()
+	c.fabric.unlock()
 }
 
 // LoadBalancerIP returns the ingress address of a LoadBalancer Service, if it has one.
