@@ -29,6 +29,10 @@ type Semantics struct {
 	// endpoints whatever the external traffic policy (iptables' "pod traffic for ...
 	// external destinations" rule). IPVS applies the policy to pods too.
 	ShortCircuit bool
+	// Terminates: the proxy terminates connections on the node and opens its own to
+	// the backend (userspace), so a probe ends at its listener and the backend sees the
+	// node as the client: traffic is observed with real connections (World.Dial).
+	Terminates bool
 }
 
 // adjust rewrites an expectation without endpoints to what the mode does.
@@ -63,7 +67,7 @@ var IPTablesSemantics = Semantics{Name: "iptables", LocalhostNodePorts: true, Af
 var IPVSSemantics = Semantics{Name: "ipvs", AffinityExpires: true, NoLocalEndpoints: "cluster"}
 
 // UserspaceSemantics are the userspace mode's.
-var UserspaceSemantics = Semantics{Name: "userspace", AffinityExpires: true}
+var UserspaceSemantics = Semantics{Name: "userspace", AffinityExpires: true, Terminates: true}
 
 // SemanticsFor returns the semantics of a kube-proxy mode by name (iptables for names
 // it does not know: a proxy of your own is held to kube-proxy's iptables behaviour).

@@ -1,0 +1,209 @@
+package conformance
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"github.com/clusterlab/clusterlab/proptest"
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+)
+
+// Mode is a proxy the suite runs cases under.
+type Mode struct {
+	Name      string
+	Proxy     proptest.ProxyFor
+	Semantics proptest.Semantics
+}
+
+// KubeProxyMode is one of kube-proxy's modes with its semantics.
+func KubeProxyMode(m kubeproxy.Mode) Mode {
+	return Mode{Name: string(m), Proxy: proptest.KubeProxy(m), Semantics: proptest.SemanticsFor(string(m))}
+}
+
+// Reference is the mode the others are held to: kube-proxy's iptables mode, the
+// default and the one the invariants describe.
+var Reference = KubeProxyMode(kubeproxy.IPTables)
+
+// Modes are kube-proxy's other modes, compared with the reference.
+func Modes() []Mode {
+	var out []Mode
+	for _, m := range kubeproxy.Modes() {
+		if string(m) != Reference.Name {
+			out = append(out, KubeProxyMode(m))
+		}
+	}
+	return out
+}
+
+// Mismatch is an outcome of a flow under a mode that the reference mode cannot give.
+type Mismatch struct {
+	Flow Flow
+	Mode string
+	// Ref is the reference mode's observation, Got the outcome under Mode.
+	Ref Observation
+	Got Outcome
+	// Differences name the by-design differences that explain it (none: unexplained).
+	Differences []string
+}
+
+// Explained reports whether a by-design difference accounts for the mismatch.
+func (m Mismatch) Explained() bool { return len(m.Differences) > 0 }
+
+func (m Mismatch) String() string {
+	s := fmt.Sprintf("%s\n    %s: %s\n    %s: %s", m.Flow, Reference.Name, m.Ref, m.Mode, m.Got)
+	if m.Explained() {
+		s += "\n    by design: " + strings.Join(m.Differences, ", ")
+	}
+	return s
+}
+
+// Comparison is one case run under several modes.
+type Comparison struct {
+	Case  *proptest.Case
+	Modes []string
+	Flows int
+	// Agreed counts (flow, mode) pairs whose every attempt the reference allows.
+	Agreed int
+	// Named counts, per by-design difference, the (flow, mode) pairs it explained (a pair
+	// that several explain counts for each).
+	Named map[string]int
+	// Explained are those mismatches (the first of each pair); Unexplained fail the
+	// suite.
+	Explained, Unexplained []Mismatch
+	// Worlds are the worlds the case ran in, by mode name (closed by Close).
+	Worlds map[string]*proptest.World
+}
+
+// Close stops every world.
+func (c *Comparison) Close() {
+	for _, w := range c.Worlds {
+		w.Close()
+	}
+}
+
+// Attempts is how many times each flow is sent under each mode.
+var Attempts = 3
+
+// Compare builds the case under the reference mode and under each of modes, sends
+// every flow of the reference world under each, and holds every attempt's outcome to
+// the reference's possible outcomes (every branch of each flow's first packet, taken
+// before any flow pins a client under affinity, and the reference's own attempts): the same class (answered, refused, dropped), and
+// for an answer one of the backends the reference can reach, seeing the source as the
+// reference's backend sees it (not for modes that terminate connections: there the
+// backends see the node by design). An outcome the reference cannot give is a
+// Mismatch; a by-design difference (Differences) may explain it. The caller closes the
+// comparison.
+func Compare(c *proptest.Case, modes ...Mode) (*Comparison, error) {
+	cmp := &Comparison{Case: c, Named: map[string]int{}, Worlds: map[string]*proptest.World{}}
+	all := append([]Mode{Reference}, modes...)
+	for _, m := range all {
+		if _, dup := cmp.Worlds[m.Name]; dup {
+			cmp.Close()
+			return nil, fmt.Errorf("conformance: mode %q given twice", m.Name)
+		}
+		w, err := proptest.Build(c, m.Proxy)
+		if err != nil {
+			cmp.Close()
+			return nil, fmt.Errorf("%s: %w", m.Name, err)
+		}
+		w.Mode, w.Semantics = m.Name, m.Semantics
+		cmp.Worlds[m.Name] = w
+		cmp.Modes = append(cmp.Modes, m.Name)
+	}
+	ref := cmp.Worlds[Reference.Name]
+	if err := sameAddresses(ref, cmp); err != nil {
+		cmp.Close()
+		return nil, err
+	}
+	flows := Flows(ref)
+	cmp.Flows = len(flows)
+	refObs := make([]Observation, len(flows))
+	for i, f := range flows {
+		o, err := observeBranches(ref, f)
+		if err != nil {
+			cmp.Close()
+			return nil, fmt.Errorf("%s: %w", Reference.Name, err)
+		}
+		refObs[i] = o
+	}
+	for i, f := range flows {
+		if err := observeAttempts(ref, f, Attempts, &refObs[i]); err != nil {
+			cmp.Close()
+			return nil, fmt.Errorf("%s: %w", Reference.Name, err)
+		}
+	}
+	for _, m := range modes {
+		w := cmp.Worlds[m.Name]
+		for i, f := range flows {
+			got, err := Observe(w, f, Attempts)
+			if err != nil {
+				cmp.Close()
+				return nil, fmt.Errorf("%s: %w", m.Name, err)
+			}
+			var first *Mismatch
+			for _, a := range got.Attempts {
+				if refObs[i].has(a, m.Semantics.Terminates) {
+					continue
+				}
+				mm := Mismatch{Flow: f, Mode: m.Name, Ref: refObs[i], Got: a}
+				mm.Differences = Explain(ref, mm)
+				if first == nil || first.Explained() && !mm.Explained() {
+					first = &mm
+				}
+			}
+			switch {
+			case first == nil:
+				cmp.Agreed++
+			case first.Explained():
+				for _, d := range first.Differences {
+					cmp.Named[d]++
+				}
+				cmp.Explained = append(cmp.Explained, *first)
+			default:
+				cmp.Unexplained = append(cmp.Unexplained, *first)
+			}
+		}
+	}
+	return cmp, nil
+}
+
+// sameAddresses checks that every world allocated the same cluster IPs, node ports
+// and load-balancer IPs as the reference (flows are computed once, in the reference).
+func sameAddresses(ref *proptest.World, cmp *Comparison) error {
+	want := addresses(ref)
+	for name, w := range cmp.Worlds {
+		if got := addresses(w); !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("conformance: the %s world allocated other addresses than the %s world:\n  %v\n  %v", name, Reference.Name, got, want)
+		}
+	}
+	return nil
+}
+
+func addresses(w *proptest.World) []string {
+	var out []string
+	for _, v := range w.ServicePorts() {
+		out = append(out, fmt.Sprintf("%s %s %d %v %v %v", v.Key(), v.ClusterIP, v.Port.NodePort, v.ExternalIPs, v.LoadBalancerIPs, v.ProxiedLoadBalancerIPs))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Summary renders the comparison in one line.
+func (c *Comparison) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "modes %s: %d flows, %d agreed", strings.Join(c.Modes, ", "), c.Flows, c.Agreed)
+	var names []string
+	for n := range c.Named {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(&b, "; %d %s", c.Named[n], n)
+	}
+	if len(c.Unexplained) > 0 {
+		fmt.Fprintf(&b, "; %d unexplained", len(c.Unexplained))
+	}
+	return b.String()
+}

@@ -1,0 +1,64 @@
+// Package conformance is clusterlab's cross-mode conformance suite: the same generated
+// cases (package proptest) run under every kube-proxy mode and on a real kernel, and
+// their outcomes are held to the reference, kube-proxy's iptables mode.
+//
+// # Across modes
+//
+//	proptest.Case ──Build──▶ one World per mode (iptables, ipvs, userspace), same seed,
+//	                         same objects, same allocated addresses (checked)
+//	        │ Flows(reference world): every pod and node → every cluster IP port (and an
+//	        │ unused port of each cluster IP); pods → external IPs; external hosts → every
+//	        │ node port on every node and every load-balancer IP; nodes → 127.0.0.1:NODEPORT
+//	        ▼
+//	reference: every branch of each flow's first packet (an all-branches probe, taken
+//	           before any attempt pins a client under affinity) + Attempts connect probes
+//	other modes: Attempts connect probes (IPVS), or real connections (userspace, whose
+//	           listener a probe cannot see past: proptest.World.Dial)
+//	        │ each attempt's outcome: answered (by which backend, seeing which source:
+//	        ▼ the client, a node, other), refused, dropped, closed
+//	Mismatch: an outcome the reference cannot give ──Explain──▶ Differences
+//
+// An outcome matches when the reference allows its class and, for an answer, the same
+// backend seeing the source the same way (modes that terminate connections are not held
+// to the source: their backends see the node by design). A mismatch that a by-design
+// difference explains is counted under its name (Comparison.Named); the others are
+// Unexplained and fail the suite. Differences lists each difference with the facts
+// behind it: the IPVS mode rejecting other ports of service IPs (KUBE-IPVS-FILTER),
+// having no localhost node ports, falling back to cluster endpoints where a Local
+// policy finds none (kubernetes#97081), applying externalTrafficPolicy to pods, leaving
+// node ports outside --nodeport-addresses closed, and masquerading hairpin traffic only
+// for local endpoints (KUBE-LOOP-BACK); the userspace mode never rejecting, hiding
+// endpoint failures behind its own connection, using ready endpoints only, ignoring
+// traffic policies, not redirecting pods' external-IP traffic, serving node ports on
+// every address, and answering a UDP client on 127.0.0.1 from the wrong address.
+// TestByDesignDifferences shows each on a small case.
+//
+// What the comparison does not hold modes to: which endpoint a random or round-robin
+// choice picks (any endpoint the reference can reach will do), and the scope of
+// ClientIP affinity (iptables pins a client per service port, IPVS per virtual server,
+// so the same client may be pinned to different endpoints through a cluster IP and an
+// external IP; each mode's own stickiness is proptest's client-ip-affinity invariant).
+//
+// Property wraps Compare for rapid; a failure logs the case, the mismatches and a
+// scenario file (Comparison.Scenario) that `clusterlab run --modes iptables,MODE FILE`
+// replays, printing the steps whose outcomes differ; rapid shrinks the case and prints
+// the seed.
+//
+// # Against the kernel
+//
+// CompareKernel runs a case (one or two nodes, IPv4) in the simulation under the
+// iptables mode and in network namespaces that mirror it (package kernel's Harness:
+// the nodes' and pods' addresses, the pods' echo servers on their containerPorts per
+// protocol, the external hosts' addresses), each node namespace programmed by the same
+// iptables proxier through iptables-restore. Every flow (but load-balancer IPs: the
+// harness has no cloud load balancer) goes to the kernel as real TCP or UDP
+// connections, and each kernel outcome — which pod answered, the source it saw,
+// refused, timed out — must be one the simulation can give for that flow.
+//
+// # In CI
+//
+// TestModesAgree runs DefaultCases generated cases (-rapid.checks=N for more,
+// -rapid.seed=S for others), TestKernelAgrees six on the kernel (-kernel-cases=N; it
+// needs root and iptables-nft and skips without them). A failure prints the seed and
+// the shrunk case's scenario file.
+package conformance

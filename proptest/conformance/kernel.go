@@ -1,0 +1,365 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/clusterlab/clusterlab/kernel"
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proptest"
+	"github.com/clusterlab/clusterlab/proxy"
+	"github.com/clusterlab/clusterlab/proxy/iptables"
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+)
+
+// The kernel differential: a generated case runs in the simulation under kube-proxy's
+// iptables mode (the emulator in netsim's datapath) and on a real kernel, in network
+// namespaces that mirror the simulated cluster (kernel.Harness: the same node and pod
+// addresses, the pods' echo servers on their containerPorts, external clients at the
+// external hosts' addresses), each node's namespace programmed by the same iptables
+// proxier through iptables-restore. Then every flow goes to the kernel with real
+// sockets, and each kernel outcome must be one the simulation can give.
+
+// KernelFits reports why a case cannot run on the kernel harness, or nil: the harness
+// has one or two nodes, IPv4 only, and no faults.
+func KernelFits(c *proptest.Case) error {
+	switch {
+	case len(c.Cluster.Nodes) > 2:
+		return fmt.Errorf("%d nodes (the harness has at most 2)", len(c.Cluster.Nodes))
+	case c.Cluster.DualStack:
+		return errors.New("dual-stack (the differential is IPv4)")
+	case c.Faulty():
+		return errors.New("faults")
+	}
+	return nil
+}
+
+// KernelMismatch is a kernel outcome the simulation cannot give.
+type KernelMismatch struct {
+	Flow Flow
+	// Sim is the simulation's observation, Kernel what the kernel did.
+	Sim    Observation
+	Kernel Outcome
+}
+
+func (m KernelMismatch) String() string {
+	return fmt.Sprintf("%s\n    simulation: %s\n    kernel: %s", m.Flow, m.Sim, m.Kernel)
+}
+
+// KernelComparison is one case run in the simulation and on the kernel.
+type KernelComparison struct {
+	Case  *proptest.Case
+	Flows int
+	// Attempts counts kernel connections; Agreed those whose outcome the simulation
+	// allows.
+	Attempts, Agreed int
+	Mismatches       []KernelMismatch
+	// Skipped counts flows the harness cannot carry (load-balancer IPs: it has no
+	// cloud load balancer).
+	Skipped int
+	World   *proptest.World
+	Harness *kernel.Harness
+
+	nodeAddrs [][]netip.Addr // each harness node's addresses
+}
+
+// Close stops the world and deletes the namespaces.
+func (k *KernelComparison) Close() error {
+	if k.World != nil {
+		k.World.Close()
+	}
+	if k.Harness != nil {
+		return k.Harness.Close()
+	}
+	return nil
+}
+
+// Summary renders the comparison in one line.
+func (k *KernelComparison) Summary() string {
+	s := fmt.Sprintf("kernel vs simulation: %d flows (%d skipped), %d of %d connections agreed", k.Flows, k.Skipped, k.Agreed, k.Attempts)
+	if len(k.Mismatches) > 0 {
+		s += fmt.Sprintf("; %d mismatches", len(k.Mismatches))
+	}
+	return s
+}
+
+// KernelAttempts is how many real connections each flow gets on the kernel.
+var KernelAttempts = 2
+
+// KernelOptions configure CompareKernel.
+type KernelOptions struct {
+	// Prefix starts the harness's namespace names (kernel.HarnessConfig.Prefix).
+	Prefix string
+	// KernelNode, if set, adjusts the kube-proxy flags of the kernel's nodes only: a
+	// way to see a flag's effect on real traffic, and to check that the differential
+	// notices when kernel and simulation are configured apart.
+	KernelNode func(*proxy.NodeConfig)
+}
+
+// CompareKernel runs a case (see KernelFits) in the simulation under the iptables mode
+// and on a real kernel (root, iptables-nft, network namespaces) and holds every
+// kernel outcome to the simulation's possible outcomes for the flow. The caller
+// closes the comparison, which deletes the namespaces.
+func CompareKernel(ctx context.Context, c *proptest.Case, o KernelOptions) (*KernelComparison, error) {
+	if err := KernelFits(c); err != nil {
+		return nil, fmt.Errorf("conformance: the case does not fit the kernel harness: %w", err)
+	}
+	w, err := proptest.Build(c, Reference.Proxy)
+	if err != nil {
+		return nil, err
+	}
+	w.Mode, w.Semantics = Reference.Name, Reference.Semantics
+	k := &KernelComparison{Case: c, World: w}
+	keep := k.flows()
+	if len(keep) == 0 {
+		return k, nil // nothing to send: no namespaces needed
+	}
+	if err := k.build(ctx, o); err != nil {
+		k.Close()
+		return nil, err
+	}
+	if err := k.run(keep); err != nil {
+		k.Close()
+		return nil, err
+	}
+	return k, nil
+}
+
+// build makes the harness that mirrors the world and programs each node.
+func (k *KernelComparison) build(ctx context.Context, o KernelOptions) error {
+	w, c := k.World, k.Case
+	cfg := kernel.HarnessConfig{Prefix: o.Prefix, SecondNode: len(c.Cluster.Nodes) == 2,
+		NodeNetwork: netip.PrefixFrom(proptest.NodeCIDR4.Addr(), 24), ClusterCIDR: proptest.ClusterCIDR4,
+		Timeout: 500 * time.Millisecond, PodPorts: []uint16{}}
+	for i := range c.Cluster.Nodes {
+		cfg.NodeIPs = append(cfg.NodeIPs, c.Cluster.NodeIPs(i)[0])
+	}
+	for _, e := range c.Externals {
+		cfg.ExternalAddrs = append(cfg.ExternalAddrs, e.IP)
+	}
+	for _, p := range w.Cluster.Pods() {
+		obj, ok := w.Cluster.Store().GetPod(p.Namespace(), p.Name())
+		if !ok || p.HostNetwork() {
+			continue
+		}
+		pc := kernel.PodConfig{Name: p.Key(), Node: c.Cluster.NodeIndex(p.Node().Name()), IP: p.IP(),
+			TCPPorts: []uint16{}, UDPPorts: []uint16{}}
+		for _, ct := range obj.Spec.Containers {
+			for _, cp := range ct.Ports {
+				switch cp.Protocol {
+				case corev1.ProtocolUDP:
+					pc.UDPPorts = append(pc.UDPPorts, uint16(cp.ContainerPort))
+				case corev1.ProtocolSCTP:
+				default:
+					pc.TCPPorts = append(pc.TCPPorts, uint16(cp.ContainerPort))
+				}
+			}
+		}
+		cfg.Pods = append(cfg.Pods, pc)
+	}
+	h, err := kernel.NewHarness(cfg)
+	if err != nil {
+		return fmt.Errorf("conformance: harness: %w", err)
+	}
+	k.Harness = h
+	services := w.Cluster.Store().ListServices()
+	var slices []*discoveryv1.EndpointSlice
+	slices = append(slices, w.Cluster.Store().ListEndpointSlices()...)
+	for _, n := range h.Nodes {
+		sim := w.Cluster.Nodes()[n.Index]
+		nc := kubeproxy.NodeConfigFor(sim)
+		c.Cluster.KubeProxyFlags(&nc)
+		local, err := h.LocalAddrs(n.Netns)
+		if err != nil {
+			return err
+		}
+		k.nodeAddrs = append(k.nodeAddrs, local)
+		nc.Addresses = nil
+		for _, a := range local {
+			if a.Is4() {
+				nc.Addresses = append(nc.Addresses, a)
+			}
+		}
+		nc.BridgeInterface = "cbr0"
+		if o.KernelNode != nil {
+			o.KernelNode(&nc)
+		}
+		nfacct := true
+		for _, name := range []string{"localhost_nps_accepted_pkts", "ct_state_invalid_dropped_pkts"} {
+			if kernel.EnsureNFAcct(n.Netns.Name, name) != nil {
+				nfacct = false
+			}
+		}
+		px, err := iptables.NewProxier(n.IPTables, n.Conntrack, iptables.Config{Node: nc, NoNFAcct: !nfacct})
+		if err != nil {
+			return fmt.Errorf("conformance: kube-proxy for %s: %w", sim.Name(), err)
+		}
+		if _, err := px.Sync(ctx, services, slices); err != nil {
+			return fmt.Errorf("conformance: kube-proxy sync into %s: %w", n.Netns, err)
+		}
+	}
+	return nil
+}
+
+// kernelParallel is how many kernel connections are in flight at once. Connections are
+// independent: a flow's possible outcomes are taken before any connection pins a
+// client under affinity, so the order they run in does not matter.
+const kernelParallel = 16
+
+// flows returns the flows the harness can carry and counts the others.
+func (k *KernelComparison) flows() []Flow {
+	all := Flows(k.World)
+	k.Flows = len(all)
+	var keep []Flow
+	for _, f := range all {
+		if f.Kind == KindLoadBalancer {
+			k.Skipped++
+			continue
+		}
+		keep = append(keep, f)
+	}
+	return keep
+}
+
+// run sends every flow to the kernel and compares.
+func (k *KernelComparison) run(keep []Flow) error {
+	w, h := k.World, k.Harness
+	obs := make([]Observation, len(keep))
+	for i, f := range keep {
+		o, err := observeBranches(w, f)
+		if err != nil {
+			return err
+		}
+		obs[i] = o
+	}
+	for i, f := range keep {
+		if err := observeAttempts(w, f, Attempts, &obs[i]); err != nil {
+			return err
+		}
+	}
+	type job struct{ flow, attempt int }
+	results := make([][]Outcome, len(keep))
+	var jobs []job
+	for i := range keep {
+		results[i] = make([]Outcome, KernelAttempts)
+		for a := 0; a < KernelAttempts; a++ {
+			jobs = append(jobs, job{i, a})
+		}
+	}
+	srcs := make([]*kernel.Netns, len(keep))
+	addrs := make([]netip.AddrPort, len(keep))
+	for i, f := range keep {
+		ns, src, err := k.source(f)
+		if err != nil {
+			return err
+		}
+		srcs[i], addrs[i] = ns, src
+	}
+	var wg sync.WaitGroup
+	next := make(chan job)
+	for n := 0; n < kernelParallel; n++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				f := keep[j.flow]
+				res := h.DialFrom(srcs[j.flow], netsim.ProtoName(f.Proto), addrs[j.flow], f.Dst)
+				results[j.flow][j.attempt] = k.outcome(f, res)
+			}
+		}()
+	}
+	for _, j := range jobs {
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+	for i, f := range keep {
+		var first *KernelMismatch
+		for _, got := range results[i] {
+			k.Attempts++
+			if kernelAllowed(obs[i], got) {
+				k.Agreed++
+				continue
+			}
+			if first == nil {
+				first = &KernelMismatch{Flow: f, Sim: obs[i], Kernel: got}
+			}
+		}
+		if first != nil {
+			k.Mismatches = append(k.Mismatches, *first)
+		}
+	}
+	return nil
+}
+
+// kernelAllowed: a kernel outcome the simulation allows. A send the kernel refuses
+// with EPERM (netfilter dropped or rejected the node's own packet in OUTPUT) is either.
+func kernelAllowed(o Observation, got Outcome) bool {
+	if got.Class == "local-error" {
+		return o.HasClass(Dropped) || o.HasClass(Refused)
+	}
+	return o.has(got, false)
+}
+
+// source returns the namespace and address a flow leaves from.
+func (k *KernelComparison) source(f Flow) (*kernel.Netns, netip.AddrPort, error) {
+	h := k.Harness
+	kind, name, _ := strings.Cut(f.From, ":")
+	switch kind {
+	case "pod":
+		if p := h.Pod(name); p != nil {
+			return p.Netns, netip.AddrPort{}, nil
+		}
+	case "node":
+		if i := k.Case.Cluster.NodeIndex(name); i >= 0 && i < len(h.Nodes) {
+			return h.Nodes[i].Netns, netip.AddrPort{}, nil
+		}
+	case "external":
+		return h.External, netip.AddrPortFrom(f.Client, 0), nil
+	}
+	return nil, netip.AddrPort{}, fmt.Errorf("conformance: no harness source for %s", f.From)
+}
+
+// outcome turns a kernel result into the suite's outcome.
+func (k *KernelComparison) outcome(f Flow, r kernel.Result) Outcome {
+	switch r.Outcome {
+	case kernel.Answered:
+		return Outcome{Class: Answered, Backend: r.Server, Seen: k.seen(f, r.Source.Addr())}
+	case kernel.Refused:
+		return Outcome{Class: Refused, Reason: fmt.Sprint(r.Err)}
+	case kernel.TimedOut, kernel.Unreachable:
+		return Outcome{Class: Dropped, Reason: fmt.Sprint(r.Err)}
+	}
+	if errors.Is(r.Err, syscall.EPERM) {
+		return Outcome{Class: "local-error", Reason: "EPERM: netfilter dropped the node's own packet"}
+	}
+	return Outcome{Class: "error", Reason: fmt.Sprint(r.Err)}
+}
+
+// seen classifies a source address a kernel echo server saw.
+func (k *KernelComparison) seen(f Flow, a netip.Addr) string {
+	a = a.Unmap()
+	if a == f.Client {
+		return SeenClient
+	}
+	for i, local := range k.nodeAddrs {
+		for _, l := range local {
+			if l == a {
+				if nodeSource(f) && k.Case.Cluster.NodeIndex(strings.TrimPrefix(f.From, "node:")) == i {
+					return SeenClient
+				}
+				return SeenNode
+			}
+		}
+	}
+	return SeenOther
+}
