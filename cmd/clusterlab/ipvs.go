@@ -115,7 +115,12 @@ func init() {
 		Use:   "ipvs [--restore FILE] [--script FILE] [-o text|json]",
 		Short: "Replay IPVS: ipvsadm dumps and commands, connections, scheduler decisions",
 		Long:  ipvsLong,
-		Args:  cobra.NoArgs,
+		Example: `  clusterlab ipvs --restore testdata/ipvs/kube-proxy.sn                 # list a node's ipvsadm -Sn dump as -Ln
+  clusterlab ipvs --restore testdata/ipvs/node.ln --script testdata/ipvs/oncall.script
+  clusterlab ipvs --restore testdata/ipvs/kube-proxy.sn --script testdata/ipvs/tour.script -o json
+  clusterlab ipvs --script testdata/ipvs/graceful.script                 # from an empty table
+  printf 'sched tcp 10.0.0.1:40000 10.96.0.10:53\n' | clusterlab ipvs --restore testdata/ipvs/kube-proxy.sn --script -`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runIPVS(o, cmd.InOrStdin(), cmd.OutOrStdout())
 		},

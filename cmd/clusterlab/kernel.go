@@ -16,13 +16,18 @@ func init() {
 	kernelCmd := &cobra.Command{
 		Use:   "kernel",
 		Short: "The real-kernel adapter: check what this machine offers, build a namespace harness",
+		Example: `  clusterlab kernel check                 # iptables backends, conntrack, IPVS, namespaces here
+  clusterlab kernel check -o json
+  sudo clusterlab kernel harness --pods 3 --second-node`,
 	}
 
 	var output string
 	checkCmd := &cobra.Command{
 		Use:   "check",
 		Short: "Report the iptables backends, conntrack tool, IPVS and namespace support here",
-		Args:  cobra.NoArgs,
+		Example: `  clusterlab kernel check
+  clusterlab kernel check -o json | jq .ipvs`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rep := kernel.Check(cmd.Context())
 			switch output {
@@ -46,6 +51,8 @@ func init() {
 	harnessCmd := &cobra.Command{
 		Use:   "harness",
 		Short: "Build a namespace mini-cluster (needs root), print it, and remove it on Ctrl-C",
+		Example: `  sudo clusterlab kernel harness
+  sudo clusterlab kernel harness --pods 4 --second-node --topology routed --backend legacy`,
 		Long: `Builds the differential-test harness: an external-client namespace, a node namespace
 (bridge cbr0 or routed pod veths, ip_forward, route_localnet) and pod namespaces running
 TCP and UDP echo servers on port 8080. Explore it with 'ip netns exec NAME ...' (for
