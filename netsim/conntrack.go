@@ -588,8 +588,9 @@ func (t *Conntrack) Entries() []Conn {
 func (t *Conntrack) Len() int { return len(t.Entries()) }
 
 // CtFilter selects entries the way the conntrack tool's -L/-D options do. Zero fields
-// match anything.
+// match anything (the tool itself defaults -f to ipv4; a zero Family takes both).
 type CtFilter struct {
+	Family       uint8      // -f: 4 (ipv4) or 6 (ipv6)
 	Proto        uint8      // -p
 	OrigSrc      netip.Addr // -s, --orig-src
 	OrigDst      netip.Addr // -d, --orig-dst
@@ -601,12 +602,16 @@ type CtFilter struct {
 	ReplyDstPort uint16     // --reply-port-dst
 	Mark         *uint32    // -m, --mark
 	Status       ConnStatus // --status: all these bits set
+	TCPState     *TCPState  // --state (TCP entries in this state)
 }
 
 // Match reports whether c passes the filter.
 func (f CtFilter) Match(c *Conn) bool {
 	switch {
-	case f.Proto != 0 && c.Orig.Proto != f.Proto,
+	case f.Family == 4 && !c.Orig.Src.Unmap().Is4(),
+		f.Family == 6 && c.Orig.Src.Unmap().Is4(),
+		f.TCPState != nil && (c.Orig.Proto != ProtoTCP || c.TCPState != *f.TCPState),
+		f.Proto != 0 && c.Orig.Proto != f.Proto,
 		f.OrigSrc.IsValid() && c.Orig.Src != f.OrigSrc,
 		f.OrigDst.IsValid() && c.Orig.Dst != f.OrigDst,
 		f.OrigSrcPort != 0 && c.Orig.SrcPort != f.OrigSrcPort,

@@ -85,3 +85,88 @@ func TestConntrackTableKeys(t *testing.T) {
 		t.Errorf("after deletes: len %d", m.len())
 	}
 }
+
+// Every CtFilter field selects as the conntrack tool's option does, and Delete and Flush
+// remove what the filter selects.
+func TestCtFilter(t *testing.T) {
+	a := netip.MustParseAddr
+	mark := uint32(7)
+	other := uint32(8)
+	est, syn := TCPEstablished, TCPSynSent
+	// A DNATed TCP connection to a ClusterIP, as a node sees it.
+	tcp := &Conn{
+		Orig:     Tuple{Proto: ProtoTCP, Src: a("10.244.0.2"), Dst: a("10.96.0.10"), SrcPort: 40000, DstPort: 80},
+		Reply:    Tuple{Proto: ProtoTCP, Src: a("10.244.1.5"), Dst: a("10.244.0.2"), SrcPort: 8080, DstPort: 40000},
+		Status:   StatusDstNAT | StatusConfirmed | StatusSeenReply | StatusAssured,
+		TCPState: TCPEstablished,
+		Mark:     7,
+	}
+	udp6 := &Conn{
+		Orig:   Tuple{Proto: ProtoUDP, Src: a("fd00::2"), Dst: a("fd00:96::a"), SrcPort: 5353, DstPort: 53},
+		Reply:  Tuple{Proto: ProtoUDP, Src: a("fd00:96::a"), Dst: a("fd00::2"), SrcPort: 53, DstPort: 5353},
+		Status: StatusConfirmed,
+	}
+	for _, tc := range []struct {
+		name      string
+		f         CtFilter
+		tcp, udp6 bool
+	}{
+		{"empty", CtFilter{}, true, true},
+		{"-f ipv4", CtFilter{Family: 4}, true, false},
+		{"-f ipv6", CtFilter{Family: 6}, false, true},
+		{"-p tcp", CtFilter{Proto: ProtoTCP}, true, false},
+		{"-p udp", CtFilter{Proto: ProtoUDP}, false, true},
+		{"--orig-src", CtFilter{OrigSrc: a("10.244.0.2")}, true, false},
+		{"--orig-dst", CtFilter{OrigDst: a("10.96.0.10")}, true, false},
+		{"--orig-dst other", CtFilter{OrigDst: a("10.96.0.11")}, false, false},
+		{"--orig-port-src", CtFilter{OrigSrcPort: 5353}, false, true},
+		{"--orig-port-dst", CtFilter{OrigDstPort: 80}, true, false},
+		{"--reply-src (the DNAT target)", CtFilter{ReplySrc: a("10.244.1.5")}, true, false},
+		{"--reply-dst", CtFilter{ReplyDst: a("fd00::2")}, false, true},
+		{"--reply-port-src", CtFilter{ReplySrcPort: 8080}, true, false},
+		{"--reply-port-dst", CtFilter{ReplyDstPort: 5353}, false, true},
+		{"--mark", CtFilter{Mark: &mark}, true, false},
+		{"--mark other", CtFilter{Mark: &other}, false, false},
+		{"--status DST_NAT", CtFilter{Status: StatusDstNAT}, true, false},
+		{"--status CONFIRMED", CtFilter{Status: StatusConfirmed}, true, true},
+		{"--state ESTABLISHED", CtFilter{TCPState: &est}, true, false},
+		{"--state SYN_SENT", CtFilter{TCPState: &syn}, false, false},
+		{"-p udp --orig-dst --dport (kube-proxy's stale UDP clean-up)", CtFilter{Proto: ProtoUDP, OrigDst: a("fd00:96::a"), OrigDstPort: 53}, false, true},
+		{"two fields, one differs", CtFilter{Proto: ProtoTCP, OrigDstPort: 53}, false, false},
+	} {
+		if got := tc.f.Match(tcp); got != tc.tcp {
+			t.Errorf("%s: TCP entry matched %v, want %v", tc.name, got, tc.tcp)
+		}
+		if got := tc.f.Match(udp6); got != tc.udp6 {
+			t.Errorf("%s: UDP/IPv6 entry matched %v, want %v", tc.name, got, tc.udp6)
+		}
+	}
+
+	// Delete and Flush on a live table.
+	now := Epoch
+	ct := NewConntrack(func() time.Time { return now }, ConntrackSettings{})
+	for _, pkt := range [][]byte{
+		BuildUDP(netip.MustParseAddrPort("10.0.0.1:1000"), netip.MustParseAddrPort("10.96.0.10:53"), nil),
+		BuildUDP(netip.MustParseAddrPort("10.0.0.1:1001"), netip.MustParseAddrPort("10.96.0.10:53"), nil),
+		BuildUDP(netip.MustParseAddrPort("10.0.0.1:1002"), netip.MustParseAddrPort("10.96.0.11:53"), nil),
+		BuildUDP(netip.MustParseAddrPort("[fd00::1]:1000"), netip.MustParseAddrPort("[fd00:96::a]:53"), nil),
+		BuildTCP(TCPSegment{Src: netip.MustParseAddrPort("10.0.0.1:2000"), Dst: netip.MustParseAddrPort("10.96.0.10:53"), Flags: TCPSyn, Seq: 1, WindowScale: -1}),
+	} {
+		pk, err := ParsePacket(pkt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := ct.in(pk, now); !r.isNew || !ct.confirm(r.conn) {
+			t.Fatalf("%s: not a new confirmed entry", pk)
+		}
+	}
+	if n := ct.Delete(CtFilter{Family: 4, Proto: ProtoUDP, OrigDst: netip.MustParseAddr("10.96.0.10")}); n != 2 {
+		t.Errorf("conntrack -D -f ipv4 -p udp --orig-dst 10.96.0.10: %d deleted, want 2", n)
+	}
+	if got := len(ct.List(CtFilter{})); got != 3 {
+		t.Errorf("%d entries left, want 3", got)
+	}
+	if n := ct.Flush(); n != 3 || ct.Len() != 0 || ct.table.len() != 0 || len(ct.expq) != 0 {
+		t.Errorf("flush: %d removed; %d entries, %d keys, %d queued left", n, ct.Len(), ct.table.len(), len(ct.expq))
+	}
+}
