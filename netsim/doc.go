@@ -51,6 +51,17 @@
 // are un-NATed from the conntrack entry (ICMP errors' quoted packets too), and checksums
 // are updated incrementally.
 //
+// # Goroutines and buffers
+//
+// A packet leaves a netstack once, copied into a pooled buffer of its exact size; the
+// datapath reads and rewrites it in place, and the netstack that receives it takes the
+// buffer over without copying. Packets from a node's pods and its own stack wait in the
+// node's input queue for its datapath goroutine; that goroutine carries each packet
+// through the node, over the cluster network and at once through the receiving node (under
+// that node's lock) into the receiving stack, so a pod-to-pod hop across nodes costs one
+// goroutine hand-off. Config.Replay instead queues every packet and delivers them one at a
+// time (see Cluster.Run).
+//
 // # Time, randomness, determinism
 //
 // One virtual Clock drives conntrack timeouts, link latency and every netstack's timers;
@@ -68,5 +79,7 @@
 // its outcomes (who answered, what source it saw, conntrack contents), not its bytes.
 //
 // Traces record every hook, handler verdict, rule, conntrack lookup, NAT, route and the
-// end, as text or JSON. Cluster.Capture writes pcap files per interface.
+// end, as text or JSON, for probes and for any packet injected with Cluster.Inject.
+// Cluster.Capture writes pcap files (libpcap format, raw IP) per interface, which
+// Wireshark and tcpdump open.
 package netsim

@@ -1,0 +1,80 @@
+package netsim
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A capture is a classic pcap file as libpcap writes it (so Wireshark and tcpdump open
+// it): the 24-byte header (magic a1b2c3d4 in host order, version 2.4, no time zone
+// correction, the snap length, LINKTYPE_RAW), then records whose headers give a second,
+// a microsecond under a million, a captured length within the snap length and equal to the
+// packet's length, and whose data is one IP packet; the records fill the file exactly.
+// When tcpdump is installed, it must read the file too.
+func TestPcapFileFormat(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	client := startPod(t, c, "node-a", "default/client")
+	vip := netip.MustParseAddrPort("10.96.0.90:80")
+	attachDNAT(c, &staticDNAT{vip: vip, backends: []netip.AddrPort{netip.AddrPortFrom(web.IP(), 8080)}})
+	var buf bytes.Buffer
+	stop, err := c.Capture("node-a/eth0", &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := ask(t, client.Net(), vip.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop()
+	b := buf.Bytes()
+	if len(b) < 24 {
+		t.Fatalf("%d bytes", len(b))
+	}
+	le := binary.LittleEndian
+	if le.Uint32(b[0:]) != 0xa1b2c3d4 || le.Uint16(b[4:]) != 2 || le.Uint16(b[6:]) != 4 || le.Uint32(b[8:]) != 0 || le.Uint32(b[12:]) != 0 || le.Uint32(b[16:]) != 262144 || le.Uint32(b[20:]) != 101 {
+		t.Fatalf("pcap header % x", b[:24])
+	}
+	records := 0
+	off := 24
+	for off < len(b) {
+		if off+16 > len(b) {
+			t.Fatalf("record header at %d cut short", off)
+		}
+		usec, incl, orig := le.Uint32(b[off+4:]), le.Uint32(b[off+8:]), le.Uint32(b[off+12:])
+		if usec >= 1e6 || incl > 262144 || incl != orig || off+16+int(incl) > len(b) {
+			t.Fatalf("record %d at %d: usec %d, lengths %d/%d", records, off, usec, incl, orig)
+		}
+		pk, err := ParsePacket(b[off+16 : off+16+int(incl)])
+		if err != nil || !pk.ChecksumsValid() || int(binary.BigEndian.Uint16(pk.Data[2:])) != len(pk.Data) {
+			t.Fatalf("record %d is not one valid IPv4 packet: %v %v", records, pk, err)
+		}
+		records++
+		off += 16 + int(incl)
+	}
+	if records < 10 {
+		t.Fatalf("%d records for two HTTP exchanges", records)
+	}
+	tcpdump, err := exec.LookPath("tcpdump")
+	if err != nil {
+		t.Skip("tcpdump not installed: the file was checked against the format only")
+	}
+	f := filepath.Join(t.TempDir(), "eth0.pcap")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(tcpdump, "-n", "-r", f).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tcpdump -r: %v\n%s", err, out)
+	}
+	if lines := strings.Count(string(out), " IP "); lines != records || !strings.Contains(string(out), "link-type RAW") {
+		t.Errorf("tcpdump read %d IP packets of %d:\n%s", lines, records, out)
+	}
+}
