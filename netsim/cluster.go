@@ -393,6 +393,7 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 	}
 	n.host = st
 	n.hostNet = newNet("node "+nc.Name, st.s, n.ips)
+	n.hostNet.srcFor = n.SourceFor
 	// The cluster network's routes to it.
 	c.fabric.mu.Lock()
 	for _, ip := range n.ips {

@@ -42,6 +42,11 @@ type Net struct {
 
 	mu     sync.Mutex
 	listen map[listenKey]int
+	// srcFor picks the source address of a connection the program does not bind, as
+	// the kernel's routes would (nil: netstack's choice). Node host networks have one:
+	// netstack ignores IPv6 source hints, and a destination bound locally (a VIP on
+	// kube-ipvs0) takes itself as the source under Linux.
+	srcFor func(dst netip.Addr) netip.Addr
 	// Resolver resolves names for Dial; nil means only IP literals work. The DNS
 	// package installs one that walks the pod's resolv.conf search list.
 	Resolver func(ctx context.Context, host string) ([]netip.Addr, error)
@@ -139,6 +144,15 @@ func fullAddr(ap netip.AddrPort) tcpip.FullAddress {
 	return tcpip.FullAddress{Addr: addrOf(ap.Addr()), Port: ap.Port()}
 }
 
+// source is the address a connection to dst leaves from when the program does not say
+// (invalid: netstack picks).
+func (n *Net) source(dst netip.Addr) netip.Addr {
+	if n.srcFor == nil {
+		return netip.Addr{}
+	}
+	return n.srcFor(dst.Unmap())
+}
+
 func (n *Net) dial(ctx context.Context, network string, localPort uint16, address string) (net.Conn, error) {
 	ap, err := n.resolve(ctx, network, address)
 	if err != nil {
@@ -149,8 +163,11 @@ func (n *Net) dial(ctx context.Context, network string, localPort uint16, addres
 		return n.dialTCP(ctx, network, localPort, ap)
 	case "udp", "udp4", "udp6":
 		var laddr *tcpip.FullAddress
-		if localPort != 0 {
+		if src := n.source(ap.Addr()); localPort != 0 || src.IsValid() {
 			laddr = &tcpip.FullAddress{Port: localPort}
+			if src.IsValid() {
+				laddr.Addr = addrOf(src)
+			}
 		}
 		raddr := fullAddr(ap)
 		c, err := gonet.DialUDP(n.s, laddr, &raddr, protoNumber(ap.Addr()))
@@ -171,8 +188,12 @@ func (n *Net) dialTCP(ctx context.Context, network string, localPort uint16, ap 
 	entry, notify := waiter.NewChannelEntry(waiter.WritableEvents)
 	wq.EventRegister(&entry)
 	defer wq.EventUnregister(&entry)
-	if localPort != 0 {
-		if terr := ep.Bind(tcpip.FullAddress{Port: localPort}); terr != nil {
+	if src := n.source(ap.Addr()); localPort != 0 || src.IsValid() {
+		local := tcpip.FullAddress{Port: localPort}
+		if src.IsValid() {
+			local.Addr = addrOf(src)
+		}
+		if terr := ep.Bind(local); terr != nil {
 			ep.Close()
 			return nil, opError("dial", network, ap, "bind", terr)
 		}

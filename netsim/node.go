@@ -190,6 +190,33 @@ func (n *Node) IsLocalAddr(addr netip.Addr) bool {
 	return ok
 }
 
+// SourceFor returns the source address the node's kernel would give a connection to
+// dst that its program did not bind, as Linux's routes decide it: dst itself when dst
+// is local to the node (its own addresses, VIPs bound to kube-ipvs0, loopback), the
+// bridge address toward the node's own pod range, and otherwise the node's primary
+// address of dst's family (the uplink's source). Invalid if the node has no address of
+// the family.
+func (n *Node) SourceFor(dst netip.Addr) netip.Addr {
+	dst = dst.Unmap()
+	n.mu.Lock()
+	_, local := n.local[dst]
+	n.mu.Unlock()
+	if local || dst.IsLoopback() {
+		return dst
+	}
+	for j, p := range n.podCIDR {
+		if p.Contains(dst) {
+			return n.gateway[j]
+		}
+	}
+	for _, ip := range n.ips {
+		if ip.Is4() == dst.Is4() {
+			return ip
+		}
+	}
+	return netip.Addr{}
+}
+
 // AddHandler registers a handler at a hook and returns a function that removes it.
 func (n *Node) AddHandler(spec HandlerSpec) (remove func()) {
 	if spec.Handler == nil {

@@ -94,9 +94,13 @@ func (c *Cluster) Run(f func() error) error {
 }
 
 // quiesce returns once every other goroutine has been blocked for three polls in a row.
+// A poll (runtime.Stack of every goroutine) stops the world, so after a busy one it
+// backs off, up to a millisecond of sleep, to let the busy goroutines get on: polling
+// flat out starved them, and a wait that should take microseconds took seconds.
 func quiesce() {
 	buf := make([]byte, 1<<20)
 	calm := 0
+	backoff := 10 * time.Microsecond
 	for i := 0; i < 100000 && calm < 3; i++ {
 		runtime.Gosched()
 		n := runtime.Stack(buf, true)
@@ -106,6 +110,8 @@ func quiesce() {
 		}
 		if othersBusy(buf[:n]) {
 			calm = 0
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Millisecond)
 		} else {
 			calm++
 		}

@@ -451,6 +451,77 @@ func TestHostSourceAddressSelection(t *testing.T) {
 	}
 }
 
+// The node's own connections take the source Linux's routes give them, in both
+// families (netstack alone ignores IPv6 source hints and would pick the bridge address,
+// the longest prefix match, for every fd00:10::/32 destination), and a VIP bound to a
+// dummy interface is its own source, as a local destination is under Linux.
+func TestHostSourceAddressSelectionDualStack(t *testing.T) {
+	c := newTestCluster(t, dualStack())
+	local := startPod(t, c, "node-a", "default/local", 8080)
+	remote := startPod(t, c, "node-b", "default/remote", 8080)
+	n := c.Node("node-a")
+	gw, ip := map[bool]netip.Addr{}, map[bool]netip.Addr{}
+	for _, i := range n.Interfaces() {
+		for _, p := range i.Addrs {
+			switch i.Name {
+			case "cbr0":
+				gw[p.Addr().Is4()] = p.Addr()
+			case "eth0":
+				ip[p.Addr().Is4()] = p.Addr()
+			}
+		}
+	}
+	for _, v4 := range []bool{true, false} {
+		for _, tc := range []struct {
+			pod  *Pod
+			want netip.Addr
+		}{{local, gw[v4]}, {remote, ip[v4]}} {
+			var dst netip.Addr
+			for _, a := range tc.pod.IPs() {
+				if a.Is4() == v4 {
+					dst = a
+				}
+			}
+			w, err := ask(t, n.HostNet(), netip.AddrPortFrom(dst, 8080).String())
+			if src, perr := netip.ParseAddrPort(w.Client); err != nil || perr != nil || src.Addr() != tc.want {
+				t.Errorf("node to %s: %+v %v, want source %s", dst, w, err, tc.want)
+			}
+		}
+	}
+	// A VIP bound to a dummy interface, served by the node's own stack.
+	n.AddInterface("kube-ipvs0")
+	vip := netip.MustParsePrefix("10.96.0.77/32")
+	if err := n.AddAddress("kube-ipvs0", vip); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.SourceFor(vip.Addr()); got != vip.Addr() {
+		t.Errorf("SourceFor(a local VIP) = %s, want the VIP", got)
+	}
+	ln, err := n.HostNet().Listen("tcp", vip.Addr().String()+":81")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan string, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			accepted <- err.Error()
+			return
+		}
+		accepted <- conn.RemoteAddr().String()
+		conn.Close()
+	}()
+	conn, err := n.HostNet().DialContext(ctxT(t), "tcp", vip.Addr().String()+":81")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if got := <-accepted; !strings.HasPrefix(got, vip.Addr().String()+":") {
+		t.Errorf("the node's connection to its own VIP came from %s, want the VIP", got)
+	}
+}
+
 func TestEgressMasquerade(t *testing.T) {
 	c := newTestCluster(t, threeNodes())
 	ext, err := c.AddExternalHost("web", netip.Addr{})
