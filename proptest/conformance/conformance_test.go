@@ -59,7 +59,7 @@ func TestMain(m *testing.M) {
 func TestModesAgree(t *testing.T) {
 	named := map[string]int{}
 	rapid.Check(t, func(rt *rapid.T) {
-		c := proptest.Cases(proptest.Options{NoDualStack: true}).Draw(rt, "case")
+		c := proptest.Cases(proptest.Options{}).Draw(rt, "case")
 		cmp, err := Compare(c, Modes()...)
 		if err != nil {
 			rt.Fatalf("compare: %v\ncase: %s", err, c.Summary())
