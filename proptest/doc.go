@@ -105,6 +105,14 @@
 // describe single-stack clusters only, so dual-stack counterexamples are logged as
 // cases.
 //
+// # Across modes and against the kernel
+//
+// Package proptest/conformance runs the same cases under kube-proxy's iptables, IPVS
+// and userspace modes and on a real kernel, and holds every outcome to the iptables
+// mode's, naming the differences that are by design. The userspace mode terminates
+// connections (Semantics.Terminates), which probes cannot follow; World.Dial makes real
+// connections through it, moving the manual clock only while the simulation is idle.
+//
 // Determinism: a case fixes the simulation's seed, probes are synchronous, and the
 // clock is virtual (Build makes a manual clock), so a case's outcome is a pure function
 // of the case and the proxy; rapid's -rapid.seed reproduces a run.
