@@ -2,7 +2,6 @@ package netsim
 
 import (
 	"container/heap"
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -25,108 +24,6 @@ func (t Tuple) Invert() Tuple {
 
 func (t Tuple) String() string {
 	return fmt.Sprintf("src=%s dst=%s sport=%d dport=%d", t.Src, t.Dst, t.SrcPort, t.DstPort)
-}
-
-// ctKey is a tuple packed for hashing (netip.Addr carries a zone pointer that makes map
-// keys bigger and slower).
-type ctKey struct {
-	src, dst         [16]byte
-	srcPort, dstPort uint16
-	proto            uint8
-	v6               bool
-}
-
-// ctKey4 is an IPv4 tuple packed into two words, so that the map hashes and compares 16
-// bytes, not ctKey's 38.
-type ctKey4 struct {
-	addrs uint64 // source << 32 | destination
-	rest  uint64 // source port << 32 | destination port << 16 | protocol
-}
-
-// ctTable maps the tuples of both directions of every confirmed entry to the entry:
-// IPv4 tuples (and IPv4-mapped IPv6 ones, as before) by ctKey4, IPv6 tuples by ctKey.
-type ctTable struct {
-	v4 map[ctKey4]ctRef
-	v6 map[ctKey]ctRef
-}
-
-func newCtTable() ctTable {
-	return ctTable{v4: make(map[ctKey4]ctRef), v6: make(map[ctKey]ctRef)}
-}
-
-func key4Of(t Tuple) (ctKey4, bool) {
-	src, dst := t.Src, t.Dst
-	if src.Is4In6() {
-		src = src.Unmap()
-	}
-	if dst.Is4In6() {
-		dst = dst.Unmap()
-	}
-	if !src.Is4() || !dst.Is4() {
-		return ctKey4{}, false
-	}
-	s, d := src.As4(), dst.As4()
-	return ctKey4{
-		addrs: uint64(binary.BigEndian.Uint32(s[:]))<<32 | uint64(binary.BigEndian.Uint32(d[:])),
-		rest:  uint64(t.SrcPort)<<32 | uint64(t.DstPort)<<16 | uint64(t.Proto),
-	}, true
-}
-
-func keyOf(t Tuple) ctKey {
-	return ctKey{src: t.Src.As16(), dst: t.Dst.As16(), srcPort: t.SrcPort, dstPort: t.DstPort, proto: t.Proto, v6: t.Src.Is6() && !t.Src.Is4In6()}
-}
-
-func (m *ctTable) get(t Tuple) (ctRef, bool) {
-	if k, ok := key4Of(t); ok {
-		r, ok := m.v4[k]
-		return r, ok
-	}
-	r, ok := m.v6[keyOf(t)]
-	return r, ok
-}
-
-func (m *ctTable) put(t Tuple, r ctRef) {
-	if k, ok := key4Of(t); ok {
-		m.v4[k] = r
-		return
-	}
-	m.v6[keyOf(t)] = r
-}
-
-// delIf removes t's mapping when it points at c.
-func (m *ctTable) delIf(t Tuple, c *Conn) {
-	if k, ok := key4Of(t); ok {
-		if r, ok := m.v4[k]; ok && r.c == c {
-			delete(m.v4, k)
-		}
-		return
-	}
-	k := keyOf(t)
-	if r, ok := m.v6[k]; ok && r.c == c {
-		delete(m.v6, k)
-	}
-}
-
-// len is the number of tuples mapped (two per entry).
-func (m *ctTable) len() int { return len(m.v4) + len(m.v6) }
-
-// conns returns every entry in the table once, in no particular order.
-func (m *ctTable) conns() []*Conn {
-	seen := make(map[*Conn]bool, (len(m.v4)+len(m.v6))/2)
-	out := make([]*Conn, 0, (len(m.v4)+len(m.v6))/2)
-	for _, r := range m.v4 {
-		if !seen[r.c] {
-			seen[r.c] = true
-			out = append(out, r.c)
-		}
-	}
-	for _, r := range m.v6 {
-		if !seen[r.c] {
-			seen[r.c] = true
-			out = append(out, r.c)
-		}
-	}
-	return out
 }
 
 // tupleOf returns the packet's tuple.
@@ -219,12 +116,9 @@ type Conn struct {
 	Packets [2]uint64
 	Bytes   [2]uint64
 
-	tcp        [2]tcpSide
-	heapKey    time.Time // the expiry this entry was queued for garbage collection with
-	heapIdx    int       // position in the expiry queue; -1 when not queued
-	lastDir    int
-	lastIndex  int
-	timeoutFor time.Duration
+	tcp     [2]tcpSide
+	heapKey time.Time // the expiry this entry was queued for garbage collection with
+	heapIdx int       // position in the expiry queue; -1 when not queued
 }
 
 type tcpSide struct {
@@ -306,6 +200,10 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // Conntrack is a node's connection-tracking table.
+//
+// A node's table shares the node's datapath lock: a packet's way through the node takes
+// one lock, not one for the node and another for each conntrack step. So its methods must
+// not be called from a handler (handlers run under that lock).
 //
 // As in the kernel, an entry is created for the first packet of every flow (NATed or
 // not) and inserted into the table ("confirmed") only when that packet leaves the node
@@ -411,6 +309,12 @@ type ctResult struct {
 func (t *Conntrack) in(p *Packet, now time.Time) ctResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.inLocked(p, now)
+}
+
+// inLocked is in for a caller that holds the table's lock (a node's datapath: the node
+// lock is its table's lock).
+func (t *Conntrack) inLocked(p *Packet, now time.Time) ctResult {
 	t.gcLocked(now)
 	if p.l4off == 0 && p.Proto != ProtoICMP {
 		return ctResult{state: CtInvalid}
@@ -533,7 +437,6 @@ func (t *Conntrack) newLocked(p *Packet, tu Tuple, now time.Time) ctResult {
 }
 
 func (t *Conntrack) setTimeout(c *Conn, now time.Time, d time.Duration) {
-	c.timeoutFor = d
 	c.Expires = now.Add(d)
 }
 
@@ -543,10 +446,14 @@ func (t *Conntrack) setTimeout(c *Conn, now time.Time, d time.Duration) {
 func (t *Conntrack) confirm(c *Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.confirmLocked(c, t.now())
+}
+
+// confirmLocked is confirm at virtual time now for a caller that holds the table's lock.
+func (t *Conntrack) confirmLocked(c *Conn, now time.Time) bool {
 	if c.Has(StatusConfirmed) {
 		return true
 	}
-	now := t.now()
 	if r, ok := t.lookupLocked(c.Orig, now); ok && r.c != c {
 		return false
 	}
@@ -565,6 +472,11 @@ func (t *Conntrack) confirm(c *Conn) bool {
 func (t *Conntrack) tupleTaken(tu Tuple, c *Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.tupleTakenLocked(tu, c)
+}
+
+// tupleTakenLocked is tupleTaken for a caller that holds the table's lock.
+func (t *Conntrack) tupleTakenLocked(tu Tuple, c *Conn) bool {
 	r, ok := t.lookupLocked(tu, t.now())
 	return ok && r.c != c
 }
@@ -737,7 +649,6 @@ func (t *Conntrack) tcpPacketLocked(c *Conn, dir int, p *Packet, now time.Time) 
 		}
 	case sIG:
 		// The kernel lets ignored packets through without changing the state.
-		c.lastDir, c.lastIndex = dir, idx
 		return old, true, false
 	case sIV:
 		return old, false, false
@@ -749,7 +660,6 @@ func (t *Conntrack) tcpPacketLocked(c *Conn, dir int, p *Packet, now time.Time) 
 		c.tcp[dir].flags |= tcpFlagCloseInit
 	}
 	c.TCPState = next
-	c.lastDir, c.lastIndex = dir, idx
 	if dir == 1 {
 		c.Status |= StatusSeenReply
 	}

@@ -1,6 +1,7 @@
 package netsim
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 	"time"
@@ -168,5 +169,79 @@ func TestCtFilter(t *testing.T) {
 	}
 	if n := ct.Flush(); n != 3 || ct.Len() != 0 || ct.table.len() != 0 || len(ct.expq) != 0 {
 		t.Errorf("flush: %d removed; %d entries, %d keys, %d queued left", n, ct.Len(), ct.table.len(), len(ct.expq))
+	}
+}
+
+// The IPv4 table (open addressing, deletion by shifting) agrees with a Go map through
+// random inserts, overwrites and deletions that grow and shrink it, with keys crowded
+// into few addresses and ports as a node's tuples are.
+func TestConntrackTableAgainstMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	m := newCtTable()
+	model := map[Tuple]ctRef{}
+	conns := make([]*Conn, 64)
+	for i := range conns {
+		conns[i] = &Conn{ID: uint64(i)}
+	}
+	tuple := func() Tuple {
+		return Tuple{
+			Proto:   []uint8{ProtoTCP, ProtoUDP}[rng.IntN(2)],
+			Src:     netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(4))}),
+			Dst:     netip.AddrFrom4([4]byte{10, 96, 0, byte(rng.IntN(4))}),
+			SrcPort: uint16(32768 + rng.IntN(3000)),
+			DstPort: uint16(80 + rng.IntN(2)),
+		}
+	}
+	var keys []Tuple
+	check := func(step int) {
+		if m.len() != len(model) {
+			t.Fatalf("step %d: table holds %d tuples, model %d", step, m.len(), len(model))
+		}
+		for _, k := range keys {
+			got, ok := m.get(k)
+			want, wok := model[k]
+			if ok != wok || got != want {
+				t.Fatalf("step %d: get(%v) = %v %v, want %v %v", step, k, got, ok, want, wok)
+			}
+		}
+	}
+	for step := 0; step < 60000; step++ {
+		switch {
+		case step < 30000 && rng.IntN(4) != 0 || step >= 30000 && rng.IntN(4) == 0:
+			k := tuple()
+			r := ctRef{c: conns[rng.IntN(len(conns))], reply: rng.IntN(2) == 0}
+			m.put(k, r)
+			if _, ok := model[k]; !ok {
+				keys = append(keys, k)
+			}
+			model[k] = r
+		case len(keys) > 0:
+			i := rng.IntN(len(keys))
+			k := keys[i]
+			c := model[k].c
+			if rng.IntN(8) == 0 {
+				c = conns[rng.IntN(len(conns))] // delIf with another entry may leave it
+			}
+			m.delIf(k, c)
+			if model[k].c == c {
+				delete(model, k)
+				keys[i] = keys[len(keys)-1]
+				keys = keys[:len(keys)-1]
+			}
+		}
+		if step%1000 == 0 {
+			check(step)
+		}
+	}
+	check(60000)
+	for len(keys) > 0 {
+		k := keys[len(keys)-1]
+		m.delIf(k, model[k].c)
+		delete(model, k)
+		keys = keys[:len(keys)-1]
+	}
+	check(-1)
+	if len(m.slots) != ctMinSlots {
+		t.Errorf("empty table keeps %d slots, want %d", len(m.slots), ctMinSlots)
 	}
 }

@@ -399,7 +399,7 @@ func (n *Node) conntrackLocked(pk *Packet, env *penv) {
 		}
 		return
 	}
-	r := n.ct.in(pk, env.now(n))
+	r := n.ct.inLocked(pk, env.now(n))
 	pk.Conn, pk.CtReply, pk.CtState, pk.ctCreated = r.conn, r.reply, r.state, r.isNew
 	if env.trace != nil {
 		s := TraceStep{Kind: StepConntrack, Node: n.name, Verdict: r.state.String()}
@@ -428,7 +428,7 @@ func (n *Node) confirmLocked(pk *Packet, env *penv, out *egress) hookResult {
 	if env.dry {
 		return hookContinue
 	}
-	if !n.ct.confirm(c) {
+	if !n.ct.confirmLocked(c, env.now(n)) {
 		*out = n.dropLocked(pk, env, "conntrack insert clash: another entry holds "+c.Reply.String())
 		return hookDrop
 	}
@@ -593,7 +593,7 @@ func (n *Node) snatPortLocked(c *Conn, addr netip.Addr, lo, hi uint16, random bo
 	inRange := lo == 0 || orig >= lo && orig <= hi
 	if !random && inRange {
 		reply.DstPort = orig
-		if !n.ct.tupleTaken(reply, c) {
+		if !n.ct.tupleTakenLocked(reply, c) {
 			return orig, true
 		}
 	}
@@ -635,7 +635,7 @@ func (n *Node) pickPortLocked(c *Conn, tu Tuple, dnat bool, lo, hi uint16, rando
 			} else {
 				tu.DstPort = port
 			}
-			if !n.ct.tupleTaken(tu, c) {
+			if !n.ct.tupleTakenLocked(tu, c) {
 				return port
 			}
 		}

@@ -1,7 +1,6 @@
 package netsim
 
 import (
-	"sync"
 	"sync/atomic"
 
 	"gvisor.dev/gvisor/pkg/buffer"
@@ -43,11 +42,10 @@ type stackLink struct {
 	loopback bool        // report CapabilityLoopback (a host stack's lo)
 	out      func(frame) // called on the writer's goroutine; must not block
 
-	mu         sync.RWMutex
-	dispatcher stack.NetworkDispatcher
+	// dispatcher is read once per inbound packet, without a lock (an RWMutex's read lock
+	// is a write to a line every delivering goroutine shares).
+	dispatcher atomic.Pointer[stack.NetworkDispatcher]
 	closed     atomic.Bool
-
-	txPackets, rxPackets atomic.Uint64
 }
 
 var _ stack.LinkEndpoint = (*stackLink)(nil)
@@ -61,18 +59,16 @@ func (l *stackLink) inject(f frame) {
 	if l.closed.Load() {
 		return
 	}
-	l.mu.RLock()
-	d := l.dispatcher
-	l.mu.RUnlock()
-	if d == nil || len(f.b) == 0 {
+	dp := l.dispatcher.Load()
+	if dp == nil || *dp == nil || len(f.b) == 0 {
 		return
 	}
+	d := *dp
 	proto := header.IPv4ProtocolNumber
 	if f.b[0]>>4 == 6 {
 		proto = header.IPv6ProtocolNumber
 	}
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: f.payload()})
-	l.rxPackets.Add(1)
 	d.DeliverNetworkPacket(proto, pkt)
 	pkt.DecRef()
 }
@@ -88,7 +84,6 @@ func (l *stackLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error)
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
 		v := copyOut(pkt)
-		l.txPackets.Add(1)
 		l.out(frame{b: v.AsSlice(), v: v})
 		n++
 	}
@@ -116,16 +111,13 @@ func copyOut(pkt *stack.PacketBuffer) *buffer.View {
 
 // Attach implements stack.LinkEndpoint.
 func (l *stackLink) Attach(d stack.NetworkDispatcher) {
-	l.mu.Lock()
-	l.dispatcher = d
-	l.mu.Unlock()
+	l.dispatcher.Store(&d)
 }
 
 // IsAttached implements stack.LinkEndpoint.
 func (l *stackLink) IsAttached() bool {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	return l.dispatcher != nil
+	dp := l.dispatcher.Load()
+	return dp != nil && *dp != nil
 }
 
 func (l *stackLink) MTU() uint32       { return l.mtu }

@@ -81,7 +81,9 @@ type Node struct {
 	podCIDR []netip.Prefix // per family
 	gateway []netip.Addr   // cbr0 addresses (first address of each pod CIDR)
 
-	mu        sync.Mutex // the datapath lock: held while a packet is processed
+	// mu is the datapath lock, held while a packet is processed; it is the node's
+	// conntrack table's lock too (&ct.mu), so that a packet's pass takes one lock.
+	mu        *sync.Mutex
 	settings  NodeSettings
 	ifaces    map[string]*Iface
 	lo        *Iface
@@ -155,8 +157,8 @@ func (n *Node) Settings() NodeSettings {
 func (n *Node) SetSettings(s NodeSettings) {
 	n.mu.Lock()
 	n.settings = s
+	n.ct.settings = s.Conntrack // n.mu is the table's lock
 	n.mu.Unlock()
-	n.ct.SetSettings(s.Conntrack)
 }
 
 // UpdateSettings changes the node's settings through f.
