@@ -313,8 +313,10 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 	}
 	n.q = packetQueue{wake: make(chan struct{}, 1), limit: c.cfg.QueueLen}
 	n.fromFabric = func(f frame) { n.fromUplinkNow(f, nil) }
+	n.hot = new(nodeHot)
+	n.mu = &n.hot.mu
 	n.ct = NewConntrack(c.clock.Now, n.settings.Conntrack)
-	n.mu = &n.ct.mu
+	n.ct.mu = n.mu
 	n.uplinkLink = newLink("node "+nc.Name+" uplink", c.cfg.Seed)
 	// Addresses.
 	n.ips = nc.IPs

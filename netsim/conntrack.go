@@ -104,9 +104,20 @@ func (s TCPState) String() string {
 
 // Conn is a conntrack entry.
 type Conn struct {
-	ID       uint64
-	Orig     Tuple // the tuple of the first packet, as it arrived
-	Reply    Tuple // the tuple replies are expected with (NAT changes it)
+	ID    uint64
+	Orig  Tuple // the tuple of the first packet, as it arrived
+	Reply Tuple // the tuple replies are expected with (NAT changes it)
+
+	// What every packet of the connection writes, from Status to tcp, is 128 bytes. An
+	// entry is 320 bytes, a size the allocator places at multiples of 64, so these
+	// fields start 192 bytes in and fill two cache lines of their own. (Packets of the
+	// two directions pass a node on different goroutines, often on different cores:
+	// each line they write moves between the cores' caches.) Fields before them are
+	// written rarely.
+	heapKey time.Time // the expiry this entry was queued for garbage collection with
+	heapIdx int       // position in the expiry queue; -1 when not queued
+	_       [24]byte
+
 	Status   ConnStatus
 	TCPState TCPState
 	Mark     uint32 // connmark
@@ -116,9 +127,7 @@ type Conn struct {
 	Packets [2]uint64
 	Bytes   [2]uint64
 
-	tcp     [2]tcpSide
-	heapKey time.Time // the expiry this entry was queued for garbage collection with
-	heapIdx int       // position in the expiry queue; -1 when not queued
+	tcp [2]tcpSide
 }
 
 type tcpSide struct {
@@ -210,7 +219,8 @@ func orDefault(d, def time.Duration) time.Duration {
 // or is delivered locally; a packet dropped before that leaves no entry. NAT decisions
 // change the entry's reply tuple before confirmation. Entries expire on the virtual clock.
 type Conntrack struct {
-	mu       sync.Mutex
+	mu       *sync.Mutex // &own, or the node's datapath lock
+	own      sync.Mutex
 	table    ctTable
 	settings ConntrackSettings
 	now      func() time.Time
@@ -225,7 +235,9 @@ type ctRef struct {
 
 // NewConntrack returns an empty table on the given clock.
 func NewConntrack(now func() time.Time, s ConntrackSettings) *Conntrack {
-	return &Conntrack{table: newCtTable(), settings: s, now: now}
+	t := &Conntrack{table: newCtTable(), settings: s, now: now}
+	t.mu = &t.own
+	return t
 }
 
 // Settings returns the table's sysctls.

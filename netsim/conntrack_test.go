@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestConntrackCollectsExpiredEntries(t *testing.T) {
@@ -243,5 +244,17 @@ func TestConntrackTableAgainstMap(t *testing.T) {
 	check(-1)
 	if len(m.slots) != ctMinSlots {
 		t.Errorf("empty table keeps %d slots, want %d", len(m.slots), ctMinSlots)
+	}
+}
+
+// The fields every packet writes (Status to tcp) fill the last two cache lines of an
+// entry, and entries are 320 bytes, which the allocator places 64-byte aligned.
+func TestConnLayout(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the layout is planned for 64-bit platforms")
+	}
+	var c Conn
+	if size, status, end := unsafe.Sizeof(c), unsafe.Offsetof(c.Status), unsafe.Offsetof(c.tcp)+unsafe.Sizeof(c.tcp); size != 320 || status != 192 || end != 320 {
+		t.Errorf("Conn is %d bytes with Status at %d and tcp ending at %d, want 320, 192 and 320", size, status, end)
 	}
 }

@@ -70,7 +70,7 @@ const (
 func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	atomic.AddUint64(&n.stats.Received, 1)
+	n.countLocked(&n.hot.stats.Received)
 	pk.InIface, pk.OutIface = in.Name, ""
 	if port != nil {
 		pk.inPort = port
@@ -139,9 +139,13 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 	default:
 		return eg
 	}
-	atomic.AddUint64(&n.stats.Forwarded, 1)
+	n.countLocked(&n.hot.stats.Forwarded)
 	return n.postroutingLocked(pk, rt, env)
 }
+
+// countLocked adds one to a counter only passes under the node lock write (Received,
+// Forwarded, Delivered): an atomic store, for Stats, but no locked read-modify-write.
+func (n *Node) countLocked(c *uint64) { atomic.StoreUint64(c, *c+1) }
 
 func ifaceName(i *Iface) string {
 	if i == nil {
@@ -232,7 +236,7 @@ func (n *Node) inputLocked(pk *Packet, rt route, env *penv) egress {
 	default:
 		return eg
 	}
-	atomic.AddUint64(&n.stats.Delivered, 1)
+	n.countLocked(&n.hot.stats.Delivered)
 	if env.trace != nil {
 		env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "LOCAL", Packet: pk.String(), Detail: "delivered to the node's host stack"})
 	}
@@ -264,7 +268,7 @@ func (n *Node) postroutingLocked(pk *Packet, rt route, env *penv) egress {
 }
 
 func (n *Node) dropLocked(pk *Packet, env *penv, reason string) egress {
-	atomic.AddUint64(&n.stats.Dropped, 1)
+	atomic.AddUint64(&n.hot.stats.Dropped, 1)
 	if env.trace != nil {
 		env.step(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "DROP", Packet: pk.String(), Detail: reason})
 	}
@@ -744,7 +748,7 @@ func (n *Node) natICMPErrorLocked(pk *Packet, dstManip bool, env *penv) {
 
 // rejectLocked drops pk and builds what the REJECT target sends back.
 func (n *Node) rejectLocked(pk *Packet, with RejectWith, env *penv, reason string) egress {
-	atomic.AddUint64(&n.stats.Rejected, 1)
+	atomic.AddUint64(&n.hot.stats.Rejected, 1)
 	eg := dropped(pk, reason)
 	eg.reject = true
 	var r *Packet
@@ -835,7 +839,7 @@ func (n *Node) execute(eg egress, tr *Trace) {
 		n.deliverHost(eg.pk)
 	case egPod:
 		n.capture(n.bridge.Name, eg.pk.Data)
-		eg.port.link.send(n.cluster, eg.pk.frame(), eg.port.toPod)
+		eg.port.link.sendBack(n.cluster, eg.pk.frame(), eg.port.toPod)
 	case egUplink:
 		n.capture(n.uplink.Name, eg.pk.Data)
 		n.cluster.fabric.fromNode(n, eg.pk, tr)

@@ -34,9 +34,18 @@ type Link struct {
 	lost     uint64
 	sent     uint64
 	// clean is set while the link has no faults and holds nothing back: packets then
-	// cross it at once without taking mu (counted in fastSent).
-	clean    atomic.Bool
-	fastSent atomic.Uint64
+	// cross it at once without taking mu, counted in fast by direction. Each direction's
+	// count has a cache line of its own: they are written by different goroutines (a pod's
+	// own and its node's datapath), which a shared line would make wait for each other.
+	clean atomic.Bool
+	_     [64]byte
+	fast  [2]linkCounter // packets sent by send and by sendBack on the fast path
+}
+
+// linkCounter is a counter padded to a cache line.
+type linkCounter struct {
+	n atomic.Uint64
+	_ [56]byte
 }
 
 type delayed struct {
@@ -77,13 +86,23 @@ func (l *Link) Faults() LinkFaults {
 func (l *Link) Counters() (sent, lost uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.sent + l.fastSent.Load(), l.lost
+	return l.sent + l.fast[0].n.Load() + l.fast[1].n.Load(), l.lost
 }
 
 // send carries data over the link, applying its faults, and calls deliver (possibly
 // later, on the virtual clock).
 func (l *Link) send(c *Cluster, data frame, deliver func(frame)) {
-	if l.pass() {
+	if l.pass(0) {
+		deliver(data)
+		return
+	}
+	l.sendFaulty(c, data, deliver)
+}
+
+// sendBack is send for packets in the link's other direction (from a node to a pod). The
+// direction only chooses which fast-path counter counts the packet.
+func (l *Link) sendBack(c *Cluster, data frame, deliver func(frame)) {
+	if l.pass(1) {
 		deliver(data)
 		return
 	}
@@ -91,14 +110,14 @@ func (l *Link) send(c *Cluster, data frame, deliver func(frame)) {
 }
 
 // pass reports whether a packet crosses the link at once, untouched: no faults and nothing
-// held back. It then counts the packet as sent, and the caller delivers it itself (so that
-// the fast path needs no closure).
-func (l *Link) pass() bool {
+// held back. It then counts the packet as sent in direction dir, and the caller delivers it
+// itself (so that the fast path needs no closure).
+func (l *Link) pass(dir int) bool {
 	if l == nil {
 		return true
 	}
 	if l.clean.Load() {
-		l.fastSent.Add(1)
+		l.fast[dir].n.Add(1)
 		return true
 	}
 	return false
