@@ -365,7 +365,7 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 			continue
 		}
 		for _, p := range i.Addrs {
-			n.local[p.Addr()] = i
+			n.setLocalLocked(p.Addr(), i) // n is not shared yet
 		}
 	}
 	// The host network stack.

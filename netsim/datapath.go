@@ -83,7 +83,7 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 		if pk.Dst.IsLoopback() && !n.settings.RouteLocalnet {
 			return n.dropLocked(pk, env, "martian destination (route_localnet=0)")
 		}
-		if _, own := n.local[pk.Src]; own && pk.Src != pk.Dst {
+		if n.addrLocked(pk.Src).local != nil && pk.Src != pk.Dst {
 			return n.dropLocked(pk, env, "martian source (one of the node's own addresses)")
 		}
 	}

@@ -1,6 +1,7 @@
 package netsim
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -93,6 +94,7 @@ type Node struct {
 	bridge    *Iface
 	local     map[netip.Addr]*Iface
 	ports     map[netip.Addr]*podPort // pod IP → bridge port
+	addrs     addrTable               // local and ports in one, for the datapath
 	hooks     [numHooks][]handlerEntry
 	nextID    uint64
 	ct        *Conntrack
@@ -294,7 +296,7 @@ func (n *Node) AddAddress(iface string, p netip.Prefix) error {
 		return nil
 	}
 	i.Addrs = append(i.Addrs, p)
-	n.local[p.Addr()] = i
+	n.setLocalLocked(p.Addr(), i)
 	n.mu.Unlock()
 	if n.host != nil && !p.Addr().IsLoopback() {
 		return addStackAddr(n.host.s, nicMain, netip.PrefixFrom(p.Addr(), p.Addr().BitLen()))
@@ -321,7 +323,7 @@ func (n *Node) RemoveAddress(iface string, addr netip.Addr) error {
 	}
 	i.Addrs = keep
 	if found {
-		delete(n.local, addr)
+		n.setLocalLocked(addr, nil)
 	}
 	n.mu.Unlock()
 	if found && n.host != nil {
@@ -349,16 +351,17 @@ type route struct {
 
 // routeLocked decides where a packet to dst goes (the FIB lookup).
 func (n *Node) routeLocked(dst netip.Addr) route {
-	if i, ok := n.local[dst]; ok {
-		return route{kind: routeLocal, iface: i}
+	e := n.addrLocked(dst)
+	if e.local != nil {
+		return route{kind: routeLocal, iface: e.local}
 	}
 	if dst.IsLoopback() {
 		return route{kind: routeLocal, iface: n.lo}
 	}
 	for _, p := range n.podCIDR {
 		if p.Contains(dst) {
-			if port, ok := n.ports[dst]; ok {
-				return route{kind: routeBridge, iface: n.bridge, port: port}
+			if e.port != nil {
+				return route{kind: routeBridge, iface: n.bridge, port: e.port}
 			}
 			return route{kind: routeNoNeigh, iface: n.bridge}
 		}
@@ -367,6 +370,81 @@ func (n *Node) routeLocked(dst netip.Addr) route {
 		return route{kind: routeNone}
 	}
 	return route{kind: routeUplink, iface: n.uplink}
+}
+
+// addrTable maps each of a node's own addresses to its interface and each of its pods' IPs
+// to its bridge port: the local and ports maps of a node in one, keyed by the address's
+// bits (four bytes for IPv4), so that routing a packet costs one lookup of a short key
+// instead of two of netip.Addr (24 bytes with its zone). Addresses with a zone are not in
+// it (packets never carry one): addrLocked looks those up in local and ports.
+type addrTable struct {
+	v4 map[uint32]addrEntry
+	v6 map[[16]byte]addrEntry
+}
+
+type addrEntry struct {
+	local *Iface   // the address is the node's own, on this interface
+	port  *podPort // the address is a pod's, behind this bridge port
+}
+
+// addrLocked returns what the node knows about an address.
+func (n *Node) addrLocked(a netip.Addr) addrEntry {
+	if a.Is4() {
+		b := a.As4()
+		return n.addrs.v4[binary.BigEndian.Uint32(b[:])]
+	}
+	if a.Zone() != "" {
+		return addrEntry{local: n.local[a], port: n.ports[a]}
+	}
+	return n.addrs.v6[a.As16()]
+}
+
+// setAddrLocked records a change of local or ports for a in the table.
+func (n *Node) setAddrLocked(a netip.Addr) {
+	e := addrEntry{local: n.local[a], port: n.ports[a]}
+	switch {
+	case a.Is4():
+		if n.addrs.v4 == nil {
+			n.addrs.v4 = map[uint32]addrEntry{}
+		}
+		b := a.As4()
+		k := binary.BigEndian.Uint32(b[:])
+		if e == (addrEntry{}) {
+			delete(n.addrs.v4, k)
+		} else {
+			n.addrs.v4[k] = e
+		}
+	case a.Zone() != "":
+	default:
+		if n.addrs.v6 == nil {
+			n.addrs.v6 = map[[16]byte]addrEntry{}
+		}
+		if e == (addrEntry{}) {
+			delete(n.addrs.v6, a.As16())
+		} else {
+			n.addrs.v6[a.As16()] = e
+		}
+	}
+}
+
+// setLocalLocked makes a one of the node's own addresses, on interface i (nil: no longer).
+func (n *Node) setLocalLocked(a netip.Addr, i *Iface) {
+	if i == nil {
+		delete(n.local, a)
+	} else {
+		n.local[a] = i
+	}
+	n.setAddrLocked(a)
+}
+
+// setPortLocked makes port the bridge port for pod IP a (nil: none).
+func (n *Node) setPortLocked(a netip.Addr, port *podPort) {
+	if port == nil {
+		delete(n.ports, a)
+	} else {
+		n.ports[a] = port
+	}
+	n.setAddrLocked(a)
 }
 
 // packetQueue is a node's input queue: a bounded FIFO with a wake-up channel.

@@ -93,7 +93,7 @@ func (p *Pod) kill() {
 		n.mu.Lock()
 		for _, ip := range p.ips {
 			if n.ports[ip] == p.port {
-				delete(n.ports, ip)
+				n.setPortLocked(ip, nil)
 			}
 		}
 		n.mu.Unlock()
@@ -161,7 +161,7 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 	p.net = newNet("pod "+namespace+"/"+name, st.s, ips)
 	n.mu.Lock()
 	for _, ip := range ips {
-		n.ports[ip] = port
+		n.setPortLocked(ip, port)
 	}
 	n.mu.Unlock()
 	return p, nil

@@ -637,3 +637,58 @@ func TestRerouteAtOutput(t *testing.T) {
 		t.Errorf("reroute at OUTPUT: %s", r.Outcome)
 	}
 }
+
+// Routing finds addresses bound and unbound on the node's interfaces and pod IPs as
+// their pods come and go, in both families (the datapath's address table follows the
+// node's addresses and bridge ports).
+func TestRoutingFollowsAddressesAndPods(t *testing.T) {
+	c := newTestCluster(t, dualStack())
+	n := c.Node("node-a")
+	pod, err := c.StartPod("node-a", "default", "p", nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route := func(a netip.Addr) route {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.routeLocked(a)
+	}
+	n.AddInterface("kube-ipvs0")
+	vips := []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00:96::10")}
+	for _, vip := range vips {
+		if rt := route(vip); rt.kind != routeUplink {
+			t.Errorf("%s before it is bound: route %d, want the uplink", vip, rt.kind)
+		}
+		if err := n.AddAddress("kube-ipvs0", netip.PrefixFrom(vip, vip.BitLen())); err != nil {
+			t.Fatal(err)
+		}
+		if rt := route(vip); rt.kind != routeLocal || rt.iface.Name != "kube-ipvs0" {
+			t.Errorf("%s bound to kube-ipvs0: route %d via %s, want local", vip, rt.kind, ifaceName(rt.iface))
+		}
+		if err := n.RemoveAddress("kube-ipvs0", vip); err != nil {
+			t.Fatal(err)
+		}
+		if rt := route(vip); rt.kind != routeUplink {
+			t.Errorf("%s unbound: route %d, want the uplink", vip, rt.kind)
+		}
+	}
+	for _, ip := range append(n.IPs(), n.gateway...) {
+		if rt := route(ip); rt.kind != routeLocal {
+			t.Errorf("node address %s: route %d, want local", ip, rt.kind)
+		}
+	}
+	if len(pod.IPs()) != 2 {
+		t.Fatalf("pod IPs %v, want one per family", pod.IPs())
+	}
+	for _, ip := range pod.IPs() {
+		if rt := route(ip); rt.kind != routeBridge || rt.port != pod.port {
+			t.Errorf("pod IP %s: route %d, want the pod's bridge port", ip, rt.kind)
+		}
+	}
+	pod.kill()
+	for _, ip := range pod.IPs() {
+		if rt := route(ip); rt.kind != routeNoNeigh {
+			t.Errorf("pod IP %s after the pod died: route %d, want no neighbour", ip, rt.kind)
+		}
+	}
+}
