@@ -20,6 +20,7 @@ type ExternalHost struct {
 	// capturePoint names the host's link for Cluster.Capture: "external/<name>".
 	capturePoint string
 	recv         func(frame) // receive, bound once
+	lbChecker    *lbChecker  // set on the cloud load balancer's health checker
 }
 
 // Name returns the host's name.

@@ -409,6 +409,7 @@ type proxyState struct {
 	syncMu      sync.Mutex // held while the proxy syncs
 	pendingMu   sync.Mutex
 	pending     bool
+	queuedAt    time.Time // the oldest change the proxy has not synced yet (zero: none)
 	syncs       int
 	delay       time.Duration
 	delaySet    bool
@@ -470,6 +471,9 @@ func (n *Node) syncDelay() time.Duration {
 
 func (n *Node) requestSync() {
 	n.ps.pendingMu.Lock()
+	if n.ps.queuedAt.IsZero() {
+		n.ps.queuedAt = n.cluster.clock.Now()
+	}
 	if n.ps.paused {
 		n.ps.pausedDirty = true
 		n.ps.pendingMu.Unlock()
@@ -506,11 +510,26 @@ func (n *Node) syncNow() {
 		return
 	}
 	n.ps.syncMu.Lock()
-	defer n.ps.syncMu.Unlock()
+	n.ps.pendingMu.Lock()
+	n.ps.queuedAt = time.Time{} // the sync reads everything changed before this point
+	n.ps.pendingMu.Unlock()
 	n.ps.syncs++
 	if err := n.proxy.Sync(); err != nil {
 		n.cluster.recordErr(fmt.Errorf("proxy on node %s: sync %d: %w", n.name, n.ps.syncs, err))
 	}
+	n.ps.syncMu.Unlock()
+	// The cloud load balancer health-checks the node at once (see checkAfterSync).
+	n.cluster.checkAfterSync(n)
+}
+
+// ProxyQueuedSince returns when the oldest change the node's proxy has not synced yet
+// happened (a change it was told about, waiting for its sync delay or a paused proxy),
+// and false when it is in sync: kube-proxy's QueuedUpdate and Updated, which its
+// /healthz answers from.
+func (n *Node) ProxyQueuedSince() (time.Time, bool) {
+	n.ps.pendingMu.Lock()
+	defer n.ps.pendingMu.Unlock()
+	return n.ps.queuedAt, !n.ps.queuedAt.IsZero()
 }
 
 // SyncProxies makes every live node's proxy sync now (whatever its delay).

@@ -6,17 +6,20 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/clusterlab/clusterlab/service"
+	"gvisor.dev/gvisor/pkg/tcpip"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // loadBalancer is the simulated cloud load balancer of one LoadBalancer Service: it owns
 // the service's ingress address on the cluster network, enforces
 // loadBalancerSourceRanges, and spreads flows over the healthy nodes (with
-// externalTrafficPolicy Local only the nodes whose health check node port reports local
-// endpoints), either rewriting the destination to the node's IP and node port
-// ("nodeport" mode) or passing the packet through unchanged ("vip" mode).
+// externalTrafficPolicy Local only the nodes that pass its HTTP health checks of the
+// service's healthCheckNodePort, see lbhealth.go), either rewriting the destination to
+// the node's IP and node port ("nodeport" mode) or passing the packet through unchanged
+// ("vip" mode).
 type loadBalancer struct {
 	c   *Cluster
 	ip  netip.Addr
@@ -24,6 +27,14 @@ type loadBalancer struct {
 
 	mu  sync.Mutex
 	svc *corev1.Service
+	// health checks (externalTrafficPolicy Local): the port checked (0: none), its
+	// generation (bumped when the port changes or the load balancer goes), the view of
+	// each node, and the timer of the next periodic round.
+	hcPort  uint16
+	hcGen   uint64
+	targets map[string]*nodeTarget
+	tick    tcpip.Timer
+	removed bool
 	// nodeport mode: replies from node:nodePort to the client are rewritten back.
 	flows   map[Tuple]*Node // client → ingress flow: chosen node
 	replies map[Tuple]Tuple // reply tuple as the node sends it → original tuple
@@ -34,15 +45,18 @@ type loadBalancer struct {
 // an HTTP status (200 with local endpoints, 503 without, as kube-proxy answers).
 type HealthChecker func(namespace, name string) int
 
-// SetHealthChecker replaces the node's default health check (which counts the ready
-// endpoints the store's EndpointSlices place on the node, as kube-proxy does).
+// SetHealthChecker replaces how the cloud load balancer judges a node whose proxy serves
+// no health checks (no proxy, or a Proxy that is not a HealthCheckServer): by default it
+// counts the ready endpoints the store's EndpointSlices place on the node. Nodes whose
+// proxy serves health checks are asked over the network instead (see lbhealth.go).
 func (n *Node) SetHealthChecker(h HealthChecker) {
 	n.mu.Lock()
 	n.health = h
 	n.mu.Unlock()
 }
 
-// healthy reports whether the load balancer sees the node as a good target for svc.
+// healthy reports whether the load balancer sees the node as a good target for svc when
+// it cannot ask the node: from the health checker set on it, or from the API.
 func (n *Node) healthy(svc *corev1.Service) bool {
 	if n.down.Load() {
 		return false
@@ -92,7 +106,7 @@ func (c *Cluster) lbController(ev service.Event) {
 			c.recordErr(fmt.Errorf("cloud load balancer for %s: %w", key, err))
 			return
 		}
-		lb = &loadBalancer{c: c, ip: ip, key: key, flows: map[Tuple]*Node{}}
+		lb = &loadBalancer{c: c, ip: ip, key: key, flows: map[Tuple]*Node{}, targets: map[string]*nodeTarget{}}
 		lb.recv = lb.receive
 		c.mu.Lock()
 		c.lbs[key] = lb
@@ -103,7 +117,11 @@ func (c *Cluster) lbController(ev service.Event) {
 	}
 	lb.mu.Lock()
 	lb.svc = svc
+	gen := lb.setHealthCheckLocked(svc)
 	lb.mu.Unlock()
+	if gen != 0 {
+		lb.armChecks(gen, time.Time{})
+	}
 	// ipMode Proxy tells kube-proxy the load balancer delivers to node ports itself (no
 	// rules for the ingress IP); VIP that packets arrive addressed to it.
 	mode := corev1.LoadBalancerIPModeProxy
@@ -151,6 +169,9 @@ func (c *Cluster) lbAddress(svc *corev1.Service) (netip.Addr, error) {
 }
 
 func (c *Cluster) removeLB(lb *loadBalancer) {
+	lb.mu.Lock()
+	lb.stopChecksLocked()
+	lb.mu.Unlock()
 	c.mu.Lock()
 	delete(c.lbs, lb.key)
 	c.mu.Unlock()
@@ -209,7 +230,7 @@ func (lb *loadBalancer) decideLocked(pk *Packet) lbDecision {
 	}
 	var healthy []*Node
 	for _, n := range lb.c.Nodes() {
-		if n.healthy(svc) {
+		if lb.nodeHealthyLocked(n, svc) {
 			healthy = append(healthy, n)
 		}
 	}
