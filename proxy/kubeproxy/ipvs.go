@@ -44,7 +44,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
@@ -99,10 +98,10 @@ type ipvsProxy struct {
 	model *ipvs.Model
 	fams  []*ipvsFamily
 
-	mu       sync.Mutex // serialises syncs and the graceful-termination check
-	localEPs map[types.NamespacedName]int
-	ticking  bool
-	stats    ipvsHandlerStats
+	mu      sync.Mutex // serialises syncs and the graceful-termination check
+	hs      *healthServer
+	ticking bool
+	stats   ipvsHandlerStats
 }
 
 type ipvsFamily struct {
@@ -166,9 +165,12 @@ func newIPVS(n *netsim.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig) 
 	} {
 		n.AddHandler(s)
 	}
-	n.SetHealthChecker(p.health)
+	p.hs = newHealthServer(n)
 	return p, nil
 }
+
+// ServesHealthCheckNodePorts implements netsim.HealthCheckServer.
+func (p *ipvsProxy) ServesHealthCheckNodePorts() bool { return true }
 
 // Sync implements netsim.Proxy.
 func (p *ipvsProxy) Sync() error {
@@ -176,20 +178,18 @@ func (p *ipvsProxy) Sync() error {
 	svcs, slices := st.ListServices(), st.ListEndpointSlices()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	local := map[types.NamespacedName]int{}
 	var warnings []error
+	var states []*proxy.SyncState
 	for _, f := range p.fams {
 		res, err := f.px.Sync(context.Background(), svcs, slices)
 		if err != nil {
 			return err
 		}
 		warnings = append(warnings, res.Warnings...)
-		for nn, k := range f.px.State().Endpoints.LocalReadyEndpoints() {
-			local[nn] += k
-		}
+		states = append(states, f.px.State())
 	}
-	p.localEPs = local
 	p.armGracefulCheck()
+	warnings = append(warnings, p.hs.sync(healthState(states...)))
 	return errors.Join(warnings...)
 }
 
@@ -218,16 +218,6 @@ func (p *ipvsProxy) armGracefulCheck() {
 		}
 		p.armGracefulCheck()
 	})
-}
-
-// health is the health-check node port: 200 with local ready endpoints, 503 without.
-func (p *ipvsProxy) health(namespace, name string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.localEPs[types.NamespacedName{Namespace: namespace, Name: name}] > 0 {
-		return 200
-	}
-	return 503
 }
 
 // ---- the node as the proxier's Netlink and Sysctl ----

@@ -31,7 +31,6 @@ import (
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Mode names a kube-proxy proxy mode.
@@ -158,10 +157,9 @@ func (c Conntrack) Delete(f proxy.ConntrackFilter) (int, error) {
 // iptablesProxy is kube-proxy's iptables mode on one node: a Proxier per IP family of
 // the node, writing into emulators attached to the node's datapath.
 type iptablesProxy struct {
-	n        *netsim.Node
-	fams     []*iptablesFamily
-	mu       sync.Mutex
-	localEPs map[types.NamespacedName]int
+	n    *netsim.Node
+	fams []*iptablesFamily
+	hs   *healthServer
 }
 
 type iptablesFamily struct {
@@ -198,38 +196,26 @@ func newIPTablesProxy(n *netsim.Node, cfg proxy.NodeConfig) (*iptablesProxy, err
 	if cfg.LocalhostNodePortsEnabled() {
 		n.UpdateSettings(func(s *netsim.NodeSettings) { s.RouteLocalnet = true })
 	}
-	n.SetHealthChecker(p.health)
+	p.hs = newHealthServer(n)
 	return p, nil
 }
 
-// Sync implements netsim.Proxy.
+// Sync implements netsim.Proxy: the rules of each family, then the health servers.
 func (p *iptablesProxy) Sync() error {
 	st := p.n.Cluster().Store()
 	svcs, slices := st.ListServices(), st.ListEndpointSlices()
-	local := map[types.NamespacedName]int{}
+	var states []*proxy.SyncState
 	for _, f := range p.fams {
 		if _, err := f.px.Sync(context.Background(), svcs, slices); err != nil {
 			return err
 		}
-		for nn, k := range f.px.State().Endpoints.LocalReadyEndpoints() {
-			local[nn] += k
-		}
+		states = append(states, f.px.State())
 	}
-	p.mu.Lock()
-	p.localEPs = local
-	p.mu.Unlock()
-	return nil
+	return p.hs.sync(healthState(states...))
 }
 
-// health is kube-proxy's health-check node port: 200 with local endpoints, 503 without.
-func (p *iptablesProxy) health(namespace, name string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.localEPs[types.NamespacedName{Namespace: namespace, Name: name}] > 0 {
-		return 200
-	}
-	return 503
-}
+// ServesHealthCheckNodePorts implements netsim.HealthCheckServer.
+func (p *iptablesProxy) ServesHealthCheckNodePorts() bool { return true }
 
 // Emulator returns the node's emulator for a family (for traces and iptables-save).
 func (p *iptablesProxy) Emulator(family corev1.IPFamily) *emulator.Emulator {

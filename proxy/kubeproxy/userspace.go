@@ -21,11 +21,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
@@ -73,10 +71,9 @@ func newUserspaceProxy(n *netsim.Node, opts Options, cfg proxy.NodeConfig) (nets
 // userspaceProxy is the userspace mode on one node: a Proxier per IP family of the
 // node, each writing into an emulator attached to the node's datapath.
 type userspaceProxy struct {
-	n        *netsim.Node
-	fams     []*userspaceFamily
-	mu       sync.Mutex
-	localEPs map[types.NamespacedName]int
+	n    *netsim.Node
+	fams []*userspaceFamily
+	hs   *healthServer
 }
 
 type userspaceFamily struct {
@@ -137,9 +134,14 @@ func newUserspace(n *netsim.Node, opts Options, cfg proxy.NodeConfig, uc Userspa
 		p.fams = append(p.fams, &userspaceFamily{family: fam, emu: emu, px: px})
 	}
 	n.AddHandler(netsim.HandlerSpec{Name: "kube-proxy userspace", Hook: netsim.Input, Priority: netsim.PrioritySecurity + 10, Handler: netsim.HandlerFunc(p.note)})
-	n.SetHealthChecker(p.health)
+	p.hs = newHealthServer(n)
 	return p, nil
 }
+
+// ServesHealthCheckNodePorts implements netsim.HealthCheckServer. (The userspace proxy
+// ignores externalTrafficPolicy for its own traffic, but kube-proxy still serves the
+// health check node ports in this mode.)
+func (p *userspaceProxy) ServesHealthCheckNodePorts() bool { return true }
 
 func userspaceOnDecision(node string, f func(string, userspace.Decision)) func(userspace.Decision) {
 	if f == nil {
@@ -159,33 +161,18 @@ func (p *userspaceProxy) close() {
 func (p *userspaceProxy) Sync() error {
 	st := p.n.Cluster().Store()
 	svcs, slices := st.ListServices(), st.ListEndpointSlices()
-	local := map[types.NamespacedName]int{}
 	var warnings []error
+	var states []*proxy.SyncState
 	for _, f := range p.fams {
 		res, err := f.px.Sync(context.Background(), svcs, slices)
 		if err != nil {
 			return err
 		}
 		warnings = append(warnings, res.Warnings...)
-		for nn, k := range f.px.State().Endpoints.LocalReadyEndpoints() {
-			local[nn] += k
-		}
+		states = append(states, f.px.State())
 	}
-	p.mu.Lock()
-	p.localEPs = local
-	p.mu.Unlock()
+	warnings = append(warnings, p.hs.sync(healthState(states...)))
 	return errors.Join(warnings...)
-}
-
-// health is the health-check node port: 200 with local ready endpoints, 503 without.
-// (The userspace proxy itself ignores externalTrafficPolicy: it sends to any endpoint.)
-func (p *userspaceProxy) health(namespace, name string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.localEPs[types.NamespacedName{Namespace: namespace, Name: name}] > 0 {
-		return 200
-	}
-	return 503
 }
 
 func (p *userspaceProxy) family(addr netip.Addr) *userspaceFamily {

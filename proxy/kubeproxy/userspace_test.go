@@ -488,14 +488,14 @@ func TestUserspaceModeHealthAndChanges(t *testing.T) {
 	backends(t, c)
 	nodeA := c.Node("node-a")
 	p := userspaceOf(nodeA)
-	if got := p.health("default", "web"); got != 200 {
-		t.Errorf("health with a local endpoint: %d", got)
+	if got := p.hs.localEndpoints("default", "web"); got != 1 {
+		t.Errorf("local endpoints for the health server: %d, want 1", got)
 	}
 	if err := c.DeletePod("default", "web-0", 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.health("default", "web"); got != 503 {
-		t.Errorf("health without a local endpoint: %d", got)
+	if got := p.hs.localEndpoints("default", "web"); got != 0 {
+		t.Errorf("local endpoints for the health server without a local endpoint: %d", got)
 	}
 	old := usListener(t, nodeA, "web", "http")
 	svc, _ := c.Store().GetService("default", "web")
