@@ -78,6 +78,11 @@
 // its probability, changing nothing. Real netstack traffic is concurrent, so tests check
 // its outcomes (who answered, what source it saw, conntrack contents), not its bytes.
 //
+// The cloud load balancer health-checks nodes for externalTrafficPolicy Local services
+// with real HTTP over the cluster network, on the virtual clock (see lbhealth.go); probes
+// read its current view and never wait for it, and Cluster.CheckLoadBalancers makes it
+// check now.
+//
 // Traces record every hook, handler verdict, rule, conntrack lookup, NAT, route and the
 // end, as text or JSON, for probes and for any packet injected with Cluster.Inject.
 // Cluster.Capture writes pcap files (libpcap format, raw IP) per interface, which

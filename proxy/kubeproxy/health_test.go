@@ -158,6 +158,10 @@ func TestHealthCheckNodePortEveryMode(t *testing.T) {
 				if h.Source != "health-check" || !h.Checked || h.Healthy != (tc.status == 200) || h.Last.Status != tc.status || h.Last.Target != netip.AddrPortFrom(c.Node(tc.node).IP(), hcPort) {
 					t.Errorf("%s: the load balancer's view: %+v", tc.node, h)
 				}
+				// The check crossed the node's rules like any packet.
+				if want := fmt.Sprintf(`health check node port" -m tcp --dport %d -j ACCEPT => ACCEPT`, hcPort); mode == IPTables && !strings.Contains(h.Last.Trace.String(), want) {
+					t.Errorf("%s: the check's trace lacks %q:\n%s", tc.node, want, h.Last.Trace)
+				}
 			}
 			if got := lbNodes(t, c, lbIP); len(got) != 1 || !got["node-b"] {
 				t.Errorf("load-balancer flows went to %v, want node-b only", got)
@@ -325,5 +329,32 @@ func TestHealthzNodeEligible(t *testing.T) {
 	resp, _ = get(t, ext.Net(), fmt.Sprintf("http://%s:%d/", ip, hcPort))
 	if resp.StatusCode != 200 {
 		t.Errorf("service health check of the tainted node: %d", resp.StatusCode)
+	}
+}
+
+// A node whose uplink loses every packet: the answers never come back, each periodic
+// check fails at its timeout, and after three the node is out; once the link is clean
+// the next check brings it back.
+func TestHealthCheckLossyUplink(t *testing.T) {
+	c, _, _, lbIP := localLB(t, netsim.Config{ManualClock: true, Proxy: Factory(Options{Mode: IPTables})})
+	b := c.Node("node-b")
+	b.Uplink().SetFaults(netsim.LinkFaults{Loss: 1})
+	c.Clock().Advance(2*8*time.Second + time.Second)
+	if h := healthOf(t, c, "node-b"); !h.Healthy || h.Failures != 2 || !strings.Contains(h.Last.Err, "timeout") {
+		t.Errorf("after two lost rounds: %+v", h)
+	}
+	c.Clock().Advance(8 * time.Second)
+	if h := healthOf(t, c, "node-b"); h.Healthy || h.Failures != 3 {
+		t.Errorf("after three lost rounds: %+v", h)
+	}
+	for k := range lbNodes(t, c, lbIP) {
+		if !strings.Contains(k, "no healthy backend node") {
+			t.Errorf("node-b out: %s", k)
+		}
+	}
+	b.Uplink().SetFaults(netsim.LinkFaults{})
+	c.Clock().Advance(8 * time.Second)
+	if h := healthOf(t, c, "node-b"); !h.Healthy || !h.Last.OK {
+		t.Errorf("after the link is clean again: %+v", h)
 	}
 }

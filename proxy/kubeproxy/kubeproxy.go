@@ -15,7 +15,9 @@
 //	                                   netsim conntrack cleanup   packets of the node
 //
 // ipvs.go and userspace.go register the other two modes; each file's doc says how its
-// mode sits on the datapath. Use Factory as a netsim.Config's Proxy:
+// mode sits on the datapath. health.go runs kube-proxy's health servers in every mode
+// (each healthCheckNodePort, which the simulated cloud load balancer checks over the
+// network, and /healthz on 10256). Use Factory as a netsim.Config's Proxy:
 //
 //	c, err := netsim.New(netsim.Config{Nodes: ..., Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPTables})})
 package kubeproxy
