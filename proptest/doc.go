@@ -101,9 +101,8 @@
 // steps, and each violation's reproduction: the same traffic, with expectations that
 // hold exactly when the invariant does (reaches, not_reaches, result, seen_source,
 // backends). `clusterlab run FILE` then fails where the property failed. Report logs
-// the file and, when $PROPTEST_SCENARIO_DIR is set, writes it there. Scenario files
-// describe single-stack clusters only, so dual-stack counterexamples are logged as
-// cases.
+// the file and, when $PROPTEST_SCENARIO_DIR is set, writes it there. A dual-stack case
+// names both families' CIDRs in the file.
 //
 // # Across modes and against the kernel
 //

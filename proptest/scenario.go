@@ -3,6 +3,7 @@ package proptest
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -30,11 +31,14 @@ const MaxReproduced = 3
 // violations in err, the traffic that showed them with expectations that hold when the
 // invariant does. A run of the scenario fails where the invariant failed.
 //
-// Scenario files describe single-stack clusters only: a dual-stack case is an error.
+// A dual-stack case names both families' CIDRs ("IPv4,IPv6").
 func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 	c := w.Case
-	if c.Cluster.DualStack {
-		return nil, errors.New("proptest: scenario files cannot describe dual-stack clusters (one node_cidr, pod_cidr and service_cidr each); run the property with Options.NoDualStack to get a replayable counterexample")
+	cidrs := func(v4, v6 netip.Prefix) string {
+		if c.Cluster.DualStack {
+			return v4.String() + "," + v6.String()
+		}
+		return v4.String()
 	}
 	mode := w.Mode
 	switch kubeproxy.Mode(mode) {
@@ -46,9 +50,9 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 		Name: "proptest counterexample",
 		Cluster: scenario.Cluster{
 			Seed:             c.Cluster.Seed,
-			NodeCIDR:         NodeCIDR4.String(),
-			PodCIDR:          ClusterCIDR4.String(),
-			ServiceCIDR:      ServiceCIDR4.String(),
+			NodeCIDR:         cidrs(NodeCIDR4, NodeCIDR6),
+			PodCIDR:          cidrs(ClusterCIDR4, ClusterCIDR6),
+			ServiceCIDR:      cidrs(ServiceCIDR4, ServiceCIDR6),
 			ExternalCIDR:     ExternalCIDR.String(),
 			LoadBalancerMode: c.Cluster.LoadBalancerMode,
 			DNS:              "off",

@@ -107,3 +107,78 @@ func TestCounterexampleReplays(t *testing.T) {
 	}
 	t.Logf("replay:\n%s", text)
 }
+
+// TestDualStackScenarioReplays: a dual-stack case's scenario file names both families'
+// CIDRs, and its replay gives every IPv6 cluster IP port the endpoints the case's own
+// world gives it.
+func TestDualStackScenarioReplays(t *testing.T) {
+	var c *Case
+	var w *World
+	for seed := 0; seed < 500 && w == nil; seed++ {
+		c = Cases(Options{NoSteps: true}).Example(seed)
+		if !c.Cluster.DualStack {
+			continue
+		}
+		cand, err := Build(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range cand.ServicePorts() {
+			if v.V6() && v.ClusterIP.IsValid() && len(v.Internal(c.Cluster.Nodes[0].Name).Endpoints) > 0 {
+				w = cand
+				break
+			}
+		}
+		if w == nil {
+			cand.Close()
+		}
+	}
+	if w == nil {
+		t.Fatal("no dual-stack case with an IPv6 cluster IP and endpoints among 500 examples")
+	}
+	defer w.Close()
+	s, err := w.Scenario(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(s.Cluster.ServiceCIDR, ",") {
+		t.Fatalf("service_cidr %q names one family", s.Cluster.ServiceCIDR)
+	}
+	node := c.Cluster.Nodes[0].Name
+	for _, v := range w.ServicePorts() {
+		if !v.V6() || !v.ClusterIP.IsValid() {
+			continue
+		}
+		exp := v.Internal(node)
+		if len(exp.Endpoints) == 0 {
+			continue
+		}
+		var pods []string
+		for _, e := range exp.Endpoints {
+			if e.Pod != "" {
+				pods = append(pods, e.Pod)
+			}
+		}
+		if len(pods) == 0 {
+			continue
+		}
+		s.Steps = append(s.Steps, scenario.Step{Name: "v6 " + v.Key(),
+			Send:   &scenario.Traffic{From: "node:" + node, To: addrPort(v.ClusterIP, v.Port.Port).String(), Proto: strings.ToLower(string(protoOr(v.Port.Protocol))), AllBranches: true},
+			Expect: &scenario.Expect{Reaches: pods}})
+	}
+	if len(s.Steps) == 0 || s.Steps[len(s.Steps)-1].Send == nil {
+		t.Fatal("no IPv6 cluster IP port with endpoints on pods to send to")
+	}
+	data, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "dual.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := runScenario(t, path)
+	if !rep.Passed {
+		t.Fatalf("the replay does not give the IPv6 endpoints:\n%s\n%s", data, reportText(rep))
+	}
+}

@@ -33,6 +33,7 @@
 //	      settings: {...}         this node's kernel settings (over node_settings)
 //	      sync_delay: 2s          this node's kube-proxy sync delay
 //	  node_cidr, pod_cidr, service_cidr, external_cidr, load_balancer_cidr: CIDRs
+//	                              (node, pod and service: "IPv4,IPv6" for dual-stack)
 //	  load_balancer_mode: nodeport | vip
 //	  node_port_range: 30000-32767
 //	  proxy:

@@ -41,6 +41,9 @@ func TestLoadErrors(t *testing.T) {
 		{"yaml syntax", "steps:\n  - advance: [1s\n", []string{"bad.yaml:", "invalid YAML"}},
 		{"empty", "", []string{"bad.yaml: the file is empty"}},
 		{"dns off but a name", "cluster:\n  dns: off\nsteps:\n  - connect:\n      from: pod:default/c\n      to: web:80\n", []string{"steps[0].connect.to:", "cluster.dns is off"}},
+		{"three CIDRs", "cluster:\n  pod_cidr: 10.244.0.0/16,fd00:10:244::/56,10.0.0.0/8\n", []string{"bad.yaml:2: cluster.pod_cidr: want one CIDR or two of different families"}},
+		{"two CIDRs of one family", "cluster:\n  service_cidr: 10.96.0.0/12,10.112.0.0/12\n", []string{"bad.yaml:2: cluster.service_cidr: the two CIDRs of a dual-stack service_cidr must be one IPv4 and one IPv6"}},
+		{"dual-stack pods only", "cluster:\n  pod_cidr: 10.244.0.0/16,fd00:10:244::/56\n", []string{"cluster.node_cidr: a dual-stack cluster names both families, in the same order, in node_cidr, pod_cidr and service_cidr (got the IPv4 default; IPv4,IPv6; the IPv4 default)"}},
 		{"percent too big", "steps:\n  - fault:\n      link: node:node-a\n      loss: 150%\n", []string{"bad.yaml:4: steps[0].fault.loss: want a probability between 0 and 1"}},
 	}
 	for _, tc := range cases {

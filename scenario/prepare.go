@@ -65,14 +65,52 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 		}
 		return pf.Masked()
 	}
-	if pf := prefix("node_cidr", c.NodeCIDR); pf.IsValid() {
-		p.cfg.NodeCIDRs = []netip.Prefix{pf}
+	// node_cidr, pod_cidr and service_cidr take one CIDR, or two of different families
+	// separated by a comma for a dual-stack cluster (as kube-apiserver's
+	// --service-cluster-ip-range and kube-proxy's --cluster-cidr do), the first family
+	// primary. All three name the same families.
+	dual := func(field, v string) []netip.Prefix {
+		if v == "" {
+			return nil
+		}
+		parts := strings.Split(v, ",")
+		if len(parts) > 2 {
+			fail("cluster."+field, "want one CIDR or two of different families separated by a comma, got %q", v)
+			return nil
+		}
+		var out []netip.Prefix
+		for _, part := range parts {
+			pf := prefix(field, strings.TrimSpace(part))
+			if !pf.IsValid() {
+				return nil
+			}
+			out = append(out, pf)
+		}
+		if len(out) == 2 && out[0].Addr().Is4() == out[1].Addr().Is4() {
+			fail("cluster."+field, "the two CIDRs of a dual-stack %s must be one IPv4 and one IPv6, got %q", field, v)
+			return nil
+		}
+		return out
 	}
-	if pf := prefix("pod_cidr", c.PodCIDR); pf.IsValid() {
-		p.cfg.ClusterCIDRs = []netip.Prefix{pf}
+	p.cfg.NodeCIDRs = dual("node_cidr", c.NodeCIDR)
+	p.cfg.ClusterCIDRs = dual("pod_cidr", c.PodCIDR)
+	p.cfg.ServiceCIDRs = dual("service_cidr", c.ServiceCIDR)
+	families := func(ps []netip.Prefix) string {
+		var fs []string
+		for _, pf := range ps {
+			if pf.Addr().Is4() {
+				fs = append(fs, "IPv4")
+			} else {
+				fs = append(fs, "IPv6")
+			}
+		}
+		return strings.Join(fs, ",")
 	}
-	if pf := prefix("service_cidr", c.ServiceCIDR); pf.IsValid() {
-		p.cfg.ServiceCIDRs = []netip.Prefix{pf}
+	if n, pc, sc := p.cfg.NodeCIDRs, p.cfg.ClusterCIDRs, p.cfg.ServiceCIDRs; len(n) == 2 || len(pc) == 2 || len(sc) == 2 {
+		if families(n) != families(pc) || families(n) != families(sc) {
+			fail("cluster.node_cidr", "a dual-stack cluster names both families, in the same order, in node_cidr, pod_cidr and service_cidr (got %s; %s; %s)",
+				orDefault(families(n)), orDefault(families(pc)), orDefault(families(sc)))
+		}
 	}
 	p.cfg.ExternalCIDR = prefix("external_cidr", c.ExternalCIDR)
 	p.cfg.LoadBalancerCIDR = prefix("load_balancer_cidr", c.LoadBalancerCIDR)
@@ -687,4 +725,11 @@ func (s *Scenario) checkStep(p *plan, st *Step, i int, sp string, nodes map[stri
 			*errs = append(*errs, err)
 		}
 	}
+}
+
+func orDefault(families string) string {
+	if families == "" {
+		return "the IPv4 default"
+	}
+	return families
 }

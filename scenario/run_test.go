@@ -146,6 +146,35 @@ steps:
 	}
 }
 
+// TestDualStackScenario: node_cidr, pod_cidr and service_cidr with an IPv4 and an IPv6
+// CIDR make a dual-stack cluster: a PreferDualStack service gets a cluster IP of each
+// family and answers on both.
+func TestDualStackScenario(t *testing.T) {
+	text := `cluster:
+  dns: off
+  node_cidr: 172.18.0.0/16,fc00:f853:ccd:e793::/64
+  pod_cidr: 10.244.0.0/16,fd00:10:244::/56
+  service_cidr: 10.96.0.0/12,fd00:10:96::/112
+manifests:
+  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {ipFamilyPolicy: PreferDualStack, clusterIP: 10.96.0.80, clusterIPs: [10.96.0.80, "fd00:10:96::80"], selector: {app: web}, ports: [{port: 80, targetPort: 8080}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: web, labels: {app: web}}, spec: {nodeName: node-b, containers: [{name: c, image: i, ports: [{containerPort: 8080}]}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: client}, spec: {nodeName: node-a, containers: [{name: c, image: i}]}}
+steps:
+  - name: IPv4
+    connect: {from: pod:default/client, to: "10.96.0.80:80"}
+    expect: {result: ok, reaches: [default/web], seen_source: client}
+  - name: IPv6
+    connect: {from: pod:default/client, to: "[fd00:10:96::80]:80"}
+    expect: {result: ok, reaches: [default/web], seen_source: client}
+`
+	rep := mustRun(t, mustParse(t, text), "")
+	if !rep.Passed {
+		var b strings.Builder
+		rep.WriteText(&b)
+		t.Fatalf("failed:\n%s", b.String())
+	}
+}
+
 // TestRunModesDiffer: the userspace mode's backends see the node's address, iptables'
 // the client's; the comparison names that fact.
 func TestRunModesDiffer(t *testing.T) {

@@ -43,9 +43,11 @@ type Cluster struct {
 	// Nodes lists the nodes. Default: three nodes node-a, node-b, node-c.
 	Nodes []Node `yaml:"nodes,omitempty"`
 	// NodeCIDR is the network node IPs come from (default 172.18.0.0/16; node i gets .2+i).
+	// For a dual-stack cluster, two CIDRs of different families separated by a comma
+	// (the first family primary), here and in PodCIDR and ServiceCIDR alike.
 	NodeCIDR string `yaml:"node_cidr,omitempty"`
 	// PodCIDR is the pod network (--cluster-cidr; default 10.244.0.0/16; node i gets the
-	// i-th /24).
+	// i-th /24, and the i-th /64 of an IPv6 range).
 	PodCIDR string `yaml:"pod_cidr,omitempty"`
 	// ServiceCIDR is the service cluster IP range (default 10.96.0.0/12).
 	ServiceCIDR string `yaml:"service_cidr,omitempty"`

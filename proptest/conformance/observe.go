@@ -165,14 +165,29 @@ func ObserveReference(w *proptest.World, f Flow, attempts int) (Observation, err
 	return o, observeAttempts(w, f, attempts, &o)
 }
 
+// lbSourcePorts is how many source ports a load-balancer flow's branches are taken
+// from: the cloud load balancer picks a node by a hash of the 5-tuple, which all
+// branches of one packet do not vary, and another mode's attempts come from other
+// ports. With 64 ports every node of three is covered but for a chance of 5e-12.
+const lbSourcePorts = 64
+
 func observeBranches(w *proptest.World, f Flow) (Observation, error) {
 	var o Observation
-	rs, err := w.Cluster.Probe(netsim.Probe{From: f.From, Proto: f.Proto, Dst: f.Dst, Src: f.Client, AllBranches: true})
-	if err != nil {
-		return o, err
+	ports := []uint16{0}
+	if f.Kind == KindLoadBalancer {
+		ports = ports[:0]
+		for i := 0; i < lbSourcePorts; i++ {
+			ports = append(ports, uint16(40000+i*97))
+		}
 	}
-	for _, r := range rs {
-		o.add(branchOutcome(w, f, r), false)
+	for _, port := range ports {
+		rs, err := w.Cluster.Probe(netsim.Probe{From: f.From, Proto: f.Proto, Dst: f.Dst, Src: f.Client, SrcPort: port, AllBranches: true})
+		if err != nil {
+			return o, err
+		}
+		for _, r := range rs {
+			o.add(branchOutcome(w, f, r), false)
+		}
 	}
 	return o, nil
 }
