@@ -312,3 +312,92 @@ func BenchmarkDatapathHop(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(4*b.N), "ns/pass")
 }
+
+// BenchmarkDatapathConnection measures the datapath alone for whole connections: one op is
+// the ten packets of BenchmarkConnectClusterIP's connection (handshake, 64 bytes each way,
+// both FINs and their ACKs), each from its pod's veth through both nodes to the other pod's
+// bridge port (twenty node passes), with a new client port every time, so that conntrack
+// creates, NATs and confirms an entry on each node and its table grows as in the
+// connection benchmark (20 000 connections, then the clock jumps past TIME_WAIT, untimed,
+// and the ports are used again). Replay mode, one goroutine, no stacks: the packets are
+// prebuilt.
+func BenchmarkDatapathConnection(b *testing.B) {
+	c, err := New(Config{Seed: 1, Replay: true, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	server, _ := c.StartPod("node-b", "default", "server", nil, false)
+	client, _ := c.StartPod("node-a", "default", "client", nil, false)
+	vip := netip.MustParseAddrPort("10.96.0.1:80")
+	backend := netip.AddrPortFrom(server.IP(), 8080)
+	attachDNAT(c, &staticDNAT{vip: vip, backends: []netip.AddrPort{backend}})
+	client.dead.Store(true)
+	server.dead.Store(true)
+	// One connection's packets for each of a range of client ports.
+	const ports = 20000
+	type pkt struct {
+		from *Pod
+		b    []byte
+	}
+	conns := make([][]pkt, ports)
+	msg := make([]byte, 64)
+	for i := range conns {
+		cli := netip.AddrPortFrom(client.IP(), uint16(20000+i))
+		const cs, ss = 1000, 5000
+		c2s := func(flags uint8, seq, ack uint32, payload []byte) pkt {
+			return pkt{client, BuildTCP(TCPSegment{Src: cli, Dst: vip, Flags: flags, Seq: seq, Ack: ack, Window: 65535, Payload: payload, WindowScale: -1})}
+		}
+		s2c := func(flags uint8, seq, ack uint32, payload []byte) pkt {
+			return pkt{server, BuildTCP(TCPSegment{Src: backend, Dst: cli, Flags: flags, Seq: seq, Ack: ack, Window: 65535, Payload: payload, WindowScale: -1})}
+		}
+		conns[i] = []pkt{
+			c2s(TCPSyn, cs, 0, nil),
+			s2c(TCPSyn|TCPAck, ss, cs+1, nil),
+			c2s(TCPAck, cs+1, ss+1, nil),
+			c2s(TCPPsh|TCPAck, cs+1, ss+1, msg),
+			s2c(TCPAck, ss+1, cs+65, nil),
+			s2c(TCPPsh|TCPAck, ss+1, cs+65, msg),
+			s2c(TCPFin|TCPAck, ss+65, cs+65, nil),
+			c2s(TCPAck, cs+65, ss+66, nil),
+			c2s(TCPFin|TCPAck, cs+65, ss+66, nil),
+			s2c(TCPAck, ss+66, cs+66, nil),
+		}
+	}
+	var buf []byte
+	na, nb := c.Node("node-a"), c.Node("node-b")
+	before := na.Stats().Forwarded + nb.Stats().Forwarded
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i > 0 && i%ports == 0 {
+			b.StopTimer()
+			c.Clock().Advance(3 * time.Minute) // past TIME_WAIT: the ports are free again
+			b.StartTimer()
+		}
+		for _, p := range conns[i%ports] {
+			buf = append(buf[:0], p.b...)
+			replayPacket(c, p.from, buf)
+		}
+	}
+	b.StopTimer()
+	if got := na.Stats().Forwarded + nb.Stats().Forwarded - before; got != uint64(20*b.N) {
+		b.Fatalf("the nodes forwarded %d packets, want %d", got, 20*b.N)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(20*b.N), "ns/pass")
+}
+
+// replayPacket sends a packet from a pod's veth, as its stack would, and runs every node
+// pass it causes (replay mode). Not inlined, so that profilers can single it out.
+//
+//go:noinline
+func replayPacket(c *Cluster, from *Pod, b []byte) {
+	from.port.toNode(plainFrame(b))
+	for {
+		it, ok := c.replayQ.pop()
+		if !ok {
+			return
+		}
+		it.n.handleQueued(it.q)
+	}
+}
