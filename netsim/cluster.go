@@ -314,6 +314,9 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 	n.q = packetQueue{wake: make(chan struct{}, 1), limit: c.cfg.QueueLen}
 	n.fromFabric = func(f frame) { n.fromUplinkNow(f, nil) }
 	n.hot = new(nodeHot)
+	for h := range numHooks {
+		n.planLocked(Hook(h)) // n is not shared yet
+	}
 	n.mu = &n.hot.mu
 	n.ct = NewConntrack(c.clock.Now, n.settings.Conntrack)
 	n.ct.mu = n.mu

@@ -2,6 +2,7 @@ package netsim
 
 import (
 	"container/heap"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -267,6 +268,28 @@ func (t *Conntrack) lookupLocked(tu Tuple, now time.Time) (ctRef, bool) {
 	return r, true
 }
 
+// lookupPacketLocked is lookupLocked for the tuple of a packet with ports: an IPv4 packet's
+// key is made from its addresses and ports at once.
+func (t *Conntrack) lookupPacketLocked(p *Packet, now time.Time) (ctRef, bool) {
+	if p.IPv6 || !p.Src.Is4() || !p.Dst.Is4() {
+		return t.lookupLocked(tupleOf(p), now)
+	}
+	s, d := p.Src.As4(), p.Dst.As4()
+	i := t.table.find(ctKey4{
+		addrs: uint64(binary.BigEndian.Uint32(s[:]))<<32 | uint64(binary.BigEndian.Uint32(d[:])),
+		rest:  uint64(p.SrcPort)<<32 | uint64(p.DstPort)<<16 | uint64(p.Proto),
+	})
+	if i < 0 {
+		return ctRef{}, false
+	}
+	sl := &t.table.slots[i]
+	if !now.Before(sl.c.Expires) {
+		t.removeLocked(sl.c)
+		return ctRef{}, false
+	}
+	return ctRef{c: sl.c, reply: sl.reply}, true
+}
+
 func (t *Conntrack) removeLocked(c *Conn) {
 	if c.heapIdx >= 0 && c.heapIdx < len(t.expq) && t.expq[c.heapIdx] == c {
 		heap.Remove(&t.expq, c.heapIdx)
@@ -351,10 +374,9 @@ func (t *Conntrack) inLocked(p *Packet, now time.Time) ctResult {
 		tu := Tuple{Proto: p.Proto, Src: p.Src, Dst: p.Dst}
 		return t.trackGenericLocked(p, tu, now)
 	}
-	tu := tupleOf(p)
-	r, ok := t.lookupLocked(tu, now)
+	r, ok := t.lookupPacketLocked(p, now)
 	if !ok {
-		return t.newLocked(p, tu, now)
+		return t.newLocked(p, tupleOf(p), now)
 	}
 	c := r.c
 	dir := 0
@@ -366,7 +388,7 @@ func (t *Conntrack) inLocked(p *Packet, now time.Time) ctResult {
 		st, valid, reopen := t.tcpPacketLocked(c, dir, p, now)
 		if reopen {
 			t.removeLocked(c)
-			return t.newLocked(p, tu, now)
+			return t.newLocked(p, tupleOf(p), now)
 		}
 		if !valid {
 			return ctResult{state: CtInvalid}

@@ -299,26 +299,16 @@ var hookBuiltins = [numHooks][]builtin{
 // packet's way ends at the hook (anything but hookContinue and hookReroute), out holds
 // how.
 func (n *Node) runHookLocked(h Hook, pk *Packet, env *penv, out *egress) hookResult {
-	bs := hookBuiltins[h]
-	bi := 0
-	hs := n.hooks[h]
-	for i := range hs {
-		spec := &hs[i].spec
-		if spec.NAT {
-			continue // NAT handlers run inside the NAT step
+	plan := n.plans[h] // the handlers and built-in steps in order (planLocked)
+	for i := range plan {
+		st := &plan[i]
+		var r hookResult
+		if st.spec == nil {
+			r = n.builtinLocked(h, st.builtin, pk, env, out)
+		} else {
+			r = n.callLocked(h, st.spec, pk, env, out)
 		}
-		for bi < len(bs) && bs[bi].prio <= spec.Priority {
-			if r := n.builtinLocked(h, bs[bi].kind, pk, env, out); r != hookContinue {
-				return r
-			}
-			bi++
-		}
-		if r := n.callLocked(h, spec, pk, env, out); r != hookContinue {
-			return r
-		}
-	}
-	for ; bi < len(bs); bi++ {
-		if r := n.builtinLocked(h, bs[bi].kind, pk, env, out); r != hookContinue {
+		if r != hookContinue {
 			return r
 		}
 	}

@@ -30,9 +30,12 @@ type fabric struct {
 
 // fabricRoutes is an immutable copy of the fabric's routes: one map for every address
 // routed as a whole (node IPs over external hosts over load-balancer addresses over
-// externalIPs, as lookups have always preferred them), then the pod CIDRs.
+// externalIPs, as lookups have always preferred them), then the pod CIDRs. The IPv4
+// addresses of exact are also in exact4, keyed by their four bytes (a shorter key to hash
+// than netip.Addr's 24 bytes), which lookups of IPv4 addresses use.
 type fabricRoutes struct {
 	exact     map[netip.Addr]fabricDest
+	exact4    map[uint32]fabricDest
 	podCIDRs  []cidrRoute
 	partition map[string]int
 }
@@ -59,6 +62,12 @@ func (f *fabric) unlock() {
 	}
 	for k, g := range f.partition {
 		r.partition[k] = g
+	}
+	r.exact4 = make(map[uint32]fabricDest, len(r.exact))
+	for a, d := range r.exact {
+		if k, ok := addr4(a); ok {
+			r.exact4[k] = d
+		}
 	}
 	f.published.Store(r)
 	f.mu.Unlock()
@@ -112,7 +121,11 @@ func (f *fabric) route(from string, dst netip.Addr) fabricDest {
 }
 
 func (r *fabricRoutes) lookup(dst netip.Addr) fabricDest {
-	if d, ok := r.exact[dst]; ok {
+	if k, ok := addr4(dst); ok {
+		if d, ok := r.exact4[k]; ok {
+			return d
+		}
+	} else if d, ok := r.exact[dst]; ok {
 		return d
 	}
 	for _, cr := range r.podCIDRs {

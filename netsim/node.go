@@ -96,6 +96,7 @@ type Node struct {
 	ports     map[netip.Addr]*podPort // pod IP → bridge port
 	addrs     addrTable               // local and ports in one, for the datapath
 	hooks     [numHooks][]handlerEntry
+	plans     [numHooks][]hookStep // what runHookLocked runs, from hooks (planLocked)
 	nextID    uint64
 	ct        *Conntrack
 	rng       *rand.Rand
@@ -256,6 +257,7 @@ func (n *Node) AddHandler(spec HandlerSpec) (remove func()) {
 	hs = append(hs, handlerEntry{spec: spec, id: id})
 	sort.SliceStable(hs, func(i, j int) bool { return hs[i].spec.Priority < hs[j].spec.Priority })
 	n.hooks[spec.Hook] = hs
+	n.planLocked(spec.Hook)
 	return func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -266,7 +268,40 @@ func (n *Node) AddHandler(spec HandlerSpec) (remove func()) {
 			}
 		}
 		n.hooks[spec.Hook] = out
+		n.planLocked(spec.Hook)
 	}
+}
+
+// hookStep is one step of a hook's plan: a built-in step (spec nil) or a handler.
+type hookStep struct {
+	builtin int
+	spec    *HandlerSpec
+}
+
+// planLocked lays out the steps of hook h in the order runHookLocked takes them: the
+// hook's handlers that are not NAT handlers (those run inside the NAT step) by priority,
+// each after the built-in steps of the same or a lower priority, then the remaining
+// built-in steps. It runs whenever the hook's handlers change, so that a packet's pass
+// walks one short list.
+func (n *Node) planLocked(h Hook) {
+	bs := hookBuiltins[h]
+	bi := 0
+	var plan []hookStep
+	hs := n.hooks[h]
+	for i := range hs {
+		spec := &hs[i].spec
+		if spec.NAT {
+			continue
+		}
+		for ; bi < len(bs) && bs[bi].prio <= spec.Priority; bi++ {
+			plan = append(plan, hookStep{builtin: bs[bi].kind})
+		}
+		plan = append(plan, hookStep{spec: spec})
+	}
+	for ; bi < len(bs); bi++ {
+		plan = append(plan, hookStep{builtin: bs[bi].kind})
+	}
+	n.plans[h] = plan
 }
 
 // AddInterface adds a dummy interface (e.g. kube-ipvs0), or returns the existing one.
@@ -536,6 +571,7 @@ func (n *Node) run() {
 
 func (n *Node) handleQueued(it queued) {
 	n.handle(it, &n.pkt)
+	n.pkt = Packet{} // for the next packet, and let go of what this one referred to
 }
 
 // packetPool holds the Packets of node passes run outside a node's own goroutine.
@@ -553,12 +589,12 @@ func (n *Node) fromUplinkNow(f frame, tr *Trace) {
 	}
 	pk := packetPool.Get().(*Packet)
 	n.handle(queued{data: f, from: queueSource{kind: fromUplink, trace: tr}}, pk)
-	*pk = Packet{} // let go of what the packet referred to
+	*pk = Packet{} // zero for the next use, and let go of what the packet referred to
 	packetPool.Put(pk)
 }
 
+// handle runs a packet through the node. pk is the Packet to parse it into, zero.
 func (n *Node) handle(it queued, pk *Packet) {
-	*pk = Packet{}
 	if err := pk.parse(it.data.b); err != nil {
 		atomic.AddUint64(&n.hot.stats.Dropped, 1)
 		return

@@ -383,6 +383,68 @@ func (p *Packet) SetDst(addr netip.Addr, port uint16) {
 }
 
 func (p *Packet) rewrite(src bool, addr netip.Addr, port uint16) {
+	if addr.Is4() && !p.IPv6 {
+		p.rewrite4(src, addr, port)
+		return
+	}
+	p.rewriteAny(src, addr, port)
+}
+
+// rewrite4 is rewrite for an IPv4 packet and address: the same rewrite and checksum
+// updates as rewriteAny, on 32-bit words.
+func (p *Packet) rewrite4(src bool, addr netip.Addr, port uint16) {
+	b := p.Data
+	addrOff := 16
+	if src {
+		addrOff = 12
+	}
+	a4 := addr.As4()
+	old, nw := binary.BigEndian.Uint32(b[addrOff:]), binary.BigEndian.Uint32(a4[:])
+	portOff := -1
+	if p.l4off != 0 {
+		switch p.Proto {
+		case ProtoTCP, ProtoUDP, ProtoSCTP:
+			portOff = p.l4off
+			if !src {
+				portOff += 2
+			}
+		}
+		if csOff := p.l4ChecksumOffset(); csOff >= 0 {
+			cs := binary.BigEndian.Uint16(b[csOff:])
+			if !(p.Proto == ProtoUDP && cs == 0) {
+				if p.Proto != ProtoICMP { // ICMPv4 has no pseudo header
+					cs = csumUpdate32(cs, old, nw)
+				}
+				if portOff >= 0 {
+					cs = csumUpdate16(cs, binary.BigEndian.Uint16(b[portOff:]), port)
+				}
+				if p.Proto == ProtoUDP && cs == 0 {
+					cs = 0xffff
+				}
+				binary.BigEndian.PutUint16(b[csOff:], cs)
+			}
+		}
+	}
+	binary.BigEndian.PutUint16(b[10:12], csumUpdate32(binary.BigEndian.Uint16(b[10:12]), old, nw))
+	binary.BigEndian.PutUint32(b[addrOff:], nw)
+	if portOff >= 0 {
+		binary.BigEndian.PutUint16(b[portOff:], port)
+	}
+	if src {
+		p.Src = addr
+		if portOff >= 0 {
+			p.SrcPort = port
+		}
+	} else {
+		p.Dst = addr
+		if portOff >= 0 {
+			p.DstPort = port
+		}
+	}
+}
+
+// rewriteAny is rewrite for any family.
+func (p *Packet) rewriteAny(src bool, addr netip.Addr, port uint16) {
 	if addr.Is4() == p.IPv6 {
 		panic(fmt.Sprintf("netsim: rewriting %s packet with address %s", map[bool]string{false: "IPv4", true: "IPv6"}[p.IPv6], addr))
 	}
@@ -489,10 +551,10 @@ func (p *Packet) decTTL() bool {
 	if b[8] <= 1 {
 		return false
 	}
-	old := [2]byte{b[8], b[9]}
+	old := binary.BigEndian.Uint16(b[8:10]) // TTL and protocol
 	b[8]--
 	cs := binary.BigEndian.Uint16(b[10:12])
-	binary.BigEndian.PutUint16(b[10:12], csumUpdate(cs, old[:], b[8:10]))
+	binary.BigEndian.PutUint16(b[10:12], csumUpdate16(cs, old, binary.BigEndian.Uint16(b[8:10])))
 	p.TTL = b[8]
 	return true
 }
@@ -508,6 +570,22 @@ func csumUpdate(sum uint16, old, new []byte) uint16 {
 	for s>>16 != 0 {
 		s = s&0xffff + s>>16
 	}
+	return ^uint16(s)
+}
+
+// csumUpdate16 is csumUpdate for one 16-bit word.
+func csumUpdate16(sum, old, new uint16) uint16 {
+	s := uint32(^sum) + uint32(^old) + uint32(new)
+	s = s&0xffff + s>>16
+	s = s&0xffff + s>>16
+	return ^uint16(s)
+}
+
+// csumUpdate32 is csumUpdate for a 32-bit word (an IPv4 address).
+func csumUpdate32(sum uint16, old, new uint32) uint16 {
+	s := uint32(^sum) + uint32(^uint16(old>>16)) + uint32(^uint16(old)) + new>>16 + new&0xffff
+	s = s&0xffff + s>>16
+	s = s&0xffff + s>>16
 	return ^uint16(s)
 }
 

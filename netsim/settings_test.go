@@ -692,3 +692,63 @@ func TestRoutingFollowsAddressesAndPods(t *testing.T) {
 		}
 	}
 }
+
+// Handlers run in priority order among the built-in steps of their hook: before
+// conntrack (raw), between conntrack and DNAT (mangle), after DNAT (filter), and in
+// POSTROUTING before and after the SNAT step and after confirmation; a removed handler
+// runs no more.
+func TestHookOrderWithBuiltinSteps(t *testing.T) {
+	c := newTestCluster(t, Config{Seed: 3, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+	startPod(t, c, "node-a", "default/client")
+	web := startPod(t, c, "node-b", "default/web")
+	vip := netip.MustParseAddrPort("10.96.0.7:80")
+	attachDNAT(c, &staticDNAT{vip: vip, backends: []netip.AddrPort{netip.AddrPortFrom(web.IP(), 8080)}})
+	n := c.Node("node-a")
+	var seen []string
+	rec := func(name string) HandlerFunc {
+		return func(ctx *Context, p *Packet) Verdict {
+			confirmed := p.Conn != nil && p.Conn.Has(StatusConfirmed)
+			seen = append(seen, fmt.Sprintf("%s %s %s dst=%s confirmed=%v", name, ctx.Hook(), p.CtState, p.Dst, confirmed))
+			return VerdictContinue
+		}
+	}
+	var removes []func()
+	for _, h := range []struct {
+		name string
+		hook Hook
+		prio int
+	}{
+		{"filter", Prerouting, PriorityFilter},
+		{"raw", Prerouting, PriorityRaw},
+		{"mangle", Prerouting, PriorityMangle},
+		{"post-last", Postrouting, 1<<30 + 1},
+		{"post-filter", Postrouting, PriorityFilter},
+		{"post-after-snat", Postrouting, PriorityNATSrc + 50},
+	} {
+		removes = append(removes, n.AddHandler(HandlerSpec{Name: h.name, Hook: h.hook, Priority: h.prio, Handler: rec(h.name)}))
+	}
+	probe := func() {
+		seen = nil
+		if _, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: vip, Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probe()
+	want := []string{
+		"raw PREROUTING UNTRACKED dst=10.96.0.7 confirmed=false",
+		"mangle PREROUTING NEW dst=10.96.0.7 confirmed=false",
+		"filter PREROUTING NEW dst=" + web.IP().String() + " confirmed=false",
+		"post-filter POSTROUTING NEW dst=" + web.IP().String() + " confirmed=false",
+		"post-after-snat POSTROUTING NEW dst=" + web.IP().String() + " confirmed=false",
+		"post-last POSTROUTING NEW dst=" + web.IP().String() + " confirmed=true",
+	}
+	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+		t.Errorf("handlers ran as\n%s\nwant\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	}
+	removes[2]() // mangle
+	removes[3]() // post-last
+	probe()
+	if len(seen) != 4 || strings.HasPrefix(seen[1], "mangle") || strings.HasPrefix(seen[3], "post-last") {
+		t.Errorf("after removing two handlers, ran:\n%s", strings.Join(seen, "\n"))
+	}
+}
