@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
 )
 
 // Advance fires due timers in deadline order, and in the order they were set when their
@@ -42,5 +44,24 @@ func TestClockAdvanceOrder(t *testing.T) {
 	}
 	if len(c.timers) != 1 {
 		t.Errorf("%d timers pending, want 1", len(c.timers))
+	}
+}
+
+// The clock's monotonic readings are built without MonotonicTime.Add when the layout
+// allows, and equal what Add builds either way.
+func TestMonotonicReadings(t *testing.T) {
+	if !monotonicDirect {
+		t.Log("tcpip.MonotonicTime's layout changed: readings go through Add")
+	}
+	for _, ns := range []int64{0, 1, 42, int64(time.Hour), int64(time.Hour) + 987_654_321, 1 << 40} {
+		if got, want := monotonic(ns), (tcpip.MonotonicTime{}).Add(time.Duration(ns)); got != want {
+			t.Errorf("monotonic(%d) = %v, want %v", ns, got, want)
+		}
+	}
+	c := NewClock(true)
+	before := c.NowMonotonic()
+	c.Advance(1500 * time.Millisecond)
+	if d := c.NowMonotonic().Sub(before); d != 1500*time.Millisecond {
+		t.Errorf("after Advance(1.5s) the monotonic reading moved %v", d)
 	}
 }
