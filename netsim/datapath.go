@@ -67,6 +67,12 @@ const (
 
 // ingress processes a packet arriving on an interface: PREROUTING, routing, then INPUT or
 // FORWARD and POSTROUTING.
+//
+// The common way through (a packet forwarded without tracing) is kept short: what only
+// some packets need (traces, drops and their reasons, the checks of rarer settings) is in
+// separate functions, so that the code a pass runs fills few cache lines. Between two
+// packets the stacks' code runs and evicts the datapath's from the instruction cache, so
+// each line a pass touches is usually a miss.
 func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -76,19 +82,12 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 		pk.inPort = port
 	}
 	loop := in == n.lo
-	if !loop {
-		if pk.Src.IsLoopback() && !n.settings.RouteLocalnet {
-			return n.dropLocked(pk, env, "martian source (route_localnet=0)")
-		}
-		if pk.Dst.IsLoopback() && !n.settings.RouteLocalnet {
-			return n.dropLocked(pk, env, "martian destination (route_localnet=0)")
-		}
-		if n.addrLocked(pk.Src).local != nil && pk.Src != pk.Dst {
-			return n.dropLocked(pk, env, "martian source (one of the node's own addresses)")
-		}
+	if !loop && (!n.settings.RouteLocalnet && (isLoopback(pk.Src) || isLoopback(pk.Dst)) ||
+		n.addrLocked(pk.Src).local != nil && pk.Src != pk.Dst) {
+		return n.martianLocked(pk, env)
 	}
 	if env.trace != nil {
-		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Prerouting.String(), Packet: pk.String(), Detail: "in " + in.Name})
+		n.traceHook(env, Prerouting, pk, in, nil)
 	}
 	var eg egress
 	res := n.runHookLocked(Prerouting, pk, env, &eg)
@@ -96,40 +95,29 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 		return eg
 	}
 	rt := n.routeLocked(pk.Dst)
-	if !loop && rt.kind == routeLocal && pk.Dst.IsLoopback() && !n.settings.RouteLocalnet {
-		return n.dropLocked(pk, env, "martian destination after DNAT (route_localnet=0)")
-	}
-	if !loop && n.settings.RPFilter != 0 {
-		back := n.routeLocked(pk.Src)
-		switch {
-		case back.kind == routeNone:
-			return n.dropLocked(pk, env, "rp_filter: no route back to the source")
-		case n.settings.RPFilter == 1 && back.iface != in:
-			return n.dropLocked(pk, env, fmt.Sprintf("rp_filter strict: route back to %s leaves %s, packet came in %s", pk.Src, ifaceName(back.iface), in.Name))
+	if !loop && (rt.kind == routeLocal && !n.settings.RouteLocalnet || n.settings.RPFilter != 0) {
+		if reason := n.routeCheckLocked(pk, in, rt); reason != "" {
+			return n.dropLocked(pk, env, reason)
 		}
 	}
 	if env.trace != nil {
-		env.step(TraceStep{Kind: StepRoute, Node: n.name, Detail: n.describeRoute(rt, pk)})
+		n.traceRoute(env, rt, pk, "")
 	}
-	if rt.kind == routeLocal {
+	switch rt.kind {
+	case routeLocal:
 		return n.inputLocked(pk, rt, env)
-	}
-	if rt.kind == routeNone {
-		return n.dropLocked(pk, env, "no route to "+pk.Dst.String())
+	case routeNone:
+		return n.noRouteLocked(pk, env)
 	}
 	if !n.settings.IPForward {
 		return n.dropLocked(pk, env, "ip_forward=0: the node does not forward")
 	}
 	pk.OutIface = rt.iface.Name
 	if !pk.decTTL() {
-		eg := n.dropLocked(pk, env, "TTL exceeded")
-		if r := n.icmpErrorLocked(pk, 11, 0); r != nil {
-			eg.replies = append(eg.replies, r)
-		}
-		return eg
+		return n.ttlExceededLocked(pk, env)
 	}
 	if env.trace != nil {
-		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Forward.String(), Packet: pk.String(), Detail: "in " + in.Name + " out " + rt.iface.Name})
+		n.traceHook(env, Forward, pk, in, rt.iface)
 	}
 	res = n.runHookLocked(Forward, pk, env, &eg)
 	switch res {
@@ -141,6 +129,84 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 	}
 	n.countLocked(&n.hot.stats.Forwarded)
 	return n.postroutingLocked(pk, rt, env)
+}
+
+// isLoopback is netip.Addr.IsLoopback with the IPv4 case inline.
+func isLoopback(a netip.Addr) bool {
+	if a.Is4() {
+		return a.As4()[0] == 127
+	}
+	return a.IsLoopback()
+}
+
+// martianLocked drops a packet that ingress found to be a martian, saying why.
+//
+//go:noinline
+func (n *Node) martianLocked(pk *Packet, env *penv) egress {
+	switch {
+	case pk.Src.IsLoopback() && !n.settings.RouteLocalnet:
+		return n.dropLocked(pk, env, "martian source (route_localnet=0)")
+	case pk.Dst.IsLoopback() && !n.settings.RouteLocalnet:
+		return n.dropLocked(pk, env, "martian destination (route_localnet=0)")
+	}
+	return n.dropLocked(pk, env, "martian source (one of the node's own addresses)")
+}
+
+// routeCheckLocked applies the checks after routing that only some settings and routes
+// call for (route_localnet for local delivery, rp_filter): a drop reason, or "".
+//
+//go:noinline
+func (n *Node) routeCheckLocked(pk *Packet, in *Iface, rt route) string {
+	if rt.kind == routeLocal && pk.Dst.IsLoopback() && !n.settings.RouteLocalnet {
+		return "martian destination after DNAT (route_localnet=0)"
+	}
+	if n.settings.RPFilter != 0 {
+		back := n.routeLocked(pk.Src)
+		switch {
+		case back.kind == routeNone:
+			return "rp_filter: no route back to the source"
+		case n.settings.RPFilter == 1 && back.iface != in:
+			return fmt.Sprintf("rp_filter strict: route back to %s leaves %s, packet came in %s", pk.Src, ifaceName(back.iface), in.Name)
+		}
+	}
+	return ""
+}
+
+//go:noinline
+func (n *Node) noRouteLocked(pk *Packet, env *penv) egress {
+	return n.dropLocked(pk, env, "no route to "+pk.Dst.String())
+}
+
+//go:noinline
+func (n *Node) ttlExceededLocked(pk *Packet, env *penv) egress {
+	eg := n.dropLocked(pk, env, "TTL exceeded")
+	if r := n.icmpErrorLocked(pk, 11, 0); r != nil {
+		eg.replies = append(eg.replies, r)
+	}
+	return eg
+}
+
+// traceHook records that pk enters hook h (arriving on in, leaving by out, when known).
+//
+//go:noinline
+func (n *Node) traceHook(env *penv, h Hook, pk *Packet, in, out *Iface) {
+	var detail string
+	switch {
+	case in != nil && out != nil:
+		detail = "in " + in.Name + " out " + out.Name
+	case in != nil:
+		detail = "in " + in.Name
+	case out != nil:
+		detail = "out " + out.Name
+	}
+	env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: h.String(), Packet: pk.String(), Detail: detail})
+}
+
+// traceRoute records the routing decision (prefix: "rerouted: " or "").
+//
+//go:noinline
+func (n *Node) traceRoute(env *penv, rt route, pk *Packet, prefix string) {
+	env.step(TraceStep{Kind: StepRoute, Node: n.name, Detail: prefix + n.describeRoute(rt, pk)})
 }
 
 // countLocked adds one to a counter only passes under the node lock write (Received,
@@ -245,7 +311,7 @@ func (n *Node) inputLocked(pk *Packet, rt route, env *penv) egress {
 
 func (n *Node) postroutingLocked(pk *Packet, rt route, env *penv) egress {
 	if env.trace != nil {
-		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Postrouting.String(), Packet: pk.String(), Detail: "out " + rt.iface.Name})
+		n.traceHook(env, Postrouting, pk, nil, rt.iface)
 	}
 	var eg egress
 	if n.runHookLocked(Postrouting, pk, env, &eg) != hookContinue {
@@ -254,17 +320,27 @@ func (n *Node) postroutingLocked(pk *Packet, rt route, env *penv) egress {
 	switch rt.kind {
 	case routeBridge:
 		if pk.inPort == rt.port && !n.settings.Hairpin {
-			return n.dropLocked(pk, env, fmt.Sprintf("bridge hairpin mode off: %s would leave by the port it came in on (%s)", pk, rt.port.name))
+			return n.hairpinDropLocked(pk, rt, env)
 		}
 		return egress{kind: egPod, pk: pk, port: rt.port}
 	case routeNoNeigh:
-		eg := n.dropLocked(pk, env, fmt.Sprintf("no neighbour: nothing answers ARP for %s on %s", pk.Dst, rt.iface.Name))
-		if r := n.icmpErrorLocked(pk, 3, 1); r != nil {
-			eg.replies = append(eg.replies, r)
-		}
-		return eg
+		return n.noNeighLocked(pk, rt, env)
 	}
 	return egress{kind: egUplink, pk: pk}
+}
+
+//go:noinline
+func (n *Node) hairpinDropLocked(pk *Packet, rt route, env *penv) egress {
+	return n.dropLocked(pk, env, fmt.Sprintf("bridge hairpin mode off: %s would leave by the port it came in on (%s)", pk, rt.port.name))
+}
+
+//go:noinline
+func (n *Node) noNeighLocked(pk *Packet, rt route, env *penv) egress {
+	eg := n.dropLocked(pk, env, fmt.Sprintf("no neighbour: nothing answers ARP for %s on %s", pk.Dst, rt.iface.Name))
+	if r := n.icmpErrorLocked(pk, 3, 1); r != nil {
+		eg.replies = append(eg.replies, r)
+	}
+	return eg
 }
 
 func (n *Node) dropLocked(pk *Packet, env *penv, reason string) egress {
@@ -396,21 +472,26 @@ func (n *Node) conntrackLocked(pk *Packet, env *penv) {
 	r := n.ct.inLocked(pk, env.now(n))
 	pk.Conn, pk.CtReply, pk.CtState, pk.ctCreated = r.conn, r.reply, r.state, r.isNew
 	if env.trace != nil {
-		s := TraceStep{Kind: StepConntrack, Node: n.name, Verdict: r.state.String()}
-		switch {
-		case r.conn == nil:
-			s.Detail = "no entry (invalid or untracked)"
-		case r.isNew:
-			s.Detail = "new entry " + r.conn.Orig.String()
-		default:
-			dir := "original"
-			if r.reply {
-				dir = "reply"
-			}
-			s.Detail = fmt.Sprintf("entry #%d (%s direction): %s", r.conn.ID, dir, r.conn.String())
-		}
-		env.step(s)
+		n.traceConntrack(env, r)
 	}
+}
+
+//go:noinline
+func (n *Node) traceConntrack(env *penv, r ctResult) {
+	s := TraceStep{Kind: StepConntrack, Node: n.name, Verdict: r.state.String()}
+	switch {
+	case r.conn == nil:
+		s.Detail = "no entry (invalid or untracked)"
+	case r.isNew:
+		s.Detail = "new entry " + r.conn.Orig.String()
+	default:
+		dir := "original"
+		if r.reply {
+			dir = "reply"
+		}
+		s.Detail = fmt.Sprintf("entry #%d (%s direction): %s", r.conn.ID, dir, r.conn.String())
+	}
+	env.step(s)
 }
 
 // confirmLocked inserts a new connection into the table (end of INPUT and POSTROUTING).
@@ -447,6 +528,21 @@ func (n *Node) natStepLocked(h Hook, pk *Packet, env *penv, out *egress) hookRes
 		done = StatusDstNATDone
 	}
 	if !c.Has(done) && !pk.CtReply {
+		if r := n.natFirstLocked(h, c, pk, env, out); r != hookContinue {
+			return r
+		}
+		c.Status |= done
+	}
+	n.applyNATLocked(pk, dstManip, env)
+	return hookContinue
+}
+
+// natFirstLocked runs the NAT handlers for the first packet of a connection (per kind of
+// binding) and records the binding they ask for.
+//
+//go:noinline
+func (n *Node) natFirstLocked(h Hook, c *Conn, pk *Packet, env *penv, out *egress) hookResult {
+	{
 		for _, he := range n.hooks[h] {
 			if !he.spec.NAT {
 				continue
@@ -477,9 +573,7 @@ func (n *Node) natStepLocked(h Hook, pk *Packet, env *penv, out *egress) hookRes
 			}
 			break
 		}
-		c.Status |= done
 	}
-	n.applyNATLocked(pk, dstManip, env)
 	return hookContinue
 }
 
@@ -659,33 +753,42 @@ func (n *Node) applyNATLocked(pk *Packet, dstManip bool, env *penv) {
 	default:
 		return
 	}
-	var before string
-	if env.trace != nil {
-		before = pk.String()
-	}
 	if dstManip {
 		if pk.Dst == target.Addr() && pk.DstPort == target.Port() {
 			return
 		}
-		pk.SetDst(target.Addr(), target.Port())
-	} else {
-		if pk.Src == target.Addr() && pk.SrcPort == target.Port() {
-			return
-		}
-		pk.SetSrc(target.Addr(), target.Port())
+	} else if pk.Src == target.Addr() && pk.SrcPort == target.Port() {
+		return
 	}
 	if env.trace != nil {
-		kind := "SNAT"
-		if dstManip {
-			kind = "DNAT"
-		}
-		if pk.CtReply {
-			kind = "un-" + map[bool]string{true: "SNAT", false: "DNAT"}[dstManip]
-		}
-		if env.trace != nil {
-			env.step(TraceStep{Kind: StepNAT, Node: n.name, Verdict: kind, Detail: fmt.Sprintf("entry #%d: %s => %s", c.ID, before, pk.String())})
-		}
+		n.traceNAT(env, pk, dstManip, target)
+		return
 	}
+	if dstManip {
+		pk.SetDst(target.Addr(), target.Port())
+	} else {
+		pk.SetSrc(target.Addr(), target.Port())
+	}
+}
+
+// traceNAT rewrites a traced packet as applyNATLocked does, and records it.
+//
+//go:noinline
+func (n *Node) traceNAT(env *penv, pk *Packet, dstManip bool, target netip.AddrPort) {
+	before := pk.String()
+	if dstManip {
+		pk.SetDst(target.Addr(), target.Port())
+	} else {
+		pk.SetSrc(target.Addr(), target.Port())
+	}
+	kind := "SNAT"
+	if dstManip {
+		kind = "DNAT"
+	}
+	if pk.CtReply {
+		kind = "un-" + map[bool]string{true: "SNAT", false: "DNAT"}[dstManip]
+	}
+	env.step(TraceStep{Kind: StepNAT, Node: n.name, Verdict: kind, Detail: fmt.Sprintf("entry #%d: %s => %s", pk.Conn.ID, before, pk.String())})
 }
 
 // natICMPErrorLocked translates an ICMP error related to a NATed connection: the outer
@@ -820,9 +923,12 @@ func (n *Node) icmpErrorLocked(pk *Packet, typ, code uint8) *Packet {
 }
 
 // execute carries out an egress decision for real traffic.
-func (n *Node) execute(eg egress, tr *Trace) {
+//
+// t is the virtual time the node read for the packet (zero if it read none): a packet that
+// goes on over the cluster network into another node at once arrives at that time.
+func (n *Node) execute(eg egress, tr *Trace, t time.Time) {
 	for _, r := range eg.replies {
-		n.execute(n.output(r, n.packetEnv(tr)), tr)
+		n.execute(n.output(r, n.packetEnv(tr)), tr, time.Time{})
 	}
 	switch eg.kind {
 	case egLocal:
@@ -832,10 +938,10 @@ func (n *Node) execute(eg egress, tr *Trace) {
 		eg.port.link.sendBack(n.cluster, eg.pk.frame(), eg.port.toPod)
 	case egUplink:
 		n.capture(n.uplink.Name, eg.pk.Data)
-		n.cluster.fabric.fromNode(n, eg.pk, tr)
+		n.cluster.fabric.fromNode(n, eg.pk, tr, t)
 	case egLoopback:
 		n.capture(n.lo.Name, eg.pk.Data)
-		n.execute(n.ingress(eg.pk, n.lo, nil, n.packetEnv(tr)), tr)
+		n.execute(n.ingress(eg.pk, n.lo, nil, n.packetEnv(tr)), tr, time.Time{})
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // fabric is the cluster network between nodes, external hosts and the cloud load
@@ -168,11 +169,17 @@ func (d fabricDest) String() string {
 	return "nowhere"
 }
 
-// fromNode carries a packet a node sent out its uplink.
-func (f *fabric) fromNode(n *Node, pk *Packet, tr *Trace) {
+// fromNode carries a packet a node sent out its uplink at virtual time t (zero: unknown).
+// To another node over a link without faults it hands the parsed packet on at once
+// (fromUplinkPacket); otherwise the receiver takes the packet's bytes.
+func (f *fabric) fromNode(n *Node, pk *Packet, tr *Trace, t time.Time) {
 	f.c.lbReply(pk)
 	d := f.route(n.name, pk.Dst)
 	if d.kind == hopNone {
+		return
+	}
+	if d.kind == hopNode && !f.c.cfg.Replay && !d.node.down.Load() && n.uplinkLink.pass(0) {
+		d.node.fromUplinkPacket(pk, tr, t)
 		return
 	}
 	n.uplinkLink.send(f.c, pk.frame(), d.receiver(tr))

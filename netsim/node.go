@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -601,17 +602,31 @@ func (n *Node) handle(it queued, pk *Packet) {
 	}
 	pk.view = it.data.v
 	var eg egress
+	env := n.packetEnv(it.from.trace)
 	switch it.from.kind {
 	case fromPort:
 		n.capture(n.bridge.Name, it.data.b)
-		eg = n.ingress(pk, n.bridge, it.from.port, n.packetEnv(it.from.trace))
+		eg = n.ingress(pk, n.bridge, it.from.port, env)
 	case fromUplink:
 		n.capture(n.uplink.Name, it.data.b)
-		eg = n.ingress(pk, n.uplink, nil, n.packetEnv(it.from.trace))
+		eg = n.ingress(pk, n.uplink, nil, env)
 	case fromHost, fromHostLo:
-		eg = n.output(pk, n.packetEnv(it.from.trace))
+		eg = n.output(pk, env)
 	}
-	n.execute(eg, it.from.trace)
+	n.execute(eg, it.from.trace, env.t)
+}
+
+// fromUplinkPacket runs a packet that another node sends over the cluster network
+// through this node at once, on the sending node's goroutine (see fromUplinkNow), taking
+// over the sender's parsed Packet instead of parsing its bytes again: what the sender
+// knew about it (conntrack, mark, interfaces) is dropped, as an skb's metadata does not
+// cross a wire, and it arrives at the virtual time t the sender read for it.
+func (n *Node) fromUplinkPacket(pk *Packet, tr *Trace, t time.Time) {
+	pk.resetMeta()
+	n.capture(n.uplink.Name, pk.Data)
+	env := n.packetEnv(tr)
+	env.t = t
+	n.execute(n.ingress(pk, n.uplink, nil, env), tr, env.t)
 }
 
 // packetEnv is the environment a packet of real traffic is processed in.
