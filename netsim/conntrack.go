@@ -227,6 +227,7 @@ type Conntrack struct {
 	now      func() time.Time
 	nextID   uint64
 	expq     expiryQueue // confirmed entries by (possibly stale) expiry
+	gcAt     time.Time   // expq[0].heapKey when expq is not empty (every packet checks it)
 }
 
 type ctRef struct {
@@ -293,6 +294,7 @@ func (t *Conntrack) lookupPacketLocked(p *Packet, now time.Time) (ctRef, bool) {
 func (t *Conntrack) removeLocked(c *Conn) {
 	if c.heapIdx >= 0 && c.heapIdx < len(t.expq) && t.expq[c.heapIdx] == c {
 		heap.Remove(&t.expq, c.heapIdx)
+		t.queuedLocked()
 	}
 	t.table.delIf(c.Orig, c)
 	t.table.delIf(c.Reply, c)
@@ -302,14 +304,23 @@ func (t *Conntrack) removeLocked(c *Conn) {
 // when queued; one found due whose expiry moved on is queued again, so a packet's refresh
 // costs nothing and collection is O(log n) per entry.
 func (t *Conntrack) gcLocked(now time.Time) {
-	for len(t.expq) > 0 && !t.expq[0].heapKey.After(now) {
+	for len(t.expq) > 0 && !t.gcAt.After(now) {
 		c := heap.Pop(&t.expq).(*Conn)
 		if now.Before(c.Expires) {
 			c.heapKey = c.Expires
 			heap.Push(&t.expq, c)
+			t.queuedLocked()
 			continue
 		}
+		t.queuedLocked()
 		t.removeLocked(c)
+	}
+}
+
+// queuedLocked notes the earliest expiry queued after the queue changed.
+func (t *Conntrack) queuedLocked() {
+	if len(t.expq) > 0 {
+		t.gcAt = t.expq[0].heapKey
 	}
 }
 
@@ -499,6 +510,7 @@ func (t *Conntrack) confirmLocked(c *Conn, now time.Time) bool {
 	t.table.put(c.Reply, ctRef{c: c, reply: true})
 	c.heapKey = c.Expires
 	heap.Push(&t.expq, c)
+	t.queuedLocked()
 	return true
 }
 

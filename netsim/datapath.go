@@ -375,6 +375,19 @@ var hookBuiltins = [numHooks][]builtin{
 // packet's way ends at the hook (anything but hookContinue and hookReroute), out holds
 // how.
 func (n *Node) runHookLocked(h Hook, pk *Packet, env *penv, out *egress) hookResult {
+	if n.bare[h] { // no handlers but NAT handlers: the built-in steps of hookBuiltins
+		switch h {
+		case Prerouting, Output:
+			n.conntrackLocked(pk, env)
+			return n.natStepLocked(h, pk, env, out)
+		case Input, Postrouting:
+			if r := n.natStepLocked(h, pk, env, out); r != hookContinue {
+				return r
+			}
+			return n.confirmLocked(pk, env, out)
+		}
+		return hookContinue
+	}
 	plan := n.plans[h] // the handlers and built-in steps in order (planLocked)
 	for i := range plan {
 		st := &plan[i]

@@ -98,6 +98,7 @@ type Node struct {
 	addrs     addrTable               // local and ports in one, for the datapath
 	hooks     [numHooks][]handlerEntry
 	plans     [numHooks][]hookStep // what runHookLocked runs, from hooks (planLocked)
+	bare      [numHooks]bool       // the hook's plan is its built-in steps alone
 	nextID    uint64
 	ct        *Conntrack
 	rng       *rand.Rand
@@ -303,6 +304,7 @@ func (n *Node) planLocked(h Hook) {
 		plan = append(plan, hookStep{builtin: bs[bi].kind})
 	}
 	n.plans[h] = plan
+	n.bare[h] = len(plan) == len(bs)
 }
 
 // AddInterface adds a dummy interface (e.g. kube-ipvs0), or returns the existing one.

@@ -112,7 +112,11 @@ func (c *Cluster) Capture(point string, w io.Writer) (stop func(), err error) {
 	return c.caps.add(point, pw), nil
 }
 
-func (c *Cluster) captureAt(point string, b []byte) { c.caps.write(point, b) }
+func (c *Cluster) captureAt(point string, b []byte) {
+	if c.caps.n.Load() != 0 { // no call for every packet when nothing captures
+		c.caps.write(point, b)
+	}
+}
 
 // capture records a packet on one of the node's interfaces.
 func (n *Node) capture(iface string, b []byte) {

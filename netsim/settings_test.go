@@ -752,3 +752,23 @@ func TestHookOrderWithBuiltinSteps(t *testing.T) {
 		t.Errorf("after removing two handlers, ran:\n%s", strings.Join(seen, "\n"))
 	}
 }
+
+// runHookLocked runs the built-in steps of a hook without handlers (n.bare) in a fixed
+// order; it must be hookBuiltins' order.
+func TestBareHooksFollowTheBuiltinSteps(t *testing.T) {
+	want := [numHooks][]int{
+		Prerouting:  {stepConntrack, stepNAT},
+		Input:       {stepNAT, stepConfirm},
+		Output:      {stepConntrack, stepNAT},
+		Postrouting: {stepNAT, stepConfirm},
+	}
+	for h := range numHooks {
+		var got []int
+		for _, b := range hookBuiltins[h] {
+			got = append(got, b.kind)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want[h]) {
+			t.Errorf("%s: built-in steps %v, but runHookLocked runs %v for a hook without handlers", Hook(h), got, want[h])
+		}
+	}
+}
