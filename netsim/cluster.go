@@ -344,6 +344,9 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 	}
 	for _, p := range n.podCIDR {
 		n.gateway = append(n.gateway, p.Addr().Next())
+		if p4, ok := prefix4Of(p); ok {
+			n.pod4 = append(n.pod4, p4)
+		}
 	}
 	// Interfaces.
 	n.lo = &Iface{Name: "lo", Kind: IfLoopback, Addrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8"), netip.MustParsePrefix("::1/128")}}

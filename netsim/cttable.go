@@ -229,6 +229,25 @@ func (m *ctTable) conns() []*Conn {
 	return out
 }
 
+// prefix4 is an IPv4 prefix as a masked number and its mask, for routing lookups that
+// test IPv4 addresses as numbers (netip.Prefix.Contains does the same with more checks).
+type prefix4 struct{ net, mask uint32 }
+
+// prefix4Of returns p as a prefix4, or false when p is not an IPv4 prefix.
+func prefix4Of(p netip.Prefix) (prefix4, bool) {
+	a, ok := addr4(p.Addr())
+	if !ok || !p.IsValid() {
+		return prefix4{}, false
+	}
+	var mask uint32
+	if p.Bits() > 0 {
+		mask = ^uint32(0) << (32 - p.Bits())
+	}
+	return prefix4{net: a & mask, mask: mask}, true
+}
+
+func (p prefix4) contains(a uint32) bool { return a&p.mask == p.net }
+
 // addr4 returns an IPv4 address as a number, or false for any other address.
 func addr4(a netip.Addr) (uint32, bool) {
 	if !a.Is4() {

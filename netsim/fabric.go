@@ -38,7 +38,13 @@ type fabricRoutes struct {
 	exact     map[netip.Addr]fabricDest
 	exact4    map[uint32]fabricDest
 	podCIDRs  []cidrRoute
+	pod4      []cidr4Route // the IPv4 pod CIDRs, in podCIDRs' order
 	partition map[string]int
+}
+
+type cidr4Route struct {
+	p    prefix4
+	node *Node
 }
 
 // unlock publishes the routes as they now are and releases mu; every change of the routes
@@ -63,6 +69,11 @@ func (f *fabric) unlock() {
 	}
 	for k, g := range f.partition {
 		r.partition[k] = g
+	}
+	for _, cr := range r.podCIDRs {
+		if p4, ok := prefix4Of(cr.p); ok {
+			r.pod4 = append(r.pod4, cidr4Route{p: p4, node: cr.node})
+		}
 	}
 	r.exact4 = make(map[uint32]fabricDest, len(r.exact))
 	for a, d := range r.exact {
@@ -126,6 +137,12 @@ func (r *fabricRoutes) lookup(dst netip.Addr) fabricDest {
 		if d, ok := r.exact4[k]; ok {
 			return d
 		}
+		for _, cr := range r.pod4 {
+			if cr.p.contains(k) {
+				return fabricDest{kind: hopNode, node: cr.node}
+			}
+		}
+		return fabricDest{}
 	} else if d, ok := r.exact[dst]; ok {
 		return d
 	}

@@ -82,6 +82,7 @@ type Node struct {
 	cfg     NodeConfig
 	ips     []netip.Addr   // node IPs, primary family first
 	podCIDR []netip.Prefix // per family
+	pod4    []prefix4      // the IPv4 ones, for route4Locked
 	gateway []netip.Addr   // cbr0 addresses (first address of each pod CIDR)
 
 	// mu is the datapath lock, held while a packet is processed (&hot.mu); it is the
@@ -389,6 +390,9 @@ type route struct {
 
 // routeLocked decides where a packet to dst goes (the FIB lookup).
 func (n *Node) routeLocked(dst netip.Addr) route {
+	if dst.Is4() {
+		return n.route4Locked(dst)
+	}
 	e := n.addrLocked(dst)
 	if e.local != nil {
 		return route{kind: routeLocal, iface: e.local}
@@ -405,6 +409,32 @@ func (n *Node) routeLocked(dst netip.Addr) route {
 		}
 	}
 	if dst.IsUnspecified() || dst.IsMulticast() {
+		return route{kind: routeNone}
+	}
+	return route{kind: routeUplink, iface: n.uplink}
+}
+
+// route4Locked is routeLocked for an IPv4 destination: the same decisions, with the
+// address as a number.
+func (n *Node) route4Locked(dst netip.Addr) route {
+	b := dst.As4()
+	a := binary.BigEndian.Uint32(b[:])
+	e := n.addrs.v4[a]
+	if e.local != nil {
+		return route{kind: routeLocal, iface: e.local}
+	}
+	if b[0] == 127 { // loopback
+		return route{kind: routeLocal, iface: n.lo}
+	}
+	for _, p := range n.pod4 {
+		if p.contains(a) {
+			if e.port != nil {
+				return route{kind: routeBridge, iface: n.bridge, port: e.port}
+			}
+			return route{kind: routeNoNeigh, iface: n.bridge}
+		}
+	}
+	if a == 0 || b[0]&0xf0 == 0xe0 { // unspecified, multicast
 		return route{kind: routeNone}
 	}
 	return route{kind: routeUplink, iface: n.uplink}

@@ -74,3 +74,31 @@ func TestIPv4RewriteMatchesGeneral(t *testing.T) {
 		}
 	}
 }
+
+// IPv4 prefixes as numbers contain the addresses netip.Prefix.Contains says they do, for
+// every length, masked or not.
+func TestPrefix4MatchesNetip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	a4 := func() netip.Addr {
+		v := rng.Uint32()
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	}
+	for i := 0; i < 20000; i++ {
+		p := netip.PrefixFrom(a4(), rng.IntN(33))
+		p4, ok := prefix4Of(p)
+		if !ok {
+			t.Fatalf("%s: not an IPv4 prefix", p)
+		}
+		a := a4()
+		if rng.IntN(2) == 0 { // an address inside, near the prefix's own
+			a = netip.AddrFrom4(p.Masked().Addr().As4())
+		}
+		k, _ := addr4(a)
+		if got, want := p4.contains(k), p.Contains(a); got != want {
+			t.Fatalf("%s contains %s: %v, want %v", p, a, got, want)
+		}
+	}
+	if _, ok := prefix4Of(netip.MustParsePrefix("fd00::/64")); ok {
+		t.Error("an IPv6 prefix made a prefix4")
+	}
+}
