@@ -24,6 +24,11 @@ type Emulator struct {
 	st       *state
 	restores int
 	scratch  evalCtx // reused by evaluations (they hold mu)
+	// pkt and nat are the netsim handlers' packet and NAT result (they hold mu).
+	pkt Packet
+	nat NAT
+	// noCompile makes evaluations without a trace run on the Rules too (tests).
+	noCompile bool
 }
 
 var _ iptables.Interface = (*Emulator)(nil)
@@ -231,7 +236,7 @@ func (e *Emulator) newCtx(env Env, pkt *Packet, tr *Trace) *evalCtx {
 	}
 	c := &e.scratch
 	*c = evalCtx{pkt: pkt, env: env, st: e.st, dry: dry, tr: tr,
-		buf: c.buf[:0], stack: c.stack[:0], notes: c.notes[:0], assume: c.assume[:0]}
+		buf: c.buf[:0], cbuf: c.cbuf[:0], counted: c.counted[:0], stack: c.stack[:0], notes: c.notes[:0], assume: c.assume[:0], noCompile: e.noCompile}
 	c.envCh = envChooser{env}
 	c.ch = &c.envCh
 	return c
@@ -256,13 +261,22 @@ func (e *Emulator) EvalHook(env Env, hook Hook, pkt *Packet, tr *Trace) HookResu
 func (e *Emulator) EvalTable(env Env, table string, hook Hook, pkt *Packet, tr *Trace) TableResult {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	res, _ := e.evalTableLocked(env, table, hook, pkt, tr, nil)
+	return res
+}
+
+// evalTableLocked is EvalTable with mu held; it also returns the evaluation context
+// (nil when the ruleset lacks the table or the chain), valid until mu is released. A
+// NAT result goes into natInto when that is not nil.
+func (e *Emulator) evalTableLocked(env Env, table string, hook Hook, pkt *Packet, tr *Trace, natInto *NAT) (TableResult, *evalCtx) {
 	t := e.rs.Table(table)
-	if t == nil || t.Chain(hook.String()) == nil {
-		return TableResult{Decision: Decision{Hook: hook, Table: table, Chain: hook.String(), Policy: "ACCEPT"}}
+	if t == nil || t.builtin(hook) == nil {
+		return TableResult{Decision: Decision{Hook: hook, Table: table, Chain: hook.String(), Policy: "ACCEPT"}}, nil
 	}
 	c := e.newCtx(env, pkt, tr)
+	c.natInto = natInto
 	if tr != nil {
 		tr.add(Step{Kind: StepTable, Hook: hook.String(), Table: table, Chain: hook.String(), Packet: pkt.String()}, c)
 	}
-	return c.evalTable(t, hook)
+	return c.evalTable(t, hook), c
 }

@@ -195,10 +195,26 @@ type evalCtx struct {
 	rule   *Rule
 	chain  string
 	buf    []int32
+	cbuf   []*crec
 	stack  []frame
-	envCh  envChooser
+	// counted: rules a compiled traversal matched, counted when it ends.
+	counted []*Rule
+	envCh   envChooser
 	// noIndex scans long chains rule by rule instead of through their index.
 	noIndex bool
+	// noCompile evaluates Rules directly even without a trace (tests compare the two).
+	noCompile bool
+	// compiled: this table traversal runs on chainProgs (no trace, not noCompile).
+	compiled bool
+	keys     pktKeys
+	// lastProg and lastRec are the chain and rule that matched last in a compiled
+	// traversal (the deciding rule when a rule decided).
+	lastProg *chainProg
+	lastRec  int
+	reason   string // cached reason of a compiled DNAT decision
+	// natInto, when set, receives NAT results instead of a new NAT (callers that copy
+	// the result before the next evaluation).
+	natInto *NAT
 }
 
 // Assumption records how an undecidable match was resolved on a path.
@@ -305,17 +321,7 @@ func (c *evalCtx) matchRule(r *Rule) bool {
 	for i, m := range r.Matches {
 		res := m.eval(c)
 		if res == unknown {
-			v := c.ch.unknown(r, i)
-			a := Assumption{Hook: c.hook, Table: c.table, Chain: c.chain, Rule: r, Match: FormatMatch(m), Matched: v}
-			c.assume = append(c.assume, a)
-			if c.tr != nil {
-				word := "assumed not to match"
-				if v {
-					word = "assumed to match"
-				}
-				c.notes = append(c.notes, fmt.Sprintf("%q not emulated: %s", a.Match, word))
-			}
-			res = triOf(v)
+			res = c.assumeUnknown(r, i, m)
 		}
 		if res == no {
 			return false
@@ -324,11 +330,45 @@ func (c *evalCtx) matchRule(r *Rule) bool {
 	return true
 }
 
+// assumeUnknown resolves match i (m) of r, which the emulator cannot decide, through
+// the chooser and records the assumption.
+func (c *evalCtx) assumeUnknown(r *Rule, i int, m Match) tri {
+	v := c.ch.unknown(r, i)
+	a := Assumption{Hook: c.hook, Table: c.table, Chain: c.chain, Rule: r, Match: FormatMatch(m), Matched: v}
+	c.assume = append(c.assume, a)
+	if c.tr != nil {
+		word := "assumed not to match"
+		if v {
+			word = "assumed to match"
+		}
+		c.notes = append(c.notes, fmt.Sprintf("%q not emulated: %s", a.Match, word))
+	}
+	return triOf(v)
+}
+
 type frame struct {
 	chain   *Chain
-	cand    []int32 // candidate rule indexes (indexed chains), nil: every rule
+	prog    *chainProg // compiled traversals: the chain's code
+	cand    []int32    // candidate rule indexes (indexed chains), nil: every rule
+	ccand   []*crec    // compiled traversals: candidate rules (indexed chains)
 	pos     int
 	indexed bool
+}
+
+// nextRec returns the next rule of a compiled frame.
+func (f *frame) nextRec() *crec {
+	if f.indexed {
+		if f.pos >= len(f.ccand) {
+			return nil
+		}
+		f.pos++
+		return f.ccand[f.pos-1]
+	}
+	if f.pos >= len(f.prog.recs) {
+		return nil
+	}
+	f.pos++
+	return &f.prog.recs[f.pos-1]
 }
 
 func (f *frame) next() (int, bool) {
@@ -394,6 +434,20 @@ func (c *evalCtx) push(t *Table, ch *Chain) {
 	c.stack = append(c.stack, f)
 }
 
+// pushProg enters a chain in a compiled traversal, compiling it first if needed.
+func (c *evalCtx) pushProg(t *Table, cp *chainProg) {
+	if !cp.ready {
+		compile(t, cp)
+	}
+	f := frame{prog: cp}
+	if cp.idx != nil && !c.noIndex {
+		start := len(c.cbuf)
+		c.cbuf = cp.idx.candidates(c.pkt, &c.keys.dst, c.cbuf)
+		f.ccand, f.indexed = c.cbuf[start:len(c.cbuf):len(c.cbuf)], true
+	}
+	c.stack = append(c.stack, f)
+}
+
 // policy ends a traversal with the built-in chain's policy.
 func (c *evalCtx) policy(base *Chain, res TableResult) TableResult {
 	res.Decision.Chain, res.Decision.Policy, res.Decision.Rule = base.Name, base.Policy, nil
@@ -416,17 +470,47 @@ func (c *evalCtx) setVerdict(step int, s string) {
 	}
 }
 
-// evalTable runs the packet through one table's built-in chain for hook.
+// evalTable runs the packet through one table's built-in chain for hook. Without a
+// trace it runs on the chains' compiled code (compile.go); with one, on the Rules,
+// recording each step.
 func (c *evalCtx) evalTable(t *Table, hook Hook) TableResult {
+	c.counted = c.counted[:0]
+	res := c.traverse(t, hook)
+	// A compiled traversal counts its matched rules here, all at once: each is a
+	// Rule the traversal did not otherwise read, and, at 10,000 services, a cache
+	// miss; together the misses overlap instead of each stalling the traversal.
+	for _, r := range c.counted {
+		r.Counters.Packets++
+		r.Counters.Bytes += uint64(c.pkt.Len)
+	}
+	return res
+}
+
+func (c *evalCtx) traverse(t *Table, hook Hook) TableResult {
 	c.hook, c.table = hook, t.Name
 	base := t.builtin(hook)
 	res := TableResult{Decision: Decision{Hook: hook, Table: t.Name, Chain: base.Name}}
 	c.stack = c.stack[:0]
 	c.buf = c.buf[:0]
-	c.push(t, base)
+	c.cbuf = c.cbuf[:0]
+	c.compiled = c.tr == nil && !c.noCompile
+	if c.compiled {
+		c.keys = pktKeys{src: keyOf(c.pkt.Src), dst: keyOf(c.pkt.Dst)}
+		c.pushProg(t, progOf(base))
+	} else {
+		c.push(t, base)
+	}
 	for {
 		f := &c.stack[len(c.stack)-1]
-		ri, ok := f.next()
+		var ri int
+		var rec *crec
+		var ok bool
+		if c.compiled {
+			rec = f.nextRec()
+			ok = rec != nil
+		} else {
+			ri, ok = f.next()
+		}
 		if !ok {
 			done := f.chain
 			c.stack = c.stack[:len(c.stack)-1]
@@ -439,29 +523,82 @@ func (c *evalCtx) evalTable(t *Table, hook Hook) TableResult {
 			continue
 		}
 		ch := f.chain
-		r := ch.Rules[ri]
-		c.chain, c.rule = ch.Name, r
-		if c.tr != nil {
-			c.notes = c.notes[:0]
-		}
-		matched := c.matchRule(r)
+		var r *Rule
+		var name string // the chain's name
 		step := -1
-		if c.tr != nil {
-			m := matched
-			step = c.tr.add(Step{Kind: StepRule, Hook: hook.String(), Table: t.Name, Chain: ch.Name,
-				Line: r.Line, Rule: r.Text(ch.Name), Matched: &m, Depth: len(c.stack) - 1,
-				Detail: strings.Join(c.notes, "; ")}, c)
-		}
-		if !matched {
-			continue
-		}
-		if !c.dry {
-			r.Counters.Packets++
-			r.Counters.Bytes += uint64(c.pkt.Len)
+		if c.compiled {
+			cp := f.prog
+			if !c.matchRec(cp, rec) {
+				continue
+			}
+			ri = int(rec.ri)
+			r, name = rec.rule, cp.name
+			c.lastProg, c.lastRec = cp, ri
+			if !c.dry {
+				c.counted = append(c.counted, r)
+			}
+			switch k := rec.w0 & tkMask; k {
+			case tkNone:
+				continue
+			case tkAccept, tkDrop:
+				res.Verdict = Accept
+				if k == tkDrop {
+					res.Verdict = Drop
+				}
+				res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = name, r, ""
+				return res
+			case tkReturn:
+				c.stack = c.stack[:len(c.stack)-1]
+				if len(c.stack) == 0 {
+					return c.policy(base, res)
+				}
+				continue
+			case tkJump, tkGoto:
+				dst := rec.jump
+				if dst == nil || len(c.stack) >= maxDepth {
+					res.Verdict = Drop
+					res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = name, r, ""
+					return res
+				}
+				if k == tkGoto {
+					c.stack = c.stack[:len(c.stack)-1]
+				}
+				c.pushProg(t, dst)
+				continue
+			case tkDNAT4:
+				res.NAT = c.dnat4(cp, rec, hook)
+				if rs := cp.ext.reasons; rs != nil {
+					c.reason = rs[ri] // read now: its miss overlaps the counters'
+				}
+				res.Verdict = Accept
+				res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = name, r, ""
+				return res
+			}
+			// Other targets: as below.
+		} else {
+			r, name = ch.Rules[ri], ch.Name
+			c.chain, c.rule = ch.Name, r
+			if c.tr != nil {
+				c.notes = c.notes[:0]
+			}
+			matched := c.matchRule(r)
+			if c.tr != nil {
+				m := matched
+				step = c.tr.add(Step{Kind: StepRule, Hook: hook.String(), Table: t.Name, Chain: ch.Name,
+					Line: r.Line, Rule: r.Text(ch.Name), Matched: &m, Depth: len(c.stack) - 1,
+					Detail: strings.Join(c.notes, "; ")}, c)
+			}
+			if !matched {
+				continue
+			}
+			if !c.dry {
+				r.Counters.Packets++
+				r.Counters.Bytes += uint64(c.pkt.Len)
+			}
 		}
 		decide := func(v Verdict) TableResult {
 			res.Verdict = v
-			res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = ch.Name, r, ""
+			res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = name, r, ""
 			return res
 		}
 		switch tg := r.Target.(type) {
@@ -486,18 +623,22 @@ func (c *evalCtx) evalTable(t *Table, hook Hook) TableResult {
 				return decide(Drop)
 			}
 			if tg.Goto {
-				c.setVerdict(step, "goto "+tg.Chain)
+				if step >= 0 {
+					c.setVerdict(step, "goto "+tg.Chain)
+				}
 				c.stack = c.stack[:len(c.stack)-1]
-			} else {
+			} else if step >= 0 {
 				c.setVerdict(step, "jump "+tg.Chain)
 			}
 			c.push(t, dst)
 		case *RejectTarget:
-			c.setVerdict(step, "REJECT --reject-with "+tg.With)
+			if step >= 0 {
+				c.setVerdict(step, "REJECT --reject-with "+tg.With)
+			}
 			res.RejectWith = tg.With
 			return decide(Reject)
 		case *NATTarget, *MasqueradeTarget, *RedirectTarget:
-			n := c.nat(r, hook, ch.Name)
+			n := c.nat(r, hook, name)
 			if step >= 0 {
 				c.setVerdict(step, n.String())
 			}
@@ -545,51 +686,12 @@ func (c *evalCtx) evalTable(t *Table, hook Hook) TableResult {
 
 // nat computes and applies a NAT target.
 func (c *evalCtx) nat(r *Rule, hook Hook, chain string) *NAT {
-	p := c.pkt
-	n := &NAT{Kind: r.Target.Name(), Hook: hook, Chain: chain, Rule: r}
-	pickPort := func(lo, hi uint16, keep uint16) (uint16, uint16) {
-		if lo == 0 {
-			return keep, 0
-		}
-		if keep >= lo && keep <= hi {
-			return keep, 0
-		}
-		if hi == lo {
-			return lo, 0
-		}
-		if i := c.ch.pickRange(int(hi-lo) + 1); i >= 0 {
-			return lo + uint16(i), 0
-		}
-		return lo, hi
+	if tg, ok := r.Target.(*NATTarget); ok {
+		return c.natTarget(r, hook, chain, tg)
 	}
+	p := c.pkt
+	n := c.newNAT(r.Target.Name(), r, hook, chain)
 	switch tg := r.Target.(type) {
-	case *NATTarget:
-		n.Random, n.RandomFully, n.Persistent = tg.Random, tg.RandomFully, tg.Persistent
-		if tg.AddrMin.IsValid() {
-			n.Addr = tg.AddrMin
-			if tg.AddrMax != tg.AddrMin {
-				if size, ok := rangeSize(tg.AddrMin, tg.AddrMax); ok {
-					if i := c.ch.pickRange(size); i >= 0 {
-						n.Addr = addrAdd(tg.AddrMin, i)
-					} else {
-						n.AddrMax = tg.AddrMax
-					}
-				} else {
-					n.AddrMax = tg.AddrMax
-				}
-			}
-		}
-		if tg.Kind == "DNAT" {
-			if !n.Addr.IsValid() {
-				n.Addr = p.Dst
-			}
-			n.Port, n.PortMax = pickPort(tg.PortMin, tg.PortMax, p.DstPort)
-		} else {
-			if !n.Addr.IsValid() {
-				n.Addr = p.Src
-			}
-			n.Port, n.PortMax = tg.PortMin, tg.PortMax
-		}
 	case *MasqueradeTarget:
 		n.Random, n.RandomFully = tg.Random, tg.RandomFully
 		n.Port, n.PortMax = tg.PortMin, tg.PortMax
@@ -610,9 +712,77 @@ func (c *evalCtx) nat(r *Rule, hook Hook, chain string) *NAT {
 				n.Addr = a
 			}
 		}
-		n.Port, n.PortMax = pickPort(tg.PortMin, tg.PortMax, p.DstPort)
+		n.Port, n.PortMax = c.pickPort(tg.PortMin, tg.PortMax, p.DstPort)
 	}
-	// Apply the translation to the packet so that later tables see it.
+	c.applyNAT(n)
+	return n
+}
+
+// natTarget computes and applies a DNAT or SNAT target (tg need not be r's own: the
+// compiled path passes a copy rebuilt from its code).
+func (c *evalCtx) natTarget(r *Rule, hook Hook, chain string, tg *NATTarget) *NAT {
+	p := c.pkt
+	n := c.newNAT(tg.Kind, r, hook, chain)
+	n.Random, n.RandomFully, n.Persistent = tg.Random, tg.RandomFully, tg.Persistent
+	if tg.AddrMin.IsValid() {
+		n.Addr = tg.AddrMin
+		if tg.AddrMax != tg.AddrMin {
+			if size, ok := rangeSize(tg.AddrMin, tg.AddrMax); ok {
+				if i := c.ch.pickRange(size); i >= 0 {
+					n.Addr = addrAdd(tg.AddrMin, i)
+				} else {
+					n.AddrMax = tg.AddrMax
+				}
+			} else {
+				n.AddrMax = tg.AddrMax
+			}
+		}
+	}
+	if tg.Kind == "DNAT" {
+		if !n.Addr.IsValid() {
+			n.Addr = p.Dst
+		}
+		n.Port, n.PortMax = c.pickPort(tg.PortMin, tg.PortMax, p.DstPort)
+	} else {
+		if !n.Addr.IsValid() {
+			n.Addr = p.Src
+		}
+		n.Port, n.PortMax = tg.PortMin, tg.PortMax
+	}
+	c.applyNAT(n)
+	return n
+}
+
+func (c *evalCtx) newNAT(kind string, r *Rule, hook Hook, chain string) *NAT {
+	n := c.natInto
+	if n == nil {
+		n = new(NAT)
+	}
+	*n = NAT{Kind: kind, Hook: hook, Chain: chain, Rule: r}
+	return n
+}
+
+// pickPort chooses the translated port: keep when it is in [lo, hi] (or there is no
+// range), else one of the range (or the whole range, when the chooser keeps it).
+func (c *evalCtx) pickPort(lo, hi uint16, keep uint16) (uint16, uint16) {
+	if lo == 0 {
+		return keep, 0
+	}
+	if keep >= lo && keep <= hi {
+		return keep, 0
+	}
+	if hi == lo {
+		return lo, 0
+	}
+	if i := c.ch.pickRange(int(hi-lo) + 1); i >= 0 {
+		return lo + uint16(i), 0
+	}
+	return lo, hi
+}
+
+// applyNAT applies a translation to the packet so that later tables see it.
+func (c *evalCtx) applyNAT(n *NAT) {
+	p := c.pkt
 	switch n.Kind {
 	case "DNAT", "REDIRECT":
 		if n.Addr.IsValid() && !n.AddrMax.IsValid() {
@@ -628,7 +798,6 @@ func (c *evalCtx) nat(r *Rule, hook Hook, chain string) *NAT {
 		}
 		p.CT.Status |= CTSrcNAT
 	}
-	return n
 }
 
 // rangeSize returns the number of addresses in [a, b] when it fits an int.

@@ -211,6 +211,7 @@ type Chain struct {
 
 	idx   *chainIndex // built lazily by the evaluator; valid while Rules is unchanged
 	jumps []*Chain    // resolved jump targets, per ruleset version (not kept by clone)
+	prog  *chainProg  // compiled rules (compile.go), per ruleset version (not kept by clone)
 }
 
 // AddrSpec is -s or -d: a prefix, possibly negated. The zero value matches anything.

@@ -84,9 +84,9 @@ var netsimReject = map[string]netsim.RejectWith{
 	"icmp6-reject-route": netsim.RejectAdminProhibited, "tcp-reset": netsim.RejectTCPReset,
 }
 
-// fromNetsim builds the emulator's view of a netsim packet.
-func fromNetsim(p *netsim.Packet, ctx *netsim.Context, table string) Packet {
-	q := Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
+// fromNetsim builds the emulator's view of a netsim packet in q.
+func fromNetsim(q *Packet, p *netsim.Packet, ctx *netsim.Context, table string) {
+	*q = Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
 		TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL,
 		InIface: p.InIface, OutIface: p.OutIface, Mark: p.Mark, Len: len(p.Data)}
 	switch {
@@ -121,20 +121,35 @@ func fromNetsim(p *netsim.Packet, ctx *netsim.Context, table string) Packet {
 			q.CT.Expire = c.Expires.Sub(ctx.Now())
 		}
 	}
-	return q
 }
 
-// Handle implements netsim.Handler.
+// Handle implements netsim.Handler. It runs under the emulator's lock with the
+// emulator's packet and NAT buffers (no allocation per packet): what the verdict needs
+// is copied out before the lock is released.
 func (h *netsimHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.Verdict {
-	if p.IPv6 != (h.e.Family() == IPv6) {
+	e := h.e
+	if p.IPv6 != (e.Family() == IPv6) {
 		return netsim.VerdictContinue // iptables does not see ip6tables' packets, nor the reverse
 	}
-	q := fromNetsim(p, ctx, h.table)
 	var tr *Trace
 	if ctx.Tracing() {
 		tr = &Trace{}
 	}
-	res := h.e.EvalTable(netsimEnv{ctx}, h.table, h.hook, &q, tr)
+	e.mu.Lock()
+	q := &e.pkt
+	fromNetsim(q, p, ctx, h.table)
+	res, c := e.evalTableLocked(netsimEnv{ctx}, h.table, h.hook, q, tr, &e.nat)
+	mark, ctMark, untracked := q.Mark, q.CT.Mark, q.CT.State == CTUntracked
+	decided := res.Verdict == Drop || res.Verdict == Reject || res.Verdict == Unknown || res.NAT != nil
+	var reason string
+	var nat NAT
+	if decided {
+		reason = c.decisionReason(res.Decision)
+		if res.NAT != nil {
+			nat = *res.NAT
+		}
+	}
+	e.mu.Unlock()
 	if tr != nil {
 		for _, s := range tr.Steps {
 			if s.Kind != StepRule && s.Kind != StepPolicy && s.Kind != StepIndex {
@@ -150,17 +165,16 @@ func (h *netsimHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.Ver
 			ctx.Trace(ts)
 		}
 	}
-	p.Mark = q.Mark
+	p.Mark = mark
 	if p.Conn != nil && !ctx.DryRun() {
-		p.Conn.Mark = q.CT.Mark
+		p.Conn.Mark = ctMark
 	}
-	if q.CT.State == CTUntracked && h.table == TableRaw {
+	if untracked && h.table == TableRaw {
 		p.SetNoTrack()
 	}
-	if res.Verdict != Drop && res.Verdict != Reject && res.Verdict != Unknown && res.NAT == nil {
+	if !decided {
 		return netsim.VerdictContinue
 	}
-	reason := decisionReason(res.Decision)
 	switch res.Verdict {
 	case Drop:
 		return netsim.Verdict{Kind: netsim.Drop, Reason: reason}
@@ -169,7 +183,8 @@ func (h *netsimHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.Ver
 	case Unknown:
 		return netsim.Verdict{Kind: netsim.Drop, Reason: reason + ": target not emulated"}
 	}
-	if n := res.NAT; n != nil {
+	if res.NAT != nil {
+		n := &nat
 		a := netsim.NATAction{Random: n.Random, RandomFully: n.RandomFully}
 		switch n.Kind {
 		case "DNAT":
@@ -200,4 +215,26 @@ func decisionReason(d Decision) string {
 		return fmt.Sprintf("%s/%s policy %s", d.Table, d.Chain, d.Policy)
 	}
 	return fmt.Sprintf("%s/%s line %d", d.Table, d.Chain, d.Rule.Line)
+}
+
+// decisionReason is decisionReason(d), cached per rule when a compiled rule decided
+// (c may be nil: nothing was evaluated).
+func (c *evalCtx) decisionReason(d Decision) string {
+	if c == nil || d.Rule == nil || !c.compiled || c.lastProg == nil {
+		return decisionReason(d)
+	}
+	cp := c.lastProg
+	if cp.recs[c.lastRec].rule != d.Rule {
+		return decisionReason(d)
+	}
+	x := cp.ext
+	if x.reasons == nil {
+		x.reasons = make([]string, len(cp.recs))
+	}
+	s := x.reasons[c.lastRec]
+	if s == "" {
+		s = decisionReason(d)
+		x.reasons[c.lastRec] = s
+	}
+	return s
 }

@@ -279,7 +279,7 @@ func (tx *txn) flush(c *Chain) {
 		}
 	}
 	c.Rules = nil
-	c.idx, c.jumps = nil, nil
+	c.idx, c.jumps, c.prog = nil, nil, nil
 	tx.cur.owned[c] = true
 }
 
@@ -289,7 +289,7 @@ func (tx *txn) rules(c *Chain) []*Rule {
 		c.Rules = slices.Clone(c.Rules)
 		tx.cur.owned[c] = true
 	}
-	c.idx, c.jumps = nil, nil
+	c.idx, c.jumps, c.prog = nil, nil, nil
 	return c.Rules
 }
 

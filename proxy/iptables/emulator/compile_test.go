@@ -1,0 +1,204 @@
+package emulator
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// genLongRuleset is genRuleset with longer chains (up to 40 rules, so that some are
+// indexed) whose rules often name one destination address or port.
+func genLongRuleset(f Family) *rapid.Generator[*Ruleset] {
+	return rapid.Custom(func(t *rapid.T) *Ruleset {
+		rs := NewRuleset(f)
+		for _, name := range []string{TableRaw, TableMangle, TableNAT, TableFilter, TableSecurity} {
+			if !rapid.Bool().Draw(t, "has "+name) {
+				continue
+			}
+			tb, _ := NewTable(name)
+			for _, c := range tb.Chains {
+				c.Policy = rapid.SampledFrom([]string{"ACCEPT", "ACCEPT", "DROP"}).Draw(t, "policy")
+			}
+			var users []string
+			for n := rapid.IntRange(0, 5).Draw(t, "users"); n > 0; n-- {
+				users = append(users, chainGen.Draw(t, "chain"))
+			}
+			slices.Sort(users)
+			users = slices.Compact(users)
+			for _, u := range users {
+				tb.AddChain(u)
+			}
+			for _, c := range tb.Chains {
+				plan := chainPlan{table: tb, chain: c}
+				if c.Builtin {
+					plan.users = users
+				} else {
+					plan.users = users[slices.Index(users, c.Name)+1:]
+				}
+				for n := rapid.IntRange(0, 40).Draw(t, "rules"); n > 0; n-- {
+					r := genRule(t, f, plan)
+					if rapid.IntRange(0, 2).Draw(t, "single dst") == 0 {
+						r.Dst = AddrSpec{Prefix: netip.PrefixFrom(pktAddrs(f)[rapid.IntRange(0, 3).Draw(t, "d")], f.bits())}
+					}
+					c.Rules = append(c.Rules, r)
+				}
+			}
+			rs.Tables = append(rs.Tables, tb)
+		}
+		return rs
+	})
+}
+
+// pktAddrs are addresses generated rules and packets share.
+func pktAddrs(f Family) []netip.Addr {
+	if f == IPv6 {
+		return []netip.Addr{netip.MustParseAddr("fd00::1"), netip.MustParseAddr("fd00::2"), netip.MustParseAddr("fd00:1::1"), netip.MustParseAddr("fd00::a00:1")}
+	}
+	return []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("192.168.0.1")}
+}
+
+// genPacket draws a packet whose addresses are often in the ruleset's prefixes.
+func genPacket(t *rapid.T, f Family, rs *Ruleset) Packet {
+	var addrs []netip.Addr
+	for _, tb := range rs.Tables {
+		for _, c := range tb.Chains {
+			for _, r := range c.Rules {
+				for _, a := range []AddrSpec{r.Src, r.Dst} {
+					if a.IsSet() {
+						addrs = append(addrs, a.Prefix.Addr())
+					}
+				}
+			}
+		}
+	}
+	addrs = append(addrs, pktAddrs(f)...)
+	addr := func(name string) netip.Addr {
+		if rapid.IntRange(0, 5).Draw(t, name+"random") == 0 {
+			return genAddr(f).Draw(t, name)
+		}
+		return rapid.SampledFrom(addrs).Draw(t, name)
+	}
+	icmp := ProtoICMP
+	if f == IPv6 {
+		icmp = ProtoICMPv6
+	}
+	p := Packet{Proto: rapid.SampledFrom([]uint8{ProtoTCP, ProtoTCP, ProtoUDP, ProtoSCTP, icmp, ProtoGRE}).Draw(t, "proto"),
+		Src: addr("src"), Dst: addr("dst"), SrcPort: rapid.Uint16().Draw(t, "sport"), DstPort: rapid.Uint16().Draw(t, "dport"),
+		TCPFlags: rapid.Uint8().Draw(t, "flags"), ICMPType: rapid.Uint8().Draw(t, "type"), TTL: 64,
+		Fragment: f == IPv4 && rapid.IntRange(0, 9).Draw(t, "frag") == 0,
+		Mark:     rapid.SampledFrom([]uint32{0, 0x4000, 1, 0xffffffff}).Draw(t, "mark"), Len: 60}
+	if rapid.Bool().Draw(t, "in") {
+		p.InIface = inGen.Draw(t, "inif")
+	}
+	if rapid.Bool().Draw(t, "out") {
+		p.OutIface = outGen.Draw(t, "outif")
+	}
+	p.CT.State = rapid.SampledFrom([]CTState{CTNew, CTNew, CTEstablished, CTRelated, CTInvalid, CTUntracked}).Draw(t, "ct")
+	p.CT.Mark = rapid.SampledFrom([]uint32{0, 1, 0x4000}).Draw(t, "ctmark")
+	return p
+}
+
+// TestCompiledMatchesRules: evaluation on compiled chains (every untraced evaluation)
+// gives what evaluation on the Rules gives: verdicts, decisions, NAT, the packet's
+// changes, counters, xt_recent and nfacct state, and the same draws from the random
+// source, for generated rulesets and packets, in both families.
+func TestCompiledMatchesRules(t *testing.T) {
+	for _, f := range []Family{IPv4, IPv6} {
+		t.Run(f.String(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				text := genLongRuleset(f).Draw(t, "ruleset").Save(false)
+				var es [2]*Emulator
+				var envs [2]*StaticEnv
+				for i := range es {
+					es[i] = New(f)
+					if err := es[i].RestoreText(text, RestoreOptions{}); err != nil {
+						t.Fatalf("restore: %v\n%s", err, text)
+					}
+					envs[i] = NewStaticEnv(7, pktAddrs(f)[1])
+				}
+				es[1].noCompile = true
+				for n := rapid.IntRange(1, 8).Draw(t, "packets"); n > 0; n-- {
+					p0 := genPacket(t, f, es[0].Ruleset())
+					for _, h := range []Hook{Prerouting, Input, Forward, Output, Postrouting} {
+						var got [2]string
+						for i, e := range es {
+							p := p0
+							hr := e.EvalHook(envs[i], h, &p, nil)
+							got[i] = fmt.Sprintf("%s %s %s %v %s|%v %d %d|%+v|next draw %d", hr.Verdict, hr.RejectWith, describeDecision(hr.Decision),
+								describeNAT(hr.NAT), describeTables(hr.Tables), p, len(hr.Tables), envs[i].Rand.Uint64(), e.RecentLists(), envs[i].Rand.Uint64())
+						}
+						if got[0] != got[1] {
+							t.Fatalf("%s, packet %v:\ncompiled: %s\nrules:    %s\n%s", h, p0, got[0], got[1], text)
+						}
+					}
+				}
+				if a, b := string(es[0].SaveCounters()), string(es[1].SaveCounters()); a != b {
+					t.Fatalf("counters differ:\ncompiled:\n%s\nrules:\n%s", a, b)
+				}
+			})
+		})
+	}
+}
+
+func describeDecision(d Decision) string {
+	if d.Rule == nil {
+		return fmt.Sprintf("%s/%s/%s policy %s", d.Hook, d.Table, d.Chain, d.Policy)
+	}
+	return fmt.Sprintf("%s/%s/%s %s", d.Hook, d.Table, d.Chain, d.Rule.Text(d.Chain))
+}
+
+func describeNAT(n *NAT) string {
+	if n == nil {
+		return "no NAT"
+	}
+	return fmt.Sprintf("%s %s/%s %v %v %v %v %d %d %t %t %t", n.Kind, n.Hook, n.Chain, n.Rule.Text(n.Chain), n.Addr, n.AddrMax, n.Dest(), n.Port, n.PortMax, n.Random, n.RandomFully, n.Persistent)
+}
+
+func describeTables(ts []TableResult) string {
+	s := ""
+	for _, tr := range ts {
+		s += fmt.Sprintf("[%s %s %s %s]", tr.Verdict, tr.RejectWith, describeDecision(tr.Decision), describeNAT(tr.NAT))
+	}
+	return s
+}
+
+// TestCompiledKubeLayout: the same comparison on kube-proxy's layout (indexed
+// KUBE-SERVICES and KUBE-NODEPORTS, probability ladders, DNAT), and through the netsim
+// handler's verdict reasons.
+func TestCompiledKubeLayout(t *testing.T) {
+	data := kubeDump(40, 5)
+	var es [2]*Emulator
+	for i := range es {
+		var err error
+		if es[i], err = Load(data, IPv4, "kube"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	es[1].noCompile = true
+	envs := [2]*StaticEnv{NewStaticEnv(3, netip.MustParseAddr("192.168.0.2")), NewStaticEnv(3, netip.MustParseAddr("192.168.0.2"))}
+	for i := 0; i < 2000; i++ {
+		dst := netip.MustParseAddr(clusterIP(i % 45))
+		port := uint16(80 + i%3)
+		if i%7 == 0 {
+			dst, port = netip.MustParseAddr("192.168.0.2"), uint16(30000+i%50)
+		}
+		for _, h := range []Hook{Prerouting, Forward, Output, Postrouting} {
+			var got [2]string
+			for k, e := range es {
+				p := Packet{Proto: ProtoTCP, Src: netip.MustParseAddr("10.0.0.2"), Dst: dst, SrcPort: uint16(1024 + i), DstPort: port, TCPFlags: TCPSyn, Len: 60, CT: Conntrack{State: CTNew}}
+				hr := e.EvalHook(envs[k], h, &p, nil)
+				c := &e.scratch
+				got[k] = fmt.Sprintf("%s %s %s %s|%v|%s", hr.Verdict, hr.RejectWith, describeDecision(hr.Decision), describeNAT(hr.NAT), p, c.decisionReason(hr.Decision))
+			}
+			if got[0] != got[1] {
+				t.Fatalf("packet %d at %s:\ncompiled: %s\nrules:    %s", i, h, got[0], got[1])
+			}
+		}
+	}
+	if a, b := string(es[0].SaveCounters()), string(es[1].SaveCounters()); a != b {
+		t.Fatal("counters differ")
+	}
+}
