@@ -66,6 +66,12 @@ type Config struct {
 	// targets does) or "vip" (it forwards the packet unchanged to a node, which handles
 	// the load-balancer IP itself, as GCE and MetalLB do).
 	LoadBalancerMode string
+	// LoadBalancerIdleTimeout is how long the simulated cloud load balancer remembers a
+	// client flow's node after the flow's last packet, on the virtual clock (its
+	// connection tracking). Default 60 s, the default idle timeout of GCE's external
+	// passthrough network load balancer (BackendServiceConnectionTrackingPolicy
+	// idleTimeoutSec). A packet of a forgotten flow is placed again, as a new one.
+	LoadBalancerIdleTimeout time.Duration
 }
 
 // NodeConfig describes a node.
@@ -110,6 +116,12 @@ func (cfg *Config) setDefaults() error {
 	}
 	if cfg.Replay {
 		cfg.ManualClock = true
+	}
+	if cfg.LoadBalancerIdleTimeout < 0 {
+		return fmt.Errorf("loadBalancerIdleTimeout %s: must not be negative", cfg.LoadBalancerIdleTimeout)
+	}
+	if cfg.LoadBalancerIdleTimeout == 0 {
+		cfg.LoadBalancerIdleTimeout = DefaultLoadBalancerIdleTimeout
 	}
 	switch cfg.LoadBalancerMode {
 	case "":
@@ -165,8 +177,8 @@ type Cluster struct {
 	lbs         map[string]*loadBalancer // service key → its load balancer
 	nextLB      netip.Addr
 	lbMu        sync.RWMutex
-	lbReplies   map[Tuple]Tuple // nodeport mode: reply tuple as a node sends it → the client's flow
-	lbFlows     atomic.Int64
+	lbReplies   map[Tuple]*lbFlow // nodeport mode: reply tuple as a node sends it → the client's flow
+	lbFlows     atomic.Int64      // len(lbReplies)
 	replayQ     replayQueue
 	apps        map[string]App
 	podStart    []func(*Pod, *corev1.Pod)
@@ -188,7 +200,7 @@ func New(cfg Config) (*Cluster, error) {
 		store:      cfg.Store,
 		finalizing: map[string]bool{},
 		lbs:        map[string]*loadBalancer{},
-		lbReplies:  map[Tuple]Tuple{},
+		lbReplies:  map[Tuple]*lbFlow{},
 		apps:       map[string]App{},
 	}
 	c.fabric = newFabric(c)

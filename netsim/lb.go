@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/clusterlab/clusterlab/service"
@@ -35,10 +36,33 @@ type loadBalancer struct {
 	targets map[string]*nodeTarget
 	tick    tcpip.Timer
 	removed bool
-	// nodeport mode: replies from node:nodePort to the client are rewritten back.
-	flows   map[Tuple]*Node // client → ingress flow: chosen node
-	replies map[Tuple]Tuple // reply tuple as the node sends it → original tuple
-	recv    func(frame)     // receive, bound once
+	// connection tracking: client → ingress flow → its node (and, in nodeport mode, the
+	// reply tuple registered in Cluster.lbReplies). Entries idle for
+	// Config.LoadBalancerIdleTimeout are forgotten; sweep is when the next pass over
+	// flows drops them (virtual nanoseconds since Epoch).
+	flows map[Tuple]*lbFlow
+	sweep int64
+	recv  func(frame) // receive, bound once
+}
+
+// lbFlow is one client flow the load balancer has placed on a node.
+type lbFlow struct {
+	node  *Node
+	port  uint16 // nodeport mode: the node port packets go to
+	reply Tuple  // nodeport mode: the tuple of the node's replies (zero in vip mode)
+	// nodeport mode: the address the client sent to, which replies come from
+	ingress netip.AddrPort
+	last    atomic.Int64 // virtual nanoseconds since Epoch of the flow's last packet, either way
+}
+
+// DefaultLoadBalancerIdleTimeout is the default of Config.LoadBalancerIdleTimeout: GCE's
+// external passthrough network load balancer forgets a connection-tracking entry 60 s
+// after its last packet (BackendServiceConnectionTrackingPolicy.idleTimeoutSec).
+const DefaultLoadBalancerIdleTimeout = 60 * time.Second
+
+// expired reports whether a flow last seen at last is forgotten at now.
+func (c *Cluster) lbExpired(last, now int64) bool {
+	return now-last >= int64(c.cfg.LoadBalancerIdleTimeout)
 }
 
 // HealthChecker answers the health check of a node's healthCheckNodePort for a service:
@@ -106,7 +130,7 @@ func (c *Cluster) lbController(ev service.Event) {
 			c.recordErr(fmt.Errorf("cloud load balancer for %s: %w", key, err))
 			return
 		}
-		lb = &loadBalancer{c: c, ip: ip, key: key, flows: map[Tuple]*Node{}, targets: map[string]*nodeTarget{}}
+		lb = &loadBalancer{c: c, ip: ip, key: key, flows: map[Tuple]*lbFlow{}, targets: map[string]*nodeTarget{}}
 		lb.recv = lb.receive
 		c.mu.Lock()
 		c.lbs[key] = lb
@@ -171,6 +195,9 @@ func (c *Cluster) lbAddress(svc *corev1.Service) (netip.Addr, error) {
 func (c *Cluster) removeLB(lb *loadBalancer) {
 	lb.mu.Lock()
 	lb.stopChecksLocked()
+	for tu, f := range lb.flows {
+		lb.forgetLocked(tu, f)
+	}
 	lb.mu.Unlock()
 	c.mu.Lock()
 	delete(c.lbs, lb.key)
@@ -194,10 +221,17 @@ func (c *Cluster) LoadBalancerIP(namespace, name string) (netip.Addr, bool) {
 // lbDecision is what the load balancer does with one packet.
 type lbDecision struct {
 	node   *Node
+	port   uint16 // nodeport mode: the node port to rewrite the destination to
 	reason string // why it was dropped, if node is nil
 }
 
-// decideLocked handles a client packet: source ranges, port, node choice, rewrite.
+// decideLocked handles a client packet: source ranges, port, node choice.
+//
+// A flow keeps its node while packets come (its connection-tracking entry), except that
+// a flow whose node died is placed again, and so is a new connection (a TCP SYN without
+// ACK) on a reused 5-tuple whose node the health checks now take no new flows on: as
+// GCE's passthrough load balancer treats a SYN as a new connection and picks among the
+// healthy backends. A flow idle for Config.LoadBalancerIdleTimeout is forgotten.
 func (lb *loadBalancer) decideLocked(pk *Packet) lbDecision {
 	svc := lb.svc
 	if svc == nil {
@@ -224,9 +258,19 @@ func (lb *loadBalancer) decideLocked(pk *Packet) lbDecision {
 	if sp == nil {
 		return lbDecision{reason: fmt.Sprintf("load balancer %s has no listener on %s/%d", lb.ip, ProtoName(pk.Proto), pk.DstPort)}
 	}
+	now := int64(lb.c.clock.elapsed())
 	tu := tupleOf(pk)
-	if n, ok := lb.flows[tu]; ok && !n.down.Load() {
-		return lbDecision{node: n}
+	old, ok := lb.flows[tu]
+	if ok && lb.c.lbExpired(old.last.Load(), now) {
+		lb.forgetLocked(tu, old)
+		old, ok = nil, false
+	}
+	if ok && !old.node.down.Load() {
+		syn := pk.Proto == ProtoTCP && pk.TCPFlags&(TCPSyn|TCPAck) == TCPSyn
+		if !syn || lb.nodeHealthyLocked(old.node, svc) {
+			old.last.Store(now)
+			return lbDecision{node: old.node, port: old.port}
+		}
 	}
 	var healthy []*Node
 	for _, n := range lb.c.Nodes() {
@@ -241,18 +285,53 @@ func (lb *loadBalancer) decideLocked(pk *Packet) lbDecision {
 	h := fnv.New64a()
 	fmt.Fprint(h, tu.String())
 	n := healthy[h.Sum64()%uint64(len(healthy))]
+	f := &lbFlow{node: n}
+	f.last.Store(now)
 	if lb.c.cfg.LoadBalancerMode == "nodeport" {
 		if sp.NodePort == 0 {
 			return lbDecision{reason: "the service port has no node port (allocateLoadBalancerNodePorts=false)"}
 		}
-		reply := Tuple{Proto: pk.Proto, Src: n.ips[0], SrcPort: uint16(sp.NodePort), Dst: pk.Src, DstPort: pk.SrcPort}
+		f.port = uint16(sp.NodePort)
+		f.ingress = netip.AddrPortFrom(pk.Dst, pk.DstPort)
+		f.reply = Tuple{Proto: pk.Proto, Src: n.ips[0], SrcPort: f.port, Dst: pk.Src, DstPort: pk.SrcPort}
+	}
+	if old != nil {
+		lb.forgetLocked(tu, old)
+	}
+	if now >= lb.sweep {
+		// Forget every idle flow once per idle timeout: the table holds at most the flows
+		// seen in the last two timeouts.
+		for k, g := range lb.flows {
+			if lb.c.lbExpired(g.last.Load(), now) {
+				lb.forgetLocked(k, g)
+			}
+		}
+		lb.sweep = now + int64(lb.c.cfg.LoadBalancerIdleTimeout)
+	}
+	lb.flows[tu] = f
+	if f.reply.Proto != 0 {
 		lb.c.lbMu.Lock()
-		lb.c.lbReplies[reply] = tu
+		lb.c.lbReplies[f.reply] = f
+		lb.c.lbFlows.Store(int64(len(lb.c.lbReplies)))
 		lb.c.lbMu.Unlock()
+	}
+	return lbDecision{node: n, port: f.port}
+}
+
+// forgetLocked drops a flow and its reply entry.
+func (lb *loadBalancer) forgetLocked(tu Tuple, f *lbFlow) {
+	if lb.flows[tu] == f {
+		delete(lb.flows, tu)
+	}
+	if f.reply.Proto == 0 {
+		return
+	}
+	lb.c.lbMu.Lock()
+	if lb.c.lbReplies[f.reply] == f {
+		delete(lb.c.lbReplies, f.reply)
 		lb.c.lbFlows.Store(int64(len(lb.c.lbReplies)))
 	}
-	lb.flows[tu] = n
-	return lbDecision{node: n}
+	lb.c.lbMu.Unlock()
 }
 
 func trimSpace(s string) string {
@@ -275,21 +354,12 @@ func protoOf(p corev1.Protocol) uint8 {
 	return ProtoTCP
 }
 
-// forward rewrites a client packet for the chosen node (nodeport mode).
-func (lb *loadBalancer) rewrite(pk *Packet, n *Node) {
+// rewrite rewrites a client packet for the chosen node (nodeport mode).
+func (lb *loadBalancer) rewrite(pk *Packet, d lbDecision) {
 	if lb.c.cfg.LoadBalancerMode != "nodeport" {
 		return
 	}
-	var port uint16
-	tu := tupleOf(pk)
-	lb.c.lbMu.RLock()
-	for r, orig := range lb.c.lbReplies {
-		if orig == tu && r.Src == n.ips[0] {
-			port = r.SrcPort
-		}
-	}
-	lb.c.lbMu.RUnlock()
-	pk.SetDst(n.ips[0], port)
+	pk.SetDst(d.node.ips[0], d.port)
 }
 
 // receive handles a packet of real traffic addressed to the load balancer.
@@ -305,7 +375,7 @@ func (lb *loadBalancer) receive(f frame) {
 	if d.node == nil {
 		return
 	}
-	lb.rewrite(pk, d.node)
+	lb.rewrite(pk, d)
 	lb.c.fabric.deliver(fabricDest{kind: hopNode, node: d.node}, pk.frame(), nil)
 }
 
@@ -321,7 +391,7 @@ func (lb *loadBalancer) probe(pk *Packet, env *penv, nodeEnv func(*Node) *penv) 
 		return walkEnd{kind: endDropped, pk: pk, reason: "cloud load balancer: " + d.reason}
 	}
 	before := pk.String()
-	lb.rewrite(pk, d.node)
+	lb.rewrite(pk, d)
 	if env.trace != nil {
 		env.step(TraceStep{Kind: StepLink, Detail: fmt.Sprintf("cloud load balancer %s: %s -> node %s as %s", lb.ip, before, d.node.name, pk.String())})
 	}
@@ -333,16 +403,25 @@ func (lb *loadBalancer) probe(pk *Packet, env *penv, nodeEnv func(*Node) *penv) 
 }
 
 // lbReply rewrites a node's reply to a flow the load balancer forwarded in nodeport mode
-// (the load balancer's connection tracking) and reports whether it did.
+// (the load balancer's connection tracking) and reports whether it did. A reply to a
+// flow idle past the timeout is not rewritten: the load balancer has forgotten it.
 func (c *Cluster) lbReply(pk *Packet) bool {
 	if c.lbFlows.Load() == 0 {
 		return false
 	}
 	c.lbMu.RLock()
-	orig, ok := c.lbReplies[tupleOf(pk)]
+	f, ok := c.lbReplies[tupleOf(pk)]
 	c.lbMu.RUnlock()
-	if ok {
-		pk.SetSrc(orig.Dst, orig.DstPort)
+	if !ok {
+		return false
 	}
-	return ok
+	now := int64(c.clock.elapsed())
+	if c.lbExpired(f.last.Load(), now) {
+		return false
+	}
+	f.last.Store(now)
+	// The client's flow is the reply tuple reversed, with the ingress address and the
+	// service port as its destination.
+	pk.SetSrc(f.ingress.Addr(), f.ingress.Port())
+	return true
 }
