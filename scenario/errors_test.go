@@ -78,3 +78,60 @@ func TestLoadScenarioFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestYAMLSyntaxErrors: a syntax error names the line that breaks the YAML (not the
+// start of its block, nor the end of the file), the last field before it, and a hint.
+func TestYAMLSyntaxErrors(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		want       string // the whole message
+	}{
+		{"indentation in the cluster",
+			"name: x\ncluster:\n  seed: 1\n  nodes:\n    - name: node-a\n   zone: z\n  proxy:\n    mode: iptables\n",
+			"bad.yaml:6: cluster.nodes[0].name: invalid YAML: did not find expected key (check the indentation of this line against the lines above it)"},
+		{"indentation in a step",
+			"name: x\nsteps:\n  - advance: 1s\n  - connect:\n      from: pod:default/c\n     to: web:80\n      count: 3\n",
+			"bad.yaml:6: steps[1].connect.from: invalid YAML: did not find expected key (check the indentation of this line against the lines above it)"},
+		{"indented too deep in a step",
+			"name: x\nsteps:\n  - advance: 1s\n  - connect:\n      from: pod:default/c\n        to: web:80\n",
+			"bad.yaml:6: steps[1].connect.from: invalid YAML: mapping values are not allowed in this context (check the indentation of this line against the lines above it)"},
+		{"indentation in an inline manifest",
+			"manifests:\n  - apiVersion: v1\n    kind: Service\n    metadata:\n      name: web\n    spec:\n      ports:\n        - port: 80\n       targetPort: 8080\nsteps: []\n",
+			"bad.yaml:9: manifests[0].spec.ports[0].port: invalid YAML: did not find expected key (check the indentation of this line against the lines above it)"},
+		{"a tab",
+			"name: x\ncluster:\n  seed: 1\n  nodes:\n\t- name: a\n",
+			"bad.yaml:5: cluster.nodes: invalid YAML: found character that cannot start any token (a tab: YAML indents with spaces only)"},
+		{"an unclosed quote",
+			"name: x\nsteps:\n  - connect:\n      from: 'pod:default/c\n      to: web:80\n      count: 3\n",
+			"bad.yaml:4: steps[0].connect.from: invalid YAML: found unexpected end of stream (a quote, [ or { opened on this line is not closed)"},
+		{"an unclosed quote on the first line",
+			"name: \"x\ncluster:\n  seed: 1\nsteps: []\n",
+			"bad.yaml:1: name: invalid YAML: found unexpected end of stream (a quote, [ or { opened on this line is not closed)"},
+		{"an unclosed flow list",
+			"steps:\n  - advance: [1s\n  - heal: true\n",
+			"bad.yaml:2: steps[0].advance: invalid YAML: did not find expected ',' or ']' (a quote, [ or { opened on this line is not closed)"},
+		{"a stray list item in a mapping",
+			"name: x\ncluster:\n  seed: 1\n- advance: 1s\nsteps: []\n",
+			"bad.yaml:4: cluster.seed: invalid YAML: did not find expected key (check the indentation of this line against the lines above it)"},
+		{"a key among list items",
+			"name: x\nsteps:\n  - advance: 1s\n  connect: {}\n",
+			"bad.yaml:4: steps[0].advance: invalid YAML: did not find expected '-' indicator (check the indentation of this line against the lines above it)"},
+		{"a flow list over several lines before the culprit",
+			"cluster:\n  nodes: [{name: a},\n    {name: b}]\n  seed: 1\n   proxy: {}\n",
+			"bad.yaml:5: cluster.seed: invalid YAML: mapping values are not allowed in this context (check the indentation of this line against the lines above it)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !IsInputError(err) {
+				t.Errorf("%v is not an input error", err)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("error\n  %s\nwant\n  %s", err, tc.want)
+			}
+		})
+	}
+}

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
-	"strconv"
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -39,8 +37,6 @@ func Parse(name string, data []byte) (*Scenario, error) {
 	return s, nil
 }
 
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)
-
 // decodeScenario decodes the YAML into a Scenario without checking more than types.
 func decodeScenario(name string, data []byte) (*Scenario, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -49,7 +45,7 @@ func decodeScenario(name string, data []byte) (*Scenario, error) {
 		if err == io.EOF {
 			return nil, &Error{File: name, Msg: "the file is empty: want a scenario (name, cluster, manifests, steps)"}
 		}
-		return nil, yamlError(name, err)
+		return nil, yamlError(name, data, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
@@ -59,7 +55,7 @@ func decodeScenario(name string, data []byte) (*Scenario, error) {
 		}
 		return nil, &Error{File: name, Line: line, Msg: "a scenario file holds one YAML document; put manifests under manifests: or in their own files"}
 	} else if err != io.EOF {
-		return nil, yamlError(name, err)
+		return nil, yamlError(name, data, err)
 	}
 	s := &Scenario{File: name, src: data}
 	if name != "" {
@@ -72,18 +68,6 @@ func decodeScenario(name string, data []byte) (*Scenario, error) {
 	}
 	s.lines = d.lines
 	return s, nil
-}
-
-func yamlError(name string, err error) error {
-	msg := err.Error()
-	line := 0
-	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
-		line, _ = strconv.Atoi(m[1])
-		msg = msg[len(m[0]):]
-	} else {
-		msg = strings.TrimPrefix(msg, "yaml: ")
-	}
-	return &Error{File: name, Line: line, Msg: "invalid YAML: " + msg}
 }
 
 func cleanOSError(err error) string {
