@@ -101,7 +101,9 @@
 // steps, and each violation's reproduction: the same traffic, with expectations that
 // hold exactly when the invariant does (reaches, not_reaches, result, seen_source,
 // backends). `clusterlab run FILE` then fails where the property failed. Report logs
-// the file and, when $PROPTEST_SCENARIO_DIR is set, writes it there. A dual-stack case
+// the file and, when $PROPTEST_SCENARIO_DIR is set, writes it there as
+// proptest-<mode>.yaml, overwritten at each report, so that a failing property leaves
+// one file: the final shrunk counterexample (rapid reports that case last). A dual-stack case
 // names both families' CIDRs in the file.
 //
 // # Across modes and against the kernel

@@ -1,17 +1,18 @@
 package proptest
 
 import (
-	"errors"
 	"os"
-	"strings"
 
 	"pgregory.net/rapid"
 )
 
 // Report fails a rapid property with err, which a check of w returned: it logs the case,
 // the violations (each with its trace) and the scenario file that replays the
-// counterexample (also written under $PROPTEST_SCENARIO_DIR when that is set). rapid
-// shrinks the case first and prints the seed that reproduces it (-rapid.seed).
+// counterexample. When $PROPTEST_SCENARIO_DIR is set it also writes the file there as
+// proptest-<mode>.yaml (w.Mode; "proxy" when unset), overwriting it at every report: rapid
+// reports each failing shrink step and the final shrunk case last, so one failing property
+// leaves one file, the shrunk counterexample (give properties that may fail in the same
+// run different modes). rapid prints the seed that reproduces it (-rapid.seed).
 func Report(t *rapid.T, w *World, err error) {
 	t.Helper()
 	t.Logf("case: %s", w.Case.Summary())
@@ -23,10 +24,13 @@ func Report(t *rapid.T, w *World, err error) {
 	} else {
 		t.Logf("scenario (replay with `clusterlab run FILE`):\n%s", data)
 		if dir := os.Getenv(ScenarioDirEnv); dir != "" {
+			// One file per proxy label, overwritten: rapid reports every failing shrink
+			// step and then the final, smallest case, so the file ends up holding the
+			// shrunk counterexample (naming the file by the violated invariants left
+			// one file per shrink step whose invariants differed).
 			label := w.Mode
-			var vs Violations
-			if errors.As(err, &vs) {
-				label += "-" + strings.Join(vs.Invariants(), "-")
+			if label == "" {
+				label = "proxy"
 			}
 			if path, werr := writeScenario(dir, label, data); werr != nil {
 				t.Logf("writing the scenario: %v", werr)

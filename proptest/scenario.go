@@ -308,7 +308,9 @@ func (w *World) ScenarioYAML(err error) ([]byte, error) {
 }
 
 // ScenarioDirEnv names the environment variable that, when set to a directory, makes
-// Report write each counterexample's scenario file there.
+// Report write the counterexample's scenario file there: one file per mode label
+// (proptest-<mode>.yaml), overwritten by each report, so that it ends up holding the
+// final shrunk case.
 const ScenarioDirEnv = "PROPTEST_SCENARIO_DIR"
 
 // writeScenario writes data to dir/proptest-<label>.yaml (replacing an earlier one: a

@@ -88,6 +88,16 @@ func TestCounterexampleReplays(t *testing.T) {
 		}
 	}
 	path := scenarioIn(t, dir)
+	// The one file is the logged report's scenario: the final shrunk case, which rapid
+	// reports (and logs) after every failing shrink step has written the file.
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const head = "scenario (replay with `clusterlab run FILE`):\n"
+	if last := out[strings.LastIndex(out, head)+len(head):]; !strings.HasPrefix(last, string(data)) {
+		t.Errorf("the scenario file is not the last (shrunk) report's:\n%s", data)
+	}
 	rep := runScenario(t, path)
 	text := reportText(rep)
 	if rep.Passed {
