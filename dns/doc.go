@@ -95,8 +95,11 @@
 //
 // `clusterlab dns serve` is Serve: manifests → StaticSource → Server on UDP
 // and TCP, the files polled by content hash and reloaded (a failed reload
-// keeps the previous data). Cluster IPs in the manifests are served as they
-// are; hand-written manifests are first completed as a cluster would
+// keeps the previous data). Every object is validated as the API server
+// would on create (service.Validate on a defaulted copy; errors name file,
+// line and field, and fail the start-up or the reload as a whole), without
+// the checks that need a cluster's configuration: cluster IPs in the
+// manifests are served as they are, inside any range or none; hand-written manifests are first completed as a cluster would
 // complete them (a Service without a clusterIP gets a stable one from
 // 10.96.0.0/12, a selector Service without EndpointSlices gets the
 // controller's slices for the manifests' Pods), and the log says so.

@@ -47,8 +47,11 @@ are REFUSED without one.
 may repeat, and arguments after the flags are more manifests. Namespaces, Services,
 EndpointSlices, Endpoints and Pods are served; documents and List items of other
 kinds (Deployments, ConfigMaps, ... as "kubectl get all -A -o yaml" prints them)
-are skipped, and the log says how many of each. Cluster IPs are served as the
-manifests give them. Hand-written manifests get what the API server and its
+are skipped, and the log says how many of each. The objects served are validated
+as the API server validates them on create (package service's validation,
+without the checks that need a cluster's service CIDR or node-port range); each
+problem is reported with its file, line and field, and nothing is served. Cluster IPs are served as the manifests give them, whatever
+range they are in. Hand-written manifests get what the API server and its
 controllers would add, each said on the log: a Service without a clusterIP gets
 one (from 10.96.0.0/12, fd00:10:96::/112 for IPv6; the same one on every reload
 while no other Service takes it), and a Service with a selector but no
@@ -56,7 +59,7 @@ EndpointSlice or Endpoints in the manifests gets the EndpointSlices the controll
 would make from the manifests' Pods (their status.podIP and Ready condition).
 
 The files are checked every second and reloaded when their content changes; a
-reload that fails to parse keeps the previous data and says why. Runs until
+reload that fails to parse or to validate keeps the previous data and says why. Runs until
 interrupted (exit 0). Exit 2: bad flags or manifests; exit 1: the address cannot
 be bound.`,
 		RunE: func(cmd *cobra.Command, args []string) error {

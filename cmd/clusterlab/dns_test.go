@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -163,6 +165,45 @@ func TestDNSServeBadInput(t *testing.T) {
 		var ue usageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%v: err %v, want a usage error (exit 2)", args, err)
+		}
+	}
+}
+
+// Objects the API server would reject stop dns serve at start-up with exit
+// code 2 and each problem with its file, line and field.
+func TestDNSServeInvalidManifest(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(file, []byte(`apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  clusterIP: 10.96.7.7
+  ports:
+  - {name: http, port: 70000}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-x7k2p, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints:
+- addresses: [127.0.0.1]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newDNSServeCmd()
+	cmd.SetArgs([]string{"--manifests", file, "--listen", "127.0.0.1:0"})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	cmd.SetOut(&lineWriter{ch: make(chan string, 10)})
+	err := cmd.ExecuteContext(context.Background())
+	if code := exitCode(err); code != 2 {
+		t.Fatalf("exit code %d (err %v), want 2", code, err)
+	}
+	for _, want := range []string{
+		file + `:7 (document 1 from line 1, Service "web"): spec.ports[0].port: Invalid value: 70000: must be between 1 and 65535, inclusive`,
+		file + `:14 (document 2 from line 9, EndpointSlice "web-x7k2p"): endpoints[0].addresses[0]: Invalid value: "127.0.0.1": may not be in the loopback range`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error:\n%v\nwant:\n%s", err, want)
 		}
 	}
 }
