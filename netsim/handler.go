@@ -307,6 +307,19 @@ func (c *Context) Pick(n int) int { return c.chooser.pick(n) }
 // IsLocalAddr reports whether addr is one of the node's own addresses (addrtype LOCAL).
 func (c *Context) IsLocalAddr(addr netip.Addr) bool { return c.node.IsLocalAddr(addr) }
 
+// LocalAddrIface returns the name of the node's interface that holds addr, when addr is
+// one of the node's own addresses: "lo" for loopback addresses, kube-ipvs0 for a VIP
+// bound there, and so on (addrtype --limit-iface-in/out).
+func (c *Context) LocalAddrIface(addr netip.Addr) (string, bool) {
+	if addr.IsLoopback() {
+		return c.node.lo.Name, true
+	}
+	if i := c.node.local[addr]; i != nil { // handlers run under the node's lock
+		return i.Name, true
+	}
+	return "", false
+}
+
 // DryRun reports whether the packet is a what-if (a probe exploring branches): handlers
 // must not change persistent state (recent lists, counters, connection tables) then.
 func (c *Context) DryRun() bool { return c.dryRun }

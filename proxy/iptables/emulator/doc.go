@@ -36,7 +36,10 @@
 //
 // What the emulator models, as the kernel does: -s/-d/-i/-o/-p/-f with negation and
 // interface wildcards; tcp, udp, sctp ports and TCP flags; icmp and icmp6 types;
-// multiport; addrtype (through Env.AddrType, --limit-iface-in/out); comment; statistic
+// multiport; addrtype (through Env.AddrType; with --limit-iface-in/out an address is
+// LOCAL only when it is on the packet's input/output interface, loopback on "lo", as
+// the kernel's lookup restricted to the device answers, and the limits are refused in
+// chains reached from hooks without that device, as addrtype's checkentry does); comment; statistic
 // (random: the kernel's fixed-point probability round(P·2^31)/2^31 as a choice point;
 // nth: a counter per rule, reset when the rule is replaced); recent (xt_recent: lists
 // per name with ip_list_tot entries (default 100) evicted least-recently-updated first,

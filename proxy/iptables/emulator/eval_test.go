@@ -86,6 +86,18 @@ func TestMatches(t *testing.T) {
 		{"addrtype LOCAL", []string{"-m addrtype --src-type LOCAL -j DROP", "-m addrtype ! --dst-type LOCAL -j DROP", "-m addrtype --dst-type LOCAL,BROADCAST -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil, "ACCEPT@3"},
 		{"addrtype loopback and multicast", []string{"-m addrtype --dst-type MULTICAST -j DROP", "-m addrtype --dst-type LOCAL -j ACCEPT"}, pkt("tcp 10.0.0.1:5 127.0.0.1:80"), nil, "ACCEPT@2"},
 		{"addrtype UNICAST", []string{"-m addrtype --dst-type UNICAST -j ACCEPT"}, pkt("tcp 10.0.0.1:5 8.8.8.8:80"), nil, "ACCEPT@1"},
+		// --limit-iface-in: LOCAL only for an address on the packet's input interface
+		// (the environment puts 10.96.0.10 on kube-ipvs0 and 172.18.0.2 on eth0).
+		{"addrtype --limit-iface-in: address of another interface is UNICAST", []string{"-m addrtype --dst-type LOCAL --limit-iface-in -j DROP", "-m addrtype --dst-type UNICAST --limit-iface-in -j ACCEPT"}, pkt("tcp 10.0.0.1:5 10.96.0.10:80"), func(p *Packet) { p.InIface = "eth0" }, "ACCEPT@2"},
+		{"addrtype without the limit: local on any interface", []string{"-m addrtype ! --dst-type LOCAL -j DROP", "-j ACCEPT"}, pkt("tcp 10.0.0.1:5 10.96.0.10:80"), func(p *Packet) { p.InIface = "eth0" }, "ACCEPT@2"},
+		{"addrtype --limit-iface-in: address of the input interface", []string{"-m addrtype ! --dst-type LOCAL --limit-iface-in -j DROP", "-j ACCEPT"}, pkt("tcp 10.0.0.1:5 172.18.0.2:80"), func(p *Packet) { p.InIface = "eth0" }, "ACCEPT@2"},
+		{"addrtype --limit-iface-in: negated, other interface", []string{"-m addrtype ! --dst-type LOCAL --limit-iface-in -j ACCEPT"}, pkt("tcp 10.0.0.1:5 172.18.0.2:80"), func(p *Packet) { p.InIface = "cbr0" }, "ACCEPT@1"},
+		{"addrtype --limit-iface-in: --src-type too", []string{"-m addrtype --src-type LOCAL --limit-iface-in -j DROP", "-m addrtype --src-type LOCAL -j ACCEPT"}, pkt("tcp 10.96.0.10:5 172.18.0.2:80"), func(p *Packet) { p.InIface = "eth0" }, "ACCEPT@2"},
+		{"addrtype --limit-iface-in: loopback is on lo only", []string{"-m addrtype --dst-type LOCAL --limit-iface-in -j DROP", "-m addrtype --dst-type UNICAST --limit-iface-in -j ACCEPT"}, pkt("tcp 10.0.0.1:5 127.0.0.1:80"), func(p *Packet) { p.InIface = "eth0" }, "ACCEPT@2"},
+		{"addrtype --limit-iface-in: loopback on lo", []string{"-m addrtype --dst-type LOCAL --limit-iface-in -j ACCEPT"}, pkt("tcp 127.0.0.1:5 127.0.0.1:80"), func(p *Packet) { p.InIface = "lo" }, "ACCEPT@1"},
+		{"addrtype --limit-iface-in: an address of unknown interface is local on any", []string{"-m addrtype ! --dst-type LOCAL --limit-iface-in -j DROP", "-j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.InIface = "eth9" }, "ACCEPT@2"},
+		{"addrtype --limit-iface-in: IPv6", []string{"-m addrtype --dst-type LOCAL --limit-iface-in -j DROP", "-m addrtype --dst-type LOCAL -j ACCEPT"}, pkt("tcp [fd00::9]:5 [fd00::10]:80"), func(p *Packet) { p.InIface = "eth0" }, "ACCEPT@2"},
+		{"addrtype --limit-iface-in: multicast is not a lookup", []string{"-m addrtype --dst-type MULTICAST --limit-iface-in -j ACCEPT"}, pkt("udp 10.0.0.1:5 224.0.0.251:5353"), func(p *Packet) { p.InIface = "eth0" }, "ACCEPT@1"},
 		{"comment always matches", []string{"-m comment --comment \"a b\" -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil, "ACCEPT@1"},
 		{"statistic 0 and 1", []string{"-m statistic --mode random --probability 0 -j DROP", "-m statistic --mode random ! --probability 0 -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil, "ACCEPT@2"},
 		{"mark", []string{"-m mark --mark 0x4000 -j DROP", "-m mark ! --mark 0x4000/0x4000 -j DROP", "-m mark --mark 0x4000/0x4000 -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.Mark = 0x4001 }, "ACCEPT@3"},
@@ -141,7 +153,9 @@ func TestMatches(t *testing.T) {
 				tc.setup(p)
 			}
 			tr := &Trace{}
-			res := e.EvalTable(NewStaticEnv(1, local...), TableFilter, Input, p, tr)
+			env := NewStaticEnv(1, local...)
+			env.IfaceLocal = map[string][]netip.Addr{"eth0": {mustAddr("172.18.0.2")}, "kube-ipvs0": {mustAddr("10.96.0.10"), mustAddr("fd00::10")}}
+			res := e.EvalTable(env, TableFilter, Input, p, tr)
 			got := res.Verdict.String()
 			if res.RejectWith != "" {
 				got += ":" + res.RejectWith

@@ -64,8 +64,14 @@ func (v netsimEnv) Now() time.Time        { return v.ctx.Now() }
 func (v netsimEnv) Chance(p float64) bool { return v.ctx.Chance(p) }
 func (v netsimEnv) Pick(n int) int        { return v.ctx.Pick(n) }
 func (v netsimEnv) DryRun() bool          { return v.ctx.DryRun() }
-func (v netsimEnv) AddrType(a netip.Addr, _ string) AddrType {
-	return ClassifyAddr(a, v.ctx.IsLocalAddr)
+func (v netsimEnv) AddrType(a netip.Addr, iface string) AddrType {
+	if iface == "" {
+		return ClassifyAddr(a, v.ctx.IsLocalAddr)
+	}
+	return ClassifyAddrOn(a, iface, func(a netip.Addr) bool {
+		on, ok := v.ctx.LocalAddrIface(a)
+		return ok && on == iface
+	})
 }
 
 type netsimHandler struct {

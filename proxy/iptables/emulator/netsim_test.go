@@ -177,3 +177,55 @@ func TestNetsimAdapterFamilies(t *testing.T) {
 		}
 	}
 }
+
+// addrtype --limit-iface-in on a netsim node: an address is LOCAL only for a packet that
+// came in on the interface holding it (the pod bridge's address for a pod's packet), not
+// for the node's other addresses (its uplink address, a VIP bound to kube-ipvs0), as the
+// kernel's lookup restricted to the input device answers.
+func TestNetsimAddrTypeLimitIface(t *testing.T) {
+	c, err := netsim.New(netsim.Config{Seed: 5, Nodes: []netsim.NodeConfig{{Name: "node-a"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if _, err := c.StartPod("node-a", "ns", "client", nil, false); err != nil {
+		t.Fatal(err)
+	}
+	n := c.Node("node-a")
+	n.AddInterface("kube-ipvs0")
+	vip := netip.MustParseAddr("10.96.0.10")
+	if err := n.AddAddress("kube-ipvs0", netip.PrefixFrom(vip, 32)); err != nil {
+		t.Fatal(err)
+	}
+	var gateway netip.Addr
+	for _, i := range n.Interfaces() {
+		if i.Kind == netsim.IfBridge {
+			gateway, _ = i.Primary(n.IP())
+		}
+	}
+	if !gateway.IsValid() {
+		t.Fatalf("no bridge address among %+v", n.Interfaces())
+	}
+	e := load(t, IPv4, `*filter
+-A INPUT -p tcp -m addrtype --dst-type LOCAL --limit-iface-in -j REJECT
+-A INPUT -p tcp -m addrtype --dst-type LOCAL -j DROP
+COMMIT
+`)
+	defer e.AttachNetsim(n, "iptables")()
+	for _, tc := range []struct {
+		dst  netip.Addr
+		want string
+	}{
+		{gateway, netsim.ResultRefused}, // on cbr0, where the pod's packet comes in
+		{n.IP(), netsim.ResultDropped},  // on eth0
+		{vip, netsim.ResultDropped},     // on kube-ipvs0
+	} {
+		r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(tc.dst, 80), Trace: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Result != tc.want {
+			t.Errorf("pod → %s: %s, want %s\n%s", tc.dst, r.Outcome, tc.want, r.Trace)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 )
@@ -308,12 +309,42 @@ func ClassifyAddr(addr netip.Addr, local func(netip.Addr) bool) AddrType {
 	return AddrUnicast
 }
 
+// ClassifyAddrOn is ClassifyAddr limited to one interface, as addrtype's
+// --limit-iface-in/--limit-iface-out classify an address for the packet's input or
+// output device. The kernel then looks the address up as if only that device existed
+// (IPv4: inet_dev_addr_type keeps the type of the local table's route only when the
+// route's device is that device, and answers UNICAST otherwise; IPv6:
+// match_lookup_rt6 finds LOCAL only when ipv6_chk_addr finds the address on that
+// device). So an address is LOCAL only when it is on iface — loopback addresses are on
+// "lo" — and a local address of another interface is UNICAST. onIface reports whether
+// addr is one of iface's addresses. An empty iface (the packet's interface is not
+// known) does not limit: ClassifyAddr(addr, onIface).
+func ClassifyAddrOn(addr netip.Addr, iface string, onIface func(netip.Addr) bool) AddrType {
+	if iface != "" && addr.IsLoopback() {
+		if iface == LoopbackIface {
+			return AddrLocal
+		}
+		return AddrUnicast
+	}
+	return ClassifyAddr(addr, onIface)
+}
+
+// LoopbackIface is the name of the loopback interface, which holds 127.0.0.0/8 and ::1.
+const LoopbackIface = "lo"
+
 // StaticEnv is a simple Env: a clock you set, a seeded random source and a fixed set of
 // local addresses.
 type StaticEnv struct {
-	Time  time.Time
-	Rand  *rand.Rand
+	Time time.Time
+	Rand *rand.Rand
+	// Local lists local addresses whose interface is not known: they are local on any
+	// interface, addrtype --limit-iface-in/out included.
 	Local []netip.Addr
+	// IfaceLocal maps an interface name to the addresses on it. An address listed here
+	// is local, and on these interfaces only: addrtype with --limit-iface-in/out finds
+	// it LOCAL for a packet whose interface is one of them and UNICAST for any other
+	// (see ClassifyAddrOn). Loopback addresses are always on "lo".
+	IfaceLocal map[string][]netip.Addr
 	// IfaceAddrs maps an interface name to its primary address (MASQUERADE, REDIRECT).
 	IfaceAddrs map[string]netip.Addr
 }
@@ -348,16 +379,25 @@ func (e *StaticEnv) Pick(n int) int {
 	return e.Rand.IntN(n)
 }
 
-// AddrType implements Env (the interface limit is ignored: every local address counts).
-func (e *StaticEnv) AddrType(addr netip.Addr, _ string) AddrType {
-	return ClassifyAddr(addr, func(a netip.Addr) bool {
-		for _, l := range e.Local {
-			if l == a {
+// AddrType implements Env: without an interface, an address of Local or of any
+// interface of IfaceLocal is LOCAL; with one, as ClassifyAddrOn, an address of
+// IfaceLocal counts only on its interfaces and one of Local on any.
+func (e *StaticEnv) AddrType(addr netip.Addr, iface string) AddrType {
+	return ClassifyAddrOn(addr, iface, func(a netip.Addr) bool { return e.localOn(a, iface) })
+}
+
+// localOn reports whether a is local on iface ("": on any interface).
+func (e *StaticEnv) localOn(a netip.Addr, iface string) bool {
+	listed := false
+	for name, addrs := range e.IfaceLocal {
+		if slices.Contains(addrs, a) {
+			if iface == "" || name == iface {
 				return true
 			}
+			listed = true
 		}
-		return false
-	})
+	}
+	return !listed && slices.Contains(e.Local, a)
 }
 
 // IfaceAddr implements IfaceAddrer.

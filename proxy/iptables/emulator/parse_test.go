@@ -420,6 +420,8 @@ func TestBadInput(t *testing.T) {
 		{"multiport with too many ports", "*filter\n-A INPUT -p tcp -m multiport --dports 1,2,3,4,5,6,7,8,9,10,11,12,13,14:15,16 -j ACCEPT\nCOMMIT\n", IPv4, 2, "--dports", "too many ports", nil},
 		{"jump to a built-in chain", "*filter\n-A FORWARD -j INPUT\nCOMMIT\n", IPv4, 2, "-j INPUT", "built-in", nil},
 		{"chain named like a target", "*filter\n:LOG - [0:0]\nCOMMIT\n", IPv4, 2, "", "may not clash with target name", nil},
+		{"addrtype --limit-iface-out in INPUT", "*filter\n-A INPUT -m addrtype --dst-type LOCAL --limit-iface-out -j ACCEPT\nCOMMIT\n", IPv4, 2, "-m addrtype --limit-iface-out", "reached from INPUT", nil},
+		{"addrtype --limit-iface-in reached from OUTPUT", "*nat\n:X - [0:0]\n-A OUTPUT -j X\n-A X -m addrtype --src-type LOCAL --limit-iface-in -j RETURN\nCOMMIT\n", IPv4, 4, "-m addrtype --limit-iface-in", "reached from OUTPUT", nil},
 		{"fragment flag in IPv6", "*filter\n-A INPUT -f -j ACCEPT\nCOMMIT\n", IPv6, 2, "-f", "not available for IPv6", nil},
 	}
 	for _, tc := range cases {

@@ -91,8 +91,8 @@ func genMark(t *rapid.T, name string) (uint32, uint32) {
 	return rapid.Uint32().Draw(t, name+"v") & mask, mask
 }
 
-// genMatch draws a match module compatible with the rule's protocol.
-func genMatch(t *rapid.T, f Family, proto ProtoSpec) Match {
+// genMatch draws a match module compatible with the rule's protocol and chain.
+func genMatch(t *rapid.T, f Family, proto ProtoSpec, plan chainPlan) Match {
 	kinds := []string{"comment", "addrtype", "statistic", "recent", "conntrack", "state", "mark", "connmark", "set", "nfacct", "iprange", "unknown"}
 	if proto.Set && !proto.Neg {
 		switch proto.Num {
@@ -168,11 +168,14 @@ func genMatch(t *rapid.T, f Family, proto ProtoSpec) Match {
 		if m.Src == 0 || rapid.Bool().Draw(t, "dst") {
 			m.Dst, m.DstNeg = AddrType(rapid.Uint16Range(1, 1<<12-1).Draw(t, "dt")), rapid.Bool().Draw(t, "dn")
 		}
+		// The interface limits only where the chain's hook has that interface (a user
+		// chain may be reached from any hook: none there).
+		h, builtin := ParseHook(plan.chain.Name)
 		switch rapid.IntRange(0, 2).Draw(t, "limit") {
 		case 1:
-			m.LimitIn = true
+			m.LimitIn = builtin && h != Output && h != Postrouting
 		case 2:
-			m.LimitOut = true
+			m.LimitOut = builtin && h != Prerouting && h != Input
 		}
 		return m
 	case "comment":
@@ -408,7 +411,7 @@ func genRule(t *rapid.T, f Family, plan chainPlan) *Rule {
 		r.Fragment = Fragment(rapid.IntRange(0, 2).Draw(t, "frag"))
 	}
 	for n := rapid.IntRange(0, 4).Draw(t, "matches"); n > 0; n-- {
-		r.Matches = append(r.Matches, genMatch(t, f, r.Proto))
+		r.Matches = append(r.Matches, genMatch(t, f, r.Proto, plan))
 	}
 	r.Target = genTarget(t, f, plan, r.Proto)
 	return r

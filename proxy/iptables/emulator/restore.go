@@ -672,6 +672,9 @@ func (tx *txn) validate(t *Table) error {
 			continue
 		}
 		for _, r := range c.Rules {
+			if err := checkAddrTypeHooks(t, c, r, m); err != nil {
+				return err
+			}
 			if r.Target == nil {
 				continue
 			}
@@ -692,6 +695,35 @@ func (tx *txn) validate(t *Table) error {
 				}
 				return &ParseError{File: r.File, Line: r.Line, Option: "-j " + r.Target.Name(),
 					Err: fmt.Errorf("not valid in chain %s of table %s, which is reached from %s", c.Name, t.Name, strings.Join(hooks, ", "))}
+			}
+		}
+	}
+	return nil
+}
+
+// checkAddrTypeHooks rejects an addrtype match whose interface limit its chain's hooks
+// cannot have, as the kernel's addrtype_mt_checkentry_v1 does: --limit-iface-out not
+// from PREROUTING or INPUT (no output device yet), --limit-iface-in not from OUTPUT or
+// POSTROUTING (no input device). hooks is the mask of hooks that reach the chain.
+func checkAddrTypeHooks(t *Table, c *Chain, r *Rule, hooks uint8) error {
+	for _, mt := range r.Matches {
+		a, ok := mt.(*AddrTypeMatch)
+		if !ok {
+			continue
+		}
+		opt, bad := "", []Hook(nil)
+		switch {
+		case a.LimitOut:
+			opt, bad = "--limit-iface-out", []Hook{Prerouting, Input}
+		case a.LimitIn:
+			opt, bad = "--limit-iface-in", []Hook{Output, Postrouting}
+		default:
+			continue
+		}
+		for _, h := range bad {
+			if hooks&(1<<h) != 0 {
+				return &ParseError{File: r.File, Line: r.Line, Option: "-m addrtype " + opt,
+					Err: fmt.Errorf("not valid in chain %s of table %s, which is reached from %s", c.Name, t.Name, h)}
 			}
 		}
 	}
