@@ -59,6 +59,7 @@
 //
 // TestModesAgree runs DefaultCases generated cases (-rapid.checks=N for more,
 // -rapid.seed=S for others), TestKernelAgrees six on the kernel (-kernel-cases=N; it
-// needs root and iptables-nft and skips without them). A failure prints the seed and
+// needs root and iptables-nft and skips without them), drawn by KernelCases so that each
+// has a Service with a cluster IP and a ready endpoint (HasVIPWithEndpoint). A failure prints the seed and
 // the shrunk case's scenario file.
 package conformance

@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"pgregory.net/rapid"
 
 	"github.com/clusterlab/clusterlab/kernel"
 	"github.com/clusterlab/clusterlab/netsim"
@@ -19,6 +21,7 @@ import (
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+	"github.com/clusterlab/clusterlab/service"
 )
 
 // The kernel differential: a generated case runs in the simulation under kube-proxy's
@@ -41,6 +44,63 @@ func KernelFits(c *proptest.Case) error {
 		return errors.New("faults")
 	}
 	return nil
+}
+
+// KernelCases draws cases for CompareKernel: o with at most two nodes, IPv4 only and no
+// steps, and always at least one Service with traffic to exercise (HasVIPWithEndpoint),
+// so that no kernel case is spent on headless and ExternalName services alone.
+func KernelCases(o proptest.Options) *rapid.Generator[*proptest.Case] {
+	if o.MaxNodes <= 0 || o.MaxNodes > 2 {
+		o.MaxNodes = 2
+	}
+	o.NoDualStack, o.NoSteps, o.Faults = true, true, false
+	return proptest.Cases(o).Filter(HasVIPWithEndpoint)
+}
+
+// HasVIPWithEndpoint reports whether one of the case's Services has a cluster IP and a
+// ready endpoint for one of its ports: a ready pod its selector picks that serves the
+// port (a numeric targetPort, or a container port of the targetPort's name and
+// protocol), or, for a selectorless Service, a ready endpoint in one of its hand-written
+// EndpointSlices that has ports (and, under internalTrafficPolicy Local, names its
+// node). Some connections to that cluster IP are then DNATed to an endpoint.
+func HasVIPWithEndpoint(c *proptest.Case) bool {
+	for _, svc := range c.Services {
+		if svc.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.ClusterIP == corev1.ClusterIPNone || len(svc.Spec.Ports) == 0 {
+			continue
+		}
+		// Under internalTrafficPolicy Local an endpoint is reached from its own node
+		// (whose host network is always a source), which a hand-written one must name.
+		local := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+		if svc.Spec.Selector == nil {
+			for _, sl := range c.Slices {
+				if sl.Namespace != svc.Namespace || sl.Labels[discoveryv1.LabelServiceName] != svc.Name || len(sl.Ports) == 0 {
+					continue
+				}
+				for _, ep := range sl.Endpoints {
+					if (ep.Conditions.Ready == nil || *ep.Conditions.Ready) && (!local || ep.NodeName != nil) {
+						return true
+					}
+				}
+			}
+			continue
+		}
+		for _, pod := range c.Pods {
+			if pod.Namespace != svc.Namespace || c.State(pod.Namespace+"/"+pod.Name) != proptest.PodReady ||
+				!labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(pod.Labels)) {
+				continue
+			}
+			for i := range svc.Spec.Ports {
+				sp := svc.Spec.Ports[i]
+				if sp.Protocol == "" {
+					sp.Protocol = corev1.ProtocolTCP
+				}
+				if _, ok := service.FindPort(pod, &sp); ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // KernelMismatch is a kernel outcome the simulation cannot give.

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func TestKernelAgrees(t *testing.T) {
 	setFlag(t, "rapid.checks", *kernelCases)
 	setFlag(t, "rapid.shrinktime", "2m")
 	rapid.Check(t, func(rt *rapid.T) {
-		c := proptest.Cases(proptest.Options{MaxNodes: 2, NoDualStack: true, NoSteps: true}).Draw(rt, "case")
+		c := KernelCases(proptest.Options{}).Draw(rt, "case")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		k, err := CompareKernel(ctx, c, KernelOptions{Prefix: "clconf"})
@@ -51,6 +52,49 @@ func TestKernelAgrees(t *testing.T) {
 			}
 			rt.Fatalf("%d flows: the kernel did what the simulation cannot (first: %s)", len(k.Mismatches), k.Mismatches[0].Flow)
 		}
+	})
+}
+
+// TestKernelCasesHaveTraffic: every case KernelCases draws fits the harness and, built
+// in the simulation, has a cluster IP port with endpoints, whose flows the reference
+// answers; HasVIPWithEndpoint says no for a case of only headless and ExternalName
+// services. Needs no root.
+func TestKernelCasesHaveTraffic(t *testing.T) {
+	h := newHand(1).service(service.NewService("default/db", service.ExternalName("db.example.com"))).
+		service(service.NewService("default/hl", service.Headless(), service.Selector("app=hl"))).
+		pod("default/hl-0", "node-a", "hl", "", 8080)
+	if HasVIPWithEndpoint(h.c) {
+		t.Errorf("a case of a headless and an ExternalName service has no VIP with an endpoint: %s", h.c.Summary())
+	}
+	setFlag(t, "rapid.checks", 10)
+	setFlag(t, "rapid.nofailfile", true)
+	rapid.Check(t, func(rt *rapid.T) {
+		c := KernelCases(proptest.Options{}).Draw(rt, "case")
+		if err := KernelFits(c); err != nil {
+			rt.Fatalf("the case does not fit the harness: %v", err)
+		}
+		w, err := proptest.Build(c, nil)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		defer w.Close()
+		// Some flow to a cluster IP reaches a pod (answered by it, or refused by it where
+		// it does not listen on the port a hand-written slice names).
+		for _, f := range Flows(w) {
+			if f.Kind != KindClusterIP || !f.View.HasEndpoints() {
+				continue
+			}
+			o, err := observeBranches(w, f)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			for _, p := range o.Possible {
+				if p.Backend != "" && !strings.HasPrefix(p.Backend, "node:") {
+					return
+				}
+			}
+		}
+		rt.Fatalf("no connection to a cluster IP reaches a pod: %s", c.Summary())
 	})
 }
 
