@@ -425,9 +425,13 @@ func (n *Node) context(h Hook, name string, env *penv) *Context {
 
 // callLocked calls one handler and acts on its verdict.
 func (n *Node) callLocked(h Hook, spec *HandlerSpec, pk *Packet, env *penv, out *egress) hookResult {
+	var steps int
+	if env.trace != nil {
+		steps = env.trace.Len()
+	}
 	v := spec.Handler.Handle(n.context(h, spec.Name, env), pk)
-	if env.trace != nil && (v.Kind != Continue || v.Reason != "") {
-		env.step(TraceStep{Kind: StepHandler, Node: n.name, Hook: h.String(), Handler: spec.Name, Verdict: verdictString(v), Detail: v.Reason})
+	if env.trace != nil {
+		n.traceVerdict(env, h, spec.Name, v, steps)
 	}
 	switch v.Kind {
 	case Continue:
@@ -454,6 +458,18 @@ func (n *Node) callLocked(h Hook, spec *HandlerSpec, pk *Packet, env *penv, out 
 		panic(fmt.Sprintf("netsim: handler %q returned a NAT verdict but is not registered as a NAT handler", spec.Name))
 	}
 	panic(fmt.Sprintf("netsim: handler %q returned unknown verdict %d", spec.Name, v.Kind))
+}
+
+// traceVerdict records a handler's verdict: every verdict but a plain CONTINUE, and a
+// plain CONTINUE too when the handler left no step of its own (rules, notes) since the
+// trace had steps steps, so that every handler a packet met shows in the trace.
+//
+//go:noinline
+func (n *Node) traceVerdict(env *penv, h Hook, name string, v Verdict, steps int) {
+	if v.Kind == Continue && v.Reason == "" && env.trace.Len() != steps {
+		return
+	}
+	env.step(TraceStep{Kind: StepHandler, Node: n.name, Hook: h.String(), Handler: name, Verdict: verdictString(v), Detail: v.Reason})
 }
 
 func reasonSuffix(r string) string {
@@ -560,9 +576,13 @@ func (n *Node) natFirstLocked(h Hook, c *Conn, pk *Packet, env *penv, out *egres
 			if !he.spec.NAT {
 				continue
 			}
+			var steps int
+			if env.trace != nil {
+				steps = env.trace.Len()
+			}
 			v := he.spec.Handler.Handle(n.context(h, he.spec.Name, env), pk)
-			if env.trace != nil && (v.Kind != Continue || v.Reason != "") {
-				env.step(TraceStep{Kind: StepHandler, Node: n.name, Hook: h.String(), Handler: he.spec.Name, Verdict: verdictString(v), Detail: v.Reason})
+			if env.trace != nil {
+				n.traceVerdict(env, h, he.spec.Name, v, steps)
 			}
 			switch v.Kind {
 			case Continue:
