@@ -55,9 +55,11 @@
 //	  walk goes on after NXDOMAIN, NODATA and SERVFAIL and reports glibc's
 //	  h_errno (HOST_NOT_FOUND, NO_DATA, TRY_AGAIN, NO_RECOVERY); every query
 //	  sent is in the Result's log.
-//	  NetResolver(): a Go *net.Resolver for code in the pod that resolves
-//	  through the same Stub and search list (it dials nothing: each question
-//	  Go asks is answered by the stub's walk; goresolver.go).
+//	  NetResolver(): a GoResolver (a Go *net.Resolver) for code in the pod
+//	  that resolves through the same Stub and search list (it dials nothing:
+//	  each question Go asks is answered by the stub's walk; its lookup
+//	  methods carry the caller's spelling, so an absolute name is asked
+//	  once; goresolver.go).
 //
 // # Inside the simulation
 //

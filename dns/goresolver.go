@@ -19,12 +19,102 @@ import (
 // connections from its Dial. So the resolver NetResolver returns dials no
 // network at all: its connections lead to goAnswerer, which answers each
 // question Go sends by running the pod's stub (search-list walk, nameservers,
-// transports) on it. Go sends every name with a trailing dot; goAnswerer
-// walks it as the relative name the program most likely gave (with ndots:5
-// a cluster FQDN is tried as is after its search expansions, so the answer
-// is the same), and answers the names Go makes up from this process's own
-// search domains with NXDOMAIN, without a query, so that the pod's lookups do
-// not depend on the machine the simulation runs on.
+// transports) on it. Go sends every name with a trailing dot, so the name
+// as the program spelled it travels beside the question: GoResolver's lookup
+// methods put it in the context (callerName), which Go hands to Dial. A name
+// the program gave with a trailing dot is asked once, as is, as glibc does
+// (res_nsearch tries an absolute name only as is); a relative name is walked
+// through the pod's search list; every other name Go makes up (its
+// expansions with this process's own search domains) is answered NXDOMAIN
+// without a query, so that the pod's lookups do not depend on the machine the
+// simulation runs on. Without the caller's spelling (the embedded
+// *net.Resolver used directly, e.g. by a net.Dialer) the name Go sends is
+// walked as a relative name and Go's expansions with this process's search
+// domains are recognised by their suffix.
+
+// GoResolver is a *net.Resolver that resolves as a pod does (Stub.NetResolver,
+// PodResolver.NetResolver). Its lookup methods are net.Resolver's, with the
+// name as the caller spelled it carried to the stub, so that an absolute name
+// ("my-service.default.svc.cluster.local.") is asked once and a relative one
+// walks the search list. The embedded *net.Resolver can be given to code that
+// wants one (a net.Dialer's Resolver); it cannot tell the stub whether a name
+// had a trailing dot, so it walks every name as a relative one.
+type GoResolver struct {
+	*net.Resolver
+}
+
+// callerName is the name a GoResolver lookup was given, carried in the
+// context to goAnswerer.
+type callerName struct {
+	fqdn     string // the name with one trailing dot, as Go sends it
+	absolute bool   // the caller wrote the trailing dot
+	reverse  bool   // LookupAddr: Go builds the absolute PTR name itself
+}
+
+type callerNameKey struct{}
+
+func withCaller(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, callerNameKey{}, callerName{
+		fqdn: strings.TrimSuffix(name, ".") + ".", absolute: strings.HasSuffix(name, "."),
+	})
+}
+
+// LookupHost is net.Resolver.LookupHost with the caller's spelling kept.
+func (r *GoResolver) LookupHost(ctx context.Context, host string) ([]string, error) {
+	return r.Resolver.LookupHost(withCaller(ctx, host), host)
+}
+
+// LookupIPAddr is net.Resolver.LookupIPAddr with the caller's spelling kept.
+func (r *GoResolver) LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error) {
+	return r.Resolver.LookupIPAddr(withCaller(ctx, host), host)
+}
+
+// LookupIP is net.Resolver.LookupIP with the caller's spelling kept.
+func (r *GoResolver) LookupIP(ctx context.Context, network, host string) ([]net.IP, error) {
+	return r.Resolver.LookupIP(withCaller(ctx, host), network, host)
+}
+
+// LookupNetIP is net.Resolver.LookupNetIP with the caller's spelling kept.
+func (r *GoResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	return r.Resolver.LookupNetIP(withCaller(ctx, host), network, host)
+}
+
+// LookupCNAME is net.Resolver.LookupCNAME with the caller's spelling kept.
+func (r *GoResolver) LookupCNAME(ctx context.Context, host string) (string, error) {
+	return r.Resolver.LookupCNAME(withCaller(ctx, host), host)
+}
+
+// LookupSRV is net.Resolver.LookupSRV with the caller's spelling kept (the
+// name asked is _service._proto.name, or name when both are empty, as Go
+// builds it).
+func (r *GoResolver) LookupSRV(ctx context.Context, service, proto, name string) (string, []*net.SRV, error) {
+	target := name
+	if service != "" || proto != "" {
+		target = "_" + service + "._" + proto + "." + name
+	}
+	return r.Resolver.LookupSRV(withCaller(ctx, target), service, proto, name)
+}
+
+// LookupMX is net.Resolver.LookupMX with the caller's spelling kept.
+func (r *GoResolver) LookupMX(ctx context.Context, name string) ([]*net.MX, error) {
+	return r.Resolver.LookupMX(withCaller(ctx, name), name)
+}
+
+// LookupNS is net.Resolver.LookupNS with the caller's spelling kept.
+func (r *GoResolver) LookupNS(ctx context.Context, name string) ([]*net.NS, error) {
+	return r.Resolver.LookupNS(withCaller(ctx, name), name)
+}
+
+// LookupTXT is net.Resolver.LookupTXT with the caller's spelling kept.
+func (r *GoResolver) LookupTXT(ctx context.Context, name string) ([]string, error) {
+	return r.Resolver.LookupTXT(withCaller(ctx, name), name)
+}
+
+// LookupAddr is net.Resolver.LookupAddr; the reverse name Go asks is
+// absolute, so it is asked once.
+func (r *GoResolver) LookupAddr(ctx context.Context, addr string) ([]string, error) {
+	return r.Resolver.LookupAddr(context.WithValue(ctx, callerNameKey{}, callerName{reverse: true}), addr)
+}
 
 // goAnswerer answers Go resolver questions with a Stub.
 type goAnswerer struct {
@@ -54,7 +144,7 @@ type sharedLookup struct {
 	served map[uint16]bool
 }
 
-func newGoResolver(a *goAnswerer) *net.Resolver {
+func newGoResolver(a *goAnswerer) *GoResolver {
 	s := a.stub
 	if a.addrs == nil {
 		a.addrs = func(ctx context.Context, name string) (string, []netip.Addr, error) {
@@ -72,14 +162,14 @@ func newGoResolver(a *goAnswerer) *net.Resolver {
 			a.foreign = append(a.foreign, d)
 		}
 	}
-	return &net.Resolver{
+	return &GoResolver{&net.Resolver{
 		PreferGo: true,
 		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			client, server := net.Pipe()
 			go a.serve(ctx, server)
 			return client, nil
 		},
-	}
+	}}
 }
 
 // processSearchDomains is the search list Go's resolver uses in this process:
@@ -179,7 +269,20 @@ func (a *goAnswerer) answer(ctx context.Context, req *mdns.Msg) *mdns.Msg {
 	m.RecursionAvailable = true
 	lname := strings.ToLower(q.Name)
 	name := strings.TrimSuffix(q.Name, ".")
-	if name == "" || a.isForeign(lname) || q.Qclass != mdns.ClassINET {
+	foreign := a.isForeign(lname)
+	if cn, ok := ctx.Value(callerNameKey{}).(callerName); ok {
+		switch {
+		case cn.reverse:
+			name, foreign = q.Name, false // asked as is
+		case !strings.EqualFold(q.Name, cn.fqdn):
+			foreign = true // one of Go's expansions of the caller's name
+		case cn.absolute:
+			name, foreign = q.Name, false // the stub asks it once, as is
+		default:
+			foreign = false // the relative name: the pod's walk
+		}
+	}
+	if name == "" || foreign || q.Qclass != mdns.ClassINET {
 		m.Rcode = mdns.RcodeNameError
 		return m
 	}

@@ -109,7 +109,7 @@ func (r *PodResolver) lookup(ctx context.Context, host string) Lookup {
 // /etc/hosts, then its stub walking its resolv.conf's search list (see
 // Stub.NetResolver), every lookup recorded in Lookups like Resolve's (other
 // types than addresses with their Type).
-func (r *PodResolver) NetResolver() *net.Resolver {
+func (r *PodResolver) NetResolver() *GoResolver {
 	return newGoResolver(&goAnswerer{
 		stub: r.Stub,
 		addrs: func(ctx context.Context, name string) (string, []netip.Addr, error) {

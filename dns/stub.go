@@ -558,9 +558,10 @@ func (s *Stub) exchangeTCP(ctx context.Context, addr, fqdn string, qtype uint16,
 // AAAA questions for one name share one A+AAAA walk, as getaddrinfo's), with
 // a CNAME from the name asked to the FQDN that answered; the resolver itself
 // dials nothing (see goresolver.go). Go still reads this process's /etc/hosts
-// before asking. Names are walked as relative names: Go sends every name with
-// a trailing dot, so a trailing dot the program wrote is lost (the answer is
-// the same unless a search expansion of the name exists).
-func (s *Stub) NetResolver() *net.Resolver {
+// before asking. Through GoResolver's methods a name with a trailing dot is
+// asked once, as is, and a relative one walks the search list, as glibc
+// does; through the embedded *net.Resolver every name is walked as a
+// relative one (Go sends every name with a trailing dot).
+func (s *Stub) NetResolver() *GoResolver {
 	return newGoResolver(&goAnswerer{stub: s})
 }
