@@ -74,7 +74,8 @@ func diffService(fam Family, name, clusterIP string, typ corev1.ServiceType, nod
 // TestKernelDifferential applies the same generated kube-proxy rules to a real kernel
 // (a harness node namespace) and to the emulator, sends real TCP and UDP through the
 // kernel, and holds the emulator to it: every kernel outcome (which pod answered, the
-// source it saw, refused) is one of the emulator's outcomes for that packet, the spread
+// source it saw, refused, timed out where the rules drop) is one of the emulator's
+// outcomes for that packet, the spread
 // over 300 connections fits the emulator's probabilities (chi-square), and the
 // kernel's iptables-save output loads into the emulator as the same ruleset.
 //
@@ -142,6 +143,12 @@ func kernelDifferential(t *testing.T, backend kernel.Backend, fam Family) {
 	add(diffService(fam, "empty", vipAddr(20), corev1.ServiceTypeClusterIP, 0, false, nil, nodeName))
 	add(diffService(fam, "np", vipAddr(30), corev1.ServiceTypeNodePort, 30080, false, []*kernel.Pod{ep2}, nodeName))
 	add(diffService(fam, "sticky", vipAddr(40), corev1.ServiceTypeClusterIP, 0, true, []*kernel.Pod{ep1, ep3}, nodeName))
+	// externalTrafficPolicy Local with its only endpoint on another node: the NodePort's
+	// KUBE-EXT chain has no final jump, and filter KUBE-EXTERNAL-SERVICES drops the
+	// packet ("has no local endpoints" -j DROP).
+	etpLocal, etpLocalSlice := diffService(fam, "local", vipAddr(50), corev1.ServiceTypeNodePort, 30090, false, []*kernel.Pod{ep3}, "node1")
+	etpLocal.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	add(etpLocal, etpLocalSlice)
 
 	cfg := kp.Config{Node: proxy.NodeConfig{Name: nodeName, IPs: []netip.Addr{nodeIP}, Addresses: local,
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix(clusterCIDR)}, PodCIDRs: []netip.Prefix{podCIDR}}}
@@ -260,14 +267,18 @@ func kernelDifferential(t *testing.T, backend kernel.Backend, fam Family) {
 		dst      netip.AddrPort
 		fromNode bool
 		n        int
+		// drop: the emulator's only outcome is DROP, so every kernel connection must
+		// time out (check matches a timeout only with a DROP).
+		drop bool
 	}
 	flows := []flow{
-		{"pod -> 3-endpoint ClusterIP", client.Netns, ipOf(client), vip(10), false, 150},
-		{"pod -> ClusterIP without endpoints", client.Netns, ipOf(client), vip(20), false, 5},
-		{"external -> NodePort", h.External, extIP, netip.AddrPortFrom(nodeIP, 30080), false, 5},
-		{"node -> ClusterIP", node.Netns, nodeIP, vip(30), true, 5},
-		{"node -> ClusterIP without endpoints", node.Netns, nodeIP, vip(20), true, 3},
-		{"pod -> ClientIP affinity", client.Netns, ipOf(client), vip(40), false, 10},
+		{"pod -> 3-endpoint ClusterIP", client.Netns, ipOf(client), vip(10), false, 150, false},
+		{"pod -> ClusterIP without endpoints", client.Netns, ipOf(client), vip(20), false, 5, false},
+		{"external -> NodePort", h.External, extIP, netip.AddrPortFrom(nodeIP, 30080), false, 5, false},
+		{"node -> ClusterIP", node.Netns, nodeIP, vip(30), true, 5, false},
+		{"node -> ClusterIP without endpoints", node.Netns, nodeIP, vip(20), true, 3, false},
+		{"pod -> ClientIP affinity", client.Netns, ipOf(client), vip(40), false, 10, false},
+		{"external -> eTP=Local NodePort without a local endpoint", h.External, extIP, netip.AddrPortFrom(nodeIP, 30090), false, 3, true},
 	}
 	for _, fl := range flows {
 		for _, proto := range []string{"tcp", "udp"} {
@@ -282,6 +293,16 @@ func kernelDifferential(t *testing.T, backend kernel.Backend, fam Family) {
 				canDrop := false
 				for _, o := range outs {
 					canDrop = canDrop || o.Verdict == "DROP"
+				}
+				if fl.drop && (len(outs) != 1 || outs[0].Verdict != "DROP") {
+					var got []string
+					for _, o := range outs {
+						got = append(got, o.summary())
+					}
+					t.Fatalf("emulator outcomes %q, want one DROP", got)
+				}
+				if d := outs[0].Decision; fl.drop && (d == nil || d.Chain != "KUBE-EXTERNAL-SERVICES" || !strings.Contains(d.Rule, "has no local endpoints")) {
+					t.Fatalf("emulator's DROP decided by %+v, want KUBE-EXTERNAL-SERVICES' \"has no local endpoints\" rule", d)
 				}
 				for _, res := range h.DialN(fl.from, proto, fl.dst, fl.n, parallel) {
 					// On a loaded machine an ICMP error can arrive after the client gave
