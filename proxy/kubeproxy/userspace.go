@@ -14,6 +14,8 @@ package kubeproxy
 // from the node. A trace of the packet ends at the listener, where a small handler at
 // INPUT notes which service's listener it reached and which endpoint the proxy would
 // choose; the proxier's decision log (UserspaceDecisions) says what it did choose.
+// The handler also copies into the trace the proxier's last decision for the same
+// client and service port: each endpoint it tried, the failed dials and the retries.
 
 import (
 	"context"
@@ -221,7 +223,43 @@ func (p *userspaceProxy) note(ctx *netsim.Context, pk *netsim.Packet) netsim.Ver
 	}
 	ctx.Tracef("redirected to the userspace proxy listener for %s at :%d/%s%s; %s — see the proxier's decision log for what it did",
 		l.Service, l.Port, userspaceProtoName(proto), asked, next)
+	p.noteLastDecision(ctx, f.px, l.Service, proto, src)
 	return netsim.VerdictContinue
+}
+
+// noteLastDecision adds to a trace what the proxier last did for the same client and
+// service port: the traced packet itself never reaches the proxy program (a trace
+// follows one packet; the proxier accepts and dials later, from its own goroutine), so
+// the endpoints it tried for this client, with each failed dial and the retry after
+// it, would otherwise be in its decision log only. One note per attempt, then the
+// outcome.
+func (p *userspaceProxy) noteLastDecision(ctx *netsim.Context, px *userspace.Proxier, svc proxy.ServicePortName, proto corev1.Protocol, client netip.Addr) {
+	ds := px.Decisions()
+	for i := len(ds) - 1; i >= 0; i-- {
+		d := ds[i]
+		if d.Service != svc || d.Protocol != proto || d.Client.Addr() != client {
+			continue
+		}
+		ctx.Tracef("the proxier's last decision for client %v on %s (#%d): %d attempt(s), %d retry(ies)",
+			client, svc, d.Seq, len(d.Attempts), d.Retries())
+		for j, a := range d.Attempts {
+			what := "tried"
+			if j > 0 {
+				what = "retried with"
+			}
+			res := "the dial succeeded"
+			if a.Err != "" {
+				res = "the dial failed: " + a.Err
+			}
+			ctx.Tracef("attempt %d: %s %s (%s, timeout %v); %s", j+1, what, a.Endpoint, a.Choice, a.Timeout, res)
+		}
+		if d.Endpoint != "" {
+			ctx.Tracef("→ %s took the connection, seeing the client as %v", d.Endpoint, d.Source)
+		} else {
+			ctx.Tracef("→ no endpoint took the connection: %s", d.Err)
+		}
+		return
+	}
 }
 
 func userspaceProtoName(p corev1.Protocol) string {

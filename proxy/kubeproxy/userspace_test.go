@@ -292,22 +292,7 @@ func TestUserspaceModeAffinity(t *testing.T) {
 // to it fails and the next endpoint takes the connection; the iptables mode, on the
 // same cluster, sends a third of new connections into the void.
 func TestUserspaceModeRetriesDeadEndpoint(t *testing.T) {
-	killWeb1 := func(c *netsim.Cluster) (*netsim.Pod, string) {
-		if err := c.Apply(service.NewService("default/my-service", service.Selector("app=MyApp"), service.Port("http", 80, 9376))); err != nil {
-			t.Fatal(err)
-		}
-		backends(t, c)
-		client, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Node("node-a").PauseProxy()
-		dead := usPodIP(t, c, "default/web-1").String() + ":9376"
-		if err := c.DeletePod("default", "web-1", 0); err != nil {
-			t.Fatal(err)
-		}
-		return client, dead
-	}
+	killWeb1 := func(c *netsim.Cluster) (*netsim.Pod, string) { return usKillWeb1(t, c) }
 	ipt := cluster(t, IPTables)
 	killWeb1(ipt)
 	vip := vipOf(t, ipt, "my-service", 80)
@@ -370,6 +355,83 @@ func TestUserspaceModeRetriesDeadEndpoint(t *testing.T) {
 		if d.Retries() != 0 {
 			t.Errorf("after the sync: %s", d)
 		}
+	}
+}
+
+// usKillWeb1 makes my-service (80 -> 9376) with web-0..2 on node-a..c and a client pod
+// on node-a, pauses node-a's proxy and kills web-1: node-a still balances over its
+// address, which is returned with the client.
+func usKillWeb1(t *testing.T, c *netsim.Cluster) (*netsim.Pod, string) {
+	t.Helper()
+	if err := c.Apply(service.NewService("default/my-service", service.Selector("app=MyApp"), service.Port("http", 80, 9376))); err != nil {
+		t.Fatal(err)
+	}
+	backends(t, c)
+	client, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Node("node-a").PauseProxy()
+	dead := usPodIP(t, c, "default/web-1").String() + ":9376"
+	if err := c.DeletePod("default", "web-1", 0); err != nil {
+		t.Fatal(err)
+	}
+	return client, dead
+}
+
+// A traced packet stops at the proxy's listener, but its trace shows what the proxier
+// last did for that client and service: the dead endpoint it tried, the failed dial
+// and the retry that took the connection. A client the proxier never served gets no
+// such notes.
+func TestUserspaceModeTraceShowsRetries(t *testing.T) {
+	c := userspaceCluster(t, UserspaceConfig{})
+	client, dead := usKillWeb1(t, c)
+	other, err := c.CreatePod(service.NewPod("default/other", service.OnNode("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeA := c.Node("node-a")
+	vip := vipOf(t, c, "my-service", 80)
+	var retried userspace.Decision
+	for i := 0; i < 3 && retried.Seq == 0; i++ { // round robin over three: one turn is the dead one's
+		ask(t, client.Net(), vip.String())
+		if d := usLastDecision(t, nodeA); d.Retries() > 0 {
+			retried = d
+		}
+	}
+	if retried.Seq == 0 {
+		t.Fatalf("no connection was retried: %v", UserspaceDecisions(nodeA))
+	}
+	trace := func(from string) string {
+		t.Helper()
+		rs, err := c.Probe(netsim.Probe{From: from, Proto: netsim.ProtoTCP, Dst: vip, Trace: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rs) != 1 || rs[0].Trace == nil {
+			t.Fatalf("want one traced outcome, got %v", rs)
+		}
+		return rs[0].Trace.String()
+	}
+	text := trace("pod:" + client.Key())
+	if testing.Verbose() {
+		t.Logf("trace:\n%s", text)
+	}
+	for _, w := range []string{
+		fmt.Sprintf("the proxier's last decision for client %v on default/my-service:http (#%d)", client.IP(), retried.Seq),
+		"2 attempt(s), 1 retry(ies)",
+		"attempt 1: tried " + dead + " (round robin",
+		"the dial failed: ",
+		"attempt 2: retried with " + retried.Endpoint + " (round robin",
+		"the dial succeeded",
+		"→ " + retried.Endpoint + " took the connection, seeing the client as " + retried.Source.String(),
+	} {
+		if !strings.Contains(text, w) {
+			t.Errorf("the trace lacks %q:\n%s", w, text)
+		}
+	}
+	if text := trace("pod:" + other.Key()); strings.Contains(text, "last decision") || !strings.Contains(text, "redirected to the userspace proxy listener") {
+		t.Errorf("a client the proxier never served: want the listener note and no decision:\n%s", text)
 	}
 }
 
