@@ -306,3 +306,78 @@ func TestClusterDNSStaleUDPConntrack(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterDNSBackToBackQueriesShareConntrack: the stub sends A and AAAA
+// back to back from one UDP socket, as glibc does. On a real node the
+// second packet can race the first through conntrack (both NEW on two CPUs,
+// DNATed to different kube-dns endpoints, the second losing the insert and
+// being dropped: the reason for options single-request-reopen and use-vc).
+// netsim takes one packet at a time through a node, from its conntrack step
+// to its confirmation, so the second packet always finds the first's
+// confirmed entry and follows it to the same DNS pod: the insert race does
+// not happen here. This test pins that down (every A/AAAA pair reaches one
+// DNS pod from one client port, over many lookups that spread over both
+// pods), and shows single-request-reopen's separate sockets: each query is a
+// connection of its own, free to reach either pod.
+func TestClusterDNSBackToBackQueriesShareConntrack(t *testing.T) {
+	c := simCluster(t, nil, "node-a", "node-b", "node-c")
+	cd := installDNS(t, c, ClusterDNSOptions{})
+	mustApply(t, c, service.NewService("default/my-service", service.Selector("app=web"), service.Port("http", 80, 8080)))
+	mustPod(t, c, service.NewPod("default/plain", service.OnNode("node-c")))
+	reopenPod := service.NewPod("default/reopen", service.OnNode("node-c"))
+	reopenPod.Spec.DNSConfig = &corev1.PodDNSConfig{Options: []corev1.PodDNSConfigOption{{Name: "single-request-reopen"}}}
+	mustPod(t, c, reopenPod)
+
+	// byClient runs n lookups of an FQDN (one A+AAAA exchange each) and
+	// returns the queries the DNS pods received, by client address and port.
+	byClient := func(pod string, n int) map[netip.AddrPort][]ServerQuery {
+		t.Helper()
+		cd.ResetLogs()
+		r := cd.Resolver("default", pod)
+		for i := 0; i < n; i++ {
+			if _, err := r.NetResolver().LookupHost(simCtx(t), "my-service.default.svc.cluster.local."); err != nil {
+				t.Fatalf("%s: lookup %d: %v", pod, i, err)
+			}
+		}
+		out := map[netip.AddrPort][]ServerQuery{}
+		total := 0
+		for _, q := range cd.ServerLog() {
+			if strings.HasPrefix(q.Server, "kube-system/") {
+				out[q.Client] = append(out[q.Client], q)
+				total++
+			}
+		}
+		if total != 2*n {
+			t.Fatalf("%s: %d queries at the DNS pods, want %d: %v", pod, total, 2*n, cd.ServerLog())
+		}
+		return out
+	}
+
+	const n = 24
+	servers := map[string]bool{}
+	plain := byClient("plain", n)
+	if len(plain) != n {
+		t.Errorf("plain: queries from %d client ports, want %d (one socket a lookup)", len(plain), n)
+	}
+	for client, qs := range plain {
+		servers[qs[0].Server] = true
+		if len(qs) != 2 || qs[0].Type == qs[1].Type || qs[0].Server != qs[1].Server {
+			t.Errorf("back-to-back A and AAAA from %s: %v, want both at one DNS pod", client, qs)
+		}
+	}
+	if len(servers) != 2 {
+		t.Errorf("%d lookups reached the DNS pods %v, want both (the proxy's random choice per connection)", n, servers)
+	}
+
+	reopen := byClient("reopen", n)
+	if len(reopen) != 2*n {
+		t.Errorf("single-request-reopen: queries from %d client ports, want %d (a socket a query)", len(reopen), 2*n)
+	}
+	servers = map[string]bool{}
+	for _, qs := range reopen {
+		servers[qs[0].Server] = true
+	}
+	if len(servers) != 2 {
+		t.Errorf("single-request-reopen: the queries reached %v, want both DNS pods", servers)
+	}
+}
