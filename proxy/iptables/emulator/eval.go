@@ -668,7 +668,11 @@ func (c *evalCtx) traverse(t *Table, hook Hook) TableResult {
 			c.setVerdict(step, "NOTRACK")
 		case *UnknownTarget:
 			if tg.notrack() {
+				// The CT target returns XT_CONTINUE; with --notrack its other
+				// options do not matter (xt_ct_tg_check sets no template).
 				c.pkt.CT.State = CTUntracked
+				c.setVerdict(step, "CT --notrack (the packet is untracked, continues)")
+				continue
 			}
 			if tg.passThrough() {
 				if step >= 0 {

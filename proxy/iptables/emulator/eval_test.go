@@ -342,8 +342,13 @@ COMMIT
 `)
 		for _, port := range []string{"53", "54"} {
 			p := pkt("udp 10.0.0.1:5 192.168.0.2:" + port)
-			if hr := e.EvalHook(env, Prerouting, p, nil); hr.Verdict != Accept {
+			pre := &Trace{}
+			if hr := e.EvalHook(env, Prerouting, p, pre); hr.Verdict != Accept {
 				t.Fatalf("PREROUTING: %v", hr.Verdict)
+			}
+			want := map[string]string{"53": "=> NOTRACK", "54": "=> CT --notrack (the packet is untracked, continues)"}[port]
+			if !strings.Contains(pre.String(), want) || strings.Contains(pre.String(), "not emulated") {
+				t.Errorf("port %s: raw PREROUTING trace does not say %q:\n%s", port, want, pre)
 			}
 			tr := &Trace{}
 			hr := e.EvalHook(env, Input, p, tr)
