@@ -40,6 +40,8 @@
 //
 // A proxy is anything that makes a netsim.ProxyFactory from a case's ClusterSpec
 // (ProxyFor): kube-proxy's modes through KubeProxy, or your own handlers on each node.
+// The package's example runs the loop on one drawn case without rapid.Check, and
+// examples/property is a whole program built on the kit.
 //
 // # What is generated
 //
@@ -55,7 +57,8 @@
 // ready, not ready, or terminating; client pods; external hosts inside and outside the
 // source ranges. Then steps: pods deleted or flipping readiness, services deleted or
 // turned ExternalName, the clock advanced, and, with Options.Faults, partitions, dead
-// nodes, paused proxies and lossy links. Everything is valid by construction (a test
+// nodes, paused proxies and lossy links; with Options.NoHairpin, nodes whose bridge has
+// hairpin mode off (a misconfiguration the invariants catch). Everything is valid by construction (a test
 // runs service.Validate over it) and small by default; shrinking goes toward one node,
 // one ClusterIP service on 80/TCP, no pods.
 //

@@ -38,6 +38,9 @@ type Options struct {
 	// NodePortAddresses fixes --nodeport-addresses (use []string{} for "all addresses");
 	// nil draws it.
 	NodePortAddresses []string
+	// NoHairpin builds every cluster with the bridge's hairpin mode off
+	// (ClusterSpec.NoHairpin), a node misconfiguration the invariants catch.
+	NoHairpin bool
 }
 
 func (o Options) withDefaults() Options {
@@ -134,6 +137,7 @@ func drawCluster(t *rapid.T, o Options) ClusterSpec {
 		c.LoadBalancerMode = rapid.SampledFrom([]string{"nodeport", "vip"}).Draw(t, "loadBalancerMode")
 	}
 	c.Seed = rapid.Uint64Range(1, 1000).Draw(t, "seed")
+	c.NoHairpin = o.NoHairpin
 	return c
 }
 

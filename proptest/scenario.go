@@ -25,7 +25,7 @@ const MaxReproduced = 3
 
 // Scenario writes the world's case as a scenario file that `clusterlab run` replays:
 // the cluster (seed, nodes, --nodeport-addresses, the load balancer's mode, external
-// hosts, proxy mode), the objects as they were created (with the cluster IPs, node
+// hosts, proxy mode, hairpin mode when off), the objects as they were created (with the cluster IPs, node
 // ports and load-balancer IPs this run allocated pinned, so the replay sees the same
 // addresses), the terminations and the case's steps, and then, for the first
 // violations in err, the traffic that showed them with expectations that hold when the
@@ -58,6 +58,10 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 			DNS:              "off",
 			Proxy:            scenario.Proxy{Mode: mode, NodePortAddresses: c.Cluster.NodePortAddresses},
 		},
+	}
+	if c.Cluster.NoHairpin {
+		off := false
+		s.Cluster.NodeSettings = &scenario.NodeSettings{Hairpin: &off}
 	}
 	if s.Cluster.Seed == 0 {
 		s.Description += "(the case's seed 0 replays as seed 1)\n"

@@ -42,6 +42,10 @@ type ClusterSpec struct {
 	LoadBalancerMode string
 	// Seed seeds the simulation (iptables probabilities, ports).
 	Seed uint64
+	// NoHairpin turns the bridge's hairpin mode off on every node (kubelet
+	// --hairpin-mode=none): a pod then cannot reach itself through its own Service.
+	// Generators never draw it; Options.NoHairpin sets it.
+	NoHairpin bool
 }
 
 // NodeSpec is one node.

@@ -90,7 +90,13 @@ func Build(c *Case, proxyFor ProxyFor) (*World, error) {
 		cfg.ServiceCIDRs = append(cfg.ServiceCIDRs, ServiceCIDR6)
 	}
 	for _, n := range c.Cluster.Nodes {
-		cfg.Nodes = append(cfg.Nodes, netsim.NodeConfig{Name: n.Name, Zone: n.Zone})
+		nc := netsim.NodeConfig{Name: n.Name, Zone: n.Zone}
+		if c.Cluster.NoHairpin {
+			st := netsim.DefaultNodeSettings()
+			st.Hairpin = false
+			nc.Settings = &st
+		}
+		cfg.Nodes = append(cfg.Nodes, nc)
 	}
 	cl, err := netsim.New(cfg)
 	if err != nil {
