@@ -86,6 +86,9 @@ func TestMatches(t *testing.T) {
 		{"addrtype LOCAL", []string{"-m addrtype --src-type LOCAL -j DROP", "-m addrtype ! --dst-type LOCAL -j DROP", "-m addrtype --dst-type LOCAL,BROADCAST -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil, "ACCEPT@3"},
 		{"addrtype loopback and multicast", []string{"-m addrtype --dst-type MULTICAST -j DROP", "-m addrtype --dst-type LOCAL -j ACCEPT"}, pkt("tcp 10.0.0.1:5 127.0.0.1:80"), nil, "ACCEPT@2"},
 		{"addrtype UNICAST", []string{"-m addrtype --dst-type UNICAST -j ACCEPT"}, pkt("tcp 10.0.0.1:5 8.8.8.8:80"), nil, "ACCEPT@1"},
+		// IPv4's inet_dev_addr_type answers BROADCAST for 0.0.0.0/8 (ipv4_is_zeronet), never UNSPEC.
+		{"addrtype IPv4 zero network is BROADCAST", []string{"-m addrtype --src-type UNSPEC -j DROP", "-m addrtype --src-type BROADCAST -j ACCEPT"}, pkt("udp 0.0.0.0:68 255.255.255.255:67"), nil, "ACCEPT@2"},
+		{"addrtype IPv6 unspecified is UNSPEC", []string{"-m addrtype --src-type UNSPEC -j ACCEPT"}, pkt("udp [::]:546 [ff02::1:2]:547"), nil, "ACCEPT@1"},
 		// --limit-iface-in: LOCAL only for an address on the packet's input interface
 		// (the environment puts 10.96.0.10 on kube-ipvs0 and 172.18.0.2 on eth0).
 		{"addrtype --limit-iface-in: address of another interface is UNICAST", []string{"-m addrtype --dst-type LOCAL --limit-iface-in -j DROP", "-m addrtype --dst-type UNICAST --limit-iface-in -j ACCEPT"}, pkt("tcp 10.0.0.1:5 10.96.0.10:80"), func(p *Packet) { p.InIface = "eth0" }, "ACCEPT@2"},

@@ -293,10 +293,13 @@ type IfaceAddrer interface {
 }
 
 // ClassifyAddr returns the address type of addr given the node's local addresses: LOCAL
-// for one of them or a loopback address, MULTICAST, BROADCAST (255.255.255.255), UNSPEC
-// (the unspecified address), UNICAST otherwise. It is the usual AddrType for an Env.
+// for one of them or a loopback address, MULTICAST, BROADCAST (255.255.255.255, and
+// 0.0.0.0/8 as the kernel's inet_dev_addr_type answers for IPv4), UNSPEC (IPv6's
+// unspecified address), UNICAST otherwise. It is the usual AddrType for an Env.
 func ClassifyAddr(addr netip.Addr, local func(netip.Addr) bool) AddrType {
 	switch {
+	case addr.Is4() && addr.As4()[0] == 0:
+		return AddrBroadcast // ipv4_is_zeronet
 	case !addr.IsValid() || addr.IsUnspecified():
 		return AddrUnspec
 	case addr.IsLoopback() || (local != nil && local(addr)):
