@@ -184,6 +184,9 @@ func TestByDesignDifferences(t *testing.T) {
 		{"no endpoints", newHand(1).service(web("default/web")).pod("default/client", "node-a", "", ""),
 			[]string{"userspace-never-rejects"}},
 		{"an endpoint nobody answers at", dead, []string{"userspace-hides-endpoint-failures"}},
+		{"a pod to a cluster IP, its endpoint on another node", newHand(2).service(web("default/web")).
+			pod("default/web-0", "node-b", "web", "", 8080).pod("default/client", "node-a", "", ""),
+			[]string{"userspace-backends-see-the-node"}},
 		{"only a serving terminating endpoint", newHand(1).service(web("default/web")).
 			pod("default/web-0", "node-a", "web", proptest.PodTerminating, 8080).pod("default/client", "node-a", "", ""),
 			[]string{"userspace-ready-endpoints-only"}},

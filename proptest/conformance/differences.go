@@ -122,6 +122,18 @@ var Differences = []Difference{
 		},
 	},
 	{
+		Name: "userspace-backends-see-the-node", Mode: "userspace",
+		Doc: "The userspace proxy is a program on the node that accepts the client's " +
+			"connection and opens its own to the endpoint, so every backend sees an address " +
+			"of the node (its IP, or its bridge address toward its own pods) as the client. " +
+			"The iptables mode only DNATs, and masquerades where its rules say so: a pod's " +
+			"traffic to a cluster IP, or outside traffic under externalTrafficPolicy Local, " +
+			"reaches the backend with the client's own address.",
+		Explains: func(_ *proptest.World, m Mismatch) bool {
+			return m.Got.Class == Answered && m.Got.Seen == SeenNode && m.Ref.AnsweredBy(m.Got.Backend)
+		},
+	},
+	{
 		Name: "userspace-ready-endpoints-only", Mode: "userspace",
 		Doc: "The userspace mode (removed in Kubernetes 1.26) balances over ready endpoints " +
 			"only; the iptables mode falls back to serving terminating endpoints when a " +

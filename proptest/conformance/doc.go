@@ -19,8 +19,7 @@
 //	Mismatch: an outcome the reference cannot give ──Explain──▶ Differences
 //
 // An outcome matches when the reference allows its class and, for an answer, the same
-// backend seeing the source the same way (modes that terminate connections are not held
-// to the source: their backends see the node by design). A mismatch that a by-design
+// backend seeing the source the same way. A mismatch that a by-design
 // difference explains is counted under its name (Comparison.Named); the others are
 // Unexplained and fail the suite. Differences lists each difference with the facts
 // behind it: the IPVS mode rejecting other ports of service IPs (KUBE-IPVS-FILTER),
@@ -28,7 +27,8 @@
 // policy finds none (kubernetes#97081), applying externalTrafficPolicy to pods, leaving
 // node ports outside --nodeport-addresses closed, and masquerading hairpin traffic only
 // for local endpoints (KUBE-LOOP-BACK); the userspace mode never rejecting, hiding
-// endpoint failures behind its own connection, using ready endpoints only, ignoring
+// endpoint failures behind its own connection, its backends seeing the node instead of
+// the client, using ready endpoints only, ignoring
 // traffic policies, not redirecting pods' external-IP traffic, serving node ports on
 // every address, and answering a UDP client on 127.0.0.1 from the wrong address.
 // TestByDesignDifferences shows each on a small case.
