@@ -46,6 +46,20 @@ type Mismatch struct {
 	Got Outcome
 	// Differences name the by-design differences that explain it (none: unexplained).
 	Differences []string
+	// Scope, when set, says the mismatch is in the scope of ClientIP affinity: the
+	// reference pinned the client to one backend across several flows, and the mode
+	// answered this flow from another backend than it answered Scope.Other from.
+	Scope *AffinityScope
+}
+
+// AffinityScope is where ClientIP affinity held in the reference but not in a mode.
+type AffinityScope struct {
+	// Pinned is the backend the reference kept the client on, for every flow of the
+	// scope (AffinityScopes).
+	Pinned string
+	// Other is an earlier flow of the scope, which the mode answered from OtherBackend.
+	Other        Flow
+	OtherBackend string
 }
 
 // Explained reports whether a by-design difference accounts for the mismatch.
@@ -53,6 +67,10 @@ func (m Mismatch) Explained() bool { return len(m.Differences) > 0 }
 
 func (m Mismatch) String() string {
 	s := fmt.Sprintf("%s\n    %s: %s\n    %s: %s", m.Flow, Reference.Name, m.Ref, m.Mode, m.Got)
+	if m.Scope != nil {
+		s += fmt.Sprintf("\n    affinity: %s pinned the client to %s for this flow and %s; %s answered that one from %s",
+			Reference.Name, m.Scope.Pinned, m.Scope.Other, m.Mode, m.Scope.OtherBackend)
+	}
 	if m.Explained() {
 		s += "\n    by design: " + strings.Join(m.Differences, ", ")
 	}
@@ -134,14 +152,17 @@ func Compare(c *proptest.Case, modes ...Mode) (*Comparison, error) {
 			return nil, fmt.Errorf("%s: %w", Reference.Name, err)
 		}
 	}
+	scopes := AffinityScopes(flows)
 	for _, m := range modes {
 		w := cmp.Worlds[m.Name]
+		gots := make([]Observation, len(flows))
 		for i, f := range flows {
 			got, err := Observe(w, f, Attempts)
 			if err != nil {
 				cmp.Close()
 				return nil, fmt.Errorf("%s: %w", m.Name, err)
 			}
+			gots[i] = got
 			var first *Mismatch
 			for _, a := range got.Attempts {
 				if refObs[i].has(a, false) {
@@ -165,8 +186,123 @@ func Compare(c *proptest.Case, modes ...Mode) (*Comparison, error) {
 				cmp.Unexplained = append(cmp.Unexplained, *first)
 			}
 		}
+		for _, g := range scopes {
+			mm := scopeMismatch(m.Name, flows, g, refObs, gots)
+			if mm == nil {
+				continue
+			}
+			mm.Differences = Explain(ref, *mm)
+			if mm.Explained() {
+				for _, d := range mm.Differences {
+					cmp.Named[d]++
+				}
+				cmp.Explained = append(cmp.Explained, *mm)
+			} else {
+				cmp.Unexplained = append(cmp.Unexplained, *mm)
+			}
+		}
 	}
 	return cmp, nil
+}
+
+// AffinityScopes groups the flows (indexes into flows) that kube-proxy's iptables mode
+// pins to one endpoint together under ClientIP affinity: its recent lists are per
+// service port (one per endpoint chain, shared by the cluster IP, external IPs and node
+// ports of the port) and per node, keyed by the client's address. So a scope is the
+// flows of a service port with ClientIP affinity from one client address whose
+// endpoints are chosen by the same node's rules (the client's node; a node port's
+// node) among the same endpoints (a traffic policy may give another set). Only scopes
+// of two or more flows are returned; load-balancer flows (whose node the cloud load
+// balancer picks) are left out.
+func AffinityScopes(flows []Flow) [][]int {
+	byKey := map[string][]int{}
+	var keys []string
+	for i, f := range flows {
+		if f.View.Affinity() <= 0 {
+			continue
+		}
+		node := f.Node
+		switch f.Kind {
+		case KindClusterIP, KindExternalIP:
+		case KindNodePort, KindLocalhostNodePort:
+			node = f.EntryNode
+		default:
+			continue
+		}
+		var eps []string
+		for _, e := range expectation(f).Endpoints {
+			eps = append(eps, e.Addr.String())
+		}
+		sort.Strings(eps)
+		k := fmt.Sprintf("%s|%s|%s|%s", f.Client, node, f.View.Key(), strings.Join(eps, ","))
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	var out [][]int
+	for _, k := range keys {
+		if len(byKey[k]) > 1 {
+			out = append(out, byKey[k])
+		}
+	}
+	return out
+}
+
+// scopeMismatch holds a mode to the reference's affinity over one scope: when the
+// reference answered every attempt of two or more of its flows from one backend, a mode
+// that answered each of two flows of the scope from a single backend, but not the same
+// one, gives a Mismatch with Scope set (a mode that does not keep a client on one
+// backend within a flow is proptest's client-ip-affinity invariant's business).
+func scopeMismatch(mode string, flows []Flow, g []int, refObs, gots []Observation) *Mismatch {
+	pinned, answered := "", 0
+	for _, i := range g {
+		n := 0
+		for _, a := range refObs[i].Attempts {
+			if a.Class != Answered {
+				continue
+			}
+			if pinned != "" && a.Backend != pinned {
+				return nil
+			}
+			pinned, n = a.Backend, n+1
+		}
+		if n > 0 {
+			answered++
+		}
+	}
+	if answered < 2 {
+		return nil
+	}
+	other, otherBackend := -1, ""
+	for _, i := range g {
+		b, ok := onlyBackend(gots[i])
+		if !ok {
+			continue
+		}
+		if other < 0 {
+			other, otherBackend = i, b
+			continue
+		}
+		if b != otherBackend {
+			got := gots[i].Attempts[0]
+			return &Mismatch{Flow: flows[i], Mode: mode, Ref: refObs[i], Got: got,
+				Scope: &AffinityScope{Pinned: pinned, Other: flows[other], OtherBackend: otherBackend}}
+		}
+	}
+	return nil
+}
+
+// onlyBackend returns the one backend that answered every attempt of an observation.
+func onlyBackend(o Observation) (string, bool) {
+	b := ""
+	for _, a := range o.Attempts {
+		if a.Class != Answered || b != "" && a.Backend != b {
+			return "", false
+		}
+		b = a.Backend
+	}
+	return b, b != ""
 }
 
 // sameAddresses checks that every world allocated the same cluster IPs, node ports

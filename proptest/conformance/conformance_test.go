@@ -187,6 +187,11 @@ func TestByDesignDifferences(t *testing.T) {
 		{"a pod to a cluster IP, its endpoint on another node", newHand(2).service(web("default/web")).
 			pod("default/web-0", "node-b", "web", "", 8080).pod("default/client", "node-a", "", ""),
 			[]string{"userspace-backends-see-the-node"}},
+		{"ClientIP affinity, pods to the cluster IP and the external IP", newHand(2).service(web("default/web", service.ClientIPAffinity(0),
+			service.NodePort(), service.ExternalIPs("192.0.2.10"), service.ExternalTrafficPolicy(corev1.ServiceExternalTrafficPolicyLocal))).
+			pod("default/web-0", "node-a", "web", "", 8080).pod("default/web-1", "node-b", "web", "", 8080).pod("default/web-2", "node-b", "web", "", 8080).
+			pod("default/client", "node-a", "", "").pod("default/client-1", "node-b", "", ""),
+			[]string{"ipvs-affinity-per-virtual-server"}},
 		{"only a serving terminating endpoint", newHand(1).service(web("default/web")).
 			pod("default/web-0", "node-a", "web", proptest.PodTerminating, 8080).pod("default/client", "node-a", "", ""),
 			[]string{"userspace-ready-endpoints-only"}},
@@ -218,6 +223,63 @@ func TestByDesignDifferences(t *testing.T) {
 		if !covered[d.Name] {
 			t.Errorf("no case shows %s", d.Name)
 		}
+	}
+}
+
+// TestAffinityScopeIsHeld: a client the iptables mode pins to one endpoint through a
+// cluster IP and an external IP must stay on one endpoint across both under another
+// mode. The iptables mode run as a second mode holds it; IPVS does not (it pins per
+// virtual server), and without the differences that name it the comparison fails with
+// scope mismatches.
+func TestAffinityScopeIsHeld(t *testing.T) {
+	h := newHand(2).service(service.NewService("default/web", service.Selector("app=web"), service.Port("", 80, 8080), service.ClientIPAffinity(0),
+		service.ExternalIPs("192.0.2.10"), service.NodePort(), service.ExternalTrafficPolicy(corev1.ServiceExternalTrafficPolicyLocal))).
+		pod("default/web-0", "node-a", "web", "", 8080).pod("default/web-1", "node-b", "web", "", 8080).pod("default/web-2", "node-b", "web", "", 8080).
+		pod("default/client", "node-a", "", "").pod("default/client-1", "node-b", "", "")
+	again := Reference
+	again.Name = "iptables-again"
+	cmp, err := Compare(h.c, again)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scopes := AffinityScopes(Flows(cmp.Worlds[Reference.Name]))
+	cmp.Close()
+	if len(scopes) == 0 {
+		t.Fatal("no affinity scopes: every pod's cluster IP and external IP flows should make one")
+	}
+	if len(cmp.Unexplained)+len(cmp.Explained) > 0 {
+		t.Errorf("the iptables mode differs from itself: %s", cmp.Summary())
+	}
+
+	// Unname the difference, and the external policy one that also explains the
+	// external IP's virtual server holding only the node's endpoints.
+	var kept []Difference
+	for _, d := range Differences {
+		if d.Name != "ipvs-affinity-per-virtual-server" && d.Name != "ipvs-external-policy-applies-to-pods" {
+			kept = append(kept, d)
+		}
+	}
+	saved := Differences
+	Differences = kept
+	defer func() { Differences = saved }()
+	cmp, err = Compare(h.c, KubeProxyMode(kubeproxy.IPVS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cmp.Close()
+	n := 0
+	for _, m := range cmp.Unexplained {
+		if m.Scope == nil {
+			continue // the external policy's own mismatches
+		}
+		n++
+		t.Logf("%s", m)
+		if m.Scope.OtherBackend == m.Got.Backend || m.Scope.Other.From != m.Flow.From || m.Scope.Other.Dst == m.Flow.Dst {
+			t.Errorf("a scope mismatch should name the same client's other flow, answered from another backend: %s", m)
+		}
+	}
+	if n == 0 {
+		t.Errorf("IPVS pinning per virtual server went unnoticed: %s", cmp.Summary())
 	}
 }
 

@@ -113,6 +113,20 @@ var Differences = []Difference{
 		},
 	},
 	{
+		Name: "ipvs-affinity-per-virtual-server", Mode: "ipvs",
+		Doc: "ClientIP affinity: the iptables mode keeps its recent lists per service port " +
+			"(one per endpoint chain, shared by the port's cluster IP, external IPs and node " +
+			"ports), so a client pinned through the cluster IP stays on that endpoint through " +
+			"the external IP too. The IPVS mode gives each address its own virtual server " +
+			"with its own persistence, so the client is pinned separately at each and may " +
+			"land on different endpoints (a pod's external-IP traffic under " +
+			"externalTrafficPolicy Local, whose virtual server has only the node's " +
+			"endpoints, often does).",
+		Explains: func(_ *proptest.World, m Mismatch) bool {
+			return m.Scope != nil && m.Scope.Other.Dst != m.Flow.Dst && m.Got.Class == Answered
+		},
+	},
+	{
 		Name: "userspace-never-rejects", Mode: "userspace",
 		Doc: "A service port without endpoints: the iptables mode rejects new connections; " +
 			"the userspace mode's listener accepts a TCP connection and closes it, and " +

@@ -19,25 +19,30 @@
 //	Mismatch: an outcome the reference cannot give ──Explain──▶ Differences
 //
 // An outcome matches when the reference allows its class and, for an answer, the same
-// backend seeing the source the same way. A mismatch that a by-design
-// difference explains is counted under its name (Comparison.Named); the others are
-// Unexplained and fail the suite. Differences lists each difference with the facts
-// behind it: the IPVS mode rejecting other ports of service IPs (KUBE-IPVS-FILTER),
-// having no localhost node ports, falling back to cluster endpoints where a Local
-// policy finds none (kubernetes#97081), applying externalTrafficPolicy to pods, leaving
-// node ports outside --nodeport-addresses closed, and masquerading hairpin traffic only
-// for local endpoints (KUBE-LOOP-BACK); the userspace mode never rejecting, hiding
-// endpoint failures behind its own connection, its backends seeing the node instead of
-// the client, using ready endpoints only, ignoring
-// traffic policies, not redirecting pods' external-IP traffic, serving node ports on
-// every address, and answering a UDP client on 127.0.0.1 from the wrong address.
+// backend seeing the source the same way. A mismatch that a by-design difference
+// explains is counted under its name (Comparison.Named); the others are Unexplained and
+// fail the suite. Differences lists each difference with the facts behind it: the IPVS
+// mode rejecting other ports of service IPs (KUBE-IPVS-FILTER), having no localhost
+// node ports, falling back to cluster endpoints where a Local policy finds none
+// (kubernetes#97081), applying externalTrafficPolicy to pods, leaving node ports outside
+// --nodeport-addresses closed, masquerading hairpin traffic only for local endpoints
+// (KUBE-LOOP-BACK), and pinning ClientIP affinity per virtual server; the userspace mode
+// never rejecting, hiding endpoint failures behind its own connection, its backends
+// seeing the node instead of the client, using ready endpoints only, ignoring traffic
+// policies, not redirecting pods' external-IP traffic, serving node ports on every
+// address, and answering a UDP client on 127.0.0.1 from the wrong address.
 // TestByDesignDifferences shows each on a small case.
 //
-// What the comparison does not hold modes to: which endpoint a random or round-robin
-// choice picks (any endpoint the reference can reach will do), and the scope of
-// ClientIP affinity (iptables pins a client per service port, IPVS per virtual server,
-// so the same client may be pinned to different endpoints through a cluster IP and an
-// external IP; each mode's own stickiness is proptest's client-ip-affinity invariant).
+// ClientIP affinity is held across flows: where the reference keeps a client on one
+// endpoint over the flows of an affinity scope (AffinityScopes: the client's flows to
+// one service port's cluster IP, external IPs and node ports whose endpoints the same
+// node's rules pick among the same endpoints, since iptables' recent lists are per
+// service port and node), a mode that answers two of them from different endpoints
+// gives a Mismatch with its Scope set, counted besides the per-flow ones. IPVS pins per
+// virtual server (ipvs-affinity-per-virtual-server). What the comparison does not hold
+// modes to: which endpoint a random or round-robin choice picks (any endpoint the
+// reference can reach will do), and stickiness within one flow (proptest's
+// client-ip-affinity invariant checks each mode's own).
 //
 // Property wraps Compare for rapid; a failure logs the case, the mismatches and a
 // scenario file (Comparison.Scenario) that `clusterlab run --modes iptables,MODE FILE`
