@@ -14,6 +14,9 @@ type penv struct {
 	trace *Trace
 	dry   bool
 	t     time.Time // the virtual time, read once per packet
+	// delay adds up a probe's time on links (latency and jitter): shared by the copies
+	// nodeEnv makes; nil outside probes.
+	delay *time.Duration
 }
 
 func (e *penv) now(n *Node) time.Time {

@@ -75,7 +75,10 @@
 // a UDP request and reply) through the same datapath code, synchronously and without
 // apps: their outcomes are a pure function of the seed, the state and the probe. With
 // AllBranches a probe follows every outcome of every choice point and reports each with
-// its probability, changing nothing. Real netstack traffic is concurrent, so tests check
+// its probability, changing nothing. A probe adds up the configured latency (and jitter,
+// drawn from the link's seeded source) of the links it crosses; an answer that comes
+// later than Probe.Timeout (default 1 s, the kernel's first SYN retransmission) is
+// ResultTimedOut. Real netstack traffic is concurrent, so tests check
 // its outcomes (who answered, what source it saw, conntrack contents), not its bytes.
 //
 // The cloud load balancer health-checks nodes for externalTrafficPolicy Local services

@@ -220,31 +220,43 @@ func (l *Link) flush(c *Cluster) {
 }
 
 // probeLost decides whether a probe's packet is lost on the link: a choice point when the
-// probe explores all branches, a draw from the link's seeded source otherwise.
+// probe explores all branches, a draw from the link's seeded source otherwise. A packet
+// that crosses adds the link's latency to the probe's delay, and a jitter drawn from the
+// link's source (none when exploring all branches: draws would change state).
 func (l *Link) probeLost(env *penv) bool {
 	if l == nil {
 		return false
 	}
 	l.mu.Lock()
-	loss := l.f.Loss
+	f := l.f
 	l.mu.Unlock()
-	if loss <= 0 {
-		return false
-	}
-	if pc, ok := env.ch.(*pathChooser); ok {
-		lost := pc.chance(loss)
+	if f.Loss > 0 {
+		var lost bool
+		if pc, ok := env.ch.(*pathChooser); ok {
+			lost = pc.chance(f.Loss)
+		} else {
+			l.mu.Lock()
+			lost = l.rng.Float64() < f.Loss
+			l.mu.Unlock()
+		}
 		if lost {
 			env.step(TraceStep{Kind: StepFault, Detail: "lost on link " + l.name})
+			return true
 		}
-		return lost
 	}
-	l.mu.Lock()
-	lost := l.rng.Float64() < loss
-	l.mu.Unlock()
-	if lost {
-		env.step(TraceStep{Kind: StepFault, Detail: "lost on link " + l.name})
+	if env.delay != nil && (f.Latency > 0 || f.Jitter > 0) {
+		d := f.Latency
+		if _, explore := env.ch.(*pathChooser); f.Jitter > 0 && !explore {
+			l.mu.Lock()
+			d += time.Duration(l.rng.Int64N(int64(f.Jitter)))
+			l.mu.Unlock()
+		}
+		*env.delay += d
+		if env.trace != nil {
+			env.step(TraceStep{Kind: StepFault, Detail: fmt.Sprintf("delayed %s on link %s (%s in all)", d, l.name, *env.delay)})
+		}
 	}
-	return lost
+	return false
 }
 
 // Uplink returns the node's link to the cluster network, whose faults can be set.

@@ -1,6 +1,7 @@
 package netsim
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -77,5 +78,97 @@ func TestLinkFaultsAreSeeded(t *testing.T) {
 	}
 	if q := probes(8); p == q {
 		t.Errorf("seeds 7 and 8 gave the same probe losses: %s", p)
+	}
+}
+
+// Probes add up the links' latency and jitter on their way; an answer later than the
+// probe's timeout (default 1 s) is a distinct "timed out" outcome.
+func TestProbeTimeoutFromLinkLatency(t *testing.T) {
+	build := func() (*Cluster, *Pod) {
+		c := newTestCluster(t, threeNodes())
+		startPod(t, c, "node-a", "default/client")
+		return c, startPod(t, c, "node-b", "default/web", 80)
+	}
+	c, web := build()
+	dst := netip.AddrPortFrom(web.IP(), 80)
+	probe := func(c *Cluster, mode ProbeMode, timeout time.Duration) ProbeResult {
+		t.Helper()
+		r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst, Mode: mode, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := probe(c, ProbeConnect, 0); r.Result != ResultConnected || r.Delay != 0 {
+		t.Fatalf("without latency: %s delay %s", r.Outcome, r.Delay)
+	}
+	up := c.Node("node-a").Uplink()
+	up.SetFaults(LinkFaults{Latency: 10 * time.Second})
+	r := probe(c, ProbeConnect, 0)
+	if r.Result != ResultTimedOut || r.Delay != 10*time.Second || r.Pod != "default/web" || !strings.Contains(r.Reason, "timeout of 1s") {
+		t.Errorf("10 s uplink latency, default timeout: %s delay %s; want timed out after 10s", r.Outcome, r.Delay)
+	}
+	if r := probe(c, ProbeConnect, 20*time.Second); r.Result != ResultConnected || r.Delay != 10*time.Second {
+		t.Errorf("10 s latency, 20 s timeout: %s delay %s", r.Outcome, r.Delay)
+	}
+	if r := probe(c, ProbeConnect, -1); r.Result != ResultConnected {
+		t.Errorf("no timeout: %s", r.Outcome)
+	}
+	if r := probe(c, ProbePacket, 0); r.Result != ResultTimedOut || r.Delay != 10*time.Second {
+		t.Errorf("one packet, 10 s latency: %s delay %s", r.Outcome, r.Delay)
+	}
+	// Latency both ways adds up: 600 ms a way is 1.2 s for the handshake's answer.
+	up.SetFaults(LinkFaults{Latency: 300 * time.Millisecond})
+	back := c.Node("node-b").Uplink()
+	back.SetFaults(LinkFaults{Latency: 300 * time.Millisecond})
+	if r := probe(c, ProbeConnect, 0); r.Result != ResultConnected || r.Delay != 600*time.Millisecond {
+		t.Errorf("300 ms each way: %s delay %s", r.Outcome, r.Delay)
+	}
+	up.SetFaults(LinkFaults{Latency: 600 * time.Millisecond})
+	back.SetFaults(LinkFaults{Latency: 600 * time.Millisecond})
+	if r := probe(c, ProbeConnect, 0); r.Result != ResultTimedOut || r.Delay != 1200*time.Millisecond {
+		t.Errorf("600 ms each way: %s delay %s", r.Outcome, r.Delay)
+	}
+	// A refusal's way back counts too.
+	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 81), Mode: ProbeConnect}); r.Result != ResultTimedOut || !strings.Contains(r.Reason, "was: refused") {
+		t.Errorf("a refusal after 1.2 s: %s", r.Outcome)
+	}
+	// Exploring all branches: latency without jitter draws, outcome carries the delay.
+	up.SetFaults(LinkFaults{Latency: 2 * time.Second, Jitter: time.Second})
+	back.SetFaults(LinkFaults{})
+	rs, err := c.Probe(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst, AllBranches: true})
+	if err != nil || len(rs) != 1 || rs[0].Result != ResultTimedOut || rs[0].Delay != 2*time.Second {
+		t.Errorf("all branches: %v %v", rs, err)
+	}
+	// Jitter is drawn from the link's seeded source: with 0.9 s + [0, 0.2 s) some
+	// handshakes make the second and some do not, the same ones with the same seed.
+	run := func(c *Cluster) []string {
+		c.Node("node-a").Uplink().SetFaults(LinkFaults{Latency: 900 * time.Millisecond, Jitter: 200 * time.Millisecond})
+		var out []string
+		for i := 0; i < 40; i++ {
+			r := probe(c, ProbeConnect, 0)
+			if r.Delay < 900*time.Millisecond || r.Delay >= 1100*time.Millisecond {
+				t.Errorf("delay %s outside [0.9 s, 1.1 s)", r.Delay)
+			}
+			if (r.Result == ResultTimedOut) != (r.Delay > time.Second) {
+				t.Errorf("%s after %s", r.Result, r.Delay)
+			}
+			out = append(out, r.Result)
+		}
+		return out
+	}
+	c1, _ := build()
+	first := run(c1)
+	c2, _ := build()
+	if second := run(c2); strings.Join(first, ",") != strings.Join(second, ",") {
+		t.Errorf("same seed, different outcomes:\n%v\n%v", first, second)
+	}
+	n := strings.Count(strings.Join(first, ","), ResultTimedOut)
+	if n == 0 || n == len(first) {
+		t.Errorf("%d of %d timed out; want some of each", n, len(first))
+	}
+	js, _ := json.Marshal(rs[0].Outcome)
+	if !strings.Contains(string(js), `"result":"timed out"`) || !strings.Contains(string(js), `"delay":2000000000`) {
+		t.Errorf("JSON: %s", js)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"time"
 )
 
 // ProbeMode says how much of an exchange a probe plays.
@@ -42,7 +43,18 @@ type Probe struct {
 	Trace bool
 	// Payload of the packet (UDP datagram, TCP data in connect mode is not sent).
 	Payload []byte
+	// Timeout is how long the client waits, in virtual time spent on links (their
+	// configured latency and jitter): for the packet to arrive (ProbePacket), or for the
+	// reply or refusal to come back. Past it the outcome is ResultTimedOut. Zero means
+	// DefaultProbeTimeout; a negative Timeout waits for ever.
+	Timeout time.Duration
 }
+
+// DefaultProbeTimeout is a probe's default Timeout: 1 s, the kernel's initial
+// retransmission timeout (TCP_TIMEOUT_INIT, RFC 6298), after which a client's first SYN
+// is sent again, i.e. a handshake not answered within it did not complete at the first
+// try.
+const DefaultProbeTimeout = time.Second
 
 // Result kinds of a probe outcome.
 const (
@@ -52,6 +64,7 @@ const (
 	ResultRefused   = "refused"   // a RST or ICMP unreachable came back
 	ResultDropped   = "dropped"   // the packet (or the reply) vanished: the client would time out
 	ResultStolen    = "stolen"    // a handler took the packet
+	ResultTimedOut  = "timed out" // the packet or its answer took longer than the probe's Timeout on the links
 )
 
 // Outcome is where a probe ended.
@@ -71,6 +84,10 @@ type Outcome struct {
 	ReplyFrom netip.AddrPort `json:"reply_from,omitzero"`
 	// Reason explains drops and refusals.
 	Reason string `json:"reason,omitempty"`
+	// Delay is the virtual time the exchange spent on links (their latency and jitter)
+	// until the outcome reached the client: the packet's way (ProbePacket), or its way
+	// and the answer's.
+	Delay time.Duration `json:"delay,omitzero"`
 }
 
 // String renders the outcome in one line.
@@ -278,6 +295,36 @@ func (c *Cluster) ProbeOne(p Probe) (ProbeResult, error) {
 
 // runProbe plays one probe along one path.
 func (c *Cluster) runProbe(p Probe, from place, src netip.Addr, sport uint16, env *penv, ch chooser) ProbeResult {
+	r := c.runProbeWalks(p, from, src, sport, env, ch)
+	if env.delay == nil || *env.delay == 0 {
+		return r
+	}
+	switch r.Result {
+	case ResultDropped, ResultStolen:
+		return r
+	}
+	r.Delay = *env.delay
+	timeout := p.Timeout
+	if timeout == 0 {
+		timeout = DefaultProbeTimeout
+	}
+	if timeout > 0 && r.Delay > timeout {
+		what := "the answer"
+		if p.Mode == ProbePacket && r.Result == ResultDelivered {
+			what = "the packet"
+		}
+		r.Reason = fmt.Sprintf("%s took %s on the links, past the probe's timeout of %s (was: %s)", what, r.Delay, timeout, r.Result)
+		r.Result = ResultTimedOut
+	}
+	return r
+}
+
+// runProbeWalks plays the packets of one probe along one path; the delay on links adds
+// up in env.delay until the outcome is known at the client.
+func (c *Cluster) runProbeWalks(p Probe, from place, src netip.Addr, sport uint16, env *penv, ch chooser) ProbeResult {
+	if env.delay == nil {
+		env.delay = new(time.Duration)
+	}
 	nodeEnv := func(n *Node) *penv {
 		e := *env
 		if ch == nil {
@@ -370,7 +417,9 @@ func (c *Cluster) runProbe(p Probe, from place, src netip.Addr, sport uint16, en
 		out.Result = ResultReplied
 		return ProbeResult{Outcome: out}
 	}
-	// The final ACK.
+	// The final ACK: the client's connect has returned; its way does not count.
+	waited := *env.delay
+	defer func() { *env.delay = waited }()
 	ack := BuildTCP(TCPSegment{Src: srcAP, Dst: dst, Flags: TCPAck, Seq: isn + 1, Ack: (isn ^ 0x5a5a5a5a) + 1, WindowScale: -1})
 	apk, _ := ParsePacket(ack)
 	fin := c.walk(from, apk, env, nodeEnv)
