@@ -114,9 +114,11 @@
 // exchanges walked through the same datapath code real packets take, synchronously, so
 // that outcomes are a function of the seed and the state, and traces are rule-level.
 // via: netstack opens real sockets in the source's gVisor stack and talks to the
-// built-in whoami server (concurrent; only outcomes are checked), pumping the virtual
-// clock in 250 ms steps while it waits (retransmissions, latency; a dropped connection
-// waits 10 s of virtual time, a UDP one 3 s). In the userspace mode connect steps use
+// built-in whoami server, one connection at a time. While it waits, the virtual clock
+// moves only when the simulation has nothing left to do (netsim.Quiesce), and then to
+// the next timer (a retransmission, link latency, the userspace proxy's dial timeout), so
+// outcomes do not depend on how fast or loaded the machine is; a dropped connection
+// waits 10 s of virtual time, a UDP one 3 s. In the userspace mode connect steps use
 // netstack unless they say otherwise, because the proxy is a program on the node: a probe
 // stops at its listener.
 //

@@ -217,17 +217,23 @@ func seenText(m map[string]int, client netip.Addr) string {
 }
 
 // netstackAttempt makes one real connection (TCP: connect, send a line, read the whoami
-// answer; UDP: a datagram and its answer) and pumps the virtual clock while it waits, so
-// that retransmissions and link latency happen.
+// answer; UDP: a datagram and its answer) and moves the virtual clock while it waits, so
+// that retransmissions, link latency and the proxies' timeouts happen.
+//
+// The clock moves only once the simulation has nothing left to do (netsim.Quiesce: every
+// other goroutine blocked), and then to the next timer, never on wall time: an answer
+// that needs no timer never sees the clock move, however slow or loaded the machine. (It
+// used to move 250ms every 10ms of wall time; under CPU load that fired the userspace
+// proxy's first endpoint dial timeout, 250ms, in the middle of a healthy dial, and the
+// proxy retried on the next endpoint: the demo's round robin came out 31/30/29.)
 func (r *runner) netstackAttempt(ctx context.Context, n *netsim.Net, proto string, sport uint16, dst netip.AddrPort) attempt {
-	budget := 10 * time.Second // virtual time before the attempt counts as dropped
+	budget := netstackBudget // virtual time before the attempt counts as dropped
 	if proto == "udp" {
-		budget = 3 * time.Second
+		budget = netstackBudgetUDP
 	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan attempt, 1)
-	var conn net.Conn
 	connCh := make(chan net.Conn, 1)
 	go func() {
 		c, err := n.DialFrom(actx, proto, sport, dst.String())
@@ -261,32 +267,67 @@ func (r *runner) netstackAttempt(ctx context.Context, n *netsim.Net, proto strin
 		}
 		done <- a
 	}()
+	var conn net.Conn
+	poll := func() (attempt, bool) {
+		for {
+			select {
+			case a := <-done:
+				return a, true
+			case conn = <-connCh:
+			default:
+				return attempt{}, false
+			}
+		}
+	}
+	clock := r.c.Clock()
 	var waited time.Duration
-	for {
+	for steps := 0; ; steps++ {
+		if a, ok := poll(); ok {
+			return a
+		}
+		// Most answers need no timer and come within a few milliseconds: wait that
+		// long before the costlier look at every goroutine. (Wall time here only
+		// saves work; it never moves the virtual clock.)
 		select {
 		case a := <-done:
 			return a
-		case c := <-connCh:
-			conn = c
-			continue
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(2 * time.Millisecond):
 		}
-		if waited >= budget {
+		netsim.Quiesce()
+		if a, ok := poll(); ok {
+			return a
+		}
+		if waited >= budget || steps > 10000 || ctx.Err() != nil {
 			cancel()
 			if conn != nil {
 				conn.Close()
 			}
-			<-done
+			// The connection may have been handed over since the last look: close it
+			// too, or the reader waits on it for ever.
+			for waiting := true; waiting; {
+				select {
+				case <-done:
+					waiting = false
+				case c := <-connCh:
+					c.Close()
+				}
+			}
 			return attempt{result: netsim.ResultDropped, reason: fmt.Sprintf("no answer within %s", budget)}
 		}
-		r.c.Clock().Advance(pumpStep)
-		waited += pumpStep
+		step := budget - waited
+		if d, ok := clock.NextDeadline(); ok && d < step {
+			step = d
+		}
+		clock.Advance(step)
+		waited += step
 	}
 }
 
-// pumpStep is how far the virtual clock moves each time netstack traffic has waited 10 ms
-// of wall time without finishing (retransmission timers, link latency).
-const pumpStep = 250 * time.Millisecond
+// The virtual time a netstack attempt gets before it counts as dropped.
+const (
+	netstackBudget    = 10 * time.Second
+	netstackBudgetUDP = 3 * time.Second
+)
 
 func failed(err error) attempt {
 	switch {

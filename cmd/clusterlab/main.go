@@ -10,10 +10,15 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/spf13/cobra"
+	gvlog "gvisor.dev/gvisor/pkg/log"
 )
 
 // usageError marks errors caused by the caller's input; they exit with code 2.
@@ -42,7 +47,11 @@ Start with: clusterlab demo
 
 Exit codes, for every subcommand: 0 success; 1 a check or expectation failed, or the
 work itself failed (an address in use, a kernel call refused); 2 bad usage or bad
-input (an unknown command or flag, a file that does not parse). Errors go to stderr.`,
+input (an unknown command or flag, a file that does not parse). Errors go to stderr.
+
+The simulated network runs on gVisor's netstack, whose own log (warnings such as a
+listener's "handleListenSegment() failed" when a simulated connection is torn down)
+is about the simulation's internals; it is shown on stderr only with --netstack-log.`,
 	Example: `  clusterlab demo
   clusterlab run testdata/scenarios/quickstart.yaml
   clusterlab run --modes iptables,ipvs,userspace testdata/scenarios/session-affinity.yaml
@@ -84,12 +93,47 @@ func usageArgs(cmd *cobra.Command) {
 	}
 }
 
+// netstackLog is --netstack-log: whether gVisor's log reaches stderr.
+var netstackLog boolFlag
+
+// boolFlag is a boolean flag read atomically: netstack goroutines of an earlier run may
+// log while the flags of the next are parsed (in tests).
+type boolFlag struct{ atomic.Bool }
+
+func (b *boolFlag) String() string { return strconv.FormatBool(b.Load()) }
+func (b *boolFlag) Type() string   { return "bool" }
+func (b *boolFlag) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	b.Store(v)
+	return nil
+}
+
+// gvisorLog is gVisor's log target: it drops everything unless --netstack-log is on,
+// and then writes gVisor's usual lines to out.
+type gvisorLog struct{ out gvlog.Emitter }
+
+func newGvisorLog(w io.Writer) gvisorLog {
+	return gvisorLog{gvlog.GoogleEmitter{Writer: &gvlog.Writer{Next: w}}}
+}
+
+func (l gvisorLog) Emit(depth int, level gvlog.Level, ts time.Time, format string, v ...any) {
+	if netstackLog.Load() {
+		l.out.Emit(depth+1, level, ts, format, v...)
+	}
+}
+
 var setupOnce sync.Once
 
 // setupRoot finishes the command tree once every subcommand has registered itself.
 func setupRoot() {
 	setupOnce.Do(func() {
 		rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return badInput(err) })
+		gvlog.SetTarget(newGvisorLog(os.Stderr))
+		rootCmd.PersistentFlags().Var(&netstackLog, "netstack-log", "show gVisor netstack's own log (warnings about the simulation's internals) on stderr")
+		rootCmd.PersistentFlags().Lookup("netstack-log").NoOptDefVal = "true"
 		usageArgs(rootCmd)
 	})
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
+	gvlog "gvisor.dev/gvisor/pkg/log"
 )
 
 // TestExitCodes: scripts can rely on 2 for anything the caller typed wrong, for every
@@ -51,4 +54,29 @@ func TestEveryCommandHasExamples(t *testing.T) {
 		}
 	}
 	walk(rootCmd)
+}
+
+// TestNetstackLog: gVisor's own log (netstack's warnings) is routed through clusterlab
+// and shown only with --netstack-log.
+func TestNetstackLog(t *testing.T) {
+	defer netstackLog.Store(false)
+	if _, _, err := runCmd(t, "demo", "--scenario"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := gvlog.Log().Emitter.(gvisorLog); !ok {
+		t.Fatalf("gVisor logs to %T, not through clusterlab", gvlog.Log().Emitter)
+	}
+	var b bytes.Buffer
+	l := newGvisorLog(&b)
+	l.Emit(0, gvlog.Warning, time.Now(), "handleListenSegment() failed: %v", "connection aborted")
+	if netstackLog.Load() || b.Len() != 0 {
+		t.Fatalf("without --netstack-log gVisor's warning was shown: %q", b.String())
+	}
+	if _, _, err := runCmd(t, "--netstack-log", "demo", "--scenario"); err != nil {
+		t.Fatal(err)
+	}
+	l.Emit(0, gvlog.Warning, time.Now(), "handleListenSegment() failed: %v", "connection aborted")
+	if !strings.Contains(b.String(), "handleListenSegment() failed: connection aborted") {
+		t.Fatalf("with --netstack-log gVisor's warning was not shown: %q", b.String())
+	}
 }
