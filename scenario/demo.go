@@ -74,8 +74,11 @@ type DemoNodePort struct {
 	NodePort   int               `json:"node_port"`
 	Target     string            `json:"target"`
 	Client     string            `json:"client"`
-	Backends   map[string]string `json:"backends"`    // mode → backends
-	SeenSource map[string]string `json:"seen_source"` // mode → what the backend saw
+	// Backends is mode → the backends as text ("my-app-x 3, my-app-y 2"), kept for
+	// programs that read it; BackendCounts has the same as numbers.
+	Backends      map[string]string         `json:"backends"`
+	BackendCounts map[string]map[string]int `json:"backend_counts"` // mode → backend (ns/name) → connections
+	SeenSource    map[string]string         `json:"seen_source"`    // mode → what the backend saw
 }
 
 // DemoFailure is a step that did not go as the demonstration expects.
@@ -182,7 +185,7 @@ func RunDemo(ctx context.Context, opts Options) (*Demo, error) {
 	if st := demoStep(first, "endpoints after the delete"); st != nil {
 		d.Delete.Endpoints = st.Details
 	}
-	d.NodePort = DemoNodePort{NodePort: 30007, Backends: map[string]string{}, SeenSource: map[string]string{}}
+	d.NodePort = DemoNodePort{NodePort: 30007, Backends: map[string]string{}, BackendCounts: map[string]map[string]int{}, SeenSource: map[string]string{}}
 	for _, m := range modes {
 		st := demoStep(d.reports[m], "from outside through node-b")
 		if st == nil || st.Traffic == nil {
@@ -190,6 +193,11 @@ func RunDemo(ctx context.Context, opts Options) (*Demo, error) {
 		}
 		d.NodePort.Target, d.NodePort.Client = st.Traffic.Dst, st.Traffic.Client
 		d.NodePort.Backends[m] = countsText(shortNames(st.Traffic.Backends))
+		counts := map[string]int{}
+		for b, n := range st.Traffic.Backends {
+			counts[b] = n
+		}
+		d.NodePort.BackendCounts[m] = counts
 		d.NodePort.SeenSource[m] = seenSummary(st.Traffic.SeenSources, st.Traffic.Client)
 	}
 	return d, nil

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -83,6 +84,10 @@ func TestDemoJSON(t *testing.T) {
 			Deleted string
 			After   map[string]map[string]int
 		}
+		NodePort struct {
+			Backends      map[string]string         `json:"backends"`
+			BackendCounts map[string]map[string]int `json:"backend_counts"`
+		} `json:"nodeport"`
 		Passed bool
 	}
 	if err := json.Unmarshal([]byte(out), &d); err != nil {
@@ -102,6 +107,24 @@ func TestDemoJSON(t *testing.T) {
 		wantClient := tr.Mode != "userspace"
 		if got := strings.Contains(tr.SeenSource, "client's own address"); got != wantClient {
 			t.Errorf("%s: backends saw %q", tr.Mode, tr.SeenSource)
+		}
+	}
+	// The NodePort's backends per mode: numbers by pod (backend_counts), and the older
+	// text form (backends) still there with the same counts.
+	for _, m := range d.Modes {
+		counts, text := d.NodePort.BackendCounts[m], d.NodePort.Backends[m]
+		total := 0
+		for b, n := range counts {
+			total += n
+			if !strings.HasPrefix(b, "default/my-app-") || b == d.Delete.Deleted {
+				t.Errorf("%s: nodeport backend %q", m, b)
+			}
+			if short := b[strings.LastIndex(b, "-")+1:]; !strings.Contains(text, fmt.Sprintf("%s %d", short, n)) {
+				t.Errorf("%s: nodeport backends text %q lacks %s %d", m, text, short, n)
+			}
+		}
+		if total != 30 || len(counts) == 0 {
+			t.Errorf("%s: nodeport backend_counts %v, want 30 connections", m, counts)
 		}
 	}
 	for m, after := range d.Delete.After {
