@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -104,6 +105,12 @@ func runScenario(cmd *cobra.Command, file string, o *runOptions) error {
 	if len(o.modes) > 0 && o.mode != "" {
 		return badInput(errors.New("--mode and --modes: give one"))
 	}
+	if err := checkModeFlag("--modes", o.modes...); err != nil {
+		return err
+	}
+	if err := checkModeFlag("--mode", o.mode); err != nil {
+		return err
+	}
 	s, err := scenario.Load(file)
 	if err != nil {
 		return badInput(err)
@@ -137,6 +144,26 @@ func runScenario(cmd *cobra.Command, file string, o *runOptions) error {
 	}
 	if !rep.Passed {
 		return fmt.Errorf("scenario failed: %d of %d steps", rep.Failed, len(rep.Steps))
+	}
+	return nil
+}
+
+// checkModeFlag checks the kube-proxy modes a flag names ("" is no mode): an unknown
+// one, or one listed twice, is a usage error about the flag, not about the scenario.
+func checkModeFlag(flag string, modes ...string) error {
+	have := scenario.AvailableModes()
+	seen := map[string]bool{}
+	for _, m := range modes {
+		if m == "" && flag == "--mode" {
+			continue
+		}
+		if !slices.Contains(have, m) {
+			return badInput(fmt.Errorf("%s: unknown kube-proxy mode %q: this build has %s", flag, m, strings.Join(have, ", ")))
+		}
+		if seen[m] {
+			return badInput(fmt.Errorf("%s: mode %q is listed twice", flag, m))
+		}
+		seen[m] = true
 	}
 	return nil
 }

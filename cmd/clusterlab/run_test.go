@@ -122,3 +122,25 @@ func TestProgressLineCutsCharacters(t *testing.T) {
 		t.Errorf("done: %q", got)
 	}
 }
+
+// TestModeFlagErrors: a mode flag naming a mode this build lacks is a usage error (exit
+// 2) about the flag, not about the scenario file, and nothing runs.
+func TestModeFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--modes", "iptables,nft", "../../scenario/demo.yaml"}, `--modes: unknown kube-proxy mode "nft": this build has iptables, ipvs, userspace`},
+		{[]string{"run", "--modes", "ipvs,iptables,ipvs", "../../scenario/demo.yaml"}, `--modes: mode "ipvs" is listed twice`},
+		{[]string{"run", "--mode", "nftables", "../../scenario/demo.yaml"}, `--mode: unknown kube-proxy mode "nftables"`},
+		{[]string{"trace", "../../scenario/demo.yaml", "--from", "pod:default/client", "--to", "my-service:80", "--mode", "ipvss"}, `--mode: unknown kube-proxy mode "ipvss"`},
+	} {
+		out, _, err := runCmd(t, tc.args...)
+		if exitCode(err) != 2 || err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("clusterlab %s: exit %d, %v; want exit 2 and %q", strings.Join(tc.args, " "), exitCode(err), err, tc.want)
+		}
+		if out != "" {
+			t.Errorf("clusterlab %s printed %q", strings.Join(tc.args, " "), out)
+		}
+	}
+}

@@ -95,6 +95,9 @@ func runScenarioTrace(cmd *cobra.Command, file string, o *traceOptions, so *scen
 	if so.mermaid && o.output == "json" {
 		return badInput(errors.New("--mermaid and -o json: give one"))
 	}
+	if err := checkModeFlag("--mode", so.mode); err != nil {
+		return err
+	}
 	s, err := scenario.Load(file)
 	if err != nil {
 		return badInput(err)
