@@ -71,9 +71,9 @@ type DemoDelete struct {
 
 // DemoNodePort is the NodePort reached from outside.
 type DemoNodePort struct {
-	NodePort   int               `json:"node_port"`
-	Target     string            `json:"target"`
-	Client     string            `json:"client"`
+	NodePort int    `json:"node_port"`
+	Target   string `json:"target"`
+	Client   string `json:"client"`
 	// Backends is mode → the backends as text ("my-app-x 3, my-app-y 2"), kept for
 	// programs that read it; BackendCounts has the same as numbers.
 	Backends      map[string]string         `json:"backends"`
