@@ -179,6 +179,8 @@ type Cluster struct {
 	lbMu        sync.RWMutex
 	lbReplies   map[Tuple]*lbFlow // nodeport mode: reply tuple as a node sends it → the client's flow
 	lbFlows     atomic.Int64      // len(lbReplies)
+	flowMu      sync.Mutex
+	flowTracers atomic.Pointer[[]*FlowTracer] // running TraceFlows tracers; nil: none
 	replayQ     replayQueue
 	apps        map[string]App
 	podStart    []func(*Pod, *corev1.Pod)

@@ -966,6 +966,9 @@ func (n *Node) execute(eg egress, tr *Trace, t time.Time) {
 	for _, r := range eg.replies {
 		n.execute(n.output(r, n.packetEnv(tr)), tr, time.Time{})
 	}
+	if tr != nil {
+		n.traceExecute(eg, tr)
+	}
 	switch eg.kind {
 	case egLocal:
 		n.deliverHost(eg.pk)
@@ -978,6 +981,21 @@ func (n *Node) execute(eg egress, tr *Trace, t time.Time) {
 	case egLoopback:
 		n.capture(n.lo.Name, eg.pk.Data)
 		n.execute(n.ingress(eg.pk, n.lo, nil, n.packetEnv(tr)), tr, time.Time{})
+	}
+}
+
+// traceExecute records where a traced live packet goes at the end of a node pass.
+//
+//go:noinline
+func (n *Node) traceExecute(eg egress, tr *Trace) {
+	switch eg.kind {
+	case egLocal:
+		tr.add(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "DELIVERED", Detail: "node " + n.name + "'s host stack", Packet: eg.pk.String()})
+	case egPod:
+		tr.add(TraceStep{Kind: StepEnd, Node: n.name, Verdict: "DELIVERED", Detail: "pod " + eg.port.pod.key() + " via " + eg.port.name, Packet: eg.pk.String()})
+	case egUplink:
+		d := n.cluster.fabric.lookup(eg.pk.Dst)
+		tr.add(TraceStep{Kind: StepLink, Node: n.name, Detail: "cluster network: " + eg.pk.Dst.String() + " -> " + d.String(), Packet: eg.pk.String()})
 	}
 }
 

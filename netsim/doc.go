@@ -87,7 +87,8 @@
 // check now.
 //
 // Traces record every hook, handler verdict, rule, conntrack lookup, NAT, route and the
-// end, as text or JSON, for probes and for any packet injected with Cluster.Inject. Every
+// end, as text or JSON, for probes, for any packet injected with Cluster.Inject, and for
+// live netstack packets that match a Cluster.TraceFlows filter (off by default). Every
 // handler a packet meets leaves a step: a plain CONTINUE too, unless the handler traced
 // steps of its own (an iptables emulator's rules, notes).
 // Cluster.Capture writes pcap files (libpcap format, raw IP) per interface, which

@@ -535,6 +535,22 @@ type queueSource struct {
 	trace *Trace
 }
 
+// describe says where a live packet came from, for its trace.
+func (q queueSource) describe(n *Node) string {
+	switch q.kind {
+	case fromPort:
+		if q.port != nil && q.port.pod != nil {
+			return "from pod " + q.port.pod.key() + " on " + n.bridge.Name + " port " + q.port.name
+		}
+		return "from " + n.bridge.Name
+	case fromHost:
+		return "from node " + n.name + "'s host stack"
+	case fromHostLo:
+		return "from node " + n.name + "'s host stack on " + n.lo.Name
+	}
+	return "from the cluster network on " + n.uplink.Name
+}
+
 const (
 	fromPort uint8 = iota
 	fromHost
@@ -633,6 +649,9 @@ func (n *Node) handle(it queued, pk *Packet) {
 		return
 	}
 	pk.view = it.data.v
+	if it.from.trace == nil && n.cluster.flowTracers.Load() != nil {
+		it.from.trace = n.cluster.flowTrace(n, pk, it.from.describe(n))
+	}
 	var eg egress
 	env := n.packetEnv(it.from.trace)
 	switch it.from.kind {
@@ -656,6 +675,9 @@ func (n *Node) handle(it queued, pk *Packet) {
 func (n *Node) fromUplinkPacket(pk *Packet, tr *Trace, t time.Time) {
 	pk.resetMeta()
 	n.capture(n.uplink.Name, pk.Data)
+	if tr == nil && n.cluster.flowTracers.Load() != nil {
+		tr = n.cluster.flowTrace(n, pk, "from the cluster network on "+n.uplink.Name)
+	}
 	env := n.packetEnv(tr)
 	env.t = t
 	n.execute(n.ingress(pk, n.uplink, nil, env), tr, env.t)

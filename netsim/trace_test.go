@@ -66,3 +66,87 @@ func TestTraceRecordsEveryHandler(t *testing.T) {
 		t.Errorf("no DNAT step:\n%s", r.Trace)
 	}
 }
+
+// TraceFlows traces live netstack packets: a real TCP connection to a VIP is traced
+// through the DNAT on the client's node, across the cluster network and into the backend
+// on another node, and its replies back through the un-DNAT; packets that do not match
+// the filter, and packets after Stop, are not traced.
+func TestTraceFlowsLiveConnectionThroughDNAT(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	client := startPod(t, c, "node-a", "default/client")
+	web := startPod(t, c, "node-b", "default/web", 80, 81)
+	vip := netip.MustParseAddrPort("10.96.0.10:80")
+	attachDNAT(c, &staticDNAT{vip: vip, backends: []netip.AddrPort{netip.AddrPortFrom(web.IP(), 80)}})
+	// Untraced traffic before the tracer starts.
+	if _, err := ask(t, client.Net(), vip.String()); err != nil {
+		t.Fatal(err)
+	}
+	ft := c.TraceFlows(FlowFilter{Proto: ProtoTCP, Addr: client.IP(), Port: 80})
+	if w, err := ask(t, client.Net(), vip.String()); err != nil || w.Pod != "default/web" {
+		t.Fatalf("through the VIP: %+v %v", w, err)
+	}
+	if _, err := ask(t, client.Net(), netip.AddrPortFrom(web.IP(), 81).String()); err != nil {
+		t.Fatal(err) // port 81: not traced
+	}
+	Quiesce()
+	ft.Stop()
+	traces := ft.Traces()
+	if len(traces) < 6 {
+		t.Fatalf("%d traced packets, want the connection's (at least SYN, SYN-ACK, ACK, data both ways, FINs)", len(traces))
+	}
+	var syn, synack *Trace
+	for _, tr := range traces {
+		first := tr.Steps[0]
+		if first.Kind != StepLink || !strings.Contains(first.Detail, "live packet from pod") {
+			t.Errorf("trace does not start with where the packet came from: %+v", first)
+		}
+		if strings.Contains(first.Packet, ":81") {
+			t.Errorf("a packet to port 81 was traced: %s", first.Packet)
+		}
+		switch {
+		case strings.HasSuffix(first.Packet, "[S]") && strings.Contains(first.Packet, "-> "+vip.String()):
+			syn = tr
+		case strings.HasSuffix(first.Packet, "[SA]"), strings.HasSuffix(first.Packet, "[S.]"):
+			synack = tr
+		}
+	}
+	if syn == nil || synack == nil {
+		var firsts []string
+		for _, tr := range traces {
+			firsts = append(firsts, tr.Steps[0].Packet)
+		}
+		t.Fatalf("no SYN to the VIP or no SYN-ACK among the traces:\n%s", strings.Join(firsts, "\n"))
+	}
+	text := syn.String()
+	for _, want := range []string{
+		"[node-a] PREROUTING",
+		"conntrack: NEW",
+		"handler test-dnat: DNAT to " + web.IP().String() + ":80",
+		"cluster network: " + web.IP().String() + " -> node node-b",
+		"[node-b] PREROUTING",
+		"end: DELIVERED (pod default/web via",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the SYN's trace lacks %q:\n%s", want, text)
+		}
+	}
+	if len(syn.Find(StepNAT)) == 0 {
+		t.Errorf("the SYN's trace has no NAT step:\n%s", text)
+	}
+	back := synack.String()
+	if !strings.Contains(back, "[node-b] PREROUTING") || !strings.Contains(back, "[node-a] PREROUTING") ||
+		!strings.Contains(back, "end: DELIVERED (pod default/client via") || !strings.Contains(back, vip.String()) {
+		t.Errorf("the SYN-ACK's trace should cross both nodes and reach the client from the VIP:\n%s", back)
+	}
+	// Stopped: nothing more is traced.
+	if _, err := ask(t, client.Net(), vip.String()); err != nil {
+		t.Fatal(err)
+	}
+	Quiesce()
+	if n := len(ft.Traces()); n != len(traces) {
+		t.Errorf("%d traces after Stop, were %d", n, len(traces))
+	}
+	if c.flowTracers.Load() != nil {
+		t.Error("a stopped tracer is still registered")
+	}
+}
