@@ -489,6 +489,16 @@ func (r *runner) classify(seen, client netip.Addr) string {
 	return seen.String()
 }
 
+// nodeOf returns "node:NAME" for an address of a node, "" for any other.
+func (r *runner) nodeOf(a netip.Addr) string {
+	for _, n := range r.c.Nodes() {
+		if a.IsValid() && n.IsLocalAddr(a) {
+			return "node:" + n.Name()
+		}
+	}
+	return ""
+}
+
 // matchPods selects pods in the store for a PodAction, sorted by name.
 func (r *runner) matchPods(a *PodAction) ([]*corev1.Pod, error) {
 	var out []*corev1.Pod

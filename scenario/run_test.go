@@ -214,3 +214,30 @@ steps:
 		t.Errorf("diff text:\n%s", cmp.DiffText())
 	}
 }
+
+// TestSeenSourceFromANode: a node's own connection reaches the backend from the node's
+// address, which is the client's own address and an address of that node: seen_source
+// client, node and node:NAME all hold, not-client and another node's name do not.
+func TestSeenSourceFromANode(t *testing.T) {
+	s := mustParse(t, `cluster:
+  nodes: [{name: node-a}, {name: node-b}]
+manifests:
+  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {selector: {app: web}, ports: [{port: 80, targetPort: 8080}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: web, labels: {app: web}}, spec: {nodeName: node-b, containers: [{name: c, image: i, ports: [{containerPort: 8080}]}]}}
+steps:
+  - {name: node:node-a, connect: {from: node:node-a, to: "service:default/web:80", count: 3}, expect: {seen_source: "node:node-a"}}
+  - {name: node, connect: {from: node:node-a, to: "service:default/web:80"}, expect: {seen_source: node}}
+  - {name: client, connect: {from: node:node-a, to: "service:default/web:80"}, expect: {seen_source: client}}
+  - {name: not-client, connect: {from: node:node-a, to: "service:default/web:80"}, expect: {seen_source: not-client}}
+  - {name: node:node-b, connect: {from: node:node-a, to: "service:default/web:80"}, expect: {seen_source: "node:node-b"}}
+`)
+	for _, mode := range []string{"iptables", "ipvs", "userspace"} {
+		rep := mustRun(t, s, mode)
+		for title, want := range map[string]bool{"node:node-a": true, "node": true, "client": true, "not-client": false, "node:node-b": false} {
+			st := step(t, rep, title)
+			if len(st.Expectations) != 1 || st.Expectations[0].OK != want || st.Traffic.Results["connected"] == 0 {
+				t.Errorf("%s: seen_source %s: %+v (traffic %+v), want ok=%v", mode, title, st.Expectations, st.Traffic, want)
+			}
+		}
+	}
+}

@@ -451,9 +451,10 @@ func (r *runner) checkTraffic(e *Expect, tr *TrafficResult, atts []attempt, clie
 			case want == "not-client":
 				ok = ok && cls != "client"
 			case want == "node":
-				ok = ok && strings.HasPrefix(cls, "node:")
+				// A node's own connection: the client's address is the node's.
+				ok = ok && (strings.HasPrefix(cls, "node:") || cls == "client" && r.nodeOf(client) != "")
 			case strings.HasPrefix(want, "node:"):
-				ok = ok && cls == want
+				ok = ok && (cls == want || cls == "client" && r.nodeOf(client) == want)
 			default:
 				a, _ := netip.ParseAddr(want)
 				ok = ok && (cls == a.String() || cls == "client" && client == a || r.classify(a, client) == cls)

@@ -381,6 +381,8 @@ type NodeSettingsChange struct {
 //     within ±25% of count/backends).
 //   - seen_source: the source address the backend saw: "client" (the client's own
 //     address), "not-client" (translated), "node" (any node's IP), node:NAME, or an IP.
+//     A node's own connections (from: node:NAME) keep its address: both client and
+//     node:NAME (and node) hold for them.
 //
 // For dns steps: rcode (NOERROR, NXDOMAIN, ...), answer (the set of answers: IPs,
 // service:NS/NAME for a service's cluster IPs, pod:NS/NAME for a pod's IPs, or record
