@@ -79,12 +79,20 @@ func (ft *FlowTracer) Stop() {
 	c.flowTracers.Store(&next)
 }
 
-// Traces returns the traces collected so far, one a packet, in the order the packets
-// were first seen. A packet still on its way has a trace that may still grow.
+// Traces returns copies of the traces collected so far, one a packet, in the order the
+// packets were first seen. The trace of a packet still on its way ends where the packet
+// was when Traces was called; a later call sees more.
 func (ft *FlowTracer) Traces() []*Trace {
 	ft.mu.Lock()
-	defer ft.mu.Unlock()
-	return append([]*Trace(nil), ft.traces...)
+	live := append([]*Trace(nil), ft.traces...)
+	ft.mu.Unlock()
+	out := make([]*Trace, len(live))
+	for i, tr := range live {
+		tr.mu.Lock()
+		out[i] = &Trace{Steps: append([]TraceStep(nil), tr.Steps...)}
+		tr.mu.Unlock()
+	}
+	return out
 }
 
 // flowTrace returns a new trace for a live packet entering node n from where, if a
