@@ -2,6 +2,7 @@ package netsim
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
@@ -86,17 +87,26 @@ func (c *captures) add(point string, w *pcapWriter) func() {
 	c.mu.Unlock()
 	return func() {
 		c.mu.Lock()
-		defer c.mu.Unlock()
 		ws := c.m[point]
 		for i, x := range ws {
 			if x == w {
 				c.m[point] = append(ws[:i:i], ws[i+1:]...)
 				c.n.Add(-1)
-				return
+				break
 			}
 		}
+		c.mu.Unlock()
+		// A packet may have found w just before it was removed: wait for its write,
+		// and refuse later ones, so that w's writer is no longer used once stop returns.
+		w.mu.Lock()
+		if w.err == nil {
+			w.err = errCaptureStopped
+		}
+		w.mu.Unlock()
 	}
 }
+
+var errCaptureStopped = errors.New("capture stopped")
 
 // Capture writes every packet that crosses a capture point to w as a pcap file
 // (LINKTYPE_RAW, timestamps on the virtual clock), until stop is called. Capture points
