@@ -29,7 +29,14 @@ type Pod struct {
 	servers []func()
 }
 
-func (p *Pod) key() string { return p.namespace + "/" + p.name }
+func (p *Pod) key() string {
+	// capturePoint is "pod/" + key: slicing it costs no allocation (probe outcomes name
+	// the pod on every call).
+	if k := p.capturePoint[len("pod/"):]; len(k) == len(p.namespace)+1+len(p.name) {
+		return k
+	}
+	return p.namespace + "/" + p.name
+}
 
 // Namespace returns the pod's namespace.
 func (p *Pod) Namespace() string { return p.namespace }

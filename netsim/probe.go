@@ -588,7 +588,10 @@ func (c *Cluster) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *p
 // fromFabric routes a packet through the cluster network.
 func (c *Cluster) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv func(*Node) *penv) walkEnd {
 	if fromName != "external" {
-		before := pk.String()
+		var before string
+		if env.trace != nil { // the packet's text costs six allocations: only for traces
+			before = pk.String()
+		}
 		if c.lbReply(pk) && env.trace != nil {
 			env.step(TraceStep{Kind: StepLink, Detail: "cloud load balancer un-NATs the reply: " + before + " => " + pk.String()})
 		}
