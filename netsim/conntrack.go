@@ -607,6 +607,7 @@ func (t *Conntrack) Delete(f CtFilter) int {
 			n++
 		}
 	}
+	t.table.release()
 	return n
 }
 

@@ -15,7 +15,11 @@ import (
 // where a Go map keyed by a struct runs the generic hasher and reads a control word and
 // then a slot in another line. Linear probing, at most 5/8 full; deletion shifts later
 // slots of the run back (Knuth's algorithm R), so there are no tombstones and a lookup
-// stops at the first empty slot.
+// stops at the first empty slot. The table grows and never shrinks on deletions, as the
+// kernel's conntrack hash keeps its buckets: a burst of connections expiring and the
+// next burst arriving reallocate nothing (halving it on the way down and doubling it on
+// the way up again cost a probe benchmark a fifth of its time, much of it faulting in
+// the new slices' pages). release empties it when the last entry is gone by a flush.
 type ctTable struct {
 	slots []ctSlot // len is zero or a power of two
 	shift uint8    // 64 - log2(len(slots)): the hash's top bits index the table
@@ -185,9 +189,6 @@ func (m *ctTable) del4(i int) {
 			j = (j + 1) & mask
 			if m.slots[j].c == nil {
 				m.n4--
-				if len(m.slots) > ctMinSlots && m.n4*8 < len(m.slots) {
-					m.resize(len(m.slots) / 2)
-				}
 				return
 			}
 			// The key at j may fill the hole at i unless its home lies cyclically in (i, j].
@@ -203,6 +204,13 @@ func (m *ctTable) del4(i int) {
 		}
 		m.slots[i] = m.slots[j]
 		i = j
+	}
+}
+
+// release returns an empty table's slots (conntrack -F, or a Delete that emptied it).
+func (m *ctTable) release() {
+	if m.n4 == 0 {
+		m.slots, m.shift = nil, 0
 	}
 }
 
