@@ -36,7 +36,11 @@
 //
 // What the emulator models, as the kernel does: -s/-d/-i/-o/-p/-f with negation and
 // interface wildcards; tcp, udp, sctp ports and TCP flags; icmp and icmp6 types;
-// multiport; addrtype (through Env.AddrType; with --limit-iface-in/out an address is
+// multiport; addrtype (through Env.AddrType; IPv4 gives an address one type, as
+// inet_dev_addr_type does, while IPv6 follows match_type6: each of MULTICAST, UNICAST
+// and UNSPEC in the mask is a condition on the address's bits, so a local unicast
+// address is both UNICAST and LOCAL, and LOCAL/ANYCAST/UNREACHABLE come from
+// Env.AddrType as the route lookup; with --limit-iface-in/out an address is
 // LOCAL only when it is on the packet's input/output interface, loopback on "lo", as
 // the kernel's lookup restricted to the device answers, and the limits are refused in
 // chains reached from hooks without that device, as addrtype's checkentry does); comment; statistic

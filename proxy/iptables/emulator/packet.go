@@ -278,7 +278,10 @@ type Env interface {
 	// Pick is a choice point returning a uniform choice in [0, n) (a NAT address range).
 	Pick(n int) int
 	// AddrType classifies addr as the node's routing tables would (addrtype). A
-	// non-empty iface limits the lookup to that interface (--limit-iface-in/out).
+	// non-empty iface limits the lookup to that interface (--limit-iface-in/out). For
+	// IPv6 the addrtype match asks it only for the route lookup's answer (LOCAL, and
+	// ANYCAST or UNREACHABLE where the Env knows them) and takes UNICAST, MULTICAST
+	// and UNSPEC from the address itself (IPv6AddrKind), as match_type6 does.
 	AddrType(addr netip.Addr, iface string) AddrType
 }
 
