@@ -40,7 +40,9 @@
 // inet_dev_addr_type does, while IPv6 follows match_type6: each of MULTICAST, UNICAST
 // and UNSPEC in the mask is a condition on the address's bits, so a local unicast
 // address is both UNICAST and LOCAL, and LOCAL/ANYCAST/UNREACHABLE come from
-// Env.AddrType as the route lookup; with --limit-iface-in/out an address is
+// Env.AddrType as the route lookup, and BROADCAST, BLACKHOLE, PROHIBIT and the types
+// after it are refused for IPv6 as the kernel's checkentry does; with
+// --limit-iface-in/out an address is
 // LOCAL only when it is on the packet's input/output interface, loopback on "lo", as
 // the kernel's lookup restricted to the device answers, and the limits are refused in
 // chains reached from hooks without that device, as addrtype's checkentry does); comment; statistic

@@ -722,8 +722,16 @@ func (m *AddrTypeMatch) finish(rc *ruleCtx) error {
 	if m.LimitIn && m.LimitOut {
 		return fmt.Errorf("addrtype: --limit-iface-in and --limit-iface-out together")
 	}
+	// addrtype_mt_checkentry_v1 refuses IPv6 types match_type6 cannot test: BLACKHOLE,
+	// PROHIBIT and any type after it (THROW, NAT, XRESOLVE), BROADCAST.
+	if bad := (m.Src | m.Dst) & AddrTypesNot6; rc.family == IPv6 && bad != 0 {
+		return fmt.Errorf("addrtype: IPv6 does not support %s matching", bad)
+	}
 	return nil
 }
+
+// AddrTypesNot6 are the address types the kernel refuses in an ip6tables addrtype match.
+const AddrTypesNot6 = AddrBroadcast | AddrBlackhole | AddrProhibit | AddrThrow | AddrNAT | AddrXResolve
 
 func (m *AddrTypeMatch) appendArgs(b []byte) []byte {
 	if m.Src != 0 {

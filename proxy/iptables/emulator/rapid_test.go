@@ -92,6 +92,19 @@ func genMark(t *rapid.T, name string) (uint32, uint32) {
 }
 
 // genMatch draws a match module compatible with the rule's protocol and chain.
+// genAddrTypes draws a non-empty addrtype mask the family's kernel accepts.
+func genAddrTypes(t *rapid.T, f Family, label string) AddrType {
+	for {
+		m := AddrType(rapid.Uint16Range(1, 1<<12-1).Draw(t, label))
+		if f == IPv6 {
+			m &^= AddrTypesNot6
+		}
+		if m != 0 {
+			return m
+		}
+	}
+}
+
 func genMatch(t *rapid.T, f Family, proto ProtoSpec, plan chainPlan) Match {
 	kinds := []string{"comment", "addrtype", "statistic", "recent", "conntrack", "state", "mark", "connmark", "set", "nfacct", "iprange", "unknown"}
 	if proto.Set && !proto.Neg {
@@ -163,10 +176,10 @@ func genMatch(t *rapid.T, f Family, proto ProtoSpec, plan chainPlan) Match {
 	case "addrtype":
 		m := &AddrTypeMatch{}
 		if rapid.Bool().Draw(t, "src") {
-			m.Src, m.SrcNeg = AddrType(rapid.Uint16Range(1, 1<<12-1).Draw(t, "st")), rapid.Bool().Draw(t, "sn")
+			m.Src, m.SrcNeg = genAddrTypes(t, f, "st"), rapid.Bool().Draw(t, "sn")
 		}
 		if m.Src == 0 || rapid.Bool().Draw(t, "dst") {
-			m.Dst, m.DstNeg = AddrType(rapid.Uint16Range(1, 1<<12-1).Draw(t, "dt")), rapid.Bool().Draw(t, "dn")
+			m.Dst, m.DstNeg = genAddrTypes(t, f, "dt"), rapid.Bool().Draw(t, "dn")
 		}
 		// The interface limits only where the chain's hook has that interface (a user
 		// chain may be reached from any hook: none there).
