@@ -34,7 +34,7 @@ which is exact for ipvsadm -Ln --nosort). The format is detected. FILE "-" is st
                       -m/-g/-i, -b, -x, -y, -o, and long spellings; -L/-l (-n, -c,
                       --nosort, --thresholds, --persistent-conn, --timeout) and -S print
                       listings exactly as ipvsadm does.
-  conn tcp|udp CLIENT_IP:PORT VIP:PORT [close] [mark=N]
+  conn tcp|udp CLIENT_IP:PORT VIP:PORT [close] [mark=N] [ct=confirmed]
                       a whole connection through the IPVS hooks: for TCP the three-way
                       handshake (the SYN-ACK only when the real server is masqueraded),
                       for UDP one datagram and its reply. It stays in the connection
@@ -43,12 +43,14 @@ which is exact for ipvsadm -Ln --nosort). The format is detected. FILE "-" is st
                       FIN-ACK, ACK, leaving TIME_WAIT for 2 minutes; UDP has no close:
                       its entry is expired as its idle timeout would). "close" on a
                       connection that does not exist opens and closes one. sctp works too.
+                      With ct=confirmed the first packet has a confirmed conntrack entry
+                      (see below); when the kernel drops it, nothing more is played.
   sched tcp|udp CLIENT_IP:PORT VIP:PORT [mark=N]
                       which destination a new connection would get now (persistence
                       templates included), changing nothing: no entry, no template, no
                       scheduler state (rr cursor, wrr weight, lblc cache, twos draws).
   packet tcp|udp|sctp SRC_IP:PORT DST_IP:PORT [flags=SYN,ACK,FIN,RST] [chunk=NAME]
-                      [reply] [mark=N]
+                      [reply] [mark=N] [ct=confirmed]
                       one packet through the IPVS hook: from a client (the connection
                       table decides, the scheduler only for a packet that may start a
                       connection), or with reply from the real server back to the client
@@ -67,13 +69,34 @@ which is exact for ipvsadm -Ln --nosort). The format is detected. FILE "-" is st
                       conntrack=1 expire_nodest_conn=1 expire_quiescent_template=1).
   seed N              restart the twos scheduler's random source (default seed 0).
 mark=N gives the packet firewall mark N, so that it matches a fwmark service whatever its
-destination. Blank lines and lines or words starting with # are comments. Without
---restore the script starts from an empty table; without --script the restored table is
-printed as ipvsadm -Ln shows it.
+destination. ct=confirmed says the packet has a confirmed netfilter conntrack entry, as
+on a node with conntrack=1 (kube-proxy's setting) a SYN reusing the tuple of an earlier
+connection has; it changes what Linux 5.9 and later do when they would reschedule:
+  - a SYN (SCTP: INIT) on an entry in TIME_WAIT or CLOSE (any non-zero
+    conn_reuse_mode; bit 2 also a DR/TUN entry in FIN_WAIT; SCTP: CLOSED; never an
+    entry of a persistent service, which its template controls) or, with
+    expire_nodest_conn=1, on an entry of a weight-0 real server: without ct=confirmed
+    the old entry is expired and the SYN scheduled at once; with it the SYN is dropped
+    ("dropped: reused connection with conntrack, kernel expires the old entry;
+    retransmit to reschedule") and the old entry expired with its conntrack entry, so
+    the client's retransmission (a later line, without ct=confirmed) is scheduled.
+    With conn_reuse_mode=0 and a non-zero weight the SYN goes to the old entry either
+    way. A rescheduled SYN of a persistent service still follows its template, which
+    stays valid unless expire_quiescent_template=1 and the server's weight is 0.
+  - any packet on an entry of a removed real server with expire_nodest_conn=1: without
+    ct=confirmed the entry is expired and the packet handled as if it had none (a SYN
+    is scheduled, another packet is not IPVS traffic); with it the packet is dropped.
+    With expire_nodest_conn=0 the packet is dropped either way and the entry lives
+    until it times out.
+sched lines take no ct= (they do not look at the connection table), nor do replies.
+Blank lines and lines or words starting with # are comments. Without --restore the
+script starts from an empty table; without --script the restored table is printed as
+ipvsadm -Ln shows it.
 
 Output (-o text) has one line per conn, sched and packet line, in order, with the
-chosen destination or "no destination", and the listings the script asked for where it
-asked. -o json is an object with:
+chosen destination or "no destination" (for a packet dropped for its conntrack entry,
+"dropped:" and why), and the listings the script asked for where it asked. -o json is
+an object with:
   restore_format  "ipvsadm -Sn", "ipvsadm -Ln" or "empty" (absent without --restore)
   results         one object per conn, sched and packet line:
     file, line        where the line is
@@ -82,6 +105,7 @@ asked. -o json is an object with:
     client, virtual   "ip:port" as given
     mark              the firewall mark (absent when 0)
     close             true for conn ... close
+    conntrack         "confirmed" for ct=confirmed (absent otherwise)
     reply             true for packet ... reply
     flags             packet lines: "flags=SYN,ACK" or "chunk=init"
     destination       "ip:port" of the real server (for a reply: the virtual address
@@ -96,6 +120,8 @@ asked. -o json is an object with:
     state             the entry's state afterwards (e.g. "ESTABLISHED", "TIME_WAIT")
     expires           time left on the entry's timer
     reason            why, in words
+    conntrack_drop    true when the packet was dropped for its confirmed conntrack
+                      entry: the old entry is expired, a retransmitted SYN is scheduled
     time              virtual time since the start of the script
   listings        {file, line, command, output} for each -L/-S line
   final           the state at the end:
@@ -126,7 +152,7 @@ func init() {
 		},
 	}
 	cmd.Flags().StringVar(&o.restore, "restore", "", "ipvsadm -Sn or ipvsadm -Ln dump to start from (- for stdin)")
-	cmd.Flags().StringVar(&o.script, "script", "", "script of ipvsadm commands, conn, sched, set, sleep and sysctl lines (- for stdin)")
+	cmd.Flags().StringVar(&o.script, "script", "", "script of ipvsadm commands, conn, sched, packet, set, sleep and sysctl lines (- for stdin)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	rootCmd.AddCommand(cmd)
 }

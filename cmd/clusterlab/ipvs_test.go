@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"os"
@@ -89,6 +90,8 @@ func TestIPVSCommandBadInput(t *testing.T) {
 		{ipvsOptions{output: "text", script: write("refused.script", "-A -t 10.0.0.1:80 -s rr\n-A -t 10.0.0.1:80 -s rr\n")}, "refused.script:2: virtual service TCP 10.0.0.1:80: already exists"},
 		{ipvsOptions{output: "json", script: write("set.script", "-A -t 10.0.0.1:80\nset -t 10.0.0.1:80 -r 10.1.0.1:80 active=1\n")}, "set.script:2: real server 10.1.0.1:80 in TCP 10.0.0.1:80: not found"},
 		{ipvsOptions{output: "text", restore: "-", script: "-"}, "cannot both read stdin"},
+		{ipvsOptions{output: "json", script: write("ct.script", "-A -t 10.0.0.1:80 -s rr\n\nconn tcp 192.0.2.1:1 10.0.0.1:80 ct=bogus\n")}, "ct.script:3: conn: ct=bogus: want ct=confirmed"},
+		{ipvsOptions{output: "text", script: write("ctpkt.script", "packet tcp 192.0.2.1:1 10.0.0.1:80 flags=SYN ct=yes\n")}, "ctpkt.script:1: packet: ct=yes: want ct=confirmed"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
@@ -99,6 +102,62 @@ func TestIPVSCommandBadInput(t *testing.T) {
 		}
 		if out.Len() != 0 {
 			t.Errorf("%+v: printed %q despite the error", c.o, out.String())
+		}
+	}
+}
+
+// TestIPVSCommandConfirmedConntrack runs graceful.script, which plays reused tuples with
+// and without ct=confirmed, through `clusterlab ipvs -o json`, and checks the help text
+// documents the token.
+func TestIPVSCommandConfirmedConntrack(t *testing.T) {
+	var out bytes.Buffer
+	o := ipvsOptions{output: "json", script: filepath.Join(ipvsTestdata, "graceful.script")}
+	if err := runIPVS(o, strings.NewReader(""), &out); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Results []struct {
+			Line          int    `json:"line"`
+			Client        string `json:"client"`
+			Conntrack     string `json:"conntrack"`
+			ConntrackDrop bool   `json:"conntrack_drop"`
+			Verdict       string `json:"verdict"`
+			Destination   string `json:"destination"`
+			NewConnection bool   `json:"new_connection"`
+			Reason        string `json:"reason"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, r := range rep.Results {
+		if r.Conntrack == "" {
+			continue
+		}
+		if r.Conntrack != "confirmed" || !r.ConntrackDrop || r.Verdict != "drop" || r.Destination != "" {
+			t.Errorf("line %d: %+v", r.Line, r)
+		}
+		got = append(got, r.Client)
+		// the next line on the tuple (the retransmission) is scheduled afresh, unless
+		// the server was removed: then the flow is gone
+		if r.Client == "10.244.5.5:1005" {
+			continue
+		}
+		if i+1 >= len(rep.Results) {
+			t.Fatalf("no retransmission after line %d", r.Line)
+		}
+		n := rep.Results[i+1]
+		if n.Client != r.Client || n.Conntrack != "" || n.ConntrackDrop || n.Verdict != "forward" || !n.NewConnection {
+			t.Errorf("retransmission after line %d: %+v", r.Line, n)
+		}
+	}
+	if want := "10.244.5.5:1002 10.244.5.5:1001 10.244.5.5:1005"; strings.Join(got, " ") != want {
+		t.Errorf("ct=confirmed lines from %v, want %s", got, want)
+	}
+	for _, w := range []string{"[ct=confirmed]", "conntrack_drop", "retransmit to reschedule", "expire_nodest_conn=0 the packet is dropped either way"} {
+		if !strings.Contains(ipvsLong, w) {
+			t.Errorf("--help lacks %q", w)
 		}
 	}
 }

@@ -489,6 +489,11 @@ type Decision struct {
 	New     bool       // a connection entry was created
 	Conn    *ConnEntry // the entry after the packet, if one exists
 	Reason  string     // a one-line explanation for traces
+	// OldConntrack: the packet was dropped because it carries a confirmed conntrack
+	// entry of the old flow (Packet.ConfirmedConntrack) that IPVS cannot redirect; the
+	// old connection entry is expired (its conntrack entry dropped with it), so the
+	// client's retransmitted SYN or INIT is scheduled afresh.
+	OldConntrack bool
 }
 
 // In is the IPVS LOCAL_IN/LOCAL_OUT hook (ip_vs_in) for a packet from a client towards
@@ -597,6 +602,14 @@ func isNewConn(p *Packet) bool {
 	return false
 }
 
+// newConnName names the packet that starts a connection: SYN or INIT.
+func newConnName(p *Packet) string {
+	if p.Protocol == ProtoSCTP {
+		return "INIT"
+	}
+	return "SYN"
+}
+
 // isNewConnExpected is is_new_conn_expected(): may a SYN reuse this entry's tuple?
 func isNewConnExpected(c *conn, mode int) bool {
 	if c.control != nil {
@@ -623,18 +636,24 @@ func (m *Model) in(p *Packet) Decision {
 	if c != nil && isNewConn(p) {
 		oldCT := false
 		resched := false
+		var why string
 		if m.sys.ExpireNodestConn && c.dest != nil && c.dest.weight == 0 {
 			resched = true
 			oldCT = m.usesOldConntrack(c, p)
-			note = "SYN on an entry whose real server has weight 0 (expire_nodest_conn): rescheduled"
+			why = "on an entry of a weight-0 real server, expire_nodest_conn=1"
 		} else if m.sys.ConnReuseMode != 0 && isNewConnExpected(c, m.sys.ConnReuseMode) {
 			oldCT = m.usesOldConntrack(c, p)
 			if c.nControl == 0 {
 				resched = true
 			} else {
+				// the kernel does not reschedule a controlling entry that uses
+				// conntrack while it still controls connections
 				resched = !oldCT
 			}
-			note = "SYN reuses the tuple of an entry in " + c.stateName() + " (conn_reuse_mode): rescheduled"
+			why = fmt.Sprintf("reusing the tuple of an entry in %s, conn_reuse_mode=%d", c.stateName(), m.sys.ConnReuseMode)
+			if !resched {
+				note = newConnName(p) + " " + why + ", with a confirmed conntrack entry while the entry still controls connections: not rescheduled"
+			}
 		}
 		if resched {
 			if !oldCT {
@@ -644,8 +663,14 @@ func (m *Model) in(p *Packet) Decision {
 				m.expireNow(c)
 			}
 			if oldCT {
-				return Decision{Verdict: VerdictDrop, Reason: "SYN dropped so that conntrack forgets the old flow (conntrack=1)"}
+				dec := Decision{Verdict: VerdictDrop, OldConntrack: true,
+					Reason: "reused connection with conntrack, kernel expires the old entry; retransmit to reschedule (" + newConnName(p) + " " + why + ")"}
+				if c.dest != nil && c.dest.svc != nil {
+					dec.Service = c.dest.svc.virtualServer()
+				}
+				return dec
 			}
+			note = newConnName(p) + " " + why + ": rescheduled"
 			c = nil
 		}
 	}
@@ -657,7 +682,15 @@ func (m *Model) in(p *Packet) Decision {
 			}
 			m.expireNow(c)
 			if oldCT {
-				return Decision{Verdict: VerdictDrop, Reason: "real server removed; entry expired (expire_nodest_conn), packet dropped"}
+				dec := Decision{Verdict: VerdictDrop, OldConntrack: true}
+				if isNewConn(p) {
+					dec.Reason = "reused connection with conntrack, kernel expires the old entry; retransmit to reschedule (" +
+						newConnName(p) + " on an entry of removed real server " + c.dest.addrPort().String() + ", expire_nodest_conn=1)"
+				} else {
+					dec.Reason = "packet with conntrack on an entry of removed real server " + c.dest.addrPort().String() +
+						" (expire_nodest_conn=1), kernel expires the entry; the flow's later packets find none"
+				}
+				return dec
 			}
 			note = "real server of the old entry was removed (expire_nodest_conn): entry expired"
 			c = nil

@@ -13,7 +13,25 @@ import (
 )
 
 // This file runs clusterlab ipvs scripts: ipvsadm commands, connections (conn), scheduler
-// questions (sched), captured counters (set), and virtual time (sleep/advance).
+// questions (sched), single packets (packet), captured counters (set), sysctls, and
+// virtual time (sleep/advance). The grammar, one line each (`clusterlab ipvs --help`
+// explains every line):
+//
+//	conn tcp|udp|sctp CLIENT:PORT VIP:PORT [close] [mark=N] [ct=confirmed]
+//	sched tcp|udp|sctp CLIENT:PORT VIP:PORT [mark=N]
+//	packet tcp|udp|sctp SRC:PORT DST:PORT [flags=SYN,ACK,FIN,RST] [chunk=NAME] [reply] [mark=N] [ct=confirmed]
+//	set -t|-u|-f SERVICE -r RIP:PORT [active=N] [inactive=N] [overloaded=yes|no]
+//	sleep|advance SECONDS
+//	sysctl NAME=VALUE
+//	seed N
+//	an ipvsadm command, with or without the leading "ipvsadm"
+//
+// ct=confirmed gives the (first) packet a confirmed netfilter conntrack entry
+// (Packet.ConfirmedConntrack), as a node with conntrack=1 has for a tuple it saw before:
+// since Linux 5.9 a SYN that would reschedule a reused entry (conn_reuse_mode,
+// expire_nodest_conn on a weight-0 server) and any packet of a removed server's entry
+// (expire_nodest_conn) are then dropped while the old entry is expired, and the client's
+// retransmission is scheduled afresh.
 
 // ScriptInput is what RunScript runs.
 type ScriptInput struct {
@@ -34,8 +52,9 @@ type ScriptResult struct {
 	Virtual       string `json:"virtual"`
 	Mark          uint32 `json:"mark,omitempty"`
 	Close         bool   `json:"close,omitempty"`
-	Reply         bool   `json:"reply,omitempty"` // packet ... reply: from the real server
-	Flags         string `json:"flags,omitempty"` // packet: TCP flags or SCTP chunk
+	Conntrack     string `json:"conntrack,omitempty"` // "confirmed" for ct=confirmed
+	Reply         bool   `json:"reply,omitempty"`     // packet ... reply: from the real server
+	Flags         string `json:"flags,omitempty"`     // packet: TCP flags or SCTP chunk
 	Destination   string `json:"destination,omitempty"`
 	NoDestination bool   `json:"no_destination"`
 	Verdict       string `json:"verdict"`
@@ -46,6 +65,9 @@ type ScriptResult struct {
 	State         string `json:"state,omitempty"`
 	Expires       string `json:"expires,omitempty"`
 	Reason        string `json:"reason"`
+	// ConntrackDrop: dropped because of the packet's confirmed conntrack entry; the old
+	// entry is expired and a retransmitted SYN/INIT is scheduled afresh.
+	ConntrackDrop bool   `json:"conntrack_drop,omitempty"`
 	Time          string `json:"time"` // virtual time since the start
 }
 
@@ -146,6 +168,7 @@ type scriptLine struct {
 	sysV  string
 	seed  uint64
 	reply bool
+	ct    bool // ct=confirmed
 	flags uint8
 	chunk uint8
 }
@@ -253,7 +276,8 @@ func parseScriptLine(w []string) (scriptLine, error) {
 	case "conn", "sched":
 		l.kind = w[0]
 		if len(w) < 4 {
-			return l, fmt.Errorf("%s: want %s tcp|udp CLIENT_IP:PORT VIP:PORT%s [mark=N]", w[0], w[0], map[bool]string{true: " [close]", false: ""}[w[0] == "conn"])
+			return l, fmt.Errorf("%s: want %s tcp|udp CLIENT_IP:PORT VIP:PORT%s [mark=N]%s", w[0], w[0],
+				map[bool]string{true: " [close]", false: ""}[w[0] == "conn"], map[bool]string{true: " [ct=confirmed]", false: ""}[w[0] == "conn"])
 		}
 		p, err := parseProtocol(w[1])
 		if err != nil {
@@ -273,6 +297,14 @@ func parseScriptLine(w []string) (scriptLine, error) {
 			switch {
 			case x == "close" && w[0] == "conn":
 				l.close = true
+			case strings.HasPrefix(x, "ct="):
+				if w[0] == "sched" {
+					return l, fmt.Errorf("sched: %s: sched asks the scheduler only and does not look at the connection table; use conn or packet", x)
+				}
+				if err := parseCT(x); err != nil {
+					return l, fmt.Errorf("conn: %w", err)
+				}
+				l.ct = true
 			case strings.HasPrefix(x, "mark="):
 				v, err := strconv.ParseUint(strings.TrimPrefix(x, "mark="), 0, 32)
 				if err != nil {
@@ -286,7 +318,7 @@ func parseScriptLine(w []string) (scriptLine, error) {
 	case "packet":
 		l.kind = "packet"
 		if len(w) < 4 {
-			return l, errors.New("packet: want packet tcp|udp|sctp SRC_IP:PORT DST_IP:PORT [flags=SYN,ACK,FIN,RST] [chunk=NAME] [reply] [mark=N]")
+			return l, errors.New("packet: want packet tcp|udp|sctp SRC_IP:PORT DST_IP:PORT [flags=SYN,ACK,FIN,RST] [chunk=NAME] [reply] [mark=N] [ct=confirmed]")
 		}
 		p, err := parseProtocol(w[1])
 		if err != nil {
@@ -303,6 +335,11 @@ func parseScriptLine(w []string) (scriptLine, error) {
 			switch {
 			case x == "reply":
 				l.reply = true
+			case strings.HasPrefix(x, "ct="):
+				if err := parseCT(x); err != nil {
+					return l, fmt.Errorf("packet: %w", err)
+				}
+				l.ct = true
 			case strings.HasPrefix(x, "flags=") && p == ProtoTCP:
 				f, err := parseTCPFlags(strings.TrimPrefix(x, "flags="))
 				if err != nil {
@@ -324,6 +361,9 @@ func parseScriptLine(w []string) (scriptLine, error) {
 			default:
 				return l, fmt.Errorf("packet: unexpected %q", x)
 			}
+		}
+		if l.reply && l.ct {
+			return l, errors.New("packet: ct=confirmed applies to packets from the client (the IPVS input hook), not to a reply")
 		}
 	case "set":
 		l.kind = "set"
@@ -373,6 +413,14 @@ func parseScriptLine(w []string) (scriptLine, error) {
 		return l, fmt.Errorf("%q: not an ipvsadm command, conn, sched, packet, set, sleep/advance, sysctl or seed line", w[0])
 	}
 	return l, nil
+}
+
+// parseCT parses a ct= token; ct=confirmed is the only value.
+func parseCT(x string) error {
+	if x != "ct=confirmed" {
+		return fmt.Errorf("%s: want ct=confirmed (the packet has a confirmed conntrack entry)", x)
+	}
+	return nil
 }
 
 func parseAddrPort(s string) (netip.AddrPort, error) {
@@ -574,13 +622,17 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 	case "conn", "sched", "packet":
 		r := ScriptResult{File: file, Line: l.no, Command: l.kind, Protocol: strings.ToLower(protoName(l.proto)),
 			Client: l.src.String(), Virtual: l.dst.String(), Mark: l.mark, Close: l.close, Reply: l.reply}
+		if l.ct {
+			r.Conntrack = "confirmed"
+		}
 		if l.kind == "packet" {
 			r.Flags = packetFlags(l)
 		}
 		var dec Decision
 		var final *ConnEntry
 		if l.kind == "packet" {
-			pk := Packet{Protocol: l.proto, Src: l.src, Dst: l.dst, Mark: l.mark, TCPFlags: l.flags, SCTPChunk: l.chunk}
+			pk := Packet{Protocol: l.proto, Src: l.src, Dst: l.dst, Mark: l.mark, TCPFlags: l.flags, SCTPChunk: l.chunk,
+				ConfirmedConntrack: l.ct}
 			if l.reply {
 				dec = m.Out(pk)
 			} else {
@@ -590,13 +642,14 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 		} else if l.kind == "sched" {
 			dec = m.Schedule(Packet{Protocol: l.proto, Src: l.src, Dst: l.dst, Mark: l.mark, TCPFlags: TCPSyn, SCTPChunk: SCTPInit})
 		} else {
-			dec, final = m.connect(l.proto, l.src, l.dst, l.mark, l.close)
+			dec, final = m.connect(l.proto, l.src, l.dst, l.mark, l.close, l.ct)
 		}
 		r.Time = m.Now().Sub(start).String()
 		r.Verdict = dec.Verdict.String()
 		r.Via = dec.Via.String()
 		r.Reason = dec.Reason
 		r.NewConnection = dec.New
+		r.ConntrackDrop = dec.OldConntrack
 		if dec.Service != nil {
 			r.Service = serviceLabel(dec.Service)
 			r.Scheduler = dec.Service.Scheduler
@@ -646,6 +699,9 @@ func (r *ScriptResult) textLine() string {
 	if r.Flags != "" {
 		b.WriteString(" " + r.Flags)
 	}
+	if r.Conntrack != "" {
+		b.WriteString(" ct=" + r.Conntrack)
+	}
 	b.WriteString(": ")
 	if r.NoDestination {
 		b.WriteString("no destination")
@@ -660,6 +716,8 @@ func (r *ScriptResult) textLine() string {
 		det = append(det, r.Service+" "+r.Scheduler)
 	}
 	switch {
+	case r.ConntrackDrop:
+		det = append(det, "dropped: "+r.Reason)
 	case r.NoDestination:
 		det = append(det, r.Verdict)
 	case r.Command == "sched":
@@ -684,10 +742,16 @@ func (r *ScriptResult) textLine() string {
 // also plays the close (TCP FIN from the client, FIN-ACK, ACK; SCTP SHUTDOWN, SHUTDOWN-ACK,
 // SHUTDOWN-COMPLETE); UDP has no close: its entry is expired as its idle timeout would.
 // On an existing entry only the close (or, without close, a new handshake on the same
-// tuple) is played. It returns the first packet's decision and the entry afterwards.
-func (m *Model) connect(proto uint8, src, dst netip.AddrPort, mark uint32, close bool) (Decision, *ConnEntry) {
+// tuple) is played. ct gives the first packet a confirmed conntrack entry
+// (Packet.ConfirmedConntrack); when the kernel drops it for that, nothing more is played:
+// the client's retransmission is a later conn line. It returns the first packet's
+// decision and the entry afterwards.
+func (m *Model) connect(proto uint8, src, dst netip.AddrPort, mark uint32, close, ct bool) (Decision, *ConnEntry) {
+	first1 := ct
 	in := func(flags, chunk uint8) Decision {
-		return m.In(Packet{Protocol: proto, Src: src, Dst: dst, Mark: mark, TCPFlags: flags, SCTPChunk: chunk})
+		c := first1
+		first1 = false
+		return m.In(Packet{Protocol: proto, Src: src, Dst: dst, Mark: mark, TCPFlags: flags, SCTPChunk: chunk, ConfirmedConntrack: c})
 	}
 	out := func(d Decision, flags, chunk uint8) {
 		if d.Verdict == VerdictForward && d.Forward == Masquerade {
@@ -737,7 +801,7 @@ func (m *Model) connect(proto uint8, src, dst netip.AddrPort, mark uint32, close
 		}
 	}
 	if close && first.Verdict == VerdictForward {
-		_, e := m.connect(proto, src, dst, mark, true)
+		_, e := m.connect(proto, src, dst, mark, true, false)
 		return first, e
 	}
 	return first, last()
