@@ -50,7 +50,10 @@
 //	ResolvConf + Dial ──NewStub──> Stub
 //	  Lookup(name): SearchList order (trailing dot: as is; ≥ ndots dots: as is
 //	  first; else each search domain, then as is), A and AAAA back to back on
-//	  one UDP socket per name (single-request options: one at a time), TC →
+//	  one UDP socket per name (single-request options: one at a time; and
+//	  glibc's fallback: a timeout with one reply of the two switches the stub
+//	  to single-request, then to single-request-reopen, asking again each
+//	  time, and the switch stays for later lookups), TC →
 //	  TCP, next nameserver after no reply or SERVFAIL/REFUSED/NOTIMP; the
 //	  walk goes on after NXDOMAIN, NODATA and SERVFAIL and reports glibc's
 //	  h_errno (HOST_NOT_FOUND, NO_DATA, TRY_AGAIN, NO_RECOVERY); every query

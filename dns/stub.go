@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -119,11 +120,19 @@ type Stub struct {
 	// Dial opens a connection to a nameserver (network "udp" or "tcp",
 	// address host:port). Nil dials the host's network.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
-	// Timeout overrides Conf's timeout option (per query and nameserver).
+	// Timeout overrides Conf's timeout option (per nameserver and round of
+	// questions: glibc's send_dg timeout).
 	Timeout time.Duration
+	// After, when set, is the clock UDP reply timeouts run on (time.After's
+	// shape, as a virtual clock provides it); nil uses read deadlines on the
+	// wall clock.
+	After func(d time.Duration) <-chan time.Time
 
 	mu     sync.Mutex
 	nextID uint16
+	// glibc's RES_SNGLKUP and RES_SNGLKUPREOP, set by its fallback when one
+	// of an A+AAAA pair got no reply (exchangeUDP).
+	learntSingle, learntReopen bool
 }
 
 // NewStub returns a stub resolver for conf.
@@ -286,7 +295,8 @@ func (s *Stub) walk(name string, try func(fqdn string) tryResult) (string, tryRe
 // tryName asks for the addresses of one FQDN and classifies the replies as
 // glibc's __res_context_query does for an A+AAAA pair: success when either
 // reply is NOERROR with answers; otherwise the rcode of the A reply, or of the
-// AAAA reply when the A reply was NOERROR.
+// AAAA reply when the A reply was NOERROR (when the exchange ended with one
+// reply after glibc's single-request fallbacks, the rcode of that reply).
 func (s *Stub) tryName(ctx context.Context, fqdn string, fam Family, log *[]QueryLog) tryResult {
 	if _, ok := mdns.IsDomainName(fqdn); !ok || len(fqdn) > 254 {
 		return tryResult{kind: NoRecovery}
@@ -300,7 +310,7 @@ func (s *Stub) tryName(ctx context.Context, fqdn string, fam Family, log *[]Quer
 	default:
 		qtypes = []uint16{mdns.TypeA, mdns.TypeAAAA}
 	}
-	replies := s.send(ctx, fqdn, qtypes, log)
+	replies, partial := s.sendAll(ctx, fqdn, qtypes, log)
 	var tr tryResult
 	for _, r := range replies {
 		if r == nil || r.Rcode != mdns.RcodeSuccess || len(r.Answer) == 0 {
@@ -324,11 +334,15 @@ func (s *Stub) tryName(ctx context.Context, fqdn string, fam Family, log *[]Quer
 		return tr
 	}
 	first := replies[0]
+	if partial && first == nil {
+		// glibc's answer after its fallbacks is the one reply that came.
+		first = replies[1]
+	}
 	if first == nil {
 		return tryResult{kind: TryAgain}
 	}
 	code := first.Rcode
-	if code == mdns.RcodeSuccess && len(replies) > 1 {
+	if code == mdns.RcodeSuccess && len(replies) > 1 && !partial {
 		if replies[1] == nil {
 			return tryResult{kind: TryAgain}
 		}
@@ -363,12 +377,21 @@ func nameserverAddr(ns string) string {
 }
 
 // send asks the qtypes for fqdn as glibc's res_send does: over UDP, all
-// questions on one socket back to back (unless options single-request or
-// single-request-reopen); per attempt each nameserver in turn, moving on
-// after no reply or a SERVFAIL/NOTIMP/REFUSED reply (kept in case no server
-// does better); a truncated reply is asked again over TCP. replies[i] is nil
-// when qtypes[i] got no reply at all.
+// questions on one socket back to back (unless single-request or
+// single-request-reopen is on, by option or learnt: see exchangeUDP); per
+// attempt each nameserver in turn, moving on after no reply or a
+// SERVFAIL/NOTIMP/REFUSED reply (kept in case no server does better); a
+// truncated reply is asked again over TCP. replies[i] is nil when qtypes[i]
+// got no reply at all.
 func (s *Stub) send(ctx context.Context, fqdn string, qtypes []uint16, log *[]QueryLog) []*mdns.Msg {
+	replies, _ := s.sendAll(ctx, fqdn, qtypes, log)
+	return replies
+}
+
+// sendAll is send; partial reports that a nameserver's UDP exchange ended
+// with one reply of two after glibc's single-request fallbacks were used up,
+// which glibc takes as that server's answer (the missing reply is ignored).
+func (s *Stub) sendAll(ctx context.Context, fqdn string, qtypes []uint16, log *[]QueryLog) (replies []*mdns.Msg, partial bool) {
 	best := make([]*mdns.Msg, len(qtypes))
 	servers := s.Conf.Nameservers
 	if len(servers) == 0 {
@@ -377,7 +400,10 @@ func (s *Stub) send(ctx context.Context, fqdn string, qtypes []uint16, log *[]Qu
 	for attempt := 0; attempt < s.Conf.Attempts(); attempt++ {
 		for _, ns := range servers {
 			addr := nameserverAddr(ns)
-			replies := s.exchangeUDP(ctx, addr, fqdn, qtypes, log)
+			replies, partial := s.exchangeUDP(ctx, addr, fqdn, qtypes, log)
+			if partial {
+				return replies, true
+			}
 			good := true
 			for i, r := range replies {
 				if r != nil && r.Truncated {
@@ -395,14 +421,14 @@ func (s *Stub) send(ctx context.Context, fqdn string, qtypes []uint16, log *[]Qu
 				best[i] = r
 			}
 			if good {
-				return replies
+				return replies, false
 			}
 			if ctx.Err() != nil {
-				return best
+				return best, false
 			}
 		}
 	}
-	return best
+	return best, false
 }
 
 func (s *Stub) timeout() time.Duration {
@@ -410,6 +436,31 @@ func (s *Stub) timeout() time.Duration {
 		return s.Timeout
 	}
 	return s.Conf.Timeout()
+}
+
+// SingleRequest reports how the stub sends an A+AAAA pair over UDP: one at a
+// time on one socket (single), or with a new socket for the second question
+// (reopen, which implies single). Either comes from the resolv.conf options
+// or was learnt by glibc's fallback (see exchangeUDP).
+func (s *Stub) SingleRequest() (single, reopen bool) {
+	_, single = s.Conf.Option("single-request")
+	_, reopen = s.Conf.Option("single-request-reopen")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	reopen = reopen || s.learntReopen
+	return single || reopen || s.learntSingle, reopen
+}
+
+// learn sets glibc's RES_SNGLKUP (reopen false) or RES_SNGLKUPREOP (reopen
+// true) in the stub's state, for this and later lookups.
+func (s *Stub) learn(reopen bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if reopen {
+		s.learntReopen = true
+	} else {
+		s.learntSingle = true
+	}
 }
 
 func (s *Stub) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -427,11 +478,71 @@ func (s *Stub) query(fqdn string, qtype uint16) *mdns.Msg {
 	return m
 }
 
-// exchangeUDP sends the questions and collects the replies, matching IDs.
-func (s *Stub) exchangeUDP(ctx context.Context, addr, fqdn string, qtypes []uint16, log *[]QueryLog) []*mdns.Msg {
-	replies := make([]*mdns.Msg, len(qtypes))
-	_, sequential := s.Conf.Option("single-request")
-	_, reopen := s.Conf.Option("single-request-reopen")
+// replyTimer is the timeout of one send_dg round: glibc computes it once
+// for all the questions of the round (both, when sent one at a time).
+type replyTimer struct {
+	deadline time.Time        // on the wall clock, without Stub.After
+	fired    <-chan time.Time // Stub.After's channel
+	expired  bool
+}
+
+func (s *Stub) newReplyTimer() *replyTimer {
+	if s.After != nil {
+		return &replyTimer{fired: s.After(s.timeout())}
+	}
+	return &replyTimer{deadline: time.Now().Add(s.timeout())}
+}
+
+// longAgo is a read deadline that has passed: it wakes a blocked read.
+var longAgo = time.Unix(1, 0)
+
+// read reads one message from conn before the round's timeout. On Stub.After's
+// clock a watcher wakes the read by moving its deadline into the past.
+func (t *replyTimer) read(conn *mdns.Conn) (*mdns.Msg, error) {
+	if t.fired == nil {
+		_ = conn.SetReadDeadline(t.deadline)
+		return conn.ReadMsg()
+	}
+	if t.expired {
+		return nil, os.ErrDeadlineExceeded
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-t.fired:
+			t.expired = true
+			_ = conn.SetReadDeadline(longAgo)
+		case <-done:
+		}
+	}()
+	m, err := conn.ReadMsg()
+	close(done)
+	<-stopped
+	return m, err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// exchangeUDP sends the questions to one nameserver and collects the replies,
+// matching IDs: glibc's send_dg. An A+AAAA pair goes back to back on one
+// socket, or one at a time under single-request (same socket) or
+// single-request-reopen (a new socket for the second question), within one
+// timeout. glibc's fallback: when the timeout passes with one of the two
+// replies in (and it was not SERVFAIL, NOTIMP, REFUSED or truncated: those end
+// the round at once in glibc), back-to-back sending switches to
+// single-request and the pair is asked again on the same socket with a new
+// timeout; if that too ends with one reply, single-request-reopen, on a new
+// socket; after that the one reply is the answer (partial). Each switch is
+// kept in the stub (glibc sets RES_SNGLKUP / RES_SNGLKUPREOP in the thread's
+// _res, which later lookups use until resolv.conf is read again). The log
+// gets every query sent, round by round.
+func (s *Stub) exchangeUDP(ctx context.Context, addr, fqdn string, qtypes []uint16, log *[]QueryLog) (replies []*mdns.Msg, partial bool) {
+	sequential, reopen := s.SingleRequest()
 	var conn *mdns.Conn
 	closeConn := func() {
 		if conn != nil {
@@ -449,6 +560,53 @@ func (s *Stub) exchangeUDP(ctx context.Context, addr, fqdn string, qtypes []uint
 		conn = &mdns.Conn{Conn: c, UDPSize: mdns.MinMsgSize}
 		return nil
 	}
+	if err := open(); err != nil {
+		for _, qt := range qtypes {
+			*log = append(*log, QueryLog{Name: fqdn, Type: qt, Server: addr, Network: "udp", Rcode: -1, Err: err})
+		}
+		return make([]*mdns.Msg, len(qtypes)), false
+	}
+	for {
+		var timedOut bool
+		replies, timedOut = s.udpRound(addr, fqdn, qtypes, sequential, reopen, &conn, open, log)
+		if len(qtypes) != 2 || !timedOut || (replies[0] == nil) == (replies[1] == nil) {
+			return replies, false
+		}
+		got := replies[0]
+		if got == nil {
+			got = replies[1]
+		}
+		switch got.Rcode {
+		case mdns.RcodeServerFailure, mdns.RcodeNotImplemented, mdns.RcodeRefused:
+			return replies, false
+		}
+		if got.Truncated {
+			return replies, false
+		}
+		switch {
+		case !sequential:
+			s.learn(false)
+			sequential = true
+		case !reopen:
+			s.learn(true)
+			reopen = true
+			if err := open(); err != nil {
+				for _, qt := range qtypes {
+					*log = append(*log, QueryLog{Name: fqdn, Type: qt, Server: addr, Network: "udp", Rcode: -1, Err: err})
+				}
+				return make([]*mdns.Msg, len(qtypes)), false
+			}
+		default:
+			return replies, true
+		}
+	}
+}
+
+// udpRound is one round of send_dg on *conn (open replaces it): the questions
+// sent and their replies awaited within one timeout. timedOut reports that
+// the timeout ended the round.
+func (s *Stub) udpRound(addr, fqdn string, qtypes []uint16, sequential, reopen bool, conn **mdns.Conn, open func() error, log *[]QueryLog) (replies []*mdns.Msg, timedOut bool) {
+	replies = make([]*mdns.Msg, len(qtypes))
 	// Log entries go in question order, whatever order the replies came in.
 	entries := make([]*QueryLog, len(qtypes))
 	defer func() {
@@ -458,21 +616,22 @@ func (s *Stub) exchangeUDP(ctx context.Context, addr, fqdn string, qtypes []uint
 			}
 		}
 	}()
-	record := func(i int, _ *mdns.Msg, r *mdns.Msg, err error) {
+	record := func(i int, r *mdns.Msg, err error) {
 		e := &QueryLog{Name: fqdn, Type: qtypes[i], Server: addr, Network: "udp", Rcode: -1, Err: err}
 		if r != nil {
 			e.Rcode, e.Answers, e.TC = r.Rcode, len(r.Answer), r.Truncated
 		}
 		entries[i] = e
 	}
+	timer := s.newReplyTimer()
 	// readFor waits for the replies to the outstanding queries.
-	readFor := func(pending map[uint16]int, queries map[uint16]*mdns.Msg) {
-		_ = conn.SetReadDeadline(time.Now().Add(s.timeout()))
+	readFor := func(pending map[uint16]int) {
 		for len(pending) > 0 {
-			r, err := conn.ReadMsg()
+			r, err := timer.read(*conn)
 			if err != nil {
-				for id, i := range pending {
-					record(i, queries[id], nil, err)
+				timedOut = timedOut || isTimeout(err)
+				for _, i := range pending {
+					record(i, nil, err)
 				}
 				return
 			}
@@ -482,45 +641,40 @@ func (s *Stub) exchangeUDP(ctx context.Context, addr, fqdn string, qtypes []uint
 			}
 			delete(pending, r.Id)
 			replies[i] = r
-			record(i, queries[r.Id], r, nil)
+			record(i, r, nil)
 		}
-	}
-	if err := open(); err != nil {
-		for i := range qtypes {
-			record(i, nil, nil, err)
-		}
-		return replies
 	}
 	if sequential || reopen {
 		for i, qt := range qtypes {
+			if timedOut {
+				break // glibc's round ends at the timeout: the rest is not sent
+			}
 			if i > 0 && reopen {
 				if err := open(); err != nil {
-					record(i, nil, nil, err)
+					record(i, nil, err)
 					continue
 				}
 			}
 			q := s.query(fqdn, qt)
-			if err := conn.WriteMsg(q); err != nil {
-				record(i, q, nil, err)
+			if err := (*conn).WriteMsg(q); err != nil {
+				record(i, nil, err)
 				continue
 			}
-			readFor(map[uint16]int{q.Id: i}, map[uint16]*mdns.Msg{q.Id: q})
+			readFor(map[uint16]int{q.Id: i})
 		}
-		return replies
+		return replies, timedOut
 	}
 	pending := map[uint16]int{}
-	queries := map[uint16]*mdns.Msg{}
 	for i, qt := range qtypes {
 		q := s.query(fqdn, qt)
-		if err := conn.WriteMsg(q); err != nil {
-			record(i, q, nil, err)
+		if err := (*conn).WriteMsg(q); err != nil {
+			record(i, nil, err)
 			continue
 		}
 		pending[q.Id] = i
-		queries[q.Id] = q
 	}
-	readFor(pending, queries)
-	return replies
+	readFor(pending)
+	return replies, timedOut
 }
 
 func (s *Stub) exchangeTCP(ctx context.Context, addr, fqdn string, qtype uint16, log *[]QueryLog) *mdns.Msg {
