@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -287,6 +288,9 @@ func isJSON(data []byte) bool {
 func splitJSON(name string, data []byte) ([]rawDoc, []error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var docs []rawDoc
+	// Lines are counted on from the previous value, not from the start of
+	// the file each time: a stream of many small values stays linear.
+	lineOff, line := 0, 1
 	for i := 0; ; i++ {
 		var raw json.RawMessage
 		err := dec.Decode(&raw)
@@ -302,7 +306,9 @@ func splitJSON(name string, data []byte) ([]rawDoc, []error) {
 			return nil, []error{&ManifestError{File: name, Line: lineAt(data, int(off)), Doc: i, Msg: "invalid JSON: " + err.Error(), Err: err}}
 		}
 		start := int(dec.InputOffset()) - len(raw)
-		docs = append(docs, rawDoc{index: i, firstLine: lineAt(data, start), data: raw, json: true})
+		line += bytes.Count(data[lineOff:start], []byte("\n"))
+		lineOff = start
+		docs = append(docs, rawDoc{index: i, firstLine: line, data: raw, json: true})
 	}
 	return docs, nil
 }
@@ -409,10 +415,27 @@ func decodeDoc(file string, d rawDoc) ([]Manifest, []error) {
 		return []error{&ManifestError{File: file, Line: line, Doc: d.index, DocLine: docLine, Msg: msg, Err: err}}
 	}
 
+	// Positions: parse the text (YAML, or JSON, which is YAML) into a YAML
+	// node tree. This is best effort (YAML 1.1 vs 1.2 quirks); without it
+	// errors point at the document. The tree keeps aliases as references,
+	// so it is as big as the text; the conversion to JSON below expands
+	// every alias into a copy.
+	var root yamlv3.Node
+	var tree *yamlv3.Node
+	if err := yamlv3.Unmarshal(d.data, &root); err == nil && root.Kind == yamlv3.DocumentNode && len(root.Content) == 1 {
+		tree = root.Content[0]
+		shiftLines(tree, d.firstLine-1)
+	}
+
 	var j []byte
 	if d.json {
 		j = d.data
 	} else {
+		if tree != nil {
+			if alias, limit := aliasExpansionTooBig(tree); alias != nil {
+				return nil, fail(alias.Line, fmt.Sprintf("invalid YAML: alias *%s makes the document expand to more than %d nodes and characters (%d in the text, with aliases counted once); refusing to expand it", alias.Value, limit, expansionWeight(tree, false)), nil)
+			}
+		}
 		var err error
 		j, err = yaml.YAMLToJSONStrict(d.data)
 		if err != nil {
@@ -436,12 +459,8 @@ func decodeDoc(file string, d rawDoc) ([]Manifest, []error) {
 		return nil, fail(docLine, "expected an object with apiVersion and kind, found "+jsonKindOf(j), nil)
 	}
 
-	// Positions: parse the same text into a YAML node tree. This is best
-	// effort (YAML 1.1 vs 1.2 quirks); without it errors point at the document.
-	var root yamlv3.Node
-	if err := yamlv3.Unmarshal(d.data, &root); err == nil && root.Kind == yamlv3.DocumentNode && len(root.Content) == 1 {
-		shiftLines(root.Content[0], d.firstLine-1)
-		base.node = root.Content[0]
+	if tree != nil {
+		base.node = tree
 		if base.node.Line > 0 {
 			base.Line = base.node.Line
 		}
@@ -646,6 +665,104 @@ func cleanJSONError(err error) string {
 }
 
 // --- YAML node helpers -------------------------------------------------
+
+// minAliasAllowance is how much alias expansion any document may add to its
+// own size (see aliasExpansionTooBig): 1 Mi nodes and characters, a few MB
+// of JSON.
+const minAliasAllowance = 1 << 20
+
+// expansionWeight is the size of a YAML tree in nodes plus scalar
+// characters, the measure of the JSON the tree turns into. With expand,
+// every alias counts as a copy of its anchor's value (as the conversion to
+// JSON copies it); without, as one node. An alias to a node that contains
+// it (a cycle, which the YAML decoder rejects) counts as one node. The
+// count stops growing past stop (when stop > 0), and saturates at
+// math.MaxInt/2 when it does not. Work is linear in the
+// number of nodes of the tree: expanded weights are memoized per node.
+func expansionWeight(n *yamlv3.Node, expand bool) int {
+	w, _ := weigh(n, expand, 0)
+	return w
+}
+
+func weigh(root *yamlv3.Node, expand bool, stop int) (int, *yamlv3.Node) {
+	const inProgress = -1
+	memo := map[*yamlv3.Node]int{}
+	add := func(a, b int) int {
+		if stop > 0 && a+b > stop {
+			return stop + 1
+		}
+		if a > math.MaxInt/2 || b > math.MaxInt/2 {
+			return math.MaxInt / 2 // saturate rather than overflow
+		}
+		return a + b
+	}
+	var over *yamlv3.Node // the alias at which the total went past stop
+	var walk func(n *yamlv3.Node) int
+	walk = func(n *yamlv3.Node) int {
+		if n == nil {
+			return 0
+		}
+		if w, ok := memo[n]; ok {
+			if w == inProgress {
+				return 1
+			}
+			return w
+		}
+		memo[n] = inProgress
+		w := 1 + len(n.Value)
+		if n.Kind == yamlv3.AliasNode {
+			w = 1
+			if expand {
+				w = walk(n.Alias)
+			}
+		}
+		for _, c := range n.Content {
+			w = add(w, walk(c))
+			if over == nil && stop > 0 && w > stop {
+				over = firstAlias(c)
+			}
+		}
+		memo[n] = w
+		return w
+	}
+	w := walk(root)
+	if over == nil && stop > 0 && w > stop {
+		over = firstAlias(root)
+	}
+	return w, over
+}
+
+// firstAlias returns the first alias node of a tree in document order,
+// without following aliases, or nil.
+func firstAlias(n *yamlv3.Node) *yamlv3.Node {
+	if n == nil || n.Kind == yamlv3.AliasNode {
+		return n
+	}
+	for _, c := range n.Content {
+		if a := firstAlias(c); a != nil {
+			return a
+		}
+	}
+	return nil
+}
+
+// aliasExpansionTooBig reports the alias at which expanding the aliases of
+// a document tree makes it bigger than its own size plus
+// max(minAliasAllowance, its own size), and that limit. A few short
+// aliases nested in one another ("billion laughs"), or many aliases of one
+// long string, would otherwise turn a small file into gigabytes of JSON.
+func aliasExpansionTooBig(tree *yamlv3.Node) (*yamlv3.Node, int) {
+	plain := expansionWeight(tree, false)
+	limit := plain + max(minAliasAllowance, plain)
+	w, over := weigh(tree, true, limit)
+	if w <= limit {
+		return nil, limit
+	}
+	if over == nil {
+		over = tree // not reached: only an alias adds weight beyond plain
+	}
+	return over, limit
+}
 
 func shiftLines(n *yamlv3.Node, by int) {
 	if n == nil || by == 0 {

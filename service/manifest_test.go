@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	yamlv3 "go.yaml.in/yaml/v3"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -278,6 +281,139 @@ func TestParsePath(t *testing.T) {
 	}
 }
 
+// aliasBomb is a document whose aliases expand it from about 20 KB of text
+// to 60 MB: every alias of the second level repeats the 10 000-character
+// string 30 times.
+func aliasBomb() string {
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n  annotations:\n")
+	b.WriteString("    s: &s " + strings.Repeat("x", 10000) + "\n")
+	b.WriteString("    l1: &l1 [" + strings.TrimSuffix(strings.Repeat("*s, ", 30), ", ") + "]\n")   // line 7
+	b.WriteString("    l2: &l2 [" + strings.TrimSuffix(strings.Repeat("*l1, ", 200), ", ") + "]\n") // line 8
+	return b.String()
+}
+
+func TestLoadRefusesAliasExpansion(t *testing.T) {
+	nested := "apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n" +
+		"a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+	for i := 1; i <= 9; i++ {
+		nested += fmt.Sprintf("a%d: &a%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*a%d, ", i-1), 10), ", "))
+	}
+	for _, tc := range []struct {
+		name, text string
+		line       int
+		alias      string
+	}{
+		{"long string", aliasBomb(), 8, "*l1"},
+		// 10^10 "lol"s; a5 (line 10) alone is 10^5 of them, 4 M nodes and
+		// characters, past the limit at its third alias.
+		{"billion laughs", "# c\n" + nested, 10, "*a4"},
+		{"after a document", "apiVersion: v1\nkind: Namespace\nmetadata: {name: z}\n---\n" + aliasBomb(), 12, "*l1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms, err := Load("bomb.yaml", []byte(tc.text))
+			if err == nil || ms != nil {
+				t.Fatalf("got %d manifests and error %v, want an error and nothing", len(ms), err)
+			}
+			var me *ManifestError
+			if !errors.As(err, &me) {
+				t.Fatalf("error %T is not a *ManifestError: %v", err, err)
+			}
+			if me.File != "bomb.yaml" || me.Line != tc.line {
+				t.Errorf("error at %s:%d, want bomb.yaml:%d: %v", me.File, me.Line, tc.line, err)
+			}
+			for _, want := range []string{fmt.Sprintf("bomb.yaml:%d ", tc.line), "invalid YAML: alias " + tc.alias + " makes the document expand to more than"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+// Aliases that stay within the limit still work, and positions of fields
+// under an alias are those of the anchor's text.
+func TestLoadAllowsSmallAliases(t *testing.T) {
+	text := `apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  labels: &labels {app: web, tier: front}
+spec:
+  selector: *labels
+  ports:
+  - &p {name: http, port: 80, targetPort: 8080, protocol: TCP}
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: big
+  annotations:
+    s: &s ` + strings.Repeat("x", 1000) + `
+spec:
+  finalizers: [` + strings.TrimSuffix(strings.Repeat("*s, ", 500), ", ") + `]
+`
+	ms, err := Load("ok.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 2 {
+		t.Fatalf("got %d manifests, want 2", len(ms))
+	}
+	svc := ms[0].Object.(*corev1.Service)
+	if svc.Spec.Selector["tier"] != "front" || svc.Spec.Ports[0].Port != 80 {
+		t.Errorf("aliases not expanded: %+v", svc.Spec)
+	}
+	if got := ms[0].FieldLine("spec.selector"); got != 7 {
+		t.Errorf("spec.selector at line %d, want 7", got)
+	}
+	ns := ms[1].Object.(*corev1.Namespace)
+	if len(ns.Spec.Finalizers) != 500 || len(ns.Spec.Finalizers[499]) != 1000 {
+		t.Errorf("got %d finalizers, want 500 of 1000 characters", len(ns.Spec.Finalizers))
+	}
+}
+
+// The expansion is measured without expanding: 2^40 copies of a scalar are
+// counted exactly, in work linear in the size of the text.
+func TestExpansionWeight(t *testing.T) {
+	text := "a0: &a0 xy\n"
+	for i := 1; i <= 40; i++ {
+		text += fmt.Sprintf("a%d: &a%d [*a%d, *a%d]\n", i, i, i-1, i-1)
+	}
+	var root yamlv3.Node
+	if err := yamlv3.Unmarshal([]byte(text), &root); err != nil {
+		t.Fatal(err)
+	}
+	tree := root.Content[0]
+	// Level i is a sequence of two copies of level i-1: w(0) = 3 ("xy"
+	// and the node), w(i) = 1 + 2 w(i-1); each key adds 1 + len(key).
+	want, w := 1, 3 // the mapping; level 0
+	want += 1 + 2 + w
+	for i := 1; i <= 40; i++ {
+		w = 1 + 2*w
+		want += 1 + len(fmt.Sprintf("a%d", i)) + w
+	}
+	if got := expansionWeight(tree, true); got != want {
+		t.Errorf("expanded weight %d, want %d", got, want)
+	}
+	plain := 1 + (1 + 2 + 3)
+	for i := 1; i <= 40; i++ {
+		plain += 1 + len(fmt.Sprintf("a%d", i)) + 3
+	}
+	if got := expansionWeight(tree, false); got != plain {
+		t.Errorf("plain weight %d, want %d", got, plain)
+	}
+	alias, limit := aliasExpansionTooBig(tree)
+	if alias == nil || alias.Kind != yamlv3.AliasNode || limit != plain+minAliasAllowance {
+		t.Fatalf("too big at %+v, limit %d; want an alias and limit %d", alias, limit, plain+minAliasAllowance)
+	}
+	// Levels up to a17 add up to about 2^20: the alias is one of a17's
+	// or a18's, the first levels past the limit.
+	if alias.Value != "a17" && alias.Value != "a18" {
+		t.Errorf("too big at *%s (line %d), want *a17 or *a18", alias.Value, alias.Line)
+	}
+}
+
 // FuzzLoad: the loader never panics, and either returns objects with a
 // position or an error with nothing.
 func FuzzLoad(f *testing.F) {
@@ -299,6 +435,10 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("--- &a\napiVersion: v1\nkind: Namespace\nmetadata: *a\n"))
 	f.Add([]byte(`{"kind":"ServiceList","items":[{"metadata":{"name":"x"},"spec":{"ports":[{"port":"x"}]}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// A hang becomes a crash, so that the fuzzer writes the input
+		// into testdata/fuzz instead of stalling.
+		watchdog := time.AfterFunc(10*time.Second, func() { panic(fmt.Sprintf("Load hangs on %q", data)) })
+		defer watchdog.Stop()
 		ms, err := Load("fuzz.yaml", data)
 		if err != nil {
 			if ms != nil {
