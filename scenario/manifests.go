@@ -402,6 +402,11 @@ func (s *Scenario) manifestErr(src manifestSource, line int, fieldPath, msg stri
 
 // expandWorkload decodes a Deployment or ReplicaSet strictly and makes its pods.
 func (s *Scenario) expandWorkload(src manifestSource, kind, text string, doc *yaml.Node, seed uint64, into *loaded) error {
+	// The same bound on alias expansion as service.Load's: a few aliases of a long string
+	// would otherwise turn a small file into gigabytes of JSON.
+	if ae := service.CheckAliasExpansion(doc); ae != nil {
+		return s.manifestErr(src, ae.Line, "", kind+": invalid YAML: "+ae.Error())
+	}
 	j, err := sigyaml.YAMLToJSONStrict([]byte(text))
 	if err != nil {
 		return s.manifestErr(src, doc.Line, "", kind+": invalid YAML: "+err.Error())

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -239,5 +240,28 @@ steps:
 				t.Errorf("%s: seen_source %s: %+v (traffic %+v), want ok=%v", mode, title, st.Expectations, st.Traffic, want)
 			}
 		}
+	}
+}
+
+// TestDeploymentAliasExpansionRefused: a Deployment whose aliases would expand a small
+// file into tens of MB of JSON (many aliases of one long string) is refused with the
+// alias's line, as service.Load refuses it, instead of being converted.
+func TestDeploymentAliasExpansionRefused(t *testing.T) {
+	long := strings.Repeat("x", 10000)
+	var b strings.Builder
+	b.WriteString("cluster: {seed: 3, dns: off}\nmanifests:\n  - apiVersion: apps/v1\n    kind: Deployment\n")
+	b.WriteString("    metadata: {name: web, annotations: {s: &s " + long + "}}\n")
+	b.WriteString("    spec:\n      replicas: 1\n      selector: {matchLabels: {app: web}}\n")
+	b.WriteString("      template:\n        metadata:\n          labels: {app: web}\n          annotations:\n")
+	b.WriteString("            l1: &l1 [" + strings.TrimSuffix(strings.Repeat("*s, ", 30), ", ") + "]\n")
+	b.WriteString("            l2: [" + strings.TrimSuffix(strings.Repeat("*l1, ", 200), ", ") + "]\n") // line 14
+	b.WriteString("        spec: {containers: [{name: c, image: i}]}\n")
+	_, err := Parse("bomb.yaml", []byte(b.String()))
+	if err == nil {
+		t.Fatal("a Deployment expanding to 60 MB of JSON was accepted")
+	}
+	var se *Error
+	if !errors.As(err, &se) || se.Line != 14 || !strings.Contains(err.Error(), "alias *l1") || !strings.Contains(err.Error(), "refusing to expand") {
+		t.Fatalf("want an error at bomb.yaml:14 naming alias *l1, got %v", err)
 	}
 }

@@ -432,8 +432,8 @@ func decodeDoc(file string, d rawDoc) ([]Manifest, []error) {
 		j = d.data
 	} else {
 		if tree != nil {
-			if alias, limit := aliasExpansionTooBig(tree); alias != nil {
-				return nil, fail(alias.Line, fmt.Sprintf("invalid YAML: alias *%s makes the document expand to more than %d nodes and characters (%d in the text, with aliases counted once); refusing to expand it", alias.Value, limit, expansionWeight(tree, false)), nil)
+			if ae := CheckAliasExpansion(tree); ae != nil {
+				return nil, fail(ae.Line, "invalid YAML: "+ae.Error(), nil)
 			}
 		}
 		var err error
@@ -762,6 +762,38 @@ func aliasExpansionTooBig(tree *yamlv3.Node) (*yamlv3.Node, int) {
 		over = tree // not reached: only an alias adds weight beyond plain
 	}
 	return over, limit
+}
+
+// CheckAliasExpansion applies Load's limit on alias expansion to a YAML node tree (a
+// document, or its content) that another loader is about to turn into JSON: it returns an
+// error naming the alias (its Line is the alias node's line, relative to whatever the
+// tree's lines are relative to) when expanding the tree's aliases would make it bigger
+// than its own size plus max(1 Mi, its size) nodes and characters, and nil otherwise.
+// The work is linear in the size of the tree.
+func CheckAliasExpansion(tree *yamlv3.Node) *AliasExpansionError {
+	if tree != nil && tree.Kind == yamlv3.DocumentNode && len(tree.Content) == 1 {
+		tree = tree.Content[0]
+	}
+	if tree == nil {
+		return nil
+	}
+	alias, limit := aliasExpansionTooBig(tree)
+	if alias == nil {
+		return nil
+	}
+	return &AliasExpansionError{Line: alias.Line, Alias: alias.Value, Limit: limit, Plain: expansionWeight(tree, false)}
+}
+
+// AliasExpansionError is CheckAliasExpansion's error.
+type AliasExpansionError struct {
+	Line  int    // the alias's line
+	Alias string // the alias's name (without the *)
+	Limit int    // nodes and characters allowed
+	Plain int    // nodes and characters in the text, aliases counted once
+}
+
+func (e *AliasExpansionError) Error() string {
+	return fmt.Sprintf("alias *%s makes the document expand to more than %d nodes and characters (%d in the text, with aliases counted once); refusing to expand it", e.Alias, e.Limit, e.Plain)
 }
 
 func shiftLines(n *yamlv3.Node, by int) {
