@@ -135,7 +135,9 @@ func isHTTPRequestLine(l string) bool {
 // Serve runs the built-in whoami server on the pod (see ServeWhoami); it stops when the
 // pod dies.
 func (p *Pod) Serve(proto uint8, port uint16) error {
-	stop, err := ServeWhoami(p.net, p.key(), p.node.name, proto, port)
+	var stop func()
+	var err error
+	p.cluster.labeled(func() { stop, err = ServeWhoami(p.net, p.key(), p.node.name, proto, port) })
 	if err != nil {
 		return fmt.Errorf("pod %s: serve %s/%d: %w", p.key(), ProtoName(proto), port, err)
 	}

@@ -1,6 +1,8 @@
 package netsim
 
 import (
+	"context"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,8 @@ type Clock struct {
 	mu     sync.Mutex
 	timers []*clockTimer // pending timers, in no order; each knows its index
 	seq    uint64
+
+	labels context.Context // a cluster's pprof labels for timer goroutines; nil: none
 }
 
 // NewClock returns a clock at Epoch. manual selects manual mode.
@@ -126,7 +130,11 @@ func (c *Clock) Advance(d time.Duration) {
 		c.removeLocked(next)
 		c.mu.Unlock()
 		done := make(chan struct{})
-		go func() { defer close(done); next.f() }()
+		go func() {
+			defer close(done)
+			c.label()
+			next.f()
+		}()
 		<-done
 	}
 }
@@ -188,9 +196,17 @@ func (c *Clock) removeLocked(t *clockTimer) {
 	t.pending = false
 }
 
+// label puts the clock's cluster label on the calling goroutine, a timer's own.
+func (c *Clock) label() {
+	if c.labels != nil {
+		pprof.SetGoroutineLabels(c.labels)
+	}
+}
+
 // fireReal runs when the wall-clock timer expires.
 func (t *clockTimer) fireReal() {
 	c := t.c
+	c.label()
 	c.mu.Lock()
 	if !t.pending {
 		c.mu.Unlock()

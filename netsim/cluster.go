@@ -1,6 +1,7 @@
 package netsim
 
 import (
+	"context"
 	"errors"
 
 	"fmt"
@@ -184,10 +185,24 @@ type Cluster struct {
 	replayQ     replayQueue
 	apps        map[string]App
 	podStart    []func(*Pod, *corev1.Pod)
+
+	// id and labels mark the cluster's goroutines (pprof label netsim-cluster=id) so
+	// that Quiesce can tell them from other clusters' (see idle.go).
+	id     string
+	labels context.Context
 }
 
 // New builds the cluster network: nodes with their bridges, host stacks and datapaths.
-func New(cfg Config) (*Cluster, error) {
+func New(cfg Config) (c *Cluster, err error) {
+	labels, id := newClusterLabels()
+	// Everything New starts (node datapaths, netstack's goroutines, the proxies')
+	// inherits the cluster's label.
+	tmp := &Cluster{labels: labels}
+	tmp.labeled(func() { c, err = newCluster(cfg, labels, id) })
+	return c, err
+}
+
+func newCluster(cfg Config, labels context.Context, id string) (*Cluster, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("netsim: config: %w", err)
 	}
@@ -204,7 +219,10 @@ func New(cfg Config) (*Cluster, error) {
 		lbs:        map[string]*loadBalancer{},
 		lbReplies:  map[Tuple]*lbFlow{},
 		apps:       map[string]App{},
+		id:         id,
+		labels:     labels,
 	}
+	c.clock.labels = labels
 	c.fabric = newFabric(c)
 	c.nextExternal = cfg.ExternalCIDR.Addr().Next().Next().Next().Next().Next().Next().Next().Next().Next()
 	// Stacks start one TCP processor goroutine per GOMAXPROCS; build them under 1 (see
@@ -509,7 +527,12 @@ func (c *Cluster) Settle(d time.Duration) {
 // addresses of the node's pod CIDRs; hostNetwork: the node's). The service store's
 // kubelet calls this for the pods it schedules; tests of the bare network call it
 // directly.
-func (c *Cluster) StartPod(node, namespace, name string, ips []netip.Addr, hostNetwork bool) (*Pod, error) {
+func (c *Cluster) StartPod(node, namespace, name string, ips []netip.Addr, hostNetwork bool) (p *Pod, err error) {
+	c.labeled(func() { p, err = c.startPod(node, namespace, name, ips, hostNetwork) })
+	return p, err
+}
+
+func (c *Cluster) startPod(node, namespace, name string, ips []netip.Addr, hostNetwork bool) (*Pod, error) {
 	n := c.Node(node)
 	if n == nil {
 		return nil, fmt.Errorf("pod %s/%s: no node %q", namespace, name, node)

@@ -45,7 +45,12 @@ func (h *ExternalHost) receive(f frame) {
 
 // AddExternalHost adds a host on the external network. A zero ip takes the next free
 // address of the external CIDR.
-func (c *Cluster) AddExternalHost(name string, ip netip.Addr) (*ExternalHost, error) {
+func (c *Cluster) AddExternalHost(name string, ip netip.Addr) (h *ExternalHost, err error) {
+	c.labeled(func() { h, err = c.addExternalHost(name, ip) })
+	return h, err
+}
+
+func (c *Cluster) addExternalHost(name string, ip netip.Addr) (*ExternalHost, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, dup := c.external[name]; dup {

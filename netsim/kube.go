@@ -104,7 +104,9 @@ func (c *Cluster) startKube() error {
 	if err := c.store.Apply(nodes...); err != nil {
 		return fmt.Errorf("netsim: registering nodes: %w", err)
 	}
-	c.cancelWatch = c.store.WatchWithReplay(c.onEvent)
+	// The store calls watchers on the goroutine that changed it: the kubelet's work (pod
+	// stacks, app servers) runs under the cluster's label whoever made the change.
+	c.cancelWatch = c.store.WatchWithReplay(func(ev service.Event) { c.labeled(func() { c.onEvent(ev) }) })
 	if c.cfg.Proxy != nil {
 		for _, n := range c.Nodes() {
 			p, err := c.cfg.Proxy(n)
@@ -556,7 +558,12 @@ var _ = strconv.Itoa
 // AddNode adds a node to a running cluster (a new machine joining): its network, its
 // Node object in the store, and its proxy. Its index among the nodes picks its default
 // IPs and pod CIDRs, so they do not collide with existing nodes'.
-func (c *Cluster) AddNode(nc NodeConfig) (*Node, error) {
+func (c *Cluster) AddNode(nc NodeConfig) (n *Node, err error) {
+	c.labeled(func() { n, err = c.addNodeLive(nc) })
+	return n, err
+}
+
+func (c *Cluster) addNodeLive(nc NodeConfig) (*Node, error) {
 	if nc.Name == "" {
 		return nil, fmt.Errorf("add node: name required")
 	}

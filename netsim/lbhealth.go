@@ -511,7 +511,7 @@ func (k *lbChecker) start(lb *loadBalancer, gen uint64, n *Node, port uint16, at
 	if n.down.Load() {
 		chk.lose(fmt.Sprintf("node %s is down", n.name))
 	}
-	go chk.run(ctx, cfg)
+	k.c.goLabeled(func() { chk.run(ctx, cfg) })
 	return chk
 }
 

@@ -1,10 +1,17 @@
 package netsim
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -39,4 +46,128 @@ func TestQuiesceSignalWatcher(t *testing.T) {
 	if !othersBusy([]byte("goroutine 1 [running]:\nmain.main()\n\ngoroutine 7 [syscall]:\nsyscall.Syscall(0x0)\n\t/usr/lib/go/src/syscall/syscall_linux.go:73")) {
 		t.Error("a goroutine in another system call does not count as busy")
 	}
+	// With GODEBUG=tracebacklabels=1 (which New turns on) a header carries labels.
+	if got := busyGoroutines([]byte("goroutine 1 [running]:\nmain.main()\n\ngoroutine 9 [runnable labels:{\"netsim-cluster\": \"7\"}]:\nmain.f()\n\ngoroutine 10 [chan receive labels:{\"netsim-cluster\": \"7\"}]:\nmain.g()")); len(got) != 1 || !strings.Contains(got[0], "goroutine 9 ") {
+		t.Errorf("busy goroutines of a labeled dump: %q, want goroutine 9's header", got)
+	}
+}
+
+// TestClusterQuiesceIgnoresOtherClusters: two clusters in one process, the second kept
+// busy on purpose (a goroutine spinning under its label, and a loop carrying traffic
+// through its pods). The first cluster's Quiesce waits for its own traffic and returns
+// as soon as it is idle, in a few polls; the process-wide Quiesce on the same setup
+// never sees the process quiet. A goroutine of no cluster, or of the first one, that
+// spins keeps the first cluster's Quiesce waiting.
+func TestClusterQuiesceIgnoresOtherClusters(t *testing.T) {
+	a := newTestCluster(t, Config{Seed: 1, ManualClock: true, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+	startPod(t, a, "node-a", "default/client")
+	webA := startPod(t, a, "node-b", "default/web", 80)
+	b := newTestCluster(t, Config{Seed: 2, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+	clientB := startPod(t, b, "node-a", "default/client")
+	webB := startPod(t, b, "node-b", "default/web", 80)
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	defer func() { stop.Store(true); wg.Wait() }()
+	spinning := make(chan struct{})
+	wg.Add(2)
+	b.goLabeled(func() {
+		defer wg.Done()
+		close(spinning)
+		for !stop.Load() {
+		}
+	})
+	var exchanges atomic.Int64
+	b.goLabeled(func() {
+		defer wg.Done()
+		for !stop.Load() {
+			if _, err := exchange(clientB.Net(), netip.AddrPortFrom(webB.IP(), 80).String()); err == nil {
+				exchanges.Add(1)
+			}
+		}
+	})
+	<-spinning
+
+	for i := range 5 {
+		// Traffic in the first cluster under a manual clock needs no timer: Quiesce
+		// must not return before it is through.
+		done := make(chan error, 1)
+		a.goLabeled(func() {
+			w, err := exchange(startPodNet(a, "default/client"), netip.AddrPortFrom(webA.IP(), 80).String())
+			if err == nil && w.Pod != "default/web" {
+				err = fmt.Errorf("answered by %q", w.Pod)
+			}
+			done <- err
+		})
+		polls, quiet := a.quiesce(5000, 30*time.Second)
+		if !quiet || polls >= 1000 {
+			t.Fatalf("round %d: the first cluster's Quiesce: %d polls, quiet %v; want quiet within 1000 polls while the other cluster is busy", i, polls, quiet)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("round %d: exchange in the first cluster: %v", i, err)
+			}
+		default:
+			t.Fatalf("round %d: Quiesce returned (after %d polls) with the first cluster's exchange still in flight", i, polls)
+		}
+	}
+	if exchanges.Load() == 0 {
+		t.Error("the second cluster carried no traffic while the first quiesced")
+	}
+
+	// The process-wide barrier sees the spinning goroutine: it polls to its bound (a
+	// small one: with a goroutine spinning on one of two cores, a poll waits for a turn).
+	if polls, quiet := quiesce(20, time.Minute); quiet || polls != 20 {
+		t.Errorf("process-wide Quiesce with another cluster busy: %d polls, quiet %v; want 20 polls and not quiet", polls, quiet)
+	}
+
+	// A goroutine of no cluster counts, and so does one of the first cluster.
+	for _, start := range []struct {
+		name string
+		run  func(func())
+	}{{"unlabeled", func(f func()) { go f() }}, {"first cluster's", a.goLabeled}} {
+		var stopSpin atomic.Bool
+		started := make(chan struct{})
+		finished := make(chan struct{})
+		start.run(func() {
+			defer close(finished)
+			close(started)
+			for !stopSpin.Load() {
+			}
+		})
+		<-started
+		polls, quiet := a.quiesce(20, time.Minute)
+		stopSpin.Store(true)
+		<-finished
+		if quiet || polls != 20 {
+			t.Errorf("a spinning %s goroutine: the first cluster's Quiesce took %d polls, quiet %v; want 20 polls and not quiet", start.name, polls, quiet)
+		}
+	}
+}
+
+// startPodNet returns the network of a running pod.
+func startPodNet(c *Cluster, key string) *Net {
+	ns, name, _ := strings.Cut(key, "/")
+	return c.Pod(ns, name).Net()
+}
+
+// exchange dials addr over TCP from n, sends a line and parses the whoami reply.
+func exchange(n *Net, addr string) (Whoami, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := n.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return Whoami{}, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := fmt.Fprintln(conn, "hello"); err != nil {
+		return Whoami{}, err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return Whoami{}, err
+	}
+	return ParseWhoami(line)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 )
@@ -67,10 +68,10 @@ func (c *Cluster) Run(f func() error) error {
 	prev := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(prev)
 	done := make(chan error, 1)
-	go func() { done <- f() }()
+	c.goLabeled(func() { done <- f() })
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		quiesce()
+		c.quiesce(quiesceMaxPolls, quiesceMaxWait)
 		select {
 		case err := <-done:
 			return err
@@ -93,33 +94,15 @@ func (c *Cluster) Run(f func() error) error {
 	}
 }
 
-// quiesce returns once every other goroutine has been blocked for three polls in a row.
-// A poll (runtime.Stack of every goroutine) stops the world, so after a busy one it
-// backs off, up to a millisecond of sleep, to let the busy goroutines get on: polling
-// flat out starved them, and a wait that should take microseconds took seconds.
-func quiesce() {
-	buf := make([]byte, 1<<20)
-	calm := 0
-	backoff := 10 * time.Microsecond
-	for i := 0; i < 100000 && calm < 3; i++ {
-		runtime.Gosched()
-		n := runtime.Stack(buf, true)
-		for n == len(buf) {
-			buf = make([]byte, 2*len(buf))
-			n = runtime.Stack(buf, true)
-		}
-		if othersBusy(buf[:n]) {
-			calm = 0
-			time.Sleep(backoff)
-			backoff = min(2*backoff, time.Millisecond)
-		} else {
-			calm++
-		}
-	}
-}
-
 // othersBusy reports whether a goroutine other than the caller is running or runnable.
-func othersBusy(dump []byte) bool {
+func othersBusy(dump []byte) bool { return len(busyGoroutines(dump)) > 0 }
+
+// busyGoroutines returns the header lines of the goroutines of a dump (runtime.Stack of
+// all, the caller's first) that are running or runnable or in a system call, other than
+// the caller, os/signal's watcher and quiescence waits. With GODEBUG=tracebacklabels=1 a
+// header ends with the goroutine's labels: goroutine 7 [runnable labels:{"k": "v"}]:.
+func busyGoroutines(dump []byte) []string {
+	var out []string
 	first := true
 	for _, block := range bytes.Split(dump, []byte("\n\n")) {
 		header, _, _ := bytes.Cut(block, []byte("\n"))
@@ -128,27 +111,31 @@ func othersBusy(dump []byte) bool {
 			continue
 		}
 		i := bytes.IndexByte(header, '[')
-		j := bytes.IndexByte(header, ']')
+		j := bytes.LastIndexByte(header, ']')
 		if i < 0 || j < i {
 			continue
 		}
 		state := string(header[i+1 : j])
-		if k := bytes.IndexByte([]byte(state), ','); k >= 0 {
-			state = state[:k]
-		}
+		state, _, _ = strings.Cut(state, " labels:{")
+		state, _, _ = strings.Cut(state, ",")
 		switch state {
 		case "running", "runnable":
-			return true
 		case "syscall":
 			// os/signal's watcher waits for signals in a system call for the life of
 			// any process that called signal.Notify (a CLI, a server, go test with
 			// some packages): it never runs simulation work.
-			if !bytes.Contains(block, []byte("\nos/signal.signal_recv(")) {
-				return true
+			if bytes.Contains(block, []byte("\nos/signal.signal_recv(")) {
+				continue
 			}
+		default:
+			continue
 		}
+		if bytes.Contains(block, []byte("clusterlab/netsim.pollQuiet(")) {
+			continue // another quiescence wait
+		}
+		out = append(out, string(header))
 	}
-	return false
+	return out
 }
 
 var _ = fmt.Sprint

@@ -88,7 +88,7 @@ func TestTraceFlowsLiveConnectionThroughDNAT(t *testing.T) {
 	if _, err := ask(t, client.Net(), netip.AddrPortFrom(web.IP(), 81).String()); err != nil {
 		t.Fatal(err) // port 81: not traced
 	}
-	Quiesce()
+	c.Quiesce()
 	ft.Stop()
 	traces := ft.Traces()
 	if len(traces) < 6 {
@@ -144,7 +144,7 @@ func TestTraceFlowsLiveConnectionThroughDNAT(t *testing.T) {
 	if _, err := ask(t, client.Net(), vip.String()); err != nil {
 		t.Fatal(err)
 	}
-	Quiesce()
+	c.Quiesce()
 	if n := len(ft.Traces()); n != len(traces) {
 		t.Errorf("%d traces after Stop, were %d", n, len(traces))
 	}

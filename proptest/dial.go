@@ -72,7 +72,7 @@ const DialBudget = 5 * time.Second
 // would meet, the userspace proxy's own sockets included.
 //
 // The world's clock is manual, and Dial moves it without sleeping on wall time: it
-// waits until every goroutine of the simulation is blocked (netsim.Quiesce), and only
+// waits until every goroutine of the simulation is blocked (the cluster's Quiesce), and only
 // then, with nothing left to happen before a timer fires, advances virtual time to the
 // next timer (a retransmission, a proxy's dial timeout, a session expiry). So an answer
 // that needs no timer never sees the clock move, however slow the machine, and a lost
@@ -141,7 +141,7 @@ func (w *World) Dial(from string, proto uint8, dst netip.AddrPort, srcPort uint1
 		if d, ok := poll(); ok {
 			return d, nil
 		}
-		netsim.Quiesce()
+		w.Cluster.Quiesce()
 		if d, ok := poll(); ok {
 			return d, nil
 		}

@@ -220,8 +220,9 @@ func seenText(m map[string]int, client netip.Addr) string {
 // answer; UDP: a datagram and its answer) and moves the virtual clock while it waits, so
 // that retransmissions, link latency and the proxies' timeouts happen.
 //
-// The clock moves only once the simulation has nothing left to do (netsim.Quiesce: every
-// other goroutine blocked), and then to the next timer, never on wall time: an answer
+// The clock moves only once the simulation has nothing left to do (Cluster.Quiesce: every
+// goroutine of this cluster, and every goroutine of no cluster, blocked; other clusters
+// in the process do not hold it up), and then to the next timer, never on wall time: an answer
 // that needs no timer never sees the clock move, however slow or loaded the machine. (It
 // used to move 250ms every 10ms of wall time; under CPU load that fired the userspace
 // proxy's first endpoint dial timeout, 250ms, in the middle of a healthy dial, and the
@@ -293,7 +294,7 @@ func (r *runner) netstackAttempt(ctx context.Context, n *netsim.Net, proto strin
 			return a
 		case <-time.After(2 * time.Millisecond):
 		}
-		netsim.Quiesce()
+		r.c.Quiesce()
 		if a, ok := poll(); ok {
 			return a
 		}

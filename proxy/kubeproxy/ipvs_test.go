@@ -372,7 +372,7 @@ func TestIPVSModeGracefulTermination(t *testing.T) {
 	s.close()
 	// Let the close's FIN exchange run through the stacks and IPVS before time jumps
 	// (under load it had not, and the entry stayed ESTABLISHED with 15 minutes to go).
-	netsim.Quiesce()
+	c.Quiesce()
 	// The grace period ends (the pod dies), the connection's entry expires (TIME_WAIT
 	// 2 min); the next one-minute check deletes the real server.
 	c.Clock().Advance(4 * time.Minute)
@@ -511,12 +511,12 @@ func TestIPVSModeIdleTimeout(t *testing.T) {
 	if _, err := s.ask("one"); err != nil {
 		t.Fatal(err)
 	}
-	netsim.Quiesce() // the last ACKs are through before time jumps
+	c.Quiesce() // the last ACKs are through before time jumps
 	c.Clock().Advance(10 * time.Minute)
 	if _, err := s.ask("two"); err != nil {
 		t.Fatalf("within the IPVS timeout: %v", err)
 	}
-	netsim.Quiesce()
+	c.Quiesce()
 	c.Clock().Advance(16 * time.Minute)
 	if w, err := s.ask("three"); err == nil || !strings.Contains(err.Error(), "reset") {
 		t.Errorf("after 16 idle minutes: %+v %v, want the connection reset", w, err)
