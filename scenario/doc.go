@@ -115,8 +115,9 @@
 // that outcomes are a function of the seed and the state, and traces are rule-level.
 // via: netstack opens real sockets in the source's gVisor stack and talks to the
 // built-in whoami server, one connection at a time. While it waits, the virtual clock
-// moves only when the simulation has nothing left to do (Cluster.Quiesce: the goroutines of this cluster are all blocked), and then to
-// the next timer (a retransmission, link latency, the userspace proxy's dial timeout), so
+// moves only when the simulation has nothing left to do (Cluster.Quiesce: every goroutine
+// of the cluster is blocked), and then to the next timer (a retransmission, link
+// latency, the userspace proxy's dial timeout), so
 // outcomes do not depend on how fast or loaded the machine is; a dropped connection
 // waits 10 s of virtual time, a UDP one 3 s. In the userspace mode connect steps use
 // netstack unless they say otherwise, because the proxy is a program on the node: a probe
