@@ -3,7 +3,6 @@ package emulator
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -12,43 +11,12 @@ import (
 // genLongRuleset is genRuleset with longer chains (up to 40 rules, so that some are
 // indexed) whose rules often name one destination address or port.
 func genLongRuleset(f Family) *rapid.Generator[*Ruleset] {
-	return rapid.Custom(func(t *rapid.T) *Ruleset {
-		rs := NewRuleset(f)
-		for _, name := range []string{TableRaw, TableMangle, TableNAT, TableFilter, TableSecurity} {
-			if !rapid.Bool().Draw(t, "has "+name) {
-				continue
-			}
-			tb, _ := NewTable(name)
-			for _, c := range tb.Chains {
-				c.Policy = rapid.SampledFrom([]string{"ACCEPT", "ACCEPT", "DROP"}).Draw(t, "policy")
-			}
-			var users []string
-			for n := rapid.IntRange(0, 5).Draw(t, "users"); n > 0; n-- {
-				users = append(users, chainGen.Draw(t, "chain"))
-			}
-			slices.Sort(users)
-			users = slices.Compact(users)
-			for _, u := range users {
-				tb.AddChain(u)
-			}
-			for _, c := range tb.Chains {
-				plan := chainPlan{table: tb, chain: c}
-				if c.Builtin {
-					plan.users = users
-				} else {
-					plan.users = users[slices.Index(users, c.Name)+1:]
-				}
-				for n := rapid.IntRange(0, 40).Draw(t, "rules"); n > 0; n-- {
-					r := genRule(t, f, plan)
-					if rapid.IntRange(0, 2).Draw(t, "single dst") == 0 {
-						r.Dst = AddrSpec{Prefix: netip.PrefixFrom(pktAddrs(f)[rapid.IntRange(0, 3).Draw(t, "d")], f.bits())}
-					}
-					c.Rules = append(c.Rules, r)
-				}
-			}
-			rs.Tables = append(rs.Tables, tb)
+	return genRulesetWith(f, 40, func(t *rapid.T, f Family, plan chainPlan) *Rule {
+		r := genRule(t, f, plan)
+		if rapid.IntRange(0, 2).Draw(t, "single dst") == 0 {
+			r.Dst = AddrSpec{Prefix: netip.PrefixFrom(pktAddrs(f)[rapid.IntRange(0, 3).Draw(t, "d")], f.bits())}
 		}
-		return rs
+		return r
 	})
 }
 

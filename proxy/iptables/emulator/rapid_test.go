@@ -431,6 +431,12 @@ func genRule(t *rapid.T, f Family, plan chainPlan) *Rule {
 }
 
 var genRuleset = func(f Family) *rapid.Generator[*Ruleset] {
+	return genRulesetWith(f, 4, genRule)
+}
+
+// genRulesetWith draws tables with user chains that jump only forward (no loops), each
+// chain holding up to maxRules rules drawn by rule.
+func genRulesetWith(f Family, maxRules int, rule func(*rapid.T, Family, chainPlan) *Rule) *rapid.Generator[*Ruleset] {
 	return rapid.Custom(func(t *rapid.T) *Ruleset {
 		rs := NewRuleset(f)
 		all := []string{TableMangle, TableSecurity, TableRaw, TableFilter, TableNAT}
@@ -459,8 +465,8 @@ var genRuleset = func(f Family) *rapid.Generator[*Ruleset] {
 					i := slices.Index(users, c.Name)
 					plan.users = users[i+1:]
 				}
-				for n := rapid.IntRange(0, 4).Draw(t, "rules"); n > 0; n-- {
-					c.Rules = append(c.Rules, genRule(t, f, plan))
+				for n := rapid.IntRange(0, maxRules).Draw(t, "rules"); n > 0; n-- {
+					c.Rules = append(c.Rules, rule(t, f, plan))
 				}
 			}
 			rs.Tables = append(rs.Tables, tb)
