@@ -9,7 +9,7 @@ const faultsScenario = `cluster:
   dns: direct
   nodes: [{name: node-a}, {name: node-b}]
 manifests:
-  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}]}}
+  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {clusterIP: 10.96.1.80, selector: {app: web}, ports: [{name: http, port: 80, targetPort: 8080}]}}
   - {apiVersion: v1, kind: Pod, metadata: {name: web-b, labels: {app: web}}, spec: {nodeName: node-b, containers: [{name: c, image: i, ports: [{containerPort: 8080}]}]}}
   - {apiVersion: v1, kind: Pod, metadata: {name: client}, spec: {nodeName: node-a, containers: [{name: c, image: i}]}}
 steps:
@@ -19,6 +19,9 @@ steps:
   - name: dns direct answers SRV
     dns: {from: pod:default/client, name: _http._tcp.web, type: SRV}
     expect: {rcode: NOERROR, answer: ["0 100 80 web.default.svc.cluster.local."]}
+  - name: PTR of the service's address, given as an address (as dig -x)
+    dns: {from: pod:default/client, name: 10.96.1.80, type: PTR}
+    expect: {rcode: NOERROR, answer: ["web.default.svc.cluster.local."]}
   - name: partition
     partition: [[node-a], [node-b]]
   - name: cut off

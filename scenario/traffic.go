@@ -540,7 +540,14 @@ func (r *runner) dnsStep(ctx context.Context, st *Step, res *StepResult) error {
 		}
 	} else {
 		qt := mdns.StringToType[typ]
-		msg, fqdn, log, err := r.res.query(ctx, q.From, q.Name, qt)
+		name := q.Name
+		if a, err := netip.ParseAddr(name); err == nil && qt == mdns.TypePTR {
+			// An address asks for its reverse name, as dig -x does.
+			if rev, err := mdns.ReverseAddr(a.String()); err == nil {
+				name = rev
+			}
+		}
+		msg, fqdn, log, err := r.res.query(ctx, q.From, name, qt)
 		dr.Queries = log
 		if err != nil {
 			return err

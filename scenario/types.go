@@ -263,7 +263,8 @@ type DNSQuery struct {
 	// Name is the name asked for (required); short names go through the pod's search list.
 	Name string `yaml:"name"`
 	// Type is A (default), AAAA, SRV, PTR, TXT or CNAME. A and AAAA go through the pod's
-	// stub resolver (search list, ndots); other types ask the name as written.
+	// stub resolver (search list, ndots); other types ask the name as written, except
+	// that a PTR query for an address asks for its reverse name (as dig -x does).
 	Type string `yaml:"type,omitempty"`
 }
 
