@@ -97,7 +97,12 @@ func ctxT(t testing.TB) context.Context {
 // ask dials addr over TCP from n, sends a line and parses the whoami reply.
 func ask(t testing.TB, n *Net, addr string) (Whoami, error) {
 	t.Helper()
-	conn, err := n.DialContext(ctxT(t), "tcp", addr)
+	return askCtx(ctxT(t), n, addr)
+}
+
+// askCtx is ask without a testing.TB (for goroutines that outlive a check).
+func askCtx(ctx context.Context, n *Net, addr string) (Whoami, error) {
+	conn, err := n.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return Whoami{}, err
 	}

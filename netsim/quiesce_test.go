@@ -1,7 +1,6 @@
 package netsim
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -152,22 +151,9 @@ func startPodNet(c *Cluster, key string) *Net {
 	return c.Pod(ns, name).Net()
 }
 
-// exchange dials addr over TCP from n, sends a line and parses the whoami reply.
+// exchange is askCtx with its own 20 s limit.
 func exchange(n *Net, addr string) (Whoami, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	conn, err := n.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return Whoami{}, err
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := fmt.Fprintln(conn, "hello"); err != nil {
-		return Whoami{}, err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return Whoami{}, err
-	}
-	return ParseWhoami(line)
+	return askCtx(ctx, n, addr)
 }
