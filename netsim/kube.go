@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -552,8 +551,6 @@ func (c *Cluster) podKeys() []string {
 	sort.Strings(out)
 	return out
 }
-
-var _ = strconv.Itoa
 
 // AddNode adds a node to a running cluster (a new machine joining): its network, its
 // Node object in the store, and its proxy. Its index among the nodes picks its default

@@ -3,7 +3,6 @@ package netsim
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -137,5 +136,3 @@ func busyGoroutines(dump []byte) []string {
 	}
 	return out
 }
-
-var _ = fmt.Sprint

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/clusterlab/clusterlab/netsim"
@@ -448,5 +447,3 @@ func shortOutcome(b Branch) string {
 	}
 	return b.Outcome
 }
-
-var _ = sort.Strings

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/netip"
 	"os/exec"
-	"sort"
 	"strings"
 	"sync"
 
@@ -529,5 +528,3 @@ func (t *TraceResult) SVG(ctx context.Context) ([]byte, error) {
 	}
 	return out.Bytes(), nil
 }
-
-var _ = sort.Strings

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -630,5 +629,3 @@ func (r *runner) expandAnswers(in []string) ([]string, error) {
 	}
 	return out, nil
 }
-
-var _ = strconv.Itoa
