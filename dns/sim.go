@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/service"
 )
@@ -79,7 +80,7 @@ type ClusterDNSOptions struct {
 // the DNS pods answering behind it, the upstream host, and every pod's
 // resolver.
 type ClusterDNS struct {
-	c         *netsim.Cluster
+	c         *cluster.Cluster
 	opts      ClusterDNSOptions
 	serverCfg Config
 	serviceIP netip.Addr
@@ -131,7 +132,7 @@ const maxServerLog = 8192
 //
 // The cluster must not be in replay mode (the servers are goroutines reading
 // sockets). Call it once per cluster.
-func InstallClusterDNS(c *netsim.Cluster, opts ClusterDNSOptions) (*ClusterDNS, error) {
+func InstallClusterDNS(c *cluster.Cluster, opts ClusterDNSOptions) (*ClusterDNS, error) {
 	if c.Config().Replay {
 		return nil, fmt.Errorf("cluster dns: a replay-mode cluster cannot run servers")
 	}
@@ -206,7 +207,7 @@ func InstallClusterDNS(c *netsim.Cluster, opts ClusterDNSOptions) (*ClusterDNS, 
 		cd.nodeConf = ResolvConf{Nameservers: []string{cd.upHost.IP().String()}}
 	}
 	for _, n := range c.Nodes() {
-		cd.nodeResolver(n)
+		cd.nodeResolver(n.Node)
 	}
 
 	// The kubelet side: resolvers for every pod, the DNS app.
@@ -302,7 +303,7 @@ func (cd *ClusterDNS) AddPod(node string) (*netsim.Pod, error) {
 	cd.mu.Unlock()
 	opts := []service.Option{
 		service.Labels(DNSLabel),
-		service.Annotation(netsim.AnnotationApp, AppName),
+		service.Annotation(cluster.AnnotationApp, AppName),
 		service.ContainerPort("dns", 53, corev1.ProtocolUDP),
 		service.ContainerPort("dns-tcp", 53, corev1.ProtocolTCP),
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
 )
@@ -18,7 +18,7 @@ import (
 // (the anchor, same run): the same stub and a server over the same store on
 // a real 127.0.0.1 UDP socket.
 func BenchmarkClusterDNSLookup(b *testing.B) {
-	c, err := netsim.New(netsim.Config{Seed: 7, Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}},
+	c, err := cluster.New(cluster.Config{Seed: 7, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}},
 		Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPTables})})
 	if err != nil {
 		b.Fatal(err)

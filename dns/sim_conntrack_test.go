@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
@@ -24,7 +25,7 @@ import (
 // dnsProbe sends a UDP query-sized probe from the client pod to the kube-dns
 // VIP and returns every outcome with its probability (AllBranches, a dry run)
 // or the one outcome of a real exchange.
-func dnsProbe(t *testing.T, c *netsim.Cluster, cd *ClusterDNS, from string, srcPort uint16, all bool) []netsim.ProbeResult {
+func dnsProbe(t *testing.T, c *cluster.Cluster, cd *ClusterDNS, from string, srcPort uint16, all bool) []netsim.ProbeResult {
 	t.Helper()
 	p := netsim.Probe{From: from, Proto: netsim.ProtoUDP, Dst: netip.AddrPortFrom(cd.ServiceIP(), 53), SrcPort: srcPort}
 	if all {
@@ -126,7 +127,7 @@ func fixedPortStub(cd *ClusterDNS, pod *netsim.Pod, port uint16) *Stub {
 // executable file not found in $PATH", logged and ignored by kube-proxy): the
 // rules follow the endpoints, stale UDP entries stay.
 type noConntrackProxy struct {
-	n        *netsim.Node
+	n        *cluster.Node
 	px       *iptables.Proxier
 	mu       sync.Mutex
 	warnings []error
@@ -138,14 +139,14 @@ func (missingConntrack) Delete(proxy.ConntrackFilter) (int, error) {
 	return 0, errors.New(`exec: "conntrack": executable file not found in $PATH`)
 }
 
-func noConntrackFactory(proxies map[string]*noConntrackProxy) netsim.ProxyFactory {
-	return func(n *netsim.Node) (netsim.Proxy, error) {
+func noConntrackFactory(proxies map[string]*noConntrackProxy) cluster.ProxyFactory {
+	return func(n *cluster.Node) (cluster.Proxy, error) {
 		emu := emulator.New(emulator.IPv4)
-		px, err := iptables.NewProxier(emu, missingConntrack{}, iptables.Config{Family: corev1.IPv4Protocol, Node: kubeproxy.NodeConfigFor(n), Clock: n.Cluster().Clock().Now})
+		px, err := iptables.NewProxier(emu, missingConntrack{}, iptables.Config{Family: corev1.IPv4Protocol, Node: kubeproxy.NodeConfigFor(n), Clock: n.Network().Clock().Now})
 		if err != nil {
 			return nil, err
 		}
-		emu.AttachNetsim(n, "kube-proxy IPv4")
+		emu.AttachNetsim(n.Node, "kube-proxy IPv4")
 		p := &noConntrackProxy{n: n, px: px}
 		proxies[n.Name()] = p
 		return p, nil
@@ -185,7 +186,7 @@ func TestClusterDNSStaleUDPConntrack(t *testing.T) {
 	for _, cleanup := range []bool{true, false} {
 		t.Run(fmt.Sprintf("cleanup=%v", cleanup), func(t *testing.T) {
 			var proxies map[string]*noConntrackProxy
-			var factory netsim.ProxyFactory
+			var factory cluster.ProxyFactory
 			if !cleanup {
 				proxies = map[string]*noConntrackProxy{}
 				factory = noConntrackFactory(proxies)

@@ -16,6 +16,7 @@ import (
 	mdns "github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
@@ -23,16 +24,16 @@ import (
 
 // simCluster is a cluster running kube-proxy's iptables mode (or proxy) on the
 // given nodes.
-func simCluster(t *testing.T, proxy netsim.ProxyFactory, nodes ...string) *netsim.Cluster {
+func simCluster(t *testing.T, proxy cluster.ProxyFactory, nodes ...string) *cluster.Cluster {
 	t.Helper()
 	if proxy == nil {
 		proxy = kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPTables})
 	}
-	var ncs []netsim.NodeConfig
+	var ncs []cluster.NodeConfig
 	for _, n := range nodes {
-		ncs = append(ncs, netsim.NodeConfig{Name: n})
+		ncs = append(ncs, cluster.NodeConfig{Name: n})
 	}
-	c, err := netsim.New(netsim.Config{Seed: 7, Nodes: ncs, Proxy: proxy})
+	c, err := cluster.New(cluster.Config{Seed: 7, Nodes: ncs, Proxy: proxy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func simCluster(t *testing.T, proxy netsim.ProxyFactory, nodes ...string) *netsi
 	return c
 }
 
-func installDNS(t *testing.T, c *netsim.Cluster, opts ClusterDNSOptions) *ClusterDNS {
+func installDNS(t *testing.T, c *cluster.Cluster, opts ClusterDNSOptions) *ClusterDNS {
 	t.Helper()
 	cd, err := InstallClusterDNS(c, opts)
 	if err != nil {
@@ -49,7 +50,7 @@ func installDNS(t *testing.T, c *netsim.Cluster, opts ClusterDNSOptions) *Cluste
 	return cd
 }
 
-func mustPod(t *testing.T, c *netsim.Cluster, pod *corev1.Pod) *netsim.Pod {
+func mustPod(t *testing.T, c *cluster.Cluster, pod *corev1.Pod) *netsim.Pod {
 	t.Helper()
 	p, err := c.CreatePod(pod)
 	if err != nil {
@@ -58,7 +59,7 @@ func mustPod(t *testing.T, c *netsim.Cluster, pod *corev1.Pod) *netsim.Pod {
 	return p
 }
 
-func mustApply(t *testing.T, c *netsim.Cluster, objs ...*corev1.Service) {
+func mustApply(t *testing.T, c *cluster.Cluster, objs ...*corev1.Service) {
 	t.Helper()
 	for _, o := range objs {
 		if err := c.Apply(o); err != nil {

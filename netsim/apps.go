@@ -141,9 +141,7 @@ func (p *Pod) Serve(proto uint8, port uint16) error {
 	if err != nil {
 		return fmt.Errorf("pod %s: serve %s/%d: %w", p.key(), ProtoName(proto), port, err)
 	}
-	p.mu.Lock()
-	p.servers = append(p.servers, stop)
-	p.mu.Unlock()
+	p.OnKill(stop)
 	return nil
 }
 

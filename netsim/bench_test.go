@@ -391,7 +391,7 @@ func BenchmarkDatapathConnection(b *testing.B) {
 // pass it causes (replay mode). Not inlined, so that profilers can single it out.
 //
 //go:noinline
-func replayPacket(c *Cluster, from *Pod, b []byte) {
+func replayPacket(c *Network, from *Pod, b []byte) {
 	from.port.toNode(plainFrame(b))
 	for {
 		it, ok := c.replayQ.pop()

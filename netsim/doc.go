@@ -3,10 +3,16 @@
 // that behaves like a Linux node's: netfilter-style hooks, conntrack with NAT, routing,
 // a pod bridge, and the kernel settings that change outcomes.
 //
+// netsim is a pure network: it knows nothing of Kubernetes. Package cluster builds a
+// Kubernetes cluster on it (the API server, kubelets, a cloud load balancer, a proxy per
+// node); proxy modes are handlers at a node's hooks; a load balancer is a Middlebox on
+// the fabric. Every package of clusterlab that plugs into the datapath does so through
+// the exported API below.
+//
 // # The pieces
 //
-//	Cluster ── fabric (the cluster network: node IPs and pod CIDRs routed to their nodes,
-//	   │                external hosts, the cloud load balancer, externalIPs)
+//	Network ── fabric (the cluster network: node IPs and pod CIDRs routed to their nodes,
+//	   │                external hosts, middleboxes, externalIPs)
 //	   ├── Node: a small Linux router
 //	   │     interfaces lo, eth0 (uplink), cbr0 (pod bridge; one port per pod)
 //	   │     datapath: hooks + handlers, Conntrack, routing, NodeSettings
@@ -60,7 +66,7 @@
 // through the node, over the cluster network and at once through the receiving node (under
 // that node's lock) into the receiving stack, so a pod-to-pod hop across nodes costs one
 // goroutine hand-off. Config.Replay instead queues every packet and delivers them one at a
-// time (see Cluster.Run).
+// time (see Network.Run).
 //
 // # Time, randomness, determinism
 //
@@ -71,7 +77,7 @@
 // (Context.Chance, Context.Pick) and NAT port choices from its own seeded source, links
 // their faults from theirs, netstacks their ISNs and ephemeral ports from theirs.
 //
-// Probes (Cluster.Probe) inject a synthetic packet or a whole exchange (a TCP handshake,
+// Probes (Network.Probe) inject a synthetic packet or a whole exchange (a TCP handshake,
 // a UDP request and reply) through the same datapath code, synchronously and without
 // apps: their outcomes are a pure function of the seed, the state and the probe. With
 // AllBranches a probe follows every outcome of every choice point and reports each with
@@ -81,16 +87,17 @@
 // ResultTimedOut. Real netstack traffic is concurrent, so tests check
 // its outcomes (who answered, what source it saw, conntrack contents), not its bytes.
 //
-// The cloud load balancer health-checks nodes for externalTrafficPolicy Local services
-// with real HTTP over the cluster network, on the virtual clock (see lbhealth.go); probes
-// read its current view and never wait for it, and Cluster.CheckLoadBalancers makes it
-// check now.
+// A Middlebox (AttachMiddlebox) owns addresses on the fabric and forwards what is sent to
+// them to a node, possibly rewritten; a FabricNAT (SetFabricNAT) rewrites what nodes send
+// back. Probes and real traffic cross them alike. An external host made with
+// AddExternalHostWith can watch its own packets through the network (a prober that wants
+// to know at once that its request was dropped).
 //
 // Traces record every hook, handler verdict, rule, conntrack lookup, NAT, route and the
-// end, as text or JSON, for probes, for any packet injected with Cluster.Inject, and for
-// live netstack packets that match a Cluster.TraceFlows filter (off by default). Every
+// end, as text or JSON, for probes, for any packet injected with Network.Inject, and for
+// live netstack packets that match a Network.TraceFlows filter (off by default). Every
 // handler a packet meets leaves a step: a plain CONTINUE too, unless the handler traced
 // steps of its own (an iptables emulator's rules, notes).
-// Cluster.Capture writes pcap files (libpcap format, raw IP) per interface, which
+// Network.Capture writes pcap files (libpcap format, raw IP) per interface, which
 // Wireshark and tcpdump open.
 package netsim

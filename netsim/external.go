@@ -7,27 +7,71 @@ import (
 )
 
 // ExternalHost is a machine outside the cluster (a client on the internet, a host in the
-// same VPC): its own netstack on the external network, reaching node IPs (NodePorts),
-// load-balancer addresses and externalIPs through the cluster network.
+// same VPC, a cloud's health prober): its own netstack on the external network, reaching
+// node IPs (NodePorts), middlebox addresses and externalIPs through the cluster network.
 type ExternalHost struct {
-	cluster *Cluster
+	cluster *Network
 	name    string
-	ip      netip.Addr
+	ip      netip.Addr   // the first of ips
+	ips     []netip.Addr // at most one per family
 	stack   *netStack
 	net     *Net
 	link    *Link
 	dead    atomic.Bool
-	// capturePoint names the host's link for Cluster.Capture: "external/<name>".
+	// capturePoint names the host's link for Network.Capture: "external/<name>".
 	capturePoint string
 	recv         func(frame) // receive, bound once
-	lbChecker    *lbChecker  // set on the cloud load balancer's health checker
+	onSend       func(pk *Packet, to Hop) func(*Node, *Trace)
 }
+
+// ExternalHostConfig describes an external host for AddExternalHostWith.
+type ExternalHostConfig struct {
+	Name string
+	// Addrs are the host's addresses, at most one per family. Empty: the next free
+	// address of the external CIDR. An address outside the external CIDR is the host's
+	// alone (a /32 or /128 of its own, as a cloud's prober ranges are).
+	Addrs []netip.Addr
+	// OnSend, if set, is told of every packet the host sends into the cluster network
+	// and where the network takes it (before any link fault acts). It may return a
+	// function that receives the packet's trace through the node it reaches, once that
+	// node is done with it (not in replay mode, and only for packets to a node); nil
+	// leaves the packet untraced. It runs on the host's netstack goroutine.
+	OnSend func(pk *Packet, to Hop) (traced func(at *Node, tr *Trace))
+}
+
+// Hop is where the cluster network takes a packet: a node, an external host or a
+// middlebox; all nil when no route leads there (or a partition cuts it off).
+type Hop struct {
+	Node      *Node
+	External  *ExternalHost
+	Middlebox Middlebox
+}
+
+// String says where the hop is ("node node-a", "nowhere").
+func (h Hop) String() string { return h.dest().String() }
+
+func (h Hop) dest() fabricDest {
+	switch {
+	case h.Node != nil:
+		return fabricDest{kind: hopNode, node: h.Node}
+	case h.External != nil:
+		return fabricDest{kind: hopExternal, host: h.External}
+	case h.Middlebox != nil:
+		return fabricDest{kind: hopMiddlebox, mb: h.Middlebox}
+	}
+	return fabricDest{}
+}
+
+func (d fabricDest) hop() Hop { return Hop{Node: d.node, External: d.host, Middlebox: d.mb} }
 
 // Name returns the host's name.
 func (h *ExternalHost) Name() string { return h.name }
 
-// IP returns the host's address.
+// IP returns the host's (first) address.
 func (h *ExternalHost) IP() netip.Addr { return h.ip }
+
+// IPs returns the host's addresses.
+func (h *ExternalHost) IPs() []netip.Addr { return append([]netip.Addr(nil), h.ips...) }
 
 // Net returns the host's network: Dial, Listen, ListenPacket.
 func (h *ExternalHost) Net() *Net { return h.net }
@@ -43,60 +87,123 @@ func (h *ExternalHost) receive(f frame) {
 	h.stack.link.inject(f)
 }
 
+// send carries a packet the host's stack sent into the cluster network.
+func (h *ExternalHost) send(f frame) {
+	if h.dead.Load() {
+		return
+	}
+	c := h.cluster
+	c.captureAt(h.capturePoint, f.b)
+	var pk Packet
+	if err := pk.parse(f.b); err != nil {
+		return
+	}
+	d := c.fabric.route("external", pk.Dst)
+	var traced func(*Node, *Trace)
+	if h.onSend != nil {
+		traced = h.onSend(&pk, d.hop())
+	}
+	if d.kind == hopNone || d.kind == hopExternal && d.host == h {
+		return
+	}
+	if traced == nil || d.kind != hopNode || c.cfg.Replay {
+		h.link.send(c, f, d.receiver(nil))
+		return
+	}
+	tr := &Trace{}
+	recv := d.receiver(tr)
+	n := d.node
+	h.link.send(c, f, func(fr frame) {
+		recv(fr)
+		traced(n, tr)
+	})
+}
+
 // AddExternalHost adds a host on the external network. A zero ip takes the next free
 // address of the external CIDR.
-func (c *Cluster) AddExternalHost(name string, ip netip.Addr) (h *ExternalHost, err error) {
-	c.labeled(func() { h, err = c.addExternalHost(name, ip) })
+func (c *Network) AddExternalHost(name string, ip netip.Addr) (*ExternalHost, error) {
+	cfg := ExternalHostConfig{Name: name}
+	if ip.IsValid() {
+		if !c.cfg.ExternalCIDR.Contains(ip) {
+			return nil, fmt.Errorf("external host %s: %s is outside the external network %s", name, ip, c.cfg.ExternalCIDR)
+		}
+		cfg.Addrs = []netip.Addr{ip}
+	}
+	return c.AddExternalHostWith(cfg)
+}
+
+// AddExternalHostWith adds a host as cfg describes it.
+func (c *Network) AddExternalHostWith(cfg ExternalHostConfig) (h *ExternalHost, err error) {
+	c.labeled(func() { h, err = c.addExternalHost(cfg) })
 	return h, err
 }
 
-func (c *Cluster) addExternalHost(name string, ip netip.Addr) (*ExternalHost, error) {
+func (c *Network) addExternalHost(cfg ExternalHostConfig) (*ExternalHost, error) {
+	name := cfg.Name
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("external host %s: the network is closed", name)
+	}
 	if _, dup := c.external[name]; dup {
 		return nil, fmt.Errorf("external host %q already exists", name)
 	}
-	if !ip.IsValid() {
+	ips := cfg.Addrs
+	if len(ips) == 0 {
 		c.nextExternal = c.nextExternal.Next()
-		ip = c.nextExternal
+		ip := c.nextExternal
+		if !c.cfg.ExternalCIDR.Contains(ip) {
+			return nil, fmt.Errorf("external host %s: %s is outside the external network %s", name, ip, c.cfg.ExternalCIDR)
+		}
+		ips = []netip.Addr{ip}
 	}
-	if !c.cfg.ExternalCIDR.Contains(ip) {
-		return nil, fmt.Errorf("external host %s: %s is outside the external network %s", name, ip, c.cfg.ExternalCIDR)
+	var prefixes []netip.Prefix
+	fams := map[bool]bool{}
+	for _, ip := range ips {
+		if !ip.IsValid() || ip.IsUnspecified() || ip.IsLoopback() {
+			return nil, fmt.Errorf("external host %s: %s is not a usable address", name, ip)
+		}
+		if fams[ip.Is4()] {
+			return nil, fmt.Errorf("external host %s: a second address of the same family (%s)", name, ip)
+		}
+		fams[ip.Is4()] = true
+		if d := c.fabric.lookup(ip); d.kind != hopNone {
+			return nil, fmt.Errorf("external host %s: %s is already used by %s", name, ip, d)
+		}
+		bits := ip.BitLen()
+		if c.cfg.ExternalCIDR.Contains(ip) {
+			bits = c.cfg.ExternalCIDR.Bits()
+		}
+		prefixes = append(prefixes, netip.PrefixFrom(ip, bits))
 	}
-	if d := c.fabric.lookup(ip); d.kind != hopNone {
-		return nil, fmt.Errorf("external host %s: %s is already used by %s", name, ip, d)
-	}
-	h := &ExternalHost{cluster: c, name: name, ip: ip, link: newLink("external "+name, c.cfg.Seed), capturePoint: "external/" + name}
+	h := &ExternalHost{cluster: c, name: name, ip: ips[0], ips: append([]netip.Addr(nil), ips...), link: newLink("external "+name, c.cfg.Seed),
+		capturePoint: "external/" + name, onSend: cfg.OnSend}
 	h.recv = h.receive
 	st, err := newNetStack(stackOptions{
 		name:     "external/" + name,
 		seed:     c.cfg.Seed,
 		clock:    c.clock,
 		mtu:      uint32(c.cfg.MTU),
-		addrs:    []netip.Prefix{netip.PrefixFrom(ip, c.cfg.ExternalCIDR.Bits())},
+		addrs:    prefixes,
 		loopback: true,
-		out: func(f frame) {
-			if h.dead.Load() {
-				return
-			}
-			c.captureAt(h.capturePoint, f.b)
-			c.fabric.fromExternal(h, f)
-		},
+		out:      h.send,
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("external host %s: %w", name, err)
 	}
 	h.stack = st
-	h.net = newNet("external "+name, st.s, []netip.Addr{ip})
+	h.net = newNet("external "+name, st.s, h.IPs())
 	c.external[name] = h
 	c.fabric.mu.Lock()
-	c.fabric.hosts[ip] = h
+	for _, ip := range ips {
+		c.fabric.hosts[ip] = h
+	}
 	c.fabric.unlock()
 	return h, nil
 }
 
 // ExternalHost returns the named external host, or nil.
-func (c *Cluster) ExternalHost(name string) *ExternalHost {
+func (c *Network) ExternalHost(name string) *ExternalHost {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.external[name]

@@ -8,29 +8,31 @@ import (
 	"time"
 )
 
-// fabric is the cluster network between nodes, external hosts and the cloud load
-// balancer: a flat L3 network that routes node IPs and pod CIDRs to their nodes (as cloud
-// routes or a flat overlay do), external host addresses to their hosts, load-balancer
-// addresses to the load balancer, and externalIPs to the nodes an administrator routed
+// fabric is the cluster network between nodes, external hosts and middleboxes (a cloud
+// load balancer): a flat L3 network that routes node IPs and pod CIDRs to their nodes (as
+// cloud routes or a flat overlay do), external host addresses to their hosts, middlebox
+// addresses to their middleboxes, and externalIPs to the nodes an administrator routed
 // them to. Anything else has no route: a packet to a ClusterIP that no node DNATed ends
 // here, as it would at a real cluster's default gateway.
 type fabric struct {
-	c  *Cluster
+	c  *Network
 	mu sync.Mutex // held while the routes below change; unlock publishes them
 	// routes
-	nodeIPs   map[netip.Addr]*Node
-	podCIDRs  []cidrRoute
-	hosts     map[netip.Addr]*ExternalHost
-	extIP     map[netip.Addr]*Node
-	lbIPs     map[netip.Addr]*loadBalancer
-	partition map[string]int // node name (or "external") → group; 0: not partitioned
+	nodeIPs     map[netip.Addr]*Node
+	podCIDRs    []cidrRoute
+	hosts       map[netip.Addr]*ExternalHost
+	extIP       map[netip.Addr]*Node
+	middleboxes map[netip.Addr]Middlebox
+	partition   map[string]int // node name (or "external") → group; 0: not partitioned
+	// nat rewrites packets from nodes before they are routed (SetFabricNAT); nil: none.
+	nat natPointer
 
 	// published is a copy of the routes that packets read without locking.
 	published atomic.Pointer[fabricRoutes]
 }
 
 // fabricRoutes is an immutable copy of the fabric's routes: one map for every address
-// routed as a whole (node IPs over external hosts over load-balancer addresses over
+// routed as a whole (node IPs over external hosts over middlebox addresses over
 // externalIPs, as lookups have always preferred them), then the pod CIDRs. The IPv4
 // addresses of exact are also in exact4, keyed by their four bytes (a shorter key to hash
 // than netip.Addr's 24 bytes), which lookups of IPv4 addresses use.
@@ -51,15 +53,15 @@ type cidr4Route struct {
 // ends with it.
 func (f *fabric) unlock() {
 	r := &fabricRoutes{
-		exact:     make(map[netip.Addr]fabricDest, len(f.nodeIPs)+len(f.hosts)+len(f.lbIPs)+len(f.extIP)),
+		exact:     make(map[netip.Addr]fabricDest, len(f.nodeIPs)+len(f.hosts)+len(f.middleboxes)+len(f.extIP)),
 		podCIDRs:  append([]cidrRoute(nil), f.podCIDRs...),
 		partition: make(map[string]int, len(f.partition)),
 	}
 	for a, n := range f.extIP {
 		r.exact[a] = fabricDest{kind: hopNode, node: n}
 	}
-	for a, lb := range f.lbIPs {
-		r.exact[a] = fabricDest{kind: hopLB, lb: lb}
+	for a, m := range f.middleboxes {
+		r.exact[a] = fabricDest{kind: hopMiddlebox, mb: m, mbIn: func(fr frame) { f.c.middleboxIn(m, fr) }}
 	}
 	for a, h := range f.hosts {
 		r.exact[a] = fabricDest{kind: hopExternal, host: h}
@@ -97,18 +99,19 @@ const (
 	hopNone hopKind = iota
 	hopNode
 	hopExternal
-	hopLB
+	hopMiddlebox
 )
 
 type fabricDest struct {
 	kind hopKind
 	node *Node
 	host *ExternalHost
-	lb   *loadBalancer
+	mb   Middlebox
+	mbIn func(frame) // takes real traffic in at mb (bound once per publication)
 }
 
-func newFabric(c *Cluster) *fabric {
-	f := &fabric{c: c, nodeIPs: map[netip.Addr]*Node{}, hosts: map[netip.Addr]*ExternalHost{}, extIP: map[netip.Addr]*Node{}, lbIPs: map[netip.Addr]*loadBalancer{}, partition: map[string]int{}}
+func newFabric(c *Network) *fabric {
+	f := &fabric{c: c, nodeIPs: map[netip.Addr]*Node{}, hosts: map[netip.Addr]*ExternalHost{}, extIP: map[netip.Addr]*Node{}, middleboxes: map[netip.Addr]Middlebox{}, partition: map[string]int{}}
 	f.mu.Lock()
 	f.unlock()
 	return f
@@ -116,6 +119,28 @@ func newFabric(c *Cluster) *fabric {
 
 func (f *fabric) lookup(dst netip.Addr) fabricDest {
 	return f.published.Load().lookup(dst)
+}
+
+// lookupLocked looks dst up in the routes being changed (under mu), in lookup's order.
+func (f *fabric) lookupLocked(dst netip.Addr) fabricDest {
+	if n, ok := f.nodeIPs[dst]; ok {
+		return fabricDest{kind: hopNode, node: n}
+	}
+	if h, ok := f.hosts[dst]; ok {
+		return fabricDest{kind: hopExternal, host: h}
+	}
+	if m, ok := f.middleboxes[dst]; ok {
+		return fabricDest{kind: hopMiddlebox, mb: m}
+	}
+	if n, ok := f.extIP[dst]; ok {
+		return fabricDest{kind: hopNode, node: n}
+	}
+	for _, cr := range f.podCIDRs {
+		if cr.p.Contains(dst) {
+			return fabricDest{kind: hopNode, node: cr.node}
+		}
+	}
+	return fabricDest{}
 }
 
 // route finds where a packet from place from (a node name, or "external") to dst goes:
@@ -168,7 +193,7 @@ func (d fabricDest) name() string {
 	switch d.kind {
 	case hopNode:
 		return d.node.name
-	case hopExternal, hopLB:
+	case hopExternal, hopMiddlebox:
 		return "external"
 	}
 	return ""
@@ -180,8 +205,8 @@ func (d fabricDest) String() string {
 		return "node " + d.node.name
 	case hopExternal:
 		return "external host " + d.host.name
-	case hopLB:
-		return "load balancer " + d.lb.ip.String()
+	case hopMiddlebox:
+		return d.mb.String()
 	}
 	return "nowhere"
 }
@@ -190,8 +215,8 @@ func (d fabricDest) String() string {
 // To another node over a link without faults it hands the parsed packet on at once
 // (fromUplinkPacket); otherwise the receiver takes the packet's bytes.
 func (f *fabric) fromNode(n *Node, pk *Packet, tr *Trace, t time.Time) {
-	if f.c.lbFlows.Load() != 0 { // lbReply's own test, without a call for every packet
-		f.c.lbReply(pk)
+	if f.nat.Load() != nil {
+		f.fabricNAT(pk)
 	}
 	d := f.route(n.name, pk.Dst)
 	if d.kind == hopNone {
@@ -202,19 +227,6 @@ func (f *fabric) fromNode(n *Node, pk *Packet, tr *Trace, t time.Time) {
 		return
 	}
 	n.uplinkLink.send(f.c, pk.frame(), d.receiver(tr))
-}
-
-// fromExternal carries a packet an external host sent.
-func (f *fabric) fromExternal(h *ExternalHost, fr frame) {
-	var pk Packet
-	if err := pk.parse(fr.b); err != nil {
-		return
-	}
-	d := f.route("external", pk.Dst)
-	if d.kind == hopNone || d.kind == hopExternal && d.host == h {
-		return
-	}
-	h.link.send(f.c, fr, d.receiver(nil))
 }
 
 // receiver returns what takes a packet in at d: bound once per place, so that untraced
@@ -228,8 +240,8 @@ func (d fabricDest) receiver(tr *Trace) func(frame) {
 		return d.node.fromFabric
 	case hopExternal:
 		return d.host.recv
-	case hopLB:
-		return d.lb.recv
+	case hopMiddlebox:
+		return d.mbIn
 	}
 	return func(frame) {}
 }
@@ -242,7 +254,7 @@ func (f *fabric) deliver(d fabricDest, fr frame, tr *Trace) {
 // administrator routes a Service's externalIPs (or a BGP speaker announces them): packets
 // to it from anywhere in the cluster network go to that node. A zero node name removes
 // the route.
-func (c *Cluster) RouteExternalIP(ip netip.Addr, node string) error {
+func (c *Network) RouteExternalIP(ip netip.Addr, node string) error {
 	c.fabric.mu.Lock()
 	defer c.fabric.unlock()
 	if node == "" {

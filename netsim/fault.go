@@ -91,7 +91,7 @@ func (l *Link) Counters() (sent, lost uint64) {
 
 // send carries data over the link, applying its faults, and calls deliver (possibly
 // later, on the virtual clock).
-func (l *Link) send(c *Cluster, data frame, deliver func(frame)) {
+func (l *Link) send(c *Network, data frame, deliver func(frame)) {
 	if l.pass(0) {
 		deliver(data)
 		return
@@ -101,7 +101,7 @@ func (l *Link) send(c *Cluster, data frame, deliver func(frame)) {
 
 // sendBack is send for packets in the link's other direction (from a node to a pod). The
 // direction only chooses which fast-path counter counts the packet.
-func (l *Link) sendBack(c *Cluster, data frame, deliver func(frame)) {
+func (l *Link) sendBack(c *Network, data frame, deliver func(frame)) {
 	if l.pass(1) {
 		deliver(data)
 		return
@@ -124,7 +124,7 @@ func (l *Link) pass(dir int) bool {
 }
 
 // sendFaulty is send for a link with faults or packets held back.
-func (l *Link) sendFaulty(c *Cluster, data frame, deliver func(frame)) {
+func (l *Link) sendFaulty(c *Network, data frame, deliver func(frame)) {
 	if l == nil {
 		deliver(data)
 		return
@@ -182,7 +182,7 @@ func (l *Link) insertLocked(d delayed) {
 	l.pending[i] = d
 }
 
-func (l *Link) armLocked(c *Cluster, now time.Time) {
+func (l *Link) armLocked(c *Network, now time.Time) {
 	if l.timerSet || len(l.pending) == 0 {
 		return
 	}
@@ -195,7 +195,7 @@ func (l *Link) armLocked(c *Cluster, now time.Time) {
 }
 
 // flush delivers every packet that is due, in order.
-func (l *Link) flush(c *Cluster) {
+func (l *Link) flush(c *Network) {
 	l.flushMu.Lock()
 	defer l.flushMu.Unlock()
 	for {
@@ -264,9 +264,9 @@ func (n *Node) Uplink() *Link { return n.uplinkLink }
 
 // Partition cuts the cluster network into groups: places in different groups cannot
 // reach each other; places in no group reach everyone. A place is a node name or
-// "external" (all external hosts and the load balancer). Partition replaces any earlier
+// "external" (all external hosts and middleboxes). Partition replaces any earlier
 // partition.
-func (c *Cluster) Partition(groups ...[]string) error {
+func (c *Network) Partition(groups ...[]string) error {
 	p := map[string]int{}
 	for i, g := range groups {
 		for _, name := range g {
@@ -286,12 +286,12 @@ func (c *Cluster) Partition(groups ...[]string) error {
 }
 
 // Heal removes any partition.
-func (c *Cluster) Heal() { _ = c.Partition() }
+func (c *Network) Heal() { _ = c.Partition() }
 
 // KillNode makes a node die: its datapath stops, its pods die with their sockets, and the
-// cluster network drops everything addressed to it. (Its objects stay in the store, as a
-// NotReady node's do, until someone removes them.)
-func (c *Cluster) KillNode(name string) error {
+// cluster network drops everything addressed to it. (In a Kubernetes cluster its objects
+// stay in the store, as a NotReady node's do, until someone removes them.)
+func (c *Network) KillNode(name string) error {
 	n := c.Node(name)
 	if n == nil {
 		return fmt.Errorf("no node %q", name)

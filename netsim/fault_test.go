@@ -84,14 +84,14 @@ func TestLinkFaultsAreSeeded(t *testing.T) {
 // Probes add up the links' latency and jitter on their way; an answer later than the
 // probe's timeout (default 1 s) is a distinct "timed out" outcome.
 func TestProbeTimeoutFromLinkLatency(t *testing.T) {
-	build := func() (*Cluster, *Pod) {
+	build := func() (*Network, *Pod) {
 		c := newTestCluster(t, threeNodes())
 		startPod(t, c, "node-a", "default/client")
 		return c, startPod(t, c, "node-b", "default/web", 80)
 	}
 	c, web := build()
 	dst := netip.AddrPortFrom(web.IP(), 80)
-	probe := func(c *Cluster, mode ProbeMode, timeout time.Duration) ProbeResult {
+	probe := func(c *Network, mode ProbeMode, timeout time.Duration) ProbeResult {
 		t.Helper()
 		r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst, Mode: mode, Timeout: timeout})
 		if err != nil {
@@ -142,7 +142,7 @@ func TestProbeTimeoutFromLinkLatency(t *testing.T) {
 	}
 	// Jitter is drawn from the link's seeded source: with 0.9 s + [0, 0.2 s) some
 	// handshakes make the second and some do not, the same ones with the same seed.
-	run := func(c *Cluster) []string {
+	run := func(c *Network) []string {
 		c.Node("node-a").Uplink().SetFaults(LinkFaults{Latency: 900 * time.Millisecond, Jitter: 200 * time.Millisecond})
 		var out []string
 		for i := 0; i < 40; i++ {

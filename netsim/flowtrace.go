@@ -5,7 +5,7 @@ import (
 	"sync"
 )
 
-// FlowFilter selects the live packets Cluster.TraceFlows traces. Every set field must
+// FlowFilter selects the live packets Network.TraceFlows traces. Every set field must
 // match, in either direction: Addr is the packet's source or destination address, Port
 // its source or destination port (as tcpdump's "host A and port P").
 type FlowFilter struct {
@@ -24,9 +24,9 @@ func (f FlowFilter) match(pk *Packet) bool {
 }
 
 // FlowTracer collects the traces of live packets (real netstack traffic, not probes)
-// that match its filter; see Cluster.TraceFlows.
+// that match its filter; see Network.TraceFlows.
 type FlowTracer struct {
-	c      *Cluster
+	c      *Network
 	filter FlowFilter
 	mu     sync.Mutex
 	traces []*Trace
@@ -40,7 +40,7 @@ type FlowTracer struct {
 // A packet a node sends in answer (a REJECT's RST or ICMP error) shares the trace of the
 // packet it answers. Tracing is off by default and costs one atomic load a packet while
 // no tracer runs; Stop ends it.
-func (c *Cluster) TraceFlows(f FlowFilter) *FlowTracer {
+func (c *Network) TraceFlows(f FlowFilter) *FlowTracer {
 	if f.Limit <= 0 {
 		f.Limit = 1000
 	}
@@ -99,7 +99,7 @@ func (ft *FlowTracer) Traces() []*Trace {
 // running tracer wants it (nil otherwise). The first tracer whose filter matches takes it.
 //
 //go:noinline
-func (c *Cluster) flowTrace(n *Node, pk *Packet, where string) *Trace {
+func (c *Network) flowTrace(n *Node, pk *Packet, where string) *Trace {
 	ts := c.flowTracers.Load()
 	if ts == nil {
 		return nil

@@ -15,12 +15,12 @@ import (
 
 // Quiesce returns once every goroutine of the process other than the caller has been
 // blocked (on a channel, a lock, a netstack waiter, a timer) for three polls in a row,
-// or when it gives up (after 100 000 polls or 5 s of wall time, as Cluster.Quiesce
+// or when it gives up (after 100 000 polls or 5 s of wall time, as Network.Quiesce
 // does). It looks at the whole
 // PROCESS: goroutines of every simulation, of the test framework and of the program all
 // count, so with two simulations running at once (t.Parallel tests, a program with two
 // clusters) it waits for both, and, if the other never rests, until it gives up. Prefer
-// Cluster.Quiesce, which waits for one cluster only; Quiesce stays for callers without a
+// Network.Quiesce, which waits for one cluster only; Quiesce stays for callers without a
 // cluster at hand.
 func Quiesce() { quiesce(quiesceMaxPolls, quiesceMaxWait) }
 
@@ -35,8 +35,9 @@ func Quiesce() { quiesce(quiesceMaxPolls, quiesceMaxWait) }
 //
 // A goroutine belongs to a cluster when it carries the cluster's pprof label
 // (netsim-cluster=<id>): the cluster puts it on the goroutines it starts (node datapaths,
-// the netstack goroutines of every node, pod and external host, timer callbacks, the
-// kubelet's app servers, health checks), and goroutines inherit it from the goroutine
+// the netstack goroutines of every node, pod and external host, timer callbacks, and
+// whatever runs through Network.Do and Network.Go: a kubelet's app servers, a load
+// balancer's health checks), and goroutines inherit it from the goroutine
 // that started them. A goroutine that sets its own labels with pprof.Do or
 // pprof.SetGoroutineLabels drops the cluster's label and counts as belonging to none.
 //
@@ -51,7 +52,7 @@ func Quiesce() { quiesce(quiesceMaxPolls, quiesceMaxWait) }
 // quiet: something of the cluster, or a goroutine of no cluster, never rests (a goroutine
 // spinning, a stream that never ends). The caller then moves on, a manual clock may
 // advance, with work still in flight, so what follows may depend on timing.
-func (c *Cluster) Quiesce() { c.quiesce(quiesceMaxPolls, quiesceMaxWait) }
+func (c *Network) Quiesce() { c.quiesce(quiesceMaxPolls, quiesceMaxWait) }
 
 // The bounds of a quiescence wait.
 const (
@@ -74,7 +75,7 @@ func newClusterLabels() (context.Context, string) {
 // labeled runs f on a goroutine that carries the cluster's label, and waits for it:
 // every goroutine f starts, directly or through netstack, inherits the label. The
 // caller's own labels are left alone. A panic in f is raised again in the caller.
-func (c *Cluster) labeled(f func()) {
+func (c *Network) labeled(f func()) {
 	if c.labels == nil {
 		f()
 		return
@@ -102,7 +103,7 @@ func (c *Cluster) labeled(f func()) {
 }
 
 // goLabeled starts f on a new goroutine that carries the cluster's label.
-func (c *Cluster) goLabeled(f func()) {
+func (c *Network) goLabeled(f func()) {
 	labels := c.labels
 	go func() {
 		if labels != nil {
@@ -112,9 +113,9 @@ func (c *Cluster) goLabeled(f func()) {
 	}()
 }
 
-// quiesce is Cluster.Quiesce with its bounds as parameters; it reports how many polls it
+// quiesce is Network.Quiesce with its bounds as parameters; it reports how many polls it
 // took and whether the last three found the cluster quiet.
-func (c *Cluster) quiesce(maxPolls int, maxWait time.Duration) (polls int, quiet bool) {
+func (c *Network) quiesce(maxPolls int, maxWait time.Duration) (polls int, quiet bool) {
 	buf := make([]byte, 1<<20)
 	own := `"` + clusterLabel + `": "` + c.id + `"`
 	return pollQuiet(maxPolls, maxWait, func() bool {
@@ -131,7 +132,7 @@ func (c *Cluster) quiesce(maxPolls int, maxWait time.Duration) (polls int, quiet
 	})
 }
 
-// quiesce is Quiesce with its bounds as parameters (see Cluster.quiesce).
+// quiesce is Quiesce with its bounds as parameters (see Network.quiesce).
 func quiesce(maxPolls int, maxWait time.Duration) (polls int, quiet bool) {
 	buf := make([]byte, 1<<20)
 	return pollQuiet(maxPolls, maxWait, func() bool { return othersBusy(stackDump(&buf)) })
@@ -149,7 +150,7 @@ func stackDump(buf *[]byte) []byte {
 
 // tracebackLabels turns on GODEBUG=tracebacklabels=1, once, unless GODEBUG sets
 // tracebacklabels already: goroutine dumps (runtime.Stack, and so a panic's traceback)
-// then show each goroutine's pprof labels in its header, which is how Cluster.Quiesce
+// then show each goroutine's pprof labels in its header, which is how Network.Quiesce
 // tells whose a runnable goroutine is. (The goroutine profile has the labels but not the
 // goroutine states: a goroutine made runnable still shows the stack it parked with.) The
 // runtime reads a GODEBUG set with os.Setenv at once.
@@ -192,3 +193,13 @@ func pollQuiet(maxPolls int, maxWait time.Duration, busy func() bool) (polls int
 // NextDeadline returns how long until the earliest pending timer fires (zero for one
 // already due), and false when no timer is pending.
 func (c *Clock) NextDeadline() (time.Duration, bool) { return c.nextDeadline() }
+
+// Do runs f as the network's own work: on a goroutine that carries the network's label,
+// waiting for it. Every goroutine f starts inherits the label, so Quiesce waits for it
+// as for the network's own. Code built on the network (a kubelet starting a pod's apps,
+// a control loop reacting to an event) runs its work through Do. A panic in f is raised
+// again in the caller.
+func (c *Network) Do(f func()) { c.labeled(f) }
+
+// Go starts f on a new goroutine that carries the network's label (see Do).
+func (c *Network) Go(f func()) { c.goLabeled(f) }

@@ -49,14 +49,14 @@ func (d *staticDNAT) Handle(ctx *Context, p *Packet) Verdict {
 
 // masqOffNode masquerades traffic to a VIP's backends that leaves toward another node, a
 // small KUBE-POSTROUTING.
-func attachDNAT(c *Cluster, d *staticDNAT) {
+func attachDNAT(c *Network, d *staticDNAT) {
 	for _, n := range c.Nodes() {
 		n.AddHandler(HandlerSpec{Name: "test-dnat", Hook: Prerouting, Priority: PriorityNATDst, NAT: true, Handler: d})
 		n.AddHandler(HandlerSpec{Name: "test-dnat", Hook: Output, Priority: PriorityNATDst, NAT: true, Handler: d})
 	}
 }
 
-func newTestCluster(t testing.TB, cfg Config) *Cluster {
+func newTestCluster(t testing.TB, cfg Config) *Network {
 	t.Helper()
 	c, err := New(cfg)
 	if err != nil {
@@ -66,7 +66,7 @@ func newTestCluster(t testing.TB, cfg Config) *Cluster {
 	return c
 }
 
-func startPod(t testing.TB, c *Cluster, node, key string, serve ...uint16) *Pod {
+func startPod(t testing.TB, c *Network, node, key string, serve ...uint16) *Pod {
 	t.Helper()
 	ns, name, _ := strings.Cut(key, "/")
 	p, err := c.StartPod(node, ns, name, nil, false)
@@ -379,5 +379,56 @@ func TestICMPErrorThroughDNAT(t *testing.T) {
 	}
 	if !related {
 		t.Errorf("node-a did not find the ICMP error RELATED to the DNATed flow:\n%s", r.Trace)
+	}
+}
+
+// The acceptance test: three HTTP servers on three nodes, a client in a fourth
+// pod, a test DNAT handler in between; replies, conntrack entries and the trace checked.
+func TestHTTPThroughDNATAcrossThreeNodes(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	vip := netip.MustParseAddrPort("10.96.0.100:80")
+	var backends []netip.AddrPort
+	for i, node := range []string{"node-a", "node-b", "node-c"} {
+		p := startPod(t, c, node, fmt.Sprintf("default/http-%d", i), 8080)
+		backends = append(backends, netip.AddrPortFrom(p.IP(), 8080))
+	}
+	attachDNAT(c, &staticDNAT{vip: vip, backends: backends})
+	client := startPod(t, c, "node-b", "default/client")
+	hc := client.Net().HTTPClient()
+	seen := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		resp, err := hc.Get("http://" + vip.String() + "/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		w, err := ParseWhoami(string(body))
+		if err != nil || resp.StatusCode != 200 || w.Msg != "/hello" || resp.Header.Get("X-Pod") != w.Pod {
+			t.Fatalf("HTTP reply %d %q (%v)", resp.StatusCode, body, err)
+		}
+		seen[w.Pod] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("three requests reached %v", seen)
+	}
+	ents := c.Node("node-b").Conntrack().List(CtFilter{Proto: ProtoTCP, OrigDst: vip.Addr()})
+	if len(ents) != 3 {
+		t.Fatalf("node-b conntrack: %d entries for the VIP, want 3", len(ents))
+	}
+	targets := map[netip.Addr]bool{}
+	for _, e := range ents {
+		targets[e.Reply.Src] = true
+		if !e.Has(StatusDstNAT|StatusAssured) || e.TCPState == TCPSynSent {
+			t.Errorf("entry %s: want DNATed, assured, past SYN_SENT", e.String())
+		}
+	}
+	if len(targets) != 3 {
+		t.Errorf("conntrack replies expected from %v, want the three backends", targets)
+	}
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect, Trace: true})
+	nat := r.Trace.Find(StepNAT)
+	if r.Result != ResultConnected || len(nat) < 2 {
+		t.Errorf("traced probe: %s with %d NAT steps\n%s", r.Outcome, len(nat), r.Trace)
 	}
 }

@@ -77,7 +77,7 @@ type handlerEntry struct {
 // bridge, an uplink to the cluster network, a host network stack, conntrack, and the
 // handlers registered at its hooks.
 type Node struct {
-	cluster *Cluster
+	cluster *Network
 	name    string
 	cfg     NodeConfig
 	ips     []netip.Addr   // node IPs, primary family first
@@ -114,9 +114,6 @@ type Node struct {
 	hctx       Context     // reused for every handler call (under mu)
 	pkt        Packet      // reused by the datapath goroutine for each queued packet
 	fromFabric func(frame) // takes a packet in from the cluster network (bound once)
-	proxy      Proxy
-	ps         proxyState
-	health     HealthChecker
 }
 
 // nodeHot is what every pass of a packet through a node writes besides the packet and its
@@ -700,8 +697,8 @@ func (n *Node) Stats() NodeStats {
 	}
 }
 
-// Cluster returns the cluster the node belongs to.
-func (n *Node) Cluster() *Cluster { return n.cluster }
+// Network returns the cluster the node belongs to.
+func (n *Node) Network() *Network { return n.cluster }
 
 // egressMasq is the CNI's masquerade of pod traffic leaving the cluster network: a NAT
 // handler at POSTROUTING after kube-proxy's.
@@ -710,10 +707,30 @@ func (n *Node) egressMasq(ctx *Context, p *Packet) Verdict {
 		return VerdictContinue
 	}
 	cfg := &n.cluster.cfg
-	for _, set := range [][]netip.Prefix{cfg.ClusterCIDRs, cfg.NodeCIDRs, n.cluster.serviceCIDRs()} {
+	for _, set := range [][]netip.Prefix{cfg.ClusterCIDRs, cfg.NodeCIDRs, cfg.NonMasqueradeCIDRs} {
 		if containsAny(set, p.Dst) {
 			return VerdictContinue
 		}
 	}
 	return MasqueradeVerdict(false, "pod traffic leaving the cluster network")
+}
+
+func containsAny(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// PodAt returns the pod plugged into the node's bridge with address a, or nil when the
+// address is free.
+func (n *Node) PodAt(a netip.Addr) *Pod {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if pp := n.ports[a]; pp != nil {
+		return pp.pod
+	}
+	return nil
 }

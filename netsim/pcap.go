@@ -114,7 +114,7 @@ var errCaptureStopped = errors.New("capture stopped")
 // "node-a/lo"), a pod's veth "pod/<namespace>/<name>", and an external host's link
 // "external/<name>". Packets are captured as they leave or enter the interface (after
 // NAT on the way out, before it on the way in), as tcpdump sees them.
-func (c *Cluster) Capture(point string, w io.Writer) (stop func(), err error) {
+func (c *Network) Capture(point string, w io.Writer) (stop func(), err error) {
 	pw, err := newPcapWriter(w, c.clock.Now)
 	if err != nil {
 		return nil, err
@@ -122,7 +122,7 @@ func (c *Cluster) Capture(point string, w io.Writer) (stop func(), err error) {
 	return c.caps.add(point, pw), nil
 }
 
-func (c *Cluster) captureAt(point string, b []byte) {
+func (c *Network) captureAt(point string, b []byte) {
 	if c.caps.n.Load() != 0 { // no call for every packet when nothing captures
 		c.caps.write(point, b)
 	}

@@ -12,7 +12,7 @@ import (
 // eth0, plugged into its node's bridge, plus loopback), or, for hostNetwork pods, its
 // node's host stack.
 type Pod struct {
-	cluster     *Cluster
+	cluster     *Network
 	node        *Node
 	namespace   string
 	name        string
@@ -22,7 +22,7 @@ type Pod struct {
 	net         *Net
 	port        *podPort
 	dead        atomic.Bool
-	// capturePoint names the pod's veth for Cluster.Capture: "pod/<namespace>/<name>".
+	// capturePoint names the pod's veth for Network.Capture: "pod/<namespace>/<name>".
 	capturePoint string
 
 	mu      sync.Mutex
@@ -108,6 +108,19 @@ func (p *Pod) kill() {
 	if p.stack != nil {
 		p.stack.close()
 	}
+}
+
+// OnKill registers a function to call when the pod dies (KillNode, StopPod, Close): the
+// stop function of a server running in it, say. On a dead pod it runs at once.
+func (p *Pod) OnKill(stop func()) {
+	p.mu.Lock()
+	if !p.dead.Load() {
+		p.servers = append(p.servers, stop)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	stop()
 }
 
 // vethName is the host side name of a pod's veth, derived from its key like CNIs do.

@@ -157,12 +157,12 @@ func (p place) addrs() []netip.Addr {
 	case p.node != nil:
 		return p.node.ips
 	case p.ext != nil:
-		return []netip.Addr{p.ext.ip}
+		return p.ext.ips
 	}
 	return nil
 }
 
-func (c *Cluster) parsePlace(s string) (place, error) {
+func (c *Network) parsePlace(s string) (place, error) {
 	kind, name, ok := strings.Cut(s, ":")
 	if !ok {
 		return place{}, fmt.Errorf("probe source %q: want pod:NAMESPACE/NAME, node:NAME or external:NAME", s)
@@ -199,7 +199,7 @@ func (c *Cluster) parsePlace(s string) (place, error) {
 
 // Probe runs a probe and returns its outcomes: one, or with AllBranches every distinct
 // outcome with its probability (most likely first).
-func (c *Cluster) Probe(p Probe) ([]ProbeResult, error) {
+func (c *Network) Probe(p Probe) ([]ProbeResult, error) {
 	from, err := c.parsePlace(p.From)
 	if err != nil {
 		return nil, err
@@ -284,7 +284,7 @@ func (c *Cluster) Probe(p Probe) ([]ProbeResult, error) {
 }
 
 // ProbeOne runs a probe that is expected to have one outcome and returns it.
-func (c *Cluster) ProbeOne(p Probe) (ProbeResult, error) {
+func (c *Network) ProbeOne(p Probe) (ProbeResult, error) {
 	p.AllBranches = false
 	rs, err := c.Probe(p)
 	if err != nil {
@@ -294,7 +294,7 @@ func (c *Cluster) ProbeOne(p Probe) (ProbeResult, error) {
 }
 
 // runProbe plays one probe along one path.
-func (c *Cluster) runProbe(p Probe, from place, src netip.Addr, sport uint16, env *penv, ch chooser) ProbeResult {
+func (c *Network) runProbe(p Probe, from place, src netip.Addr, sport uint16, env *penv, ch chooser) ProbeResult {
 	r := c.runProbeWalks(p, from, src, sport, env, ch)
 	if env.delay == nil || *env.delay == 0 {
 		return r
@@ -321,7 +321,7 @@ func (c *Cluster) runProbe(p Probe, from place, src netip.Addr, sport uint16, en
 
 // runProbeWalks plays the packets of one probe along one path; the delay on links adds
 // up in env.delay until the outcome is known at the client.
-func (c *Cluster) runProbeWalks(p Probe, from place, src netip.Addr, sport uint16, env *penv, ch chooser) ProbeResult {
+func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint16, env *penv, ch chooser) ProbeResult {
 	if env.delay == nil {
 		env.delay = new(time.Duration)
 	}
@@ -440,7 +440,7 @@ func (c *Cluster) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 
 // followBack carries a refusal (RST, ICMP error) the network generated back toward the
 // probe's source.
-func (c *Cluster) followBack(from place, end walkEnd, env *penv, nodeEnv func(*Node) *penv, out Outcome) ProbeResult {
+func (c *Network) followBack(from place, end walkEnd, env *penv, nodeEnv func(*Node) *penv, out Outcome) ProbeResult {
 	e := nodeEnv(end.node)
 	eg := end.node.output(end.reply, e)
 	back := c.follow(end.node, eg, e, nodeEnv)
@@ -539,7 +539,7 @@ func (w walkEnd) outcome(proto uint8, orig *Packet) Outcome {
 }
 
 // walk carries a packet from a place until it is delivered somewhere or ends.
-func (c *Cluster) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *penv) walkEnd {
+func (c *Network) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *penv) walkEnd {
 	switch {
 	case from.pod != nil:
 		pod := from.pod
@@ -586,14 +586,16 @@ func (c *Cluster) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *p
 }
 
 // fromFabric routes a packet through the cluster network.
-func (c *Cluster) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv func(*Node) *penv) walkEnd {
+func (c *Network) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv func(*Node) *penv) walkEnd {
 	if fromName != "external" {
 		var before string
 		if env.trace != nil { // the packet's text costs six allocations: only for traces
 			before = pk.String()
 		}
-		if c.lbReply(pk) && env.trace != nil {
-			env.step(TraceStep{Kind: StepLink, Detail: "cloud load balancer un-NATs the reply: " + before + " => " + pk.String()})
+		if c.fabric.nat.Load() != nil {
+			if nat, ok := c.fabric.fabricNAT(pk); ok && env.trace != nil {
+				env.step(TraceStep{Kind: StepLink, Detail: nat.String() + ": " + before + " => " + pk.String()})
+			}
 		}
 	}
 	pk.resetMeta()
@@ -622,14 +624,14 @@ func (c *Cluster) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv fun
 			env.step(TraceStep{Kind: StepEnd, Verdict: "DELIVERED", Detail: "external host " + d.host.name, Packet: pk.String()})
 		}
 		return walkEnd{kind: endDelivered, at: place{ext: d.host}, pk: pk}
-	case hopLB:
-		return d.lb.probe(pk, env, nodeEnv)
+	case hopMiddlebox:
+		return c.middleboxProbe(d.mb, pk, env, nodeEnv)
 	}
 	return walkEnd{kind: endDropped, pk: pk, reason: "unroutable"}
 }
 
 // follow continues from a node's egress decision.
-func (c *Cluster) follow(n *Node, eg egress, env *penv, nodeEnv func(*Node) *penv) walkEnd {
+func (c *Network) follow(n *Node, eg egress, env *penv, nodeEnv func(*Node) *penv) walkEnd {
 	for hops := 0; hops < 64; hops++ {
 		switch eg.kind {
 		case egDrop:
@@ -669,7 +671,7 @@ func (c *Cluster) follow(n *Node, eg egress, env *penv, nodeEnv func(*Node) *pen
 // Inject sends a raw IP packet from a place (see Probe.From) through the datapath, as
 // if the place's stack had sent it, and reports where it ends. Tests use it for packets
 // a stack would not send (out-of-window segments, spoofed sources).
-func (c *Cluster) Inject(from string, data []byte, trace bool) (ProbeResult, error) {
+func (c *Network) Inject(from string, data []byte, trace bool) (ProbeResult, error) {
 	pl, err := c.parsePlace(from)
 	if err != nil {
 		return ProbeResult{}, err

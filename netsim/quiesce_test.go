@@ -146,7 +146,7 @@ func TestClusterQuiesceIgnoresOtherClusters(t *testing.T) {
 }
 
 // startPodNet returns the network of a running pod.
-func startPodNet(c *Cluster, key string) *Net {
+func startPodNet(c *Network, key string) *Net {
 	ns, name, _ := strings.Cut(key, "/")
 	return c.Pod(ns, name).Net()
 }

@@ -14,7 +14,7 @@ import (
 // Real netstack traffic is concurrent: TCP segments are processed on netstack's own
 // goroutines, so windows and ACK timing vary with scheduling. Config.Replay makes a run
 // reproducible byte for byte, at about a hundredth of the speed: the clock is manual, no
-// node runs its own datapath goroutine, and Cluster.Run delivers exactly one packet at a
+// node runs its own datapath goroutine, and Network.Run delivers exactly one packet at a
 // time, waiting before each for every other goroutine to block (a quiescence barrier over
 // the goroutine states), and advances virtual time to the next timer only when nothing is
 // in flight. Use it to re-run a failing seed and diff pcaps; property tests should check
@@ -60,7 +60,7 @@ var ErrRunTimeout = errors.New("netsim: replay run did not finish")
 // Run runs f, which drives traffic in the cluster (dials, requests), and returns its
 // error. In replay mode Run is what moves packets and time while f runs, one packet at a
 // time; f must not wait on wall-clock deadlines. In the normal mode Run just calls f.
-func (c *Cluster) Run(f func() error) error {
+func (c *Network) Run(f func() error) error {
 	if !c.cfg.Replay {
 		return f()
 	}

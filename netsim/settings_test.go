@@ -772,3 +772,30 @@ func TestBareHooksFollowTheBuiltinSteps(t *testing.T) {
 		}
 	}
 }
+
+// Destinations in Config.NonMasqueradeCIDRs (a cluster's service CIDRs) are reached with
+// the pod's own address; others outside the cluster through the node's.
+func TestNonMasqueradeCIDRs(t *testing.T) {
+	cfg := threeNodes()
+	cfg.ExternalCIDR = netip.MustParsePrefix("203.0.113.0/24")
+	cfg.NonMasqueradeCIDRs = []netip.Prefix{netip.MustParsePrefix("203.0.113.128/25")}
+	c := newTestCluster(t, cfg)
+	startPod(t, c, "node-b", "default/client")
+	for _, tc := range []struct {
+		ip   string
+		masq bool
+	}{{"203.0.113.10", true}, {"203.0.113.200", false}} {
+		ext, err := c.AddExternalHost("web-"+tc.ip, netip.MustParseAddr(tc.ip))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(ext.IP(), 80), Mode: ProbePacket})
+		want := c.Pod("default", "client").IP()
+		if tc.masq {
+			want = c.Node("node-b").IP()
+		}
+		if r.SeenSrc.Addr() != want {
+			t.Errorf("to %s: seen from %s, want %s (%s)", tc.ip, r.SeenSrc, want, r.Outcome)
+		}
+	}
+}

@@ -152,3 +152,11 @@ func (t *Trace) Find(kind string) []TraceStep {
 	}
 	return out
 }
+
+// Snapshot returns a copy of the trace's steps as they are now (a trace still being
+// written, of a packet on its way, can be read this way).
+func (t *Trace) Snapshot() []TraceStep {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]TraceStep(nil), t.Steps...)
+}

@@ -13,6 +13,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"pgregory.net/rapid"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
@@ -30,7 +31,7 @@ type view func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*
 
 // brokenProxy is the iptables mode syncing from a distorted view, on one family.
 type brokenProxy struct {
-	n     *netsim.Node
+	n     *cluster.Node
 	px    *iptables.Proxier
 	view  view
 	flags func(*proxy.NodeConfig)
@@ -39,8 +40,8 @@ type brokenProxy struct {
 // broken returns a ProxyFor running the iptables mode on a distorted view; noFlags
 // makes it ignore the case's kube-proxy flags; noConntrack drops the conntrack cleanup.
 func broken(v view, noFlags, noConntrack bool) ProxyFor {
-	return func(c ClusterSpec) netsim.ProxyFactory {
-		return func(n *netsim.Node) (netsim.Proxy, error) {
+	return func(c ClusterSpec) cluster.ProxyFactory {
+		return func(n *cluster.Node) (cluster.Proxy, error) {
 			cfg := kubeproxy.NodeConfigFor(n)
 			if !noFlags {
 				c.KubeProxyFlags(&cfg)
@@ -50,11 +51,11 @@ func broken(v view, noFlags, noConntrack bool) ProxyFor {
 			if !noConntrack {
 				ct = kubeproxy.Conntrack{T: n.Conntrack(), Family: corev1.IPv4Protocol}
 			}
-			px, err := iptables.NewProxier(emu, ct, iptables.Config{Node: cfg, Clock: n.Cluster().Clock().Now})
+			px, err := iptables.NewProxier(emu, ct, iptables.Config{Node: cfg, Clock: n.Network().Clock().Now})
 			if err != nil {
 				return nil, err
 			}
-			emu.AttachNetsim(n, "broken kube-proxy")
+			emu.AttachNetsim(n.Node, "broken kube-proxy")
 			if cfg.LocalhostNodePortsEnabled() {
 				n.UpdateSettings(func(s *netsim.NodeSettings) { s.RouteLocalnet = true })
 			}

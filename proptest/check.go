@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 )
@@ -411,7 +412,7 @@ func CheckNoEndpoints(w *World) error {
 
 // nodePortAddrs resolves --nodeport-addresses for a node and family: whether addr is
 // allowed.
-func (w *World) nodePortAllowed(n *netsim.Node, addr netip.Addr) bool {
+func (w *World) nodePortAllowed(n *cluster.Node, addr netip.Addr) bool {
 	fam := corev1.IPv4Protocol
 	if addr.Is6() {
 		fam = corev1.IPv6Protocol

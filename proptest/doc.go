@@ -11,11 +11,11 @@
 //	                            │      external hosts, Steps: changes and faults)
 //	                            │ Build(case, proxyFor)
 //	                            ▼
-//	  *World: a netsim.Cluster running the proxy (kube-proxy's iptables mode by default),
+//	  *World: a cluster.Cluster running the proxy (kube-proxy's iptables mode by default),
 //	          objects created through its API server, pods started by its kubelet
 //	                            │ CheckAll(world) / Check(world, checkers...)
 //	                            ▼
-//	  probes (netsim.Cluster.Probe; AllBranches where the question is "every outcome")
+//	  probes (netsim.Network.Probe; AllBranches where the question is "every outcome")
 //	  against an oracle computed from the store's EndpointSlices (oracle.go)
 //	                            │ Violations: invariant, service port, probe, expected,
 //	                            ▼ got, trace, and how to reproduce it
@@ -38,7 +38,7 @@
 //		}
 //	})
 //
-// A proxy is anything that makes a netsim.ProxyFactory from a case's ClusterSpec
+// A proxy is anything that makes a cluster.ProxyFactory from a case's ClusterSpec
 // (ProxyFor): kube-proxy's modes through KubeProxy, or your own handlers on each node.
 // The package's example runs the loop on one drawn case without rapid.Check, and
 // examples/property is a whole program built on the kit.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/scenario"
@@ -104,7 +105,7 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 			if pod.Annotations == nil {
 				pod.Annotations = map[string]string{}
 			}
-			pod.Annotations[netsim.AnnotationReady] = "false"
+			pod.Annotations[cluster.AnnotationReady] = "false"
 		}
 		m, err := scenario.InlineObject(pod)
 		if err != nil {

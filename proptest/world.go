@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
@@ -18,11 +19,11 @@ import (
 
 // ProxyFor builds the proxy of every node of a case's cluster. The case carries
 // kube-proxy flags (--nodeport-addresses) that a proxy should honour.
-type ProxyFor func(c ClusterSpec) netsim.ProxyFactory
+type ProxyFor func(c ClusterSpec) cluster.ProxyFactory
 
 // KubeProxy is kube-proxy's mode (kubeproxy.IPTables, ...) with the case's flags.
 func KubeProxy(mode kubeproxy.Mode) ProxyFor {
-	return func(c ClusterSpec) netsim.ProxyFactory {
+	return func(c ClusterSpec) cluster.ProxyFactory {
 		return kubeproxy.Factory(kubeproxy.Options{Mode: mode, Node: c.KubeProxyFlags})
 	}
 }
@@ -38,7 +39,7 @@ func (c ClusterSpec) KubeProxyFlags(nc *proxy.NodeConfig) {
 // VIPs, pods that were deleted).
 type World struct {
 	Case    *Case
-	Cluster *netsim.Cluster
+	Cluster *cluster.Cluster
 	// Mode labels the proxy in messages ("iptables", "my-cni", ...).
 	Mode string
 	// Semantics are the proxy's behaviours that checkers allow for (kube-proxy's
@@ -74,7 +75,7 @@ func Build(c *Case, proxyFor ProxyFor) (*World, error) {
 		proxyFor = KubeProxy(kubeproxy.IPTables)
 		mode = string(kubeproxy.IPTables)
 	}
-	cfg := netsim.Config{
+	cfg := cluster.Config{
 		Seed:             c.Cluster.Seed,
 		ManualClock:      true,
 		LoadBalancerMode: c.Cluster.LoadBalancerMode,
@@ -90,7 +91,7 @@ func Build(c *Case, proxyFor ProxyFor) (*World, error) {
 		cfg.ServiceCIDRs = append(cfg.ServiceCIDRs, ServiceCIDR6)
 	}
 	for _, n := range c.Cluster.Nodes {
-		nc := netsim.NodeConfig{Name: n.Name, Zone: n.Zone}
+		nc := cluster.NodeConfig{Name: n.Name, Zone: n.Zone}
 		if c.Cluster.NoHairpin {
 			st := netsim.DefaultNodeSettings()
 			st.Hairpin = false
@@ -98,7 +99,7 @@ func Build(c *Case, proxyFor ProxyFor) (*World, error) {
 		}
 		cfg.Nodes = append(cfg.Nodes, nc)
 	}
-	cl, err := netsim.New(cfg)
+	cl, err := cluster.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("proptest: cluster: %w", err)
 	}
@@ -133,7 +134,7 @@ func (w *World) populate() error {
 			if pod.Annotations == nil {
 				pod.Annotations = map[string]string{}
 			}
-			pod.Annotations[netsim.AnnotationReady] = "false"
+			pod.Annotations[cluster.AnnotationReady] = "false"
 		}
 		if _, err := cl.CreatePod(pod); err != nil {
 			return fmt.Errorf("proptest: pod %s/%s: %w", p.Namespace, p.Name, err)

@@ -14,6 +14,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/dns"
 	"github.com/clusterlab/clusterlab/netsim"
 	corev1 "k8s.io/api/core/v1"
@@ -25,7 +26,7 @@ func kubeDNSAvailable() bool { return true }
 // installKubeDNS runs cluster DNS inside the simulation: the kube-system/kube-dns
 // Service at the tenth address of the service range, two CoreDNS-like pods behind it,
 // and every pod's resolver pointed at it (package dns's InstallClusterDNS).
-func installKubeDNS(c *netsim.Cluster) (*resolver, error) {
+func installKubeDNS(c *cluster.Cluster) (*resolver, error) {
 	cd, err := dns.InstallClusterDNS(c, dns.ClusterDNSOptions{})
 	if err != nil {
 		return nil, err
@@ -41,13 +42,13 @@ const clusterDomain = "cluster.local"
 // resolver talks to the kube-dns Service over the simulated network.
 type resolver struct {
 	mode  string
-	c     *netsim.Cluster
+	c     *cluster.Cluster
 	srv   *dns.Server     // direct mode
 	cd    *dns.ClusterDNS // kube-dns mode
 	dnsIP string          // the nameserver pods are given
 }
 
-func newDirectResolver(c *netsim.Cluster) (*resolver, error) {
+func newDirectResolver(c *cluster.Cluster) (*resolver, error) {
 	cfg := dns.DefaultConfig()
 	cfg.Now = c.Clock().Now
 	cfg.Pods = dns.PodsInsecure

@@ -7,7 +7,7 @@
 //	scenario.yaml ──Load──▶ *Scenario (types.go; errors name file:line: field)
 //	                           │ Run(s, Options{Mode})
 //	                           ▼
-//	      netsim.Cluster + kubeproxy.Factory(mode) + cluster DNS (package dns)
+//	      cluster.Cluster + kubeproxy.Factory(mode) + cluster DNS (package dns)
 //	                           │ manifests applied, every proxy synced, then each
 //	                           │ step in order, at its virtual time
 //	                           ▼

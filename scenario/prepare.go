@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/clusterlab/clusterlab/alloc"
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/dns"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
@@ -23,7 +24,7 @@ import (
 // plan is a checked scenario, ready to run under one proxy mode.
 type plan struct {
 	s         *Scenario
-	cfg       netsim.Config
+	cfg       cluster.Config
 	mode      kubeproxy.Mode
 	proxyOpts kubeproxy.Options
 	version   string   // the kube-proxy version modelled ("1.35")
@@ -51,7 +52,7 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 	if seed == 0 {
 		seed = 1
 	}
-	p.cfg = netsim.Config{Seed: seed, ManualClock: true}
+	p.cfg = cluster.Config{Seed: seed, ManualClock: true}
 
 	// Networks.
 	prefix := func(field, v string) netip.Prefix {
@@ -142,7 +143,7 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 	if len(c.Nodes) == 0 {
 		for _, n := range DefaultNodes {
 			st := base
-			p.cfg.Nodes = append(p.cfg.Nodes, netsim.NodeConfig{Name: n, Settings: &st})
+			p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n, Settings: &st})
 			p.nodes = append(p.nodes, n)
 		}
 	}
@@ -173,7 +174,7 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 		if n.SyncDelay != nil {
 			p.delays[n.Name] = n.SyncDelay.D()
 		}
-		p.cfg.Nodes = append(p.cfg.Nodes, netsim.NodeConfig{Name: n.Name, Zone: n.Zone, Labels: n.Labels, Settings: &st})
+		p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n.Name, Zone: n.Zone, Labels: n.Labels, Settings: &st})
 		p.nodes = append(p.nodes, n.Name)
 	}
 	var externals []string

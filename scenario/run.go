@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
@@ -61,7 +62,7 @@ func Run(ctx context.Context, s *Scenario, opts Options) (*Report, error) {
 type runner struct {
 	p         *plan
 	s         *Scenario
-	c         *netsim.Cluster
+	c         *cluster.Cluster
 	start     time.Time
 	res       *resolver
 	workloads map[string]*workload // "Deployment ns/name", "ReplicaSet ns/name"
@@ -74,7 +75,7 @@ func (p *plan) start() (*runner, error) {
 	s := p.s
 	cfg := p.cfg
 	cfg.Proxy = kubeproxy.Factory(p.proxyOpts)
-	c, err := netsim.New(cfg)
+	c, err := cluster.New(cfg)
 	if err != nil {
 		return nil, &Error{File: s.File, Line: s.lineOf("cluster"), Field: "cluster", Msg: err.Error()}
 	}
@@ -257,7 +258,7 @@ func (r *runner) runStep(ctx context.Context, i int) {
 	case st.Sync != nil:
 		err = r.sync(st.Sync, &res)
 	case st.NodeSettings != nil:
-		r.forNodes(st.NodeSettings.Node, func(n *netsim.Node) {
+		r.forNodes(st.NodeSettings.Node, func(n *cluster.Node) {
 			n.UpdateSettings(func(s *netsim.NodeSettings) { st.NodeSettings.NodeSettings.applyTo(s) })
 			n.Conntrack().SetSettings(n.Settings().Conntrack)
 		})
@@ -284,7 +285,7 @@ func (r *runner) runStep(ctx context.Context, i int) {
 	r.rep.Steps = append(r.rep.Steps, res)
 }
 
-func (r *runner) forNodes(name string, f func(n *netsim.Node)) {
+func (r *runner) forNodes(name string, f func(n *cluster.Node)) {
 	for _, n := range r.c.Nodes() {
 		if name == "all" || n.Name() == name {
 			f(n)
@@ -820,17 +821,17 @@ func (r *runner) fault(f *Fault, res *StepResult) error {
 func (r *runner) sync(sy *Sync, res *StepResult) error {
 	switch {
 	case sy.Pause != "":
-		r.forNodes(sy.Pause, (*netsim.Node).PauseProxy)
+		r.forNodes(sy.Pause, (*cluster.Node).PauseProxy)
 		res.Summary = "kube-proxy on " + sy.Pause + " stops syncing: its rules stay as they are"
 	case sy.Resume != "":
-		r.forNodes(sy.Resume, (*netsim.Node).ResumeProxy)
+		r.forNodes(sy.Resume, (*cluster.Node).ResumeProxy)
 		res.Summary = "kube-proxy on " + sy.Resume + " syncs again"
 	case sy.Now:
 		r.c.SyncProxies()
 		res.Summary = "every proxy synced"
 	case sy.Delay != nil:
 		d := sy.Delay.Duration.D()
-		r.forNodes(sy.Delay.Node, func(n *netsim.Node) { n.SetSyncDelay(d) })
+		r.forNodes(sy.Delay.Node, func(n *cluster.Node) { n.SetSyncDelay(d) })
 		res.Summary = fmt.Sprintf("kube-proxy on %s syncs %s after a change", sy.Delay.Node, sy.Delay.Duration)
 	}
 	return nil
@@ -885,7 +886,7 @@ func (r *runner) checkConntrack(ct *ConntrackCheck, e *Expect, res *StepResult) 
 	}
 	count := 0
 	var lines []string
-	r.forNodes(ct.Node, func(n *netsim.Node) {
+	r.forNodes(ct.Node, func(n *cluster.Node) {
 		for _, c := range n.Conntrack().List(f) {
 			count++
 			if len(lines) < 10 {

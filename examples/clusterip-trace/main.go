@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
@@ -24,8 +25,8 @@ func main() {
 }
 
 func run(w io.Writer) error {
-	c, err := netsim.New(netsim.Config{Seed: 1, ManualClock: true,
-		Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}},
+	c, err := cluster.New(cluster.Config{Seed: 1, ManualClock: true,
+		Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}},
 		Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPTables})})
 	if err != nil {
 		return err

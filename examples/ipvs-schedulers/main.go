@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
@@ -49,8 +50,8 @@ func run(w io.Writer, schedulers []string) error {
 
 func measure(sched string) (result, error) {
 	var res result
-	c, err := netsim.New(netsim.Config{Seed: 3, ManualClock: true,
-		Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}},
+	c, err := cluster.New(cluster.Config{Seed: 3, ManualClock: true,
+		Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}},
 		Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPVS, Scheduler: sched})})
 	if err != nil {
 		return res, err

@@ -10,6 +10,7 @@ import (
 	"log"
 	"os"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/dns"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
@@ -24,8 +25,8 @@ func main() {
 }
 
 func run(w io.Writer) error {
-	c, err := netsim.New(netsim.Config{Seed: 1,
-		Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}},
+	c, err := cluster.New(cluster.Config{Seed: 1,
+		Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}},
 		Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPTables})})
 	if err != nil {
 		return err

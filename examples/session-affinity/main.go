@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
@@ -28,8 +29,8 @@ func main() {
 }
 
 func run(w io.Writer, mode kubeproxy.Mode) error {
-	c, err := netsim.New(netsim.Config{Seed: 7, ManualClock: true,
-		Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}},
+	c, err := cluster.New(cluster.Config{Seed: 7, ManualClock: true,
+		Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}},
 		Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: mode})})
 	if err != nil {
 		return err

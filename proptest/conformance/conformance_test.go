@@ -12,7 +12,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"pgregory.net/rapid"
 
-	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/proptest"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
@@ -292,7 +292,7 @@ func TestUnexplainedMismatchIsReported(t *testing.T) {
 	h := newHand(2).service(service.NewService("default/web", service.Selector("app=web"), service.Port("", 80, 8080))).
 		pod("default/web-0", "node-b", "web", "", 8080).pod("default/client", "node-a", "", "")
 	masq := Mode{Name: "masquerade-all", Semantics: proptest.IPTablesSemantics,
-		Proxy: func(c proptest.ClusterSpec) netsim.ProxyFactory {
+		Proxy: func(c proptest.ClusterSpec) cluster.ProxyFactory {
 			return kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPTables, Node: func(nc *proxy.NodeConfig) {
 				c.KubeProxyFlags(nc)
 				nc.MasqueradeAll = true

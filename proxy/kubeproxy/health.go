@@ -45,7 +45,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/proxy"
 )
 
@@ -61,7 +61,7 @@ const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
 
 // healthServer is kube-proxy's service health server and healthz server on one node.
 type healthServer struct {
-	n       *netsim.Node
+	n       *cluster.Node
 	timeout time.Duration
 
 	mu          sync.Mutex
@@ -80,7 +80,7 @@ type hcInstance struct {
 	srv       *http.Server
 }
 
-func newHealthServer(n *netsim.Node) *healthServer {
+func newHealthServer(n *cluster.Node) *healthServer {
 	hs := &healthServer{n: n, timeout: DefaultHealthTimeout, services: map[types.NamespacedName]*hcInstance{}, eligible: true}
 	ln, err := n.HostNet().Listen("tcp", fmt.Sprintf(":%d", HealthzPort))
 	if err != nil {
@@ -272,7 +272,7 @@ func healthState(states ...*proxy.SyncState) (map[types.NamespacedName]uint16, m
 // HealthCheckNodePorts returns the health check node ports a node's kube-proxy serves, by
 // service ("namespace/name"), or nil when the node does not run one of this package's
 // modes.
-func HealthCheckNodePorts(n *netsim.Node) map[string]uint16 {
+func HealthCheckNodePorts(n *cluster.Node) map[string]uint16 {
 	hs := healthServerOf(n)
 	if hs == nil {
 		return nil
@@ -284,7 +284,7 @@ func HealthCheckNodePorts(n *netsim.Node) map[string]uint16 {
 	return out
 }
 
-func healthServerOf(n *netsim.Node) *healthServer {
+func healthServerOf(n *cluster.Node) *healthServer {
 	switch p := n.Proxy().(type) {
 	case *iptablesProxy:
 		return p.hs

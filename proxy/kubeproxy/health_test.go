@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/service"
 )
@@ -29,13 +30,13 @@ type hcPayload struct {
 // localLB makes a cluster of the mode with a LoadBalancer Service default/lb
 // (externalTrafficPolicy Local) whose only endpoint runs on node-b, and an external host
 // "client". It returns the health check node port and the load balancer's address.
-func localLB(t *testing.T, cfg netsim.Config) (*netsim.Cluster, *netsim.ExternalHost, uint16, netip.Addr) {
+func localLB(t *testing.T, cfg cluster.Config) (*cluster.Cluster, *netsim.ExternalHost, uint16, netip.Addr) {
 	t.Helper()
 	if cfg.Seed == 0 {
 		cfg.Seed = 11
 	}
-	cfg.Nodes = []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}
-	c, err := netsim.New(cfg)
+	cfg.Nodes = []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}
+	c, err := cluster.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func get(t *testing.T, n *netsim.Net, url string) (*http.Response, string) {
 // lbNodes probes the load balancer from the client with a dozen new flows and returns
 // the nodes that took them (or why they were dropped). (The load balancer keeps a flow
 // it has seen on its node: each call uses new source ports.)
-func lbNodes(t *testing.T, c *netsim.Cluster, lbIP netip.Addr) map[string]bool {
+func lbNodes(t *testing.T, c *cluster.Cluster, lbIP netip.Addr) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
 	lbNodesPort += 12
@@ -100,7 +101,7 @@ func lbNodes(t *testing.T, c *netsim.Cluster, lbIP netip.Addr) map[string]bool {
 
 var lbNodesPort = uint16(40000)
 
-func healthOf(t *testing.T, c *netsim.Cluster, node string) netsim.NodeHealth {
+func healthOf(t *testing.T, c *cluster.Cluster, node string) cluster.NodeHealth {
 	t.Helper()
 	hs, ok := c.LoadBalancerHealth("default", "lb")
 	if !ok {
@@ -112,7 +113,7 @@ func healthOf(t *testing.T, c *netsim.Cluster, node string) netsim.NodeHealth {
 		}
 	}
 	t.Fatalf("no health of %s in %+v", node, hs)
-	return netsim.NodeHealth{}
+	return cluster.NodeHealth{}
 }
 
 // Every mode serves the health check node port on the node's host network, as kube-proxy
@@ -122,7 +123,7 @@ func healthOf(t *testing.T, c *netsim.Cluster, node string) netsim.NodeHealth {
 func TestHealthCheckNodePortEveryMode(t *testing.T) {
 	for _, mode := range []Mode{IPTables, IPVS, Userspace} {
 		t.Run(string(mode), func(t *testing.T) {
-			c, ext, hcPort, lbIP := localLB(t, netsim.Config{Proxy: Factory(Options{Mode: mode})})
+			c, ext, hcPort, lbIP := localLB(t, cluster.Config{Proxy: Factory(Options{Mode: mode})})
 			for _, tc := range []struct {
 				node   string
 				status int
@@ -200,7 +201,7 @@ func TestHealthCheckNodePortEveryMode(t *testing.T) {
 // would) is taken out after UnhealthyThreshold failed checks, and back after
 // HealthyThreshold passed ones. The failure says where the check was dropped.
 func TestHealthCheckBlockedPort(t *testing.T) {
-	c, _, hcPort, lbIP := localLB(t, netsim.Config{Proxy: Factory(Options{Mode: IPTables})})
+	c, _, hcPort, lbIP := localLB(t, cluster.Config{Proxy: Factory(Options{Mode: IPTables})})
 	b := c.Node("node-b")
 	remove := b.AddHandler(netsim.HandlerSpec{Name: "firewall", Hook: netsim.Prerouting, Priority: netsim.PriorityRaw, Handler: netsim.HandlerFunc(func(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
 		if pk.Proto == netsim.ProtoTCP && pk.DstPort == hcPort {
@@ -245,7 +246,7 @@ func TestHealthCheckBlockedPort(t *testing.T) {
 func TestHealthCheckOnTheClock(t *testing.T) {
 	for _, mode := range []Mode{IPTables, IPVS, Userspace} {
 		t.Run(string(mode), func(t *testing.T) {
-			c, ext, hcPort, lbIP := localLB(t, netsim.Config{ManualClock: true, Proxy: Factory(Options{Mode: mode})})
+			c, ext, hcPort, lbIP := localLB(t, cluster.Config{ManualClock: true, Proxy: Factory(Options{Mode: mode})})
 			cfg := c.LoadBalancerHealthCheck()
 			if cfg.Interval != 8*time.Second || cfg.Timeout != time.Second || cfg.HealthyThreshold != 1 || cfg.UnhealthyThreshold != 3 {
 				t.Fatalf("defaults: %+v", cfg)
@@ -310,7 +311,7 @@ func TestHealthCheckOnTheClock(t *testing.T) {
 // /healthz fails on a node the cluster autoscaler is about to remove; the service health
 // checks do not look at that.
 func TestHealthzNodeEligible(t *testing.T) {
-	c, ext, hcPort, _ := localLB(t, netsim.Config{Proxy: Factory(Options{Mode: IPTables})})
+	c, ext, hcPort, _ := localLB(t, cluster.Config{Proxy: Factory(Options{Mode: IPTables})})
 	obj, _ := c.Store().GetNode("node-b")
 	obj = obj.DeepCopy()
 	obj.Spec.Taints = append(obj.Spec.Taints, corev1.Taint{Key: "ToBeDeletedByClusterAutoscaler", Effect: corev1.TaintEffectNoSchedule})
@@ -336,7 +337,7 @@ func TestHealthzNodeEligible(t *testing.T) {
 // check fails at its timeout, and after three the node is out; once the link is clean
 // the next check brings it back.
 func TestHealthCheckLossyUplink(t *testing.T) {
-	c, _, _, lbIP := localLB(t, netsim.Config{ManualClock: true, Proxy: Factory(Options{Mode: IPTables})})
+	c, _, _, lbIP := localLB(t, cluster.Config{ManualClock: true, Proxy: Factory(Options{Mode: IPTables})})
 	b := c.Node("node-b")
 	b.Uplink().SetFaults(netsim.LinkFaults{Loss: 1})
 	c.Clock().Advance(2*8*time.Second + time.Second)

@@ -45,6 +45,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
@@ -73,9 +74,9 @@ type IPVSConfig struct {
 
 // IPVSFactory is Factory for the IPVS mode with its own flags (Factory with Mode IPVS
 // uses the defaults).
-func IPVSFactory(opts Options, ic IPVSConfig) netsim.ProxyFactory {
+func IPVSFactory(opts Options, ic IPVSConfig) cluster.ProxyFactory {
 	opts.Mode = IPVS
-	return func(n *netsim.Node) (netsim.Proxy, error) {
+	return func(n *cluster.Node) (cluster.Proxy, error) {
 		cfg := NodeConfigFor(n)
 		if opts.Node != nil {
 			opts.Node(&cfg)
@@ -87,14 +88,14 @@ func IPVSFactory(opts Options, ic IPVSConfig) netsim.ProxyFactory {
 	}
 }
 
-func newIPVSProxy(n *netsim.Node, opts Options, cfg proxy.NodeConfig) (netsim.Proxy, error) {
+func newIPVSProxy(n *cluster.Node, opts Options, cfg proxy.NodeConfig) (cluster.Proxy, error) {
 	return newIPVS(n, opts, cfg, IPVSConfig{})
 }
 
 // ipvsProxy is the IPVS mode on one node: one model, a proxier and an emulator per IP
 // family of the node.
 type ipvsProxy struct {
-	n     *netsim.Node
+	n     *cluster.Node
 	model *ipvs.Model
 	fams  []*ipvsFamily
 
@@ -116,7 +117,7 @@ type ipvsHandlerStats struct {
 	scheduled, rejected, dropped uint64
 }
 
-func newIPVS(n *netsim.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig) (*ipvsProxy, error) {
+func newIPVS(n *cluster.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig) (*ipvsProxy, error) {
 	seed := opts.Seed
 	if seed == 0 {
 		seed = n.Cluster().Config().Seed
@@ -154,7 +155,7 @@ func newIPVS(n *netsim.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig) 
 			return nil, fmt.Errorf("kube-proxy (ipvs) on %s: %w", n.Name(), err)
 		}
 		emu.SetIPVSLookup(p.ipvsLookup)
-		emu.AttachNetsim(n, "kube-proxy ipvs "+string(fam))
+		emu.AttachNetsim(n.Node, "kube-proxy ipvs "+string(fam))
 		p.fams = append(p.fams, &ipvsFamily{family: fam, emu: emu, px: px})
 	}
 	for _, s := range []netsim.HandlerSpec{
@@ -169,10 +170,10 @@ func newIPVS(n *netsim.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig) 
 	return p, nil
 }
 
-// ServesHealthCheckNodePorts implements netsim.HealthCheckServer.
+// ServesHealthCheckNodePorts implements cluster.HealthCheckServer.
 func (p *ipvsProxy) ServesHealthCheckNodePorts() bool { return true }
 
-// Sync implements netsim.Proxy.
+// Sync implements cluster.Proxy.
 func (p *ipvsProxy) Sync() error {
 	st := p.n.Cluster().Store()
 	svcs, slices := st.ListServices(), st.ListEndpointSlices()
@@ -223,7 +224,7 @@ func (p *ipvsProxy) armGracefulCheck() {
 // ---- the node as the proxier's Netlink and Sysctl ----
 
 // ipvsNetlink is a netsim node as ipvs.Netlink.
-type ipvsNetlink struct{ n *netsim.Node }
+type ipvsNetlink struct{ n *cluster.Node }
 
 func (l ipvsNetlink) EnsureDummyDevice(name string) (bool, error) {
 	for _, i := range l.n.Interfaces() {
@@ -265,7 +266,7 @@ func (l ipvsNetlink) UnbindAddress(dev string, addr netip.Addr) error {
 // model, ip_forward to the node's settings; the ARP ones have no effect in netsim (it
 // has no ARP) and are only recorded.
 type ipvsSysctl struct {
-	n      *netsim.Node
+	n      *cluster.Node
 	model  *ipvs.Model
 	mu     sync.Mutex
 	writes []ipvs.SysctlSetting
@@ -600,7 +601,7 @@ func (p *ipvsProxy) trace(ctx *netsim.Context, q ipvs.Packet, d ipvs.Decision, b
 
 // ---- access for tests, tools and traces ----
 
-func ipvsOf(n *netsim.Node) *ipvsProxy {
+func ipvsOf(n *cluster.Node) *ipvsProxy {
 	p, _ := n.Proxy().(*ipvsProxy)
 	return p
 }
@@ -608,7 +609,7 @@ func ipvsOf(n *netsim.Node) *ipvsProxy {
 // IPVSModel returns the IPVS model of a node running the IPVS mode (nil otherwise): its
 // ipvsadm face (Listing, Rules, ConnListing) shows the node's virtual servers and
 // connections.
-func IPVSModel(n *netsim.Node) *ipvs.Model {
+func IPVSModel(n *cluster.Node) *ipvs.Model {
 	if p := ipvsOf(n); p != nil {
 		return p.model
 	}
@@ -616,7 +617,7 @@ func IPVSModel(n *netsim.Node) *ipvs.Model {
 }
 
 // IPVSProxier returns a node's IPVS-mode proxier for a family (nil if none).
-func IPVSProxier(n *netsim.Node, family corev1.IPFamily) *ipvs.Proxier {
+func IPVSProxier(n *cluster.Node, family corev1.IPFamily) *ipvs.Proxier {
 	if p := ipvsOf(n); p != nil {
 		for _, f := range p.fams {
 			if f.family == family {
@@ -629,7 +630,7 @@ func IPVSProxier(n *netsim.Node, family corev1.IPFamily) *ipvs.Proxier {
 
 // IPVSEmulator returns the emulator holding an IPVS-mode node's iptables rules and
 // ipsets for a family (nil if none).
-func IPVSEmulator(n *netsim.Node, family corev1.IPFamily) *emulator.Emulator {
+func IPVSEmulator(n *cluster.Node, family corev1.IPFamily) *emulator.Emulator {
 	if p := ipvsOf(n); p != nil {
 		for _, f := range p.fams {
 			if f.family == family {
@@ -642,7 +643,7 @@ func IPVSEmulator(n *netsim.Node, family corev1.IPFamily) *emulator.Emulator {
 
 // IPVSHandlerStats counts an IPVS-mode node's decisions on first packets: connections
 // scheduled, refused (no destination) and dropped.
-func IPVSHandlerStats(n *netsim.Node) (scheduled, rejected, dropped uint64) {
+func IPVSHandlerStats(n *cluster.Node) (scheduled, rejected, dropped uint64) {
 	p := ipvsOf(n)
 	if p == nil {
 		return 0, 0, 0

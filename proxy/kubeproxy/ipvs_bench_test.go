@@ -10,7 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/service"
 )
 
@@ -45,7 +45,7 @@ func BenchmarkIPVSModeConnect(b *testing.B) {
 }
 
 func benchIPVSConnect(b *testing.B, mode Mode, sched string, affinity bool, par int) {
-	c, err := netsim.New(netsim.Config{Seed: 11, Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}},
+	c, err := cluster.New(cluster.Config{Seed: 11, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}},
 		Proxy: Factory(Options{Mode: mode, Scheduler: sched})})
 	if err != nil {
 		b.Fatal(err)

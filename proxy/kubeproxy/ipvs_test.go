@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 	"github.com/clusterlab/clusterlab/service"
@@ -26,19 +27,19 @@ var updateIPVS = flag.Bool("update-ipvs", false, "rewrite testdata/ipvsmode/nets
 // cluster, backends, vipOf and ask they use) on the same three-node cluster.
 
 // ipvsCluster is the three-node cluster with the IPVS mode and a scheduler.
-func ipvsCluster(t *testing.T, sched string) *netsim.Cluster {
+func ipvsCluster(t *testing.T, sched string) *cluster.Cluster {
 	t.Helper()
 	return ipvsClusterWith(t, sched, nil)
 }
 
-func ipvsClusterWith(t *testing.T, sched string, adjust func(*netsim.Config)) *netsim.Cluster {
+func ipvsClusterWith(t *testing.T, sched string, adjust func(*cluster.Config)) *cluster.Cluster {
 	t.Helper()
-	cfg := netsim.Config{Seed: 11, Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}},
+	cfg := cluster.Config{Seed: 11, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}},
 		Proxy: Factory(Options{Mode: IPVS, Scheduler: sched})}
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	c, err := netsim.New(cfg)
+	c, err := cluster.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func askClosed(t *testing.T, n *netsim.Net, addr string) netsim.Whoami {
 	return w
 }
 
-func podIPs(t *testing.T, c *netsim.Cluster) map[string]string {
+func podIPs(t *testing.T, c *cluster.Cluster) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, p := range c.Pods() {
@@ -226,7 +227,7 @@ func TestIPVSModeSchedulers(t *testing.T) {
 // sends external traffic to the cluster endpoints (k8s #97081) unmasqueraded, so the
 // reply does not come back through that node and the connection fails.
 func TestIPVSModeNodePortLBAndPolicies(t *testing.T) {
-	c := ipvsClusterWith(t, "rr", func(cfg *netsim.Config) { cfg.LoadBalancerMode = "vip" })
+	c := ipvsClusterWith(t, "rr", func(cfg *cluster.Config) { cfg.LoadBalancerMode = "vip" })
 	ext, err := c.AddExternalHost("client", netip.Addr{})
 	if err != nil {
 		t.Fatal(err)
@@ -564,7 +565,7 @@ func TestIPVSModeListing(t *testing.T) {
 // ranges through and drops the rest (a pod's connection here) before IPVS sees it; the
 // NodePort ignores the ranges.
 func TestIPVSModeLBSourceRanges(t *testing.T) {
-	c := ipvsClusterWith(t, "rr", func(cfg *netsim.Config) { cfg.LoadBalancerMode = "vip" })
+	c := ipvsClusterWith(t, "rr", func(cfg *cluster.Config) { cfg.LoadBalancerMode = "vip" })
 	allowed, err := c.AddExternalHost("allowed", netip.MustParseAddr("203.0.113.10"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,12 +1,12 @@
 // Package kubeproxy runs kube-proxy's proxy modes — iptables, IPVS and userspace — on
-// clusterlab's simulated network. It joins pieces that are built and tested on their
+// clusterlab's simulated cluster. It joins pieces that are built and tested on their
 // own: the shared proxy view (package proxy), a mode's rule writer (proxy/iptables's
 // Proxier, proxy/ipvs's Proxier, proxy/userspace's Proxier) and the back ends that
 // evaluate what it writes (the iptables emulator with its ipsets, the IPVS model, the
 // userspace proxy's listeners on the node's host network), attached to the node's netsim
 // datapath. The iptables mode, for example:
 //
-//	service store ──▶ netsim (Proxy.Sync on every change, after the node's delay)
+//	service store ──▶ cluster (Proxy.Sync on every change, after the node's delay)
 //	                     │
 //	                     ▼
 //	   kubeproxy.Node: services, slices ──▶ iptables.Proxier ──▶ emulator.Emulator
@@ -17,9 +17,9 @@
 // ipvs.go and userspace.go register the other two modes; each file's doc says how its
 // mode sits on the datapath. health.go runs kube-proxy's health servers in every mode
 // (each healthCheckNodePort, which the simulated cloud load balancer checks over the
-// network, and /healthz on 10256). Use Factory as a netsim.Config's Proxy:
+// network, and /healthz on 10256). Use Factory as a cluster.Config's Proxy:
 //
-//	c, err := netsim.New(netsim.Config{Nodes: ..., Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPTables})})
+//	c, err := cluster.New(cluster.Config{Nodes: ..., Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPTables})})
 package kubeproxy
 
 import (
@@ -28,6 +28,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
@@ -62,11 +63,11 @@ type Options struct {
 // keep package dependencies one way).
 var (
 	modesMu sync.Mutex
-	modes   = map[Mode]func(n *netsim.Node, opts Options, cfg proxy.NodeConfig) (netsim.Proxy, error){}
+	modes   = map[Mode]func(n *cluster.Node, opts Options, cfg proxy.NodeConfig) (cluster.Proxy, error){}
 )
 
 // Register adds a mode's factory.
-func Register(m Mode, f func(n *netsim.Node, opts Options, cfg proxy.NodeConfig) (netsim.Proxy, error)) {
+func Register(m Mode, f func(n *cluster.Node, opts Options, cfg proxy.NodeConfig) (cluster.Proxy, error)) {
 	modesMu.Lock()
 	defer modesMu.Unlock()
 	modes[m] = f
@@ -85,12 +86,12 @@ func Modes() []Mode {
 	return out
 }
 
-// Factory returns the netsim.ProxyFactory of a mode.
-func Factory(opts Options) netsim.ProxyFactory {
+// Factory returns the cluster.ProxyFactory of a mode.
+func Factory(opts Options) cluster.ProxyFactory {
 	if opts.Mode == "" {
 		opts.Mode = IPTables
 	}
-	return func(n *netsim.Node) (netsim.Proxy, error) {
+	return func(n *cluster.Node) (cluster.Proxy, error) {
 		cfg := NodeConfigFor(n)
 		if opts.Node != nil {
 			opts.Node(&cfg)
@@ -114,7 +115,7 @@ func Factory(opts Options) netsim.ProxyFactory {
 // NodeConfigFor fills a node's kube-proxy view of itself from the simulated node: name,
 // labels (from its Node object), IPs, every local address, pod CIDRs, and the cluster
 // CIDRs as --cluster-cidr.
-func NodeConfigFor(n *netsim.Node) proxy.NodeConfig {
+func NodeConfigFor(n *cluster.Node) proxy.NodeConfig {
 	c := n.Cluster()
 	cfg := proxy.NodeConfig{
 		Name:            n.Name(),
@@ -159,7 +160,7 @@ func (c Conntrack) Delete(f proxy.ConntrackFilter) (int, error) {
 // iptablesProxy is kube-proxy's iptables mode on one node: a Proxier per IP family of
 // the node, writing into emulators attached to the node's datapath.
 type iptablesProxy struct {
-	n    *netsim.Node
+	n    *cluster.Node
 	fams []*iptablesFamily
 	hs   *healthServer
 }
@@ -170,7 +171,7 @@ type iptablesFamily struct {
 	px     *iptables.Proxier
 }
 
-func newIPTablesProxy(n *netsim.Node, cfg proxy.NodeConfig) (*iptablesProxy, error) {
+func newIPTablesProxy(n *cluster.Node, cfg proxy.NodeConfig) (*iptablesProxy, error) {
 	p := &iptablesProxy{n: n}
 	seen := map[corev1.IPFamily]bool{}
 	for _, ip := range n.IPs() {
@@ -191,7 +192,7 @@ func newIPTablesProxy(n *netsim.Node, cfg proxy.NodeConfig) (*iptablesProxy, err
 		if err != nil {
 			return nil, fmt.Errorf("kube-proxy (iptables) on %s: %w", n.Name(), err)
 		}
-		emu.AttachNetsim(n, "kube-proxy "+string(fam))
+		emu.AttachNetsim(n.Node, "kube-proxy "+string(fam))
 		p.fams = append(p.fams, &iptablesFamily{family: fam, emu: emu, px: px})
 	}
 	// kube-proxy sets route_localnet for localhost NodePorts.
@@ -202,7 +203,7 @@ func newIPTablesProxy(n *netsim.Node, cfg proxy.NodeConfig) (*iptablesProxy, err
 	return p, nil
 }
 
-// Sync implements netsim.Proxy: the rules of each family, then the health servers.
+// Sync implements cluster.Proxy: the rules of each family, then the health servers.
 func (p *iptablesProxy) Sync() error {
 	st := p.n.Cluster().Store()
 	svcs, slices := st.ListServices(), st.ListEndpointSlices()
@@ -216,7 +217,7 @@ func (p *iptablesProxy) Sync() error {
 	return p.hs.sync(healthState(states...))
 }
 
-// ServesHealthCheckNodePorts implements netsim.HealthCheckServer.
+// ServesHealthCheckNodePorts implements cluster.HealthCheckServer.
 func (p *iptablesProxy) ServesHealthCheckNodePorts() bool { return true }
 
 // Emulator returns the node's emulator for a family (for traces and iptables-save).
@@ -231,7 +232,7 @@ func (p *iptablesProxy) Emulator(family corev1.IPFamily) *emulator.Emulator {
 
 // Emulator returns the iptables emulator of a node running the iptables mode, for the
 // primary family of addr (IPv4 when addr is invalid).
-func Emulator(n *netsim.Node, addr netip.Addr) *emulator.Emulator {
+func Emulator(n *cluster.Node, addr netip.Addr) *emulator.Emulator {
 	p, ok := n.Proxy().(*iptablesProxy)
 	if !ok {
 		return nil

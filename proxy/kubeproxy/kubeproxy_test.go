@@ -9,14 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/service"
 	corev1 "k8s.io/api/core/v1"
 )
 
-func cluster(t *testing.T, mode Mode) *netsim.Cluster {
+func newCluster(t *testing.T, mode Mode) *cluster.Cluster {
 	t.Helper()
-	c, err := netsim.New(netsim.Config{Seed: 11, Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}, Proxy: Factory(Options{Mode: mode})})
+	c, err := cluster.New(cluster.Config{Seed: 11, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}, Proxy: Factory(Options{Mode: mode})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +25,7 @@ func cluster(t *testing.T, mode Mode) *netsim.Cluster {
 	return c
 }
 
-func backends(t *testing.T, c *netsim.Cluster) {
+func backends(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	for i, node := range []string{"node-a", "node-b", "node-c"} {
 		pod := service.NewPod(fmt.Sprintf("default/web-%d", i), service.Labels("app=MyApp"), service.ContainerPort("http", 9376, corev1.ProtocolTCP), service.ContainerPort("dns", 53, corev1.ProtocolUDP), service.OnNode(node))
@@ -34,7 +35,7 @@ func backends(t *testing.T, c *netsim.Cluster) {
 	}
 }
 
-func vipOf(t *testing.T, c *netsim.Cluster, name string, port uint16) netip.AddrPort {
+func vipOf(t *testing.T, c *cluster.Cluster, name string, port uint16) netip.AddrPort {
 	svc, ok := c.Store().GetService("default", name)
 	if !ok {
 		t.Fatalf("no service %s", name)
@@ -65,7 +66,7 @@ func ask(t *testing.T, n *netsim.Net, addr string) netsim.Whoami {
 }
 
 func TestIPTablesModeClusterIP(t *testing.T) {
-	c := cluster(t, IPTables)
+	c := newCluster(t, IPTables)
 	if err := c.Apply(service.NewService("default/my-service", service.Selector("app=MyApp"), service.Port("", 80, 9376))); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestIPTablesModeClusterIP(t *testing.T) {
 }
 
 func TestIPTablesModeNodePortLBAndPolicies(t *testing.T) {
-	c := cluster(t, IPTables)
+	c := newCluster(t, IPTables)
 	ext, err := c.AddExternalHost("client", netip.Addr{})
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +161,7 @@ func TestIPTablesModeNodePortLBAndPolicies(t *testing.T) {
 }
 
 func TestIPTablesModeNoEndpointsAndStaleUDP(t *testing.T) {
-	c := cluster(t, IPTables)
+	c := newCluster(t, IPTables)
 	if err := c.Apply(service.NewService("default/dns", service.Selector("app=MyApp"), service.UDPPort("dns", 53, 53))); err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
@@ -52,9 +53,9 @@ type UserspaceConfig struct {
 
 // UserspaceFactory is Factory for the userspace mode with its own flags (Factory with
 // Mode Userspace uses the defaults).
-func UserspaceFactory(opts Options, uc UserspaceConfig) netsim.ProxyFactory {
+func UserspaceFactory(opts Options, uc UserspaceConfig) cluster.ProxyFactory {
 	opts.Mode = Userspace
-	return func(n *netsim.Node) (netsim.Proxy, error) {
+	return func(n *cluster.Node) (cluster.Proxy, error) {
 		cfg := NodeConfigFor(n)
 		if opts.Node != nil {
 			opts.Node(&cfg)
@@ -66,14 +67,14 @@ func UserspaceFactory(opts Options, uc UserspaceConfig) netsim.ProxyFactory {
 	}
 }
 
-func newUserspaceProxy(n *netsim.Node, opts Options, cfg proxy.NodeConfig) (netsim.Proxy, error) {
+func newUserspaceProxy(n *cluster.Node, opts Options, cfg proxy.NodeConfig) (cluster.Proxy, error) {
 	return newUserspace(n, opts, cfg, UserspaceConfig{})
 }
 
 // userspaceProxy is the userspace mode on one node: a Proxier per IP family of the
 // node, each writing into an emulator attached to the node's datapath.
 type userspaceProxy struct {
-	n    *netsim.Node
+	n    *cluster.Node
 	fams []*userspaceFamily
 	hs   *healthServer
 }
@@ -93,7 +94,7 @@ func (k userspaceClock) AfterFunc(d time.Duration, f func()) userspace.Timer {
 	return k.c.AfterFunc(d, f)
 }
 
-func newUserspace(n *netsim.Node, opts Options, cfg proxy.NodeConfig, uc UserspaceConfig) (*userspaceProxy, error) {
+func newUserspace(n *cluster.Node, opts Options, cfg proxy.NodeConfig, uc UserspaceConfig) (*userspaceProxy, error) {
 	p := &userspaceProxy{n: n}
 	seed := opts.Seed
 	if seed == 0 {
@@ -132,7 +133,7 @@ func newUserspace(n *netsim.Node, opts Options, cfg proxy.NodeConfig, uc Userspa
 			p.close()
 			return nil, fmt.Errorf("kube-proxy (userspace) on %s: %w", n.Name(), err)
 		}
-		emu.AttachNetsim(n, "kube-proxy userspace "+string(fam))
+		emu.AttachNetsim(n.Node, "kube-proxy userspace "+string(fam))
 		p.fams = append(p.fams, &userspaceFamily{family: fam, emu: emu, px: px})
 	}
 	n.AddHandler(netsim.HandlerSpec{Name: "kube-proxy userspace", Hook: netsim.Input, Priority: netsim.PrioritySecurity + 10, Handler: netsim.HandlerFunc(p.note)})
@@ -140,7 +141,7 @@ func newUserspace(n *netsim.Node, opts Options, cfg proxy.NodeConfig, uc Userspa
 	return p, nil
 }
 
-// ServesHealthCheckNodePorts implements netsim.HealthCheckServer. (The userspace proxy
+// ServesHealthCheckNodePorts implements cluster.HealthCheckServer. (The userspace proxy
 // ignores externalTrafficPolicy for its own traffic, but kube-proxy still serves the
 // health check node ports in this mode.)
 func (p *userspaceProxy) ServesHealthCheckNodePorts() bool { return true }
@@ -158,7 +159,7 @@ func (p *userspaceProxy) close() {
 	}
 }
 
-// Sync implements netsim.Proxy. Listeners that could not be opened are reported as an
+// Sync implements cluster.Proxy. Listeners that could not be opened are reported as an
 // error after the rest of the sync has been applied.
 func (p *userspaceProxy) Sync() error {
 	st := p.n.Cluster().Store()
@@ -269,14 +270,14 @@ func userspaceProtoName(p corev1.Protocol) string {
 	return "tcp"
 }
 
-func userspaceOf(n *netsim.Node) *userspaceProxy {
+func userspaceOf(n *cluster.Node) *userspaceProxy {
 	p, _ := n.Proxy().(*userspaceProxy)
 	return p
 }
 
 // UserspaceProxier returns the userspace proxier of a node for a family, or nil when
 // the node does not run the userspace mode (or has no address of the family).
-func UserspaceProxier(n *netsim.Node, family corev1.IPFamily) *userspace.Proxier {
+func UserspaceProxier(n *cluster.Node, family corev1.IPFamily) *userspace.Proxier {
 	p := userspaceOf(n)
 	if p == nil {
 		return nil
@@ -291,7 +292,7 @@ func UserspaceProxier(n *netsim.Node, family corev1.IPFamily) *userspace.Proxier
 
 // UserspaceEmulator returns the iptables emulator holding a userspace-mode node's
 // rules for a family (nil if none).
-func UserspaceEmulator(n *netsim.Node, family corev1.IPFamily) *emulator.Emulator {
+func UserspaceEmulator(n *cluster.Node, family corev1.IPFamily) *emulator.Emulator {
 	p := userspaceOf(n)
 	if p == nil {
 		return nil
@@ -306,7 +307,7 @@ func UserspaceEmulator(n *netsim.Node, family corev1.IPFamily) *emulator.Emulato
 
 // UserspaceDecisions returns a userspace-mode node's decisions (every family, IPv4
 // first), oldest first within a family.
-func UserspaceDecisions(n *netsim.Node) []userspace.Decision {
+func UserspaceDecisions(n *cluster.Node) []userspace.Decision {
 	p := userspaceOf(n)
 	if p == nil {
 		return nil

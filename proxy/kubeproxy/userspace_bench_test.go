@@ -11,7 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/service"
 )
 
@@ -38,7 +38,7 @@ func BenchmarkConnectClusterIP(b *testing.B) {
 }
 
 func benchConnectMode(b *testing.B, mode Mode, par int) {
-	c, err := netsim.New(netsim.Config{Seed: 11, Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}, Proxy: Factory(Options{Mode: mode})})
+	c, err := cluster.New(cluster.Config{Seed: 11, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}, Proxy: Factory(Options{Mode: mode})})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,15 +15,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/userspace"
 	"github.com/clusterlab/clusterlab/service"
 )
 
-func userspaceCluster(t testing.TB, uc UserspaceConfig) *netsim.Cluster {
+func userspaceCluster(t testing.TB, uc UserspaceConfig) *cluster.Cluster {
 	t.Helper()
-	c, err := netsim.New(netsim.Config{Seed: 11, Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}, Proxy: UserspaceFactory(Options{}, uc)})
+	c, err := cluster.New(cluster.Config{Seed: 11, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}, Proxy: UserspaceFactory(Options{}, uc)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func userspaceCluster(t testing.TB, uc UserspaceConfig) *netsim.Cluster {
 
 // nodeAddrs is every address of a node: "the node's address" a backend may see is its
 // IP, or its bridge address when the endpoint is one of its own pods.
-func usNodeAddrs(n *netsim.Node) map[netip.Addr]bool {
+func usNodeAddrs(n *cluster.Node) map[netip.Addr]bool {
 	out := map[netip.Addr]bool{}
 	for _, i := range n.Interfaces() {
 		for _, p := range i.Addrs {
@@ -48,7 +49,7 @@ func usNodeAddrs(n *netsim.Node) map[netip.Addr]bool {
 	return out
 }
 
-func usLastDecision(t *testing.T, n *netsim.Node) userspace.Decision {
+func usLastDecision(t *testing.T, n *cluster.Node) userspace.Decision {
 	t.Helper()
 	ds := UserspaceDecisions(n)
 	if len(ds) == 0 {
@@ -57,7 +58,7 @@ func usLastDecision(t *testing.T, n *netsim.Node) userspace.Decision {
 	return ds[len(ds)-1]
 }
 
-func usPodIP(t *testing.T, c *netsim.Cluster, key string) netip.Addr {
+func usPodIP(t *testing.T, c *cluster.Cluster, key string) netip.Addr {
 	t.Helper()
 	ns, name, _ := strings.Cut(key, "/")
 	p := c.Pod(ns, name)
@@ -68,7 +69,7 @@ func usPodIP(t *testing.T, c *netsim.Cluster, key string) netip.Addr {
 }
 
 // listenerOf returns a node's listener for a service port name.
-func usListener(t *testing.T, n *netsim.Node, svc, port string) userspace.Listener {
+func usListener(t *testing.T, n *cluster.Node, svc, port string) userspace.Listener {
 	t.Helper()
 	for _, l := range UserspaceProxier(n, corev1.IPv4Protocol).Listeners() {
 		if l.Service.Name == svc && l.Service.Port == port {
@@ -292,8 +293,8 @@ func TestUserspaceModeAffinity(t *testing.T) {
 // to it fails and the next endpoint takes the connection; the iptables mode, on the
 // same cluster, sends a third of new connections into the void.
 func TestUserspaceModeRetriesDeadEndpoint(t *testing.T) {
-	killWeb1 := func(c *netsim.Cluster) (*netsim.Pod, string) { return usKillWeb1(t, c) }
-	ipt := cluster(t, IPTables)
+	killWeb1 := func(c *cluster.Cluster) (*netsim.Pod, string) { return usKillWeb1(t, c) }
+	ipt := newCluster(t, IPTables)
 	killWeb1(ipt)
 	vip := vipOf(t, ipt, "my-service", 80)
 	rs, err := ipt.Probe(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, AllBranches: true})
@@ -361,7 +362,7 @@ func TestUserspaceModeRetriesDeadEndpoint(t *testing.T) {
 // usKillWeb1 makes my-service (80 -> 9376) with web-0..2 on node-a..c and a client pod
 // on node-a, pauses node-a's proxy and kills web-1: node-a still balances over its
 // address, which is returned with the client.
-func usKillWeb1(t *testing.T, c *netsim.Cluster) (*netsim.Pod, string) {
+func usKillWeb1(t *testing.T, c *cluster.Cluster) (*netsim.Pod, string) {
 	t.Helper()
 	if err := c.Apply(service.NewService("default/my-service", service.Selector("app=MyApp"), service.Port("http", 80, 9376))); err != nil {
 		t.Fatal(err)
@@ -529,7 +530,7 @@ func TestUserspaceModeNoEndpoints(t *testing.T) {
 	if r, _ := c.ProbeOne(p); r.Result != netsim.ResultConnected || r.Node != "node-a" {
 		t.Errorf("userspace mode, no endpoints: %s; want connected to the proxy listener", r.Outcome)
 	}
-	ipt := cluster(t, IPTables)
+	ipt := newCluster(t, IPTables)
 	if err := ipt.Apply(service.NewService("default/empty", service.Selector("app=nothing"), service.Port("http", 80, 9376))); err != nil {
 		t.Fatal(err)
 	}
@@ -591,7 +592,7 @@ func TestUserspaceModeHealthAndChanges(t *testing.T) {
 func TestUserspaceModeLoadBalancer(t *testing.T) {
 	for _, lbMode := range []string{"nodeport", "vip"} {
 		t.Run(lbMode, func(t *testing.T) {
-			c, err := netsim.New(netsim.Config{Seed: 11, LoadBalancerMode: lbMode, Nodes: []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}}, Proxy: Factory(Options{Mode: Userspace})})
+			c, err := cluster.New(cluster.Config{Seed: 11, LoadBalancerMode: lbMode, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}}, Proxy: Factory(Options{Mode: Userspace})})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -657,11 +658,11 @@ func slicesContains(list []netip.AddrPort, x netip.AddrPort) bool {
 }
 
 func TestUserspaceModeDualStack(t *testing.T) {
-	c, err := netsim.New(netsim.Config{Seed: 11,
+	c, err := cluster.New(cluster.Config{Seed: 11,
 		NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fd00:18::/64")},
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")},
 		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12"), netip.MustParsePrefix("fd00:10:96::/108")},
-		Nodes:        []netsim.NodeConfig{{Name: "node-a"}, {Name: "node-b"}}, Proxy: Factory(Options{Mode: Userspace})})
+		Nodes:        []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}}, Proxy: Factory(Options{Mode: Userspace})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 )
 
@@ -241,7 +242,7 @@ func TestBenchDumpLoads(t *testing.T) {
 // probeBench is a netsim cluster whose node runs n services of kube-proxy's layout (10
 // endpoints each, all of them pods of the node serving TCP 8080) in the emulator.
 type probeBench struct {
-	c       *netsim.Cluster
+	c       *cluster.Cluster
 	detach  func()
 	targets []netip.Addr
 	p       netsim.Probe
@@ -249,7 +250,7 @@ type probeBench struct {
 }
 
 func newProbeBench(b *testing.B, n, distinct int) *probeBench {
-	c, err := netsim.New(netsim.Config{Seed: 1, ManualClock: true, Nodes: []netsim.NodeConfig{{Name: "node-a"}}})
+	c, err := cluster.New(cluster.Config{Seed: 1, ManualClock: true, Nodes: []cluster.NodeConfig{{Name: "node-a"}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -271,7 +272,7 @@ func newProbeBench(b *testing.B, n, distinct int) *probeBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pb := &probeBench{c: c, detach: e.AttachNetsim(c.Node("node-a"), "iptables"), p: netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP}}
+	pb := &probeBench{c: c, detach: e.AttachNetsim(c.Node("node-a").Node, "iptables"), p: netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP}}
 	r := rand.New(rand.NewPCG(1, 2))
 	var hot []netip.Addr
 	for i := 0; i < distinct; i++ {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 )
 
@@ -15,7 +16,7 @@ import (
 // kube-proxy-style ClusterIP with three endpoints, masquerade for off-cluster sources,
 // and a REJECT for a service without endpoints.
 func TestNetsimAdapter(t *testing.T) {
-	c, err := netsim.New(netsim.Config{Seed: 3, Nodes: []netsim.NodeConfig{{Name: "node-a"}}})
+	c, err := cluster.New(cluster.Config{Seed: 3, Nodes: []cluster.NodeConfig{{Name: "node-a"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ COMMIT
 COMMIT
 `, eps[0], eps[1], eps[2])
 	e := load(t, IPv4, rules)
-	detach := e.AttachNetsim(c.Node("node-a"), "iptables")
+	detach := e.AttachNetsim(c.Node("node-a").Node, "iptables")
 	defer detach()
 
 	t.Run("all branches of the ladder", func(t *testing.T) {
@@ -140,7 +141,7 @@ COMMIT
 
 // Each family's emulator sees only its own family's packets, as iptables and ip6tables do.
 func TestNetsimAdapterFamilies(t *testing.T) {
-	c, err := netsim.New(netsim.Config{Seed: 3, Nodes: []netsim.NodeConfig{{Name: "node-a"}},
+	c, err := cluster.New(cluster.Config{Seed: 3, Nodes: []cluster.NodeConfig{{Name: "node-a"}},
 		NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fc00:f853:ccd:e793::/64")},
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:10:244::/56")}})
 	if err != nil {
@@ -158,7 +159,7 @@ func TestNetsimAdapterFamilies(t *testing.T) {
 	if err := e.RestoreText([]byte("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"), RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.AttachNetsim(c.Node("node-a"), "v4")
+	e.AttachNetsim(c.Node("node-a").Node, "v4")
 	ips := web.IPs()
 	if len(ips) != 2 {
 		t.Fatalf("pod IPs %v, want one per family", ips)
@@ -183,7 +184,7 @@ func TestNetsimAdapterFamilies(t *testing.T) {
 // for the node's other addresses (its uplink address, a VIP bound to kube-ipvs0), as the
 // kernel's lookup restricted to the input device answers.
 func TestNetsimAddrTypeLimitIface(t *testing.T) {
-	c, err := netsim.New(netsim.Config{Seed: 5, Nodes: []netsim.NodeConfig{{Name: "node-a"}}})
+	c, err := cluster.New(cluster.Config{Seed: 5, Nodes: []cluster.NodeConfig{{Name: "node-a"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func TestNetsimAddrTypeLimitIface(t *testing.T) {
 -A INPUT -p tcp -m addrtype --dst-type LOCAL -j DROP
 COMMIT
 `)
-	defer e.AttachNetsim(n, "iptables")()
+	defer e.AttachNetsim(n.Node, "iptables")()
 	for _, tc := range []struct {
 		dst  netip.Addr
 		want string

@@ -1,13 +1,14 @@
-package netsim
+package cluster
 
 import (
 	"fmt"
-	"io"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netsim"
 
 	"github.com/clusterlab/clusterlab/service"
 	corev1 "k8s.io/api/core/v1"
@@ -20,7 +21,7 @@ import (
 type miniProxy struct {
 	n     *Node
 	mu    sync.Mutex
-	vips  map[Tuple][]netip.AddrPort // proto, dst, dport → endpoints
+	vips  map[netsim.Tuple][]netip.AddrPort // proto, dst, dport → endpoints
 	nps   map[[2]uint16][]netip.AddrPort
 	masq  map[[2]uint16]bool
 	rr    map[string]int
@@ -29,21 +30,21 @@ type miniProxy struct {
 
 func miniProxyFactory(n *Node) (Proxy, error) {
 	p := &miniProxy{n: n}
-	dnat := HandlerFunc(p.dnat)
-	n.AddHandler(HandlerSpec{Name: "mini-proxy", Hook: Prerouting, Priority: PriorityNATDst, NAT: true, Handler: dnat})
-	n.AddHandler(HandlerSpec{Name: "mini-proxy", Hook: Output, Priority: PriorityNATDst, NAT: true, Handler: dnat})
-	n.AddHandler(HandlerSpec{Name: "mini-proxy-masq", Hook: Postrouting, Priority: PriorityNATSrc, NAT: true, Handler: HandlerFunc(func(ctx *Context, pk *Packet) Verdict {
+	dnat := netsim.HandlerFunc(p.dnat)
+	n.AddHandler(netsim.HandlerSpec{Name: "mini-proxy", Hook: netsim.Prerouting, Priority: netsim.PriorityNATDst, NAT: true, Handler: dnat})
+	n.AddHandler(netsim.HandlerSpec{Name: "mini-proxy", Hook: netsim.Output, Priority: netsim.PriorityNATDst, NAT: true, Handler: dnat})
+	n.AddHandler(netsim.HandlerSpec{Name: "mini-proxy-masq", Hook: netsim.Postrouting, Priority: netsim.PriorityNATSrc, NAT: true, Handler: netsim.HandlerFunc(func(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
 		if pk.Mark&masqMark != 0 {
-			return MasqueradeVerdict(false, "")
+			return netsim.MasqueradeVerdict(false, "")
 		}
-		return VerdictContinue
+		return netsim.VerdictContinue
 	})})
 	return p, nil
 }
 
 func (p *miniProxy) Sync() error {
 	st := p.n.Cluster().Store()
-	vips := map[Tuple][]netip.AddrPort{}
+	vips := map[netsim.Tuple][]netip.AddrPort{}
 	nps := map[[2]uint16][]netip.AddrPort{}
 	masq := map[[2]uint16]bool{}
 	for _, svc := range st.ListServices() {
@@ -63,14 +64,14 @@ func (p *miniProxy) Sync() error {
 					}
 					ap := netip.AddrPortFrom(netip.MustParseAddr(ep.Addresses[0]), uint16(port))
 					eps = append(eps, ap)
-					if ep.NodeName != nil && *ep.NodeName == p.n.name {
+					if ep.NodeName != nil && *ep.NodeName == p.n.Name() {
 						local = append(local, ap)
 					}
 				}
 			}
 			for _, ip := range svc.Spec.ClusterIPs {
 				if a, err := netip.ParseAddr(ip); err == nil {
-					vips[Tuple{Proto: proto, Dst: a, DstPort: uint16(sp.Port)}] = eps
+					vips[netsim.Tuple{Proto: proto, Dst: a, DstPort: uint16(sp.Port)}] = eps
 				}
 			}
 			if sp.NodePort != 0 {
@@ -94,10 +95,10 @@ func (p *miniProxy) Sync() error {
 	return nil
 }
 
-func (p *miniProxy) dnat(ctx *Context, pk *Packet) Verdict {
+func (p *miniProxy) dnat(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	eps, ok := p.vips[Tuple{Proto: pk.Proto, Dst: pk.Dst, DstPort: pk.DstPort}]
+	eps, ok := p.vips[netsim.Tuple{Proto: pk.Proto, Dst: pk.Dst, DstPort: pk.DstPort}]
 	key := fmt.Sprint(pk.Dst, pk.DstPort)
 	if !ok && ctx.IsLocalAddr(pk.Dst) {
 		k := [2]uint16{uint16(pk.Proto), pk.DstPort}
@@ -108,16 +109,16 @@ func (p *miniProxy) dnat(ctx *Context, pk *Packet) Verdict {
 		key = fmt.Sprint("np", pk.DstPort)
 	}
 	if !ok {
-		return VerdictContinue
+		return netsim.VerdictContinue
 	}
 	if len(eps) == 0 {
-		return RejectVerdict(RejectPortUnreachable, "no endpoints")
+		return netsim.RejectVerdict(netsim.RejectPortUnreachable, "no endpoints")
 	}
 	i := p.rr[key]
 	if !ctx.DryRun() {
 		p.rr[key]++
 	}
-	return DNATTo(eps[i%len(eps)], "")
+	return netsim.DNATTo(eps[i%len(eps)], "")
 }
 
 func kubeCluster(t testing.TB, cfg Config) *Cluster {
@@ -134,7 +135,7 @@ func kubeCluster(t testing.TB, cfg Config) *Cluster {
 	return newTestCluster(t, cfg)
 }
 
-func mustCreatePod(t testing.TB, c *Cluster, pod *corev1.Pod) *Pod {
+func mustCreatePod(t testing.TB, c *Cluster, pod *corev1.Pod) *netsim.Pod {
 	t.Helper()
 	p, err := c.CreatePod(pod)
 	if err != nil {
@@ -168,7 +169,7 @@ func TestPodsFromStore(t *testing.T) {
 	if obj.Status.Phase != corev1.PodRunning || obj.Status.PodIP != p.IP().String() || obj.Status.HostIP != "172.18.0.3" {
 		t.Errorf("pod status: phase %s podIP %s (network %s) hostIP %s", obj.Status.Phase, obj.Status.PodIP, p.IP(), obj.Status.HostIP)
 	}
-	if !p.Net().Listening(ProtoTCP, 9376) {
+	if !p.Net().Listening(netsim.ProtoTCP, 9376) {
 		t.Error("the kubelet did not start the built-in server on the container port")
 	}
 	// Unscheduled pods go to the emptiest node, in order.
@@ -223,8 +224,8 @@ func TestServiceTrafficFollowsTheStore(t *testing.T) {
 		t.Fatal("deleted pod still runs")
 	}
 	for i := 0; i < 6; i++ {
-		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect})
-		if r.Result != ResultConnected || r.Pod == "default/web-1" {
+		r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect})
+		if r.Result != netsim.ResultConnected || r.Pod == "default/web-1" {
 			t.Errorf("after deleting web-1: %s", r.Outcome)
 		}
 	}
@@ -238,22 +239,22 @@ func TestSyncDelayLeavesStaleRules(t *testing.T) {
 	mustCreatePod(t, c, service.NewPod("default/client", service.OnNode("node-a")))
 	svc, _ := c.Store().GetService("default", "my-service")
 	vip := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)
-	probe := Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect}
-	if r, _ := c.ProbeOne(probe); r.Result != ResultRefused {
+	probe := netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect}
+	if r, _ := c.ProbeOne(probe); r.Result != netsim.ResultRefused {
 		t.Errorf("before the proxies synced the new endpoint: %s, want refused (no endpoints yet)", r.Outcome)
 	}
 	c.Clock().Advance(2 * time.Second)
-	if r, _ := c.ProbeOne(probe); r.Result != ResultConnected {
+	if r, _ := c.ProbeOne(probe); r.Result != netsim.ResultConnected {
 		t.Errorf("after the sync: %s", r.Outcome)
 	}
 	// Kill the only backend: until node-a's proxy syncs, it still DNATs to the dead IP.
 	c.DeletePod("default", "web-0", 0)
 	r, _ := c.ProbeOne(probe)
-	if r.Result != ResultDropped || !strings.Contains(r.Reason, "no neighbour") {
+	if r.Result != netsim.ResultDropped || !strings.Contains(r.Reason, "no neighbour") {
 		t.Errorf("stale rule to a deleted pod: %s, want dropped by node-b (nothing answers ARP)", r.Outcome)
 	}
 	c.Clock().Advance(2 * time.Second)
-	if r, _ := c.ProbeOne(probe); r.Result != ResultRefused {
+	if r, _ := c.ProbeOne(probe); r.Result != netsim.ResultRefused {
 		t.Errorf("after the sync: %s, want refused", r.Outcome)
 	}
 }
@@ -312,8 +313,8 @@ func TestNodePortAndLoadBalancer(t *testing.T) {
 	}
 	// Through the load balancer.
 	lb := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), 80)
-	r, _ := c.ProbeOne(Probe{From: "external:client", Proto: ProtoTCP, Dst: lb, Mode: ProbeConnect, Trace: true})
-	if r.Result != ResultConnected || r.ReplyFrom != lb {
+	r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lb, Mode: netsim.ProbeConnect, Trace: true})
+	if r.Result != netsim.ResultConnected || r.ReplyFrom != lb {
 		t.Errorf("via the load balancer: %s\n%s", r.Outcome, r.Trace)
 	}
 	w, err = ask(t, ext.Net(), lb.String())
@@ -328,8 +329,8 @@ func TestNodePortAndLoadBalancer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 8; i++ {
-		r, _ := c.ProbeOne(Probe{From: "external:client", Proto: ProtoTCP, Dst: lb, Mode: ProbeConnect})
-		if r.Result != ResultConnected || r.Node != "node-b" || r.SeenSrc.Addr() != ext.IP() {
+		r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lb, Mode: netsim.ProbeConnect})
+		if r.Result != netsim.ResultConnected || r.Node != "node-b" || r.SeenSrc.Addr() != ext.IP() {
 			t.Errorf("eTP Local via the LB: %s, want node-b seeing the client %s", r.Outcome, ext.IP())
 		}
 	}
@@ -342,8 +343,8 @@ func TestNodePortAndLoadBalancer(t *testing.T) {
 	if _, err := c.Store().Update(ranged); err != nil {
 		t.Fatal(err)
 	}
-	r, _ = c.ProbeOne(Probe{From: "external:client", Proto: ProtoTCP, Dst: lb})
-	if r.Result != ResultDropped || !strings.Contains(r.Reason, "loadBalancerSourceRanges") {
+	r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lb})
+	if r.Result != netsim.ResultDropped || !strings.Contains(r.Reason, "loadBalancerSourceRanges") {
 		t.Errorf("client outside the source ranges: %s", r.Outcome)
 	}
 }
@@ -394,60 +395,9 @@ func TestAddAndRemoveNodes(t *testing.T) {
 		t.Error("a removed node's pod is still in the store")
 	}
 	for i := 0; i < 4; i++ {
-		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect})
-		if r.Result != ResultConnected || r.Pod != "default/web-1" {
+		r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect})
+		if r.Result != netsim.ResultConnected || r.Pod != "default/web-1" {
 			t.Errorf("after removing node-a: %s", r.Outcome)
 		}
-	}
-}
-
-// The acceptance test: three HTTP servers on three nodes, a client in a fourth
-// pod, a test DNAT handler in between; replies, conntrack entries and the trace checked.
-func TestHTTPThroughDNATAcrossThreeNodes(t *testing.T) {
-	c := newTestCluster(t, threeNodes())
-	vip := netip.MustParseAddrPort("10.96.0.100:80")
-	var backends []netip.AddrPort
-	for i, node := range []string{"node-a", "node-b", "node-c"} {
-		p := startPod(t, c, node, fmt.Sprintf("default/http-%d", i), 8080)
-		backends = append(backends, netip.AddrPortFrom(p.IP(), 8080))
-	}
-	attachDNAT(c, &staticDNAT{vip: vip, backends: backends})
-	client := startPod(t, c, "node-b", "default/client")
-	hc := client.Net().HTTPClient()
-	seen := map[string]bool{}
-	for i := 0; i < 3; i++ {
-		resp, err := hc.Get("http://" + vip.String() + "/hello")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		w, err := ParseWhoami(string(body))
-		if err != nil || resp.StatusCode != 200 || w.Msg != "/hello" || resp.Header.Get("X-Pod") != w.Pod {
-			t.Fatalf("HTTP reply %d %q (%v)", resp.StatusCode, body, err)
-		}
-		seen[w.Pod] = true
-	}
-	if len(seen) != 3 {
-		t.Errorf("three requests reached %v", seen)
-	}
-	ents := c.Node("node-b").Conntrack().List(CtFilter{Proto: ProtoTCP, OrigDst: vip.Addr()})
-	if len(ents) != 3 {
-		t.Fatalf("node-b conntrack: %d entries for the VIP, want 3", len(ents))
-	}
-	targets := map[netip.Addr]bool{}
-	for _, e := range ents {
-		targets[e.Reply.Src] = true
-		if !e.Has(StatusDstNAT|StatusAssured) || e.TCPState == TCPSynSent {
-			t.Errorf("entry %s: want DNATed, assured, past SYN_SENT", e.String())
-		}
-	}
-	if len(targets) != 3 {
-		t.Errorf("conntrack replies expected from %v, want the three backends", targets)
-	}
-	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect, Trace: true})
-	nat := r.Trace.Find(StepNAT)
-	if r.Result != ResultConnected || len(nat) < 2 {
-		t.Errorf("traced probe: %s with %d NAT steps\n%s", r.Outcome, len(nat), r.Trace)
 	}
 }

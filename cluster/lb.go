@@ -1,4 +1,4 @@
-package netsim
+package cluster
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/service"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	corev1 "k8s.io/api/core/v1"
@@ -37,28 +38,22 @@ type loadBalancer struct {
 	tick    tcpip.Timer
 	removed bool
 	// connection tracking: client → ingress flow → its node (and, in nodeport mode, the
-	// reply tuple registered in Cluster.lbReplies). Entries idle for
+	// reply tuple registered in Cluster.replies). Entries idle for
 	// Config.LoadBalancerIdleTimeout are forgotten; sweep is when the next pass over
 	// flows drops them (virtual nanoseconds since Epoch).
-	flows map[Tuple]*lbFlow
+	flows map[netsim.Tuple]*lbFlow
 	sweep int64
-	recv  func(frame) // receive, bound once
 }
 
 // lbFlow is one client flow the load balancer has placed on a node.
 type lbFlow struct {
 	node  *Node
-	port  uint16 // nodeport mode: the node port packets go to
-	reply Tuple  // nodeport mode: the tuple of the node's replies (zero in vip mode)
+	port  uint16       // nodeport mode: the node port packets go to
+	reply netsim.Tuple // nodeport mode: the tuple of the node's replies (zero in vip mode)
 	// nodeport mode: the address the client sent to, which replies come from
 	ingress netip.AddrPort
 	last    atomic.Int64 // virtual nanoseconds since Epoch of the flow's last packet, either way
 }
-
-// DefaultLoadBalancerIdleTimeout is the default of Config.LoadBalancerIdleTimeout: GCE's
-// external passthrough network load balancer forgets a connection-tracking entry 60 s
-// after its last packet (BackendServiceConnectionTrackingPolicy.idleTimeoutSec).
-const DefaultLoadBalancerIdleTimeout = 60 * time.Second
 
 // expired reports whether a flow last seen at last is forgotten at now.
 func (c *Cluster) lbExpired(last, now int64) bool {
@@ -74,29 +69,29 @@ type HealthChecker func(namespace, name string) int
 // counts the ready endpoints the store's EndpointSlices place on the node. Nodes whose
 // proxy serves health checks are asked over the network instead (see lbhealth.go).
 func (n *Node) SetHealthChecker(h HealthChecker) {
-	n.mu.Lock()
+	n.healthMu.Lock()
 	n.health = h
-	n.mu.Unlock()
+	n.healthMu.Unlock()
 }
 
 // healthy reports whether the load balancer sees the node as a good target for svc when
 // it cannot ask the node: from the health checker set on it, or from the API.
 func (n *Node) healthy(svc *corev1.Service) bool {
-	if n.down.Load() {
+	if n.Down() {
 		return false
 	}
 	if svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
 		return true
 	}
-	n.mu.Lock()
+	n.healthMu.Lock()
 	h := n.health
-	n.mu.Unlock()
+	n.healthMu.Unlock()
 	if h != nil {
 		return h(svc.Namespace, svc.Name) == 200
 	}
-	for _, s := range n.cluster.store.EndpointSlicesFor(svc.Namespace, svc.Name) {
+	for _, s := range n.c.store.EndpointSlicesFor(svc.Namespace, svc.Name) {
 		for _, ep := range s.Endpoints {
-			if ep.NodeName != nil && *ep.NodeName == n.name && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
+			if ep.NodeName != nil && *ep.NodeName == n.Name() && (ep.Conditions.Ready == nil || *ep.Conditions.Ready) {
 				return true
 			}
 		}
@@ -130,14 +125,15 @@ func (c *Cluster) lbController(ev service.Event) {
 			c.recordErr(fmt.Errorf("cloud load balancer for %s: %w", key, err))
 			return
 		}
-		lb = &loadBalancer{c: c, ip: ip, key: key, flows: map[Tuple]*lbFlow{}, targets: map[string]*nodeTarget{}}
-		lb.recv = lb.receive
+		lb = &loadBalancer{c: c, ip: ip, key: key, flows: map[netsim.Tuple]*lbFlow{}, targets: map[string]*nodeTarget{}}
+		if err := c.AttachMiddlebox(ip, lb); err != nil {
+			c.recordErr(fmt.Errorf("cloud load balancer for %s: %w", key, err))
+			return
+		}
+		c.SetFabricNAT(&c.replies)
 		c.mu.Lock()
 		c.lbs[key] = lb
 		c.mu.Unlock()
-		c.fabric.mu.Lock()
-		c.fabric.lbIPs[ip] = lb
-		c.fabric.unlock()
 	}
 	lb.mu.Lock()
 	lb.svc = svc
@@ -171,8 +167,8 @@ func (c *Cluster) lbAddress(svc *corev1.Service) (netip.Addr, error) {
 		if err != nil {
 			return netip.Addr{}, fmt.Errorf("spec.loadBalancerIP %q: %w", s, err)
 		}
-		if d := c.fabric.lookup(a); d.kind != hopNone {
-			return netip.Addr{}, fmt.Errorf("spec.loadBalancerIP %s is already used by %s", a, d)
+		if owner := c.Owner(a); owner != "" {
+			return netip.Addr{}, fmt.Errorf("spec.loadBalancerIP %s is already used by %s", a, owner)
 		}
 		return a, nil
 	}
@@ -184,7 +180,7 @@ func (c *Cluster) lbAddress(svc *corev1.Service) (netip.Addr, error) {
 		a = pool.Addr().Next()
 	}
 	for ; pool.Contains(a); a = a.Next() {
-		if d := c.fabric.lookup(a); d.kind == hopNone {
+		if c.Owner(a) == "" {
 			c.nextLB = a.Next()
 			return a, nil
 		}
@@ -202,9 +198,7 @@ func (c *Cluster) removeLB(lb *loadBalancer) {
 	c.mu.Lock()
 	delete(c.lbs, lb.key)
 	c.mu.Unlock()
-	c.fabric.mu.Lock()
-	delete(c.fabric.lbIPs, lb.ip)
-	c.fabric.unlock()
+	c.DetachMiddlebox(lb.ip)
 }
 
 // LoadBalancerIP returns the ingress address of a LoadBalancer Service, if it has one.
@@ -232,7 +226,7 @@ type lbDecision struct {
 // ACK) on a reused 5-tuple whose node the health checks now take no new flows on: as
 // GCE's passthrough load balancer treats a SYN as a new connection and picks among the
 // healthy backends. A flow idle for Config.LoadBalancerIdleTimeout is forgotten.
-func (lb *loadBalancer) decideLocked(pk *Packet) lbDecision {
+func (lb *loadBalancer) decideLocked(pk *netsim.Packet) lbDecision {
 	svc := lb.svc
 	if svc == nil {
 		return lbDecision{reason: "load balancer has no service"}
@@ -256,17 +250,17 @@ func (lb *loadBalancer) decideLocked(pk *Packet) lbDecision {
 		}
 	}
 	if sp == nil {
-		return lbDecision{reason: fmt.Sprintf("load balancer %s has no listener on %s/%d", lb.ip, ProtoName(pk.Proto), pk.DstPort)}
+		return lbDecision{reason: fmt.Sprintf("load balancer %s has no listener on %s/%d", lb.ip, netsim.ProtoName(pk.Proto), pk.DstPort)}
 	}
-	now := int64(lb.c.clock.elapsed())
-	tu := tupleOf(pk)
+	now := lb.c.now()
+	tu := pk.Tuple()
 	old, ok := lb.flows[tu]
 	if ok && lb.c.lbExpired(old.last.Load(), now) {
 		lb.forgetLocked(tu, old)
 		old, ok = nil, false
 	}
-	if ok && !old.node.down.Load() {
-		syn := pk.Proto == ProtoTCP && pk.TCPFlags&(TCPSyn|TCPAck) == TCPSyn
+	if ok && !old.node.Down() {
+		syn := pk.Proto == netsim.ProtoTCP && pk.TCPFlags&(netsim.TCPSyn|netsim.TCPAck) == netsim.TCPSyn
 		if !syn || lb.nodeHealthyLocked(old.node, svc) {
 			old.last.Store(now)
 			return lbDecision{node: old.node, port: old.port}
@@ -281,7 +275,7 @@ func (lb *loadBalancer) decideLocked(pk *Packet) lbDecision {
 	if len(healthy) == 0 {
 		return lbDecision{reason: "no healthy backend node (health checks failing)"}
 	}
-	sort.Slice(healthy, func(i, j int) bool { return healthy[i].name < healthy[j].name })
+	sort.Slice(healthy, func(i, j int) bool { return healthy[i].Name() < healthy[j].Name() })
 	h := fnv.New64a()
 	fmt.Fprint(h, tu.String())
 	n := healthy[h.Sum64()%uint64(len(healthy))]
@@ -293,7 +287,7 @@ func (lb *loadBalancer) decideLocked(pk *Packet) lbDecision {
 		}
 		f.port = uint16(sp.NodePort)
 		f.ingress = netip.AddrPortFrom(pk.Dst, pk.DstPort)
-		f.reply = Tuple{Proto: pk.Proto, Src: n.ips[0], SrcPort: f.port, Dst: pk.Src, DstPort: pk.SrcPort}
+		f.reply = netsim.Tuple{Proto: pk.Proto, Src: n.IP(), SrcPort: f.port, Dst: pk.Src, DstPort: pk.SrcPort}
 	}
 	if old != nil {
 		lb.forgetLocked(tu, old)
@@ -310,28 +304,20 @@ func (lb *loadBalancer) decideLocked(pk *Packet) lbDecision {
 	}
 	lb.flows[tu] = f
 	if f.reply.Proto != 0 {
-		lb.c.lbMu.Lock()
-		lb.c.lbReplies[f.reply] = f
-		lb.c.lbFlows.Store(int64(len(lb.c.lbReplies)))
-		lb.c.lbMu.Unlock()
+		lb.c.replies.add(f)
 	}
 	return lbDecision{node: n, port: f.port}
 }
 
 // forgetLocked drops a flow and its reply entry.
-func (lb *loadBalancer) forgetLocked(tu Tuple, f *lbFlow) {
+func (lb *loadBalancer) forgetLocked(tu netsim.Tuple, f *lbFlow) {
 	if lb.flows[tu] == f {
 		delete(lb.flows, tu)
 	}
 	if f.reply.Proto == 0 {
 		return
 	}
-	lb.c.lbMu.Lock()
-	if lb.c.lbReplies[f.reply] == f {
-		delete(lb.c.lbReplies, f.reply)
-		lb.c.lbFlows.Store(int64(len(lb.c.lbReplies)))
-	}
-	lb.c.lbMu.Unlock()
+	lb.c.replies.remove(f)
 }
 
 func trimSpace(s string) string {
@@ -347,76 +333,83 @@ func trimSpace(s string) string {
 func protoOf(p corev1.Protocol) uint8 {
 	switch p {
 	case corev1.ProtocolUDP:
-		return ProtoUDP
+		return netsim.ProtoUDP
 	case corev1.ProtocolSCTP:
-		return ProtoSCTP
+		return netsim.ProtoSCTP
 	}
-	return ProtoTCP
+	return netsim.ProtoTCP
 }
 
 // rewrite rewrites a client packet for the chosen node (nodeport mode).
-func (lb *loadBalancer) rewrite(pk *Packet, d lbDecision) {
+func (lb *loadBalancer) rewrite(pk *netsim.Packet, d lbDecision) {
 	if lb.c.cfg.LoadBalancerMode != "nodeport" {
 		return
 	}
-	pk.SetDst(d.node.ips[0], d.port)
+	pk.SetDst(d.node.IP(), d.port)
 }
 
-// receive handles a packet of real traffic addressed to the load balancer.
-func (lb *loadBalancer) receive(f frame) {
-	pk, err := ParsePacket(f.b)
-	if err != nil {
-		return
-	}
-	pk.view = f.v
+// String names the load balancer where the cluster network routes to it.
+func (lb *loadBalancer) String() string { return "load balancer " + lb.ip.String() }
+
+// Forward handles a packet addressed to the load balancer (netsim.Middlebox): real
+// traffic and probes alike.
+func (lb *loadBalancer) Forward(pk *netsim.Packet, traced bool) netsim.MiddleboxVerdict {
 	lb.mu.Lock()
 	d := lb.decideLocked(pk)
 	lb.mu.Unlock()
 	if d.node == nil {
-		return
+		return netsim.MiddleboxVerdict{Drop: "cloud load balancer: " + d.reason}
+	}
+	var before string
+	if traced {
+		before = pk.String()
 	}
 	lb.rewrite(pk, d)
-	lb.c.fabric.deliver(fabricDest{kind: hopNode, node: d.node}, pk.frame(), nil)
+	v := netsim.MiddleboxVerdict{To: d.node.Node}
+	if traced {
+		v.Note = fmt.Sprintf("cloud load balancer %s: %s -> node %s as %s", lb.ip, before, d.node.Name(), pk.String())
+	}
+	return v
 }
 
-// probe handles a probe's packet addressed to the load balancer.
-func (lb *loadBalancer) probe(pk *Packet, env *penv, nodeEnv func(*Node) *penv) walkEnd {
-	lb.mu.Lock()
-	d := lb.decideLocked(pk)
-	lb.mu.Unlock()
-	if d.node == nil {
-		if env.trace != nil {
-			env.step(TraceStep{Kind: StepEnd, Verdict: "DROP", Detail: "cloud load balancer: " + d.reason, Packet: pk.String()})
-		}
-		return walkEnd{kind: endDropped, pk: pk, reason: "cloud load balancer: " + d.reason}
-	}
-	before := pk.String()
-	lb.rewrite(pk, d)
-	if env.trace != nil {
-		env.step(TraceStep{Kind: StepLink, Detail: fmt.Sprintf("cloud load balancer %s: %s -> node %s as %s", lb.ip, before, d.node.name, pk.String())})
-	}
-	if d.node.down.Load() {
-		return walkEnd{kind: endDropped, pk: pk, node: d.node, reason: "node " + d.node.name + " is down"}
-	}
-	e := nodeEnv(d.node)
-	return lb.c.follow(d.node, d.node.ingress(pk, d.node.uplink, nil, e), e, nodeEnv)
+// now is the virtual time in nanoseconds since netsim.Epoch, as flows record it.
+func (c *Cluster) now() int64 { return int64(c.Clock().Now().Sub(netsim.Epoch)) }
+
+func (r *lbReplies) add(f *lbFlow) {
+	r.mu.Lock()
+	r.m[f.reply] = f
+	r.n.Store(int64(len(r.m)))
+	r.mu.Unlock()
 }
 
-// lbReply rewrites a node's reply to a flow the load balancer forwarded in nodeport mode
-// (the load balancer's connection tracking) and reports whether it did. A reply to a
-// flow idle past the timeout is not rewritten: the load balancer has forgotten it.
-func (c *Cluster) lbReply(pk *Packet) bool {
-	if c.lbFlows.Load() == 0 {
-		return false
+func (r *lbReplies) remove(f *lbFlow) {
+	r.mu.Lock()
+	if r.m[f.reply] == f {
+		delete(r.m, f.reply)
+		r.n.Store(int64(len(r.m)))
 	}
-	c.lbMu.RLock()
-	f, ok := c.lbReplies[tupleOf(pk)]
-	c.lbMu.RUnlock()
+	r.mu.Unlock()
+}
+
+// Active implements netsim.FabricNAT: whether any flow waits for replies.
+func (r *lbReplies) Active() bool { return r.n.Load() != 0 }
+
+// String implements netsim.FabricNAT.
+func (r *lbReplies) String() string { return "cloud load balancer un-NATs the reply" }
+
+// Rewrite rewrites a node's reply to a flow the load balancer forwarded in nodeport mode
+// (the load balancer's connection tracking) and reports whether it did
+// (netsim.FabricNAT). A reply to a flow idle past the timeout is not rewritten: the load
+// balancer has forgotten it.
+func (r *lbReplies) Rewrite(pk *netsim.Packet) bool {
+	r.mu.RLock()
+	f, ok := r.m[pk.Tuple()]
+	r.mu.RUnlock()
 	if !ok {
 		return false
 	}
-	now := int64(c.clock.elapsed())
-	if c.lbExpired(f.last.Load(), now) {
+	now := r.c.now()
+	if r.c.lbExpired(f.last.Load(), now) {
 		return false
 	}
 	f.last.Store(now)

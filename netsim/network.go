@@ -3,11 +3,7 @@ package netsim
 import (
 	"context"
 	"errors"
-
 	"fmt"
-	"github.com/clusterlab/clusterlab/alloc"
-	"github.com/clusterlab/clusterlab/service"
-	corev1 "k8s.io/api/core/v1"
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
@@ -33,9 +29,6 @@ type Config struct {
 	ClusterCIDRs []netip.Prefix
 	// ExternalCIDR is the network of external hosts. Default 203.0.113.0/24.
 	ExternalCIDR netip.Prefix
-	// LoadBalancerCIDR is the pool the simulated cloud load balancer assigns ingress IPs
-	// from. Default 198.51.100.0/24.
-	LoadBalancerCIDR netip.Prefix
 	// MTU of every link. Default 1500; 65536 gives the fast mode.
 	MTU int
 	// ManualClock makes virtual time move only through Clock().Advance. Default: the
@@ -45,34 +38,14 @@ type Config struct {
 	// counted). Default 4096.
 	QueueLen int
 
-	// Store is the API server the network follows; nil makes a new one with
-	// ServiceCIDRs, NodePortRange, the seed and the virtual clock (and the master
-	// service default/kubernetes).
-	Store *service.Store
-	// ServiceCIDRs and NodePortRange configure a new store (defaults 10.96.0.0/12 and
-	// 30000-32767).
-	ServiceCIDRs  []netip.Prefix
-	NodePortRange alloc.PortRange
-	// Proxy builds each node's service proxy (a kube-proxy mode); nil runs none.
-	Proxy ProxyFactory
-	// SyncDelay is how long after a change in the store the proxies sync (per node:
-	// Node.SetSyncDelay). Zero syncs at once.
-	SyncDelay time.Duration
-	// Replay makes runs reproducible byte for byte (see Cluster.Run): a manual clock, and
+	// Replay makes runs reproducible byte for byte (see Network.Run): a manual clock, and
 	// packets delivered one at a time by Run. About a hundred times slower.
 	Replay bool
-	// LoadBalancerMode is how the simulated cloud load balancer forwards to nodes:
-	// "nodeport" (default: it rewrites the destination to a node's IP and the service's
-	// node port, keeping the client's address, as a network load balancer with instance
-	// targets does) or "vip" (it forwards the packet unchanged to a node, which handles
-	// the load-balancer IP itself, as GCE and MetalLB do).
-	LoadBalancerMode string
-	// LoadBalancerIdleTimeout is how long the simulated cloud load balancer remembers a
-	// client flow's node after the flow's last packet, on the virtual clock (its
-	// connection tracking). Default 60 s, the default idle timeout of GCE's external
-	// passthrough network load balancer (BackendServiceConnectionTrackingPolicy
-	// idleTimeoutSec). A packet of a forgotten flow is placed again, as a new one.
-	LoadBalancerIdleTimeout time.Duration
+	// NonMasqueradeCIDRs are destinations, besides the cluster and node CIDRs, that pod
+	// traffic leaving a node reaches without the CNI's masquerade (see
+	// NodeSettings.EgressMasquerade): ip-masq-agent's nonMasqueradeCIDRs. A Kubernetes
+	// cluster puts its service CIDRs here.
+	NonMasqueradeCIDRs []netip.Prefix
 }
 
 // NodeConfig describes a node.
@@ -82,10 +55,6 @@ type NodeConfig struct {
 	IPs []netip.Addr
 	// PodCIDRs are the node's pod ranges, one per family; default from ClusterCIDRs.
 	PodCIDRs []netip.Prefix
-	// Zone is the node's topology.kubernetes.io/zone label.
-	Zone string
-	// Labels are extra node labels.
-	Labels map[string]string
 	// Settings are the node's kernel settings; nil means DefaultNodeSettings().
 	Settings *NodeSettings
 }
@@ -103,9 +72,6 @@ func (cfg *Config) setDefaults() error {
 	if !cfg.ExternalCIDR.IsValid() {
 		cfg.ExternalCIDR = netip.MustParsePrefix("203.0.113.0/24")
 	}
-	if !cfg.LoadBalancerCIDR.IsValid() {
-		cfg.LoadBalancerCIDR = netip.MustParsePrefix("198.51.100.0/24")
-	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
 	}
@@ -117,19 +83,6 @@ func (cfg *Config) setDefaults() error {
 	}
 	if cfg.Replay {
 		cfg.ManualClock = true
-	}
-	if cfg.LoadBalancerIdleTimeout < 0 {
-		return fmt.Errorf("loadBalancerIdleTimeout %s: must not be negative", cfg.LoadBalancerIdleTimeout)
-	}
-	if cfg.LoadBalancerIdleTimeout == 0 {
-		cfg.LoadBalancerIdleTimeout = DefaultLoadBalancerIdleTimeout
-	}
-	switch cfg.LoadBalancerMode {
-	case "":
-		cfg.LoadBalancerMode = "nodeport"
-	case "nodeport", "vip":
-	default:
-		return fmt.Errorf("loadBalancerMode %q: want nodeport or vip", cfg.LoadBalancerMode)
 	}
 	for i, p := range cfg.ClusterCIDRs {
 		cfg.ClusterCIDRs[i] = p.Masked()
@@ -150,8 +103,8 @@ func (cfg *Config) setDefaults() error {
 	return nil
 }
 
-// Cluster is a simulated cluster network at run time.
-type Cluster struct {
+// Network is a simulated cluster network at run time.
+type Network struct {
 	cfg    Config
 	clock  *Clock
 	fabric *fabric
@@ -168,23 +121,11 @@ type Cluster struct {
 	external     map[string]*ExternalHost
 	nextExternal netip.Addr
 	closed       bool
-	finalizing   map[string]bool
 	nodeIndex    int // the index the next added node takes
 
-	store       *service.Store
-	cancelWatch func()
-	errMu       sync.Mutex
-	errs        []error
-	lbs         map[string]*loadBalancer // service key → its load balancer
-	nextLB      netip.Addr
-	lbMu        sync.RWMutex
-	lbReplies   map[Tuple]*lbFlow // nodeport mode: reply tuple as a node sends it → the client's flow
-	lbFlows     atomic.Int64      // len(lbReplies)
 	flowMu      sync.Mutex
 	flowTracers atomic.Pointer[[]*FlowTracer] // running TraceFlows tracers; nil: none
 	replayQ     replayQueue
-	apps        map[string]App
-	podStart    []func(*Pod, *corev1.Pod)
 
 	// id and labels mark the cluster's goroutines (pprof label netsim-cluster=id) so
 	// that Quiesce can tell them from other clusters' (see idle.go).
@@ -193,34 +134,29 @@ type Cluster struct {
 }
 
 // New builds the cluster network: nodes with their bridges, host stacks and datapaths.
-func New(cfg Config) (c *Cluster, err error) {
+func New(cfg Config) (c *Network, err error) {
 	labels, id := newClusterLabels()
 	// Everything New starts (node datapaths, netstack's goroutines, the proxies')
 	// inherits the cluster's label.
-	tmp := &Cluster{labels: labels}
+	tmp := &Network{labels: labels}
 	tmp.labeled(func() { c, err = newCluster(cfg, labels, id) })
 	return c, err
 }
 
-func newCluster(cfg Config, labels context.Context, id string) (*Cluster, error) {
+func newCluster(cfg Config, labels context.Context, id string) (*Network, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("netsim: config: %w", err)
 	}
-	c := &Cluster{
-		cfg:        cfg,
-		clock:      NewClock(cfg.ManualClock),
-		done:       make(chan struct{}),
-		rng:        rand.New(rand.NewChaCha8(seedFor(cfg.Seed, "cluster"))),
-		nodes:      map[string]*Node{},
-		pods:       map[string]*Pod{},
-		external:   map[string]*ExternalHost{},
-		store:      cfg.Store,
-		finalizing: map[string]bool{},
-		lbs:        map[string]*loadBalancer{},
-		lbReplies:  map[Tuple]*lbFlow{},
-		apps:       map[string]App{},
-		id:         id,
-		labels:     labels,
+	c := &Network{
+		cfg:      cfg,
+		clock:    NewClock(cfg.ManualClock),
+		done:     make(chan struct{}),
+		rng:      rand.New(rand.NewChaCha8(seedFor(cfg.Seed, "cluster"))),
+		nodes:    map[string]*Node{},
+		pods:     map[string]*Pod{},
+		external: map[string]*ExternalHost{},
+		id:       id,
+		labels:   labels,
 	}
 	c.clock.labels = labels
 	c.fabric = newFabric(c)
@@ -237,42 +173,38 @@ func newCluster(cfg Config, labels context.Context, id string) (*Cluster, error)
 	}
 	runtime.GOMAXPROCS(prev)
 	c.nodeIndex = len(cfg.Nodes)
-	if err := c.startKube(); err != nil {
-		c.Close()
-		return nil, err
-	}
 	return c, nil
 }
 
 // Clock returns the cluster's virtual clock.
-func (c *Cluster) Clock() *Clock { return c.clock }
+func (c *Network) Clock() *Clock { return c.clock }
 
 // Config returns the cluster's configuration with defaults filled in.
-func (c *Cluster) Config() Config { return c.cfg }
+func (c *Network) Config() Config { return c.cfg }
 
 // Node returns the named node, or nil.
-func (c *Cluster) Node(name string) *Node {
+func (c *Network) Node(name string) *Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.nodes[name]
 }
 
 // Nodes returns the nodes in configuration order.
-func (c *Cluster) Nodes() []*Node {
+func (c *Network) Nodes() []*Node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]*Node(nil), c.order...)
 }
 
 // Pod returns the running pod "namespace/name", or nil.
-func (c *Cluster) Pod(namespace, name string) *Pod {
+func (c *Network) Pod(namespace, name string) *Pod {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.pods[namespace+"/"+name]
 }
 
 // Pods returns the running pods sorted by key.
-func (c *Cluster) Pods() []*Pod {
+func (c *Network) Pods() []*Pod {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]*Pod, 0, len(c.pods))
@@ -328,7 +260,7 @@ func nthSubnet(p netip.Prefix, bits, i int) (netip.Prefix, error) {
 	return netip.PrefixFrom(a, bits), nil
 }
 
-func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
+func (c *Network) addNode(i int, nc NodeConfig) (*Node, error) {
 	n := &Node{
 		cluster:  c,
 		name:     nc.Name,
@@ -471,14 +403,13 @@ func (c *Cluster) addNode(i int, nc NodeConfig) (*Node, error) {
 }
 
 // Close stops the simulation: every stack is torn down and every goroutine ends.
-func (c *Cluster) Close() {
+func (c *Network) Close() {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return
 	}
 	c.closed = true
-	cancel := c.cancelWatch
 	pods := make([]*Pod, 0, len(c.pods))
 	for _, p := range c.pods {
 		pods = append(pods, p)
@@ -489,9 +420,6 @@ func (c *Cluster) Close() {
 		hosts = append(hosts, h)
 	}
 	c.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
 	close(c.done)
 	for _, n := range nodes {
 		select {
@@ -517,22 +445,21 @@ func (c *Cluster) Close() {
 // Wait a moment of virtual time for in-flight packets: Settle advances a manual clock by
 // d, or, for a running clock, does nothing. (Real traffic needs no settling: callers wait
 // on their connections.)
-func (c *Cluster) Settle(d time.Duration) {
+func (c *Network) Settle(d time.Duration) {
 	if c.clock.Manual() {
 		c.clock.Advance(d)
 	}
 }
 
 // StartPod starts a pod's network on a node with the given IPs (nil: the next free
-// addresses of the node's pod CIDRs; hostNetwork: the node's). The service store's
-// kubelet calls this for the pods it schedules; tests of the bare network call it
-// directly.
-func (c *Cluster) StartPod(node, namespace, name string, ips []netip.Addr, hostNetwork bool) (p *Pod, err error) {
+// addresses of the node's pod CIDRs; hostNetwork: the node's). A Kubernetes cluster's
+// kubelet calls this for the pods it runs; tests of the bare network call it directly.
+func (c *Network) StartPod(node, namespace, name string, ips []netip.Addr, hostNetwork bool) (p *Pod, err error) {
 	c.labeled(func() { p, err = c.startPod(node, namespace, name, ips, hostNetwork) })
 	return p, err
 }
 
-func (c *Cluster) startPod(node, namespace, name string, ips []netip.Addr, hostNetwork bool) (*Pod, error) {
+func (c *Network) startPod(node, namespace, name string, ips []netip.Addr, hostNetwork bool) (*Pod, error) {
 	n := c.Node(node)
 	if n == nil {
 		return nil, fmt.Errorf("pod %s/%s: no node %q", namespace, name, node)
@@ -561,7 +488,7 @@ func (c *Cluster) startPod(node, namespace, name string, ips []netip.Addr, hostN
 }
 
 // StopPod kills a pod's network (its sockets die) and forgets it.
-func (c *Cluster) StopPod(namespace, name string) {
+func (c *Network) StopPod(namespace, name string) {
 	key := namespace + "/" + name
 	c.mu.Lock()
 	p := c.pods[key]
@@ -596,10 +523,65 @@ func (n *Node) nextPodIPs() ([]netip.Addr, error) {
 	return out, nil
 }
 
-// serviceCIDRs returns the store's service ranges.
-func (c *Cluster) serviceCIDRs() []netip.Prefix {
-	if c.store == nil {
-		return c.cfg.ServiceCIDRs
+// AddNode adds a node to a running network (a new machine joining). Its index among the
+// nodes picks its default IPs and pod CIDRs, so they do not collide with existing nodes'.
+func (c *Network) AddNode(nc NodeConfig) (n *Node, err error) {
+	c.labeled(func() { n, err = c.addNodeLive(nc) })
+	return n, err
+}
+
+func (c *Network) addNodeLive(nc NodeConfig) (*Node, error) {
+	if nc.Name == "" {
+		return nil, fmt.Errorf("add node: name required")
 	}
-	return c.store.Config().ServiceCIDRs
+	if c.Node(nc.Name) != nil {
+		return nil, fmt.Errorf("add node: node %q exists", nc.Name)
+	}
+	c.mu.Lock()
+	idx := c.nodeIndex
+	c.nodeIndex++
+	c.mu.Unlock()
+	return c.addNode(idx, nc)
+}
+
+// RemoveNode takes a node out of the network: it dies (its pods with it, see KillNode)
+// and the cluster network forgets its routes.
+func (c *Network) RemoveNode(name string) error {
+	n := c.Node(name)
+	if n == nil {
+		return fmt.Errorf("remove node: no node %q", name)
+	}
+	if err := c.KillNode(name); err != nil {
+		return err
+	}
+	c.forgetNode(n)
+	return nil
+}
+
+// forgetNode removes a dead node's routes and its place among the nodes.
+func (c *Network) forgetNode(n *Node) {
+	c.fabric.mu.Lock()
+	for ip, m := range c.fabric.nodeIPs {
+		if m == n {
+			delete(c.fabric.nodeIPs, ip)
+		}
+	}
+	var keep []cidrRoute
+	for _, r := range c.fabric.podCIDRs {
+		if r.node != n {
+			keep = append(keep, r)
+		}
+	}
+	c.fabric.podCIDRs = keep
+	c.fabric.unlock()
+	c.mu.Lock()
+	delete(c.nodes, n.name)
+	var order []*Node
+	for _, m := range c.order {
+		if m != n {
+			order = append(order, m)
+		}
+	}
+	c.order = order
+	c.mu.Unlock()
 }

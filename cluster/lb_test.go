@@ -1,10 +1,12 @@
-package netsim
+package cluster
 
 import (
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netsim"
 
 	"github.com/clusterlab/clusterlab/service"
 	corev1 "k8s.io/api/core/v1"
@@ -54,15 +56,15 @@ func lbTables(lb *loadBalancer) (flows, replies int, counter int64) {
 	lb.mu.Lock()
 	flows = len(lb.flows)
 	lb.mu.Unlock()
-	lb.c.lbMu.RLock()
-	replies = len(lb.c.lbReplies)
-	lb.c.lbMu.RUnlock()
-	return flows, replies, lb.c.lbFlows.Load()
+	lb.c.replies.mu.RLock()
+	replies = len(lb.c.replies.m)
+	lb.c.replies.mu.RUnlock()
+	return flows, replies, lb.c.replies.n.Load()
 }
 
-func mustParsePacket(t *testing.T, b []byte) *Packet {
+func mustParsePacket(t *testing.T, b []byte) *netsim.Packet {
 	t.Helper()
-	pk, err := ParsePacket(b)
+	pk, err := netsim.ParsePacket(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,13 +87,13 @@ func TestLoadBalancerFlowsExpire(t *testing.T) {
 		t.Fatalf("default idle timeout %s, want 60s", c.cfg.LoadBalancerIdleTimeout)
 	}
 	lbAddr := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), 80)
-	probe := func(port uint16) ProbeResult {
+	probe := func(port uint16) netsim.ProbeResult {
 		t.Helper()
-		r, err := c.ProbeOne(Probe{From: "external:client", Proto: ProtoTCP, Dst: lbAddr, SrcPort: port, Mode: ProbeConnect})
+		r, err := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lbAddr, SrcPort: port, Mode: netsim.ProbeConnect})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Result != ResultConnected || r.ReplyFrom != lbAddr {
+		if r.Result != netsim.ResultConnected || r.ReplyFrom != lbAddr {
 			t.Fatalf("probe from port %d: %s", port, r.Outcome)
 		}
 		return r
@@ -115,16 +117,16 @@ func TestLoadBalancerFlowsExpire(t *testing.T) {
 		}
 	}
 	lb.mu.Unlock()
-	reply := func() *Packet {
-		return mustParsePacket(t, BuildTCP(TCPSegment{Src: netip.AddrPortFrom(node, np), Dst: netip.AddrPortFrom(client, 40000), Flags: TCPAck, WindowScale: -1}))
+	reply := func() *netsim.Packet {
+		return mustParsePacket(t, netsim.BuildTCP(netsim.TCPSegment{Src: netip.AddrPortFrom(node, np), Dst: netip.AddrPortFrom(client, 40000), Flags: netsim.TCPAck, WindowScale: -1}))
 	}
-	if pk := reply(); !c.lbReply(pk) || netip.AddrPortFrom(pk.Src, pk.SrcPort) != lbAddr {
+	if pk := reply(); !c.replies.Rewrite(pk) || netip.AddrPortFrom(pk.Src, pk.SrcPort) != lbAddr {
 		t.Fatalf("reply of a live flow not un-NATed: %s", pk)
 	}
 	c.Clock().Advance(40 * time.Second)
 	probe(40001) // flow 40001 is refreshed
 	c.Clock().Advance(40 * time.Second)
-	if pk := reply(); c.lbReply(pk) {
+	if pk := reply(); c.replies.Rewrite(pk) {
 		t.Errorf("reply of a flow idle 80 s was un-NATed: %s", pk)
 	}
 	probe(41000) // a new flow sweeps the table
@@ -132,7 +134,7 @@ func TestLoadBalancerFlowsExpire(t *testing.T) {
 		t.Errorf("after the sweep: %d flows, %d reply entries, counter %d; want 2 each (40001 and 41000)", f, r, n)
 	}
 	lb.mu.Lock()
-	_, ok := lb.flows[Tuple{Proto: ProtoTCP, Src: client, SrcPort: 40001, Dst: lbAddr.Addr(), DstPort: 80}]
+	_, ok := lb.flows[netsim.Tuple{Proto: netsim.ProtoTCP, Src: client, SrcPort: 40001, Dst: lbAddr.Addr(), DstPort: 80}]
 	lb.mu.Unlock()
 	if !ok {
 		t.Error("the refreshed flow 40001 was forgotten")
@@ -157,8 +159,8 @@ func TestLoadBalancerRemovalForgetsFlows(t *testing.T) {
 	mustCreatePod(t, c, webPod("web-0", "node-b"))
 	lbAddr := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), 80)
 	for i := range 5 {
-		r, _ := c.ProbeOne(Probe{From: "external:client", Proto: ProtoTCP, Dst: lbAddr, SrcPort: 40000 + uint16(i), Mode: ProbeConnect})
-		if r.Result != ResultConnected {
+		r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lbAddr, SrcPort: 40000 + uint16(i), Mode: netsim.ProbeConnect})
+		if r.Result != netsim.ResultConnected {
 			t.Fatalf("probe: %s", r.Outcome)
 		}
 	}
@@ -201,8 +203,8 @@ func TestLoadBalancerRepliesByKey(t *testing.T) {
 	for i := range 10 {
 		for _, a := range []netip.Addr{a1, a2} {
 			dst := netip.AddrPortFrom(a, 80)
-			r, _ := c.ProbeOne(Probe{From: "external:client", Proto: ProtoTCP, Dst: dst, SrcPort: 50000 + uint16(i), Mode: ProbeConnect})
-			if r.Result != ResultConnected || r.ReplyFrom != dst || r.Pod != "default/web-0" {
+			r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: dst, SrcPort: 50000 + uint16(i), Mode: netsim.ProbeConnect})
+			if r.Result != netsim.ResultConnected || r.ReplyFrom != dst || r.Pod != "default/web-0" {
 				t.Errorf("via %s from port %d: %s", dst, 50000+i, r.Outcome)
 			}
 		}
@@ -226,28 +228,28 @@ func TestLoadBalancerSYNLeavesUnhealthyNode(t *testing.T) {
 	mustCreatePod(t, c, webPod("web-0", "node-a"))
 	mustCreatePod(t, c, webPod("web-1", "node-b"))
 	lbAddr := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), 80)
-	p := Probe{From: "external:client", Proto: ProtoTCP, Dst: lbAddr, SrcPort: 45678, Mode: ProbeConnect}
+	p := netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lbAddr, SrcPort: 45678, Mode: netsim.ProbeConnect}
 	r, _ := c.ProbeOne(p)
-	if r.Result != ResultConnected || (r.Node != "node-a" && r.Node != "node-b") {
+	if r.Result != netsim.ResultConnected || (r.Node != "node-a" && r.Node != "node-b") {
 		t.Fatalf("first connection: %s", r.Outcome)
 	}
 	first := c.Node(r.Node)
 	// Pinned while healthy.
-	if r2, _ := c.ProbeOne(p); r2.Node != first.name {
-		t.Fatalf("same tuple, healthy node: went to %s, want %s", r2.Node, first.name)
+	if r2, _ := c.ProbeOne(p); r2.Node != first.Name() {
+		t.Fatalf("same tuple, healthy node: went to %s, want %s", r2.Node, first.Name())
 	}
 	first.SetHealthChecker(func(ns, name string) int { return 503 })
 	lb := lbOf(t, c)
-	ack := mustParsePacket(t, BuildTCP(TCPSegment{Src: netip.AddrPortFrom(ext.IP(), 45678), Dst: lbAddr, Flags: TCPAck, WindowScale: -1}))
+	ack := mustParsePacket(t, netsim.BuildTCP(netsim.TCPSegment{Src: netip.AddrPortFrom(ext.IP(), 45678), Dst: lbAddr, Flags: netsim.TCPAck, WindowScale: -1}))
 	lb.mu.Lock()
 	d := lb.decideLocked(ack)
 	lb.mu.Unlock()
 	if d.node != first {
-		t.Errorf("an ACK of the open flow went to %v, want %s (flows a node has keep going)", d.node, first.name)
+		t.Errorf("an ACK of the open flow went to %v, want %s (flows a node has keep going)", d.node, first.Name())
 	}
 	r, _ = c.ProbeOne(p)
-	if r.Result != ResultConnected || r.Node == first.name || r.Node == "" {
-		t.Errorf("a new connection on the reused tuple: %s, want a node other than unhealthy %s", r.Outcome, first.name)
+	if r.Result != netsim.ResultConnected || r.Node == first.Name() || r.Node == "" {
+		t.Errorf("a new connection on the reused tuple: %s, want a node other than unhealthy %s", r.Outcome, first.Name())
 	}
 	if f, rep, _ := lbTables(lb); f != 1 || rep != 1 {
 		t.Errorf("%d flows, %d reply entries after re-placing; want 1 each", f, rep)

@@ -1,4 +1,4 @@
-package netsim
+package cluster
 
 // The cloud load balancer's health checks.
 //
@@ -66,6 +66,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netsim"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -180,7 +181,7 @@ type HealthCheckResult struct {
 	Err string `json:"error,omitempty"`
 	// Trace is the request's packets' way through the node (from the health checker's
 	// side: the replies are not traced).
-	Trace *Trace `json:"trace,omitempty"`
+	Trace *netsim.Trace `json:"trace,omitempty"`
 }
 
 // String says in a few words how the check ended.
@@ -226,7 +227,7 @@ type nodeTarget struct {
 // with the source addresses) and its checks in flight, one per target.
 type lbChecker struct {
 	c      *Cluster
-	host   *ExternalHost
+	host   *netsim.ExternalHost
 	client *http.Client
 
 	mu       sync.Mutex
@@ -250,48 +251,36 @@ type portKey struct{}
 
 var errClusterClosed = errors.New("the cluster is closed")
 
-// checker returns the cluster's health checker, making it (with the defaults) on first use.
-func (c *Cluster) checker() (*lbChecker, error) {
+// healthChecker returns the cluster's health checker, making it (with the defaults) on
+// first use.
+func (c *Cluster) healthChecker() (*lbChecker, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return nil, errClusterClosed
 	}
-	if h := c.external[HealthCheckerName]; h != nil {
-		if h.lbChecker == nil {
-			return nil, fmt.Errorf("external host %q is not the load balancer's health checker", HealthCheckerName)
-		}
-		return h.lbChecker, nil
+	if c.checker != nil {
+		return c.checker, nil
 	}
 	return c.newCheckerLocked(DefaultHealthCheckConfig())
 }
 
+// newCheckerLocked starts the health checker: an external host of the network at the
+// sources' addresses, which tells the checks in flight about the packets it sends.
 func (c *Cluster) newCheckerLocked(cfg HealthCheckConfig) (*lbChecker, error) {
-	k := &lbChecker{c: c, cfg: cfg, byTarget: map[netip.AddrPort]*hcCheck{}, byPort: map[uint16]*hcCheck{}, lastPort: checkPortMin - 1}
-	var prefixes []netip.Prefix
-	for _, a := range cfg.Sources {
-		if d := c.fabric.lookup(a); d.kind != hopNone {
-			return nil, fmt.Errorf("load balancer health checker: %s is already used by %s", a, d)
-		}
-		prefixes = append(prefixes, netip.PrefixFrom(a, a.BitLen()))
+	if c.ExternalHost(HealthCheckerName) != nil {
+		return nil, fmt.Errorf("external host %q is not the load balancer's health checker", HealthCheckerName)
 	}
-	h := &ExternalHost{cluster: c, name: HealthCheckerName, ip: cfg.Sources[0], link: newLink("external "+HealthCheckerName, c.cfg.Seed),
-		capturePoint: "external/" + HealthCheckerName, lbChecker: k}
-	h.recv = h.receive
-	st, err := newNetStack(stackOptions{
-		name:     "external/" + HealthCheckerName,
-		seed:     c.cfg.Seed,
-		clock:    c.clock,
-		mtu:      uint32(c.cfg.MTU),
-		addrs:    prefixes,
-		loopback: true,
-		out:      k.send,
-	})
+	k := &lbChecker{c: c, cfg: cfg, byTarget: map[netip.AddrPort]*hcCheck{}, byPort: map[uint16]*hcCheck{}, lastPort: checkPortMin - 1}
+	for _, a := range cfg.Sources {
+		if owner := c.Owner(a); owner != "" {
+			return nil, fmt.Errorf("load balancer health checker: %s is already used by %s", a, owner)
+		}
+	}
+	h, err := c.AddExternalHostWith(netsim.ExternalHostConfig{Name: HealthCheckerName, Addrs: cfg.Sources, OnSend: k.sent})
 	if err != nil {
 		return nil, fmt.Errorf("load balancer health checker: %w", err)
 	}
-	h.stack = st
-	h.net = newNet("external "+HealthCheckerName, st.s, append([]netip.Addr(nil), cfg.Sources...))
 	k.host = h
 	k.client = &http.Client{
 		Transport: &http.Transport{DialContext: k.dial, DisableKeepAlives: true},
@@ -299,12 +288,7 @@ func (c *Cluster) newCheckerLocked(cfg HealthCheckConfig) (*lbChecker, error) {
 			return http.ErrUseLastResponse
 		},
 	}
-	c.external[HealthCheckerName] = h
-	c.fabric.mu.Lock()
-	for _, a := range cfg.Sources {
-		c.fabric.hosts[a] = h
-	}
-	c.fabric.unlock()
+	c.checker = k
 	return k, nil
 }
 
@@ -321,15 +305,14 @@ func (c *Cluster) SetLoadBalancerHealthCheck(cfg HealthCheckConfig) error {
 	if c.closed {
 		return errClusterClosed
 	}
-	h := c.external[HealthCheckerName]
-	if h == nil {
+	k := c.checker
+	if k == nil {
+		if c.ExternalHost(HealthCheckerName) != nil {
+			return fmt.Errorf("load balancer health check: external host %q is not the load balancer's health checker", HealthCheckerName)
+		}
 		_, err := c.newCheckerLocked(cfg)
 		return err
 	}
-	if h.lbChecker == nil {
-		return fmt.Errorf("load balancer health check: external host %q is not the load balancer's health checker", HealthCheckerName)
-	}
-	k := h.lbChecker
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if fmt.Sprint(k.cfg.Sources) != fmt.Sprint(cfg.Sources) {
@@ -345,12 +328,12 @@ func (c *Cluster) LoadBalancerHealthCheck() HealthCheckConfig { return c.healthC
 // healthCheckConfig is the checker's configuration, or the defaults before there is one.
 func (c *Cluster) healthCheckConfig() HealthCheckConfig {
 	c.mu.Lock()
-	h := c.external[HealthCheckerName]
+	k := c.checker
 	c.mu.Unlock()
-	if h == nil || h.lbChecker == nil {
+	if k == nil {
 		return DefaultHealthCheckConfig()
 	}
-	return h.lbChecker.config()
+	return k.config()
 }
 
 func (k *lbChecker) config() HealthCheckConfig {
@@ -365,7 +348,7 @@ func (k *lbChecker) dial(ctx context.Context, network, addr string) (net.Conn, e
 	var err error
 	for try := 0; try < 16; try++ {
 		var c net.Conn
-		if c, err = k.host.net.DialFrom(ctx, network, port, addr); err == nil || !errors.Is(err, syscall.EADDRINUSE) || port == 0 {
+		if c, err = k.host.Net().DialFrom(ctx, network, port, addr); err == nil || !errors.Is(err, syscall.EADDRINUSE) || port == 0 {
 			return c, err
 		}
 		port = k.takePort(nil)
@@ -393,53 +376,33 @@ func (k *lbChecker) takePort(chk *hcCheck) uint16 {
 	return k.lastPort
 }
 
-// send carries a packet of the health checker into the cluster network, as an external
-// host's are. A packet of a check in flight is traced through the node, so that a drop
-// there ends the check at once.
-func (k *lbChecker) send(f frame) {
-	h, c := k.host, k.c
-	if h == nil || h.dead.Load() {
-		return
-	}
-	c.captureAt(h.capturePoint, f.b)
-	var pk Packet
-	if err := pk.parse(f.b); err != nil {
-		return
-	}
+// sent is told of each packet the health checker sends into the cluster network: a
+// packet of a check in flight that cannot arrive ends the check at once, and one that
+// reaches a node is traced through it, so that a drop there ends the check at once too.
+func (k *lbChecker) sent(pk *netsim.Packet, to netsim.Hop) func(*netsim.Node, *netsim.Trace) {
 	k.mu.Lock()
 	chk := k.byPort[pk.SrcPort]
 	if chk != nil && chk.target != netip.AddrPortFrom(pk.Dst, pk.DstPort) {
 		chk = nil
 	}
 	k.mu.Unlock()
-	d := c.fabric.route("external", pk.Dst)
 	switch {
-	case d.kind == hopNone:
+	case to.Node == nil && to.External == nil && to.Middlebox == nil:
 		chk.lose(fmt.Sprintf("no route from the health checker to %s (a partition?)", pk.Dst))
-		return
-	case d.kind == hopExternal && d.host == h:
-		return
-	case d.kind == hopNode && d.node.down.Load():
-		chk.lose(fmt.Sprintf("node %s is down", d.node.name))
-		return
+		return nil
+	case to.Node != nil && to.Node.Down():
+		chk.lose(fmt.Sprintf("node %s is down", to.Node.Name()))
+		return nil
+	case chk == nil:
+		return nil
 	}
-	if chk == nil || d.kind != hopNode || c.cfg.Replay {
-		h.link.send(c, f, d.receiver(nil))
-		return
-	}
-	tr := &Trace{}
-	recv := d.receiver(tr)
-	n := d.node
-	h.link.send(c, f, func(fr frame) {
-		recv(fr)
-		chk.noteTrace(n, tr)
-	})
+	return chk.noteTrace
 }
 
 // targetAddr is where a node is checked: its primary IP, if the checker has a source of
 // that family.
 func (k *lbChecker) targetAddr(n *Node) (netip.Addr, bool) {
-	ip := n.ips[0]
+	ip := n.IP()
 	for _, s := range k.config().Sources {
 		if s.Is4() == ip.Is4() {
 			return ip, true
@@ -468,7 +431,7 @@ type hcCheck struct {
 	mu       sync.Mutex
 	resolved bool
 	lost     string
-	trace    Trace
+	trace    []netsim.TraceStep
 }
 
 // settleWait bounds how long (on the wall clock) a waiting check-now, or a timeout on
@@ -483,12 +446,12 @@ func (k *lbChecker) start(lb *loadBalancer, gen uint64, n *Node, port uint16, at
 	chk := &hcCheck{k: k, lb: lb, gen: gen, node: n, done: make(chan struct{}), changed: make(chan struct{}, 1), cancel: func() {}}
 	ip, ok := k.targetAddr(n)
 	if !ok {
-		chk.target = netip.AddrPortFrom(n.ips[0], port)
-		chk.finish(HealthCheckResult{Err: fmt.Sprintf("the health checker has no address of %s's family", n.ips[0])})
+		chk.target = netip.AddrPortFrom(n.IP(), port)
+		chk.finish(HealthCheckResult{Err: fmt.Sprintf("the health checker has no address of %s's family", n.IP())})
 		return chk
 	}
 	chk.target = netip.AddrPortFrom(ip, port)
-	chk.faulty = !n.uplinkLink.Faults().zero() || !k.host.link.Faults().zero()
+	chk.faulty = n.Uplink().Faults() != (netsim.LinkFaults{}) || k.host.Link().Faults() != (netsim.LinkFaults{})
 	ctx, cancel := context.WithCancel(context.Background())
 	chk.cancel = cancel
 	k.takePort(chk)
@@ -505,13 +468,13 @@ func (k *lbChecker) start(lb *loadBalancer, gen uint64, n *Node, port uint16, at
 	// it was due.
 	wait := cfg.Timeout
 	if !at.IsZero() {
-		wait = max(0, at.Add(cfg.Timeout).Sub(k.c.clock.Now()))
+		wait = max(0, at.Add(cfg.Timeout).Sub(k.c.Clock().Now()))
 	}
-	chk.timer = k.c.clock.AfterFunc(wait, func() { chk.settle(time.Now().Add(settleWait), true) })
-	if n.down.Load() {
-		chk.lose(fmt.Sprintf("node %s is down", n.name))
+	chk.timer = k.c.Clock().AfterFunc(wait, func() { chk.settle(time.Now().Add(settleWait), true) })
+	if n.Down() {
+		chk.lose(fmt.Sprintf("node %s is down", n.Name()))
 	}
-	k.c.goLabeled(func() { chk.run(ctx, cfg) })
+	k.c.Go(func() { chk.run(ctx, cfg) })
 	return chk
 }
 
@@ -573,21 +536,19 @@ func (chk *hcCheck) lose(why string) {
 }
 
 // noteTrace keeps the trace of a request packet through node n, and notes a drop there.
-func (chk *hcCheck) noteTrace(n *Node, tr *Trace) {
-	tr.mu.Lock()
-	steps := append([]TraceStep(nil), tr.Steps...)
-	tr.mu.Unlock()
+func (chk *hcCheck) noteTrace(n *netsim.Node, tr *netsim.Trace) {
+	steps := tr.Snapshot()
 	chk.mu.Lock()
-	if len(chk.trace.Steps) < 4096 {
-		chk.trace.Steps = append(chk.trace.Steps, steps...)
+	if len(chk.trace) < 4096 {
+		chk.trace = append(chk.trace, steps...)
 	}
 	chk.mu.Unlock()
 	for _, s := range steps {
-		if s.Kind != StepEnd {
+		if s.Kind != netsim.StepEnd {
 			continue
 		}
 		if s.Verdict == "DROP" {
-			chk.lose(fmt.Sprintf("dropped at node %s: %s", n.name, s.Detail))
+			chk.lose(fmt.Sprintf("dropped at node %s: %s", n.Name(), s.Detail))
 		}
 		return
 	}
@@ -647,11 +608,11 @@ func (chk *hcCheck) finish(res HealthCheckResult) {
 	if !chk.end() {
 		return
 	}
-	res.At = chk.k.c.clock.Now()
+	res.At = chk.k.c.Clock().Now()
 	res.Target = chk.target
 	chk.mu.Lock()
-	if len(chk.trace.Steps) > 0 {
-		res.Trace = &Trace{Steps: append([]TraceStep(nil), chk.trace.Steps...)}
+	if len(chk.trace) > 0 {
+		res.Trace = &netsim.Trace{Steps: append([]netsim.TraceStep(nil), chk.trace...)}
 	}
 	chk.mu.Unlock()
 	chk.lb.record(chk, res)
@@ -725,7 +686,7 @@ func (lb *loadBalancer) setHealthCheckLocked(svc *corev1.Service) uint64 {
 // armChecks schedules the next periodic round of checks of generation gen, Interval after
 // prev (zero: now).
 func (lb *loadBalancer) armChecks(gen uint64, prev time.Time) {
-	now := lb.c.clock.Now()
+	now := lb.c.Clock().Now()
 	if prev.IsZero() {
 		prev = now
 	}
@@ -735,7 +696,7 @@ func (lb *loadBalancer) armChecks(gen uint64, prev time.Time) {
 	if lb.hcGen != gen || lb.removed {
 		return
 	}
-	lb.tick = lb.c.clock.AfterFunc(max(0, due.Sub(now)), func() { lb.periodic(gen, due) })
+	lb.tick = lb.c.Clock().AfterFunc(max(0, due.Sub(now)), func() { lb.periodic(gen, due) })
 }
 
 // periodic is a round of checks on the clock, due at due: every live node whose proxy
@@ -751,8 +712,8 @@ func (lb *loadBalancer) periodic(gen uint64, due time.Time) {
 		return
 	}
 	for _, n := range lb.c.Nodes() {
-		if !n.down.Load() && servesHealthChecks(n) {
-			k, err := lb.c.checker()
+		if !n.Down() && servesHealthChecks(n) {
+			k, err := lb.c.healthChecker()
 			if err != nil {
 				if !errors.Is(err, errClusterClosed) {
 					lb.c.recordErr(fmt.Errorf("cloud load balancer for %s: %w", lb.key, err))
@@ -773,10 +734,10 @@ func (lb *loadBalancer) record(chk *hcCheck, res HealthCheckResult) {
 	if lb.hcGen != chk.gen || lb.removed {
 		return
 	}
-	t := lb.targets[chk.node.name]
+	t := lb.targets[chk.node.Name()]
 	if t == nil {
 		t = &nodeTarget{}
-		lb.targets[chk.node.name] = t
+		lb.targets[chk.node.Name()] = t
 	}
 	t.checked, t.last = true, res
 	if res.OK {
@@ -794,7 +755,7 @@ func (lb *loadBalancer) record(chk *hcCheck, res HealthCheckResult) {
 
 // nodeHealthyLocked reports whether the load balancer sends new flows of svc to n.
 func (lb *loadBalancer) nodeHealthyLocked(n *Node, svc *corev1.Service) bool {
-	if n.down.Load() {
+	if n.Down() {
 		return false
 	}
 	if svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal {
@@ -803,7 +764,7 @@ func (lb *loadBalancer) nodeHealthyLocked(n *Node, svc *corev1.Service) bool {
 	if lb.hcPort == 0 || !servesHealthChecks(n) {
 		return n.healthy(svc)
 	}
-	t := lb.targets[n.name]
+	t := lb.targets[n.Name()]
 	return t != nil && t.healthy
 }
 
@@ -848,7 +809,7 @@ func (c *Cluster) checkedLBs() []lbCheckTarget {
 func (c *Cluster) checkNow(nodes []*Node, wait bool) {
 	var live []*Node
 	for _, n := range nodes {
-		if !n.down.Load() && servesHealthChecks(n) {
+		if !n.Down() && servesHealthChecks(n) {
 			live = append(live, n)
 		}
 	}
@@ -859,7 +820,7 @@ func (c *Cluster) checkNow(nodes []*Node, wait bool) {
 	if len(lbs) == 0 {
 		return
 	}
-	k, err := c.checker()
+	k, err := c.healthChecker()
 	if err != nil {
 		if !errors.Is(err, errClusterClosed) {
 			c.recordErr(fmt.Errorf("cloud load balancer: %w", err))
@@ -906,9 +867,9 @@ func (c *Cluster) LoadBalancerHealth(namespace, name string) ([]NodeHealth, bool
 	lb.mu.Lock()
 	defer lb.mu.Unlock()
 	for _, n := range c.Nodes() {
-		h := NodeHealth{Node: n.name}
+		h := NodeHealth{Node: n.Name()}
 		switch {
-		case n.down.Load():
+		case n.Down():
 			h.Source = "down"
 		case lb.svc == nil || lb.svc.Spec.ExternalTrafficPolicy != corev1.ServiceExternalTrafficPolicyLocal:
 			h.Source, h.Healthy = "policy", true
@@ -916,17 +877,11 @@ func (c *Cluster) LoadBalancerHealth(namespace, name string) ([]NodeHealth, bool
 			h.Source, h.Healthy = "api", n.healthy(lb.svc)
 		default:
 			h.Source = "health-check"
-			if t := lb.targets[n.name]; t != nil {
+			if t := lb.targets[n.Name()]; t != nil {
 				h.Healthy, h.Checked, h.Successes, h.Failures, h.Last = t.healthy, t.checked, t.succ, t.fail, t.last
 			}
 		}
 		out = append(out, h)
 	}
 	return out, true
-}
-
-func (c *Cluster) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
 }
