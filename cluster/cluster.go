@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/clusterlab/clusterlab/alloc"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/service"
 	corev1 "k8s.io/api/core/v1"
@@ -194,7 +195,7 @@ func New(cfg Config) (*Cluster, error) {
 		lbs:        map[string]*loadBalancer{},
 	}
 	c.replies.c = c
-	c.replies.m = map[netsim.Tuple]*lbFlow{}
+	c.replies.m = map[netfilter.Tuple]*lbFlow{}
 	for i, n := range nw.Nodes() {
 		c.nodes[n.Name()] = c.newNode(n, cfg.Nodes[i])
 	}
@@ -302,6 +303,6 @@ func (n *Node) Config() NodeConfig { return n.cfg }
 type lbReplies struct {
 	c  *Cluster
 	mu sync.RWMutex
-	m  map[netsim.Tuple]*lbFlow
+	m  map[netfilter.Tuple]*lbFlow
 	n  atomic.Int64 // len(m), read for every packet
 }

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
-
 	"github.com/clusterlab/clusterlab/service"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -21,7 +21,7 @@ import (
 type miniProxy struct {
 	n     *Node
 	mu    sync.Mutex
-	vips  map[netsim.Tuple][]netip.AddrPort // proto, dst, dport → endpoints
+	vips  map[netfilter.Tuple][]netip.AddrPort // proto, dst, dport → endpoints
 	nps   map[[2]uint16][]netip.AddrPort
 	masq  map[[2]uint16]bool
 	rr    map[string]int
@@ -31,9 +31,9 @@ type miniProxy struct {
 func miniProxyFactory(n *Node) (Proxy, error) {
 	p := &miniProxy{n: n}
 	dnat := netsim.HandlerFunc(p.dnat)
-	n.AddHandler(netsim.HandlerSpec{Name: "mini-proxy", Hook: netsim.Prerouting, Priority: netsim.PriorityNATDst, NAT: true, Handler: dnat})
-	n.AddHandler(netsim.HandlerSpec{Name: "mini-proxy", Hook: netsim.Output, Priority: netsim.PriorityNATDst, NAT: true, Handler: dnat})
-	n.AddHandler(netsim.HandlerSpec{Name: "mini-proxy-masq", Hook: netsim.Postrouting, Priority: netsim.PriorityNATSrc, NAT: true, Handler: netsim.HandlerFunc(func(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
+	n.AddHandler(netsim.HandlerSpec{Name: "mini-proxy", Hook: netfilter.Prerouting, Priority: netfilter.PriorityNATDst, NAT: true, Handler: dnat})
+	n.AddHandler(netsim.HandlerSpec{Name: "mini-proxy", Hook: netfilter.Output, Priority: netfilter.PriorityNATDst, NAT: true, Handler: dnat})
+	n.AddHandler(netsim.HandlerSpec{Name: "mini-proxy-masq", Hook: netfilter.Postrouting, Priority: netfilter.PriorityNATSrc, NAT: true, Handler: netsim.HandlerFunc(func(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
 		if pk.Mark&masqMark != 0 {
 			return netsim.MasqueradeVerdict(false, "")
 		}
@@ -44,7 +44,7 @@ func miniProxyFactory(n *Node) (Proxy, error) {
 
 func (p *miniProxy) Sync() error {
 	st := p.n.Cluster().Store()
-	vips := map[netsim.Tuple][]netip.AddrPort{}
+	vips := map[netfilter.Tuple][]netip.AddrPort{}
 	nps := map[[2]uint16][]netip.AddrPort{}
 	masq := map[[2]uint16]bool{}
 	for _, svc := range st.ListServices() {
@@ -71,7 +71,7 @@ func (p *miniProxy) Sync() error {
 			}
 			for _, ip := range svc.Spec.ClusterIPs {
 				if a, err := netip.ParseAddr(ip); err == nil {
-					vips[netsim.Tuple{Proto: proto, Dst: a, DstPort: uint16(sp.Port)}] = eps
+					vips[netfilter.Tuple{Proto: proto, Dst: a, DstPort: uint16(sp.Port)}] = eps
 				}
 			}
 			if sp.NodePort != 0 {
@@ -98,7 +98,7 @@ func (p *miniProxy) Sync() error {
 func (p *miniProxy) dnat(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	eps, ok := p.vips[netsim.Tuple{Proto: pk.Proto, Dst: pk.Dst, DstPort: pk.DstPort}]
+	eps, ok := p.vips[netfilter.Tuple{Proto: pk.Proto, Dst: pk.Dst, DstPort: pk.DstPort}]
 	key := fmt.Sprint(pk.Dst, pk.DstPort)
 	if !ok && ctx.IsLocalAddr(pk.Dst) {
 		k := [2]uint16{uint16(pk.Proto), pk.DstPort}
@@ -112,7 +112,7 @@ func (p *miniProxy) dnat(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict 
 		return netsim.VerdictContinue
 	}
 	if len(eps) == 0 {
-		return netsim.RejectVerdict(netsim.RejectPortUnreachable, "no endpoints")
+		return netsim.RejectVerdict(netfilter.RejectPortUnreachable, "no endpoints")
 	}
 	i := p.rr[key]
 	if !ctx.DryRun() {
@@ -169,7 +169,7 @@ func TestPodsFromStore(t *testing.T) {
 	if obj.Status.Phase != corev1.PodRunning || obj.Status.PodIP != p.IP().String() || obj.Status.HostIP != "172.18.0.3" {
 		t.Errorf("pod status: phase %s podIP %s (network %s) hostIP %s", obj.Status.Phase, obj.Status.PodIP, p.IP(), obj.Status.HostIP)
 	}
-	if !p.Net().Listening(netsim.ProtoTCP, 9376) {
+	if !p.Net().Listening(netfilter.ProtoTCP, 9376) {
 		t.Error("the kubelet did not start the built-in server on the container port")
 	}
 	// Unscheduled pods go to the emptiest node, in order.
@@ -224,7 +224,7 @@ func TestServiceTrafficFollowsTheStore(t *testing.T) {
 		t.Fatal("deleted pod still runs")
 	}
 	for i := 0; i < 6; i++ {
-		r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect})
+		r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect})
 		if r.Result != netsim.ResultConnected || r.Pod == "default/web-1" {
 			t.Errorf("after deleting web-1: %s", r.Outcome)
 		}
@@ -239,7 +239,7 @@ func TestSyncDelayLeavesStaleRules(t *testing.T) {
 	mustCreatePod(t, c, service.NewPod("default/client", service.OnNode("node-a")))
 	svc, _ := c.Store().GetService("default", "my-service")
 	vip := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)
-	probe := netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect}
+	probe := netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect}
 	if r, _ := c.ProbeOne(probe); r.Result != netsim.ResultRefused {
 		t.Errorf("before the proxies synced the new endpoint: %s, want refused (no endpoints yet)", r.Outcome)
 	}
@@ -313,7 +313,7 @@ func TestNodePortAndLoadBalancer(t *testing.T) {
 	}
 	// Through the load balancer.
 	lb := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), 80)
-	r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lb, Mode: netsim.ProbeConnect, Trace: true})
+	r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: lb, Mode: netsim.ProbeConnect, Trace: true})
 	if r.Result != netsim.ResultConnected || r.ReplyFrom != lb {
 		t.Errorf("via the load balancer: %s\n%s", r.Outcome, r.Trace)
 	}
@@ -329,7 +329,7 @@ func TestNodePortAndLoadBalancer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 8; i++ {
-		r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lb, Mode: netsim.ProbeConnect})
+		r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: lb, Mode: netsim.ProbeConnect})
 		if r.Result != netsim.ResultConnected || r.Node != "node-b" || r.SeenSrc.Addr() != ext.IP() {
 			t.Errorf("eTP Local via the LB: %s, want node-b seeing the client %s", r.Outcome, ext.IP())
 		}
@@ -343,7 +343,7 @@ func TestNodePortAndLoadBalancer(t *testing.T) {
 	if _, err := c.Store().Update(ranged); err != nil {
 		t.Fatal(err)
 	}
-	r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lb})
+	r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: lb})
 	if r.Result != netsim.ResultDropped || !strings.Contains(r.Reason, "loadBalancerSourceRanges") {
 		t.Errorf("client outside the source ranges: %s", r.Outcome)
 	}
@@ -395,7 +395,7 @@ func TestAddAndRemoveNodes(t *testing.T) {
 		t.Error("a removed node's pod is still in the store")
 	}
 	for i := 0; i < 4; i++ {
-		r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect})
+		r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect})
 		if r.Result != netsim.ResultConnected || r.Pod != "default/web-1" {
 			t.Errorf("after removing node-a: %s", r.Outcome)
 		}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/service"
 	corev1 "k8s.io/api/core/v1"
@@ -215,10 +216,10 @@ func (c *Cluster) runContainers(n *Node, p *netsim.Pod, pod *corev1.Pod) {
 	}
 	for _, ct := range pod.Spec.Containers {
 		for _, cp := range ct.Ports {
-			proto := netsim.ProtoTCP
+			proto := netfilter.ProtoTCP
 			switch cp.Protocol {
 			case corev1.ProtocolUDP:
-				proto = netsim.ProtoUDP
+				proto = netfilter.ProtoUDP
 			case corev1.ProtocolSCTP:
 				continue // netstack has no SCTP sockets
 			}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/service"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -41,15 +42,15 @@ type loadBalancer struct {
 	// reply tuple registered in Cluster.replies). Entries idle for
 	// Config.LoadBalancerIdleTimeout are forgotten; sweep is when the next pass over
 	// flows drops them (virtual nanoseconds since Epoch).
-	flows map[netsim.Tuple]*lbFlow
+	flows map[netfilter.Tuple]*lbFlow
 	sweep int64
 }
 
 // lbFlow is one client flow the load balancer has placed on a node.
 type lbFlow struct {
 	node  *Node
-	port  uint16       // nodeport mode: the node port packets go to
-	reply netsim.Tuple // nodeport mode: the tuple of the node's replies (zero in vip mode)
+	port  uint16          // nodeport mode: the node port packets go to
+	reply netfilter.Tuple // nodeport mode: the tuple of the node's replies (zero in vip mode)
 	// nodeport mode: the address the client sent to, which replies come from
 	ingress netip.AddrPort
 	last    atomic.Int64 // virtual nanoseconds since Epoch of the flow's last packet, either way
@@ -125,7 +126,7 @@ func (c *Cluster) lbController(ev service.Event) {
 			c.recordErr(fmt.Errorf("cloud load balancer for %s: %w", key, err))
 			return
 		}
-		lb = &loadBalancer{c: c, ip: ip, key: key, flows: map[netsim.Tuple]*lbFlow{}, targets: map[string]*nodeTarget{}}
+		lb = &loadBalancer{c: c, ip: ip, key: key, flows: map[netfilter.Tuple]*lbFlow{}, targets: map[string]*nodeTarget{}}
 		if err := c.AttachMiddlebox(ip, lb); err != nil {
 			c.recordErr(fmt.Errorf("cloud load balancer for %s: %w", key, err))
 			return
@@ -260,7 +261,7 @@ func (lb *loadBalancer) decideLocked(pk *netsim.Packet) lbDecision {
 		old, ok = nil, false
 	}
 	if ok && !old.node.Down() {
-		syn := pk.Proto == netsim.ProtoTCP && pk.TCPFlags&(netsim.TCPSyn|netsim.TCPAck) == netsim.TCPSyn
+		syn := pk.Proto == netfilter.ProtoTCP && pk.TCPFlags&(netfilter.TCPSyn|netfilter.TCPAck) == netfilter.TCPSyn
 		if !syn || lb.nodeHealthyLocked(old.node, svc) {
 			old.last.Store(now)
 			return lbDecision{node: old.node, port: old.port}
@@ -287,7 +288,7 @@ func (lb *loadBalancer) decideLocked(pk *netsim.Packet) lbDecision {
 		}
 		f.port = uint16(sp.NodePort)
 		f.ingress = netip.AddrPortFrom(pk.Dst, pk.DstPort)
-		f.reply = netsim.Tuple{Proto: pk.Proto, Src: n.IP(), SrcPort: f.port, Dst: pk.Src, DstPort: pk.SrcPort}
+		f.reply = netfilter.Tuple{Proto: pk.Proto, Src: n.IP(), SrcPort: f.port, Dst: pk.Src, DstPort: pk.SrcPort}
 	}
 	if old != nil {
 		lb.forgetLocked(tu, old)
@@ -310,7 +311,7 @@ func (lb *loadBalancer) decideLocked(pk *netsim.Packet) lbDecision {
 }
 
 // forgetLocked drops a flow and its reply entry.
-func (lb *loadBalancer) forgetLocked(tu netsim.Tuple, f *lbFlow) {
+func (lb *loadBalancer) forgetLocked(tu netfilter.Tuple, f *lbFlow) {
 	if lb.flows[tu] == f {
 		delete(lb.flows, tu)
 	}
@@ -333,11 +334,11 @@ func trimSpace(s string) string {
 func protoOf(p corev1.Protocol) uint8 {
 	switch p {
 	case corev1.ProtocolUDP:
-		return netsim.ProtoUDP
+		return netfilter.ProtoUDP
 	case corev1.ProtocolSCTP:
-		return netsim.ProtoSCTP
+		return netfilter.ProtoSCTP
 	}
-	return netsim.ProtoTCP
+	return netfilter.ProtoTCP
 }
 
 // rewrite rewrites a client packet for the chosen node (nodeport mode).

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
-
 	"github.com/clusterlab/clusterlab/service"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -89,7 +89,7 @@ func TestLoadBalancerFlowsExpire(t *testing.T) {
 	lbAddr := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), 80)
 	probe := func(port uint16) netsim.ProbeResult {
 		t.Helper()
-		r, err := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lbAddr, SrcPort: port, Mode: netsim.ProbeConnect})
+		r, err := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: lbAddr, SrcPort: port, Mode: netsim.ProbeConnect})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func TestLoadBalancerFlowsExpire(t *testing.T) {
 	}
 	lb.mu.Unlock()
 	reply := func() *netsim.Packet {
-		return mustParsePacket(t, netsim.BuildTCP(netsim.TCPSegment{Src: netip.AddrPortFrom(node, np), Dst: netip.AddrPortFrom(client, 40000), Flags: netsim.TCPAck, WindowScale: -1}))
+		return mustParsePacket(t, netsim.BuildTCP(netsim.TCPSegment{Src: netip.AddrPortFrom(node, np), Dst: netip.AddrPortFrom(client, 40000), Flags: netfilter.TCPAck, WindowScale: -1}))
 	}
 	if pk := reply(); !c.replies.Rewrite(pk) || netip.AddrPortFrom(pk.Src, pk.SrcPort) != lbAddr {
 		t.Fatalf("reply of a live flow not un-NATed: %s", pk)
@@ -134,7 +134,7 @@ func TestLoadBalancerFlowsExpire(t *testing.T) {
 		t.Errorf("after the sweep: %d flows, %d reply entries, counter %d; want 2 each (40001 and 41000)", f, r, n)
 	}
 	lb.mu.Lock()
-	_, ok := lb.flows[netsim.Tuple{Proto: netsim.ProtoTCP, Src: client, SrcPort: 40001, Dst: lbAddr.Addr(), DstPort: 80}]
+	_, ok := lb.flows[netfilter.Tuple{Proto: netfilter.ProtoTCP, Src: client, SrcPort: 40001, Dst: lbAddr.Addr(), DstPort: 80}]
 	lb.mu.Unlock()
 	if !ok {
 		t.Error("the refreshed flow 40001 was forgotten")
@@ -159,7 +159,7 @@ func TestLoadBalancerRemovalForgetsFlows(t *testing.T) {
 	mustCreatePod(t, c, webPod("web-0", "node-b"))
 	lbAddr := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), 80)
 	for i := range 5 {
-		r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lbAddr, SrcPort: 40000 + uint16(i), Mode: netsim.ProbeConnect})
+		r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: lbAddr, SrcPort: 40000 + uint16(i), Mode: netsim.ProbeConnect})
 		if r.Result != netsim.ResultConnected {
 			t.Fatalf("probe: %s", r.Outcome)
 		}
@@ -203,7 +203,7 @@ func TestLoadBalancerRepliesByKey(t *testing.T) {
 	for i := range 10 {
 		for _, a := range []netip.Addr{a1, a2} {
 			dst := netip.AddrPortFrom(a, 80)
-			r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: dst, SrcPort: 50000 + uint16(i), Mode: netsim.ProbeConnect})
+			r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: dst, SrcPort: 50000 + uint16(i), Mode: netsim.ProbeConnect})
 			if r.Result != netsim.ResultConnected || r.ReplyFrom != dst || r.Pod != "default/web-0" {
 				t.Errorf("via %s from port %d: %s", dst, 50000+i, r.Outcome)
 			}
@@ -228,7 +228,7 @@ func TestLoadBalancerSYNLeavesUnhealthyNode(t *testing.T) {
 	mustCreatePod(t, c, webPod("web-0", "node-a"))
 	mustCreatePod(t, c, webPod("web-1", "node-b"))
 	lbAddr := netip.AddrPortFrom(netip.MustParseAddr("198.51.100.1"), 80)
-	p := netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: lbAddr, SrcPort: 45678, Mode: netsim.ProbeConnect}
+	p := netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: lbAddr, SrcPort: 45678, Mode: netsim.ProbeConnect}
 	r, _ := c.ProbeOne(p)
 	if r.Result != netsim.ResultConnected || (r.Node != "node-a" && r.Node != "node-b") {
 		t.Fatalf("first connection: %s", r.Outcome)
@@ -240,7 +240,7 @@ func TestLoadBalancerSYNLeavesUnhealthyNode(t *testing.T) {
 	}
 	first.SetHealthChecker(func(ns, name string) int { return 503 })
 	lb := lbOf(t, c)
-	ack := mustParsePacket(t, netsim.BuildTCP(netsim.TCPSegment{Src: netip.AddrPortFrom(ext.IP(), 45678), Dst: lbAddr, Flags: netsim.TCPAck, WindowScale: -1}))
+	ack := mustParsePacket(t, netsim.BuildTCP(netsim.TCPSegment{Src: netip.AddrPortFrom(ext.IP(), 45678), Dst: lbAddr, Flags: netfilter.TCPAck, WindowScale: -1}))
 	lb.mu.Lock()
 	d := lb.decideLocked(ack)
 	lb.mu.Unlock()

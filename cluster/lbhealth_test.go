@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
-
 	"github.com/clusterlab/clusterlab/service"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -144,7 +144,7 @@ func TestLoadBalancerHealthCheckOverTheNetwork(t *testing.T) {
 	}
 	lb, _ := c.LoadBalancerIP("default", "my-service")
 	for port := uint16(41000); port < 41010; port++ {
-		r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(lb, 80), SrcPort: port, Mode: netsim.ProbeConnect})
+		r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(lb, 80), SrcPort: port, Mode: netsim.ProbeConnect})
 		if r.Result != netsim.ResultConnected || r.Node != "node-b" {
 			t.Errorf("via the load balancer: %s", r.Outcome)
 		}
@@ -204,7 +204,7 @@ func TestLoadBalancerHealthCheckConfig(t *testing.T) {
 	if got := lbHealthOf(t, c, "node-b"); !got.Healthy || got.Successes < 2 || got.Last.Body != "200 from node-b for GoogleHC/1.0" {
 		t.Errorf("node-b: %+v", got)
 	}
-	remove := c.Node("node-b").AddHandler(netsim.HandlerSpec{Name: "deny-health", Hook: netsim.Input, Priority: netsim.PrioritySecurity, Handler: netsim.HandlerFunc(func(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
+	remove := c.Node("node-b").AddHandler(netsim.HandlerSpec{Name: "deny-health", Hook: netfilter.Input, Priority: netfilter.PrioritySecurity, Handler: netsim.HandlerFunc(func(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
 		if pk.Src == netip.MustParseAddr("192.0.2.10") {
 			return netsim.Verdict{Kind: netsim.Drop, Reason: "no health checks"}
 		}
@@ -216,7 +216,7 @@ func TestLoadBalancerHealthCheckConfig(t *testing.T) {
 		t.Errorf("after one dropped check (UnhealthyThreshold 1): %+v", got)
 	}
 	lb, _ := c.LoadBalancerIP("default", "my-service")
-	if r, _ := c.ProbeOne(netsim.Probe{From: "node:node-a", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(lb, 80), SrcPort: 42000}); r.Result != netsim.ResultDropped || !strings.Contains(r.Reason, "no healthy backend node") {
+	if r, _ := c.ProbeOne(netsim.Probe{From: "node:node-a", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(lb, 80), SrcPort: 42000}); r.Result != netsim.ResultDropped || !strings.Contains(r.Reason, "no healthy backend node") {
 		t.Errorf("with no healthy node: %s", r.Outcome)
 	}
 	remove()

@@ -11,13 +11,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/service"
+
 	mdns "github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-
-	"github.com/clusterlab/clusterlab/cluster"
-	"github.com/clusterlab/clusterlab/netsim"
-	"github.com/clusterlab/clusterlab/service"
 )
 
 // Names of what InstallClusterDNS creates.
@@ -239,7 +240,7 @@ func (cd *ClusterDNS) startUpstream() error {
 	if err != nil {
 		return fmt.Errorf("cluster dns: %w", err)
 	}
-	if _, err := netsim.ServeWhoami(web.Net(), "", "external:"+WebHostName, netsim.ProtoTCP, 80); err != nil {
+	if _, err := netsim.ServeWhoami(web.Net(), "", "external:"+WebHostName, netfilter.ProtoTCP, 80); err != nil {
 		return fmt.Errorf("cluster dns: web host: %w", err)
 	}
 	cd.webHost = web

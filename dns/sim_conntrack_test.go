@@ -11,15 +11,16 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // dnsProbe sends a UDP query-sized probe from the client pod to the kube-dns
@@ -27,7 +28,7 @@ import (
 // or the one outcome of a real exchange.
 func dnsProbe(t *testing.T, c *cluster.Cluster, cd *ClusterDNS, from string, srcPort uint16, all bool) []netsim.ProbeResult {
 	t.Helper()
-	p := netsim.Probe{From: from, Proto: netsim.ProtoUDP, Dst: netip.AddrPortFrom(cd.ServiceIP(), 53), SrcPort: srcPort}
+	p := netsim.Probe{From: from, Proto: netfilter.ProtoUDP, Dst: netip.AddrPortFrom(cd.ServiceIP(), 53), SrcPort: srcPort}
 	if all {
 		p.AllBranches = true
 	} else {
@@ -202,14 +203,14 @@ func TestClusterDNSStaleUDPConntrack(t *testing.T) {
 				return stub.Lookup(simCtx(t), name, FamilyAny)
 			}
 			pinnedEntries := func() []netsim.Conn {
-				return nodeB.Conntrack().List(netsim.CtFilter{Proto: netsim.ProtoUDP, OrigSrc: client.IP(), OrigSrcPort: pinned})
+				return nodeB.Conntrack().List(netsim.CtFilter{Proto: netfilter.ProtoUDP, OrigSrc: client.IP(), OrigSrcPort: pinned})
 			}
 
 			// 1. The pinned port's flow is DNATed to coredns-0.
 			if res, err := lookup(5 * time.Second); err != nil {
 				t.Fatalf("first lookup: %v\n%s", err, logLines(res.Log))
 			}
-			if es := pinnedEntries(); len(es) != 1 || es[0].Reply.Src != oldIP || !es[0].Has(netsim.StatusAssured) {
+			if es := pinnedEntries(); len(es) != 1 || es[0].Reply.Src != oldIP || !es[0].Has(netfilter.StatusAssured) {
 				t.Fatalf("conntrack on node-b: %v, want one assured entry replying from %s", es, oldIP)
 			}
 

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // Whoami is what the built-in server answers: who served the request and what it saw.
@@ -56,7 +58,7 @@ func ParseWhoami(s string) (Whoami, error) {
 // datagram the same way. It returns a function that stops the server.
 func ServeWhoami(n *Net, pod, node string, proto uint8, port uint16) (stop func(), err error) {
 	switch proto {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		ln, err := n.Listen("tcp", fmt.Sprintf(":%d", port))
 		if err != nil {
 			return nil, err
@@ -71,7 +73,7 @@ func ServeWhoami(n *Net, pod, node string, proto uint8, port uint16) (stop func(
 			}
 		}()
 		return func() { ln.Close() }, nil
-	case ProtoUDP:
+	case netfilter.ProtoUDP:
 		// One socket per family the network has (netstack's UDP sockets are per family).
 		var stops []func()
 		for _, network := range n.udpNetworks() {

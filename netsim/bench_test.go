@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // Benchmarks for docs/PERFORMANCE.md. Each simulated figure has its anchor, kernel
@@ -184,7 +186,7 @@ func BenchmarkProbe(b *testing.B) {
 	c.StartPod("node-a", "default", "client", nil, false)
 	vip := netip.MustParseAddrPort("10.96.0.1:80")
 	attachDNAT(c, &staticDNAT{vip: vip, backends: []netip.AddrPort{netip.AddrPortFrom(server.IP(), 8080)}})
-	p := Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: vip}
+	p := Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: vip}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		p.SrcPort = uint16(1024 + i%60000)
@@ -294,10 +296,10 @@ func BenchmarkDatapathHop(b *testing.B) {
 			it.n.handleQueued(it.q)
 		}
 	}
-	fwd(client, BuildTCP(TCPSegment{Src: cli, Dst: vip, Flags: TCPSyn, Seq: 1000, WindowScale: -1}))
-	fwd(server, BuildTCP(TCPSegment{Src: backend, Dst: cli, Flags: TCPSyn | TCPAck, Seq: 5000, Ack: 1001, WindowScale: -1}))
-	ack := BuildTCP(TCPSegment{Src: cli, Dst: vip, Flags: TCPAck, Seq: 1001, Ack: 5001, WindowScale: -1})
-	reply := BuildTCP(TCPSegment{Src: backend, Dst: cli, Flags: TCPAck, Seq: 5001, Ack: 1001, WindowScale: -1})
+	fwd(client, BuildTCP(TCPSegment{Src: cli, Dst: vip, Flags: netfilter.TCPSyn, Seq: 1000, WindowScale: -1}))
+	fwd(server, BuildTCP(TCPSegment{Src: backend, Dst: cli, Flags: netfilter.TCPSyn | netfilter.TCPAck, Seq: 5000, Ack: 1001, WindowScale: -1}))
+	ack := BuildTCP(TCPSegment{Src: cli, Dst: vip, Flags: netfilter.TCPAck, Seq: 1001, Ack: 5001, WindowScale: -1})
+	reply := BuildTCP(TCPSegment{Src: backend, Dst: cli, Flags: netfilter.TCPAck, Seq: 5001, Ack: 1001, WindowScale: -1})
 	fwd(client, ack)
 	before := c.Node("node-b").Stats().Forwarded
 	b.ReportAllocs()
@@ -352,16 +354,16 @@ func BenchmarkDatapathConnection(b *testing.B) {
 			return pkt{server, BuildTCP(TCPSegment{Src: backend, Dst: cli, Flags: flags, Seq: seq, Ack: ack, Window: 65535, Payload: payload, WindowScale: -1})}
 		}
 		conns[i] = []pkt{
-			c2s(TCPSyn, cs, 0, nil),
-			s2c(TCPSyn|TCPAck, ss, cs+1, nil),
-			c2s(TCPAck, cs+1, ss+1, nil),
-			c2s(TCPPsh|TCPAck, cs+1, ss+1, msg),
-			s2c(TCPAck, ss+1, cs+65, nil),
-			s2c(TCPPsh|TCPAck, ss+1, cs+65, msg),
-			s2c(TCPFin|TCPAck, ss+65, cs+65, nil),
-			c2s(TCPAck, cs+65, ss+66, nil),
-			c2s(TCPFin|TCPAck, cs+65, ss+66, nil),
-			s2c(TCPAck, ss+66, cs+66, nil),
+			c2s(netfilter.TCPSyn, cs, 0, nil),
+			s2c(netfilter.TCPSyn|netfilter.TCPAck, ss, cs+1, nil),
+			c2s(netfilter.TCPAck, cs+1, ss+1, nil),
+			c2s(netfilter.TCPPsh|netfilter.TCPAck, cs+1, ss+1, msg),
+			s2c(netfilter.TCPAck, ss+1, cs+65, nil),
+			s2c(netfilter.TCPPsh|netfilter.TCPAck, ss+1, cs+65, msg),
+			s2c(netfilter.TCPFin|netfilter.TCPAck, ss+65, cs+65, nil),
+			c2s(netfilter.TCPAck, cs+65, ss+66, nil),
+			c2s(netfilter.TCPFin|netfilter.TCPAck, cs+65, ss+66, nil),
+			s2c(netfilter.TCPAck, ss+66, cs+66, nil),
 		}
 	}
 	var buf []byte

@@ -3,6 +3,8 @@ package netsim
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // TCPSegment describes a TCP segment for BuildTCP.
@@ -21,7 +23,7 @@ type TCPSegment struct {
 // BuildTCP returns an IPv4 or IPv6 packet carrying the segment, with valid checksums.
 func BuildTCP(s TCPSegment) []byte {
 	var opts []byte
-	if s.Flags&TCPSyn != 0 {
+	if s.Flags&netfilter.TCPSyn != 0 {
 		if s.MSS != 0 {
 			opts = append(opts, 2, 4, byte(s.MSS>>8), byte(s.MSS))
 		}
@@ -44,13 +46,13 @@ func BuildTCP(s TCPSegment) []byte {
 	l4[12] = byte(hl/4) << 4
 	l4[13] = s.Flags
 	win := s.Window
-	if win == 0 && s.Flags&TCPRst == 0 {
+	if win == 0 && s.Flags&netfilter.TCPRst == 0 {
 		win = 65535
 	}
 	binary.BigEndian.PutUint16(l4[14:], win)
 	copy(l4[20:], opts)
 	copy(l4[hl:], s.Payload)
-	return buildIP(s.Src.Addr(), s.Dst.Addr(), ProtoTCP, s.TTL, l4, 16)
+	return buildIP(s.Src.Addr(), s.Dst.Addr(), netfilter.ProtoTCP, s.TTL, l4, 16)
 }
 
 // BuildUDP returns an IPv4 or IPv6 UDP packet with valid checksums.
@@ -60,7 +62,7 @@ func BuildUDP(src, dst netip.AddrPort, payload []byte) []byte {
 	binary.BigEndian.PutUint16(l4[2:], dst.Port())
 	binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
 	copy(l4[8:], payload)
-	return buildIP(src.Addr(), dst.Addr(), ProtoUDP, 0, l4, 6)
+	return buildIP(src.Addr(), dst.Addr(), netfilter.ProtoUDP, 0, l4, 6)
 }
 
 // BuildSCTPInit returns a minimal SCTP INIT packet (the checksum is CRC32c in real SCTP;
@@ -71,22 +73,22 @@ func BuildSCTPInit(src, dst netip.AddrPort) []byte {
 	binary.BigEndian.PutUint16(l4[2:], dst.Port())
 	l4[12] = 1 // INIT chunk
 	binary.BigEndian.PutUint16(l4[14:], 20)
-	return buildIP(src.Addr(), dst.Addr(), ProtoSCTP, 0, l4, -1)
+	return buildIP(src.Addr(), dst.Addr(), netfilter.ProtoSCTP, 0, l4, -1)
 }
 
 // BuildICMPEcho returns an ICMP (or ICMPv6) echo request or reply.
 func BuildICMPEcho(src, dst netip.Addr, reply bool, id, seq uint16, payload []byte) []byte {
 	l4 := make([]byte, 8+len(payload))
-	proto := ProtoICMP
+	proto := netfilter.ProtoICMP
 	switch {
 	case src.Is4() && !reply:
 		l4[0] = 8
 	case src.Is4():
 		l4[0] = 0
 	case !reply:
-		proto, l4[0] = ProtoICMPv6, 128
+		proto, l4[0] = netfilter.ProtoICMPv6, 128
 	default:
-		proto, l4[0] = ProtoICMPv6, 129
+		proto, l4[0] = netfilter.ProtoICMPv6, 129
 	}
 	binary.BigEndian.PutUint16(l4[4:], id)
 	binary.BigEndian.PutUint16(l4[6:], seq)
@@ -103,10 +105,10 @@ func BuildICMPError(src netip.Addr, orig []byte, typ, code uint8) []byte {
 		return nil
 	}
 	max := 576 - 20 - 8
-	proto := ProtoICMP
+	proto := netfilter.ProtoICMP
 	if origPkt.IPv6 {
 		max = 1280 - 40 - 8
-		proto = ProtoICMPv6
+		proto = netfilter.ProtoICMPv6
 	}
 	q := orig
 	if len(q) > max {
@@ -149,11 +151,11 @@ func buildIP(src, dst netip.Addr, proto, ttl uint8, l4 []byte, csOff int) []byte
 	if csOff >= 0 {
 		seg := b[len(b)-len(l4):]
 		var init uint32
-		if proto != ProtoICMP {
+		if proto != netfilter.ProtoICMP {
 			init = pseudoHeaderSum(src, dst, proto, len(seg))
 		}
 		cs := checksum(seg, init)
-		if proto == ProtoUDP && cs == 0 {
+		if proto == netfilter.ProtoUDP && cs == 0 {
 			cs = 0xffff
 		}
 		binary.BigEndian.PutUint16(seg[csOff:], cs)
@@ -170,7 +172,7 @@ func (p *Packet) fixICMPChecksum() {
 	seg := p.Data[p.l4off:]
 	seg[2], seg[3] = 0, 0
 	var init uint32
-	if p.Proto == ProtoICMPv6 {
+	if p.Proto == netfilter.ProtoICMPv6 {
 		init = pseudoHeaderSum(p.Src, p.Dst, p.Proto, len(seg))
 	}
 	binary.BigEndian.PutUint16(seg[2:], checksum(seg, init))

@@ -9,70 +9,13 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
-
-// Tuple is one direction of a connection as conntrack keys it.
-type Tuple struct {
-	Proto            uint8
-	Src, Dst         netip.Addr
-	SrcPort, DstPort uint16
-}
-
-// Invert returns the tuple of the other direction.
-func (t Tuple) Invert() Tuple {
-	return Tuple{Proto: t.Proto, Src: t.Dst, Dst: t.Src, SrcPort: t.DstPort, DstPort: t.SrcPort}
-}
-
-func (t Tuple) String() string {
-	return fmt.Sprintf("src=%s dst=%s sport=%d dport=%d", t.Src, t.Dst, t.SrcPort, t.DstPort)
-}
 
 // tupleOf returns the packet's tuple.
-func tupleOf(p *Packet) Tuple {
-	return Tuple{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort}
-}
-
-// CtState is a packet's conntrack state as the iptables conntrack match sees it.
-type CtState uint8
-
-// Conntrack states.
-const (
-	CtUntracked CtState = iota // no lookup yet (raw table) or NOTRACK
-	CtNew
-	CtEstablished
-	CtRelated
-	CtInvalid
-)
-
-func (s CtState) String() string {
-	return [...]string{"UNTRACKED", "NEW", "ESTABLISHED", "RELATED", "INVALID"}[s]
-}
-
-// ConnStatus holds conntrack status bits (IPS_* in the kernel).
-type ConnStatus uint16
-
-// Status bits.
-const (
-	StatusSeenReply ConnStatus = 1 << iota
-	StatusAssured
-	StatusConfirmed
-	StatusSrcNAT
-	StatusDstNAT
-	StatusSrcNATDone // the SNAT decision was taken (maybe a null binding)
-	StatusDstNATDone // the DNAT decision was taken (maybe a null binding)
-)
-
-func (s ConnStatus) String() string {
-	var parts []string
-	for _, b := range []struct {
-		bit  ConnStatus
-		name string
-	}{{StatusSeenReply, "SEEN_REPLY"}, {StatusAssured, "ASSURED"}, {StatusConfirmed, "CONFIRMED"}, {StatusSrcNAT, "SRC_NAT"}, {StatusDstNAT, "DST_NAT"}, {StatusSrcNATDone, "SRC_NAT_DONE"}, {StatusDstNATDone, "DST_NAT_DONE"}} {
-		if s&b.bit != 0 {
-			parts = append(parts, b.name)
-		}
-	}
-	return strings.Join(parts, ",")
+func tupleOf(p *Packet) netfilter.Tuple {
+	return netfilter.Tuple{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort}
 }
 
 // TCPState is conntrack's view of a TCP connection (TCP_CONNTRACK_*).
@@ -106,8 +49,8 @@ func (s TCPState) String() string {
 // Conn is a conntrack entry.
 type Conn struct {
 	ID    uint64
-	Orig  Tuple // the tuple of the first packet, as it arrived
-	Reply Tuple // the tuple replies are expected with (NAT changes it)
+	Orig  netfilter.Tuple // the tuple of the first packet, as it arrived
+	Reply netfilter.Tuple // the tuple replies are expected with (NAT changes it)
 
 	// What every packet of the connection writes, from Status to tcp, is 128 bytes. An
 	// entry is 320 bytes, a size the allocator places at multiples of 64, so these
@@ -119,7 +62,7 @@ type Conn struct {
 	heapIdx int       // position in the expiry queue; -1 when not queued
 	_       [24]byte
 
-	Status   ConnStatus
+	Status   netfilter.CtStatus
 	TCPState TCPState
 	Mark     uint32 // connmark
 	Created  time.Time
@@ -147,21 +90,21 @@ const (
 )
 
 // Has reports whether all bits of s are set.
-func (c *Conn) Has(s ConnStatus) bool { return c.Status&s == s }
+func (c *Conn) Has(s netfilter.CtStatus) bool { return c.Status&s == s }
 
 // String renders the entry like `conntrack -L`.
 func (c *Conn) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-4s %d ", ProtoName(c.Orig.Proto), c.Orig.Proto)
-	if c.Orig.Proto == ProtoTCP {
+	if c.Orig.Proto == netfilter.ProtoTCP {
 		fmt.Fprintf(&b, "%s ", c.TCPState)
 	}
 	fmt.Fprintf(&b, "%s ", c.Orig)
-	if !c.Has(StatusSeenReply) {
+	if !c.Has(netfilter.StatusSeenReply) {
 		b.WriteString("[UNREPLIED] ")
 	}
 	fmt.Fprintf(&b, "%s ", c.Reply)
-	if c.Has(StatusAssured) {
+	if c.Has(netfilter.StatusAssured) {
 		b.WriteString("[ASSURED] ")
 	}
 	fmt.Fprintf(&b, "mark=%d", c.Mark)
@@ -257,7 +200,7 @@ func (t *Conntrack) SetSettings(s ConntrackSettings) {
 }
 
 // lookup finds the entry for a tuple, dropping it if it has expired.
-func (t *Conntrack) lookupLocked(tu Tuple, now time.Time) (ctRef, bool) {
+func (t *Conntrack) lookupLocked(tu netfilter.Tuple, now time.Time) (ctRef, bool) {
 	r, ok := t.table.get(tu)
 	if !ok {
 		return ctRef{}, false
@@ -344,7 +287,7 @@ func (q *expiryQueue) Pop() any {
 type ctResult struct {
 	conn    *Conn
 	reply   bool
-	state   CtState
+	state   netfilter.CtState
 	isNew   bool // conn was created for this packet and is not yet confirmed
 	related bool
 }
@@ -362,27 +305,27 @@ func (t *Conntrack) in(p *Packet, now time.Time) ctResult {
 // lock is its table's lock).
 func (t *Conntrack) inLocked(p *Packet, now time.Time) ctResult {
 	t.gcLocked(now)
-	if p.l4off == 0 && p.Proto != ProtoICMP {
-		return ctResult{state: CtInvalid}
+	if p.l4off == 0 && p.Proto != netfilter.ProtoICMP {
+		return ctResult{state: netfilter.CtInvalid}
 	}
 	if p.IsICMPError() {
 		if p.Inner == nil || !p.Inner.hasPorts() && !p.Inner.IsICMPError() {
-			return ctResult{state: CtInvalid}
+			return ctResult{state: netfilter.CtInvalid}
 		}
 		// The quoted packet went the other way, and as it left this node: NATed already.
 		// Its tuple inverted is what a packet of the error's own direction would carry
 		// (the kernel's nf_ct_invert_tuple on the inner tuple): look that up, so that an
 		// error about a DNATed or SNATed packet finds the entry by its reply tuple.
 		in := tupleOf(p.Inner)
-		r, ok := t.lookupLocked(Tuple{Proto: in.Proto, Src: in.Dst, Dst: in.Src, SrcPort: in.DstPort, DstPort: in.SrcPort}, now)
+		r, ok := t.lookupLocked(netfilter.Tuple{Proto: in.Proto, Src: in.Dst, Dst: in.Src, SrcPort: in.DstPort, DstPort: in.SrcPort}, now)
 		if !ok {
-			return ctResult{state: CtInvalid}
+			return ctResult{state: netfilter.CtInvalid}
 		}
-		return ctResult{conn: r.c, reply: r.reply, state: CtRelated, related: true}
+		return ctResult{conn: r.c, reply: r.reply, state: netfilter.CtRelated, related: true}
 	}
 	if !p.hasPorts() {
 		// Other protocols (and ICMP types without ids) are tracked by addresses only.
-		tu := Tuple{Proto: p.Proto, Src: p.Src, Dst: p.Dst}
+		tu := netfilter.Tuple{Proto: p.Proto, Src: p.Src, Dst: p.Dst}
 		return t.trackGenericLocked(p, tu, now)
 	}
 	r, ok := t.lookupPacketLocked(p, now)
@@ -395,61 +338,61 @@ func (t *Conntrack) inLocked(p *Packet, now time.Time) ctResult {
 		dir = 1
 	}
 	switch p.Proto {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		st, valid, reopen := t.tcpPacketLocked(c, dir, p, now)
 		if reopen {
 			t.removeLocked(c)
 			return t.newLocked(p, tupleOf(p), now)
 		}
 		if !valid {
-			return ctResult{state: CtInvalid}
+			return ctResult{state: netfilter.CtInvalid}
 		}
 		_ = st
-	case ProtoUDP, ProtoSCTP:
+	case netfilter.ProtoUDP, netfilter.ProtoSCTP:
 		if r.reply {
-			c.Status |= StatusSeenReply
+			c.Status |= netfilter.StatusSeenReply
 		}
-		if c.Has(StatusSeenReply) {
-			c.Status |= StatusAssured
+		if c.Has(netfilter.StatusSeenReply) {
+			c.Status |= netfilter.StatusAssured
 			t.setTimeout(c, now, orDefault(t.settings.UDPStream, 120*time.Second))
 		} else {
 			t.setTimeout(c, now, orDefault(t.settings.UDPTimeout, 30*time.Second))
 		}
 	default: // ICMP echo
 		if r.reply {
-			c.Status |= StatusSeenReply
+			c.Status |= netfilter.StatusSeenReply
 		}
 		t.setTimeout(c, now, orDefault(t.settings.ICMPTimeout, 30*time.Second))
 	}
 	c.Packets[dir]++
 	c.Bytes[dir] += uint64(len(p.Data))
-	state := CtEstablished
-	if !r.reply && !c.Has(StatusSeenReply) {
-		state = CtNew
+	state := netfilter.CtEstablished
+	if !r.reply && !c.Has(netfilter.StatusSeenReply) {
+		state = netfilter.CtNew
 	}
 	return ctResult{conn: c, reply: r.reply, state: state}
 }
 
-func (t *Conntrack) trackGenericLocked(p *Packet, tu Tuple, now time.Time) ctResult {
+func (t *Conntrack) trackGenericLocked(p *Packet, tu netfilter.Tuple, now time.Time) ctResult {
 	r, ok := t.lookupLocked(tu, now)
 	if !ok {
 		return t.newLocked(p, tu, now)
 	}
 	if r.reply {
-		r.c.Status |= StatusSeenReply
+		r.c.Status |= netfilter.StatusSeenReply
 	}
 	t.setTimeout(r.c, now, orDefault(t.settings.OtherTimeout, 600*time.Second))
-	state := CtEstablished
-	if !r.reply && !r.c.Has(StatusSeenReply) {
-		state = CtNew
+	state := netfilter.CtEstablished
+	if !r.reply && !r.c.Has(netfilter.StatusSeenReply) {
+		state = netfilter.CtNew
 	}
 	return ctResult{conn: r.c, reply: r.reply, state: state}
 }
 
-func (t *Conntrack) newLocked(p *Packet, tu Tuple, now time.Time) ctResult {
-	if p.Proto == ProtoICMP && p.ICMPType != 8 || p.Proto == ProtoICMPv6 && p.ICMPType != 128 {
+func (t *Conntrack) newLocked(p *Packet, tu netfilter.Tuple, now time.Time) ctResult {
+	if p.Proto == netfilter.ProtoICMP && p.ICMPType != 8 || p.Proto == netfilter.ProtoICMPv6 && p.ICMPType != 128 {
 		if p.isICMPEcho() { // an echo reply without a request
-			return ctResult{state: CtInvalid}
+			return ctResult{state: netfilter.CtInvalid}
 		}
 	}
 	t.nextID++
@@ -457,28 +400,28 @@ func (t *Conntrack) newLocked(p *Packet, tu Tuple, now time.Time) ctResult {
 	c.Packets[0] = 1
 	c.Bytes[0] = uint64(len(p.Data))
 	switch p.Proto {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		idx := tcpIndex(p.TCPFlags)
 		st := tcpTransitions[0][idx][TCPNone]
 		if st == TCPEstablished && !t.settings.TCPLoose {
-			return ctResult{state: CtInvalid}
+			return ctResult{state: netfilter.CtInvalid}
 		}
 		if st >= tcpMax {
-			return ctResult{state: CtInvalid}
+			return ctResult{state: netfilter.CtInvalid}
 		}
 		c.TCPState = TCPNone
 		if _, valid, _ := t.tcpPacketLocked(c, 0, p, now); !valid {
-			return ctResult{state: CtInvalid}
+			return ctResult{state: netfilter.CtInvalid}
 		}
 		c.Packets[0], c.Bytes[0] = 1, uint64(len(p.Data))
-	case ProtoUDP, ProtoSCTP:
+	case netfilter.ProtoUDP, netfilter.ProtoSCTP:
 		t.setTimeout(c, now, orDefault(t.settings.UDPTimeout, 30*time.Second))
-	case ProtoICMP, ProtoICMPv6:
+	case netfilter.ProtoICMP, netfilter.ProtoICMPv6:
 		t.setTimeout(c, now, orDefault(t.settings.ICMPTimeout, 30*time.Second))
 	default:
 		t.setTimeout(c, now, orDefault(t.settings.OtherTimeout, 600*time.Second))
 	}
-	return ctResult{conn: c, state: CtNew, isNew: true}
+	return ctResult{conn: c, state: netfilter.CtNew, isNew: true}
 }
 
 func (t *Conntrack) setTimeout(c *Conn, now time.Time, d time.Duration) {
@@ -496,7 +439,7 @@ func (t *Conntrack) confirm(c *Conn) bool {
 
 // confirmLocked is confirm at virtual time now for a caller that holds the table's lock.
 func (t *Conntrack) confirmLocked(c *Conn, now time.Time) bool {
-	if c.Has(StatusConfirmed) {
+	if c.Has(netfilter.StatusConfirmed) {
 		return true
 	}
 	if r, ok := t.lookupLocked(c.Orig, now); ok && r.c != c {
@@ -505,7 +448,7 @@ func (t *Conntrack) confirmLocked(c *Conn, now time.Time) bool {
 	if r, ok := t.lookupLocked(c.Reply, now); ok && r.c != c {
 		return false
 	}
-	c.Status |= StatusConfirmed
+	c.Status |= netfilter.StatusConfirmed
 	t.table.put(c.Orig, ctRef{c: c})
 	t.table.put(c.Reply, ctRef{c: c, reply: true})
 	c.heapKey = c.Expires
@@ -515,14 +458,14 @@ func (t *Conntrack) confirmLocked(c *Conn, now time.Time) bool {
 }
 
 // tupleTaken reports whether a confirmed entry other than c uses tu in either direction.
-func (t *Conntrack) tupleTaken(tu Tuple, c *Conn) bool {
+func (t *Conntrack) tupleTaken(tu netfilter.Tuple, c *Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.tupleTakenLocked(tu, c)
 }
 
 // tupleTakenLocked is tupleTaken for a caller that holds the table's lock.
-func (t *Conntrack) tupleTakenLocked(tu Tuple, c *Conn) bool {
+func (t *Conntrack) tupleTakenLocked(tu netfilter.Tuple, c *Conn) bool {
 	r, ok := t.lookupLocked(tu, t.now())
 	return ok && r.c != c
 }
@@ -548,19 +491,19 @@ func (t *Conntrack) Len() int { return len(t.Entries()) }
 // CtFilter selects entries the way the conntrack tool's -L/-D options do. Zero fields
 // match anything (the tool itself defaults -f to ipv4; a zero Family takes both).
 type CtFilter struct {
-	Family       uint8      // -f: 4 (ipv4) or 6 (ipv6)
-	Proto        uint8      // -p
-	OrigSrc      netip.Addr // -s, --orig-src
-	OrigDst      netip.Addr // -d, --orig-dst
-	OrigSrcPort  uint16     // --sport, --orig-port-src
-	OrigDstPort  uint16     // --dport, --orig-port-dst
-	ReplySrc     netip.Addr // -r, --reply-src
-	ReplyDst     netip.Addr // -q, --reply-dst
-	ReplySrcPort uint16     // --reply-port-src
-	ReplyDstPort uint16     // --reply-port-dst
-	Mark         *uint32    // -m, --mark
-	Status       ConnStatus // --status: all these bits set
-	TCPState     *TCPState  // --state (TCP entries in this state)
+	Family       uint8              // -f: 4 (ipv4) or 6 (ipv6)
+	Proto        uint8              // -p
+	OrigSrc      netip.Addr         // -s, --orig-src
+	OrigDst      netip.Addr         // -d, --orig-dst
+	OrigSrcPort  uint16             // --sport, --orig-port-src
+	OrigDstPort  uint16             // --dport, --orig-port-dst
+	ReplySrc     netip.Addr         // -r, --reply-src
+	ReplyDst     netip.Addr         // -q, --reply-dst
+	ReplySrcPort uint16             // --reply-port-src
+	ReplyDstPort uint16             // --reply-port-dst
+	Mark         *uint32            // -m, --mark
+	Status       netfilter.CtStatus // --status: all these bits set
+	TCPState     *TCPState          // --state (TCP entries in this state)
 }
 
 // Match reports whether c passes the filter.
@@ -568,7 +511,7 @@ func (f CtFilter) Match(c *Conn) bool {
 	switch {
 	case f.Family == 4 && !c.Orig.Src.Unmap().Is4(),
 		f.Family == 6 && c.Orig.Src.Unmap().Is4(),
-		f.TCPState != nil && (c.Orig.Proto != ProtoTCP || c.TCPState != *f.TCPState),
+		f.TCPState != nil && (c.Orig.Proto != netfilter.ProtoTCP || c.TCPState != *f.TCPState),
 		f.Proto != 0 && c.Orig.Proto != f.Proto,
 		f.OrigSrc.IsValid() && c.Orig.Src != f.OrigSrc,
 		f.OrigDst.IsValid() && c.Orig.Dst != f.OrigDst,
@@ -629,15 +572,15 @@ const (
 
 func tcpIndex(flags uint8) int {
 	switch {
-	case flags&TCPRst != 0:
+	case flags&netfilter.TCPRst != 0:
 		return tcpRstSet
-	case flags&TCPSyn != 0 && flags&TCPAck != 0:
+	case flags&netfilter.TCPSyn != 0 && flags&netfilter.TCPAck != 0:
 		return tcpSynAckSet
-	case flags&TCPSyn != 0:
+	case flags&netfilter.TCPSyn != 0:
 		return tcpSynSet
-	case flags&TCPFin != 0:
+	case flags&netfilter.TCPFin != 0:
 		return tcpFinSet
-	case flags&TCPAck != 0:
+	case flags&netfilter.TCPAck != 0:
 		return tcpAckSet
 	}
 	return tcpNoneSet
@@ -708,10 +651,10 @@ func (t *Conntrack) tcpPacketLocked(c *Conn, dir int, p *Packet, now time.Time) 
 	}
 	c.TCPState = next
 	if dir == 1 {
-		c.Status |= StatusSeenReply
+		c.Status |= netfilter.StatusSeenReply
 	}
-	if c.Has(StatusSeenReply) && !c.Has(StatusAssured) && (old == sSR || old == sS2 || old == sES) && next == sES {
-		c.Status |= StatusAssured
+	if c.Has(netfilter.StatusSeenReply) && !c.Has(netfilter.StatusAssured) && (old == sSR || old == sS2 || old == sES) && next == sES {
+		c.Status |= netfilter.StatusAssured
 	}
 	timeout := t.settings.tcpTimeout(next)
 	if (c.tcp[0].flags|c.tcp[1].flags)&tcpFlagDataUnacked != 0 {
@@ -730,9 +673,9 @@ func (t *Conntrack) tcpInWindow(c *Conn, dir int, p *Packet) bool {
 	win := uint32(win16)
 	sack := ack
 	end := seq + p.tcpSeqLen()
-	syn := p.TCPFlags&TCPSyn != 0
-	hasAck := p.TCPFlags&TCPAck != 0
-	rst := p.TCPFlags&TCPRst != 0
+	syn := p.TCPFlags&netfilter.TCPSyn != 0
+	hasAck := p.TCPFlags&netfilter.TCPAck != 0
+	rst := p.TCPFlags&netfilter.TCPRst != 0
 
 	if sender.maxwin == 0 {
 		// First packet seen in this direction.

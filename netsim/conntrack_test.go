@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 func TestConntrackCollectsExpiredEntries(t *testing.T) {
@@ -49,29 +51,29 @@ func TestConntrackCollectsExpiredEntries(t *testing.T) {
 func TestConntrackTableKeys(t *testing.T) {
 	m := newCtTable()
 	c4, c6 := &Conn{ID: 1}, &Conn{ID: 2}
-	t4 := Tuple{Proto: ProtoTCP, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.96.0.1"), SrcPort: 40000, DstPort: 80}
-	t6 := Tuple{Proto: ProtoTCP, Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), SrcPort: 40000, DstPort: 80}
+	t4 := netfilter.Tuple{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.96.0.1"), SrcPort: 40000, DstPort: 80}
+	t6 := netfilter.Tuple{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), SrcPort: 40000, DstPort: 80}
 	m.put(t4, ctRef{c: c4})
 	m.put(t4.Invert(), ctRef{c: c4, reply: true})
 	m.put(t6, ctRef{c: c6})
 	m.put(t6.Invert(), ctRef{c: c6, reply: true})
 	for _, tc := range []struct {
-		tu    Tuple
+		tu    netfilter.Tuple
 		c     *Conn
 		reply bool
 	}{
 		{t4, c4, false}, {t4.Invert(), c4, true}, {t6, c6, false}, {t6.Invert(), c6, true},
-		{Tuple{Proto: ProtoTCP, Src: netip.MustParseAddr("::ffff:10.0.0.1"), Dst: netip.MustParseAddr("::ffff:10.96.0.1"), SrcPort: 40000, DstPort: 80}, c4, false},
+		{netfilter.Tuple{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("::ffff:10.0.0.1"), Dst: netip.MustParseAddr("::ffff:10.96.0.1"), SrcPort: 40000, DstPort: 80}, c4, false},
 	} {
 		if r, ok := m.get(tc.tu); !ok || r.c != tc.c || r.reply != tc.reply {
 			t.Errorf("get(%s) = %+v, %v; want entry %d reply=%v", tc.tu, r, ok, tc.c.ID, tc.reply)
 		}
 	}
-	for _, miss := range []Tuple{
-		{Proto: ProtoUDP, Src: t4.Src, Dst: t4.Dst, SrcPort: 40000, DstPort: 80},
-		{Proto: ProtoTCP, Src: t4.Src, Dst: t4.Dst, SrcPort: 40001, DstPort: 80},
-		{Proto: ProtoTCP, Src: t4.Src, Dst: t4.Dst, SrcPort: 80, DstPort: 40000},
-		{Proto: ProtoTCP, Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::3"), SrcPort: 40000, DstPort: 80},
+	for _, miss := range []netfilter.Tuple{
+		{Proto: netfilter.ProtoUDP, Src: t4.Src, Dst: t4.Dst, SrcPort: 40000, DstPort: 80},
+		{Proto: netfilter.ProtoTCP, Src: t4.Src, Dst: t4.Dst, SrcPort: 40001, DstPort: 80},
+		{Proto: netfilter.ProtoTCP, Src: t4.Src, Dst: t4.Dst, SrcPort: 80, DstPort: 40000},
+		{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::3"), SrcPort: 40000, DstPort: 80},
 	} {
 		if _, ok := m.get(miss); ok {
 			t.Errorf("get(%s) found an entry", miss)
@@ -97,16 +99,16 @@ func TestCtFilter(t *testing.T) {
 	est, syn := TCPEstablished, TCPSynSent
 	// A DNATed TCP connection to a ClusterIP, as a node sees it.
 	tcp := &Conn{
-		Orig:     Tuple{Proto: ProtoTCP, Src: a("10.244.0.2"), Dst: a("10.96.0.10"), SrcPort: 40000, DstPort: 80},
-		Reply:    Tuple{Proto: ProtoTCP, Src: a("10.244.1.5"), Dst: a("10.244.0.2"), SrcPort: 8080, DstPort: 40000},
-		Status:   StatusDstNAT | StatusConfirmed | StatusSeenReply | StatusAssured,
+		Orig:     netfilter.Tuple{Proto: netfilter.ProtoTCP, Src: a("10.244.0.2"), Dst: a("10.96.0.10"), SrcPort: 40000, DstPort: 80},
+		Reply:    netfilter.Tuple{Proto: netfilter.ProtoTCP, Src: a("10.244.1.5"), Dst: a("10.244.0.2"), SrcPort: 8080, DstPort: 40000},
+		Status:   netfilter.StatusDstNAT | netfilter.StatusConfirmed | netfilter.StatusSeenReply | netfilter.StatusAssured,
 		TCPState: TCPEstablished,
 		Mark:     7,
 	}
 	udp6 := &Conn{
-		Orig:   Tuple{Proto: ProtoUDP, Src: a("fd00::2"), Dst: a("fd00:96::a"), SrcPort: 5353, DstPort: 53},
-		Reply:  Tuple{Proto: ProtoUDP, Src: a("fd00:96::a"), Dst: a("fd00::2"), SrcPort: 53, DstPort: 5353},
-		Status: StatusConfirmed,
+		Orig:   netfilter.Tuple{Proto: netfilter.ProtoUDP, Src: a("fd00::2"), Dst: a("fd00:96::a"), SrcPort: 5353, DstPort: 53},
+		Reply:  netfilter.Tuple{Proto: netfilter.ProtoUDP, Src: a("fd00:96::a"), Dst: a("fd00::2"), SrcPort: 53, DstPort: 5353},
+		Status: netfilter.StatusConfirmed,
 	}
 	for _, tc := range []struct {
 		name      string
@@ -116,8 +118,8 @@ func TestCtFilter(t *testing.T) {
 		{"empty", CtFilter{}, true, true},
 		{"-f ipv4", CtFilter{Family: 4}, true, false},
 		{"-f ipv6", CtFilter{Family: 6}, false, true},
-		{"-p tcp", CtFilter{Proto: ProtoTCP}, true, false},
-		{"-p udp", CtFilter{Proto: ProtoUDP}, false, true},
+		{"-p tcp", CtFilter{Proto: netfilter.ProtoTCP}, true, false},
+		{"-p udp", CtFilter{Proto: netfilter.ProtoUDP}, false, true},
 		{"--orig-src", CtFilter{OrigSrc: a("10.244.0.2")}, true, false},
 		{"--orig-dst", CtFilter{OrigDst: a("10.96.0.10")}, true, false},
 		{"--orig-dst other", CtFilter{OrigDst: a("10.96.0.11")}, false, false},
@@ -129,12 +131,12 @@ func TestCtFilter(t *testing.T) {
 		{"--reply-port-dst", CtFilter{ReplyDstPort: 5353}, false, true},
 		{"--mark", CtFilter{Mark: &mark}, true, false},
 		{"--mark other", CtFilter{Mark: &other}, false, false},
-		{"--status DST_NAT", CtFilter{Status: StatusDstNAT}, true, false},
-		{"--status CONFIRMED", CtFilter{Status: StatusConfirmed}, true, true},
+		{"--status DST_NAT", CtFilter{Status: netfilter.StatusDstNAT}, true, false},
+		{"--status CONFIRMED", CtFilter{Status: netfilter.StatusConfirmed}, true, true},
 		{"--state ESTABLISHED", CtFilter{TCPState: &est}, true, false},
 		{"--state SYN_SENT", CtFilter{TCPState: &syn}, false, false},
-		{"-p udp --orig-dst --dport (kube-proxy's stale UDP clean-up)", CtFilter{Proto: ProtoUDP, OrigDst: a("fd00:96::a"), OrigDstPort: 53}, false, true},
-		{"two fields, one differs", CtFilter{Proto: ProtoTCP, OrigDstPort: 53}, false, false},
+		{"-p udp --orig-dst --dport (kube-proxy's stale UDP clean-up)", CtFilter{Proto: netfilter.ProtoUDP, OrigDst: a("fd00:96::a"), OrigDstPort: 53}, false, true},
+		{"two fields, one differs", CtFilter{Proto: netfilter.ProtoTCP, OrigDstPort: 53}, false, false},
 	} {
 		if got := tc.f.Match(tcp); got != tc.tcp {
 			t.Errorf("%s: TCP entry matched %v, want %v", tc.name, got, tc.tcp)
@@ -152,7 +154,7 @@ func TestCtFilter(t *testing.T) {
 		BuildUDP(netip.MustParseAddrPort("10.0.0.1:1001"), netip.MustParseAddrPort("10.96.0.10:53"), nil),
 		BuildUDP(netip.MustParseAddrPort("10.0.0.1:1002"), netip.MustParseAddrPort("10.96.0.11:53"), nil),
 		BuildUDP(netip.MustParseAddrPort("[fd00::1]:1000"), netip.MustParseAddrPort("[fd00:96::a]:53"), nil),
-		BuildTCP(TCPSegment{Src: netip.MustParseAddrPort("10.0.0.1:2000"), Dst: netip.MustParseAddrPort("10.96.0.10:53"), Flags: TCPSyn, Seq: 1, WindowScale: -1}),
+		BuildTCP(TCPSegment{Src: netip.MustParseAddrPort("10.0.0.1:2000"), Dst: netip.MustParseAddrPort("10.96.0.10:53"), Flags: netfilter.TCPSyn, Seq: 1, WindowScale: -1}),
 	} {
 		pk, err := ParsePacket(pkt)
 		if err != nil {
@@ -162,7 +164,7 @@ func TestCtFilter(t *testing.T) {
 			t.Fatalf("%s: not a new confirmed entry", pk)
 		}
 	}
-	if n := ct.Delete(CtFilter{Family: 4, Proto: ProtoUDP, OrigDst: netip.MustParseAddr("10.96.0.10")}); n != 2 {
+	if n := ct.Delete(CtFilter{Family: 4, Proto: netfilter.ProtoUDP, OrigDst: netip.MustParseAddr("10.96.0.10")}); n != 2 {
 		t.Errorf("conntrack -D -f ipv4 -p udp --orig-dst 10.96.0.10: %d deleted, want 2", n)
 	}
 	if got := len(ct.List(CtFilter{})); got != 3 {
@@ -179,21 +181,21 @@ func TestCtFilter(t *testing.T) {
 func TestConntrackTableAgainstMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	m := newCtTable()
-	model := map[Tuple]ctRef{}
+	model := map[netfilter.Tuple]ctRef{}
 	conns := make([]*Conn, 64)
 	for i := range conns {
 		conns[i] = &Conn{ID: uint64(i)}
 	}
-	tuple := func() Tuple {
-		return Tuple{
-			Proto:   []uint8{ProtoTCP, ProtoUDP}[rng.IntN(2)],
+	tuple := func() netfilter.Tuple {
+		return netfilter.Tuple{
+			Proto:   []uint8{netfilter.ProtoTCP, netfilter.ProtoUDP}[rng.IntN(2)],
 			Src:     netip.AddrFrom4([4]byte{10, 0, 0, byte(rng.IntN(4))}),
 			Dst:     netip.AddrFrom4([4]byte{10, 96, 0, byte(rng.IntN(4))}),
 			SrcPort: uint16(32768 + rng.IntN(3000)),
 			DstPort: uint16(80 + rng.IntN(2)),
 		}
 	}
-	var keys []Tuple
+	var keys []netfilter.Tuple
 	check := func(step int) {
 		if m.len() != len(model) {
 			t.Fatalf("step %d: table holds %d tuples, model %d", step, m.len(), len(model))

@@ -3,6 +3,8 @@ package netsim
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // ctTable maps the tuples of both directions of every confirmed conntrack entry to the
@@ -55,7 +57,7 @@ func newCtTable() ctTable {
 	return ctTable{v6: make(map[ctKey]ctRef)}
 }
 
-func key4Of(t Tuple) (ctKey4, bool) {
+func key4Of(t netfilter.Tuple) (ctKey4, bool) {
 	src, dst := t.Src, t.Dst
 	if src.Is4In6() {
 		src = src.Unmap()
@@ -73,7 +75,7 @@ func key4Of(t Tuple) (ctKey4, bool) {
 	}, true
 }
 
-func keyOf(t Tuple) ctKey {
+func keyOf(t netfilter.Tuple) ctKey {
 	return ctKey{src: t.Src.As16(), dst: t.Dst.As16(), srcPort: t.SrcPort, dstPort: t.DstPort, proto: t.Proto, v6: t.Src.Is6() && !t.Src.Is4In6()}
 }
 
@@ -106,7 +108,7 @@ func (m *ctTable) find(k ctKey4) int {
 	}
 }
 
-func (m *ctTable) get(t Tuple) (ctRef, bool) {
+func (m *ctTable) get(t netfilter.Tuple) (ctRef, bool) {
 	if k, ok := key4Of(t); ok {
 		if i := m.find(k); i >= 0 {
 			s := &m.slots[i]
@@ -118,7 +120,7 @@ func (m *ctTable) get(t Tuple) (ctRef, bool) {
 	return r, ok
 }
 
-func (m *ctTable) put(t Tuple, r ctRef) {
+func (m *ctTable) put(t netfilter.Tuple, r ctRef) {
 	if k, ok := key4Of(t); ok {
 		m.put4(k, r)
 		return
@@ -165,7 +167,7 @@ func (m *ctTable) resize(size int) {
 }
 
 // delIf removes t's mapping when it points at c.
-func (m *ctTable) delIf(t Tuple, c *Conn) {
+func (m *ctTable) delIf(t netfilter.Tuple, c *Conn) {
 	if k, ok := key4Of(t); ok {
 		if i := m.find(k); i >= 0 && m.slots[i].c == c {
 			m.del4(i)

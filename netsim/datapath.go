@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // penv is the environment one packet is processed in: how choice points resolve,
@@ -90,10 +92,10 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 		return n.martianLocked(pk, env)
 	}
 	if env.trace != nil {
-		n.traceHook(env, Prerouting, pk, in, nil)
+		n.traceHook(env, netfilter.Prerouting, pk, in, nil)
 	}
 	var eg egress
-	res := n.runHookLocked(Prerouting, pk, env, &eg)
+	res := n.runHookLocked(netfilter.Prerouting, pk, env, &eg)
 	if res != hookContinue && res != hookReroute { // routing comes next anyway
 		return eg
 	}
@@ -120,9 +122,9 @@ func (n *Node) ingress(pk *Packet, in *Iface, port *podPort, env *penv) egress {
 		return n.ttlExceededLocked(pk, env)
 	}
 	if env.trace != nil {
-		n.traceHook(env, Forward, pk, in, rt.iface)
+		n.traceHook(env, netfilter.Forward, pk, in, rt.iface)
 	}
-	res = n.runHookLocked(Forward, pk, env, &eg)
+	res = n.runHookLocked(netfilter.Forward, pk, env, &eg)
 	switch res {
 	case hookContinue:
 	case hookReroute:
@@ -192,7 +194,7 @@ func (n *Node) ttlExceededLocked(pk *Packet, env *penv) egress {
 // traceHook records that pk enters hook h (arriving on in, leaving by out, when known).
 //
 //go:noinline
-func (n *Node) traceHook(env *penv, h Hook, pk *Packet, in, out *Iface) {
+func (n *Node) traceHook(env *penv, h netfilter.Hook, pk *Packet, in, out *Iface) {
 	var detail string
 	switch {
 	case in != nil && out != nil:
@@ -244,10 +246,10 @@ func (n *Node) output(pk *Packet, env *penv) egress {
 	defer n.mu.Unlock()
 	pk.InIface, pk.OutIface = "", ""
 	if env.trace != nil {
-		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Output.String(), Packet: pk.String()})
+		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: netfilter.Output.String(), Packet: pk.String()})
 	}
 	var eg egress
-	res := n.runHookLocked(Output, pk, env, &eg)
+	res := n.runHookLocked(netfilter.Output, pk, env, &eg)
 	if res != hookContinue && res != hookReroute { // routing comes next anyway
 		return eg
 	}
@@ -261,9 +263,9 @@ func (n *Node) output(pk *Packet, env *penv) egress {
 	case routeLocal:
 		pk.OutIface = n.lo.Name
 		if env.trace != nil {
-			env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Postrouting.String(), Packet: pk.String(), Detail: "out lo"})
+			env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: netfilter.Postrouting.String(), Packet: pk.String(), Detail: "out lo"})
 		}
-		if n.runHookLocked(Postrouting, pk, env, &eg) != hookContinue {
+		if n.runHookLocked(netfilter.Postrouting, pk, env, &eg) != hookContinue {
 			return eg
 		}
 		return egress{kind: egLoopback, pk: pk}
@@ -294,10 +296,10 @@ func (n *Node) rerouteLocked(pk *Packet, env *penv) egress {
 
 func (n *Node) inputLocked(pk *Packet, rt route, env *penv) egress {
 	if env.trace != nil {
-		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: Input.String(), Packet: pk.String()})
+		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: netfilter.Input.String(), Packet: pk.String()})
 	}
 	var eg egress
-	res := n.runHookLocked(Input, pk, env, &eg)
+	res := n.runHookLocked(netfilter.Input, pk, env, &eg)
 	switch res {
 	case hookContinue:
 	case hookReroute:
@@ -314,10 +316,10 @@ func (n *Node) inputLocked(pk *Packet, rt route, env *penv) egress {
 
 func (n *Node) postroutingLocked(pk *Packet, rt route, env *penv) egress {
 	if env.trace != nil {
-		n.traceHook(env, Postrouting, pk, nil, rt.iface)
+		n.traceHook(env, netfilter.Postrouting, pk, nil, rt.iface)
 	}
 	var eg egress
-	if n.runHookLocked(Postrouting, pk, env, &eg) != hookContinue {
+	if n.runHookLocked(netfilter.Postrouting, pk, env, &eg) != hookContinue {
 		return eg
 	}
 	switch rt.kind {
@@ -366,24 +368,24 @@ type builtin struct {
 	kind int
 }
 
-var hookBuiltins = [numHooks][]builtin{
-	Prerouting:  {{PriorityConntrack, stepConntrack}, {PriorityNATDst, stepNAT}},
-	Input:       {{PriorityNATSrc, stepNAT}, {1 << 30, stepConfirm}},
-	Forward:     nil,
-	Output:      {{PriorityConntrack, stepConntrack}, {PriorityNATDst, stepNAT}},
-	Postrouting: {{PriorityNATSrc, stepNAT}, {1 << 30, stepConfirm}},
+var hookBuiltins = [netfilter.NumHooks][]builtin{
+	netfilter.Prerouting:  {{netfilter.PriorityConntrack, stepConntrack}, {netfilter.PriorityNATDst, stepNAT}},
+	netfilter.Input:       {{netfilter.PriorityNATSrc, stepNAT}, {1 << 30, stepConfirm}},
+	netfilter.Forward:     nil,
+	netfilter.Output:      {{netfilter.PriorityConntrack, stepConntrack}, {netfilter.PriorityNATDst, stepNAT}},
+	netfilter.Postrouting: {{netfilter.PriorityNATSrc, stepNAT}, {1 << 30, stepConfirm}},
 }
 
 // runHookLocked runs a hook's handlers and built-in steps in priority order. When the
 // packet's way ends at the hook (anything but hookContinue and hookReroute), out holds
 // how.
-func (n *Node) runHookLocked(h Hook, pk *Packet, env *penv, out *egress) hookResult {
+func (n *Node) runHookLocked(h netfilter.Hook, pk *Packet, env *penv, out *egress) hookResult {
 	if n.bare[h] { // no handlers but NAT handlers: the built-in steps of hookBuiltins
 		switch h {
-		case Prerouting, Output:
+		case netfilter.Prerouting, netfilter.Output:
 			n.conntrackLocked(pk, env)
 			return n.natStepLocked(h, pk, env, out)
-		case Input, Postrouting:
+		case netfilter.Input, netfilter.Postrouting:
 			if r := n.natStepLocked(h, pk, env, out); r != hookContinue {
 				return r
 			}
@@ -407,7 +409,7 @@ func (n *Node) runHookLocked(h Hook, pk *Packet, env *penv, out *egress) hookRes
 	return hookContinue
 }
 
-func (n *Node) builtinLocked(h Hook, kind int, pk *Packet, env *penv, out *egress) hookResult {
+func (n *Node) builtinLocked(h netfilter.Hook, kind int, pk *Packet, env *penv, out *egress) hookResult {
 	switch kind {
 	case stepConntrack:
 		n.conntrackLocked(pk, env)
@@ -420,14 +422,14 @@ func (n *Node) builtinLocked(h Hook, kind int, pk *Packet, env *penv, out *egres
 }
 
 // context returns the handler context; the node reuses one (handlers must not keep it).
-func (n *Node) context(h Hook, name string, env *penv) *Context {
+func (n *Node) context(h netfilter.Hook, name string, env *penv) *Context {
 	c := &n.hctx
 	*c = Context{node: n, hook: h, now: env.now(n), chooser: env.ch, trace: env.trace, dryRun: env.dry, handler: name}
 	return c
 }
 
 // callLocked calls one handler and acts on its verdict.
-func (n *Node) callLocked(h Hook, spec *HandlerSpec, pk *Packet, env *penv, out *egress) hookResult {
+func (n *Node) callLocked(h netfilter.Hook, spec *HandlerSpec, pk *Packet, env *penv, out *egress) hookResult {
 	var steps int
 	if env.trace != nil {
 		steps = env.trace.Len()
@@ -446,7 +448,7 @@ func (n *Node) callLocked(h Hook, spec *HandlerSpec, pk *Packet, env *penv, out 
 		*out = n.rejectLocked(pk, v.Reject, env, fmt.Sprintf("rejected (%s) by %s at %s%s", v.Reject, spec.Name, h, reasonSuffix(v.Reason)))
 		return hookReject
 	case Reroute:
-		if h == Postrouting {
+		if h == netfilter.Postrouting {
 			*out = n.dropLocked(pk, env, spec.Name+" returned REROUTE at POSTROUTING, where routing is over")
 			return hookDrop
 		}
@@ -468,7 +470,7 @@ func (n *Node) callLocked(h Hook, spec *HandlerSpec, pk *Packet, env *penv, out 
 // trace had steps steps, so that every handler a packet met shows in the trace.
 //
 //go:noinline
-func (n *Node) traceVerdict(env *penv, h Hook, name string, v Verdict, steps int) {
+func (n *Node) traceVerdict(env *penv, h netfilter.Hook, name string, v Verdict, steps int) {
 	if v.Kind == Continue && v.Reason == "" && env.trace.Len() != steps {
 		return
 	}
@@ -497,7 +499,7 @@ func (n *Node) conntrackLocked(pk *Packet, env *penv) {
 	if pk.Conn != nil || pk.notrack {
 		// Already tracked (looped back, or a reply the node generated), or NOTRACK.
 		if pk.notrack {
-			pk.CtState = CtUntracked
+			pk.CtState = netfilter.CtUntracked
 		}
 		return
 	}
@@ -529,7 +531,7 @@ func (n *Node) traceConntrack(env *penv, r ctResult) {
 // confirmLocked inserts a new connection into the table (end of INPUT and POSTROUTING).
 func (n *Node) confirmLocked(pk *Packet, env *penv, out *egress) hookResult {
 	c := pk.Conn
-	if c == nil || !pk.ctCreated || c.Has(StatusConfirmed) {
+	if c == nil || !pk.ctCreated || c.Has(netfilter.StatusConfirmed) {
 		return hookContinue
 	}
 	if env.dry {
@@ -545,19 +547,19 @@ func (n *Node) confirmLocked(pk *Packet, env *penv, out *egress) hookResult {
 
 // natStepLocked is the NAT hook: for a connection's first packet it runs the NAT
 // handlers and records the binding (or a null binding); then it applies the binding.
-func (n *Node) natStepLocked(h Hook, pk *Packet, env *penv, out *egress) hookResult {
+func (n *Node) natStepLocked(h netfilter.Hook, pk *Packet, env *penv, out *egress) hookResult {
 	c := pk.Conn
 	if c == nil {
 		return hookContinue
 	}
-	dstManip := h == Prerouting || h == Output
-	if pk.CtState == CtRelated {
+	dstManip := h == netfilter.Prerouting || h == netfilter.Output
+	if pk.CtState == netfilter.CtRelated {
 		n.natICMPErrorLocked(pk, dstManip, env)
 		return hookContinue
 	}
-	done := StatusSrcNATDone
+	done := netfilter.StatusSrcNATDone
 	if dstManip {
-		done = StatusDstNATDone
+		done = netfilter.StatusDstNATDone
 	}
 	if !c.Has(done) && !pk.CtReply {
 		if r := n.natFirstLocked(h, c, pk, env, out); r != hookContinue {
@@ -573,7 +575,7 @@ func (n *Node) natStepLocked(h Hook, pk *Packet, env *penv, out *egress) hookRes
 // binding) and records the binding they ask for.
 //
 //go:noinline
-func (n *Node) natFirstLocked(h Hook, c *Conn, pk *Packet, env *penv, out *egress) hookResult {
+func (n *Node) natFirstLocked(h netfilter.Hook, c *Conn, pk *Packet, env *penv, out *egress) hookResult {
 	{
 		for _, he := range n.hooks[h] {
 			if !he.spec.NAT {
@@ -615,15 +617,15 @@ func (n *Node) natFirstLocked(h Hook, c *Conn, pk *Packet, env *penv, out *egres
 
 // bindLocked records a NAT binding on c for its first packet pk. It returns a drop
 // reason when the binding cannot be made.
-func (n *Node) bindLocked(h Hook, c *Conn, pk *Packet, a NATAction, env *penv) string {
-	dstManip := h == Prerouting || h == Output
+func (n *Node) bindLocked(h netfilter.Hook, c *Conn, pk *Packet, a NATAction, env *penv) string {
+	dstManip := h == netfilter.Prerouting || h == netfilter.Output
 	switch a.Kind {
-	case DNAT, Redirect:
+	case netfilter.DNAT, netfilter.Redirect:
 		if !dstManip {
 			panic(fmt.Sprintf("netsim: %s at %s: DNAT and REDIRECT are only valid in PREROUTING and OUTPUT", a.Kind, h))
 		}
 		addr := a.Addr
-		if a.Kind == Redirect {
+		if a.Kind == netfilter.Redirect {
 			var ok bool
 			addr, ok = n.redirectAddrLocked(h, pk)
 			if !ok {
@@ -640,20 +642,20 @@ func (n *Node) bindLocked(h Hook, c *Conn, pk *Packet, a NATAction, env *penv) s
 		if a.PortMin != 0 && pk.hasPorts() && !pk.isICMPEcho() {
 			port = a.PortMin
 			if a.PortMax > a.PortMin {
-				port = n.pickPortLocked(c, Tuple{Proto: c.Orig.Proto, Src: addr, Dst: c.Reply.Dst, DstPort: c.Reply.DstPort}, true, a.PortMin, a.PortMax, a.Random || a.RandomFully)
+				port = n.pickPortLocked(c, netfilter.Tuple{Proto: c.Orig.Proto, Src: addr, Dst: c.Reply.Dst, DstPort: c.Reply.DstPort}, true, a.PortMin, a.PortMax, a.Random || a.RandomFully)
 			}
 		}
 		c.Reply.Src, c.Reply.SrcPort = addr, port
-		c.Status |= StatusDstNAT
-	case SNAT, Masquerade:
+		c.Status |= netfilter.StatusDstNAT
+	case netfilter.SNAT, netfilter.Masquerade:
 		if dstManip {
 			panic(fmt.Sprintf("netsim: %s at %s: SNAT and MASQUERADE are only valid in INPUT and POSTROUTING", a.Kind, h))
 		}
-		if a.Kind == Masquerade && h != Postrouting {
+		if a.Kind == netfilter.Masquerade && h != netfilter.Postrouting {
 			panic("netsim: MASQUERADE is only valid in POSTROUTING")
 		}
 		addr := a.Addr
-		if a.Kind == Masquerade {
+		if a.Kind == netfilter.Masquerade {
 			out := n.ifaces[pk.OutIface]
 			if out == nil {
 				return "MASQUERADE: no output interface"
@@ -683,7 +685,7 @@ func (n *Node) bindLocked(h Hook, c *Conn, pk *Packet, a NATAction, env *penv) s
 			}
 		}
 		c.Reply.Dst, c.Reply.DstPort = addr, port
-		c.Status |= StatusSrcNAT
+		c.Status |= netfilter.StatusSrcNAT
 	default:
 		panic(fmt.Sprintf("netsim: unknown NAT kind %d", a.Kind))
 	}
@@ -695,8 +697,8 @@ func (n *Node) bindLocked(h Hook, c *Conn, pk *Packet, a NATAction, env *penv) s
 
 // redirectAddrLocked is REDIRECT's new destination: the primary address of the input
 // interface, or loopback for locally generated packets.
-func (n *Node) redirectAddrLocked(h Hook, pk *Packet) (netip.Addr, bool) {
-	if h == Output || pk.InIface == n.lo.Name {
+func (n *Node) redirectAddrLocked(h netfilter.Hook, pk *Packet) (netip.Addr, bool) {
+	if h == netfilter.Output || pk.InIface == n.lo.Name {
 		if pk.Dst.Is4() {
 			return netip.MustParseAddr("127.0.0.1"), true
 		}
@@ -713,7 +715,7 @@ func (n *Node) redirectAddrLocked(h Hook, pk *Packet) (netip.Addr, bool) {
 // unique (and no randomisation was asked for), else search from a random offset.
 func (n *Node) snatPortLocked(c *Conn, addr netip.Addr, lo, hi uint16, random bool) (uint16, bool) {
 	orig := c.Orig.SrcPort
-	reply := Tuple{Proto: c.Orig.Proto, Src: c.Reply.Src, SrcPort: c.Reply.SrcPort, Dst: addr}
+	reply := netfilter.Tuple{Proto: c.Orig.Proto, Src: c.Reply.Src, SrcPort: c.Reply.SrcPort, Dst: addr}
 	inRange := lo == 0 || orig >= lo && orig <= hi
 	if !random && inRange {
 		reply.DstPort = orig
@@ -741,7 +743,7 @@ func (n *Node) snatPortLocked(c *Conn, addr netip.Addr, lo, hi uint16, random bo
 // pickPortLocked searches [lo, hi] for a port that makes tuple (with the port in the
 // destination field for SNAT, source field for DNAT) unique, from a random offset when
 // random is set, trying at most 128 ports and then halving rounds, as the kernel does.
-func (n *Node) pickPortLocked(c *Conn, tu Tuple, dnat bool, lo, hi uint16, random bool) uint16 {
+func (n *Node) pickPortLocked(c *Conn, tu netfilter.Tuple, dnat bool, lo, hi uint16, random bool) uint16 {
 	size := uint32(hi) - uint32(lo) + 1
 	var off uint32
 	if random {
@@ -778,13 +780,13 @@ func (n *Node) applyNATLocked(pk *Packet, dstManip bool, env *penv) {
 	c := pk.Conn
 	var target netip.AddrPort
 	switch {
-	case dstManip && !pk.CtReply && c.Has(StatusDstNAT):
+	case dstManip && !pk.CtReply && c.Has(netfilter.StatusDstNAT):
 		target = netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort)
-	case dstManip && pk.CtReply && c.Has(StatusSrcNAT):
+	case dstManip && pk.CtReply && c.Has(netfilter.StatusSrcNAT):
 		target = netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort)
-	case !dstManip && !pk.CtReply && c.Has(StatusSrcNAT):
+	case !dstManip && !pk.CtReply && c.Has(netfilter.StatusSrcNAT):
 		target = netip.AddrPortFrom(c.Reply.Dst, c.Reply.DstPort)
-	case !dstManip && pk.CtReply && c.Has(StatusDstNAT):
+	case !dstManip && pk.CtReply && c.Has(netfilter.StatusDstNAT):
 		target = netip.AddrPortFrom(c.Orig.Dst, c.Orig.DstPort)
 	default:
 		return
@@ -839,13 +841,13 @@ func (n *Node) natICMPErrorLocked(pk *Packet, dstManip bool, env *penv) {
 	var target netip.AddrPort
 	ok := true
 	switch {
-	case dstManip && !pk.CtReply && c.Has(StatusDstNAT):
+	case dstManip && !pk.CtReply && c.Has(netfilter.StatusDstNAT):
 		target = netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort)
-	case dstManip && pk.CtReply && c.Has(StatusSrcNAT):
+	case dstManip && pk.CtReply && c.Has(netfilter.StatusSrcNAT):
 		target = netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort)
-	case !dstManip && !pk.CtReply && c.Has(StatusSrcNAT):
+	case !dstManip && !pk.CtReply && c.Has(netfilter.StatusSrcNAT):
 		target = netip.AddrPortFrom(c.Reply.Dst, c.Reply.DstPort)
-	case !dstManip && pk.CtReply && c.Has(StatusDstNAT):
+	case !dstManip && pk.CtReply && c.Has(netfilter.StatusDstNAT):
 		target = netip.AddrPortFrom(c.Orig.Dst, c.Orig.DstPort)
 	default:
 		ok = false
@@ -876,15 +878,15 @@ func (n *Node) natICMPErrorLocked(pk *Packet, dstManip bool, env *penv) {
 }
 
 // rejectLocked drops pk and builds what the REJECT target sends back.
-func (n *Node) rejectLocked(pk *Packet, with RejectWith, env *penv, reason string) egress {
+func (n *Node) rejectLocked(pk *Packet, with netfilter.RejectWith, env *penv, reason string) egress {
 	atomic.AddUint64(&n.hot.stats.Rejected, 1)
 	eg := dropped(pk, reason)
 	eg.reject = true
 	var r *Packet
-	if with == RejectTCPReset && pk.Proto == ProtoTCP {
+	if with == netfilter.RejectTCPReset && pk.Proto == netfilter.ProtoTCP {
 		r = n.tcpResetLocked(pk)
 	} else {
-		typ, code := with.icmpTypeCode(pk.IPv6)
+		typ, code := with.ICMPTypeCode(pk.IPv6)
 		r = n.icmpErrorLocked(pk, typ, code)
 	}
 	if env.trace != nil {
@@ -899,22 +901,22 @@ func (n *Node) rejectLocked(pk *Packet, with RejectWith, env *penv, reason strin
 // tcpResetLocked builds the RST the kernel's nf_send_reset sends for pk, attached to pk's
 // connection so that NAT is undone on the way back.
 func (n *Node) tcpResetLocked(pk *Packet) *Packet {
-	if pk.TCPFlags&TCPRst != 0 || pk.l4off == 0 {
+	if pk.TCPFlags&netfilter.TCPRst != 0 || pk.l4off == 0 {
 		return nil
 	}
 	seq, ack, _ := pk.TCPSeq()
 	seg := TCPSegment{Src: netip.AddrPortFrom(pk.Dst, pk.DstPort), Dst: netip.AddrPortFrom(pk.Src, pk.SrcPort), WindowScale: -1}
-	if pk.TCPFlags&TCPAck != 0 {
-		seg.Flags, seg.Seq = TCPRst, ack
+	if pk.TCPFlags&netfilter.TCPAck != 0 {
+		seg.Flags, seg.Seq = netfilter.TCPRst, ack
 	} else {
-		seg.Flags, seg.Ack = TCPRst|TCPAck, seq+pk.tcpSeqLen()
+		seg.Flags, seg.Ack = netfilter.TCPRst|netfilter.TCPAck, seq+pk.tcpSeqLen()
 	}
 	r, err := ParsePacket(BuildTCP(seg))
 	if err != nil {
 		return nil
 	}
 	if pk.Conn != nil {
-		r.Conn, r.CtReply, r.CtState = pk.Conn, !pk.CtReply, CtEstablished
+		r.Conn, r.CtReply, r.CtState = pk.Conn, !pk.CtReply, netfilter.CtEstablished
 	}
 	return r
 }
@@ -953,7 +955,7 @@ func (n *Node) icmpErrorLocked(pk *Packet, typ, code uint8) *Packet {
 		return nil
 	}
 	if pk.Conn != nil {
-		r.Conn, r.CtReply, r.CtState = pk.Conn, !pk.CtReply, CtRelated
+		r.Conn, r.CtReply, r.CtState = pk.Conn, !pk.CtReply, netfilter.CtRelated
 	}
 	return r
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // REJECT --reject-with tcp-reset answers a SYN with a RST from the address the client
@@ -19,18 +21,18 @@ func TestRejectTCPResetIsConnectionRefused(t *testing.T) {
 	web := startPod(t, c, "node-b", "default/web", 8080, 8081, 8082)
 	client := startPod(t, c, "node-a", "default/client")
 	for _, n := range c.Nodes() {
-		n.AddHandler(HandlerSpec{Name: "reject", Hook: Forward, Priority: PriorityFilter, Handler: HandlerFunc(func(_ *Context, pk *Packet) Verdict {
+		n.AddHandler(HandlerSpec{Name: "reject", Hook: netfilter.Forward, Priority: netfilter.PriorityFilter, Handler: HandlerFunc(func(_ *Context, pk *Packet) Verdict {
 			switch pk.DstPort {
 			case 8081:
-				return RejectVerdict(RejectTCPReset, "port 8081 is closed")
+				return RejectVerdict(netfilter.RejectTCPReset, "port 8081 is closed")
 			case 8082:
-				return RejectVerdict(RejectPortUnreachable, "port 8082 is closed")
+				return RejectVerdict(netfilter.RejectPortUnreachable, "port 8082 is closed")
 			}
 			return VerdictContinue
 		})})
 	}
 	rst := netip.AddrPortFrom(web.IP(), 8081)
-	r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: rst, Mode: ProbeConnect, Trace: true})
+	r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: rst, Mode: ProbeConnect, Trace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func TestRejectTCPResetIsConnectionRefused(t *testing.T) {
 		t.Errorf("trace lacks the REJECT tcp-reset and its RST:\n%s", r.Trace)
 	}
 	icmp := netip.AddrPortFrom(web.IP(), 8082)
-	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: icmp, Mode: ProbeConnect}); r.Result != ResultRefused || !r.ReplyFrom.IsValid() || r.ReplyFrom.Port() != 0 {
+	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: icmp, Mode: ProbeConnect}); r.Result != ResultRefused || !r.ReplyFrom.IsValid() || r.ReplyFrom.Port() != 0 {
 		t.Errorf("icmp-port-unreachable: %s, want refused by an ICMP error", r.Outcome)
 	}
 	for _, addr := range []netip.AddrPort{rst, icmp} {
@@ -84,9 +86,9 @@ func TestSNATAndMasqueradePickAnotherPortOnClash(t *testing.T) {
 			if tc.snat {
 				// SNAT to the node's address before the CNI's own masquerade.
 				to = netip.MustParseAddr("172.18.0.200")
-				node.AddHandler(HandlerSpec{Name: "snat", Hook: Postrouting, Priority: PriorityNATSrc - 1, NAT: true, Handler: HandlerFunc(func(_ *Context, pk *Packet) Verdict {
+				node.AddHandler(HandlerSpec{Name: "snat", Hook: netfilter.Postrouting, Priority: netfilter.PriorityNATSrc - 1, NAT: true, Handler: HandlerFunc(func(_ *Context, pk *Packet) Verdict {
 					if pk.Dst == ext.IP() {
-						return Verdict{Kind: NAT, NAT: NATAction{Kind: SNAT, Addr: to}, Reason: "to-source " + to.String()}
+						return Verdict{Kind: NAT, NAT: NATAction{Kind: netfilter.SNAT, Addr: to}, Reason: "to-source " + to.String()}
 					}
 					return VerdictContinue
 				})})
@@ -94,7 +96,7 @@ func TestSNATAndMasqueradePickAnotherPortOnClash(t *testing.T) {
 			dst := netip.AddrPortFrom(ext.IP(), 80)
 			var seen []netip.AddrPort
 			for _, from := range []string{"pod:default/one", "pod:default/two"} {
-				r, err := c.ProbeOne(Probe{From: from, Proto: ProtoTCP, Dst: dst, SrcPort: 40000, Trace: true})
+				r, err := c.ProbeOne(Probe{From: from, Proto: netfilter.ProtoTCP, Dst: dst, SrcPort: 40000, Trace: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -113,13 +115,13 @@ func TestSNATAndMasqueradePickAnotherPortOnClash(t *testing.T) {
 				t.Errorf("the second flow got %s, want another port (>= 1024) than the first's %s", seen[1], seen[0])
 			}
 			// Both bindings are in conntrack, each with its own reply tuple.
-			conns := node.Conntrack().List(CtFilter{Proto: ProtoTCP, OrigDst: ext.IP()})
+			conns := node.Conntrack().List(CtFilter{Proto: netfilter.ProtoTCP, OrigDst: ext.IP()})
 			if len(conns) != 2 {
 				t.Fatalf("%d entries, want 2", len(conns))
 			}
 			ports := map[uint16]bool{}
 			for _, cn := range conns {
-				if cn.Orig.SrcPort != 40000 || cn.Reply.Dst != to || !cn.Has(StatusSrcNAT) {
+				if cn.Orig.SrcPort != 40000 || cn.Reply.Dst != to || !cn.Has(netfilter.StatusSrcNAT) {
 					t.Errorf("entry %s", cn.String())
 				}
 				ports[cn.Reply.DstPort] = true
@@ -159,7 +161,7 @@ func TestTCPConntrackCloseStates(t *testing.T) {
 	}
 	state := func(want TCPState, timeout time.Duration) {
 		t.Helper()
-		conns := ct.List(CtFilter{Proto: ProtoTCP, OrigSrcPort: 40000})
+		conns := ct.List(CtFilter{Proto: netfilter.ProtoTCP, OrigSrcPort: 40000})
 		if len(conns) != 1 {
 			t.Fatalf("%d entries, want 1 in %s", len(conns), want)
 		}
@@ -171,26 +173,26 @@ func TestTCPConntrackCloseStates(t *testing.T) {
 			t.Errorf("%s expires in %s, want %s", want, got, timeout)
 		}
 	}
-	send(true, TCPSyn, 1000, 0)
+	send(true, netfilter.TCPSyn, 1000, 0)
 	state(TCPSynSent, 2*time.Minute)
-	send(false, TCPSyn|TCPAck, 5000, 1001)
+	send(false, netfilter.TCPSyn|netfilter.TCPAck, 5000, 1001)
 	state(TCPSynRecv, 60*time.Second)
-	send(true, TCPAck, 1001, 5001)
+	send(true, netfilter.TCPAck, 1001, 5001)
 	state(TCPEstablished, 24*time.Hour)
 	c.Clock().Advance(time.Hour) // an idle hour changes nothing
 	state(TCPEstablished, 23*time.Hour)
-	send(true, TCPFin|TCPAck, 1001, 5001)
+	send(true, netfilter.TCPFin|netfilter.TCPAck, 1001, 5001)
 	state(TCPFinWait, 2*time.Minute)
-	send(false, TCPAck, 5001, 1002)
+	send(false, netfilter.TCPAck, 5001, 1002)
 	state(TCPCloseWait, time.Hour)
-	send(false, TCPFin|TCPAck, 5001, 1002)
+	send(false, netfilter.TCPFin|netfilter.TCPAck, 5001, 1002)
 	state(TCPLastAck, 30*time.Second)
-	send(true, TCPAck, 1002, 5002)
+	send(true, netfilter.TCPAck, 1002, 5002)
 	state(TCPTimeWait, 2*time.Minute)
 	c.Clock().Advance(119 * time.Second)
 	state(TCPTimeWait, time.Second)
 	c.Clock().Advance(time.Second)
-	if n := len(ct.List(CtFilter{Proto: ProtoTCP, OrigSrcPort: 40000})); n != 0 {
+	if n := len(ct.List(CtFilter{Proto: netfilter.ProtoTCP, OrigSrcPort: 40000})); n != 0 {
 		t.Errorf("%d entries after TIME_WAIT's 120 s, want none", n)
 	}
 	// A shorter setting takes effect, as sysctl nf_conntrack_tcp_timeout_time_wait does;
@@ -198,13 +200,13 @@ func TestTCPConntrackCloseStates(t *testing.T) {
 	// LAST_ACK).
 	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.Conntrack.TCPTimeouts[TCPTimeWait] = 10 * time.Second })
 	cli = netip.AddrPortFrom(client.IP(), 40001)
-	send(true, TCPSyn, 1000, 0)
-	send(false, TCPSyn|TCPAck, 5000, 1001)
-	send(true, TCPAck, 1001, 5001)
-	send(true, TCPFin|TCPAck, 1001, 5001)
-	send(false, TCPFin|TCPAck, 5001, 1002)
-	send(true, TCPAck, 1002, 5002)
-	conns := ct.List(CtFilter{Proto: ProtoTCP, OrigSrcPort: 40001})
+	send(true, netfilter.TCPSyn, 1000, 0)
+	send(false, netfilter.TCPSyn|netfilter.TCPAck, 5000, 1001)
+	send(true, netfilter.TCPAck, 1001, 5001)
+	send(true, netfilter.TCPFin|netfilter.TCPAck, 1001, 5001)
+	send(false, netfilter.TCPFin|netfilter.TCPAck, 5001, 1002)
+	send(true, netfilter.TCPAck, 1002, 5002)
+	conns := ct.List(CtFilter{Proto: netfilter.ProtoTCP, OrigSrcPort: 40001})
 	if len(conns) != 1 || conns[0].TCPState != TCPTimeWait || conns[0].Expires.Sub(c.Clock().Now()) != 10*time.Second {
 		t.Errorf("close with a 10 s TIME_WAIT: %v", conns)
 	}
@@ -282,7 +284,7 @@ func TestLifecycleWhileTrafficRuns(t *testing.T) {
 	if webC.Alive() || victim.Alive() {
 		t.Error("a killed pod is alive")
 	}
-	r, _ := c.ProbeOne(Probe{From: "pod:default/client-2", Proto: ProtoTCP, Dst: netip.AddrPortFrom(webC.IP(), 8080)})
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client-2", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(webC.IP(), 8080)})
 	if r.Result != ResultDropped {
 		t.Errorf("to the removed node's pod: %s", r.Outcome)
 	}

@@ -28,6 +28,22 @@
 //
 // # A packet's way through a node
 //
+//	from a pod, another node          ┌──────────────────────────────────────────┐
+//	or the external network           │                                          ▼
+//	  ──▶ PREROUTING ──▶ routing ──┬──▶ FORWARD ─────────────────────────▶ POSTROUTING ──▶ out
+//	      (conntrack,   decision   │                                          ▲
+//	       DNAT)        (after     └──▶ INPUT ──▶ the node's own stack        │
+//	                     DNAT)          (SNAT)    (hostNetwork pods,          │
+//	                                               NodePort listeners)        │
+//	                                                   │                      │
+//	                                                   ▼                      │
+//	                                    OUTPUT ──▶ routing ───────────────────┘
+//	                                    (conntrack, DNAT)                 (SNAT, MASQUERADE,
+//	                                                                       conntrack confirm)
+//
+// At each hook (netfilter.Hook) the registered handlers run in priority order (lowest
+// first), with the datapath's own steps at the kernel's priorities (netfilter.Priority*).
+//
 // A packet from a pod enters its node on the bridge (cbr0); one from another node or an
 // external host enters on eth0; one from the node's own stack starts at OUTPUT.
 //

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // Every fault decision comes from the link's own source, seeded from the cluster seed and
@@ -54,7 +56,7 @@ func TestLinkFaultsAreSeeded(t *testing.T) {
 		c.Node("node-a").Uplink().SetFaults(LinkFaults{Loss: 0.3})
 		var b strings.Builder
 		for i := 0; i < 100; i++ {
-			r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: netip.AddrPortFrom(web.IP(), 8080), SrcPort: uint16(20000 + i)})
+			r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: netip.AddrPortFrom(web.IP(), 8080), SrcPort: uint16(20000 + i)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +95,7 @@ func TestProbeTimeoutFromLinkLatency(t *testing.T) {
 	dst := netip.AddrPortFrom(web.IP(), 80)
 	probe := func(c *Network, mode ProbeMode, timeout time.Duration) ProbeResult {
 		t.Helper()
-		r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst, Mode: mode, Timeout: timeout})
+		r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: dst, Mode: mode, Timeout: timeout})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,13 +132,13 @@ func TestProbeTimeoutFromLinkLatency(t *testing.T) {
 		t.Errorf("600 ms each way: %s delay %s", r.Outcome, r.Delay)
 	}
 	// A refusal's way back counts too.
-	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 81), Mode: ProbeConnect}); r.Result != ResultTimedOut || !strings.Contains(r.Reason, "was: refused") {
+	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 81), Mode: ProbeConnect}); r.Result != ResultTimedOut || !strings.Contains(r.Reason, "was: refused") {
 		t.Errorf("a refusal after 1.2 s: %s", r.Outcome)
 	}
 	// Exploring all branches: latency without jitter draws, outcome carries the delay.
 	up.SetFaults(LinkFaults{Latency: 2 * time.Second, Jitter: time.Second})
 	back.SetFaults(LinkFaults{})
-	rs, err := c.Probe(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst, AllBranches: true})
+	rs, err := c.Probe(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: dst, AllBranches: true})
 	if err != nil || len(rs) != 1 || rs[0].Result != ResultTimedOut || rs[0].Delay != 2*time.Second {
 		t.Errorf("all branches: %v %v", rs, err)
 	}

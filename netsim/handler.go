@@ -3,71 +3,9 @@ package netsim
 import (
 	"fmt"
 	"net/netip"
-	"strings"
 	"time"
-)
 
-// Hook is a netfilter hook point of a node's datapath.
-//
-// A packet's way through a node, as in Linux:
-//
-//	from a pod, another node          ┌──────────────────────────────────────────┐
-//	or the external network           │                                          ▼
-//	  ──▶ PREROUTING ──▶ routing ──┬──▶ FORWARD ─────────────────────────▶ POSTROUTING ──▶ out
-//	      (conntrack,   decision   │                                          ▲
-//	       DNAT)        (after     └──▶ INPUT ──▶ the node's own stack        │
-//	                     DNAT)          (SNAT)    (hostNetwork pods,          │
-//	                                               NodePort listeners)        │
-//	                                                   │                      │
-//	                                                   ▼                      │
-//	                                    OUTPUT ──▶ routing ───────────────────┘
-//	                                    (conntrack, DNAT)                 (SNAT, MASQUERADE,
-//	                                                                       conntrack confirm)
-//
-// At each hook the registered handlers run in priority order (lowest first), with the
-// datapath's own steps at the kernel's priorities: conntrack lookup at PriorityConntrack
-// in PREROUTING and OUTPUT, NAT at PriorityNATDst (PREROUTING, OUTPUT) and PriorityNATSrc
-// (INPUT, POSTROUTING), and conntrack confirmation last in INPUT and POSTROUTING.
-type Hook uint8
-
-// The five hooks.
-const (
-	Prerouting Hook = iota
-	Input
-	Forward
-	Output
-	Postrouting
-	numHooks
-)
-
-var hookNames = [...]string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
-
-func (h Hook) String() string {
-	if int(h) < len(hookNames) {
-		return hookNames[h]
-	}
-	return fmt.Sprintf("HOOK(%d)", uint8(h))
-}
-
-// ParseHook parses a hook name as iptables spells its built-in chains.
-func ParseHook(s string) (Hook, error) {
-	for i, n := range hookNames {
-		if strings.EqualFold(n, s) {
-			return Hook(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown hook %q", s)
-}
-
-// Handler priorities, as netfilter's NF_IP_PRI_* values.
-const (
-	PriorityRaw       = -300
-	PriorityConntrack = -200
-	PriorityMangle    = -150
-	PriorityNATDst    = -100
-	PriorityFilter    = 0
-	PrioritySecurity  = 50
-	PriorityNATSrc    = 100
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // Handler inspects a packet at a hook and decides what happens to it. Proxy modes (the
@@ -93,7 +31,7 @@ func (f HandlerFunc) Handle(ctx *Context, p *Packet) Verdict { return f(ctx, p) 
 // HandlerSpec registers a handler on a node.
 type HandlerSpec struct {
 	Name     string // shown in traces
-	Hook     Hook
+	Hook     netfilter.Hook
 	Priority int
 	// NAT makes this a NAT handler, like a nat-table chain: it sees only the first packet
 	// of each connection (while the connection's NAT binding of its kind is not yet set
@@ -131,90 +69,9 @@ func (k VerdictKind) String() string {
 	return [...]string{"CONTINUE", "DROP", "REJECT", "NAT", "REROUTE", "STOLEN"}[k]
 }
 
-// RejectWith says what a Reject sends back (iptables' --reject-with).
-type RejectWith uint8
-
-// Reject types. The zero value is ICMP port unreachable, the REJECT target's default.
-const (
-	RejectPortUnreachable  RejectWith = iota // icmp-port-unreachable / icmp6-port-unreachable
-	RejectNetUnreachable                     // icmp-net-unreachable / icmp6-no-route
-	RejectHostUnreachable                    // icmp-host-unreachable / icmp6-addr-unreachable
-	RejectProtoUnreachable                   // icmp-proto-unreachable
-	RejectNetProhibited                      // icmp-net-prohibited
-	RejectHostProhibited                     // icmp-host-prohibited
-	RejectAdminProhibited                    // icmp-admin-prohibited / icmp6-adm-prohibited
-	RejectTCPReset                           // tcp-reset
-)
-
-var rejectNames = [...]string{"icmp-port-unreachable", "icmp-net-unreachable", "icmp-host-unreachable", "icmp-proto-unreachable", "icmp-net-prohibited", "icmp-host-prohibited", "icmp-admin-prohibited", "tcp-reset"}
-
-func (r RejectWith) String() string {
-	if int(r) < len(rejectNames) {
-		return rejectNames[r]
-	}
-	return fmt.Sprintf("reject(%d)", uint8(r))
-}
-
-// icmpTypeCode returns the ICMP (or ICMPv6) type and code a reject sends.
-func (r RejectWith) icmpTypeCode(v6 bool) (uint8, uint8) {
-	if v6 {
-		switch r {
-		case RejectNetUnreachable:
-			return 1, 0
-		case RejectHostUnreachable:
-			return 1, 3
-		case RejectAdminProhibited, RejectNetProhibited, RejectHostProhibited:
-			return 1, 1
-		default:
-			return 1, 4
-		}
-	}
-	switch r {
-	case RejectNetUnreachable:
-		return 3, 0
-	case RejectHostUnreachable:
-		return 3, 1
-	case RejectProtoUnreachable:
-		return 3, 2
-	case RejectNetProhibited:
-		return 3, 9
-	case RejectHostProhibited:
-		return 3, 10
-	case RejectAdminProhibited:
-		return 3, 13
-	default:
-		return 3, 3
-	}
-}
-
-// NATKind is the kind of a NAT action.
-type NATKind uint8
-
-// NAT kinds.
-const (
-	DNAT       NATKind = iota + 1 // rewrite the destination (PREROUTING, OUTPUT)
-	Redirect                      // DNAT to the node itself (the input interface's address, 127.0.0.1 for OUTPUT)
-	SNAT                          // rewrite the source (INPUT, POSTROUTING)
-	Masquerade                    // SNAT to the output interface's address (POSTROUTING)
-)
-
-func (k NATKind) String() string {
-	switch k {
-	case DNAT:
-		return "DNAT"
-	case Redirect:
-		return "REDIRECT"
-	case SNAT:
-		return "SNAT"
-	case Masquerade:
-		return "MASQUERADE"
-	}
-	return "NAT?"
-}
-
 // NATAction is what a NAT verdict does.
 type NATAction struct {
-	Kind NATKind
+	Kind netfilter.NATKind
 	// Addr is the new address for DNAT and SNAT (zero keeps the address).
 	Addr netip.Addr
 	// PortMin..PortMax is the new port range; zero keeps the port (DNAT, REDIRECT) or
@@ -248,8 +105,8 @@ func (a NATAction) String() string {
 // Verdict is a handler's decision about a packet.
 type Verdict struct {
 	Kind   VerdictKind
-	Reject RejectWith // for Reject
-	NAT    NATAction  // for NAT
+	Reject netfilter.RejectWith // for Reject
+	NAT    NATAction            // for NAT
 	// Reason says why, for traces ("KUBE-SVC-XYZ rule 3", "no endpoints").
 	Reason string
 }
@@ -261,25 +118,25 @@ var (
 )
 
 // RejectVerdict returns a Reject verdict.
-func RejectVerdict(with RejectWith, reason string) Verdict {
+func RejectVerdict(with netfilter.RejectWith, reason string) Verdict {
 	return Verdict{Kind: Reject, Reject: with, Reason: reason}
 }
 
 // DNATTo returns a NAT verdict that rewrites the destination to ap.
 func DNATTo(ap netip.AddrPort, reason string) Verdict {
-	return Verdict{Kind: NAT, NAT: NATAction{Kind: DNAT, Addr: ap.Addr(), PortMin: ap.Port(), PortMax: ap.Port()}, Reason: reason}
+	return Verdict{Kind: NAT, NAT: NATAction{Kind: netfilter.DNAT, Addr: ap.Addr(), PortMin: ap.Port(), PortMax: ap.Port()}, Reason: reason}
 }
 
 // MasqueradeVerdict returns a MASQUERADE verdict.
 func MasqueradeVerdict(randomFully bool, reason string) Verdict {
-	return Verdict{Kind: NAT, NAT: NATAction{Kind: Masquerade, RandomFully: randomFully}, Reason: reason}
+	return Verdict{Kind: NAT, NAT: NATAction{Kind: netfilter.Masquerade, RandomFully: randomFully}, Reason: reason}
 }
 
 // Context is what a handler gets beside the packet: the node, the hook, the virtual time,
 // the seeded choice points and the trace.
 type Context struct {
 	node    *Node
-	hook    Hook
+	hook    netfilter.Hook
 	now     time.Time
 	chooser chooser
 	trace   *Trace
@@ -291,7 +148,7 @@ type Context struct {
 func (c *Context) Node() *Node { return c.node }
 
 // Hook returns the hook being run.
-func (c *Context) Hook() Hook { return c.hook }
+func (c *Context) Hook() netfilter.Hook { return c.hook }
 
 // Now returns the virtual time.
 func (c *Context) Now() time.Time { return c.now }
@@ -365,10 +222,10 @@ func (c *Context) Tracef(format string, args ...any) {
 // to bind (untracked or invalid): the packet is still rewritten.
 func (c *Context) RewriteDst(p *Packet, to netip.AddrPort) bool {
 	conn := p.Conn
-	ok := conn != nil && !p.CtReply && p.CtState != CtRelated
+	ok := conn != nil && !p.CtReply && p.CtState != netfilter.CtRelated
 	if ok && !c.dryRun {
 		conn.Reply.Src, conn.Reply.SrcPort = to.Addr(), to.Port()
-		conn.Status |= StatusDstNAT | StatusDstNATDone
+		conn.Status |= netfilter.StatusDstNAT | netfilter.StatusDstNATDone
 	}
 	before := ""
 	if c.trace != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"sync/atomic"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // A Middlebox is a device of the cluster network that owns addresses of its own and
@@ -137,7 +139,7 @@ func (c *Network) middleboxProbe(m Middlebox, pk *Packet, env *penv, nodeEnv fun
 }
 
 // Tuple returns the packet's tuple as it is now: protocol, addresses and ports.
-func (p *Packet) Tuple() Tuple { return tupleOf(p) }
+func (p *Packet) Tuple() netfilter.Tuple { return tupleOf(p) }
 
 // natPointer is the fabric's NAT, read for every packet without a lock.
 type natPointer = atomic.Pointer[FabricNAT]

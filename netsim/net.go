@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/clusterlab/clusterlab/netfilter"
+
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
@@ -289,7 +291,7 @@ func (n *Net) Listen(network, address string) (net.Listener, error) {
 		lns = append(lns, ln)
 	}
 	port := uint16(lns[0].Addr().(*net.TCPAddr).Port)
-	n.track(ProtoTCP, port, 1)
+	n.track(netfilter.ProtoTCP, port, 1)
 	if len(lns) == 1 {
 		return &trackedListener{Listener: lns[0], n: n, port: port}, nil
 	}
@@ -351,7 +353,7 @@ type trackedListener struct {
 }
 
 func (l *trackedListener) Close() error {
-	l.once.Do(func() { l.n.track(ProtoTCP, l.port, -1) })
+	l.once.Do(func() { l.n.track(netfilter.ProtoTCP, l.port, -1) })
 	return l.Listener.Close()
 }
 
@@ -405,7 +407,7 @@ func (m *multiListener) Accept() (net.Conn, error) {
 func (m *multiListener) Close() error {
 	m.once.Do(func() {
 		close(m.closed)
-		m.n.track(ProtoTCP, m.port, -1)
+		m.n.track(netfilter.ProtoTCP, m.port, -1)
 		for _, l := range m.lns {
 			l.Close()
 		}
@@ -433,7 +435,7 @@ func (n *Net) ListenPacket(network, address string) (net.PacketConn, error) {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
 	port := uint16(c.LocalAddr().(*net.UDPAddr).Port)
-	n.track(ProtoUDP, port, 1)
+	n.track(netfilter.ProtoUDP, port, 1)
 	return &trackedPacketConn{UDPConn: c, n: n, port: port}, nil
 }
 
@@ -445,7 +447,7 @@ type trackedPacketConn struct {
 }
 
 func (c *trackedPacketConn) Close() error {
-	c.once.Do(func() { c.n.track(ProtoUDP, c.port, -1) })
+	c.once.Do(func() { c.n.track(netfilter.ProtoUDP, c.port, -1) })
 	return c.UDPConn.Close()
 }
 

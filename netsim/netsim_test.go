@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // staticDNAT is the test's stand-in for a proxy mode: a NAT handler that DNATs a VIP
@@ -23,11 +25,11 @@ type staticDNAT struct {
 }
 
 func (d *staticDNAT) Handle(ctx *Context, p *Packet) Verdict {
-	if p.Dst != d.vip.Addr() || p.DstPort != d.vip.Port() || p.Proto == ProtoICMP {
+	if p.Dst != d.vip.Addr() || p.DstPort != d.vip.Port() || p.Proto == netfilter.ProtoICMP {
 		return VerdictContinue
 	}
 	if len(d.backends) == 0 {
-		return RejectVerdict(RejectPortUnreachable, "no endpoints")
+		return RejectVerdict(netfilter.RejectPortUnreachable, "no endpoints")
 	}
 	var b netip.AddrPort
 	if d.ladder {
@@ -51,8 +53,8 @@ func (d *staticDNAT) Handle(ctx *Context, p *Packet) Verdict {
 // small KUBE-POSTROUTING.
 func attachDNAT(c *Network, d *staticDNAT) {
 	for _, n := range c.Nodes() {
-		n.AddHandler(HandlerSpec{Name: "test-dnat", Hook: Prerouting, Priority: PriorityNATDst, NAT: true, Handler: d})
-		n.AddHandler(HandlerSpec{Name: "test-dnat", Hook: Output, Priority: PriorityNATDst, NAT: true, Handler: d})
+		n.AddHandler(HandlerSpec{Name: "test-dnat", Hook: netfilter.Prerouting, Priority: netfilter.PriorityNATDst, NAT: true, Handler: d})
+		n.AddHandler(HandlerSpec{Name: "test-dnat", Hook: netfilter.Output, Priority: netfilter.PriorityNATDst, NAT: true, Handler: d})
 	}
 }
 
@@ -74,10 +76,10 @@ func startPod(t testing.TB, c *Network, node, key string, serve ...uint16) *Pod 
 		t.Fatal(err)
 	}
 	for _, port := range serve {
-		if err := p.Serve(ProtoTCP, port); err != nil {
+		if err := p.Serve(netfilter.ProtoTCP, port); err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Serve(ProtoUDP, port); err != nil {
+		if err := p.Serve(netfilter.ProtoUDP, port); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -187,7 +189,7 @@ func TestDNATToBackendsAcrossNodes(t *testing.T) {
 	// Conntrack on the client's node holds DNATed entries whose reply tuple names a backend.
 	var dnat int
 	for _, e := range c.Node("node-a").Conntrack().Entries() {
-		if e.Orig.Dst == vip.Addr() && e.Has(StatusDstNAT) {
+		if e.Orig.Dst == vip.Addr() && e.Has(netfilter.StatusDstNAT) {
 			dnat++
 			if e.Reply.SrcPort != 8080 {
 				t.Errorf("entry %s: reply source port %d, want 8080", e.String(), e.Reply.SrcPort)
@@ -245,7 +247,7 @@ func TestProbeOutcomes(t *testing.T) {
 	attachDNAT(c, &staticDNAT{vip: vip, backends: []netip.AddrPort{netip.AddrPortFrom(web.IP(), 8080)}})
 	attachDNAT(c, &staticDNAT{vip: netip.MustParseAddrPort("10.96.0.61:80")})
 
-	r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect, Trace: true})
+	r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, Mode: ProbeConnect, Trace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,22 +258,22 @@ func TestProbeOutcomes(t *testing.T) {
 		t.Errorf("trace lacks NAT or conntrack steps:\n%s", r.Trace)
 	}
 	// Each node tracks the flow in its own table: metadata does not cross the wire.
-	if es := c.Node("node-b").Conntrack().List(CtFilter{Proto: ProtoTCP, OrigDst: web.IP()}); len(es) != 1 || es[0].TCPState != TCPClose {
+	if es := c.Node("node-b").Conntrack().List(CtFilter{Proto: netfilter.ProtoTCP, OrigDst: web.IP()}); len(es) != 1 || es[0].TCPState != TCPClose {
 		t.Errorf("node-b tracks %v for the probe's flow, want one entry, closed by the probe's RST", es)
 	}
-	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.61:80"), Mode: ProbeConnect})
+	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.61:80"), Mode: ProbeConnect})
 	if r.Result != ResultRefused || r.ReplyFrom.Addr() != netip.MustParseAddr("10.244.0.1") {
 		t.Errorf("no endpoints: %s, want refused by ICMP from the node's bridge address", r.Outcome)
 	}
-	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 9999), Mode: ProbeConnect})
+	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 9999), Mode: ProbeConnect})
 	if r.Result != ResultRefused || !strings.Contains(r.Reason, "nothing listens") {
 		t.Errorf("closed port: %s", r.Outcome)
 	}
-	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.99:80")})
+	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.99:80")})
 	if r.Result != ResultDropped || !strings.Contains(r.Reason, "no route") {
 		t.Errorf("VIP nobody DNATs: %s, want dropped for lack of a route", r.Outcome)
 	}
-	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: netip.AddrPortFrom(web.IP(), 8080), Mode: ProbeConnect})
+	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: netip.AddrPortFrom(web.IP(), 8080), Mode: ProbeConnect})
 	if r.Result != ResultReplied || r.Pod != "default/web" {
 		t.Errorf("udp exchange: %s", r.Outcome)
 	}
@@ -288,7 +290,7 @@ func TestAllBranchesProbabilities(t *testing.T) {
 	attachDNAT(c, &staticDNAT{vip: vip, backends: backends, ladder: true})
 	startPod(t, c, "node-a", "default/client")
 	before := c.Node("node-a").Conntrack().Len()
-	rs, err := c.Probe(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, AllBranches: true})
+	rs, err := c.Probe(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, AllBranches: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,11 +312,11 @@ func TestConntrackTimeoutOnVirtualClock(t *testing.T) {
 	web := startPod(t, c, "node-a", "default/web", 53)
 	startPod(t, c, "node-a", "default/client")
 	dst := netip.AddrPortFrom(web.IP(), 53)
-	if _, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: dst, SrcPort: 40000}); err != nil {
+	if _, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: dst, SrcPort: 40000}); err != nil {
 		t.Fatal(err)
 	}
 	ct := c.Node("node-a").Conntrack()
-	f := CtFilter{Proto: ProtoUDP, OrigDst: web.IP()}
+	f := CtFilter{Proto: netfilter.ProtoUDP, OrigDst: web.IP()}
 	if n := len(ct.List(f)); n != 1 {
 		t.Fatalf("%d UDP entries after one datagram, want 1", n)
 	}
@@ -331,7 +333,7 @@ func TestConntrackTimeoutOnVirtualClock(t *testing.T) {
 func TestHostNetworkAndNodeLocal(t *testing.T) {
 	c := newTestCluster(t, threeNodes())
 	n := c.Node("node-b")
-	stop, err := ServeWhoami(n.HostNet(), "", "node-b", ProtoTCP, 10250)
+	stop, err := ServeWhoami(n.HostNet(), "", "node-b", netfilter.ProtoTCP, 10250)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +368,7 @@ func TestICMPErrorThroughDNAT(t *testing.T) {
 	vip := netip.MustParseAddrPort("10.96.0.10:53")
 	attachDNAT(c, &staticDNAT{vip: vip, backends: []netip.AddrPort{netip.AddrPortFrom(silent.IP(), 5353)}})
 	startPod(t, c, "node-a", "default/client")
-	r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: vip, Mode: ProbeConnect, Trace: true})
+	r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: vip, Mode: ProbeConnect, Trace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,21 +414,21 @@ func TestHTTPThroughDNATAcrossThreeNodes(t *testing.T) {
 	if len(seen) != 3 {
 		t.Errorf("three requests reached %v", seen)
 	}
-	ents := c.Node("node-b").Conntrack().List(CtFilter{Proto: ProtoTCP, OrigDst: vip.Addr()})
+	ents := c.Node("node-b").Conntrack().List(CtFilter{Proto: netfilter.ProtoTCP, OrigDst: vip.Addr()})
 	if len(ents) != 3 {
 		t.Fatalf("node-b conntrack: %d entries for the VIP, want 3", len(ents))
 	}
 	targets := map[netip.Addr]bool{}
 	for _, e := range ents {
 		targets[e.Reply.Src] = true
-		if !e.Has(StatusDstNAT|StatusAssured) || e.TCPState == TCPSynSent {
+		if !e.Has(netfilter.StatusDstNAT|netfilter.StatusAssured) || e.TCPState == TCPSynSent {
 			t.Errorf("entry %s: want DNATed, assured, past SYN_SENT", e.String())
 		}
 	}
 	if len(targets) != 3 {
 		t.Errorf("conntrack replies expected from %v, want the three backends", targets)
 	}
-	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect, Trace: true})
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, Mode: ProbeConnect, Trace: true})
 	nat := r.Trace.Find(StepNAT)
 	if r.Result != ResultConnected || len(nat) < 2 {
 		t.Errorf("traced probe: %s with %d NAT steps\n%s", r.Outcome, len(nat), r.Trace)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // Config describes a cluster network. Zero fields take the defaults documented on each;
@@ -278,8 +280,8 @@ func (c *Network) addNode(i int, nc NodeConfig) (*Node, error) {
 	n.q = packetQueue{wake: make(chan struct{}, 1), limit: c.cfg.QueueLen}
 	n.fromFabric = func(f frame) { n.fromUplinkNow(f, nil) }
 	n.hot = new(nodeHot)
-	for h := range numHooks {
-		n.planLocked(Hook(h)) // n is not shared yet
+	for h := range netfilter.NumHooks {
+		n.planLocked(netfilter.Hook(h)) // n is not shared yet
 	}
 	n.mu = &n.hot.mu
 	n.ct = NewConntrack(c.clock.Now, n.settings.Conntrack)
@@ -388,7 +390,7 @@ func (c *Network) addNode(i int, nc NodeConfig) (*Node, error) {
 		c.fabric.podCIDRs = append(c.fabric.podCIDRs, cidrRoute{p: p, node: n})
 	}
 	c.fabric.unlock()
-	n.AddHandler(HandlerSpec{Name: "cni-masquerade", Hook: Postrouting, Priority: PriorityNATSrc + 10, NAT: true, Handler: HandlerFunc(n.egressMasq)})
+	n.AddHandler(HandlerSpec{Name: "cni-masquerade", Hook: netfilter.Postrouting, Priority: netfilter.PriorityNATSrc + 10, NAT: true, Handler: HandlerFunc(n.egressMasq)})
 	c.mu.Lock()
 	c.nodes[nc.Name] = n
 	c.order = append(c.order, n)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // NodeSettings are the kernel settings of a node that change outcomes.
@@ -97,9 +99,9 @@ type Node struct {
 	local     map[netip.Addr]*Iface
 	ports     map[netip.Addr]*podPort // pod IP → bridge port
 	addrs     addrTable               // local and ports in one, for the datapath
-	hooks     [numHooks][]handlerEntry
-	plans     [numHooks][]hookStep // what runHookLocked runs, from hooks (planLocked)
-	bare      [numHooks]bool       // the hook's plan is its built-in steps alone
+	hooks     [netfilter.NumHooks][]handlerEntry
+	plans     [netfilter.NumHooks][]hookStep // what runHookLocked runs, from hooks (planLocked)
+	bare      [netfilter.NumHooks]bool       // the hook's plan is its built-in steps alone
 	nextID    uint64
 	ct        *Conntrack
 	rng       *rand.Rand
@@ -244,7 +246,7 @@ func (n *Node) AddHandler(spec HandlerSpec) (remove func()) {
 	}
 	if spec.NAT {
 		switch spec.Hook {
-		case Prerouting, Output, Input, Postrouting:
+		case netfilter.Prerouting, netfilter.Output, netfilter.Input, netfilter.Postrouting:
 		default:
 			panic(fmt.Sprintf("netsim: NAT handler %q at %s: NAT is done in PREROUTING, OUTPUT, INPUT and POSTROUTING", spec.Name, spec.Hook))
 		}
@@ -283,7 +285,7 @@ type hookStep struct {
 // each after the built-in steps of the same or a lower priority, then the remaining
 // built-in steps. It runs whenever the hook's handlers change, so that a packet's pass
 // walks one short list.
-func (n *Node) planLocked(h Hook) {
+func (n *Node) planLocked(h netfilter.Hook) {
 	bs := hookBuiltins[h]
 	bi := 0
 	var plan []hookStep

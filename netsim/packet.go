@@ -6,39 +6,23 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/clusterlab/clusterlab/netfilter"
+
 	"gvisor.dev/gvisor/pkg/buffer"
-)
-
-// IP protocol numbers the datapath understands.
-const (
-	ProtoICMP   uint8 = 1
-	ProtoTCP    uint8 = 6
-	ProtoUDP    uint8 = 17
-	ProtoICMPv6 uint8 = 58
-	ProtoSCTP   uint8 = 132
-)
-
-// TCP flag bits as they sit in the TCP header's flags byte.
-const (
-	TCPFin uint8 = 0x01
-	TCPSyn uint8 = 0x02
-	TCPRst uint8 = 0x04
-	TCPPsh uint8 = 0x08
-	TCPAck uint8 = 0x10
 )
 
 // ProtoName returns the lower-case name of an IP protocol ("tcp", "udp", ...).
 func ProtoName(p uint8) string {
 	switch p {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		return "tcp"
-	case ProtoUDP:
+	case netfilter.ProtoUDP:
 		return "udp"
-	case ProtoSCTP:
+	case netfilter.ProtoSCTP:
 		return "sctp"
-	case ProtoICMP:
+	case netfilter.ProtoICMP:
 		return "icmp"
-	case ProtoICMPv6:
+	case netfilter.ProtoICMPv6:
 		return "icmpv6"
 	}
 	return fmt.Sprintf("proto-%d", p)
@@ -48,15 +32,15 @@ func ProtoName(p uint8) string {
 func ParseProto(s string) (uint8, error) {
 	switch s {
 	case "tcp", "TCP":
-		return ProtoTCP, nil
+		return netfilter.ProtoTCP, nil
 	case "udp", "UDP":
-		return ProtoUDP, nil
+		return netfilter.ProtoUDP, nil
 	case "sctp", "SCTP":
-		return ProtoSCTP, nil
+		return netfilter.ProtoSCTP, nil
 	case "icmp", "ICMP":
-		return ProtoICMP, nil
+		return netfilter.ProtoICMP, nil
 	case "icmpv6", "ICMPv6", "ipv6-icmp":
-		return ProtoICMPv6, nil
+		return netfilter.ProtoICMPv6, nil
 	}
 	return 0, fmt.Errorf("unknown protocol %q (want tcp, udp, sctp, icmp or icmpv6)", s)
 }
@@ -94,7 +78,7 @@ type Packet struct {
 	// Conn is the conntrack entry the packet belongs to, nil when untracked or invalid.
 	Conn *Conn
 	// CtState is the conntrack state as the conntrack match reports it.
-	CtState CtState
+	CtState netfilter.CtState
 	// CtReply is true when the packet travels in the reply direction of Conn.
 	CtReply bool
 
@@ -125,6 +109,7 @@ func ParsePacket(b []byte) (*Packet, error) {
 
 func (p *Packet) parse(b []byte) error {
 	p.Data = b
+	p.CtState = netfilter.CtUntracked // no conntrack lookup yet
 	if len(b) < 1 {
 		return ErrShortPacket
 	}
@@ -198,20 +183,20 @@ func (p *Packet) parse(b []byte) error {
 func (p *Packet) parseL4() error {
 	l4 := p.Data[p.l4off:]
 	switch p.Proto {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		if len(l4) < 20 {
 			return fmt.Errorf("%w: TCP header", ErrShortPacket)
 		}
 		p.SrcPort = binary.BigEndian.Uint16(l4[0:2])
 		p.DstPort = binary.BigEndian.Uint16(l4[2:4])
 		p.TCPFlags = l4[13]
-	case ProtoUDP, ProtoSCTP:
+	case netfilter.ProtoUDP, netfilter.ProtoSCTP:
 		if len(l4) < 8 {
 			return fmt.Errorf("%w: %s header", ErrShortPacket, ProtoName(p.Proto))
 		}
 		p.SrcPort = binary.BigEndian.Uint16(l4[0:2])
 		p.DstPort = binary.BigEndian.Uint16(l4[2:4])
-	case ProtoICMP, ProtoICMPv6:
+	case netfilter.ProtoICMP, netfilter.ProtoICMPv6:
 		if len(l4) < 8 {
 			return fmt.Errorf("%w: ICMP header", ErrShortPacket)
 		}
@@ -235,9 +220,9 @@ func (p *Packet) parseL4() error {
 // that caused it.
 func (p *Packet) IsICMPError() bool {
 	switch p.Proto {
-	case ProtoICMP:
+	case netfilter.ProtoICMP:
 		return p.ICMPType == 3 || p.ICMPType == 11 || p.ICMPType == 12 || p.ICMPType == 4
-	case ProtoICMPv6:
+	case netfilter.ProtoICMPv6:
 		return p.ICMPType < 128
 	}
 	return false
@@ -245,9 +230,9 @@ func (p *Packet) IsICMPError() bool {
 
 func (p *Packet) isICMPEcho() bool {
 	switch p.Proto {
-	case ProtoICMP:
+	case netfilter.ProtoICMP:
 		return p.ICMPType == 8 || p.ICMPType == 0
-	case ProtoICMPv6:
+	case netfilter.ProtoICMPv6:
 		return p.ICMPType == 128 || p.ICMPType == 129
 	}
 	return false
@@ -259,7 +244,7 @@ func (p *Packet) hasPorts() bool {
 		return false
 	}
 	switch p.Proto {
-	case ProtoTCP, ProtoUDP, ProtoSCTP:
+	case netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP:
 		return true
 	}
 	return p.isICMPEcho()
@@ -272,13 +257,13 @@ func (p *Packet) Payload() []byte {
 	}
 	l4 := p.Data[p.l4off:]
 	switch p.Proto {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		off := int(l4[12]>>4) * 4
 		if off > len(l4) {
 			return nil
 		}
 		return l4[off:]
-	case ProtoUDP:
+	case netfilter.ProtoUDP:
 		return l4[8:]
 	}
 	return nil
@@ -286,7 +271,7 @@ func (p *Packet) Payload() []byte {
 
 // TCPSeq returns the TCP sequence and acknowledgement numbers and the window.
 func (p *Packet) TCPSeq() (seq, ack uint32, win uint16) {
-	if p.Proto != ProtoTCP || p.l4off == 0 {
+	if p.Proto != netfilter.ProtoTCP || p.l4off == 0 {
 		return 0, 0, 0
 	}
 	l4 := p.Data[p.l4off:]
@@ -296,10 +281,10 @@ func (p *Packet) TCPSeq() (seq, ack uint32, win uint16) {
 // tcpDataLen is the number of sequence numbers a TCP segment uses (payload, SYN, FIN).
 func (p *Packet) tcpSeqLen() uint32 {
 	n := uint32(len(p.Payload()))
-	if p.TCPFlags&TCPSyn != 0 {
+	if p.TCPFlags&netfilter.TCPSyn != 0 {
 		n++
 	}
-	if p.TCPFlags&TCPFin != 0 {
+	if p.TCPFlags&netfilter.TCPFin != 0 {
 		n++
 	}
 	return n
@@ -320,13 +305,13 @@ func (p *Packet) Clone() *Packet {
 // String is a one-line summary, as tcpdump would print it.
 func (p *Packet) String() string {
 	switch {
-	case p.Proto == ProtoTCP:
+	case p.Proto == netfilter.ProtoTCP:
 		return fmt.Sprintf("tcp %s -> %s [%s]", netip.AddrPortFrom(p.Src, p.SrcPort), netip.AddrPortFrom(p.Dst, p.DstPort), TCPFlagString(p.TCPFlags))
-	case p.Proto == ProtoUDP || p.Proto == ProtoSCTP:
+	case p.Proto == netfilter.ProtoUDP || p.Proto == netfilter.ProtoSCTP:
 		return fmt.Sprintf("%s %s -> %s", ProtoName(p.Proto), netip.AddrPortFrom(p.Src, p.SrcPort), netip.AddrPortFrom(p.Dst, p.DstPort))
 	case p.IsICMPError() && p.Inner != nil:
 		return fmt.Sprintf("%s %s -> %s type %d code %d (for %s)", ProtoName(p.Proto), p.Src, p.Dst, p.ICMPType, p.ICMPCode, p.Inner)
-	case p.Proto == ProtoICMP || p.Proto == ProtoICMPv6:
+	case p.Proto == netfilter.ProtoICMP || p.Proto == netfilter.ProtoICMPv6:
 		return fmt.Sprintf("%s %s -> %s type %d code %d", ProtoName(p.Proto), p.Src, p.Dst, p.ICMPType, p.ICMPCode)
 	}
 	return fmt.Sprintf("%s %s -> %s", ProtoName(p.Proto), p.Src, p.Dst)
@@ -335,19 +320,19 @@ func (p *Packet) String() string {
 // TCPFlagString renders TCP flags the way tcpdump does: S, S., P., F., R, ...
 func TCPFlagString(f uint8) string {
 	s := ""
-	if f&TCPSyn != 0 {
+	if f&netfilter.TCPSyn != 0 {
 		s += "S"
 	}
-	if f&TCPFin != 0 {
+	if f&netfilter.TCPFin != 0 {
 		s += "F"
 	}
-	if f&TCPRst != 0 {
+	if f&netfilter.TCPRst != 0 {
 		s += "R"
 	}
-	if f&TCPPsh != 0 {
+	if f&netfilter.TCPPsh != 0 {
 		s += "P"
 	}
-	if f&TCPAck != 0 {
+	if f&netfilter.TCPAck != 0 {
 		s += "."
 	}
 	if s == "" {
@@ -359,7 +344,7 @@ func TCPFlagString(f uint8) string {
 // resetMeta forgets what one node knew about the packet (conntrack, mark, interfaces)
 // when it crosses a wire to another host, as an skb's metadata does not travel.
 func (p *Packet) resetMeta() {
-	p.Conn, p.CtState, p.CtReply, p.ctCreated = nil, CtUntracked, false, false
+	p.Conn, p.CtState, p.CtReply, p.ctCreated = nil, netfilter.CtUntracked, false, false
 	p.Mark, p.notrack, p.inPort = 0, false, nil
 	p.InIface, p.OutIface = "", ""
 }
@@ -403,7 +388,7 @@ func (p *Packet) rewrite4(src bool, addr netip.Addr, port uint16) {
 	portOff := -1
 	if p.l4off != 0 {
 		switch p.Proto {
-		case ProtoTCP, ProtoUDP, ProtoSCTP:
+		case netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP:
 			portOff = p.l4off
 			if !src {
 				portOff += 2
@@ -411,14 +396,14 @@ func (p *Packet) rewrite4(src bool, addr netip.Addr, port uint16) {
 		}
 		if csOff := p.l4ChecksumOffset(); csOff >= 0 {
 			cs := binary.BigEndian.Uint16(b[csOff:])
-			if !(p.Proto == ProtoUDP && cs == 0) {
-				if p.Proto != ProtoICMP { // ICMPv4 has no pseudo header
+			if !(p.Proto == netfilter.ProtoUDP && cs == 0) {
+				if p.Proto != netfilter.ProtoICMP { // ICMPv4 has no pseudo header
 					cs = csumUpdate32(cs, old, nw)
 				}
 				if portOff >= 0 {
 					cs = csumUpdate16(cs, binary.BigEndian.Uint16(b[portOff:]), port)
 				}
-				if p.Proto == ProtoUDP && cs == 0 {
+				if p.Proto == netfilter.ProtoUDP && cs == 0 {
 					cs = 0xffff
 				}
 				binary.BigEndian.PutUint16(b[csOff:], cs)
@@ -474,9 +459,9 @@ func (p *Packet) rewriteAny(src bool, addr netip.Addr, port uint16) {
 	if p.l4off != 0 {
 		if csOff := p.l4ChecksumOffset(); csOff >= 0 {
 			cs := binary.BigEndian.Uint16(b[csOff:])
-			skip := p.Proto == ProtoUDP && !p.IPv6 && cs == 0
+			skip := p.Proto == netfilter.ProtoUDP && !p.IPv6 && cs == 0
 			if !skip {
-				if p.Proto != ProtoICMP { // ICMPv4 has no pseudo header
+				if p.Proto != netfilter.ProtoICMP { // ICMPv4 has no pseudo header
 					cs = csumUpdate(cs, old, newA)
 				}
 				if portOff >= 0 {
@@ -485,7 +470,7 @@ func (p *Packet) rewriteAny(src bool, addr netip.Addr, port uint16) {
 					binary.BigEndian.PutUint16(np[:], port)
 					cs = csumUpdate(cs, op[:], np[:])
 				}
-				if p.Proto == ProtoUDP && cs == 0 {
+				if p.Proto == netfilter.ProtoUDP && cs == 0 {
 					cs = 0xffff
 				}
 				binary.BigEndian.PutUint16(b[csOff:], cs)
@@ -520,15 +505,15 @@ func (p *Packet) l4ChecksumOffset() int {
 	}
 	n := len(p.Data) - p.l4off
 	switch p.Proto {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		if n >= 18 {
 			return p.l4off + 16
 		}
-	case ProtoUDP:
+	case netfilter.ProtoUDP:
 		if n >= 8 {
 			return p.l4off + 6
 		}
-	case ProtoICMP, ProtoICMPv6:
+	case netfilter.ProtoICMP, netfilter.ProtoICMPv6:
 		if n >= 4 {
 			return p.l4off + 2
 		}
@@ -631,12 +616,12 @@ func (p *Packet) ChecksumsValid() bool {
 	}
 	l4 := b[p.l4off:]
 	switch p.Proto {
-	case ProtoTCP, ProtoUDP, ProtoICMPv6:
-		if p.Proto == ProtoUDP && !p.IPv6 && binary.BigEndian.Uint16(l4[6:8]) == 0 {
+	case netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoICMPv6:
+		if p.Proto == netfilter.ProtoUDP && !p.IPv6 && binary.BigEndian.Uint16(l4[6:8]) == 0 {
 			return true
 		}
 		return checksum(l4, pseudoHeaderSum(p.Src, p.Dst, p.Proto, len(l4))) == 0
-	case ProtoICMP:
+	case netfilter.ProtoICMP:
 		return checksum(l4, 0) == 0
 	}
 	return true

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // The IPv4 rewrite and TTL decrement (32-bit checksum arithmetic) leave exactly the bytes
@@ -27,7 +29,7 @@ func TestIPv4RewriteMatchesGeneral(t *testing.T) {
 	build := func(kind int) []byte {
 		switch kind {
 		case 0:
-			return BuildTCP(TCPSegment{Src: ap(), Dst: ap(), Flags: TCPAck, Seq: rng.Uint32(), Ack: rng.Uint32(), Window: uint16(rng.Uint32()), Payload: payload(), WindowScale: -1})
+			return BuildTCP(TCPSegment{Src: ap(), Dst: ap(), Flags: netfilter.TCPAck, Seq: rng.Uint32(), Ack: rng.Uint32(), Window: uint16(rng.Uint32()), Payload: payload(), WindowScale: -1})
 		case 1:
 			return BuildUDP(ap(), ap(), payload())
 		case 2: // UDP without a checksum

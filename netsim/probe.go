@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // ProbeMode says how much of an exchange a probe plays.
@@ -208,7 +210,7 @@ func (c *Network) Probe(p Probe) ([]ProbeResult, error) {
 		return nil, errors.New("probe: no destination")
 	}
 	switch p.Proto {
-	case ProtoTCP, ProtoUDP, ProtoSCTP, ProtoICMP, ProtoICMPv6:
+	case netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP, netfilter.ProtoICMP, netfilter.ProtoICMPv6:
 	default:
 		return nil, fmt.Errorf("probe: unsupported protocol %d", p.Proto)
 	}
@@ -337,16 +339,16 @@ func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 	srcAP := netip.AddrPortFrom(src, sport)
 	var isn uint32
 	switch p.Proto {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		c.mu.Lock()
 		isn = c.rng.Uint32()
 		c.mu.Unlock()
-		data = BuildTCP(TCPSegment{Src: srcAP, Dst: dst, Flags: TCPSyn, Seq: isn, MSS: uint16(c.cfg.MTU - 40), WindowScale: 7, SACKPermitted: true})
-	case ProtoUDP:
+		data = BuildTCP(TCPSegment{Src: srcAP, Dst: dst, Flags: netfilter.TCPSyn, Seq: isn, MSS: uint16(c.cfg.MTU - 40), WindowScale: 7, SACKPermitted: true})
+	case netfilter.ProtoUDP:
 		data = BuildUDP(srcAP, dst, p.Payload)
-	case ProtoSCTP:
+	case netfilter.ProtoSCTP:
 		data = BuildSCTPInit(srcAP, dst)
-	case ProtoICMP, ProtoICMPv6:
+	case netfilter.ProtoICMP, netfilter.ProtoICMPv6:
 		data = BuildICMPEcho(src, dst.Addr(), false, sport, 1, p.Payload)
 	}
 	pk, err := ParsePacket(data)
@@ -371,15 +373,15 @@ func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 	rsrc := netip.AddrPortFrom(end.pk.Dst, end.pk.DstPort)
 	rdst := netip.AddrPortFrom(end.pk.Src, end.pk.SrcPort)
 	switch {
-	case p.Proto == ProtoTCP && listening:
-		reply = BuildTCP(TCPSegment{Src: rsrc, Dst: rdst, Flags: TCPSyn | TCPAck, Seq: isn ^ 0x5a5a5a5a, Ack: isn + 1, MSS: uint16(c.cfg.MTU - 40), WindowScale: 7, SACKPermitted: true})
-	case p.Proto == ProtoTCP:
-		reply = BuildTCP(TCPSegment{Src: rsrc, Dst: rdst, Flags: TCPRst | TCPAck, Ack: isn + 1, WindowScale: -1})
-	case p.Proto == ProtoUDP && listening:
+	case p.Proto == netfilter.ProtoTCP && listening:
+		reply = BuildTCP(TCPSegment{Src: rsrc, Dst: rdst, Flags: netfilter.TCPSyn | netfilter.TCPAck, Seq: isn ^ 0x5a5a5a5a, Ack: isn + 1, MSS: uint16(c.cfg.MTU - 40), WindowScale: 7, SACKPermitted: true})
+	case p.Proto == netfilter.ProtoTCP:
+		reply = BuildTCP(TCPSegment{Src: rsrc, Dst: rdst, Flags: netfilter.TCPRst | netfilter.TCPAck, Ack: isn + 1, WindowScale: -1})
+	case p.Proto == netfilter.ProtoUDP && listening:
 		reply = BuildUDP(rsrc, rdst, []byte("reply"))
-	case p.Proto == ProtoUDP:
+	case p.Proto == netfilter.ProtoUDP:
 		reply = BuildICMPError(rsrc.Addr(), end.pk.Data, 3, 3)
-	case p.Proto == ProtoICMP || p.Proto == ProtoICMPv6:
+	case p.Proto == netfilter.ProtoICMP || p.Proto == netfilter.ProtoICMPv6:
 		reply = BuildICMPEcho(rsrc.Addr(), rdst.Addr(), true, end.pk.SrcPort, 1, nil)
 	default:
 		return ProbeResult{Outcome: out}
@@ -396,15 +398,15 @@ func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 	}
 	out.ReplyFrom = netip.AddrPortFrom(back.pk.Src, back.pk.SrcPort)
 	switch {
-	case p.Proto == ProtoTCP && !listening, p.Proto == ProtoUDP && !listening:
+	case p.Proto == netfilter.ProtoTCP && !listening, p.Proto == netfilter.ProtoUDP && !listening:
 		out.Result = ResultRefused
 		out.Reason = "nothing listens on " + ProtoName(p.Proto) + fmt.Sprintf("/%d", end.pk.DstPort)
 		return ProbeResult{Outcome: out}
-	case back.pk.Src != dst.Addr() || p.Proto != ProtoICMP && p.Proto != ProtoICMPv6 && back.pk.SrcPort != dst.Port():
+	case back.pk.Src != dst.Addr() || p.Proto != netfilter.ProtoICMP && p.Proto != netfilter.ProtoICMPv6 && back.pk.SrcPort != dst.Port():
 		// The client's stack sees a reply from an address it did not talk to. A TCP
 		// client answers such a SYN-ACK with a RST (no socket matches it) while its own
 		// connect goes on waiting for the SYN-ACK it expects, and times out.
-		if p.Proto == ProtoTCP {
+		if p.Proto == netfilter.ProtoTCP {
 			out.Result = ResultDropped
 			out.Reason = fmt.Sprintf("SYN-ACK came from %s, not %s: the client resets it and its connection times out", out.ReplyFrom, dst)
 		} else {
@@ -413,14 +415,14 @@ func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 		}
 		return ProbeResult{Outcome: out}
 	}
-	if p.Proto != ProtoTCP {
+	if p.Proto != netfilter.ProtoTCP {
 		out.Result = ResultReplied
 		return ProbeResult{Outcome: out}
 	}
 	// The final ACK: the client's connect has returned; its way does not count.
 	waited := *env.delay
 	defer func() { *env.delay = waited }()
-	ack := BuildTCP(TCPSegment{Src: srcAP, Dst: dst, Flags: TCPAck, Seq: isn + 1, Ack: (isn ^ 0x5a5a5a5a) + 1, WindowScale: -1})
+	ack := BuildTCP(TCPSegment{Src: srcAP, Dst: dst, Flags: netfilter.TCPAck, Seq: isn + 1, Ack: (isn ^ 0x5a5a5a5a) + 1, WindowScale: -1})
 	apk, _ := ParsePacket(ack)
 	fin := c.walk(from, apk, env, nodeEnv)
 	if fin.kind != endDelivered || !fin.at.same(end.at) {
@@ -431,7 +433,7 @@ func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 	out.Result = ResultConnected
 	// Abort the connection as a port scanner would, so it does not linger as ESTABLISHED
 	// in conntrack (and in IPVS's connection table): conntrack moves it to CLOSE.
-	rst := BuildTCP(TCPSegment{Src: srcAP, Dst: dst, Flags: TCPRst, Seq: isn + 1, WindowScale: -1})
+	rst := BuildTCP(TCPSegment{Src: srcAP, Dst: dst, Flags: netfilter.TCPRst, Seq: isn + 1, WindowScale: -1})
 	if rpk, err := ParsePacket(rst); err == nil {
 		c.walk(from, rpk, &penv{dry: env.dry, ch: env.ch}, nodeEnv)
 	}
@@ -513,7 +515,7 @@ func (w walkEnd) outcome(proto uint8, orig *Packet) Outcome {
 		}
 		o.Addr = netip.AddrPortFrom(w.pk.Dst, w.pk.DstPort)
 		o.SeenSrc = netip.AddrPortFrom(w.pk.Src, w.pk.SrcPort)
-		if proto == ProtoICMP || proto == ProtoICMPv6 {
+		if proto == netfilter.ProtoICMP || proto == netfilter.ProtoICMPv6 {
 			o.Addr = netip.AddrPortFrom(w.pk.Dst, 0)
 			o.SeenSrc = netip.AddrPortFrom(w.pk.Src, 0)
 		}

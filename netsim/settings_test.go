@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // kubeLikeNAT is a small kube-proxy: DNAT a VIP to backends; mark hairpin and
@@ -40,9 +42,9 @@ func (k *kubeLikeNAT) attach(n *Node) {
 		}
 		return DNATTo(k.backend, "")
 	})
-	n.AddHandler(HandlerSpec{Name: "kube-services", Hook: Prerouting, Priority: PriorityNATDst, NAT: true, Handler: dnat})
-	n.AddHandler(HandlerSpec{Name: "kube-services", Hook: Output, Priority: PriorityNATDst, NAT: true, Handler: dnat})
-	n.AddHandler(HandlerSpec{Name: "kube-postrouting", Hook: Postrouting, Priority: PriorityNATSrc, NAT: true, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
+	n.AddHandler(HandlerSpec{Name: "kube-services", Hook: netfilter.Prerouting, Priority: netfilter.PriorityNATDst, NAT: true, Handler: dnat})
+	n.AddHandler(HandlerSpec{Name: "kube-services", Hook: netfilter.Output, Priority: netfilter.PriorityNATDst, NAT: true, Handler: dnat})
+	n.AddHandler(HandlerSpec{Name: "kube-postrouting", Hook: netfilter.Postrouting, Priority: netfilter.PriorityNATSrc, NAT: true, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
 		if p.Mark&masqMark == 0 {
 			return VerdictContinue
 		}
@@ -51,7 +53,7 @@ func (k *kubeLikeNAT) attach(n *Node) {
 }
 
 // ctRecorder records the conntrack state of packets at a hook.
-type ctRecorder struct{ states []CtState }
+type ctRecorder struct{ states []netfilter.CtState }
 
 func (r *ctRecorder) Handle(ctx *Context, p *Packet) Verdict {
 	r.states = append(r.states, p.CtState)
@@ -74,12 +76,12 @@ func TestHairpinMasqueradeAndHairpinMode(t *testing.T) {
 	if !strings.HasPrefix(w.Client, "10.244.0.1:") || w.Pod != "default/web" {
 		t.Errorf("hairpin reply %+v: want the pod itself, seeing the bridge address 10.244.0.1", w)
 	}
-	r, _ := c.ProbeOne(Probe{From: "pod:default/web", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect})
+	r, _ := c.ProbeOne(Probe{From: "pod:default/web", Proto: netfilter.ProtoTCP, Dst: vip, Mode: ProbeConnect})
 	if r.Result != ResultConnected || r.SeenSrc.Addr() != netip.MustParseAddr("10.244.0.1") {
 		t.Errorf("hairpin probe with hairpin mode on: %s", r.Outcome)
 	}
 	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.Hairpin = false })
-	r, _ = c.ProbeOne(Probe{From: "pod:default/web", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect})
+	r, _ = c.ProbeOne(Probe{From: "pod:default/web", Proto: netfilter.ProtoTCP, Dst: vip, Mode: ProbeConnect})
 	if r.Result != ResultDropped || !strings.Contains(r.Reason, "hairpin") {
 		t.Errorf("hairpin probe with hairpin mode off: %s, want dropped by the bridge", r.Outcome)
 	}
@@ -91,12 +93,12 @@ func TestRouteLocalnetForLocalhostNodePort(t *testing.T) {
 	k := &kubeLikeNAT{vip: netip.MustParseAddrPort("10.96.0.81:80"), nodePort: 30080, backend: netip.AddrPortFrom(web.IP(), 8080)}
 	k.attach(c.Node("node-a"))
 	lo := netip.MustParseAddrPort("127.0.0.1:30080")
-	r, _ := c.ProbeOne(Probe{From: "node:node-a", Proto: ProtoTCP, Dst: lo, Mode: ProbeConnect})
+	r, _ := c.ProbeOne(Probe{From: "node:node-a", Proto: netfilter.ProtoTCP, Dst: lo, Mode: ProbeConnect})
 	if r.Result != ResultDropped || !strings.Contains(r.Reason, "route_localnet") {
 		t.Errorf("localhost NodePort with route_localnet=0: %s, want dropped as a martian", r.Outcome)
 	}
 	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.RouteLocalnet = true })
-	r, _ = c.ProbeOne(Probe{From: "node:node-a", Proto: ProtoTCP, Dst: lo, Mode: ProbeConnect})
+	r, _ = c.ProbeOne(Probe{From: "node:node-a", Proto: netfilter.ProtoTCP, Dst: lo, Mode: ProbeConnect})
 	if r.Result != ResultConnected || r.Pod != "default/web" || r.SeenSrc.Addr() != netip.MustParseAddr("10.244.0.1") || r.ReplyFrom != lo {
 		t.Errorf("localhost NodePort with route_localnet=1: %s", r.Outcome)
 	}
@@ -115,7 +117,7 @@ func TestIPForwardOff(t *testing.T) {
 	web := startPod(t, c, "node-b", "default/web", 8080)
 	startPod(t, c, "node-a", "default/client")
 	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.IPForward = false })
-	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 8080)})
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 8080)})
 	if r.Result != ResultDropped || !strings.Contains(r.Reason, "ip_forward") || r.Node != "node-a" {
 		t.Errorf("ip_forward=0: %s", r.Outcome)
 	}
@@ -126,7 +128,7 @@ func TestRPFilter(t *testing.T) {
 	web := startPod(t, c, "node-b", "default/web", 8080)
 	startPod(t, c, "node-a", "default/client")
 	spoofed := netip.MustParseAddr("10.244.2.77") // node-c's pod range, sent from node-a's bridge
-	p := Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 8080), Src: spoofed}
+	p := Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 8080), Src: spoofed}
 	if r, _ := c.ProbeOne(p); r.Result != ResultDelivered {
 		t.Errorf("rp_filter=0: %s, want delivered", r.Outcome)
 	}
@@ -145,7 +147,7 @@ func TestTCPBeLiberalAndInvalid(t *testing.T) {
 	web := startPod(t, c, "node-b", "default/web", 8080)
 	client := startPod(t, c, "node-a", "default/client")
 	rec := &ctRecorder{}
-	c.Node("node-a").AddHandler(HandlerSpec{Name: "rec", Hook: Forward, Priority: PriorityFilter, Handler: rec})
+	c.Node("node-a").AddHandler(HandlerSpec{Name: "rec", Hook: netfilter.Forward, Priority: netfilter.PriorityFilter, Handler: rec})
 	dst := netip.AddrPortFrom(web.IP(), 8080)
 	src := netip.AddrPortFrom(client.IP(), 41000)
 	// A handshake by hand (a connect probe would close the connection afterwards).
@@ -153,30 +155,30 @@ func TestTCPBeLiberalAndInvalid(t *testing.T) {
 		from string
 		seg  TCPSegment
 	}{
-		{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: TCPSyn, Seq: 1000, WindowScale: -1}},
-		{"pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: TCPSyn | TCPAck, Seq: 5000, Ack: 1001, WindowScale: -1}},
-		{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: TCPAck, Seq: 1001, Ack: 5001, WindowScale: -1}},
+		{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPSyn, Seq: 1000, WindowScale: -1}},
+		{"pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPSyn | netfilter.TCPAck, Seq: 5000, Ack: 1001, WindowScale: -1}},
+		{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001, Ack: 5001, WindowScale: -1}},
 	} {
 		if r, err := c.Inject(step.from, BuildTCP(step.seg), false); err != nil || r.Result != ResultDelivered {
 			t.Fatalf("handshake step %s: %v %v", TCPFlagString(step.seg.Flags), r.Outcome, err)
 		}
 	}
-	entries := c.Node("node-a").Conntrack().List(CtFilter{Proto: ProtoTCP, OrigDst: web.IP(), OrigSrcPort: 41000})
+	entries := c.Node("node-a").Conntrack().List(CtFilter{Proto: netfilter.ProtoTCP, OrigDst: web.IP(), OrigSrcPort: 41000})
 	if len(entries) != 1 || entries[0].TCPState != TCPEstablished {
 		t.Fatalf("conntrack after handshake: %v", entries)
 	}
-	bad := BuildTCP(TCPSegment{Src: netip.AddrPortFrom(client.IP(), 41000), Dst: dst, Flags: TCPAck, Seq: 0x80000000, Ack: 1, WindowScale: -1})
+	bad := BuildTCP(TCPSegment{Src: netip.AddrPortFrom(client.IP(), 41000), Dst: dst, Flags: netfilter.TCPAck, Seq: 0x80000000, Ack: 1, WindowScale: -1})
 	rec.states = nil
 	if _, err := c.Inject("pod:default/client", bad, false); err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.states) != 1 || rec.states[0] != CtInvalid {
+	if len(rec.states) != 1 || rec.states[0] != netfilter.CtInvalid {
 		t.Errorf("out-of-window ACK: conntrack states %v, want [INVALID]", rec.states)
 	}
 	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.Conntrack.TCPBeLiberal = true })
 	rec.states = nil
 	c.Inject("pod:default/client", bad, false)
-	if len(rec.states) != 1 || rec.states[0] != CtEstablished {
+	if len(rec.states) != 1 || rec.states[0] != netfilter.CtEstablished {
 		t.Errorf("out-of-window ACK with tcp_be_liberal=1: %v, want [ESTABLISHED]", rec.states)
 	}
 }
@@ -189,11 +191,11 @@ func TestPartitionAndNodeDeath(t *testing.T) {
 	if err := c.Partition([]string{"node-a"}, []string{"node-b", "node-c"}); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst}); r.Result != ResultDropped || !strings.Contains(r.Reason, "partition") {
+	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: dst}); r.Result != ResultDropped || !strings.Contains(r.Reason, "partition") {
 		t.Errorf("partitioned: %s", r.Outcome)
 	}
 	c.Heal()
-	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst, Mode: ProbeConnect}); r.Result != ResultConnected {
+	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: dst, Mode: ProbeConnect}); r.Result != ResultConnected {
 		t.Errorf("healed: %s", r.Outcome)
 	}
 	if err := c.KillNode("node-b"); err != nil {
@@ -202,7 +204,7 @@ func TestPartitionAndNodeDeath(t *testing.T) {
 	if web.Alive() {
 		t.Error("a pod of a dead node is still alive")
 	}
-	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: dst}); r.Result != ResultDropped || !strings.Contains(r.Reason, "down") {
+	if r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: dst}); r.Result != ResultDropped || !strings.Contains(r.Reason, "down") {
 		t.Errorf("dead node: %s", r.Outcome)
 	}
 }
@@ -212,7 +214,7 @@ func TestLinkLossInProbesAndAllBranches(t *testing.T) {
 	web := startPod(t, c, "node-b", "default/web", 8080)
 	startPod(t, c, "node-a", "default/client")
 	c.Node("node-a").Uplink().SetFaults(LinkFaults{Loss: 0.25})
-	rs, err := c.Probe(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: netip.AddrPortFrom(web.IP(), 8080), AllBranches: true})
+	rs, err := c.Probe(Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: netip.AddrPortFrom(web.IP(), 8080), AllBranches: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +223,7 @@ func TestLinkLossInProbesAndAllBranches(t *testing.T) {
 	}
 	lost := 0
 	for i := 0; i < 400; i++ {
-		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: netip.AddrPortFrom(web.IP(), 8080)})
+		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: netip.AddrPortFrom(web.IP(), 8080)})
 		if r.Result == ResultDropped {
 			lost++
 		}
@@ -347,7 +349,7 @@ func TestPcapCapture(t *testing.T) {
 	stopPod()
 	if pb := podBuf.Bytes(); len(pb) < 24+16+40 || binary.LittleEndian.Uint32(pb[20:]) != pcapLinkRaw {
 		t.Errorf("pod veth capture: %d bytes", len(pb))
-	} else if first, err := ParsePacket(pb[40 : 40+binary.LittleEndian.Uint32(pb[32:])]); err != nil || first.TCPFlags != TCPSyn || first.Src != client.IP() || first.TTL != 64 {
+	} else if first, err := ParsePacket(pb[40 : 40+binary.LittleEndian.Uint32(pb[32:])]); err != nil || first.TCPFlags != netfilter.TCPSyn || first.Src != client.IP() || first.TTL != 64 {
 		t.Errorf("the pod's capture should start with its SYN as it left the pod (TTL 64): %v %v", first, err)
 	}
 	b := buf.Bytes()
@@ -364,8 +366,8 @@ func TestPcapCapture(t *testing.T) {
 		if !pk.ChecksumsValid() {
 			t.Errorf("captured packet with bad checksums: %s", pk)
 		}
-		syn = syn || pk.TCPFlags == TCPSyn && pk.Src == client.IP()
-		synack = synack || pk.TCPFlags == TCPSyn|TCPAck && pk.Src == web.IP()
+		syn = syn || pk.TCPFlags == netfilter.TCPSyn && pk.Src == client.IP()
+		synack = synack || pk.TCPFlags == netfilter.TCPSyn|netfilter.TCPAck && pk.Src == web.IP()
 		off += 16 + n
 	}
 	if !syn || !synack {
@@ -378,7 +380,7 @@ func TestTraceJSON(t *testing.T) {
 	web := startPod(t, c, "node-b", "default/web", 8080)
 	startPod(t, c, "node-a", "default/client")
 	attachDNAT(c, &staticDNAT{vip: netip.MustParseAddrPort("10.96.0.90:80"), backends: []netip.AddrPort{netip.AddrPortFrom(web.IP(), 8080)}})
-	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.90:80"), Trace: true})
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.90:80"), Trace: true})
 	js, err := r.Trace.JSON()
 	if err != nil {
 		t.Fatal(err)
@@ -408,7 +410,7 @@ func TestRewriteDstAndReroute(t *testing.T) {
 	if err := n.AddAddress("kube-ipvs0", netip.PrefixFrom(vip.Addr(), 32)); err != nil {
 		t.Fatal(err)
 	}
-	n.AddHandler(HandlerSpec{Name: "ipvs", Hook: Input, Priority: PriorityNATSrc - 2, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
+	n.AddHandler(HandlerSpec{Name: "ipvs", Hook: netfilter.Input, Priority: netfilter.PriorityNATSrc - 2, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
 		if p.Dst != vip.Addr() || p.DstPort != vip.Port() || p.CtReply {
 			return VerdictContinue
 		}
@@ -422,12 +424,12 @@ func TestRewriteDstAndReroute(t *testing.T) {
 	if w.Pod != "default/web" || !strings.HasPrefix(w.Client, client.IP().String()) {
 		t.Errorf("through the rewriting handler: %+v", w)
 	}
-	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect})
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, Mode: ProbeConnect})
 	if r.Result != ResultConnected || r.ReplyFrom != vip {
 		t.Errorf("probe: %s", r.Outcome)
 	}
 	// A port the handler does not serve reaches the node's own stack: refused.
-	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(vip.Addr(), 81), Mode: ProbeConnect})
+	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(vip.Addr(), 81), Mode: ProbeConnect})
 	if r.Result != ResultRefused || r.Node != "node-a" {
 		t.Errorf("VIP on another port: %s, want refused by node-a's stack", r.Outcome)
 	}
@@ -528,7 +530,7 @@ func TestEgressMasquerade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop, err := ServeWhoami(ext.Net(), "", "external", ProtoTCP, 80)
+	stop, err := ServeWhoami(ext.Net(), "", "external", netfilter.ProtoTCP, 80)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,7 +545,7 @@ func TestEgressMasquerade(t *testing.T) {
 		t.Errorf("pod to pod must keep its address: %+v %v", w, err)
 	}
 	c.Node("node-b").UpdateSettings(func(s *NodeSettings) { s.EgressMasquerade = false })
-	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(ext.IP(), 80), Mode: ProbeConnect})
+	r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(ext.IP(), 80), Mode: ProbeConnect})
 	if r.Result != ResultConnected || r.SeenSrc.Addr() != client.IP() {
 		t.Errorf("without egress masquerade: %s", r.Outcome)
 	}
@@ -567,7 +569,7 @@ func TestDualStackServersAndListeners(t *testing.T) {
 		if w, err := ask(t, client.Net(), addr); err != nil || w.Pod != "default/web" {
 			t.Errorf("tcp to %s: %+v %v", addr, w, err)
 		}
-		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: netip.AddrPortFrom(ip, 8080), Mode: ProbeConnect})
+		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: netip.AddrPortFrom(ip, 8080), Mode: ProbeConnect})
 		if r.Result != ResultReplied {
 			t.Errorf("udp probe to %s: %s", addr, r.Outcome)
 		}
@@ -603,14 +605,14 @@ func TestRouteExternalIP(t *testing.T) {
 		t.Fatal(err)
 	}
 	eip := netip.MustParseAddrPort("192.0.2.50:80")
-	p := Probe{From: "external:client", Proto: ProtoTCP, Dst: eip}
+	p := Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: eip}
 	if r, _ := c.ProbeOne(p); r.Result != ResultDropped || !strings.Contains(r.Reason, "no route") {
 		t.Errorf("unrouted external IP: %s", r.Outcome)
 	}
 	if err := c.RouteExternalIP(eip.Addr(), "node-c"); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := c.ProbeOne(Probe{From: "external:client", Proto: ProtoTCP, Dst: eip, Trace: true})
+	r, _ := c.ProbeOne(Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: eip, Trace: true})
 	if len(r.Trace.Find(StepHook)) == 0 || r.Trace.Find(StepHook)[0].Node != "node-c" {
 		t.Errorf("routed external IP did not reach node-c: %s\n%s", r.Outcome, r.Trace)
 	}
@@ -625,14 +627,14 @@ func TestRerouteAtOutput(t *testing.T) {
 	web := startPod(t, c, "node-b", "default/web", 8080)
 	vip := netip.MustParseAddrPort("10.96.0.78:80")
 	n := c.Node("node-a")
-	n.AddHandler(HandlerSpec{Name: "ipvs-out", Hook: Output, Priority: PriorityNATDst + 1, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
+	n.AddHandler(HandlerSpec{Name: "ipvs-out", Hook: netfilter.Output, Priority: netfilter.PriorityNATDst + 1, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
 		if p.Dst == vip.Addr() && p.DstPort == vip.Port() && !p.CtReply {
 			ctx.RewriteDst(p, netip.AddrPortFrom(web.IP(), 8080))
 			return Verdict{Kind: Reroute}
 		}
 		return VerdictContinue
 	})})
-	r, _ := c.ProbeOne(Probe{From: "node:node-a", Proto: ProtoTCP, Dst: vip, Mode: ProbeConnect})
+	r, _ := c.ProbeOne(Probe{From: "node:node-a", Proto: netfilter.ProtoTCP, Dst: vip, Mode: ProbeConnect})
 	if r.Result != ResultConnected || r.Pod != "default/web" || r.ReplyFrom != vip {
 		t.Errorf("reroute at OUTPUT: %s", r.Outcome)
 	}
@@ -707,7 +709,7 @@ func TestHookOrderWithBuiltinSteps(t *testing.T) {
 	var seen []string
 	rec := func(name string) HandlerFunc {
 		return func(ctx *Context, p *Packet) Verdict {
-			confirmed := p.Conn != nil && p.Conn.Has(StatusConfirmed)
+			confirmed := p.Conn != nil && p.Conn.Has(netfilter.StatusConfirmed)
 			seen = append(seen, fmt.Sprintf("%s %s %s dst=%s confirmed=%v", name, ctx.Hook(), p.CtState, p.Dst, confirmed))
 			return VerdictContinue
 		}
@@ -715,21 +717,21 @@ func TestHookOrderWithBuiltinSteps(t *testing.T) {
 	var removes []func()
 	for _, h := range []struct {
 		name string
-		hook Hook
+		hook netfilter.Hook
 		prio int
 	}{
-		{"filter", Prerouting, PriorityFilter},
-		{"raw", Prerouting, PriorityRaw},
-		{"mangle", Prerouting, PriorityMangle},
-		{"post-last", Postrouting, 1<<30 + 1},
-		{"post-filter", Postrouting, PriorityFilter},
-		{"post-after-snat", Postrouting, PriorityNATSrc + 50},
+		{"filter", netfilter.Prerouting, netfilter.PriorityFilter},
+		{"raw", netfilter.Prerouting, netfilter.PriorityRaw},
+		{"mangle", netfilter.Prerouting, netfilter.PriorityMangle},
+		{"post-last", netfilter.Postrouting, 1<<30 + 1},
+		{"post-filter", netfilter.Postrouting, netfilter.PriorityFilter},
+		{"post-after-snat", netfilter.Postrouting, netfilter.PriorityNATSrc + 50},
 	} {
 		removes = append(removes, n.AddHandler(HandlerSpec{Name: h.name, Hook: h.hook, Priority: h.prio, Handler: rec(h.name)}))
 	}
 	probe := func() {
 		seen = nil
-		if _, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoUDP, Dst: vip, Payload: []byte("x")}); err != nil {
+		if _, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: vip, Payload: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -756,19 +758,19 @@ func TestHookOrderWithBuiltinSteps(t *testing.T) {
 // runHookLocked runs the built-in steps of a hook without handlers (n.bare) in a fixed
 // order; it must be hookBuiltins' order.
 func TestBareHooksFollowTheBuiltinSteps(t *testing.T) {
-	want := [numHooks][]int{
-		Prerouting:  {stepConntrack, stepNAT},
-		Input:       {stepNAT, stepConfirm},
-		Output:      {stepConntrack, stepNAT},
-		Postrouting: {stepNAT, stepConfirm},
+	want := [netfilter.NumHooks][]int{
+		netfilter.Prerouting:  {stepConntrack, stepNAT},
+		netfilter.Input:       {stepNAT, stepConfirm},
+		netfilter.Output:      {stepConntrack, stepNAT},
+		netfilter.Postrouting: {stepNAT, stepConfirm},
 	}
-	for h := range numHooks {
+	for h := range netfilter.NumHooks {
 		var got []int
 		for _, b := range hookBuiltins[h] {
 			got = append(got, b.kind)
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want[h]) {
-			t.Errorf("%s: built-in steps %v, but runHookLocked runs %v for a hook without handlers", Hook(h), got, want[h])
+			t.Errorf("%s: built-in steps %v, but runHookLocked runs %v for a hook without handlers", netfilter.Hook(h), got, want[h])
 		}
 	}
 }
@@ -789,7 +791,7 @@ func TestNonMasqueradeCIDRs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(ext.IP(), 80), Mode: ProbePacket})
+		r, _ := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(ext.IP(), 80), Mode: ProbePacket})
 		want := c.Pod("default", "client").IP()
 		if tc.masq {
 			want = c.Node("node-b").IP()

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // Every handler a traced packet meets leaves a step: a plain CONTINUE too, unless the
@@ -13,14 +15,14 @@ func TestTraceRecordsEveryHandler(t *testing.T) {
 	startPod(t, c, "node-a", "default/client")
 	web := startPod(t, c, "node-b", "default/web", 80)
 	for _, n := range c.Nodes() {
-		n.AddHandler(HandlerSpec{Name: "quiet", Hook: Forward, Priority: PriorityFilter, Handler: HandlerFunc(func(*Context, *Packet) Verdict { return VerdictContinue })})
-		n.AddHandler(HandlerSpec{Name: "chatty", Hook: Forward, Priority: PriorityFilter + 1, Handler: HandlerFunc(func(ctx *Context, _ *Packet) Verdict {
+		n.AddHandler(HandlerSpec{Name: "quiet", Hook: netfilter.Forward, Priority: netfilter.PriorityFilter, Handler: HandlerFunc(func(*Context, *Packet) Verdict { return VerdictContinue })})
+		n.AddHandler(HandlerSpec{Name: "chatty", Hook: netfilter.Forward, Priority: netfilter.PriorityFilter + 1, Handler: HandlerFunc(func(ctx *Context, _ *Packet) Verdict {
 			ctx.Tracef("chatty looked")
 			return VerdictContinue
 		})})
 	}
 	attachDNAT(c, &staticDNAT{vip: netip.MustParseAddrPort("10.96.0.10:80"), backends: []netip.AddrPort{netip.AddrPortFrom(web.IP(), 80)}})
-	r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 80), Trace: true})
+	r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(web.IP(), 80), Trace: true})
 	if err != nil || r.Result != ResultDelivered {
 		t.Fatalf("%s %v", r.Outcome, err)
 	}
@@ -52,7 +54,7 @@ func TestTraceRecordsEveryHandler(t *testing.T) {
 		t.Errorf("text trace lacks the plain CONTINUE:\n%s", r.Trace)
 	}
 	// A verdict other than CONTINUE is recorded as before.
-	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.10:80"), Trace: true})
+	r, _ = c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.10:80"), Trace: true})
 	found := false
 	for _, s := range r.Trace.Find(StepHandler) {
 		if s.Handler == "test-dnat" && s.Node == "node-a" && strings.HasPrefix(s.Verdict, "DNAT") {
@@ -81,7 +83,7 @@ func TestTraceFlowsLiveConnectionThroughDNAT(t *testing.T) {
 	if _, err := ask(t, client.Net(), vip.String()); err != nil {
 		t.Fatal(err)
 	}
-	ft := c.TraceFlows(FlowFilter{Proto: ProtoTCP, Addr: client.IP(), Port: 80})
+	ft := c.TraceFlows(FlowFilter{Proto: netfilter.ProtoTCP, Addr: client.IP(), Port: 80})
 	if w, err := ask(t, client.Net(), vip.String()); err != nil || w.Pod != "default/web" {
 		t.Fatalf("through the VIP: %+v %v", w, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 )
 
@@ -115,7 +116,7 @@ func (w *World) Dial(from string, proto uint8, dst netip.AddrPort, srcPort uint1
 			return
 		}
 		d := Dialed{Result: netsim.ResultConnected, Pod: who.Pod, Node: who.Node}
-		if proto == netsim.ProtoUDP {
+		if proto == netfilter.ProtoUDP {
 			d.Result = netsim.ResultReplied
 		}
 		if ap, err := netip.ParseAddrPort(who.Client); err == nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 )
 
@@ -244,7 +245,7 @@ func CheckDeletedPods(w *World) error {
 		}
 		probes := []netsim.Probe{{From: f.src.From, Proto: protoNum(f.v.Port.Protocol), Dst: f.dst, SrcPort: f.port + 10000}}
 		if f.v.Port.Protocol == "UDP" {
-			probes = append(probes, netsim.Probe{From: f.src.From, Proto: netsim.ProtoUDP, Dst: f.dst, SrcPort: f.port})
+			probes = append(probes, netsim.Probe{From: f.src.From, Proto: netfilter.ProtoUDP, Dst: f.dst, SrcPort: f.port})
 		}
 		for _, p := range probes {
 			o, err := r.connect(p)

@@ -7,14 +7,15 @@ import (
 	"sort"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // ProxyFor builds the proxy of every node of a case's cluster. The case carries
@@ -418,11 +419,11 @@ func (w *World) Targets() []Target {
 func protoNum(p corev1.Protocol) uint8 {
 	switch p {
 	case corev1.ProtocolUDP:
-		return netsim.ProtoUDP
+		return netfilter.ProtoUDP
 	case corev1.ProtocolSCTP:
-		return netsim.ProtoSCTP
+		return netfilter.ProtoSCTP
 	}
-	return netsim.ProtoTCP
+	return netfilter.ProtoTCP
 }
 
 // podAt returns the running pod that owns addr ("" if none).

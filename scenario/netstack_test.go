@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 )
 
@@ -59,14 +60,14 @@ func TestNetstackTrafficOnASlowMachine(t *testing.T) {
 	}
 	defer r.close()
 	slow := netsim.HandlerFunc(func(_ *netsim.Context, pk *netsim.Packet) netsim.Verdict {
-		if pk.Proto == netsim.ProtoTCP && pk.DstPort == 9376 && pk.TCPFlags&netsim.TCPSyn != 0 && pk.TCPFlags&netsim.TCPAck == 0 {
+		if pk.Proto == netfilter.ProtoTCP && pk.DstPort == 9376 && pk.TCPFlags&netfilter.TCPSyn != 0 && pk.TCPFlags&netfilter.TCPAck == 0 {
 			for start := time.Now(); time.Since(start) < 30*time.Millisecond; {
 			}
 		}
 		return netsim.Verdict{}
 	})
 	for _, n := range r.c.Nodes() {
-		defer n.AddHandler(netsim.HandlerSpec{Name: "slow", Hook: netsim.Postrouting, Handler: slow})()
+		defer n.AddHandler(netsim.HandlerSpec{Name: "slow", Hook: netfilter.Postrouting, Handler: slow})()
 	}
 	r.runStep(context.Background(), 0)
 	tr := r.rep.Steps[0].Traffic

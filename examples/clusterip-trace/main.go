@@ -10,12 +10,13 @@ import (
 	"net/netip"
 	"os"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func main() {
@@ -49,7 +50,7 @@ func run(w io.Writer) error {
 	vip := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)
 
 	// One SYN, with every hook, rule, conntrack lookup, NAT and route it met.
-	r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, Trace: true})
+	r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, Trace: true})
 	if err != nil {
 		return err
 	}
@@ -65,7 +66,7 @@ func run(w io.Writer) error {
 	}
 
 	// Every branch of the statistic rules, with its probability; nothing changes.
-	rs, err := c.Probe(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, AllBranches: true})
+	rs, err := c.Probe(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, AllBranches: true})
 	if err != nil {
 		return err
 	}

@@ -11,13 +11,14 @@ import (
 	"os"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func main() {
@@ -77,7 +78,7 @@ func measure(sched string) (result, error) {
 	for i := 0; i < clients; i++ {
 		seen := map[string]bool{}
 		for j := 0; j < perClient; j++ {
-			r, err := c.ProbeOne(netsim.Probe{From: fmt.Sprintf("pod:default/client-%d", i), Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect})
+			r, err := c.ProbeOne(netsim.Probe{From: fmt.Sprintf("pod:default/client-%d", i), Proto: netfilter.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect})
 			if err != nil {
 				return res, err
 			}

@@ -10,12 +10,13 @@ import (
 	"net/netip"
 	"os"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func main() {
@@ -56,7 +57,7 @@ func run(w io.Writer) error {
 	}{{"web-cluster", 30080, "Cluster"}, {"web-local", 30081, "Local"}} {
 		for _, node := range []string{"node-a", "node-b"} {
 			dst := netip.AddrPortFrom(c.Node(node).IP(), svc.port)
-			r, err := c.ProbeOne(netsim.Probe{From: "external:laptop", Proto: netsim.ProtoTCP, Dst: dst, Mode: netsim.ProbeConnect})
+			r, err := c.ProbeOne(netsim.Probe{From: "external:laptop", Proto: netfilter.ProtoTCP, Dst: dst, Mode: netsim.ProbeConnect})
 			if err != nil {
 				return err
 			}

@@ -14,12 +14,13 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func main() {
@@ -60,7 +61,7 @@ func run(w io.Writer, mode kubeproxy.Mode) error {
 		vip := netip.AddrPortFrom(netip.MustParseAddr(s.Spec.ClusterIP), 80)
 		counts := map[string]int{}
 		for i := 0; i < n; i++ {
-			r, err := c.ProbeOne(netsim.Probe{From: "pod:default/" + from, Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect})
+			r, err := c.ProbeOne(netsim.Probe{From: "pod:default/" + from, Proto: netfilter.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect})
 			if err != nil || r.Result != netsim.ResultConnected {
 				counts["failed: "+r.Outcome.String()]++
 				continue

@@ -12,12 +12,13 @@ import (
 	"net/netip"
 	"os"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func main() {
@@ -50,12 +51,12 @@ func run(w io.Writer) error {
 	vip := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 8125)
 	nodeA := c.Node("node-a")
 	send := func(what string) error {
-		r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoUDP, Dst: vip, SrcPort: 5000, Mode: netsim.ProbeConnect})
+		r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: vip, SrcPort: 5000, Mode: netsim.ProbeConnect})
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "%-34s %s\n", what+":", r.Outcome)
-		for _, e := range nodeA.Conntrack().List(netsim.CtFilter{Proto: netsim.ProtoUDP, OrigDst: vip.Addr()}) {
+		for _, e := range nodeA.Conntrack().List(netsim.CtFilter{Proto: netfilter.ProtoUDP, OrigDst: vip.Addr()}) {
 			fmt.Fprintf(w, "%-34s %s\n", "", e.String())
 		}
 		return nil

@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proptest"
 )
 
@@ -243,7 +243,7 @@ var Differences = []Difference{
 			"that is 127.0.0.1, not the node address the datagram was DNATed to, conntrack " +
 			"cannot undo the DNAT, and the client drops an answer from the wrong port.",
 		Explains: func(_ *proptest.World, m Mismatch) bool {
-			return m.Flow.Kind == KindLocalhostNodePort && m.Flow.Proto == netsim.ProtoUDP && m.Got.Class == Dropped
+			return m.Flow.Kind == KindLocalhostNodePort && m.Flow.Proto == netfilter.ProtoUDP && m.Got.Class == Dropped
 		},
 	},
 }

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"net/netip"
 
-	corev1 "k8s.io/api/core/v1"
-
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proptest"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Flow kinds: where a flow's traffic goes.
@@ -121,9 +122,9 @@ func Flows(w *proptest.World) []Flow {
 func protoNum(p corev1.Protocol) uint8 {
 	switch p {
 	case corev1.ProtocolUDP:
-		return netsim.ProtoUDP
+		return netfilter.ProtoUDP
 	case corev1.ProtocolSCTP:
-		return netsim.ProtoSCTP
+		return netfilter.ProtoSCTP
 	}
-	return netsim.ProtoTCP
+	return netfilter.ProtoTCP
 }

@@ -8,11 +8,12 @@ import (
 	"sort"
 	"strings"
 
-	"pgregory.net/rapid"
-
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proptest"
 	"github.com/clusterlab/clusterlab/scenario"
+
+	"pgregory.net/rapid"
 )
 
 // Scenario writes the comparison's case as a scenario file that `clusterlab run
@@ -49,7 +50,7 @@ func (c *Comparison) Scenario() (*scenario.Scenario, error) {
 		}
 		s.Description += "\n" + m.String() + "\n"
 		t := &scenario.Traffic{From: m.Flow.From, To: m.Flow.To, Count: Attempts}
-		if m.Flow.Proto != netsim.ProtoTCP {
+		if m.Flow.Proto != netfilter.ProtoTCP {
 			t.Proto = netsim.ProtoName(m.Flow.Proto)
 		}
 		if c.Worlds[m.Mode] != nil && c.Worlds[m.Mode].Semantics.Terminates {

@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/service"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // hcPayload is the service health check's JSON.
@@ -86,7 +87,7 @@ func lbNodes(t *testing.T, c *cluster.Cluster, lbIP netip.Addr) map[string]bool 
 	out := map[string]bool{}
 	lbNodesPort += 12
 	for port := lbNodesPort; port < lbNodesPort+12; port++ {
-		r, err := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), SrcPort: port, Mode: netsim.ProbeConnect})
+		r, err := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), SrcPort: port, Mode: netsim.ProbeConnect})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +184,7 @@ func TestHealthCheckNodePortEveryMode(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, n := range c.Nodes() {
-				if n.HostNet().Listening(netsim.ProtoTCP, hcPort) || len(HealthCheckNodePorts(n)) != 0 {
+				if n.HostNet().Listening(netfilter.ProtoTCP, hcPort) || len(HealthCheckNodePorts(n)) != 0 {
 					t.Errorf("%s still serves the health check of a Cluster-policy service", n.Name())
 				}
 			}
@@ -203,8 +204,8 @@ func TestHealthCheckNodePortEveryMode(t *testing.T) {
 func TestHealthCheckBlockedPort(t *testing.T) {
 	c, _, hcPort, lbIP := localLB(t, cluster.Config{Proxy: Factory(Options{Mode: IPTables})})
 	b := c.Node("node-b")
-	remove := b.AddHandler(netsim.HandlerSpec{Name: "firewall", Hook: netsim.Prerouting, Priority: netsim.PriorityRaw, Handler: netsim.HandlerFunc(func(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
-		if pk.Proto == netsim.ProtoTCP && pk.DstPort == hcPort {
+	remove := b.AddHandler(netsim.HandlerSpec{Name: "firewall", Hook: netfilter.Prerouting, Priority: netfilter.PriorityRaw, Handler: netsim.HandlerFunc(func(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
+		if pk.Proto == netfilter.ProtoTCP && pk.DstPort == hcPort {
 			return netsim.Verdict{Kind: netsim.Drop, Reason: "health port blocked"}
 		}
 		return netsim.VerdictContinue

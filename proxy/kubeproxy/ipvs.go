@@ -43,13 +43,14 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func init() { Register(IPVS, newIPVSProxy) }
@@ -159,10 +160,10 @@ func newIPVS(n *cluster.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig)
 		p.fams = append(p.fams, &ipvsFamily{family: fam, emu: emu, px: px})
 	}
 	for _, s := range []netsim.HandlerSpec{
-		{Name: "ipvs reply", Hook: netsim.Input, Priority: netsim.PriorityNATSrc - 2, Handler: netsim.HandlerFunc(p.inputReply)},
-		{Name: "ipvs", Hook: netsim.Input, Priority: netsim.PriorityNATSrc - 1, Handler: netsim.HandlerFunc(p.inputRequest)},
-		{Name: "ipvs", Hook: netsim.Forward, Priority: netsim.PriorityNATSrc - 1, Handler: netsim.HandlerFunc(p.forward)},
-		{Name: "ipvs", Hook: netsim.Output, Priority: netsim.PriorityNATDst + 1, Handler: netsim.HandlerFunc(p.output)},
+		{Name: "ipvs reply", Hook: netfilter.Input, Priority: netfilter.PriorityNATSrc - 2, Handler: netsim.HandlerFunc(p.inputReply)},
+		{Name: "ipvs", Hook: netfilter.Input, Priority: netfilter.PriorityNATSrc - 1, Handler: netsim.HandlerFunc(p.inputRequest)},
+		{Name: "ipvs", Hook: netfilter.Forward, Priority: netfilter.PriorityNATSrc - 1, Handler: netsim.HandlerFunc(p.forward)},
+		{Name: "ipvs", Hook: netfilter.Output, Priority: netfilter.PriorityNATDst + 1, Handler: netsim.HandlerFunc(p.output)},
 	} {
 		n.AddHandler(s)
 	}
@@ -290,11 +291,11 @@ func (s *ipvsSysctl) SetSysctl(name string, value int) error {
 // ipvsPacket is the model's view of a netsim packet with the given addresses.
 func ipvsPacket(pk *netsim.Packet, src, dst netip.AddrPort, localOut bool) ipvs.Packet {
 	q := ipvs.Packet{Protocol: pk.Proto, Src: src, Dst: dst, Mark: pk.Mark, TCPFlags: pk.TCPFlags, LocalOut: localOut,
-		ConfirmedConntrack: pk.Conn != nil && pk.Conn.Has(netsim.StatusConfirmed)}
-	if pk.Proto == netsim.ProtoSCTP {
+		ConfirmedConntrack: pk.Conn != nil && pk.Conn.Has(netfilter.StatusConfirmed)}
+	if pk.Proto == netfilter.ProtoSCTP {
 		// netsim does not parse SCTP chunks: a connection's first packet stands for INIT.
 		q.SCTPChunk = ipvs.SCTPData
-		if pk.CtState == netsim.CtNew {
+		if pk.CtState == netfilter.CtNew {
 			q.SCTPChunk = ipvs.SCTPInit
 		}
 	}
@@ -302,13 +303,13 @@ func ipvsPacket(pk *netsim.Packet, src, dst netip.AddrPort, localOut bool) ipvs.
 }
 
 func handled(proto uint8) bool {
-	return proto == netsim.ProtoTCP || proto == netsim.ProtoUDP || proto == netsim.ProtoSCTP
+	return proto == netfilter.ProtoTCP || proto == netfilter.ProtoUDP || proto == netfilter.ProtoSCTP
 }
 
 // bound reports whether the packet's connection has a DNAT binding (IPVS's, in this
 // mode, which writes no DNAT rules).
 func bound(pk *netsim.Packet) bool {
-	return pk.Conn != nil && pk.Conn.Has(netsim.StatusDstNAT)
+	return pk.Conn != nil && pk.Conn.Has(netfilter.StatusDstNAT)
 }
 
 // inputRequest is ip_vs_remote_request4: the first packet of a connection to a local
@@ -405,7 +406,7 @@ func (p *ipvsProxy) act(ctx *netsim.Context, pk *netsim.Packet, d ipvs.Decision,
 		if !ctx.DryRun() {
 			p.count(func(s *ipvsHandlerStats) { s.rejected++ })
 		}
-		return netsim.RejectVerdict(netsim.RejectPortUnreachable, reason)
+		return netsim.RejectVerdict(netfilter.RejectPortUnreachable, reason)
 	case ipvs.VerdictDrop:
 		if !ctx.DryRun() {
 			p.count(func(s *ipvsHandlerStats) { s.dropped++ })
@@ -436,11 +437,11 @@ func (p *ipvsProxy) established(ctx *netsim.Context, pk *netsim.Packet, localOut
 		}
 		return netsim.Verdict{Kind: netsim.Drop, Reason: fmt.Sprintf("IPVS %s: %s, to %s, but the connection is bound to %s", serviceLabel(d.Service), d.Reason, d.Dest, netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort))}
 	case ipvs.VerdictAccept:
-		if pk.Proto == netsim.ProtoTCP && pk.TCPFlags&netsim.TCPRst == 0 && d.Service == nil && strings.HasPrefix(d.Reason, "no connection entry") && p.isVirtual(q) {
+		if pk.Proto == netfilter.ProtoTCP && pk.TCPFlags&netfilter.TCPRst == 0 && d.Service == nil && strings.HasPrefix(d.Reason, "no connection entry") && p.isVirtual(q) {
 			// The IPVS entry expired (its TCP timeout is far shorter than
 			// conntrack's): the kernel passes the packet to the local stack, where
 			// nothing listens on the VIP, and the client gets a reset.
-			return netsim.RejectVerdict(netsim.RejectTCPReset, "IPVS: no connection entry for "+q.String()+" any more (it expired): the node's own stack resets the connection")
+			return netsim.RejectVerdict(netfilter.RejectTCPReset, "IPVS: no connection entry for "+q.String()+" any more (it expired): the node's own stack resets the connection")
 		}
 		return netsim.VerdictContinue
 	case ipvs.VerdictDrop:
@@ -448,7 +449,7 @@ func (p *ipvsProxy) established(ctx *netsim.Context, pk *netsim.Packet, localOut
 		return netsim.Verdict{Kind: netsim.Drop, Reason: "IPVS " + serviceLabel(d.Service) + ": " + d.Reason}
 	case ipvs.VerdictReject:
 		p.count(func(s *ipvsHandlerStats) { s.rejected++ })
-		return netsim.RejectVerdict(netsim.RejectPortUnreachable, "IPVS "+serviceLabel(d.Service)+": "+d.Reason)
+		return netsim.RejectVerdict(netfilter.RejectPortUnreachable, "IPVS "+serviceLabel(d.Service)+": "+d.Reason)
 	}
 	return netsim.VerdictContinue
 }
@@ -457,7 +458,7 @@ func (p *ipvsProxy) established(ctx *netsim.Context, pk *netsim.Packet, localOut
 // back to the virtual address.
 func (p *ipvsProxy) reply(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
 	c := pk.Conn
-	if c == nil || !c.Has(netsim.StatusDstNAT) || ctx.DryRun() {
+	if c == nil || !c.Has(netfilter.StatusDstNAT) || ctx.DryRun() {
 		return netsim.VerdictContinue
 	}
 	q := ipvsPacket(pk, netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort), netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort), false)
@@ -505,9 +506,9 @@ func (p *ipvsProxy) count(f func(*ipvsHandlerStats)) {
 
 func protoUpper(p uint8) string {
 	switch p {
-	case netsim.ProtoUDP:
+	case netfilter.ProtoUDP:
 		return "UDP"
-	case netsim.ProtoSCTP:
+	case netfilter.ProtoSCTP:
 		return "SCTP"
 	}
 	return "TCP"

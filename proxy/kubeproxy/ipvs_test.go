@@ -12,13 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 	"github.com/clusterlab/clusterlab/service"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 )
 
 var updateIPVS = flag.Bool("update-ipvs", false, "rewrite testdata/ipvsmode/netsim-*.golden")
@@ -185,7 +186,7 @@ func TestIPVSModeSchedulers(t *testing.T) {
 			pods := podIPs(t, c)
 			seen := map[string]int{}
 			for i := 0; i < 6; i++ {
-				r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, SrcPort: uint16(41000 + i), Mode: netsim.ProbeConnect, Trace: true})
+				r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, SrcPort: uint16(41000 + i), Mode: netsim.ProbeConnect, Trace: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -240,7 +241,7 @@ func TestIPVSModeNodePortLBAndPolicies(t *testing.T) {
 	}
 	svc, _ := c.Store().GetService("default", "lb")
 	np := uint16(svc.Spec.Ports[0].NodePort)
-	r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np), Mode: netsim.ProbeConnect})
+	r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np), Mode: netsim.ProbeConnect})
 	if r.Result != netsim.ResultConnected || r.Pod != "default/web-0" || r.SeenSrc.Addr() != c.Node("node-a").IP() {
 		t.Errorf("NodePort via node-a: %s", r.Outcome)
 	}
@@ -259,11 +260,11 @@ func TestIPVSModeNodePortLBAndPolicies(t *testing.T) {
 	if _, err := c.Store().Update(local); err != nil {
 		t.Fatal(err)
 	}
-	r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-b").IP(), np), Mode: netsim.ProbeConnect})
+	r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-b").IP(), np), Mode: netsim.ProbeConnect})
 	if r.Result != netsim.ResultConnected || r.SeenSrc.Addr() != ext.IP() {
 		t.Errorf("eTP Local on the endpoint's node: %s, want the client's own address", r.Outcome)
 	}
-	r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np), Mode: netsim.ProbeConnect})
+	r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np), Mode: netsim.ProbeConnect})
 	if r.Result == netsim.ResultConnected {
 		t.Errorf("eTP Local on a node without endpoints connected: %s", r.Outcome)
 	}
@@ -271,7 +272,7 @@ func TestIPVSModeNodePortLBAndPolicies(t *testing.T) {
 		t.Errorf("node-a's NodePort virtual server lacks the cluster endpoint (fallback):\n%s", got)
 	}
 	for i := 0; i < 5; i++ {
-		r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Mode: netsim.ProbeConnect})
+		r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Mode: netsim.ProbeConnect})
 		if r.Result != netsim.ResultConnected || r.Node != "node-b" || r.SeenSrc.Addr() != ext.IP() {
 			t.Errorf("LB with eTP Local: %s", r.Outcome)
 		}
@@ -312,7 +313,7 @@ func TestIPVSModeSessionAffinity(t *testing.T) {
 	}
 	// The trace of the next connection names the new template. (A probe leaves its
 	// connection established, which would keep the template alive: it comes last.)
-	r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect, Trace: true})
+	r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect, Trace: true})
 	if r.Pod != second || !strings.Contains(r.Trace.String(), "persistence template of "+client.IP().String()+" sent it to ") {
 		t.Errorf("probe within the new template's timeout: %s\n%s", r.Outcome, r.Trace)
 	}
@@ -398,17 +399,17 @@ func TestIPVSModeNoEndpointsAndStaleUDP(t *testing.T) {
 		t.Fatal(err)
 	}
 	vip := vipOf(t, c, "dns", 53)
-	r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(vip.Addr(), 80), Mode: netsim.ProbeConnect, Trace: true})
+	r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(vip.Addr(), 80), Mode: netsim.ProbeConnect, Trace: true})
 	if r.Result != netsim.ResultRefused || !strings.Contains(r.Trace.String(), "no destination available") {
 		t.Errorf("TCP service without endpoints: %s, want refused by IPVS\n%s", r.Outcome, r.Trace)
 	}
-	p := netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoUDP, Dst: vip, SrcPort: 40053, Mode: netsim.ProbeConnect}
+	p := netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: vip, SrcPort: 40053, Mode: netsim.ProbeConnect}
 	r, _ = c.ProbeOne(p)
 	if r.Result != netsim.ResultRefused {
 		t.Errorf("UDP service without endpoints: %s, want refused", r.Outcome)
 	}
 	// A port the service does not have on its VIP is refused by KUBE-IPVS-FILTER.
-	r, _ = c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(vip.Addr(), 22), Mode: netsim.ProbeConnect, Trace: true})
+	r, _ = c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(vip.Addr(), 22), Mode: netsim.ProbeConnect, Trace: true})
 	if r.Result != netsim.ResultRefused || !strings.Contains(r.Trace.String(), "KUBE-IPVS-FILTER") {
 		t.Errorf("VIP on a port it does not serve: %s\n%s", r.Outcome, r.Trace)
 	}
@@ -456,7 +457,7 @@ func TestIPVSModeTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	vip := vipOf(t, c, "my-service", 80)
-	r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect, Trace: true})
+	r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect, Trace: true})
 	if err != nil || r.Result != netsim.ResultConnected {
 		t.Fatalf("%s %v", r.Outcome, err)
 	}
@@ -487,7 +488,7 @@ func TestIPVSModeTrace(t *testing.T) {
 	}
 	// Probing all branches is a dry run: the model's table does not change.
 	before := IPVSModel(c.Node("node-a")).ConnListing()
-	rs, err := c.Probe(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, AllBranches: true})
+	rs, err := c.Probe(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, AllBranches: true})
 	if err != nil || len(rs) != 1 || rs[0].Probability != 1 {
 		t.Errorf("all branches: %v %v", rs, err)
 	}
@@ -589,11 +590,11 @@ func TestIPVSModeLBSourceRanges(t *testing.T) {
 	if w := ask(t, allowed.Net(), netip.AddrPortFrom(lbIP, 80).String()); !strings.HasPrefix(w.Pod, "default/web-") {
 		t.Errorf("allowed source: %+v", w)
 	}
-	r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Mode: netsim.ProbeConnect, Trace: true})
+	r, _ := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Mode: netsim.ProbeConnect, Trace: true})
 	if r.Result != netsim.ResultDropped || r.Node != "node-a" || !strings.Contains(r.Trace.String(), "KUBE-SOURCE-RANGES-FIREWALL") {
 		t.Errorf("pod outside the ranges to the LB IP: %s, want dropped on node-a by KUBE-SOURCE-RANGES-FIREWALL\n%s", r.Outcome, r.Trace)
 	}
-	r, _ = c.ProbeOne(netsim.Probe{From: "external:blocked", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Mode: netsim.ProbeConnect})
+	r, _ = c.ProbeOne(netsim.Probe{From: "external:blocked", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Mode: netsim.ProbeConnect})
 	if r.Result != netsim.ResultDropped {
 		t.Errorf("blocked outside source: %s, want dropped", r.Outcome)
 	}
@@ -603,7 +604,7 @@ func TestIPVSModeLBSourceRanges(t *testing.T) {
 	// at LOCAL_OUT, and KUBE-IPVS-OUT-FILTER's -m ipvs rule drops it
 	// (kubernetes#119656).
 	for _, all := range []bool{false, true} {
-		p := netsim.Probe{From: "node:node-a", Src: lbIP, Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Trace: true, AllBranches: all}
+		p := netsim.Probe{From: "node:node-a", Src: lbIP, Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Trace: true, AllBranches: all}
 		if !all {
 			p.Mode = netsim.ProbeConnect
 		}
@@ -619,7 +620,7 @@ func TestIPVSModeLBSourceRanges(t *testing.T) {
 	}
 	got, _ := c.Store().GetService("default", "lb")
 	np := uint16(got.Spec.Ports[0].NodePort)
-	r, _ = c.ProbeOne(netsim.Probe{From: "external:blocked", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np), Mode: netsim.ProbeConnect})
+	r, _ = c.ProbeOne(netsim.Probe{From: "external:blocked", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np), Mode: netsim.ProbeConnect})
 	if r.Result != netsim.ResultConnected {
 		t.Errorf("blocked source to the NodePort: %s, want connected (ranges apply to the LB IP only)", r.Outcome)
 	}
@@ -638,7 +639,7 @@ func TestIPVSModeUDPFailover(t *testing.T) {
 	if _, err := c.CreatePod(service.NewPod("default/client", service.OnNode("node-a"))); err != nil {
 		t.Fatal(err)
 	}
-	p := netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoUDP, Dst: vipOf(t, c, "dns", 53), SrcPort: 45053, Mode: netsim.ProbeConnect}
+	p := netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: vipOf(t, c, "dns", 53), SrcPort: 45053, Mode: netsim.ProbeConnect}
 	r, _ := c.ProbeOne(p)
 	if r.Result != netsim.ResultReplied {
 		t.Fatalf("first datagram: %s", r.Outcome)

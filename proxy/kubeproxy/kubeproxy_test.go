@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/service"
 	corev1 "k8s.io/api/core/v1"
@@ -87,7 +88,7 @@ func TestIPTablesModeClusterIP(t *testing.T) {
 	if len(seen) != 3 {
 		t.Errorf("30 connections reached %v, want all three backends", seen)
 	}
-	rs, err := c.Probe(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, AllBranches: true, Trace: true})
+	rs, err := c.Probe(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, AllBranches: true, Trace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func TestIPTablesModeNodePortLBAndPolicies(t *testing.T) {
 	svc, _ := c.Store().GetService("default", "lb")
 	np := uint16(svc.Spec.Ports[0].NodePort)
 	// eTP Cluster through node-a: masqueraded to node-a's address.
-	r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np), Mode: netsim.ProbeConnect})
+	r, _ := c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np), Mode: netsim.ProbeConnect})
 	if r.Result != netsim.ResultConnected || r.Pod != "default/web-0" || r.SeenSrc.Addr() != c.Node("node-a").IP() {
 		t.Errorf("NodePort via node-a: %s", r.Outcome)
 	}
@@ -144,16 +145,16 @@ func TestIPTablesModeNodePortLBAndPolicies(t *testing.T) {
 	if _, err := c.Store().Update(local); err != nil {
 		t.Fatal(err)
 	}
-	r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-b").IP(), np), Mode: netsim.ProbeConnect})
+	r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-b").IP(), np), Mode: netsim.ProbeConnect})
 	if r.Result != netsim.ResultConnected || r.SeenSrc.Addr() != ext.IP() {
 		t.Errorf("eTP Local on the endpoint's node: %s, want the client's own address", r.Outcome)
 	}
-	r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np)})
+	r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(c.Node("node-a").IP(), np)})
 	if r.Result != netsim.ResultDropped || r.Node != "node-a" {
 		t.Errorf("eTP Local on a node without endpoints: %s, want dropped at node-a", r.Outcome)
 	}
 	for i := 0; i < 5; i++ {
-		r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Mode: netsim.ProbeConnect})
+		r, _ = c.ProbeOne(netsim.Probe{From: "external:client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(lbIP, 80), Mode: netsim.ProbeConnect})
 		if r.Result != netsim.ResultConnected || r.Node != "node-b" || r.SeenSrc.Addr() != ext.IP() {
 			t.Errorf("LB with eTP Local: %s", r.Outcome)
 		}
@@ -169,7 +170,7 @@ func TestIPTablesModeNoEndpointsAndStaleUDP(t *testing.T) {
 		t.Fatal(err)
 	}
 	vip := vipOf(t, c, "dns", 53)
-	p := netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoUDP, Dst: vip, SrcPort: 40053, Mode: netsim.ProbeConnect}
+	p := netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoUDP, Dst: vip, SrcPort: 40053, Mode: netsim.ProbeConnect}
 	r, _ := c.ProbeOne(p)
 	if r.Result != netsim.ResultRefused {
 		t.Errorf("UDP service without endpoints: %s, want refused (REJECT)", r.Outcome)

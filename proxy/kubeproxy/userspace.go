@@ -25,13 +25,14 @@ import (
 	"net/netip"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 	"github.com/clusterlab/clusterlab/proxy/userspace"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func init() { Register(Userspace, newUserspaceProxy) }
@@ -136,7 +137,7 @@ func newUserspace(n *cluster.Node, opts Options, cfg proxy.NodeConfig, uc Usersp
 		emu.AttachNetsim(n.Node, "kube-proxy userspace "+string(fam))
 		p.fams = append(p.fams, &userspaceFamily{family: fam, emu: emu, px: px})
 	}
-	n.AddHandler(netsim.HandlerSpec{Name: "kube-proxy userspace", Hook: netsim.Input, Priority: netsim.PrioritySecurity + 10, Handler: netsim.HandlerFunc(p.note)})
+	n.AddHandler(netsim.HandlerSpec{Name: "kube-proxy userspace", Hook: netfilter.Input, Priority: netfilter.PrioritySecurity + 10, Handler: netsim.HandlerFunc(p.note)})
 	p.hs = newHealthServer(n)
 	return p, nil
 }
@@ -195,7 +196,7 @@ func (p *userspaceProxy) family(addr netip.Addr) *userspaceFamily {
 // listener, the address the client asked for, and the endpoint the proxy would choose
 // for a new connection from that client now.
 func (p *userspaceProxy) note(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
-	if !ctx.Tracing() || pk.CtState != netsim.CtNew || pk.Proto != netsim.ProtoTCP && pk.Proto != netsim.ProtoUDP {
+	if !ctx.Tracing() || pk.CtState != netfilter.CtNew || pk.Proto != netfilter.ProtoTCP && pk.Proto != netfilter.ProtoUDP {
 		return netsim.VerdictContinue
 	}
 	f := p.family(pk.Dst)
@@ -203,7 +204,7 @@ func (p *userspaceProxy) note(ctx *netsim.Context, pk *netsim.Packet) netsim.Ver
 		return netsim.VerdictContinue
 	}
 	proto := corev1.ProtocolTCP
-	if pk.Proto == netsim.ProtoUDP {
+	if pk.Proto == netfilter.ProtoUDP {
 		proto = corev1.ProtocolUDP
 	}
 	l, ok := f.px.ListenerAt(proto, pk.DstPort)

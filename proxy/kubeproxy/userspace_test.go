@@ -12,14 +12,15 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
-
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/userspace"
 	"github.com/clusterlab/clusterlab/service"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 func userspaceCluster(t testing.TB, uc UserspaceConfig) *cluster.Cluster {
@@ -121,7 +122,7 @@ func TestUserspaceModeClusterIPTCP(t *testing.T) {
 	}
 
 	// The datapath's view: REDIRECT to the listener on the node, and the note.
-	r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect, Trace: true})
+	r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, Mode: netsim.ProbeConnect, Trace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +298,7 @@ func TestUserspaceModeRetriesDeadEndpoint(t *testing.T) {
 	ipt := newCluster(t, IPTables)
 	killWeb1(ipt)
 	vip := vipOf(t, ipt, "my-service", 80)
-	rs, err := ipt.Probe(netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vip, AllBranches: true})
+	rs, err := ipt.Probe(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, AllBranches: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +406,7 @@ func TestUserspaceModeTraceShowsRetries(t *testing.T) {
 	}
 	trace := func(from string) string {
 		t.Helper()
-		rs, err := c.Probe(netsim.Probe{From: from, Proto: netsim.ProtoTCP, Dst: vip, Trace: true})
+		rs, err := c.Probe(netsim.Probe{From: from, Proto: netfilter.ProtoTCP, Dst: vip, Trace: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -474,7 +475,7 @@ func TestUserspaceModeNodePortAndHost(t *testing.T) {
 	// ... and its own node port.
 	ask(t, nodeA.HostNet(), netip.AddrPortFrom(nodeA.IP(), np).String())
 	// The node port itself is held by the proxy.
-	if !nodeA.HostNet().Listening(netsim.ProtoTCP, np) {
+	if !nodeA.HostNet().Listening(netfilter.ProtoTCP, np) {
 		t.Error("node port not held open on the node")
 	}
 }
@@ -526,7 +527,7 @@ func TestUserspaceModeNoEndpoints(t *testing.T) {
 		t.Errorf("sessions: %+v", s)
 	}
 	// The datapath's view, beside the iptables mode's REJECT on the same Service.
-	p := netsim.Probe{From: "pod:default/client", Proto: netsim.ProtoTCP, Dst: vipOf(t, c, "empty", 80), Mode: netsim.ProbeConnect}
+	p := netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vipOf(t, c, "empty", 80), Mode: netsim.ProbeConnect}
 	if r, _ := c.ProbeOne(p); r.Result != netsim.ResultConnected || r.Node != "node-a" {
 		t.Errorf("userspace mode, no endpoints: %s; want connected to the proxy listener", r.Outcome)
 	}
@@ -568,8 +569,8 @@ func TestUserspaceModeHealthAndChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	nl := usListener(t, nodeA, "web", "http")
-	if nl.Port == old.Port || nodeA.HostNet().Listening(netsim.ProtoTCP, old.Port) {
-		t.Errorf("port change: listener %d → %d, old still listening: %v", old.Port, nl.Port, nodeA.HostNet().Listening(netsim.ProtoTCP, old.Port))
+	if nl.Port == old.Port || nodeA.HostNet().Listening(netfilter.ProtoTCP, old.Port) {
+		t.Errorf("port change: listener %d → %d, old still listening: %v", old.Port, nl.Port, nodeA.HostNet().Listening(netfilter.ProtoTCP, old.Port))
 	}
 	saved, _ := UserspaceEmulator(nodeA, corev1.IPv4Protocol).Save(context.Background(), "nat")
 	if !strings.Contains(string(saved), fmt.Sprintf("--dport 8080 -j REDIRECT --to-ports %d", nl.Port)) || strings.Contains(string(saved), fmt.Sprintf("--to-ports %d\n", old.Port)) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 )
 
@@ -263,7 +264,7 @@ func newProbeBench(b *testing.B, n, distinct int) *probeBench {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := p.Serve(netsim.ProtoTCP, 8080); err != nil {
+		if err := p.Serve(netfilter.ProtoTCP, 8080); err != nil {
 			b.Fatal(err)
 		}
 		eps = append(eps, p.IP().String())
@@ -272,7 +273,7 @@ func newProbeBench(b *testing.B, n, distinct int) *probeBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pb := &probeBench{c: c, detach: e.AttachNetsim(c.Node("node-a").Node, "iptables"), p: netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP}}
+	pb := &probeBench{c: c, detach: e.AttachNetsim(c.Node("node-a").Node, "iptables"), p: netsim.Probe{From: "pod:ns/client", Proto: netfilter.ProtoTCP}}
 	r := rand.New(rand.NewPCG(1, 2))
 	var hot []netip.Addr
 	for i := 0; i < distinct; i++ {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 )
 
@@ -16,8 +17,8 @@ import (
 // NetsimHandlers returns the handler specs that run the emulator's tables on a netsim
 // node, named "<name> <table>".
 func (e *Emulator) NetsimHandlers(name string) []netsim.HandlerSpec {
-	prio := map[string]int{TableRaw: netsim.PriorityRaw, TableMangle: netsim.PriorityMangle,
-		TableFilter: netsim.PriorityFilter, TableSecurity: netsim.PrioritySecurity}
+	prio := map[string]int{TableRaw: netfilter.PriorityRaw, TableMangle: netfilter.PriorityMangle,
+		TableFilter: netfilter.PriorityFilter, TableSecurity: netfilter.PrioritySecurity}
 	var specs []netsim.HandlerSpec
 	for h := Prerouting; h <= Postrouting; h++ {
 		for _, table := range hookTables[h] {
@@ -25,9 +26,9 @@ func (e *Emulator) NetsimHandlers(name string) []netsim.HandlerSpec {
 				Handler: &netsimHandler{e: e, table: table, hook: h}}
 			if table == TableNAT {
 				spec.NAT = true
-				spec.Priority = netsim.PriorityNATDst
+				spec.Priority = netfilter.PriorityNATDst
 				if h == Input || h == Postrouting {
-					spec.Priority = netsim.PriorityNATSrc
+					spec.Priority = netfilter.PriorityNATSrc
 				}
 			} else {
 				spec.Priority = prio[table]
@@ -52,8 +53,8 @@ func (e *Emulator) AttachNetsim(n *netsim.Node, name string) (detach func()) {
 	}
 }
 
-func netsimHook(h Hook) netsim.Hook {
-	return [...]netsim.Hook{netsim.Prerouting, netsim.Input, netsim.Forward, netsim.Output, netsim.Postrouting}[h]
+func netsimHook(h Hook) netfilter.Hook {
+	return [...]netfilter.Hook{netfilter.Prerouting, netfilter.Input, netfilter.Forward, netfilter.Output, netfilter.Postrouting}[h]
 }
 
 // netsimEnv is the Env of a packet in netsim: its virtual clock, its choice points and
@@ -80,14 +81,14 @@ type netsimHandler struct {
 	hook  Hook
 }
 
-var netsimReject = map[string]netsim.RejectWith{
-	"icmp-port-unreachable": netsim.RejectPortUnreachable, "icmp6-port-unreachable": netsim.RejectPortUnreachable,
-	"icmp-net-unreachable": netsim.RejectNetUnreachable, "icmp6-no-route": netsim.RejectNetUnreachable,
-	"icmp-host-unreachable": netsim.RejectHostUnreachable, "icmp6-addr-unreachable": netsim.RejectHostUnreachable,
-	"icmp-proto-unreachable": netsim.RejectProtoUnreachable, "icmp-net-prohibited": netsim.RejectNetProhibited,
-	"icmp-host-prohibited": netsim.RejectHostProhibited, "icmp-admin-prohibited": netsim.RejectAdminProhibited,
-	"icmp6-adm-prohibited": netsim.RejectAdminProhibited, "icmp6-policy-fail": netsim.RejectAdminProhibited,
-	"icmp6-reject-route": netsim.RejectAdminProhibited, "tcp-reset": netsim.RejectTCPReset,
+var netsimReject = map[string]netfilter.RejectWith{
+	"icmp-port-unreachable": netfilter.RejectPortUnreachable, "icmp6-port-unreachable": netfilter.RejectPortUnreachable,
+	"icmp-net-unreachable": netfilter.RejectNetUnreachable, "icmp6-no-route": netfilter.RejectNetUnreachable,
+	"icmp-host-unreachable": netfilter.RejectHostUnreachable, "icmp6-addr-unreachable": netfilter.RejectHostUnreachable,
+	"icmp-proto-unreachable": netfilter.RejectProtoUnreachable, "icmp-net-prohibited": netfilter.RejectNetProhibited,
+	"icmp-host-prohibited": netfilter.RejectHostProhibited, "icmp-admin-prohibited": netfilter.RejectAdminProhibited,
+	"icmp6-adm-prohibited": netfilter.RejectAdminProhibited, "icmp6-policy-fail": netfilter.RejectAdminProhibited,
+	"icmp6-reject-route": netfilter.RejectAdminProhibited, "tcp-reset": netfilter.RejectTCPReset,
 }
 
 // fromNetsim builds the emulator's view of a netsim packet in q.
@@ -98,13 +99,13 @@ func fromNetsim(q *Packet, p *netsim.Packet, ctx *netsim.Context, table string) 
 	switch {
 	case p.Conn == nil && table == TableRaw:
 		q.CT.State = CTInvalid // the raw table runs before conntrack: no entry yet
-	case p.CtState == netsim.CtUntracked:
+	case p.CtState == netfilter.CtUntracked:
 		q.CT.State = CTUntracked
-	case p.Conn == nil || p.CtState == netsim.CtInvalid:
+	case p.Conn == nil || p.CtState == netfilter.CtInvalid:
 		q.CT.State = CTInvalid
-	case p.CtState == netsim.CtEstablished:
+	case p.CtState == netfilter.CtEstablished:
 		q.CT.State = CTEstablished
-	case p.CtState == netsim.CtRelated:
+	case p.CtState == netfilter.CtRelated:
 		q.CT.State = CTRelated
 	default:
 		q.CT.State = CTNew
@@ -115,10 +116,10 @@ func fromNetsim(q *Packet, p *netsim.Packet, ctx *netsim.Context, table string) 
 		q.CT.Orig = Tuple{Src: c.Orig.Src, Dst: c.Orig.Dst, SrcPort: c.Orig.SrcPort, DstPort: c.Orig.DstPort}
 		q.CT.ReplyTuple = Tuple{Src: c.Reply.Src, Dst: c.Reply.Dst, SrcPort: c.Reply.SrcPort, DstPort: c.Reply.DstPort}
 		for _, b := range []struct {
-			from netsim.ConnStatus
+			from netfilter.CtStatus
 			to   CTStatus
-		}{{netsim.StatusSeenReply, CTSeenReply}, {netsim.StatusAssured, CTAssured}, {netsim.StatusConfirmed, CTConfirmed},
-			{netsim.StatusSrcNAT, CTSrcNAT}, {netsim.StatusDstNAT, CTDstNAT}} {
+		}{{netfilter.StatusSeenReply, CTSeenReply}, {netfilter.StatusAssured, CTAssured}, {netfilter.StatusConfirmed, CTConfirmed},
+			{netfilter.StatusSrcNAT, CTSrcNAT}, {netfilter.StatusDstNAT, CTDstNAT}} {
 			if c.Status&b.from != 0 {
 				q.CT.Status |= b.to
 			}
@@ -194,13 +195,13 @@ func (h *netsimHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.Ver
 		a := netsim.NATAction{Random: n.Random, RandomFully: n.RandomFully}
 		switch n.Kind {
 		case "DNAT":
-			a.Kind = netsim.DNAT
+			a.Kind = netfilter.DNAT
 		case "REDIRECT":
-			a.Kind = netsim.Redirect
+			a.Kind = netfilter.Redirect
 		case "SNAT":
-			a.Kind = netsim.SNAT
+			a.Kind = netfilter.SNAT
 		default:
-			a.Kind = netsim.Masquerade
+			a.Kind = netfilter.Masquerade
 		}
 		if n.Kind == "DNAT" || n.Kind == "SNAT" {
 			a.Addr = n.Addr

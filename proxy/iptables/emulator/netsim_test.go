@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 )
 
@@ -31,7 +32,7 @@ func TestNetsimAdapter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.Serve(netsim.ProtoTCP, 8080); err != nil {
+		if err := p.Serve(netfilter.ProtoTCP, 8080); err != nil {
 			t.Fatal(err)
 		}
 		eps = append(eps, p.IP())
@@ -72,7 +73,7 @@ COMMIT
 	defer detach()
 
 	t.Run("all branches of the ladder", func(t *testing.T) {
-		rs, err := c.Probe(netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.50:80"), AllBranches: true})
+		rs, err := c.Probe(netsim.Probe{From: "pod:ns/client", Proto: netfilter.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.50:80"), AllBranches: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +93,7 @@ COMMIT
 	t.Run("connections through netstack", func(t *testing.T) {
 		seen := map[string]int{}
 		for i := 0; i < 30; i++ {
-			r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.50:80"), Mode: netsim.ProbeConnect})
+			r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netfilter.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.50:80"), Mode: netsim.ProbeConnect})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +108,7 @@ COMMIT
 	})
 
 	t.Run("node traffic is masqueraded", func(t *testing.T) {
-		r, err := c.ProbeOne(netsim.Probe{From: "node:node-a", Proto: netsim.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.50:80"), Mode: netsim.ProbeConnect, Trace: true})
+		r, err := c.ProbeOne(netsim.Probe{From: "node:node-a", Proto: netfilter.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.50:80"), Mode: netsim.ProbeConnect, Trace: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +121,7 @@ COMMIT
 	})
 
 	t.Run("reject for a service without endpoints", func(t *testing.T) {
-		r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.60:80"), Mode: netsim.ProbeConnect, Trace: true})
+		r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netfilter.ProtoTCP, Dst: netip.MustParseAddrPort("10.96.0.60:80"), Mode: netsim.ProbeConnect, Trace: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +166,7 @@ func TestNetsimAdapterFamilies(t *testing.T) {
 		t.Fatalf("pod IPs %v, want one per family", ips)
 	}
 	for _, ip := range ips {
-		r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(ip, 80)})
+		r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(ip, 80)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +222,7 @@ COMMIT
 		{n.IP(), netsim.ResultDropped},  // on eth0
 		{vip, netsim.ResultDropped},     // on kube-ipvs0
 	} {
-		r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netsim.ProtoTCP, Dst: netip.AddrPortFrom(tc.dst, 80), Trace: true})
+		r, err := c.ProbeOne(netsim.Probe{From: "pod:ns/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(tc.dst, 80), Trace: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,55 @@
+package netfilter
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Hook is a netfilter hook point.
+//
+//	──▶ PREROUTING ──▶ routing ──┬──▶ FORWARD ──────────────────▶ POSTROUTING ──▶ out
+//	                             └──▶ INPUT ──▶ local stack             ▲
+//	                                            OUTPUT ──▶ routing ─────┘
+type Hook uint8
+
+// The five hooks, in the order of NF_INET_*.
+const (
+	Prerouting Hook = iota
+	Input
+	Forward
+	Output
+	Postrouting
+	// NumHooks is how many hooks there are: hooks index arrays of this size.
+	NumHooks = int(Postrouting) + 1
+)
+
+var hookNames = [...]string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
+
+// String returns the hook's name as iptables spells its built-in chain.
+func (h Hook) String() string {
+	if int(h) < len(hookNames) {
+		return hookNames[h]
+	}
+	return fmt.Sprintf("HOOK(%d)", uint8(h))
+}
+
+// ParseHook parses a hook name as iptables spells its built-in chains (any case).
+func ParseHook(s string) (Hook, error) {
+	for i, n := range hookNames {
+		if strings.EqualFold(n, s) {
+			return Hook(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown hook %q", s)
+}
+
+// Priorities at a hook, as netfilter's NF_IP_PRI_* values: lower runs first.
+const (
+	PriorityRaw       = -300 // the raw table
+	PriorityConntrack = -200 // conntrack's lookup (PREROUTING, OUTPUT)
+	PriorityMangle    = -150 // the mangle table
+	PriorityNATDst    = -100 // DNAT (PREROUTING, OUTPUT)
+	PriorityFilter    = 0    // the filter table
+	PrioritySecurity  = 50   // the security table
+	PriorityNATSrc    = 100  // SNAT (INPUT, POSTROUTING)
+)
