@@ -313,7 +313,7 @@ func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, endpoint
 	if err != nil {
 		return res, fmt.Errorf("ipvs proxier: iptables-save: %w", err)
 	}
-	if jd := jumpRestore(parseSavedRules(saved)); jd != nil {
+	if jd := jumpRestore(iptables.ParseSave(saved)); jd != nil {
 		res.JumpData = jd
 		if err := p.ipt.Restore(ctx, jd, iptables.RestoreOptions{NoFlush: true}); err != nil {
 			return res, fmt.Errorf("ipvs proxier: ensuring chains and jump rules: %w", err)

@@ -15,6 +15,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/clusterlab/clusterlab/proxy"
+	"github.com/clusterlab/clusterlab/proxy/iptables"
 )
 
 // genServices draws a small set of Services and EndpointSlices: ClusterIP, NodePort and
@@ -185,11 +186,11 @@ func FuzzParseSaved(f *testing.F) {
 				t.Fatalf("set %q parsed as nil", name)
 			}
 		}
-		sr := parseSavedRules(rules)
+		sr := iptables.ParseSave(rules)
 		jd := jumpRestore(sr)
 		// What jumpRestore asks for is missing from the saved rules, and nothing else.
 		for _, j := range jumpRules {
-			missing := !sr.hasRule(j.Table, j.Chain, j.Spec())
+			missing := !sr.HasRule(j.Table, j.Chain, j.Spec())
 			if got := strings.Contains(string(jd), "-I "+j.Chain+" "+j.Spec()); got != missing {
 				t.Fatalf("jump %s %s: in restore %v, missing %v", j.Table, j.Chain, got, missing)
 			}
