@@ -373,13 +373,52 @@ func (c *Command) set(o int) error {
 	return nil
 }
 
+// commandOpts are the options that name a command (and help and version): after the
+// command, another one is "multiple commands specified", as popt reports it.
+var commandOpts = map[string]bool{
+	"set": true, "A": true, "E": true, "D": true, "a": true, "e": true, "d": true, "C": true,
+	"L": true, "l": true, "Z": true, "R": true, "S": true, "start-daemon": true,
+	"stop-daemon": true, "h": true, "v": true,
+}
+
+// flagOpts are the options that only set their OPT_* bit.
+var flagOpts = map[string]int{
+	"c": optConnection, "n": optNumeric, "timeout": optTimeout, "daemon": optDaemon,
+	"stats": optStats, "rate": optRate, "thresholds": optThresholds,
+	"persistent-conn": optPersistentConn, "nosort": optNoSort, "X": optExact,
+	"tun-info": optTunInfo, "tun-nocsum": optTunNoCsum,
+}
+
+// option applies one option after the command, as ipvsadm's process_options() does:
+// each option sets its OPT_* bit (a second time is an error) and stores its value.
 func (c *Command) option(t optTok) error {
-	opt := dashed(t.name)
-	if t.name == "set" || t.name == "A" || t.name == "E" || t.name == "D" || t.name == "a" ||
-		t.name == "e" || t.name == "d" || t.name == "C" || t.name == "L" || t.name == "l" ||
-		t.name == "Z" || t.name == "R" || t.name == "S" || t.name == "start-daemon" || t.name == "stop-daemon" {
+	if commandOpts[t.name] {
 		return errors.New("multiple commands specified")
 	}
+	if o, ok := flagOpts[t.name]; ok {
+		return c.set(o)
+	}
+	switch t.name {
+	case "t", "u", "sctp-service", "f", "6":
+		return c.serviceOption(t)
+	case "s", "p", "M", "o", "b", "pe":
+		return c.schedulingOption(t)
+	case "r", "i", "g", "m", "w", "x", "y":
+		return c.serverOption(t)
+	case "tun-type", "tun-port", "tun-csum", "tun-remcsum":
+		return c.tunnelOption(t)
+	case "sort":
+		return nil
+	case "mcast-interface", "syncid", "mcast-group", "mcast-port", "mcast-ttl", "sync-maxlen":
+		return optErr("--"+t.name, "the sync daemon is not modelled: %w", ErrUnsupported)
+	}
+	return fmt.Errorf("%s: invalid option", dashed(t.name))
+}
+
+// serviceOption is the virtual service: -t/-u/--sctp-service ADDR[:PORT], -f MARK, and
+// -6 (an IPv6 fwmark service).
+func (c *Command) serviceOption(t optTok) error {
+	opt := dashed(t.name)
 	switch t.name {
 	case "t", "u", "sctp-service":
 		if err := c.set(optService); err != nil {
@@ -393,7 +432,7 @@ func (c *Command) option(t optTok) error {
 		default:
 			c.svc.proto = ProtoSCTP
 		}
-		addr, port, hasPort, ok := parseService(t.arg, c.svc.proto)
+		addr, port, _, ok := parseService(t.arg, c.svc.proto)
 		if !ok {
 			return optErr(opt+" "+t.arg, "illegal virtual server address[:port] specified")
 		}
@@ -401,7 +440,6 @@ func (c *Command) option(t optTok) error {
 		if c.svcAF6 {
 			c.svc.bits6 = 128
 		}
-		_ = hasPort
 		c.svc.key = svcKey{v6: c.svcAF6, proto: c.svc.proto, addr: addr, port: port}
 	case "f":
 		if err := c.set(optService); err != nil {
@@ -421,6 +459,15 @@ func (c *Command) option(t optTok) error {
 		c.svcAF6 = true
 		c.svc.key.v6 = true
 		c.svc.bits6 = 128
+	}
+	return nil
+}
+
+// schedulingOption is how the service schedules: -s SCHEDULER, -p [TIMEOUT],
+// -M NETMASK, -o (one-packet), -b FLAGS, and --pe (not modelled).
+func (c *Command) schedulingOption(t optTok) error {
+	opt := dashed(t.name)
+	switch t.name {
 	case "s":
 		if err := c.set(optScheduler); err != nil {
 			return err
@@ -443,24 +490,55 @@ func (c *Command) option(t optTok) error {
 		if err := c.set(optNetmask); err != nil {
 			return err
 		}
-		if !c.svcAF6 {
-			a, err := netip.ParseAddr(t.arg)
-			if err != nil || !a.Is4() {
-				if v, ok := inetAton(t.arg); ok {
-					c.svc.mask4 = v
-					break
-				}
-				return optErr(opt+" "+t.arg, "illegal virtual server persistent mask specified")
-			}
-			b := a.As4()
-			c.svc.mask4 = be32(b[:])
-		} else {
-			n, err := strconv.Atoi(t.arg)
-			if err != nil || n < 1 || n > 128 {
-				return optErr(opt+" "+t.arg, "illegal ipv6 netmask specified")
-			}
-			c.svc.bits6 = n
+		return c.netmask(opt, t.arg)
+	case "o":
+		if err := c.set(optOnePacket); err != nil {
+			return err
 		}
+		c.svc.flags |= FlagOnePacket
+	case "b":
+		if err := c.set(optSchedFlags); err != nil {
+			return err
+		}
+		c.flagsArg = t.arg
+	case "pe":
+		if err := c.set(optPE); err != nil {
+			return err
+		}
+		return optErr("--pe "+t.arg, "persistence engines are not modelled: %w", ErrUnsupported)
+	}
+	return nil
+}
+
+// netmask is -M: a dotted (or inet_aton) IPv4 mask, or an IPv6 prefix length once the
+// service is IPv6.
+func (c *Command) netmask(opt, arg string) error {
+	if c.svcAF6 {
+		n, err := strconv.Atoi(arg)
+		if err != nil || n < 1 || n > 128 {
+			return optErr(opt+" "+arg, "illegal ipv6 netmask specified")
+		}
+		c.svc.bits6 = n
+		return nil
+	}
+	a, err := netip.ParseAddr(arg)
+	if err != nil || !a.Is4() {
+		if v, ok := inetAton(arg); ok {
+			c.svc.mask4 = v
+			return nil
+		}
+		return optErr(opt+" "+arg, "illegal virtual server persistent mask specified")
+	}
+	b := a.As4()
+	c.svc.mask4 = be32(b[:])
+	return nil
+}
+
+// serverOption is the real server: -r ADDR[:PORT], the forwarding method -i/-g/-m,
+// -w WEIGHT, and the connection thresholds -x/-y.
+func (c *Command) serverOption(t optTok) error {
+	opt := dashed(t.name)
+	switch t.name {
 	case "r":
 		if err := c.set(optServer); err != nil {
 			return err
@@ -507,44 +585,14 @@ func (c *Command) option(t optTok) error {
 		} else {
 			c.dest.lThresh = uint32(v)
 		}
-	case "c":
-		return c.set(optConnection)
-	case "n":
-		return c.set(optNumeric)
-	case "timeout":
-		return c.set(optTimeout)
-	case "daemon":
-		return c.set(optDaemon)
-	case "stats":
-		return c.set(optStats)
-	case "rate":
-		return c.set(optRate)
-	case "thresholds":
-		return c.set(optThresholds)
-	case "persistent-conn":
-		return c.set(optPersistentConn)
-	case "nosort":
-		return c.set(optNoSort)
-	case "sort":
-	case "X":
-		return c.set(optExact)
-	case "o":
-		if err := c.set(optOnePacket); err != nil {
-			return err
-		}
-		c.svc.flags |= FlagOnePacket
-	case "pe":
-		if err := c.set(optPE); err != nil {
-			return err
-		}
-		return optErr("--pe "+t.arg, "persistence engines are not modelled: %w", ErrUnsupported)
-	case "b":
-		if err := c.set(optSchedFlags); err != nil {
-			return err
-		}
-		c.flagsArg = t.arg
-	case "tun-info":
-		return c.set(optTunInfo)
+	}
+	return nil
+}
+
+// tunnelOption is a tunnel setting of the real server: --tun-type, --tun-port and the
+// checksum modes --tun-csum and --tun-remcsum (--tun-nocsum only sets its bit).
+func (c *Command) tunnelOption(t optTok) error {
+	switch t.name {
 	case "tun-type":
 		if err := c.set(optTunType); err != nil {
 			return err
@@ -566,8 +614,6 @@ func (c *Command) option(t optTok) error {
 			return optErr("--tun-port "+t.arg, "illegal tunnel port specified")
 		}
 		c.dest.tun.port = uint16(v)
-	case "tun-nocsum":
-		return c.set(optTunNoCsum)
 	case "tun-csum":
 		if err := c.set(optTunCsum); err != nil {
 			return err
@@ -578,12 +624,6 @@ func (c *Command) option(t optTok) error {
 			return err
 		}
 		c.dest.tun.flags = 2
-	case "mcast-interface", "syncid", "mcast-group", "mcast-port", "mcast-ttl", "sync-maxlen":
-		return optErr("--"+t.name, "the sync daemon is not modelled: %w", ErrUnsupported)
-	case "h", "v":
-		return errors.New("multiple commands specified")
-	default:
-		return fmt.Errorf("%s: invalid option", opt)
 	}
 	return nil
 }
