@@ -227,24 +227,6 @@ func parseKernelVersion(s string) ([2]int, error) {
 	return v, nil
 }
 
-// ApplySysctls returns base with the IPVS sysctls of settings applied (the model's view
-// of what kube-proxy writes to /proc/sys/net/ipv4/vs).
-func ApplySysctls(base Sysctls, settings []SysctlSetting) Sysctls {
-	for _, s := range settings {
-		switch s.Name {
-		case "net/ipv4/vs/conntrack":
-			base.Conntrack = s.Value != 0
-		case "net/ipv4/vs/conn_reuse_mode":
-			base.ConnReuseMode = s.Value
-		case "net/ipv4/vs/expire_nodest_conn":
-			base.ExpireNodestConn = s.Value != 0
-		case "net/ipv4/vs/expire_quiescent_template":
-			base.ExpireQuiescentTemplate = s.Value != 0
-		}
-	}
-	return base
-}
-
 // Sysctls returns the sysctls the proxier set (or would set) at start-up.
 func (p *Proxier) Sysctls() []SysctlSetting { return slices.Clone(p.sysctls) }
 

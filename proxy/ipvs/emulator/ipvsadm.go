@@ -1,4 +1,4 @@
-package ipvs
+package emulator
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 // This file is the ipvsadm face: the command line of ipvsadm 1.31 (option spellings,
@@ -145,7 +147,7 @@ func ParseCommand(args []string) (*Command, error) {
 	}
 	c := &Command{Args: append([]string(nil), args...)}
 	c.dest.weight = 1
-	c.dest.fwd = DirectRoute
+	c.dest.fwd = ipvs.DirectRoute
 	c.svc.mask4 = 0xffffffff
 	c.svc.bits6 = 128
 	toks, err := splitOptions(args)
@@ -191,7 +193,7 @@ func ParseCommand(args []string) (*Command, error) {
 		return nil, fmt.Errorf("unexpected argument %s", positional[0])
 	}
 	if c.flagsArg != "" {
-		c.svc.flags &^= FlagSchedSH1 | FlagSchedSH2 | FlagSchedSH3
+		c.svc.flags &^= ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2 | ipvs.FlagSchedSH3
 		f, err := parseSchedFlags(c.sched, c.flagsArg)
 		if err != nil {
 			return nil, err
@@ -477,7 +479,7 @@ func (c *Command) schedulingOption(t optTok) error {
 		if err := c.set(optPersistent); err != nil {
 			return err
 		}
-		c.svc.flags |= FlagPersistent
+		c.svc.flags |= ipvs.FlagPersistent
 		c.svc.timeoutSec = defaultPersistTimeout
 		if t.has {
 			v, ok := stringToNumber(t.arg, 1, maxTimeout)
@@ -495,7 +497,7 @@ func (c *Command) schedulingOption(t optTok) error {
 		if err := c.set(optOnePacket); err != nil {
 			return err
 		}
-		c.svc.flags |= FlagOnePacket
+		c.svc.flags |= ipvs.FlagOnePacket
 	case "b":
 		if err := c.set(optSchedFlags); err != nil {
 			return err
@@ -557,7 +559,7 @@ func (c *Command) serverOption(t optTok) error {
 		if err := c.set(optForward); err != nil {
 			return err
 		}
-		c.dest.fwd = map[string]ForwardMethod{"i": Tunnel, "g": DirectRoute, "m": Masquerade}[t.name]
+		c.dest.fwd = map[string]ipvs.ForwardMethod{"i": ipvs.Tunnel, "g": ipvs.DirectRoute, "m": ipvs.Masquerade}[t.name]
 	case "w":
 		if err := c.set(optWeight); err != nil {
 			return err
@@ -656,10 +658,10 @@ func (c *Command) check() error {
 	case OpRestore:
 		return fmt.Errorf("-R: restore reads standard input; use the --restore file instead: %w", ErrUnsupported)
 	case OpAdd, OpEdit:
-		if c.svc.key.fwmark == 0 && c.svc.key.port == 0 && c.svc.flags&FlagPersistent == 0 {
+		if c.svc.key.fwmark == 0 && c.svc.key.port == 0 && c.svc.flags&ipvs.FlagPersistent == 0 {
 			return errors.New("Zero port specified for non-persistent service")
 		}
-		if c.svc.flags&FlagOnePacket != 0 && c.svc.key.fwmark == 0 && c.svc.proto != ProtoUDP {
+		if c.svc.flags&ipvs.FlagOnePacket != 0 && c.svc.key.fwmark == 0 && c.svc.proto != ProtoUDP {
 			return errors.New("One-Packet Scheduling is only for UDP virtual services")
 		}
 		if c.sched == "" {
@@ -667,14 +669,14 @@ func (c *Command) check() error {
 		}
 		c.svc.schedName = c.sched
 	case OpAddDest, OpEditDest:
-		if c.svc.key.fwmark == 0 && (c.dest.fwd == Tunnel || c.dest.fwd == DirectRoute) {
+		if c.svc.key.fwmark == 0 && (c.dest.fwd == ipvs.Tunnel || c.dest.fwd == ipvs.DirectRoute) {
 			c.dest.port = c.svc.key.port
 		}
-		if c.destAF6 != c.svcAF6 && c.dest.fwd != Tunnel {
+		if c.destAF6 != c.svcAF6 && c.dest.fwd != ipvs.Tunnel {
 			return errors.New("Different address family is allowed only for tunneling servers")
 		}
 		tunOpts := uint64(1<<optTunType | 1<<optTunPort | 1<<optTunNoCsum | 1<<optTunCsum | 1<<optTunRemCsum)
-		if c.opts&tunOpts != 0 && c.dest.fwd != Tunnel {
+		if c.opts&tunOpts != 0 && c.dest.fwd != ipvs.Tunnel {
 			return errors.New("Tunnel options conflict with forward method")
 		}
 		if c.dest.tun.typ == 0 && c.opts&tunOpts&^(1<<optTunType) != 0 {
@@ -710,11 +712,11 @@ func (c *Command) check() error {
 func (c *Command) has(o int) bool { return c.opts&(1<<o) != 0 }
 
 // parseSchedFlags is parse_sched_flags().
-func parseSchedFlags(sched, arg string) (ServiceFlags, error) {
+func parseSchedFlags(sched, arg string) (ipvs.ServiceFlags, error) {
 	if sched == "" {
 		sched = "wlc"
 	}
-	var f ServiceFlags
+	var f ipvs.ServiceFlags
 	for _, flag := range strings.Split(arg, ",") {
 		if flag == "" {
 			continue
@@ -722,22 +724,22 @@ func parseSchedFlags(sched, arg string) (ServiceFlags, error) {
 		want := ""
 		switch flag {
 		case "flag-1":
-			f |= FlagSchedSH1
+			f |= ipvs.FlagSchedSH1
 		case "flag-2":
-			f |= FlagSchedSH2
+			f |= ipvs.FlagSchedSH2
 		case "flag-3":
-			f |= FlagSchedSH3
+			f |= ipvs.FlagSchedSH3
 		case "sh-fallback":
-			f |= FlagSchedSH1
+			f |= ipvs.FlagSchedSH1
 			want = "sh"
 		case "sh-port":
-			f |= FlagSchedSH2
+			f |= ipvs.FlagSchedSH2
 			want = "sh"
 		case "mh-fallback":
-			f |= FlagSchedSH1
+			f |= ipvs.FlagSchedSH1
 			want = "mh"
 		case "mh-port":
-			f |= FlagSchedSH2
+			f |= ipvs.FlagSchedSH2
 			want = "mh"
 		default:
 			return 0, fmt.Errorf("-b %s: invalid scheduler flag `%s'", arg, flag)
@@ -948,13 +950,13 @@ func (m *Model) apply(c *Command, w io.Writer) error {
 		return nil
 	case OpZero:
 		if c.has(optService) && m.services[c.svc.key] == nil {
-			return fmt.Errorf("virtual service %s: %w", c.svc.key, ErrNotFound)
+			return fmt.Errorf("virtual service %s: %w", c.svc.key, ipvs.ErrNotFound)
 		}
 		return nil // traffic statistics are not modelled
 	case OpAddDest, OpEditDest, OpDelDest:
 		s := m.services[c.svc.key]
 		if s == nil {
-			return fmt.Errorf("virtual service %s: service not defined: %w", c.svc.key, ErrNotFound)
+			return fmt.Errorf("virtual service %s: service not defined: %w", c.svc.key, ipvs.ErrNotFound)
 		}
 		switch c.Op {
 		case OpAddDest:
@@ -981,7 +983,7 @@ func (m *Model) apply(c *Command, w io.Writer) error {
 		return nil
 	case OpList:
 		if c.has(optService) && m.services[c.svc.key] == nil {
-			return fmt.Errorf("virtual service %s: no such service: %w", c.svc.key, ErrNotFound)
+			return fmt.Errorf("virtual service %s: no such service: %w", c.svc.key, ipvs.ErrNotFound)
 		}
 		if w == nil {
 			return nil
@@ -998,7 +1000,7 @@ func (m *Model) apply(c *Command, w io.Writer) error {
 			if c.has(optService) {
 				s := m.services[c.svc.key]
 				if s == nil {
-					return fmt.Errorf("virtual service %s: no such service: %w", c.svc.key, ErrNotFound)
+					return fmt.Errorf("virtual service %s: no such service: %w", c.svc.key, ipvs.ErrNotFound)
 				}
 				f.title(w)
 				m.writeService(w, s, f)
