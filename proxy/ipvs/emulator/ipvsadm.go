@@ -383,22 +383,31 @@ var commandOpts = map[string]bool{
 	"stop-daemon": true, "h": true, "v": true,
 }
 
-// flagOpts are the options that only set their OPT_* bit.
-var flagOpts = map[string]int{
+// optBits are the OPT_* bits of the options after the command (-6 and --sort have
+// none).
+var optBits = map[string]int{
+	"t": optService, "u": optService, "sctp-service": optService, "f": optService,
+	"s": optScheduler, "p": optPersistent, "M": optNetmask, "o": optOnePacket,
+	"b": optSchedFlags, "pe": optPE,
+	"r": optServer, "i": optForward, "g": optForward, "m": optForward, "w": optWeight,
+	"x": optUThreshold, "y": optLThreshold,
+	"tun-info": optTunInfo, "tun-type": optTunType, "tun-port": optTunPort,
+	"tun-nocsum": optTunNoCsum, "tun-csum": optTunCsum, "tun-remcsum": optTunRemCsum,
 	"c": optConnection, "n": optNumeric, "timeout": optTimeout, "daemon": optDaemon,
 	"stats": optStats, "rate": optRate, "thresholds": optThresholds,
 	"persistent-conn": optPersistentConn, "nosort": optNoSort, "X": optExact,
-	"tun-info": optTunInfo, "tun-nocsum": optTunNoCsum,
 }
 
 // option applies one option after the command, as ipvsadm's process_options() does:
-// each option sets its OPT_* bit (a second time is an error) and stores its value.
+// the option sets its OPT_* bit (a second time is an error), then its value is stored.
 func (c *Command) option(t optTok) error {
 	if commandOpts[t.name] {
 		return errors.New("multiple commands specified")
 	}
-	if o, ok := flagOpts[t.name]; ok {
-		return c.set(o)
+	if bit, ok := optBits[t.name]; ok {
+		if err := c.set(bit); err != nil {
+			return err
+		}
 	}
 	switch t.name {
 	case "t", "u", "sctp-service", "f", "6":
@@ -409,10 +418,11 @@ func (c *Command) option(t optTok) error {
 		return c.serverOption(t)
 	case "tun-type", "tun-port", "tun-csum", "tun-remcsum":
 		return c.tunnelOption(t)
-	case "sort":
-		return nil
 	case "mcast-interface", "syncid", "mcast-group", "mcast-port", "mcast-ttl", "sync-maxlen":
 		return optErr("--"+t.name, "the sync daemon is not modelled: %w", ErrUnsupported)
+	}
+	if _, ok := optBits[t.name]; ok || t.name == "sort" {
+		return nil
 	}
 	return fmt.Errorf("%s: invalid option", dashed(t.name))
 }
@@ -423,9 +433,6 @@ func (c *Command) serviceOption(t optTok) error {
 	opt := dashed(t.name)
 	switch t.name {
 	case "t", "u", "sctp-service":
-		if err := c.set(optService); err != nil {
-			return err
-		}
 		switch t.name {
 		case "t":
 			c.svc.proto = ProtoTCP
@@ -444,9 +451,6 @@ func (c *Command) serviceOption(t optTok) error {
 		}
 		c.svc.key = svcKey{v6: c.svcAF6, proto: c.svc.proto, addr: addr, port: port}
 	case "f":
-		if err := c.set(optService); err != nil {
-			return err
-		}
 		mark, ok := parseFwmark(t.arg)
 		if !ok {
 			return optErr(opt+" "+t.arg, "invalid fwmark value `%s' specified", t.arg)
@@ -471,14 +475,8 @@ func (c *Command) schedulingOption(t optTok) error {
 	opt := dashed(t.name)
 	switch t.name {
 	case "s":
-		if err := c.set(optScheduler); err != nil {
-			return err
-		}
 		c.sched = t.arg
 	case "p":
-		if err := c.set(optPersistent); err != nil {
-			return err
-		}
 		c.svc.flags |= ipvs.FlagPersistent
 		c.svc.timeoutSec = defaultPersistTimeout
 		if t.has {
@@ -489,24 +487,12 @@ func (c *Command) schedulingOption(t optTok) error {
 			c.svc.timeoutSec = uint32(v)
 		}
 	case "M":
-		if err := c.set(optNetmask); err != nil {
-			return err
-		}
 		return c.netmask(opt, t.arg)
 	case "o":
-		if err := c.set(optOnePacket); err != nil {
-			return err
-		}
 		c.svc.flags |= ipvs.FlagOnePacket
 	case "b":
-		if err := c.set(optSchedFlags); err != nil {
-			return err
-		}
 		c.flagsArg = t.arg
 	case "pe":
-		if err := c.set(optPE); err != nil {
-			return err
-		}
 		return optErr("--pe "+t.arg, "persistence engines are not modelled: %w", ErrUnsupported)
 	}
 	return nil
@@ -542,9 +528,6 @@ func (c *Command) serverOption(t optTok) error {
 	opt := dashed(t.name)
 	switch t.name {
 	case "r":
-		if err := c.set(optServer); err != nil {
-			return err
-		}
 		addr, port, hasPort, ok := parseService(t.arg, c.svc.proto)
 		if !ok {
 			return optErr(opt+" "+t.arg, "illegal real server address[:port] specified")
@@ -556,27 +539,17 @@ func (c *Command) serverOption(t optTok) error {
 			c.dest.port = c.svc.key.port
 		}
 	case "i", "g", "m":
-		if err := c.set(optForward); err != nil {
-			return err
-		}
 		c.dest.fwd = map[string]ipvs.ForwardMethod{"i": ipvs.Tunnel, "g": ipvs.DirectRoute, "m": ipvs.Masquerade}[t.name]
 	case "w":
-		if err := c.set(optWeight); err != nil {
-			return err
-		}
 		v, ok := stringToNumber(t.arg, 0, 65535)
 		if !ok {
 			return optErr(opt+" "+t.arg, "illegal weight specified (want 0..65535)")
 		}
 		c.dest.weight = v
 	case "x", "y":
-		o := optUThreshold
 		name := "u_threshold"
 		if t.name == "y" {
-			o, name = optLThreshold, "l_threshold"
-		}
-		if err := c.set(o); err != nil {
-			return err
+			name = "l_threshold"
 		}
 		v, ok := stringToNumber(t.arg, 0, math.MaxInt32)
 		if !ok {
@@ -592,13 +565,10 @@ func (c *Command) serverOption(t optTok) error {
 }
 
 // tunnelOption is a tunnel setting of the real server: --tun-type, --tun-port and the
-// checksum modes --tun-csum and --tun-remcsum (--tun-nocsum only sets its bit).
+// checksum modes --tun-csum and --tun-remcsum.
 func (c *Command) tunnelOption(t optTok) error {
 	switch t.name {
 	case "tun-type":
-		if err := c.set(optTunType); err != nil {
-			return err
-		}
 		switch t.arg {
 		case "ipip":
 			c.dest.tun.typ = 0
@@ -608,23 +578,14 @@ func (c *Command) tunnelOption(t optTok) error {
 			return optErr("--tun-type "+t.arg, "illegal tunnel type specified")
 		}
 	case "tun-port":
-		if err := c.set(optTunPort); err != nil {
-			return err
-		}
 		v, ok := stringToNumber(t.arg, 1, 65535)
 		if !ok {
 			return optErr("--tun-port "+t.arg, "illegal tunnel port specified")
 		}
 		c.dest.tun.port = uint16(v)
 	case "tun-csum":
-		if err := c.set(optTunCsum); err != nil {
-			return err
-		}
 		c.dest.tun.flags = 1
 	case "tun-remcsum":
-		if err := c.set(optTunRemCsum); err != nil {
-			return err
-		}
 		c.dest.tun.flags = 2
 	}
 	return nil
