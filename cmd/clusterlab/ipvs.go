@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/clusterlab/clusterlab/proxy/ipvs"
+	ipvsemu "github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 )
 
 // ipvsOptions are the flags of `clusterlab ipvs`.
@@ -190,7 +190,7 @@ func runIPVS(o ipvsOptions, stdin io.Reader, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rep, err := ipvs.RunScript(ipvs.ScriptInput{Restore: restore, RestoreName: restoreName, Script: script, ScriptName: scriptName})
+	rep, err := ipvsemu.RunScript(ipvsemu.ScriptInput{Restore: restore, RestoreName: restoreName, Script: script, ScriptName: scriptName})
 	if err != nil {
 		return badInput(err)
 	}

@@ -28,6 +28,11 @@
 // inserts missing ones with a separate restore of "-I" lines on full syncs, and
 // RenderOptions.IncludeJumps writes them into the text for a fresh node.
 //
+// ParseSave is the one lenient reader of iptables-save text the proxiers share (this
+// Proxier, proxy/userspace and proxy/ipvs): which chains a node declares and which rules
+// and jumps they hold, with counters, comments and other software's rules passed over;
+// the emulator's parser is the full one, for evaluation.
+//
 // Names and numbers are kube-proxy's: chain names are "KUBE-SVC-" etc. plus the first 16
 // base32 characters of SHA-256(service port name + protocol [+ endpoint]);
 // probabilities are 1/n printed with %0.10f; the masquerade mark is 1<<bit printed with

@@ -1,12 +1,10 @@
 package iptables
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -132,7 +130,7 @@ func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, slices [
 		if err != nil {
 			res.Warnings = append(res.Warnings, fmt.Errorf("iptables-save nat failed, stale chains not deleted: %w", err))
 		} else {
-			res.StaleChains = g.staleChains(parseSave(saved)[TableNAT].chainNames())
+			res.StaleChains = g.staleChains(ParseSave(saved).ChainNames(TableNAT))
 			g.deleteChains(res.StaleChains)
 			p.lastCleanup = now
 		}
@@ -167,21 +165,20 @@ func (p *Proxier) ensureJumps(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("iptables-save: %w", err)
 	}
-	tables := parseSave(saved)
+	have := ParseSave(saved)
 	var out bytes.Buffer
 	for _, table := range []string{TableFilter, TableNAT} {
-		t := tables[table]
 		var chains, rules []string
 		created := map[string]bool{}
 		for _, j := range jumpRules {
 			if j.Table != table {
 				continue
 			}
-			if !t.hasChain(j.Target) && !created[j.Target] {
+			if !have.HasChain(table, j.Target) && !created[j.Target] {
 				created[j.Target] = true
 				chains = append(chains, chainLine(j.Target))
 			}
-			if !t.hasRule(j.Chain, j.Spec()) {
+			if !have.HasRule(table, j.Chain, j.Spec()) {
 				rules = append(rules, "-I "+j.Chain+" "+j.Spec())
 			}
 		}
@@ -201,73 +198,4 @@ func (p *Proxier) ensureJumps(ctx context.Context) ([]byte, error) {
 		return out.Bytes(), err
 	}
 	return out.Bytes(), nil
-}
-
-// savedTable is what the proxier needs from iptables-save output: chain names and the
-// rules of each chain (normalized to single spaces, without "-A CHAIN").
-type savedTable struct {
-	chains map[string]bool
-	order  []string
-	rules  map[string][]string
-}
-
-func (t *savedTable) hasChain(c string) bool { return t != nil && t.chains[c] }
-
-func (t *savedTable) hasRule(chain, spec string) bool {
-	if t == nil {
-		return false
-	}
-	want := strings.Join(strings.Fields(spec), " ")
-	for _, r := range t.rules[chain] {
-		if r == want {
-			return true
-		}
-	}
-	return false
-}
-
-func (t *savedTable) chainNames() []string {
-	if t == nil {
-		return nil
-	}
-	return t.order
-}
-
-// parseSave reads iptables-save output leniently: "*table", ":CHAIN POLICY [p:b]",
-// "[p:b] -A CHAIN ..." or "-A CHAIN ...", "COMMIT"; anything else is skipped.
-func parseSave(data []byte) map[string]*savedTable {
-	out := map[string]*savedTable{}
-	var cur *savedTable
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case strings.HasPrefix(line, "*"):
-			if t, ok := out[line[1:]]; ok {
-				cur = t // a table named twice: one table
-				break
-			}
-			cur = &savedTable{chains: map[string]bool{}, rules: map[string][]string{}}
-			out[line[1:]] = cur
-		case cur == nil:
-		case strings.HasPrefix(line, ":"):
-			name, _, _ := strings.Cut(line[1:], " ")
-			if !cur.chains[name] {
-				cur.chains[name] = true
-				cur.order = append(cur.order, name)
-			}
-		default:
-			if strings.HasPrefix(line, "[") {
-				if i := strings.Index(line, "]"); i >= 0 {
-					line = strings.TrimSpace(line[i+1:])
-				}
-			}
-			f := strings.Fields(line)
-			if len(f) >= 2 && f[0] == "-A" {
-				cur.rules[f[1]] = append(cur.rules[f[1]], strings.Join(f[2:], " "))
-			}
-		}
-	}
-	return out
 }

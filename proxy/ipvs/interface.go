@@ -1,14 +1,15 @@
 package ipvs
 
 import (
+	"errors"
 	"net/netip"
 	"time"
 )
 
 // Interface is how kube-proxy's IPVS mode programs virtual servers. Implementations: the
-// userspace model in this package (every Linux scheduler, the connection table) and the
-// kernel adapter in package kernel (generic netlink). The shape follows kube-proxy's
-// pkg/proxy/ipvs/util Interface.
+// userspace model in package proxy/ipvs/emulator (every Linux scheduler, the connection
+// table) and the kernel adapter in package kernel (generic netlink). The shape follows
+// kube-proxy's pkg/proxy/ipvs/util Interface.
 type Interface interface {
 	Flush() error
 	AddVirtualServer(*VirtualServer) error
@@ -71,4 +72,26 @@ type RealServer struct {
 	InactiveConn   int    // read-only in Get*
 	PersistConn    int    // read-only in Get*: connection templates pointing here
 	Overloaded     bool   // read-only in Get*: IP_VS_DEST_F_OVERLOAD (set by the -x/-y thresholds)
+}
+
+// Errors an Interface returns, wrapped with context; they mirror the kernel's errnos.
+// The emulator (package proxy/ipvs/emulator) returns them; the proxier tells a missing
+// virtual server by IsNotFound.
+var (
+	ErrExist    = errors.New("already exists")   // EEXIST
+	ErrNotFound = errors.New("not found")        // ENOENT (also an unknown scheduler)
+	ErrInvalid  = errors.New("invalid argument") // EINVAL
+	ErrRange    = errors.New("out of range")     // ERANGE
+)
+
+// IsNotFound reports whether err is (or wraps) ErrNotFound.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsExist reports whether err is (or wraps) ErrExist.
+func IsExist(err error) bool { return errors.Is(err, ErrExist) }
+
+// Schedulers lists the schedulers a VirtualServer may name: the kernel's ip_vs_*
+// modules, every one of which the emulator implements.
+func Schedulers() []string {
+	return []string{"rr", "wrr", "lc", "wlc", "sed", "nq", "dh", "sh", "mh", "lblc", "lblcr", "fo", "ovf", "twos"}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
+	ipvsemu "github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 )
 
 // TestKernelDifferential programs the same cases twice — once into the emulator (rules and
@@ -65,7 +66,7 @@ func TestKernelDifferential(t *testing.T) {
 				t.Helper()
 				nl := ipvs.NewFakeNetlink()
 				nl.SetAddresses("eth0", nodeIPs...)
-				w.IPVS, w.Netlink = ipvs.MustNew(ipvs.Config{}), nl
+				w.IPVS, w.Netlink = ipvsemu.MustNew(ipvsemu.Config{}), nl
 				px, err := ipvs.NewProxier(w, cfg)
 				if err != nil {
 					t.Fatal(err)
@@ -140,8 +141,6 @@ func stripComments(s string) string {
 	}
 	return strings.Join(out, "\n")
 }
-
-var docSep = regexp.MustCompile(`(?m)^---\s*$`)
 
 // loadDiffCase reads a testdata/ipvsmode case (the fields this test needs).
 func loadDiffCase(t *testing.T, path string) (ipvs.ProxierConfig, []netip.Addr, []*corev1.Service, []*discoveryv1.EndpointSlice) {

@@ -227,24 +227,6 @@ func parseKernelVersion(s string) ([2]int, error) {
 	return v, nil
 }
 
-// ApplySysctls returns base with the IPVS sysctls of settings applied (the model's view
-// of what kube-proxy writes to /proc/sys/net/ipv4/vs).
-func ApplySysctls(base Sysctls, settings []SysctlSetting) Sysctls {
-	for _, s := range settings {
-		switch s.Name {
-		case "net/ipv4/vs/conntrack":
-			base.Conntrack = s.Value != 0
-		case "net/ipv4/vs/conn_reuse_mode":
-			base.ConnReuseMode = s.Value
-		case "net/ipv4/vs/expire_nodest_conn":
-			base.ExpireNodestConn = s.Value != 0
-		case "net/ipv4/vs/expire_quiescent_template":
-			base.ExpireQuiescentTemplate = s.Value != 0
-		}
-	}
-	return base
-}
-
 // Sysctls returns the sysctls the proxier set (or would set) at start-up.
 func (p *Proxier) Sysctls() []SysctlSetting { return slices.Clone(p.sysctls) }
 
@@ -298,6 +280,12 @@ func (r *SyncResult) warn(err error) {
 // a new object for a change). Objects that do not parse are an error before anything is
 // written; a failed ipset or iptables restore ends the sync with an error (kube-proxy
 // logs it and retries on its next sync).
+//
+// The steps, in order: the mode's chains and jump rules; the dummy interface; the
+// addresses already on it and the node's own; per service port (in name order) its
+// virtual servers, real servers and set entries; the ipsets, then the iptables rules
+// that match them; stale addresses unbound; stale virtual servers deleted; stale UDP
+// conntrack entries cleared.
 func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, endpointSlices []*discoveryv1.EndpointSlice) (*SyncResult, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -308,22 +296,68 @@ func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, endpoint
 	res := &SyncResult{ServicePorts: len(st.Services)}
 	defer func() { p.initialSync = false }()
 
-	// The mode's chains and the jumps to them.
-	saved, err := p.ipt.Save(ctx, tableFilter, tableNAT)
-	if err != nil {
-		return res, fmt.Errorf("ipvs proxier: iptables-save: %w", err)
-	}
-	if jd := jumpRestore(parseSavedRules(saved)); jd != nil {
-		res.JumpData = jd
-		if err := p.ipt.Restore(ctx, jd, iptables.RestoreOptions{NoFlush: true}); err != nil {
-			return res, fmt.Errorf("ipvs proxier: ensuring chains and jump rules: %w", err)
-		}
+	if err := p.ensureChains(ctx, res); err != nil {
+		return res, err
 	}
 	if _, err := p.nl.EnsureDummyDevice(p.dev); err != nil {
 		return res, fmt.Errorf("ipvs proxier: dummy interface %s: %w", p.dev, err)
 	}
-	sets := map[string]*ipset{}
-	setList := make([]*ipset, 0, len(setInfos))
+	r := p.newSyncRun(st, res)
+	for _, name := range st.Services.SortedNames() {
+		r.servicePort(name)
+	}
+	for a := range r.activeBind {
+		r.sets[SetIPVSAddresses].add(a.String())
+	}
+	res.VirtualServers = len(r.active)
+	if err := p.writeSetsAndRules(ctx, r); err != nil {
+		return res, err
+	}
+	p.unbindStale(r)
+	p.deleteStaleVirtualServers(r)
+	p.state = st
+	p.cleanConntrack(st, res)
+	return res, nil
+}
+
+// ensureChains creates the mode's chains that are missing and inserts its missing jump
+// rules, with one restore (SyncResult.JumpData).
+func (p *Proxier) ensureChains(ctx context.Context, res *SyncResult) error {
+	saved, err := p.ipt.Save(ctx, tableFilter, tableNAT)
+	if err != nil {
+		return fmt.Errorf("ipvs proxier: iptables-save: %w", err)
+	}
+	if jd := jumpRestore(iptables.ParseSave(saved)); jd != nil {
+		res.JumpData = jd
+		if err := p.ipt.Restore(ctx, jd, iptables.RestoreOptions{NoFlush: true}); err != nil {
+			return fmt.Errorf("ipvs proxier: ensuring chains and jump rules: %w", err)
+		}
+	}
+	return nil
+}
+
+// syncRun is the working state of one Sync: the ipsets being filled, the node's
+// addresses, and what the service ports asked for so far.
+type syncRun struct {
+	p       *Proxier
+	st      *proxy.SyncState
+	res     *SyncResult
+	sets    map[string]*ipset
+	setList []*ipset // in kube-proxy's ipsetInfo order
+
+	alreadyBound map[netip.Addr]bool // on the dummy interface (grows as addresses are bound)
+	nodeAddrs    map[netip.Addr]bool // the node's own addresses (not on the dummy interface)
+	nodeIPs      []netip.Addr        // the addresses NodePorts are served on
+
+	active     map[string]bool     // the virtual servers wanted, by vsString
+	activeBind map[netip.Addr]bool // the addresses wanted on the dummy interface
+	noNode     []noNodeAccess
+}
+
+// newSyncRun makes the sync's empty ipsets and reads the node's addresses.
+func (p *Proxier) newSyncRun(st *proxy.SyncState, res *SyncResult) *syncRun {
+	r := &syncRun{p: p, st: st, res: res, sets: map[string]*ipset{}, setList: make([]*ipset, 0, len(setInfos)),
+		active: map[string]bool{}, activeBind: map[netip.Addr]bool{}}
 	for _, si := range setInfos {
 		size := 0
 		switch si.name {
@@ -331,250 +365,149 @@ func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, endpoint
 			size = len(st.Services)
 		}
 		s := &ipset{info: si, name: SetName(si.name, p.ipv6), ipv6: p.ipv6, active: make(map[string]bool, size)}
-		sets[si.name] = s
-		setList = append(setList, s)
+		r.sets[si.name] = s
+		r.setList = append(r.setList, s)
 	}
+	all := r.readAddresses()
+	if r.needNodeIPs() {
+		r.nodeIPs = p.nodePortIPs(r.nodeAddrs, all)
+	}
+	return r
+}
 
+// readAddresses fills alreadyBound and nodeAddrs and returns every local address.
+// Node addresses are the local addresses of the family except those on the dummy
+// interface (loopback and IPv6 link-local left out, as kube-proxy's netlink handle
+// does).
+func (r *syncRun) readAddresses() []netip.Addr {
+	p := r.p
 	bound, err := p.nl.LocalAddresses(p.dev)
 	if err != nil {
-		res.warn(fmt.Errorf("listing addresses on %s: %w", p.dev, err))
+		r.res.warn(fmt.Errorf("listing addresses on %s: %w", p.dev, err))
 	}
-	alreadyBound := map[netip.Addr]bool{}
+	r.alreadyBound = map[netip.Addr]bool{}
 	for _, a := range bound {
 		if p.ofFamily(a) {
-			alreadyBound[a.Unmap()] = true
+			r.alreadyBound[a.Unmap()] = true
 		}
 	}
 	all, err := p.nl.LocalAddresses("")
 	if err != nil {
-		res.warn(fmt.Errorf("listing node addresses: %w", err))
+		r.res.warn(fmt.Errorf("listing node addresses: %w", err))
 	}
-	// Node addresses: every local address of the family except those on the dummy
-	// interface (loopback and IPv6 link-local left out, as kube-proxy's netlink handle
-	// does).
-	nodeAddrs := map[netip.Addr]bool{}
+	r.nodeAddrs = map[netip.Addr]bool{}
 	for _, a := range all {
 		a = a.Unmap()
-		if p.ofFamily(a) && !alreadyBound[a] && !a.IsLoopback() && !(p.ipv6 && a.IsLinkLocalUnicast()) {
-			nodeAddrs[a] = true
+		if p.ofFamily(a) && !r.alreadyBound[a] && !a.IsLoopback() && !(p.ipv6 && a.IsLinkLocalUnicast()) {
+			r.nodeAddrs[a] = true
 		}
 	}
+	return all
+}
 
+// needNodeIPs reports whether any service port has a NodePort.
+func (r *syncRun) needNodeIPs() bool {
+	for _, sp := range r.st.Services {
+		if sp.NodePort != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// nodePortIPs returns the addresses NodePorts are served on: every node address, or
+// with --nodeport-addresses the local addresses of the family it selects (loopback
+// left out).
+func (p *Proxier) nodePortIPs(nodeAddrs map[netip.Addr]bool, all []netip.Addr) []netip.Addr {
 	var nodeIPs []netip.Addr
-	hasNodePort := false
-	for _, sp := range st.Services {
-		if sp.NodePort != 0 {
-			hasNodePort = true
-			break
+	if p.npa.MatchAll() {
+		for a := range nodeAddrs {
+			nodeIPs = append(nodeIPs, a)
+		}
+		slices.SortFunc(nodeIPs, func(a, b netip.Addr) int { return a.Compare(b) })
+		return nodeIPs
+	}
+	var local []netip.Addr
+	for _, a := range all {
+		if a = a.Unmap(); p.ofFamily(a) {
+			local = append(local, a)
 		}
 	}
-	if hasNodePort {
-		if p.npa.MatchAll() {
-			for a := range nodeAddrs {
-				nodeIPs = append(nodeIPs, a)
-			}
-			slices.SortFunc(nodeIPs, func(a, b netip.Addr) int { return a.Compare(b) })
-		} else {
-			var local []netip.Addr
-			for _, a := range all {
-				if a = a.Unmap(); p.ofFamily(a) {
-					local = append(local, a)
-				}
-			}
-			for _, a := range p.npa.NodeIPs(local) {
-				if !a.IsLoopback() {
-					nodeIPs = append(nodeIPs, a)
-				}
-			}
+	for _, a := range p.npa.NodeIPs(local) {
+		if !a.IsLoopback() {
+			nodeIPs = append(nodeIPs, a)
 		}
 	}
+	return nodeIPs
+}
 
-	active := map[string]bool{}
-	activeBind := map[netip.Addr]bool{}
-	var noNode []noNodeAccess
-	nodeLabels := p.cfg.Node.Labels
-
-	for _, name := range st.Services.SortedNames() {
-		sp := st.Services[name]
-		proto := strings.ToLower(string(sp.Protocol))
-		eps := st.Endpoints[name]
-
-		// Hairpin: traffic from a local endpoint to itself is masqueraded.
-		for _, ep := range eps {
-			if ep.Local {
-				sets[SetLoopBack].add(entryIPPortIP(ep.IP, proto, ep.Port, ep.IP))
-			}
-		}
-		cat := proxy.CategorizeEndpoints(eps, sp, p.cfg.Node.Name, nodeLabels)
-		endpointsFor := func(onlyLocal bool) []*proxy.Endpoint {
-			if onlyLocal && len(cat.Local) > 0 {
-				return cat.Local
-			}
-			// Without local endpoints, use the cluster ones so that pods on this node
-			// still reach the service (k8s #97081).
-			return cat.Cluster
-		}
-		newVS := func(addr netip.Addr, port int) *VirtualServer {
-			vs := &VirtualServer{Address: addr, Port: uint16(port), Protocol: string(sp.Protocol), Scheduler: p.sched}
-			if sp.SessionAffinity == corev1.ServiceAffinityClientIP {
-				vs.Flags |= FlagPersistent
-				vs.Timeout = uint32(sp.StickyMaxAgeSeconds)
-			}
-			if p.sched == "mh" {
-				vs.Flags |= FlagSchedSH2
-			}
-			return vs
-		}
-		program := func(vs *VirtualServer, bind, onlyLocal bool) {
-			if err := p.syncService(vs, bind, alreadyBound, res); err != nil {
-				res.warn(fmt.Errorf("service %s: virtual server %s: %w", name, vsString(vs), err))
-				return
-			}
-			active[vsString(vs)] = true
-			if bind {
-				activeBind[vs.Address] = true
-			}
-			if err := p.syncEndpoints(vs, endpointsFor(onlyLocal), res); err != nil {
-				res.warn(fmt.Errorf("service %s: real servers of %s: %w", name, vsString(vs), err))
-			}
-		}
-
-		// ClusterIP.
-		sets[SetClusterIP].add(entryIPPort(sp.ClusterIP, proto, sp.Port))
-		program(newVS(sp.ClusterIP, sp.Port), true, sp.InternalPolicyLocal)
-
-		// External IPs: bound unless already a node address.
-		for _, ip := range sp.ExternalIPs {
-			if sp.ExternalPolicyLocal {
-				sets[SetExternalIPLocal].add(entryIPPort(ip, proto, sp.Port))
-			} else {
-				sets[SetExternalIP].add(entryIPPort(ip, proto, sp.Port))
-			}
-			program(newVS(ip, sp.Port), !nodeAddrs[ip], sp.ExternalPolicyLocal)
-		}
-
-		// LoadBalancer ingress IPs.
-		for _, ip := range sp.LoadBalancerVIPs {
-			e := entryIPPort(ip, proto, sp.Port)
-			sets[SetLoadBalancer].add(e)
-			if sp.ExternalPolicyLocal {
-				sets[SetLoadBalancerLocal].add(e)
-			}
-			if len(sp.LoadBalancerSourceRanges) > 0 {
-				sets[SetLoadBalancerFW].add(e)
-				allowFromNode := false
-				for _, cidr := range sp.LoadBalancerSourceRanges {
-					sets[SetLoadBalancerSourceCIDR].add(entryIPPortNet(ip, proto, sp.Port, cidr))
-					if p.nodeIP.IsValid() && cidr.Contains(p.nodeIP) {
-						allowFromNode = true
-					}
-				}
-				// Node traffic to its own LB VIP never reaches the load balancer: allow
-				// it when the ranges include the node, else drop it (#119656).
-				if allowFromNode {
-					sets[SetLoadBalancerSourceIP].add(entryIPPortIP(ip, proto, sp.Port, ip))
-				} else {
-					noNode = append(noNode, noNodeAccess{ip: ip.String(), proto: proto, port: sp.Port})
-				}
-			}
-			program(newVS(ip, sp.Port), !nodeAddrs[ip], sp.ExternalPolicyLocal)
-		}
-
-		if sp.NodePort != 0 {
-			if len(nodeIPs) == 0 {
-				// kube-proxy skips the rest of this service port (health check included).
-				continue
-			}
-			var npSet, npLocal string
-			var entries []string
-			switch sp.Protocol {
-			case corev1.ProtocolTCP:
-				npSet, npLocal = SetNodePortTCP, SetNodePortLocalTCP
-				entries = []string{strconv.Itoa(sp.NodePort)}
-			case corev1.ProtocolUDP:
-				npSet, npLocal = SetNodePortUDP, SetNodePortLocalUDP
-				entries = []string{strconv.Itoa(sp.NodePort)}
-			case corev1.ProtocolSCTP:
-				npSet, npLocal = SetNodePortSCTP, SetNodePortLocalSCTP
-				for _, ip := range nodeIPs {
-					entries = append(entries, entryIPPort(ip, proto, sp.NodePort))
-				}
-			}
-			for _, e := range entries {
-				sets[npSet].add(e)
-				if sp.ExternalPolicyLocal {
-					sets[npLocal].add(e)
-				}
-			}
-			for _, ip := range nodeIPs {
-				program(newVS(ip, sp.NodePort), false, sp.ExternalPolicyLocal)
-			}
-		}
-		if sp.HealthCheckNodePort != 0 {
-			sets[SetHealthCheckNodePort].add(strconv.Itoa(sp.HealthCheckNodePort))
-		}
-	}
-	for a := range activeBind {
-		sets[SetIPVSAddresses].add(a.String())
-	}
-	res.VirtualServers = len(active)
-
-	// ipsets, then the rules that use them.
+// writeSetsAndRules applies the ipsets (entries diffed against ipset save), then the
+// iptables rules that match them.
+func (p *Proxier) writeSetsAndRules(ctx context.Context, r *syncRun) error {
+	res := r.res
 	savedSets, err := p.sets.SaveIPSets(ctx)
 	if err != nil {
-		return res, fmt.Errorf("ipvs proxier: ipset save: %w", err)
+		return fmt.Errorf("ipvs proxier: ipset save: %w", err)
 	}
 	var setData bytes.Buffer
-	res.SetEntriesAdded, res.SetEntriesDeleted = writeSetRestore(&setData, setList, parseSavedSets(savedSets))
+	res.SetEntriesAdded, res.SetEntriesDeleted = writeSetRestore(&setData, r.setList, parseSavedSets(savedSets))
 	res.IPSetData = setData.Bytes()
 	if err := p.sets.RestoreIPSets(ctx, res.IPSetData); err != nil {
-		return res, fmt.Errorf("ipvs proxier: ipset restore: %w", err)
+		return fmt.Errorf("ipvs proxier: ipset restore: %w", err)
 	}
-	res.IPTablesData = p.writeRules(sets, noNode)
+	res.IPTablesData = p.writeRules(r.sets, r.noNode)
 	if err := p.ipt.Restore(ctx, res.IPTablesData, iptables.RestoreOptions{NoFlush: true, Counters: true}); err != nil {
-		return res, fmt.Errorf("ipvs proxier: iptables-restore: %w", err)
+		return fmt.Errorf("ipvs proxier: iptables-restore: %w", err)
 	}
+	return nil
+}
 
-	// Addresses no longer used leave the dummy interface.
+// unbindStale removes from the dummy interface the addresses no longer used, in
+// address order.
+func (p *Proxier) unbindStale(r *syncRun) {
 	var stale []netip.Addr
-	for a := range alreadyBound {
-		if !activeBind[a] {
+	for a := range r.alreadyBound {
+		if !r.activeBind[a] {
 			stale = append(stale, a)
 		}
 	}
 	slices.SortFunc(stale, func(a, b netip.Addr) int { return a.Compare(b) })
 	for _, a := range stale {
 		if err := p.nl.UnbindAddress(p.dev, a); err != nil {
-			res.warn(fmt.Errorf("unbinding %s from %s: %w", a, p.dev, err))
+			r.res.warn(fmt.Errorf("unbinding %s from %s: %w", a, p.dev, err))
 			continue
 		}
-		res.Unbound = append(res.Unbound, a)
+		r.res.Unbound = append(r.res.Unbound, a)
 	}
+}
 
-	// Virtual servers no longer used are deleted.
+// deleteStaleVirtualServers deletes the virtual servers of the family no longer used,
+// except fwmark ones and those in --ipvs-exclude-cidrs.
+func (p *Proxier) deleteStaleVirtualServers(r *syncRun) {
 	current, err := p.ipvs.GetVirtualServers()
 	if err != nil {
-		res.warn(fmt.Errorf("listing virtual servers: %w", err))
+		r.res.warn(fmt.Errorf("listing virtual servers: %w", err))
 	}
 	for _, vs := range current {
-		if vs.FWMark != 0 || !vs.Address.IsValid() || !p.ofFamily(vs.Address) || p.excluded(vs.Address) || active[vsString(vs)] {
+		if vs.FWMark != 0 || !vs.Address.IsValid() || !p.ofFamily(vs.Address) || p.excluded(vs.Address) || r.active[vsString(vs)] {
 			continue
 		}
 		if err := p.ipvs.DeleteVirtualServer(vs); err != nil {
-			res.warn(fmt.Errorf("deleting virtual server %s: %w", vsString(vs), err))
+			r.res.warn(fmt.Errorf("deleting virtual server %s: %w", vsString(vs), err))
 			continue
 		}
-		res.VirtualServersDeleted++
+		r.res.VirtualServersDeleted++
 	}
+}
 
-	p.state = st
+// cleanConntrack clears the stale UDP conntrack entries of the new view.
+func (p *Proxier) cleanConntrack(st *proxy.SyncState, res *SyncResult) {
 	res.ConntrackFilters = st.StaleConntrackFilters()
 	if p.ct != nil && len(res.ConntrackFilters) > 0 {
 		n, err := proxy.CleanStaleConntrack(p.ct, res.ConntrackFilters)
 		res.ConntrackDeleted = n
 		res.warn(err)
 	}
-	return res, nil
 }
 
 func (p *Proxier) ofFamily(a netip.Addr) bool { return a.Unmap().Is6() == p.ipv6 }

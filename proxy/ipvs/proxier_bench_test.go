@@ -1,4 +1,4 @@
-package ipvs
+package ipvs_test
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
+	ipvsemu "github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 )
 
 // benchServices makes n ClusterIP services (port 80/TCP, every tenth a NodePort) with
@@ -72,11 +74,11 @@ func BenchmarkProxierSync(b *testing.B) {
 		copy(changed, slices)
 		changed[n/2+1] = benchSlice(svcs[n/2+1].Name, n/2+1, 10) // a ClusterIP service: one virtual server
 
-		newIPVS := func(b *testing.B) *Proxier {
-			nl := NewFakeNetlink()
+		newIPVS := func(b *testing.B) *ipvs.Proxier {
+			nl := ipvs.NewFakeNetlink()
 			nl.SetAddresses("eth0", netip.MustParseAddr("192.168.0.2"))
 			emu := emulator.New(emulator.IPv4)
-			px, err := NewProxier(Writers{IPVS: MustNew(Config{}), IPSets: emu, IPTables: emu, Netlink: nl}, ProxierConfig{Node: benchNode()})
+			px, err := ipvs.NewProxier(ipvs.Writers{IPVS: ipvsemu.MustNew(ipvsemu.Config{}), IPSets: emu, IPTables: emu, Netlink: nl}, ipvs.ProxierConfig{Node: benchNode()})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package ipvs
+package ipvs_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/clusterlab/clusterlab/proxy"
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 // genServices draws a small set of Services and EndpointSlices: ClusterIP, NodePort and
@@ -121,7 +122,7 @@ func normalisedState(t *testing.T, h *modeHarness) string {
 // servers, kube-ipvs0's addresses, ipsets, iptables rules), and a further sync of B
 // changes nothing. (No traffic flows, so no real server waits for graceful termination.)
 func TestProxierConverges(t *testing.T) {
-	cfg := ProxierConfig{Node: proxy.NodeConfig{Name: testNodeName, IPs: []netip.Addr{netip.MustParseAddr("192.168.0.2")},
+	cfg := ipvs.ProxierConfig{Node: proxy.NodeConfig{Name: testNodeName, IPs: []netip.Addr{netip.MustParseAddr("192.168.0.2")},
 		DetectLocalMode: proxy.LocalModeClusterCIDR, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")}}}
 	rapid.Check(t, func(rt *rapid.T) {
 		cfg.Scheduler = rapid.SampledFrom([]string{"rr", "mh", "wlc"}).Draw(rt, "scheduler")
@@ -159,52 +160,6 @@ func TestProxierConverges(t *testing.T) {
 		if n := res.SetEntriesAdded + res.SetEntriesDeleted + res.RealServersAdded + res.RealServersDeleted + res.VirtualServersAdded + res.VirtualServersDeleted + res.VirtualServersUpdated; n != 0 {
 			rt.Fatalf("a repeated sync made %d changes: vs +%d ~%d -%d, rs +%d -%d, set entries +%d -%d", n,
 				res.VirtualServersAdded, res.VirtualServersUpdated, res.VirtualServersDeleted, res.RealServersAdded, res.RealServersDeleted, res.SetEntriesAdded, res.SetEntriesDeleted)
-		}
-	})
-}
-
-func FuzzCanonicalEntry(f *testing.F) {
-	for _, s := range []string{"10.96.0.1,tcp:443", "10.96.0.1,TCP:443", "1.2.3.4,tcp:80,10.0.0.0/8", "2001:db8::1,udp:53,fd00::/64", "30080", "10.0.0.1", "a,b:c,d"} {
-		f.Add(setTypeHashIPPortNet, s)
-	}
-	f.Fuzz(func(t *testing.T, typ, e string) {
-		c := canonicalEntry(typ, e)
-		if again := canonicalEntry(typ, c); again != c {
-			t.Errorf("not idempotent: %q -> %q -> %q", e, c, again)
-		}
-	})
-}
-
-func FuzzParseSaved(f *testing.F) {
-	f.Add([]byte("create A hash:ip,port family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0x1\nadd A 10.0.0.1,tcp:80\n"),
-		[]byte("*nat\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\nCOMMIT\n"))
-	f.Fuzz(func(t *testing.T, sets, rules []byte) {
-		saved := parseSavedSets(sets)
-		for name, s := range saved {
-			if s == nil || s.entries == nil {
-				t.Fatalf("set %q parsed as nil", name)
-			}
-		}
-		sr := parseSavedRules(rules)
-		jd := jumpRestore(sr)
-		// What jumpRestore asks for is missing from the saved rules, and nothing else.
-		for _, j := range jumpRules {
-			missing := !sr.hasRule(j.Table, j.Chain, j.Spec())
-			if got := strings.Contains(string(jd), "-I "+j.Chain+" "+j.Spec()); got != missing {
-				t.Fatalf("jump %s %s: in restore %v, missing %v", j.Table, j.Chain, got, missing)
-			}
-		}
-	})
-}
-
-func FuzzKernelVersion(f *testing.F) {
-	for _, s := range []string{"5.4.0-150-generic", "6.18", "4.1", "x", "5..9"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		v, err := parseKernelVersion(s)
-		if err == nil && (v[0] < 0 || v[1] < 0) {
-			t.Fatalf("%q -> %v", s, v)
 		}
 	})
 }

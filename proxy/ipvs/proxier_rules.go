@@ -1,7 +1,6 @@
 package ipvs
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"strconv"
@@ -233,85 +232,20 @@ func (p *Proxier) writeRules(sets map[string]*ipset, noNode []noNodeAccess) []by
 	return out
 }
 
-// savedRules is what the proxier reads from iptables-save: per table, the chains and
-// each chain's rules (single-spaced, without "-A CHAIN").
-type savedRules map[string]*struct {
-	chains map[string]bool
-	rules  map[string][]string
-}
-
-func parseSavedRules(data []byte) savedRules {
-	out := savedRules{}
-	var cur *struct {
-		chains map[string]bool
-		rules  map[string][]string
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case strings.HasPrefix(line, "*"):
-			name := line[1:]
-			if out[name] == nil {
-				out[name] = &struct {
-					chains map[string]bool
-					rules  map[string][]string
-				}{chains: map[string]bool{}, rules: map[string][]string{}}
-			}
-			cur = out[name]
-		case cur == nil:
-		case strings.HasPrefix(line, ":"):
-			name, _, _ := strings.Cut(line[1:], " ")
-			cur.chains[name] = true
-		default:
-			if strings.HasPrefix(line, "[") {
-				if i := strings.Index(line, "]"); i >= 0 {
-					line = strings.TrimSpace(line[i+1:])
-				}
-			}
-			f := strings.Fields(line)
-			if len(f) >= 2 && f[0] == "-A" {
-				cur.rules[f[1]] = append(cur.rules[f[1]], strings.Join(f[2:], " "))
-			}
-		}
-	}
-	return out
-}
-
-func (s savedRules) hasChain(table, chain string) bool {
-	t := s[table]
-	return t != nil && t.chains[chain]
-}
-
-func (s savedRules) hasRule(table, chain, spec string) bool {
-	t := s[table]
-	if t == nil {
-		return false
-	}
-	want := strings.Join(strings.Fields(spec), " ")
-	for _, r := range t.rules[chain] {
-		if r == want {
-			return true
-		}
-	}
-	return false
-}
-
 // jumpRestore is kube-proxy's createAndLinkKubeChain as one restore: the mode's chains
 // that do not exist yet, and the jump rules that are missing, inserted at the top of
 // their built-in chains in kube-proxy's order. nil if nothing is missing.
-func jumpRestore(saved savedRules) []byte {
+func jumpRestore(saved *iptables.Saved) []byte {
 	var out bytes.Buffer
 	for _, table := range []string{tableFilter, tableNAT} {
 		var lines []string
 		for _, c := range modeChains {
-			if c.table == table && !saved.hasChain(table, c.chain) {
+			if c.table == table && !saved.HasChain(table, c.chain) {
 				lines = append(lines, ":"+c.chain+" - [0:0]")
 			}
 		}
 		for _, j := range jumpRules {
-			if j.Table == table && !saved.hasRule(table, j.Chain, j.Spec()) {
+			if j.Table == table && !saved.HasRule(table, j.Chain, j.Spec()) {
 				lines = append(lines, "-I "+j.Chain+" "+j.Spec())
 			}
 		}

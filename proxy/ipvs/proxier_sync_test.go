@@ -1,9 +1,10 @@
-package ipvs
+package ipvs_test
 
 import (
 	"context"
 	"errors"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
+	ipvsemu "github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 )
 
 func testService(name, clusterIP string, port int32, proto corev1.Protocol) *corev1.Service {
@@ -38,27 +41,31 @@ func testSlice(svc string, port int32, proto corev1.Protocol, ips ...string) *di
 	return s
 }
 
+// defaultConfig is the node of defaultHarness: 192.168.0.2, pods in 10.0.0.0/8.
+func defaultConfig() ipvs.ProxierConfig {
+	return ipvs.ProxierConfig{Node: proxy.NodeConfig{Name: testNodeName, IPs: []netip.Addr{netip.MustParseAddr("192.168.0.2")},
+		DetectLocalMode: proxy.LocalModeClusterCIDR, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}
+}
+
 func defaultHarness(t *testing.T) *modeHarness {
 	t.Helper()
-	cfg := ProxierConfig{Node: proxy.NodeConfig{Name: testNodeName, IPs: []netip.Addr{netip.MustParseAddr("192.168.0.2")},
-		DetectLocalMode: proxy.LocalModeClusterCIDR, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}
-	return newModeHarness(t, cfg, []string{"192.168.0.2"}, nil)
+	return newModeHarness(t, defaultConfig(), []string{"192.168.0.2"}, nil)
 }
 
-func tcpPkt(client, vip string, flags uint8) Packet {
-	return Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort(client), Dst: netip.MustParseAddrPort(vip), TCPFlags: flags}
+func tcpPkt(client, vip string, flags uint8) ipvsemu.Packet {
+	return ipvsemu.Packet{Protocol: ipvsemu.ProtoTCP, Src: netip.MustParseAddrPort(client), Dst: netip.MustParseAddrPort(vip), TCPFlags: flags}
 }
 
-func realServers(t *testing.T, m *Model, vip string, proto string) string {
+func realServers(t *testing.T, m *ipvsemu.Model, vip string, proto string) string {
 	t.Helper()
 	ap := netip.MustParseAddrPort(vip)
-	rss, err := m.GetRealServers(&VirtualServer{Address: ap.Addr(), Port: ap.Port(), Protocol: proto})
+	rss, err := m.GetRealServers(&ipvs.VirtualServer{Address: ap.Addr(), Port: ap.Port(), Protocol: proto})
 	if err != nil {
 		return "(" + err.Error() + ")"
 	}
 	var parts []string
 	for _, rs := range rss {
-		parts = append(parts, rsString(rs)+" w="+itoa(rs.Weight))
+		parts = append(parts, ipvs.RSString(rs)+" w="+strconv.Itoa(rs.Weight))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -75,12 +82,12 @@ func TestProxierGracefulTermination(t *testing.T) {
 		t.Fatalf("real servers (kernel list order): %s", got)
 	}
 	// rr: the first connection goes to the head of the list, the most recently added.
-	d := h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", TCPSyn))
-	if d.Verdict != VerdictForward || d.Dest.String() != "10.0.2.1:8080" {
+	d := h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", ipvsemu.TCPSyn))
+	if d.Verdict != ipvsemu.VerdictForward || d.Dest.String() != "10.0.2.1:8080" {
 		t.Fatalf("first connection: %+v", d)
 	}
-	h.model.Out(Packet{Protocol: ProtoTCP, Src: d.Dest, Dst: netip.MustParseAddrPort("10.0.0.5:40000"), TCPFlags: TCPSyn | TCPAck})
-	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", TCPAck))
+	h.model.Out(ipvsemu.Packet{Protocol: ipvsemu.ProtoTCP, Src: d.Dest, Dst: netip.MustParseAddrPort("10.0.0.5:40000"), TCPFlags: ipvsemu.TCPSyn | ipvsemu.TCPAck})
+	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", ipvsemu.TCPAck))
 
 	// 10.0.2.1 goes away.
 	res := h.sync(t, []*corev1.Service{svc}, []*discoveryv1.EndpointSlice{testSlice("web", 8080, corev1.ProtocolTCP, "10.0.1.1")})
@@ -94,11 +101,11 @@ func TestProxierGracefulTermination(t *testing.T) {
 		t.Errorf("terminating list: %s", got)
 	}
 	// The existing connection keeps its real server; new ones avoid it.
-	if d := h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", TCPAck)); d.Dest.String() != "10.0.2.1:8080" || d.Via != ViaConnection {
+	if d := h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", ipvsemu.TCPAck)); d.Dest.String() != "10.0.2.1:8080" || d.Via != ipvsemu.ViaConnection {
 		t.Errorf("existing connection after quiescing: %+v", d)
 	}
 	for i := range 4 {
-		d := h.model.In(tcpPkt("10.0.0.6:"+itoa(41000+i), "10.96.0.10:80", TCPSyn))
+		d := h.model.In(tcpPkt("10.0.0.6:"+strconv.Itoa(41000+i), "10.96.0.10:80", ipvsemu.TCPSyn))
 		if d.Dest.String() != "10.0.1.1:8080" {
 			t.Errorf("new connection %d went to %s", i, d.Dest)
 		}
@@ -113,9 +120,9 @@ func TestProxierGracefulTermination(t *testing.T) {
 	}
 	// The connection closes (client FIN, server FIN+ACK, client ACK) and its entry
 	// times out; then the check deletes the real server.
-	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", TCPFin|TCPAck))
-	h.model.Out(Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort("10.0.2.1:8080"), Dst: netip.MustParseAddrPort("10.0.0.5:40000"), TCPFlags: TCPFin | TCPAck})
-	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", TCPAck))
+	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", ipvsemu.TCPFin|ipvsemu.TCPAck))
+	h.model.Out(ipvsemu.Packet{Protocol: ipvsemu.ProtoTCP, Src: netip.MustParseAddrPort("10.0.2.1:8080"), Dst: netip.MustParseAddrPort("10.0.0.5:40000"), TCPFlags: ipvsemu.TCPFin | ipvsemu.TCPAck})
+	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", ipvsemu.TCPAck))
 	h.clock.Advance(3 * time.Minute)
 	gone, err := h.px.GracefulCheck()
 	if err != nil || strings.Join(gone, " ") != "10.96.0.10:80/TCP/10.0.2.1:8080" {
@@ -126,7 +133,7 @@ func TestProxierGracefulTermination(t *testing.T) {
 	}
 
 	// An endpoint that comes back while being terminated is re-added with weight 1.
-	d = h.model.In(tcpPkt("10.0.0.7:42000", "10.96.0.10:80", TCPSyn))
+	d = h.model.In(tcpPkt("10.0.0.7:42000", "10.96.0.10:80", ipvsemu.TCPSyn))
 	h.sync(t, []*corev1.Service{svc}, []*discoveryv1.EndpointSlice{testSlice("web", 8080, corev1.ProtocolTCP, "10.0.2.1")})
 	if got := realServers(t, h.model, "10.96.0.10:80", "TCP"); got != "10.0.2.1:8080 w=1, 10.0.1.1:8080 w=0" {
 		t.Errorf("real servers after the swap: %s", got)
@@ -142,7 +149,7 @@ func TestProxierGracefulTermination(t *testing.T) {
 	// UDP: no graceful termination.
 	dns := testService("dns", "10.96.0.53", 53, corev1.ProtocolUDP)
 	h.sync(t, []*corev1.Service{svc, dns}, []*discoveryv1.EndpointSlice{testSlice("dns", 53, corev1.ProtocolUDP, "10.0.3.1", "10.0.4.1")})
-	h.model.In(Packet{Protocol: ProtoUDP, Src: netip.MustParseAddrPort("10.0.0.5:5353"), Dst: netip.MustParseAddrPort("10.96.0.53:53")})
+	h.model.In(ipvsemu.Packet{Protocol: ipvsemu.ProtoUDP, Src: netip.MustParseAddrPort("10.0.0.5:5353"), Dst: netip.MustParseAddrPort("10.96.0.53:53")})
 	res = h.sync(t, []*corev1.Service{svc, dns}, []*discoveryv1.EndpointSlice{testSlice("dns", 53, corev1.ProtocolUDP, "10.0.3.1")})
 	if res.RealServersDeleted != 1 || res.RealServersQuiesced != 0 {
 		t.Errorf("UDP endpoint gone: %+v", res)
@@ -157,18 +164,19 @@ func TestProxierGracefulTermination(t *testing.T) {
 // servers inside --ipvs-exclude-cidrs and fwmark services are left alone; after a
 // restart the real servers' weights go back to 1.
 func TestProxierStaleAndRestart(t *testing.T) {
-	h := defaultHarness(t)
+	cfg := defaultConfig()
+	cfg.ExcludeCIDRs = []netip.Prefix{netip.MustParsePrefix("10.200.0.0/16")}
+	h := newModeHarness(t, cfg, []string{"192.168.0.2"}, nil)
 	a := testService("a", "10.96.0.1", 443, corev1.ProtocolTCP)
 	b := testService("b", "10.96.0.2", 80, corev1.ProtocolTCP)
 	b.Spec.Type, b.Spec.Ports[0].NodePort = corev1.ServiceTypeNodePort, 30080
 	slices := []*discoveryv1.EndpointSlice{testSlice("a", 6443, corev1.ProtocolTCP, "192.168.0.2"), testSlice("b", 8080, corev1.ProtocolTCP, "10.0.1.1")}
 	// Someone else's virtual servers: one in an excluded range, one fwmark service.
-	for _, vs := range []*VirtualServer{{Address: netip.MustParseAddr("10.200.0.1"), Port: 53, Protocol: "UDP", Scheduler: "rr"}, {FWMark: 7, Scheduler: "wlc"}} {
+	for _, vs := range []*ipvs.VirtualServer{{Address: netip.MustParseAddr("10.200.0.1"), Port: 53, Protocol: "UDP", Scheduler: "rr"}, {FWMark: 7, Scheduler: "wlc"}} {
 		if err := h.model.AddVirtualServer(vs); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h.px.cfg.ExcludeCIDRs = []netip.Prefix{netip.MustParsePrefix("10.200.0.0/16")}
 	res := h.sync(t, []*corev1.Service{a, b}, slices)
 	if res.VirtualServersAdded != 3 || res.VirtualServers != 3 || len(res.Bound) != 2 {
 		t.Errorf("first sync: %+v", res)
@@ -200,11 +208,11 @@ func TestProxierStaleAndRestart(t *testing.T) {
 
 	// A restart: a new proxier over the same kernel state, where someone left a weight
 	// of 5. The first sync resets it; the second leaves it alone.
-	if err := h.model.UpdateRealServer(&VirtualServer{Address: netip.MustParseAddr("10.96.0.1"), Port: 443, Protocol: "TCP"},
-		&RealServer{Address: netip.MustParseAddr("192.168.0.2"), Port: 6443, Weight: 5}); err != nil {
+	if err := h.model.UpdateRealServer(&ipvs.VirtualServer{Address: netip.MustParseAddr("10.96.0.1"), Port: 443, Protocol: "TCP"},
+		&ipvs.RealServer{Address: netip.MustParseAddr("192.168.0.2"), Port: 6443, Weight: 5}); err != nil {
 		t.Fatal(err)
 	}
-	px, err := NewProxier(Writers{IPVS: h.model, IPSets: h.emu, IPTables: h.emu, Netlink: h.nl}, h.px.cfg)
+	px, err := ipvs.NewProxier(ipvs.Writers{IPVS: h.model, IPSets: h.emu, IPTables: h.emu, Netlink: h.nl}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,25 +249,25 @@ func (f *failingIPT) Restore(ctx context.Context, data []byte, opts iptables.Res
 
 func TestProxierErrors(t *testing.T) {
 	emu := emulator.New(emulator.IPv4)
-	if _, err := NewProxier(Writers{IPVS: MustNew(Config{}), IPSets: emu, IPTables: emu}, ProxierConfig{}); err == nil {
+	if _, err := ipvs.NewProxier(ipvs.Writers{IPVS: ipvsemu.MustNew(ipvsemu.Config{}), IPSets: emu, IPTables: emu}, ipvs.ProxierConfig{}); err == nil {
 		t.Error("no netlink: no error")
 	}
-	base := Writers{IPVS: MustNew(Config{}), IPSets: emu, IPTables: emu, Netlink: NewFakeNetlink()}
+	base := ipvs.Writers{IPVS: ipvsemu.MustNew(ipvsemu.Config{}), IPSets: emu, IPTables: emu, Netlink: ipvs.NewFakeNetlink()}
 	for _, tc := range []struct {
-		cfg ProxierConfig
+		cfg ipvs.ProxierConfig
 		msg string
 	}{
-		{ProxierConfig{Scheduler: "roundrobin"}, `scheduler "roundrobin"`},
-		{ProxierConfig{Family: "IPv5"}, "family"},
-		{ProxierConfig{KernelVersion: "five"}, `kernel version "five"`},
-		{ProxierConfig{Node: proxy.NodeConfig{NodePortAddresses: []string{"nope"}}}, "nodePortAddresses[0]"},
+		{ipvs.ProxierConfig{Scheduler: "roundrobin"}, `scheduler "roundrobin"`},
+		{ipvs.ProxierConfig{Family: "IPv5"}, "family"},
+		{ipvs.ProxierConfig{KernelVersion: "five"}, `kernel version "five"`},
+		{ipvs.ProxierConfig{Node: proxy.NodeConfig{NodePortAddresses: []string{"nope"}}}, "nodePortAddresses[0]"},
 	} {
-		if _, err := NewProxier(base, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.msg) {
+		if _, err := ipvs.NewProxier(base, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%+v: error %v, want %q", tc.cfg, err, tc.msg)
 		}
 	}
 	// A bad object fails the sync before anything is written.
-	p, err := NewProxier(base, ProxierConfig{})
+	p, err := ipvs.NewProxier(base, ipvs.ProxierConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +280,7 @@ func TestProxierErrors(t *testing.T) {
 	}
 	// A failing iptables-restore is an error of the sync.
 	fail := &failingIPT{Emulator: emulator.New(emulator.IPv4), ok: 1}
-	p, err = NewProxier(Writers{IPVS: MustNew(Config{}), IPSets: fail.Emulator, IPTables: fail, Netlink: NewFakeNetlink()}, ProxierConfig{})
+	p, err = ipvs.NewProxier(ipvs.Writers{IPVS: ipvsemu.MustNew(ipvsemu.Config{}), IPSets: fail.Emulator, IPTables: fail, Netlink: ipvs.NewFakeNetlink()}, ipvs.ProxierConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +301,7 @@ func TestKubeProxySysctlSettings(t *testing.T) {
 		{"4.1", true, "net/ipv4/vs/conntrack=1 net/ipv4/vs/conn_reuse_mode=0 net/ipv4/vs/expire_nodest_conn=1 net/ipv4/vs/expire_quiescent_template=1 net/ipv4/ip_forward=1 net/ipv4/conf/all/arp_ignore=1 net/ipv4/conf/all/arp_announce=2"},
 		{"3.10.0", false, "net/ipv4/vs/conntrack=1 net/ipv4/vs/expire_nodest_conn=1 net/ipv4/vs/expire_quiescent_template=1 net/ipv4/ip_forward=1"},
 	} {
-		s, err := KubeProxySysctlSettings(tc.kernel, tc.strict)
+		s, err := ipvs.KubeProxySysctlSettings(tc.kernel, tc.strict)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -305,31 +313,12 @@ func TestKubeProxySysctlSettings(t *testing.T) {
 			t.Errorf("%s strict=%v: %s", tc.kernel, tc.strict, strings.Join(got, " "))
 		}
 		// Applied to the model's defaults: kube-proxy's settings.
-		sys := ApplySysctls(DefaultSysctls(), s)
+		sys := ipvsemu.ApplySysctls(ipvsemu.DefaultSysctls(), s)
 		if !sys.Conntrack || !sys.ExpireNodestConn || !sys.ExpireQuiescentTemplate {
 			t.Errorf("%s: applied %+v", tc.kernel, sys)
 		}
-		if tc.kernel == "" && sys != KubeProxySysctls() {
-			t.Errorf("current kernel: %+v, want KubeProxySysctls %+v", sys, KubeProxySysctls())
-		}
-	}
-}
-
-func TestCanonicalEntry(t *testing.T) {
-	for in, want := range map[string]string{
-		"10.96.0.1,TCP:443":              "10.96.0.1,tcp:443",
-		"10.96.0.1,443":                  "10.96.0.1,tcp:443",
-		"1.2.3.4,tcp:80,10.0.0.0/8":      "1.2.3.4,tcp:80,10.0.0.0/8",
-		"1.2.3.4,tcp:80,10.1.2.3/32":     "1.2.3.4,tcp:80,10.1.2.3",
-		"2001:db8::0:1,udp:53,fd00::/64": "2001:db8::1,udp:53,fd00::/64",
-		"30080":                          "30080",
-	} {
-		typ := setTypeHashIPPort
-		if in == "30080" {
-			typ = setTypeBitmapPort
-		}
-		if got := canonicalEntry(typ, in); got != want {
-			t.Errorf("%s: %s, want %s", in, got, want)
+		if tc.kernel == "" && sys != ipvsemu.KubeProxySysctls() {
+			t.Errorf("current kernel: %+v, want KubeProxySysctls %+v", sys, ipvsemu.KubeProxySysctls())
 		}
 	}
 }

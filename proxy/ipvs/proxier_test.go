@@ -1,7 +1,8 @@
-package ipvs
+package ipvs_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
+	ipvsemu "github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 )
 
 // The golden cases of the IPVS-mode proxier live in testdata/ipvsmode: each <case>.yaml
@@ -26,6 +29,8 @@ import (
 // EndpointSlices; <case>.golden is the applied state after one sync: the addresses on
 // kube-ipvs0, ipvsadm -Sn, ipset save and iptables-save.
 const modeCaseDir = "../../testdata/ipvsmode"
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/ipvsmode")
 
 // Test conventions as in kube-proxy's ipvs proxier_test.go: node test-node; its
 // addresses on eth0 are the case's nodeIPs (default 100.101.102.103).
@@ -75,7 +80,7 @@ type upstreamChain struct {
 type loadedCase struct {
 	name     string
 	file     modeCase
-	cfg      ProxierConfig
+	cfg      ipvs.ProxierConfig
 	services []*corev1.Service
 	slices   []*discoveryv1.EndpointSlice
 }
@@ -139,7 +144,7 @@ func loadModeCase(t *testing.T, path string) loadedCase {
 	for _, c := range f.ClusterCIDRs {
 		node.ClusterCIDRs = append(node.ClusterCIDRs, netip.MustParsePrefix(c))
 	}
-	lc.cfg = ProxierConfig{Family: f.Family, Node: node, Scheduler: f.Scheduler, StrictARP: f.StrictARP,
+	lc.cfg = ipvs.ProxierConfig{Family: f.Family, Node: node, Scheduler: f.Scheduler, StrictARP: f.StrictARP,
 		KernelVersion: f.KernelVersion, NoRandomFully: f.NoRandomFully}
 	return lc
 }
@@ -147,18 +152,18 @@ func loadModeCase(t *testing.T, path string) loadedCase {
 // modeHarness is one node: the IPVS model, an emulator holding its iptables rules and
 // ipsets, and a fake netlink with eth0.
 type modeHarness struct {
-	model *Model
+	model *ipvsemu.Model
 	emu   *emulator.Emulator
-	nl    *FakeNetlink
-	sys   *FakeSysctl
-	px    *Proxier
-	clock *ManualClock
+	nl    *ipvs.FakeNetlink
+	sys   *ipvs.FakeSysctl
+	px    *ipvs.Proxier
+	clock *ipvsemu.ManualClock
 }
 
-func newModeHarness(t *testing.T, cfg ProxierConfig, nodeIPs []string, extra map[string]string) *modeHarness {
+func newModeHarness(t *testing.T, cfg ipvs.ProxierConfig, nodeIPs []string, extra map[string]string) *modeHarness {
 	t.Helper()
-	h := &modeHarness{clock: NewManualClock(), nl: NewFakeNetlink(), sys: &FakeSysctl{}}
-	h.model = MustNew(Config{Clock: h.clock})
+	h := &modeHarness{clock: ipvsemu.NewManualClock(), nl: ipvs.NewFakeNetlink(), sys: &ipvs.FakeSysctl{}}
+	h.model = ipvsemu.MustNew(ipvsemu.Config{Clock: h.clock})
 	fam := emulator.IPv4
 	if cfg.Family == corev1.IPv6Protocol {
 		fam = emulator.IPv6
@@ -172,7 +177,7 @@ func newModeHarness(t *testing.T, cfg ProxierConfig, nodeIPs []string, extra map
 	for _, dev := range sortedKeys(extra) {
 		h.nl.SetAddresses(dev, netip.MustParseAddr(extra[dev]))
 	}
-	px, err := NewProxier(Writers{IPVS: h.model, IPSets: h.emu, IPTables: h.emu, Netlink: h.nl, Sysctl: h.sys}, cfg)
+	px, err := ipvs.NewProxier(ipvs.Writers{IPVS: h.model, IPSets: h.emu, IPTables: h.emu, Netlink: h.nl, Sysctl: h.sys}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +194,7 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func (h *modeHarness) sync(t *testing.T, svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) *SyncResult {
+func (h *modeHarness) sync(t *testing.T, svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) *ipvs.SyncResult {
 	t.Helper()
 	res, err := h.px.Sync(context.Background(), svcs, slices)
 	if err != nil {
@@ -206,7 +211,7 @@ func (h *modeHarness) sync(t *testing.T, svcs []*corev1.Service, slices []*disco
 func (h *modeHarness) state(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
-	addrs, err := h.nl.LocalAddresses(DefaultDummyDevice)
+	addrs, err := h.nl.LocalAddresses(ipvs.DefaultDummyDevice)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,12 +301,12 @@ func checkUpstream(t *testing.T, h *modeHarness, u *upstreamExpect) {
 			e := upstreamVS{Scheduler: vs.Scheduler, Flags: uint32(vs.Flags), Timeout: vs.Timeout, RealServers: []string{}}
 			for _, rs := range rss {
 				if rs.Weight != 1 {
-					t.Errorf("%s: real server %s has weight %d, want 1", vsString(vs), rsString(rs), rs.Weight)
+					t.Errorf("%s: real server %s has weight %d, want 1", ipvs.VSString(vs), ipvs.RSString(rs), rs.Weight)
 				}
-				e.RealServers = append(e.RealServers, rsString(rs))
+				e.RealServers = append(e.RealServers, ipvs.RSString(rs))
 			}
 			slices.Sort(e.RealServers)
-			got[vsString(vs)] = e
+			got[ipvs.VSString(vs)] = e
 		}
 		want := map[string]upstreamVS{}
 		for k, v := range u.VirtualServers {

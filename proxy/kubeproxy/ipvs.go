@@ -3,7 +3,7 @@ package kubeproxy
 // kube-proxy's IPVS mode on the simulated network:
 //
 //	service store ──▶ netsim: Proxy.Sync ──▶ ipvs.Proxier (per IP family)
-//	                                           │ virtual servers ──▶ ipvs.Model (one per node)
+//	                                           │ virtual servers ──▶ ipvsemu.Model (one per node)
 //	                                           │ VIPs ──▶ node interface kube-ipvs0
 //	                                           │ ipsets + iptables-restore text
 //	                                           ▼
@@ -43,14 +43,15 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
-
-	corev1 "k8s.io/api/core/v1"
+	ipvsemu "github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 )
 
 func init() { Register(IPVS, newIPVSProxy) }
@@ -70,7 +71,7 @@ type IPVSConfig struct {
 	KernelVersion string
 	// Model adjusts each node's IPVS model configuration (kernel build options, legacy
 	// active-connection counting) before the model is made.
-	Model func(*ipvs.Config)
+	Model func(*ipvsemu.Config)
 }
 
 // IPVSFactory is Factory for the IPVS mode with its own flags (Factory with Mode IPVS
@@ -97,7 +98,7 @@ func newIPVSProxy(n *cluster.Node, opts Options, cfg proxy.NodeConfig) (cluster.
 // family of the node.
 type ipvsProxy struct {
 	n     *cluster.Node
-	model *ipvs.Model
+	model *ipvsemu.Model
 	fams  []*ipvsFamily
 
 	mu      sync.Mutex // serialises syncs and the graceful-termination check
@@ -125,11 +126,11 @@ func newIPVS(n *cluster.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig)
 	}
 	h := fnv.New64a()
 	h.Write([]byte("ipvs/" + n.Name()))
-	mc := ipvs.Config{Clock: n.Cluster().Clock(), Seed: seed ^ h.Sum64()}
+	mc := ipvsemu.Config{Clock: n.Cluster().Clock(), Seed: seed ^ h.Sum64()}
 	if ic.Model != nil {
 		ic.Model(&mc)
 	}
-	model, err := ipvs.New(mc)
+	model, err := ipvsemu.New(mc)
 	if err != nil {
 		return nil, fmt.Errorf("kube-proxy (ipvs) on %s: %w", n.Name(), err)
 	}
@@ -268,7 +269,7 @@ func (l ipvsNetlink) UnbindAddress(dev string, addr netip.Addr) error {
 // has no ARP) and are only recorded.
 type ipvsSysctl struct {
 	n      *cluster.Node
-	model  *ipvs.Model
+	model  *ipvsemu.Model
 	mu     sync.Mutex
 	writes []ipvs.SysctlSetting
 }
@@ -279,7 +280,7 @@ func (s *ipvsSysctl) SetSysctl(name string, value int) error {
 	s.mu.Unlock()
 	switch {
 	case strings.HasPrefix(name, "net/ipv4/vs/"):
-		s.model.SetSysctls(ipvs.ApplySysctls(s.model.Sysctls(), []ipvs.SysctlSetting{{Name: name, Value: value}}))
+		s.model.SetSysctls(ipvsemu.ApplySysctls(s.model.Sysctls(), []ipvs.SysctlSetting{{Name: name, Value: value}}))
 	case name == "net/ipv4/ip_forward":
 		s.n.UpdateSettings(func(ns *netsim.NodeSettings) { ns.IPForward = value != 0 })
 	}
@@ -289,14 +290,14 @@ func (s *ipvsSysctl) SetSysctl(name string, value int) error {
 // ---- the datapath handlers ----
 
 // ipvsPacket is the model's view of a netsim packet with the given addresses.
-func ipvsPacket(pk *netsim.Packet, src, dst netip.AddrPort, localOut bool) ipvs.Packet {
-	q := ipvs.Packet{Protocol: pk.Proto, Src: src, Dst: dst, Mark: pk.Mark, TCPFlags: pk.TCPFlags, LocalOut: localOut,
+func ipvsPacket(pk *netsim.Packet, src, dst netip.AddrPort, localOut bool) ipvsemu.Packet {
+	q := ipvsemu.Packet{Protocol: pk.Proto, Src: src, Dst: dst, Mark: pk.Mark, TCPFlags: pk.TCPFlags, LocalOut: localOut,
 		ConfirmedConntrack: pk.Conn != nil && pk.Conn.Has(netfilter.StatusConfirmed)}
 	if pk.Proto == netfilter.ProtoSCTP {
 		// netsim does not parse SCTP chunks: a connection's first packet stands for INIT.
-		q.SCTPChunk = ipvs.SCTPData
+		q.SCTPChunk = ipvsemu.SCTPData
 		if pk.CtState == netfilter.CtNew {
-			q.SCTPChunk = ipvs.SCTPInit
+			q.SCTPChunk = ipvsemu.SCTPInit
 		}
 	}
 	return q
@@ -367,13 +368,13 @@ func (p *ipvsProxy) request(ctx *netsim.Context, pk *netsim.Packet, localOut boo
 	if ctx.Tracing() {
 		before = p.destinations(q)
 	}
-	var d ipvs.Decision
+	var d ipvsemu.Decision
 	if ctx.DryRun() {
 		d = p.model.Schedule(q)
 	} else {
 		d = p.model.In(q)
 	}
-	if d.Service == nil && d.Verdict == ipvs.VerdictAccept {
+	if d.Service == nil && d.Verdict == ipvsemu.VerdictAccept {
 		return netsim.VerdictContinue // not a virtual service
 	}
 	if ctx.Tracing() {
@@ -383,10 +384,10 @@ func (p *ipvsProxy) request(ctx *netsim.Context, pk *netsim.Packet, localOut boo
 }
 
 // act turns a decision on a first packet into a verdict.
-func (p *ipvsProxy) act(ctx *netsim.Context, pk *netsim.Packet, d ipvs.Decision, localOut bool) netsim.Verdict {
+func (p *ipvsProxy) act(ctx *netsim.Context, pk *netsim.Packet, d ipvsemu.Decision, localOut bool) netsim.Verdict {
 	reason := "IPVS " + serviceLabel(d.Service) + ": " + d.Reason
 	switch d.Verdict {
-	case ipvs.VerdictForward:
+	case ipvsemu.VerdictForward:
 		if !ctx.DryRun() {
 			p.count(func(s *ipvsHandlerStats) { s.scheduled++ })
 		}
@@ -402,17 +403,17 @@ func (p *ipvsProxy) act(ctx *netsim.Context, pk *netsim.Packet, d ipvs.Decision,
 			return netsim.Verdict{Kind: netsim.Continue, Reason: reason}
 		}
 		return netsim.Verdict{Kind: netsim.Reroute, Reason: reason}
-	case ipvs.VerdictReject:
+	case ipvsemu.VerdictReject:
 		if !ctx.DryRun() {
 			p.count(func(s *ipvsHandlerStats) { s.rejected++ })
 		}
 		return netsim.RejectVerdict(netfilter.RejectPortUnreachable, reason)
-	case ipvs.VerdictDrop:
+	case ipvsemu.VerdictDrop:
 		if !ctx.DryRun() {
 			p.count(func(s *ipvsHandlerStats) { s.dropped++ })
 		}
 		return netsim.Verdict{Kind: netsim.Drop, Reason: reason}
-	case ipvs.VerdictBypass:
+	case ipvsemu.VerdictBypass:
 		return netsim.Verdict{Kind: netsim.Continue, Reason: reason + " (cache bypass: to the original destination)"}
 	}
 	return netsim.Verdict{Kind: netsim.Continue, Reason: reason}
@@ -428,7 +429,7 @@ func (p *ipvsProxy) established(ctx *netsim.Context, pk *netsim.Packet, localOut
 	q := ipvsPacket(pk, netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort), netip.AddrPortFrom(c.Orig.Dst, c.Orig.DstPort), localOut)
 	d := p.model.In(q)
 	switch d.Verdict {
-	case ipvs.VerdictForward:
+	case ipvsemu.VerdictForward:
 		if d.Dest == netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort) {
 			return netsim.VerdictContinue
 		}
@@ -436,7 +437,7 @@ func (p *ipvsProxy) established(ctx *netsim.Context, pk *netsim.Packet, localOut
 			p.trace(ctx, q, d, "")
 		}
 		return netsim.Verdict{Kind: netsim.Drop, Reason: fmt.Sprintf("IPVS %s: %s, to %s, but the connection is bound to %s", serviceLabel(d.Service), d.Reason, d.Dest, netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort))}
-	case ipvs.VerdictAccept:
+	case ipvsemu.VerdictAccept:
 		if pk.Proto == netfilter.ProtoTCP && pk.TCPFlags&netfilter.TCPRst == 0 && d.Service == nil && strings.HasPrefix(d.Reason, "no connection entry") && p.isVirtual(q) {
 			// The IPVS entry expired (its TCP timeout is far shorter than
 			// conntrack's): the kernel passes the packet to the local stack, where
@@ -444,10 +445,10 @@ func (p *ipvsProxy) established(ctx *netsim.Context, pk *netsim.Packet, localOut
 			return netsim.RejectVerdict(netfilter.RejectTCPReset, "IPVS: no connection entry for "+q.String()+" any more (it expired): the node's own stack resets the connection")
 		}
 		return netsim.VerdictContinue
-	case ipvs.VerdictDrop:
+	case ipvsemu.VerdictDrop:
 		p.count(func(s *ipvsHandlerStats) { s.dropped++ })
 		return netsim.Verdict{Kind: netsim.Drop, Reason: "IPVS " + serviceLabel(d.Service) + ": " + d.Reason}
-	case ipvs.VerdictReject:
+	case ipvsemu.VerdictReject:
 		p.count(func(s *ipvsHandlerStats) { s.rejected++ })
 		return netsim.RejectVerdict(netfilter.RejectPortUnreachable, "IPVS "+serviceLabel(d.Service)+": "+d.Reason)
 	}
@@ -463,14 +464,14 @@ func (p *ipvsProxy) reply(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict
 	}
 	q := ipvsPacket(pk, netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort), netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort), false)
 	d := p.model.Out(q)
-	if ctx.Tracing() && d.Verdict == ipvs.VerdictForward && d.Conn != nil {
+	if ctx.Tracing() && d.Verdict == ipvsemu.VerdictForward && d.Conn != nil {
 		ctx.Trace(netsim.TraceStep{Kind: netsim.StepNote, Detail: fmt.Sprintf("IPVS reply of %s: connection %s -> %s -> %s now %s",
 			serviceLabel(d.Service), d.Conn.Client, d.Conn.Virtual, d.Conn.Dest, d.Conn.State)})
 	}
 	return netsim.VerdictContinue
 }
 
-func (p *ipvsProxy) isVirtual(q ipvs.Packet) bool {
+func (p *ipvsProxy) isVirtual(q ipvsemu.Packet) bool {
 	vs, err := p.model.GetVirtualServer(&ipvs.VirtualServer{Address: q.Dst.Addr(), Port: q.Dst.Port(), Protocol: protoUpper(q.Protocol)})
 	return err == nil && vs != nil
 }
@@ -492,7 +493,7 @@ func (p *ipvsProxy) ipvsLookup(q *emulator.Packet, hook emulator.Hook, table str
 	if q.CT.Reply || !o.Dst.IsValid() || (q.Dst == o.Dst && q.DstPort == o.DstPort) {
 		return nil
 	}
-	if !handled(q.Proto) || !p.isVirtual(ipvs.Packet{Protocol: q.Proto, Dst: netip.AddrPortFrom(o.Dst, o.DstPort)}) {
+	if !handled(q.Proto) || !p.isVirtual(ipvsemu.Packet{Protocol: q.Proto, Dst: netip.AddrPortFrom(o.Dst, o.DstPort)}) {
 		return nil
 	}
 	return &emulator.IPVSConn{VAddr: o.Dst, VPort: o.DstPort, Method: emulator.IPVSMasq}
@@ -547,7 +548,7 @@ var schedulerWhy = map[string]string{
 }
 
 // destinations describes the service's destinations before a decision (for traces).
-func (p *ipvsProxy) destinations(q ipvs.Packet) string {
+func (p *ipvsProxy) destinations(q ipvsemu.Packet) string {
 	vs := &ipvs.VirtualServer{Address: q.Dst.Addr(), Port: q.Dst.Port(), Protocol: protoUpper(q.Protocol)}
 	rss, err := p.model.GetRealServers(vs)
 	if err != nil {
@@ -569,7 +570,7 @@ func (p *ipvsProxy) destinations(q ipvs.Packet) string {
 
 // trace records the decision: which virtual service, how the destination was found and
 // why.
-func (p *ipvsProxy) trace(ctx *netsim.Context, q ipvs.Packet, d ipvs.Decision, before string) {
+func (p *ipvsProxy) trace(ctx *netsim.Context, q ipvsemu.Packet, d ipvsemu.Decision, before string) {
 	vs := d.Service
 	ctx.Trace(netsim.TraceStep{Kind: netsim.StepNote, Detail: "IPVS virtual service " + serviceLabel(vs) + " for " + q.String()})
 	if before != "" {
@@ -577,19 +578,19 @@ func (p *ipvsProxy) trace(ctx *netsim.Context, q ipvs.Packet, d ipvs.Decision, b
 	}
 	var why string
 	switch d.Via {
-	case ipvs.ViaScheduler:
+	case ipvsemu.ViaScheduler:
 		why = "scheduler " + vs.Scheduler + " chose " + d.Dest.String() + ": " + schedulerWhy[vs.Scheduler]
 		if vs.Flags&ipvs.FlagPersistent != 0 {
 			why += "; a persistence template now sends " + q.Src.Addr().String() + "'s new connections there for " + fmt.Sprint(vs.Timeout) + " s"
 		}
-	case ipvs.ViaTemplate:
+	case ipvsemu.ViaTemplate:
 		why = "persistence template of " + q.Src.Addr().String() + " sent it to " + d.Dest.String() + " (the scheduler was not asked)"
 		for _, e := range p.model.Connections() {
 			if e.Template && e.Virtual == q.Dst && e.Client.Addr() == q.Src.Addr() {
 				why += fmt.Sprintf("; template expires in %s, controls %d connections", e.Expires.Round(time.Second), e.Controls)
 			}
 		}
-	case ipvs.ViaConnection:
+	case ipvsemu.ViaConnection:
 		why = "existing connection entry sent it to " + d.Dest.String()
 	default:
 		why = d.Verdict.String() + ": " + d.Reason
@@ -610,7 +611,7 @@ func ipvsOf(n *cluster.Node) *ipvsProxy {
 // IPVSModel returns the IPVS model of a node running the IPVS mode (nil otherwise): its
 // ipvsadm face (Listing, Rules, ConnListing) shows the node's virtual servers and
 // connections.
-func IPVSModel(n *cluster.Node) *ipvs.Model {
+func IPVSModel(n *cluster.Node) *ipvsemu.Model {
 	if p := ipvsOf(n); p != nil {
 		return p.model
 	}

@@ -1,7 +1,6 @@
 package userspace
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -193,21 +192,20 @@ func ensureJumps(ctx context.Context, ipt iptables.Interface) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("iptables-save: %w", err)
 	}
-	tables := parseSave(saved)
+	have := iptables.ParseSave(saved)
 	var out bytes.Buffer
 	for _, table := range []string{iptables.TableFilter, iptables.TableNAT} {
-		t := tables[table]
 		var lines []string
 		created := map[string]bool{}
 		for _, j := range jumpRules {
 			if j.Table != table {
 				continue
 			}
-			if !t.hasChain(j.Target) && !created[j.Target] {
+			if !have.HasChain(table, j.Target) && !created[j.Target] {
 				created[j.Target] = true
 				lines = append(lines, ":"+j.Target+" - [0:0]")
 			}
-			if !t.jumps(j.Chain, j.Target) {
+			if !have.Jumps(table, j.Chain, j.Target) {
 				op := "-I "
 				if j.Append {
 					op = "-A "
@@ -240,63 +238,4 @@ func ensureJumps(ctx context.Context, ipt iptables.Interface) ([]byte, error) {
 		return out.Bytes(), fmt.Errorf("inserting jump rules: %w", err)
 	}
 	return out.Bytes(), nil
-}
-
-// savedTable is what ensureJumps needs from iptables-save output.
-type savedTable struct {
-	chains map[string]bool
-	rules  map[string][]string // chain → rule specs (without "-A CHAIN"), single-spaced
-}
-
-func (t *savedTable) hasChain(c string) bool { return t != nil && t.chains[c] }
-
-func (t *savedTable) jumps(chain, target string) bool {
-	if t == nil {
-		return false
-	}
-	for _, r := range t.rules[chain] {
-		f := strings.Fields(r)
-		for i := 0; i+1 < len(f); i++ {
-			if (f[i] == "-j" || f[i] == "--jump") && f[i+1] == target {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// parseSave reads iptables-save output leniently: "*table", ":CHAIN POLICY [p:b]",
-// "[p:b] -A CHAIN ..." or "-A CHAIN ...", "COMMIT"; other lines are skipped.
-func parseSave(data []byte) map[string]*savedTable {
-	out := map[string]*savedTable{}
-	var cur *savedTable
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case strings.HasPrefix(line, "*"):
-			if t, ok := out[line[1:]]; ok {
-				cur = t
-				break
-			}
-			cur = &savedTable{chains: map[string]bool{}, rules: map[string][]string{}}
-			out[line[1:]] = cur
-		case cur == nil:
-		case strings.HasPrefix(line, ":"):
-			name, _, _ := strings.Cut(line[1:], " ")
-			cur.chains[name] = true
-		default:
-			if strings.HasPrefix(line, "[") {
-				if i := strings.Index(line, "]"); i >= 0 {
-					line = strings.TrimSpace(line[i+1:])
-				}
-			}
-			f := strings.Fields(line)
-			if len(f) >= 2 && f[0] == "-A" {
-				cur.rules[f[1]] = append(cur.rules[f[1]], strings.Join(f[2:], " "))
-			}
-		}
-	}
-	return out
 }

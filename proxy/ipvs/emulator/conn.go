@@ -1,4 +1,4 @@
-package ipvs
+package emulator
 
 import (
 	"container/heap"
@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"sort"
 	"time"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 // connKey is the hash key of the connection table: protocol and client address and port
@@ -26,7 +28,7 @@ type conn struct {
 	daddr    netip.Addr
 	dport    uint16
 	dest     *dest
-	fwd      ForwardMethod
+	fwd      ipvs.ForwardMethod
 	fwmark   uint32
 	template bool
 	inactive bool // IP_VS_CONN_F_INACTIVE
@@ -122,7 +124,7 @@ func (m *Model) ctInGet(proto uint8, cnet netip.Addr, vaddr netip.Addr, vport ui
 func (m *Model) connOutGet(proto uint8, src, dst netip.AddrPort) *conn {
 	for _, c := range m.conns[connKey{proto, dst.Addr(), dst.Port()}] {
 		saddr, sport := c.daddr, c.dport
-		if c.fwd != Masquerade {
+		if c.fwd != ipvs.Masquerade {
 			saddr, sport = c.vaddr, c.vport
 		}
 		if sport == src.Port() && saddr == src.Addr() {
@@ -254,7 +256,7 @@ func (m *Model) bindDest(c *conn, d *dest) {
 	c.dest = d
 	c.fwd = d.fwd
 	c.inactive = true
-	c.noOutput = d.fwd != Masquerade
+	c.noOutput = d.fwd != ipvs.Masquerade
 	if !c.template {
 		d.inactive++
 	} else {
@@ -482,9 +484,9 @@ func (v Via) String() string {
 // Decision is the outcome of a packet (or of a dry-run schedule).
 type Decision struct {
 	Verdict Verdict
-	Service *VirtualServer // the virtual service involved, if any (shared: do not modify)
-	Dest    netip.AddrPort // see VerdictForward
-	Forward ForwardMethod
+	Service *ipvs.VirtualServer // the virtual service involved, if any (shared: do not modify)
+	Dest    netip.AddrPort      // see VerdictForward
+	Forward ipvs.ForwardMethod
 	Via     Via
 	New     bool       // a connection entry was created
 	Conn    *ConnEntry // the entry after the packet, if one exists
@@ -830,7 +832,7 @@ func (m *Model) ipvsSchedule(svc *service, p *Packet) (*conn, int, Decision) {
 		return nil, 0, Decision{Reason: "no destination available (" + svc.schedLabel() + ")"}
 	}
 	m.stats.Scheduled++
-	onePkt := svc.flags&FlagOnePacket != 0 && p.Protocol == ProtoUDP
+	onePkt := svc.flags&ipvs.FlagOnePacket != 0 && p.Protocol == ProtoUDP
 	dport := vport
 	if d.port != 0 {
 		dport = d.port
@@ -935,7 +937,7 @@ func (m *Model) schedPersist(svc *service, p *Packet, in *schedInput) (*conn, in
 	if dport == svc.key.port && d.port != 0 {
 		dport = d.port
 	}
-	onePkt := svc.flags&FlagOnePacket != 0 && p.Protocol == ProtoUDP
+	onePkt := svc.flags&ipvs.FlagOnePacket != 0 && p.Protocol == ProtoUDP
 	c := m.connNew(p.Protocol, p.Src.Addr(), p.Src.Port(), p.Dst.Addr(), dstPort, d.addr, dport, false, onePkt, d, p.Mark)
 	c.control = ct
 	ct.nControl++
@@ -946,7 +948,7 @@ func (m *Model) schedPersist(svc *service, p *Packet, in *schedInput) (*conn, in
 // leave is ip_vs_leave(): no destination for a new connection.
 func (m *Model) leave(svc *service, p *Packet, dec Decision) (*conn, Decision, bool) {
 	if m.sys.CacheBypass && svc.key.fwmark != 0 && !p.Dst.Addr().IsMulticast() {
-		onePkt := svc.flags&FlagOnePacket != 0 && p.Protocol == ProtoUDP
+		onePkt := svc.flags&ipvs.FlagOnePacket != 0 && p.Protocol == ProtoUDP
 		var zero netip.Addr
 		if svc.key.v6 {
 			zero = netip.IPv6Unspecified()
@@ -1038,7 +1040,7 @@ type ConnEntry struct {
 	Expires  time.Duration // time left before the entry's timer fires
 	Template bool
 	Active   bool // counted in the destination's ActiveConn
-	Forward  ForwardMethod
+	Forward  ipvs.ForwardMethod
 	FWMark   uint32 // the packet's mark when the entry was created
 	Controls int    // entries this template controls
 }

@@ -1,4 +1,4 @@
-package ipvs
+package emulator
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 // This file is the ipvsadm face: the command line of ipvsadm 1.31 (option spellings,
@@ -145,7 +147,7 @@ func ParseCommand(args []string) (*Command, error) {
 	}
 	c := &Command{Args: append([]string(nil), args...)}
 	c.dest.weight = 1
-	c.dest.fwd = DirectRoute
+	c.dest.fwd = ipvs.DirectRoute
 	c.svc.mask4 = 0xffffffff
 	c.svc.bits6 = 128
 	toks, err := splitOptions(args)
@@ -191,7 +193,7 @@ func ParseCommand(args []string) (*Command, error) {
 		return nil, fmt.Errorf("unexpected argument %s", positional[0])
 	}
 	if c.flagsArg != "" {
-		c.svc.flags &^= FlagSchedSH1 | FlagSchedSH2 | FlagSchedSH3
+		c.svc.flags &^= ipvs.FlagSchedSH1 | ipvs.FlagSchedSH2 | ipvs.FlagSchedSH3
 		f, err := parseSchedFlags(c.sched, c.flagsArg)
 		if err != nil {
 			return nil, err
@@ -373,18 +375,64 @@ func (c *Command) set(o int) error {
 	return nil
 }
 
+// commandOpts are the options that name a command (and help and version): after the
+// command, another one is "multiple commands specified", as popt reports it.
+var commandOpts = map[string]bool{
+	"set": true, "A": true, "E": true, "D": true, "a": true, "e": true, "d": true, "C": true,
+	"L": true, "l": true, "Z": true, "R": true, "S": true, "start-daemon": true,
+	"stop-daemon": true, "h": true, "v": true,
+}
+
+// optBits are the OPT_* bits of the options after the command (-6 and --sort have
+// none).
+var optBits = map[string]int{
+	"t": optService, "u": optService, "sctp-service": optService, "f": optService,
+	"s": optScheduler, "p": optPersistent, "M": optNetmask, "o": optOnePacket,
+	"b": optSchedFlags, "pe": optPE,
+	"r": optServer, "i": optForward, "g": optForward, "m": optForward, "w": optWeight,
+	"x": optUThreshold, "y": optLThreshold,
+	"tun-info": optTunInfo, "tun-type": optTunType, "tun-port": optTunPort,
+	"tun-nocsum": optTunNoCsum, "tun-csum": optTunCsum, "tun-remcsum": optTunRemCsum,
+	"c": optConnection, "n": optNumeric, "timeout": optTimeout, "daemon": optDaemon,
+	"stats": optStats, "rate": optRate, "thresholds": optThresholds,
+	"persistent-conn": optPersistentConn, "nosort": optNoSort, "X": optExact,
+}
+
+// option applies one option after the command, as ipvsadm's process_options() does:
+// the option sets its OPT_* bit (a second time is an error), then its value is stored.
 func (c *Command) option(t optTok) error {
-	opt := dashed(t.name)
-	if t.name == "set" || t.name == "A" || t.name == "E" || t.name == "D" || t.name == "a" ||
-		t.name == "e" || t.name == "d" || t.name == "C" || t.name == "L" || t.name == "l" ||
-		t.name == "Z" || t.name == "R" || t.name == "S" || t.name == "start-daemon" || t.name == "stop-daemon" {
+	if commandOpts[t.name] {
 		return errors.New("multiple commands specified")
 	}
-	switch t.name {
-	case "t", "u", "sctp-service":
-		if err := c.set(optService); err != nil {
+	if bit, ok := optBits[t.name]; ok {
+		if err := c.set(bit); err != nil {
 			return err
 		}
+	}
+	switch t.name {
+	case "t", "u", "sctp-service", "f", "6":
+		return c.serviceOption(t)
+	case "s", "p", "M", "o", "b", "pe":
+		return c.schedulingOption(t)
+	case "r", "i", "g", "m", "w", "x", "y":
+		return c.serverOption(t)
+	case "tun-type", "tun-port", "tun-csum", "tun-remcsum":
+		return c.tunnelOption(t)
+	case "mcast-interface", "syncid", "mcast-group", "mcast-port", "mcast-ttl", "sync-maxlen":
+		return optErr("--"+t.name, "the sync daemon is not modelled: %w", ErrUnsupported)
+	}
+	if _, ok := optBits[t.name]; ok || t.name == "sort" {
+		return nil
+	}
+	return fmt.Errorf("%s: invalid option", dashed(t.name))
+}
+
+// serviceOption is the virtual service: -t/-u/--sctp-service ADDR[:PORT], -f MARK, and
+// -6 (an IPv6 fwmark service).
+func (c *Command) serviceOption(t optTok) error {
+	opt := dashed(t.name)
+	switch t.name {
+	case "t", "u", "sctp-service":
 		switch t.name {
 		case "t":
 			c.svc.proto = ProtoTCP
@@ -393,7 +441,7 @@ func (c *Command) option(t optTok) error {
 		default:
 			c.svc.proto = ProtoSCTP
 		}
-		addr, port, hasPort, ok := parseService(t.arg, c.svc.proto)
+		addr, port, _, ok := parseService(t.arg, c.svc.proto)
 		if !ok {
 			return optErr(opt+" "+t.arg, "illegal virtual server address[:port] specified")
 		}
@@ -401,12 +449,8 @@ func (c *Command) option(t optTok) error {
 		if c.svcAF6 {
 			c.svc.bits6 = 128
 		}
-		_ = hasPort
 		c.svc.key = svcKey{v6: c.svcAF6, proto: c.svc.proto, addr: addr, port: port}
 	case "f":
-		if err := c.set(optService); err != nil {
-			return err
-		}
 		mark, ok := parseFwmark(t.arg)
 		if !ok {
 			return optErr(opt+" "+t.arg, "invalid fwmark value `%s' specified", t.arg)
@@ -421,16 +465,19 @@ func (c *Command) option(t optTok) error {
 		c.svcAF6 = true
 		c.svc.key.v6 = true
 		c.svc.bits6 = 128
+	}
+	return nil
+}
+
+// schedulingOption is how the service schedules: -s SCHEDULER, -p [TIMEOUT],
+// -M NETMASK, -o (one-packet), -b FLAGS, and --pe (not modelled).
+func (c *Command) schedulingOption(t optTok) error {
+	opt := dashed(t.name)
+	switch t.name {
 	case "s":
-		if err := c.set(optScheduler); err != nil {
-			return err
-		}
 		c.sched = t.arg
 	case "p":
-		if err := c.set(optPersistent); err != nil {
-			return err
-		}
-		c.svc.flags |= FlagPersistent
+		c.svc.flags |= ipvs.FlagPersistent
 		c.svc.timeoutSec = defaultPersistTimeout
 		if t.has {
 			v, ok := stringToNumber(t.arg, 1, maxTimeout)
@@ -440,31 +487,47 @@ func (c *Command) option(t optTok) error {
 			c.svc.timeoutSec = uint32(v)
 		}
 	case "M":
-		if err := c.set(optNetmask); err != nil {
-			return err
+		return c.netmask(opt, t.arg)
+	case "o":
+		c.svc.flags |= ipvs.FlagOnePacket
+	case "b":
+		c.flagsArg = t.arg
+	case "pe":
+		return optErr("--pe "+t.arg, "persistence engines are not modelled: %w", ErrUnsupported)
+	}
+	return nil
+}
+
+// netmask is -M: a dotted (or inet_aton) IPv4 mask, or an IPv6 prefix length once the
+// service is IPv6.
+func (c *Command) netmask(opt, arg string) error {
+	if c.svcAF6 {
+		n, err := strconv.Atoi(arg)
+		if err != nil || n < 1 || n > 128 {
+			return optErr(opt+" "+arg, "illegal ipv6 netmask specified")
 		}
-		if !c.svcAF6 {
-			a, err := netip.ParseAddr(t.arg)
-			if err != nil || !a.Is4() {
-				if v, ok := inetAton(t.arg); ok {
-					c.svc.mask4 = v
-					break
-				}
-				return optErr(opt+" "+t.arg, "illegal virtual server persistent mask specified")
-			}
-			b := a.As4()
-			c.svc.mask4 = be32(b[:])
-		} else {
-			n, err := strconv.Atoi(t.arg)
-			if err != nil || n < 1 || n > 128 {
-				return optErr(opt+" "+t.arg, "illegal ipv6 netmask specified")
-			}
-			c.svc.bits6 = n
+		c.svc.bits6 = n
+		return nil
+	}
+	a, err := netip.ParseAddr(arg)
+	if err != nil || !a.Is4() {
+		if v, ok := inetAton(arg); ok {
+			c.svc.mask4 = v
+			return nil
 		}
+		return optErr(opt+" "+arg, "illegal virtual server persistent mask specified")
+	}
+	b := a.As4()
+	c.svc.mask4 = be32(b[:])
+	return nil
+}
+
+// serverOption is the real server: -r ADDR[:PORT], the forwarding method -i/-g/-m,
+// -w WEIGHT, and the connection thresholds -x/-y.
+func (c *Command) serverOption(t optTok) error {
+	opt := dashed(t.name)
+	switch t.name {
 	case "r":
-		if err := c.set(optServer); err != nil {
-			return err
-		}
 		addr, port, hasPort, ok := parseService(t.arg, c.svc.proto)
 		if !ok {
 			return optErr(opt+" "+t.arg, "illegal real server address[:port] specified")
@@ -476,27 +539,17 @@ func (c *Command) option(t optTok) error {
 			c.dest.port = c.svc.key.port
 		}
 	case "i", "g", "m":
-		if err := c.set(optForward); err != nil {
-			return err
-		}
-		c.dest.fwd = map[string]ForwardMethod{"i": Tunnel, "g": DirectRoute, "m": Masquerade}[t.name]
+		c.dest.fwd = map[string]ipvs.ForwardMethod{"i": ipvs.Tunnel, "g": ipvs.DirectRoute, "m": ipvs.Masquerade}[t.name]
 	case "w":
-		if err := c.set(optWeight); err != nil {
-			return err
-		}
 		v, ok := stringToNumber(t.arg, 0, 65535)
 		if !ok {
 			return optErr(opt+" "+t.arg, "illegal weight specified (want 0..65535)")
 		}
 		c.dest.weight = v
 	case "x", "y":
-		o := optUThreshold
 		name := "u_threshold"
 		if t.name == "y" {
-			o, name = optLThreshold, "l_threshold"
-		}
-		if err := c.set(o); err != nil {
-			return err
+			name = "l_threshold"
 		}
 		v, ok := stringToNumber(t.arg, 0, math.MaxInt32)
 		if !ok {
@@ -507,48 +560,15 @@ func (c *Command) option(t optTok) error {
 		} else {
 			c.dest.lThresh = uint32(v)
 		}
-	case "c":
-		return c.set(optConnection)
-	case "n":
-		return c.set(optNumeric)
-	case "timeout":
-		return c.set(optTimeout)
-	case "daemon":
-		return c.set(optDaemon)
-	case "stats":
-		return c.set(optStats)
-	case "rate":
-		return c.set(optRate)
-	case "thresholds":
-		return c.set(optThresholds)
-	case "persistent-conn":
-		return c.set(optPersistentConn)
-	case "nosort":
-		return c.set(optNoSort)
-	case "sort":
-	case "X":
-		return c.set(optExact)
-	case "o":
-		if err := c.set(optOnePacket); err != nil {
-			return err
-		}
-		c.svc.flags |= FlagOnePacket
-	case "pe":
-		if err := c.set(optPE); err != nil {
-			return err
-		}
-		return optErr("--pe "+t.arg, "persistence engines are not modelled: %w", ErrUnsupported)
-	case "b":
-		if err := c.set(optSchedFlags); err != nil {
-			return err
-		}
-		c.flagsArg = t.arg
-	case "tun-info":
-		return c.set(optTunInfo)
+	}
+	return nil
+}
+
+// tunnelOption is a tunnel setting of the real server: --tun-type, --tun-port and the
+// checksum modes --tun-csum and --tun-remcsum.
+func (c *Command) tunnelOption(t optTok) error {
+	switch t.name {
 	case "tun-type":
-		if err := c.set(optTunType); err != nil {
-			return err
-		}
 		switch t.arg {
 		case "ipip":
 			c.dest.tun.typ = 0
@@ -558,32 +578,15 @@ func (c *Command) option(t optTok) error {
 			return optErr("--tun-type "+t.arg, "illegal tunnel type specified")
 		}
 	case "tun-port":
-		if err := c.set(optTunPort); err != nil {
-			return err
-		}
 		v, ok := stringToNumber(t.arg, 1, 65535)
 		if !ok {
 			return optErr("--tun-port "+t.arg, "illegal tunnel port specified")
 		}
 		c.dest.tun.port = uint16(v)
-	case "tun-nocsum":
-		return c.set(optTunNoCsum)
 	case "tun-csum":
-		if err := c.set(optTunCsum); err != nil {
-			return err
-		}
 		c.dest.tun.flags = 1
 	case "tun-remcsum":
-		if err := c.set(optTunRemCsum); err != nil {
-			return err
-		}
 		c.dest.tun.flags = 2
-	case "mcast-interface", "syncid", "mcast-group", "mcast-port", "mcast-ttl", "sync-maxlen":
-		return optErr("--"+t.name, "the sync daemon is not modelled: %w", ErrUnsupported)
-	case "h", "v":
-		return errors.New("multiple commands specified")
-	default:
-		return fmt.Errorf("%s: invalid option", opt)
 	}
 	return nil
 }
@@ -616,10 +619,10 @@ func (c *Command) check() error {
 	case OpRestore:
 		return fmt.Errorf("-R: restore reads standard input; use the --restore file instead: %w", ErrUnsupported)
 	case OpAdd, OpEdit:
-		if c.svc.key.fwmark == 0 && c.svc.key.port == 0 && c.svc.flags&FlagPersistent == 0 {
+		if c.svc.key.fwmark == 0 && c.svc.key.port == 0 && c.svc.flags&ipvs.FlagPersistent == 0 {
 			return errors.New("Zero port specified for non-persistent service")
 		}
-		if c.svc.flags&FlagOnePacket != 0 && c.svc.key.fwmark == 0 && c.svc.proto != ProtoUDP {
+		if c.svc.flags&ipvs.FlagOnePacket != 0 && c.svc.key.fwmark == 0 && c.svc.proto != ProtoUDP {
 			return errors.New("One-Packet Scheduling is only for UDP virtual services")
 		}
 		if c.sched == "" {
@@ -627,14 +630,14 @@ func (c *Command) check() error {
 		}
 		c.svc.schedName = c.sched
 	case OpAddDest, OpEditDest:
-		if c.svc.key.fwmark == 0 && (c.dest.fwd == Tunnel || c.dest.fwd == DirectRoute) {
+		if c.svc.key.fwmark == 0 && (c.dest.fwd == ipvs.Tunnel || c.dest.fwd == ipvs.DirectRoute) {
 			c.dest.port = c.svc.key.port
 		}
-		if c.destAF6 != c.svcAF6 && c.dest.fwd != Tunnel {
+		if c.destAF6 != c.svcAF6 && c.dest.fwd != ipvs.Tunnel {
 			return errors.New("Different address family is allowed only for tunneling servers")
 		}
 		tunOpts := uint64(1<<optTunType | 1<<optTunPort | 1<<optTunNoCsum | 1<<optTunCsum | 1<<optTunRemCsum)
-		if c.opts&tunOpts != 0 && c.dest.fwd != Tunnel {
+		if c.opts&tunOpts != 0 && c.dest.fwd != ipvs.Tunnel {
 			return errors.New("Tunnel options conflict with forward method")
 		}
 		if c.dest.tun.typ == 0 && c.opts&tunOpts&^(1<<optTunType) != 0 {
@@ -670,11 +673,11 @@ func (c *Command) check() error {
 func (c *Command) has(o int) bool { return c.opts&(1<<o) != 0 }
 
 // parseSchedFlags is parse_sched_flags().
-func parseSchedFlags(sched, arg string) (ServiceFlags, error) {
+func parseSchedFlags(sched, arg string) (ipvs.ServiceFlags, error) {
 	if sched == "" {
 		sched = "wlc"
 	}
-	var f ServiceFlags
+	var f ipvs.ServiceFlags
 	for _, flag := range strings.Split(arg, ",") {
 		if flag == "" {
 			continue
@@ -682,22 +685,22 @@ func parseSchedFlags(sched, arg string) (ServiceFlags, error) {
 		want := ""
 		switch flag {
 		case "flag-1":
-			f |= FlagSchedSH1
+			f |= ipvs.FlagSchedSH1
 		case "flag-2":
-			f |= FlagSchedSH2
+			f |= ipvs.FlagSchedSH2
 		case "flag-3":
-			f |= FlagSchedSH3
+			f |= ipvs.FlagSchedSH3
 		case "sh-fallback":
-			f |= FlagSchedSH1
+			f |= ipvs.FlagSchedSH1
 			want = "sh"
 		case "sh-port":
-			f |= FlagSchedSH2
+			f |= ipvs.FlagSchedSH2
 			want = "sh"
 		case "mh-fallback":
-			f |= FlagSchedSH1
+			f |= ipvs.FlagSchedSH1
 			want = "mh"
 		case "mh-port":
-			f |= FlagSchedSH2
+			f |= ipvs.FlagSchedSH2
 			want = "mh"
 		default:
 			return 0, fmt.Errorf("-b %s: invalid scheduler flag `%s'", arg, flag)
@@ -908,13 +911,13 @@ func (m *Model) apply(c *Command, w io.Writer) error {
 		return nil
 	case OpZero:
 		if c.has(optService) && m.services[c.svc.key] == nil {
-			return fmt.Errorf("virtual service %s: %w", c.svc.key, ErrNotFound)
+			return fmt.Errorf("virtual service %s: %w", c.svc.key, ipvs.ErrNotFound)
 		}
 		return nil // traffic statistics are not modelled
 	case OpAddDest, OpEditDest, OpDelDest:
 		s := m.services[c.svc.key]
 		if s == nil {
-			return fmt.Errorf("virtual service %s: service not defined: %w", c.svc.key, ErrNotFound)
+			return fmt.Errorf("virtual service %s: service not defined: %w", c.svc.key, ipvs.ErrNotFound)
 		}
 		switch c.Op {
 		case OpAddDest:
@@ -941,7 +944,7 @@ func (m *Model) apply(c *Command, w io.Writer) error {
 		return nil
 	case OpList:
 		if c.has(optService) && m.services[c.svc.key] == nil {
-			return fmt.Errorf("virtual service %s: no such service: %w", c.svc.key, ErrNotFound)
+			return fmt.Errorf("virtual service %s: no such service: %w", c.svc.key, ipvs.ErrNotFound)
 		}
 		if w == nil {
 			return nil
@@ -958,7 +961,7 @@ func (m *Model) apply(c *Command, w io.Writer) error {
 			if c.has(optService) {
 				s := m.services[c.svc.key]
 				if s == nil {
-					return fmt.Errorf("virtual service %s: no such service: %w", c.svc.key, ErrNotFound)
+					return fmt.Errorf("virtual service %s: no such service: %w", c.svc.key, ipvs.ErrNotFound)
 				}
 				f.title(w)
 				m.writeService(w, s, f)

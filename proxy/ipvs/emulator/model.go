@@ -1,4 +1,4 @@
-package ipvs
+package emulator
 
 import (
 	"errors"
@@ -9,22 +9,14 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
-// Errors the model returns, wrapped with context; they mirror the kernel's errnos.
-var (
-	ErrExist       = errors.New("already exists")                       // EEXIST
-	ErrNotFound    = errors.New("not found")                            // ENOENT (also an unknown scheduler)
-	ErrInvalid     = errors.New("invalid argument")                     // EINVAL
-	ErrRange       = errors.New("out of range")                         // ERANGE
-	ErrUnsupported = errors.New("not supported by the userspace model") // EOPNOTSUPP
-)
-
-// IsNotFound reports whether err is (or wraps) ErrNotFound.
-func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
-
-// IsExist reports whether err is (or wraps) ErrExist.
-func IsExist(err error) bool { return errors.Is(err, ErrExist) }
+// ErrUnsupported is what the model returns for what it does not model (the sync
+// daemon, persistence engines, traffic statistics); the errors of the kernel's errnos
+// are package ipvs's (ErrExist, ErrNotFound, ErrInvalid, ErrRange).
+var ErrUnsupported = errors.New("not supported by the userspace model") // EOPNOTSUPP
 
 // Sysctls are the net.ipv4.vs.* settings the model honours.
 type Sysctls struct {
@@ -54,6 +46,24 @@ func KubeProxySysctls() Sysctls {
 	return s
 }
 
+// ApplySysctls returns base with the IPVS sysctls of settings applied (the model's view
+// of what kube-proxy writes to /proc/sys/net/ipv4/vs).
+func ApplySysctls(base Sysctls, settings []ipvs.SysctlSetting) Sysctls {
+	for _, s := range settings {
+		switch s.Name {
+		case "net/ipv4/vs/conntrack":
+			base.Conntrack = s.Value != 0
+		case "net/ipv4/vs/conn_reuse_mode":
+			base.ConnReuseMode = s.Value
+		case "net/ipv4/vs/expire_nodest_conn":
+			base.ExpireNodestConn = s.Value != 0
+		case "net/ipv4/vs/expire_quiescent_template":
+			base.ExpireQuiescentTemplate = s.Value != 0
+		}
+	}
+	return base
+}
+
 // Config configures a Model. The zero Config is a default kernel with its own manual
 // clock and seed 0.
 type Config struct {
@@ -69,7 +79,7 @@ type Config struct {
 
 // Model is the userspace IPVS: virtual services, their destinations in kernel list order,
 // the schedulers, and the connection table with persistence templates. It implements
-// Interface. A Model is safe for concurrent use.
+// ipvs.Interface. A Model is safe for concurrent use.
 type Model struct {
 	mu    sync.Mutex
 	cfg   Config
@@ -119,7 +129,7 @@ type Stats struct {
 	ConnsGone uint64 // connection entries freed (templates excluded)
 }
 
-var _ Interface = (*Model)(nil)
+var _ ipvs.Interface = (*Model)(nil)
 
 var mhPrimes = [...]int{251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071}
 
@@ -147,7 +157,7 @@ func New(cfg Config) (*Model, error) {
 		idx = 12
 	}
 	if idx < 8 || idx > 17 {
-		return nil, fmt.Errorf("ipvs: MHTableIndex %d: want 8..17: %w", cfg.MHTableIndex, ErrInvalid)
+		return nil, fmt.Errorf("ipvs: MHTableIndex %d: want 8..17: %w", cfg.MHTableIndex, ipvs.ErrInvalid)
 	}
 	m.mhSize = mhPrimes[idx-8]
 	m.mhBits = idx / 2
@@ -156,7 +166,7 @@ func New(cfg Config) (*Model, error) {
 		sb = 8
 	}
 	if sb < 4 || sb > 20 {
-		return nil, fmt.Errorf("ipvs: SHTableBits %d: want 4..20: %w", cfg.SHTableBits, ErrInvalid)
+		return nil, fmt.Errorf("ipvs: SHTableBits %d: want 4..20: %w", cfg.SHTableBits, ipvs.ErrInvalid)
 	}
 	m.shBits = uint(sb)
 	hz := cfg.HZ
@@ -164,7 +174,7 @@ func New(cfg Config) (*Model, error) {
 		hz = 250
 	}
 	if hz < 1 {
-		return nil, fmt.Errorf("ipvs: HZ %d: %w", cfg.HZ, ErrInvalid)
+		return nil, fmt.Errorf("ipvs: HZ %d: %w", cfg.HZ, ipvs.ErrInvalid)
 	}
 	m.jiffy = time.Second / time.Duration(hz)
 	m.tabBits = cfg.ConnTabBits
@@ -267,16 +277,16 @@ type service struct {
 	schedName  string
 	sched      scheduler // nil for "none"
 	schedGen   uint64
-	flags      ServiceFlags // never includes FlagHashed
+	flags      ipvs.ServiceFlags // never includes FlagHashed
 	timeoutSec uint32
 	mask4      uint32 // IPv4 persistence mask (host order, 0xffffffff = /32)
 	bits6      int    // IPv6 persistence prefix length
 	dests      []*dest
 	seq        uint64
-	vs         *VirtualServer // cached virtualServer()
+	vs         *ipvs.VirtualServer // cached virtualServer()
 }
 
-func (s *service) persistent() bool { return s.flags&FlagPersistent != 0 }
+func (s *service) persistent() bool { return s.flags&ipvs.FlagPersistent != 0 }
 
 type dest struct {
 	svc        *service
@@ -284,7 +294,7 @@ type dest struct {
 	port       uint16
 	weight     int
 	lastWeight int
-	fwd        ForwardMethod
+	fwd        ipvs.ForwardMethod
 	tun        tunnelInfo
 	uThresh    uint32
 	lThresh    uint32
@@ -351,12 +361,7 @@ func (m *Model) schedulerByName(name string) (scheduler, error) {
 	case "none":
 		return nil, nil
 	}
-	return nil, fmt.Errorf("scheduler module ip_vs_%s: %w", name, ErrNotFound)
-}
-
-// Schedulers lists the scheduler names the model implements.
-func Schedulers() []string {
-	return []string{"rr", "wrr", "lc", "wlc", "sed", "nq", "dh", "sh", "mh", "lblc", "lblcr", "fo", "ovf", "twos"}
+	return nil, fmt.Errorf("scheduler module ip_vs_%s: %w", name, ipvs.ErrNotFound)
 }
 
 // svcSpec is a service as userspace describes it (ip_vs_service_user_kern).
@@ -364,7 +369,7 @@ type svcSpec struct {
 	key        svcKey
 	proto      uint8
 	schedName  string
-	flags      ServiceFlags
+	flags      ipvs.ServiceFlags
 	timeoutSec uint32
 	mask4      uint32
 	bits6      int
@@ -388,17 +393,17 @@ func (m *Model) unbindScheduler(s *service) {
 
 func (m *Model) addService(sp svcSpec) error {
 	if _, ok := m.services[sp.key]; ok {
-		return fmt.Errorf("virtual service %s: %w", sp.key, ErrExist)
+		return fmt.Errorf("virtual service %s: %w", sp.key, ipvs.ErrExist)
 	}
 	sched, err := m.schedulerByName(sp.schedName)
 	if err != nil {
 		return err
 	}
 	if sp.key.v6 && (sp.bits6 < 1 || sp.bits6 > 128) {
-		return fmt.Errorf("virtual service %s: IPv6 netmask /%d: %w", sp.key, sp.bits6, ErrInvalid)
+		return fmt.Errorf("virtual service %s: IPv6 netmask /%d: %w", sp.key, sp.bits6, ipvs.ErrInvalid)
 	}
 	m.svcSeq++
-	s := &service{key: sp.key, proto: sp.proto, schedName: sp.schedName, flags: sp.flags &^ FlagHashed,
+	s := &service{key: sp.key, proto: sp.proto, schedName: sp.schedName, flags: sp.flags &^ ipvs.FlagHashed,
 		timeoutSec: sp.timeoutSec, mask4: sp.mask4, bits6: sp.bits6, seq: m.svcSeq}
 	m.bindScheduler(s, sched)
 	if s.key.fwmark == 0 {
@@ -418,14 +423,14 @@ const ftpDataPort = 20
 func (m *Model) editService(sp svcSpec) error {
 	s, ok := m.services[sp.key]
 	if !ok {
-		return fmt.Errorf("virtual service %s: %w", sp.key, ErrNotFound)
+		return fmt.Errorf("virtual service %s: %w", sp.key, ipvs.ErrNotFound)
 	}
 	sched, err := m.schedulerByName(sp.schedName)
 	if err != nil {
 		return err
 	}
 	if sp.key.v6 && (sp.bits6 < 1 || sp.bits6 > 128) {
-		return fmt.Errorf("virtual service %s: IPv6 netmask /%d: %w", sp.key, sp.bits6, ErrInvalid)
+		return fmt.Errorf("virtual service %s: IPv6 netmask /%d: %w", sp.key, sp.bits6, ipvs.ErrInvalid)
 	}
 	s.vs = nil
 	if sp.schedName != s.schedName {
@@ -433,7 +438,7 @@ func (m *Model) editService(sp svcSpec) error {
 		s.schedName = sp.schedName
 		m.bindScheduler(s, sched)
 	}
-	s.flags = sp.flags &^ FlagHashed
+	s.flags = sp.flags &^ ipvs.FlagHashed
 	s.timeoutSec = sp.timeoutSec
 	s.mask4 = sp.mask4
 	s.bits6 = sp.bits6
@@ -443,7 +448,7 @@ func (m *Model) editService(sp svcSpec) error {
 func (m *Model) delService(key svcKey) error {
 	s, ok := m.services[key]
 	if !ok {
-		return fmt.Errorf("virtual service %s: %w", key, ErrNotFound)
+		return fmt.Errorf("virtual service %s: %w", key, ipvs.ErrNotFound)
 	}
 	m.unbindScheduler(s)
 	for _, d := range append([]*dest(nil), s.dests...) {
@@ -466,7 +471,7 @@ type destSpec struct {
 	addr    netip.Addr
 	port    uint16
 	weight  int
-	fwd     ForwardMethod
+	fwd     ipvs.ForwardMethod
 	tun     tunnelInfo
 	uThresh uint32
 	lThresh uint32
@@ -474,18 +479,18 @@ type destSpec struct {
 
 func (sp destSpec) check(s *service) error {
 	if sp.weight < 0 {
-		return fmt.Errorf("real server %s: weight %d less than zero: %w", netip.AddrPortFrom(sp.addr, sp.port), sp.weight, ErrRange)
+		return fmt.Errorf("real server %s: weight %d less than zero: %w", netip.AddrPortFrom(sp.addr, sp.port), sp.weight, ipvs.ErrRange)
 	}
 	if sp.lThresh > sp.uThresh {
 		return fmt.Errorf("real server %s: lower threshold %d is higher than upper threshold %d: %w",
-			netip.AddrPortFrom(sp.addr, sp.port), sp.lThresh, sp.uThresh, ErrRange)
+			netip.AddrPortFrom(sp.addr, sp.port), sp.lThresh, sp.uThresh, ipvs.ErrRange)
 	}
-	if sp.fwd > DirectRoute {
-		return fmt.Errorf("real server %s: forwarding method %d: %w", netip.AddrPortFrom(sp.addr, sp.port), sp.fwd, ErrInvalid)
+	if sp.fwd > ipvs.DirectRoute {
+		return fmt.Errorf("real server %s: forwarding method %d: %w", netip.AddrPortFrom(sp.addr, sp.port), sp.fwd, ipvs.ErrInvalid)
 	}
-	if sp.addr.Is6() != s.key.v6 && sp.fwd != Tunnel {
+	if sp.addr.Is6() != s.key.v6 && sp.fwd != ipvs.Tunnel {
 		return fmt.Errorf("real server %s: a different address family is allowed only for tunneling: %w",
-			netip.AddrPortFrom(sp.addr, sp.port), ErrInvalid)
+			netip.AddrPortFrom(sp.addr, sp.port), ipvs.ErrInvalid)
 	}
 	return nil
 }
@@ -504,14 +509,14 @@ func (m *Model) addDest(s *service, sp destSpec) error {
 		return err
 	}
 	if s.lookupDest(sp.addr, sp.port) != nil {
-		return fmt.Errorf("real server %s in %s: %w", netip.AddrPortFrom(sp.addr, sp.port), s.key, ErrExist)
+		return fmt.Errorf("real server %s in %s: %w", netip.AddrPortFrom(sp.addr, sp.port), s.key, ipvs.ErrExist)
 	}
 	if d := m.trashGet(s, sp.addr, sp.port); d != nil {
 		m.updateDest(s, d, sp, true)
 		return nil
 	}
 	if !unicastOK(sp.addr) {
-		return fmt.Errorf("real server %s: not a unicast address: %w", sp.addr, ErrInvalid)
+		return fmt.Errorf("real server %s: not a unicast address: %w", sp.addr, ipvs.ErrInvalid)
 	}
 	m.destSeq++
 	d := &dest{addr: sp.addr, port: sp.port, vkey: s.key, vprot: s.proto, seq: m.destSeq}
@@ -571,7 +576,7 @@ func (m *Model) editDest(s *service, sp destSpec) error {
 	}
 	d := s.lookupDest(sp.addr, sp.port)
 	if d == nil {
-		return fmt.Errorf("real server %s in %s: %w", netip.AddrPortFrom(sp.addr, sp.port), s.key, ErrNotFound)
+		return fmt.Errorf("real server %s in %s: %w", netip.AddrPortFrom(sp.addr, sp.port), s.key, ipvs.ErrNotFound)
 	}
 	m.updateDest(s, d, sp, false)
 	return nil
@@ -580,7 +585,7 @@ func (m *Model) editDest(s *service, sp destSpec) error {
 func (m *Model) delDest(s *service, addr netip.Addr, port uint16) error {
 	d := s.lookupDest(addr, port)
 	if d == nil {
-		return fmt.Errorf("real server %s in %s: %w", netip.AddrPortFrom(addr, port), s.key, ErrNotFound)
+		return fmt.Errorf("real server %s in %s: %w", netip.AddrPortFrom(addr, port), s.key, ipvs.ErrNotFound)
 	}
 	m.unlinkDest(s, d, true)
 	m.trashDest(d)
@@ -800,5 +805,5 @@ func parseProtocol(s string) (uint8, error) {
 	case "SCTP":
 		return ProtoSCTP, nil
 	}
-	return 0, fmt.Errorf("protocol %q: want TCP, UDP or SCTP: %w", s, ErrInvalid)
+	return 0, fmt.Errorf("protocol %q: want TCP, UDP or SCTP: %w", s, ipvs.ErrInvalid)
 }

@@ -1,21 +1,23 @@
-package ipvs
+package emulator
 
 import (
 	"fmt"
 	"math/bits"
 	"net/netip"
 	"time"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
-// This file implements Interface (kube-proxy's view of IPVS) on the model.
+// This file implements ipvs.Interface (kube-proxy's view of IPVS) on the model.
 
 // specFromVS converts a VirtualServer into the kernel's service description. For fwmark
 // services Address may be an unspecified address (0.0.0.0 or ::) choosing the family;
 // an invalid Address means IPv4. Netmask is a prefix length; 0 means the full length
 // (/32 or /128), which is what kube-proxy and ipvsadm use by default.
-func specFromVS(vs *VirtualServer) (svcSpec, error) {
+func specFromVS(vs *ipvs.VirtualServer) (svcSpec, error) {
 	if vs == nil {
-		return svcSpec{}, fmt.Errorf("nil virtual server: %w", ErrInvalid)
+		return svcSpec{}, fmt.Errorf("nil virtual server: %w", ipvs.ErrInvalid)
 	}
 	var sp svcSpec
 	if vs.FWMark != 0 {
@@ -31,7 +33,7 @@ func specFromVS(vs *VirtualServer) (svcSpec, error) {
 		}
 	} else {
 		if !vs.Address.IsValid() {
-			return sp, fmt.Errorf("virtual server without an address or fwmark: %w", ErrInvalid)
+			return sp, fmt.Errorf("virtual server without an address or fwmark: %w", ipvs.ErrInvalid)
 		}
 		p, err := parseProtocol(vs.Protocol)
 		if err != nil {
@@ -42,7 +44,7 @@ func specFromVS(vs *VirtualServer) (svcSpec, error) {
 		sp.proto = p
 	}
 	sp.schedName = vs.Scheduler
-	sp.flags = vs.Flags &^ FlagHashed
+	sp.flags = vs.Flags &^ ipvs.FlagHashed
 	sp.timeoutSec = vs.Timeout
 	if sp.key.v6 {
 		sp.bits6 = int(vs.Netmask)
@@ -50,7 +52,7 @@ func specFromVS(vs *VirtualServer) (svcSpec, error) {
 			sp.bits6 = 128
 		}
 		if sp.bits6 > 128 {
-			return sp, fmt.Errorf("netmask /%d for an IPv6 service: %w", vs.Netmask, ErrInvalid)
+			return sp, fmt.Errorf("netmask /%d for an IPv6 service: %w", vs.Netmask, ipvs.ErrInvalid)
 		}
 	} else {
 		b := vs.Netmask
@@ -58,7 +60,7 @@ func specFromVS(vs *VirtualServer) (svcSpec, error) {
 			b = 32
 		}
 		if b > 32 {
-			return sp, fmt.Errorf("netmask /%d for an IPv4 service: %w", vs.Netmask, ErrInvalid)
+			return sp, fmt.Errorf("netmask /%d for an IPv4 service: %w", vs.Netmask, ipvs.ErrInvalid)
 		}
 		sp.mask4 = maskFromBits(int(b))
 	}
@@ -72,18 +74,18 @@ func maskFromBits(b int) uint32 {
 	return ^uint32(0) << (32 - b)
 }
 
-func keyFromVS(vs *VirtualServer) (svcKey, error) {
+func keyFromVS(vs *ipvs.VirtualServer) (svcKey, error) {
 	sp, err := specFromVS(vs)
 	return sp.key, err
 }
 
-// virtualServer is the service as Interface returns it (flags without FlagHashed). The
-// value is cached until the service changes: callers must not modify it.
-func (s *service) virtualServer() *VirtualServer {
+// virtualServer is the service as ipvs.Interface returns it (flags without FlagHashed).
+// The value is cached until the service changes: callers must not modify it.
+func (s *service) virtualServer() *ipvs.VirtualServer {
 	if s.vs != nil {
 		return s.vs
 	}
-	vs := &VirtualServer{Scheduler: s.schedName, Flags: s.flags, Timeout: s.timeoutSec}
+	vs := &ipvs.VirtualServer{Scheduler: s.schedName, Flags: s.flags, Timeout: s.timeoutSec}
 	if s.key.fwmark != 0 {
 		vs.FWMark = s.key.fwmark
 		if s.key.v6 {
@@ -103,28 +105,28 @@ func (s *service) virtualServer() *VirtualServer {
 	return vs
 }
 
-func destSpecFromRS(rs *RealServer) (destSpec, error) {
+func destSpecFromRS(rs *ipvs.RealServer) (destSpec, error) {
 	if rs == nil || !rs.Address.IsValid() {
-		return destSpec{}, fmt.Errorf("real server without an address: %w", ErrInvalid)
+		return destSpec{}, fmt.Errorf("real server without an address: %w", ipvs.ErrInvalid)
 	}
 	return destSpec{addr: rs.Address.Unmap(), port: rs.Port, weight: rs.Weight, fwd: rs.Forward,
 		uThresh: rs.UpperThreshold, lThresh: rs.LowerThreshold}, nil
 }
 
-func (d *dest) realServer() *RealServer {
-	return &RealServer{Address: d.addr, Port: d.port, Weight: d.weight, Forward: d.fwd,
+func (d *dest) realServer() *ipvs.RealServer {
+	return &ipvs.RealServer{Address: d.addr, Port: d.port, Weight: d.weight, Forward: d.fwd,
 		UpperThreshold: d.uThresh, LowerThreshold: d.lThresh, ActiveConn: d.active,
 		InactiveConn: d.inactive, PersistConn: d.persist, Overloaded: d.overload}
 }
 
-func (m *Model) lookupService(vs *VirtualServer) (*service, error) {
+func (m *Model) lookupService(vs *ipvs.VirtualServer) (*service, error) {
 	k, err := keyFromVS(vs)
 	if err != nil {
 		return nil, err
 	}
 	s := m.services[k]
 	if s == nil {
-		return nil, fmt.Errorf("virtual service %s: %w", k, ErrNotFound)
+		return nil, fmt.Errorf("virtual service %s: %w", k, ipvs.ErrNotFound)
 	}
 	return s, nil
 }
@@ -143,7 +145,7 @@ func (m *Model) Flush() error {
 }
 
 // AddVirtualServer adds a virtual service (ipvsadm -A).
-func (m *Model) AddVirtualServer(vs *VirtualServer) error {
+func (m *Model) AddVirtualServer(vs *ipvs.VirtualServer) error {
 	sp, err := specFromVS(vs)
 	if err != nil {
 		return err
@@ -156,7 +158,7 @@ func (m *Model) AddVirtualServer(vs *VirtualServer) error {
 
 // UpdateVirtualServer edits a virtual service (ipvsadm -E): scheduler, flags, timeout
 // and netmask. A changed scheduler starts from its initial state.
-func (m *Model) UpdateVirtualServer(vs *VirtualServer) error {
+func (m *Model) UpdateVirtualServer(vs *ipvs.VirtualServer) error {
 	sp, err := specFromVS(vs)
 	if err != nil {
 		return err
@@ -169,7 +171,7 @@ func (m *Model) UpdateVirtualServer(vs *VirtualServer) error {
 
 // DeleteVirtualServer deletes a virtual service (ipvsadm -D); its destinations go to the
 // trash while connections still use them.
-func (m *Model) DeleteVirtualServer(vs *VirtualServer) error {
+func (m *Model) DeleteVirtualServer(vs *ipvs.VirtualServer) error {
 	k, err := keyFromVS(vs)
 	if err != nil {
 		return err
@@ -181,7 +183,7 @@ func (m *Model) DeleteVirtualServer(vs *VirtualServer) error {
 }
 
 // GetVirtualServer returns the service with vs's key.
-func (m *Model) GetVirtualServer(vs *VirtualServer) (*VirtualServer, error) {
+func (m *Model) GetVirtualServer(vs *ipvs.VirtualServer) (*ipvs.VirtualServer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sync()
@@ -194,11 +196,11 @@ func (m *Model) GetVirtualServer(vs *VirtualServer) (*VirtualServer, error) {
 }
 
 // GetVirtualServers returns every service in ipvsadm's listing order.
-func (m *Model) GetVirtualServers() ([]*VirtualServer, error) {
+func (m *Model) GetVirtualServers() ([]*ipvs.VirtualServer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sync()
-	var out []*VirtualServer
+	var out []*ipvs.VirtualServer
 	for _, s := range m.sortedServices() {
 		c := *s.virtualServer()
 		out = append(out, &c)
@@ -208,7 +210,7 @@ func (m *Model) GetVirtualServers() ([]*VirtualServer, error) {
 
 // AddRealServer adds a destination at the head of the service's list (or resurrects it
 // from the trash, counters and all).
-func (m *Model) AddRealServer(vs *VirtualServer, rs *RealServer) error {
+func (m *Model) AddRealServer(vs *ipvs.VirtualServer, rs *ipvs.RealServer) error {
 	sp, err := destSpecFromRS(rs)
 	if err != nil {
 		return err
@@ -225,7 +227,7 @@ func (m *Model) AddRealServer(vs *VirtualServer, rs *RealServer) error {
 
 // GetRealServers returns the service's destinations in kernel list order (the most
 // recently added first), with their counters.
-func (m *Model) GetRealServers(vs *VirtualServer) ([]*RealServer, error) {
+func (m *Model) GetRealServers(vs *ipvs.VirtualServer) ([]*ipvs.RealServer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sync()
@@ -233,7 +235,7 @@ func (m *Model) GetRealServers(vs *VirtualServer) ([]*RealServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*RealServer, 0, len(s.dests))
+	out := make([]*ipvs.RealServer, 0, len(s.dests))
 	for _, d := range s.dests {
 		out = append(out, d.realServer())
 	}
@@ -241,9 +243,9 @@ func (m *Model) GetRealServers(vs *VirtualServer) ([]*RealServer, error) {
 }
 
 // DeleteRealServer removes a destination; it waits in the trash while connections use it.
-func (m *Model) DeleteRealServer(vs *VirtualServer, rs *RealServer) error {
+func (m *Model) DeleteRealServer(vs *ipvs.VirtualServer, rs *ipvs.RealServer) error {
 	if rs == nil || !rs.Address.IsValid() {
-		return fmt.Errorf("real server without an address: %w", ErrInvalid)
+		return fmt.Errorf("real server without an address: %w", ipvs.ErrInvalid)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -256,7 +258,7 @@ func (m *Model) DeleteRealServer(vs *VirtualServer, rs *RealServer) error {
 }
 
 // UpdateRealServer edits a destination's weight, forwarding method and thresholds.
-func (m *Model) UpdateRealServer(vs *VirtualServer, rs *RealServer) error {
+func (m *Model) UpdateRealServer(vs *ipvs.VirtualServer, rs *ipvs.RealServer) error {
 	sp, err := destSpecFromRS(rs)
 	if err != nil {
 		return err
@@ -275,7 +277,7 @@ func (m *Model) UpdateRealServer(vs *VirtualServer, rs *RealServer) error {
 // --set); zero leaves a value unchanged. Values are whole seconds, as the kernel takes.
 func (m *Model) ConfigureTimeouts(tcp, tcpFin, udp time.Duration) error {
 	if tcp < 0 || tcpFin < 0 || udp < 0 {
-		return fmt.Errorf("negative timeout: %w", ErrInvalid)
+		return fmt.Errorf("negative timeout: %w", ipvs.ErrInvalid)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -309,7 +311,7 @@ type DestState struct {
 }
 
 // SetDestState applies st to the destination rs of vs.
-func (m *Model) SetDestState(vs *VirtualServer, rs netip.AddrPort, st DestState) error {
+func (m *Model) SetDestState(vs *ipvs.VirtualServer, rs netip.AddrPort, st DestState) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sync()
@@ -319,7 +321,7 @@ func (m *Model) SetDestState(vs *VirtualServer, rs netip.AddrPort, st DestState)
 	}
 	d := s.lookupDest(rs.Addr().Unmap(), rs.Port())
 	if d == nil {
-		return fmt.Errorf("real server %s in %s: %w", rs, s.key, ErrNotFound)
+		return fmt.Errorf("real server %s in %s: %w", rs, s.key, ipvs.ErrNotFound)
 	}
 	return m.setDestState(d, st)
 }
@@ -336,10 +338,10 @@ func (m *Model) setDestState(d *dest, st DestState) error {
 		}
 	}
 	if st.Active != nil && *st.Active < liveA {
-		return fmt.Errorf("active=%d is below the %d active connection entries of %s: %w", *st.Active, liveA, d.addrPort(), ErrRange)
+		return fmt.Errorf("active=%d is below the %d active connection entries of %s: %w", *st.Active, liveA, d.addrPort(), ipvs.ErrRange)
 	}
 	if st.Inactive != nil && *st.Inactive < liveI {
-		return fmt.Errorf("inactive=%d is below the %d inactive connection entries of %s: %w", *st.Inactive, liveI, d.addrPort(), ErrRange)
+		return fmt.Errorf("inactive=%d is below the %d inactive connection entries of %s: %w", *st.Inactive, liveI, d.addrPort(), ipvs.ErrRange)
 	}
 	if st.Active != nil {
 		d.active = *st.Active

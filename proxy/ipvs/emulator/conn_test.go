@@ -1,10 +1,12 @@
-package ipvs
+package emulator
 
 import (
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 func (tm *testModel) pkt(proto uint8, src, dst string, flags uint8) Decision {
@@ -123,7 +125,7 @@ func TestOverloadThresholds(t *testing.T) {
 	tm := newTM(t, Config{}, "-A -t "+vip+" -s rr", "-a -t "+vip+" -r 10.1.0.1:80 -m -x 2", "-a -t "+vip+" -r 10.1.0.2:80 -m")
 	// list B A; rr: B A B A, but A overloads at 2 connections
 	eq(t, "picks", tm.picks(4, vip), "B A B A")
-	rs, _ := tm.GetRealServers(&VirtualServer{Address: netip.MustParseAddr("10.0.0.1"), Protocol: "TCP", Port: 80})
+	rs, _ := tm.GetRealServers(&ipvs.VirtualServer{Address: netip.MustParseAddr("10.0.0.1"), Protocol: "TCP", Port: 80})
 	if !rs[1].Overloaded || rs[0].Overloaded {
 		t.Fatalf("A should be overloaded at total 2 >= u_threshold 2: %+v %+v", rs[0], rs[1])
 	}

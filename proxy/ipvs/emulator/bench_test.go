@@ -1,10 +1,12 @@
-package ipvs
+package emulator
 
 import (
 	"fmt"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 // benchService builds a TCP service with n destinations (weights 1..4, varied counters,
@@ -33,7 +35,7 @@ func benchService(b *testing.B, sched string, n int) (*Model, *service) {
 // destinations: one call of the scheduler per op, over 1024 different clients (and 1024
 // destination addresses for the locality schedulers).
 func BenchmarkSchedule(b *testing.B) {
-	for _, name := range Schedulers() {
+	for _, name := range ipvs.Schedulers() {
 		for _, n := range []int{100, 1000} {
 			b.Run(fmt.Sprintf("%s/dests=%d", name, n), func(b *testing.B) { benchSchedule(b, name, n) })
 		}

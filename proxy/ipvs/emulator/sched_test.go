@@ -1,10 +1,12 @@
-package ipvs
+package emulator
 
 import (
 	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 const vip = "10.0.0.1:80"
@@ -393,5 +395,19 @@ func TestMHTableIndex(t *testing.T) {
 	}
 	if _, err := New(Config{MHTableIndex: 18}); err == nil {
 		t.Error("MHTableIndex 18 accepted")
+	}
+}
+
+// TestSchedulersImplemented: every scheduler ipvs.Schedulers names (what the proxier and
+// scenario files accept) is one the model implements; any other name is ENOENT, as a
+// missing ip_vs_* module is.
+func TestSchedulersImplemented(t *testing.T) {
+	for _, name := range append(ipvs.Schedulers(), "none") {
+		if _, err := MustNew(Config{}).schedulerByName(name); err != nil {
+			t.Errorf("scheduler %s: %v", name, err)
+		}
+	}
+	if _, err := MustNew(Config{}).schedulerByName("wlcx"); !ipvs.IsNotFound(err) {
+		t.Errorf("unknown scheduler: %v, want ErrNotFound", err)
 	}
 }

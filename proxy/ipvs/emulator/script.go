@@ -1,4 +1,4 @@
-package ipvs
+package emulator
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 // This file runs clusterlab ipvs scripts: ipvsadm commands, connections (conn), scheduler
@@ -674,7 +676,7 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 	return nil
 }
 
-func serviceLabel(vs *VirtualServer) string {
+func serviceLabel(vs *ipvs.VirtualServer) string {
 	if vs.FWMark != 0 {
 		if vs.Address.IsValid() && vs.Address.Is6() {
 			return fmt.Sprintf("FWM %d IPv6", vs.FWMark)
@@ -754,7 +756,7 @@ func (m *Model) connect(proto uint8, src, dst netip.AddrPort, mark uint32, close
 		return m.In(Packet{Protocol: proto, Src: src, Dst: dst, Mark: mark, TCPFlags: flags, SCTPChunk: chunk, ConfirmedConntrack: c})
 	}
 	out := func(d Decision, flags, chunk uint8) {
-		if d.Verdict == VerdictForward && d.Forward == Masquerade {
+		if d.Verdict == VerdictForward && d.Forward == ipvs.Masquerade {
 			m.Out(Packet{Protocol: proto, Src: d.Dest, Dst: src, TCPFlags: flags, SCTPChunk: chunk})
 		}
 	}
@@ -849,7 +851,7 @@ func (m *Model) Snapshot() State {
 	for _, s := range m.sortedServices() {
 		ss := StateService{Service: serviceLabel(s.virtualServer()), Scheduler: s.schedName,
 			Flags: s.schedFlagsString(), Destinations: []StateDest{}}
-		if s.flags&FlagOnePacket != 0 {
+		if s.flags&ipvs.FlagOnePacket != 0 {
 			ss.Flags = strings.TrimPrefix(ss.Flags+",ops", ",")
 		}
 		if s.persistent() {

@@ -1,4 +1,4 @@
-package ipvs
+package emulator
 
 import (
 	"math/rand/v2"

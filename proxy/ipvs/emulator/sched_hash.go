@@ -1,9 +1,11 @@
-package ipvs
+package emulator
 
 import (
 	"encoding/binary"
 	"math/bits"
 	"net/netip"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 // ---- dh ----
@@ -119,13 +121,13 @@ func (h *shSched) hashkey(v6 bool, addr netip.Addr, port uint16, offset uint32) 
 
 func (h *shSched) schedule(_ *Model, s *service, in *schedInput, _ bool) *dest {
 	var port uint16
-	if s.flags&FlagSchedSH2 != 0 {
+	if s.flags&ipvs.FlagSchedSH2 != 0 {
 		port = hashPort(in)
 	}
 	v6 := s.key.v6
 	ihash := h.hashkey(v6, in.saddr, port, 0)
 	d := h.buckets[ihash]
-	if s.flags&FlagSchedSH1 == 0 {
+	if s.flags&ipvs.FlagSchedSH1 == 0 {
 		if d == nil || unavailable(d) {
 			return nil
 		}
@@ -276,14 +278,14 @@ func (h *mhSched) reassign(s *service) {
 
 func (h *mhSched) schedule(_ *Model, s *service, in *schedInput, _ bool) *dest {
 	var port uint16
-	if s.flags&FlagSchedSH2 != 0 {
+	if s.flags&ipvs.FlagSchedSH2 != 0 {
 		port = hashPort(in)
 	}
 	v6 := s.key.v6
 	m := uint32(h.size)
 	ihash := mhHash(v6, in.saddr, port, mhKey1, 0) % m
 	d := h.lookup[ihash]
-	if s.flags&FlagSchedSH1 == 0 {
+	if s.flags&ipvs.FlagSchedSH1 == 0 {
 		if d == nil || unavailable(d) {
 			return nil
 		}

@@ -1,4 +1,4 @@
-package ipvs
+package emulator
 
 import (
 	"bytes"

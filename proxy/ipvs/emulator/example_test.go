@@ -1,4 +1,4 @@
-package ipvs_test
+package emulator_test
 
 import (
 	"fmt"
@@ -7,23 +7,24 @@ import (
 	"time"
 
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
+	"github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 )
 
 // A kube-proxy-style program and the packets of one connection.
 func ExampleModel_In() {
-	clock := ipvs.NewManualClock()
-	m := ipvs.MustNew(ipvs.Config{Clock: clock})
+	clock := emulator.NewManualClock()
+	m := emulator.MustNew(emulator.Config{Clock: clock})
 	vs := &ipvs.VirtualServer{Address: netip.MustParseAddr("10.96.0.10"), Protocol: "TCP", Port: 80, Scheduler: "rr"}
 	_ = m.AddVirtualServer(vs)
 	for _, ep := range []string{"10.244.1.5", "10.244.2.5"} {
 		_ = m.AddRealServer(vs, &ipvs.RealServer{Address: netip.MustParseAddr(ep), Port: 8080, Weight: 1})
 	}
 	client := netip.MustParseAddrPort("10.244.3.7:40000")
-	syn := m.In(ipvs.Packet{Protocol: ipvs.ProtoTCP, Src: client, Dst: netip.MustParseAddrPort("10.96.0.10:80"), TCPFlags: ipvs.TCPSyn})
+	syn := m.In(emulator.Packet{Protocol: emulator.ProtoTCP, Src: client, Dst: netip.MustParseAddrPort("10.96.0.10:80"), TCPFlags: emulator.TCPSyn})
 	fmt.Println(syn.Verdict, syn.Dest, syn.Via, syn.Conn.State)
-	synack := m.Out(ipvs.Packet{Protocol: ipvs.ProtoTCP, Src: syn.Dest, Dst: client, TCPFlags: ipvs.TCPSyn | ipvs.TCPAck})
+	synack := m.Out(emulator.Packet{Protocol: emulator.ProtoTCP, Src: syn.Dest, Dst: client, TCPFlags: emulator.TCPSyn | emulator.TCPAck})
 	fmt.Println("reply source becomes", synack.Dest)
-	ack := m.In(ipvs.Packet{Protocol: ipvs.ProtoTCP, Src: client, Dst: netip.MustParseAddrPort("10.96.0.10:80"), TCPFlags: ipvs.TCPAck})
+	ack := m.In(emulator.Packet{Protocol: emulator.ProtoTCP, Src: client, Dst: netip.MustParseAddrPort("10.96.0.10:80"), TCPFlags: emulator.TCPAck})
 	fmt.Println(ack.Via, ack.Conn.State, ack.Conn.Expires)
 	clock.Advance(15 * time.Minute)
 	fmt.Println(len(m.Connections()), "entries after 15 minutes of silence")
@@ -38,7 +39,7 @@ func ExampleModel_In() {
 // empty and filled one destination at a time, so wrr's current weight is still the 1 of
 // its first add: the first round takes every server, the most recently added first.
 func ExampleRunScript() {
-	rep, err := ipvs.RunScript(ipvs.ScriptInput{ScriptName: "example", Script: []byte(`
+	rep, err := emulator.RunScript(emulator.ScriptInput{ScriptName: "example", Script: []byte(`
 -A -t 10.96.0.10:80 -s wrr
 -a -t 10.96.0.10:80 -r 10.244.1.5:8080 -m -w 2
 -a -t 10.96.0.10:80 -r 10.244.2.5:8080 -m -w 1

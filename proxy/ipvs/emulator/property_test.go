@@ -1,4 +1,4 @@
-package ipvs
+package emulator
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 // TestModelInvariants drives a service through random control-plane changes, packets
@@ -28,7 +30,7 @@ func TestModelInvariants(t *testing.T) {
 		sys.ConnReuseMode = rapid.IntRange(0, 1).Draw(rt, "conn_reuse_mode")
 		sys.ExpireQuiescentTemplate = rapid.Bool().Draw(rt, "expire_quiescent_template")
 		m := MustNew(Config{Clock: clock, Seed: 3, Sysctls: &sys, MHTableIndex: 8})
-		sched := rapid.SampledFrom(Schedulers()).Draw(rt, "scheduler")
+		sched := rapid.SampledFrom(ipvs.Schedulers()).Draw(rt, "scheduler")
 		proto := rapid.SampledFrom([]string{"t", "u"}).Draw(rt, "protocol")
 		persist := rapid.Bool().Draw(rt, "persistent")
 		svc := "-" + proto + " 10.0.0.1:80"
@@ -89,7 +91,7 @@ func TestModelInvariants(t *testing.T) {
 			case 6:
 				clock.Advance(time.Duration(rapid.IntRange(0, 400).Draw(rt, "seconds")) * time.Second)
 			case 7:
-				s := rapid.SampledFrom(Schedulers()).Draw(rt, "new scheduler")
+				s := rapid.SampledFrom(ipvs.Schedulers()).Draw(rt, "new scheduler")
 				cmd := "-E " + svc + " -s " + s
 				if persist {
 					cmd += " -p 120"

@@ -1,4 +1,4 @@
-package ipvs
+package emulator
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/ipvs")
 
-const testdataDir = "../../testdata/ipvs"
+const testdataDir = "../../../testdata/ipvs"
 
 func golden(t *testing.T, name, got string) {
 	t.Helper()

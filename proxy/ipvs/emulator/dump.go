@@ -1,4 +1,4 @@
-package ipvs
+package emulator
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
 // This file prints the model the way ipvsadm -Ln, -Lnc and -Sn do, and loads
@@ -50,25 +52,25 @@ func fmtAddrPort(a netip.Addr, port uint16) string {
 	return a.Unmap().String() + ":" + strconv.Itoa(int(port))
 }
 
-func fwdName(f ForwardMethod) string {
+func fwdName(f ipvs.ForwardMethod) string {
 	switch f {
-	case Masquerade:
+	case ipvs.Masquerade:
 		return "Masq"
-	case Local:
+	case ipvs.Local:
 		return "Local"
-	case Tunnel:
+	case ipvs.Tunnel:
 		return "Tunnel"
-	case DirectRoute:
+	case ipvs.DirectRoute:
 		return "Route"
 	}
 	return ""
 }
 
-func fwdSwitch(f ForwardMethod) string {
+func fwdSwitch(f ipvs.ForwardMethod) string {
 	switch f {
-	case Masquerade:
+	case ipvs.Masquerade:
 		return "-m"
-	case Tunnel:
+	case ipvs.Tunnel:
 		return "-i"
 	}
 	return "-g"
@@ -78,27 +80,27 @@ func (s *service) schedFlagsString() string {
 	var fl []string
 	switch s.schedName {
 	case "sh":
-		if s.flags&FlagSchedSH1 != 0 {
+		if s.flags&ipvs.FlagSchedSH1 != 0 {
 			fl = append(fl, "sh-fallback")
 		}
-		if s.flags&FlagSchedSH2 != 0 {
+		if s.flags&ipvs.FlagSchedSH2 != 0 {
 			fl = append(fl, "sh-port")
 		}
 	case "mh":
-		if s.flags&FlagSchedSH1 != 0 {
+		if s.flags&ipvs.FlagSchedSH1 != 0 {
 			fl = append(fl, "mh-fallback")
 		}
-		if s.flags&FlagSchedSH2 != 0 {
+		if s.flags&ipvs.FlagSchedSH2 != 0 {
 			fl = append(fl, "mh-port")
 		}
 	default:
-		if s.flags&FlagSchedSH1 != 0 {
+		if s.flags&ipvs.FlagSchedSH1 != 0 {
 			fl = append(fl, "flag-1")
 		}
-		if s.flags&FlagSchedSH2 != 0 {
+		if s.flags&ipvs.FlagSchedSH2 != 0 {
 			fl = append(fl, "flag-2")
 		}
-		if s.flags&FlagSchedSH3 != 0 {
+		if s.flags&ipvs.FlagSchedSH3 != 0 {
 			fl = append(fl, "flag-3")
 		}
 	}
@@ -154,7 +156,7 @@ func (m *Model) writeService(w io.Writer, s *service, f listFormat) {
 	}
 	var b strings.Builder
 	b.WriteString(name + " " + s.schedName)
-	if s.flags&(FlagSchedSH1|FlagSchedSH2|FlagSchedSH3) != 0 {
+	if s.flags&(ipvs.FlagSchedSH1|ipvs.FlagSchedSH2|ipvs.FlagSchedSH3) != 0 {
 		b.WriteString(" (" + s.schedFlagsString() + ")")
 	}
 	if s.persistent() {
@@ -166,7 +168,7 @@ func (m *Model) writeService(w io.Writer, s *service, f listFormat) {
 			fmt.Fprintf(&b, " mask %d", s.bits6)
 		}
 	}
-	if s.flags&FlagOnePacket != 0 {
+	if s.flags&ipvs.FlagOnePacket != 0 {
 		b.WriteString(" ops")
 	}
 	fmt.Fprintln(w, b.String())
@@ -182,7 +184,7 @@ func (m *Model) writeService(w io.Writer, s *service, f listFormat) {
 			fmt.Fprintf(w, "  -> %-28s %-9d %-11d %-10d %-10d\n", dn, uint32(d.weight), uint32(d.persist), uint32(d.active), uint32(d.inactive))
 		case f.tunInfo:
 			ti := "n/a"
-			if d.fwd == Tunnel {
+			if d.fwd == ipvs.Tunnel {
 				if d.tun.typ == 1 {
 					ti = fmt.Sprintf("gue:%d:%s", d.tun.port, [...]string{"-c", "+c", "r+c"}[d.tun.flags])
 				} else {
@@ -221,16 +223,16 @@ func (m *Model) writeRules(w io.Writer) {
 				fmt.Fprintf(&b, " -M %d", s.bits6)
 			}
 		}
-		if s.flags&FlagOnePacket != 0 {
+		if s.flags&ipvs.FlagOnePacket != 0 {
 			b.WriteString(" -o")
 		}
-		if s.flags&(FlagSchedSH1|FlagSchedSH2|FlagSchedSH3) != 0 {
+		if s.flags&(ipvs.FlagSchedSH1|ipvs.FlagSchedSH2|ipvs.FlagSchedSH3) != 0 {
 			b.WriteString(" -b " + s.schedFlagsString())
 		}
 		fmt.Fprintln(w, b.String())
 		for _, d := range s.sortedDests(false) {
 			line := fmt.Sprintf("-a %s -r %s %s -w %d", name, fmtAddrPort(d.addr, d.port), fwdSwitch(d.fwd), d.weight)
-			if d.fwd == Tunnel {
+			if d.fwd == ipvs.Tunnel {
 				if d.tun.typ == 1 {
 					line += fmt.Sprintf(" --tun-type gue --tun-port %d %s", d.tun.port,
 						[...]string{"--tun-nocsum", "--tun-csum", "--tun-remcsum"}[d.tun.flags])
@@ -531,7 +533,7 @@ func parseListedService(f []string) (svcSpec, error) {
 			if !ok {
 				return sp, fmt.Errorf("persistent %s: invalid timeout (want 1..%d)", f[i+1], maxTimeout)
 			}
-			sp.flags |= FlagPersistent
+			sp.flags |= ipvs.FlagPersistent
 			sp.timeoutSec = uint32(v)
 			i += 2
 		case tok == "mask":
@@ -553,7 +555,7 @@ func parseListedService(f []string) (svcSpec, error) {
 			}
 			i += 2
 		case tok == "ops":
-			sp.flags |= FlagOnePacket
+			sp.flags |= ipvs.FlagOnePacket
 			i++
 		case tok == "pe":
 			return sp, fmt.Errorf("pe %s: persistence engines are not modelled: %w", strings.Join(f[i+1:], " "), ErrUnsupported)
@@ -562,10 +564,10 @@ func parseListedService(f []string) (svcSpec, error) {
 		}
 	}
 	// the checks ipvsadm -A makes, so that the model can be written back as -Sn
-	if sp.key.fwmark == 0 && sp.key.port == 0 && sp.flags&FlagPersistent == 0 {
+	if sp.key.fwmark == 0 && sp.key.port == 0 && sp.flags&ipvs.FlagPersistent == 0 {
 		return sp, errors.New("Zero port specified for non-persistent service")
 	}
-	if sp.flags&FlagOnePacket != 0 && sp.key.fwmark == 0 && sp.proto != ProtoUDP {
+	if sp.flags&ipvs.FlagOnePacket != 0 && sp.key.fwmark == 0 && sp.proto != ProtoUDP {
 		return sp, errors.New("One-Packet Scheduling is only for UDP virtual services")
 	}
 	return sp, nil
@@ -580,16 +582,16 @@ func parseListedDest(f []string, s *service) (listedDest, error) {
 	if !ok || !hasPort {
 		return ld, fmt.Errorf("%s: not an address:port", f[1])
 	}
-	var fwd ForwardMethod
+	var fwd ipvs.ForwardMethod
 	switch f[2] {
 	case "Masq":
-		fwd = Masquerade
+		fwd = ipvs.Masquerade
 	case "Route":
-		fwd = DirectRoute
+		fwd = ipvs.DirectRoute
 	case "Tunnel":
-		fwd = Tunnel
+		fwd = ipvs.Tunnel
 	case "Local":
-		fwd = Local
+		fwd = ipvs.Local
 	default:
 		return ld, fmt.Errorf("forward %q: want Masq, Route, Tunnel or Local", f[2])
 	}
