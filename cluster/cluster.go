@@ -185,6 +185,10 @@ func New(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The configuration as it is: with the network's defaults filled in.
+	ncfg := nw.Config()
+	cfg.NodeCIDRs, cfg.ClusterCIDRs, cfg.ExternalCIDR = ncfg.NodeCIDRs, ncfg.ClusterCIDRs, ncfg.ExternalCIDR
+	cfg.MTU, cfg.ManualClock, cfg.QueueLen = ncfg.MTU, ncfg.ManualClock, ncfg.QueueLen
 	c := &Cluster{
 		Network:    nw,
 		cfg:        cfg,
@@ -204,6 +208,8 @@ func New(cfg Config) (*Cluster, error) {
 		c.Close()
 		return nil, err
 	}
+	st := c.store.Config()
+	c.cfg.ServiceCIDRs, c.cfg.NodePortRange = st.ServiceCIDRs, st.NodePortRange
 	return c, nil
 }
 

@@ -86,3 +86,17 @@ func TestNodeObjectsAndServiceCIDRs(t *testing.T) {
 		t.Errorf("a negative idle timeout was accepted")
 	}
 }
+
+// Config returns the configuration with every default filled in, the network's and the
+// store's too: proxies read the cluster CIDRs from it.
+func TestConfigDefaultsFilledIn(t *testing.T) {
+	c := newTestCluster(t, Config{})
+	cfg := c.Config()
+	if len(cfg.ClusterCIDRs) != 1 || cfg.ClusterCIDRs[0].String() != "10.244.0.0/16" || len(cfg.NodeCIDRs) != 1 || cfg.MTU != 1500 ||
+		cfg.ExternalCIDR.String() != "203.0.113.0/24" || cfg.LoadBalancerCIDR.String() != "198.51.100.0/24" {
+		t.Errorf("network defaults: %+v", cfg)
+	}
+	if len(cfg.ServiceCIDRs) != 1 || cfg.ServiceCIDRs[0].String() != "10.96.0.0/12" || cfg.NodePortRange.Size == 0 || cfg.LoadBalancerMode != "nodeport" {
+		t.Errorf("store defaults: %v %+v %s", cfg.ServiceCIDRs, cfg.NodePortRange, cfg.LoadBalancerMode)
+	}
+}

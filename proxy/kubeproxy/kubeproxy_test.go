@@ -12,6 +12,7 @@ import (
 	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/service"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -181,5 +182,22 @@ func TestIPTablesModeNoEndpointsAndStaleUDP(t *testing.T) {
 	r, _ = c.ProbeOne(p)
 	if r.Result != netsim.ResultReplied || !strings.HasPrefix(r.Pod, "default/web-") {
 		t.Errorf("after endpoints appeared: %s", r.Outcome)
+	}
+}
+
+// A node's kube-proxy flags come from the cluster as it runs, defaults included: the
+// cluster CIDR (--cluster-cidr, which local-traffic detection reads), the node's IPs,
+// pod CIDRs, labels and every local address.
+func TestNodeConfigFor(t *testing.T) {
+	c := newCluster(t, IPTables)
+	cfg := NodeConfigFor(c.Node("node-b"))
+	if len(cfg.ClusterCIDRs) != 1 || cfg.ClusterCIDRs[0].String() != "10.244.0.0/16" {
+		t.Errorf("cluster CIDRs %v, want the default 10.244.0.0/16", cfg.ClusterCIDRs)
+	}
+	if cfg.Name != "node-b" || len(cfg.IPs) != 1 || cfg.IPs[0].String() != "172.18.0.3" || len(cfg.PodCIDRs) != 1 || cfg.PodCIDRs[0].String() != "10.244.1.0/24" {
+		t.Errorf("node: %+v", cfg)
+	}
+	if cfg.Labels["kubernetes.io/hostname"] != "node-b" || cfg.DetectLocalMode != proxy.LocalModeClusterCIDR || len(cfg.Addresses) < 3 {
+		t.Errorf("labels %v, detect-local %s, addresses %v", cfg.Labels, cfg.DetectLocalMode, cfg.Addresses)
 	}
 }
