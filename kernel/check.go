@@ -19,6 +19,8 @@ type ToolReport struct {
 type CheckReport struct {
 	IPTables    []ToolReport `json:"iptables"`              // iptables-{nft,legacy}, ip6tables-{nft,legacy}
 	Conntrack   ToolReport   `json:"conntrack"`             // the conntrack tool
+	IPSet       ToolReport   `json:"ipset"`                 // the ipset tool (kube-proxy's IPVS mode)
+	NFT         ToolReport   `json:"nft"`                   // the nft tool (kube-proxy's nftables mode)
 	IPVS        string       `json:"ipvs"`                  // "supported" or why not
 	Harness     string       `json:"harness"`               // "supported" or why not
 	BrNetfilter bool         `json:"br_netfilter"`          // bridge netfilter sysctls present (this namespace)
@@ -51,6 +53,8 @@ func check(ctx context.Context, r runner) CheckReport {
 		}
 	}
 	rep.Conntrack = probe("conntrack", "--version")
+	rep.IPSet = probe("ipset", "--version")
+	rep.NFT = probe("nft", "--version")
 	rep.IPVS = "supported"
 	if err := CheckIPVS(); err != nil {
 		rep.IPVS = err.Error()
@@ -73,7 +77,7 @@ func check(ctx context.Context, r runner) CheckReport {
 func (r CheckReport) String() string {
 	var b strings.Builder
 	line := func(name, val string) { fmt.Fprintf(&b, "%-20s %s\n", name, val) }
-	for _, t := range append(append([]ToolReport(nil), r.IPTables...), r.Conntrack) {
+	for _, t := range append(append([]ToolReport(nil), r.IPTables...), r.Conntrack, r.IPSet, r.NFT) {
 		if t.Err != "" {
 			line(t.Tool, "unavailable: "+t.Err)
 		} else {
@@ -85,4 +89,50 @@ func (r CheckReport) String() string {
 	line("netns harness", r.Harness)
 	line("br_netfilter", fmt.Sprint(r.BrNetfilter))
 	return b.String()
+}
+
+// Features are the names Feature knows: what a proxy mode may need of a kernel
+// (kubeproxy.ModeInfo.KernelNeeds).
+var Features = []string{"iptables", "ip6tables", "conntrack", "ipset", "ipvs", "nft"}
+
+// Feature says whether this machine offers a feature a proxy mode needs: nil when it
+// does, else why not.
+func (r CheckReport) Feature(name string) error {
+	tools := func(prefix string) error {
+		var why []string
+		for _, t := range r.IPTables {
+			if !strings.HasPrefix(t.Tool, prefix+"-") {
+				continue
+			}
+			if t.Err == "" {
+				return nil
+			}
+			why = append(why, t.Tool+": "+t.Err)
+		}
+		return fmt.Errorf("%s", strings.Join(why, "; "))
+	}
+	tool := func(t ToolReport) error {
+		if t.Err != "" {
+			return fmt.Errorf("%s: %s", t.Tool, t.Err)
+		}
+		return nil
+	}
+	switch name {
+	case "iptables":
+		return tools("iptables")
+	case "ip6tables":
+		return tools("ip6tables")
+	case "conntrack":
+		return tool(r.Conntrack)
+	case "ipset":
+		return tool(r.IPSet)
+	case "nft":
+		return tool(r.NFT)
+	case "ipvs":
+		if r.IPVS != "supported" {
+			return fmt.Errorf("%s", r.IPVS)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown feature %q (know %s)", name, strings.Join(Features, ", "))
 }

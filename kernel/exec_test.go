@@ -466,8 +466,23 @@ func TestCheckReport(t *testing.T) {
 	f.on("iptables-nft --version", 0, "iptables v1.8.9 (nf_tables)\n", "")
 	f.on("iptables-legacy --version", -1, "", "")
 	f.on("conntrack --version", 0, "", "conntrack v1.4.7 (conntrack-tools)\n")
+	f.on("ipset --version", 0, "ipset v7.17, protocol version: 7\n", "")
+	f.on("nft --version", -1, "", "")
+	f.on("ip6tables-nft --version", -1, "", "")
+	f.on("ip6tables-legacy --version", -1, "", "")
 	f.on("iptables-legacy-save", 0, "*filter\n-A INPUT -j ACCEPT\nCOMMIT\n", "")
 	rep := check(context.Background(), f)
+	if rep.IPSet.Version != "ipset v7.17, protocol version: 7" || rep.NFT.Err == "" {
+		t.Errorf("ipset %+v, nft %+v", rep.IPSet, rep.NFT)
+	}
+	for feature, ok := range map[string]bool{"iptables": true, "ip6tables": false, "conntrack": true, "ipset": true, "nft": false} {
+		if err := rep.Feature(feature); (err == nil) != ok {
+			t.Errorf("Feature(%s) = %v, want ok %v", feature, err, ok)
+		}
+	}
+	if err := rep.Feature("bogus"); err == nil || !strings.Contains(err.Error(), "unknown feature") {
+		t.Errorf("Feature(bogus) = %v", err)
+	}
 	if len(rep.IPTables) != 4 || rep.IPTables[0].Version != "iptables v1.8.9 (nf_tables)" || rep.IPTables[1].Err == "" {
 		t.Errorf("iptables reports: %+v", rep.IPTables)
 	}

@@ -196,7 +196,7 @@ func sameOutcome(a, b netsim.Outcome) bool {
 // expected endpoint must be reached by some outcome. A valid client means the endpoint
 // must see that address as the source.
 func (r *run) landing(svc string, p netsim.Probe, exp Expect, cover bool, client netip.Addr) {
-	exp = r.w.Semantics.adjust(exp)
+	exp = adjust(r.w.Semantics, exp)
 	all := p.AllBranches
 	want := wantFor(exp)
 	if client.IsValid() && len(exp.Endpoints) > 0 {
@@ -570,7 +570,7 @@ func (r *run) landingLB(v PortView, p netsim.Probe, client netip.Addr) {
 			continue
 		}
 		node := ingressNode(o.Trace)
-		exp := r.w.Semantics.adjust(v.External(node))
+		exp := adjust(r.w.Semantics, v.External(node))
 		if len(exp.Endpoints) == 0 && verdictIs(o.Outcome, exp.Verdict) {
 			// The load balancer's health check is per service: a node with a ready
 			// endpoint of another port of the service passes it, and drops this port's

@@ -42,10 +42,8 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 		return v4.String()
 	}
 	mode := w.Mode
-	switch kubeproxy.Mode(mode) {
-	case kubeproxy.IPTables, kubeproxy.IPVS, kubeproxy.Userspace:
-	default:
-		mode = ""
+	if _, ok := kubeproxy.Lookup(kubeproxy.Mode(mode)); !ok {
+		mode = "" // a proxy of the caller's own: the scenario runs the reference mode
 	}
 	s := &scenario.Scenario{
 		Name: "proptest counterexample",

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/clusterlab/clusterlab/kernel"
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 )
 
 func init() {
@@ -24,19 +26,30 @@ func init() {
 	var output string
 	checkCmd := &cobra.Command{
 		Use:   "check",
-		Short: "Report the iptables backends, conntrack tool, IPVS and namespace support here",
+		Short: "Report the iptables backends, conntrack, ipset and nft tools, IPVS, namespace support, and which proxy modes can run here",
 		Example: `  clusterlab kernel check
   clusterlab kernel check -o json | jq .ipvs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rep := kernel.Check(cmd.Context())
+			modes := modeSupport(rep)
 			switch output {
 			case "text":
 				fmt.Fprint(cmd.OutOrStdout(), rep.String())
+				for _, m := range modes {
+					state := "runnable here"
+					if len(m.Missing) > 0 {
+						state = "not here: " + strings.Join(m.Missing, "; ")
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%-20s %s\n", "mode "+m.Mode, state)
+				}
 			case "json":
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return enc.Encode(struct {
+					kernel.CheckReport
+					Modes []modeReport `json:"modes"`
+				}{rep, modes})
 			default:
 				return badInput(fmt.Errorf("-o %q: want text or json", output))
 			}
@@ -113,4 +126,28 @@ example iptables-save in the node); Ctrl-C deletes every namespace it made.`,
 
 	kernelCmd.AddCommand(checkCmd, harnessCmd)
 	rootCmd.AddCommand(kernelCmd)
+}
+
+// modeReport says whether a proxy mode can run on this machine's kernel.
+type modeReport struct {
+	Mode string `json:"mode"`
+	// Needs are the kernel features the mode needs (kubeproxy.ModeInfo.KernelNeeds).
+	Needs []string `json:"needs"`
+	// Missing says, for each feature missing here, why.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// modeSupport checks every registered mode's kernel needs against the report.
+func modeSupport(rep kernel.CheckReport) []modeReport {
+	var out []modeReport
+	for _, m := range kubeproxy.Registered() {
+		mr := modeReport{Mode: string(m.Mode), Needs: m.KernelNeeds}
+		for _, f := range m.KernelNeeds {
+			if err := rep.Feature(f); err != nil {
+				mr.Missing = append(mr.Missing, f+": "+err.Error())
+			}
+		}
+		out = append(out, mr)
+	}
+	return out
 }

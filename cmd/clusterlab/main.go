@@ -13,10 +13,12 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/spf13/cobra"
 	gvlog "gvisor.dev/gvisor/pkg/log"
 )
@@ -39,7 +41,7 @@ var rootCmd = &cobra.Command{
 	Use:   "clusterlab",
 	Short: "A userspace virtual network for Kubernetes Service networking",
 	Long: `clusterlab models Kubernetes nodes, pods and Service VIPs in userspace, runs
-kube-proxy's proxy modes (iptables, IPVS, userspace) as packet handlers, serves
+kube-proxy's proxy modes (%s) as packet handlers, serves
 cluster DNS, runs scenario files with expectations, and traces packets through
 simulated clusters and through real iptables-save and ipvsadm dumps.
 
@@ -131,6 +133,7 @@ var setupOnce sync.Once
 func setupRoot() {
 	setupOnce.Do(func() {
 		rootCmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return badInput(err) })
+		rootCmd.Long = fmt.Sprintf(rootCmd.Long, strings.Join(kubeproxy.ModeNames(), ", "))
 		gvlog.SetTarget(newGvisorLog(os.Stderr))
 		rootCmd.PersistentFlags().Var(&netstackLog, "netstack-log", "show gVisor netstack's own log (warnings about the simulation's internals) on stderr")
 		rootCmd.PersistentFlags().Lookup("netstack-log").NoOptDefVal = "true"

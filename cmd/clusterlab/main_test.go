@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/clusterlab/clusterlab/kernel"
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/spf13/cobra"
 	gvlog "gvisor.dev/gvisor/pkg/log"
 )
@@ -78,5 +81,53 @@ func TestNetstackLog(t *testing.T) {
 	l.Emit(0, gvlog.Warning, time.Now(), "handleListenSegment() failed: %v", "connection aborted")
 	if !strings.Contains(b.String(), "handleListenSegment() failed: connection aborted") {
 		t.Fatalf("with --netstack-log gVisor's warning was not shown: %q", b.String())
+	}
+}
+
+// kernel check reports, for every registered mode, what of its kernel needs this
+// machine lacks; every need is a feature the report knows.
+func TestKernelModeSupport(t *testing.T) {
+	rep := kernel.CheckReport{
+		IPTables:  []kernel.ToolReport{{Tool: "iptables-nft", Version: "iptables v1.8.9 (nf_tables)"}, {Tool: "ip6tables-nft", Err: "not found"}},
+		Conntrack: kernel.ToolReport{Tool: "conntrack", Version: "conntrack v1.4.7"},
+		IPSet:     kernel.ToolReport{Tool: "ipset", Version: "ipset v7.17"},
+		NFT:       kernel.ToolReport{Tool: "nft", Err: "not found"},
+		IPVS:      "IPVS not supported by this kernel",
+	}
+	got := map[string][]string{}
+	for _, m := range modeSupport(rep) {
+		got[m.Mode] = m.Missing
+		for _, need := range m.Needs {
+			if !slices.Contains(kernel.Features, need) {
+				t.Errorf("mode %s needs %q, which kernel check does not know", m.Mode, need)
+			}
+		}
+	}
+	if len(got) != len(kubeproxy.Registered()) {
+		t.Errorf("modes %v", got)
+	}
+	if len(got["iptables"]) != 0 || len(got["ipvs"]) != 1 || !strings.HasPrefix(got["ipvs"][0], "ipvs: IPVS not supported") {
+		t.Errorf("missing: %v", got)
+	}
+}
+
+// --mode and --modes complete from the registered modes; a list completes its last item
+// with the modes it does not name yet.
+func TestModeCompletion(t *testing.T) {
+	names := func(out []string) []string {
+		var n []string
+		for _, s := range out {
+			name, _, _ := strings.Cut(s, "\t")
+			n = append(n, name)
+		}
+		return n
+	}
+	out, d := completeModes(false)(nil, nil, "")
+	if got := names(out); !slices.Equal(got, kubeproxy.ModeNames()) || d != cobra.ShellCompDirectiveNoFileComp {
+		t.Errorf("--mode: %v %v", got, d)
+	}
+	out, d = completeModes(true)(nil, nil, "iptables,")
+	if got := names(out); slices.Contains(got, "iptables,iptables") || !slices.Contains(got, "iptables,ipvs") || d&cobra.ShellCompDirectiveNoSpace == 0 {
+		t.Errorf("--modes iptables,: %v %v", got, d)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/scenario"
 )
 
@@ -95,7 +96,34 @@ func newRunCmd() *cobra.Command {
 	f.StringSliceVar(&o.modes, "modes", nil, "run under each of these kube-proxy modes and compare (comma-separated)")
 	f.StringVar(&o.mode, "mode", "", "run under this kube-proxy mode instead of the scenario's")
 	f.BoolVar(&o.progress, "progress", false, "print a progress line on stderr (default: only when stderr is a terminal)")
+	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes(false))
+	_ = cmd.RegisterFlagCompletionFunc("modes", completeModes(true))
 	return cmd
+}
+
+// completeModes completes a kube-proxy mode from the registered ones; for a
+// comma-separated list (--modes) it completes the last item with the modes not yet named.
+func completeModes(list bool) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		prefix, named := "", map[string]bool{}
+		if i := strings.LastIndex(toComplete, ","); list && i >= 0 {
+			prefix = toComplete[:i+1]
+			for _, m := range strings.Split(toComplete[:i], ",") {
+				named[m] = true
+			}
+		}
+		var out []string
+		for _, m := range kubeproxy.Registered() {
+			if !named[string(m.Mode)] {
+				out = append(out, prefix+string(m.Mode)+"\t"+m.Summary)
+			}
+		}
+		d := cobra.ShellCompDirectiveNoFileComp
+		if list {
+			d |= cobra.ShellCompDirectiveNoSpace // a list goes on after a comma
+		}
+		return out, d
+	}
 }
 
 func runScenario(cmd *cobra.Command, file string, o *runOptions) error {

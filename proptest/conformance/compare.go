@@ -24,7 +24,7 @@ func KubeProxyMode(m kubeproxy.Mode) Mode {
 
 // Reference is the mode the others are held to: kube-proxy's iptables mode, the
 // default and the one the invariants describe.
-var Reference = KubeProxyMode(kubeproxy.IPTables)
+var Reference = KubeProxyMode(kubeproxy.Reference().Mode)
 
 // Modes are kube-proxy's other modes, compared with the reference.
 func Modes() []Mode {

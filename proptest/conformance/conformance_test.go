@@ -357,3 +357,23 @@ func TestUnexplainedMismatchIsReported(t *testing.T) {
 		t.Errorf("the scenario has no mismatch steps:\n%s", data)
 	}
 }
+
+// Every explainer belongs to a difference a mode's descriptor names (a mode's
+// descriptor naming a difference without an explainer stops the package at init).
+func TestExplainersMatchDescriptors(t *testing.T) {
+	named := map[string]bool{}
+	for _, d := range Differences {
+		named[d.Name] = true
+		if d.Doc == "" || d.Mode == "" || d.Explains == nil {
+			t.Errorf("difference %+v", d)
+		}
+	}
+	for name := range explainers {
+		if !named[name] {
+			t.Errorf("explainer %s: no mode's descriptor names it", name)
+		}
+	}
+	if len(Differences) != len(explainers) {
+		t.Errorf("%d differences, %d explainers", len(Differences), len(explainers))
+	}
+}

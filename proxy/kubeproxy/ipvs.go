@@ -54,9 +54,64 @@ import (
 	ipvsemu "github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 )
 
-func init() { Register(IPVS, newIPVSProxy) }
+func init() {
+	Register(ModeInfo{
+		Mode:       IPVS,
+		Summary:    "kube-proxy's IPVS mode: a kernel IPVS virtual server per service address, its scheduler picks the backend",
+		Order:      2,
+		ConfigType: IPVSConfig{},
+		New:        newIPVSProxy,
+		Schedulers: ipvs.Schedulers(),
+		Versions: Versions{First: "1.28", Last: "1.35", Default: "1.35",
+			Deprecated: "1.35", DeprecationNote: "the IPVS mode is deprecated (KEP-5495); nftables is the suggested replacement"},
+		NodeHints: true,
+		Semantics: Semantics{AffinityExpires: true, NoLocalEndpoints: "cluster"},
+		Differences: []Difference{
+			{Name: "ipvs-rejects-other-ports-of-service-ips", Doc: "The IPVS mode binds every service IP to kube-ipvs0, so the node owns it, and " +
+				"its KUBE-IPVS-FILTER chain rejects new connections to a service IP on a port no " +
+				"virtual service has. The iptables mode has no rule for such a port: the packet " +
+				"is routed on like any other, and lost."},
+			{Name: "ipvs-no-localhost-nodeports", Doc: "Only the iptables mode serves node ports on 127.0.0.1 (route_localnet and a " +
+				"nat OUTPUT rule); IPVS has virtual servers for the node's addresses only, so a " +
+				"connection to 127.0.0.1:NODEPORT finds no listener."},
+			{Name: "ipvs-local-policy-falls-back-to-cluster-endpoints", Doc: "Where internalTrafficPolicy or externalTrafficPolicy Local finds no endpoint " +
+				"on the node, the iptables mode drops the traffic; the IPVS mode gives the " +
+				"virtual server the cluster's endpoints instead (kubernetes#97081), so it is " +
+				"answered from another node, refused when there are none, or, for outside " +
+				"traffic sent on unmasqueraded, lost on the way back."},
+			{Name: "ipvs-external-policy-applies-to-pods", Doc: "Traffic from a pod to a service's external IP: the iptables mode sends it to " +
+				"the cluster's endpoints whatever the externalTrafficPolicy (its \"pod traffic " +
+				"for external destinations\" rule); the IPVS mode applies the policy to it like " +
+				"to outside traffic (the node's endpoints, its serving terminating ones when none is " +
+				"ready, the client's address kept)."},
+			{Name: "ipvs-node-ports-closed-outside-nodeport-addresses", Doc: "A node port without (local) endpoints: the iptables mode's KUBE-EXTERNAL-SERVICES " +
+				"rules drop or reject it on every local address (addrtype LOCAL, whatever " +
+				"--nodeport-addresses says); the IPVS mode has no virtual server on addresses " +
+				"--nodeport-addresses leaves out, so there the port is simply closed."},
+			{Name: "ipvs-hairpin-needs-a-local-endpoint", Doc: "A pod reaching itself through its service: the IPVS mode masquerades such " +
+				"hairpin traffic through the KUBE-LOOP-BACK ipset, which lists only the node's " +
+				"own endpoints; an endpoint whose EndpointSlice names another node (or none) " +
+				"gets its own packets unmasqueraded, answers itself directly, and the answer " +
+				"never comes back from the service address. The iptables mode masquerades every " +
+				"endpoint's traffic to itself (KUBE-SEP-* -s ENDPOINT -j KUBE-MARK-MASQ)."},
+			{Name: "ipvs-affinity-per-virtual-server", Doc: "ClientIP affinity: the iptables mode keeps its recent lists per service port " +
+				"(one per endpoint chain, shared by the port's cluster IP, external IPs and node " +
+				"ports), so a client pinned through the cluster IP stays on that endpoint through " +
+				"the external IP too. The IPVS mode gives each address its own virtual server " +
+				"with its own persistence, so the client is pinned separately at each and may " +
+				"land on different endpoints (a pod's external-IP traffic under " +
+				"externalTrafficPolicy Local, whose virtual server has only the node's " +
+				"endpoints, often does)."},
+		},
+		Demo: []string{
+			"the kernel's IPVS virtual server for the VIP picks backends with its scheduler (rr:",
+			"in turn), so the counts are even; the backend sees the client's own address.",
+		},
+		KernelNeeds: []string{"iptables", "ipvs", "ipset", "conntrack"},
+	})
+}
 
-// IPVSConfig holds the IPVS mode's own kube-proxy flags (Options.Scheduler is
+// IPVSConfig holds the IPVS mode's own kube-proxy flags, as Options.ModeConfig (Options.Scheduler is
 // --ipvs-scheduler).
 type IPVSConfig struct {
 	// ExcludeCIDRs is --ipvs-exclude-cidrs.
@@ -74,24 +129,9 @@ type IPVSConfig struct {
 	Model func(*ipvsemu.Config)
 }
 
-// IPVSFactory is Factory for the IPVS mode with its own flags (Factory with Mode IPVS
-// uses the defaults).
-func IPVSFactory(opts Options, ic IPVSConfig) cluster.ProxyFactory {
-	opts.Mode = IPVS
-	return func(n *cluster.Node) (cluster.Proxy, error) {
-		cfg := NodeConfigFor(n)
-		if opts.Node != nil {
-			opts.Node(&cfg)
-		}
-		if err := cfg.Validate(); err != nil {
-			return nil, fmt.Errorf("kube-proxy on %s: %w", n.Name(), err)
-		}
-		return newIPVS(n, opts, cfg, ic)
-	}
-}
-
 func newIPVSProxy(n *cluster.Node, opts Options, cfg proxy.NodeConfig) (cluster.Proxy, error) {
-	return newIPVS(n, opts, cfg, IPVSConfig{})
+	ic, _ := opts.ModeConfig.(IPVSConfig)
+	return newIPVS(n, opts, cfg, ic)
 }
 
 // ipvsProxy is the IPVS mode on one node: one model, a proxier and an emulator per IP

@@ -35,9 +35,59 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-func init() { Register(Userspace, newUserspaceProxy) }
+func init() {
+	Register(ModeInfo{
+		Mode:       Userspace,
+		Summary:    "kube-proxy's original mode (removed in 1.26): REDIRECT to a listener on the node, which connects to a backend itself",
+		Order:      3,
+		ConfigType: UserspaceConfig{},
+		New:        newUserspaceProxy,
+		Versions:   Versions{First: "1.0", Last: "1.25", Default: "1.25", Removed: "1.26"},
+		Semantics:  Semantics{AffinityExpires: true, Terminates: true},
+		Differences: []Difference{
+			{Name: "userspace-never-rejects", Doc: "A service port without endpoints: the iptables mode rejects new connections; " +
+				"the userspace mode's listener accepts a TCP connection and closes it, and " +
+				"drops a UDP datagram."},
+			{Name: "userspace-backends-see-the-node", Doc: "The userspace proxy is a program on the node that accepts the client's " +
+				"connection and opens its own to the endpoint, so every backend sees an address " +
+				"of the node (its IP, or its bridge address toward its own pods) as the client. " +
+				"The iptables mode only DNATs, and masquerades where its rules say so: a pod's " +
+				"traffic to a cluster IP, or outside traffic under externalTrafficPolicy Local, " +
+				"reaches the backend with the client's own address."},
+			{Name: "userspace-ready-endpoints-only", Doc: "The userspace mode (removed in Kubernetes 1.26) balances over ready endpoints " +
+				"only; the iptables mode falls back to serving terminating endpoints when a " +
+				"service has no ready one (KEP-1669), so there the userspace mode has nowhere " +
+				"to send the connection."},
+			{Name: "userspace-hides-endpoint-failures", Doc: "The userspace proxy connects to the endpoint itself: an endpoint that refuses " +
+				"or does not answer makes it try the next one, and when none answers it closes " +
+				"the client's TCP connection (a UDP client just gets no answer). Under the " +
+				"iptables mode the client meets the endpoint's RST, ICMP error or silence " +
+				"itself."},
+			{Name: "userspace-ignores-traffic-policies", Doc: "The userspace mode predates internalTrafficPolicy and externalTrafficPolicy: it " +
+				"balances every connection over all the service's endpoints (and one the policy " +
+				"keeps the iptables mode away from may not answer)."},
+			{Name: "userspace-external-ips-not-from-pods", Doc: "The userspace mode redirects external-IP traffic only when it did not come " +
+				"in through a bridge port (-m physdev ! --physdev-is-in) or is for a local " +
+				"address: traffic from a pod on the node's bridge is routed on toward the " +
+				"external IP unchanged."},
+			{Name: "userspace-node-ports-on-every-address", Doc: "The userspace mode has no --nodeport-addresses: its node-port rules match " +
+				"every local address (127.0.0.1 included), so a node port answers where the " +
+				"iptables mode leaves it closed."},
+			{Name: "userspace-udp-to-localhost-answers-from-the-wrong-address", Doc: "The userspace proxy answers a UDP client from its listener's wildcard socket, " +
+				"so the kernel picks the answer's source by route: for a client on 127.0.0.1 " +
+				"that is 127.0.0.1, not the node address the datagram was DNATed to, conntrack " +
+				"cannot undo the DNAT, and the client drops an answer from the wrong port."},
+		},
+		Demo: []string{
+			"the VIP is REDIRECTed to a kube-proxy listener on the client's node, which",
+			"connects to backends in turn (round robin) from the node itself: the backend sees the",
+			"node's address, not the client's.",
+		},
+		KernelNeeds: []string{"iptables"},
+	})
+}
 
-// UserspaceConfig holds the userspace mode's own kube-proxy flags.
+// UserspaceConfig holds the userspace mode's own kube-proxy flags, as Options.ModeConfig.
 type UserspaceConfig struct {
 	// UDPIdleTimeout is --udp-timeout (default 250ms), on the cluster's virtual clock.
 	UDPIdleTimeout time.Duration
@@ -52,24 +102,9 @@ type UserspaceConfig struct {
 	OnDecision func(node string, d userspace.Decision)
 }
 
-// UserspaceFactory is Factory for the userspace mode with its own flags (Factory with
-// Mode Userspace uses the defaults).
-func UserspaceFactory(opts Options, uc UserspaceConfig) cluster.ProxyFactory {
-	opts.Mode = Userspace
-	return func(n *cluster.Node) (cluster.Proxy, error) {
-		cfg := NodeConfigFor(n)
-		if opts.Node != nil {
-			opts.Node(&cfg)
-		}
-		if err := cfg.Validate(); err != nil {
-			return nil, fmt.Errorf("kube-proxy on %s: %w", n.Name(), err)
-		}
-		return newUserspace(n, opts, cfg, uc)
-	}
-}
-
 func newUserspaceProxy(n *cluster.Node, opts Options, cfg proxy.NodeConfig) (cluster.Proxy, error) {
-	return newUserspace(n, opts, cfg, UserspaceConfig{})
+	uc, _ := opts.ModeConfig.(UserspaceConfig)
+	return newUserspace(n, opts, cfg, uc)
 }
 
 // userspaceProxy is the userspace mode on one node: a Proxier per IP family of the

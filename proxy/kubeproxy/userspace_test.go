@@ -25,7 +25,7 @@ import (
 
 func userspaceCluster(t testing.TB, uc UserspaceConfig) *cluster.Cluster {
 	t.Helper()
-	c, err := cluster.New(cluster.Config{Seed: 11, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}, Proxy: UserspaceFactory(Options{}, uc)})
+	c, err := cluster.New(cluster.Config{Seed: 11, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}, {Name: "node-c"}}, Proxy: Factory(Options{Mode: Userspace, ModeConfig: uc})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,126 @@
+package kubeproxy
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy"
+	"github.com/clusterlab/clusterlab/proxy/iptables"
+	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+)
+
+// kube-proxy's iptables mode: proxy/iptables's Proxier writing iptables-restore input
+// into an iptables emulator per IP family, whose tables run as handlers at the node's
+// hooks (nat as NAT handlers, at netfilter's priorities).
+func init() {
+	Register(ModeInfo{
+		Mode:      IPTables,
+		Summary:   "kube-proxy's iptables mode: KUBE-SERVICES, KUBE-SVC and KUBE-SEP chains DNAT in the client's node",
+		Order:     1,
+		Reference: true,
+		New: func(n *cluster.Node, _ Options, cfg proxy.NodeConfig) (cluster.Proxy, error) {
+			return newIPTablesProxy(n, cfg)
+		},
+		Versions:  Versions{First: "1.28", Last: "1.35", Default: "1.35"},
+		NodeHints: true,
+		Semantics: Semantics{LocalhostNodePorts: true, AffinityExpires: true, Branches: true, ShortCircuit: true},
+		Demo: []string{
+			"each new connection draws its backend at random (statistic --mode random",
+			"--probability 1/3, then 1/2, then the rest), so the counts vary around an even share;",
+			"the packet is DNATed in the client's node and the backend sees the client's own address.",
+		},
+		KernelNeeds: []string{"iptables", "conntrack"},
+	})
+}
+
+// iptablesProxy is kube-proxy's iptables mode on one node: a Proxier per IP family of
+// the node, writing into emulators attached to the node's datapath.
+type iptablesProxy struct {
+	n    *cluster.Node
+	fams []*iptablesFamily
+	hs   *healthServer
+}
+
+type iptablesFamily struct {
+	family corev1.IPFamily
+	emu    *emulator.Emulator
+	px     *iptables.Proxier
+}
+
+func newIPTablesProxy(n *cluster.Node, cfg proxy.NodeConfig) (*iptablesProxy, error) {
+	p := &iptablesProxy{n: n}
+	seen := map[corev1.IPFamily]bool{}
+	for _, ip := range n.IPs() {
+		fam, efam := corev1.IPv4Protocol, emulator.IPv4
+		if ip.Is6() {
+			fam, efam = corev1.IPv6Protocol, emulator.IPv6
+		}
+		if seen[fam] {
+			continue
+		}
+		seen[fam] = true
+		emu := emulator.New(efam)
+		clock := n.Cluster().Clock()
+		// kube-proxy reads nf_conntrack_tcp_be_liberal at start: with it set, it does
+		// not drop ctstate INVALID packets in KUBE-FORWARD.
+		px, err := iptables.NewProxier(emu, Conntrack{T: n.Conntrack(), Family: fam}, iptables.Config{Family: fam, Node: cfg, Clock: clock.Now,
+			ConntrackTCPBeLiberal: n.Settings().Conntrack.TCPBeLiberal})
+		if err != nil {
+			return nil, fmt.Errorf("kube-proxy (iptables) on %s: %w", n.Name(), err)
+		}
+		emu.AttachNetsim(n.Node, "kube-proxy "+string(fam))
+		p.fams = append(p.fams, &iptablesFamily{family: fam, emu: emu, px: px})
+	}
+	// kube-proxy sets route_localnet for localhost NodePorts.
+	if cfg.LocalhostNodePortsEnabled() {
+		n.UpdateSettings(func(s *netsim.NodeSettings) { s.RouteLocalnet = true })
+	}
+	p.hs = newHealthServer(n)
+	return p, nil
+}
+
+// Sync implements cluster.Proxy: the rules of each family, then the health servers.
+func (p *iptablesProxy) Sync() error {
+	st := p.n.Cluster().Store()
+	svcs, slices := st.ListServices(), st.ListEndpointSlices()
+	var states []*proxy.SyncState
+	for _, f := range p.fams {
+		if _, err := f.px.Sync(context.Background(), svcs, slices); err != nil {
+			return err
+		}
+		states = append(states, f.px.State())
+	}
+	return p.hs.sync(healthState(states...))
+}
+
+// ServesHealthCheckNodePorts implements cluster.HealthCheckServer.
+func (p *iptablesProxy) ServesHealthCheckNodePorts() bool { return true }
+
+// Emulator returns the node's emulator for a family (for traces and iptables-save).
+func (p *iptablesProxy) Emulator(family corev1.IPFamily) *emulator.Emulator {
+	for _, f := range p.fams {
+		if f.family == family {
+			return f.emu
+		}
+	}
+	return nil
+}
+
+// Emulator returns the iptables emulator of a node running the iptables mode, for the
+// primary family of addr (IPv4 when addr is invalid).
+func Emulator(n *cluster.Node, addr netip.Addr) *emulator.Emulator {
+	p, ok := n.Proxy().(*iptablesProxy)
+	if !ok {
+		return nil
+	}
+	fam := corev1.IPv4Protocol
+	if addr.Is6() {
+		fam = corev1.IPv6Protocol
+	}
+	return p.Emulator(fam)
+}
