@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
@@ -53,7 +54,7 @@ func defaultHarness(t *testing.T) *modeHarness {
 }
 
 func tcpPkt(client, vip string, flags uint8) ipvsemu.Packet {
-	return ipvsemu.Packet{Protocol: ipvsemu.ProtoTCP, Src: netip.MustParseAddrPort(client), Dst: netip.MustParseAddrPort(vip), TCPFlags: flags}
+	return ipvsemu.Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort(client), Dst: netip.MustParseAddrPort(vip), TCPFlags: flags}
 }
 
 func realServers(t *testing.T, m *ipvsemu.Model, vip string, proto string) string {
@@ -82,12 +83,12 @@ func TestProxierGracefulTermination(t *testing.T) {
 		t.Fatalf("real servers (kernel list order): %s", got)
 	}
 	// rr: the first connection goes to the head of the list, the most recently added.
-	d := h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", ipvsemu.TCPSyn))
+	d := h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", netfilter.TCPSyn))
 	if d.Verdict != ipvsemu.VerdictForward || d.Dest.String() != "10.0.2.1:8080" {
 		t.Fatalf("first connection: %+v", d)
 	}
-	h.model.Out(ipvsemu.Packet{Protocol: ipvsemu.ProtoTCP, Src: d.Dest, Dst: netip.MustParseAddrPort("10.0.0.5:40000"), TCPFlags: ipvsemu.TCPSyn | ipvsemu.TCPAck})
-	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", ipvsemu.TCPAck))
+	h.model.Out(ipvsemu.Packet{Protocol: netfilter.ProtoTCP, Src: d.Dest, Dst: netip.MustParseAddrPort("10.0.0.5:40000"), TCPFlags: netfilter.TCPSyn | netfilter.TCPAck})
+	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", netfilter.TCPAck))
 
 	// 10.0.2.1 goes away.
 	res := h.sync(t, []*corev1.Service{svc}, []*discoveryv1.EndpointSlice{testSlice("web", 8080, corev1.ProtocolTCP, "10.0.1.1")})
@@ -101,11 +102,11 @@ func TestProxierGracefulTermination(t *testing.T) {
 		t.Errorf("terminating list: %s", got)
 	}
 	// The existing connection keeps its real server; new ones avoid it.
-	if d := h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", ipvsemu.TCPAck)); d.Dest.String() != "10.0.2.1:8080" || d.Via != ipvsemu.ViaConnection {
+	if d := h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", netfilter.TCPAck)); d.Dest.String() != "10.0.2.1:8080" || d.Via != ipvsemu.ViaConnection {
 		t.Errorf("existing connection after quiescing: %+v", d)
 	}
 	for i := range 4 {
-		d := h.model.In(tcpPkt("10.0.0.6:"+strconv.Itoa(41000+i), "10.96.0.10:80", ipvsemu.TCPSyn))
+		d := h.model.In(tcpPkt("10.0.0.6:"+strconv.Itoa(41000+i), "10.96.0.10:80", netfilter.TCPSyn))
 		if d.Dest.String() != "10.0.1.1:8080" {
 			t.Errorf("new connection %d went to %s", i, d.Dest)
 		}
@@ -120,9 +121,9 @@ func TestProxierGracefulTermination(t *testing.T) {
 	}
 	// The connection closes (client FIN, server FIN+ACK, client ACK) and its entry
 	// times out; then the check deletes the real server.
-	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", ipvsemu.TCPFin|ipvsemu.TCPAck))
-	h.model.Out(ipvsemu.Packet{Protocol: ipvsemu.ProtoTCP, Src: netip.MustParseAddrPort("10.0.2.1:8080"), Dst: netip.MustParseAddrPort("10.0.0.5:40000"), TCPFlags: ipvsemu.TCPFin | ipvsemu.TCPAck})
-	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", ipvsemu.TCPAck))
+	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", netfilter.TCPFin|netfilter.TCPAck))
+	h.model.Out(ipvsemu.Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort("10.0.2.1:8080"), Dst: netip.MustParseAddrPort("10.0.0.5:40000"), TCPFlags: netfilter.TCPFin | netfilter.TCPAck})
+	h.model.In(tcpPkt("10.0.0.5:40000", "10.96.0.10:80", netfilter.TCPAck))
 	h.clock.Advance(3 * time.Minute)
 	gone, err := h.px.GracefulCheck()
 	if err != nil || strings.Join(gone, " ") != "10.96.0.10:80/TCP/10.0.2.1:8080" {
@@ -133,7 +134,7 @@ func TestProxierGracefulTermination(t *testing.T) {
 	}
 
 	// An endpoint that comes back while being terminated is re-added with weight 1.
-	d = h.model.In(tcpPkt("10.0.0.7:42000", "10.96.0.10:80", ipvsemu.TCPSyn))
+	d = h.model.In(tcpPkt("10.0.0.7:42000", "10.96.0.10:80", netfilter.TCPSyn))
 	h.sync(t, []*corev1.Service{svc}, []*discoveryv1.EndpointSlice{testSlice("web", 8080, corev1.ProtocolTCP, "10.0.2.1")})
 	if got := realServers(t, h.model, "10.96.0.10:80", "TCP"); got != "10.0.2.1:8080 w=1, 10.0.1.1:8080 w=0" {
 		t.Errorf("real servers after the swap: %s", got)
@@ -149,7 +150,7 @@ func TestProxierGracefulTermination(t *testing.T) {
 	// UDP: no graceful termination.
 	dns := testService("dns", "10.96.0.53", 53, corev1.ProtocolUDP)
 	h.sync(t, []*corev1.Service{svc, dns}, []*discoveryv1.EndpointSlice{testSlice("dns", 53, corev1.ProtocolUDP, "10.0.3.1", "10.0.4.1")})
-	h.model.In(ipvsemu.Packet{Protocol: ipvsemu.ProtoUDP, Src: netip.MustParseAddrPort("10.0.0.5:5353"), Dst: netip.MustParseAddrPort("10.96.0.53:53")})
+	h.model.In(ipvsemu.Packet{Protocol: netfilter.ProtoUDP, Src: netip.MustParseAddrPort("10.0.0.5:5353"), Dst: netip.MustParseAddrPort("10.96.0.53:53")})
 	res = h.sync(t, []*corev1.Service{svc, dns}, []*discoveryv1.EndpointSlice{testSlice("dns", 53, corev1.ProtocolUDP, "10.0.3.1")})
 	if res.RealServersDeleted != 1 || res.RealServersQuiesced != 0 {
 		t.Errorf("UDP endpoint gone: %+v", res)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
@@ -23,7 +24,7 @@ func benchService(b *testing.B, sched string, n int) (*Model, *service) {
 			b.Fatal(err)
 		}
 	}
-	s := m.services[svcKey{proto: ProtoTCP, addr: netip.MustParseAddr("10.0.0.1"), port: 80}]
+	s := m.services[svcKey{proto: netfilter.ProtoTCP, addr: netip.MustParseAddr("10.0.0.1"), port: 80}]
 	for i, d := range s.dests {
 		d.active = 1 + (i*7)%13 // no idle destination: nq scans the whole list
 		d.inactive = (i * 11) % 29
@@ -47,7 +48,7 @@ func benchSchedule(b *testing.B, name string, n int) {
 	ins := make([]schedInput, 1024)
 	for i := range ins {
 		ins[i] = schedInput{saddr: netip.AddrFrom4([4]byte{192, 0, byte(i >> 8), byte(i)}),
-			daddr: netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}), sport: uint16(1024 + i), proto: ProtoTCP}
+			daddr: netip.AddrFrom4([4]byte{198, 51, byte(i >> 8), byte(i)}), sport: uint16(1024 + i), proto: netfilter.ProtoTCP}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -75,12 +76,12 @@ func BenchmarkConnection(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		c := netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, byte(i >> 16), byte(i >> 8)}), uint16(1024+i&0x3fff))
-		d := m.In(Packet{Protocol: ProtoTCP, Src: c, Dst: vip, TCPFlags: TCPSyn})
-		m.Out(Packet{Protocol: ProtoTCP, Src: d.Dest, Dst: c, TCPFlags: TCPSyn | TCPAck})
-		m.In(Packet{Protocol: ProtoTCP, Src: c, Dst: vip, TCPFlags: TCPAck})
-		m.In(Packet{Protocol: ProtoTCP, Src: c, Dst: vip, TCPFlags: TCPFin | TCPAck})
-		m.Out(Packet{Protocol: ProtoTCP, Src: d.Dest, Dst: c, TCPFlags: TCPFin | TCPAck})
-		m.In(Packet{Protocol: ProtoTCP, Src: c, Dst: vip, TCPFlags: TCPAck})
+		d := m.In(Packet{Protocol: netfilter.ProtoTCP, Src: c, Dst: vip, TCPFlags: netfilter.TCPSyn})
+		m.Out(Packet{Protocol: netfilter.ProtoTCP, Src: d.Dest, Dst: c, TCPFlags: netfilter.TCPSyn | netfilter.TCPAck})
+		m.In(Packet{Protocol: netfilter.ProtoTCP, Src: c, Dst: vip, TCPFlags: netfilter.TCPAck})
+		m.In(Packet{Protocol: netfilter.ProtoTCP, Src: c, Dst: vip, TCPFlags: netfilter.TCPFin | netfilter.TCPAck})
+		m.Out(Packet{Protocol: netfilter.ProtoTCP, Src: d.Dest, Dst: c, TCPFlags: netfilter.TCPFin | netfilter.TCPAck})
+		m.In(Packet{Protocol: netfilter.ProtoTCP, Src: c, Dst: vip, TCPFlags: netfilter.TCPAck})
 		clock.Advance(10 * time.Millisecond)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "conns/s")

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
@@ -355,7 +356,7 @@ func assureCT(c *conn) {
 // setState is ip_vs_set_state(): the protocol's state_transition.
 func (m *Model) setState(c *conn, dir int, p *Packet) {
 	switch c.proto {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		if c.noOutput {
 			if dir == dirOutput {
 				c.noOutput = false
@@ -375,12 +376,12 @@ func (m *Model) setState(c *conn, dir int, p *Packet) {
 		}
 		c.state = newState
 		c.timeout = m.tcpTimeouts[newState]
-	case ProtoUDP:
+	case netfilter.ProtoUDP:
 		c.timeout = m.udpTimeout
 		if dir == dirOutput {
 			assureCT(c)
 		}
-	case ProtoSCTP:
+	case netfilter.ProtoSCTP:
 		ev := sctpEvent(p.SCTPChunk)
 		if c.noOutput {
 			if dir == dirOutput {
@@ -596,9 +597,9 @@ func (s *service) schedLabel() string {
 // isNewConn: a TCP SYN or an SCTP INIT.
 func isNewConn(p *Packet) bool {
 	switch p.Protocol {
-	case ProtoTCP:
-		return p.TCPFlags&TCPSyn != 0
-	case ProtoSCTP:
+	case netfilter.ProtoTCP:
+		return p.TCPFlags&netfilter.TCPSyn != 0
+	case netfilter.ProtoSCTP:
 		return p.SCTPChunk == SCTPInit
 	}
 	return false
@@ -606,7 +607,7 @@ func isNewConn(p *Packet) bool {
 
 // newConnName names the packet that starts a connection: SYN or INIT.
 func newConnName(p *Packet) string {
-	if p.Protocol == ProtoSCTP {
+	if p.Protocol == netfilter.ProtoSCTP {
 		return "INIT"
 	}
 	return "SYN"
@@ -618,10 +619,10 @@ func isNewConnExpected(c *conn, mode int) bool {
 		return false
 	}
 	switch c.proto {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		return c.state == tcpTimeWait || c.state == tcpClose ||
 			(mode&2 != 0 && c.state == tcpFinWait && c.noOutput)
-	case ProtoSCTP:
+	case netfilter.ProtoSCTP:
 		return c.state == sctpClosed
 	}
 	return false
@@ -629,7 +630,7 @@ func isNewConnExpected(c *conn, mode int) bool {
 
 func (m *Model) in(p *Packet) Decision {
 	switch p.Protocol {
-	case ProtoTCP, ProtoUDP, ProtoSCTP:
+	case netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP:
 	default:
 		return Decision{Verdict: VerdictAccept, Reason: "protocol not handled by IPVS"}
 	}
@@ -750,11 +751,11 @@ func (m *Model) usesOldConntrack(_ *conn, p *Packet) bool {
 // tryToSchedule is the protocol's conn_schedule() followed by ip_vs_schedule().
 func (m *Model) tryToSchedule(p *Packet) (*conn, Decision, bool) {
 	switch p.Protocol {
-	case ProtoTCP:
-		if p.TCPFlags&TCPRst != 0 || !(m.sys.SloppyTCP || p.TCPFlags&TCPSyn != 0) {
+	case netfilter.ProtoTCP:
+		if p.TCPFlags&netfilter.TCPRst != 0 || !(m.sys.SloppyTCP || p.TCPFlags&netfilter.TCPSyn != 0) {
 			return nil, Decision{Verdict: VerdictAccept, Reason: "no connection entry and the packet is not a SYN"}, false
 		}
-	case ProtoSCTP:
+	case netfilter.ProtoSCTP:
 		if p.SCTPChunk == SCTPAbort || !(m.sys.SloppySCTP || p.SCTPChunk == SCTPInit) {
 			return nil, Decision{Verdict: VerdictAccept, Reason: "no connection entry and the packet is not an INIT"}, false
 		}
@@ -790,7 +791,7 @@ func (m *Model) findService(v6 bool, mark uint32, proto uint8, vaddr netip.Addr,
 	if s := m.services[svcKey{v6: v6, proto: proto, addr: vaddr, port: vport}]; s != nil {
 		return s
 	}
-	if proto == ProtoTCP && m.ftpSvcs > 0 && (vport == ftpDataPort || vport >= 1024) {
+	if proto == netfilter.ProtoTCP && m.ftpSvcs > 0 && (vport == ftpDataPort || vport >= 1024) {
 		if s := m.services[svcKey{v6: v6, proto: proto, addr: vaddr, port: ftpPort}]; s != nil {
 			return s
 		}
@@ -832,7 +833,7 @@ func (m *Model) ipvsSchedule(svc *service, p *Packet) (*conn, int, Decision) {
 		return nil, 0, Decision{Reason: "no destination available (" + svc.schedLabel() + ")"}
 	}
 	m.stats.Scheduled++
-	onePkt := svc.flags&ipvs.FlagOnePacket != 0 && p.Protocol == ProtoUDP
+	onePkt := svc.flags&ipvs.FlagOnePacket != 0 && p.Protocol == netfilter.ProtoUDP
 	dport := vport
 	if d.port != 0 {
 		dport = d.port
@@ -937,7 +938,7 @@ func (m *Model) schedPersist(svc *service, p *Packet, in *schedInput) (*conn, in
 	if dport == svc.key.port && d.port != 0 {
 		dport = d.port
 	}
-	onePkt := svc.flags&ipvs.FlagOnePacket != 0 && p.Protocol == ProtoUDP
+	onePkt := svc.flags&ipvs.FlagOnePacket != 0 && p.Protocol == netfilter.ProtoUDP
 	c := m.connNew(p.Protocol, p.Src.Addr(), p.Src.Port(), p.Dst.Addr(), dstPort, d.addr, dport, false, onePkt, d, p.Mark)
 	c.control = ct
 	ct.nControl++
@@ -948,7 +949,7 @@ func (m *Model) schedPersist(svc *service, p *Packet, in *schedInput) (*conn, in
 // leave is ip_vs_leave(): no destination for a new connection.
 func (m *Model) leave(svc *service, p *Packet, dec Decision) (*conn, Decision, bool) {
 	if m.sys.CacheBypass && svc.key.fwmark != 0 && !p.Dst.Addr().IsMulticast() {
-		onePkt := svc.flags&ipvs.FlagOnePacket != 0 && p.Protocol == ProtoUDP
+		onePkt := svc.flags&ipvs.FlagOnePacket != 0 && p.Protocol == netfilter.ProtoUDP
 		var zero netip.Addr
 		if svc.key.v6 {
 			zero = netip.IPv6Unspecified()
@@ -1009,13 +1010,13 @@ func (c *conn) stateName() string {
 		return "NONE"
 	}
 	switch c.proto {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		if c.state < len(tcpStateNames) {
 			return tcpStateNames[c.state]
 		}
-	case ProtoUDP:
+	case netfilter.ProtoUDP:
 		return "UDP"
-	case ProtoSCTP:
+	case netfilter.ProtoSCTP:
 		if c.state < len(sctpStateNames) {
 			return sctpStateNames[c.state]
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
@@ -33,65 +34,65 @@ func TestTCPStatesAndCounters(t *testing.T) {
 	for _, legacy := range []bool{false, true} {
 		tm := newTM(t, Config{LegacyActiveConns: legacy}, svcLines("rr", "A")...)
 		const c = "192.0.2.1:40000"
-		d := tm.pkt(ProtoTCP, c, vip, TCPSyn)
+		d := tm.pkt(netfilter.ProtoTCP, c, vip, netfilter.TCPSyn)
 		if d.Verdict != VerdictForward || letter(d.Dest) != "A" || !d.New || d.Via != ViaScheduler {
 			t.Fatalf("SYN: %+v", d)
 		}
-		eq(t, "state after SYN", tm.stateOf(ProtoTCP, c, vip), "SYN_RECV 1m0s")
+		eq(t, "state after SYN", tm.stateOf(netfilter.ProtoTCP, c, vip), "SYN_RECV 1m0s")
 		if legacy {
 			eq(t, "legacy: SYN_RECV is inactive", tm.counters(svcLabel, "10.1.0.1:80"), "0/1/0")
 		} else {
 			eq(t, "since 4.8 SYN_RECV is active", tm.counters(svcLabel, "10.1.0.1:80"), "1/0/0")
 		}
-		r := tm.reply(ProtoTCP, "10.1.0.1:80", c, TCPSyn|TCPAck)
+		r := tm.reply(netfilter.ProtoTCP, "10.1.0.1:80", c, netfilter.TCPSyn|netfilter.TCPAck)
 		if r.Verdict != VerdictForward || r.Dest.String() != vip {
 			t.Fatalf("SYN-ACK: %+v", r)
 		}
-		eq(t, "state after SYN-ACK", tm.stateOf(ProtoTCP, c, vip), "SYN_RECV 1m0s")
-		tm.pkt(ProtoTCP, c, vip, TCPAck)
-		eq(t, "state after ACK", tm.stateOf(ProtoTCP, c, vip), "ESTABLISHED 15m0s")
+		eq(t, "state after SYN-ACK", tm.stateOf(netfilter.ProtoTCP, c, vip), "SYN_RECV 1m0s")
+		tm.pkt(netfilter.ProtoTCP, c, vip, netfilter.TCPAck)
+		eq(t, "state after ACK", tm.stateOf(netfilter.ProtoTCP, c, vip), "ESTABLISHED 15m0s")
 		eq(t, "established", tm.counters(svcLabel, "10.1.0.1:80"), "1/0/0")
 		tm.advance(10 * time.Minute)
-		tm.pkt(ProtoTCP, c, vip, TCPAck)
-		eq(t, "a packet restarts the timer", tm.stateOf(ProtoTCP, c, vip), "ESTABLISHED 15m0s")
-		tm.pkt(ProtoTCP, c, vip, TCPFin|TCPAck)
-		eq(t, "client FIN", tm.stateOf(ProtoTCP, c, vip), "CLOSE_WAIT 1m0s")
+		tm.pkt(netfilter.ProtoTCP, c, vip, netfilter.TCPAck)
+		eq(t, "a packet restarts the timer", tm.stateOf(netfilter.ProtoTCP, c, vip), "ESTABLISHED 15m0s")
+		tm.pkt(netfilter.ProtoTCP, c, vip, netfilter.TCPFin|netfilter.TCPAck)
+		eq(t, "client FIN", tm.stateOf(netfilter.ProtoTCP, c, vip), "CLOSE_WAIT 1m0s")
 		eq(t, "CLOSE_WAIT is inactive", tm.counters(svcLabel, "10.1.0.1:80"), "0/1/0")
-		tm.reply(ProtoTCP, "10.1.0.1:80", c, TCPFin|TCPAck)
-		eq(t, "server FIN", tm.stateOf(ProtoTCP, c, vip), "TIME_WAIT 2m0s")
+		tm.reply(netfilter.ProtoTCP, "10.1.0.1:80", c, netfilter.TCPFin|netfilter.TCPAck)
+		eq(t, "server FIN", tm.stateOf(netfilter.ProtoTCP, c, vip), "TIME_WAIT 2m0s")
 		tm.advance(2*time.Minute - time.Millisecond)
 		eq(t, "TIME_WAIT before expiry", tm.counters(svcLabel, "10.1.0.1:80"), "0/1/0")
 		tm.advance(time.Millisecond)
-		eq(t, "entry expired", tm.stateOf(ProtoTCP, c, vip), "gone")
+		eq(t, "entry expired", tm.stateOf(netfilter.ProtoTCP, c, vip), "gone")
 		eq(t, "counters after expiry", tm.counters(svcLabel, "10.1.0.1:80"), "0/0/0")
 	}
 }
 
 func TestTCPNoEntry(t *testing.T) {
 	tm := newTM(t, Config{}, svcLines("rr", "A")...)
-	if d := tm.pkt(ProtoTCP, "192.0.2.1:1", vip, TCPAck); d.Verdict != VerdictAccept {
+	if d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1", vip, netfilter.TCPAck); d.Verdict != VerdictAccept {
 		t.Errorf("ACK without an entry: %v, want accept", d.Verdict)
 	}
-	if d := tm.pkt(ProtoTCP, "192.0.2.1:1", vip, TCPSyn|TCPRst); d.Verdict != VerdictAccept {
+	if d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1", vip, netfilter.TCPSyn|netfilter.TCPRst); d.Verdict != VerdictAccept {
 		t.Errorf("RST: %v, want accept", d.Verdict)
 	}
-	if d := tm.pkt(ProtoTCP, "192.0.2.1:1", "10.0.0.1:81", TCPSyn); d.Verdict != VerdictAccept {
+	if d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1", "10.0.0.1:81", netfilter.TCPSyn); d.Verdict != VerdictAccept {
 		t.Errorf("SYN to a port without a service: %v, want accept", d.Verdict)
 	}
 	tm.do("sysctl sloppy_tcp=1")
-	d := tm.pkt(ProtoTCP, "192.0.2.1:1", vip, TCPAck)
+	d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1", vip, netfilter.TCPAck)
 	if d.Verdict != VerdictForward || !d.New {
 		t.Fatalf("sloppy_tcp ACK: %+v", d)
 	}
-	eq(t, "sloppy ACK from NONE", tm.stateOf(ProtoTCP, "192.0.2.1:1", vip), "ESTABLISHED 15m0s")
+	eq(t, "sloppy ACK from NONE", tm.stateOf(netfilter.ProtoTCP, "192.0.2.1:1", vip), "ESTABLISHED 15m0s")
 	// a TCP packet with none of SYN/FIN/ACK/RST moves the entry to CLOSE
-	tm.pkt(ProtoTCP, "192.0.2.1:1", vip, 0)
-	eq(t, "no flags", tm.stateOf(ProtoTCP, "192.0.2.1:1", vip), "CLOSE 10s")
+	tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1", vip, 0)
+	eq(t, "no flags", tm.stateOf(netfilter.ProtoTCP, "192.0.2.1:1", vip), "CLOSE 10s")
 }
 
 func TestSYNOnlyEntryExpires(t *testing.T) {
 	tm := newTM(t, Config{}, svcLines("rr", "A")...)
-	tm.pkt(ProtoTCP, "192.0.2.1:1", vip, TCPSyn)
+	tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1", vip, netfilter.TCPSyn)
 	tm.advance(59 * time.Second)
 	eq(t, "at 59s", tm.counters(svcLabel, "10.1.0.1:80"), "1/0/0")
 	tm.advance(time.Second)
@@ -101,21 +102,21 @@ func TestSYNOnlyEntryExpires(t *testing.T) {
 func TestUDPEntries(t *testing.T) {
 	tm := newTM(t, Config{}, "-A -u 10.0.0.53:53 -s rr", "-a -u 10.0.0.53:53 -r 10.1.0.1:53 -m", "-a -u 10.0.0.53:53 -r 10.1.0.2:53 -m")
 	const svc = "UDP 10.0.0.53:53"
-	d := tm.pkt(ProtoUDP, "192.0.2.1:5000", "10.0.0.53:53", 0)
+	d := tm.pkt(netfilter.ProtoUDP, "192.0.2.1:5000", "10.0.0.53:53", 0)
 	eq(t, "first datagram", letter(d.Dest), "B")
 	eq(t, "UDP entries are never active", tm.counters(svc, "10.1.0.2:53"), "0/1/0")
 	tm.advance(200 * time.Second)
-	d = tm.pkt(ProtoUDP, "192.0.2.1:5000", "10.0.0.53:53", 0)
+	d = tm.pkt(netfilter.ProtoUDP, "192.0.2.1:5000", "10.0.0.53:53", 0)
 	eq(t, "same flow sticks", letter(d.Dest), "B")
 	tm.advance(299 * time.Second)
-	eq(t, "refreshed timer", tm.stateOf(ProtoUDP, "192.0.2.1:5000", "10.0.0.53:53"), "UDP 1s")
+	eq(t, "refreshed timer", tm.stateOf(netfilter.ProtoUDP, "192.0.2.1:5000", "10.0.0.53:53"), "UDP 1s")
 	tm.advance(time.Second)
 	eq(t, "expired", tm.counters(svc, "10.1.0.2:53"), "0/0/0")
 	if err := tm.ConfigureTimeouts(0, 0, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	tm.pkt(ProtoUDP, "192.0.2.1:5001", "10.0.0.53:53", 0)
-	eq(t, "--set udp", tm.stateOf(ProtoUDP, "192.0.2.1:5001", "10.0.0.53:53"), "UDP 10s")
+	tm.pkt(netfilter.ProtoUDP, "192.0.2.1:5001", "10.0.0.53:53", 0)
+	eq(t, "--set udp", tm.stateOf(netfilter.ProtoUDP, "192.0.2.1:5001", "10.0.0.53:53"), "UDP 10s")
 	if tcp, fin, udp := tm.Timeouts(); tcp != 15*time.Minute || fin != 2*time.Minute || udp != 10*time.Second {
 		t.Errorf("Timeouts() = %v %v %v", tcp, fin, udp)
 	}
@@ -169,7 +170,7 @@ func TestWeightZeroGraceful(t *testing.T) {
 	tm := newTM(t, Config{}, svcLines("rr", "A", "B")...)
 	tm.do("conn tcp 192.0.2.1:1000 " + vip) // B (head)
 	tm.do("-e -t " + vip + " -r 10.1.0.2:80 -m -w 0")
-	d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPAck)
+	d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPAck)
 	if letter(d.Dest) != "B" || d.Via != ViaConnection {
 		t.Errorf("existing flow to a quiesced server: %v via %v", letter(d.Dest), d.Via)
 	}
@@ -181,14 +182,14 @@ func TestDeleteDestination(t *testing.T) {
 	t.Run("expire_nodest_conn=0 drops until timeout", func(t *testing.T) {
 		tm := newTM(t, Config{}, svcLines("rr", "A", "B")...)
 		tm.do("conn tcp 192.0.2.1:1000 "+vip, "-d -t "+vip+" -r 10.1.0.2:80")
-		d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPAck)
+		d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPAck)
 		if d.Verdict != VerdictDrop {
 			t.Errorf("packet of a removed server's entry: %v, want drop", d.Verdict)
 		}
-		eq(t, "entry kept", tm.stateOf(ProtoTCP, "192.0.2.1:1000", vip), "ESTABLISHED 15m0s")
+		eq(t, "entry kept", tm.stateOf(netfilter.ProtoTCP, "192.0.2.1:1000", vip), "ESTABLISHED 15m0s")
 		tm.do("-a -t " + vip + " -r 10.1.0.2:80 -m")
 		eq(t, "resurrected from the trash with its counters", tm.counters(svcLabel, "10.1.0.2:80"), "1/0/0")
-		if d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPAck); d.Verdict != VerdictForward || letter(d.Dest) != "B" {
+		if d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPAck); d.Verdict != VerdictForward || letter(d.Dest) != "B" {
 			t.Errorf("after re-add: %+v", d)
 		}
 		eq(t, "list order after resurrection (head)", tm.listOrder(svcLabel), "B A")
@@ -197,18 +198,18 @@ func TestDeleteDestination(t *testing.T) {
 		tm := newTM(t, Config{}, svcLines("rr", "A", "B")...)
 		tm.do("sysctl expire_nodest_conn=1", "conn tcp 192.0.2.1:1000 "+vip, "conn tcp 192.0.2.1:1001 "+vip)
 		tm.do("-d -t " + vip + " -r 10.1.0.2:80")
-		eq(t, "entry before the work runs", tm.stateOf(ProtoTCP, "192.0.2.1:1000", vip), "ESTABLISHED 15m0s")
+		eq(t, "entry before the work runs", tm.stateOf(netfilter.ProtoTCP, "192.0.2.1:1000", vip), "ESTABLISHED 15m0s")
 		tm.advance(4 * time.Millisecond) // HZ=250
-		eq(t, "entry flushed", tm.stateOf(ProtoTCP, "192.0.2.1:1000", vip), "gone")
-		eq(t, "A's entry stays", tm.stateOf(ProtoTCP, "192.0.2.1:1001", vip), "ESTABLISHED 14m59.996s")
-		if d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPAck); d.Verdict != VerdictAccept {
+		eq(t, "entry flushed", tm.stateOf(netfilter.ProtoTCP, "192.0.2.1:1000", vip), "gone")
+		eq(t, "A's entry stays", tm.stateOf(netfilter.ProtoTCP, "192.0.2.1:1001", vip), "ESTABLISHED 14m59.996s")
+		if d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPAck); d.Verdict != VerdictAccept {
 			t.Errorf("ACK of a flushed entry: %v", d.Verdict)
 		}
 	})
 	t.Run("expire_nodest_conn=1 expires on the next packet and reschedules a SYN", func(t *testing.T) {
 		tm := newTM(t, Config{}, svcLines("rr", "A", "B")...)
 		tm.do("sysctl expire_nodest_conn=1", "conn tcp 192.0.2.1:1000 "+vip, "-d -t "+vip+" -r 10.1.0.2:80")
-		d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPSyn)
+		d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPSyn)
 		if d.Verdict != VerdictForward || letter(d.Dest) != "A" || !d.New {
 			t.Errorf("SYN on a removed server's tuple: %+v", d)
 		}
@@ -241,7 +242,7 @@ func TestConnReuse(t *testing.T) {
 	t.Run("conn_reuse_mode=1 reschedules a SYN on a TIME_WAIT entry", func(t *testing.T) {
 		tm := newTM(t, Config{}, svcLines("rr", "A", "B")...)
 		closed(tm)
-		d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPSyn)
+		d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPSyn)
 		if letter(d.Dest) != "A" || !d.New {
 			t.Errorf("reused tuple: %+v", d)
 		}
@@ -251,21 +252,21 @@ func TestConnReuse(t *testing.T) {
 		tm := newTM(t, Config{}, svcLines("rr", "A", "B")...)
 		tm.do("sysctl conn_reuse_mode=0")
 		closed(tm)
-		d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPSyn)
+		d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPSyn)
 		if letter(d.Dest) != "B" || d.New {
 			t.Errorf("reused tuple: %+v", d)
 		}
-		eq(t, "TIME_WAIT + SYN", tm.stateOf(ProtoTCP, "192.0.2.1:1000", vip), "SYN_RECV 1m0s")
+		eq(t, "TIME_WAIT + SYN", tm.stateOf(netfilter.ProtoTCP, "192.0.2.1:1000", vip), "SYN_RECV 1m0s")
 	})
 	t.Run("a SYN of a confirmed conntrack flow is dropped, its retransmission rescheduled", func(t *testing.T) {
 		tm := newTM(t, Config{}, svcLines("rr", "A", "B")...)
 		closed(tm)
-		d := tm.In(Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:1000"), Dst: netip.MustParseAddrPort(vip),
-			TCPFlags: TCPSyn, ConfirmedConntrack: true})
+		d := tm.In(Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:1000"), Dst: netip.MustParseAddrPort(vip),
+			TCPFlags: netfilter.TCPSyn, ConfirmedConntrack: true})
 		if d.Verdict != VerdictDrop {
 			t.Errorf("SYN with an old conntrack: %v", d.Verdict)
 		}
-		d = tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPSyn) // the retransmission
+		d = tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPSyn) // the retransmission
 		if letter(d.Dest) != "A" || !d.New {
 			t.Errorf("retransmitted SYN: %+v", d)
 		}
@@ -273,7 +274,7 @@ func TestConnReuse(t *testing.T) {
 	t.Run("ESTABLISHED entries are not reused", func(t *testing.T) {
 		tm := newTM(t, Config{}, svcLines("rr", "A", "B")...)
 		tm.do("conn tcp 192.0.2.1:1000 " + vip)
-		d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPSyn)
+		d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPSyn)
 		if letter(d.Dest) != "B" || d.New {
 			t.Errorf("SYN on an established entry: %+v", d)
 		}
@@ -281,7 +282,7 @@ func TestConnReuse(t *testing.T) {
 	t.Run("expire_nodest_conn reschedules a SYN on a weight-0 destination's entry", func(t *testing.T) {
 		tm := newTM(t, Config{}, svcLines("rr", "A", "B")...)
 		tm.do("sysctl expire_nodest_conn=1", "conn tcp 192.0.2.1:1000 "+vip, "-e -t "+vip+" -r 10.1.0.2:80 -m -w 0")
-		d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPSyn)
+		d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPSyn)
 		if letter(d.Dest) != "A" || !d.New {
 			t.Errorf("SYN: %+v", d)
 		}
@@ -293,7 +294,7 @@ func TestPersistence(t *testing.T) {
 	tm.do("conn tcp 192.0.2.1:1000 " + vip)
 	eq(t, "template and connection", tm.counters(svcLabel, "10.1.0.2:80"), "1/0/1")
 	eq(t, "same client, other port: template", tm.syn("192.0.2.1", vip), "B")
-	d := tm.pkt(ProtoTCP, "192.0.2.1:2000", vip, TCPSyn)
+	d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:2000", vip, netfilter.TCPSyn)
 	if d.Via != ViaTemplate {
 		t.Errorf("via %v, want template", d.Via)
 	}
@@ -339,27 +340,27 @@ func TestPersistenceNetmaskAndQuiesce(t *testing.T) {
 
 func TestFwmarkPersistenceAndPortZero(t *testing.T) {
 	tm := newTM(t, Config{}, "-A -f 7 -s rr -p 60", "-a -f 7 -r 10.1.0.1:0 -m", "-a -f 7 -r 10.1.0.2:0 -m")
-	d := tm.In(Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:1"), Dst: netip.MustParseAddrPort("203.0.113.5:443"), TCPFlags: TCPSyn, Mark: 7})
+	d := tm.In(Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:1"), Dst: netip.MustParseAddrPort("203.0.113.5:443"), TCPFlags: netfilter.TCPSyn, Mark: 7})
 	if d.Dest.String() != "10.1.0.2:443" {
 		t.Errorf("fwmark persistent: dest %v, want 10.1.0.2:443 (the packet's port)", d.Dest)
 	}
-	d = tm.In(Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:2"), Dst: netip.MustParseAddrPort("203.0.113.9:80"), TCPFlags: TCPSyn, Mark: 7})
+	d = tm.In(Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:2"), Dst: netip.MustParseAddrPort("203.0.113.9:80"), TCPFlags: netfilter.TCPSyn, Mark: 7})
 	if d.Dest.String() != "10.1.0.2:80" || d.Via != ViaTemplate {
 		t.Errorf("fwmark template covers every address and port of the mark: %+v", d)
 	}
 	if !strings.Contains(tm.ConnListing(), "IP  01:00  NONE        192.0.2.1:0        0.0.0.7:0          10.1.0.2:0") {
 		t.Errorf("fwmark template:\n%s", tm.ConnListing())
 	}
-	if d := tm.In(Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:3"), Dst: netip.MustParseAddrPort("203.0.113.9:80"), TCPFlags: TCPSyn}); d.Verdict != VerdictAccept {
+	if d := tm.In(Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:3"), Dst: netip.MustParseAddrPort("203.0.113.9:80"), TCPFlags: netfilter.TCPSyn}); d.Verdict != VerdictAccept {
 		t.Errorf("unmarked packet: %v", d.Verdict)
 	}
 
 	tz := newTM(t, Config{}, "-A -t 10.0.0.2 -s rr -p", "-a -t 10.0.0.2 -r 10.1.0.1 -m", "-a -t 10.0.0.2 -r 10.1.0.2 -m")
-	d = tz.pkt(ProtoTCP, "192.0.2.1:1", "10.0.0.2:8443", TCPSyn)
+	d = tz.pkt(netfilter.ProtoTCP, "192.0.2.1:1", "10.0.0.2:8443", netfilter.TCPSyn)
 	if d.Dest.String() != "10.1.0.2:8443" {
 		t.Errorf("port-zero service: %v", d.Dest)
 	}
-	d = tz.pkt(ProtoTCP, "192.0.2.1:2", "10.0.0.2:22", TCPSyn)
+	d = tz.pkt(netfilter.ProtoTCP, "192.0.2.1:2", "10.0.0.2:22", netfilter.TCPSyn)
 	if d.Dest.String() != "10.1.0.2:22" || d.Via != ViaTemplate {
 		t.Errorf("port-zero template: %+v", d)
 	}
@@ -372,7 +373,7 @@ func TestOnePacketScheduling(t *testing.T) {
 	tm := newTM(t, Config{}, "-A -u 10.0.0.53:53 -s rr -o", "-a -u 10.0.0.53:53 -r 10.1.0.1:53 -m", "-a -u 10.0.0.53:53 -r 10.1.0.2:53 -m")
 	var got []string
 	for i := 0; i < 4; i++ {
-		d := tm.pkt(ProtoUDP, "192.0.2.1:5000", "10.0.0.53:53", 0)
+		d := tm.pkt(netfilter.ProtoUDP, "192.0.2.1:5000", "10.0.0.53:53", 0)
 		got = append(got, letter(d.Dest))
 	}
 	eq(t, "each datagram scheduled", strings.Join(got, " "), "B A B A")
@@ -387,15 +388,15 @@ func TestOnePacketScheduling(t *testing.T) {
 
 func TestNoDestinationAndBypass(t *testing.T) {
 	tm := newTM(t, Config{}, "-A -t "+vip+" -s rr", "-A -f 3 -s rr")
-	if d := tm.pkt(ProtoTCP, "192.0.2.1:1", vip, TCPSyn); d.Verdict != VerdictReject {
+	if d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1", vip, netfilter.TCPSyn); d.Verdict != VerdictReject {
 		t.Errorf("empty service: %v, want reject (ICMP port unreachable)", d.Verdict)
 	}
 	tm.do("sysctl cache_bypass=1")
-	d := tm.In(Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:1"), Dst: netip.MustParseAddrPort("203.0.113.1:80"), TCPFlags: TCPSyn, Mark: 3})
+	d := tm.In(Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:1"), Dst: netip.MustParseAddrPort("203.0.113.1:80"), TCPFlags: netfilter.TCPSyn, Mark: 3})
 	if d.Verdict != VerdictBypass || d.Dest.String() != "203.0.113.1:80" {
 		t.Errorf("cache bypass: %+v", d)
 	}
-	d = tm.In(Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:1"), Dst: netip.MustParseAddrPort("203.0.113.1:80"), TCPFlags: TCPAck, Mark: 3})
+	d = tm.In(Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:1"), Dst: netip.MustParseAddrPort("203.0.113.1:80"), TCPFlags: netfilter.TCPAck, Mark: 3})
 	if d.Verdict != VerdictBypass || d.Via != ViaConnection {
 		t.Errorf("bypass entry: %+v", d)
 	}
@@ -405,52 +406,52 @@ func TestSCTP(t *testing.T) {
 	tm := newTM(t, Config{}, "-A --sctp-service 10.0.0.9:3868 -s rr", "-a --sctp-service 10.0.0.9:3868 -r 10.1.0.1:3868 -m")
 	const c, v = "192.0.2.1:5000", "10.0.0.9:3868"
 	in := func(chunk uint8) {
-		tm.In(Packet{Protocol: ProtoSCTP, Src: netip.MustParseAddrPort(c), Dst: netip.MustParseAddrPort(v), SCTPChunk: chunk})
+		tm.In(Packet{Protocol: netfilter.ProtoSCTP, Src: netip.MustParseAddrPort(c), Dst: netip.MustParseAddrPort(v), SCTPChunk: chunk})
 	}
 	out := func(chunk uint8) {
-		tm.Out(Packet{Protocol: ProtoSCTP, Src: netip.MustParseAddrPort("10.1.0.1:3868"), Dst: netip.MustParseAddrPort(c), SCTPChunk: chunk})
+		tm.Out(Packet{Protocol: netfilter.ProtoSCTP, Src: netip.MustParseAddrPort("10.1.0.1:3868"), Dst: netip.MustParseAddrPort(c), SCTPChunk: chunk})
 	}
 	in(SCTPData)
-	eq(t, "DATA without an entry creates nothing", tm.stateOf(ProtoSCTP, c, v), "gone")
+	eq(t, "DATA without an entry creates nothing", tm.stateOf(netfilter.ProtoSCTP, c, v), "gone")
 	in(SCTPInit)
-	eq(t, "INIT", tm.stateOf(ProtoSCTP, c, v), "INIT1 4s")
+	eq(t, "INIT", tm.stateOf(netfilter.ProtoSCTP, c, v), "INIT1 4s")
 	out(SCTPInitAck)
-	eq(t, "INIT-ACK", tm.stateOf(ProtoSCTP, c, v), "C-SENT 1m1s")
+	eq(t, "INIT-ACK", tm.stateOf(netfilter.ProtoSCTP, c, v), "C-SENT 1m1s")
 	in(SCTPCookieEcho)
-	eq(t, "COOKIE-ECHO", tm.stateOf(ProtoSCTP, c, v), "C-REPLIED 1m1s")
+	eq(t, "COOKIE-ECHO", tm.stateOf(netfilter.ProtoSCTP, c, v), "C-REPLIED 1m1s")
 	eq(t, "not yet active", tm.counters("SCTP 10.0.0.9:3868", "10.1.0.1:3868"), "0/1/0")
 	out(SCTPCookieAck)
-	eq(t, "COOKIE-ACK", tm.stateOf(ProtoSCTP, c, v), "ESTABLISHED 15m0s")
+	eq(t, "COOKIE-ACK", tm.stateOf(netfilter.ProtoSCTP, c, v), "ESTABLISHED 15m0s")
 	eq(t, "active", tm.counters("SCTP 10.0.0.9:3868", "10.1.0.1:3868"), "1/0/0")
 	in(SCTPShutdown)
 	out(SCTPShutdownAck)
 	in(SCTPShutdownComplete)
-	eq(t, "closed", tm.stateOf(ProtoSCTP, c, v), "CLOSED 1m1s")
+	eq(t, "closed", tm.stateOf(netfilter.ProtoSCTP, c, v), "CLOSED 1m1s")
 	eq(t, "inactive", tm.counters("SCTP 10.0.0.9:3868", "10.1.0.1:3868"), "0/1/0")
 }
 
 func TestServiceDeletionKeepsConnections(t *testing.T) {
 	tm := newTM(t, Config{}, svcLines("rr", "A")...)
 	tm.do("conn tcp 192.0.2.1:1000 "+vip, "-D -t "+vip)
-	if d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPAck); d.Verdict != VerdictDrop {
+	if d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPAck); d.Verdict != VerdictDrop {
 		t.Errorf("packet of a deleted service's connection: %v", d.Verdict)
 	}
 	tm.do(svcLines("rr")...)
 	tm.do("-a -t " + vip + " -r 10.1.0.1:80 -m")
 	eq(t, "the destination comes back from the trash", tm.counters(svcLabel, "10.1.0.1:80"), "1/0/0")
-	if d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPAck); d.Verdict != VerdictForward {
+	if d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPAck); d.Verdict != VerdictForward {
 		t.Errorf("after re-creation: %v", d.Verdict)
 	}
 }
 
 func TestLocalOutReply(t *testing.T) {
 	tm := newTM(t, Config{}, svcLines("rr", "A")...)
-	if d := tm.pkt(ProtoTCP, "192.0.2.1:1000", vip, TCPSyn); letter(d.Dest) != "A" {
+	if d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1000", vip, netfilter.TCPSyn); letter(d.Dest) != "A" {
 		t.Fatalf("setup: %+v", d)
 	}
 	// a service that would match the reply's destination
 	tm.do("-A -t 192.0.2.1:1000 -s rr", "-a -t 192.0.2.1:1000 -r 10.1.0.3:80 -m")
-	reply := Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort(vip), Dst: netip.MustParseAddrPort("192.0.2.1:1000"), TCPFlags: TCPSyn | TCPAck}
+	reply := Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort(vip), Dst: netip.MustParseAddrPort("192.0.2.1:1000"), TCPFlags: netfilter.TCPSyn | netfilter.TCPAck}
 	local := reply
 	local.LocalOut = true
 	if r := tm.In(local); r.Verdict != VerdictAccept {

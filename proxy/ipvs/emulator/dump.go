@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
@@ -209,7 +210,7 @@ func (m *Model) writeRules(w io.Writer) {
 				name += " -6"
 			}
 		} else {
-			opt := map[uint8]string{ProtoTCP: "-t", ProtoUDP: "-u", ProtoSCTP: "--sctp-service"}[s.proto]
+			opt := map[uint8]string{netfilter.ProtoTCP: "-t", netfilter.ProtoUDP: "-u", netfilter.ProtoSCTP: "--sctp-service"}[s.proto]
 			name = opt + " " + fmtAddrPort(s.key.addr, s.key.port)
 		}
 		var b strings.Builder
@@ -489,7 +490,7 @@ func parseListedService(f []string) (svcSpec, error) {
 			return sp, fmt.Errorf("FWM %s: invalid fwmark", f[1])
 		}
 		sp.key = svcKey{fwmark: mark}
-		sp.proto = ProtoTCP
+		sp.proto = netfilter.ProtoTCP
 		i = 2
 		if f[2] == "IPv6" {
 			sp.key.v6 = true
@@ -567,7 +568,7 @@ func parseListedService(f []string) (svcSpec, error) {
 	if sp.key.fwmark == 0 && sp.key.port == 0 && sp.flags&ipvs.FlagPersistent == 0 {
 		return sp, errors.New("Zero port specified for non-persistent service")
 	}
-	if sp.flags&ipvs.FlagOnePacket != 0 && sp.key.fwmark == 0 && sp.proto != ProtoUDP {
+	if sp.flags&ipvs.FlagOnePacket != 0 && sp.key.fwmark == 0 && sp.proto != netfilter.ProtoUDP {
 		return sp, errors.New("One-Packet Scheduling is only for UDP virtual services")
 	}
 	return sp, nil

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 	"github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 )
@@ -20,11 +21,11 @@ func ExampleModel_In() {
 		_ = m.AddRealServer(vs, &ipvs.RealServer{Address: netip.MustParseAddr(ep), Port: 8080, Weight: 1})
 	}
 	client := netip.MustParseAddrPort("10.244.3.7:40000")
-	syn := m.In(emulator.Packet{Protocol: emulator.ProtoTCP, Src: client, Dst: netip.MustParseAddrPort("10.96.0.10:80"), TCPFlags: emulator.TCPSyn})
+	syn := m.In(emulator.Packet{Protocol: netfilter.ProtoTCP, Src: client, Dst: netip.MustParseAddrPort("10.96.0.10:80"), TCPFlags: netfilter.TCPSyn})
 	fmt.Println(syn.Verdict, syn.Dest, syn.Via, syn.Conn.State)
-	synack := m.Out(emulator.Packet{Protocol: emulator.ProtoTCP, Src: syn.Dest, Dst: client, TCPFlags: emulator.TCPSyn | emulator.TCPAck})
+	synack := m.Out(emulator.Packet{Protocol: netfilter.ProtoTCP, Src: syn.Dest, Dst: client, TCPFlags: netfilter.TCPSyn | netfilter.TCPAck})
 	fmt.Println("reply source becomes", synack.Dest)
-	ack := m.In(emulator.Packet{Protocol: emulator.ProtoTCP, Src: client, Dst: netip.MustParseAddrPort("10.96.0.10:80"), TCPFlags: emulator.TCPAck})
+	ack := m.In(emulator.Packet{Protocol: netfilter.ProtoTCP, Src: client, Dst: netip.MustParseAddrPort("10.96.0.10:80"), TCPFlags: netfilter.TCPAck})
 	fmt.Println(ack.Via, ack.Conn.State, ack.Conn.Expires)
 	clock.Advance(15 * time.Minute)
 	fmt.Println(len(m.Connections()), "entries after 15 minutes of silence")

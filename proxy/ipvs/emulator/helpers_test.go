@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // testModel is a model on a manual clock, driven by script lines.
@@ -68,8 +70,8 @@ func letter(ap netip.AddrPort) string {
 func (tm *testModel) syn(client, vip string) string {
 	tm.t.Helper()
 	tm.port++
-	d := tm.In(Packet{Protocol: ProtoTCP, Src: netip.AddrPortFrom(netip.MustParseAddr(client), tm.port),
-		Dst: netip.MustParseAddrPort(vip), TCPFlags: TCPSyn})
+	d := tm.In(Packet{Protocol: netfilter.ProtoTCP, Src: netip.AddrPortFrom(netip.MustParseAddr(client), tm.port),
+		Dst: netip.MustParseAddrPort(vip), TCPFlags: netfilter.TCPSyn})
 	if d.Verdict != VerdictForward {
 		return "-"
 	}
@@ -89,8 +91,8 @@ func (tm *testModel) picks(n int, vip string) string {
 // ask is a dry-run Schedule for a TCP SYN from client.
 func (tm *testModel) ask(client, vip string, mark uint32) string {
 	tm.t.Helper()
-	d := tm.Schedule(Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort(client), Dst: netip.MustParseAddrPort(vip),
-		TCPFlags: TCPSyn, Mark: mark})
+	d := tm.Schedule(Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort(client), Dst: netip.MustParseAddrPort(vip),
+		TCPFlags: netfilter.TCPSyn, Mark: mark})
 	if d.Verdict != VerdictForward {
 		return "-"
 	}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
@@ -23,7 +24,7 @@ func specFromVS(vs *ipvs.VirtualServer) (svcSpec, error) {
 	if vs.FWMark != 0 {
 		v6 := vs.Address.IsValid() && vs.Address.Is6() && !vs.Address.Is4In6()
 		sp.key = svcKey{fwmark: vs.FWMark, v6: v6}
-		sp.proto = ProtoTCP
+		sp.proto = netfilter.ProtoTCP
 		if vs.Protocol != "" {
 			p, err := parseProtocol(vs.Protocol)
 			if err != nil {

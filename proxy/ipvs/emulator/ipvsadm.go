@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
@@ -435,11 +436,11 @@ func (c *Command) serviceOption(t optTok) error {
 	case "t", "u", "sctp-service":
 		switch t.name {
 		case "t":
-			c.svc.proto = ProtoTCP
+			c.svc.proto = netfilter.ProtoTCP
 		case "u":
-			c.svc.proto = ProtoUDP
+			c.svc.proto = netfilter.ProtoUDP
 		default:
-			c.svc.proto = ProtoSCTP
+			c.svc.proto = netfilter.ProtoSCTP
 		}
 		addr, port, _, ok := parseService(t.arg, c.svc.proto)
 		if !ok {
@@ -456,7 +457,7 @@ func (c *Command) serviceOption(t optTok) error {
 			return optErr(opt+" "+t.arg, "invalid fwmark value `%s' specified", t.arg)
 		}
 		c.svcAF6 = false
-		c.svc.proto = ProtoTCP
+		c.svc.proto = netfilter.ProtoTCP
 		c.svc.key = svcKey{fwmark: mark}
 	case "6":
 		if c.svc.key.fwmark == 0 {
@@ -622,7 +623,7 @@ func (c *Command) check() error {
 		if c.svc.key.fwmark == 0 && c.svc.key.port == 0 && c.svc.flags&ipvs.FlagPersistent == 0 {
 			return errors.New("Zero port specified for non-persistent service")
 		}
-		if c.svc.flags&ipvs.FlagOnePacket != 0 && c.svc.key.fwmark == 0 && c.svc.proto != ProtoUDP {
+		if c.svc.flags&ipvs.FlagOnePacket != 0 && c.svc.key.fwmark == 0 && c.svc.proto != netfilter.ProtoUDP {
 			return errors.New("One-Packet Scheduling is only for UDP virtual services")
 		}
 		if c.sched == "" {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/ipvs")
@@ -249,7 +251,7 @@ func TestRestoreLn(t *testing.T) {
 	tm := &testModel{Model: m, t: t}
 	eq(t, "counters", tm.counters("TCP 10.96.45.7:80", "10.244.2.9:8080"), "3/7/0")
 	// rr starts at the head: the first printed destination
-	d := tm.pkt(ProtoTCP, "192.0.2.1:1", "10.96.0.10:53", TCPSyn)
+	d := tm.pkt(netfilter.ProtoTCP, "192.0.2.1:1", "10.96.0.10:53", netfilter.TCPSyn)
 	eq(t, "first rr pick", d.Dest.String(), "10.244.0.3:53")
 }
 
@@ -280,6 +282,6 @@ func TestConnListingGolden(t *testing.T) {
 		"-A -t [fd00::10]:80 -s rr", "-a -t [fd00::10]:80 -r [fd00::1:5]:8080 -m")
 	tm.do("conn tcp 10.1.0.9:40000 10.96.0.10:80", "sleep 65", "conn tcp 10.1.0.9:40001 10.96.0.10:80 close",
 		"conn udp 10.1.0.9:5353 10.96.0.10:53", "conn tcp [fd00:1::9]:40000 [fd00::10]:80", "sleep 1.5")
-	tm.pkt(ProtoTCP, "10.1.0.10:40000", "10.96.0.10:80", TCPSyn)
+	tm.pkt(netfilter.ProtoTCP, "10.1.0.10:40000", "10.96.0.10:80", netfilter.TCPSyn)
 	golden(t, "conns.Lnc.golden", tm.ConnListing())
 }

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // synTo sends a marked SYN from a fresh port of 192.0.2.1 to daddr and returns the
@@ -11,8 +13,8 @@ import (
 func (tm *testModel) synTo(daddr string, mark uint32) string {
 	tm.t.Helper()
 	tm.port++
-	d := tm.In(Packet{Protocol: ProtoTCP, Src: netip.AddrPortFrom(netip.MustParseAddr("192.0.2.1"), tm.port),
-		Dst: netip.MustParseAddrPort(daddr), TCPFlags: TCPSyn, Mark: mark})
+	d := tm.In(Packet{Protocol: netfilter.ProtoTCP, Src: netip.AddrPortFrom(netip.MustParseAddr("192.0.2.1"), tm.port),
+		Dst: netip.MustParseAddrPort(daddr), TCPFlags: netfilter.TCPSyn, Mark: mark})
 	if d.Verdict != VerdictForward {
 		return "-"
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
@@ -799,11 +800,11 @@ func svcKeyFor(fwmark uint32, v6 bool, proto uint8, addr netip.Addr, port uint16
 func parseProtocol(s string) (uint8, error) {
 	switch strings.ToUpper(s) {
 	case "TCP":
-		return ProtoTCP, nil
+		return netfilter.ProtoTCP, nil
 	case "UDP":
-		return ProtoUDP, nil
+		return netfilter.ProtoUDP, nil
 	case "SCTP":
-		return ProtoSCTP, nil
+		return netfilter.ProtoSCTP, nil
 	}
 	return 0, fmt.Errorf("protocol %q: want TCP, UDP or SCTP: %w", s, ipvs.ErrInvalid)
 }

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
-
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
+
+	"pgregory.net/rapid"
 )
 
 // TestModelInvariants drives a service through random control-plane changes, packets
@@ -42,9 +43,9 @@ func TestModelInvariants(t *testing.T) {
 		if err := run(svcCmd); err != nil {
 			rt.Fatal(err)
 		}
-		p := ProtoTCP
+		p := netfilter.ProtoTCP
 		if proto == "u" {
-			p = ProtoUDP
+			p = netfilter.ProtoUDP
 		}
 		addedAt := map[string]int{} // destination -> step of its last (re)add
 		step := 0
@@ -69,7 +70,7 @@ func TestModelInvariants(t *testing.T) {
 			case 3, 4, 5:
 				client := netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(rapid.IntRange(1, 3).Draw(rt, "client"))}),
 					uint16(1000+rapid.IntRange(0, 3).Draw(rt, "port")))
-				flags := []uint8{TCPSyn, TCPAck, TCPFin | TCPAck, TCPRst}[rapid.IntRange(0, 3).Draw(rt, "flags")]
+				flags := []uint8{netfilter.TCPSyn, netfilter.TCPAck, netfilter.TCPFin | netfilter.TCPAck, netfilter.TCPRst}[rapid.IntRange(0, 3).Draw(rt, "flags")]
 				pkt := Packet{Protocol: p, Src: client, Dst: netip.MustParseAddrPort("10.0.0.1:80"), TCPFlags: flags}
 				before := destView(m)
 				var d Decision

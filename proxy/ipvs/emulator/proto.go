@@ -1,22 +1,14 @@
 package emulator
 
-import "time"
+import (
+	"time"
 
-// IP protocol numbers.
-const (
-	ProtoTCP  uint8 = 6
-	ProtoUDP  uint8 = 17
-	ProtoSCTP uint8 = 132
-	protoIP   uint8 = 0 // fwmark persistence templates
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
-// TCP header flag bits (as in the TCP header's flags byte).
-const (
-	TCPFin uint8 = 0x01
-	TCPSyn uint8 = 0x02
-	TCPRst uint8 = 0x04
-	TCPAck uint8 = 0x10
-)
+// protoIP is the protocol of fwmark persistence templates (IP protocol numbers and TCP
+// flags are netfilter's).
+const protoIP uint8 = 0
 
 // SCTP chunk types the connection table reacts to (RFC 9260).
 const (
@@ -115,13 +107,13 @@ var tcpStates = [12][tcpLast]uint8{
 // tcpStateIdx is tcp_state_idx(): RST beats SYN beats FIN beats ACK; -1 for none.
 func tcpStateIdx(flags uint8) int {
 	switch {
-	case flags&TCPRst != 0:
+	case flags&netfilter.TCPRst != 0:
 		return 3
-	case flags&TCPSyn != 0:
+	case flags&netfilter.TCPSyn != 0:
 		return 0
-	case flags&TCPFin != 0:
+	case flags&netfilter.TCPFin != 0:
 		return 1
-	case flags&TCPAck != 0:
+	case flags&netfilter.TCPAck != 0:
 		return 2
 	}
 	return -1
@@ -266,11 +258,11 @@ func protoName(p uint8) string {
 	switch p {
 	case protoIP:
 		return "IP"
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		return "TCP"
-	case ProtoUDP:
+	case netfilter.ProtoUDP:
 		return "UDP"
-	case ProtoSCTP:
+	case netfilter.ProtoSCTP:
 		return "SCTP"
 	}
 	return "IP_" + itoa(int(p))

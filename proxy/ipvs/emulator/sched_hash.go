@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"net/netip"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
@@ -67,7 +68,7 @@ func unavailable(d *dest) bool { return d.weight <= 0 || d.overload }
 // UDP and SCTP, 0 otherwise.
 func hashPort(in *schedInput) uint16 {
 	switch in.proto {
-	case ProtoTCP, ProtoUDP, ProtoSCTP:
+	case netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP:
 		return in.sport
 	}
 	return 0

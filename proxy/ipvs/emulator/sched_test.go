@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
@@ -221,10 +222,10 @@ func TestTwos(t *testing.T) {
 		if got := tm.ask("192.0.2.1:1", vip, 0); got != want {
 			t.Fatalf("draw %d: dry run chose %s, want %s", i, got, want)
 		}
-		d := tm.Schedule(Packet{Protocol: ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:1"), Dst: netip.MustParseAddrPort(vip), TCPFlags: TCPSyn})
+		d := tm.Schedule(Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:1"), Dst: netip.MustParseAddrPort(vip), TCPFlags: netfilter.TCPSyn})
 		_ = d
 		tm.Model.mu.Lock()
-		s := tm.services[svcKey{proto: ProtoTCP, addr: netip.MustParseAddr("10.0.0.1"), port: 80}]
+		s := tm.services[svcKey{proto: netfilter.ProtoTCP, addr: netip.MustParseAddr("10.0.0.1"), port: 80}]
 		got := letter(s.sched.schedule(tm.Model, s, &schedInput{}, false).addrPort())
 		tm.Model.mu.Unlock()
 		if got != want {
@@ -299,7 +300,7 @@ func TestMH(t *testing.T) {
 	// table share: C 1365, B 1364, A 1364
 	counts := map[string]int{}
 	tm.Model.mu.Lock()
-	s := tm.services[svcKey{proto: ProtoTCP, addr: netip.MustParseAddr("10.0.0.1"), port: 80}]
+	s := tm.services[svcKey{proto: netfilter.ProtoTCP, addr: netip.MustParseAddr("10.0.0.1"), port: 80}]
 	for _, d := range s.sched.(*mhSched).lookup {
 		counts[letter(d.addrPort())]++
 	}
@@ -344,7 +345,7 @@ func TestMH(t *testing.T) {
 	t6 := newTM(t, Config{}, "-A -u [fd00::100]:53 -s mh", "-a -u [fd00::100]:53 -r [fd00::1]:53 -m",
 		"-a -u [fd00::100]:53 -r [fd00::2]:53 -m", "-a -u [fd00::100]:53 -r [fd00::3]:53 -m")
 	ask6 := func(c string) string {
-		d := t6.Schedule(Packet{Protocol: ProtoUDP, Src: netip.MustParseAddrPort(c), Dst: netip.MustParseAddrPort("[fd00::100]:53")})
+		d := t6.Schedule(Packet{Protocol: netfilter.ProtoUDP, Src: netip.MustParseAddrPort(c), Dst: netip.MustParseAddrPort("[fd00::100]:53")})
 		return letter(d.Dest)
 	}
 	eq(t, "mh v6 fd00:1::1", ask6("[fd00:1::1]:5353"), "C")
@@ -361,7 +362,7 @@ func TestMHConsistency(t *testing.T) {
 	snapshot := func() []string {
 		tm.Model.mu.Lock()
 		defer tm.Model.mu.Unlock()
-		s := tm.services[svcKey{proto: ProtoTCP, addr: netip.MustParseAddr("10.0.0.1"), port: 80}]
+		s := tm.services[svcKey{proto: netfilter.ProtoTCP, addr: netip.MustParseAddr("10.0.0.1"), port: 80}]
 		out := make([]string, 0, 4093)
 		for _, d := range s.sched.(*mhSched).lookup {
 			out = append(out, letter(d.addrPort()))

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
@@ -342,13 +343,13 @@ func parseScriptLine(w []string) (scriptLine, error) {
 					return l, fmt.Errorf("packet: %w", err)
 				}
 				l.ct = true
-			case strings.HasPrefix(x, "flags=") && p == ProtoTCP:
+			case strings.HasPrefix(x, "flags=") && p == netfilter.ProtoTCP:
 				f, err := parseTCPFlags(strings.TrimPrefix(x, "flags="))
 				if err != nil {
 					return l, fmt.Errorf("packet: %s: %w", x, err)
 				}
 				l.flags = f
-			case strings.HasPrefix(x, "chunk=") && p == ProtoSCTP:
+			case strings.HasPrefix(x, "chunk=") && p == netfilter.ProtoSCTP:
 				c, err := parseChunk(strings.TrimPrefix(x, "chunk="))
 				if err != nil {
 					return l, fmt.Errorf("packet: %s: %w", x, err)
@@ -463,7 +464,7 @@ func parseSetLine(l *scriptLine, w []string) error {
 			if err != nil {
 				return err
 			}
-			p := map[string]uint8{"-t": ProtoTCP, "--tcp-service": ProtoTCP, "-u": ProtoUDP, "--udp-service": ProtoUDP, "--sctp-service": ProtoSCTP}[x]
+			p := map[string]uint8{"-t": netfilter.ProtoTCP, "--tcp-service": netfilter.ProtoTCP, "-u": netfilter.ProtoUDP, "--udp-service": netfilter.ProtoUDP, "--sctp-service": netfilter.ProtoSCTP}[x]
 			addr, port, _, ok := parseService(v, p)
 			if !ok {
 				return fmt.Errorf("%s %s: illegal virtual server address[:port] specified", x, v)
@@ -642,7 +643,7 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 			}
 			final = dec.Conn
 		} else if l.kind == "sched" {
-			dec = m.Schedule(Packet{Protocol: l.proto, Src: l.src, Dst: l.dst, Mark: l.mark, TCPFlags: TCPSyn, SCTPChunk: SCTPInit})
+			dec = m.Schedule(Packet{Protocol: l.proto, Src: l.src, Dst: l.dst, Mark: l.mark, TCPFlags: netfilter.TCPSyn, SCTPChunk: SCTPInit})
 		} else {
 			dec, final = m.connect(l.proto, l.src, l.dst, l.mark, l.close, l.ct)
 		}
@@ -765,17 +766,17 @@ func (m *Model) connect(proto uint8, src, dst netip.AddrPort, mark uint32, close
 	last := func() *ConnEntry { return m.connEntry(proto, src, dst) }
 	if close && exists {
 		switch proto {
-		case ProtoTCP:
-			first = in(TCPFin|TCPAck, 0)
-			out(first, TCPFin|TCPAck, 0)
+		case netfilter.ProtoTCP:
+			first = in(netfilter.TCPFin|netfilter.TCPAck, 0)
+			out(first, netfilter.TCPFin|netfilter.TCPAck, 0)
 			if first.Verdict == VerdictForward {
-				in(TCPAck, 0)
+				in(netfilter.TCPAck, 0)
 			}
-		case ProtoUDP:
+		case netfilter.ProtoUDP:
 			first = in(0, 0)
 			out(first, 0, 0)
 			m.ExpireConnection(proto, src, dst)
-		case ProtoSCTP:
+		case netfilter.ProtoSCTP:
 			first = in(0, SCTPShutdown)
 			out(first, 0, SCTPShutdownAck)
 			if first.Verdict == VerdictForward {
@@ -785,16 +786,16 @@ func (m *Model) connect(proto uint8, src, dst netip.AddrPort, mark uint32, close
 		return first, last()
 	}
 	switch proto {
-	case ProtoTCP:
-		first = in(TCPSyn, 0)
-		out(first, TCPSyn|TCPAck, 0)
+	case netfilter.ProtoTCP:
+		first = in(netfilter.TCPSyn, 0)
+		out(first, netfilter.TCPSyn|netfilter.TCPAck, 0)
 		if first.Verdict == VerdictForward {
-			in(TCPAck, 0)
+			in(netfilter.TCPAck, 0)
 		}
-	case ProtoUDP:
+	case netfilter.ProtoUDP:
 		first = in(0, 0)
 		out(first, 0, 0)
-	case ProtoSCTP:
+	case netfilter.ProtoSCTP:
 		first = in(0, SCTPInit)
 		out(first, 0, SCTPInitAck)
 		if first.Verdict == VerdictForward {
@@ -883,8 +884,8 @@ func parseTCPFlags(s string) (uint8, error) {
 	if s == "" || s == "none" {
 		return 0, nil
 	}
-	names := map[string]uint8{"syn": TCPSyn, "ack": TCPAck, "fin": TCPFin, "rst": TCPRst,
-		"s": TCPSyn, "a": TCPAck, "f": TCPFin, "r": TCPRst}
+	names := map[string]uint8{"syn": netfilter.TCPSyn, "ack": netfilter.TCPAck, "fin": netfilter.TCPFin, "rst": netfilter.TCPRst,
+		"s": netfilter.TCPSyn, "a": netfilter.TCPAck, "f": netfilter.TCPFin, "r": netfilter.TCPRst}
 	parts := strings.Split(strings.ToLower(s), ",")
 	if len(parts) == 1 && len(parts[0]) <= 4 && strings.Trim(parts[0], "safr") == "" {
 		parts = strings.Split(parts[0], "")
@@ -916,12 +917,12 @@ func parseChunk(s string) (uint8, error) {
 
 func packetFlags(l scriptLine) string {
 	switch l.proto {
-	case ProtoTCP:
+	case netfilter.ProtoTCP:
 		var n []string
 		for _, f := range []struct {
 			bit  uint8
 			name string
-		}{{TCPSyn, "SYN"}, {TCPAck, "ACK"}, {TCPFin, "FIN"}, {TCPRst, "RST"}} {
+		}{{netfilter.TCPSyn, "SYN"}, {netfilter.TCPAck, "ACK"}, {netfilter.TCPFin, "FIN"}, {netfilter.TCPRst, "RST"}} {
 			if l.flags&f.bit != 0 {
 				n = append(n, f.name)
 			}
@@ -930,7 +931,7 @@ func packetFlags(l scriptLine) string {
 			return "flags=none"
 		}
 		return "flags=" + strings.Join(n, ",")
-	case ProtoSCTP:
+	case netfilter.ProtoSCTP:
 		for k, v := range chunkNames {
 			if v == l.chunk {
 				return "chunk=" + k

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // result runs one conn or packet line and returns its result.
@@ -86,7 +88,7 @@ func TestScriptConfirmedConntrack(t *testing.T) {
 				if r.Verdict != "drop" || !r.NoDestination || r.NewConnection {
 					t.Errorf("dropped line: %+v", r)
 				}
-				eq(t, "old entry", tm.stateOf(ProtoTCP, ctClient, vip), "gone")
+				eq(t, "old entry", tm.stateOf(netfilter.ProtoTCP, ctClient, vip), "gone")
 			}
 			tm.advance(1e9) // the client retransmits a second later
 			eq(t, "retransmission", outcome(tm.result(c.line)), c.after)
