@@ -374,27 +374,25 @@ func (p *conntrackTuples) field(tok string) error {
 	case "src":
 		return p.src(v)
 	case "mark":
-		m, err := strconv.ParseUint(v, 0, 32)
+		m, err := parseUintField(k, v, 0, 32)
 		if err != nil {
-			return fmt.Errorf("mark: %w", err)
+			return err
 		}
-		e.Mark = uint32(m)
-		p.done = true
+		e.Mark, p.done = uint32(m), true
 		return nil
 	case "zone":
-		z, err := strconv.ParseUint(v, 10, 16)
+		z, err := parseUintField(k, v, 10, 16)
 		if err != nil {
-			return fmt.Errorf("zone: %w", err)
+			return err
 		}
 		e.Zone = uint16(z)
 		return nil
 	case "use":
-		u, err := strconv.ParseUint(v, 10, 32)
+		u, err := parseUintField(k, v, 10, 32)
 		if err != nil {
-			return fmt.Errorf("use: %w", err)
+			return err
 		}
-		e.Use = uint32(u)
-		p.done = true
+		e.Use, p.done = uint32(u), true
 		return nil
 	}
 	if p.dir < 0 || p.done || !isTupleKey(k) || (k == "id" && e.Protocol != 1 && e.Protocol != 58) {
@@ -453,9 +451,9 @@ func tupleField(t *ConntrackTuple, k, v string) error {
 		}
 		t.Dst = a
 	case "sport", "dport", "id":
-		n, err := strconv.ParseUint(v, 10, 16)
+		n, err := parseUintField(k, v, 10, 16)
 		if err != nil {
-			return fmt.Errorf("%s: %w", k, err)
+			return err
 		}
 		switch k {
 		case "sport":
@@ -466,9 +464,9 @@ func tupleField(t *ConntrackTuple, k, v string) error {
 			t.ICMPID = uint16(n)
 		}
 	case "type", "code":
-		n, err := strconv.ParseUint(v, 10, 8)
+		n, err := parseUintField(k, v, 10, 8)
 		if err != nil {
-			return fmt.Errorf("%s: %w", k, err)
+			return err
 		}
 		if k == "type" {
 			t.ICMPType = uint8(n)
@@ -477,6 +475,15 @@ func tupleField(t *ConntrackTuple, k, v string) error {
 		}
 	}
 	return nil
+}
+
+// parseUintField parses the value of the field k; an error names the field.
+func parseUintField(k, v string, base, bitSize int) (uint64, error) {
+	n, err := strconv.ParseUint(v, base, bitSize)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", k, err)
+	}
+	return n, nil
 }
 
 // finish checks that the line had both tuples, complete and of the entry's family, and
