@@ -1,7 +1,6 @@
 package scenario
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -281,111 +280,23 @@ func seenText(m map[string]int, client netip.Addr) string {
 }
 
 // netstackAttempt makes one real connection (TCP: connect, send a line, read the whoami
-// answer; UDP: a datagram and its answer) and moves the virtual clock while it waits, so
-// that retransmissions, link latency and the proxies' timeouts happen.
+// answer; UDP: a datagram and its answer) with DialWhoami, which moves the virtual clock
+// while it waits, so that retransmissions, link latency and the proxies' timeouts happen.
 //
-// The clock moves only once the simulation has nothing left to do (Cluster.Quiesce: every
-// goroutine of this cluster, and every goroutine of no cluster, blocked; other clusters
-// in the process do not hold it up), and then to the next timer, never on wall time: an answer
-// that needs no timer never sees the clock move, however slow or loaded the machine. (It
-// used to move 250ms every 10ms of wall time; under CPU load that fired the userspace
-// proxy's first endpoint dial timeout, 250ms, in the middle of a healthy dial, and the
-// proxy retried on the next endpoint: the demo's round robin came out 31/30/29.)
+// The clock moves only once the simulation has nothing left to do (Cluster.Quiesce), and
+// then to the next timer, never on wall time. (It used to move 250ms every 10ms of wall
+// time; under CPU load that fired the userspace proxy's first endpoint dial timeout,
+// 250ms, in the middle of a healthy dial, and the proxy retried on the next endpoint: the
+// demo's round robin came out 31/30/29.)
 func (r *runner) netstackAttempt(ctx context.Context, n *netsim.Net, proto string, sport uint16, dst netip.AddrPort) attempt {
 	budget := netstackBudget // virtual time before the attempt counts as dropped
 	if proto == "udp" {
 		budget = netstackBudgetUDP
 	}
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan attempt, 1)
-	connCh := make(chan net.Conn, 1)
-	go func() {
-		c, err := n.DialFrom(actx, proto, sport, dst.String())
-		if err != nil {
-			done <- failed(err)
-			return
-		}
-		connCh <- c
-		defer c.Close()
-		if _, err := fmt.Fprintln(c, "clusterlab"); err != nil {
-			done <- failed(err)
-			return
-		}
-		line, err := bufio.NewReader(c).ReadString('\n')
-		if err != nil {
-			done <- failed(err)
-			return
-		}
-		w, err := netsim.ParseWhoami(line)
-		if err != nil {
-			done <- attempt{result: netsim.ResultDropped, reason: "not a whoami answer: " + strings.TrimSpace(line)}
-			return
-		}
-		res := netsim.ResultConnected
-		if proto == "udp" {
-			res = netsim.ResultReplied
-		}
-		a := attempt{result: res, pod: w.Pod, node: w.Node}
-		if ap, err := netip.ParseAddrPort(w.Client); err == nil {
-			a.seen = ap.Addr().Unmap()
-		}
-		done <- a
-	}()
-	var conn net.Conn
-	poll := func() (attempt, bool) {
-		for {
-			select {
-			case a := <-done:
-				return a, true
-			case conn = <-connCh:
-			default:
-				return attempt{}, false
-			}
-		}
-	}
-	clock := r.c.Clock()
-	var waited time.Duration
-	for steps := 0; ; steps++ {
-		if a, ok := poll(); ok {
-			return a
-		}
-		// Most answers need no timer and come within a few milliseconds: wait that
-		// long before the costlier look at every goroutine. (Wall time here only
-		// saves work; it never moves the virtual clock.)
-		select {
-		case a := <-done:
-			return a
-		case <-time.After(2 * time.Millisecond):
-		}
-		r.c.Quiesce()
-		if a, ok := poll(); ok {
-			return a
-		}
-		if waited >= budget || steps > 10000 || ctx.Err() != nil {
-			cancel()
-			if conn != nil {
-				conn.Close()
-			}
-			// The connection may have been handed over since the last look: close it
-			// too, or the reader waits on it for ever.
-			for waiting := true; waiting; {
-				select {
-				case <-done:
-					waiting = false
-				case c := <-connCh:
-					c.Close()
-				}
-			}
-			return attempt{result: netsim.ResultDropped, reason: fmt.Sprintf("no answer within %s", budget)}
-		}
-		step := budget - waited
-		if d, ok := clock.NextDeadline(); ok && d < step {
-			step = d
-		}
-		clock.Advance(step)
-		waited += step
-	}
+	d := DialWhoami(ctx, r.c, WhoamiDial{Net: n, Network: proto, SrcPort: sport, Dst: dst, Line: "clusterlab", Budget: budget,
+		// Most answers need no timer and come within a few milliseconds.
+		QuickWait: 2 * time.Millisecond, Failed: failed})
+	return attempt{result: d.Result, pod: d.Pod, node: d.Node, seen: d.Seen, reason: d.Reason}
 }
 
 // The virtual time a netstack attempt gets before it counts as dropped.
@@ -394,16 +305,16 @@ const (
 	netstackBudgetUDP = 3 * time.Second
 )
 
-func failed(err error) attempt {
+func failed(err error) Dialed {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return attempt{result: netsim.ResultRefused, reason: "connection refused"}
+		return Dialed{Result: netsim.ResultRefused, Reason: "connection refused"}
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return attempt{result: netsim.ResultRefused, reason: "host unreachable"}
+		return Dialed{Result: netsim.ResultRefused, Reason: "host unreachable"}
 	case errors.Is(err, context.Canceled), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, net.ErrClosed):
-		return attempt{result: netsim.ResultDropped, reason: "no answer"}
+		return Dialed{Result: netsim.ResultDropped, Reason: "no answer"}
 	}
-	return attempt{result: netsim.ResultDropped, reason: err.Error()}
+	return Dialed{Result: netsim.ResultDropped, Reason: err.Error()}
 }
 
 // checkTraffic evaluates a connect or send step's expectations.
