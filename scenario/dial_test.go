@@ -29,15 +29,7 @@ manifests:
 // source it saw, hands errors to Failed, and gives up after its budget of virtual time
 // when nothing answers.
 func TestDialWhoami(t *testing.T) {
-	p, err := mustParse(t, dialScenario).prepare("iptables")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := p.start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.close()
+	r := mustStart(t, dialScenario, "iptables")
 	client, server := r.c.Pod("default", "client"), r.c.Pod("default", "server")
 	// Port 8081 is a black hole: node-b drops what is sent to it.
 	drop := netsim.HandlerFunc(func(_ *netsim.Context, pk *netsim.Packet) netsim.Verdict {
