@@ -231,6 +231,17 @@ type claim struct {
 	svcs []string
 }
 
+// repairPass is one pass of a Repairer: the services' claims, then the problems
+// with them, per resource.
+type repairPass struct {
+	r          *Repairer
+	fix        bool
+	threshold  int // consecutive passes a value must be leaked before it is freed
+	rep        Report
+	ipClaims   map[netip.Addr]*claim
+	portClaims map[int]*claim
+}
+
 func (r *Repairer) pass(services []*corev1.Service, fix bool) Report {
 	if r.ipLeaks == nil {
 		r.ipLeaks = map[netip.Addr]int{}
@@ -238,151 +249,169 @@ func (r *Repairer) pass(services []*corev1.Service, fix bool) Report {
 	if r.portLeaks == nil {
 		r.portLeaks = map[int]int{}
 	}
-	svcs := slices.Clone(services)
-	slices.SortStableFunc(svcs, func(x, y *corev1.Service) int {
-		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
-	})
-	var rep Report
-	ipClaims := map[netip.Addr]*claim{}
-	portClaims := map[int]*claim{}
-	for _, svc := range svcs {
-		key := svc.Namespace + "/" + svc.Name
-		for _, raw := range ClusterIPsOf(svc) {
-			ip, err := netip.ParseAddr(raw)
-			if err != nil || ip.Zone() != "" {
-				rep.Problems = append(rep.Problems, Problem{Kind: Invalid, Resource: ResourceClusterIP, Value: raw, Services: []string{key}})
-				continue
-			}
-			ip = ip.Unmap()
-			ipa := r.a.ForIP(ip)
-			if ipa == nil || !ipa.usable(ip) {
-				p := Problem{Kind: OutOfRange, Resource: ResourceClusterIP, Value: ip.String(), Services: []string{key}}
-				if ipa != nil {
-					p.Range = ipa.CIDR().String()
-				}
-				rep.Problems = append(rep.Problems, p)
-				continue
-			}
-			c := ipClaims[ip]
-			if c == nil {
-				c = &claim{}
-				ipClaims[ip] = c
-			}
-			c.svcs = append(c.svcs, key)
-		}
-		for _, port := range NodePortsOf(svc) {
-			pa := r.a.NodePorts
-			if pa == nil || !pa.r.Contains(port) {
-				p := Problem{Kind: OutOfRange, Resource: ResourceNodePort, Value: strconv.Itoa(port), Services: []string{key}}
-				if pa != nil {
-					p.Range = pa.r.String()
-				}
-				rep.Problems = append(rep.Problems, p)
-				continue
-			}
-			c := portClaims[port]
-			if c == nil {
-				c = &claim{}
-				portClaims[port] = c
-			}
-			c.svcs = append(c.svcs, key)
-		}
-	}
-
 	threshold := r.LeakPasses
 	if threshold < 1 {
 		threshold = DefaultLeakPasses
 	}
-
-	// ClusterIPs.
-	for ip, c := range ipClaims {
-		ipa := r.a.ForIP(ip)
-		if len(c.svcs) > 1 {
-			rep.Problems = append(rep.Problems, Problem{Kind: Duplicate, Resource: ResourceClusterIP, Value: ip.String(), Services: c.svcs, Range: ipa.CIDR().String()})
-		}
-		if !ipa.Has(ip) {
-			p := Problem{Kind: Missing, Resource: ResourceClusterIP, Value: ip.String(), Services: c.svcs, Range: ipa.CIDR().String()}
-			if fix {
-				p.Fixed = ipa.Allocate(ip) == nil
-			}
-			rep.Problems = append(rep.Problems, p)
-		}
+	p := &repairPass{r: r, fix: fix, threshold: threshold, ipClaims: map[netip.Addr]*claim{}, portClaims: map[int]*claim{}}
+	svcs := slices.Clone(services)
+	slices.SortStableFunc(svcs, func(x, y *corev1.Service) int {
+		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
+	})
+	for _, svc := range svcs {
+		key := svc.Namespace + "/" + svc.Name
+		p.claimClusterIPs(svc, key)
+		p.claimNodePorts(svc, key)
 	}
-	seenIPLeaks := map[netip.Addr]bool{}
-	for _, ipa := range r.a.ClusterIPs {
-		ipa.ForEach(func(ip netip.Addr) {
-			if ipClaims[ip] != nil {
-				return
-			}
-			p := Problem{Kind: Leaked, Resource: ResourceClusterIP, Value: ip.String(), Range: ipa.CIDR().String()}
-			if fix {
-				seenIPLeaks[ip] = true
-				p.LeakCount = r.ipLeaks[ip] + 1
-				if p.LeakCount >= threshold {
-					ipa.Release(ip)
-					p.Fixed = true
-					delete(r.ipLeaks, ip)
-				} else {
-					r.ipLeaks[ip] = p.LeakCount
-				}
-			}
-			rep.Problems = append(rep.Problems, p)
-		})
-	}
-
-	// Node ports.
-	pa := r.a.NodePorts
-	for port, c := range portClaims {
-		if len(c.svcs) > 1 {
-			rep.Problems = append(rep.Problems, Problem{Kind: Duplicate, Resource: ResourceNodePort, Value: strconv.Itoa(port), Services: c.svcs, Range: pa.r.String()})
-		}
-		if !pa.Has(port) {
-			p := Problem{Kind: Missing, Resource: ResourceNodePort, Value: strconv.Itoa(port), Services: c.svcs, Range: pa.r.String()}
-			if fix {
-				p.Fixed = pa.Allocate(port) == nil
-			}
-			rep.Problems = append(rep.Problems, p)
-		}
-	}
-	seenPortLeaks := map[int]bool{}
-	if pa != nil {
-		pa.ForEach(func(port int) {
-			if portClaims[port] != nil {
-				return
-			}
-			p := Problem{Kind: Leaked, Resource: ResourceNodePort, Value: strconv.Itoa(port), Range: pa.r.String()}
-			if fix {
-				seenPortLeaks[port] = true
-				p.LeakCount = r.portLeaks[port] + 1
-				if p.LeakCount >= threshold {
-					pa.Release(port)
-					p.Fixed = true
-					delete(r.portLeaks, port)
-				} else {
-					r.portLeaks[port] = p.LeakCount
-				}
-			}
-			rep.Problems = append(rep.Problems, p)
-		})
-	}
-
+	seenIPLeaks := p.checkClusterIPs()
+	seenPortLeaks := p.checkNodePorts()
 	if fix {
 		// Counters track consecutive passes: a value not leaked this pass
 		// (used again, or released) starts from zero next time.
-		for ip := range r.ipLeaks {
-			if !seenIPLeaks[ip] {
-				delete(r.ipLeaks, ip)
-			}
+		forgetLeaks(r.ipLeaks, seenIPLeaks)
+		forgetLeaks(r.portLeaks, seenPortLeaks)
+	}
+	slices.SortStableFunc(p.rep.Problems, compareProblems)
+	return p.rep
+}
+
+func (p *repairPass) problem(pr Problem) { p.rep.Problems = append(p.rep.Problems, pr) }
+
+// claimClusterIPs records the service's cluster IPs; an invalid IP, or one that no
+// allocator can hand out, is a problem at once.
+func (p *repairPass) claimClusterIPs(svc *corev1.Service, key string) {
+	for _, raw := range ClusterIPsOf(svc) {
+		ip, err := netip.ParseAddr(raw)
+		if err != nil || ip.Zone() != "" {
+			p.problem(Problem{Kind: Invalid, Resource: ResourceClusterIP, Value: raw, Services: []string{key}})
+			continue
 		}
-		for port := range r.portLeaks {
-			if !seenPortLeaks[port] {
-				delete(r.portLeaks, port)
+		ip = ip.Unmap()
+		ipa := p.r.a.ForIP(ip)
+		if ipa == nil || !ipa.usable(ip) {
+			pr := Problem{Kind: OutOfRange, Resource: ResourceClusterIP, Value: ip.String(), Services: []string{key}}
+			if ipa != nil {
+				pr.Range = ipa.CIDR().String()
 			}
+			p.problem(pr)
+			continue
+		}
+		addClaim(p.ipClaims, ip, key)
+	}
+}
+
+// claimNodePorts records the service's node ports; one out of the range is a problem
+// at once.
+func (p *repairPass) claimNodePorts(svc *corev1.Service, key string) {
+	for _, port := range NodePortsOf(svc) {
+		pa := p.r.a.NodePorts
+		if pa == nil || !pa.r.Contains(port) {
+			pr := Problem{Kind: OutOfRange, Resource: ResourceNodePort, Value: strconv.Itoa(port), Services: []string{key}}
+			if pa != nil {
+				pr.Range = pa.r.String()
+			}
+			p.problem(pr)
+			continue
+		}
+		addClaim(p.portClaims, port, key)
+	}
+}
+
+func addClaim[K comparable](claims map[K]*claim, k K, key string) {
+	c := claims[k]
+	if c == nil {
+		c = &claim{}
+		claims[k] = c
+	}
+	c.svcs = append(c.svcs, key)
+}
+
+// checkClusterIPs reports claimed IPs that are duplicates or not allocated (marking
+// them when fixing) and allocated IPs nobody claims (counting them, and freeing them
+// when fixing). It returns the IPs seen leaked.
+func (p *repairPass) checkClusterIPs() map[netip.Addr]bool {
+	for ip, c := range p.ipClaims {
+		ipa := p.r.a.ForIP(ip)
+		if len(c.svcs) > 1 {
+			p.problem(Problem{Kind: Duplicate, Resource: ResourceClusterIP, Value: ip.String(), Services: c.svcs, Range: ipa.CIDR().String()})
+		}
+		if !ipa.Has(ip) {
+			pr := Problem{Kind: Missing, Resource: ResourceClusterIP, Value: ip.String(), Services: c.svcs, Range: ipa.CIDR().String()}
+			if p.fix {
+				pr.Fixed = ipa.Allocate(ip) == nil
+			}
+			p.problem(pr)
 		}
 	}
+	seen := map[netip.Addr]bool{}
+	for _, ipa := range p.r.a.ClusterIPs {
+		ipa.ForEach(func(ip netip.Addr) {
+			if p.ipClaims[ip] != nil {
+				return
+			}
+			pr := Problem{Kind: Leaked, Resource: ResourceClusterIP, Value: ip.String(), Range: ipa.CIDR().String()}
+			if p.fix {
+				seen[ip] = true
+				pr.LeakCount, pr.Fixed = countLeak(p.r.ipLeaks, ip, p.threshold, ipa.Release)
+			}
+			p.problem(pr)
+		})
+	}
+	return seen
+}
 
-	slices.SortStableFunc(rep.Problems, compareProblems)
-	return rep
+// checkNodePorts is checkClusterIPs for node ports.
+func (p *repairPass) checkNodePorts() map[int]bool {
+	pa := p.r.a.NodePorts
+	for port, c := range p.portClaims {
+		if len(c.svcs) > 1 {
+			p.problem(Problem{Kind: Duplicate, Resource: ResourceNodePort, Value: strconv.Itoa(port), Services: c.svcs, Range: pa.r.String()})
+		}
+		if !pa.Has(port) {
+			pr := Problem{Kind: Missing, Resource: ResourceNodePort, Value: strconv.Itoa(port), Services: c.svcs, Range: pa.r.String()}
+			if p.fix {
+				pr.Fixed = pa.Allocate(port) == nil
+			}
+			p.problem(pr)
+		}
+	}
+	seen := map[int]bool{}
+	if pa != nil {
+		pa.ForEach(func(port int) {
+			if p.portClaims[port] != nil {
+				return
+			}
+			pr := Problem{Kind: Leaked, Resource: ResourceNodePort, Value: strconv.Itoa(port), Range: pa.r.String()}
+			if p.fix {
+				seen[port] = true
+				pr.LeakCount, pr.Fixed = countLeak(p.r.portLeaks, port, p.threshold, pa.Release)
+			}
+			p.problem(pr)
+		})
+	}
+	return seen
+}
+
+// countLeak counts one more pass that saw k leaked. On the threshold-th it releases k
+// and forgets it.
+func countLeak[K comparable](leaks map[K]int, k K, threshold int, release func(K)) (count int, freed bool) {
+	count = leaks[k] + 1
+	if count >= threshold {
+		release(k)
+		delete(leaks, k)
+		return count, true
+	}
+	leaks[k] = count
+	return count, false
+}
+
+// forgetLeaks drops the counters of the values not seen leaked in this pass.
+func forgetLeaks[K comparable](leaks map[K]int, seen map[K]bool) {
+	for k := range leaks {
+		if !seen[k] {
+			delete(leaks, k)
+		}
+	}
 }
 
 var kindOrder = map[ProblemKind]int{Invalid: 0, OutOfRange: 1, Duplicate: 2, Missing: 3, Leaked: 4}

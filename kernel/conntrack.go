@@ -301,30 +301,46 @@ func ParseConntrack(out []byte) ([]ConntrackEntry, error) {
 func parseConntrackLine(line string) (ConntrackEntry, error) {
 	var e ConntrackEntry
 	f := strings.Fields(line)
+	i, err := parseConntrackHead(&e, f, line)
+	if err != nil {
+		return e, err
+	}
+	p := conntrackTuples{e: &e, dir: -1}
+	for _, tok := range f[i:] {
+		if err := p.field(tok); err != nil {
+			return e, err
+		}
+	}
+	return e, p.finish()
+}
+
+// parseConntrackHead reads the fields before the tuples into e: the family (-o
+// extended: "ipv4 2 tcp 6 TIMEOUT ..."; plain: "tcp 6 TIMEOUT ..."), the protocol's name
+// and number, the timeout and the state, if any. It returns the index of the next field.
+func parseConntrackHead(e *ConntrackEntry, f []string, line string) (int, error) {
 	i := 0
-	// -o extended: "ipv4 2 tcp 6 TIMEOUT ..."; plain: "tcp 6 TIMEOUT ...".
 	if len(f) >= 2 && (f[0] == "ipv4" || f[0] == "ipv6") {
 		e.Family = IPv4
 		if f[0] == "ipv6" {
 			e.Family = IPv6
 		}
 		if _, err := strconv.ParseUint(f[1], 10, 8); err != nil {
-			return e, fmt.Errorf("family number %q: %w", f[1], err)
+			return i, fmt.Errorf("family number %q: %w", f[1], err)
 		}
 		i = 2
 	}
 	if len(f) < i+3 {
-		return e, fmt.Errorf("too few fields in %q", line)
+		return i, fmt.Errorf("too few fields in %q", line)
 	}
 	e.ProtoName = f[i]
 	p, err := strconv.ParseUint(f[i+1], 10, 8)
 	if err != nil {
-		return e, fmt.Errorf("protocol number %q: %w", f[i+1], err)
+		return i, fmt.Errorf("protocol number %q: %w", f[i+1], err)
 	}
 	e.Protocol = uint8(p)
 	t, err := strconv.ParseUint(f[i+2], 10, 32)
 	if err != nil {
-		return e, fmt.Errorf("timeout %q: %w", f[i+2], err)
+		return i, fmt.Errorf("timeout %q: %w", f[i+2], err)
 	}
 	e.Timeout = time.Duration(t) * time.Second
 	i += 3
@@ -332,125 +348,161 @@ func parseConntrackLine(line string) (ConntrackEntry, error) {
 		e.State = f[i]
 		i++
 	}
-	// Tuples: the first src= starts the original direction, the second the reply.
-	dir := -1
-	tuplesDone := false // set by mark= or use=, which follow both tuples
-	var tuples [2]ConntrackTuple
-	for ; i < len(f); i++ {
-		tok := f[i]
-		if strings.HasPrefix(tok, "[") {
-			if !strings.HasSuffix(tok, "]") || len(tok) < 3 {
-				return e, fmt.Errorf("bad status token %q", tok)
-			}
-			name := tok[1 : len(tok)-1]
-			known := false
-			for _, sn := range statusNames {
-				if sn.name == name {
-					e.Status |= sn.flag
-					known = true
-				}
-			}
-			if !known {
-				e.Extra = append(e.Extra, tok)
-			}
-			continue
+	return i, nil
+}
+
+// conntrackTuples reads the rest of a line into e, field by field: the first src=
+// starts the original tuple, the second the reply; [FLAGS] anywhere; mark=, zone= and
+// use= for the entry; what it does not model goes to e.Extra.
+type conntrackTuples struct {
+	e      *ConntrackEntry
+	dir    int  // the tuple being read: -1 before the first src=, 0 original, 1 reply
+	done   bool // set by mark= or use=, which follow both tuples
+	tuples [2]ConntrackTuple
+}
+
+func (p *conntrackTuples) field(tok string) error {
+	e := p.e
+	if strings.HasPrefix(tok, "[") {
+		return p.status(tok)
+	}
+	k, v, ok := strings.Cut(tok, "=")
+	if !ok {
+		return fmt.Errorf("unexpected token %q", tok)
+	}
+	switch k {
+	case "src":
+		return p.src(v)
+	case "mark":
+		m, err := parseUintField(k, v, 0, 32)
+		if err != nil {
+			return err
 		}
-		k, v, ok := strings.Cut(tok, "=")
-		if !ok {
-			return e, fmt.Errorf("unexpected token %q", tok)
+		e.Mark, p.done = uint32(m), true
+		return nil
+	case "zone":
+		z, err := parseUintField(k, v, 10, 16)
+		if err != nil {
+			return err
 		}
-		switch k {
-		case "src":
-			dir++
-			if dir > 1 {
-				return e, fmt.Errorf("more than two tuples")
-			}
-			a, err := netip.ParseAddr(v)
-			if err != nil {
-				return e, fmt.Errorf("src: %w", err)
-			}
-			tuples[dir].Src = a
-			if e.Family == 0 {
-				e.Family = IPv4
-				if a.Is6() {
-					e.Family = IPv6
-				}
-			}
-			continue
-		case "mark":
-			m, err := strconv.ParseUint(v, 0, 32)
-			if err != nil {
-				return e, fmt.Errorf("mark: %w", err)
-			}
-			e.Mark = uint32(m)
-			tuplesDone = true
-			continue
-		case "zone":
-			z, err := strconv.ParseUint(v, 10, 16)
-			if err != nil {
-				return e, fmt.Errorf("zone: %w", err)
-			}
-			e.Zone = uint16(z)
-			continue
-		case "use":
-			u, err := strconv.ParseUint(v, 10, 32)
-			if err != nil {
-				return e, fmt.Errorf("use: %w", err)
-			}
-			e.Use = uint32(u)
-			tuplesDone = true
-			continue
+		e.Zone = uint16(z)
+		return nil
+	case "use":
+		u, err := parseUintField(k, v, 10, 32)
+		if err != nil {
+			return err
 		}
-		if dir < 0 || tuplesDone || !isTupleKey(k) || (k == "id" && e.Protocol != 1 && e.Protocol != 58) {
-			e.Extra = append(e.Extra, tok)
-			continue
-		}
-		t := &tuples[dir]
-		switch k {
-		case "dst":
-			a, err := netip.ParseAddr(v)
-			if err != nil {
-				return e, fmt.Errorf("dst: %w", err)
-			}
-			t.Dst = a
-		case "sport", "dport", "id":
-			n, err := strconv.ParseUint(v, 10, 16)
-			if err != nil {
-				return e, fmt.Errorf("%s: %w", k, err)
-			}
-			switch k {
-			case "sport":
-				t.SrcPort = uint16(n)
-			case "dport":
-				t.DstPort = uint16(n)
-			default:
-				t.ICMPID = uint16(n)
-			}
-		case "type", "code":
-			n, err := strconv.ParseUint(v, 10, 8)
-			if err != nil {
-				return e, fmt.Errorf("%s: %w", k, err)
-			}
-			if k == "type" {
-				t.ICMPType = uint8(n)
-			} else {
-				t.ICMPCode = uint8(n)
-			}
+		e.Use, p.done = uint32(u), true
+		return nil
+	}
+	if p.dir < 0 || p.done || !isTupleKey(k) || (k == "id" && e.Protocol != 1 && e.Protocol != 58) {
+		e.Extra = append(e.Extra, tok)
+		return nil
+	}
+	return tupleField(&p.tuples[p.dir], k, v)
+}
+
+// status reads a [FLAG]; flags it does not know go to Extra.
+func (p *conntrackTuples) status(tok string) error {
+	if !strings.HasSuffix(tok, "]") || len(tok) < 3 {
+		return fmt.Errorf("bad status token %q", tok)
+	}
+	name := tok[1 : len(tok)-1]
+	known := false
+	for _, sn := range statusNames {
+		if sn.name == name {
+			p.e.Status |= sn.flag
+			known = true
 		}
 	}
-	if dir != 1 {
-		return e, fmt.Errorf("want an original and a reply tuple, found %d", dir+1)
+	if !known {
+		p.e.Extra = append(p.e.Extra, tok)
+	}
+	return nil
+}
+
+// src starts the next tuple; the first address gives a plain line its family.
+func (p *conntrackTuples) src(v string) error {
+	p.dir++
+	if p.dir > 1 {
+		return fmt.Errorf("more than two tuples")
+	}
+	a, err := netip.ParseAddr(v)
+	if err != nil {
+		return fmt.Errorf("src: %w", err)
+	}
+	p.tuples[p.dir].Src = a
+	if p.e.Family == 0 {
+		p.e.Family = IPv4
+		if a.Is6() {
+			p.e.Family = IPv6
+		}
+	}
+	return nil
+}
+
+// tupleField sets the field k (isTupleKey) of a tuple.
+func tupleField(t *ConntrackTuple, k, v string) error {
+	switch k {
+	case "dst":
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return fmt.Errorf("dst: %w", err)
+		}
+		t.Dst = a
+	case "sport", "dport", "id":
+		n, err := parseUintField(k, v, 10, 16)
+		if err != nil {
+			return err
+		}
+		switch k {
+		case "sport":
+			t.SrcPort = uint16(n)
+		case "dport":
+			t.DstPort = uint16(n)
+		default:
+			t.ICMPID = uint16(n)
+		}
+	case "type", "code":
+		n, err := parseUintField(k, v, 10, 8)
+		if err != nil {
+			return err
+		}
+		if k == "type" {
+			t.ICMPType = uint8(n)
+		} else {
+			t.ICMPCode = uint8(n)
+		}
+	}
+	return nil
+}
+
+// parseUintField parses the value of the field k; an error names the field.
+func parseUintField(k, v string, base, bitSize int) (uint64, error) {
+	n, err := strconv.ParseUint(v, base, bitSize)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", k, err)
+	}
+	return n, nil
+}
+
+// finish checks that the line had both tuples, complete and of the entry's family, and
+// stores them.
+func (p *conntrackTuples) finish() error {
+	e, tuples := p.e, p.tuples
+	if p.dir != 1 {
+		return fmt.Errorf("want an original and a reply tuple, found %d", p.dir+1)
 	}
 	if !tuples[0].Dst.IsValid() || !tuples[1].Dst.IsValid() {
-		return e, fmt.Errorf("tuple without dst")
+		return fmt.Errorf("tuple without dst")
 	}
 	for _, a := range []netip.Addr{tuples[0].Src, tuples[0].Dst, tuples[1].Src, tuples[1].Dst} {
 		if a.Is4() != (e.Family == IPv4) {
-			return e, fmt.Errorf("address %v is not %v", a, e.Family)
+			return fmt.Errorf("address %v is not %v", a, e.Family)
 		}
 	}
 	e.Orig, e.Reply = tuples[0], tuples[1]
-	return e, nil
+	return nil
 }
 
 // isTupleKey reports whether k belongs to a tuple. "id" is the echo id inside an ICMP

@@ -393,89 +393,141 @@ func (h *Harness) batch(ctx context.Context, ns *Netns, lines []string) error {
 	return nil
 }
 
+// build makes the harness, phase by phase.
 func (h *Harness) build(ctx context.Context) error {
-	cfg := h.cfg
-	nodeCount := 1
-	if cfg.SecondNode {
-		nodeCount = 2
-	}
 	// Namespaces first, so that every later failure is cleaned up by Close.
+	if err := h.addNamespaces(ctx); err != nil {
+		return err
+	}
+	// Sysctls before links, so that new interfaces inherit conf/default.
+	if err := h.configureSysctls(); err != nil {
+		return err
+	}
+	if err := h.addLinks(ctx); err != nil {
+		return err
+	}
+	// Every link must be really up before the harness is used (see waitLinksUp).
+	for _, ns := range h.Namespaces() {
+		if err := ns.h.waitLinksUp(5 * time.Second); err != nil {
+			return err
+		}
+	}
+	// Servers, then the adapters.
+	if err := h.startServers(); err != nil {
+		return err
+	}
+	return h.addAdapters(ctx)
+}
+
+// addNamespaces makes the external, node and pod namespaces and lays out their
+// addresses.
+func (h *Harness) addNamespaces(ctx context.Context) error {
+	cfg := h.cfg
 	ext, err := h.addNetns(ctx, "ext", "external")
 	if err != nil {
 		return err
 	}
 	h.External = ext
 	h.ExternalIP = addOffset(cfg.NodeNetwork.Addr(), 100)
-	v6 := cfg.IPv6
-	if v6 {
+	if cfg.IPv6 {
 		h.ExternalIP6 = addOffset6(cfg.NodeNetwork6.Addr(), 100)
 	}
+	nodeCount := 1
+	if cfg.SecondNode {
+		nodeCount = 2
+	}
 	for i := 0; i < nodeCount; i++ {
-		ns, err := h.addNetns(ctx, "node"+strconv.Itoa(i), "node"+strconv.Itoa(i))
-		if err != nil {
+		if err := h.addNode(ctx, i); err != nil {
 			return err
 		}
-		subnet := netip.PrefixFrom(addOffset(cfg.ClusterCIDR.Addr(), uint32(i)<<8), 24)
-		if !cfg.ClusterCIDR.Contains(subnet.Addr()) {
-			return fmt.Errorf("ClusterCIDR %v has no room for node %d's /24", cfg.ClusterCIDR, i)
-		}
-		node := &Node{
-			Index:   i,
-			Netns:   ns,
-			IP:      addOffset(cfg.NodeNetwork.Addr(), uint32(i+1)),
-			PodCIDR: subnet,
-			Gateway: addOffset(subnet.Addr(), 1),
-		}
-		if cfg.NodeIPs != nil {
-			node.IP = cfg.NodeIPs[i]
-		}
-		if v6 {
-			node.IP6 = addOffset6(cfg.NodeNetwork6.Addr(), uint64(i+1))
-			node.PodCIDR6 = subnet6(cfg.ClusterCIDR6, uint64(i))
-			node.Gateway6 = addOffset6(node.PodCIDR6.Addr(), 1)
-		}
-		h.Nodes = append(h.Nodes, node)
 	}
-	next := make([]uint32, nodeCount)
+	next := make([]uint32, nodeCount) // per node, the next host number to try for a pod
 	for i, pc := range cfg.Pods {
-		node := h.Nodes[pc.Node]
-		ns, err := h.addNetns(ctx, "p"+strconv.Itoa(i), "pod/"+pc.Name)
-		if err != nil {
+		if err := h.addPod(ctx, i, pc, next); err != nil {
 			return err
 		}
-		ip := pc.IP
-		if !ip.IsValid() {
-			for {
-				ip = addOffset(node.PodCIDR.Addr(), 2+next[pc.Node])
-				next[pc.Node]++
-				if !slices.ContainsFunc(cfg.Pods, func(o PodConfig) bool { return o.IP == ip }) {
-					break
-				}
-			}
-		}
-		if !ip.Is4() || !node.PodCIDR.Contains(ip) || ip == node.Gateway || ip == node.PodCIDR.Addr() {
-			return fmt.Errorf("pod %s: IP %v is not a pod address of node %d's subnet %v", pc.Name, ip, pc.Node, node.PodCIDR)
-		}
-		p := &Pod{Name: pc.Name, Node: node, Netns: ns, IP: ip, HostVeth: "veth" + strconv.Itoa(i), Ports: cfg.PodPorts}
-		if pc.TCPPorts != nil || pc.UDPPorts != nil {
-			p.Ports, p.TCPPorts, p.UDPPorts = nil, pc.TCPPorts, pc.UDPPorts
-		}
-		if v6 {
-			p.IP6 = pc.IP6
-			if !p.IP6.IsValid() {
-				host := binary.BigEndian.Uint32(ip.AsSlice()) & 0xff
-				p.IP6 = addOffset6(node.PodCIDR6.Addr(), uint64(host))
-			}
-			if !node.PodCIDR6.Contains(p.IP6) || p.IP6 == node.Gateway6 || p.IP6 == node.PodCIDR6.Addr() {
-				return fmt.Errorf("pod %s: IP6 %v is not a pod address of node %d's subnet %v", pc.Name, p.IP6, pc.Node, node.PodCIDR6)
-			}
-		}
-		h.Pods = append(h.Pods, p)
-		node.Pods = append(node.Pods, p)
 	}
+	return nil
+}
 
-	// Sysctls before links, so that new interfaces inherit conf/default.
-	if v6 {
+// addNode makes node i's namespace: node IP i+1 on the node network (or NodeIPs[i]),
+// the i-th /24 of the cluster CIDR (and /64 of the IPv6 one) as its pod subnet.
+func (h *Harness) addNode(ctx context.Context, i int) error {
+	cfg := h.cfg
+	ns, err := h.addNetns(ctx, "node"+strconv.Itoa(i), "node"+strconv.Itoa(i))
+	if err != nil {
+		return err
+	}
+	subnet := netip.PrefixFrom(addOffset(cfg.ClusterCIDR.Addr(), uint32(i)<<8), 24)
+	if !cfg.ClusterCIDR.Contains(subnet.Addr()) {
+		return fmt.Errorf("ClusterCIDR %v has no room for node %d's /24", cfg.ClusterCIDR, i)
+	}
+	node := &Node{
+		Index:   i,
+		Netns:   ns,
+		IP:      addOffset(cfg.NodeNetwork.Addr(), uint32(i+1)),
+		PodCIDR: subnet,
+		Gateway: addOffset(subnet.Addr(), 1),
+	}
+	if cfg.NodeIPs != nil {
+		node.IP = cfg.NodeIPs[i]
+	}
+	if cfg.IPv6 {
+		node.IP6 = addOffset6(cfg.NodeNetwork6.Addr(), uint64(i+1))
+		node.PodCIDR6 = subnet6(cfg.ClusterCIDR6, uint64(i))
+		node.Gateway6 = addOffset6(node.PodCIDR6.Addr(), 1)
+	}
+	h.Nodes = append(h.Nodes, node)
+	return nil
+}
+
+// addPod makes the namespace of pod i and picks its addresses: the configured ones, or
+// the next free host of its node's subnet (next counts per node) and, with IPv6, the
+// same host number in the node's IPv6 subnet.
+func (h *Harness) addPod(ctx context.Context, i int, pc PodConfig, next []uint32) error {
+	cfg := h.cfg
+	node := h.Nodes[pc.Node]
+	ns, err := h.addNetns(ctx, "p"+strconv.Itoa(i), "pod/"+pc.Name)
+	if err != nil {
+		return err
+	}
+	ip := pc.IP
+	if !ip.IsValid() {
+		for {
+			ip = addOffset(node.PodCIDR.Addr(), 2+next[pc.Node])
+			next[pc.Node]++
+			if !slices.ContainsFunc(cfg.Pods, func(o PodConfig) bool { return o.IP == ip }) {
+				break
+			}
+		}
+	}
+	if !ip.Is4() || !node.PodCIDR.Contains(ip) || ip == node.Gateway || ip == node.PodCIDR.Addr() {
+		return fmt.Errorf("pod %s: IP %v is not a pod address of node %d's subnet %v", pc.Name, ip, pc.Node, node.PodCIDR)
+	}
+	p := &Pod{Name: pc.Name, Node: node, Netns: ns, IP: ip, HostVeth: "veth" + strconv.Itoa(i), Ports: cfg.PodPorts}
+	if pc.TCPPorts != nil || pc.UDPPorts != nil {
+		p.Ports, p.TCPPorts, p.UDPPorts = nil, pc.TCPPorts, pc.UDPPorts
+	}
+	if cfg.IPv6 {
+		p.IP6 = pc.IP6
+		if !p.IP6.IsValid() {
+			host := binary.BigEndian.Uint32(ip.AsSlice()) & 0xff
+			p.IP6 = addOffset6(node.PodCIDR6.Addr(), uint64(host))
+		}
+		if !node.PodCIDR6.Contains(p.IP6) || p.IP6 == node.Gateway6 || p.IP6 == node.PodCIDR6.Addr() {
+			return fmt.Errorf("pod %s: IP6 %v is not a pod address of node %d's subnet %v", pc.Name, p.IP6, pc.Node, node.PodCIDR6)
+		}
+	}
+	h.Pods = append(h.Pods, p)
+	node.Pods = append(node.Pods, p)
+	return nil
+}
+
+// configureSysctls writes every namespace's sysctls (IPv6 first, where asked) and picks
+// the topology, which depends on whether the nodes have bridge netfilter.
+func (h *Harness) configureSysctls() error {
+	cfg := h.cfg
+	if cfg.IPv6 {
 		for _, ns := range h.Namespaces() {
 			if ok, err := sysctlExists(ns, "net.ipv6.conf.all.disable_ipv6"); err != nil || !ok {
 				return fmt.Errorf("IPv6 requested but %s has no IPv6 (%v)", ns, err)
@@ -485,34 +537,14 @@ func (h *Harness) build(ctx context.Context) error {
 			}
 		}
 	}
-	if err := writeSysctls(ext, leafSysctls); err != nil {
+	if err := writeSysctls(h.External, leafSysctls); err != nil {
 		return err
 	}
-	if err := writeOptionalSysctls(ext, optionalSysctls); err != nil {
+	if err := writeOptionalSysctls(h.External, optionalSysctls); err != nil {
 		return err
 	}
-	for _, n := range h.Nodes {
-		brnf, err := sysctlExists(n.Netns, "net.bridge.bridge-nf-call-iptables")
-		if err != nil {
-			return err
-		}
-		if n.Index == 0 {
-			h.BrNetfilter = brnf
-		}
-	}
-	switch cfg.Topology {
-	case TopologyAuto:
-		h.Topology = TopologyRouted
-		if h.BrNetfilter {
-			h.Topology = TopologyBridge
-		}
-	case TopologyBridge:
-		if !h.BrNetfilter {
-			return errors.New("TopologyBridge needs bridge netfilter (net.bridge.bridge-nf-call-iptables) in the node namespace, and it is missing (br_netfilter not loaded?): use TopologyRouted")
-		}
-		h.Topology = TopologyBridge
-	default:
-		h.Topology = cfg.Topology
+	if err := h.pickTopology(); err != nil {
+		return err
 	}
 	for _, n := range h.Nodes {
 		if err := writeSysctls(n.Netns, h.nodeSysctls()); err != nil {
@@ -521,7 +553,7 @@ func (h *Harness) build(ctx context.Context) error {
 		if err := writeOptionalSysctls(n.Netns, optionalSysctls); err != nil {
 			return err
 		}
-		if v6 {
+		if cfg.IPv6 {
 			if err := writeSysctls(n.Netns, map[string]string{"net.ipv6.conf.all.forwarding": "1"}); err != nil {
 				return err
 			}
@@ -538,128 +570,190 @@ func (h *Harness) build(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
+}
 
-	// Links, addresses and routes.
-	bits := cfg.NodeNetwork.Bits()
-	extLines := []string{"link set lo up", "link add fab0 type bridge", "link set fab0 up",
-		fmt.Sprintf("addr add %s/%d dev fab0", h.ExternalIP, bits)}
-	if v6 {
-		extLines = append(extLines, fmt.Sprintf("addr add %s/%d dev fab0 nodad", h.ExternalIP6, cfg.NodeNetwork6.Bits()))
-	}
-	for _, a := range cfg.ExternalAddrs {
-		switch {
-		case a.Is4():
-			extLines = append(extLines, fmt.Sprintf("addr add %s/32 dev fab0", a))
-		case v6 && !a.Is4In6():
-			extLines = append(extLines, fmt.Sprintf("addr add %s/128 dev fab0 nodad", a))
-		default:
-			return fmt.Errorf("ExternalAddrs: %v: want IPv4, or IPv6 with IPv6 on", a)
+// pickTopology looks for bridge netfilter in the node namespaces (node 0's answer is
+// BrNetfilter) and sets Topology: the configured one, or with TopologyAuto bridge when
+// there is bridge netfilter and routed when not.
+func (h *Harness) pickTopology() error {
+	for _, n := range h.Nodes {
+		brnf, err := sysctlExists(n.Netns, "net.bridge.bridge-nf-call-iptables")
+		if err != nil {
+			return err
+		}
+		if n.Index == 0 {
+			h.BrNetfilter = brnf
 		}
 	}
-	for _, n := range h.Nodes {
-		port := "n" + strconv.Itoa(n.Index)
-		extLines = append(extLines,
-			fmt.Sprintf("link add %s type veth peer name eth0 netns %s", port, n.Netns.Name),
-			fmt.Sprintf("link set %s master fab0", port),
-			fmt.Sprintf("link set %s up", port))
+	switch h.cfg.Topology {
+	case TopologyAuto:
+		h.Topology = TopologyRouted
+		if h.BrNetfilter {
+			h.Topology = TopologyBridge
+		}
+	case TopologyBridge:
+		if !h.BrNetfilter {
+			return errors.New("TopologyBridge needs bridge netfilter (net.bridge.bridge-nf-call-iptables) in the node namespace, and it is missing (br_netfilter not loaded?): use TopologyRouted")
+		}
+		h.Topology = TopologyBridge
+	default:
+		h.Topology = h.cfg.Topology
 	}
-	if err := h.batch(ctx, ext, extLines); err != nil {
+	return nil
+}
+
+// addLinks makes the links, addresses and routes: the external namespace's fabric
+// bridge with a veth to each node, each node's, each pod's, then the external routes to
+// node 0. One `ip -batch` per namespace.
+func (h *Harness) addLinks(ctx context.Context) error {
+	extLines, err := h.externalLinks()
+	if err != nil {
+		return err
+	}
+	if err := h.batch(ctx, h.External, extLines); err != nil {
 		return err
 	}
 	for _, n := range h.Nodes {
-		lines := []string{"link set lo up", "link set eth0 up",
-			fmt.Sprintf("addr add %s/%d dev eth0", n.IP, bits),
-			fmt.Sprintf("route add default via %s dev eth0", h.ExternalIP)}
-		if v6 {
-			lines = append(lines, fmt.Sprintf("addr add %s/%d dev eth0 nodad", n.IP6, cfg.NodeNetwork6.Bits()),
-				fmt.Sprintf("route add default via %s dev eth0", h.ExternalIP6))
-		}
-		if h.Topology == TopologyBridge {
-			lines = append(lines, "link add cbr0 type bridge nf_call_iptables 1 nf_call_ip6tables 1",
-				fmt.Sprintf("addr add %s/24 dev cbr0", n.Gateway), "link set cbr0 up")
-			if v6 {
-				lines = append(lines, fmt.Sprintf("addr add %s/64 dev cbr0 nodad", n.Gateway6))
-			}
-		}
-		for _, p := range n.Pods {
-			lines = append(lines, fmt.Sprintf("link add %s type veth peer name eth0 netns %s", p.HostVeth, p.Netns.Name))
-			if h.Topology == TopologyBridge {
-				lines = append(lines,
-					fmt.Sprintf("link set %s master cbr0", p.HostVeth),
-					fmt.Sprintf("link set %s type bridge_slave hairpin on", p.HostVeth),
-					fmt.Sprintf("link set %s up", p.HostVeth))
-			} else {
-				lines = append(lines,
-					fmt.Sprintf("addr add %s/32 dev %s", n.Gateway, p.HostVeth),
-					fmt.Sprintf("link set %s up", p.HostVeth),
-					fmt.Sprintf("route add %s/32 dev %s src %s", p.IP, p.HostVeth, n.Gateway))
-				if v6 {
-					lines = append(lines,
-						fmt.Sprintf("addr add %s/128 dev %s nodad", n.Gateway6, p.HostVeth),
-						fmt.Sprintf("route add %s/128 dev %s", p.IP6, p.HostVeth))
-				}
-			}
-		}
-		for _, o := range h.Nodes {
-			if o != n {
-				lines = append(lines, fmt.Sprintf("route add %s via %s dev eth0", o.PodCIDR, o.IP))
-				if v6 {
-					lines = append(lines, fmt.Sprintf("route add %s via %s dev eth0", o.PodCIDR6, o.IP6))
-				}
-			}
-		}
-		if err := h.batch(ctx, n.Netns, lines); err != nil {
+		if err := h.batch(ctx, n.Netns, h.nodeLinks(n)); err != nil {
 			return err
 		}
 	}
 	for _, p := range h.Pods {
-		gw := p.Node.Gateway
-		lines := []string{"link set lo up"}
-		gw6 := p.Node.Gateway6
+		if err := h.batch(ctx, p.Netns, h.podLinks(p)); err != nil {
+			return err
+		}
+	}
+	return h.batch(ctx, h.External, h.externalRoutes())
+}
+
+// externalLinks are the `ip -batch` lines of the external namespace: the fabric bridge
+// fab0 with the external client's addresses, and a veth to each node's eth0 on it.
+func (h *Harness) externalLinks() ([]string, error) {
+	cfg, v6 := h.cfg, h.cfg.IPv6
+	lines := []string{"link set lo up", "link add fab0 type bridge", "link set fab0 up",
+		fmt.Sprintf("addr add %s/%d dev fab0", h.ExternalIP, cfg.NodeNetwork.Bits())}
+	if v6 {
+		lines = append(lines, fmt.Sprintf("addr add %s/%d dev fab0 nodad", h.ExternalIP6, cfg.NodeNetwork6.Bits()))
+	}
+	for _, a := range cfg.ExternalAddrs {
+		switch {
+		case a.Is4():
+			lines = append(lines, fmt.Sprintf("addr add %s/32 dev fab0", a))
+		case v6 && !a.Is4In6():
+			lines = append(lines, fmt.Sprintf("addr add %s/128 dev fab0 nodad", a))
+		default:
+			return nil, fmt.Errorf("ExternalAddrs: %v: want IPv4, or IPv6 with IPv6 on", a)
+		}
+	}
+	for _, n := range h.Nodes {
+		port := "n" + strconv.Itoa(n.Index)
+		lines = append(lines,
+			fmt.Sprintf("link add %s type veth peer name eth0 netns %s", port, n.Netns.Name),
+			fmt.Sprintf("link set %s master fab0", port),
+			fmt.Sprintf("link set %s up", port))
+	}
+	return lines, nil
+}
+
+// nodeLinks are the `ip -batch` lines of a node namespace: eth0 on the node network
+// with the default route to the external namespace, the pods' veths (on the bridge
+// cbr0, or each with the gateway address and a route to its pod), and routes to the
+// other nodes' pod subnets.
+func (h *Harness) nodeLinks(n *Node) []string {
+	cfg, v6 := h.cfg, h.cfg.IPv6
+	lines := []string{"link set lo up", "link set eth0 up",
+		fmt.Sprintf("addr add %s/%d dev eth0", n.IP, cfg.NodeNetwork.Bits()),
+		fmt.Sprintf("route add default via %s dev eth0", h.ExternalIP)}
+	if v6 {
+		lines = append(lines, fmt.Sprintf("addr add %s/%d dev eth0 nodad", n.IP6, cfg.NodeNetwork6.Bits()),
+			fmt.Sprintf("route add default via %s dev eth0", h.ExternalIP6))
+	}
+	if h.Topology == TopologyBridge {
+		lines = append(lines, "link add cbr0 type bridge nf_call_iptables 1 nf_call_ip6tables 1",
+			fmt.Sprintf("addr add %s/24 dev cbr0", n.Gateway), "link set cbr0 up")
+		if v6 {
+			lines = append(lines, fmt.Sprintf("addr add %s/64 dev cbr0 nodad", n.Gateway6))
+		}
+	}
+	for _, p := range n.Pods {
+		lines = append(lines, fmt.Sprintf("link add %s type veth peer name eth0 netns %s", p.HostVeth, p.Netns.Name))
 		if h.Topology == TopologyBridge {
-			lines = append(lines, fmt.Sprintf("addr add %s/24 dev eth0", p.IP), "link set eth0 up",
-				fmt.Sprintf("route add default via %s dev eth0", gw))
-			if v6 {
-				lines = append(lines, fmt.Sprintf("addr add %s/64 dev eth0 nodad", p.IP6),
-					fmt.Sprintf("route add default via %s dev eth0", gw6))
-			}
-		} else {
-			lines = append(lines, fmt.Sprintf("addr add %s/32 dev eth0", p.IP), "link set eth0 up",
-				fmt.Sprintf("route add %s dev eth0 scope link", gw),
-				fmt.Sprintf("route add default via %s dev eth0 src %s", gw, p.IP))
-			if v6 {
-				lines = append(lines, fmt.Sprintf("addr add %s/128 dev eth0 nodad", p.IP6),
-					fmt.Sprintf("route add %s/128 dev eth0", gw6),
-					fmt.Sprintf("route add default via %s dev eth0 src %s", gw6, p.IP6))
-			}
+			lines = append(lines,
+				fmt.Sprintf("link set %s master cbr0", p.HostVeth),
+				fmt.Sprintf("link set %s type bridge_slave hairpin on", p.HostVeth),
+				fmt.Sprintf("link set %s up", p.HostVeth))
+			continue
 		}
-		if err := h.batch(ctx, p.Netns, lines); err != nil {
-			return err
+		lines = append(lines,
+			fmt.Sprintf("addr add %s/32 dev %s", n.Gateway, p.HostVeth),
+			fmt.Sprintf("link set %s up", p.HostVeth),
+			fmt.Sprintf("route add %s/32 dev %s src %s", p.IP, p.HostVeth, n.Gateway))
+		if v6 {
+			lines = append(lines,
+				fmt.Sprintf("addr add %s/128 dev %s nodad", n.Gateway6, p.HostVeth),
+				fmt.Sprintf("route add %s/128 dev %s", p.IP6, p.HostVeth))
 		}
 	}
-	var extRoutes []string
-	for _, r := range cfg.ExternalRoutes {
-		extRoutes = append(extRoutes, fmt.Sprintf("route add %s via %s dev fab0", r.Masked(), h.Nodes[0].IP))
+	for _, o := range h.Nodes {
+		if o != n {
+			lines = append(lines, fmt.Sprintf("route add %s via %s dev eth0", o.PodCIDR, o.IP))
+			if v6 {
+				lines = append(lines, fmt.Sprintf("route add %s via %s dev eth0", o.PodCIDR6, o.IP6))
+			}
+		}
 	}
+	return lines
+}
+
+// podLinks are the `ip -batch` lines of a pod namespace: eth0 with the pod's
+// addresses and the default route via its node's gateway (on the bridge's subnet, or
+// a /32 with an on-link route to the gateway).
+func (h *Harness) podLinks(p *Pod) []string {
+	v6 := h.cfg.IPv6
+	gw, gw6 := p.Node.Gateway, p.Node.Gateway6
+	lines := []string{"link set lo up"}
+	if h.Topology == TopologyBridge {
+		lines = append(lines, fmt.Sprintf("addr add %s/24 dev eth0", p.IP), "link set eth0 up",
+			fmt.Sprintf("route add default via %s dev eth0", gw))
+		if v6 {
+			lines = append(lines, fmt.Sprintf("addr add %s/64 dev eth0 nodad", p.IP6),
+				fmt.Sprintf("route add default via %s dev eth0", gw6))
+		}
+		return lines
+	}
+	lines = append(lines, fmt.Sprintf("addr add %s/32 dev eth0", p.IP), "link set eth0 up",
+		fmt.Sprintf("route add %s dev eth0 scope link", gw),
+		fmt.Sprintf("route add default via %s dev eth0 src %s", gw, p.IP))
 	if v6 {
-		for _, r := range cfg.ExternalRoutes6 {
-			extRoutes = append(extRoutes, fmt.Sprintf("route add %s via %s dev fab0", r.Masked(), h.Nodes[0].IP6))
+		lines = append(lines, fmt.Sprintf("addr add %s/128 dev eth0 nodad", p.IP6),
+			fmt.Sprintf("route add %s/128 dev eth0", gw6),
+			fmt.Sprintf("route add default via %s dev eth0 src %s", gw6, p.IP6))
+	}
+	return lines
+}
+
+// externalRoutes are the external client's routes to ExternalRoutes (and
+// ExternalRoutes6) via node 0.
+func (h *Harness) externalRoutes() []string {
+	var lines []string
+	for _, r := range h.cfg.ExternalRoutes {
+		lines = append(lines, fmt.Sprintf("route add %s via %s dev fab0", r.Masked(), h.Nodes[0].IP))
+	}
+	if h.cfg.IPv6 {
+		for _, r := range h.cfg.ExternalRoutes6 {
+			lines = append(lines, fmt.Sprintf("route add %s via %s dev fab0", r.Masked(), h.Nodes[0].IP6))
 		}
 	}
-	if err := h.batch(ctx, ext, extRoutes); err != nil {
-		return err
-	}
+	return lines
+}
 
-	// Every link must be really up before the harness is used (see waitLinksUp).
-	for _, ns := range h.Namespaces() {
-		if err := ns.h.waitLinksUp(5 * time.Second); err != nil {
-			return err
-		}
-	}
-
-	// Servers, then the adapters.
+// startServers starts every pod's echo servers on the wildcard address (a dual-stack
+// socket with IPv6): on each port of Ports over TCP and UDP, or on TCPPorts and
+// UDPPorts.
+func (h *Harness) startServers() error {
 	wildcard := netip.IPv4Unspecified()
-	if v6 {
+	if h.cfg.IPv6 {
 		wildcard = netip.IPv6Unspecified() // a dual-stack socket
 	}
 	for _, p := range h.Pods {
@@ -682,6 +776,13 @@ func (h *Harness) build(ctx context.Context) error {
 			}
 		}
 	}
+	return nil
+}
+
+// addAdapters gives each node its IPTables and Conntrack (and their IPv6 twins), and
+// the harness node 0's.
+func (h *Harness) addAdapters(ctx context.Context) error {
+	cfg := h.cfg
 	for _, n := range h.Nodes {
 		ipt, err := newIPTables(ctx, IPTablesOptions{Backend: cfg.Backend, Family: IPv4, Netns: n.Netns.Name}, h.run)
 		if err != nil {
@@ -689,7 +790,7 @@ func (h *Harness) build(ctx context.Context) error {
 		}
 		n.IPTables = ipt
 		n.Conntrack = newConntrack(ConntrackOptions{Netns: n.Netns.Name}, h.run)
-		if v6 {
+		if cfg.IPv6 {
 			ipt6, err := newIPTables(ctx, IPTablesOptions{Backend: cfg.Backend, Family: IPv6, Netns: n.Netns.Name}, h.run)
 			if err != nil {
 				return err

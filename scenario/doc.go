@@ -114,7 +114,8 @@
 // exchanges walked through the same datapath code real packets take, synchronously, so
 // that outcomes are a function of the seed and the state, and traces are rule-level.
 // via: netstack opens real sockets in the source's gVisor stack and talks to the
-// built-in whoami server, one connection at a time. While it waits, the virtual clock
+// built-in whoami server, one connection at a time (DialWhoami, which package proptest
+// uses too). While it waits, the virtual clock
 // moves only when the simulation has nothing left to do (Cluster.Quiesce: every goroutine
 // of the cluster is blocked), and then to the next timer (a retransmission, link
 // latency, the userspace proxy's dial timeout), so

@@ -49,16 +49,7 @@ steps:
 // fires in a healthy dial, the proxy retries on the next endpoint and round robin
 // skips one (the demo's 31/30/29 under load).
 func TestNetstackTrafficOnASlowMachine(t *testing.T) {
-	s := mustParse(t, slowScenario)
-	p, err := s.prepare("userspace")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := p.start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.close()
+	r := mustStart(t, slowScenario, "userspace")
 	slow := netsim.HandlerFunc(func(_ *netsim.Context, pk *netsim.Packet) netsim.Verdict {
 		if pk.Proto == netfilter.ProtoTCP && pk.DstPort == 9376 && pk.TCPFlags&netfilter.TCPSyn != 0 && pk.TCPFlags&netfilter.TCPAck == 0 {
 			for start := time.Now(); time.Since(start) < 30*time.Millisecond; {

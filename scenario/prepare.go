@@ -17,7 +17,6 @@ import (
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -40,104 +39,146 @@ type plan struct {
 var DefaultNodes = []string{"node-a", "node-b", "node-c"}
 
 // prepare checks every field and loads the manifests. mode overrides cluster.proxy.mode
-// when not empty.
+// when not empty. The phases follow the file's sections, and so do the errors.
 func (s *Scenario) prepare(mode string) (*plan, error) {
-	var errs []error
-	fail := func(path, format string, args ...any) {
-		errs = append(errs, s.errorf(path, format, args...))
-	}
-	c := &s.Cluster
-	p := &plan{s: s, delays: map[string]time.Duration{}, applies: map[int]*loaded{}}
-	seed := c.Seed
+	seed := s.Cluster.Seed
 	if seed == 0 {
 		seed = 1
 	}
-	p.cfg = cluster.Config{Seed: seed, ManualClock: true}
+	pr := &preparer{s: s, c: &s.Cluster, p: &plan{
+		s:       s,
+		cfg:     cluster.Config{Seed: seed, ManualClock: true},
+		delays:  map[string]time.Duration{},
+		applies: map[int]*loaded{},
+	}}
+	pr.networks()
+	pr.nodes()
+	pr.externalHosts()
+	pr.proxy(mode)
+	pr.dns()
+	pr.manifests()
+	pr.steps()
+	if len(pr.errs) > 0 {
+		return nil, errors.Join(pr.errs...)
+	}
+	return pr.p, nil
+}
 
-	// Networks.
-	prefix := func(field, v string) netip.Prefix {
-		if v == "" {
-			return netip.Prefix{}
-		}
-		pf, err := netip.ParsePrefix(v)
-		if err != nil {
-			fail("cluster."+field, "want a CIDR such as 10.0.0.0/16, got %q", v)
-			return netip.Prefix{}
-		}
-		return pf.Masked()
+// preparer builds a plan from a scenario, one phase per section, and collects the
+// errors in the order it finds them.
+type preparer struct {
+	s         *Scenario
+	c         *Cluster
+	p         *plan
+	externals []string // the names of cluster.external_hosts, from externalHosts
+	errs      []error
+}
+
+func (pr *preparer) fail(path, format string, args ...any) {
+	pr.errs = append(pr.errs, pr.s.errorf(path, format, args...))
+}
+
+// add records err unless it is nil.
+func (pr *preparer) add(err error) {
+	if err != nil {
+		pr.errs = append(pr.errs, err)
 	}
-	// node_cidr, pod_cidr and service_cidr take one CIDR, or two of different families
-	// separated by a comma for a dual-stack cluster (as kube-apiserver's
-	// --service-cluster-ip-range and kube-proxy's --cluster-cidr do), the first family
-	// primary. All three name the same families.
-	dual := func(field, v string) []netip.Prefix {
-		if v == "" {
-			return nil
-		}
-		parts := strings.Split(v, ",")
-		if len(parts) > 2 {
-			fail("cluster."+field, "want one CIDR or two of different families separated by a comma, got %q", v)
-			return nil
-		}
-		var out []netip.Prefix
-		for _, part := range parts {
-			pf := prefix(field, strings.TrimSpace(part))
-			if !pf.IsValid() {
-				return nil
-			}
-			out = append(out, pf)
-		}
-		if len(out) == 2 && out[0].Addr().Is4() == out[1].Addr().Is4() {
-			fail("cluster."+field, "the two CIDRs of a dual-stack %s must be one IPv4 and one IPv6, got %q", field, v)
-			return nil
-		}
-		return out
-	}
-	p.cfg.NodeCIDRs = dual("node_cidr", c.NodeCIDR)
-	p.cfg.ClusterCIDRs = dual("pod_cidr", c.PodCIDR)
-	p.cfg.ServiceCIDRs = dual("service_cidr", c.ServiceCIDR)
-	families := func(ps []netip.Prefix) string {
-		var fs []string
-		for _, pf := range ps {
-			if pf.Addr().Is4() {
-				fs = append(fs, "IPv4")
-			} else {
-				fs = append(fs, "IPv6")
-			}
-		}
-		return strings.Join(fs, ",")
-	}
-	if n, pc, sc := p.cfg.NodeCIDRs, p.cfg.ClusterCIDRs, p.cfg.ServiceCIDRs; len(n) == 2 || len(pc) == 2 || len(sc) == 2 {
-		if families(n) != families(pc) || families(n) != families(sc) {
-			fail("cluster.node_cidr", "a dual-stack cluster names both families, in the same order, in node_cidr, pod_cidr and service_cidr (got %s; %s; %s)",
-				orDefault(families(n)), orDefault(families(pc)), orDefault(families(sc)))
+}
+
+// networks checks the cluster's address ranges, its load-balancer mode and its node
+// port range.
+func (pr *preparer) networks() {
+	c, cfg := pr.c, &pr.p.cfg
+	cfg.NodeCIDRs = pr.cidrs("node_cidr", c.NodeCIDR)
+	cfg.ClusterCIDRs = pr.cidrs("pod_cidr", c.PodCIDR)
+	cfg.ServiceCIDRs = pr.cidrs("service_cidr", c.ServiceCIDR)
+	if n, pc, sc := cfg.NodeCIDRs, cfg.ClusterCIDRs, cfg.ServiceCIDRs; len(n) == 2 || len(pc) == 2 || len(sc) == 2 {
+		if familiesOf(n) != familiesOf(pc) || familiesOf(n) != familiesOf(sc) {
+			pr.fail("cluster.node_cidr", "a dual-stack cluster names both families, in the same order, in node_cidr, pod_cidr and service_cidr (got %s; %s; %s)",
+				orDefault(familiesOf(n)), orDefault(familiesOf(pc)), orDefault(familiesOf(sc)))
 		}
 	}
-	p.cfg.ExternalCIDR = prefix("external_cidr", c.ExternalCIDR)
-	p.cfg.LoadBalancerCIDR = prefix("load_balancer_cidr", c.LoadBalancerCIDR)
+	cfg.ExternalCIDR = pr.prefix("external_cidr", c.ExternalCIDR)
+	cfg.LoadBalancerCIDR = pr.prefix("load_balancer_cidr", c.LoadBalancerCIDR)
 	switch c.LoadBalancerMode {
 	case "", "nodeport", "vip":
-		p.cfg.LoadBalancerMode = c.LoadBalancerMode
+		cfg.LoadBalancerMode = c.LoadBalancerMode
 	default:
-		fail("cluster.load_balancer_mode", "want nodeport or vip, got %q", c.LoadBalancerMode)
+		pr.fail("cluster.load_balancer_mode", "want nodeport or vip, got %q", c.LoadBalancerMode)
 	}
 	if c.NodePortRange != "" {
 		lo, hi, ok := strings.Cut(c.NodePortRange, "-")
 		a, err1 := strconv.Atoi(strings.TrimSpace(lo))
 		b, err2 := strconv.Atoi(strings.TrimSpace(hi))
 		if !ok || err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
-			fail("cluster.node_port_range", "want FIRST-LAST such as 30000-32767, got %q", c.NodePortRange)
+			pr.fail("cluster.node_port_range", "want FIRST-LAST such as 30000-32767, got %q", c.NodePortRange)
 		} else {
-			p.cfg.NodePortRange = alloc.PortRange{Base: a, Size: b - a + 1}
+			cfg.NodePortRange = alloc.PortRange{Base: a, Size: b - a + 1}
 		}
 	}
+}
 
-	// Nodes.
+// prefix parses the CIDR of cluster.field; "" is none.
+func (pr *preparer) prefix(field, v string) netip.Prefix {
+	if v == "" {
+		return netip.Prefix{}
+	}
+	pf, err := netip.ParsePrefix(v)
+	if err != nil {
+		pr.fail("cluster."+field, "want a CIDR such as 10.0.0.0/16, got %q", v)
+		return netip.Prefix{}
+	}
+	return pf.Masked()
+}
+
+// cidrs parses node_cidr, pod_cidr or service_cidr: one CIDR, or two of different
+// families separated by a comma for a dual-stack cluster (as kube-apiserver's
+// --service-cluster-ip-range and kube-proxy's --cluster-cidr do), the first family
+// primary. All three name the same families.
+func (pr *preparer) cidrs(field, v string) []netip.Prefix {
+	if v == "" {
+		return nil
+	}
+	parts := strings.Split(v, ",")
+	if len(parts) > 2 {
+		pr.fail("cluster."+field, "want one CIDR or two of different families separated by a comma, got %q", v)
+		return nil
+	}
+	var out []netip.Prefix
+	for _, part := range parts {
+		pf := pr.prefix(field, strings.TrimSpace(part))
+		if !pf.IsValid() {
+			return nil
+		}
+		out = append(out, pf)
+	}
+	if len(out) == 2 && out[0].Addr().Is4() == out[1].Addr().Is4() {
+		pr.fail("cluster."+field, "the two CIDRs of a dual-stack %s must be one IPv4 and one IPv6, got %q", field, v)
+		return nil
+	}
+	return out
+}
+
+// familiesOf names the families of prefixes in order: "IPv4,IPv6".
+func familiesOf(ps []netip.Prefix) string {
+	var fs []string
+	for _, pf := range ps {
+		if pf.Addr().Is4() {
+			fs = append(fs, "IPv4")
+		} else {
+			fs = append(fs, "IPv6")
+		}
+	}
+	return strings.Join(fs, ",")
+}
+
+// nodes checks cluster.nodes (DefaultNodes when there are none) and the settings every
+// node starts from.
+func (pr *preparer) nodes() {
+	c, p := pr.c, pr.p
 	base := netsim.DefaultNodeSettings()
 	if c.NodeSettings != nil {
-		if err := c.NodeSettings.check(s, "cluster.node_settings"); err != nil {
-			errs = append(errs, err)
-		}
+		pr.add(c.NodeSettings.check(pr.s, "cluster.node_settings"))
 		c.NodeSettings.applyTo(&base)
 	}
 	if len(c.Nodes) == 0 {
@@ -148,56 +189,66 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 		}
 	}
 	for i, n := range c.Nodes {
-		fp := fmt.Sprintf("cluster.nodes[%d]", i)
-		if n.Name == "" {
-			fail(fp+".name", "required")
-		} else if msgs := validation.IsDNS1123Subdomain(n.Name); len(msgs) > 0 {
-			fail(fp+".name", "%q: %s", n.Name, strings.Join(msgs, "; "))
-		} else if slices.Contains(p.nodes, n.Name) {
-			fail(fp+".name", "node %q is listed twice", n.Name)
-		}
-		for k, v := range n.Labels {
-			if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
-				fail(fp+".labels."+k, "%s", strings.Join(msgs, "; "))
-			}
-			if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
-				fail(fp+".labels."+k, "%s", strings.Join(msgs, "; "))
-			}
-		}
-		st := base
-		if n.Settings != nil {
-			if err := n.Settings.check(s, fp+".settings"); err != nil {
-				errs = append(errs, err)
-			}
-			n.Settings.applyTo(&st)
-		}
-		if n.SyncDelay != nil {
-			p.delays[n.Name] = n.SyncDelay.D()
-		}
-		p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n.Name, Zone: n.Zone, Labels: n.Labels, Settings: &st})
-		p.nodes = append(p.nodes, n.Name)
+		pr.node(fmt.Sprintf("cluster.nodes[%d]", i), n, base)
 	}
-	var externals []string
+}
+
+// node checks one entry of cluster.nodes, at path fp, and adds it to the plan.
+func (pr *preparer) node(fp string, n Node, base netsim.NodeSettings) {
+	p := pr.p
+	if n.Name == "" {
+		pr.fail(fp+".name", "required")
+	} else if msgs := validation.IsDNS1123Subdomain(n.Name); len(msgs) > 0 {
+		pr.fail(fp+".name", "%q: %s", n.Name, strings.Join(msgs, "; "))
+	} else if slices.Contains(p.nodes, n.Name) {
+		pr.fail(fp+".name", "node %q is listed twice", n.Name)
+	}
+	for k, v := range n.Labels {
+		if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+			pr.fail(fp+".labels."+k, "%s", strings.Join(msgs, "; "))
+		}
+		if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+			pr.fail(fp+".labels."+k, "%s", strings.Join(msgs, "; "))
+		}
+	}
+	st := base
+	if n.Settings != nil {
+		pr.add(n.Settings.check(pr.s, fp+".settings"))
+		n.Settings.applyTo(&st)
+	}
+	if n.SyncDelay != nil {
+		p.delays[n.Name] = n.SyncDelay.D()
+	}
+	p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n.Name, Zone: n.Zone, Labels: n.Labels, Settings: &st})
+	p.nodes = append(p.nodes, n.Name)
+}
+
+// externalHosts checks cluster.external_hosts and keeps their names for the steps.
+func (pr *preparer) externalHosts() {
+	c := pr.c
 	dnsHosts := c.DNS == "kube-dns" || c.DNS == "" && kubeDNSAvailable()
 	for i, h := range c.ExternalHosts {
 		fp := fmt.Sprintf("cluster.external_hosts[%d]", i)
 		if h.Name == "" {
-			fail(fp+".name", "required")
-		} else if slices.Contains(externals, h.Name) {
-			fail(fp+".name", "external host %q is listed twice", h.Name)
+			pr.fail(fp+".name", "required")
+		} else if slices.Contains(pr.externals, h.Name) {
+			pr.fail(fp+".name", "external host %q is listed twice", h.Name)
 		} else if dnsHosts && (h.Name == dns.UpstreamHostName || h.Name == dns.WebHostName) {
-			fail(fp+".name", "%q is the name of a host kube-dns adds (the simulated internet's DNS server and web host)", h.Name)
+			pr.fail(fp+".name", "%q is the name of a host kube-dns adds (the simulated internet's DNS server and web host)", h.Name)
 		}
-		externals = append(externals, h.Name)
+		pr.externals = append(pr.externals, h.Name)
 		if h.IP != "" {
 			if _, err := netip.ParseAddr(h.IP); err != nil {
-				fail(fp+".ip", "want an IP address, got %q", h.IP)
+				pr.fail(fp+".ip", "want an IP address, got %q", h.IP)
 			}
 		}
 	}
+}
 
-	// Proxy mode, version and flags.
-	px := c.Proxy
+// proxy checks the kube-proxy mode (mode, when set, overrides cluster.proxy.mode), its
+// scheduler, version and flags, and sets the proxy options of the plan.
+func (pr *preparer) proxy(mode string) {
+	px, p := pr.c.Proxy, pr.p
 	p.cfg.SyncDelay = px.SyncDelay.D()
 	m := px.Mode
 	modePath := "cluster.proxy.mode"
@@ -211,19 +262,33 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 	switch p.mode {
 	case kubeproxy.IPTables, kubeproxy.IPVS, kubeproxy.Userspace:
 		if !modeAvailable(p.mode) {
-			fail(modePath, "kube-proxy mode %q is not available in this build (have %s)", m, modeList())
+			pr.fail(modePath, "kube-proxy mode %q is not available in this build (have %s)", m, modeList())
 		}
 	default:
-		fail(modePath, "unknown kube-proxy mode %q: want iptables, ipvs or userspace (this build has %s)", m, modeList())
+		pr.fail(modePath, "unknown kube-proxy mode %q: want iptables, ipvs or userspace (this build has %s)", m, modeList())
 	}
 	if px.Scheduler != "" && !slices.Contains(ipvs.Schedulers(), px.Scheduler) {
-		fail("cluster.proxy.scheduler", "unknown IPVS scheduler %q: want one of %s", px.Scheduler, strings.Join(ipvs.Schedulers(), ", "))
+		pr.fail("cluster.proxy.scheduler", "unknown IPVS scheduler %q: want one of %s", px.Scheduler, strings.Join(ipvs.Schedulers(), ", "))
 	}
-	p.proxyOpts = kubeproxy.Options{Mode: p.mode, Scheduler: px.Scheduler, Seed: seed}
+	p.proxyOpts = kubeproxy.Options{Mode: p.mode, Scheduler: px.Scheduler, Seed: p.cfg.Seed}
+	if nodeMods := pr.nodeConfigMods(); len(nodeMods) > 0 {
+		p.proxyOpts.Node = func(nc *proxy.NodeConfig) {
+			for _, f := range nodeMods {
+				f(nc)
+			}
+		}
+	}
+}
+
+// nodeConfigMods checks the version and the flags of cluster.proxy and returns what
+// they change in each node's kube-proxy configuration; it adds the version's notes to
+// the plan.
+func (pr *preparer) nodeConfigMods() []func(*proxy.NodeConfig) {
+	px, p := pr.c.Proxy, pr.p
 	var nodeMods []func(*proxy.NodeConfig)
 	ver, vnotes, mods, verr := versionBehaviour(px.Version, p.mode)
 	if verr != nil {
-		fail("cluster.proxy.version", "%v", verr)
+		pr.fail("cluster.proxy.version", "%v", verr)
 	}
 	p.version, p.notes = ver, append(p.notes, vnotes...)
 	nodeMods = append(nodeMods, mods...)
@@ -231,17 +296,7 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 		nodeMods = append(nodeMods, func(nc *proxy.NodeConfig) { nc.MasqueradeAll = true })
 	}
 	if len(px.NodePortAddresses) > 0 {
-		for i, a := range px.NodePortAddresses {
-			if a == "primary" {
-				if len(px.NodePortAddresses) > 1 {
-					fail(fmt.Sprintf("cluster.proxy.nodeport_addresses[%d]", i), "\"primary\" must be the only value")
-				}
-				continue
-			}
-			if _, err := netip.ParsePrefix(a); err != nil {
-				fail(fmt.Sprintf("cluster.proxy.nodeport_addresses[%d]", i), "want a CIDR or \"primary\", got %q", a)
-			}
-		}
+		pr.nodePortAddresses(px.NodePortAddresses)
 		addrs := slices.Clone(px.NodePortAddresses)
 		nodeMods = append(nodeMods, func(nc *proxy.NodeConfig) { nc.NodePortAddresses = addrs })
 	}
@@ -255,21 +310,33 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 			}
 		})
 	default:
-		fail("cluster.proxy.detect_local_mode", "want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix, got %q", px.DetectLocalMode)
+		pr.fail("cluster.proxy.detect_local_mode", "want ClusterCIDR, NodeCIDR, BridgeInterface or InterfaceNamePrefix, got %q", px.DetectLocalMode)
 	}
 	if px.LocalhostNodePorts != nil {
 		v := *px.LocalhostNodePorts
 		nodeMods = append(nodeMods, func(nc *proxy.NodeConfig) { nc.LocalhostNodePorts = &v })
 	}
-	if len(nodeMods) > 0 {
-		p.proxyOpts.Node = func(nc *proxy.NodeConfig) {
-			for _, f := range nodeMods {
-				f(nc)
+	return nodeMods
+}
+
+// nodePortAddresses checks cluster.proxy.nodeport_addresses: CIDRs, or "primary" alone.
+func (pr *preparer) nodePortAddresses(as []string) {
+	for i, a := range as {
+		if a == "primary" {
+			if len(as) > 1 {
+				pr.fail(fmt.Sprintf("cluster.proxy.nodeport_addresses[%d]", i), "\"primary\" must be the only value")
 			}
+			continue
+		}
+		if _, err := netip.ParsePrefix(a); err != nil {
+			pr.fail(fmt.Sprintf("cluster.proxy.nodeport_addresses[%d]", i), "want a CIDR or \"primary\", got %q", a)
 		}
 	}
+}
 
-	// DNS.
+// dns picks how the run answers DNS: kube-dns inside the simulation, direct or off.
+func (pr *preparer) dns() {
+	c, p := pr.c, pr.p
 	switch c.DNS {
 	case "":
 		if kubeDNSAvailable() {
@@ -280,22 +347,27 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 		}
 	case "kube-dns":
 		if !kubeDNSAvailable() {
-			fail("cluster.dns", "kube-dns inside the simulation is not available in this build; use dns: direct (the DNS server answers each pod's resolver in-process) or off")
+			pr.fail("cluster.dns", "kube-dns inside the simulation is not available in this build; use dns: direct (the DNS server answers each pod's resolver in-process) or off")
 		}
 		p.dns = c.DNS
 	case "direct", "off":
 		p.dns = c.DNS
 	default:
-		fail("cluster.dns", "want kube-dns, direct or off, got %q", c.DNS)
+		pr.fail("cluster.dns", "want kube-dns, direct or off, got %q", c.DNS)
 	}
+}
 
-	// Manifests.
-	p.manifests = &loaded{}
-	if err := s.loadManifests(s.Manifests, "manifests", seed, p.manifests); err != nil {
-		errs = append(errs, err)
-	}
+// manifests loads the scenario's manifests.
+func (pr *preparer) manifests() {
+	pr.p.manifests = &loaded{}
+	pr.add(pr.s.loadManifests(pr.s.Manifests, "manifests", pr.p.cfg.Seed, pr.p.manifests))
+}
 
-	// Steps.
+// steps checks each step: one action, times that do not go back, expectations only
+// where the action has results, and the action's own fields.
+func (pr *preparer) steps() {
+	s := pr.s
+	nodes := nodeSet(pr.p.nodes)
 	var clock time.Duration
 	for i := range s.Steps {
 		st := &s.Steps[i]
@@ -303,16 +375,16 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 		acts := st.actions()
 		switch len(acts) {
 		case 0:
-			fail(sp, "no action: want one of connect, send, dns, check, apply, delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node, sync, node_settings")
+			pr.fail(sp, "no action: want one of connect, send, dns, check, apply, delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node, sync, node_settings")
 			continue
 		case 1:
 		default:
-			fail(sp, "one action per step, got %s", strings.Join(acts, " and "))
+			pr.fail(sp, "one action per step, got %s", strings.Join(acts, " and "))
 			continue
 		}
 		if st.At != nil {
 			if st.At.D() < clock {
-				fail(sp+".at", "%s is earlier than the time the steps before reach (%s)", st.At, Duration(clock))
+				pr.fail(sp+".at", "%s is earlier than the time the steps before reach (%s)", st.At, Duration(clock))
 			}
 			clock = st.At.D()
 		}
@@ -322,17 +394,13 @@ func (s *Scenario) prepare(mode string) (*plan, error) {
 		if st.Expect != nil {
 			switch acts[0] {
 			case "connect", "send", "dns", "check":
-				s.checkExpect(st, sp, &errs)
+				s.checkExpect(st, sp, &pr.errs)
 			default:
-				fail(sp+".expect", "only connect, send, dns and check steps have expectations (this is %s)", acts[0])
+				pr.fail(sp+".expect", "only connect, send, dns and check steps have expectations (this is %s)", acts[0])
 			}
 		}
-		s.checkStep(p, st, i, sp, nodeSet(p.nodes), externals, &errs)
+		s.checkStep(pr.p, st, i, sp, nodes, pr.externals, &pr.errs)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return p, nil
 }
 
 func nodeSet(nodes []string) map[string]bool {
@@ -473,260 +541,6 @@ var rcodes = []string{"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "R
 func rcodeOf(s string) int { return slices.Index(rcodes, strings.ToUpper(s)) }
 
 var dnsTypes = []string{"A", "AAAA", "SRV", "PTR", "TXT", "CNAME", "NS", "SOA"}
-
-func (s *Scenario) checkStep(p *plan, st *Step, i int, sp string, nodes map[string]bool, externals []string, errs *[]error) {
-	fail := func(f, format string, args ...any) {
-		*errs = append(*errs, s.errorf(sp+"."+f, format, args...))
-	}
-	checkPlace := func(f, v string) {
-		pl, err := parsePlace(v, false)
-		if err != nil {
-			fail(f, "%v", err)
-			return
-		}
-		switch pl.kind {
-		case "node":
-			if !nodes[pl.name] {
-				fail(f, "no node %q (the nodes are %s)", pl.name, strings.Join(p.nodes, ", "))
-			}
-		case "external":
-			if !slices.Contains(externals, pl.name) {
-				fail(f, "no external host %q: add it under cluster.external_hosts", pl.name)
-			}
-		}
-	}
-	checkNode := func(f, v string, allOK bool) {
-		if v == "all" && allOK {
-			return
-		}
-		if !nodes[v] {
-			fail(f, "no node %q (the nodes are %s%s)", v, strings.Join(p.nodes, ", "), map[bool]string{true: `, or "all"`}[allOK])
-		}
-	}
-	checkTarget := func(f, v string, portOptional bool) {
-		t, err := parseTarget(v, portOptional)
-		if err != nil {
-			fail(f, "%v", err)
-			return
-		}
-		if t.kind == "nodeport" {
-			checkNode(f, t.node, false)
-		}
-		if t.kind == "node" {
-			checkNode(f, t.host, false)
-		}
-		if t.kind == "name" && p.dns == "off" {
-			fail(f, "%q is a DNS name, but cluster.dns is off", v)
-		}
-	}
-	checkPods := func(f string, a *PodAction) {
-		switch {
-		case a.Pod == "" && a.Selector == "":
-			fail(f, "want pod: NAMESPACE/NAME (or a pattern such as default/web-*) or selector: LABELS")
-		case a.Pod != "" && a.Selector != "":
-			fail(f, "pod and selector: give one")
-		case a.Selector != "":
-			if _, err := labels.Parse(a.Selector); err != nil {
-				fail(f+".selector", "%v", err)
-			}
-		default:
-			if _, err := path.Match(a.Pod, ""); err != nil {
-				fail(f+".pod", "bad pattern %q", a.Pod)
-			}
-		}
-		if a.Count < 0 {
-			fail(f+".count", "want zero (all) or more, got %d", a.Count)
-		}
-	}
-	switch {
-	case st.Connect != nil || st.Send != nil:
-		t, f := st.Connect, "connect"
-		if t == nil {
-			t, f = st.Send, "send"
-		}
-		checkPlace(f+".from", t.From)
-		checkTarget(f+".to", t.To, false)
-		if tg, err := parseTarget(t.To, false); err == nil && tg.kind == "name" && !strings.HasPrefix(t.From, "pod:") {
-			fail(f+".to", "%q is a DNS name: only pods resolve cluster names (use service:NS/NAME:PORT from nodes and external hosts)", t.To)
-		}
-		proto := strings.ToLower(t.Proto)
-		switch proto {
-		case "", "tcp", "udp":
-		case "sctp":
-			if t.Via == "netstack" {
-				fail(f+".proto", "sctp traffic needs via: probe (netstack has no SCTP sockets)")
-			}
-		default:
-			fail(f+".proto", "want tcp, udp or sctp, got %q", t.Proto)
-		}
-		if t.Count < 0 || t.Count > 100000 {
-			fail(f+".count", "want 1-100000, got %d", t.Count)
-		}
-		if t.SrcPort < 0 || t.SrcPort > 65535 {
-			fail(f+".src_port", "want 1-65535, got %d", t.SrcPort)
-		}
-		if t.AllBranches {
-			if st.Connect != nil {
-				fail(f+".all_branches", "every branch is followed for single packets: use a send step")
-			}
-			if t.Via == "netstack" {
-				fail(f+".all_branches", "branches are followed by probes: remove via: netstack")
-			}
-			if st.Expect != nil && (st.Expect.Spread != nil || st.Expect.MinSuccess != nil) {
-				fail("expect", "with all_branches each outcome counts once: spread and min_success do not apply")
-			}
-		}
-		switch t.Via {
-		case "", "probe":
-		case "netstack":
-			if st.Send != nil {
-				fail(f+".via", "send steps are single synthetic packets: via probe only")
-			}
-			if t.Trace {
-				fail(f+".trace", "traces come from probes: remove trace or use via: probe")
-			}
-		default:
-			fail(f+".via", "want probe or netstack, got %q", t.Via)
-		}
-	case st.DNS != nil:
-		if p.dns == "off" {
-			fail("dns", "cluster.dns is off")
-		}
-		if _, err := parsePlace(st.DNS.From, true); err != nil {
-			fail("dns.from", "%v", err)
-		}
-		if st.DNS.Name == "" || !validDNSName(st.DNS.Name) {
-			fail("dns.name", "want a DNS name, got %q", st.DNS.Name)
-		}
-		if st.DNS.Type != "" && !slices.Contains(dnsTypes, strings.ToUpper(st.DNS.Type)) {
-			fail("dns.type", "want one of %s, got %q", strings.Join(dnsTypes, ", "), st.DNS.Type)
-		}
-	case st.Check != nil:
-		switch {
-		case st.Check.Conntrack != nil && st.Check.Endpoints != nil:
-			fail("check", "one check per step: conntrack or endpoints")
-		case st.Check.Conntrack != nil:
-			ct := st.Check.Conntrack
-			checkNode("check.conntrack.node", ct.Node, true)
-			switch strings.ToLower(ct.Proto) {
-			case "", "tcp", "udp", "sctp", "icmp":
-			default:
-				fail("check.conntrack.proto", "want tcp, udp, sctp or icmp, got %q", ct.Proto)
-			}
-			if ct.Dst != "" {
-				checkTarget("check.conntrack.dst", ct.Dst, true)
-				if t, err := parseTarget(ct.Dst, true); err == nil && t.kind == "name" {
-					fail("check.conntrack.dst", "names are not resolved here: use an IP, service:NS/NAME:PORT, nodeport:... or pod:...")
-				}
-			}
-			if ct.ReplySrc != "" {
-				if _, err := parseTarget(ct.ReplySrc, true); err != nil {
-					fail("check.conntrack.reply_src", "%v", err)
-				}
-			}
-		case st.Check.Endpoints != nil:
-			if ns, n, ok := strings.Cut(st.Check.Endpoints.Service, "/"); !ok || ns == "" || n == "" {
-				fail("check.endpoints.service", "want NAMESPACE/NAME, got %q", st.Check.Endpoints.Service)
-			}
-		default:
-			fail("check", "want conntrack: or endpoints:")
-		}
-	case st.Apply != nil:
-		l := &loaded{}
-		if len(st.Apply) == 0 {
-			fail("apply", "want at least one manifest")
-		}
-		if err := s.loadManifests(st.Apply, sp+".apply", p.cfg.Seed, l); err != nil {
-			*errs = append(*errs, err)
-		}
-		p.applies[i] = l
-	case st.Delete != nil:
-		for j, r := range st.Delete {
-			f := fmt.Sprintf("delete[%d]", j)
-			switch r.Kind {
-			case "Service", "Pod", "Endpoints", "EndpointSlice", "Deployment", "ReplicaSet":
-				if ns, n, ok := strings.Cut(r.Name, "/"); !ok || ns == "" || n == "" {
-					fail(f+".name", "want NAMESPACE/NAME, got %q", r.Name)
-				}
-			case "Namespace", "Node":
-				if r.Name == "" || strings.Contains(r.Name, "/") {
-					fail(f+".name", "want a %s name, got %q", r.Kind, r.Name)
-				}
-			default:
-				fail(f+".kind", "want Service, Pod, Endpoints, EndpointSlice, Deployment, ReplicaSet, Namespace or Node, got %q", r.Kind)
-			}
-		}
-	case st.DeletePod != nil:
-		checkPods("delete_pod", st.DeletePod)
-	case st.KillPod != nil:
-		checkPods("kill_pod", st.KillPod)
-		if st.KillPod.Grace != 0 {
-			fail("kill_pod.grace", "a killed pod dies at once; grace belongs to delete_pod")
-		}
-	case st.SetReady != nil:
-		checkPods("set_ready", &st.SetReady.PodAction)
-	case st.Scale != nil:
-		w := st.Scale.Deployment
-		if (w == "") == (st.Scale.ReplicaSet == "") {
-			fail("scale", "want deployment: NS/NAME or replicaset: NS/NAME (one of them)")
-		}
-		if st.Scale.Replicas < 0 || st.Scale.Replicas > 1000 {
-			fail("scale.replicas", "want 0-1000, got %d", st.Scale.Replicas)
-		}
-	case st.Fault != nil:
-		f := st.Fault
-		checkPlace("fault.link", f.Link)
-		for _, x := range []struct {
-			name string
-			v    float64
-		}{{"loss", f.Loss}, {"duplicate", f.Duplicate}, {"reorder", f.Reorder}} {
-			if x.v < 0 || x.v > 1 {
-				fail("fault."+x.name, "want a probability between 0 and 1 (or a percentage), got %v", x.v)
-			}
-		}
-	case st.Partition != nil:
-		seen := map[string]bool{}
-		for j, g := range st.Partition {
-			for k, n := range g {
-				f := fmt.Sprintf("partition[%d][%d]", j, k)
-				if n != "external" && !nodes[n] {
-					fail(f, "no node %q (the nodes are %s, or \"external\")", n, strings.Join(p.nodes, ", "))
-				}
-				if seen[n] {
-					fail(f, "%q is in two groups", n)
-				}
-				seen[n] = true
-			}
-		}
-	case st.KillNode != "":
-		checkNode("kill_node", st.KillNode, false)
-	case st.Sync != nil:
-		sy := st.Sync
-		n := 0
-		for _, set := range []bool{sy.Pause != "", sy.Resume != "", sy.Now, sy.Delay != nil} {
-			if set {
-				n++
-			}
-		}
-		if n != 1 {
-			fail("sync", "want exactly one of pause, resume, now, delay")
-		}
-		if sy.Pause != "" {
-			checkNode("sync.pause", sy.Pause, true)
-		}
-		if sy.Resume != "" {
-			checkNode("sync.resume", sy.Resume, true)
-		}
-		if sy.Delay != nil {
-			checkNode("sync.delay.node", sy.Delay.Node, true)
-		}
-	case st.NodeSettings != nil:
-		checkNode("node_settings.node", st.NodeSettings.Node, true)
-		if err := st.NodeSettings.NodeSettings.check(s, sp+".node_settings"); err != nil {
-			*errs = append(*errs, err)
-		}
-	}
-}
 
 func orDefault(families string) string {
 	if families == "" {

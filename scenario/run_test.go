@@ -17,6 +17,22 @@ func mustParse(t *testing.T, text string) *Scenario {
 	return s
 }
 
+// mustStart parses a scenario and builds its cluster under mode, without running a
+// step; the cluster is closed when the test ends.
+func mustStart(t *testing.T, text, mode string) *runner {
+	t.Helper()
+	p, err := mustParse(t, text).prepare(mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.close)
+	return r
+}
+
 func mustRun(t *testing.T, s *Scenario, mode string) *Report {
 	t.Helper()
 	rep, err := Run(context.Background(), s, Options{Mode: mode})

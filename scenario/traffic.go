@@ -1,7 +1,6 @@
 package scenario
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -36,107 +35,173 @@ func okResult(r string) bool {
 
 // traffic runs a connect (connect=true) or send step.
 func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool, res *StepResult) error {
+	tp, err := r.planTraffic(ctx, t, connect)
+	if err != nil {
+		return err
+	}
+	tr := &TrafficResult{From: t.From, Client: tp.client.String(), To: t.To, Dst: tp.dst.String(), Resolved: tp.how, Proto: tp.protoName, Via: tp.via, Attempts: tp.count,
+		Results: map[string]int{}}
+	if t.AllBranches {
+		return r.allBranches(st, tp, tr, res)
+	}
+	var atts []attempt
+	if tp.via == "probe" {
+		atts, err = r.probeAttempts(tp, res)
+	} else {
+		atts, err = r.netstackAttempts(ctx, tp, res)
+	}
+	if err != nil {
+		return err
+	}
+	r.tally(tr, atts, tp.client)
+	res.Traffic = tr
+	res.Summary = trafficSummary(tr)
+	describeTraffic(res, tr, tp)
+	if st.Expect != nil {
+		res.Expectations = r.checkTraffic(st.Expect, tr, atts, tp.client)
+	}
+	return nil
+}
+
+// trafficPlan is a connect or send step made concrete: where the traffic goes, from
+// which address, and how it is made.
+type trafficPlan struct {
+	t         *Traffic
+	connect   bool
+	dst       netip.AddrPort
+	how       string // how a name or a service became dst
+	client    netip.Addr
+	protoName string // tcp (the default), udp or sctp
+	proto     uint8
+	count     int    // attempts, at least 1
+	via       string // probe or netstack
+	autoNote  string // why via is netstack when the step did not say
+}
+
+// planTraffic resolves a step's destination and client address and picks how the
+// attempts are made: the userspace mode's connections go through netstack unless the
+// step says otherwise, since there a program on the node picks the backend.
+func (r *runner) planTraffic(ctx context.Context, t *Traffic, connect bool) (*trafficPlan, error) {
 	tg, err := parseTarget(t.To, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	dst, how, err := r.resolveTarget(ctx, tg, t.From)
+	tp := &trafficPlan{t: t, connect: connect, count: t.Count, via: t.Via}
+	tp.dst, tp.how, err = r.resolveTarget(ctx, tg, t.From)
+	if err != nil {
+		return nil, err
+	}
+	tp.client, err = r.clientAddr(t.From, tp.dst.Addr())
+	if err != nil {
+		return nil, err
+	}
+	tp.protoName = strings.ToLower(t.Proto)
+	if tp.protoName == "" {
+		tp.protoName = "tcp"
+	}
+	tp.proto, _ = netsim.ParseProto(tp.protoName)
+	if tp.count == 0 {
+		tp.count = 1
+	}
+	if tp.via == "" {
+		tp.via = "probe"
+		if connect && r.p.mode == kubeproxy.Userspace && (tp.protoName == "tcp" || tp.protoName == "udp") {
+			tp.via = "netstack"
+			tp.autoNote = "via netstack: in the userspace mode a program on the node picks the backend, and a probe stops at its listener"
+		}
+	}
+	return tp, nil
+}
+
+// allBranches sends one packet and follows every branch a probabilistic choice makes,
+// each an outcome with its probability.
+func (r *runner) allBranches(st *Step, tp *trafficPlan, tr *TrafficResult, res *StepResult) error {
+	t := tp.t
+	rs, err := r.c.Probe(netsim.Probe{From: t.From, Proto: tp.proto, Dst: tp.dst, SrcPort: uint16(t.SrcPort), Mode: netsim.ProbePacket, AllBranches: true, Trace: t.Trace, Payload: []byte("clusterlab\n")})
 	if err != nil {
 		return err
 	}
-	client, err := r.clientAddr(t.From, dst.Addr())
-	if err != nil {
-		return err
-	}
-	protoName := strings.ToLower(t.Proto)
-	if protoName == "" {
-		protoName = "tcp"
-	}
-	proto, _ := netsim.ParseProto(protoName)
-	count := t.Count
-	if count == 0 {
-		count = 1
-	}
-	via := t.Via
-	autoNote := ""
-	if via == "" {
-		via = "probe"
-		if connect && r.p.mode == kubeproxy.Userspace && (protoName == "tcp" || protoName == "udp") {
-			via = "netstack"
-			autoNote = "via netstack: in the userspace mode a program on the node picks the backend, and a probe stops at its listener"
-		}
-	}
-	tr := &TrafficResult{From: t.From, Client: client.String(), To: t.To, Dst: dst.String(), Resolved: how, Proto: protoName, Via: via, Attempts: count,
-		Results: map[string]int{}}
-	var atts []attempt
-	if t.AllBranches {
-		rs, err := r.c.Probe(netsim.Probe{From: t.From, Proto: proto, Dst: dst, SrcPort: uint16(t.SrcPort), Mode: netsim.ProbePacket, AllBranches: true, Trace: t.Trace, Payload: []byte("clusterlab\n")})
-		if err != nil {
-			return err
-		}
-		tr.Attempts = 1
-		for i, pr := range rs {
-			if i == 0 && pr.Trace != nil {
-				res.Trace = pr.Trace
-			}
-			tr.Branches = append(tr.Branches, Branch{Probability: pr.Probability, Outcome: pr.Outcome.String(), Pod: pr.Pod})
-		}
-		res.Traffic = tr
-		res.Summary = fmt.Sprintf("%s %s -> %s: %d possible outcomes", protoName, client, dst, len(rs))
-		if how != "" {
-			res.Details = append(res.Details, how)
-		}
-		for _, b := range tr.Branches {
-			res.Details = append(res.Details, fmt.Sprintf("p=%.4f  %s", b.Probability, b.Outcome))
-		}
-		if st.Expect != nil {
-			for _, b := range rs {
-				atts = append(atts, attempt{result: b.Result, pod: b.Pod, node: b.Node, seen: b.SeenSrc.Addr(), reason: b.Reason})
-			}
-			for _, a := range atts {
-				tr.Results[a.result]++
-				if okResult(a.result) && a.pod != "" {
-					if tr.Backends == nil {
-						tr.Backends = map[string]int{}
-					}
-					tr.Backends[a.pod]++
-				}
-			}
-			res.Expectations = r.checkTraffic(st.Expect, tr, atts, client)
-		}
-		return nil
-	}
-	if via == "probe" {
-		mode := netsim.ProbePacket
-		if connect {
-			mode = netsim.ProbeConnect
-		}
-		for i := 0; i < count; i++ {
-			pr, err := r.c.ProbeOne(netsim.Probe{From: t.From, Proto: proto, Dst: dst, SrcPort: uint16(t.SrcPort), Mode: mode, Trace: t.Trace && i == 0, Payload: []byte("clusterlab\n")})
-			if err != nil {
-				return err
-			}
-			if i == 0 && pr.Trace != nil {
-				res.Trace = pr.Trace
-			}
-			atts = append(atts, attempt{result: pr.Result, pod: pr.Pod, node: pr.Node, seen: pr.SeenSrc.Addr(), reason: pr.Reason})
-		}
-	} else {
-		n, err := r.netOf(t.From)
-		if err != nil {
-			return err
-		}
-		if t.Trace {
-			pr, err := r.c.ProbeOne(netsim.Probe{From: t.From, Proto: proto, Dst: dst, SrcPort: uint16(t.SrcPort), Mode: netsim.ProbePacket, Trace: true})
-			if err != nil {
-				return err
-			}
+	tr.Attempts = 1
+	for i, pr := range rs {
+		if i == 0 && pr.Trace != nil {
 			res.Trace = pr.Trace
 		}
-		for i := 0; i < count; i++ {
-			atts = append(atts, r.netstackAttempt(ctx, n, protoName, uint16(t.SrcPort), dst))
-		}
+		tr.Branches = append(tr.Branches, Branch{Probability: pr.Probability, Outcome: pr.Outcome.String(), Pod: pr.Pod})
 	}
+	res.Traffic = tr
+	res.Summary = fmt.Sprintf("%s %s -> %s: %d possible outcomes", tp.protoName, tp.client, tp.dst, len(rs))
+	if tp.how != "" {
+		res.Details = append(res.Details, tp.how)
+	}
+	for _, b := range tr.Branches {
+		res.Details = append(res.Details, fmt.Sprintf("p=%.4f  %s", b.Probability, b.Outcome))
+	}
+	if st.Expect != nil {
+		var atts []attempt
+		for _, b := range rs {
+			atts = append(atts, attempt{result: b.Result, pod: b.Pod, node: b.Node, seen: b.SeenSrc.Addr(), reason: b.Reason})
+		}
+		for _, a := range atts {
+			tr.Results[a.result]++
+			if okResult(a.result) && a.pod != "" {
+				if tr.Backends == nil {
+					tr.Backends = map[string]int{}
+				}
+				tr.Backends[a.pod]++
+			}
+		}
+		res.Expectations = r.checkTraffic(st.Expect, tr, atts, tp.client)
+	}
+	return nil
+}
+
+// probeAttempts makes the step's attempts as probes; the first one is traced when the
+// step asks.
+func (r *runner) probeAttempts(tp *trafficPlan, res *StepResult) ([]attempt, error) {
+	t := tp.t
+	mode := netsim.ProbePacket
+	if tp.connect {
+		mode = netsim.ProbeConnect
+	}
+	var atts []attempt
+	for i := 0; i < tp.count; i++ {
+		pr, err := r.c.ProbeOne(netsim.Probe{From: t.From, Proto: tp.proto, Dst: tp.dst, SrcPort: uint16(t.SrcPort), Mode: mode, Trace: t.Trace && i == 0, Payload: []byte("clusterlab\n")})
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 && pr.Trace != nil {
+			res.Trace = pr.Trace
+		}
+		atts = append(atts, attempt{result: pr.Result, pod: pr.Pod, node: pr.Node, seen: pr.SeenSrc.Addr(), reason: pr.Reason})
+	}
+	return atts, nil
+}
+
+// netstackAttempts makes the step's attempts as real connections from the source's
+// network stack; a trace, when the step asks, comes from a probe packet sent first.
+func (r *runner) netstackAttempts(ctx context.Context, tp *trafficPlan, res *StepResult) ([]attempt, error) {
+	t := tp.t
+	n, err := r.netOf(t.From)
+	if err != nil {
+		return nil, err
+	}
+	if t.Trace {
+		pr, err := r.c.ProbeOne(netsim.Probe{From: t.From, Proto: tp.proto, Dst: tp.dst, SrcPort: uint16(t.SrcPort), Mode: netsim.ProbePacket, Trace: true})
+		if err != nil {
+			return nil, err
+		}
+		res.Trace = pr.Trace
+	}
+	var atts []attempt
+	for i := 0; i < tp.count; i++ {
+		atts = append(atts, r.netstackAttempt(ctx, n, tp.protoName, uint16(t.SrcPort), tp.dst))
+	}
+	return atts, nil
+}
+
+// tally counts the attempts into tr: results; for answers, the backend (a pod, or a
+// node's host network) and the source address it saw; for the others, why.
+func (r *runner) tally(tr *TrafficResult, atts []attempt, client netip.Addr) {
 	for _, a := range atts {
 		tr.Results[a.result]++
 		if okResult(a.result) {
@@ -164,27 +229,26 @@ func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool
 			tr.Reasons[a.reason]++
 		}
 	}
-	res.Traffic = tr
-	res.Summary = trafficSummary(tr)
-	if how != "" {
-		res.Details = append(res.Details, how)
+}
+
+// describeTraffic adds the lines under a traffic step's summary: how the destination
+// was resolved, why netstack, who answered, the source they saw, and why attempts failed.
+func describeTraffic(res *StepResult, tr *TrafficResult, tp *trafficPlan) {
+	if tp.how != "" {
+		res.Details = append(res.Details, tp.how)
 	}
-	if autoNote != "" {
-		res.Details = append(res.Details, autoNote)
+	if tp.autoNote != "" {
+		res.Details = append(res.Details, tp.autoNote)
 	}
 	if len(tr.Backends) > 0 {
 		res.Details = append(res.Details, "answered by "+countsText(tr.Backends))
 	}
 	if len(tr.SeenSources) > 0 {
-		res.Details = append(res.Details, "the receiver saw the source as "+seenText(tr.SeenSources, client))
+		res.Details = append(res.Details, "the receiver saw the source as "+seenText(tr.SeenSources, tp.client))
 	}
 	for _, k := range sortedKeys(tr.Reasons) {
-		res.Details = append(res.Details, fmt.Sprintf("why (%d of %d): %s", tr.Reasons[k], count, k))
+		res.Details = append(res.Details, fmt.Sprintf("why (%d of %d): %s", tr.Reasons[k], tp.count, k))
 	}
-	if st.Expect != nil {
-		res.Expectations = r.checkTraffic(st.Expect, tr, atts, client)
-	}
-	return nil
 }
 
 func trafficSummary(tr *TrafficResult) string {
@@ -216,111 +280,23 @@ func seenText(m map[string]int, client netip.Addr) string {
 }
 
 // netstackAttempt makes one real connection (TCP: connect, send a line, read the whoami
-// answer; UDP: a datagram and its answer) and moves the virtual clock while it waits, so
-// that retransmissions, link latency and the proxies' timeouts happen.
+// answer; UDP: a datagram and its answer) with DialWhoami, which moves the virtual clock
+// while it waits, so that retransmissions, link latency and the proxies' timeouts happen.
 //
-// The clock moves only once the simulation has nothing left to do (Cluster.Quiesce: every
-// goroutine of this cluster, and every goroutine of no cluster, blocked; other clusters
-// in the process do not hold it up), and then to the next timer, never on wall time: an answer
-// that needs no timer never sees the clock move, however slow or loaded the machine. (It
-// used to move 250ms every 10ms of wall time; under CPU load that fired the userspace
-// proxy's first endpoint dial timeout, 250ms, in the middle of a healthy dial, and the
-// proxy retried on the next endpoint: the demo's round robin came out 31/30/29.)
+// The clock moves only once the simulation has nothing left to do (Cluster.Quiesce), and
+// then to the next timer, never on wall time. (It used to move 250ms every 10ms of wall
+// time; under CPU load that fired the userspace proxy's first endpoint dial timeout,
+// 250ms, in the middle of a healthy dial, and the proxy retried on the next endpoint: the
+// demo's round robin came out 31/30/29.)
 func (r *runner) netstackAttempt(ctx context.Context, n *netsim.Net, proto string, sport uint16, dst netip.AddrPort) attempt {
 	budget := netstackBudget // virtual time before the attempt counts as dropped
 	if proto == "udp" {
 		budget = netstackBudgetUDP
 	}
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan attempt, 1)
-	connCh := make(chan net.Conn, 1)
-	go func() {
-		c, err := n.DialFrom(actx, proto, sport, dst.String())
-		if err != nil {
-			done <- failed(err)
-			return
-		}
-		connCh <- c
-		defer c.Close()
-		if _, err := fmt.Fprintln(c, "clusterlab"); err != nil {
-			done <- failed(err)
-			return
-		}
-		line, err := bufio.NewReader(c).ReadString('\n')
-		if err != nil {
-			done <- failed(err)
-			return
-		}
-		w, err := netsim.ParseWhoami(line)
-		if err != nil {
-			done <- attempt{result: netsim.ResultDropped, reason: "not a whoami answer: " + strings.TrimSpace(line)}
-			return
-		}
-		res := netsim.ResultConnected
-		if proto == "udp" {
-			res = netsim.ResultReplied
-		}
-		a := attempt{result: res, pod: w.Pod, node: w.Node}
-		if ap, err := netip.ParseAddrPort(w.Client); err == nil {
-			a.seen = ap.Addr().Unmap()
-		}
-		done <- a
-	}()
-	var conn net.Conn
-	poll := func() (attempt, bool) {
-		for {
-			select {
-			case a := <-done:
-				return a, true
-			case conn = <-connCh:
-			default:
-				return attempt{}, false
-			}
-		}
-	}
-	clock := r.c.Clock()
-	var waited time.Duration
-	for steps := 0; ; steps++ {
-		if a, ok := poll(); ok {
-			return a
-		}
-		// Most answers need no timer and come within a few milliseconds: wait that
-		// long before the costlier look at every goroutine. (Wall time here only
-		// saves work; it never moves the virtual clock.)
-		select {
-		case a := <-done:
-			return a
-		case <-time.After(2 * time.Millisecond):
-		}
-		r.c.Quiesce()
-		if a, ok := poll(); ok {
-			return a
-		}
-		if waited >= budget || steps > 10000 || ctx.Err() != nil {
-			cancel()
-			if conn != nil {
-				conn.Close()
-			}
-			// The connection may have been handed over since the last look: close it
-			// too, or the reader waits on it for ever.
-			for waiting := true; waiting; {
-				select {
-				case <-done:
-					waiting = false
-				case c := <-connCh:
-					c.Close()
-				}
-			}
-			return attempt{result: netsim.ResultDropped, reason: fmt.Sprintf("no answer within %s", budget)}
-		}
-		step := budget - waited
-		if d, ok := clock.NextDeadline(); ok && d < step {
-			step = d
-		}
-		clock.Advance(step)
-		waited += step
-	}
+	d := DialWhoami(ctx, r.c, WhoamiDial{Net: n, Network: proto, SrcPort: sport, Dst: dst, Line: "clusterlab", Budget: budget,
+		// Most answers need no timer and come within a few milliseconds.
+		QuickWait: 2 * time.Millisecond, Failed: failed})
+	return attempt{result: d.Result, pod: d.Pod, node: d.Node, seen: d.Seen, reason: d.Reason}
 }
 
 // The virtual time a netstack attempt gets before it counts as dropped.
@@ -329,16 +305,16 @@ const (
 	netstackBudgetUDP = 3 * time.Second
 )
 
-func failed(err error) attempt {
+func failed(err error) Dialed {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return attempt{result: netsim.ResultRefused, reason: "connection refused"}
+		return Dialed{Result: netsim.ResultRefused, Reason: "connection refused"}
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return attempt{result: netsim.ResultRefused, reason: "host unreachable"}
+		return Dialed{Result: netsim.ResultRefused, Reason: "host unreachable"}
 	case errors.Is(err, context.Canceled), errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT), errors.Is(err, net.ErrClosed):
-		return attempt{result: netsim.ResultDropped, reason: "no answer"}
+		return Dialed{Result: netsim.ResultDropped, Reason: "no answer"}
 	}
-	return attempt{result: netsim.ResultDropped, reason: err.Error()}
+	return Dialed{Result: netsim.ResultDropped, Reason: err.Error()}
 }
 
 // checkTraffic evaluates a connect or send step's expectations.

@@ -206,18 +206,51 @@ func isIPv6String(s string) bool {
 
 // --- Service -------------------------------------------------------------
 
-// ValidateService restates ValidateService from kube-apiserver.
+// ValidateService restates ValidateService from kube-apiserver: each step below is
+// one part of it, and the errors come in the API server's order.
 func ValidateService(svc *corev1.Service) field.ErrorList {
 	metaPath := field.NewPath("metadata")
 	allErrs := apivalidation.ValidateObjectMeta(&svc.ObjectMeta, true, apivalidation.NameIsDNS1035Label, metaPath)
+	for _, step := range []func(*corev1.Service) field.ErrorList{
+		validateTopologyAnnotations,
+		validateServiceTypeFields,
+		validateServicePorts,
+		validateServiceSelector,
+		validateSessionAffinity,
+		ValidateServiceClusterIPsRelatedFields,
+		validateExternalIPs,
+		validateServiceType,
+		validateNodePorts,
+		validateDuplicatePorts,
+		validateLoadBalancerSourceRanges,
+		validateAllocateLoadBalancerNodePorts,
+		func(svc *corev1.Service) field.ErrorList { return validateLoadBalancerClass(nil, svc) },
+		validateExternalTrafficPolicy,
+		validateInternalTrafficPolicy,
+		validateTrafficDistribution,
+	} {
+		allErrs = append(allErrs, step(svc)...)
+	}
+	return allErrs
+}
 
+// validateTopologyAnnotations: the topology-mode annotation and the deprecated
+// topology-aware-hints one must agree when both are set.
+func validateTopologyAnnotations(svc *corev1.Service) field.ErrorList {
 	hintsVal, hintsSet := svc.Annotations[corev1.DeprecatedAnnotationTopologyAwareHints]
 	modeVal, modeSet := svc.Annotations[corev1.AnnotationTopologyMode]
 	if modeSet && hintsSet && modeVal != hintsVal {
-		allErrs = append(allErrs, field.Invalid(metaPath.Child("annotations").Key(corev1.AnnotationTopologyMode), modeVal,
-			fmt.Sprintf("must match annotations[%s] when both are specified", corev1.DeprecatedAnnotationTopologyAwareHints)))
+		return field.ErrorList{field.Invalid(field.NewPath("metadata", "annotations").Key(corev1.AnnotationTopologyMode), modeVal,
+			fmt.Sprintf("must match annotations[%s] when both are specified", corev1.DeprecatedAnnotationTopologyAwareHints))}
 	}
+	return nil
+}
 
+// validateServiceTypeFields checks what each type requires or forbids: ports (but for
+// headless and ExternalName services), no headless NodePort or LoadBalancer, and an
+// ExternalName service's name and absent IP fields.
+func validateServiceTypeFields(svc *corev1.Service) field.ErrorList {
+	var allErrs field.ErrorList
 	specPath := field.NewPath("spec")
 	headless := isHeadlessIPs(svc)
 	if len(svc.Spec.Ports) == 0 && !headless && svc.Spec.Type != corev1.ServiceTypeExternalName {
@@ -250,17 +283,31 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 			allErrs = append(allErrs, field.Required(specPath.Child("externalName"), ""))
 		}
 	}
+	return allErrs
+}
 
+// validateServicePorts checks each port; names must be unique when there are several.
+func validateServicePorts(svc *corev1.Service) field.ErrorList {
+	var allErrs field.ErrorList
 	portNames := sets.Set[string]{}
-	portsPath := specPath.Child("ports")
+	portsPath := field.NewPath("spec", "ports")
 	for i := range svc.Spec.Ports {
 		allErrs = append(allErrs, validateServicePort(&svc.Spec.Ports[i], len(svc.Spec.Ports) > 1, portNames, portsPath.Index(i))...)
 	}
+	return allErrs
+}
 
-	if svc.Spec.Selector != nil {
-		allErrs = append(allErrs, metav1validation.ValidateLabels(svc.Spec.Selector, specPath.Child("selector"))...)
+func validateServiceSelector(svc *corev1.Service) field.ErrorList {
+	if svc.Spec.Selector == nil {
+		return nil
 	}
+	return metav1validation.ValidateLabels(svc.Spec.Selector, field.NewPath("spec", "selector"))
+}
 
+// validateSessionAffinity checks sessionAffinity and that its config goes with it.
+func validateSessionAffinity(svc *corev1.Service) field.ErrorList {
+	var allErrs field.ErrorList
+	specPath := field.NewPath("spec")
 	if len(svc.Spec.SessionAffinity) == 0 {
 		allErrs = append(allErrs, field.Required(specPath.Child("sessionAffinity"), ""))
 	} else if !supportedSessionAffinity.Has(svc.Spec.SessionAffinity) {
@@ -274,10 +321,13 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 			allErrs = append(allErrs, field.Forbidden(specPath.Child("sessionAffinityConfig"), fmt.Sprintf("must not be set when session affinity is %s", corev1.ServiceAffinityNone)))
 		}
 	}
+	return allErrs
+}
 
-	allErrs = append(allErrs, ValidateServiceClusterIPsRelatedFields(svc)...)
-
-	ipPath := specPath.Child("externalIPs")
+// validateExternalIPs: each external IP must be a valid, non-special address.
+func validateExternalIPs(svc *corev1.Service) field.ErrorList {
+	var allErrs field.ErrorList
+	ipPath := field.NewPath("spec", "externalIPs")
 	for i, ip := range svc.Spec.ExternalIPs {
 		idx := ipPath.Index(i)
 		if errs := validateLegacyIP(idx, ip); len(errs) != 0 {
@@ -286,13 +336,24 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 			allErrs = append(allErrs, ValidateNonSpecialIP(ip, idx)...)
 		}
 	}
+	return allErrs
+}
 
+func validateServiceType(svc *corev1.Service) field.ErrorList {
+	p := field.NewPath("spec", "type")
 	if len(svc.Spec.Type) == 0 {
-		allErrs = append(allErrs, field.Required(specPath.Child("type"), ""))
+		return field.ErrorList{field.Required(p, "")}
 	} else if !supportedServiceTypes.Has(svc.Spec.Type) {
-		allErrs = append(allErrs, field.NotSupported(specPath.Child("type"), svc.Spec.Type, sets.List(supportedServiceTypes)))
+		return field.ErrorList{field.NotSupported(p, svc.Spec.Type, sets.List(supportedServiceTypes))}
 	}
+	return nil
+}
 
+// validateNodePorts: a ClusterIP service has no node ports, and no two ports share a
+// node port over the same protocol.
+func validateNodePorts(svc *corev1.Service) field.ErrorList {
+	var allErrs field.ErrorList
+	portsPath := field.NewPath("spec", "ports")
 	if svc.Spec.Type == corev1.ServiceTypeClusterIP {
 		for i := range svc.Spec.Ports {
 			if svc.Spec.Ports[i].NodePort != 0 {
@@ -300,7 +361,6 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 			}
 		}
 	}
-
 	// Duplicate node ports, considering (protocol, nodePort) pairs.
 	nodePorts := map[servicePortKey]bool{}
 	for i, p := range svc.Spec.Ports {
@@ -313,7 +373,13 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 		}
 		nodePorts[k] = true
 	}
-	// Duplicate ports, considering (protocol, port) pairs.
+	return allErrs
+}
+
+// validateDuplicatePorts: no two ports share a port number over the same protocol.
+func validateDuplicatePorts(svc *corev1.Service) field.ErrorList {
+	var allErrs field.ErrorList
+	portsPath := field.NewPath("spec", "ports")
 	ports := map[servicePortKey]bool{}
 	for i, p := range svc.Spec.Ports {
 		k := servicePortKey{Protocol: p.Protocol, Port: p.Port}
@@ -322,10 +388,16 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 		}
 		ports[k] = true
 	}
+	return allErrs
+}
 
+// validateLoadBalancerSourceRanges checks spec.loadBalancerSourceRanges or, when it is
+// empty, the annotation that predates it: LoadBalancer services only, CIDRs.
+func validateLoadBalancerSourceRanges(svc *corev1.Service) field.ErrorList {
+	var allErrs field.ErrorList
 	if len(svc.Spec.LoadBalancerSourceRanges) > 0 {
 		// The API server spells this path with a capital L.
-		fp := specPath.Child("LoadBalancerSourceRanges")
+		fp := field.NewPath("spec").Child("LoadBalancerSourceRanges")
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 			allErrs = append(allErrs, field.Forbidden(fp, "may only be used when `type` is 'LoadBalancer'"))
 		}
@@ -334,7 +406,7 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 			allErrs = append(allErrs, validateLegacyCIDR(fp.Index(i), strings.TrimSpace(v))...)
 		}
 	} else if val, ok := svc.Annotations[corev1.AnnotationLoadBalancerSourceRangesKey]; ok {
-		fp := metaPath.Child("annotations").Key(corev1.AnnotationLoadBalancerSourceRangesKey)
+		fp := field.NewPath("metadata", "annotations").Key(corev1.AnnotationLoadBalancerSourceRangesKey)
 		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 			allErrs = append(allErrs, field.Forbidden(fp, "may only be used when `type` is 'LoadBalancer'"))
 		}
@@ -344,31 +416,41 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 			}
 		}
 	}
+	return allErrs
+}
 
+// validateAllocateLoadBalancerNodePorts: set for LoadBalancer services, and only them.
+func validateAllocateLoadBalancerNodePorts(svc *corev1.Service) field.ErrorList {
+	var allErrs field.ErrorList
 	if svc.Spec.AllocateLoadBalancerNodePorts != nil && svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		allErrs = append(allErrs, field.Forbidden(specPath.Child("allocateLoadBalancerNodePorts"), "may only be used when `type` is 'LoadBalancer'"))
+		allErrs = append(allErrs, field.Forbidden(field.NewPath("spec", "allocateLoadBalancerNodePorts"), "may only be used when `type` is 'LoadBalancer'"))
 	}
 	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.AllocateLoadBalancerNodePorts == nil {
 		// The API server reports this without the "spec." prefix.
 		allErrs = append(allErrs, field.Required(field.NewPath("allocateLoadBalancerNodePorts"), ""))
 	}
+	return allErrs
+}
 
-	allErrs = append(allErrs, validateLoadBalancerClass(nil, svc)...)
-	allErrs = append(allErrs, validateExternalTrafficPolicy(svc)...)
-
+// validateInternalTrafficPolicy: required for the types that have cluster IPs.
+func validateInternalTrafficPolicy(svc *corev1.Service) field.ErrorList {
+	p := field.NewPath("spec", "internalTrafficPolicy")
 	if svc.Spec.InternalTrafficPolicy == nil {
 		switch svc.Spec.Type {
 		case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
-			allErrs = append(allErrs, field.Required(specPath.Child("internalTrafficPolicy"), ""))
+			return field.ErrorList{field.Required(p, "")}
 		}
 	} else if !supportedInternalTrafficPolicies.Has(*svc.Spec.InternalTrafficPolicy) {
-		allErrs = append(allErrs, field.NotSupported(specPath.Child("internalTrafficPolicy"), *svc.Spec.InternalTrafficPolicy, sets.List(supportedInternalTrafficPolicies)))
+		return field.ErrorList{field.NotSupported(p, *svc.Spec.InternalTrafficPolicy, sets.List(supportedInternalTrafficPolicies))}
 	}
+	return nil
+}
 
+func validateTrafficDistribution(svc *corev1.Service) field.ErrorList {
 	if td := svc.Spec.TrafficDistribution; td != nil && !sets.New(supportedTrafficDistributions...).Has(*td) {
-		allErrs = append(allErrs, field.NotSupported(specPath.Child("trafficDistribution"), *td, supportedTrafficDistributions))
+		return field.ErrorList{field.NotSupported(field.NewPath("spec", "trafficDistribution"), *td, supportedTrafficDistributions)}
 	}
-	return allErrs
+	return nil
 }
 
 // isHeadlessIPs is the validation's notion of headless: clusterIPs == ["None"].
