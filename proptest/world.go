@@ -66,15 +66,15 @@ type FormerVIP struct {
 	Ports   []corev1.ServicePort
 }
 
-// Build runs a case: it makes the cluster (proxy from proxy; KubeProxy(kubeproxy.IPTables)
-// if nil), creates external hosts, services, pods (each started by the simulated
+// Build runs a case: it makes the cluster (proxy from proxy; kube-proxy's reference
+// mode, iptables, if nil), creates external hosts, services, pods (each started by the simulated
 // kubelet at its generated address, readiness and termination as the case says) and
 // hand-written EndpointSlices, then applies the steps. Close the world when done.
 func Build(c *Case, proxyFor ProxyFor) (*World, error) {
 	mode := ""
 	if proxyFor == nil {
-		proxyFor = KubeProxy(kubeproxy.IPTables)
-		mode = string(kubeproxy.IPTables)
+		ref := kubeproxy.Reference().Mode
+		proxyFor, mode = KubeProxy(ref), string(ref)
 	}
 	cfg := cluster.Config{
 		Seed:             c.Cluster.Seed,

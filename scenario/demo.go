@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 
 	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 )
 
 //go:embed demo.yaml
@@ -87,25 +87,9 @@ type DemoFailure struct {
 	Error string `json:"error"`
 }
 
-// demoModeOrder is the order the demo shows modes in.
-var demoModeOrder = []string{"iptables", "ipvs", "userspace", "nftables"}
-
-// DemoModes lists the modes the demo runs: every mode this build has.
-func DemoModes() []string {
-	var out []string
-	have := AvailableModes()
-	for _, m := range demoModeOrder {
-		if slices.Contains(have, m) {
-			out = append(out, m)
-		}
-	}
-	for _, m := range have {
-		if !slices.Contains(out, m) {
-			out = append(out, m)
-		}
-	}
-	return out
-}
+// DemoModes lists the modes the demo runs: every mode this build has, in the table's
+// order.
+func DemoModes() []string { return kubeproxy.ModeNames() }
 
 // RunDemo runs the demonstration scenario under every mode this build has.
 func RunDemo(ctx context.Context, opts Options) (*Demo, error) {
@@ -368,18 +352,11 @@ func (d *Demo) WriteText(w io.Writer) error {
 		p("   (%s)", d.Traffic[0].Resolved)
 	}
 	for _, t := range d.Traffic {
-		switch t.Mode {
-		case "iptables":
-			p("   iptables: each new connection draws its backend at random (statistic --mode random")
-			p("   --probability 1/3, then 1/2, then the rest), so the counts vary around an even share;")
-			p("   the packet is DNATed in the client's node and the backend sees the client's own address.")
-		case "ipvs":
-			p("   ipvs: the kernel's IPVS virtual server for the VIP picks backends with its scheduler (rr:")
-			p("   in turn), so the counts are even; the backend sees the client's own address.")
-		case "userspace":
-			p("   userspace: the VIP is REDIRECTed to a kube-proxy listener on the client's node, which")
-			p("   connects to backends in turn (round robin) from the node itself: the backend sees the")
-			p("   node's address, not the client's.")
+		if info, ok := kubeproxy.Lookup(kubeproxy.Mode(t.Mode)); ok && len(info.Demo) > 0 {
+			p("   %s: %s", t.Mode, info.Demo[0])
+			for _, l := range info.Demo[1:] {
+				p("   %s", l)
+			}
 		}
 	}
 	if len(d.Traffic) > 0 && len(d.Traffic[0].Probability) > 0 {

@@ -15,7 +15,6 @@ import (
 	"github.com/clusterlab/clusterlab/dns"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
-	"github.com/clusterlab/clusterlab/proxy/ipvs"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -25,6 +24,7 @@ type plan struct {
 	s         *Scenario
 	cfg       cluster.Config
 	mode      kubeproxy.Mode
+	info      kubeproxy.ModeInfo // the mode's descriptor
 	proxyOpts kubeproxy.Options
 	version   string   // the kube-proxy version modelled ("1.35")
 	notes     []string // what the version, mode and DNS choices mean for this run
@@ -256,20 +256,15 @@ func (pr *preparer) proxy(mode string) {
 		m, modePath = mode, "mode"
 	}
 	if m == "" {
-		m = string(kubeproxy.IPTables)
+		m = string(kubeproxy.Reference().Mode)
 	}
 	p.mode = kubeproxy.Mode(m)
-	switch p.mode {
-	case kubeproxy.IPTables, kubeproxy.IPVS, kubeproxy.Userspace:
-		if !modeAvailable(p.mode) {
-			pr.fail(modePath, "kube-proxy mode %q is not available in this build (have %s)", m, modeList())
-		}
-	default:
-		pr.fail(modePath, "unknown kube-proxy mode %q: want iptables, ipvs or userspace (this build has %s)", m, modeList())
+	info, ok := kubeproxy.Lookup(p.mode)
+	if !ok {
+		pr.fail(modePath, "unknown kube-proxy mode %q: this build has %s", m, modeList())
 	}
-	if px.Scheduler != "" && !slices.Contains(ipvs.Schedulers(), px.Scheduler) {
-		pr.fail("cluster.proxy.scheduler", "unknown IPVS scheduler %q: want one of %s", px.Scheduler, strings.Join(ipvs.Schedulers(), ", "))
-	}
+	p.info = info
+	pr.scheduler(px.Scheduler)
 	p.proxyOpts = kubeproxy.Options{Mode: p.mode, Scheduler: px.Scheduler, Seed: p.cfg.Seed}
 	if nodeMods := pr.nodeConfigMods(); len(nodeMods) > 0 {
 		p.proxyOpts.Node = func(nc *proxy.NodeConfig) {
@@ -286,12 +281,14 @@ func (pr *preparer) proxy(mode string) {
 func (pr *preparer) nodeConfigMods() []func(*proxy.NodeConfig) {
 	px, p := pr.c.Proxy, pr.p
 	var nodeMods []func(*proxy.NodeConfig)
-	ver, vnotes, mods, verr := versionBehaviour(px.Version, p.mode)
-	if verr != nil {
-		pr.fail("cluster.proxy.version", "%v", verr)
+	if p.info.Mode != "" { // an unknown mode has failed already, and has no releases
+		ver, vnotes, mods, verr := versionBehaviour(px.Version, p.info)
+		if verr != nil {
+			pr.fail("cluster.proxy.version", "%v", verr)
+		}
+		p.version, p.notes = ver, append(p.notes, vnotes...)
+		nodeMods = append(nodeMods, mods...)
 	}
-	p.version, p.notes = ver, append(p.notes, vnotes...)
-	nodeMods = append(nodeMods, mods...)
 	if px.MasqueradeAll {
 		nodeMods = append(nodeMods, func(nc *proxy.NodeConfig) { nc.MasqueradeAll = true })
 	}
@@ -411,26 +408,31 @@ func nodeSet(nodes []string) map[string]bool {
 	return m
 }
 
-func modeAvailable(m kubeproxy.Mode) bool { return slices.Contains(kubeproxy.Modes(), m) }
-
-func modeList() string {
-	var out []string
-	for _, m := range kubeproxy.Modes() {
-		out = append(out, string(m))
+// scheduler checks cluster.proxy.scheduler: one of the mode's schedulers, or, for a mode
+// without any (the scenario may run under several modes), of a mode that has them.
+func (pr *preparer) scheduler(sched string) {
+	if sched == "" {
+		return
 	}
-	slices.Sort(out)
-	return strings.Join(out, ", ")
+	modes := []kubeproxy.ModeInfo{pr.p.info}
+	if len(pr.p.info.Schedulers) == 0 {
+		modes = kubeproxy.Registered()
+	}
+	for _, m := range modes {
+		if len(m.Schedulers) == 0 {
+			continue
+		}
+		if !slices.Contains(m.Schedulers, sched) {
+			pr.fail("cluster.proxy.scheduler", "unknown %s scheduler %q: want one of %s", strings.ToUpper(string(m.Mode)), sched, strings.Join(m.Schedulers, ", "))
+		}
+		return
+	}
 }
 
-// AvailableModes lists the kube-proxy modes this build has, sorted.
-func AvailableModes() []string {
-	var out []string
-	for _, m := range kubeproxy.Modes() {
-		out = append(out, string(m))
-	}
-	slices.Sort(out)
-	return out
-}
+func modeList() string { return strings.Join(AvailableModes(), ", ") }
+
+// AvailableModes lists the kube-proxy modes this build has, in the table's order.
+func AvailableModes() []string { return kubeproxy.ModeNames() }
 
 func (ns *NodeSettings) check(s *Scenario, path string) error {
 	var errs []error

@@ -148,12 +148,7 @@ func (w *workload) clone() *workload {
 func (r *runner) newReport() *Report {
 	p := r.p
 	rep := &Report{Name: r.s.Name, File: r.s.File, Mode: string(p.mode), Version: p.version, DNS: p.dns, Seed: p.cfg.Seed, Notes: p.notes}
-	if p.mode == kubeproxy.IPVS {
-		rep.Scheduler = p.proxyOpts.Scheduler
-		if rep.Scheduler == "" {
-			rep.Scheduler = "rr"
-		}
-	}
+	rep.Scheduler = p.info.Scheduler(p.proxyOpts)
 	for _, n := range r.c.Nodes() {
 		ni := NodeInfo{Name: n.Name(), IP: n.IP().String()}
 		if cidrs := n.PodCIDRs(); len(cidrs) > 0 {

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 )
 
 func mustParse(t *testing.T, text string) *Scenario {
@@ -195,7 +197,7 @@ steps:
 // TestRunModesDiffer: the userspace mode's backends see the node's address, iptables'
 // the client's; the comparison names that fact.
 func TestRunModesDiffer(t *testing.T) {
-	if !modeAvailable("userspace") {
+	if _, ok := kubeproxy.Lookup("userspace"); !ok {
 		t.Skip("userspace mode not in this build")
 	}
 	s := mustParse(t, `cluster: {dns: off}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/clusterlab/clusterlab/dns"
 	"github.com/clusterlab/clusterlab/netsim"
-	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 )
 
 // attempt is one connection or packet, whichever way it was made.
@@ -105,9 +104,9 @@ func (r *runner) planTraffic(ctx context.Context, t *Traffic, connect bool) (*tr
 	}
 	if tp.via == "" {
 		tp.via = "probe"
-		if connect && r.p.mode == kubeproxy.Userspace && (tp.protoName == "tcp" || tp.protoName == "udp") {
+		if connect && r.p.info.Semantics.Terminates && (tp.protoName == "tcp" || tp.protoName == "udp") {
 			tp.via = "netstack"
-			tp.autoNote = "via netstack: in the userspace mode a program on the node picks the backend, and a probe stops at its listener"
+			tp.autoNote = "via netstack: in the " + string(r.p.mode) + " mode a program on the node picks the backend, and a probe stops at its listener"
 		}
 	}
 	return tp, nil

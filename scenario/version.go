@@ -2,8 +2,6 @@ package scenario
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
@@ -35,58 +33,48 @@ const VersionNotes = `kube-proxy versions (cluster.proxy.version):
   <=1.25     userspace only (the mode was removed in 1.26); iptables and ipvs before 1.28 are not modelled
   every version clears stale UDP conntrack entries in the (IP, port) form of 1.29-1.30`
 
-// versionBehaviour maps a kube-proxy version onto the knobs of the proxy packages.
-func versionBehaviour(v string, mode kubeproxy.Mode) (string, []string, []func(*proxy.NodeConfig), error) {
+// versionBehaviour maps a kube-proxy version onto the knobs of the proxy packages,
+// within the releases the mode's descriptor says it is modelled in.
+func versionBehaviour(v string, info kubeproxy.ModeInfo) (string, []string, []func(*proxy.NodeConfig), error) {
+	vs := info.Versions
 	explicit := v != ""
 	if !explicit {
-		v = CurrentVersion
-		if mode == kubeproxy.Userspace {
-			v = "1.25"
-		}
+		v = vs.Default
 	}
-	minor, err := parseMinor(v)
+	minor, err := kubeproxy.Minor(v)
 	if err != nil {
 		return "", nil, nil, err
 	}
 	ver := fmt.Sprintf("1.%d", minor)
+	first, last := mustMinor(vs.First), mustMinor(vs.Last)
+	switch {
+	case vs.Removed != "" && minor >= mustMinor(vs.Removed):
+		return "", nil, nil, fmt.Errorf("%s: the %s proxy mode was removed in kube-proxy %s; use version %s or earlier, or another mode", v, info.Mode, vs.Removed, vs.Last)
+	case minor < first:
+		return "", nil, nil, fmt.Errorf("%s: kube-proxy before %s is not modelled for the %s mode (its rules follow %s-%s)", v, vs.First, info.Mode, vs.First, vs.Last)
+	case minor > last:
+		return "", nil, nil, fmt.Errorf("%s: newer than the model (%s-%s)", v, vs.First, vs.Last)
+	}
 	var notes []string
 	var mods []func(*proxy.NodeConfig)
-	switch mode {
-	case kubeproxy.Userspace:
-		if minor >= 26 {
-			return "", nil, nil, fmt.Errorf("%s: the userspace proxy mode was removed in kube-proxy 1.26; use version 1.25 or earlier, or another mode", v)
-		}
-		return ver, nil, nil, nil
-	default:
-		if minor < 28 {
-			return "", nil, nil, fmt.Errorf("%s: kube-proxy before 1.28 is not modelled for the %s mode (its rules follow 1.28-1.35)", v, mode)
-		}
-	}
-	if minor > 35 {
-		return "", nil, nil, fmt.Errorf("%s: newer than the model (1.28-1.35)", v)
-	}
-	if minor < 34 {
+	if info.NodeHints && minor < 34 {
 		mods = append(mods, func(nc *proxy.NodeConfig) { nc.IgnoreNodeHints = true })
 		if explicit {
 			notes = append(notes, fmt.Sprintf("kube-proxy %s: EndpointSlice node hints are ignored (PreferSameTrafficDistribution is off before 1.34)", ver))
 		}
 	}
-	if minor >= 35 && mode == kubeproxy.IPVS {
-		notes = append(notes, fmt.Sprintf("kube-proxy %s: the IPVS mode is deprecated (KEP-5495); nftables is the suggested replacement", ver))
+	if vs.Deprecated != "" && minor >= mustMinor(vs.Deprecated) {
+		notes = append(notes, fmt.Sprintf("kube-proxy %s: %s", ver, vs.DeprecationNote))
 	}
 	return ver, notes, mods, nil
 }
 
-func parseMinor(v string) (int, error) {
-	s := strings.TrimPrefix(strings.TrimSpace(v), "v")
-	major, rest, ok := strings.Cut(s, ".")
-	if !ok || major != "1" {
-		return 0, fmt.Errorf("want a version such as 1.31, got %q", v)
+// mustMinor is kubeproxy.Minor of a version a mode's descriptor gives (kubeproxy's
+// TestModeTable checks they parse).
+func mustMinor(v string) int {
+	m, err := kubeproxy.Minor(v)
+	if err != nil {
+		panic(err)
 	}
-	minorStr, _, _ := strings.Cut(rest, ".")
-	minor, err := strconv.Atoi(minorStr)
-	if err != nil || minor < 0 {
-		return 0, fmt.Errorf("want a version such as 1.31, got %q", v)
-	}
-	return minor, nil
+	return m
 }
