@@ -2,36 +2,43 @@ package scenario
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 )
 
-// CurrentVersion is the kube-proxy version a scenario models when it names none.
-const CurrentVersion = "1.35"
+// Versions of kube-proxy a scenario can name come from each mode's descriptor
+// (kubeproxy.ModeInfo.Versions): the releases modelled, the default, a removal (an
+// error from that release on) and a deprecation (a note). Across modes:
+//
+//   - before 1.34 a mode that reads EndpointSlice hints ignores the node hints
+//     (trafficDistribution PreferSameNode): the PreferSameTrafficDistribution gate is off;
+//   - every version clears stale UDP conntrack entries in the (IP, port) form of
+//     1.29-1.30 (package proxy's StaleConntrackFilters); later versions' whole-table
+//     reconciliation is not modelled.
 
-// Versions of kube-proxy a scenario can name, and what each changes. The iptables rule
-// layout and the IPVS mode are modelled as kube-proxy 1.28 to 1.35 write them; the
-// userspace mode as it was until its removal.
-//
-//	version      iptables / ipvs                           userspace
-//	1.0 - 1.25   not modelled (an error)                   the mode as its last release had it
-//	1.26 - 1.27  not modelled (an error)                   removed in 1.26 (an error)
-//	1.28 - 1.33  PreferSameTrafficDistribution off:        removed (an error)
-//	             EndpointSlice node hints (trafficDistribution
-//	             PreferSameNode) are ignored
-//	1.34 - 1.35  node hints honoured (beta in 1.34, GA 1.35); removed (an error)
-//	             1.35 notes the IPVS mode's deprecation
-//
-// Every version clears stale UDP conntrack entries in the (IP, port) form of 1.29-1.30
-// (package proxy's StaleConntrackFilters); later versions' whole-table reconciliation is
-// not modelled.
-const VersionNotes = `kube-proxy versions (cluster.proxy.version):
-  1.28-1.33  iptables, ipvs: EndpointSlice node hints (trafficDistribution: PreferSameNode) ignored
-             (the PreferSameTrafficDistribution gate is off before 1.34)
-  1.34-1.35  iptables, ipvs: node hints honoured; 1.35 notes that the IPVS mode is deprecated
-  <=1.25     userspace only (the mode was removed in 1.26); iptables and ipvs before 1.28 are not modelled
-  every version clears stale UDP conntrack entries in the (IP, port) form of 1.29-1.30`
+// VersionNotes says, for help texts, which kube-proxy versions each mode of the build
+// is modelled in and what a version changes.
+func VersionNotes() string {
+	var b strings.Builder
+	b.WriteString("kube-proxy versions (cluster.proxy.version):\n")
+	for _, m := range kubeproxy.Registered() {
+		v := m.Versions
+		fmt.Fprintf(&b, "  %-10s %s-%s (default %s)", m.Mode, v.First, v.Last, v.Default)
+		if v.Removed != "" {
+			fmt.Fprintf(&b, "; removed in %s", v.Removed)
+		}
+		if v.Deprecated != "" {
+			fmt.Fprintf(&b, "; from %s: %s", v.Deprecated, v.DeprecationNote)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("  before 1.34: EndpointSlice node hints (trafficDistribution: PreferSameNode) are ignored\n")
+	b.WriteString("             (the PreferSameTrafficDistribution gate is off)\n")
+	b.WriteString("  every version clears stale UDP conntrack entries in the (IP, port) form of 1.29-1.30")
+	return b.String()
+}
 
 // versionBehaviour maps a kube-proxy version onto the knobs of the proxy packages,
 // within the releases the mode's descriptor says it is modelled in.

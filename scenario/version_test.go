@@ -1,8 +1,11 @@
 package scenario
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 )
 
 // TestVersionChangesNodeHints: trafficDistribution PreferSameNode keeps traffic on the
@@ -33,5 +36,19 @@ steps:
 		if rep.Version != tc.version {
 			t.Errorf("report says version %s, want %s", rep.Version, tc.version)
 		}
+	}
+}
+
+// The help's version notes come from the table: every mode with its releases.
+func TestVersionNotesFromTheTable(t *testing.T) {
+	notes := VersionNotes()
+	for _, m := range kubeproxy.Registered() {
+		want := fmt.Sprintf("%-10s %s-%s (default %s)", m.Mode, m.Versions.First, m.Versions.Last, m.Versions.Default)
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
+	}
+	if !strings.Contains(notes, "removed in 1.26") || !strings.Contains(notes, "from 1.35: the IPVS mode is deprecated") {
+		t.Errorf("removal and deprecation missing:\n%s", notes)
 	}
 }

@@ -79,7 +79,7 @@ func newRunCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run FILE [-o text|json] [--modes iptables,ipvs,userspace]",
 		Short: "Run a scenario file and check its expectations",
-		Long:  fmt.Sprintf(runLong, strings.Join(scenario.AvailableModes(), ", ")) + "\n\n" + scenario.VersionNotes,
+		Long:  fmt.Sprintf(runLong, strings.Join(scenario.AvailableModes(), ", ")) + "\n\n" + scenario.VersionNotes(),
 		Example: `  clusterlab run testdata/scenarios/quickstart.yaml
   clusterlab run testdata/scenarios/session-affinity.yaml -o json
   clusterlab run --modes iptables,ipvs,userspace testdata/scenarios/session-affinity.yaml`,
