@@ -147,7 +147,7 @@ func noConntrackFactory(proxies map[string]*noConntrackProxy) cluster.ProxyFacto
 		if err != nil {
 			return nil, err
 		}
-		emu.AttachNetsim(n.Node, "kube-proxy IPv4")
+		kubeproxy.AttachEmulator(emu, n.Node, "kube-proxy IPv4")
 		p := &noConntrackProxy{n: n, px: px}
 		proxies[n.Name()] = p
 		return p, nil

@@ -55,7 +55,7 @@ func broken(v view, noFlags, noConntrack bool) ProxyFor {
 			if err != nil {
 				return nil, err
 			}
-			emu.AttachNetsim(n.Node, "broken kube-proxy")
+			kubeproxy.AttachEmulator(emu, n.Node, "broken kube-proxy")
 			if cfg.LocalhostNodePortsEnabled() {
 				n.UpdateSettings(func(s *netsim.NodeSettings) { s.RouteLocalnet = true })
 			}

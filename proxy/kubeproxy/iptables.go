@@ -73,7 +73,7 @@ func newIPTablesProxy(n *cluster.Node, cfg proxy.NodeConfig) (*iptablesProxy, er
 		if err != nil {
 			return nil, fmt.Errorf("kube-proxy (iptables) on %s: %w", n.Name(), err)
 		}
-		emu.AttachNetsim(n.Node, "kube-proxy "+string(fam))
+		AttachEmulator(emu, n.Node, "kube-proxy "+string(fam))
 		p.fams = append(p.fams, &iptablesFamily{family: fam, emu: emu, px: px})
 	}
 	// kube-proxy sets route_localnet for localhost NodePorts.

@@ -197,7 +197,7 @@ func newIPVS(n *cluster.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig)
 			return nil, fmt.Errorf("kube-proxy (ipvs) on %s: %w", n.Name(), err)
 		}
 		emu.SetIPVSLookup(p.ipvsLookup)
-		emu.AttachNetsim(n.Node, "kube-proxy ipvs "+string(fam))
+		AttachEmulator(emu, n.Node, "kube-proxy ipvs "+string(fam))
 		p.fams = append(p.fams, &ipvsFamily{family: fam, emu: emu, px: px})
 	}
 	for _, s := range []netsim.HandlerSpec{

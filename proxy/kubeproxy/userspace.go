@@ -169,7 +169,7 @@ func newUserspace(n *cluster.Node, opts Options, cfg proxy.NodeConfig, uc Usersp
 			p.close()
 			return nil, fmt.Errorf("kube-proxy (userspace) on %s: %w", n.Name(), err)
 		}
-		emu.AttachNetsim(n.Node, "kube-proxy userspace "+string(fam))
+		AttachEmulator(emu, n.Node, "kube-proxy userspace "+string(fam))
 		p.fams = append(p.fams, &userspaceFamily{family: fam, emu: emu, px: px})
 	}
 	n.AddHandler(netsim.HandlerSpec{Name: "kube-proxy userspace", Hook: netfilter.Input, Priority: netfilter.PrioritySecurity + 10, Handler: netsim.HandlerFunc(p.note)})

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/clusterlab/clusterlab/proxy/iptables/emulator/emutest"
+
 	"pgregory.net/rapid"
 )
 
@@ -137,7 +139,7 @@ func describeTables(ts []TableResult) string {
 // KUBE-SERVICES and KUBE-NODEPORTS, probability ladders, DNAT), and through the netsim
 // handler's verdict reasons.
 func TestCompiledKubeLayout(t *testing.T) {
-	data := kubeDump(40, 5)
+	data := emutest.KubeDump(40, 5)
 	var es [2]*Emulator
 	for i := range es {
 		var err error
@@ -148,7 +150,7 @@ func TestCompiledKubeLayout(t *testing.T) {
 	es[1].noCompile = true
 	envs := [2]*StaticEnv{NewStaticEnv(3, netip.MustParseAddr("192.168.0.2")), NewStaticEnv(3, netip.MustParseAddr("192.168.0.2"))}
 	for i := 0; i < 2000; i++ {
-		dst := netip.MustParseAddr(clusterIP(i % 45))
+		dst := netip.MustParseAddr(emutest.ClusterIP(i % 45))
 		port := uint16(80 + i%3)
 		if i%7 == 0 {
 			dst, port = netip.MustParseAddr("192.168.0.2"), uint16(30000+i%50)

@@ -123,14 +123,17 @@
 //	assumptions       [{hook, table, chain, line, rule, match, assumed_match}], if any
 //	paths             the number of merged paths
 //
-// # netsim
+// # In a datapath
 //
-// AttachNetsim registers the emulator on a netsim node: one handler per table and hook
-// at the table's netfilter priority, the nat tables as NAT handlers (netsim calls them
-// only for a connection's first packet and applies the binding to later packets). The
-// handler maps netsim's packet and conntrack entry to Packet, its Context to Env (virtual
-// clock, seeded choice points, the node's addresses, dry runs of probes) and the
-// emulator's rule steps into the netsim trace.
+// The emulator imports no datapath. RunTable evaluates one table at one hook for a
+// packet a datapath hands it (TablesAt lists the tables of a hook, TablePriority their
+// netfilter priorities) and returns a TableVerdict that refers to nothing of the
+// emulator's; proxy/kubeproxy's AttachEmulator runs the tables as a netsim node's, one
+// handler per table and hook, the nat tables as NAT handlers (netsim calls them only for
+// a connection's first packet and applies the binding to later packets), mapping
+// netsim's packet and conntrack entry to Packet, its Context to Env (virtual clock,
+// seeded choice points, the node's addresses, dry runs of probes) and the emulator's
+// rule steps into the netsim trace.
 //
 // # Traces and line numbers
 //

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/clusterlab/clusterlab/proxy/iptables/emulator/emutest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden trace files under testdata/iptables/traces")
@@ -319,7 +321,7 @@ func TestTraceGolden(t *testing.T) {
 // long chain that cannot match; EveryRule lists each of them as evaluated and not
 // matched, with the same outcomes.
 func TestWalkEveryRule(t *testing.T) {
-	e := load(t, IPv4, string(kubeDumpTo(40, 2, func(i, j int) string { return fmt.Sprintf("10.244.%d.%d", i, j+1) }, 8080)))
+	e := load(t, IPv4, string(emutest.KubeDumpTo(40, 2, func(i, j int) string { return fmt.Sprintf("10.244.%d.%d", i, j+1) }, 8080)))
 	in := WalkInput{Packet: *pkt("tcp 10.0.0.2:40000 172.30.0.31:80"), AllBranches: true}
 	indexed := walk(t, e, in)
 	in.EveryRule = true

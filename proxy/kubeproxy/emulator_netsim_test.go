@@ -1,4 +1,4 @@
-package emulator
+package kubeproxy
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 )
 
 // TestNetsimAdapter runs the emulator as a netsim node's netfilter tables: a
@@ -68,8 +69,8 @@ COMMIT
 -A KUBE-SERVICES -m comment --comment "ns/none has no endpoints" -m tcp -p tcp -d 10.96.0.60 --dport 80 -j REJECT
 COMMIT
 `, eps[0], eps[1], eps[2])
-	e := load(t, IPv4, rules)
-	detach := e.AttachNetsim(c.Node("node-a").Node, "iptables")
+	e := loadEmulator(t, emulator.IPv4, rules)
+	detach := AttachEmulator(e, c.Node("node-a").Node, "iptables")
 	defer detach()
 
 	t.Run("all branches of the ladder", func(t *testing.T) {
@@ -156,11 +157,11 @@ func TestNetsimAdapterFamilies(t *testing.T) {
 	if _, err := c.StartPod("node-a", "ns", "client", nil, false); err != nil {
 		t.Fatal(err)
 	}
-	e := New(IPv4)
-	if err := e.RestoreText([]byte("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"), RestoreOptions{}); err != nil {
+	e := emulator.New(emulator.IPv4)
+	if err := e.RestoreText([]byte("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD DROP [0:0]\n:OUTPUT ACCEPT [0:0]\nCOMMIT\n"), emulator.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	e.AttachNetsim(c.Node("node-a").Node, "v4")
+	AttachEmulator(e, c.Node("node-a").Node, "v4")
 	ips := web.IPs()
 	if len(ips) != 2 {
 		t.Fatalf("pod IPs %v, want one per family", ips)
@@ -208,12 +209,12 @@ func TestNetsimAddrTypeLimitIface(t *testing.T) {
 	if !gateway.IsValid() {
 		t.Fatalf("no bridge address among %+v", n.Interfaces())
 	}
-	e := load(t, IPv4, `*filter
+	e := loadEmulator(t, emulator.IPv4, `*filter
 -A INPUT -p tcp -m addrtype --dst-type LOCAL --limit-iface-in -j REJECT
 -A INPUT -p tcp -m addrtype --dst-type LOCAL -j DROP
 COMMIT
 `)
-	defer e.AttachNetsim(n.Node, "iptables")()
+	defer AttachEmulator(e, n.Node, "iptables")()
 	for _, tc := range []struct {
 		dst  netip.Addr
 		want string
@@ -230,4 +231,14 @@ COMMIT
 			t.Errorf("pod → %s: %s, want %s\n%s", tc.dst, r.Outcome, tc.want, r.Trace)
 		}
 	}
+}
+
+// loadEmulator builds an emulator from iptables-restore text.
+func loadEmulator(t testing.TB, f emulator.Family, text string) *emulator.Emulator {
+	t.Helper()
+	e := emulator.New(f)
+	if err := e.RestoreText([]byte(text), emulator.RestoreOptions{File: "rules"}); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

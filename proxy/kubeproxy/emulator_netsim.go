@@ -1,0 +1,192 @@
+package kubeproxy
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+)
+
+// This file runs an iptables emulator as a netsim node's netfilter tables: each table at
+// each hook becomes a netsim handler at the table's netfilter priority (nat tables as
+// NAT handlers, which netsim calls only for a connection's first packet and whose
+// bindings its conntrack applies to later packets, as the kernel does). Every mode that
+// writes iptables rules (iptables, and IPVS and userspace for their side rules) runs
+// them through it.
+
+// EmulatorHandlers returns the handler specs that run the emulator's tables on a netsim
+// node, named "<name> <table>". Each spec has its own handler: attach them to one node.
+func EmulatorHandlers(e *emulator.Emulator, name string) []netsim.HandlerSpec {
+	var specs []netsim.HandlerSpec
+	for h := emulator.Prerouting; h <= emulator.Postrouting; h++ {
+		for _, table := range emulator.TablesAt(h) {
+			specs = append(specs, netsim.HandlerSpec{Name: name + " " + table, Hook: netsimHook(h),
+				Priority: emulator.TablePriority(table, h), NAT: table == emulator.TableNAT,
+				Handler: &emulatorHandler{e: e, table: table, hook: h}})
+		}
+	}
+	return specs
+}
+
+// AttachEmulator registers the emulator's handlers on a node and returns a function that
+// removes them.
+func AttachEmulator(e *emulator.Emulator, n *netsim.Node, name string) (detach func()) {
+	var removes []func()
+	for _, s := range EmulatorHandlers(e, name) {
+		removes = append(removes, n.AddHandler(s))
+	}
+	return func() {
+		for _, r := range removes {
+			r()
+		}
+	}
+}
+
+func netsimHook(h emulator.Hook) netfilter.Hook {
+	return [...]netfilter.Hook{netfilter.Prerouting, netfilter.Input, netfilter.Forward, netfilter.Output, netfilter.Postrouting}[h]
+}
+
+// emulatorEnv is the emulator.Env of a packet in netsim: its virtual clock, its choice
+// points and its node's addresses.
+type emulatorEnv struct{ ctx *netsim.Context }
+
+func (v emulatorEnv) Now() time.Time        { return v.ctx.Now() }
+func (v emulatorEnv) Chance(p float64) bool { return v.ctx.Chance(p) }
+func (v emulatorEnv) Pick(n int) int        { return v.ctx.Pick(n) }
+func (v emulatorEnv) DryRun() bool          { return v.ctx.DryRun() }
+func (v emulatorEnv) AddrType(a netip.Addr, iface string) emulator.AddrType {
+	if iface == "" {
+		return emulator.ClassifyAddr(a, v.ctx.IsLocalAddr)
+	}
+	return emulator.ClassifyAddrOn(a, iface, func(a netip.Addr) bool {
+		on, ok := v.ctx.LocalAddrIface(a)
+		return ok && on == iface
+	})
+}
+
+// emulatorHandler is one table at one hook. Netsim calls a node's handlers one packet
+// at a time, under the node's lock, so the packet buffer q is the handler's own.
+type emulatorHandler struct {
+	e     *emulator.Emulator
+	table string
+	hook  emulator.Hook
+	q     emulator.Packet
+}
+
+// fromNetsim builds the emulator's view of a netsim packet in q.
+func fromNetsim(q *emulator.Packet, p *netsim.Packet, ctx *netsim.Context, table string) {
+	*q = emulator.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
+		TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL,
+		InIface: p.InIface, OutIface: p.OutIface, Mark: p.Mark, Len: len(p.Data)}
+	switch {
+	case p.Conn == nil && table == emulator.TableRaw:
+		q.CT.State = emulator.CTInvalid // the raw table runs before conntrack: no entry yet
+	case p.CtState == netfilter.CtUntracked:
+		q.CT.State = emulator.CTUntracked
+	case p.Conn == nil || p.CtState == netfilter.CtInvalid:
+		q.CT.State = emulator.CTInvalid
+	case p.CtState == netfilter.CtEstablished:
+		q.CT.State = emulator.CTEstablished
+	case p.CtState == netfilter.CtRelated:
+		q.CT.State = emulator.CTRelated
+	default:
+		q.CT.State = emulator.CTNew
+	}
+	if c := p.Conn; c != nil {
+		q.CT.Reply = p.CtReply
+		q.CT.Mark = c.Mark
+		q.CT.Orig = emulator.Tuple{Src: c.Orig.Src, Dst: c.Orig.Dst, SrcPort: c.Orig.SrcPort, DstPort: c.Orig.DstPort}
+		q.CT.ReplyTuple = emulator.Tuple{Src: c.Reply.Src, Dst: c.Reply.Dst, SrcPort: c.Reply.SrcPort, DstPort: c.Reply.DstPort}
+		for _, b := range []struct {
+			from netfilter.CtStatus
+			to   emulator.CTStatus
+		}{{netfilter.StatusSeenReply, emulator.CTSeenReply}, {netfilter.StatusAssured, emulator.CTAssured}, {netfilter.StatusConfirmed, emulator.CTConfirmed},
+			{netfilter.StatusSrcNAT, emulator.CTSrcNAT}, {netfilter.StatusDstNAT, emulator.CTDstNAT}} {
+			if c.Status&b.from != 0 {
+				q.CT.Status |= b.to
+			}
+		}
+		if !c.Expires.IsZero() {
+			q.CT.Expire = c.Expires.Sub(ctx.Now())
+		}
+	}
+}
+
+// Handle implements netsim.Handler.
+func (h *emulatorHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.Verdict {
+	e := h.e
+	if p.IPv6 != (e.Family() == emulator.IPv6) {
+		return netsim.VerdictContinue // iptables does not see ip6tables' packets, nor the reverse
+	}
+	var tr *emulator.Trace
+	if ctx.Tracing() {
+		tr = &emulator.Trace{}
+	}
+	q := &h.q
+	fromNetsim(q, p, ctx, h.table)
+	v := e.RunTable(emulatorEnv{ctx}, h.table, h.hook, q, tr)
+	if tr != nil {
+		traceRules(ctx, tr)
+	}
+	p.Mark = q.Mark
+	if p.Conn != nil && !ctx.DryRun() {
+		p.Conn.Mark = q.CT.Mark
+	}
+	if q.CT.State == emulator.CTUntracked && h.table == emulator.TableRaw {
+		p.SetNoTrack()
+	}
+	if !v.Decided() {
+		return netsim.VerdictContinue
+	}
+	switch v.Verdict {
+	case emulator.Drop:
+		return netsim.Verdict{Kind: netsim.Drop, Reason: v.Reason}
+	case emulator.Reject:
+		with, _ := netfilter.RejectWithName(v.RejectWith)
+		return netsim.RejectVerdict(with, v.Reason)
+	case emulator.Unknown:
+		return netsim.Verdict{Kind: netsim.Drop, Reason: v.Reason + ": target not emulated"}
+	}
+	if v.HasNAT {
+		return netsim.Verdict{Kind: netsim.NAT, NAT: natAction(&v.NAT), Reason: v.Reason}
+	}
+	return netsim.VerdictContinue
+}
+
+// traceRules copies the emulator's rule steps into the packet's netsim trace.
+func traceRules(ctx *netsim.Context, tr *emulator.Trace) {
+	for _, s := range tr.Steps {
+		if s.Kind != emulator.StepRule && s.Kind != emulator.StepPolicy && s.Kind != emulator.StepIndex {
+			continue
+		}
+		ts := netsim.TraceStep{Kind: netsim.StepRule, Table: s.Table, Chain: s.Chain, Line: s.Line, Rule: s.Rule,
+			Matched: s.Matched, Verdict: s.Verdict, Detail: s.Detail}
+		if s.Kind == emulator.StepPolicy {
+			ts.Rule, ts.Verdict = "policy "+s.Verdict, s.Verdict
+		} else if s.Kind == emulator.StepIndex {
+			ts.Kind = netsim.StepNote
+		}
+		ctx.Trace(ts)
+	}
+}
+
+// natAction is the netsim NAT of an emulator NAT target's result.
+func natAction(n *emulator.NAT) netsim.NATAction {
+	a := netsim.NATAction{Random: n.Random, RandomFully: n.RandomFully}
+	a.Kind, _ = netfilter.ParseNATKind(n.Kind)
+	if a.Kind == 0 {
+		a.Kind = netfilter.Masquerade
+	}
+	if n.Kind == "DNAT" || n.Kind == "SNAT" {
+		a.Addr = n.Addr
+	}
+	if n.Port != 0 {
+		a.PortMin, a.PortMax = n.Port, n.Port
+		if n.PortMax > n.Port {
+			a.PortMax = n.PortMax
+		}
+	}
+	return a
+}
