@@ -213,20 +213,51 @@ func (g *generator) begin() {
 // services writes every service port's rules. In a partial sync (full false) the
 // per-service chains of Services that did not change are computed but not written.
 func (g *generator) services(st *proxy.SyncState, full bool) {
-	r := g.r
 	names := st.Services.SortedNames()
+	g.reserve(st, names)
 
+	next := make(map[proxy.ServicePortName]*svcInfo, len(names))
+	for _, name := range names {
+		sp := st.Services[name]
+		info := g.cache[name]
+		if info == nil {
+			info = newSvcInfo(name)
+		}
+		next[name] = info
+		c := proxy.CategorizeEndpoints(st.Endpoints[name], sp, g.r.nodeName, g.r.nodeLabels)
+		info.setEndpoints(c.AllReachable)
+		p := planService(info, sp, c)
+
+		// The rules of the shared chains, in kube-proxy's order.
+		g.clusterIPRule(&p)
+		g.externalIPRules(&p)
+		g.loadBalancerRules(&p)
+		g.nodePortRules(&p)
+		g.healthCheckRule(&p)
+
+		// The per-service chains: skipped for unchanged Services in a partial sync.
+		nc, nr := &g.natChains, &g.natRules
+		if !full && !st.Changed(name.NamespacedName) {
+			nc, nr = &g.skipChains, &g.skipRules
+		}
+		g.serviceChains(nc, nr, &p)
+	}
+	g.cache = next
+}
+
+// reserve counts the sync's endpoints (more than LargeClusterEndpointsThreshold drops
+// the comments of the endpoint rules) and sizes the buffers for this many rules up
+// front (about 300 bytes of rules per endpoint and 600 per service port) instead of
+// growing them by copying. The nat rules buffer keeps room in front for everything that
+// precedes them in the output (filter section, nat chain lines: about 36 bytes per chain
+// and 200 bytes of filter rules per service port), so finish need not copy the rules.
+func (g *generator) reserve(st *proxy.SyncState, names []proxy.ServicePortName) {
 	total := 0
 	for _, n := range names {
 		total += len(st.Endpoints[n])
 	}
 	g.numEndpoints = total
 	g.largeCluster = total > LargeClusterEndpointsThreshold
-	// Size the buffers for this many rules up front (about 300 bytes of rules per
-	// endpoint and 600 per service port) instead of growing them by copying. The nat
-	// rules buffer keeps room in front for everything that precedes them in the
-	// output (filter section, nat chain lines: about 36 bytes per chain and 200 bytes
-	// of filter rules per service port), so finish need not copy the rules.
 	head := 36*(total+4*len(names)+16) + 200*len(names) + 8192
 	est := 300*total + 600*len(names) + 1024
 	if nr := &g.natRules; nr.base < head || cap(nr.b)-len(nr.b) < est {
@@ -236,265 +267,327 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 	g.natChains.b = slices.Grow(g.natChains.b, 32*(total+2*len(names)))
 	g.filterRules.b = slices.Grow(g.filterRules.b, 64*len(names))
 	g.active = make(map[string]bool, total+2*len(names))
+}
 
-	next := make(map[proxy.ServicePortName]*svcInfo, len(names))
+// svcPlan is what one service port's rules are written from: its names, its endpoints
+// by category, which of its chains exist and where its traffic goes. planService
+// derives it; each step of services writes one kind of rule from it.
+type svcPlan struct {
+	sp   *proxy.ServicePort
+	info *svcInfo
+	c    proxy.Categorized
+
+	name, proto     string // "ns/svc:port", "tcp"
+	port, clusterIP string
+
+	usesClusterChain bool // KUBE-SVC: there are cluster endpoints and a policy uses them
+	usesLocalChain   bool // KUBE-SVL: the same for local endpoints
+	usesExtChain     bool // KUBE-EXT: there are endpoints and the port is reachable from outside
+	usesFW           bool // KUBE-FW: there are endpoints, load-balancer IPs and source ranges
+
+	// internalChain takes cluster IP traffic (KUBE-SVC, or KUBE-SVL for the Local
+	// internal policy) when hasInternal; externalPolicyChain is KUBE-EXT's last jump
+	// (the same for the external policy) when hasExternal.
+	internalChain, externalPolicyChain string
+	hasInternal, hasExternal           bool
+	// lbChain takes load-balancer IP traffic: KUBE-FW with source ranges, else KUBE-EXT.
+	lbChain string
+
+	// What the filter table does with traffic there is nothing to DNAT it to: REJECT
+	// or DROP, and the comment's end saying why; for cluster IP (int) and external
+	// (ext) traffic.
+	intTarget, intWhy, extTarget, extWhy string
+}
+
+// planService derives a service port's plan from its categorized endpoints.
+func planService(info *svcInfo, sp *proxy.ServicePort, c proxy.Categorized) svcPlan {
+	ch := &info.chains
+	p := svcPlan{
+		sp: sp, info: info, c: c,
+		name: info.name, proto: info.proto,
+		port: strconv.Itoa(sp.Port), clusterIP: sp.ClusterIP.String(),
+		usesClusterChain: len(c.Cluster) > 0 && sp.UsesClusterEndpoints(),
+		usesLocalChain:   len(c.Local) > 0 && sp.UsesLocalEndpoints(),
+		usesExtChain:     c.HasAnyEndpoints && sp.ExternallyAccessible(),
+		usesFW:           c.HasAnyEndpoints && len(sp.LoadBalancerVIPs) > 0 && len(sp.LoadBalancerSourceRanges) > 0,
+	}
+
+	p.internalChain, p.hasInternal = ch.Cluster, c.HasAnyEndpoints
+	if sp.InternalPolicyLocal {
+		p.internalChain = ch.Local
+		if len(c.Local) == 0 {
+			p.hasInternal = false
+		}
+	}
+	p.externalPolicyChain, p.hasExternal = ch.Cluster, c.HasAnyEndpoints
+	if sp.ExternalPolicyLocal {
+		p.externalPolicyChain = ch.Local
+		if len(c.Local) == 0 {
+			p.hasExternal = false
+		}
+	}
+	p.lbChain = ch.External
+	if p.usesFW {
+		p.lbChain = ch.Firewall
+	}
+
+	if !c.HasAnyEndpoints {
+		p.intTarget, p.intWhy = "REJECT", " has no endpoints"
+		p.extTarget, p.extWhy = p.intTarget, p.intWhy
+	} else {
+		if !p.hasInternal {
+			p.intTarget, p.intWhy = "DROP", " has no local endpoints"
+		}
+		if !p.hasExternal {
+			p.extTarget, p.extWhy = "DROP", " has no local endpoints"
+		}
+	}
+	return p
+}
+
+// vipRule writes a rule of chain for traffic to dst at the service's port:
+//
+//	-A CHAIN -m comment --comment "ns/svc:port WHY" -m PROTO -p PROTO -d DST --dport PORT -j TARGET
+func (p *svcPlan) vipRule(b *lineBuf, chain, why, dst, target string) {
+	b.w("-A", chain, "-m", "comment", "--comment")
+	b.q(p.name, why)
+	b.w("-m", p.proto, "-p", p.proto, "-d", dst, "--dport", p.port, "-j", target)
+	b.end()
+}
+
+// clusterIPRule writes the cluster IP's rule: a jump to the internal-policy chain in
+// nat KUBE-SERVICES, or, with no endpoint for that policy, a REJECT or DROP in filter
+// KUBE-SERVICES.
+func (g *generator) clusterIPRule(p *svcPlan) {
+	if p.hasInternal {
+		p.vipRule(&g.natRules, ChainServices, " cluster IP", p.clusterIP, p.internalChain)
+	} else {
+		p.vipRule(&g.filterRules, ChainServices, p.intWhy, p.clusterIP, p.intTarget)
+	}
+}
+
+// externalIPRules writes each external IP's rules: a jump to KUBE-EXT in nat
+// KUBE-SERVICES if the service has endpoints, and a REJECT or DROP in filter
+// KUBE-EXTERNAL-SERVICES if external traffic has none to go to.
+func (g *generator) externalIPRules(p *svcPlan) {
+	for _, ip := range p.sp.ExternalIPs {
+		ips := ip.String()
+		if p.c.HasAnyEndpoints {
+			p.vipRule(&g.natRules, ChainServices, " external IP", ips, p.info.chains.External)
+		}
+		if !p.hasExternal {
+			p.vipRule(&g.filterRules, ChainExternalServices, p.extWhy, ips, p.extTarget)
+		}
+	}
+}
+
+// loadBalancerRules writes each load-balancer IP's rules: a jump to KUBE-FW or KUBE-EXT
+// in nat KUBE-SERVICES if the service has endpoints, and with source ranges the DROP in
+// filter KUBE-PROXY-FIREWALL of what KUBE-FW did not accept; then, if external traffic
+// has no endpoint to go to, a REJECT or DROP per IP in filter KUBE-EXTERNAL-SERVICES.
+func (g *generator) loadBalancerRules(p *svcPlan) {
 	fr := &g.filterRules
-	for _, name := range names {
-		sp := st.Services[name]
-		info := g.cache[name]
-		if info == nil {
-			info = newSvcInfo(name)
+	for _, ip := range p.sp.LoadBalancerVIPs {
+		ips := ip.String()
+		if p.c.HasAnyEndpoints {
+			p.vipRule(&g.natRules, ChainServices, " loadbalancer IP", ips, p.lbChain)
 		}
-		next[name] = info
-		eps := st.Endpoints[name]
-		c := proxy.CategorizeEndpoints(eps, sp, r.nodeName, r.nodeLabels)
-		info.setEndpoints(c.AllReachable)
-		proto, svcName := info.proto, info.name
-		clusterChain, localChain := info.chains.Cluster, info.chains.Local
-		usesClusterChain := len(c.Cluster) > 0 && sp.UsesClusterEndpoints()
-		usesLocalChain := len(c.Local) > 0 && sp.UsesLocalEndpoints()
-
-		internalChain, hasInternal := clusterChain, c.HasAnyEndpoints
-		if sp.InternalPolicyLocal {
-			internalChain = localChain
-			if len(c.Local) == 0 {
-				hasInternal = false
-			}
-		}
-		externalPolicyChain, hasExternal := clusterChain, c.HasAnyEndpoints
-		if sp.ExternalPolicyLocal {
-			externalPolicyChain = localChain
-			if len(c.Local) == 0 {
-				hasExternal = false
-			}
-		}
-		extChain := info.chains.External
-		usesExtChain := c.HasAnyEndpoints && sp.ExternallyAccessible()
-		lbChain, fwChain := extChain, info.chains.Firewall
-		usesFW := c.HasAnyEndpoints && len(sp.LoadBalancerVIPs) > 0 && len(sp.LoadBalancerSourceRanges) > 0
-		if usesFW {
-			lbChain = fwChain
-		}
-
-		// What the filter table does with traffic there is nothing to DNAT it to.
-		var intTarget, extTarget, intWhy, extWhy string
-		if !c.HasAnyEndpoints {
-			intTarget, intWhy = "REJECT", " has no endpoints"
-			extTarget, extWhy = intTarget, intWhy
-		} else {
-			if !hasInternal {
-				intTarget, intWhy = "DROP", " has no local endpoints"
-			}
-			if !hasExternal {
-				extTarget, extWhy = "DROP", " has no local endpoints"
-			}
-		}
-
-		port := strconv.Itoa(sp.Port)
-		cip := sp.ClusterIP.String()
-
-		// Cluster IP.
-		if hasInternal {
-			g.natRules.w("-A", ChainServices, "-m", "comment", "--comment")
-			g.natRules.q(svcName, " cluster IP")
-			g.natRules.w("-m", proto, "-p", proto, "-d", cip, "--dport", port, "-j", internalChain)
-			g.natRules.end()
-		} else {
-			fr.w("-A", ChainServices, "-m", "comment", "--comment")
-			fr.q(svcName, intWhy)
-			fr.w("-m", proto, "-p", proto, "-d", cip, "--dport", port, "-j", intTarget)
+		if p.usesFW {
+			fr.w("-A", ChainProxyFirewall, "-m", "comment", "--comment")
+			fr.q(p.name, " traffic not accepted by ", p.info.chains.Firewall)
+			fr.w("-m", p.proto, "-p", p.proto, "-d", ips, "--dport", p.port, "-j", "DROP")
 			fr.end()
 		}
-
-		// External IPs.
-		for _, ip := range sp.ExternalIPs {
-			ips := ip.String()
-			if c.HasAnyEndpoints {
-				g.natRules.w("-A", ChainServices, "-m", "comment", "--comment")
-				g.natRules.q(svcName, " external IP")
-				g.natRules.w("-m", proto, "-p", proto, "-d", ips, "--dport", port, "-j", extChain)
-				g.natRules.end()
-			}
-			if !hasExternal {
-				fr.w("-A", ChainExternalServices, "-m", "comment", "--comment")
-				fr.q(svcName, extWhy)
-				fr.w("-m", proto, "-p", proto, "-d", ips, "--dport", port, "-j", extTarget)
-				fr.end()
-			}
+	}
+	if !p.hasExternal {
+		for _, ip := range p.sp.LoadBalancerVIPs {
+			p.vipRule(fr, ChainExternalServices, p.extWhy, ip.String(), p.extTarget)
 		}
+	}
+}
 
-		// LoadBalancer VIPs.
-		for _, ip := range sp.LoadBalancerVIPs {
-			ips := ip.String()
-			if c.HasAnyEndpoints {
-				g.natRules.w("-A", ChainServices, "-m", "comment", "--comment")
-				g.natRules.q(svcName, " loadbalancer IP")
-				g.natRules.w("-m", proto, "-p", proto, "-d", ips, "--dport", port, "-j", lbChain)
-				g.natRules.end()
-			}
-			if usesFW {
-				fr.w("-A", ChainProxyFirewall, "-m", "comment", "--comment")
-				fr.q(svcName, " traffic not accepted by ", fwChain)
-				fr.w("-m", proto, "-p", proto, "-d", ips, "--dport", port, "-j", "DROP")
-				fr.end()
-			}
+// nodePortRules writes the node port's rules: if the service has endpoints, jumps to
+// KUBE-EXT in nat KUBE-NODEPORTS (NodePorts are not subject to
+// loadBalancerSourceRanges), the first one for localhost with its nfacct counter where
+// localhost node ports and nfacct are on; if external traffic has no endpoint to go to,
+// a REJECT or DROP of local-destination traffic in filter KUBE-EXTERNAL-SERVICES.
+func (g *generator) nodePortRules(p *svcPlan) {
+	if p.sp.NodePort == 0 {
+		return
+	}
+	r, nr, fr := g.r, &g.natRules, &g.filterRules
+	np, proto, extChain := strconv.Itoa(p.sp.NodePort), p.proto, p.info.chains.External
+	if p.c.HasAnyEndpoints {
+		if r.localhostNP && !r.isIPv6 && r.nfacct {
+			nr.w("-A", ChainNodePorts, "-m", "comment", "--comment", p.name, "-m", proto, "-p", proto,
+				"-d", "127.0.0.0/8", "--dport", np, "-m", "nfacct", "--nfacct-name", NFAcctLocalhostNodePorts, "-j", extChain)
+			nr.end()
 		}
-		if !hasExternal {
-			for _, ip := range sp.LoadBalancerVIPs {
-				fr.w("-A", ChainExternalServices, "-m", "comment", "--comment")
-				fr.q(svcName, extWhy)
-				fr.w("-m", proto, "-p", proto, "-d", ip.String(), "--dport", port, "-j", extTarget)
-				fr.end()
-			}
-		}
+		nr.w("-A", ChainNodePorts, "-m", "comment", "--comment", p.name, "-m", proto, "-p", proto, "--dport", np, "-j", extChain)
+		nr.end()
+	}
+	if !p.hasExternal {
+		fr.w("-A", ChainExternalServices, "-m", "comment", "--comment")
+		fr.q(p.name, p.extWhy)
+		fr.w("-m", "addrtype", "--dst-type", "LOCAL", "-m", proto, "-p", proto, "--dport", np, "-j", p.extTarget)
+		fr.end()
+	}
+}
 
-		// NodePort.
-		if sp.NodePort != 0 {
-			np := strconv.Itoa(sp.NodePort)
-			if c.HasAnyEndpoints {
-				// NodePorts are not subject to loadBalancerSourceRanges.
-				if r.localhostNP && !r.isIPv6 && r.nfacct {
-					g.natRules.w("-A", ChainNodePorts, "-m", "comment", "--comment", svcName, "-m", proto, "-p", proto,
-						"-d", "127.0.0.0/8", "--dport", np, "-m", "nfacct", "--nfacct-name", NFAcctLocalhostNodePorts, "-j", extChain)
-					g.natRules.end()
-				}
-				g.natRules.w("-A", ChainNodePorts, "-m", "comment", "--comment", svcName, "-m", proto, "-p", proto, "--dport", np, "-j", extChain)
-				g.natRules.end()
-			}
-			if !hasExternal {
-				fr.w("-A", ChainExternalServices, "-m", "comment", "--comment")
-				fr.q(svcName, extWhy)
-				fr.w("-m", "addrtype", "--dst-type", "LOCAL", "-m", proto, "-p", proto, "--dport", np, "-j", extTarget)
-				fr.end()
-			}
-		}
+// healthCheckRule accepts the health-check node port in filter KUBE-NODEPORTS, whether
+// or not there are local endpoints.
+func (g *generator) healthCheckRule(p *svcPlan) {
+	if p.sp.HealthCheckNodePort == 0 {
+		return
+	}
+	fr := &g.filterRules
+	fr.w("-A", ChainNodePorts, "-m", "comment", "--comment")
+	fr.q(p.name, " health check node port")
+	fr.w("-m", "tcp", "-p", "tcp", "--dport", strconv.Itoa(p.sp.HealthCheckNodePort), "-j", "ACCEPT")
+	fr.end()
+}
 
-		// Health-check node port: accepted whether or not there are local endpoints.
-		if sp.HealthCheckNodePort != 0 {
-			fr.w("-A", ChainNodePorts, "-m", "comment", "--comment")
-			fr.q(svcName, " health check node port")
-			fr.w("-m", "tcp", "-p", "tcp", "--dport", strconv.Itoa(sp.HealthCheckNodePort), "-j", "ACCEPT")
-			fr.end()
-		}
+// serviceChains writes the service port's own nat chains, their declarations into nc
+// and their rules into nr: the masquerade rule of the internal-policy chain, then
+// KUBE-EXT, KUBE-FW, KUBE-SVC, KUBE-SVL and a KUBE-SEP per reachable endpoint.
+func (g *generator) serviceChains(nc, nr *lineBuf, p *svcPlan) {
+	if p.hasInternal {
+		g.clusterIPMasqRule(nr, p)
+	}
+	if p.usesExtChain {
+		g.externalChain(nc, nr, p)
+	}
+	if p.usesFW {
+		g.firewallChain(nc, nr, p)
+	}
+	ch := &p.info.chains
+	if p.usesClusterChain {
+		g.declare(nc, ch.Cluster)
+		g.endpointRules(nr, p.info, p.sp, ch.Cluster, p.c.Cluster)
+	}
+	if p.usesLocalChain {
+		g.declare(nc, ch.Local)
+		g.endpointRules(nr, p.info, p.sp, ch.Local, p.c.Local)
+	}
+	g.endpointChains(nc, nr, p)
+}
 
-		// The per-service chains: skipped for unchanged Services in a partial sync.
-		nc, nr := &g.natChains, &g.natRules
-		if !full && !st.Changed(name.NamespacedName) {
-			nc, nr = &g.skipChains, &g.skipRules
-		}
+// declare writes the line declaring a per-service chain and notes that this sync
+// writes it (it is not stale).
+func (g *generator) declare(nc *lineBuf, chain string) {
+	nc.chain(chain)
+	g.active[chain] = true
+}
 
-		if hasInternal {
-			if r.masqAll {
-				nr.w("-A", internalChain, "-m", "comment", "--comment")
-				nr.q(svcName, " cluster IP")
-				nr.w("-m", proto, "-p", proto, "-d", cip, "--dport", port, "-j", ChainMarkMasq)
-				nr.end()
-			} else if r.detector.IsImplemented() {
-				// Masquerade off-cluster traffic to the VIP (it may bounce to another node).
-				nr.w("-A", internalChain, "-m", "comment", "--comment")
-				nr.q(svcName, " cluster IP")
-				nr.w("-m", proto, "-p", proto, "-d", cip, "--dport", port)
-				nr.w(r.detector.IfNotLocal()...)
-				nr.w("-j", ChainMarkMasq)
-				nr.end()
-			}
-		}
+// clusterIPMasqRule writes the internal-policy chain's masquerade rule for cluster IP
+// traffic: all of it with masqueradeAll, else, with a local-traffic detector, traffic
+// from outside the cluster (it may bounce to another node).
+func (g *generator) clusterIPMasqRule(nr *lineBuf, p *svcPlan) {
+	r := g.r
+	if r.masqAll {
+		p.vipRule(nr, p.internalChain, " cluster IP", p.clusterIP, ChainMarkMasq)
+	} else if r.detector.IsImplemented() {
+		nr.w("-A", p.internalChain, "-m", "comment", "--comment")
+		nr.q(p.name, " cluster IP")
+		nr.w("-m", p.proto, "-p", p.proto, "-d", p.clusterIP, "--dport", p.port)
+		nr.w(r.detector.IfNotLocal()...)
+		nr.w("-j", ChainMarkMasq)
+		nr.end()
+	}
+}
 
-		if usesExtChain {
-			nc.chain(extChain)
-			g.active[extChain] = true
-			if !sp.ExternalPolicyLocal {
-				nr.w("-A", extChain, "-m", "comment", "--comment")
-				nr.q("masquerade traffic for ", svcName, " external destinations")
-				nr.w("-j", ChainMarkMasq)
-				nr.end()
-			} else {
-				if r.detector.IsImplemented() {
-					// Pod traffic to an external address is short-circuited to all
-					// endpoints, as if it went out to the load balancer and came back.
-					nr.w("-A", extChain, "-m", "comment", "--comment")
-					nr.q("pod traffic for ", svcName, " external destinations")
-					nr.w(r.detector.IfLocal()...)
-					nr.w("-j", clusterChain)
-					nr.end()
-				}
-				nr.w("-A", extChain, "-m", "comment", "--comment")
-				nr.q("masquerade LOCAL traffic for ", svcName, " external destinations")
-				nr.w("-m", "addrtype", "--src-type", "LOCAL", "-j", ChainMarkMasq)
-				nr.end()
-				nr.w("-A", extChain, "-m", "comment", "--comment")
-				nr.q("route LOCAL traffic for ", svcName, " external destinations")
-				nr.w("-m", "addrtype", "--src-type", "LOCAL", "-j", clusterChain)
-				nr.end()
-			}
-			if hasExternal {
-				nr.w("-A", extChain, "-j", externalPolicyChain)
-				nr.end()
-			}
+// externalChain writes KUBE-EXT: with the Cluster external policy it masquerades all
+// traffic; with Local, pod traffic goes to KUBE-SVC (with a local-traffic detector)
+// and traffic from the node itself is masqueraded and goes to KUBE-SVC; then, if the
+// external policy has endpoints, a jump to its chain.
+func (g *generator) externalChain(nc, nr *lineBuf, p *svcPlan) {
+	extChain, clusterChain := p.info.chains.External, p.info.chains.Cluster
+	g.declare(nc, extChain)
+	if !p.sp.ExternalPolicyLocal {
+		nr.w("-A", extChain, "-m", "comment", "--comment")
+		nr.q("masquerade traffic for ", p.name, " external destinations")
+		nr.w("-j", ChainMarkMasq)
+		nr.end()
+	} else {
+		if g.r.detector.IsImplemented() {
+			// Pod traffic to an external address is short-circuited to all
+			// endpoints, as if it went out to the load balancer and came back.
+			nr.w("-A", extChain, "-m", "comment", "--comment")
+			nr.q("pod traffic for ", p.name, " external destinations")
+			nr.w(g.r.detector.IfLocal()...)
+			nr.w("-j", clusterChain)
+			nr.end()
 		}
+		nr.w("-A", extChain, "-m", "comment", "--comment")
+		nr.q("masquerade LOCAL traffic for ", p.name, " external destinations")
+		nr.w("-m", "addrtype", "--src-type", "LOCAL", "-j", ChainMarkMasq)
+		nr.end()
+		nr.w("-A", extChain, "-m", "comment", "--comment")
+		nr.q("route LOCAL traffic for ", p.name, " external destinations")
+		nr.w("-m", "addrtype", "--src-type", "LOCAL", "-j", clusterChain)
+		nr.end()
+	}
+	if p.hasExternal {
+		nr.w("-A", extChain, "-j", p.externalPolicyChain)
+		nr.end()
+	}
+}
 
-		if usesFW {
-			nc.chain(fwChain)
-			g.active[fwChain] = true
-			allowFromNode := false
-			for _, cidr := range sp.LoadBalancerSourceRanges {
-				nr.w("-A", fwChain, "-m", "comment", "--comment")
-				nr.q(svcName, " loadbalancer IP")
-				nr.w("-s", cidr.String(), "-j", extChain)
-				nr.end()
-				if r.primaryIP.IsValid() && cidr.Contains(r.primaryIP) {
-					allowFromNode = true
-				}
-			}
-			// A node reaching its own LB VIP often arrives with the VIP as source.
-			if allowFromNode {
-				for _, ip := range sp.LoadBalancerVIPs {
-					nr.w("-A", fwChain, "-m", "comment", "--comment")
-					nr.q(svcName, " loadbalancer IP")
-					nr.w("-s", ip.String(), "-j", extChain)
-					nr.end()
-				}
-			}
+// firewallChain writes KUBE-FW: a jump to KUBE-EXT per allowed source range, and, when
+// a range holds the node's primary IP, from each load-balancer IP (a node reaching its
+// own LB VIP often arrives with the VIP as source); then a rule with only a comment:
+// what falls through is dropped by KUBE-PROXY-FIREWALL.
+func (g *generator) firewallChain(nc, nr *lineBuf, p *svcPlan) {
+	fwChain, extChain := p.info.chains.Firewall, p.info.chains.External
+	g.declare(nc, fwChain)
+	allowFromNode := false
+	for _, cidr := range p.sp.LoadBalancerSourceRanges {
+		nr.w("-A", fwChain, "-m", "comment", "--comment")
+		nr.q(p.name, " loadbalancer IP")
+		nr.w("-s", cidr.String(), "-j", extChain)
+		nr.end()
+		if g.r.primaryIP.IsValid() && cidr.Contains(g.r.primaryIP) {
+			allowFromNode = true
+		}
+	}
+	if allowFromNode {
+		for _, ip := range p.sp.LoadBalancerVIPs {
 			nr.w("-A", fwChain, "-m", "comment", "--comment")
-			nr.q("other traffic to ", svcName, " will be dropped by KUBE-PROXY-FIREWALL")
-			nr.end()
-		}
-
-		if usesClusterChain {
-			nc.chain(clusterChain)
-			g.active[clusterChain] = true
-			g.endpointRules(nr, info, sp, clusterChain, c.Cluster)
-		}
-		if usesLocalChain {
-			nc.chain(localChain)
-			g.active[localChain] = true
-			g.endpointRules(nr, info, sp, localChain, c.Local)
-		}
-
-		for i, ep := range c.AllReachable {
-			epStr := ep.String()
-			sep := info.epNames[i]
-			nc.chain(sep)
-			g.active[sep] = true
-			// Hairpin: a pod reaching itself through the Service is masqueraded.
-			nr.w("-A", sep)
-			if !g.largeCluster {
-				nr.w("-m", "comment", "--comment", svcName)
-			}
-			nr.w("-s", ep.IPString(), "-j", ChainMarkMasq)
-			nr.end()
-			nr.w("-A", sep)
-			if !g.largeCluster {
-				nr.w("-m", "comment", "--comment", svcName)
-			}
-			if sp.SessionAffinity == corev1.ServiceAffinityClientIP {
-				nr.w("-m", "recent", "--name", sep, "--set")
-			}
-			nr.w("-m", proto, "-p", proto, "-j", "DNAT", "--to-destination", epStr)
+			nr.q(p.name, " loadbalancer IP")
+			nr.w("-s", ip.String(), "-j", extChain)
 			nr.end()
 		}
 	}
-	g.cache = next
+	nr.w("-A", fwChain, "-m", "comment", "--comment")
+	nr.q("other traffic to ", p.name, " will be dropped by KUBE-PROXY-FIREWALL")
+	nr.end()
+}
+
+// endpointChains writes a KUBE-SEP chain per reachable endpoint: mark hairpin traffic
+// (a pod reaching itself through the Service) for masquerade, then DNAT to the
+// endpoint, with ClientIP affinity recording the client in the chain's recent list.
+func (g *generator) endpointChains(nc, nr *lineBuf, p *svcPlan) {
+	proto := p.proto
+	for i, ep := range p.c.AllReachable {
+		epStr := ep.String()
+		sep := p.info.epNames[i]
+		g.declare(nc, sep)
+		nr.w("-A", sep)
+		if !g.largeCluster {
+			nr.w("-m", "comment", "--comment", p.name)
+		}
+		nr.w("-s", ep.IPString(), "-j", ChainMarkMasq)
+		nr.end()
+		nr.w("-A", sep)
+		if !g.largeCluster {
+			nr.w("-m", "comment", "--comment", p.name)
+		}
+		if p.sp.SessionAffinity == corev1.ServiceAffinityClientIP {
+			nr.w("-m", "recent", "--name", sep, "--set")
+		}
+		nr.w("-m", proto, "-p", proto, "-j", "DNAT", "--to-destination", epStr)
+		nr.end()
+	}
 }
 
 // endpointRules writes a KUBE-SVC/KUBE-SVL chain: the ClientIP affinity checks, then

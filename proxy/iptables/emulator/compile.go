@@ -289,10 +289,51 @@ func compile(t *Table, cp *chainProg) {
 // compileRule fills rec for rule i, r (code: scratch for the code words).
 func (cp *chainProg) compileRule(t *Table, rec *crec, i int, r *Rule, code []uint32) []uint32 {
 	rec.rule, rec.ri = r, uint32(i)
-	x := cp.ext
-	kind := tkOther
-	var dnat [3]uint32
-	switch tg := r.Target.(type) {
+	kind, dnat := compileTarget(t, rec, r.Target)
+	if r.InIface.Name != "" || r.OutIface.Name != "" || r.Fragment != FragAny {
+		rec.slow(kind)
+		return code
+	}
+	w0, code, ok := cp.compileAddrs(r, kind, code)
+	if !ok {
+		rec.slow(kind)
+		return code
+	}
+	if r.Proto.Set {
+		w0 |= fProto | uint32(r.Proto.Num)<<16
+		if r.Proto.Neg {
+			w0 |= fProtoNeg
+		}
+	}
+	if code, ok = cp.compileMatches(r, code); !ok {
+		rec.slow(kind)
+		return code
+	}
+	if kind == tkDNAT4 {
+		code = append(code, dnat[:]...)
+	}
+	if len(code) > 0xff {
+		rec.slow(kind)
+		return code
+	}
+	cp.storeCode(rec, w0, code)
+	return code
+}
+
+// slow marks rec as a rule the code cannot express, matched by matchRule; a DNAT to
+// one address then goes through the Rule's Target.
+func (rec *crec) slow(kind uint32) {
+	if kind == tkDNAT4 {
+		kind = tkOther
+	}
+	rec.w0 = kind | tkSlow
+}
+
+// compileTarget returns the target kind of a rule and, for a DNAT to one IPv4
+// address, its three code words; a jump or goto to a chain of t sets rec.jump.
+func compileTarget(t *Table, rec *crec, target Target) (kind uint32, dnat [3]uint32) {
+	kind = tkOther
+	switch tg := target.(type) {
 	case nil:
 		kind = tkNone
 	case *VerdictTarget:
@@ -328,17 +369,14 @@ func (cp *chainProg) compileRule(t *Table, rec *crec, i int, r *Rule, code []uin
 			}
 		}
 	}
-	slow := func() []uint32 {
-		if kind == tkDNAT4 {
-			kind = tkOther
-		}
-		rec.w0 = kind | tkSlow
-		return code
-	}
-	w0 := kind
-	if r.InIface.Name != "" || r.OutIface.Name != "" || r.Fragment != FragAny {
-		return slow()
-	}
+	return kind, dnat
+}
+
+// compileAddrs adds the rule's -s and -d to word 0's flags (w0) and appends their code:
+// an IPv4 address and mask, or the index of an IPv6 prefix in ext.v6. ok is false
+// when an address is one the code cannot compare (one with a zone).
+func (cp *chainProg) compileAddrs(r *Rule, w0 uint32, code []uint32) (uint32, []uint32, bool) {
+	x := cp.ext
 	for _, spec := range [2]struct {
 		a             AddrSpec
 		set, neg, six uint32
@@ -349,7 +387,7 @@ func (cp *chainProg) compileRule(t *Table, rec *crec, i int, r *Rule, code []uin
 		p := spec.a.Prefix
 		k := keyOf(p.Addr())
 		if k.kind == 0 || p.Bits() < 0 {
-			return slow()
+			return w0, code, false
 		}
 		w0 |= spec.set
 		if spec.a.Neg {
@@ -365,82 +403,111 @@ func (cp *chainProg) compileRule(t *Table, rec *crec, i int, r *Rule, code []uin
 			code = append(code, uint32(len(x.v6)-1))
 		}
 	}
-	if r.Proto.Set {
-		w0 |= fProto | uint32(r.Proto.Num)<<16
-		if r.Proto.Neg {
-			w0 |= fProtoNeg
-		}
-	}
+	return w0, code, true
+}
+
+// compileMatches appends an op word and its arguments per match module (comments,
+// which always match and do nothing, are left out); ok is false when the rule has
+// more matches than an op word can number.
+func (cp *chainProg) compileMatches(r *Rule, code []uint32) ([]uint32, bool) {
 	for mi, m := range r.Matches {
 		if mi > 0xffff {
-			return slow()
+			return code, false
 		}
-		op := opGeneric
-		var args [3]uint32
-		n := 0
-		ports := func(s *PortSpec, set, neg uint32) {
-			if s == nil {
-				return
-			}
-			op |= set
-			if s.Neg {
-				op |= neg
-			}
-			args[n] = uint32(s.Min)<<16 | uint32(s.Max)
-			n++
+		if _, ok := m.(*CommentMatch); ok {
+			continue
 		}
-		switch m := m.(type) {
-		case *CommentMatch:
-			continue // always matches, no side effect
-		case *TCPMatch:
-			if m.Option != 0 {
-				break
-			}
-			op = opTCP
-			ports(m.Sport, oSport, oSportNeg)
-			ports(m.Dport, oDport, oDportNeg)
-			if m.Flags != nil {
-				op |= oTCPFlags
-				if m.Flags.Neg {
-					op |= oNeg
-				}
-				args[n] = uint32(m.Flags.Mask)<<8 | uint32(m.Flags.Comp)
-				n++
-			}
-		case *UDPMatch:
-			op = opUDP
-			ports(m.Sport, oSport, oSportNeg)
-			ports(m.Dport, oDport, oDportNeg)
-		case *StatisticMatch:
-			if m.Nth {
-				break
-			}
-			op, args[0], n = opRandom, m.Probability, 1
-			if m.Neg {
-				op |= oNeg
-			}
-		case *MarkMatch:
-			op, args[0], args[1], n = opMark, m.Value, m.Mask, 2
-			if m.Neg {
-				op |= oNeg
-			}
-			if m.Conn {
-				op |= oConn
-			}
-		}
-		if op == opGeneric {
-			args[0], n = uint32(len(x.gen)), 1
-			x.gen = append(x.gen, m)
-		}
-		code = append(code, op|uint32(mi)<<16)
-		code = append(code, args[:n]...)
+		o := cp.compileMatch(m)
+		code = append(code, o.op|uint32(mi)<<16)
+		code = append(code, o.args[:o.n]...)
 	}
-	if kind == tkDNAT4 {
-		code = append(code, dnat[:]...)
+	return code, true
+}
+
+// opCode is one match module's op word (without its match index) and arguments.
+type opCode struct {
+	op   uint32
+	args [3]uint32
+	n    int
+}
+
+// arg appends an argument.
+func (o *opCode) arg(v uint32) {
+	o.args[o.n] = v
+	o.n++
+}
+
+// ports adds a port range, if the match has one, with its flags.
+func (o *opCode) ports(s *PortSpec, set, neg uint32) {
+	if s == nil {
+		return
 	}
-	if len(code) > 0xff {
-		return slow()
+	o.op |= set
+	if s.Neg {
+		o.op |= neg
 	}
+	o.arg(uint32(s.Min)<<16 | uint32(s.Max))
+}
+
+// compileMatch returns the op of a match module: its own op for tcp (without
+// --tcp-option), udp, statistic's random mode, mark and connmark; any other module is
+// opGeneric, called through its Match, kept in ext.gen.
+func (cp *chainProg) compileMatch(m Match) opCode {
+	var o opCode
+	switch m := m.(type) {
+	case *TCPMatch:
+		if m.Option != 0 {
+			break
+		}
+		o.op = opTCP
+		o.ports(m.Sport, oSport, oSportNeg)
+		o.ports(m.Dport, oDport, oDportNeg)
+		if m.Flags != nil {
+			o.op |= oTCPFlags
+			if m.Flags.Neg {
+				o.op |= oNeg
+			}
+			o.arg(uint32(m.Flags.Mask)<<8 | uint32(m.Flags.Comp))
+		}
+		return o
+	case *UDPMatch:
+		o.op = opUDP
+		o.ports(m.Sport, oSport, oSportNeg)
+		o.ports(m.Dport, oDport, oDportNeg)
+		return o
+	case *StatisticMatch:
+		if m.Nth {
+			break
+		}
+		o.op = opRandom
+		o.arg(m.Probability)
+		if m.Neg {
+			o.op |= oNeg
+		}
+		return o
+	case *MarkMatch:
+		o.op = opMark
+		o.arg(m.Value)
+		o.arg(m.Mask)
+		if m.Neg {
+			o.op |= oNeg
+		}
+		if m.Conn {
+			o.op |= oConn
+		}
+		return o
+	}
+	x := cp.ext
+	o = opCode{op: opGeneric}
+	o.arg(uint32(len(x.gen)))
+	x.gen = append(x.gen, m)
+	return o
+}
+
+// storeCode puts the code words in rec (those that do not fit, in ext.more) and
+// completes word 0 with their number.
+func (cp *chainProg) storeCode(rec *crec, w0 uint32, code []uint32) {
+	x := cp.ext
 	if len(code) <= recWords {
 		copy(rec.code[:], code)
 	} else {
@@ -449,7 +516,6 @@ func (cp *chainProg) compileRule(t *Table, rec *crec, i int, r *Rule, code []uin
 		x.more = append(x.more, code[recWords-1:]...)
 	}
 	rec.w0 = w0 | uint32(len(code))<<24
-	return code
 }
 
 // contains reports whether the packet address k is in the prefix at code word o of

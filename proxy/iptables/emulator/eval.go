@@ -486,6 +486,10 @@ func (c *evalCtx) evalTable(t *Table, hook Hook) TableResult {
 	return res
 }
 
+// traverse runs the packet through a table's built-in chain for hook: rule after rule,
+// through jumps, gotos and returns, to a verdict or the built-in chain's policy.
+// Without a trace it runs the chains' compiled code (compiledStep); with one, or with
+// compiling off, the Rules (ruleStep).
 func (c *evalCtx) traverse(t *Table, hook Hook) TableResult {
 	c.hook, c.table = hook, t.Name
 	base := t.builtin(hook)
@@ -502,190 +506,247 @@ func (c *evalCtx) traverse(t *Table, hook Hook) TableResult {
 	}
 	for {
 		f := &c.stack[len(c.stack)-1]
-		var ri int
-		var rec *crec
-		var ok bool
+		var fl flow
 		if c.compiled {
-			rec = f.nextRec()
-			ok = rec != nil
+			fl = c.compiledStep(t, f, &res)
 		} else {
-			ri, ok = f.next()
+			fl = c.ruleStep(t, f, &res)
 		}
-		if !ok {
-			done := f.chain
-			c.stack = c.stack[:len(c.stack)-1]
-			if len(c.stack) == 0 {
-				return c.policy(base, res)
-			}
-			if c.tr != nil && !done.Builtin {
-				c.tr.add(Step{Kind: StepReturn, Hook: hook.String(), Table: t.Name, Chain: done.Name, Depth: len(c.stack), Detail: "end of chain"}, c)
-			}
-			continue
-		}
-		ch := f.chain
-		var r *Rule
-		var name string // the chain's name
-		step := -1
-		if c.compiled {
-			cp := f.prog
-			if !c.matchRec(cp, rec) {
-				continue
-			}
-			ri = int(rec.ri)
-			r, name = rec.rule, cp.name
-			c.lastProg, c.lastRec = cp, ri
-			if !c.dry {
-				c.counted = append(c.counted, r)
-			}
-			switch k := rec.w0 & tkMask; k {
-			case tkNone:
-				continue
-			case tkAccept, tkDrop:
-				res.Verdict = Accept
-				if k == tkDrop {
-					res.Verdict = Drop
-				}
-				res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = name, r, ""
-				return res
-			case tkReturn:
-				c.stack = c.stack[:len(c.stack)-1]
-				if len(c.stack) == 0 {
-					return c.policy(base, res)
-				}
-				continue
-			case tkJump, tkGoto:
-				dst := rec.jump
-				if dst == nil || len(c.stack) >= maxDepth {
-					res.Verdict = Drop
-					res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = name, r, ""
-					return res
-				}
-				if k == tkGoto {
-					c.stack = c.stack[:len(c.stack)-1]
-				}
-				c.pushProg(t, dst)
-				continue
-			case tkDNAT4:
-				res.NAT = c.dnat4(cp, rec, hook)
-				if rs := cp.ext.reasons; rs != nil {
-					c.reason = rs[ri] // read now: its miss overlaps the counters'
-				}
-				res.Verdict = Accept
-				res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = name, r, ""
-				return res
-			}
-			// Other targets: as below.
-		} else {
-			r, name = ch.Rules[ri], ch.Name
-			c.chain, c.rule = ch.Name, r
-			if c.tr != nil {
-				c.notes = c.notes[:0]
-			}
-			matched := c.matchRule(r)
-			if c.tr != nil {
-				m := matched
-				step = c.tr.add(Step{Kind: StepRule, Hook: hook.String(), Table: t.Name, Chain: ch.Name,
-					Line: r.Line, Rule: r.Text(ch.Name), Matched: &m, Depth: len(c.stack) - 1,
-					Detail: strings.Join(c.notes, "; ")}, c)
-			}
-			if !matched {
-				continue
-			}
-			if !c.dry {
-				r.Counters.Packets++
-				r.Counters.Bytes += uint64(c.pkt.Len)
-			}
-		}
-		decide := func(v Verdict) TableResult {
-			res.Verdict = v
-			res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = name, r, ""
+		switch fl {
+		case flowDecided:
 			return res
-		}
-		switch tg := r.Target.(type) {
-		case nil:
-		case *VerdictTarget:
-			c.setVerdict(step, tg.Verdict)
-			switch tg.Verdict {
-			case "ACCEPT":
-				return decide(Accept)
-			case "DROP":
-				return decide(Drop)
-			case "RETURN":
-				c.stack = c.stack[:len(c.stack)-1]
-				if len(c.stack) == 0 {
-					return c.policy(base, res)
-				}
-			}
-		case *JumpTarget:
-			dst := ch.jumpTarget(t, ri)
-			if dst == nil || len(c.stack) >= maxDepth {
-				c.setVerdict(step, "DROP (bad jump)")
-				return decide(Drop)
-			}
-			if tg.Goto {
-				if step >= 0 {
-					c.setVerdict(step, "goto "+tg.Chain)
-				}
-				c.stack = c.stack[:len(c.stack)-1]
-			} else if step >= 0 {
-				c.setVerdict(step, "jump "+tg.Chain)
-			}
-			c.push(t, dst)
-		case *RejectTarget:
-			if step >= 0 {
-				c.setVerdict(step, "REJECT --reject-with "+tg.With)
-			}
-			res.RejectWith = tg.With
-			return decide(Reject)
-		case *NATTarget, *MasqueradeTarget, *RedirectTarget:
-			n := c.nat(r, hook, name)
-			if step >= 0 {
-				c.setVerdict(step, n.String())
-			}
-			res.NAT = n
-			return decide(Accept)
-		case *MarkTarget:
-			c.pkt.Mark = (c.pkt.Mark &^ tg.Mask) ^ tg.Value
-			if step >= 0 {
-				c.setVerdict(step, fmt.Sprintf("MARK -> %#x", c.pkt.Mark))
-			}
-		case *ConnmarkTarget:
-			switch tg.Mode {
-			case ConnmarkSet:
-				c.pkt.CT.Mark = (c.pkt.CT.Mark &^ tg.Mask) ^ tg.Value
-			case ConnmarkSave:
-				c.pkt.CT.Mark = (c.pkt.CT.Mark &^ tg.CtMask) ^ (c.pkt.Mark & tg.NfMask)
-			case ConnmarkRestore:
-				c.pkt.Mark = (c.pkt.Mark &^ tg.NfMask) ^ (c.pkt.CT.Mark & tg.CtMask)
-			}
-			if step >= 0 {
-				c.setVerdict(step, fmt.Sprintf("CONNMARK (mark %#x, ctmark %#x)", c.pkt.Mark, c.pkt.CT.Mark))
-			}
-		case *LogTarget:
-			c.setVerdict(step, "LOG (no-op)")
-		case *NotrackTarget:
-			c.pkt.CT.State = CTUntracked
-			c.setVerdict(step, "NOTRACK")
-		case *UnknownTarget:
-			if tg.notrack() {
-				// The CT target returns XT_CONTINUE; with --notrack its other
-				// options do not matter (xt_ct_tg_check sets no template).
-				c.pkt.CT.State = CTUntracked
-				c.setVerdict(step, "CT --notrack (the packet is untracked, continues)")
-				continue
-			}
-			if tg.passThrough() {
-				if step >= 0 {
-					c.setVerdict(step, tg.Target+" (not emulated, continues)")
-				}
-				continue
-			}
-			if step >= 0 {
-				c.setVerdict(step, tg.Target+" (not emulated: verdict unknown)")
-			}
-			return decide(Unknown)
+		case flowPolicy:
+			return c.policy(base, res)
 		}
 	}
+}
+
+// flow is what a step of a traversal leaves it to do.
+type flow uint8
+
+const (
+	flowNext    flow = iota // go on in the chain on top of the stack
+	flowDecided             // the TableResult holds the verdict and decision
+	flowPolicy              // the built-in chain is left: its policy decides
+)
+
+// decide ends the traversal with verdict v, decided by rule r of chain.
+func (res *TableResult) decide(v Verdict, chain string, r *Rule) flow {
+	res.Verdict = v
+	res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = chain, r, ""
+	return flowDecided
+}
+
+// pop leaves the chain on top of the stack (RETURN); leaving the built-in chain
+// leaves its policy to decide.
+func (c *evalCtx) pop() flow {
+	c.stack = c.stack[:len(c.stack)-1]
+	if len(c.stack) == 0 {
+		return flowPolicy
+	}
+	return flowNext
+}
+
+// endOfChain leaves f's chain, whose rules are all evaluated: the traversal goes on
+// after the rule that jumped to it, and a trace says so.
+func (c *evalCtx) endOfChain(t *Table, f *frame) flow {
+	done := f.chain
+	if c.pop() == flowPolicy {
+		return flowPolicy
+	}
+	if c.tr != nil && !done.Builtin {
+		c.tr.add(Step{Kind: StepReturn, Hook: c.hook.String(), Table: t.Name, Chain: done.Name, Depth: len(c.stack), Detail: "end of chain"}, c)
+	}
+	return flowNext
+}
+
+// compiledStep runs the compiled code of f's chain to its next matching rule, notes
+// the rule (to count it, and as the last rule matched) and applies its target: here
+// when the code expresses it (none, ACCEPT, DROP, RETURN, a jump or goto, a DNAT to
+// one IPv4 address), else as on the Rules (ruleTarget).
+func (c *evalCtx) compiledStep(t *Table, f *frame, res *TableResult) flow {
+	cp := f.prog
+	var rec *crec
+	for {
+		if rec = f.nextRec(); rec == nil {
+			return c.endOfChain(t, f)
+		}
+		if c.matchRec(cp, rec) {
+			break
+		}
+	}
+	ri, r := int(rec.ri), rec.rule
+	c.lastProg, c.lastRec = cp, ri
+	if !c.dry {
+		c.counted = append(c.counted, r)
+	}
+	switch k := rec.w0 & tkMask; k {
+	case tkNone:
+		return flowNext
+	case tkAccept:
+		return res.decide(Accept, cp.name, r)
+	case tkDrop:
+		return res.decide(Drop, cp.name, r)
+	case tkReturn:
+		return c.pop()
+	case tkJump, tkGoto:
+		dst := rec.jump
+		if dst == nil || len(c.stack) >= maxDepth {
+			return res.decide(Drop, cp.name, r)
+		}
+		if k == tkGoto {
+			c.stack = c.stack[:len(c.stack)-1]
+		}
+		c.pushProg(t, dst)
+		return flowNext
+	case tkDNAT4:
+		res.NAT = c.dnat4(cp, rec, c.hook)
+		if rs := cp.ext.reasons; rs != nil {
+			c.reason = rs[ri] // read now: its miss overlaps the counters'
+		}
+		return res.decide(Accept, cp.name, r)
+	}
+	// A compiled frame has no Chain (f.chain is nil): ruleTarget needs one only for
+	// jumps, which the code decides above.
+	return c.ruleTarget(t, f.chain, ri, r, cp.name, -1, res)
+}
+
+// ruleStep evaluates f's chain's Rules to the next matching rule, a trace step per
+// rule, counts it and applies its target (ruleTarget).
+func (c *evalCtx) ruleStep(t *Table, f *frame, res *TableResult) flow {
+	ch := f.chain
+	for {
+		ri, ok := f.next()
+		if !ok {
+			return c.endOfChain(t, f)
+		}
+		r := ch.Rules[ri]
+		matched, step := c.matchTraced(t, ch, r)
+		if !matched {
+			continue
+		}
+		if !c.dry {
+			r.Counters.Packets++
+			r.Counters.Bytes += uint64(c.pkt.Len)
+		}
+		return c.ruleTarget(t, ch, ri, r, ch.Name, step, res)
+	}
+}
+
+// matchTraced matches rule r of chain ch; with a trace it records a step saying
+// whether and why, and returns its index (else -1).
+func (c *evalCtx) matchTraced(t *Table, ch *Chain, r *Rule) (matched bool, step int) {
+	c.chain, c.rule = ch.Name, r
+	if c.tr == nil {
+		return c.matchRule(r), -1
+	}
+	c.notes = c.notes[:0]
+	matched = c.matchRule(r)
+	m := matched
+	step = c.tr.add(Step{Kind: StepRule, Hook: c.hook.String(), Table: t.Name, Chain: ch.Name,
+		Line: r.Line, Rule: r.Text(ch.Name), Matched: &m, Depth: len(c.stack) - 1,
+		Detail: strings.Join(c.notes, "; ")}, c)
+	return matched, step
+}
+
+// ruleTarget applies the target of rule r, rule ri of chain ch (named name), which
+// matched; step is the rule's trace step, or -1. Verdicts, REJECT and NAT decide;
+// RETURN, jumps and gotos move in the stack; MARK, CONNMARK, LOG, NOTRACK and
+// pass-through extension targets go on with the next rule.
+func (c *evalCtx) ruleTarget(t *Table, ch *Chain, ri int, r *Rule, name string, step int, res *TableResult) flow {
+	switch tg := r.Target.(type) {
+	case *VerdictTarget:
+		c.setVerdict(step, tg.Verdict)
+		switch tg.Verdict {
+		case "ACCEPT":
+			return res.decide(Accept, name, r)
+		case "DROP":
+			return res.decide(Drop, name, r)
+		case "RETURN":
+			return c.pop()
+		}
+	case *JumpTarget:
+		dst := ch.jumpTarget(t, ri)
+		if dst == nil || len(c.stack) >= maxDepth {
+			c.setVerdict(step, "DROP (bad jump)")
+			return res.decide(Drop, name, r)
+		}
+		if tg.Goto {
+			if step >= 0 {
+				c.setVerdict(step, "goto "+tg.Chain)
+			}
+			c.stack = c.stack[:len(c.stack)-1]
+		} else if step >= 0 {
+			c.setVerdict(step, "jump "+tg.Chain)
+		}
+		c.push(t, dst)
+	case *RejectTarget:
+		if step >= 0 {
+			c.setVerdict(step, "REJECT --reject-with "+tg.With)
+		}
+		res.RejectWith = tg.With
+		return res.decide(Reject, name, r)
+	case *NATTarget, *MasqueradeTarget, *RedirectTarget:
+		n := c.nat(r, c.hook, name)
+		if step >= 0 {
+			c.setVerdict(step, n.String())
+		}
+		res.NAT = n
+		return res.decide(Accept, name, r)
+	case *MarkTarget:
+		c.pkt.Mark = (c.pkt.Mark &^ tg.Mask) ^ tg.Value
+		if step >= 0 {
+			c.setVerdict(step, fmt.Sprintf("MARK -> %#x", c.pkt.Mark))
+		}
+	case *ConnmarkTarget:
+		c.connmark(tg, step)
+	case *LogTarget:
+		c.setVerdict(step, "LOG (no-op)")
+	case *NotrackTarget:
+		c.pkt.CT.State = CTUntracked
+		c.setVerdict(step, "NOTRACK")
+	case *UnknownTarget:
+		return c.unknownTarget(tg, r, name, step, res)
+	}
+	return flowNext
+}
+
+// connmark applies a CONNMARK target.
+func (c *evalCtx) connmark(tg *ConnmarkTarget, step int) {
+	switch tg.Mode {
+	case ConnmarkSet:
+		c.pkt.CT.Mark = (c.pkt.CT.Mark &^ tg.Mask) ^ tg.Value
+	case ConnmarkSave:
+		c.pkt.CT.Mark = (c.pkt.CT.Mark &^ tg.CtMask) ^ (c.pkt.Mark & tg.NfMask)
+	case ConnmarkRestore:
+		c.pkt.Mark = (c.pkt.Mark &^ tg.NfMask) ^ (c.pkt.CT.Mark & tg.CtMask)
+	}
+	if step >= 0 {
+		c.setVerdict(step, fmt.Sprintf("CONNMARK (mark %#x, ctmark %#x)", c.pkt.Mark, c.pkt.CT.Mark))
+	}
+}
+
+// unknownTarget applies an extension target the emulator keeps verbatim: CT --notrack
+// untracks the packet, a pass-through target goes on, any other ends the traversal
+// with verdict UNKNOWN.
+func (c *evalCtx) unknownTarget(tg *UnknownTarget, r *Rule, name string, step int, res *TableResult) flow {
+	if tg.notrack() {
+		// The CT target returns XT_CONTINUE; with --notrack its other
+		// options do not matter (xt_ct_tg_check sets no template).
+		c.pkt.CT.State = CTUntracked
+		c.setVerdict(step, "CT --notrack (the packet is untracked, continues)")
+		return flowNext
+	}
+	if tg.passThrough() {
+		if step >= 0 {
+			c.setVerdict(step, tg.Target+" (not emulated, continues)")
+		}
+		return flowNext
+	}
+	if step >= 0 {
+		c.setVerdict(step, tg.Target+" (not emulated: verdict unknown)")
+	}
+	return res.decide(Unknown, name, r)
 }
 
 // nat computes and applies a NAT target.

@@ -465,6 +465,86 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestErrorText pins the whole text of the errors of restore commands and of a rule
+// spec's generic options (users and tests match on it): each line is restored with
+// --noflush into a filter table that has a user chain KEEP, jumped to from INPUT.
+func TestErrorText(t *testing.T) {
+	cases := []struct{ line, want string }{
+		{"-A", "bad.rules:2: -A: missing argument"},
+		{"-R INPUT -j ACCEPT", "bad.rules:2: -R: needs a rule number"},
+		{"-D INPUT 1 -j ACCEPT", "bad.rules:2: -D: a rule number and a rule spec together"},
+		{"-D INPUT 5", "bad.rules:2: -D: index of deletion 5 too big (chain INPUT has 1 rules)"},
+		{"-I INPUT 9 -j ACCEPT", "bad.rules:2: -I: index of insertion 9 too big (chain INPUT has 1 rules)"},
+		{"-I INPUT 0 -j ACCEPT", "bad.rules:2: -I: index of insertion 0 too big (chain INPUT has 1 rules)"},
+		{"-R INPUT 1 -s 1.1.1.1,2.2.2.2 -j ACCEPT", "bad.rules:2: -R: -R takes a single rule (no address lists)"},
+		{"-R INPUT 7 -j ACCEPT", "bad.rules:2: -R: index of deletion 7 too big (chain INPUT has 1 rules)"},
+		{"-D INPUT -j DROP", "bad.rules:2: -D: bad rule (does a matching rule exist in chain INPUT?)"},
+		{"-N KEEP", "bad.rules:2: -N: chain already exists: KEEP"},
+		{"-N", "bad.rules:2: -N: missing argument"},
+		{"-N LOG", "bad.rules:2: -N: chain name \"LOG\" may not clash with target name"},
+		{"-X NOPE", "bad.rules:2: -X: chain does not exist: NOPE in table filter"},
+		{"-X INPUT", "bad.rules:2: -X: cannot delete built-in chain INPUT"},
+		{"-X KEEP", "bad.rules:2: -X: chain is not empty or still referenced (CHAIN_DEL: device or resource busy): KEEP"},
+		{"-F NOPE", "bad.rules:2: -F: chain does not exist: NOPE in table filter"},
+		{"-Z NOPE", "bad.rules:2: -Z: chain does not exist: NOPE in table filter"},
+		{"-P KEEP DROP", "bad.rules:2: -P: cannot set the policy of user-defined chain KEEP"},
+		{"-P INPUT REJECT", "bad.rules:2: -P: bad policy \"REJECT\" (want ACCEPT or DROP)"},
+		{"-P INPUT", "bad.rules:2: -P: missing argument"},
+		{"-P NOPE DROP", "bad.rules:2: -P: chain does not exist: NOPE in table filter"},
+		{"-E KEEP", "bad.rules:2: -E: missing argument"},
+		{"-E NOPE X", "bad.rules:2: -E: chain does not exist: NOPE in table filter"},
+		{"-E KEEP INPUT", "bad.rules:2: -E: chain already exists: INPUT"},
+		{"-Q INPUT", "bad.rules:2: -Q: unknown or unsupported command (want -A, -I, -R, -D, -N, -X, -F, -Z, -P or -E)"},
+		{"[1:2]", "bad.rules:2: empty command"},
+		{"[1:2", "bad.rules:2: bad counters \"[1:2\""},
+		{"-A INPUT -t nat", "bad.rules:2: -t: a table cannot be named in a restore line (use *table)"},
+		{"-A INPUT ! ! -s 1.1.1.1", "bad.rules:2: !: multiple ! flags not allowed"},
+		{"-A INPUT -s", "bad.rules:2: -s: missing argument"},
+		{"-A INPUT -s 1.1.1.1 -s 2.2.2.2", "bad.rules:2: -s: given twice"},
+		{"-A INPUT -s 1.1.1.1,2.2.2.2 --src 3.3.3.3", "bad.rules:2: --src: given twice"},
+		{"-A INPUT ! -s 1.1.1.1,2.2.2.2", "bad.rules:2: -s: ! cannot be used with multiple addresses"},
+		{"-A INPUT -d 1.1.1.1 -d 2.2.2.2", "bad.rules:2: -d: given twice"},
+		{"-A INPUT -s 1.1.1.1,x", "bad.rules:2: -s: invalid address \"x\" (host names are not resolved)"},
+		{"-A INPUT -p tcp -p udp", "bad.rules:2: -p: given twice"},
+		{"-A INPUT -p foo", "bad.rules:2: -p: unknown protocol \"foo\""},
+		{"-A INPUT ! -p all", "bad.rules:2: -p: rule would never match protocol"},
+		{"-A INPUT -p", "bad.rules:2: -p: missing argument"},
+		{"-A INPUT -i a/b", "bad.rules:2: -i: invalid interface name \"a/b\""},
+		{"-A INPUT -o", "bad.rules:2: -o: missing argument"},
+		{"-A INPUT -i 0123456789abcdefg", "bad.rules:2: -i: invalid interface name \"0123456789abcdefg\""},
+		{"-A INPUT -c x 1", "bad.rules:2: -c: invalid counters \"x\" \"1\""},
+		{"-A INPUT -c 1", "bad.rules:2: -c: missing argument"},
+		{"-A INPUT -c", "bad.rules:2: -c: missing argument"},
+		{"-A INPUT -m -x", "bad.rules:2: -m: invalid match name \"-x\""},
+		{"-A INPUT -m", "bad.rules:2: -m: missing argument"},
+		{"-A INPUT ! -j ACCEPT", "bad.rules:2: -j: cannot be negated"},
+		{"-A INPUT -g INPUT", "bad.rules:2: -g INPUT: cannot jump to built-in chain INPUT"},
+		{"-A INPUT -j", "bad.rules:2: -j: missing argument"},
+		{"-A INPUT -g 'a b'", "bad.rules:2: -g: invalid chain name \"'a\""},
+		{"-A INPUT -j 'a b'", "bad.rules:2: -j: invalid chain name \"'a\""},
+		{"-A INPUT -j ACCEPT !", "bad.rules:2: !: nothing follows !"},
+		{"-A INPUT -m ipvs --vaddr x", "bad.rules:2: -m ipvs: -m ipvs --vaddr: invalid address \"x\" (host names are not resolved)"},
+		{"-A INPUT -m ipvs --vproto", "bad.rules:2: -m ipvs: -m ipvs: --vproto needs an argument"},
+		{"-A INPUT -j NOPE", "bad.rules:2: -j NOPE: jump to missing chain: chain does not exist: NOPE in table filter"},
+		{"-A INPUT -j ACCEPT --foo", "bad.rules:2: --foo: unknown option"},
+		{"-A INPUT -j LOG --log-level bogus", "bad.rules:2: --log-level: invalid log level \"bogus\""},
+		{"-A INPUT -m state", "bad.rules:2: -m state: -m state needs --state"},
+		{"-A INPUT -p tcp --syn --syn", "bad.rules:2: --syn: --syn given twice"},
+		{"-A INPUT -m tcp ! --dport", "bad.rules:2: --dport: missing argument"},
+		{"-A INPUT -p tcp ! --tcp-option 0", "bad.rules:2: --tcp-option: invalid TCP option \"0\""},
+		{"-A INPUT \"quoted\"", "bad.rules:2: \"quoted\": unexpected argument (not an option)"},
+		{"-A INPUT -j MASQUERADE", "bad.rules:2: -j MASQUERADE: only valid in the nat table, not filter"},
+		{"-A INPUT -p tcp -j REJECT --reject-with tcp-reset --foo", "bad.rules:2: --foo: unknown option"},
+	}
+	for _, tc := range cases {
+		e := load(t, IPv4, "*filter\n:KEEP - [0:0]\n-A INPUT -j KEEP\nCOMMIT\n")
+		err := e.RestoreText([]byte("*filter\n"+tc.line+"\nCOMMIT\n"), RestoreOptions{NoFlush: true, File: "bad.rules"})
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%q: error %v, want %s", tc.line, err, tc.want)
+		}
+	}
+}
+
 // TestGeneratorOutputLoads feeds every golden restore text of the rule generator
 // (package proxy/iptables) to the emulator, as kube-proxy's sync would, and checks that
 // what it saves loads back to the same ruleset.

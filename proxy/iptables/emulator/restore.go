@@ -302,6 +302,8 @@ func (tx *txn) chain(name, opt string) (*Chain, error) {
 	return c, nil
 }
 
+// commandLine applies one command line of the current table ("-A CHAIN spec",
+// "-N CHAIN", ...), which may start with "[packets:bytes]" counters.
 func (tx *txn) commandLine(line string) error {
 	if tx.cur == nil {
 		return tx.errf("", "rule outside a table (missing *table line)")
@@ -320,6 +322,35 @@ func (tx *txn) commandLine(line string) error {
 		ctr = &c
 		toks = toks[1:]
 	}
+	if err := tx.checkCommand(toks); err != nil {
+		return err
+	}
+	cmd, args := toks[0].val, toks[1:]
+	switch cmd {
+	case "-A", "--append", "-I", "--insert", "-R", "--replace", "-D", "--delete":
+		return tx.ruleCommand(cmd, args, ctr)
+	case "-N", "--new-chain", "--new":
+		return tx.newChainCommand(cmd, args)
+	case "-X", "--delete-chain":
+		return tx.deleteChainCommand(cmd, args)
+	case "-F", "--flush":
+		return tx.flushCommand(cmd, args)
+	case "-Z", "--zero":
+		return tx.zeroCommand(cmd, args)
+	case "-P", "--policy":
+		return tx.policyCommand(cmd, args)
+	case "-E", "--rename-chain":
+		if err := tx.needArgs(cmd, args, 2); err != nil {
+			return err
+		}
+		return tx.rename(args[0].val, args[1].val, cmd)
+	}
+	return tx.errf(cmd, "unknown or unsupported command (want -A, -I, -R, -D, -N, -X, -F, -Z, -P or -E)")
+}
+
+// checkCommand checks a command line's tokens (after its counters): there is a
+// command, and no table is named.
+func (tx *txn) checkCommand(toks []token) error {
 	if len(toks) == 0 {
 		return tx.errf("", "empty command")
 	}
@@ -328,185 +359,236 @@ func (tx *txn) commandLine(line string) error {
 			return tx.errf(t.val, "a table cannot be named in a restore line (use *table)")
 		}
 	}
-	cmd := toks[0].val
-	args := toks[1:]
-	need := func(n int) error {
-		if len(args) < n {
-			return tx.errf(cmd, "missing argument")
-		}
-		return nil
+	return nil
+}
+
+// needArgs checks that cmd has at least n arguments.
+func (tx *txn) needArgs(cmd string, args []token, n int) error {
+	if len(args) < n {
+		return tx.errf(cmd, "missing argument")
 	}
+	return nil
+}
+
+// ruleCommand applies -A, -I, -R or -D: CHAIN, a rule number (-I, -R, -D) and a rule
+// spec (not with -D NUMBER). ctr holds the line's counters, if any.
+func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters) error {
+	if err := tx.needArgs(cmd, args, 1); err != nil {
+		return err
+	}
+	c, err := tx.chain(args[0].val, cmd)
+	if err != nil {
+		return err
+	}
+	pos, args, err := tx.ruleNumber(cmd, args[1:])
+	if err != nil {
+		return err
+	}
+	del := cmd == "-D" || cmd == "--delete"
+	if del && pos >= 0 {
+		if len(args) > 0 {
+			return tx.errf(cmd, "a rule number and a rule spec together")
+		}
+		return tx.deleteAt(c, pos, cmd)
+	}
+	rules, err := tx.specRules(c, args, ctr)
+	if err != nil || rules == nil {
+		return err
+	}
+	if del {
+		return tx.deleteRules(c, rules, cmd)
+	}
+	if err := tx.placeRules(c, rules, pos, cmd); err != nil {
+		return err
+	}
+	for _, r := range rules {
+		if j, ok := r.Target.(*JumpTarget); ok {
+			tx.cur.refs[j.Chain]++
+		}
+	}
+	return nil
+}
+
+// ruleNumber takes the rule number off the front of the arguments of -I, -R and -D;
+// it is -1 when there is none (-R needs one).
+func (tx *txn) ruleNumber(cmd string, args []token) (int, []token, error) {
+	pos := -1
+	if cmd == "-I" || cmd == "--insert" || cmd == "-R" || cmd == "--replace" || cmd == "-D" || cmd == "--delete" {
+		if len(args) > 0 && !args[0].quoted {
+			if n, err := strconv.Atoi(args[0].val); err == nil {
+				pos = n
+				args = args[1:]
+			}
+		}
+		if (cmd == "-R" || cmd == "--replace") && pos < 0 {
+			return 0, nil, tx.errf(cmd, "needs a rule number")
+		}
+	}
+	return pos, args, nil
+}
+
+// specRules parses a rule spec into the rules it stands for (one per address of
+// comma lists), checked for chain c and stamped with the line they come from and, with
+// --counters, the line's counters or the spec's -c. They are nil when the spec is for
+// the other family (-4 or -6).
+func (tx *txn) specRules(c *Chain, args []token, ctr *Counters) ([]*Rule, error) {
+	spec, err := tx.sp.parse(args)
+	if err != nil {
+		return nil, tx.wrap(err)
+	}
+	if spec.skip {
+		return nil, nil
+	}
+	if spec.counters != nil {
+		ctr = spec.counters
+	}
+	rules := spec.expand()
+	for _, r := range rules {
+		if err := tx.checkRule(c, r); err != nil {
+			return nil, err
+		}
+		r.File, r.Line = tx.opts.File, tx.line
+		if ctr != nil && tx.opts.Counters {
+			r.Counters = *ctr
+		}
+	}
+	return rules, nil
+}
+
+// placeRules adds rules to c: -A appends them, -I inserts them at pos (1 by default),
+// -R replaces rule pos with the one rule.
+func (tx *txn) placeRules(c *Chain, rules []*Rule, pos int, cmd string) error {
 	switch cmd {
-	case "-A", "--append", "-I", "--insert", "-R", "--replace", "-D", "--delete":
-		if err := need(1); err != nil {
+	case "-A", "--append":
+		c.Rules = append(tx.rules(c), rules...)
+	case "-I", "--insert":
+		if pos < 0 {
+			pos = 1
+		}
+		rs := tx.rules(c)
+		if pos < 1 || pos > len(rs)+1 {
+			return tx.errf(cmd, "index of insertion %d too big (chain %s has %d rules)", pos, c.Name, len(rs))
+		}
+		c.Rules = slices.Insert(rs, pos-1, rules...)
+	case "-R", "--replace":
+		if len(rules) != 1 {
+			return tx.errf(cmd, "-R takes a single rule (no address lists)")
+		}
+		if err := tx.deleteAt(c, pos, cmd); err != nil {
 			return err
 		}
-		c, err := tx.chain(args[0].val, cmd)
-		if err != nil {
+		c.Rules = slices.Insert(tx.rules(c), pos-1, rules[0])
+	}
+	return nil
+}
+
+// deleteRules deletes from c, for each of rules, the first rule that saves as it does
+// (-D with a rule spec).
+func (tx *txn) deleteRules(c *Chain, rules []*Rule, cmd string) error {
+	for _, r := range rules {
+		text := r.String()
+		i := slices.IndexFunc(c.Rules, func(x *Rule) bool { return x.String() == text })
+		if i < 0 {
+			return tx.errf(cmd, "bad rule (does a matching rule exist in chain %s?)", c.Name)
+		}
+		if err := tx.deleteAt(c, i+1, cmd); err != nil {
 			return err
 		}
-		args = args[1:]
-		pos := -1
-		if cmd == "-I" || cmd == "--insert" || cmd == "-R" || cmd == "--replace" || cmd == "-D" || cmd == "--delete" {
-			if len(args) > 0 && !args[0].quoted {
-				if n, err := strconv.Atoi(args[0].val); err == nil {
-					pos = n
-					args = args[1:]
-				}
-			}
-			if (cmd == "-R" || cmd == "--replace") && pos < 0 {
-				return tx.errf(cmd, "needs a rule number")
-			}
-		}
-		if (cmd == "-D" || cmd == "--delete") && pos >= 0 {
-			if len(args) > 0 {
-				return tx.errf(cmd, "a rule number and a rule spec together")
-			}
-			return tx.deleteAt(c, pos, cmd)
-		}
-		spec, err := tx.sp.parse(args)
-		if err != nil {
-			return tx.wrap(err)
-		}
-		if spec.skip {
-			return nil
-		}
-		if spec.counters != nil {
-			ctr = spec.counters
-		}
-		rules := spec.expand()
-		for _, r := range rules {
-			if err := tx.checkRule(c, r); err != nil {
-				return err
-			}
-			r.File, r.Line = tx.opts.File, tx.line
-			if ctr != nil && tx.opts.Counters {
-				r.Counters = *ctr
-			}
-		}
-		switch cmd {
-		case "-A", "--append":
-			c.Rules = append(tx.rules(c), rules...)
-		case "-I", "--insert":
-			if pos < 0 {
-				pos = 1
-			}
-			rs := tx.rules(c)
-			if pos < 1 || pos > len(rs)+1 {
-				return tx.errf(cmd, "index of insertion %d too big (chain %s has %d rules)", pos, c.Name, len(rs))
-			}
-			c.Rules = slices.Insert(rs, pos-1, rules...)
-		case "-R", "--replace":
-			if len(rules) != 1 {
-				return tx.errf(cmd, "-R takes a single rule (no address lists)")
-			}
-			if err := tx.deleteAt(c, pos, cmd); err != nil {
-				return err
-			}
-			c.Rules = slices.Insert(tx.rules(c), pos-1, rules[0])
-		case "-D", "--delete":
-			for _, r := range rules {
-				text := r.String()
-				i := slices.IndexFunc(c.Rules, func(x *Rule) bool { return x.String() == text })
-				if i < 0 {
-					return tx.errf(cmd, "bad rule (does a matching rule exist in chain %s?)", c.Name)
-				}
-				if err := tx.deleteAt(c, i+1, cmd); err != nil {
+	}
+	return nil
+}
+
+// newChainCommand applies -N CHAIN.
+func (tx *txn) newChainCommand(cmd string, args []token) error {
+	if err := tx.needArgs(cmd, args, 1); err != nil {
+		return err
+	}
+	name := args[0].val
+	if err := validChainName(name); err != nil {
+		return tx.wrap(&optError{cmd, err})
+	}
+	if tx.cur.t.Chain(name) != nil {
+		return tx.errf(cmd, "%w: %s", ErrChainExists, name)
+	}
+	tx.cur.owned[tx.cur.t.AddChain(name)] = true
+	return nil
+}
+
+// deleteChainCommand applies -X [CHAIN]: without a chain, every user chain of the table.
+func (tx *txn) deleteChainCommand(cmd string, args []token) error {
+	if len(args) == 0 {
+		for _, c := range slices.Clone(tx.cur.t.Chains) {
+			if !c.Builtin {
+				if err := tx.deleteChain(c, cmd); err != nil {
 					return err
 				}
 			}
-			return nil
-		}
-		for _, r := range rules {
-			if j, ok := r.Target.(*JumpTarget); ok {
-				tx.cur.refs[j.Chain]++
-			}
 		}
 		return nil
-	case "-N", "--new-chain", "--new":
-		if err := need(1); err != nil {
-			return err
-		}
-		name := args[0].val
-		if err := validChainName(name); err != nil {
-			return tx.wrap(&optError{cmd, err})
-		}
-		if tx.cur.t.Chain(name) != nil {
-			return tx.errf(cmd, "%w: %s", ErrChainExists, name)
-		}
-		tx.cur.owned[tx.cur.t.AddChain(name)] = true
-		return nil
-	case "-X", "--delete-chain":
-		if len(args) == 0 {
-			for _, c := range slices.Clone(tx.cur.t.Chains) {
-				if !c.Builtin {
-					if err := tx.deleteChain(c, cmd); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
-		}
-		c, err := tx.chain(args[0].val, cmd)
-		if err != nil {
-			return err
-		}
-		return tx.deleteChain(c, cmd)
-	case "-F", "--flush":
-		if len(args) == 0 {
-			for _, c := range tx.cur.t.Chains {
-				tx.flush(c)
-			}
-			return nil
-		}
-		c, err := tx.chain(args[0].val, cmd)
-		if err != nil {
-			return err
-		}
-		tx.flush(c)
-		return nil
-	case "-Z", "--zero":
-		chains := tx.cur.t.Chains
-		if len(args) > 0 {
-			c, err := tx.chain(args[0].val, cmd)
-			if err != nil {
-				return err
-			}
-			chains = []*Chain{c}
-		}
-		for _, c := range chains {
-			c.Counters = Counters{}
-			rs := tx.rules(c)
-			for i, r := range rs {
-				nr := *r
-				nr.Counters = Counters{}
-				rs[i] = &nr
-			}
-		}
-		return nil
-	case "-P", "--policy":
-		if err := need(2); err != nil {
-			return err
-		}
-		c, err := tx.chain(args[0].val, cmd)
-		if err != nil {
-			return err
-		}
-		if !c.Builtin {
-			return tx.errf(cmd, "cannot set the policy of user-defined chain %s", c.Name)
-		}
-		if p := args[1].val; p != "ACCEPT" && p != "DROP" {
-			return tx.errf(cmd, "bad policy %q (want ACCEPT or DROP)", p)
-		}
-		c.Policy = args[1].val
-		return nil
-	case "-E", "--rename-chain":
-		if err := need(2); err != nil {
-			return err
-		}
-		return tx.rename(args[0].val, args[1].val, cmd)
 	}
-	return tx.errf(cmd, "unknown or unsupported command (want -A, -I, -R, -D, -N, -X, -F, -Z, -P or -E)")
+	c, err := tx.chain(args[0].val, cmd)
+	if err != nil {
+		return err
+	}
+	return tx.deleteChain(c, cmd)
+}
+
+// flushCommand applies -F [CHAIN]: without a chain, every chain of the table.
+func (tx *txn) flushCommand(cmd string, args []token) error {
+	if len(args) == 0 {
+		for _, c := range tx.cur.t.Chains {
+			tx.flush(c)
+		}
+		return nil
+	}
+	c, err := tx.chain(args[0].val, cmd)
+	if err != nil {
+		return err
+	}
+	tx.flush(c)
+	return nil
+}
+
+// zeroCommand applies -Z [CHAIN]: the counters of the chain (or of every chain of the
+// table) and of its rules are zeroed.
+func (tx *txn) zeroCommand(cmd string, args []token) error {
+	chains := tx.cur.t.Chains
+	if len(args) > 0 {
+		c, err := tx.chain(args[0].val, cmd)
+		if err != nil {
+			return err
+		}
+		chains = []*Chain{c}
+	}
+	for _, c := range chains {
+		c.Counters = Counters{}
+		rs := tx.rules(c)
+		for i, r := range rs {
+			nr := *r
+			nr.Counters = Counters{}
+			rs[i] = &nr
+		}
+	}
+	return nil
+}
+
+// policyCommand applies -P CHAIN ACCEPT|DROP to a built-in chain.
+func (tx *txn) policyCommand(cmd string, args []token) error {
+	if err := tx.needArgs(cmd, args, 2); err != nil {
+		return err
+	}
+	c, err := tx.chain(args[0].val, cmd)
+	if err != nil {
+		return err
+	}
+	if !c.Builtin {
+		return tx.errf(cmd, "cannot set the policy of user-defined chain %s", c.Name)
+	}
+	if p := args[1].val; p != "ACCEPT" && p != "DROP" {
+		return tx.errf(cmd, "bad policy %q (want ACCEPT or DROP)", p)
+	}
+	c.Policy = args[1].val
+	return nil
 }
 
 // checkRule validates a rule for a chain of the current table.

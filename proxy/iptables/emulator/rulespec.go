@@ -65,20 +65,11 @@ var protoModules = map[uint8]string{ProtoTCP: "tcp", ProtoUDP: "udp", ProtoSCTP:
 
 // parse parses the tokens of a rule spec (everything after "-A CHAIN").
 func (sp *specParser) parse(toks []token) (*ruleSpec, error) {
-	r := &Rule{}
-	out := &ruleSpec{rule: r}
+	out := &ruleSpec{rule: &Rule{}}
 	sp.rc = ruleCtx{family: sp.family, seen: sp.rc.seen[:0]}
 	sp.owners = sp.owners[:0]
 	neg := false
-	i := 0
-	arg := func(opt string) (token, error) {
-		if i >= len(toks) {
-			return token{}, optErr(opt, "missing argument")
-		}
-		i++
-		return toks[i-1], nil
-	}
-	for i < len(toks) {
+	for i := 0; i < len(toks); {
 		t := toks[i]
 		i++
 		if t.val == "!" && !t.quoted {
@@ -91,179 +82,248 @@ func (sp *specParser) parse(toks []token) (*ruleSpec, error) {
 		if t.quoted || !strings.HasPrefix(t.val, "-") {
 			return nil, optErr(t.raw, "unexpected argument (not an option)")
 		}
-		opt := t.val
-		switch opt {
-		case "-s", "--source", "--src", "-d", "--destination", "--dst":
-			a, err := arg(opt)
-			if err != nil {
-				return nil, err
-			}
-			var list []netip.Prefix
-			for _, part := range strings.Split(a.val, ",") {
-				p, err := parsePrefix(part, sp.family)
-				if err != nil {
-					return nil, &optError{opt, err}
-				}
-				list = append(list, p)
-			}
-			spec := AddrSpec{Prefix: list[0], Neg: neg}
-			if list[0].Bits() == 0 && !neg && len(list) == 1 {
-				spec = AddrSpec{} // 0/0 matches everything; iptables-save prints nothing
-			}
-			if opt == "-s" || opt == "--source" || opt == "--src" {
-				if r.Src.IsSet() || out.srcs != nil {
-					return nil, optErr(opt, "given twice")
-				}
-				r.Src = spec
-				if len(list) > 1 {
-					out.srcs = list
-				}
-			} else {
-				if r.Dst.IsSet() || out.dsts != nil {
-					return nil, optErr(opt, "given twice")
-				}
-				r.Dst = spec
-				if len(list) > 1 {
-					out.dsts = list
-				}
-			}
-			if len(list) > 1 && neg {
-				return nil, optErr(opt, "! cannot be used with multiple addresses")
-			}
-		case "-p", "--protocol":
-			a, err := arg(opt)
-			if err != nil {
-				return nil, err
-			}
-			if r.Proto.Set {
-				return nil, optErr(opt, "given twice")
-			}
-			p, err := ParseProto(a.val)
-			if err != nil {
-				return nil, &optError{opt, err}
-			}
-			if p == 0 {
-				if neg {
-					return nil, optErr(opt, "rule would never match protocol")
-				}
-			} else {
-				r.Proto = ProtoSpec{Set: true, Num: p, Neg: neg}
-			}
-			sp.rc.proto = r.Proto
-		case "-i", "--in-interface", "-o", "--out-interface":
-			a, err := arg(opt)
-			if err != nil {
-				return nil, err
-			}
-			if a.val == "" || len(a.val) > 15 || strings.ContainsAny(a.val, " /") {
-				return nil, optErr(opt, "invalid interface name %q", a.val)
-			}
-			spec := IfaceSpec{Name: a.val, Neg: neg}
-			if opt == "-i" || opt == "--in-interface" {
-				r.InIface = spec
-			} else {
-				r.OutIface = spec
-			}
-		case "-f", "--fragment":
-			if sp.family == IPv6 {
-				return nil, optErr(opt, "not available for IPv6 (use -m frag)")
-			}
-			r.Fragment = FragOnly
-			if neg {
-				r.Fragment = FragNone
-			}
-		case "-c", "--set-counters":
-			p, err := arg(opt)
-			if err != nil {
-				return nil, err
-			}
-			b, err := arg(opt)
-			if err != nil {
-				return nil, err
-			}
-			pn, err1 := strconv.ParseUint(p.val, 10, 64)
-			bn, err2 := strconv.ParseUint(b.val, 10, 64)
-			if err1 != nil || err2 != nil {
-				return nil, optErr(opt, "invalid counters %q %q", p.val, b.val)
-			}
-			out.counters = &Counters{pn, bn}
-		case "-4", "--ipv4":
-			out.skip = out.skip || sp.family != IPv4
-		case "-6", "--ipv6":
-			out.skip = out.skip || sp.family != IPv6
-		case "-m", "--match":
-			a, err := arg(opt)
-			if err != nil {
-				return nil, err
-			}
-			if neg {
-				return nil, optErr(opt, "! is not allowed before -m")
-			}
-			if def, ok := modules[a.val]; ok {
-				b := def.new()
-				r.Matches = append(r.Matches, b)
-				sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
-			} else {
-				if a.val == "" || strings.HasPrefix(a.val, "-") {
-					return nil, optErr(opt, "invalid match name %q", a.val)
-				}
-				u := &UnknownMatch{Name: a.val}
-				r.Matches = append(r.Matches, u)
-				sp.owners = append(sp.owners, owner{unknown: &u.Args})
-			}
-		case "-j", "--jump", "-g", "--goto":
-			a, err := arg(opt)
-			if err != nil {
-				return nil, err
-			}
-			if neg {
-				return nil, optErr(opt, "cannot be negated")
-			}
-			if r.Target != nil {
-				return nil, optErr(opt, "only one -j or -g per rule")
-			}
-			name := a.val
-			if opt == "-g" || opt == "--goto" {
-				if err := validChainName(name); err != nil {
-					return nil, &optError{opt, err}
-				}
-				r.Target = &JumpTarget{Chain: name, Goto: true}
-				break
-			}
-			switch {
-			case name == "ACCEPT" || name == "DROP" || name == "RETURN":
-				r.Target = &VerdictTarget{Verdict: name}
-				sp.owners = append(sp.owners, owner{opts: map[string]optSpec{}})
-			case targets[name] != nil:
-				def := targets[name]
-				b := def.new()
-				r.Target = b
-				sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
-			case passTargets[name] || stopTargets[name] || sp.looksLikeExtension(toks, toks[i:]):
-				u := &UnknownTarget{Target: name}
-				r.Target = u
-				sp.owners = append(sp.owners, owner{unknown: &u.Args})
-			default:
-				if err := validChainName(name); err != nil {
-					return nil, &optError{opt, err}
-				}
-				r.Target = &JumpTarget{Chain: name}
-			}
-		default:
-			if err := sp.moduleOption(r, toks, &i, opt, neg); err != nil {
-				return nil, err
-			}
+		if err := sp.option(out, toks, &i, t.val, neg); err != nil {
+			return nil, err
 		}
 		neg = false
 	}
 	if neg {
 		return nil, optErr("!", "nothing follows !")
 	}
+	if err := sp.finish(out.rule); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// option parses one option, opt (negated by a "!" before it if neg), taking its
+// arguments from toks at *i: a generic option sets the rule's header fields, -m and
+// -j/-g add a match or the target, any other option goes to the module or target that
+// owns it.
+func (sp *specParser) option(out *ruleSpec, toks []token, i *int, opt string, neg bool) error {
+	r := out.rule
+	switch opt {
+	case "-s", "--source", "--src", "-d", "--destination", "--dst":
+		return sp.addrOption(out, toks, i, opt, neg)
+	case "-p", "--protocol":
+		return sp.protoOption(r, toks, i, opt, neg)
+	case "-i", "--in-interface", "-o", "--out-interface":
+		return ifaceOption(r, toks, i, opt, neg)
+	case "-f", "--fragment":
+		if sp.family == IPv6 {
+			return optErr(opt, "not available for IPv6 (use -m frag)")
+		}
+		r.Fragment = FragOnly
+		if neg {
+			r.Fragment = FragNone
+		}
+	case "-c", "--set-counters":
+		return countersOption(out, toks, i, opt)
+	case "-4", "--ipv4":
+		out.skip = out.skip || sp.family != IPv4
+	case "-6", "--ipv6":
+		out.skip = out.skip || sp.family != IPv6
+	case "-m", "--match":
+		return sp.matchOption(r, toks, i, opt, neg)
+	case "-j", "--jump", "-g", "--goto":
+		return sp.targetOption(r, toks, i, opt, neg)
+	default:
+		return sp.moduleOption(r, toks, i, opt, neg)
+	}
+	return nil
+}
+
+// nextArg takes the token at *i as opt's argument.
+func nextArg(toks []token, i *int, opt string) (token, error) {
+	if *i >= len(toks) {
+		return token{}, optErr(opt, "missing argument")
+	}
+	*i++
+	return toks[*i-1], nil
+}
+
+// addrOption parses -s or -d with an address or a comma list of them: the rule gets the
+// first, a list is kept in out.srcs or out.dsts (expand makes a rule per address).
+func (sp *specParser) addrOption(out *ruleSpec, toks []token, i *int, opt string, neg bool) error {
+	a, err := nextArg(toks, i, opt)
+	if err != nil {
+		return err
+	}
+	var list []netip.Prefix
+	for _, part := range strings.Split(a.val, ",") {
+		p, err := parsePrefix(part, sp.family)
+		if err != nil {
+			return &optError{opt, err}
+		}
+		list = append(list, p)
+	}
+	spec := AddrSpec{Prefix: list[0], Neg: neg}
+	if list[0].Bits() == 0 && !neg && len(list) == 1 {
+		spec = AddrSpec{} // 0/0 matches everything; iptables-save prints nothing
+	}
+	r := out.rule
+	if opt == "-s" || opt == "--source" || opt == "--src" {
+		if r.Src.IsSet() || out.srcs != nil {
+			return optErr(opt, "given twice")
+		}
+		r.Src = spec
+		if len(list) > 1 {
+			out.srcs = list
+		}
+	} else {
+		if r.Dst.IsSet() || out.dsts != nil {
+			return optErr(opt, "given twice")
+		}
+		r.Dst = spec
+		if len(list) > 1 {
+			out.dsts = list
+		}
+	}
+	if len(list) > 1 && neg {
+		return optErr(opt, "! cannot be used with multiple addresses")
+	}
+	return nil
+}
+
+// protoOption parses -p; the protocol is what implicit protocol modules and
+// protocol-bound modules look at.
+func (sp *specParser) protoOption(r *Rule, toks []token, i *int, opt string, neg bool) error {
+	a, err := nextArg(toks, i, opt)
+	if err != nil {
+		return err
+	}
+	if r.Proto.Set {
+		return optErr(opt, "given twice")
+	}
+	p, err := ParseProto(a.val)
+	if err != nil {
+		return &optError{opt, err}
+	}
+	if p == 0 {
+		if neg {
+			return optErr(opt, "rule would never match protocol")
+		}
+	} else {
+		r.Proto = ProtoSpec{Set: true, Num: p, Neg: neg}
+	}
+	sp.rc.proto = r.Proto
+	return nil
+}
+
+// ifaceOption parses -i or -o.
+func ifaceOption(r *Rule, toks []token, i *int, opt string, neg bool) error {
+	a, err := nextArg(toks, i, opt)
+	if err != nil {
+		return err
+	}
+	if a.val == "" || len(a.val) > 15 || strings.ContainsAny(a.val, " /") {
+		return optErr(opt, "invalid interface name %q", a.val)
+	}
+	spec := IfaceSpec{Name: a.val, Neg: neg}
+	if opt == "-i" || opt == "--in-interface" {
+		r.InIface = spec
+	} else {
+		r.OutIface = spec
+	}
+	return nil
+}
+
+// countersOption parses -c PACKETS BYTES.
+func countersOption(out *ruleSpec, toks []token, i *int, opt string) error {
+	p, err := nextArg(toks, i, opt)
+	if err != nil {
+		return err
+	}
+	b, err := nextArg(toks, i, opt)
+	if err != nil {
+		return err
+	}
+	pn, err1 := strconv.ParseUint(p.val, 10, 64)
+	bn, err2 := strconv.ParseUint(b.val, 10, 64)
+	if err1 != nil || err2 != nil {
+		return optErr(opt, "invalid counters %q %q", p.val, b.val)
+	}
+	out.counters = &Counters{pn, bn}
+	return nil
+}
+
+// matchOption parses -m NAME: a known module becomes the owner of the options it has,
+// an unknown one is kept verbatim with every option that follows it.
+func (sp *specParser) matchOption(r *Rule, toks []token, i *int, opt string, neg bool) error {
+	a, err := nextArg(toks, i, opt)
+	if err != nil {
+		return err
+	}
+	if neg {
+		return optErr(opt, "! is not allowed before -m")
+	}
+	if def, ok := modules[a.val]; ok {
+		b := def.new()
+		r.Matches = append(r.Matches, b)
+		sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
+		return nil
+	}
+	if a.val == "" || strings.HasPrefix(a.val, "-") {
+		return optErr(opt, "invalid match name %q", a.val)
+	}
+	u := &UnknownMatch{Name: a.val}
+	r.Matches = append(r.Matches, u)
+	sp.owners = append(sp.owners, owner{unknown: &u.Args})
+	return nil
+}
+
+// targetOption parses -j NAME or -g CHAIN. A -j NAME is a verdict, a target the
+// emulator models, an extension target it keeps verbatim (a known one, or a name
+// followed by options no module of the rule has), or else a jump to a chain.
+func (sp *specParser) targetOption(r *Rule, toks []token, i *int, opt string, neg bool) error {
+	a, err := nextArg(toks, i, opt)
+	if err != nil {
+		return err
+	}
+	if neg {
+		return optErr(opt, "cannot be negated")
+	}
+	if r.Target != nil {
+		return optErr(opt, "only one -j or -g per rule")
+	}
+	name := a.val
+	if opt == "-g" || opt == "--goto" {
+		if err := validChainName(name); err != nil {
+			return &optError{opt, err}
+		}
+		r.Target = &JumpTarget{Chain: name, Goto: true}
+		return nil
+	}
+	switch {
+	case name == "ACCEPT" || name == "DROP" || name == "RETURN":
+		r.Target = &VerdictTarget{Verdict: name}
+		sp.owners = append(sp.owners, owner{opts: map[string]optSpec{}})
+	case targets[name] != nil:
+		def := targets[name]
+		b := def.new()
+		r.Target = b
+		sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
+	case passTargets[name] || stopTargets[name] || sp.looksLikeExtension(toks, toks[*i:]):
+		u := &UnknownTarget{Target: name}
+		r.Target = u
+		sp.owners = append(sp.owners, owner{unknown: &u.Args})
+	default:
+		if err := validChainName(name); err != nil {
+			return &optError{opt, err}
+		}
+		r.Target = &JumpTarget{Chain: name}
+	}
+	return nil
+}
+
+// finish completes a rule whose options are all read: -m ipvs's options are parsed for
+// the evaluator, and each known module and target checks its options as a whole.
+func (sp *specParser) finish(r *Rule) error {
 	for _, m := range r.Matches {
 		if u, ok := m.(*UnknownMatch); ok && u.Name == "ipvs" {
 			spec, err := parseIPVS(u.Args, sp.rc.family)
 			if err != nil {
-				return nil, &optError{"-m ipvs", err}
+				return &optError{"-m ipvs", err}
 			}
 			u.ipvs = spec
 		}
@@ -277,11 +337,11 @@ func (sp *specParser) parse(toks []token) (*ruleSpec, error) {
 				} else if tg, ok := o.b.(Target); ok {
 					name = "-j " + tg.Name()
 				}
-				return nil, &optError{name, err}
+				return &optError{name, err}
 			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // looksLikeExtension reports whether the words after "-j NAME" are options that no known
