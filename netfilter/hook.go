@@ -1,9 +1,6 @@
 package netfilter
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // Hook is a netfilter hook point.
 //
@@ -33,14 +30,15 @@ func (h Hook) String() string {
 	return fmt.Sprintf("HOOK(%d)", uint8(h))
 }
 
-// ParseHook parses a hook name as iptables spells its built-in chains (any case).
-func ParseHook(s string) (Hook, error) {
+// ParseHook parses a hook name as iptables spells its built-in chains. Case matters, as
+// in iptables: a chain named "input" is a user chain, not INPUT.
+func ParseHook(s string) (Hook, bool) {
 	for i, n := range hookNames {
-		if strings.EqualFold(n, s) {
-			return Hook(i), nil
+		if n == s {
+			return Hook(i), true
 		}
 	}
-	return 0, fmt.Errorf("unknown hook %q", s)
+	return 0, false
 }
 
 // Priorities at a hook, as netfilter's NF_IP_PRI_* values: lower runs first.

@@ -7,15 +7,15 @@ import (
 
 func TestHookNames(t *testing.T) {
 	for h := Prerouting; int(h) < NumHooks; h++ {
-		got, err := ParseHook(h.String())
-		if err != nil || got != h {
-			t.Errorf("ParseHook(%q) = %v, %v", h.String(), got, err)
+		got, ok := ParseHook(h.String())
+		if !ok || got != h {
+			t.Errorf("ParseHook(%q) = %v, %v", h.String(), got, ok)
 		}
 	}
-	if h, err := ParseHook("postrouting"); err != nil || h != Postrouting {
-		t.Errorf("lower case: %v %v", h, err)
+	if _, ok := ParseHook("postrouting"); ok {
+		t.Error("a user chain named postrouting parsed as the hook")
 	}
-	if _, err := ParseHook("PREROUTE"); err == nil {
+	if _, ok := ParseHook("PREROUTE"); ok {
 		t.Error("a wrong name parsed")
 	}
 	if Hook(9).String() != "HOOK(9)" {

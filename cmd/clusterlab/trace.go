@@ -8,9 +8,10 @@ import (
 	"os"
 	"strings"
 
-	"github.com/spf13/cobra"
-
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+
+	"github.com/spf13/cobra"
 )
 
 // traceOptions are the flags of `clusterlab trace`. The packet flags are shared by every
@@ -256,11 +257,11 @@ func (o *traceOptions) walkInput() (emulator.WalkInput, error) {
 	var proto uint8
 	switch strings.ToLower(o.proto) {
 	case "tcp":
-		proto = emulator.ProtoTCP
+		proto = netfilter.ProtoTCP
 	case "udp":
-		proto = emulator.ProtoUDP
+		proto = netfilter.ProtoUDP
 	case "sctp":
-		proto = emulator.ProtoSCTP
+		proto = netfilter.ProtoSCTP
 	default:
 		return in, fmt.Errorf("--proto %q: want tcp, udp or sctp", o.proto)
 	}
@@ -280,8 +281,8 @@ func (o *traceOptions) walkInput() (emulator.WalkInput, error) {
 	}
 	p := emulator.Packet{Proto: proto, Src: src, Dst: dst, SrcPort: uint16(o.sport), DstPort: uint16(o.dport),
 		TTL: 64, Len: 60, InIface: o.inIface}
-	if proto == emulator.ProtoTCP {
-		p.TCPFlags = emulator.TCPSyn
+	if proto == netfilter.ProtoTCP {
+		p.TCPFlags = netfilter.TCPSyn
 	}
 	in.Packet, in.From, in.AllBranches, in.Seed, in.OutIface, in.EveryRule = p, from, o.allBranches, o.seed, o.outIface, o.everyRule
 	return in, nil

@@ -20,9 +20,9 @@ import (
 // node, named "<name> <table>". Each spec has its own handler: attach them to one node.
 func EmulatorHandlers(e *emulator.Emulator, name string) []netsim.HandlerSpec {
 	var specs []netsim.HandlerSpec
-	for h := emulator.Prerouting; h <= emulator.Postrouting; h++ {
+	for h := netfilter.Prerouting; h <= netfilter.Postrouting; h++ {
 		for _, table := range emulator.TablesAt(h) {
-			specs = append(specs, netsim.HandlerSpec{Name: name + " " + table, Hook: netsimHook(h),
+			specs = append(specs, netsim.HandlerSpec{Name: name + " " + table, Hook: h,
 				Priority: emulator.TablePriority(table, h), NAT: table == emulator.TableNAT,
 				Handler: &emulatorHandler{e: e, table: table, hook: h}})
 		}
@@ -42,10 +42,6 @@ func AttachEmulator(e *emulator.Emulator, n *netsim.Node, name string) (detach f
 			r()
 		}
 	}
-}
-
-func netsimHook(h emulator.Hook) netfilter.Hook {
-	return [...]netfilter.Hook{netfilter.Prerouting, netfilter.Input, netfilter.Forward, netfilter.Output, netfilter.Postrouting}[h]
 }
 
 // emulatorEnv is the emulator.Env of a packet in netsim: its virtual clock, its choice
@@ -71,7 +67,7 @@ func (v emulatorEnv) AddrType(a netip.Addr, iface string) emulator.AddrType {
 type emulatorHandler struct {
 	e     *emulator.Emulator
 	table string
-	hook  emulator.Hook
+	hook  netfilter.Hook
 	q     emulator.Packet
 }
 
@@ -82,32 +78,20 @@ func fromNetsim(q *emulator.Packet, p *netsim.Packet, ctx *netsim.Context, table
 		InIface: p.InIface, OutIface: p.OutIface, Mark: p.Mark, Len: len(p.Data)}
 	switch {
 	case p.Conn == nil && table == emulator.TableRaw:
-		q.CT.State = emulator.CTInvalid // the raw table runs before conntrack: no entry yet
+		q.CT.State = netfilter.CtInvalid // the raw table runs before conntrack: no entry yet
 	case p.CtState == netfilter.CtUntracked:
-		q.CT.State = emulator.CTUntracked
-	case p.Conn == nil || p.CtState == netfilter.CtInvalid:
-		q.CT.State = emulator.CTInvalid
-	case p.CtState == netfilter.CtEstablished:
-		q.CT.State = emulator.CTEstablished
-	case p.CtState == netfilter.CtRelated:
-		q.CT.State = emulator.CTRelated
+		q.CT.State = netfilter.CtUntracked
+	case p.Conn == nil:
+		q.CT.State = netfilter.CtInvalid
 	default:
-		q.CT.State = emulator.CTNew
+		q.CT.State = p.CtState
 	}
 	if c := p.Conn; c != nil {
 		q.CT.Reply = p.CtReply
 		q.CT.Mark = c.Mark
-		q.CT.Orig = emulator.Tuple{Src: c.Orig.Src, Dst: c.Orig.Dst, SrcPort: c.Orig.SrcPort, DstPort: c.Orig.DstPort}
-		q.CT.ReplyTuple = emulator.Tuple{Src: c.Reply.Src, Dst: c.Reply.Dst, SrcPort: c.Reply.SrcPort, DstPort: c.Reply.DstPort}
-		for _, b := range []struct {
-			from netfilter.CtStatus
-			to   emulator.CTStatus
-		}{{netfilter.StatusSeenReply, emulator.CTSeenReply}, {netfilter.StatusAssured, emulator.CTAssured}, {netfilter.StatusConfirmed, emulator.CTConfirmed},
-			{netfilter.StatusSrcNAT, emulator.CTSrcNAT}, {netfilter.StatusDstNAT, emulator.CTDstNAT}} {
-			if c.Status&b.from != 0 {
-				q.CT.Status |= b.to
-			}
-		}
+		q.CT.Orig, q.CT.ReplyTuple = c.Orig, c.Reply
+		// The IPS_* bits the conntrack match names (not the datapath's NAT_DONE bits).
+		q.CT.Status = c.Status & (netfilter.StatusSeenReply | netfilter.StatusAssured | netfilter.StatusConfirmed | netfilter.StatusSrcNAT | netfilter.StatusDstNAT)
 		if !c.Expires.IsZero() {
 			q.CT.Expire = c.Expires.Sub(ctx.Now())
 		}
@@ -134,7 +118,7 @@ func (h *emulatorHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.V
 	if p.Conn != nil && !ctx.DryRun() {
 		p.Conn.Mark = q.CT.Mark
 	}
-	if q.CT.State == emulator.CTUntracked && h.table == emulator.TableRaw {
+	if q.CT.State == netfilter.CtUntracked && h.table == emulator.TableRaw {
 		p.SetNoTrack()
 	}
 	if !v.Decided() {
@@ -144,8 +128,7 @@ func (h *emulatorHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.V
 	case emulator.Drop:
 		return netsim.Verdict{Kind: netsim.Drop, Reason: v.Reason}
 	case emulator.Reject:
-		with, _ := netfilter.RejectWithName(v.RejectWith)
-		return netsim.RejectVerdict(with, v.Reason)
+		return netsim.RejectVerdict(v.Reject, v.Reason)
 	case emulator.Unknown:
 		return netsim.Verdict{Kind: netsim.Drop, Reason: v.Reason + ": target not emulated"}
 	}
@@ -174,12 +157,8 @@ func traceRules(ctx *netsim.Context, tr *emulator.Trace) {
 
 // natAction is the netsim NAT of an emulator NAT target's result.
 func natAction(n *emulator.NAT) netsim.NATAction {
-	a := netsim.NATAction{Random: n.Random, RandomFully: n.RandomFully}
-	a.Kind, _ = netfilter.ParseNATKind(n.Kind)
-	if a.Kind == 0 {
-		a.Kind = netfilter.Masquerade
-	}
-	if n.Kind == "DNAT" || n.Kind == "SNAT" {
+	a := netsim.NATAction{Kind: n.Kind, Random: n.Random, RandomFully: n.RandomFully}
+	if n.Kind == netfilter.DNAT || n.Kind == netfilter.SNAT {
 		a.Addr = n.Addr
 	}
 	if n.Port != 0 {

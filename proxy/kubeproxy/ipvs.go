@@ -522,10 +522,10 @@ func (p *ipvsProxy) isVirtual(q ipvsemu.Packet) bool {
 // POSTROUTING — a packet in its connection's original direction whose destination IPVS
 // rewrote from a virtual service of this node. Its entry's virtual address and port are
 // the connection's original destination; kube-proxy's real servers are masqueraded.
-func (p *ipvsProxy) ipvsLookup(q *emulator.Packet, hook emulator.Hook, table string) *emulator.IPVSConn {
+func (p *ipvsProxy) ipvsLookup(q *emulator.Packet, hook netfilter.Hook, table string) *emulator.IPVSConn {
 	switch {
-	case hook == emulator.Output && (table == emulator.TableFilter || table == emulator.TableSecurity):
-	case hook == emulator.Postrouting:
+	case hook == netfilter.Output && (table == emulator.TableFilter || table == emulator.TableSecurity):
+	case hook == netfilter.Postrouting:
 	default:
 		return nil
 	}

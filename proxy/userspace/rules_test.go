@@ -10,12 +10,13 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 	"github.com/clusterlab/clusterlab/service"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -203,5 +204,5 @@ func parseWalkPacket(t *testing.T, s string) emulator.Packet {
 		t.Fatal(err)
 	}
 	src, dst := netip.MustParseAddrPort(f[1]), netip.MustParseAddrPort(f[2])
-	return emulator.Packet{Proto: proto, Src: src.Addr(), SrcPort: src.Port(), Dst: dst.Addr(), DstPort: dst.Port(), TCPFlags: emulator.TCPSyn}
+	return emulator.Packet{Proto: proto, Src: src.Addr(), SrcPort: src.Port(), Dst: dst.Addr(), DstPort: dst.Port(), TCPFlags: netfilter.TCPSyn}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/clusterlab/clusterlab/kernel"
+	"github.com/clusterlab/clusterlab/netfilter"
 	kp "github.com/clusterlab/clusterlab/proxy/iptables"
 )
 
@@ -106,8 +107,8 @@ func addrtypeDifferential6(t *testing.T, backend kernel.Backend) {
 				}
 			}
 			tr := &Trace{}
-			pkt := &Packet{Proto: ProtoUDP, Src: d.addr, Dst: d.addr, SrcPort: 40000, DstPort: addrtypeDiffPort, OutIface: "eth0", TTL: 64}
-			emu.EvalTable(env, TableFilter, Output, pkt, tr)
+			pkt := &Packet{Proto: netfilter.ProtoUDP, Src: d.addr, Dst: d.addr, SrcPort: 40000, DstPort: addrtypeDiffPort, OutIface: "eth0", TTL: 64}
+			emu.EvalTable(env, TableFilter, netfilter.Output, pkt, tr)
 			var emuHit []string
 			for _, l := range strings.Split(matchedLines(tr), ",") {
 				if n, err := strconv.Atoi(l); err == nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator/emutest"
 )
 
@@ -103,18 +104,18 @@ func BenchmarkEvalServices(b *testing.B) {
 			}
 			// Warm the chain indexes.
 			for _, d := range targets {
-				p := Packet{Proto: ProtoTCP, Src: netip.MustParseAddr("10.0.0.2"), Dst: d, SrcPort: 40000, DstPort: 80, TCPFlags: TCPSyn, Len: 60}
-				e.EvalHook(env, Prerouting, &p, nil)
+				p := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.0.0.2"), Dst: d, SrcPort: 40000, DstPort: 80, TCPFlags: netfilter.TCPSyn, Len: 60}
+				e.EvalHook(env, netfilter.Prerouting, &p, nil)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				p := Packet{Proto: ProtoTCP, Src: netip.MustParseAddr("10.0.0.2"), Dst: targets[i%len(targets)], SrcPort: 40000, DstPort: 80, TCPFlags: TCPSyn, Len: 60}
-				hr := e.EvalHook(env, Prerouting, &p, nil)
+				p := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.0.0.2"), Dst: targets[i%len(targets)], SrcPort: 40000, DstPort: 80, TCPFlags: netfilter.TCPSyn, Len: 60}
+				hr := e.EvalHook(env, netfilter.Prerouting, &p, nil)
 				if hr.NAT == nil {
 					b.Fatalf("no DNAT for %v", targets[i%len(targets)])
 				}
-				if hr := e.EvalHook(env, Forward, &p, nil); hr.Verdict != Accept {
+				if hr := e.EvalHook(env, netfilter.Forward, &p, nil); hr.Verdict != Accept {
 					b.Fatal("not accepted")
 				}
 			}

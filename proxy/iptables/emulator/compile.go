@@ -1,6 +1,10 @@
 package emulator
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/clusterlab/clusterlab/netfilter"
+)
 
 // Chains compiled for evaluation without a trace (the path every netsim packet takes).
 //
@@ -578,9 +582,9 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 		o++
 		switch op & 0xff {
 		case opTCP, opUDP:
-			proto := ProtoTCP
+			proto := netfilter.ProtoTCP
 			if op&0xff == opUDP {
-				proto = ProtoUDP
+				proto = netfilter.ProtoUDP
 			}
 			if p.Fragment || p.Proto != proto {
 				return false
@@ -638,7 +642,7 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 }
 
 // dnat4 applies a compiled single-address IPv4 DNAT (the last three code words).
-func (c *evalCtx) dnat4(cp *chainProg, rec *crec, hook Hook) *NAT {
+func (c *evalCtx) dnat4(cp *chainProg, rec *crec, hook netfilter.Hook) *NAT {
 	n := int(rec.w0 >> 24)
 	w := [3]uint32{cp.word(rec, n-3), cp.word(rec, n-2), cp.word(rec, n-1)}
 	a := w[0]

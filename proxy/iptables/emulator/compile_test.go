@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator/emutest"
 
 	"pgregory.net/rapid"
@@ -51,11 +52,11 @@ func genPacket(t *rapid.T, f Family, rs *Ruleset) Packet {
 		}
 		return rapid.SampledFrom(addrs).Draw(t, name)
 	}
-	icmp := ProtoICMP
+	icmp := netfilter.ProtoICMP
 	if f == IPv6 {
-		icmp = ProtoICMPv6
+		icmp = netfilter.ProtoICMPv6
 	}
-	p := Packet{Proto: rapid.SampledFrom([]uint8{ProtoTCP, ProtoTCP, ProtoUDP, ProtoSCTP, icmp, ProtoGRE}).Draw(t, "proto"),
+	p := Packet{Proto: rapid.SampledFrom([]uint8{netfilter.ProtoTCP, netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP, icmp, netfilter.ProtoGRE}).Draw(t, "proto"),
 		Src: addr("src"), Dst: addr("dst"), SrcPort: rapid.Uint16().Draw(t, "sport"), DstPort: rapid.Uint16().Draw(t, "dport"),
 		TCPFlags: rapid.Uint8().Draw(t, "flags"), ICMPType: rapid.Uint8().Draw(t, "type"), TTL: 64,
 		Fragment: f == IPv4 && rapid.IntRange(0, 9).Draw(t, "frag") == 0,
@@ -66,7 +67,7 @@ func genPacket(t *rapid.T, f Family, rs *Ruleset) Packet {
 	if rapid.Bool().Draw(t, "out") {
 		p.OutIface = outGen.Draw(t, "outif")
 	}
-	p.CT.State = rapid.SampledFrom([]CTState{CTNew, CTNew, CTEstablished, CTRelated, CTInvalid, CTUntracked}).Draw(t, "ct")
+	p.CT.State = rapid.SampledFrom([]netfilter.CtState{netfilter.CtNew, netfilter.CtNew, netfilter.CtEstablished, netfilter.CtRelated, netfilter.CtInvalid, netfilter.CtUntracked}).Draw(t, "ct")
 	p.CT.Mark = rapid.SampledFrom([]uint32{0, 1, 0x4000}).Draw(t, "ctmark")
 	return p
 }
@@ -92,7 +93,7 @@ func TestCompiledMatchesRules(t *testing.T) {
 				es[1].noCompile = true
 				for n := rapid.IntRange(1, 8).Draw(t, "packets"); n > 0; n-- {
 					p0 := genPacket(t, f, es[0].Ruleset())
-					for _, h := range []Hook{Prerouting, Input, Forward, Output, Postrouting} {
+					for _, h := range []netfilter.Hook{netfilter.Prerouting, netfilter.Input, netfilter.Forward, netfilter.Output, netfilter.Postrouting} {
 						var got [2]string
 						for i, e := range es {
 							p := p0
@@ -155,10 +156,10 @@ func TestCompiledKubeLayout(t *testing.T) {
 		if i%7 == 0 {
 			dst, port = netip.MustParseAddr("192.168.0.2"), uint16(30000+i%50)
 		}
-		for _, h := range []Hook{Prerouting, Forward, Output, Postrouting} {
+		for _, h := range []netfilter.Hook{netfilter.Prerouting, netfilter.Forward, netfilter.Output, netfilter.Postrouting} {
 			var got [2]string
 			for k, e := range es {
-				p := Packet{Proto: ProtoTCP, Src: netip.MustParseAddr("10.0.0.2"), Dst: dst, SrcPort: uint16(1024 + i), DstPort: port, TCPFlags: TCPSyn, Len: 60, CT: Conntrack{State: CTNew}}
+				p := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.0.0.2"), Dst: dst, SrcPort: uint16(1024 + i), DstPort: port, TCPFlags: netfilter.TCPSyn, Len: 60, CT: Conntrack{State: netfilter.CtNew}}
 				hr := e.EvalHook(envs[k], h, &p, nil)
 				c := &e.scratch
 				got[k] = fmt.Sprintf("%s %s %s %s|%v|%s", hr.Verdict, hr.RejectWith, describeDecision(hr.Decision), describeNAT(hr.NAT), p, c.decisionReason(hr.Decision))

@@ -16,9 +16,9 @@ import (
 // TablePriority returns a table's netfilter priority at a hook: raw -300, mangle -150,
 // nat -100 for destination NAT (PREROUTING, OUTPUT) and +100 for source NAT (INPUT,
 // POSTROUTING), filter 0, security 50.
-func TablePriority(table string, h Hook) int {
+func TablePriority(table string, h netfilter.Hook) int {
 	if table == TableNAT {
-		if h == Input || h == Postrouting {
+		if h == netfilter.Input || h == netfilter.Postrouting {
 			return netfilter.PriorityNATSrc
 		}
 		return netfilter.PriorityNATDst
@@ -35,8 +35,9 @@ type TableVerdict struct {
 	// Verdict is the table's verdict: Accept (go on), Drop, Reject, Unknown (a target the
 	// emulator does not model), or Accept with a NAT.
 	Verdict Verdict
-	// RejectWith is the --reject-with of a Reject.
+	// RejectWith is the --reject-with of a Reject, and Reject its kind.
 	RejectWith string
+	Reject     netfilter.RejectWith
 	// NAT is the NAT a nat table's target set up (when HasNAT).
 	NAT    NAT
 	HasNAT bool
@@ -57,11 +58,14 @@ func (v TableVerdict) Decided() bool {
 // the table's rule steps. The caller owns q (the emulator keeps no reference to it) and
 // must not share it with another goroutine during the call; the emulator locks its own
 // state. A packet the compiled chains decide costs no allocation.
-func (e *Emulator) RunTable(env Env, table string, hook Hook, q *Packet, tr *Trace) TableVerdict {
+func (e *Emulator) RunTable(env Env, table string, hook netfilter.Hook, q *Packet, tr *Trace) TableVerdict {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	res, c := e.evalTableLocked(env, table, hook, q, tr, &e.nat)
 	v := TableVerdict{Verdict: res.Verdict, RejectWith: res.RejectWith}
+	if v.Verdict == Reject {
+		v.Reject, _ = netfilter.RejectWithName(res.RejectWith)
+	}
 	if res.NAT != nil {
 		v.NAT, v.HasNAT = *res.NAT, true
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 )
 
@@ -249,7 +250,7 @@ func (e *Emulator) newCtx(env Env, pkt *Packet, tr *Trace) *evalCtx {
 // Targets change pkt: MARK and CONNMARK its marks, NAT targets its addresses and
 // ports (so later tables see the translation) and its conntrack status. tr, if not
 // nil, records every rule looked at.
-func (e *Emulator) EvalHook(env Env, hook Hook, pkt *Packet, tr *Trace) HookResult {
+func (e *Emulator) EvalHook(env Env, hook netfilter.Hook, pkt *Packet, tr *Trace) HookResult {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.newCtx(env, pkt, tr).evalHook(e.rs, hook)
@@ -258,7 +259,7 @@ func (e *Emulator) EvalHook(env Env, hook Hook, pkt *Packet, tr *Trace) HookResu
 // EvalTable evaluates one table's built-in chain for hook (whatever the packet's
 // conntrack state: the caller decides whether a nat table applies). A table the
 // ruleset lacks accepts.
-func (e *Emulator) EvalTable(env Env, table string, hook Hook, pkt *Packet, tr *Trace) TableResult {
+func (e *Emulator) EvalTable(env Env, table string, hook netfilter.Hook, pkt *Packet, tr *Trace) TableResult {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	res, _ := e.evalTableLocked(env, table, hook, pkt, tr, nil)
@@ -268,7 +269,7 @@ func (e *Emulator) EvalTable(env Env, table string, hook Hook, pkt *Packet, tr *
 // evalTableLocked is EvalTable with mu held; it also returns the evaluation context
 // (nil when the ruleset lacks the table or the chain), valid until mu is released. A
 // NAT result goes into natInto when that is not nil.
-func (e *Emulator) evalTableLocked(env Env, table string, hook Hook, pkt *Packet, tr *Trace, natInto *NAT) (TableResult, *evalCtx) {
+func (e *Emulator) evalTableLocked(env Env, table string, hook netfilter.Hook, pkt *Packet, tr *Trace, natInto *NAT) (TableResult, *evalCtx) {
 	t := e.rs.Table(table)
 	if t == nil || t.builtin(hook) == nil {
 		return TableResult{Decision: Decision{Hook: hook, Table: table, Chain: hook.String(), Policy: "ACCEPT"}}, nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // Verdict is the fate a table traversal, a hook or a walk gives a packet.
@@ -41,7 +43,7 @@ func (v Verdict) String() string {
 
 // Decision says what decided a table traversal: a rule, or a built-in chain's policy.
 type Decision struct {
-	Hook   Hook
+	Hook   netfilter.Hook
 	Table  string
 	Chain  string
 	Rule   *Rule // nil when the policy decided
@@ -55,13 +57,13 @@ func (d Decision) ByPolicy() bool { return d.Rule == nil }
 // give the range when it was not narrowed to one choice (an all-branches exploration
 // keeps ranges whole; MASQUERADE without a known interface address has no Addr).
 type NAT struct {
-	Kind          string // DNAT, SNAT, MASQUERADE, REDIRECT
+	Kind          netfilter.NATKind
 	Addr, AddrMax netip.Addr
 	Port, PortMax uint16
 	Random        bool
 	RandomFully   bool
 	Persistent    bool
-	Hook          Hook
+	Hook          netfilter.Hook
 	Chain         string
 	Rule          *Rule
 }
@@ -93,7 +95,7 @@ func (n *NAT) Dest() string {
 }
 
 func (n *NAT) String() string {
-	s := n.Kind
+	s := n.Kind.String()
 	if d := n.Dest(); d != "" {
 		s += " to " + d
 	}
@@ -188,7 +190,7 @@ type evalCtx struct {
 	dry    bool
 	ov     overlay
 	tr     *Trace
-	hook   Hook
+	hook   netfilter.Hook
 	table  string
 	notes  []string // details of the rule being evaluated (choices, assumptions)
 	assume []Assumption
@@ -219,7 +221,7 @@ type evalCtx struct {
 
 // Assumption records how an undecidable match was resolved on a path.
 type Assumption struct {
-	Hook    Hook
+	Hook    netfilter.Hook
 	Table   string
 	Chain   string
 	Rule    *Rule
@@ -389,8 +391,8 @@ func (f *frame) next() (int, bool) {
 const maxDepth = 256
 
 // builtin returns a table's built-in chain for a hook (they come first in Chains).
-func (t *Table) builtin(h Hook) *Chain {
-	name := hookNames[h]
+func (t *Table) builtin(h netfilter.Hook) *Chain {
+	name := h.String()
 	for _, c := range t.Chains {
 		if !c.Builtin {
 			break
@@ -473,7 +475,7 @@ func (c *evalCtx) setVerdict(step int, s string) {
 // evalTable runs the packet through one table's built-in chain for hook. Without a
 // trace it runs on the chains' compiled code (compile.go); with one, on the Rules,
 // recording each step.
-func (c *evalCtx) evalTable(t *Table, hook Hook) TableResult {
+func (c *evalCtx) evalTable(t *Table, hook netfilter.Hook) TableResult {
 	c.counted = c.counted[:0]
 	res := c.traverse(t, hook)
 	// A compiled traversal counts its matched rules here, all at once: each is a
@@ -490,7 +492,7 @@ func (c *evalCtx) evalTable(t *Table, hook Hook) TableResult {
 // through jumps, gotos and returns, to a verdict or the built-in chain's policy.
 // Without a trace it runs the chains' compiled code (compiledStep); with one, or with
 // compiling off, the Rules (ruleStep).
-func (c *evalCtx) traverse(t *Table, hook Hook) TableResult {
+func (c *evalCtx) traverse(t *Table, hook netfilter.Hook) TableResult {
 	c.hook, c.table = hook, t.Name
 	base := t.builtin(hook)
 	res := TableResult{Decision: Decision{Hook: hook, Table: t.Name, Chain: base.Name}}
@@ -703,7 +705,7 @@ func (c *evalCtx) ruleTarget(t *Table, ch *Chain, ri int, r *Rule, name string, 
 	case *LogTarget:
 		c.setVerdict(step, "LOG (no-op)")
 	case *NotrackTarget:
-		c.pkt.CT.State = CTUntracked
+		c.pkt.CT.State = netfilter.CtUntracked
 		c.setVerdict(step, "NOTRACK")
 	case *UnknownTarget:
 		return c.unknownTarget(tg, r, name, step, res)
@@ -733,7 +735,7 @@ func (c *evalCtx) unknownTarget(tg *UnknownTarget, r *Rule, name string, step in
 	if tg.notrack() {
 		// The CT target returns XT_CONTINUE; with --notrack its other
 		// options do not matter (xt_ct_tg_check sets no template).
-		c.pkt.CT.State = CTUntracked
+		c.pkt.CT.State = netfilter.CtUntracked
 		c.setVerdict(step, "CT --notrack (the packet is untracked, continues)")
 		return flowNext
 	}
@@ -750,7 +752,7 @@ func (c *evalCtx) unknownTarget(tg *UnknownTarget, r *Rule, name string, step in
 }
 
 // nat computes and applies a NAT target.
-func (c *evalCtx) nat(r *Rule, hook Hook, chain string) *NAT {
+func (c *evalCtx) nat(r *Rule, hook netfilter.Hook, chain string) *NAT {
 	if tg, ok := r.Target.(*NATTarget); ok {
 		return c.natTarget(r, hook, chain, tg)
 	}
@@ -767,7 +769,7 @@ func (c *evalCtx) nat(r *Rule, hook Hook, chain string) *NAT {
 		}
 	case *RedirectTarget:
 		n.Random = tg.Random
-		if hook == Output {
+		if hook == netfilter.Output {
 			n.Addr = netip.MustParseAddr("127.0.0.1")
 			if p.Family() == IPv6 {
 				n.Addr = netip.IPv6Loopback()
@@ -785,7 +787,7 @@ func (c *evalCtx) nat(r *Rule, hook Hook, chain string) *NAT {
 
 // natTarget computes and applies a DNAT or SNAT target (tg need not be r's own: the
 // compiled path passes a copy rebuilt from its code).
-func (c *evalCtx) natTarget(r *Rule, hook Hook, chain string, tg *NATTarget) *NAT {
+func (c *evalCtx) natTarget(r *Rule, hook netfilter.Hook, chain string, tg *NATTarget) *NAT {
 	p := c.pkt
 	n := c.newNAT(tg.Kind, r, hook, chain)
 	n.Random, n.RandomFully, n.Persistent = tg.Random, tg.RandomFully, tg.Persistent
@@ -818,12 +820,13 @@ func (c *evalCtx) natTarget(r *Rule, hook Hook, chain string, tg *NATTarget) *NA
 	return n
 }
 
-func (c *evalCtx) newNAT(kind string, r *Rule, hook Hook, chain string) *NAT {
+func (c *evalCtx) newNAT(kind string, r *Rule, hook netfilter.Hook, chain string) *NAT {
 	n := c.natInto
 	if n == nil {
 		n = new(NAT)
 	}
-	*n = NAT{Kind: kind, Hook: hook, Chain: chain, Rule: r}
+	k, _ := netfilter.ParseNATKind(kind)
+	*n = NAT{Kind: k, Hook: hook, Chain: chain, Rule: r}
 	return n
 }
 
@@ -849,19 +852,19 @@ func (c *evalCtx) pickPort(lo, hi uint16, keep uint16) (uint16, uint16) {
 func (c *evalCtx) applyNAT(n *NAT) {
 	p := c.pkt
 	switch n.Kind {
-	case "DNAT", "REDIRECT":
+	case netfilter.DNAT, netfilter.Redirect:
 		if n.Addr.IsValid() && !n.AddrMax.IsValid() {
 			p.Dst = n.Addr
 		}
 		if n.Port != 0 && n.PortMax == 0 && p.hasPorts() {
 			p.DstPort = n.Port
 		}
-		p.CT.Status |= CTDstNAT
+		p.CT.Status |= netfilter.StatusDstNAT
 	default:
 		if n.Addr.IsValid() && !n.AddrMax.IsValid() {
 			p.Src = n.Addr
 		}
-		p.CT.Status |= CTSrcNAT
+		p.CT.Status |= netfilter.StatusSrcNAT
 	}
 }
 
@@ -887,11 +890,11 @@ func addrAdd(a netip.Addr, i int) netip.Addr {
 // natFirst reports whether the nat table sees this packet: only a connection's first
 // packet (new or related, not yet confirmed) does; later packets follow the binding.
 func natFirst(p *Packet) bool {
-	return p.CT.Status&CTConfirmed == 0 && (p.CT.State == CTNew || p.CT.State == CTRelated)
+	return p.CT.Status&netfilter.StatusConfirmed == 0 && (p.CT.State == netfilter.CtNew || p.CT.State == netfilter.CtRelated)
 }
 
 // evalHook runs every table at hook in netfilter priority order.
-func (c *evalCtx) evalHook(rs *Ruleset, hook Hook) HookResult {
+func (c *evalCtx) evalHook(rs *Ruleset, hook netfilter.Hook) HookResult {
 	var hr HookResult
 	for _, name := range hookTables[hook] {
 		t := rs.Table(name)

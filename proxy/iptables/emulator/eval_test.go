@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // pkt builds a packet from "proto src:sport dst:dport" ("tcp 10.0.0.1:1234 10.0.0.2:80").
@@ -24,8 +26,8 @@ func pkt(s string) *Packet {
 	}
 	p.Src, p.SrcPort = parse(f[1])
 	p.Dst, p.DstPort = parse(f[2])
-	if p.Proto == ProtoTCP {
-		p.TCPFlags = TCPSyn
+	if p.Proto == netfilter.ProtoTCP {
+		p.TCPFlags = netfilter.TCPSyn
 	}
 	return p
 }
@@ -77,7 +79,7 @@ func TestMatches(t *testing.T) {
 		{"--dport range", []string{"-p tcp --dport 81:90 -j DROP", "-p tcp --dport 70:80 -j ACCEPT"}, pkt("tcp 10.0.0.1:1 192.168.0.2:80"), nil, "ACCEPT@2"},
 		{"! --dport and --sport", []string{"-p tcp ! --dport 80 -j DROP", "-p tcp --sport 1000: -j DROP", "-p tcp --sport :999 -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil, "ACCEPT@3"},
 		{"--syn and --tcp-flags", []string{"-p tcp ! --syn -j DROP", "-p tcp --tcp-flags SYN,ACK ACK -j DROP", "-p tcp --tcp-flags ALL SYN -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil, "ACCEPT@3"},
-		{"tcp flags of an ACK", []string{"-p tcp --syn -j DROP", "-p tcp --tcp-flags SYN,ACK ACK -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.TCPFlags = TCPAck }, "ACCEPT@2"},
+		{"tcp flags of an ACK", []string{"-p tcp --syn -j DROP", "-p tcp --tcp-flags SYN,ACK ACK -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.TCPFlags = netfilter.TCPAck }, "ACCEPT@2"},
 		{"udp port", []string{"-p udp --dport 54 -j DROP", "-p udp -m udp --dport domain -j ACCEPT"}, pkt("udp 10.0.0.1:5 192.168.0.2:53"), nil, "ACCEPT@2"},
 		{"sctp port", []string{"-p sctp --dport 5 -j DROP", "-p sctp --dport 9 -j ACCEPT"}, pkt("sctp 10.0.0.1:5 192.168.0.2:9"), nil, "ACCEPT@2"},
 		{"icmp type", []string{"-p icmp --icmp-type echo-reply -j DROP", "-p icmp --icmp-type port-unreachable -j DROP", "-p icmp --icmp-type 3 -j ACCEPT"}, pkt("icmp 10.0.0.1 192.168.0.2"), func(p *Packet) { p.ICMPType, p.ICMPCode = 3, 1 }, "ACCEPT@3"},
@@ -117,13 +119,13 @@ func TestMatches(t *testing.T) {
 		{"mark", []string{"-m mark --mark 0x4000 -j DROP", "-m mark ! --mark 0x4000/0x4000 -j DROP", "-m mark --mark 0x4000/0x4000 -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.Mark = 0x4001 }, "ACCEPT@3"},
 		{"connmark", []string{"-m connmark --mark 0x1 -j DROP", "-m connmark --mark 0x2/0x2 -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.CT.Mark = 0x6 }, "ACCEPT@2"},
 		{"ctstate NEW", []string{"-m conntrack --ctstate RELATED,ESTABLISHED -j DROP", "-m conntrack --ctstate NEW -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil, "ACCEPT@2"},
-		{"ctstate DNAT from the status", []string{"-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP", "-m conntrack --ctstate DNAT -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.CT.Status |= CTDstNAT }, "ACCEPT@2"},
-		{"ctstate INVALID: other conntrack options do not match", []string{"-m conntrack --ctorigdst 192.168.0.2 -j DROP", "-m conntrack ! --ctstate NEW -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.CT.State = CTInvalid }, "ACCEPT@2"},
+		{"ctstate DNAT from the status", []string{"-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP", "-m conntrack --ctstate DNAT -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.CT.Status |= netfilter.StatusDstNAT }, "ACCEPT@2"},
+		{"ctstate INVALID: other conntrack options do not match", []string{"-m conntrack --ctorigdst 192.168.0.2 -j DROP", "-m conntrack ! --ctstate NEW -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.CT.State = netfilter.CtInvalid }, "ACCEPT@2"},
 		{"ctorigdst and port", []string{"-m conntrack --ctorigdst 10.96.0.0/12 --ctorigdstport 443 -j DROP", "-m conntrack --ctorigdst 10.96.0.10 --ctorigdstport 53 --ctproto udp -j ACCEPT"}, pkt("udp 10.0.0.1:5 10.244.0.9:5353"),
 			func(p *Packet) {
-				p.CT.Orig = Tuple{Src: p.Src, Dst: mustAddr("10.96.0.10"), SrcPort: 5, DstPort: 53}
+				p.CT.Orig = netfilter.Tuple{Src: p.Src, Dst: mustAddr("10.96.0.10"), SrcPort: 5, DstPort: 53}
 			}, "ACCEPT@2"},
-		{"ctdir and ctstatus", []string{"-m conntrack --ctdir REPLY -j DROP", "-m conntrack --ctstatus SEEN_REPLY -j DROP", "-m conntrack --ctdir ORIGINAL --ctstatus ASSURED,CONFIRMED -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.CT.State, p.CT.Status = CTEstablished, CTAssured }, "ACCEPT@3"},
+		{"ctdir and ctstatus", []string{"-m conntrack --ctdir REPLY -j DROP", "-m conntrack --ctstatus SEEN_REPLY -j DROP", "-m conntrack --ctdir ORIGINAL --ctstatus ASSURED,CONFIRMED -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.CT.State, p.CT.Status = netfilter.CtEstablished, netfilter.StatusAssured }, "ACCEPT@3"},
 		{"ctexpire", []string{"-m conntrack --ctexpire 0:10 -j DROP", "-m conntrack --ctexpire 100:200 -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), func(p *Packet) { p.CT.Expire = 150 * time.Second }, "ACCEPT@2"},
 		{"state", []string{"-m state --state INVALID -j DROP", "-m state ! --state NEW -j DROP", "-m state --state NEW,UNTRACKED -j ACCEPT"}, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil, "ACCEPT@3"},
 		{"set hash:ip,port dst,dst", []string{"-m set --match-set KUBE-CLUSTER-IP src,dst -j DROP", "-m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT"}, pkt("tcp 10.0.0.1:5 10.96.0.1:443"), nil, "ACCEPT@2"},
@@ -169,7 +171,7 @@ func TestMatches(t *testing.T) {
 			tr := &Trace{}
 			env := NewStaticEnv(1, local...)
 			env.IfaceLocal = map[string][]netip.Addr{"eth0": {mustAddr("172.18.0.2")}, "kube-ipvs0": {mustAddr("10.96.0.10"), mustAddr("fd00::10")}}
-			res := e.EvalTable(env, TableFilter, Input, p, tr)
+			res := e.EvalTable(env, TableFilter, netfilter.Input, p, tr)
 			got := res.Verdict.String()
 			if res.RejectWith != "" {
 				got += ":" + res.RejectWith
@@ -215,7 +217,7 @@ COMMIT
 		// INPUT → A → goto B → C (falls off) → B RETURN: back to INPUT (A's caller),
 		// skipping A's DROP.
 		tr := &Trace{}
-		res := e.EvalTable(env, TableFilter, Input, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), tr)
+		res := e.EvalTable(env, TableFilter, netfilter.Input, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), tr)
 		if res.Verdict != Accept || res.Decision.Rule == nil || res.Decision.Rule.Line != 7 {
 			t.Fatalf("got %+v, want ACCEPT by line 7\n%s", res, tr)
 		}
@@ -236,7 +238,7 @@ COMMIT
 `)
 		p := pkt("tcp 10.0.0.1:5 192.168.0.2:80")
 		p.Mark = 0x1234
-		res := e.EvalTable(env, TableMangle, Prerouting, p, nil)
+		res := e.EvalTable(env, TableMangle, netfilter.Prerouting, p, nil)
 		// 0xff00 → &0x0ff0 = 0x0f00 → |1 = 0x0f01 → ^0x11 = 0x0f10 → |0x4000 = 0x4f10.
 		if p.Mark != 0x4f10 || res.Decision.Rule == nil || res.Decision.Rule.Line != 7 {
 			t.Errorf("mark %#x, decision %+v", p.Mark, res.Decision)
@@ -254,7 +256,7 @@ COMMIT
 `)
 		p := pkt("tcp 10.0.0.1:5 192.168.0.2:80")
 		p.CT.Mark = 0x101
-		e.EvalTable(env, TableMangle, Prerouting, p, nil)
+		e.EvalTable(env, TableMangle, netfilter.Prerouting, p, nil)
 		// ct: (0x101 &^ 0xf0) ^ 0x10 = 0x111; save: (0x111 &^ 0xf) ^ (0x3 & 0xf) = 0x113;
 		// restore: (0 &^ 0xff) ^ (0x113 & 0xf0) = 0x10.
 		if p.CT.Mark != 0x113 || p.Mark != 0x10 {
@@ -272,7 +274,7 @@ COMMIT
 COMMIT
 `)
 		p := pkt("tcp 192.168.0.2:5 10.96.0.1:443")
-		hr := e.EvalHook(env, Output, p, nil)
+		hr := e.EvalHook(env, netfilter.Output, p, nil)
 		if hr.Verdict != Accept || hr.NAT == nil || hr.NAT.Dest() != "10.244.0.5:8443" || p.Dst != mustAddr("10.244.0.5") || p.DstPort != 8443 {
 			t.Errorf("hook result %+v nat %v packet %s", hr, hr.NAT, p)
 		}
@@ -284,9 +286,9 @@ COMMIT
 	t.Run("nat only for the first packet", func(t *testing.T) {
 		e := load(t, IPv4, "*nat\n-A PREROUTING -p tcp -j DNAT --to-destination 10.244.0.5\nCOMMIT\n")
 		p := pkt("tcp 10.0.0.1:5 10.96.0.1:443")
-		p.CT.State, p.CT.Status = CTEstablished, CTConfirmed|CTSeenReply
+		p.CT.State, p.CT.Status = netfilter.CtEstablished, netfilter.StatusConfirmed|netfilter.StatusSeenReply
 		tr := &Trace{}
-		hr := e.EvalHook(env, Prerouting, p, tr)
+		hr := e.EvalHook(env, netfilter.Prerouting, p, tr)
 		if hr.NAT != nil || p.Dst != mustAddr("10.96.0.1") {
 			t.Errorf("nat applied to an established packet: %+v", hr)
 		}
@@ -300,7 +302,7 @@ COMMIT
 		seen := map[string]int{}
 		for i := 0; i < 300; i++ {
 			p := pkt("tcp 10.9.0.1:5 10.96.0.1:80")
-			hr := e.EvalHook(env, Prerouting, p, nil)
+			hr := e.EvalHook(env, netfilter.Prerouting, p, nil)
 			seen[hr.NAT.Dest()]++
 		}
 		if len(seen) != 3 || seen["10.0.0.1:80"] == 0 || seen["10.0.0.3:80"] == 0 {
@@ -320,23 +322,23 @@ COMMIT
 `)
 		p := pkt("tcp 10.244.0.5:5 8.8.8.8:443")
 		p.OutIface = "eth0"
-		hr := e.EvalHook(env, Postrouting, p, nil)
-		if hr.NAT == nil || hr.NAT.Kind != "MASQUERADE" || !hr.NAT.RandomFully || hr.NAT.Addr != mustAddr("192.168.0.2") || p.Src != mustAddr("192.168.0.2") {
+		hr := e.EvalHook(env, netfilter.Postrouting, p, nil)
+		if hr.NAT == nil || hr.NAT.Kind != netfilter.Masquerade || !hr.NAT.RandomFully || hr.NAT.Addr != mustAddr("192.168.0.2") || p.Src != mustAddr("192.168.0.2") {
 			t.Errorf("masquerade: %+v", hr.NAT)
 		}
 		p = pkt("tcp 10.88.0.5:5 8.8.8.8:443")
-		hr = e.EvalHook(env, Postrouting, p, nil)
+		hr = e.EvalHook(env, netfilter.Postrouting, p, nil)
 		if hr.NAT == nil || hr.NAT.String() != "SNAT to 192.168.0.2:20000-30000" {
 			t.Errorf("snat: %v", hr.NAT)
 		}
 		p = pkt("tcp 192.168.0.2:5 1.1.1.1:80")
-		hr = e.EvalHook(env, Output, p, nil)
+		hr = e.EvalHook(env, netfilter.Output, p, nil)
 		if hr.NAT == nil || hr.NAT.Dest() != "127.0.0.1:8080" {
 			t.Errorf("redirect in OUTPUT: %v", hr.NAT)
 		}
 		p = pkt("tcp 10.244.0.7:5 1.1.1.1:15001")
 		p.InIface = "cni0"
-		hr = e.EvalHook(env, Prerouting, p, nil)
+		hr = e.EvalHook(env, netfilter.Prerouting, p, nil)
 		if hr.NAT == nil || hr.NAT.Dest() != "10.244.0.1:15006" {
 			t.Errorf("redirect in PREROUTING: %v", hr.NAT)
 		}
@@ -357,7 +359,7 @@ COMMIT
 		for _, port := range []string{"53", "54"} {
 			p := pkt("udp 10.0.0.1:5 192.168.0.2:" + port)
 			pre := &Trace{}
-			if hr := e.EvalHook(env, Prerouting, p, pre); hr.Verdict != Accept {
+			if hr := e.EvalHook(env, netfilter.Prerouting, p, pre); hr.Verdict != Accept {
 				t.Fatalf("PREROUTING: %v", hr.Verdict)
 			}
 			want := map[string]string{"53": "=> NOTRACK", "54": "=> CT --notrack (the packet is untracked, continues)"}[port]
@@ -365,7 +367,7 @@ COMMIT
 				t.Errorf("port %s: raw PREROUTING trace does not say %q:\n%s", port, want, pre)
 			}
 			tr := &Trace{}
-			hr := e.EvalHook(env, Input, p, tr)
+			hr := e.EvalHook(env, netfilter.Input, p, tr)
 			if hr.Verdict != Accept || hr.Decision.Rule == nil || hr.Decision.Rule.Line != 8 {
 				t.Errorf("port %s: %+v\n%s", port, hr.Decision, tr)
 			}
@@ -373,7 +375,7 @@ COMMIT
 				t.Errorf("trace does not show LOG and NFLOG:\n%s", tr)
 			}
 		}
-		hr := e.EvalHook(env, Input, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil)
+		hr := e.EvalHook(env, netfilter.Input, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil)
 		if hr.Verdict != Unknown {
 			t.Errorf("NFQUEUE: verdict %v, want UNKNOWN", hr.Verdict)
 		}
@@ -384,8 +386,8 @@ COMMIT
 		if c, ok := e.Nfacct("acct1"); !ok || c.Packets != 0 {
 			t.Fatalf("nfacct object after load: %v %v", c, ok)
 		}
-		e.EvalHook(env, Input, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil)
-		e.EvalHook(env, Input, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil)
+		e.EvalHook(env, netfilter.Input, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil)
+		e.EvalHook(env, netfilter.Input, pkt("tcp 10.0.0.1:5 192.168.0.2:80"), nil)
 		if c, _ := e.Nfacct("acct1"); c.Packets != 2 || c.Bytes != 120 {
 			t.Errorf("nfacct counters %+v, want 2 packets 120 bytes", c)
 		}
@@ -410,7 +412,7 @@ COMMIT
 	var got []string
 	for i := 0; i < 8; i++ {
 		tr := &Trace{}
-		e.EvalTable(env, TableNAT, Prerouting, pkt("tcp 10.0.0.1:5 10.0.0.2:80"), tr)
+		e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt("tcp 10.0.0.1:5 10.0.0.2:80"), tr)
 		for _, s := range tr.Steps {
 			if s.Kind == StepRule && *s.Matched && strings.HasPrefix(s.Verdict, "jump ") {
 				got = append(got, strings.Fields(s.Verdict)[1])
@@ -427,7 +429,7 @@ COMMIT
 	if err := e.RestoreText([]byte("*nat\n-A PREROUTING -m statistic --mode nth --every 3 --packet 0 -j ACCEPT\nCOMMIT\n"), RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	res := e.EvalTable(env, TableNAT, Prerouting, pkt("tcp 10.0.0.1:5 10.0.0.2:80"), nil)
+	res := e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt("tcp 10.0.0.1:5 10.0.0.2:80"), nil)
 	if res.Decision.Rule == nil {
 		t.Error("first packet after a reload does not match --packet 0")
 	}
@@ -444,17 +446,17 @@ COMMIT
 	t.Run("set then rcheck within --seconds", func(t *testing.T) {
 		e := load(t, IPv4, rules)
 		env := NewStaticEnv(1)
-		first := e.EvalTable(env, TableNAT, Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
+		first := e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
 		if first.NAT != nil {
 			t.Fatal("first packet hit the affinity rule")
 		}
 		env.Advance(10 * time.Second)
-		second := e.EvalTable(env, TableNAT, Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
+		second := e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
 		if second.NAT == nil {
 			t.Fatal("packet 10 s later did not follow the affinity")
 		}
 		env.Advance(10*time.Second + time.Millisecond)
-		third := e.EvalTable(env, TableNAT, Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
+		third := e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
 		if third.NAT != nil {
 			t.Fatal("packet 10.001 s after the last --set followed the affinity")
 		}
@@ -469,7 +471,7 @@ COMMIT
 		env := NewStaticEnv(1)
 		send := func(src string) {
 			env.Advance(time.Second)
-			e.EvalTable(env, TableNAT, Prerouting, pkt("udp "+src+":5 10.96.0.1:53"), nil)
+			e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt("udp "+src+":5 10.96.0.1:53"), nil)
 		}
 		send("10.1.0.1")
 		send("10.1.0.2")
@@ -489,7 +491,7 @@ COMMIT
 		e := load(t, IPv4, rules)
 		env := NewStaticEnv(1)
 		for i := 0; i < 150; i++ {
-			e.EvalTable(env, TableNAT, Prerouting, pkt(fmt.Sprintf("udp 10.1.%d.%d:5 10.96.0.1:53", i/200, i%200+1)), nil)
+			e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt(fmt.Sprintf("udp 10.1.%d.%d:5 10.96.0.1:53", i/200, i%200+1)), nil)
 		}
 		got := e.Recent("aff")
 		if len(got) != 100 || got[0].Addr != mustAddr("10.1.0.51") {
@@ -511,19 +513,19 @@ COMMIT
 		var verdicts []string
 		for i := 0; i < 5; i++ {
 			env.Advance(time.Second)
-			verdicts = append(verdicts, e.EvalTable(env, TableFilter, Input, pkt("tcp 10.1.0.1:5 192.168.0.2:22"), nil).Verdict.String())
+			verdicts = append(verdicts, e.EvalTable(env, TableFilter, netfilter.Input, pkt("tcp 10.1.0.1:5 192.168.0.2:22"), nil).Verdict.String())
 		}
 		// Packets 1 and 2 are --set (1 and 2 stamps); packet 3 sees 2 < 3 hits, --set (3);
 		// packet 4 sees 3 hits: DROP and --update adds a stamp; packet 5 also DROP.
 		if got := strings.Join(verdicts, " "); got != "ACCEPT ACCEPT ACCEPT DROP DROP" {
 			t.Errorf("verdicts %s", got)
 		}
-		e.EvalTable(env, TableFilter, Input, pkt("tcp 10.1.0.1:5 192.168.0.2:23"), nil)
-		if v := e.EvalTable(env, TableFilter, Input, pkt("tcp 10.1.0.1:5 192.168.0.2:22"), nil).Verdict; v != Accept {
+		e.EvalTable(env, TableFilter, netfilter.Input, pkt("tcp 10.1.0.1:5 192.168.0.2:23"), nil)
+		if v := e.EvalTable(env, TableFilter, netfilter.Input, pkt("tcp 10.1.0.1:5 192.168.0.2:22"), nil).Verdict; v != Accept {
 			t.Errorf("after --remove: %v, want ACCEPT", v)
 		}
 		// --rdest --mask /24: a packet to 192.168.0.77 finds the entry 192.168.0.0.
-		if v := e.EvalTable(env, TableFilter, Input, pkt("udp 10.9.9.9:5 192.168.0.77:53"), nil).Verdict; v != Reject {
+		if v := e.EvalTable(env, TableFilter, netfilter.Input, pkt("udp 10.9.9.9:5 192.168.0.77:53"), nil).Verdict; v != Reject {
 			t.Errorf("rdest/mask: %v, want REJECT", v)
 		}
 		if got := e.Recent("dst"); len(got) != 1 || got[0].Addr != mustAddr("192.168.0.0") {
@@ -534,7 +536,7 @@ COMMIT
 	t.Run("lists go with their last rule", func(t *testing.T) {
 		e := load(t, IPv4, rules)
 		env := NewStaticEnv(1)
-		e.EvalTable(env, TableNAT, Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
+		e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
 		if err := e.RestoreText([]byte(rules), RestoreOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -563,13 +565,13 @@ COMMIT
 COMMIT
 `)
 		env := NewStaticEnv(1)
-		e.EvalTable(env, TableFilter, Input, pkt("udp 10.9.0.5:5 10.9.0.1:1000"), nil)
-		if v := e.EvalTable(env, TableFilter, Input, pkt("udp 10.9.0.6:5 10.9.0.1:1001"), nil).Verdict; v != Drop {
+		e.EvalTable(env, TableFilter, netfilter.Input, pkt("udp 10.9.0.5:5 10.9.0.1:1000"), nil)
+		if v := e.EvalTable(env, TableFilter, netfilter.Input, pkt("udp 10.9.0.6:5 10.9.0.1:1001"), nil).Verdict; v != Drop {
 			t.Errorf("--rcheck --mask 255.255.255.255 on a list made with /24: %v, want DROP (the list's mask applies)", v)
 		}
 		drops := 0
 		for i := 0; i < 30; i++ {
-			if e.EvalTable(env, TableFilter, Input, pkt("udp 10.9.0.5:5 10.9.0.1:2000"), nil).Verdict == Drop {
+			if e.EvalTable(env, TableFilter, netfilter.Input, pkt("udp 10.9.0.5:5 10.9.0.1:2000"), nil).Verdict == Drop {
 				drops++
 			}
 		}
@@ -591,7 +593,7 @@ COMMIT
 	t.Run("dry runs change nothing", func(t *testing.T) {
 		e := load(t, IPv4, rules)
 		env := dryEnv{NewStaticEnv(1)}
-		e.EvalTable(env, TableNAT, Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
+		e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
 		if e.Recent("aff") != nil {
 			t.Error("a dry run wrote the list")
 		}
@@ -634,7 +636,7 @@ func TestIndexPreservesOrder(t *testing.T) {
 				for _, port := range []int{80, 30001, 30003, 9} {
 					p := pkt(fmt.Sprintf("%s %s:5 10.96.0.%d:%d", proto, src, d, port))
 					tr := &Trace{}
-					e.EvalTable(env, TableNAT, Prerouting, p, tr)
+					e.EvalTable(env, TableNAT, netfilter.Prerouting, p, tr)
 					var want []string
 					c := &evalCtx{pkt: p, env: env, ch: &envChooser{env}, st: newState(), dry: true}
 					for _, r := range svc.Rules {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // IPSets is the ipset model the set match reads: the set types kube-proxy's IPVS mode
@@ -166,7 +168,7 @@ func (set *IPSet) Add(elem, extra string) error {
 			}
 			m.port, m.hasPort = uint16(n), true
 			if set.Type != "bitmap:port" {
-				m.proto = ProtoTCP
+				m.proto = netfilter.ProtoTCP
 				if proto != "" {
 					pn, err := ParseProto(proto)
 					if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 func TestIPSetRestore(t *testing.T) {
@@ -52,7 +54,7 @@ COMMIT
 		t.Fatal(err)
 	}
 	verdict := func(p string) string {
-		res := e.EvalTable(NewStaticEnv(1), TableFilter, Input, pkt(p), nil)
+		res := e.EvalTable(NewStaticEnv(1), TableFilter, netfilter.Input, pkt(p), nil)
 		if res.Decision.ByPolicy() {
 			return "policy"
 		}
@@ -141,7 +143,7 @@ func TestIPSetRestoreBitmapIPv6(t *testing.T) {
 	if err := e.RestoreText([]byte("*filter\n-A INPUT -p tcp -m set --match-set KUBE-6-NODE-PORT-TCP dst -j DROP\nCOMMIT\n"), RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	res := e.EvalTable(NewStaticEnv(1), TableFilter, Input, pkt("tcp [2001:db8::9]:999 [2001:db8::1]:30080"), nil)
+	res := e.EvalTable(NewStaticEnv(1), TableFilter, netfilter.Input, pkt("tcp [2001:db8::9]:999 [2001:db8::1]:30080"), nil)
 	if res.Verdict != Drop {
 		t.Errorf("IPv6 packet to a NodePort in a bitmap:port set: %s", res.Verdict)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // This file is -m ipvs (xt_ipvs): whether a packet belongs to an IPVS connection, and
@@ -38,7 +40,7 @@ type IPVSConn struct {
 // IPVSLookup reports, for a packet at a hook and table, whether it carries IPVS's mark
 // (skb->ipvs_property: IPVS has handled it by then) and, if so, its connection entry;
 // nil means not an IPVS packet.
-type IPVSLookup func(p *Packet, hook Hook, table string) *IPVSConn
+type IPVSLookup func(p *Packet, hook netfilter.Hook, table string) *IPVSConn
 
 // SetIPVSLookup gives -m ipvs rules the IPVS state they match on; nil makes them
 // undecidable again.

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // TestIPVSMatch: -m ipvs (xt_ipvs) decided from the IPVS state a lookup gives, as
@@ -25,7 +27,7 @@ COMMIT
 	}
 	env := NewStaticEnv(1)
 	// Without IPVS state the match is undecidable: assumed not to match.
-	if v := e.EvalTable(env, TableFilter, Output, pkt("tcp 1.2.3.4:40000 10.244.1.5:8080"), nil).Verdict; v != Accept {
+	if v := e.EvalTable(env, TableFilter, netfilter.Output, pkt("tcp 1.2.3.4:40000 10.244.1.5:8080"), nil).Verdict; v != Accept {
 		t.Errorf("no lookup: %v, want ACCEPT (undecidable, assumed not to match)", v)
 	}
 	conns := map[netip.AddrPort]*IPVSConn{
@@ -35,7 +37,7 @@ COMMIT
 		netip.MustParseAddrPort("10.244.1.9:99"):   {VAddr: netip.MustParseAddr("172.16.0.1"), VPort: 9},
 	}
 	var asked []string
-	e.SetIPVSLookup(func(p *Packet, hook Hook, table string) *IPVSConn {
+	e.SetIPVSLookup(func(p *Packet, hook netfilter.Hook, table string) *IPVSConn {
 		asked = append(asked, hook.String()+" "+table)
 		if p.CT.Reply {
 			return conns[netip.AddrPortFrom(p.Src, p.SrcPort)]
@@ -44,7 +46,7 @@ COMMIT
 	})
 	reply := func(s string) *Packet {
 		p := pkt(s)
-		p.CT.State, p.CT.Reply = CTEstablished, true
+		p.CT.State, p.CT.Reply = netfilter.CtEstablished, true
 		return p
 	}
 	for _, c := range []struct {
@@ -61,7 +63,7 @@ COMMIT
 		{"! --vport 53 and --vmethod GATE", pkt("udp 192.168.0.2:5 10.244.1.7:54"), "ACCEPT@4"},
 		{"--proto (libxt_ipvs's saved spelling of --vproto)", pkt("udp 192.168.0.2:5 10.244.1.9:99"), "REJECT"},
 	} {
-		res := e.EvalTable(env, TableFilter, Output, c.p, nil)
+		res := e.EvalTable(env, TableFilter, netfilter.Output, c.p, nil)
 		got := res.Verdict.String()
 		if res.Decision.Rule != nil && res.Verdict == Accept {
 			got += "@" + map[int]string{5: "2", 7: "4"}[res.Decision.Rule.Line]

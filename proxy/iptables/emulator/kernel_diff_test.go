@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/clusterlab/clusterlab/kernel"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy"
 	kp "github.com/clusterlab/clusterlab/proxy/iptables"
 )
@@ -205,9 +206,9 @@ func kernelDifferential(t *testing.T, backend kernel.Backend, fam Family) {
 		t.Helper()
 		p := Packet{Src: src, Dst: dst.Addr(), SrcPort: 40000, DstPort: dst.Port(), TTL: 64, Len: 60}
 		if proto == "tcp" {
-			p.Proto, p.TCPFlags = ProtoTCP, TCPSyn
+			p.Proto, p.TCPFlags = netfilter.ProtoTCP, netfilter.TCPSyn
 		} else {
-			p.Proto = ProtoUDP
+			p.Proto = netfilter.ProtoUDP
 		}
 		f := FromExternal
 		if fromNode {
@@ -457,8 +458,8 @@ func BenchmarkConnectionSetup(b *testing.B) {
 		b.Run(fmt.Sprintf("emulator/services=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				p := Packet{Proto: ProtoTCP, Src: client.IP, Dst: vip.Addr(), SrcPort: 40000, DstPort: 80, TCPFlags: TCPSyn, Len: 60}
-				for _, hk := range []Hook{Prerouting, Forward, Postrouting} {
+				p := Packet{Proto: netfilter.ProtoTCP, Src: client.IP, Dst: vip.Addr(), SrcPort: 40000, DstPort: 80, TCPFlags: netfilter.TCPSyn, Len: 60}
+				for _, hk := range []netfilter.Hook{netfilter.Prerouting, netfilter.Forward, netfilter.Postrouting} {
 					if hr := emu.EvalHook(env, hk, &p, nil); hr.Verdict != Accept {
 						b.Fatal(hr.Verdict)
 					}
@@ -468,7 +469,7 @@ func BenchmarkConnectionSetup(b *testing.B) {
 		b.Run(fmt.Sprintf("emulator-walk/services=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; i < b.N; i++ {
-				p := Packet{Proto: ProtoTCP, Src: client.IP, Dst: vip.Addr(), SrcPort: 40000, DstPort: 80, TCPFlags: TCPSyn, Len: 60}
+				p := Packet{Proto: netfilter.ProtoTCP, Src: client.IP, Dst: vip.Addr(), SrcPort: 40000, DstPort: 80, TCPFlags: netfilter.TCPSyn, Len: 60}
 				if _, err := emu.Walk(WalkInput{Packet: p, From: FromPod, Local: local, Seed: uint64(i)}); err != nil {
 					b.Fatal(err)
 				}

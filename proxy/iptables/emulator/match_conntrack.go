@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // The conntrack and state match modules: state names and bits, status names,
@@ -62,24 +64,26 @@ func appendStates(b []byte, v uint8) []byte {
 // packetStateBits returns the state bits of a packet (without the SNAT/DNAT ones).
 func packetStateBits(p *Packet) uint8 {
 	switch p.CT.State {
-	case CTNew:
+	case netfilter.CtNew:
 		return ctbNew
-	case CTEstablished:
+	case netfilter.CtEstablished:
 		return ctbEstablished
-	case CTRelated:
+	case netfilter.CtRelated:
 		return ctbRelated
-	case CTUntracked:
+	case netfilter.CtUntracked:
 		return ctbUntracked
 	}
 	return ctbInvalid
 }
 
-func hasCT(p *Packet) bool { return p.CT.State != CTInvalid && p.CT.State != CTUntracked }
+func hasCT(p *Packet) bool {
+	return p.CT.State != netfilter.CtInvalid && p.CT.State != netfilter.CtUntracked
+}
 
 var ctStatusNames = []struct {
 	name string
-	bit  CTStatus
-}{{"EXPECTED", CTExpected}, {"SEEN_REPLY", CTSeenReply}, {"ASSURED", CTAssured}, {"CONFIRMED", CTConfirmed}}
+	bit  netfilter.CtStatus
+}{{"EXPECTED", netfilter.StatusExpected}, {"SEEN_REPLY", netfilter.StatusSeenReply}, {"ASSURED", netfilter.StatusAssured}, {"CONFIRMED", netfilter.StatusConfirmed}}
 
 // CTAddrSpec is a negatable conntrack address prefix.
 type CTAddrSpec struct {
@@ -101,7 +105,7 @@ type ConntrackMatch struct {
 	ProtoNeg                                           bool
 	OrigSrc, OrigDst, ReplSrc, ReplDst                 *CTAddrSpec
 	OrigSrcPort, OrigDstPort, ReplSrcPort, ReplDstPort *CTRangeSpec
-	Status                                             *CTStatus
+	Status                                             *netfilter.CtStatus
 	StatusNeg                                          bool
 	Expire                                             *CTRangeSpec
 	Dir                                                string // "", "ORIGINAL" or "REPLY"
@@ -171,7 +175,7 @@ func (m *ConntrackMatch) option(rc *ruleCtx, opt string, neg bool, args []token)
 			m.ReplDstPort = r
 		}
 	case "--ctstatus":
-		var v CTStatus
+		var v netfilter.CtStatus
 		for _, part := range strings.Split(s, ",") {
 			found := strings.EqualFold(part, "NONE")
 			for _, n := range ctStatusNames {
@@ -277,10 +281,10 @@ func (m *ConntrackMatch) eval(c *evalCtx) tri {
 	if m.State != nil {
 		bits := packetStateBits(p)
 		if hasCT(p) {
-			if p.CT.Status&CTSrcNAT != 0 {
+			if p.CT.Status&netfilter.StatusSrcNAT != 0 {
 				bits |= ctbSNAT
 			}
-			if p.CT.Status&CTDstNAT != 0 {
+			if p.CT.Status&netfilter.StatusDstNAT != 0 {
 				bits |= ctbDNAT
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // The icmp and icmp6 match modules and their type names.
@@ -105,12 +107,12 @@ func (m *ICMPMatch) finish(rc *ruleCtx) error {
 		if rc.family != IPv6 {
 			return fmt.Errorf("-m icmp6 is for IPv6 rules")
 		}
-		return needProto(rc, "-m icmp6", ProtoICMPv6)
+		return needProto(rc, "-m icmp6", netfilter.ProtoICMPv6)
 	}
 	if rc.family != IPv4 {
 		return fmt.Errorf("-m icmp is for IPv4 rules (use -m icmp6)")
 	}
-	return needProto(rc, "-m icmp", ProtoICMP)
+	return needProto(rc, "-m icmp", netfilter.ProtoICMP)
 }
 
 func (m *ICMPMatch) appendArgs(b []byte) []byte {
@@ -140,9 +142,9 @@ func (m *ICMPMatch) appendArgs(b []byte) []byte {
 
 func (m *ICMPMatch) eval(c *evalCtx) tri {
 	p := c.pkt
-	want := ProtoICMP
+	want := netfilter.ProtoICMP
 	if m.V6 {
-		want = ProtoICMPv6
+		want = netfilter.ProtoICMPv6
 	}
 	if p.Fragment || p.Proto != want {
 		return no

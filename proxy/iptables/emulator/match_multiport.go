@@ -3,6 +3,8 @@ package emulator
 import (
 	"fmt"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // The multiport match module.
@@ -45,7 +47,7 @@ func (m *MultiportMatch) finish(rc *ruleCtx) error {
 	if m.Which == "" {
 		return fmt.Errorf("-m multiport needs --sports, --dports or --ports")
 	}
-	return needProto(rc, "-m multiport", ProtoTCP, ProtoUDP, ProtoUDPLite, ProtoSCTP, ProtoDCCP)
+	return needProto(rc, "-m multiport", netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoUDPLite, netfilter.ProtoSCTP, netfilter.ProtoDCCP)
 }
 
 func (m *MultiportMatch) appendArgs(b []byte) []byte {

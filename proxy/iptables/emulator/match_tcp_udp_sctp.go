@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // The tcp, udp and sctp match modules: ports (with the kernel's full-range
@@ -127,7 +129,7 @@ func (m *TCPMatch) option(rc *ruleCtx, opt string, neg bool, args []token) error
 		if m.Flags != nil {
 			return fmt.Errorf("--syn and --tcp-flags together")
 		}
-		m.Flags = &TCPFlags{Mask: TCPFin | TCPSyn | TCPRst | TCPAck, Comp: TCPSyn, Neg: neg}
+		m.Flags = &TCPFlags{Mask: netfilter.TCPFin | netfilter.TCPSyn | netfilter.TCPRst | netfilter.TCPAck, Comp: netfilter.TCPSyn, Neg: neg}
 	case "--tcp-flags":
 		if m.Flags != nil {
 			return fmt.Errorf("--syn and --tcp-flags together")
@@ -148,7 +150,7 @@ func (m *TCPMatch) option(rc *ruleCtx, opt string, neg bool, args []token) error
 	return err
 }
 
-func (m *TCPMatch) finish(rc *ruleCtx) error { return needProto(rc, "-m tcp", ProtoTCP) }
+func (m *TCPMatch) finish(rc *ruleCtx) error { return needProto(rc, "-m tcp", netfilter.ProtoTCP) }
 
 func (m *TCPMatch) appendArgs(b []byte) []byte {
 	b = appendPortOpt(b, "--sport", m.Sport)
@@ -170,7 +172,7 @@ func (m *TCPMatch) appendArgs(b []byte) []byte {
 
 func (m *TCPMatch) eval(c *evalCtx) tri {
 	p := c.pkt
-	if p.Fragment || p.Proto != ProtoTCP {
+	if p.Fragment || p.Proto != netfilter.ProtoTCP {
 		return no
 	}
 	if !m.Sport.match(p.SrcPort) || !m.Dport.match(p.DstPort) {
@@ -204,7 +206,7 @@ func (m *UDPMatch) option(rc *ruleCtx, opt string, neg bool, args []token) error
 	return err
 }
 
-func (m *UDPMatch) finish(rc *ruleCtx) error { return needProto(rc, "-m udp", ProtoUDP) }
+func (m *UDPMatch) finish(rc *ruleCtx) error { return needProto(rc, "-m udp", netfilter.ProtoUDP) }
 
 func (m *UDPMatch) appendArgs(b []byte) []byte {
 	return appendPortOpt(appendPortOpt(b, "--sport", m.Sport), "--dport", m.Dport)
@@ -212,7 +214,7 @@ func (m *UDPMatch) appendArgs(b []byte) []byte {
 
 func (m *UDPMatch) eval(c *evalCtx) tri {
 	p := c.pkt
-	if p.Fragment || p.Proto != ProtoUDP {
+	if p.Fragment || p.Proto != netfilter.ProtoUDP {
 		return no
 	}
 	return triOf(m.Sport.match(p.SrcPort) && m.Dport.match(p.DstPort))
@@ -246,7 +248,7 @@ func (m *SCTPMatch) option(rc *ruleCtx, opt string, neg bool, args []token) erro
 	return err
 }
 
-func (m *SCTPMatch) finish(rc *ruleCtx) error { return needProto(rc, "-m sctp", ProtoSCTP) }
+func (m *SCTPMatch) finish(rc *ruleCtx) error { return needProto(rc, "-m sctp", netfilter.ProtoSCTP) }
 
 func (m *SCTPMatch) appendArgs(b []byte) []byte {
 	b = appendPortOpt(appendPortOpt(b, "--sport", m.Sport), "--dport", m.Dport)
@@ -264,7 +266,7 @@ func (m *SCTPMatch) appendArgs(b []byte) []byte {
 
 func (m *SCTPMatch) eval(c *evalCtx) tri {
 	p := c.pkt
-	if p.Fragment || p.Proto != ProtoSCTP {
+	if p.Fragment || p.Proto != netfilter.ProtoSCTP {
 		return no
 	}
 	if !m.Sport.match(p.SrcPort) || !m.Dport.match(p.DstPort) {

@@ -5,39 +5,9 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
-
-// Hook is a netfilter hook: the built-in chain names.
-type Hook uint8
-
-// The five hooks, in the order a forwarded packet meets them (OUTPUT in between for
-// locally generated packets).
-const (
-	Prerouting Hook = iota
-	Input
-	Forward
-	Output
-	Postrouting
-)
-
-var hookNames = [...]string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
-
-func (h Hook) String() string {
-	if int(h) < len(hookNames) {
-		return hookNames[h]
-	}
-	return fmt.Sprintf("HOOK(%d)", uint8(h))
-}
-
-// ParseHook parses a built-in chain name.
-func ParseHook(s string) (Hook, bool) {
-	for i, n := range hookNames {
-		if n == s {
-			return Hook(i), true
-		}
-	}
-	return 0, false
-}
 
 // Table names.
 const (
@@ -52,33 +22,33 @@ const (
 // netfilter priority.
 type tableDef struct {
 	name     string
-	hooks    []Hook
+	hooks    []netfilter.Hook
 	priority int
 }
 
 // Tables in netfilter priority order (raw -300, mangle -150, nat -100 (DNAT) / 100 (SNAT),
 // filter 0, security 50).
 var tableDefs = map[string]*tableDef{
-	TableRaw:      {TableRaw, []Hook{Prerouting, Output}, -300},
-	TableMangle:   {TableMangle, []Hook{Prerouting, Input, Forward, Output, Postrouting}, -150},
-	TableNAT:      {TableNAT, []Hook{Prerouting, Input, Output, Postrouting}, -100},
-	TableFilter:   {TableFilter, []Hook{Input, Forward, Output}, 0},
-	TableSecurity: {TableSecurity, []Hook{Input, Forward, Output}, 50},
+	TableRaw:      {TableRaw, []netfilter.Hook{netfilter.Prerouting, netfilter.Output}, -300},
+	TableMangle:   {TableMangle, []netfilter.Hook{netfilter.Prerouting, netfilter.Input, netfilter.Forward, netfilter.Output, netfilter.Postrouting}, -150},
+	TableNAT:      {TableNAT, []netfilter.Hook{netfilter.Prerouting, netfilter.Input, netfilter.Output, netfilter.Postrouting}, -100},
+	TableFilter:   {TableFilter, []netfilter.Hook{netfilter.Input, netfilter.Forward, netfilter.Output}, 0},
+	TableSecurity: {TableSecurity, []netfilter.Hook{netfilter.Input, netfilter.Forward, netfilter.Output}, 50},
 }
 
 // hookTables lists, per hook, the tables that run there in priority order. nat runs at
 // -100 in PREROUTING and OUTPUT (destination NAT) and at +100 in INPUT and POSTROUTING
 // (source NAT).
 var hookTables = [...][]string{
-	Prerouting:  {TableRaw, TableMangle, TableNAT},
-	Input:       {TableMangle, TableFilter, TableSecurity, TableNAT},
-	Forward:     {TableMangle, TableFilter, TableSecurity},
-	Output:      {TableRaw, TableMangle, TableNAT, TableFilter, TableSecurity},
-	Postrouting: {TableMangle, TableNAT},
+	netfilter.Prerouting:  {TableRaw, TableMangle, TableNAT},
+	netfilter.Input:       {TableMangle, TableFilter, TableSecurity, TableNAT},
+	netfilter.Forward:     {TableMangle, TableFilter, TableSecurity},
+	netfilter.Output:      {TableRaw, TableMangle, TableNAT, TableFilter, TableSecurity},
+	netfilter.Postrouting: {TableMangle, TableNAT},
 }
 
 // TablesAt returns the tables evaluated at hook, in the kernel's order.
-func TablesAt(h Hook) []string { return slices.Clone(hookTables[h]) }
+func TablesAt(h netfilter.Hook) []string { return slices.Clone(hookTables[h]) }
 
 // Counters are a rule's or a chain policy's packet and byte counters.
 type Counters struct {

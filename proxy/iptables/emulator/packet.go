@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // Family is the address family a ruleset serves: iptables (IPv4) or ip6tables (IPv6).
@@ -40,22 +42,6 @@ func FamilyOf(addr netip.Addr) Family {
 	return IPv6
 }
 
-// IP protocol numbers.
-const (
-	ProtoICMP    uint8 = 1
-	ProtoIGMP    uint8 = 2
-	ProtoTCP     uint8 = 6
-	ProtoUDP     uint8 = 17
-	ProtoGRE     uint8 = 47
-	ProtoESP     uint8 = 50
-	ProtoAH      uint8 = 51
-	ProtoICMPv6  uint8 = 58
-	ProtoSCTP    uint8 = 132
-	ProtoMH      uint8 = 135
-	ProtoUDPLite uint8 = 136
-	ProtoDCCP    uint8 = 33
-)
-
 // protoNames are the names iptables-save prints for -p: getprotobynumber's, i.e. the
 // usual /etc/protocols (Debian netbase) names; other protocols print as numbers.
 var protoNames = map[uint8]string{1: "icmp", 2: "igmp", 3: "ggp", 4: "ipencap", 5: "st", 6: "tcp", 8: "egp", 9: "igp", 12: "pup", 17: "udp", 20: "hmp", 22: "xns-idp", 27: "rdp", 29: "iso-tp4", 33: "dccp", 36: "xtp", 37: "ddp", 38: "idpr-cmtp", 41: "ipv6", 43: "ipv6-route", 44: "ipv6-frag", 45: "idrp", 46: "rsvp", 47: "gre", 50: "esp", 51: "ah", 57: "skip", 58: "ipv6-icmp", 59: "ipv6-nonxt", 60: "ipv6-opts", 73: "rspf", 81: "vmtp", 88: "eigrp", 89: "ospf", 93: "ax.25", 94: "ipip", 97: "etherip", 98: "encap", 103: "pim", 108: "ipcomp", 112: "vrrp", 115: "l2tp", 124: "isis", 132: "sctp", 133: "fc", 135: "mobility-header", 136: "udplite", 137: "mpls-in-ip", 138: "manet", 139: "hip", 140: "shim6", 141: "wesp", 142: "rohc", 143: "ethernet"}
@@ -63,7 +49,7 @@ var protoNames = map[uint8]string{1: "icmp", 2: "igmp", 3: "ggp", 4: "ipencap", 
 // protoByName accepts what iptables accepts for -p: /etc/protocols names, iptables'
 // own aliases, "all" and numbers.
 var protoByName = map[string]uint8{"icmp": 1, "igmp": 2, "ggp": 3, "ipencap": 4, "st": 5, "tcp": 6, "egp": 8, "igp": 9, "pup": 12, "udp": 17, "hmp": 20, "xns-idp": 22, "rdp": 27, "iso-tp4": 29, "dccp": 33, "xtp": 36, "ddp": 37, "idpr-cmtp": 38, "ipv6": 41, "ipv6-route": 43, "ipv6-frag": 44, "idrp": 45, "rsvp": 46, "gre": 47, "esp": 50, "ah": 51, "skip": 57, "ipv6-icmp": 58, "ipv6-nonxt": 59, "ipv6-opts": 60, "rspf": 73, "vmtp": 81, "eigrp": 88, "ospf": 89, "ax.25": 93, "ipip": 94, "etherip": 97, "encap": 98, "pim": 103, "ipcomp": 108, "vrrp": 112, "l2tp": 115, "isis": 124, "sctp": 132, "fc": 133, "mobility-header": 135, "udplite": 136, "mpls-in-ip": 137, "manet": 138, "hip": 139, "shim6": 140, "wesp": 141, "rohc": 142, "ethernet": 143,
-	"icmpv6": ProtoICMPv6, "ipv6-mh": ProtoMH, "mh": ProtoMH, "all": 0}
+	"icmpv6": netfilter.ProtoICMPv6, "ipv6-mh": netfilter.ProtoMH, "mh": netfilter.ProtoMH, "all": 0}
 
 // ProtoName returns the name iptables-save prints for an IP protocol number.
 func ProtoName(p uint8) string {
@@ -86,72 +72,15 @@ func ParseProto(s string) (uint8, error) {
 	return 0, fmt.Errorf("unknown protocol %q", s)
 }
 
-// TCP flag bits as in the TCP header.
-const (
-	TCPFin uint8 = 0x01
-	TCPSyn uint8 = 0x02
-	TCPRst uint8 = 0x04
-	TCPPsh uint8 = 0x08
-	TCPAck uint8 = 0x10
-	TCPUrg uint8 = 0x20
-)
-
-// CTState is a packet's conntrack state as the conntrack and state matches see it.
-type CTState uint8
-
-// Conntrack states. The zero value is NEW: a packet that opens a connection.
-const (
-	CTNew CTState = iota
-	CTEstablished
-	CTRelated
-	CTInvalid   // no conntrack entry could be made
-	CTUntracked // the raw table's NOTRACK / CT --notrack
-)
-
-func (s CTState) String() string {
-	switch s {
-	case CTNew:
-		return "NEW"
-	case CTEstablished:
-		return "ESTABLISHED"
-	case CTRelated:
-		return "RELATED"
-	case CTInvalid:
-		return "INVALID"
-	case CTUntracked:
-		return "UNTRACKED"
-	}
-	return fmt.Sprintf("CTState(%d)", uint8(s))
-}
-
-// CTStatus holds a conntrack entry's status bits (the subset the conntrack match names).
-type CTStatus uint16
-
-// Conntrack status bits.
-const (
-	CTExpected  CTStatus = 1 << iota // IPS_EXPECTED
-	CTSeenReply                      // IPS_SEEN_REPLY
-	CTAssured                        // IPS_ASSURED
-	CTConfirmed                      // IPS_CONFIRMED: the entry is in the table (not a first packet)
-	CTSrcNAT                         // IPS_SRC_NAT: the connection's source is translated
-	CTDstNAT                         // IPS_DST_NAT: the connection's destination is translated
-)
-
-// Tuple is one direction of a connection.
-type Tuple struct {
-	Src, Dst         netip.Addr
-	SrcPort, DstPort uint16
-}
-
 // Conntrack is what the kernel knows about the packet's connection.
 type Conntrack struct {
-	State  CTState
-	Status CTStatus
+	State  netfilter.CtState
+	Status netfilter.CtStatus
 	// Reply is true when the packet travels in the reply direction (--ctdir REPLY).
 	Reply bool
 	// Orig and ReplyTuple are the connection's tuples; a zero Orig means "the packet's
 	// own tuple" (a first packet).
-	Orig, ReplyTuple Tuple
+	Orig, ReplyTuple netfilter.Tuple
 	// Mark is the connection mark (CONNMARK, -m connmark).
 	Mark uint32
 	// Expire is the remaining lifetime (--ctexpire).
@@ -187,26 +116,27 @@ func (p *Packet) hasPorts() bool {
 		return false
 	}
 	switch p.Proto {
-	case ProtoTCP, ProtoUDP, ProtoSCTP, ProtoDCCP, ProtoUDPLite:
+	case netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP, netfilter.ProtoDCCP, netfilter.ProtoUDPLite:
 		return true
 	}
 	return false
 }
 
 // origTuple returns the connection's original tuple, or the packet's own when unknown.
-func (p *Packet) origTuple() Tuple {
+func (p *Packet) origTuple() netfilter.Tuple {
 	if p.CT.Orig.Src.IsValid() {
 		return p.CT.Orig
 	}
-	return Tuple{Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort}
+	return netfilter.Tuple{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort}
 }
 
-func (p *Packet) replyTuple() Tuple {
+// replyTuple returns the connection's reply tuple, or the original one inverted when
+// unknown.
+func (p *Packet) replyTuple() netfilter.Tuple {
 	if p.CT.ReplyTuple.Src.IsValid() {
 		return p.CT.ReplyTuple
 	}
-	o := p.origTuple()
-	return Tuple{Src: o.Dst, Dst: o.Src, SrcPort: o.DstPort, DstPort: o.SrcPort}
+	return p.origTuple().Invert()
 }
 
 // String renders the packet briefly: "tcp 10.0.0.1:1234 -> 10.96.0.1:80 mark 0x4000".

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 )
 
@@ -39,7 +40,7 @@ func compact(save []byte) string {
 	var out []string
 	for _, l := range strings.Split(strings.TrimSpace(string(save)), "\n") {
 		if f := strings.Fields(l); len(f) == 3 && strings.HasPrefix(l, ":") && f[1] == "ACCEPT" && f[2] == "[0:0]" {
-			if _, builtin := ParseHook(strings.TrimPrefix(f[0], ":")); builtin {
+			if _, builtin := netfilter.ParseHook(strings.TrimPrefix(f[0], ":")); builtin {
 				continue
 			}
 		}
@@ -166,9 +167,9 @@ func TestCounters(t *testing.T) {
 	}
 	// Evaluation counts packets in rule and policy counters.
 	env := NewStaticEnv(1)
-	p := &Packet{Proto: ProtoTCP, Src: mustAddr("10.0.0.1"), Dst: mustAddr("10.0.0.2"), DstPort: 80, Len: 60}
-	e.EvalHook(env, Input, p, nil)
-	e.EvalHook(env, Input, p, nil)
+	p := &Packet{Proto: netfilter.ProtoTCP, Src: mustAddr("10.0.0.1"), Dst: mustAddr("10.0.0.2"), DstPort: 80, Len: 60}
+	e.EvalHook(env, netfilter.Input, p, nil)
+	e.EvalHook(env, netfilter.Input, p, nil)
 	want = "*filter\n:INPUT DROP [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:FOO - [0:0]\n[2:120] -A INPUT -j FOO\n[2:120] -A FOO -j ACCEPT\nCOMMIT\n"
 	if got := string(e.SaveCounters()); got != want {
 		t.Errorf("after two packets:\n%s", lineDiff(want, got))

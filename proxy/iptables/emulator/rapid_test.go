@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/clusterlab/clusterlab/netfilter"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"pgregory.net/rapid"
@@ -109,17 +111,17 @@ func genMatch(t *rapid.T, f Family, proto ProtoSpec, plan chainPlan) Match {
 	kinds := []string{"comment", "addrtype", "statistic", "recent", "conntrack", "state", "mark", "connmark", "set", "nfacct", "iprange", "unknown"}
 	if proto.Set && !proto.Neg {
 		switch proto.Num {
-		case ProtoTCP:
+		case netfilter.ProtoTCP:
 			kinds = append(kinds, "tcp", "multiport")
-		case ProtoUDP:
+		case netfilter.ProtoUDP:
 			kinds = append(kinds, "udp", "multiport")
-		case ProtoSCTP:
+		case netfilter.ProtoSCTP:
 			kinds = append(kinds, "sctp", "multiport")
-		case ProtoICMP:
+		case netfilter.ProtoICMP:
 			if f == IPv4 {
 				kinds = append(kinds, "icmp")
 			}
-		case ProtoICMPv6:
+		case netfilter.ProtoICMPv6:
 			if f == IPv6 {
 				kinds = append(kinds, "icmp6")
 			}
@@ -183,12 +185,12 @@ func genMatch(t *rapid.T, f Family, proto ProtoSpec, plan chainPlan) Match {
 		}
 		// The interface limits only where the chain's hook has that interface (a user
 		// chain may be reached from any hook: none there).
-		h, builtin := ParseHook(plan.chain.Name)
+		h, builtin := netfilter.ParseHook(plan.chain.Name)
 		switch rapid.IntRange(0, 2).Draw(t, "limit") {
 		case 1:
-			m.LimitIn = builtin && h != Output && h != Postrouting
+			m.LimitIn = builtin && h != netfilter.Output && h != netfilter.Postrouting
 		case 2:
-			m.LimitOut = builtin && h != Prerouting && h != Input
+			m.LimitOut = builtin && h != netfilter.Prerouting && h != netfilter.Input
 		}
 		return m
 	case "comment":
@@ -240,7 +242,7 @@ func genMatch(t *rapid.T, f Family, proto ProtoSpec, plan chainPlan) Match {
 			}
 		}
 		if rapid.Bool().Draw(t, "status") {
-			s := CTStatus(rapid.Uint16Range(0, 15).Draw(t, "st"))
+			s := netfilter.CtStatus(rapid.Uint16Range(0, 15).Draw(t, "st"))
 			m.Status, m.StatusNeg, any = &s, rapid.Bool().Draw(t, "stn"), true
 		}
 		if rapid.Bool().Draw(t, "expire") {
@@ -304,7 +306,7 @@ func genTarget(t *rapid.T, f Family, plan chainPlan, proto ProtoSpec) Target {
 		kinds = append(kinds, "jump", "jump", "goto")
 	}
 	tbl, c := plan.table.Name, plan.chain
-	h, builtin := ParseHook(c.Name)
+	h, builtin := netfilter.ParseHook(c.Name)
 	if tbl == TableFilter {
 		kinds = append(kinds, "REJECT")
 	}
@@ -313,15 +315,15 @@ func genTarget(t *rapid.T, f Family, plan chainPlan, proto ProtoSpec) Target {
 	}
 	if tbl == TableNAT && builtin {
 		switch h {
-		case Prerouting, Output:
+		case netfilter.Prerouting, netfilter.Output:
 			kinds = append(kinds, "DNAT", "REDIRECT")
-		case Postrouting:
+		case netfilter.Postrouting:
 			kinds = append(kinds, "SNAT", "MASQUERADE")
-		case Input:
+		case netfilter.Input:
 			kinds = append(kinds, "SNAT")
 		}
 	}
-	ported := proto.Set && !proto.Neg && (proto.Num == ProtoTCP || proto.Num == ProtoUDP || proto.Num == ProtoSCTP)
+	ported := proto.Set && !proto.Neg && (proto.Num == netfilter.ProtoTCP || proto.Num == netfilter.ProtoUDP || proto.Num == netfilter.ProtoSCTP)
 	ports := func(name string) (uint16, uint16) {
 		if !ported || rapid.Bool().Draw(t, name+"none") {
 			return 0, 0
@@ -341,7 +343,7 @@ func genTarget(t *rapid.T, f Family, plan chainPlan, proto ProtoSpec) Target {
 		if f == IPv6 {
 			types = []string{"icmp6-no-route", "icmp6-adm-prohibited", "icmp6-addr-unreachable", "icmp6-port-unreachable", "icmp6-policy-fail", "icmp6-reject-route"}
 		}
-		if proto.Set && !proto.Neg && proto.Num == ProtoTCP {
+		if proto.Set && !proto.Neg && proto.Num == netfilter.ProtoTCP {
 			types = append(types, "tcp-reset")
 		}
 		return &RejectTarget{With: rapid.SampledFrom(types).Draw(t, "with")}
@@ -413,11 +415,11 @@ func genRule(t *rapid.T, f Family, plan chainPlan) *Rule {
 		r.OutIface = IfaceSpec{outGen.Draw(t, "o"), rapid.Bool().Draw(t, "on")}
 	}
 	if rapid.Bool().Draw(t, "proto") {
-		icmp := ProtoICMP
+		icmp := netfilter.ProtoICMP
 		if f == IPv6 {
-			icmp = ProtoICMPv6
+			icmp = netfilter.ProtoICMPv6
 		}
-		num := rapid.SampledFrom([]uint8{ProtoTCP, ProtoTCP, ProtoUDP, ProtoSCTP, icmp, ProtoGRE, 200}).Draw(t, "p")
+		num := rapid.SampledFrom([]uint8{netfilter.ProtoTCP, netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP, icmp, netfilter.ProtoGRE, 200}).Draw(t, "p")
 		r.Proto = ProtoSpec{Set: true, Num: num, Neg: rapid.IntRange(0, 4).Draw(t, "pn") == 0}
 	}
 	if f == IPv4 {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // ParseError is an error in iptables-save / iptables-restore text: the file (or input
@@ -253,7 +255,7 @@ func (tx *txn) chainLine(rest string) error {
 		}
 		return nil
 	}
-	if _, isHook := ParseHook(name); isHook {
+	if _, isHook := netfilter.ParseHook(name); isHook {
 		return tx.errf("", "table %s has no built-in chain %s", t.Name, name)
 	}
 	if policy != "-" {
@@ -735,7 +737,7 @@ func (tx *txn) validate(t *Table) error {
 	mask := make(map[*Chain]uint8, len(t.Chains))
 	for _, c := range t.Chains {
 		if c.Builtin {
-			h, _ := ParseHook(c.Name)
+			h, _ := netfilter.ParseHook(c.Name)
 			mask[c] |= 1 << h
 		}
 	}
@@ -770,7 +772,7 @@ func (tx *txn) validate(t *Table) error {
 			}
 			if bad := m &^ allowed; bad != 0 {
 				var hooks []string
-				for h := Prerouting; h <= Postrouting; h++ {
+				for h := netfilter.Prerouting; h <= netfilter.Postrouting; h++ {
 					if bad&(1<<h) != 0 {
 						hooks = append(hooks, h.String())
 					}
@@ -793,12 +795,12 @@ func checkAddrTypeHooks(t *Table, c *Chain, r *Rule, hooks uint8) error {
 		if !ok {
 			continue
 		}
-		opt, bad := "", []Hook(nil)
+		opt, bad := "", []netfilter.Hook(nil)
 		switch {
 		case a.LimitOut:
-			opt, bad = "--limit-iface-out", []Hook{Prerouting, Input}
+			opt, bad = "--limit-iface-out", []netfilter.Hook{netfilter.Prerouting, netfilter.Input}
 		case a.LimitIn:
-			opt, bad = "--limit-iface-in", []Hook{Output, Postrouting}
+			opt, bad = "--limit-iface-in", []netfilter.Hook{netfilter.Output, netfilter.Postrouting}
 		default:
 			continue
 		}

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // optError is an error about one option of a rule.
@@ -61,7 +63,7 @@ func isOptToken(t token) bool {
 	return !t.quoted && (t.val == "!" || (len(t.val) > 1 && t.val[0] == '-' && (t.val[1] < '0' || t.val[1] > '9')))
 }
 
-var protoModules = map[uint8]string{ProtoTCP: "tcp", ProtoUDP: "udp", ProtoSCTP: "sctp", ProtoICMP: "icmp", ProtoICMPv6: "icmp6"}
+var protoModules = map[uint8]string{netfilter.ProtoTCP: "tcp", netfilter.ProtoUDP: "udp", netfilter.ProtoSCTP: "sctp", netfilter.ProtoICMP: "icmp", netfilter.ProtoICMPv6: "icmp6"}
 
 // parse parses the tokens of a rule spec (everything after "-A CHAIN").
 func (sp *specParser) parse(toks []token) (*ruleSpec, error) {

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // Target is what a rule does when it matches: a verdict, a jump or goto to a chain, or
@@ -27,8 +29,8 @@ type targetBuilder interface {
 type targetDef struct {
 	opts  map[string]optSpec
 	new   func() targetBuilder
-	table string // the only table the target is valid in ("" for any)
-	hooks []Hook // the hooks from which the target may be reached (nil for any)
+	table string           // the only table the target is valid in ("" for any)
+	hooks []netfilter.Hook // the hooks from which the target may be reached (nil for any)
 }
 
 var targets map[string]*targetDef
@@ -50,15 +52,15 @@ var stopTargets = map[string]bool{
 }
 
 func init() {
-	natHooksDst := []Hook{Prerouting, Output}
+	natHooksDst := []netfilter.Hook{netfilter.Prerouting, netfilter.Output}
 	targets = map[string]*targetDef{
-		"REJECT": {opts("--reject-with", 1, false), func() targetBuilder { return &RejectTarget{} }, "", []Hook{Input, Forward, Output}},
+		"REJECT": {opts("--reject-with", 1, false), func() targetBuilder { return &RejectTarget{} }, "", []netfilter.Hook{netfilter.Input, netfilter.Forward, netfilter.Output}},
 		"DNAT": {opts("--to-destination", 1, false, "--random", 0, false, "--persistent", 0, false),
 			func() targetBuilder { return &NATTarget{Kind: "DNAT"} }, TableNAT, natHooksDst},
 		"SNAT": {opts("--to-source", 1, false, "--random", 0, false, "--random-fully", 0, false, "--persistent", 0, false),
-			func() targetBuilder { return &NATTarget{Kind: "SNAT"} }, TableNAT, []Hook{Postrouting, Input}},
+			func() targetBuilder { return &NATTarget{Kind: "SNAT"} }, TableNAT, []netfilter.Hook{netfilter.Postrouting, netfilter.Input}},
 		"MASQUERADE": {opts("--to-ports", 1, false, "--random", 0, false, "--random-fully", 0, false),
-			func() targetBuilder { return &MasqueradeTarget{} }, TableNAT, []Hook{Postrouting}},
+			func() targetBuilder { return &MasqueradeTarget{} }, TableNAT, []netfilter.Hook{netfilter.Postrouting}},
 		"REDIRECT": {opts("--to-ports", 1, false, "--random", 0, false),
 			func() targetBuilder { return &RedirectTarget{} }, TableNAT, natHooksDst},
 		"MARK": {opts("--set-xmark", 1, false, "--set-mark", 1, false, "--and-mark", 1, false, "--or-mark", 1, false, "--xor-mark", 1, false),
@@ -178,7 +180,7 @@ func (t *RejectTarget) finish(rc *ruleCtx) error {
 		}
 	}
 	if t.With == "tcp-reset" {
-		return needProto(rc, "--reject-with tcp-reset", ProtoTCP)
+		return needProto(rc, "--reject-with tcp-reset", netfilter.ProtoTCP)
 	}
 	return nil
 }
@@ -296,7 +298,7 @@ func (t *NATTarget) parseRange(s string, f Family) error {
 }
 
 func natPortProtos(rc *ruleCtx, what string) error {
-	return needProto(rc, what+" with ports", ProtoTCP, ProtoUDP, ProtoSCTP, ProtoDCCP)
+	return needProto(rc, what+" with ports", netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP, netfilter.ProtoDCCP)
 }
 
 func (t *NATTarget) finish(rc *ruleCtx) error {

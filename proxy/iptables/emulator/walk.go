@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // From says where a walked packet comes from.
@@ -133,7 +135,7 @@ type Outcome struct {
 // WalkResult is a walk's outcomes: merged (identical outcomes summed) and per path.
 type WalkResult struct {
 	Input     WalkInput
-	Start     Hook
+	Start     netfilter.Hook
 	Outcomes  []*Outcome
 	Paths     []*Outcome
 	Truncated bool
@@ -274,9 +276,9 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	res := &WalkResult{Input: in}
-	res.Start = Prerouting
+	res.Start = netfilter.Prerouting
 	if in.From == FromNode || (in.From == FromAuto && env.AddrType(in.Packet.Src, "") == AddrLocal) {
-		res.Start = Output
+		res.Start = netfilter.Output
 	}
 	if !in.AllBranches {
 		tr := &Trace{}
@@ -320,9 +322,9 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 	return res, nil
 }
 
-func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput, start Hook) *Outcome {
+func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput, start netfilter.Hook) *Outcome {
 	pkt := in.Packet
-	pkt.CT = Conntrack{State: CTNew}
+	pkt.CT = Conntrack{State: netfilter.CtNew}
 	c := &evalCtx{pkt: &pkt, env: walkEnv{env}, ch: ch, st: e.st, dry: true, tr: tr, noIndex: in.EveryRule}
 	o := &Outcome{Paths: 1, Trace: tr, MatchedRules: []RuleRef{}, Hooks: []string{}}
 	var lastRule, lastFilter *Decision
@@ -350,7 +352,7 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		}
 		if snat != nil {
 			o.Masqueraded = true
-			if snat.Kind == "SNAT" {
+			if snat.Kind == netfilter.SNAT {
 				s := snat.Dest()
 				o.SNATSource = &s
 			}
@@ -384,7 +386,7 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		o.key = outcomeKey(o)
 		return o
 	}
-	run := func(h Hook) *Outcome {
+	run := func(h netfilter.Hook) *Outcome {
 		o.Hooks = append(o.Hooks, h.String())
 		tr.add(Step{Kind: StepHook, Hook: h.String(), Packet: pkt.String()}, c)
 		hr := c.evalHook(e.rs, h)
@@ -401,7 +403,7 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		}
 		if hr.NAT != nil {
 			switch hr.NAT.Kind {
-			case "DNAT", "REDIRECT":
+			case netfilter.DNAT, netfilter.Redirect:
 				dnat = hr.NAT
 			default:
 				snat = hr.NAT
@@ -413,28 +415,28 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		}
 		return nil
 	}
-	if start == Prerouting {
-		if o := run(Prerouting); o != nil {
+	if start == netfilter.Prerouting {
+		if o := run(netfilter.Prerouting); o != nil {
 			return o
 		}
 		if isLocal(pkt.Dst) {
 			tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is local: INPUT", pkt.Dst)}, c)
-			if o := run(Input); o != nil {
+			if o := run(netfilter.Input); o != nil {
 				return o
 			}
 			return finish(Local, "", nil)
 		}
 		pkt.OutIface = in.OutIface
 		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is not local: FORWARD%s", pkt.Dst, outVia(in.OutIface))}, c)
-		if o := run(Forward); o != nil {
+		if o := run(netfilter.Forward); o != nil {
 			return o
 		}
-		if o := run(Postrouting); o != nil {
+		if o := run(netfilter.Postrouting); o != nil {
 			return o
 		}
 		return finish(Accept, "", nil)
 	}
-	if o := run(Output); o != nil {
+	if o := run(netfilter.Output); o != nil {
 		return o
 	}
 	local := isLocal(pkt.Dst)
@@ -445,19 +447,19 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		pkt.OutIface = in.OutIface
 		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is not local%s", pkt.Dst, outVia(in.OutIface))}, c)
 	}
-	if o := run(Postrouting); o != nil {
+	if o := run(netfilter.Postrouting); o != nil {
 		return o
 	}
 	if !local {
 		return finish(Accept, "", nil)
 	}
-	pkt.CT.Status |= CTConfirmed
+	pkt.CT.Status |= netfilter.StatusConfirmed
 	pkt.InIface = "lo"
 	tr.add(Step{Kind: StepNote, Detail: "conntrack: entry confirmed; back in over loopback"}, c)
-	if o := run(Prerouting); o != nil {
+	if o := run(netfilter.Prerouting); o != nil {
 		return o
 	}
-	if o := run(Input); o != nil {
+	if o := run(netfilter.Input); o != nil {
 		return o
 	}
 	return finish(Local, "", nil)

@@ -91,7 +91,7 @@ func KubeDumpTo(n, eps int, epAddr func(i, j int) string, epPort int) []byte {
 	add("KUBE-SERVICES", `-m comment --comment "kubernetes service nodeports; NOTE: this must be the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS`)
 	var users []string
 	for c := range rules {
-		if _, err := netfilter.ParseHook(c); err != nil { // not a built-in chain
+		if _, builtin := netfilter.ParseHook(c); !builtin {
 			users = append(users, c)
 		}
 	}
