@@ -26,6 +26,13 @@ func init() {
 		New: func(n *cluster.Node, _ Options, cfg proxy.NodeConfig) (cluster.Proxy, error) {
 			return newIPTablesProxy(n, cfg)
 		},
+		Families: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+		Settings: func(cfg proxy.NodeConfig, s *netsim.NodeSettings) {
+			// kube-proxy sets route_localnet for localhost NodePorts.
+			if cfg.LocalhostNodePortsEnabled() {
+				s.RouteLocalnet = true
+			}
+		},
 		Versions:  Versions{First: "1.28", Last: "1.35", Default: "1.35"},
 		NodeHints: true,
 		Semantics: Semantics{LocalhostNodePorts: true, AffinityExpires: true, Branches: true, ShortCircuit: true},
@@ -75,10 +82,6 @@ func newIPTablesProxy(n *cluster.Node, cfg proxy.NodeConfig) (*iptablesProxy, er
 		}
 		AttachEmulator(emu, n.Node, "kube-proxy "+string(fam))
 		p.fams = append(p.fams, &iptablesFamily{family: fam, emu: emu, px: px})
-	}
-	// kube-proxy sets route_localnet for localhost NodePorts.
-	if cfg.LocalhostNodePortsEnabled() {
-		n.UpdateSettings(func(s *netsim.NodeSettings) { s.RouteLocalnet = true })
 	}
 	p.hs = newHealthServer(n)
 	return p, nil

@@ -59,6 +59,7 @@ func init() {
 		Mode:       IPVS,
 		Summary:    "kube-proxy's IPVS mode: a kernel IPVS virtual server per service address, its scheduler picks the backend",
 		Order:      2,
+		Families:   []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
 		ConfigType: IPVSConfig{},
 		New:        newIPVSProxy,
 		Schedulers: ipvs.Schedulers(),

@@ -1,23 +1,29 @@
-// Package kubeproxy runs kube-proxy's proxy modes — iptables, IPVS and userspace — on
-// clusterlab's simulated cluster. It joins pieces that are built and tested on their
-// own: the shared proxy view (package proxy), a mode's rule writer (proxy/iptables's
-// Proxier, proxy/ipvs's Proxier, proxy/userspace's Proxier) and the back ends that
-// evaluate what it writes (the iptables emulator with its ipsets, the IPVS model, the
-// userspace proxy's listeners on the node's host network), attached to the node's netsim
-// datapath. The iptables mode, for example:
+// Package kubeproxy runs kube-proxy's proxy modes on clusterlab's simulated cluster, and
+// holds the table of modes: one ModeInfo per mode (constructor, families, node
+// settings, flags, versions, semantics, by-design differences, demo text, kernel needs),
+// registered from the mode's own file (iptables.go, ipvs.go, userspace.go). The CLI, the
+// demo, the scenario runner, the property kit and the conformance suite loop over
+// Registered; none of them names a mode.
+//
+// A mode joins pieces that are built and tested on their own: the shared proxy view
+// (package proxy), the mode's rule writer (proxy/iptables's Proxier, proxy/ipvs's
+// Proxier, proxy/userspace's Proxier) and the models that evaluate what it writes (the
+// iptables emulator with its ipsets, the IPVS emulator, the userspace proxy's listeners
+// on the node's host network), attached to the cluster node's netsim datapath
+// (emulator_netsim.go runs an iptables emulator's tables as a node's). The iptables
+// mode, for example:
 //
 //	service store ──▶ cluster (Proxy.Sync on every change, after the node's delay)
 //	                     │
 //	                     ▼
-//	   kubeproxy.Node: services, slices ──▶ iptables.Proxier ──▶ emulator.Emulator
-//	                                             │ (restore text)        │ (handlers at the
-//	                                             ▼                       ▼  node's hooks)
-//	                                   netsim conntrack cleanup   packets of the node
+//	   services, slices ──▶ iptables.Proxier ──▶ emulator.Emulator
+//	                             │ (restore text)        │ AttachEmulator: a handler per
+//	                             ▼                       ▼ table and hook of the node
+//	                   netsim conntrack cleanup   packets of the node
 //
-// ipvs.go and userspace.go register the other two modes; each file's doc says how its
-// mode sits on the datapath. health.go runs kube-proxy's health servers in every mode
-// (each healthCheckNodePort, which the simulated cloud load balancer checks over the
-// network, and /healthz on 10256). Use Factory as a cluster.Config's Proxy:
+// health.go runs kube-proxy's health servers in every mode (each healthCheckNodePort,
+// which the simulated cloud load balancer checks over the network, and /healthz on
+// 10256). Use Factory as a cluster.Config's Proxy:
 //
 //	c, err := cluster.New(cluster.Config{Nodes: ..., Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPTables})})
 package kubeproxy

@@ -7,7 +7,10 @@ import (
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 )
 
@@ -41,6 +44,13 @@ type ModeInfo struct {
 	// New builds the mode's proxy on a node from the node's kube-proxy flags (filled in
 	// and validated by Factory). It registers the proxy's handlers on the node.
 	New func(n *cluster.Node, opts Options, cfg proxy.NodeConfig) (cluster.Proxy, error)
+	// Families are the IP families the mode serves; a node with an address of another
+	// family cannot run it.
+	Families []corev1.IPFamily
+	// Settings are the node's kernel settings the mode needs with the node's flags
+	// (kube-proxy's iptables mode sets route_localnet for localhost node ports); Factory
+	// applies them before New. nil: none.
+	Settings func(cfg proxy.NodeConfig, s *netsim.NodeSettings)
 	// ConfigType is the type of the mode's own flags in Options.ModeConfig (IPVSConfig,
 	// UserspaceConfig), nil when it has none.
 	ConfigType any
@@ -133,8 +143,8 @@ func Register(m ModeInfo) {
 	modesMu.Lock()
 	defer modesMu.Unlock()
 	switch {
-	case m.Mode == "" || m.New == nil:
-		panic(fmt.Sprintf("kubeproxy: Register: mode %q needs a name and a constructor", m.Mode))
+	case m.Mode == "" || m.New == nil || len(m.Families) == 0:
+		panic(fmt.Sprintf("kubeproxy: Register: mode %q needs a name, a constructor and its families", m.Mode))
 	case modes[m.Mode].Mode != "":
 		panic(fmt.Sprintf("kubeproxy: Register: mode %q registered twice", m.Mode))
 	}
@@ -255,20 +265,38 @@ func Factory(opts Options) cluster.ProxyFactory {
 		if !ok {
 			return nil, fmt.Errorf("kube-proxy mode %q is not available (have %s)", mode, strings.Join(ModeNames(), ", "))
 		}
-		if err := info.checkOptions(opts); err != nil {
-			return nil, fmt.Errorf("kube-proxy on %s: %w", n.Name(), err)
-		}
-		cfg := NodeConfigFor(n)
-		if opts.Node != nil {
-			opts.Node(&cfg)
-		}
-		if err := cfg.Validate(); err != nil {
-			return nil, fmt.Errorf("kube-proxy on %s: %w", n.Name(), err)
-		}
-		o := opts
-		o.Mode = mode
-		return info.New(n, o, cfg)
+		return info.build(n, opts)
 	}
+}
+
+// build builds the mode's proxy on a node: the node's kube-proxy flags (NodeConfigFor,
+// then Options.Node), validated, the node's families checked against the mode's, the
+// settings the mode needs applied, then New.
+func (info ModeInfo) build(n *cluster.Node, opts Options) (cluster.Proxy, error) {
+	if err := info.checkOptions(opts); err != nil {
+		return nil, fmt.Errorf("kube-proxy on %s: %w", n.Name(), err)
+	}
+	cfg := NodeConfigFor(n)
+	if opts.Node != nil {
+		opts.Node(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kube-proxy on %s: %w", n.Name(), err)
+	}
+	for _, ip := range n.IPs() {
+		fam := corev1.IPv4Protocol
+		if ip.Is6() {
+			fam = corev1.IPv6Protocol
+		}
+		if !slices.Contains(info.Families, fam) {
+			return nil, fmt.Errorf("kube-proxy on %s: the %s mode does not serve %s (node address %s)", n.Name(), info.Mode, fam, ip)
+		}
+	}
+	if info.Settings != nil {
+		n.UpdateSettings(func(s *netsim.NodeSettings) { info.Settings(cfg, s) })
+	}
+	opts.Mode = info.Mode
+	return info.New(n, opts, cfg)
 }
 
 // checkOptions refuses another mode's own flags (Options.ModeConfig). A scheduler is

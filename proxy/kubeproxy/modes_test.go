@@ -15,6 +15,7 @@ import (
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/service"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Every registered mode passes the basic checks: a ClusterIP reaches a backend from a
@@ -166,5 +167,32 @@ func TestFactoryRefuses(t *testing.T) {
 	_, err = cluster.New(cluster.Config{Proxy: Factory(Options{Mode: IPTables, ModeConfig: IPVSConfig{}})})
 	if err == nil || !strings.Contains(err.Error(), "the iptables mode does not take kubeproxy.IPVSConfig") {
 		t.Errorf("another mode's flags: %v", err)
+	}
+}
+
+// A mode is built only on nodes of its families, with the node settings it needs.
+func TestBuildFamiliesAndSettings(t *testing.T) {
+	c, err := cluster.New(cluster.Config{
+		NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("fd00:18::/64")},
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("fd00:244::/56")},
+		ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("fd00:96::/108")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	n := c.Node("node-a")
+	built := false
+	v4only := ModeInfo{Mode: "v4only", Families: []corev1.IPFamily{corev1.IPv4Protocol},
+		New: func(*cluster.Node, Options, proxy.NodeConfig) (cluster.Proxy, error) { built = true; return nil, nil }}
+	if _, err := v4only.build(n, Options{}); err == nil || built || !strings.Contains(err.Error(), "the v4only mode does not serve IPv6 (node address fd00:18::2)") {
+		t.Errorf("an IPv6 node: %v (built %v)", err, built)
+	}
+	both := v4only
+	both.Families = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	both.Settings = func(_ proxy.NodeConfig, s *netsim.NodeSettings) { s.Hairpin = !s.Hairpin }
+	before := n.Settings().Hairpin
+	if _, err := both.build(n, Options{}); err != nil || !built || n.Settings().Hairpin == before {
+		t.Errorf("build: %v, built %v, settings applied %v", err, built, n.Settings().Hairpin != before)
 	}
 }

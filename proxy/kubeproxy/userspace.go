@@ -40,6 +40,7 @@ func init() {
 		Mode:       Userspace,
 		Summary:    "kube-proxy's original mode (removed in 1.26): REDIRECT to a listener on the node, which connects to a backend itself",
 		Order:      3,
+		Families:   []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
 		ConfigType: UserspaceConfig{},
 		New:        newUserspaceProxy,
 		Versions:   Versions{First: "1.0", Last: "1.25", Default: "1.25", Removed: "1.26"},
