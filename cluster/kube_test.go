@@ -17,7 +17,7 @@ import (
 // miniProxy is a test proxy built on the store: ClusterIP and NodePort DNAT in round
 // robin over ready endpoints (only local ones for externalTrafficPolicy Local), with
 // masquerade for NodePort traffic of Cluster-policy services. It stands in for a real
-// proxy mode so that netsim's store wiring is tested on its own.
+// proxy mode so that the cluster's store wiring is tested on its own.
 type miniProxy struct {
 	n     *Node
 	mu    sync.Mutex

@@ -66,7 +66,7 @@
 //
 // # Inside the simulation
 //
-// InstallClusterDNS(cluster, ClusterDNSOptions) gives a netsim cluster the
+// InstallClusterDNS(cluster, ClusterDNSOptions) gives a simulated cluster (package cluster) the
 // cluster DNS a kubeadm cluster has, so that DNS traffic takes the same
 // paths, and meets the same proxy-mode and conntrack behaviour, as any other
 // service traffic:

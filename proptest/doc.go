@@ -1,7 +1,7 @@
 // Package proptest is a property-testing kit for Kubernetes Service networking: rapid
 // (pgregory.net/rapid) generators of small, valid clusters, Services, pods, EndpointSlices,
 // traffic and faults; a runner that builds them on clusterlab's simulated network
-// (package netsim) with a proxy of your choice; invariant checkers that probe the
+// (package cluster, on netsim) with a proxy of your choice; invariant checkers that probe the
 // network and say exactly what broke; and a printer that turns a shrunk counterexample
 // into a scenario file `clusterlab run` replays.
 //

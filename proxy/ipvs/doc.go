@@ -65,5 +65,5 @@
 // already has. The golden
 // states of testdata/ipvsmode and a differential test against a kernel in a network
 // namespace hold the output to kube-proxy's tests and to the real tools. Package
-// proxy/kubeproxy runs the mode on netsim, an emulator.Model in each node's datapath.
+// proxy/kubeproxy runs the mode on a simulated cluster, an emulator.Model in each node's datapath.
 package ipvs
