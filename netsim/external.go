@@ -57,12 +57,18 @@ func (h Hop) dest() fabricDest {
 	case h.External != nil:
 		return fabricDest{kind: hopExternal, host: h.External}
 	case h.Middlebox != nil:
-		return fabricDest{kind: hopMiddlebox, mb: h.Middlebox}
+		return fabricDest{kind: hopMiddlebox, mb: &attached{m: h.Middlebox}}
 	}
 	return fabricDest{}
 }
 
-func (d fabricDest) hop() Hop { return Hop{Node: d.node, External: d.host, Middlebox: d.mb} }
+func (d fabricDest) hop() Hop {
+	h := Hop{Node: d.node, External: d.host}
+	if d.mb != nil {
+		h.Middlebox = d.mb.m
+	}
+	return h
+}
 
 // Name returns the host's name.
 func (h *ExternalHost) Name() string { return h.name }

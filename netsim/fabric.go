@@ -22,7 +22,7 @@ type fabric struct {
 	podCIDRs    []cidrRoute
 	hosts       map[netip.Addr]*ExternalHost
 	extIP       map[netip.Addr]*Node
-	middleboxes map[netip.Addr]Middlebox
+	middleboxes map[netip.Addr]*attached
 	partition   map[string]int // node name (or "external") → group; 0: not partitioned
 	// nat rewrites packets from nodes before they are routed (SetFabricNAT); nil: none.
 	nat natPointer
@@ -61,7 +61,7 @@ func (f *fabric) unlock() {
 		r.exact[a] = fabricDest{kind: hopNode, node: n}
 	}
 	for a, m := range f.middleboxes {
-		r.exact[a] = fabricDest{kind: hopMiddlebox, mb: m, mbIn: func(fr frame) { f.c.middleboxIn(m, fr) }}
+		r.exact[a] = fabricDest{kind: hopMiddlebox, mb: m}
 	}
 	for a, h := range f.hosts {
 		r.exact[a] = fabricDest{kind: hopExternal, host: h}
@@ -106,12 +106,18 @@ type fabricDest struct {
 	kind hopKind
 	node *Node
 	host *ExternalHost
-	mb   Middlebox
-	mbIn func(frame) // takes real traffic in at mb (bound once per publication)
+	mb   *attached // hopMiddlebox
+}
+
+// attached is a middlebox on the fabric, with its receive function bound once (a
+// fabricDest stays four words: routes hold and return it by value for every packet).
+type attached struct {
+	m  Middlebox
+	in func(frame) // takes real traffic in at m
 }
 
 func newFabric(c *Network) *fabric {
-	f := &fabric{c: c, nodeIPs: map[netip.Addr]*Node{}, hosts: map[netip.Addr]*ExternalHost{}, extIP: map[netip.Addr]*Node{}, middleboxes: map[netip.Addr]Middlebox{}, partition: map[string]int{}}
+	f := &fabric{c: c, nodeIPs: map[netip.Addr]*Node{}, hosts: map[netip.Addr]*ExternalHost{}, extIP: map[netip.Addr]*Node{}, middleboxes: map[netip.Addr]*attached{}, partition: map[string]int{}}
 	f.mu.Lock()
 	f.unlock()
 	return f
@@ -206,7 +212,7 @@ func (d fabricDest) String() string {
 	case hopExternal:
 		return "external host " + d.host.name
 	case hopMiddlebox:
-		return d.mb.String()
+		return d.mb.m.String()
 	}
 	return "nowhere"
 }
@@ -241,7 +247,7 @@ func (d fabricDest) receiver(tr *Trace) func(frame) {
 	case hopExternal:
 		return d.host.recv
 	case hopMiddlebox:
-		return d.mbIn
+		return d.mb.in
 	}
 	return func(frame) {}
 }

@@ -45,7 +45,7 @@ func (c *Network) AttachMiddlebox(addr netip.Addr, m Middlebox) error {
 	if d := c.fabric.lookupLocked(addr); d.kind != hopNone {
 		return fmt.Errorf("%s is already used by %s", addr, d)
 	}
-	c.fabric.middleboxes[addr] = m
+	c.fabric.middleboxes[addr] = &attached{m: m, in: func(fr frame) { c.middleboxIn(m, fr) }}
 	return nil
 }
 

@@ -627,7 +627,7 @@ func (c *Network) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv fun
 		}
 		return walkEnd{kind: endDelivered, at: place{ext: d.host}, pk: pk}
 	case hopMiddlebox:
-		return c.middleboxProbe(d.mb, pk, env, nodeEnv)
+		return c.middleboxProbe(d.mb.m, pk, env, nodeEnv)
 	}
 	return walkEnd{kind: endDropped, pk: pk, reason: "unroutable"}
 }
