@@ -26,9 +26,10 @@ const MaxReproduced = 3
 
 // Scenario writes the world's case as a scenario file that `clusterlab run` replays:
 // the cluster (seed, nodes, --nodeport-addresses, the load balancer's mode, external
-// hosts, proxy mode, hairpin mode when off), the objects as they were created (with the cluster IPs, node
-// ports and load-balancer IPs this run allocated pinned, so the replay sees the same
-// addresses), the terminations and the case's steps, and then, for the first
+// hosts, proxy mode, hairpin mode when off), the objects as they were created (with the
+// cluster IPs, node ports and load-balancer IPs this run allocated pinned, so the replay
+// sees the same addresses), the terminations and the case's steps (but those that
+// changed nothing in this run: a service or pod already gone), and then, for the first
 // violations in err, the traffic that showed them with expectations that hold when the
 // invariant does. A run of the scenario fails where the invariant failed.
 //
@@ -84,6 +85,11 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 		}
 	}
 	s.Description += ".\nCase: " + c.Summary() + "\n"
+	for i, st := range c.Steps {
+		if w.idle[i] {
+			s.Description += fmt.Sprintf("Step %d (%s) changed nothing in this run and is left out.\n", i+1, st)
+		}
+	}
 	if err != nil {
 		s.Description += "\n" + stripTraces(err.Error()) + "\n"
 	}
@@ -126,7 +132,13 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 			s.Steps = append(s.Steps, scenario.Step{Name: "terminate " + key, DeletePod: &scenario.PodAction{Pod: key, Grace: scenario.Duration(TerminationGrace)}})
 		}
 	}
-	for _, st := range c.Steps {
+	for i, st := range c.Steps {
+		if w.idle[i] {
+			// It found nothing to change (the note says why): replayed, it would fail
+			// ("not found") or change what this run did not (an ExternalName service
+			// created anew).
+			continue
+		}
 		ss, err := w.scenarioStep(st)
 		if err != nil {
 			return nil, err

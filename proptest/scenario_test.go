@@ -192,3 +192,74 @@ func TestDualStackScenarioReplays(t *testing.T) {
 		t.Fatalf("the replay does not give the IPv6 endpoints:\n%s\n%s", data, reportText(rep))
 	}
 }
+
+// TestScenarioLeavesOutStepsThatDidNothing: a case's step that found nothing to change
+// (a service deleted twice, turned ExternalName after its deletion, a pod deleted
+// twice or set ready after it was gone) changes nothing in the world, so its scenario
+// leaves it out: written as it was drawn, it would fail the replay (the API server
+// answers "not found") or change what the replay runs (an ExternalName service
+// created anew).
+func TestScenarioLeavesOutStepsThatDidNothing(t *testing.T) {
+	var c *Case
+	for seed := 0; seed < 200 && c == nil; seed++ {
+		cand := Cases(Options{NoSteps: true, NoDualStack: true, Kinds: []ServiceKind{KindClusterIP}}).Example(seed)
+		if len(cand.Services) > 0 && cand.Services[0].Spec.Selector != nil && len(backendPods(cand)) > 0 {
+			c = cand
+		}
+	}
+	if c == nil {
+		t.Fatal("no case with a service and a backend pod among 200 examples")
+	}
+	svc := c.Services[0].Namespace + "/" + c.Services[0].Name
+	pod := backendPods(c)[0]
+	c.Steps = []Step{
+		{Kind: StepDeleteService, Target: svc},
+		{Kind: StepDeleteService, Target: svc},         // no such service
+		{Kind: StepToExternalName, Target: svc},        // no such service
+		{Kind: StepDeletePod, Target: pod},             //
+		{Kind: StepDeletePod, Target: pod},             // no such pod
+		{Kind: StepSetReady, Target: pod, Ready: true}, // no such pod
+	}
+	w, err := Build(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if len(w.Notes) != 4 {
+		t.Errorf("notes %q: want one for each of the 4 steps that did nothing", w.Notes)
+	}
+	s, err := w.Scenario(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for _, st := range s.Steps {
+		steps = append(steps, st.Title())
+	}
+	if want := []string{"delete Service " + svc, "delete pod " + pod}; strings.Join(steps, "; ") != strings.Join(want, "; ") {
+		t.Errorf("scenario steps %q, want %q", steps, want)
+	}
+	data, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "noops.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if rep := runScenario(t, path); !rep.Passed {
+		t.Fatalf("the replay fails:\n%s\n%s", data, reportText(rep))
+	}
+}
+
+// backendPods lists a case's pods that back services (those with labels), as steps
+// target them.
+func backendPods(c *Case) []string {
+	var out []string
+	for _, p := range c.Pods {
+		if p.Labels != nil {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	return out
+}
