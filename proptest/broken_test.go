@@ -19,6 +19,7 @@ import (
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+	"github.com/clusterlab/clusterlab/service"
 )
 
 // A broken proxy is kube-proxy's iptables mode fed a distorted view of the API (or
@@ -32,16 +33,26 @@ type view func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*
 // brokenProxy is the iptables mode syncing from a distorted view, on one family.
 type brokenProxy struct {
 	n     *cluster.Node
+	emu   *emulator.Emulator
 	px    *iptables.Proxier
 	view  view
 	flags func(*proxy.NodeConfig)
 }
 
-// broken returns a ProxyFor running the iptables mode on a distorted view; noFlags
-// makes it ignore the case's kube-proxy flags; noConntrack drops the conntrack cleanup.
-func broken(v view, noFlags, noConntrack bool) ProxyFor {
+// broken returns a ProxyFor running the iptables mode on a distorted view, which
+// newView makes for each node's proxy (nil: the store as it is); noFlags makes it
+// ignore the case's kube-proxy flags; noConntrack drops the conntrack cleanup.
+//
+// A view that remembers (staleView) remembers for its own proxy only: rapid builds a
+// cluster for every case it tries, and what one case's proxies saw must not leak into
+// another case's rules.
+func broken(newView func() view, noFlags, noConntrack bool) ProxyFor {
 	return func(c ClusterSpec) cluster.ProxyFactory {
 		return func(n *cluster.Node) (cluster.Proxy, error) {
+			var v view
+			if newView != nil {
+				v = newView()
+			}
 			cfg := kubeproxy.NodeConfigFor(n)
 			if !noFlags {
 				c.KubeProxyFlags(&cfg)
@@ -59,7 +70,7 @@ func broken(v view, noFlags, noConntrack bool) ProxyFor {
 			if cfg.LocalhostNodePortsEnabled() {
 				n.UpdateSettings(func(s *netsim.NodeSettings) { s.RouteLocalnet = true })
 			}
-			return &brokenProxy{n: n, px: px, view: v}, nil
+			return &brokenProxy{n: n, emu: emu, px: px, view: v}, nil
 		}
 	}
 }
@@ -73,6 +84,9 @@ func (b *brokenProxy) Sync() error {
 	_, err := b.px.Sync(context.Background(), svcs, slices)
 	return err
 }
+
+// stateless is a view that keeps nothing between syncs, for broken.
+func stateless(v view) func() view { return func() view { return v } }
 
 // mapServices applies f to a copy of every service.
 func mapServices(f func(*corev1.Service)) view {
@@ -109,7 +123,8 @@ func mapEndpoints(f func(*discoveryv1.Endpoint) bool) view {
 func ptr[T any](v T) *T { return &v }
 
 // staleView remembers every service it has seen: deleted services and ExternalName
-// conversions never reach the proxy (an informer cache that misses deletions).
+// conversions never reach the proxy (an informer cache that misses deletions). Each
+// call makes a new memory: one proxy's (see broken).
 func staleView() view {
 	var mu sync.Mutex
 	seen := map[string]*corev1.Service{}
@@ -203,33 +218,33 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 	}{
 		{
 			name: "DNATs to not-ready endpoints",
-			proxy: broken(mapEndpoints(func(e *discoveryv1.Endpoint) bool {
+			proxy: broken(stateless(mapEndpoints(func(e *discoveryv1.Endpoint) bool {
 				e.Conditions.Ready, e.Conditions.Serving, e.Conditions.Terminating = ptr(true), ptr(true), ptr(false)
 				return true
-			}), false, false),
+			})), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP}},
 			checker: InvClusterIP,
 			want:    []string{"is an endpoint of the service"},
 		},
 		{
 			name: "ignores serving terminating endpoints",
-			proxy: broken(mapEndpoints(func(e *discoveryv1.Endpoint) bool {
+			proxy: broken(stateless(mapEndpoints(func(e *discoveryv1.Endpoint) bool {
 				return e.Conditions.Ready == nil || *e.Conditions.Ready
-			}), false, false),
+			})), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP}},
 			checker: InvClusterIP,
 			want:    nil, // shows as refused (REJECT) or dropped (iTP Local), depending on the case
 		},
 		{
 			name:    "ignores internalTrafficPolicy Local",
-			proxy:   broken(mapServices(func(s *corev1.Service) { s.Spec.InternalTrafficPolicy = nil }), false, false),
+			proxy:   broken(stateless(mapServices(func(s *corev1.Service) { s.Spec.InternalTrafficPolicy = nil })), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP}, MaxNodes: 3},
 			checker: InvClusterIP,
 			want:    []string{"internalTrafficPolicy Local"},
 		},
 		{
 			name: "blackholes services without endpoints",
-			proxy: broken(func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+			proxy: broken(stateless(func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 				// Every service port gets a ready endpoint at an address nobody has.
 				var out []*discoveryv1.EndpointSlice
 				for _, s := range svcs {
@@ -246,21 +261,21 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 					out = append(out, sl)
 				}
 				return svcs, append(out, slices...)
-			}, false, false),
+			}), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP, KindNodePort}},
 			checker: InvNoEndpoints,
 			want:    []string{"expected: refused (the service port has no endpoints)", "10.244.255.254"},
 		},
 		{
 			name:    "ignores externalTrafficPolicy Local",
-			proxy:   broken(mapServices(func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster }), false, false),
+			proxy:   broken(stateless(mapServices(func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster })), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindNodePort}, MaxNodes: 3},
 			checker: InvETPLocal,
 			want:    []string{"externalTrafficPolicy Local"},
 		},
 		{
 			name:    "forgets loadBalancerSourceRanges",
-			proxy:   broken(mapServices(func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = nil }), false, false),
+			proxy:   broken(stateless(mapServices(func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = nil })), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindLoadBalancer}, LoadBalancerMode: "vip"},
 			checker: InvSourceRanges,
 			want:    []string{"is outside loadBalancerSourceRanges", "pod:"},
@@ -274,16 +289,16 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 		},
 		{
 			name: "ignores ClientIP affinity",
-			proxy: broken(mapServices(func(s *corev1.Service) {
+			proxy: broken(stateless(mapServices(func(s *corev1.Service) {
 				s.Spec.SessionAffinity, s.Spec.SessionAffinityConfig = corev1.ServiceAffinityNone, nil
-			}), false, false),
+			})), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP}},
 			checker: InvAffinity,
 			want:    []string{"lands on", "connection 1"},
 		},
 		{
 			name:    "never forgets a service",
-			proxy:   broken(staleView(), false, false),
+			proxy:   broken(staleView, false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP, KindNodePort}},
 			checker: InvNoVIP,
 			want:    []string{"(gone)", "is no service's now"},
@@ -329,5 +344,41 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 				t.Errorf("the counterexample fails under iptables too (its expectations are wrong):\n%s\n%s", data, reportText(rep))
 			}
 		})
+	}
+}
+
+// TestStaleViewStaysInItsCase: a stale view remembers what its own proxy saw, and
+// nothing of another cluster's: rapid builds a cluster for every case it tries, all
+// with one ProxyFor, and a memory they shared put the services of earlier cases in a
+// later case's rules (so a case's outcome depended on the cases tried before it).
+func TestStaleViewStaysInItsCase(t *testing.T) {
+	proxyFor := broken(staleView, false, false)
+	build := func(svc string) *World {
+		c := &Case{
+			Cluster:  ClusterSpec{Nodes: []NodeSpec{{Name: "node-a"}}, Seed: 1},
+			Services: []*corev1.Service{service.NewService("default/"+svc, service.Port("", 80, 80))},
+		}
+		w, err := Build(c, proxyFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	rules := func(w *World) string {
+		out, err := w.Cluster.Node("node-a").Proxy().(*brokenProxy).emu.Save(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	first := build("first")
+	if r := rules(first); !strings.Contains(r, "default/first") {
+		t.Fatalf("the first case's rules lack its service:\n%s", r)
+	}
+	first.Close()
+	second := build("second")
+	defer second.Close()
+	if r := rules(second); strings.Contains(r, "default/first") || !strings.Contains(r, "default/second") {
+		t.Errorf("the second case's rules should hold its own service and not the first case's:\n%s", r)
 	}
 }
