@@ -76,9 +76,8 @@ func reportText(rep *scenario.Report) string {
 func TestCounterexampleReplays(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(ScenarioDirEnv, dir)
-	setFlag(t, "rapid.shrinktime", "1s")
 	out, failed := runRecorded(t, Property(Options{NoDualStack: true, NoSteps: true, Kinds: []ServiceKind{KindNodePort}},
-		KubeProxy(kubeproxy.IPTables), "iptables", keepsSourceEverywhere))
+		KubeProxy(kubeproxy.IPTables), "iptables", keepsSourceEverywhere), true)
 	if !failed {
 		t.Fatal("the wrong invariant held")
 	}
