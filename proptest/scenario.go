@@ -148,7 +148,10 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 
 	// The violations, reproduced: those that only send packets first, then at most one
 	// that changes the world (connections that fill affinity tables, the clock, pod
-	// deletions), so that no reproduction disturbs another.
+	// deletions), so that no reproduction disturbs another. Of the sends, those that
+	// follow every branch of a packet (dry runs, which change nothing) come before those
+	// that make real attempts: a real attempt fills the affinity table that would narrow
+	// a later dry run's branches.
 	var quiet, loud []*Violation
 	for _, v := range vs {
 		if mutates(v.Repro) {
@@ -163,13 +166,26 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 	if len(loud) > 1 {
 		loud = loud[:1]
 	}
-	for _, v := range append(quiet, loud...) {
-		for j, a := range v.Repro {
-			ss := scenarioAction(a)
-			if j == len(v.Repro)-1 || a.Expect != nil {
-				ss.Name = fmt.Sprintf("%s: %s", v.Invariant, trafficTitle(a))
+	add := func(v *Violation, j int) {
+		a := v.Repro[j]
+		ss := scenarioAction(a)
+		if j == len(v.Repro)-1 || a.Expect != nil {
+			ss.Name = fmt.Sprintf("%s: %s", v.Invariant, trafficTitle(a))
+		}
+		s.Steps = append(s.Steps, ss)
+	}
+	for _, dry := range []bool{true, false} {
+		for _, v := range quiet {
+			for j, a := range v.Repro {
+				if a.AllBranches == dry {
+					add(v, j)
+				}
 			}
-			s.Steps = append(s.Steps, ss)
+		}
+	}
+	for _, v := range loud {
+		for j := range v.Repro {
+			add(v, j)
 		}
 	}
 	return s, nil

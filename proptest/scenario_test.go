@@ -3,6 +3,8 @@ package proptest
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/scenario"
+	"github.com/clusterlab/clusterlab/service"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // keepsSourceEverywhere is a deliberately wrong invariant: "outside traffic to a
@@ -261,4 +265,82 @@ func backendPods(c *Case) []string {
 		}
 	}
 	return out
+}
+
+// TestAffinityReproductionReplays: under ClientIP affinity every connection of a client
+// lands on one backend, so a reproduction that sends real attempts (to count the source
+// the backend saw) cannot expect each of several endpoints to answer. The counterexample
+// of a proxy that ignores externalTrafficPolicy Local on such a service, with two
+// endpoints on a node, must replay clean under iptables, where the invariant holds (it
+// failed "reaches ..., got {one of them}; nothing from the other"): through a node port,
+// and through a load-balancer IP (vip mode: the nodes' rules, and their affinity,
+// handle it).
+func TestAffinityReproductionReplays(t *testing.T) {
+	for _, kind := range []service.Option{service.NodePort(), service.LoadBalancer()} {
+		c := &Case{Cluster: ClusterSpec{Nodes: []NodeSpec{{Name: "node-a"}, {Name: "node-b"}}, Seed: 1, LoadBalancerMode: "vip"}, Externals: Externals[:1]}
+		c.Services = []*corev1.Service{service.NewService("default/web", service.Selector("app=web"), service.Port("", 80, 80),
+			kind, service.ExternalTrafficPolicy(corev1.ServiceExternalTrafficPolicyLocal), service.ClientIPAffinity(10800))}
+		b := NewAddresses(c.Cluster)
+		for _, p := range []struct{ name, node string }{{"web-0", "node-a"}, {"web-1", "node-a"}, {"web-2", "node-b"}} {
+			c.Pods = append(c.Pods, newPod(b, "default/"+p.name, p.node, map[string]string{"app": "web"}, []corev1.ContainerPort{{ContainerPort: 80, Protocol: corev1.ProtocolTCP}}))
+		}
+		c.Pods = append(c.Pods, newPod(b, "default/client", "node-b", nil, nil))
+		ignoresETP := broken(stateless(mapServices(func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster })), false, false)
+		w, err := Build(c, ignoresETP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Mode = "broken"
+		verr := CheckExternalTrafficLocal(w)
+		var vs Violations
+		if !errors.As(verr, &vs) {
+			w.Close()
+			t.Fatalf("%s: the proxy that ignores externalTrafficPolicy Local broke nothing: %v", c.Summary(), verr)
+		}
+		data, err := w.ScenarioYAML(verr)
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "affinity.yaml")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if rep := runScenario(t, path); !rep.Passed {
+			t.Errorf("%s: the counterexample fails under iptables, where the invariant holds:\n%s\n%s", c.Summary(), data, reportText(rep))
+		}
+	}
+}
+
+// TestScenarioDryRunsFirst: a counterexample's reproductions that follow every branch of
+// a packet (dry runs) come before those that make real attempts, whichever violation
+// they belong to: a real attempt fills the ClientIP affinity table, which would narrow
+// a later dry run's branches to the one backend the attempt chose.
+func TestScenarioDryRunsFirst(t *testing.T) {
+	c := &Case{Cluster: ClusterSpec{Nodes: []NodeSpec{{Name: "node-a"}}, Seed: 1}}
+	w, err := Build(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	send := func(to string, all bool) Action {
+		return Action{Kind: "send", From: "external:ext-a", Proto: 6, To: to, AllBranches: all, Count: 40, Expect: &Want{SeenSource: "client"}}
+	}
+	vs := Violations{
+		{Invariant: "a", Repro: []Action{send("172.18.0.2:30001", false)}},
+		{Invariant: "b", Repro: []Action{send("172.18.0.2:30002", true), send("172.18.0.2:30002", false)}},
+		{Invariant: "c", Repro: []Action{send("172.18.0.2:30003", true)}},
+	}
+	s, err := w.Scenario(vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, st := range s.Steps {
+		got = append(got, fmt.Sprintf("%s all=%v", st.Send.To, st.Send.AllBranches))
+	}
+	want := []string{"172.18.0.2:30002 all=true", "172.18.0.2:30003 all=true", "172.18.0.2:30001 all=false", "172.18.0.2:30002 all=false"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("steps %q, want %q", got, want)
+	}
 }
