@@ -40,18 +40,19 @@ type brokenProxy struct {
 }
 
 // broken returns a ProxyFor running the iptables mode on a distorted view, which
-// newView makes for each node's proxy (nil: the store as it is); noFlags makes it
-// ignore the case's kube-proxy flags; noConntrack drops the conntrack cleanup.
+// newView makes for each node's proxy, given the node's name (nil: the store as it is);
+// noFlags makes it ignore the case's kube-proxy flags; noConntrack drops the conntrack
+// cleanup.
 //
 // A view that remembers (staleView) remembers for its own proxy only: rapid builds a
 // cluster for every case it tries, and what one case's proxies saw must not leak into
 // another case's rules.
-func broken(newView func() view, noFlags, noConntrack bool) ProxyFor {
+func broken(newView func(node string) view, noFlags, noConntrack bool) ProxyFor {
 	return func(c ClusterSpec) cluster.ProxyFactory {
 		return func(n *cluster.Node) (cluster.Proxy, error) {
 			var v view
 			if newView != nil {
-				v = newView()
+				v = newView(n.Name())
 			}
 			cfg := kubeproxy.NodeConfigFor(n)
 			if !noFlags {
@@ -85,8 +86,9 @@ func (b *brokenProxy) Sync() error {
 	return err
 }
 
-// stateless is a view that keeps nothing between syncs, for broken.
-func stateless(v view) func() view { return func() view { return v } }
+// stateless is a view that keeps nothing between syncs and is the same on every node,
+// for broken.
+func stateless(v view) func(string) view { return func(string) view { return v } }
 
 // mapServices applies f to a copy of every service.
 func mapServices(f func(*corev1.Service)) view {
@@ -124,8 +126,8 @@ func ptr[T any](v T) *T { return &v }
 
 // staleView remembers every service it has seen: deleted services and ExternalName
 // conversions never reach the proxy (an informer cache that misses deletions). Each
-// call makes a new memory: one proxy's (see broken).
-func staleView() view {
+// call makes a new memory: one proxy's (see broken); the node does not matter.
+func staleView(string) view {
 	var mu sync.Mutex
 	seen := map[string]*corev1.Service{}
 	return func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
@@ -269,24 +271,27 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 		},
 		{
 			name: "blackholes services without endpoints",
-			proxy: broken(stateless(func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
-				// Every service port gets a ready endpoint at an address nobody has.
-				var out []*discoveryv1.EndpointSlice
-				for _, s := range svcs {
-					if s.Spec.Type == corev1.ServiceTypeExternalName || s.Spec.ClusterIP == corev1.ClusterIPNone {
-						continue
+			proxy: broken(func(node string) view {
+				return func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+					// Every service port gets a ready endpoint at an address nobody has, on
+					// this very node, so that traffic policies Local take it too.
+					var out []*discoveryv1.EndpointSlice
+					for _, s := range svcs {
+						if s.Spec.Type == corev1.ServiceTypeExternalName || s.Spec.ClusterIP == corev1.ClusterIPNone {
+							continue
+						}
+						sl := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4}
+						sl.Namespace, sl.Name = s.Namespace, s.Name+"-blackhole"
+						sl.Labels = map[string]string{discoveryv1.LabelServiceName: s.Name}
+						for _, p := range s.Spec.Ports {
+							sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: ptr(p.Name), Protocol: ptr(protoOr(p.Protocol)), Port: ptr(int32(9))})
+						}
+						sl.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"10.244.255.254"}, NodeName: ptr(node)}}
+						out = append(out, sl)
 					}
-					sl := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4}
-					sl.Namespace, sl.Name = s.Namespace, s.Name+"-blackhole"
-					sl.Labels = map[string]string{discoveryv1.LabelServiceName: s.Name}
-					for _, p := range s.Spec.Ports {
-						sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: ptr(p.Name), Protocol: ptr(protoOr(p.Protocol)), Port: ptr(int32(9))})
-					}
-					sl.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"10.244.255.254"}}}
-					out = append(out, sl)
+					return svcs, append(out, slices...)
 				}
-				return svcs, append(out, slices...)
-			}), false, false),
+			}, false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP, KindNodePort}},
 			checker: InvNoEndpoints,
 			want:    []string{"expected: refused (the service port has no endpoints)", "10.244.255.254"},
