@@ -344,3 +344,46 @@ func TestScenarioDryRunsFirst(t *testing.T) {
 		t.Errorf("steps %q, want %q", got, want)
 	}
 }
+
+// TestDeletedPodReproductionReplays: the reproduction of a deleted-pod violation asks
+// where the flow's next packet lands, as the invariant does, not whether a backend
+// answers it: an endpoint that is left may not listen on the port (generated pods now
+// and then lack a container port), and a connection to it is refused. Here the only
+// endpoint left is a terminating pod that serves nothing on 5353/UDP; the counterexample
+// of a proxy that never cleans conntrack must replay clean under iptables (it failed
+// "reaches: {default/web-1}, got {}", the datagram refused).
+func TestDeletedPodReproductionReplays(t *testing.T) {
+	c := &Case{Cluster: ClusterSpec{Nodes: []NodeSpec{{Name: "node-a"}}, Seed: 1}}
+	c.Services = []*corev1.Service{service.NewService("default/web", service.Selector("app=web"), service.UDPPort("", 53, 5353))}
+	b := NewAddresses(c.Cluster)
+	udp := []corev1.ContainerPort{{ContainerPort: 5353, Protocol: corev1.ProtocolUDP}}
+	c.Pods = []*corev1.Pod{
+		newPod(b, "default/web-0", "node-a", map[string]string{"app": "web"}, udp),
+		newPod(b, "default/web-1", "node-a", map[string]string{"app": "web"}, nil), // serves nothing
+		newPod(b, "default/client", "node-a", nil, nil),
+	}
+	c.PodStates = map[string]PodState{"default/web-1": PodTerminating}
+	w, err := Build(c, broken(nil, false, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Mode = "broken"
+	verr := CheckDeletedPods(w)
+	var vs Violations
+	if !errors.As(verr, &vs) {
+		w.Close()
+		t.Fatalf("the proxy that never cleans conntrack broke nothing: %v", verr)
+	}
+	data, err := w.ScenarioYAML(verr)
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "deleted.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if rep := runScenario(t, path); !rep.Passed {
+		t.Fatalf("the counterexample fails under iptables, where the invariant holds:\n%s\n%s", data, reportText(rep))
+	}
+}
