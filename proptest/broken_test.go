@@ -124,12 +124,14 @@ func mapEndpoints(f func(*discoveryv1.Endpoint) bool) view {
 
 func ptr[T any](v T) *T { return &v }
 
-// staleView remembers every service it has seen: deleted services and ExternalName
-// conversions never reach the proxy (an informer cache that misses deletions). Each
-// call makes a new memory: one proxy's (see broken); the node does not matter.
+// staleView remembers every service and EndpointSlice it has seen: deletions and
+// ExternalName conversions never reach the proxy (an informer cache that misses
+// deletions), so a service that is gone keeps its rules and its endpoints. Each call
+// makes a new memory: one proxy's (see broken); the node does not matter.
 func staleView(string) view {
 	var mu sync.Mutex
 	seen := map[string]*corev1.Service{}
+	seenSlices := map[string]*discoveryv1.EndpointSlice{}
 	return func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -140,11 +142,18 @@ func staleView(string) view {
 			}
 			seen[key] = s
 		}
+		for _, sl := range slices {
+			seenSlices[sl.Namespace+"/"+sl.Name] = sl
+		}
 		var out []*corev1.Service
 		for _, k := range sortedKeys(seen) {
 			out = append(out, seen[k])
 		}
-		return out, slices
+		var outSlices []*discoveryv1.EndpointSlice
+		for _, k := range sortedKeys(seenSlices) {
+			outSlices = append(outSlices, seenSlices[k])
+		}
+		return out, outSlices
 	}
 }
 
