@@ -267,8 +267,9 @@ func (c *Cluster) isClosed() bool {
 	return c.closed
 }
 
-// Close stops the simulation: the watches end, then every stack is torn down and every
-// goroutine ends.
+// Close stops the simulation: the watches end, the cloud load balancer's health checks
+// in flight end (without a result), then every stack is torn down and every goroutine
+// ends, the checks' requests included.
 func (c *Cluster) Close() {
 	c.mu.Lock()
 	if c.closed {
@@ -277,11 +278,18 @@ func (c *Cluster) Close() {
 	}
 	c.closed = true
 	cancel := c.cancelWatch
+	k := c.checker
 	c.mu.Unlock()
 	if cancel != nil {
 		cancel()
 	}
+	if k != nil {
+		k.close()
+	}
 	c.Network.Close()
+	if k != nil {
+		k.wait()
+	}
 }
 
 // Node is a node of the cluster: the network's node (its datapath, conntrack, host

@@ -63,6 +63,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -235,6 +236,10 @@ type lbChecker struct {
 	byTarget map[netip.AddrPort]*hcCheck // the check in flight of each target
 	byPort   map[uint16]*hcCheck         // ... by its source port
 	lastPort uint16
+	closed   bool // the cluster is closing: no check starts
+
+	requests sync.WaitGroup // the checks' requests in flight (their goroutines)
+	running  atomic.Int32   // how many
 }
 
 // The checker's source ports: it takes them in turn from Linux's ephemeral range, so a
@@ -411,6 +416,24 @@ func (k *lbChecker) targetAddr(n *Node) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// close ends the checks in flight, without a result, and starts no more (the cluster
+// is closing); wait then waits for their requests, which the network's close ends if
+// the cancelled context has not.
+func (k *lbChecker) close() {
+	k.mu.Lock()
+	k.closed = true
+	checks := make([]*hcCheck, 0, len(k.byTarget))
+	for _, chk := range k.byTarget {
+		checks = append(checks, chk)
+	}
+	k.mu.Unlock()
+	for _, chk := range checks {
+		chk.abandon()
+	}
+}
+
+func (k *lbChecker) wait() { k.requests.Wait() }
+
 // ---- one check ----
 
 // hcCheck is one health check of one node for one load balancer.
@@ -457,8 +480,15 @@ func (k *lbChecker) start(lb *loadBalancer, gen uint64, n *Node, port uint16, at
 	k.takePort(chk)
 	ctx = context.WithValue(ctx, portKey{}, chk.port)
 	k.mu.Lock()
+	if k.closed {
+		k.mu.Unlock()
+		chk.abandon()
+		return chk
+	}
 	old := k.byTarget[chk.target]
 	k.byTarget[chk.target] = chk
+	k.requests.Add(1)
+	k.running.Add(1)
 	k.mu.Unlock()
 	if old != nil {
 		old.abandon()
@@ -474,7 +504,11 @@ func (k *lbChecker) start(lb *loadBalancer, gen uint64, n *Node, port uint16, at
 	if n.Down() {
 		chk.lose(fmt.Sprintf("node %s is down", n.Name()))
 	}
-	k.c.Go(func() { chk.run(ctx, cfg) })
+	k.c.Go(func() {
+		defer k.requests.Done()
+		defer k.running.Add(-1)
+		chk.run(ctx, cfg)
+	})
 	return chk
 }
 

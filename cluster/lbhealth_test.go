@@ -248,3 +248,37 @@ func TestLoadBalancerHealthCheckReplay(t *testing.T) {
 		t.Errorf("node-a: %+v", got)
 	}
 }
+
+// Close ends the health checks in flight before it tears the network down, and waits for
+// their requests: none is left running after it, and none records a result (the
+// connection the close aborted is not the node's failure). The check here is in flight
+// for good: node-b's uplink loses every packet, and a check across a faulty link ends
+// only at its timeout, on a manual clock that does not move.
+func TestCloseEndsHealthChecksInFlight(t *testing.T) {
+	c, err := New(Config{Seed: 7, Nodes: threeNodes().Nodes, ManualClock: true, Proxy: healthProxyFactory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Apply(localLBService()); err != nil {
+		t.Fatal(err)
+	}
+	mustCreatePod(t, c, webPod("web-0", "node-b"))
+	before := lbHealthOf(t, c, "node-b")
+	c.Node("node-b").Uplink().SetFaults(netsim.LinkFaults{Loss: 1})
+	c.Clock().Advance(c.LoadBalancerHealthCheck().Interval) // a round of checks starts
+	k := c.checker
+	k.mu.Lock()
+	inFlight := len(k.byTarget)
+	k.mu.Unlock()
+	if inFlight == 0 {
+		t.Fatal("no health check in flight")
+	}
+	c.Close()
+	if n := k.running.Load(); n != 0 {
+		t.Errorf("%d health checks still running after Close", n)
+	}
+	if after := lbHealthOf(t, c, "node-b"); after.Last.Err != before.Last.Err || after.Failures != before.Failures {
+		t.Errorf("a check ended by Close was recorded: before %+v, after %+v", before.Last, after.Last)
+	}
+}

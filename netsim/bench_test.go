@@ -248,13 +248,13 @@ func netstackPair(b *testing.B, serve func(net.Listener)) (*Net, string) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { a.close(); s.close() })
-	sn := newNet("s", s.s, []netip.Addr{netip.MustParseAddr("10.0.0.2")})
+	sn := newNet("s", s, []netip.Addr{netip.MustParseAddr("10.0.0.2")})
 	ln, err := sn.Listen("tcp", ":8080")
 	if err != nil {
 		b.Fatal(err)
 	}
 	go serve(ln)
-	return newNet("a", a.s, []netip.Addr{netip.MustParseAddr("10.0.0.1")}), "10.0.0.2:8080"
+	return newNet("a", a, []netip.Addr{netip.MustParseAddr("10.0.0.1")}), "10.0.0.2:8080"
 }
 
 func BenchmarkConnectNetstackDirect(b *testing.B) {

@@ -198,7 +198,7 @@ func (c *Network) addExternalHost(cfg ExternalHostConfig) (*ExternalHost, error)
 		return nil, fmt.Errorf("external host %s: %w", name, err)
 	}
 	h.stack = st
-	h.net = newNet("external "+name, st.s, h.IPs())
+	h.net = newNet("external "+name, st, h.IPs())
 	c.external[name] = h
 	c.fabric.mu.Lock()
 	for _, ip := range ips {

@@ -37,10 +37,13 @@ import (
 // Errors carry errno values as the kernel's do: errors.Is(err, syscall.ECONNREFUSED)
 // holds for a refused connection. Deadlines on connections run on the wall clock (a
 // gVisor limitation); use contexts and the simulation's probes to reason about time.
+// Once the owner is gone (the network closed, the pod dead), its connections are
+// aborted and Dial, Listen and ListenPacket fail with net.ErrClosed.
 type Net struct {
-	name  string
-	s     *stack.Stack
-	addrs []netip.Addr
+	name    string
+	s       *stack.Stack
+	sockets *socketGate // the stack's: no new sockets once it closes
+	addrs   []netip.Addr
 
 	mu     sync.Mutex
 	listen map[listenKey]int
@@ -59,8 +62,8 @@ type listenKey struct {
 	port  uint16
 }
 
-func newNet(name string, s *stack.Stack, addrs []netip.Addr) *Net {
-	return &Net{name: name, s: s, addrs: addrs, listen: map[listenKey]int{}}
+func newNet(name string, st *netStack, addrs []netip.Addr) *Net {
+	return &Net{name: name, s: st.s, sockets: &st.sockets, addrs: addrs, listen: map[listenKey]int{}}
 }
 
 // Name names the owner ("pod default/web-1", "node node-a", "external client").
@@ -172,7 +175,11 @@ func (n *Net) dial(ctx context.Context, network string, localPort uint16, addres
 			}
 		}
 		raddr := fullAddr(ap)
+		if !n.sockets.enter() {
+			return nil, &net.OpError{Op: "dial", Net: network, Addr: net.UDPAddrFromAddrPort(ap), Err: net.ErrClosed}
+		}
 		c, err := gonet.DialUDP(n.s, laddr, &raddr, protoNumber(ap.Addr()))
+		n.sockets.leave()
 		if err != nil {
 			return nil, &net.OpError{Op: "dial", Net: network, Addr: net.UDPAddrFromAddrPort(ap), Err: err}
 		}
@@ -183,24 +190,13 @@ func (n *Net) dial(ctx context.Context, network string, localPort uint16, addres
 
 func (n *Net) dialTCP(ctx context.Context, network string, localPort uint16, ap netip.AddrPort) (net.Conn, error) {
 	var wq waiter.Queue
-	ep, terr := n.s.NewEndpoint(tcp.ProtocolNumber, protoNumber(ap.Addr()), &wq)
-	if terr != nil {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New(terr.String())}
-	}
 	entry, notify := waiter.NewChannelEntry(waiter.WritableEvents)
 	wq.EventRegister(&entry)
 	defer wq.EventUnregister(&entry)
-	if src := n.source(ap.Addr()); localPort != 0 || src.IsValid() {
-		local := tcpip.FullAddress{Port: localPort}
-		if src.IsValid() {
-			local.Addr = addrOf(src)
-		}
-		if terr := ep.Bind(local); terr != nil {
-			ep.Close()
-			return nil, opError("dial", network, ap, "bind", terr)
-		}
+	ep, terr, err := n.startTCP(&wq, network, localPort, ap)
+	if err != nil {
+		return nil, err
 	}
-	terr = ep.Connect(fullAddr(ap))
 	if _, ok := terr.(*tcpip.ErrConnectStarted); ok {
 		select {
 		case <-ctx.Done():
@@ -215,6 +211,32 @@ func (n *Net) dialTCP(ctx context.Context, network string, localPort uint16, ap 
 		return nil, opError("dial", network, ap, "connect", terr)
 	}
 	return gonet.NewTCPConn(&wq, ep), nil
+}
+
+// startTCP opens a TCP socket, binds it when asked (or when the owner picks sources),
+// and starts connecting it: the SYN is on its way when it returns, and the handshake
+// goes on in netstack (terr says how it began). It fails with net.ErrClosed once the
+// stack is closing.
+func (n *Net) startTCP(wq *waiter.Queue, network string, localPort uint16, ap netip.AddrPort) (ep tcpip.Endpoint, terr tcpip.Error, err error) {
+	if !n.sockets.enter() {
+		return nil, nil, &net.OpError{Op: "dial", Net: network, Addr: net.TCPAddrFromAddrPort(ap), Err: net.ErrClosed}
+	}
+	defer n.sockets.leave()
+	ep, terr = n.s.NewEndpoint(tcp.ProtocolNumber, protoNumber(ap.Addr()), wq)
+	if terr != nil {
+		return nil, nil, &net.OpError{Op: "dial", Net: network, Err: errors.New(terr.String())}
+	}
+	if src := n.source(ap.Addr()); localPort != 0 || src.IsValid() {
+		local := tcpip.FullAddress{Port: localPort}
+		if src.IsValid() {
+			local.Addr = addrOf(src)
+		}
+		if terr := ep.Bind(local); terr != nil {
+			ep.Close()
+			return nil, nil, opError("dial", network, ap, "bind", terr)
+		}
+	}
+	return ep, ep.Connect(fullAddr(ap)), nil
 }
 
 func opError(op, network string, ap netip.AddrPort, syscallName string, e tcpip.Error) error {
@@ -272,6 +294,10 @@ func (n *Net) Listen(network, address string) (net.Listener, error) {
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
+	if !n.sockets.enter() {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: net.ErrClosed}
+	}
+	defer n.sockets.leave()
 	var lns []*gonet.TCPListener
 	for _, proto := range n.listenProtos(network, ap.Addr()) {
 		fa := tcpip.FullAddress{Port: ap.Port()}
@@ -430,7 +456,11 @@ func (n *Net) ListenPacket(network, address string) (net.PacketConn, error) {
 	}
 	// A wildcard UDP socket in netstack is per family; listen on the first (IPv4 unless
 	// the address says otherwise) — dual-stack UDP servers open two sockets.
+	if !n.sockets.enter() {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: net.ErrClosed}
+	}
 	c, err := listenUDP(n.s, fa, protos[0], network == "udp6")
+	n.sockets.leave()
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}

@@ -367,7 +367,7 @@ func (c *Network) addNode(i int, nc NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("node %s: %w", nc.Name, err)
 	}
 	n.host = st
-	n.hostNet = newNet("node "+nc.Name, st.s, n.ips)
+	n.hostNet = newNet("node "+nc.Name, st, n.ips)
 	n.hostNet.srcFor = n.SourceFor
 	// The cluster network's routes to it.
 	c.fabric.mu.Lock()
@@ -405,6 +405,8 @@ func (c *Network) addNode(i int, nc NodeConfig) (*Node, error) {
 }
 
 // Close stops the simulation: every stack is torn down and every goroutine ends.
+// Connections in flight are aborted (a dial returns an error), and sockets opened while
+// or after it runs fail with net.ErrClosed: nothing a program does makes it wait.
 func (c *Network) Close() {
 	c.mu.Lock()
 	if c.closed {

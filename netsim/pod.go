@@ -178,7 +178,7 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 	}
 	p.stack = st
 	p.port = port
-	p.net = newNet("pod "+namespace+"/"+name, st.s, ips)
+	p.net = newNet("pod "+namespace+"/"+name, st, ips)
 	n.mu.Lock()
 	for _, ip := range ips {
 		n.setPortLocked(ip, port)

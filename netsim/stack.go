@@ -73,6 +73,48 @@ type netStack struct {
 	s    *stack.Stack
 	link *stackLink
 	lo   *stackLink // host stacks: the loopback NIC, wired through the datapath
+
+	// sockets admits the programs' new sockets until the stack closes.
+	sockets socketGate
+}
+
+// socketGate lets sockets be opened (an endpoint made, bound, connected or listening:
+// registered with netstack) until the stack closes, and makes close wait for those
+// being opened. netstack's Stack.Close aborts the endpoints registered when it starts,
+// and Stack.Wait waits for those registered when it starts: an endpoint registered in
+// between is never aborted, and a connection in SYN-SENT, on a clock that no longer
+// moves, then holds Wait (and its dial) for ever. So close shuts the gate first: a
+// socket opened before is registered by then and aborted; one opened after fails with
+// net.ErrClosed.
+type socketGate struct {
+	mu      sync.Mutex
+	closed  bool
+	opening sync.WaitGroup
+}
+
+// enter admits one socket being opened (call leave when it is registered, or failed),
+// or reports false once the stack is closing.
+func (g *socketGate) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.opening.Add(1)
+	return true
+}
+
+func (g *socketGate) leave() { g.opening.Done() }
+
+// shut admits no more sockets and waits for those being opened; it reports whether it
+// shut the gate (false: it was shut already).
+func (g *socketGate) shut() bool {
+	g.mu.Lock()
+	was := g.closed
+	g.closed = true
+	g.mu.Unlock()
+	g.opening.Wait()
+	return !was
 }
 
 const (
@@ -216,8 +258,12 @@ func addStackAddr(s *stack.Stack, nic tcpip.NICID, p netip.Prefix) error {
 	return nil
 }
 
-// close tears the stack down: every endpoint is closed and its goroutines end.
+// close tears the stack down: every endpoint is closed and its goroutines end, and no
+// new one is opened (see socketGate). A second close does nothing.
 func (n *netStack) close() {
+	if !n.sockets.shut() {
+		return
+	}
 	n.link.close()
 	if n.lo != nil {
 		n.lo.close()

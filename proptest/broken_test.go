@@ -19,6 +19,7 @@ import (
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+	"github.com/clusterlab/clusterlab/service"
 )
 
 // A broken proxy is kube-proxy's iptables mode fed a distorted view of the API (or
@@ -32,16 +33,27 @@ type view func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*
 // brokenProxy is the iptables mode syncing from a distorted view, on one family.
 type brokenProxy struct {
 	n     *cluster.Node
+	emu   *emulator.Emulator
 	px    *iptables.Proxier
 	view  view
 	flags func(*proxy.NodeConfig)
 }
 
-// broken returns a ProxyFor running the iptables mode on a distorted view; noFlags
-// makes it ignore the case's kube-proxy flags; noConntrack drops the conntrack cleanup.
-func broken(v view, noFlags, noConntrack bool) ProxyFor {
+// broken returns a ProxyFor running the iptables mode on a distorted view, which
+// newView makes for each node's proxy, given the node's name (nil: the store as it is);
+// noFlags makes it ignore the case's kube-proxy flags; noConntrack drops the conntrack
+// cleanup.
+//
+// A view that remembers (staleView) remembers for its own proxy only: rapid builds a
+// cluster for every case it tries, and what one case's proxies saw must not leak into
+// another case's rules.
+func broken(newView func(node string) view, noFlags, noConntrack bool) ProxyFor {
 	return func(c ClusterSpec) cluster.ProxyFactory {
 		return func(n *cluster.Node) (cluster.Proxy, error) {
+			var v view
+			if newView != nil {
+				v = newView(n.Name())
+			}
 			cfg := kubeproxy.NodeConfigFor(n)
 			if !noFlags {
 				c.KubeProxyFlags(&cfg)
@@ -59,7 +71,7 @@ func broken(v view, noFlags, noConntrack bool) ProxyFor {
 			if cfg.LocalhostNodePortsEnabled() {
 				n.UpdateSettings(func(s *netsim.NodeSettings) { s.RouteLocalnet = true })
 			}
-			return &brokenProxy{n: n, px: px, view: v}, nil
+			return &brokenProxy{n: n, emu: emu, px: px, view: v}, nil
 		}
 	}
 }
@@ -73,6 +85,10 @@ func (b *brokenProxy) Sync() error {
 	_, err := b.px.Sync(context.Background(), svcs, slices)
 	return err
 }
+
+// stateless is a view that keeps nothing between syncs and is the same on every node,
+// for broken.
+func stateless(v view) func(string) view { return func(string) view { return v } }
 
 // mapServices applies f to a copy of every service.
 func mapServices(f func(*corev1.Service)) view {
@@ -108,11 +124,14 @@ func mapEndpoints(f func(*discoveryv1.Endpoint) bool) view {
 
 func ptr[T any](v T) *T { return &v }
 
-// staleView remembers every service it has seen: deleted services and ExternalName
-// conversions never reach the proxy (an informer cache that misses deletions).
-func staleView() view {
+// staleView remembers every service and EndpointSlice it has seen: deletions and
+// ExternalName conversions never reach the proxy (an informer cache that misses
+// deletions), so a service that is gone keeps its rules and its endpoints. Each call
+// makes a new memory: one proxy's (see broken); the node does not matter.
+func staleView(string) view {
 	var mu sync.Mutex
 	seen := map[string]*corev1.Service{}
+	seenSlices := map[string]*discoveryv1.EndpointSlice{}
 	return func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -123,11 +142,18 @@ func staleView() view {
 			}
 			seen[key] = s
 		}
+		for _, sl := range slices {
+			seenSlices[sl.Namespace+"/"+sl.Name] = sl
+		}
 		var out []*corev1.Service
 		for _, k := range sortedKeys(seen) {
 			out = append(out, seen[k])
 		}
-		return out, slices
+		var outSlices []*discoveryv1.EndpointSlice
+		for _, k := range sortedKeys(seenSlices) {
+			outSlices = append(outSlices, seenSlices[k])
+		}
+		return out, outSlices
 	}
 }
 
@@ -180,9 +206,30 @@ func setFlag(t *testing.T, name, value string) {
 	t.Cleanup(func() { flag.Set(name, old) })
 }
 
+// RecordedSeed is the rapid seed of the properties that runRecorded runs, unless
+// -rapid.seed or $RAPID_SEED gives one.
+const RecordedSeed = "1"
+
 // runRecorded runs a property through rapid with a recording TB and returns the output.
-func runRecorded(t *testing.T, prop func(*rapid.T)) (string, bool) {
+//
+// What a test reads in the output must be the same on every run, so rapid runs from a
+// fixed seed (RecordedSeed) rather than a random one, which would draw other cases on
+// every run: a broken proxy that only some cases expose would go unnoticed now and then.
+// And shrinking is never cut short by a budget of wall-clock time (-rapid.shrinktime),
+// which ends at a point that depends on the machine's speed and load, and with it the
+// counterexample and the report: with shrink, rapid shrinks the counterexample to its
+// end (it stops when a round makes no progress; the hour is a bound it never meets);
+// without, it reports the first failing case it drew.
+func runRecorded(t *testing.T, prop func(*rapid.T), shrink bool) (string, bool) {
 	t.Helper()
+	if flag.Lookup("rapid.seed").Value.String() == "0" { // 0: a random seed
+		setFlag(t, "rapid.seed", RecordedSeed)
+	}
+	if shrink {
+		setFlag(t, "rapid.shrinktime", "1h")
+	} else {
+		setFlag(t, "rapid.shrinktime", "0s")
+	}
 	setFlag(t, "rapid.nofailfile", "true")
 	tb := &recordingTB{name: t.Name()}
 	rapid.Check(tb, prop)
@@ -192,8 +239,12 @@ func runRecorded(t *testing.T, prop func(*rapid.T)) (string, bool) {
 // TestCheckersCatchBrokenProxies feeds each invariant a proxy broken the way real proxy
 // bugs are, and asserts the property fails with a message that says which invariant,
 // which service, what was expected, what the probe showed and the trace.
+//
+// Each property runs from RecordedSeed and reports the first case it finds failing,
+// unshrunk: shrinking every one of them to its end would take minutes, and cutting it
+// short at a wall-clock budget made the report depend on the machine's load (see
+// runRecorded). TestCounterexampleReplays covers shrinking.
 func TestCheckersCatchBrokenProxies(t *testing.T) {
-	setFlag(t, "rapid.shrinktime", "1s")
 	cases := []struct {
 		name    string
 		proxy   ProxyFor
@@ -203,49 +254,52 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 	}{
 		{
 			name: "DNATs to not-ready endpoints",
-			proxy: broken(mapEndpoints(func(e *discoveryv1.Endpoint) bool {
+			proxy: broken(stateless(mapEndpoints(func(e *discoveryv1.Endpoint) bool {
 				e.Conditions.Ready, e.Conditions.Serving, e.Conditions.Terminating = ptr(true), ptr(true), ptr(false)
 				return true
-			}), false, false),
+			})), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP}},
 			checker: InvClusterIP,
 			want:    []string{"is an endpoint of the service"},
 		},
 		{
 			name: "ignores serving terminating endpoints",
-			proxy: broken(mapEndpoints(func(e *discoveryv1.Endpoint) bool {
+			proxy: broken(stateless(mapEndpoints(func(e *discoveryv1.Endpoint) bool {
 				return e.Conditions.Ready == nil || *e.Conditions.Ready
-			}), false, false),
+			})), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP}},
 			checker: InvClusterIP,
 			want:    nil, // shows as refused (REJECT) or dropped (iTP Local), depending on the case
 		},
 		{
 			name:    "ignores internalTrafficPolicy Local",
-			proxy:   broken(mapServices(func(s *corev1.Service) { s.Spec.InternalTrafficPolicy = nil }), false, false),
+			proxy:   broken(stateless(mapServices(func(s *corev1.Service) { s.Spec.InternalTrafficPolicy = nil })), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP}, MaxNodes: 3},
 			checker: InvClusterIP,
 			want:    []string{"internalTrafficPolicy Local"},
 		},
 		{
 			name: "blackholes services without endpoints",
-			proxy: broken(func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
-				// Every service port gets a ready endpoint at an address nobody has.
-				var out []*discoveryv1.EndpointSlice
-				for _, s := range svcs {
-					if s.Spec.Type == corev1.ServiceTypeExternalName || s.Spec.ClusterIP == corev1.ClusterIPNone {
-						continue
+			proxy: broken(func(node string) view {
+				return func(svcs []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+					// Every service port gets a ready endpoint at an address nobody has, on
+					// this very node, so that traffic policies Local take it too.
+					var out []*discoveryv1.EndpointSlice
+					for _, s := range svcs {
+						if s.Spec.Type == corev1.ServiceTypeExternalName || s.Spec.ClusterIP == corev1.ClusterIPNone {
+							continue
+						}
+						sl := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4}
+						sl.Namespace, sl.Name = s.Namespace, s.Name+"-blackhole"
+						sl.Labels = map[string]string{discoveryv1.LabelServiceName: s.Name}
+						for _, p := range s.Spec.Ports {
+							sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: ptr(p.Name), Protocol: ptr(protoOr(p.Protocol)), Port: ptr(int32(9))})
+						}
+						sl.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"10.244.255.254"}, NodeName: ptr(node)}}
+						out = append(out, sl)
 					}
-					sl := &discoveryv1.EndpointSlice{AddressType: discoveryv1.AddressTypeIPv4}
-					sl.Namespace, sl.Name = s.Namespace, s.Name+"-blackhole"
-					sl.Labels = map[string]string{discoveryv1.LabelServiceName: s.Name}
-					for _, p := range s.Spec.Ports {
-						sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: ptr(p.Name), Protocol: ptr(protoOr(p.Protocol)), Port: ptr(int32(9))})
-					}
-					sl.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"10.244.255.254"}}}
-					out = append(out, sl)
+					return svcs, append(out, slices...)
 				}
-				return svcs, append(out, slices...)
 			}, false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP, KindNodePort}},
 			checker: InvNoEndpoints,
@@ -253,14 +307,14 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 		},
 		{
 			name:    "ignores externalTrafficPolicy Local",
-			proxy:   broken(mapServices(func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster }), false, false),
+			proxy:   broken(stateless(mapServices(func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster })), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindNodePort}, MaxNodes: 3},
 			checker: InvETPLocal,
 			want:    []string{"externalTrafficPolicy Local"},
 		},
 		{
 			name:    "forgets loadBalancerSourceRanges",
-			proxy:   broken(mapServices(func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = nil }), false, false),
+			proxy:   broken(stateless(mapServices(func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = nil })), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindLoadBalancer}, LoadBalancerMode: "vip"},
 			checker: InvSourceRanges,
 			want:    []string{"is outside loadBalancerSourceRanges", "pod:"},
@@ -274,16 +328,16 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 		},
 		{
 			name: "ignores ClientIP affinity",
-			proxy: broken(mapServices(func(s *corev1.Service) {
+			proxy: broken(stateless(mapServices(func(s *corev1.Service) {
 				s.Spec.SessionAffinity, s.Spec.SessionAffinityConfig = corev1.ServiceAffinityNone, nil
-			}), false, false),
+			})), false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP}},
 			checker: InvAffinity,
 			want:    []string{"lands on", "connection 1"},
 		},
 		{
 			name:    "never forgets a service",
-			proxy:   broken(staleView(), false, false),
+			proxy:   broken(staleView, false, false),
 			opts:    Options{Kinds: []ServiceKind{KindClusterIP, KindNodePort}},
 			checker: InvNoVIP,
 			want:    []string{"(gone)", "is no service's now"},
@@ -305,7 +359,7 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 			tc.opts.NoDualStack = true
 			dir := t.TempDir()
 			t.Setenv(ScenarioDirEnv, dir)
-			out, failed := runRecorded(t, Property(tc.opts, tc.proxy, "broken", c))
+			out, failed := runRecorded(t, Property(tc.opts, tc.proxy, "broken", c), false)
 			if !failed {
 				t.Fatalf("the %s property held for a proxy that %s", tc.checker, tc.name)
 			}
@@ -329,5 +383,41 @@ func TestCheckersCatchBrokenProxies(t *testing.T) {
 				t.Errorf("the counterexample fails under iptables too (its expectations are wrong):\n%s\n%s", data, reportText(rep))
 			}
 		})
+	}
+}
+
+// TestStaleViewStaysInItsCase: a stale view remembers what its own proxy saw, and
+// nothing of another cluster's: rapid builds a cluster for every case it tries, all
+// with one ProxyFor, and a memory they shared put the services of earlier cases in a
+// later case's rules (so a case's outcome depended on the cases tried before it).
+func TestStaleViewStaysInItsCase(t *testing.T) {
+	proxyFor := broken(staleView, false, false)
+	build := func(svc string) *World {
+		c := &Case{
+			Cluster:  ClusterSpec{Nodes: []NodeSpec{{Name: "node-a"}}, Seed: 1},
+			Services: []*corev1.Service{service.NewService("default/"+svc, service.Port("", 80, 80))},
+		}
+		w, err := Build(c, proxyFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	rules := func(w *World) string {
+		out, err := w.Cluster.Node("node-a").Proxy().(*brokenProxy).emu.Save(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	first := build("first")
+	if r := rules(first); !strings.Contains(r, "default/first") {
+		t.Fatalf("the first case's rules lack its service:\n%s", r)
+	}
+	first.Close()
+	second := build("second")
+	defer second.Close()
+	if r := rules(second); strings.Contains(r, "default/first") || !strings.Contains(r, "default/second") {
+		t.Errorf("the second case's rules should hold its own service and not the first case's:\n%s", r)
 	}
 }

@@ -166,7 +166,7 @@ func (r *run) probe(p netsim.Probe, all bool) ([]netsim.ProbeResult, error) {
 // fail records a violation of exp (explained by expected). For a dry-run probe the
 // trace is taken by running it again with tracing and picking the outcome like bad.
 func (r *run) fail(svc string, p netsim.Probe, exp Expect, want *Want, expected string, rs []netsim.ProbeResult, bad *netsim.ProbeResult) {
-	v := &Violation{Invariant: r.inv, Service: svc, Probe: p, Expected: expected, Got: describe(rs), Repro: probeRepro(p, r.to, exp, want)}
+	v := &Violation{Invariant: r.inv, Service: svc, Probe: p, Expected: expected, Got: describe(rs), Repro: r.repro(p, exp, want)}
 	if bad != nil {
 		if bad.Trace != nil {
 			v.Trace = bad.Trace
@@ -184,6 +184,26 @@ func (r *run) fail(svc string, p netsim.Probe, exp Expect, want *Want, expected 
 		}
 	}
 	r.vs = append(r.vs, v)
+}
+
+// repro is probeRepro for the service port being checked: with its session affinity,
+// and the world's pods that are not among want's.
+func (r *run) repro(p netsim.Probe, exp Expect, want *Want) []Action {
+	sticky := r.view != nil && r.view.Service.Spec.SessionAffinity == corev1.ServiceAffinityClientIP
+	var others []string
+	if sticky {
+		expected := map[string]bool{}
+		for _, pod := range want.Reaches {
+			expected[pod] = true
+		}
+		for _, pod := range r.w.Cluster.Store().ListPods() {
+			if key := pod.Namespace + "/" + pod.Name; !expected[key] {
+				others = append(others, key)
+			}
+		}
+		sort.Strings(others)
+	}
+	return probeRepro(p, r.to, exp, want, sticky, others)
 }
 
 func sameOutcome(a, b netsim.Outcome) bool {
@@ -253,7 +273,7 @@ func (r *run) landing(svc string, p netsim.Probe, exp Expect, cover bool, client
 			r.vs = append(r.vs, &Violation{Invariant: r.inv, Service: svc, Probe: p,
 				Expected: exp.String() + ", each with some probability",
 				Got:      describe(rs) + "\nnever chosen: " + strings.Join(missed, "; "),
-				Repro:    probeRepro(p, r.to, exp, want)})
+				Repro:    r.repro(p, exp, want)})
 		}
 	}
 }

@@ -26,9 +26,10 @@ const MaxReproduced = 3
 
 // Scenario writes the world's case as a scenario file that `clusterlab run` replays:
 // the cluster (seed, nodes, --nodeport-addresses, the load balancer's mode, external
-// hosts, proxy mode, hairpin mode when off), the objects as they were created (with the cluster IPs, node
-// ports and load-balancer IPs this run allocated pinned, so the replay sees the same
-// addresses), the terminations and the case's steps, and then, for the first
+// hosts, proxy mode, hairpin mode when off), the objects as they were created (with the
+// cluster IPs, node ports and load-balancer IPs this run allocated pinned, so the replay
+// sees the same addresses), the terminations and the case's steps (but those that
+// changed nothing in this run: a service or pod already gone), and then, for the first
 // violations in err, the traffic that showed them with expectations that hold when the
 // invariant does. A run of the scenario fails where the invariant failed.
 //
@@ -84,6 +85,11 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 		}
 	}
 	s.Description += ".\nCase: " + c.Summary() + "\n"
+	for i, st := range c.Steps {
+		if w.idle[i] {
+			s.Description += fmt.Sprintf("Step %d (%s) changed nothing in this run and is left out.\n", i+1, st)
+		}
+	}
 	if err != nil {
 		s.Description += "\n" + stripTraces(err.Error()) + "\n"
 	}
@@ -126,7 +132,13 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 			s.Steps = append(s.Steps, scenario.Step{Name: "terminate " + key, DeletePod: &scenario.PodAction{Pod: key, Grace: scenario.Duration(TerminationGrace)}})
 		}
 	}
-	for _, st := range c.Steps {
+	for i, st := range c.Steps {
+		if w.idle[i] {
+			// It found nothing to change (the note says why): replayed, it would fail
+			// ("not found") or change what this run did not (an ExternalName service
+			// created anew).
+			continue
+		}
 		ss, err := w.scenarioStep(st)
 		if err != nil {
 			return nil, err
@@ -136,7 +148,10 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 
 	// The violations, reproduced: those that only send packets first, then at most one
 	// that changes the world (connections that fill affinity tables, the clock, pod
-	// deletions), so that no reproduction disturbs another.
+	// deletions), so that no reproduction disturbs another. Of the sends, those that
+	// follow every branch of a packet (dry runs, which change nothing) come before those
+	// that make real attempts: a real attempt fills the affinity table that would narrow
+	// a later dry run's branches.
 	var quiet, loud []*Violation
 	for _, v := range vs {
 		if mutates(v.Repro) {
@@ -151,13 +166,26 @@ func (w *World) Scenario(err error) (*scenario.Scenario, error) {
 	if len(loud) > 1 {
 		loud = loud[:1]
 	}
-	for _, v := range append(quiet, loud...) {
-		for j, a := range v.Repro {
-			ss := scenarioAction(a)
-			if j == len(v.Repro)-1 || a.Expect != nil {
-				ss.Name = fmt.Sprintf("%s: %s", v.Invariant, trafficTitle(a))
+	add := func(v *Violation, j int) {
+		a := v.Repro[j]
+		ss := scenarioAction(a)
+		if j == len(v.Repro)-1 || a.Expect != nil {
+			ss.Name = fmt.Sprintf("%s: %s", v.Invariant, trafficTitle(a))
+		}
+		s.Steps = append(s.Steps, ss)
+	}
+	for _, dry := range []bool{true, false} {
+		for _, v := range quiet {
+			for j, a := range v.Repro {
+				if a.AllBranches == dry {
+					add(v, j)
+				}
 			}
-			s.Steps = append(s.Steps, ss)
+		}
+	}
+	for _, v := range loud {
+		for j := range v.Repro {
+			add(v, j)
 		}
 	}
 	return s, nil

@@ -3,6 +3,8 @@ package proptest
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/scenario"
+	"github.com/clusterlab/clusterlab/service"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // keepsSourceEverywhere is a deliberately wrong invariant: "outside traffic to a
@@ -76,9 +80,8 @@ func reportText(rep *scenario.Report) string {
 func TestCounterexampleReplays(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(ScenarioDirEnv, dir)
-	setFlag(t, "rapid.shrinktime", "1s")
 	out, failed := runRecorded(t, Property(Options{NoDualStack: true, NoSteps: true, Kinds: []ServiceKind{KindNodePort}},
-		KubeProxy(kubeproxy.IPTables), "iptables", keepsSourceEverywhere))
+		KubeProxy(kubeproxy.IPTables), "iptables", keepsSourceEverywhere), true)
 	if !failed {
 		t.Fatal("the wrong invariant held")
 	}
@@ -190,5 +193,197 @@ func TestDualStackScenarioReplays(t *testing.T) {
 	rep := runScenario(t, path)
 	if !rep.Passed {
 		t.Fatalf("the replay does not give the IPv6 endpoints:\n%s\n%s", data, reportText(rep))
+	}
+}
+
+// TestScenarioLeavesOutStepsThatDidNothing: a case's step that found nothing to change
+// (a service deleted twice, turned ExternalName after its deletion, a pod deleted
+// twice or set ready after it was gone) changes nothing in the world, so its scenario
+// leaves it out: written as it was drawn, it would fail the replay (the API server
+// answers "not found") or change what the replay runs (an ExternalName service
+// created anew).
+func TestScenarioLeavesOutStepsThatDidNothing(t *testing.T) {
+	var c *Case
+	for seed := 0; seed < 200 && c == nil; seed++ {
+		cand := Cases(Options{NoSteps: true, NoDualStack: true, Kinds: []ServiceKind{KindClusterIP}}).Example(seed)
+		if len(cand.Services) > 0 && cand.Services[0].Spec.Selector != nil && len(backendPods(cand)) > 0 {
+			c = cand
+		}
+	}
+	if c == nil {
+		t.Fatal("no case with a service and a backend pod among 200 examples")
+	}
+	svc := c.Services[0].Namespace + "/" + c.Services[0].Name
+	pod := backendPods(c)[0]
+	c.Steps = []Step{
+		{Kind: StepDeleteService, Target: svc},
+		{Kind: StepDeleteService, Target: svc},         // no such service
+		{Kind: StepToExternalName, Target: svc},        // no such service
+		{Kind: StepDeletePod, Target: pod},             //
+		{Kind: StepDeletePod, Target: pod},             // no such pod
+		{Kind: StepSetReady, Target: pod, Ready: true}, // no such pod
+	}
+	w, err := Build(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if len(w.Notes) != 4 {
+		t.Errorf("notes %q: want one for each of the 4 steps that did nothing", w.Notes)
+	}
+	s, err := w.Scenario(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for _, st := range s.Steps {
+		steps = append(steps, st.Title())
+	}
+	if want := []string{"delete Service " + svc, "delete pod " + pod}; strings.Join(steps, "; ") != strings.Join(want, "; ") {
+		t.Errorf("scenario steps %q, want %q", steps, want)
+	}
+	data, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "noops.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if rep := runScenario(t, path); !rep.Passed {
+		t.Fatalf("the replay fails:\n%s\n%s", data, reportText(rep))
+	}
+}
+
+// backendPods lists a case's pods that back services (those with labels), as steps
+// target them.
+func backendPods(c *Case) []string {
+	var out []string
+	for _, p := range c.Pods {
+		if p.Labels != nil {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	return out
+}
+
+// TestAffinityReproductionReplays: under ClientIP affinity every connection of a client
+// lands on one backend, so a reproduction that sends real attempts (to count the source
+// the backend saw) cannot expect each of several endpoints to answer. The counterexample
+// of a proxy that ignores externalTrafficPolicy Local on such a service, with two
+// endpoints on a node, must replay clean under iptables, where the invariant holds (it
+// failed "reaches ..., got {one of them}; nothing from the other"): through a node port,
+// and through a load-balancer IP (vip mode: the nodes' rules, and their affinity,
+// handle it).
+func TestAffinityReproductionReplays(t *testing.T) {
+	for _, kind := range []service.Option{service.NodePort(), service.LoadBalancer()} {
+		c := &Case{Cluster: ClusterSpec{Nodes: []NodeSpec{{Name: "node-a"}, {Name: "node-b"}}, Seed: 1, LoadBalancerMode: "vip"}, Externals: Externals[:1]}
+		c.Services = []*corev1.Service{service.NewService("default/web", service.Selector("app=web"), service.Port("", 80, 80),
+			kind, service.ExternalTrafficPolicy(corev1.ServiceExternalTrafficPolicyLocal), service.ClientIPAffinity(10800))}
+		b := NewAddresses(c.Cluster)
+		for _, p := range []struct{ name, node string }{{"web-0", "node-a"}, {"web-1", "node-a"}, {"web-2", "node-b"}} {
+			c.Pods = append(c.Pods, newPod(b, "default/"+p.name, p.node, map[string]string{"app": "web"}, []corev1.ContainerPort{{ContainerPort: 80, Protocol: corev1.ProtocolTCP}}))
+		}
+		c.Pods = append(c.Pods, newPod(b, "default/client", "node-b", nil, nil))
+		ignoresETP := broken(stateless(mapServices(func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster })), false, false)
+		w, err := Build(c, ignoresETP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Mode = "broken"
+		verr := CheckExternalTrafficLocal(w)
+		var vs Violations
+		if !errors.As(verr, &vs) {
+			w.Close()
+			t.Fatalf("%s: the proxy that ignores externalTrafficPolicy Local broke nothing: %v", c.Summary(), verr)
+		}
+		data, err := w.ScenarioYAML(verr)
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "affinity.yaml")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if rep := runScenario(t, path); !rep.Passed {
+			t.Errorf("%s: the counterexample fails under iptables, where the invariant holds:\n%s\n%s", c.Summary(), data, reportText(rep))
+		}
+	}
+}
+
+// TestScenarioDryRunsFirst: a counterexample's reproductions that follow every branch of
+// a packet (dry runs) come before those that make real attempts, whichever violation
+// they belong to: a real attempt fills the ClientIP affinity table, which would narrow
+// a later dry run's branches to the one backend the attempt chose.
+func TestScenarioDryRunsFirst(t *testing.T) {
+	c := &Case{Cluster: ClusterSpec{Nodes: []NodeSpec{{Name: "node-a"}}, Seed: 1}}
+	w, err := Build(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	send := func(to string, all bool) Action {
+		return Action{Kind: "send", From: "external:ext-a", Proto: 6, To: to, AllBranches: all, Count: 40, Expect: &Want{SeenSource: "client"}}
+	}
+	vs := Violations{
+		{Invariant: "a", Repro: []Action{send("172.18.0.2:30001", false)}},
+		{Invariant: "b", Repro: []Action{send("172.18.0.2:30002", true), send("172.18.0.2:30002", false)}},
+		{Invariant: "c", Repro: []Action{send("172.18.0.2:30003", true)}},
+	}
+	s, err := w.Scenario(vs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, st := range s.Steps {
+		got = append(got, fmt.Sprintf("%s all=%v", st.Send.To, st.Send.AllBranches))
+	}
+	want := []string{"172.18.0.2:30002 all=true", "172.18.0.2:30003 all=true", "172.18.0.2:30001 all=false", "172.18.0.2:30002 all=false"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Errorf("steps %q, want %q", got, want)
+	}
+}
+
+// TestDeletedPodReproductionReplays: the reproduction of a deleted-pod violation asks
+// where the flow's next packet lands, as the invariant does, not whether a backend
+// answers it: an endpoint that is left may not listen on the port (generated pods now
+// and then lack a container port), and a connection to it is refused. Here the only
+// endpoint left is a terminating pod that serves nothing on 5353/UDP; the counterexample
+// of a proxy that never cleans conntrack must replay clean under iptables (it failed
+// "reaches: {default/web-1}, got {}", the datagram refused).
+func TestDeletedPodReproductionReplays(t *testing.T) {
+	c := &Case{Cluster: ClusterSpec{Nodes: []NodeSpec{{Name: "node-a"}}, Seed: 1}}
+	c.Services = []*corev1.Service{service.NewService("default/web", service.Selector("app=web"), service.UDPPort("", 53, 5353))}
+	b := NewAddresses(c.Cluster)
+	udp := []corev1.ContainerPort{{ContainerPort: 5353, Protocol: corev1.ProtocolUDP}}
+	c.Pods = []*corev1.Pod{
+		newPod(b, "default/web-0", "node-a", map[string]string{"app": "web"}, udp),
+		newPod(b, "default/web-1", "node-a", map[string]string{"app": "web"}, nil), // serves nothing
+		newPod(b, "default/client", "node-a", nil, nil),
+	}
+	c.PodStates = map[string]PodState{"default/web-1": PodTerminating}
+	w, err := Build(c, broken(nil, false, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Mode = "broken"
+	verr := CheckDeletedPods(w)
+	var vs Violations
+	if !errors.As(verr, &vs) {
+		w.Close()
+		t.Fatalf("the proxy that never cleans conntrack broke nothing: %v", verr)
+	}
+	data, err := w.ScenarioYAML(verr)
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "deleted.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if rep := runScenario(t, path); !rep.Passed {
+		t.Fatalf("the counterexample fails under iptables, where the invariant holds:\n%s\n%s", data, reportText(rep))
 	}
 }

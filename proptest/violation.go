@@ -194,7 +194,15 @@ func wantFor(exp Expect) *Want {
 // probeRepro is the default reproduction of a violation found by probe p: the same
 // traffic (every branch of it when p followed every branch; else often enough to meet
 // every branch), expecting what exp says.
-func probeRepro(p netsim.Probe, to string, exp Expect, want *Want) []Action {
+//
+// Under ClientIP session affinity (sticky) every attempt of one client lands on the
+// backend its first attempt chose, so attempts cannot show each of several endpoints:
+// where the traffic may land is then checked on every branch of one packet (a dry run,
+// which no affinity narrows before the client's first connection; Scenario puts such
+// steps first), or, where a dry run cannot go (a load-balancer target, a probe that did
+// not follow every branch), by no answer coming from the other pods (others); the
+// attempts check the rest (the source the backend saw).
+func probeRepro(p netsim.Probe, to string, exp Expect, want *Want, sticky bool, others []string) []Action {
 	if to == "" {
 		to = p.Dst.String()
 	}
@@ -214,5 +222,17 @@ func probeRepro(p netsim.Probe, to string, exp Expect, want *Want) []Action {
 	if len(exp.Endpoints) > 1 || p.AllBranches {
 		count = 40
 	}
-	return []Action{{Kind: kind, From: p.From, Proto: p.Proto, To: to, Count: count, SrcPort: p.SrcPort, Expect: want}}
+	attempts := Action{Kind: kind, From: p.From, Proto: p.Proto, To: to, Count: count, SrcPort: p.SrcPort, Expect: want}
+	if !sticky || len(want.Reaches) < 2 || count == 1 {
+		return []Action{attempts}
+	}
+	rest := *want
+	rest.Reaches = nil
+	attempts.Expect = &rest
+	if p.AllBranches && !strings.HasPrefix(to, "loadbalancer:") {
+		landing := Action{Kind: "send", From: p.From, Proto: p.Proto, To: to, SrcPort: p.SrcPort, AllBranches: true, Expect: &Want{Reaches: want.Reaches}}
+		return []Action{landing, attempts}
+	}
+	rest.NotReaches = append(append([]string(nil), rest.NotReaches...), others...)
+	return []Action{attempts}
 }

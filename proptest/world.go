@@ -54,6 +54,10 @@ type World struct {
 	// Notes record steps that did nothing (a pod already gone, say).
 	Notes []string
 
+	// idle marks the case's steps (by index) that found nothing to change: the
+	// scenario leaves them out.
+	idle map[int]bool
+
 	paused map[string]bool
 	killed map[string]bool
 	// created are the services as the API server allocated them, before any step.
@@ -106,7 +110,7 @@ func Build(c *Case, proxyFor ProxyFor) (*World, error) {
 	}
 	w := &World{Case: c, Cluster: cl, Mode: mode, Semantics: IPTablesSemantics,
 		FormerVIPs: map[netip.Addr]FormerVIP{}, DeletedPods: map[netip.Addr]string{},
-		paused: map[string]bool{}, killed: map[string]bool{}}
+		paused: map[string]bool{}, killed: map[string]bool{}, idle: map[int]bool{}}
 	if err := w.populate(); err != nil {
 		cl.Close()
 		return nil, err
@@ -162,8 +166,12 @@ func (w *World) populate() error {
 		w.created[s.Namespace+"/"+s.Name] = s.DeepCopy()
 	}
 	for i, s := range c.Steps {
-		if err := w.Apply(s); err != nil {
+		changed, err := w.apply(s)
+		if err != nil {
 			return fmt.Errorf("proptest: step %d (%s): %w", i+1, s, err)
+		}
+		if !changed {
+			w.idle[i] = true
 		}
 	}
 	if errs := cl.Errors(); len(errs) > 0 {
@@ -175,8 +183,16 @@ func (w *World) populate() error {
 // Close stops the simulation.
 func (w *World) Close() { w.Cluster.Close() }
 
-// Apply makes one change to the running world (a case's step, or a checker's own).
+// Apply makes one change to the running world (a case's step, or a checker's own). A
+// step that finds nothing to change (a pod or service already gone) does nothing and
+// leaves a note.
 func (w *World) Apply(s Step) error {
+	_, err := w.apply(s)
+	return err
+}
+
+// apply is Apply, reporting whether the step changed anything.
+func (w *World) apply(s Step) (changed bool, err error) {
 	cl := w.Cluster
 	st := cl.Store()
 	switch s.Kind {
@@ -185,7 +201,7 @@ func (w *World) Apply(s Step) error {
 		pod, ok := st.GetPod(ns, name)
 		if !ok {
 			w.Notes = append(w.Notes, s.String()+": no such pod")
-			return nil
+			return false, nil
 		}
 		if s.Grace == 0 {
 			for _, ip := range pod.Status.PodIPs {
@@ -194,52 +210,52 @@ func (w *World) Apply(s Step) error {
 				}
 			}
 		}
-		return cl.DeletePod(ns, name, s.Grace)
+		return true, cl.DeletePod(ns, name, s.Grace)
 	case StepSetReady:
 		ns, name := splitKey(s.Target)
 		if _, ok := st.GetPod(ns, name); !ok {
 			w.Notes = append(w.Notes, s.String()+": no such pod")
-			return nil
+			return false, nil
 		}
-		return cl.SetPodReady(ns, name, s.Ready)
+		return true, cl.SetPodReady(ns, name, s.Ready)
 	case StepDeleteService, StepToExternalName:
 		ns, name := splitKey(s.Target)
 		svc, ok := st.GetService(ns, name)
 		if !ok || svc.Spec.Type == corev1.ServiceTypeExternalName {
 			w.Notes = append(w.Notes, s.String()+": no such service")
-			return nil
+			return false, nil
 		}
 		w.rememberVIPs(svc)
 		if s.Kind == StepDeleteService {
-			return st.Delete(service.KindService, ns, name)
+			return true, st.Delete(service.KindService, ns, name)
 		}
-		_, err := st.Update(toExternalName(svc))
-		return err
+		_, err = st.Update(toExternalName(svc))
+		return true, err
 	case StepAdvance:
 		cl.Clock().Advance(s.Duration)
-		return nil
+		return true, nil
 	case StepPartition:
-		return cl.Partition(s.Groups...)
+		return true, cl.Partition(s.Groups...)
 	case StepKillNode:
 		w.killed[s.Target] = true
-		return cl.KillNode(s.Target)
+		return true, cl.KillNode(s.Target)
 	case StepPauseProxy:
 		n := cl.Node(s.Target)
 		if n == nil {
-			return fmt.Errorf("no node %q", s.Target)
+			return false, fmt.Errorf("no node %q", s.Target)
 		}
 		w.paused[s.Target] = true
 		n.PauseProxy()
-		return nil
+		return true, nil
 	case StepLinkLoss:
 		n := cl.Node(s.Target)
 		if n == nil {
-			return fmt.Errorf("no node %q", s.Target)
+			return false, fmt.Errorf("no node %q", s.Target)
 		}
 		n.Uplink().SetFaults(netsim.LinkFaults{Loss: s.Loss})
-		return nil
+		return true, nil
 	}
-	return fmt.Errorf("unknown step kind %q", s.Kind)
+	return false, fmt.Errorf("unknown step kind %q", s.Kind)
 }
 
 // toExternalName returns svc turned into an ExternalName service, with what the API
