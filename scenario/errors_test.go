@@ -23,7 +23,7 @@ func TestLoadErrors(t *testing.T) {
 		{"bad target", "steps:\n  - connect:\n      from: pod:default/c\n      to: 10.0.0.1\n", []string{"bad.yaml:4: steps[0].connect.to:", "a port is required"}},
 		{"name from a node", "steps:\n  - connect:\n      from: node:node-a\n      to: web:80\n", []string{"bad.yaml:4: steps[0].connect.to:", "only pods resolve cluster names"}},
 		{"unknown node", "steps:\n  - kill_node: node-z\n", []string{`bad.yaml:2: steps[0].kill_node: no node "node-z" (the nodes are node-a, node-b, node-c)`}},
-		{"unknown mode", "cluster:\n  proxy:\n    mode: nftables\n", []string{`bad.yaml:3: cluster.proxy.mode: unknown kube-proxy mode "nftables"`}},
+		{"unknown mode", "cluster:\n  proxy:\n    mode: ebpf\n", []string{`bad.yaml:3: cluster.proxy.mode: unknown kube-proxy mode "ebpf"`}},
 		{"userspace too new", "cluster:\n  proxy:\n    mode: userspace\n    version: \"1.30\"\n", []string{"bad.yaml:4: cluster.proxy.version: 1.30: the userspace proxy mode was removed in kube-proxy 1.26"}},
 		{"iptables too old", "cluster:\n  proxy:\n    version: \"1.20\"\n", []string{"bad.yaml:3: cluster.proxy.version: 1.20: kube-proxy before 1.28 is not modelled"}},
 		{"bad scheduler", "cluster:\n  proxy:\n    scheduler: fastest\n", []string{`bad.yaml:3: cluster.proxy.scheduler: unknown IPVS scheduler "fastest"`}},

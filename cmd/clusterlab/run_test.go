@@ -48,7 +48,7 @@ func TestRunExitCodes(t *testing.T) {
 	if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), "bad.yaml:2: steps[0].connect.to:") {
 		t.Errorf("bad file: want a usage error naming file:line: field, got %v", err)
 	}
-	for _, args := range [][]string{{"run"}, {"run", failing, "-o", "yaml"}, {"run", "/nonexistent.yaml"}, {"run", failing, "--modes", "iptables,nftables"}} {
+	for _, args := range [][]string{{"run"}, {"run", failing, "-o", "yaml"}, {"run", "/nonexistent.yaml"}, {"run", failing, "--modes", "iptables,ebpf"}} {
 		if _, _, err := runCmd(t, args...); err == nil || !errors.As(err, &ue) {
 			t.Errorf("%v: want a usage error, got %v", args, err)
 		}
@@ -132,7 +132,7 @@ func TestModeFlagErrors(t *testing.T) {
 	}{
 		{[]string{"run", "--modes", "iptables,nft", "../../scenario/demo.yaml"}, `--modes: unknown kube-proxy mode "nft": this build has iptables, ipvs, userspace`},
 		{[]string{"run", "--modes", "ipvs,iptables,ipvs", "../../scenario/demo.yaml"}, `--modes: mode "ipvs" is listed twice`},
-		{[]string{"run", "--mode", "nftables", "../../scenario/demo.yaml"}, `--mode: unknown kube-proxy mode "nftables"`},
+		{[]string{"run", "--mode", "ebpf", "../../scenario/demo.yaml"}, `--mode: unknown kube-proxy mode "ebpf"`},
 		{[]string{"trace", "../../scenario/demo.yaml", "--from", "pod:default/client", "--to", "my-service:80", "--mode", "ipvss"}, `--mode: unknown kube-proxy mode "ipvss"`},
 	} {
 		out, _, err := runCmd(t, tc.args...)

@@ -138,7 +138,7 @@ func TestTraceScenarioBadInput(t *testing.T) {
 		{[]string{"trace", demoFile, "--from", "node:node-a", "--to", "my-service"}, "only pods resolve cluster names"},
 		{[]string{"trace", demoFile, "--from", "pod:default/client", "--to", "my-service", "--after-step", "99"}, "--after-step: want 0-9"},
 		{[]string{"trace", demoFile, "--from", "moon", "--to", "my-service"}, "--from"},
-		{[]string{"trace", demoFile, "--from", "pod:default/client", "--to", "my-service", "--mode", "nftables"}, "mode: unknown kube-proxy mode"},
+		{[]string{"trace", demoFile, "--from", "pod:default/client", "--to", "my-service", "--mode", "ebpf"}, "mode: unknown kube-proxy mode"},
 	}
 	for _, tc := range cases {
 		_, _, err := runCmd(t, tc.args...)
