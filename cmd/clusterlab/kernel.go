@@ -26,9 +26,10 @@ func init() {
 	var output string
 	checkCmd := &cobra.Command{
 		Use:   "check",
-		Short: "Report the iptables backends, conntrack, ipset and nft tools, IPVS, namespace support, and which proxy modes can run here",
+		Short: "Report the iptables backends, conntrack, ipset and nft tools, IPVS, namespace support, the kernel and nftables-mode support (kernel >= 5.13, nft >= 1.0.1), and which proxy modes can run here",
 		Example: `  clusterlab kernel check
-  clusterlab kernel check -o json | jq .ipvs`,
+  clusterlab kernel check -o json | jq .ipvs
+  clusterlab kernel check -o json | jq .nftables_mode`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rep := kernel.Check(cmd.Context())
