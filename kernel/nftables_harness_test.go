@@ -9,11 +9,13 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// smokeRuleset is a minimal hand-written ruleset in kube-proxy's nftables style (1.36
-// layout): one ClusterIP port dispatched through the service-ips verdict map to a
-// service chain that marks traffic from outside the cluster CIDR for masquerade and
-// DNATs with one numgen random mod 2 map to two endpoints, masquerading in
-// postrouting for marked and hairpin connections (hairpin-connections set).
+// smokeRuleset is a minimal hand-written ruleset in kube-proxy's nftables style, its
+// 1.36+ layout (the reference's §4; the same rules appear in `nft list table ip
+// kube-proxy` of real 1.36 nodes): the services chain marks ClusterIP traffic from
+// outside the cluster CIDR for masquerade and dispatches through the service-ips
+// verdict map to a service chain that DNATs with one numgen random mod 2 map to two
+// endpoints; postrouting masquerades marked connections and hairpin ones
+// (hairpin-connections set).
 func smokeRuleset(fam knftables.Family, vip, clusterCIDR, a, b string) string {
 	ip, addrType := "ip", "ipv4_addr"
 	if fam == knftables.IPv6Family {
@@ -28,17 +30,19 @@ add chain $F kube-proxy nat-postrouting { type nat hook postrouting priority 100
 add chain $F kube-proxy services
 add chain $F kube-proxy masquerading
 add chain $F kube-proxy $SVC
+add set $F kube-proxy cluster-ips { type $T ; comment "Active ClusterIPs" ; }
 add map $F kube-proxy service-ips { type $T . inet_proto . inet_service : verdict ; comment "ClusterIP, ExternalIP and LoadBalancer IP traffic" ; }
 add set $F kube-proxy hairpin-connections { type $T . $T . inet_proto . inet_service ; comment "service hairpin connections" ; }
 add rule $F kube-proxy nat-prerouting jump services
 add rule $F kube-proxy nat-output jump services
 add rule $F kube-proxy nat-postrouting jump masquerading
+add rule $F kube-proxy services $IP daddr @cluster-ips $IP saddr != $CIDR mark set mark or 0x4000 comment "masquerade clusterIP traffic from outside cluster"
 add rule $F kube-proxy services $IP daddr . meta l4proto . th dport vmap @service-ips
 add rule $F kube-proxy masquerading mark and 0x4000 != 0 mark set mark xor 0x4000 masquerade fully-random
 add rule $F kube-proxy masquerading ct status dnat $IP saddr . $IP daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random
-add rule $F kube-proxy $SVC $IP daddr $VIP $IP saddr != $CIDR mark set mark or 0x4000
 add rule $F kube-proxy $SVC meta l4proto tcp dnat $IP addr . port to numgen random mod 2 map { 0 : $A . 8080 , 1 : $B . 8080 }
 add rule $F kube-proxy $SVC meta l4proto udp dnat $IP addr . port to numgen random mod 2 map { 0 : $A . 8080 , 1 : $B . 8080 }
+add element $F kube-proxy cluster-ips { $VIP }
 add element $F kube-proxy service-ips { $VIP . tcp . 80 : goto $SVC }
 add element $F kube-proxy service-ips { $VIP . udp . 80 : goto $SVC }
 add element $F kube-proxy hairpin-connections { $A . $A . tcp . 8080 }
@@ -83,6 +87,21 @@ func TestNFTablesHarnessSmoke(t *testing.T) {
 		rules := smokeRuleset(fam.nft.Family(), fam.vip.Addr().String(), fam.cidr, fam.a.String(), fam.b.String())
 		if err := fam.nft.ApplyScript(ctx, rules); err != nil {
 			t.Fatalf("apply:\n%s\n%v", rules, err)
+		}
+	}
+	// nft prints it as it prints a real 1.36 node's table.
+	listed, err := h.NFTables.ListTable(ctx, NFTListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"\t\tip daddr @cluster-ips ip saddr != 10.244.0.0/16 meta mark set meta mark | 0x00004000 comment \"masquerade clusterIP traffic from outside cluster\"\n",
+		"\t\tmeta mark & 0x00004000 != 0x00000000 meta mark set meta mark ^ 0x00004000 masquerade fully-random\n",
+		"\t\tct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random\n",
+		"\t\tmeta l4proto tcp dnat ip to numgen random mod 2 map { 0 : " + a.IP.String() + " . 8080, 1 : " + b.IP.String() + " . 8080 }\n",
+	} {
+		if !strings.Contains(string(listed), want) {
+			t.Errorf("nft list table lacks %q:\n%s", want, listed)
 		}
 	}
 	for _, fam := range families {
