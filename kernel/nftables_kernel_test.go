@@ -175,6 +175,50 @@ func TestNFTablesKubeProxyRulesetRoundTrip(t *testing.T) {
 	}
 }
 
+// The generator's path: kube-proxy's expected ruleset as knftables objects (parsed by
+// knftables' own Fake.ParseDump, as kube-proxy's tests parse it) in one transaction
+// through Run gives the kernel the same ruleset as the text through ApplyScript.
+func TestNFTablesKubeProxyRulesetThroughRun(t *testing.T) {
+	ctx := ctxT(t)
+	text := nftDumpOrder(t, readTestdata(t, "kube-proxy-overall.nft"))
+	fake := knftables.NewFake(knftables.IPv4Family, "kube-proxy")
+	if err := fake.ParseDump(text); err != nil {
+		t.Fatalf("knftables ParseDump: %v", err)
+	}
+	tx := fake.LastTransaction
+	if tx == nil || tx.NumOperations() != strings.Count(text, "\n") {
+		t.Fatalf("ParseDump's transaction: %v operations for %d lines", tx.NumOperations(), strings.Count(text, "\n"))
+	}
+	viaRun := newNFTNetns(t, knftables.IPv4Family)
+	if err := viaRun.Run(ctx, tx); err != nil {
+		t.Fatalf("Run kube-proxy's ruleset as a knftables transaction: %v", err)
+	}
+	viaScript := newNFTNetns(t, knftables.IPv4Family)
+	if err := viaScript.ApplyScript(ctx, text); err != nil {
+		t.Fatal(err)
+	}
+	a, err := viaRun.ListRuleset(ctx, NFTListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := viaScript.ListRuleset(ctx, NFTListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a) != string(b) || !strings.Contains(string(a), "chain service-HVFWP5L3-ns5/svc5/tcp/p80 {") {
+		t.Errorf("Run and ApplyScript gave different rulesets:\nRun:\n%s\nApplyScript:\n%s", a, b)
+	}
+	// Run again: every add of an existing table, chain, set, map or element is a no-op
+	// for nft, rules are appended again (as kube-proxy flushes chains before refilling).
+	if err := viaRun.Run(ctx, tx); err != nil {
+		t.Fatalf("second Run: %v", err)
+	}
+	again, _ := viaRun.ListRuleset(ctx, NFTListOptions{})
+	if n1, n2 := strings.Count(string(a), "jump services"), strings.Count(string(again), "jump services"); n2 != 2*n1 {
+		t.Errorf("second Run: %d 'jump services' rules, want %d", n2, 2*n1)
+	}
+}
+
 // A transaction that fails (a rule jumping to a chain that does not exist) changes
 // nothing, and its error names nft's line.
 func TestNFTablesFailedTransactionChangesNothing(t *testing.T) {
