@@ -1,49 +1,23 @@
 package kernel
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"sigs.k8s.io/knftables"
 )
-
-// nftTestNetnsPrefix starts the names of the bare namespaces these tests make:
-// clnft<pid>-<n>-ns, so that removeStaleNetns can clean up after a crashed run.
-const nftTestNetnsPrefix = "clnft"
-
-var nftNetnsSeq atomic.Int64
 
 // newNFTNetns makes an empty throwaway network namespace (deleted when the test ends)
 // and an NFTables adapter for the given family in it, or skips the test when this
 // machine cannot (not root, no ip or nft).
 func newNFTNetns(t *testing.T, family knftables.Family) *NFTables {
 	t.Helper()
-	RequireHarness(t)
 	RequireTools(t, "nft")
-	ctx := ctxT(t)
-	removeStaleNetns(ctx, execRunner{}, netnsDir, nftTestNetnsPrefix)
-	name := fmt.Sprintf("%s%d-%d-ns", nftTestNetnsPrefix, os.Getpid(), nftNetnsSeq.Add(1))
-	c := command{argv: []string{"ip", "netns", "add", name}}
-	if ce := commandError(c, execRunner{}.run(ctx, c)); ce != nil {
-		t.Fatal(ce)
-	}
-	t.Cleanup(func() {
-		c := command{argv: []string{"ip", "netns", "del", name}}
-		if ce := commandError(c, execRunner{}.run(context.Background(), c)); ce != nil {
-			t.Errorf("delete namespace %s: %v", name, ce)
-		}
-		if _, err := os.Stat(netnsDir + "/" + name); !os.IsNotExist(err) {
-			t.Errorf("namespace %s still exists (stat: %v)", name, err)
-		}
-	})
-	n, err := NewNFTables(ctx, NFTablesOptions{Family: family, Netns: name})
+	n, err := NewNFTables(ctxT(t), NFTablesOptions{Family: family, Netns: NewTestNetns(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
