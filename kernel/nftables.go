@@ -148,9 +148,11 @@ func (n *NFTables) NewTransaction() *knftables.Transaction {
 	return n.factory.NewTransaction()
 }
 
-// Run applies tx atomically with `nft -f -`. A transaction that knftables already found
-// invalid while it was built (e.g. a Rule without a chain) is refused before nft runs,
-// with knftables' message; an empty transaction runs nothing.
+// Run applies tx atomically with `nft -f -`. tx may come from any knftables
+// NewTransaction (this adapter's, or a Fake's in a test): objects that name no family
+// or table get those of the interface that made tx. A transaction that knftables
+// already found invalid while it was built (e.g. a Rule without a chain) is refused
+// before nft runs, with knftables' message; an empty transaction runs nothing.
 func (n *NFTables) Run(ctx context.Context, tx *knftables.Transaction) error {
 	script, err := transactionScript(tx)
 	if err != nil || script == "" {
