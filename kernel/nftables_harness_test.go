@@ -152,3 +152,71 @@ func TestNFTablesHarnessSmoke(t *testing.T) {
 		t.Errorf("IPv6 after deleting the IPv4 table: %v, want an answer", r)
 	}
 }
+
+// ClientIP affinity in kube-proxy's nftables style holds on a kernel: the service chain
+// first sends a source found in an endpoint's affinity set (a timeout set, filled by
+// `update @set { ip saddr }` in the endpoint chain) to that endpoint, and only new
+// sources go through numgen.
+func TestNFTablesHarnessAffinity(t *testing.T) {
+	RequireTools(t, "nft")
+	h := newTestHarness(t, HarnessConfig{NFTables: true, Topology: TopologyRouted,
+		Pods: []PodConfig{{Name: "client"}, {Name: "a"}, {Name: "b"}}})
+	ctx := ctxT(t)
+	client, a, b := h.Pod("client"), h.Pod("a"), h.Pod("b")
+	svc := "service-AFFINITY-default/web/tcp/http"
+	epA, epB := "endpoint-AAAAAAAA-default/web/tcp/http__"+a.IP.String()+"/8080", "endpoint-BBBBBBBB-default/web/tcp/http__"+b.IP.String()+"/8080"
+	affA, affB := "affinity-AAAAAAAA-default/web/tcp/http__"+a.IP.String()+"/8080", "affinity-BBBBBBBB-default/web/tcp/http__"+b.IP.String()+"/8080"
+	rules := strings.NewReplacer("$SVC", svc, "$EPA", epA, "$EPB", epB, "$AFFA", affA, "$AFFB", affB, "$A", a.IP.String(), "$B", b.IP.String()).Replace(`add table ip kube-proxy
+add chain ip kube-proxy nat-prerouting { type nat hook prerouting priority -100 ; }
+add chain ip kube-proxy services
+add chain ip kube-proxy $SVC
+add chain ip kube-proxy $EPA
+add chain ip kube-proxy $EPB
+add set ip kube-proxy $AFFA { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }
+add set ip kube-proxy $AFFB { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }
+add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }
+add rule ip kube-proxy nat-prerouting jump services
+add rule ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips
+add rule ip kube-proxy $SVC ip saddr @$AFFA goto $EPA
+add rule ip kube-proxy $SVC ip saddr @$AFFB goto $EPB
+add rule ip kube-proxy $SVC numgen random mod 2 vmap { 0 : goto $EPA , 1 : goto $EPB }
+add rule ip kube-proxy $EPA update @$AFFA { ip saddr }
+add rule ip kube-proxy $EPA meta l4proto tcp dnat to $A:8080
+add rule ip kube-proxy $EPB update @$AFFB { ip saddr }
+add rule ip kube-proxy $EPB meta l4proto tcp dnat to $B:8080
+add element ip kube-proxy service-ips { 10.96.0.40 . tcp . 80 : goto $SVC }
+`)
+	if err := h.NFTables.ApplyScript(ctx, rules); err != nil {
+		t.Fatalf("apply:\n%s\n%v", rules, err)
+	}
+	vip := netip.MustParseAddrPort("10.96.0.40:80")
+	s := h.DialSpread(client.Netns, "tcp", vip, 20, 1)
+	if s.Answered() != 20 || len(s.Servers) != 1 {
+		t.Fatalf("20 connections from one client under ClientIP affinity: %v; want all to one endpoint", s)
+	}
+	first := s.Results[0].Server
+	// The kernel recorded the client in that endpoint's set, with a timeout.
+	listed, err := h.NFTables.ListTable(ctx, NFTListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aff := map[string]string{"a": affA, "b": affB}[first]
+	i := strings.Index(string(listed), "set "+aff+" {")
+	if i < 0 || !strings.Contains(string(listed)[i:], "elements = { "+client.IP.String()+" expires ") {
+		t.Errorf("affinity set %s lacks the client %v:\n%s", aff, client.IP, listed)
+	}
+	// Forget the client: the next connections are spread again (both endpoints seen
+	// once the set is flushed before every connection).
+	seen := map[string]bool{}
+	for range 40 {
+		if err := h.NFTables.ApplyScript(ctx, "flush set ip kube-proxy "+affA+"\nflush set ip kube-proxy "+affB+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.Dial(client.Netns, "tcp", vip); r.Outcome == Answered {
+			seen[r.Server] = true
+		}
+	}
+	if !seen["a"] || !seen["b"] {
+		t.Errorf("40 connections with the affinity sets flushed each time reached %v; want both endpoints", seen)
+	}
+}
