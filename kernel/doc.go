@@ -8,6 +8,7 @@
 // named network namespace (/run/netns/NAME):
 //
 //	proxy/iptables.Interface ── IPTables  ── iptables-{nft,legacy}-restore / -save, ip6tables-*
+//	NewTransaction + Run     ── NFTables  ── nft -f - / nft list ruleset (sigs.k8s.io/knftables)
 //	proxy/ipvs.Interface     ── IPVS      ── generic netlink "IPVS" family (github.com/moby/ipvs)
 //	proxy.Conntrack          ── Conntrack ── conntrack -D / -L -o extended (conntrack-tools)
 //	(kube-proxy's nfacct)    ── EnsureNFAcct, ListNFAcct ── nfnetlink_acct
@@ -20,6 +21,21 @@
 // chosen explicitly or detected as kube-proxy's iptables wrapper does (DetectBackend).
 // EnsureChain, EnsureRule (-C, then -I or -A) and DeleteRule are the helpers kube-proxy
 // uses for its hook jump rules outside the restore path.
+//
+// NFTables has the two methods of knftables.Interface that kube-proxy's nftables
+// proxier writes through, NewTransaction and Run, so the generator that fills
+// knftables' Fake programs a kernel unchanged. knftables itself cannot run nft in a
+// namespace (its exec seam is unexported), so NFTables builds transactions with
+// knftables and feeds their text, byte for byte what knftables would feed nft, to
+// `ip netns exec NAME nft -f -`; nft applies all of it or nothing, and a failure is an
+// *NFTError with the input line nft named and its stderr (IsNFTNotFound and
+// IsNFTExists classify it as knftables would). ApplyScript takes any nft input,
+// ListRuleset and ListTable print `nft [-a] [-j] list ...` for the parser, and
+// DeleteTable removes one table as kube-proxy's cleanup does. An NFTables never runs
+// in the caller's own namespace unless NFTablesOptions.AllowHost says so. It needs nft
+// >= 1.0.1, what knftables accepts (Debian bookworm's nftables package is 1.0.6);
+// `clusterlab kernel check` reports that and kube-proxy's other startup check, a
+// kernel >= 5.13 (features "nft" and "nftables").
 //
 // Conntrack.Delete turns a proxy.ConntrackFilter into conntrack options and treats
 // "0 flow entries have been deleted" (exit status 1) as success; List parses
@@ -85,6 +101,28 @@
 // network, a /64 per node out of fd00:10:244::/56 for pods, IPv6 routes mirroring the
 // IPv4 ones, duplicate address detection off so addresses work at once, and per node an
 // ip6tables adapter (IPTables6) and an IPv6 conntrack adapter (Conntrack6).
+//
+// With HarnessConfig.NFTables each node also gets NFTables adapters for table ip
+// kube-proxy (and ip6 kube-proxy with IPv6), and route_localnet stays 0 as on a node of
+// kube-proxy's nftables mode, which never sets it (no localhost NodePorts).
+//
+// # Differential tests
+//
+// A differential test programs a harness node and a model with the same ruleset,
+// makes many real connections and checks that every kernel outcome is one of the
+// model's and that the spread fits its probabilities. Harness.DialSpread makes the
+// connections and counts them per answering server (a Spread); Spread.ChiSquare and
+// ChiSquareCritical (p = 1e-4) do the statistics:
+//
+//	h, err := kernel.NewHarness(kernel.HarnessConfig{NFTables: true,
+//		Pods: []kernel.PodConfig{{Name: "client"}, {Name: "ep1"}, {Name: "ep2"}}})
+//	...
+//	err = h.NFTables.Run(ctx, tx)              // the generator's transaction
+//	s := h.DialSpread(h.Pod("client").Netns, "tcp", vip, 300, 8)
+//	chi, df, err := s.ChiSquare(map[string]float64{"ep1": 0.5, "ep2": 0.5})
+//	if err != nil || chi > kernel.ChiSquareCritical(df) { /* kernel and model disagree */ }
+//
+// TestNFTablesHarnessSmoke does this with a hand-written kube-proxy-style ruleset.
 //
 // The node namespaces get the sysctls a kube-proxy node has, plus ICMP redirects and
 // ICMP rate limits off so that every REJECTed connection is refused rather than

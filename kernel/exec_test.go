@@ -2,11 +2,13 @@ package kernel
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -497,5 +499,112 @@ func TestCheckReport(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("report text lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+// kernel check lists what kube-proxy's nftables mode needs: nft >= 1.0.1 and a kernel
+// >= 5.13; the fields other tools read keep their JSON names.
+func TestCheckNFTablesMode(t *testing.T) {
+	dir := t.TempDir()
+	old := osReleasePath
+	t.Cleanup(func() { osReleasePath = old })
+	cases := []struct {
+		name, nft, release string
+		skipEnv            bool
+		nftOK, modeOK      bool
+		why                string
+	}{
+		{"debian bookworm", "nftables v1.0.6 (Lester Gooch #5)\n", "6.1.0-18-amd64\n", false, true, true, ""},
+		{"exactly the minimum", "nftables v1.0.1 (Fearless Fosdick #3)\n", "5.13.0-52-generic\n", false, true, true, ""},
+		{"old kernel", "nftables v1.0.6 (Lester Gooch #5)\n", "5.10.0-28-amd64\n", false, true, false, "kernel 5.10.0-28-amd64 is too old: kube-proxy's nftables mode needs 5.13.0 or later"},
+		{"old kernel, kube-proxy's check skipped", "nftables v1.0.6 (Lester Gooch #5)\n", "5.10.0-28-amd64\n", true, true, true, ""},
+		{"old nft", "nftables v1.0.0 (Fearless Fosdick #3)\n", "6.1.0\n", false, false, false, "nft v1.0.0 is too old"},
+		{"both old", "nftables v0.9.8 (E.D.S.)\n", "4.19.0-26-amd64\n", false, false, false, "nft v0.9.8 is too old: kube-proxy's nftables mode (knftables) needs v1.0.1 or later; kernel 4.19.0-26-amd64 is too old"},
+		{"no nft", "", "6.1.0\n", false, false, false, "nft: "},
+		{"unreadable release", "nftables v1.0.6 (Lester Gooch #5)\n", "", false, true, false, "kernel: cannot parse kernel release \"unknown: "},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.skipEnv {
+				t.Setenv(skipKernelCheckEnv, "1")
+			} else {
+				t.Setenv(skipKernelCheckEnv, "")
+			}
+			osReleasePath = filepath.Join(dir, fmt.Sprintf("osrelease%d", i))
+			if tc.release != "" {
+				if err := os.WriteFile(osReleasePath, []byte(tc.release), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f := newFake()
+			if tc.nft != "" {
+				f.on("nft --version", 0, tc.nft, "")
+			} else {
+				f.on("nft --version", -1, "", "")
+			}
+			rep := check(context.Background(), f)
+			if tc.release != "" && rep.KernelRelease != strings.TrimSpace(tc.release) {
+				t.Errorf("KernelRelease %q", rep.KernelRelease)
+			}
+			if err := rep.Feature("nft"); (err == nil) != tc.nftOK {
+				t.Errorf("Feature(nft) = %v, want ok %v", err, tc.nftOK)
+			}
+			err := rep.Feature("nftables")
+			if (err == nil) != tc.modeOK || tc.why != "" && (err == nil || !strings.Contains(err.Error(), tc.why)) {
+				t.Errorf("Feature(nftables) = %v, want ok %v, containing %q", err, tc.modeOK, tc.why)
+			}
+			wantMode := "supported"
+			if err != nil {
+				wantMode = err.Error()
+			}
+			if rep.NFTablesMode != wantMode {
+				t.Errorf("NFTablesMode %q, want %q", rep.NFTablesMode, wantMode)
+			}
+			text := rep.String()
+			if !strings.Contains(text, "nftables mode        "+wantMode+"\n") || !strings.Contains(text, "kernel               "+rep.KernelRelease+"\n") {
+				t.Errorf("report text:\n%s", text)
+			}
+		})
+	}
+	// The JSON keys other tools read are all still there, with the new ones beside.
+	b, err := json.Marshal(check(context.Background(), newFake()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"iptables", "conntrack", "ipset", "nft", "ipvs", "harness", "br_netfilter", "detected_backend", "kernel_release", "nftables_mode"} {
+		if _, ok := keys[k]; !ok {
+			t.Errorf("check JSON lacks %q: %s", k, b)
+		}
+	}
+	if !slices.Contains(Features, "nftables") || !slices.Contains(Features, "nft") {
+		t.Errorf("Features %v", Features)
+	}
+}
+
+func TestParseKernelVersion(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want KernelVersion
+		ok   bool
+	}{
+		{"6.18.44-fc-v782\n", KernelVersion{6, 18, 44}, true},
+		{"5.13.0-52-generic", KernelVersion{5, 13, 0}, true},
+		{"6.1", KernelVersion{6, 1, 0}, true},
+		{"4.19.0-26-amd64", KernelVersion{4, 19, 0}, true},
+		{"unknown: no such file", KernelVersion{}, false},
+		{"", KernelVersion{}, false},
+		{"99999999999999999999.1", KernelVersion{}, false},
+	} {
+		got, err := ParseKernelVersion(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseKernelVersion(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+	if !(KernelVersion{5, 13, 0}).AtLeast(MinNFTablesKernel) || (KernelVersion{5, 12, 99}).AtLeast(MinNFTablesKernel) {
+		t.Error("AtLeast")
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"sigs.k8s.io/knftables"
 )
 
 // Topology is how a harness node connects its pods.
@@ -100,6 +102,11 @@ type HarnessConfig struct {
 	// Backend for the nodes' IPTables; BackendAuto means nft (a fresh namespace has no
 	// rules for detection to go by).
 	Backend Backend
+	// NFTables sets the nodes up for kube-proxy's nftables mode: each node gets
+	// NFTables adapters (table ip kube-proxy, and ip6 kube-proxy with IPv6) beside its
+	// IPTables ones, and route_localnet stays 0, because the nftables mode never sets
+	// it (it does not support localhost NodePorts; see nodeSysctls). Needs the nft tool.
+	NFTables bool
 	// NodeSysctls are written in every node namespace after the defaults (keys as for
 	// sysctl(8): "net.ipv4.ip_forward").
 	NodeSysctls map[string]string
@@ -128,7 +135,10 @@ type Node struct {
 	Gateway   netip.Addr
 	IPTables  *IPTables  // IPv4 iptables in this namespace
 	Conntrack *Conntrack // conntrack in this namespace (IPv4 table)
-	Pods      []*Pod
+	// NFTables, with HarnessConfig.NFTables, programs table ip kube-proxy in this
+	// namespace (its ApplyScript, ListRuleset and DeleteTable reach every table).
+	NFTables *NFTables
+	Pods     []*Pod
 
 	// With HarnessConfig.IPv6 (zero otherwise):
 	IP6        netip.Addr
@@ -136,6 +146,7 @@ type Node struct {
 	Gateway6   netip.Addr
 	IPTables6  *IPTables  // ip6tables
 	Conntrack6 *Conntrack // conntrack, IPv6 table
+	NFTables6  *NFTables  // table ip6 kube-proxy, with HarnessConfig.NFTables too
 }
 
 // Pod is a pod namespace.
@@ -186,6 +197,8 @@ type Harness struct {
 	Conntrack  *Conntrack
 	IPTables6  *IPTables
 	Conntrack6 *Conntrack
+	// NFTables and NFTables6 are node 0's, with HarnessConfig.NFTables.
+	NFTables, NFTables6 *NFTables
 
 	cfg       HarnessConfig
 	run       runner
@@ -779,8 +792,8 @@ func (h *Harness) startServers() error {
 	return nil
 }
 
-// addAdapters gives each node its IPTables and Conntrack (and their IPv6 twins), and
-// the harness node 0's.
+// addAdapters gives each node its IPTables and Conntrack (and their IPv6 twins), its
+// NFTables with HarnessConfig.NFTables, and the harness node 0's.
 func (h *Harness) addAdapters(ctx context.Context) error {
 	cfg := h.cfg
 	for _, n := range h.Nodes {
@@ -790,6 +803,11 @@ func (h *Harness) addAdapters(ctx context.Context) error {
 		}
 		n.IPTables = ipt
 		n.Conntrack = newConntrack(ConntrackOptions{Netns: n.Netns.Name}, h.run)
+		if cfg.NFTables {
+			if n.NFTables, err = newNFTables(ctx, NFTablesOptions{Family: knftables.IPv4Family, Netns: n.Netns.Name}, h.run); err != nil {
+				return err
+			}
+		}
 		if cfg.IPv6 {
 			ipt6, err := newIPTables(ctx, IPTablesOptions{Backend: cfg.Backend, Family: IPv6, Netns: n.Netns.Name}, h.run)
 			if err != nil {
@@ -797,10 +815,16 @@ func (h *Harness) addAdapters(ctx context.Context) error {
 			}
 			n.IPTables6 = ipt6
 			n.Conntrack6 = newConntrack(ConntrackOptions{Netns: n.Netns.Name, Family: IPv6}, h.run)
+			if cfg.NFTables {
+				if n.NFTables6, err = newNFTables(ctx, NFTablesOptions{Family: knftables.IPv6Family, Netns: n.Netns.Name}, h.run); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	h.IPTables, h.Conntrack = h.Nodes[0].IPTables, h.Nodes[0].Conntrack
 	h.IPTables6, h.Conntrack6 = h.Nodes[0].IPTables6, h.Nodes[0].Conntrack6
+	h.NFTables, h.NFTables6 = h.Nodes[0].NFTables, h.Nodes[0].NFTables6
 	return nil
 }
 
@@ -825,7 +849,15 @@ var leafSysctls = map[string]string{
 
 // nodeSysctls are what a kube-proxy node has: forwarding, localhost NodePorts
 // (route_localnet), no reverse-path filtering (asymmetric paths through NAT), and
-// bridged traffic through iptables. Two more make REJECT deterministic: without them a
+// bridged traffic through iptables (br_netfilter hands bridged packets to the IP
+// family's hooks, where nftables' ip/ip6 chains see them too).
+//
+// With HarnessConfig.NFTables, route_localnet stays at the kernel's default 0:
+// kube-proxy's iptables mode sets net.ipv4.conf.all.route_localnet=1 for localhost
+// NodePorts, but its nftables mode never sets it and does not support localhost
+// NodePorts at all (a documented difference: CVE-2020-8558, and no IPv6 equivalent), so
+// a harness node that had it would accept 127.0.0.1:NODEPORT where a real nftables node
+// does not. Two more make REJECT deterministic: without them a
 // REJECTed packet that the node would route back out of the interface it came in on
 // first triggers an ICMP redirect, and the per-host ICMP rate limit (1/s) then swallows
 // the port-unreachable, so REJECT would look like DROP; and a test making hundreds of
@@ -841,6 +873,10 @@ func (h *Harness) nodeSysctls() map[string]string {
 		"net.ipv4.conf.default.route_localnet": "1",
 		"net.ipv4.conf.all.rp_filter":          "0",
 		"net.ipv4.conf.default.rp_filter":      "0",
+	}
+	if h.cfg.NFTables {
+		delete(m, "net.ipv4.conf.all.route_localnet")
+		delete(m, "net.ipv4.conf.default.route_localnet")
 	}
 	if h.BrNetfilter {
 		m["net.bridge.bridge-nf-call-iptables"] = "1"

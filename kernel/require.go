@@ -1,12 +1,15 @@
 package kernel
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -92,4 +95,36 @@ func RequireIPVS(t testing.TB) {
 	if err := CheckIPVS(); err != nil {
 		t.Skip(err.Error())
 	}
+}
+
+// testNetnsPrefix starts the names of NewTestNetns's namespaces: cltmp<pid>-<n>-ns, so
+// that a later run deletes those of a crashed one (removeStaleNetns).
+const testNetnsPrefix = "cltmp"
+
+var testNetnsSeq atomic.Int64
+
+// NewTestNetns makes an empty network namespace for a test or benchmark (only lo, down;
+// no links, rules or addresses) and returns its name, for adapters such as NFTables that
+// need nothing more. The namespace is deleted when tb ends; tb skips when namespaces
+// cannot be made here (HarnessSupported). Leftovers of crashed runs are removed first.
+func NewTestNetns(tb testing.TB) string {
+	tb.Helper()
+	RequireHarness(tb)
+	ctx := context.Background()
+	removeStaleNetns(ctx, execRunner{}, netnsDir, testNetnsPrefix)
+	name := fmt.Sprintf("%s%d-%d-ns", testNetnsPrefix, os.Getpid(), testNetnsSeq.Add(1))
+	c := command{argv: []string{"ip", "netns", "add", name}}
+	if ce := commandError(c, execRunner{}.run(ctx, c)); ce != nil {
+		tb.Fatal(ce)
+	}
+	tb.Cleanup(func() {
+		c := command{argv: []string{"ip", "netns", "del", name}}
+		if ce := commandError(c, execRunner{}.run(context.Background(), c)); ce != nil {
+			tb.Errorf("delete namespace %s: %v", name, ce)
+		}
+		if _, err := os.Stat(filepath.Join(netnsDir, name)); !errors.Is(err, os.ErrNotExist) {
+			tb.Errorf("namespace %s still exists (stat: %v)", name, err)
+		}
+	})
+	return name
 }

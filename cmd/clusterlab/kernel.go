@@ -26,9 +26,10 @@ func init() {
 	var output string
 	checkCmd := &cobra.Command{
 		Use:   "check",
-		Short: "Report the iptables backends, conntrack, ipset and nft tools, IPVS, namespace support, and which proxy modes can run here",
+		Short: "Report the iptables backends, conntrack, ipset and nft tools, IPVS, namespace support, the kernel and nftables-mode support (kernel >= 5.13, nft >= 1.0.1), and which proxy modes can run here",
 		Example: `  clusterlab kernel check
-  clusterlab kernel check -o json | jq .ipvs`,
+  clusterlab kernel check -o json | jq .ipvs
+  clusterlab kernel check -o json | jq .nftables_mode`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			rep := kernel.Check(cmd.Context())
@@ -59,17 +60,20 @@ func init() {
 	checkCmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 
 	var pods int
-	var secondNode bool
+	var secondNode, nftables bool
 	var topology, backend string
 	harnessCmd := &cobra.Command{
 		Use:   "harness",
 		Short: "Build a namespace mini-cluster (needs root), print it, and remove it on Ctrl-C",
 		Example: `  sudo clusterlab kernel harness
-  sudo clusterlab kernel harness --pods 4 --second-node --topology routed --backend legacy`,
+  sudo clusterlab kernel harness --pods 4 --second-node --topology routed --backend legacy
+  sudo clusterlab kernel harness --nftables     # a node of kube-proxy's nftables mode`,
 		Long: `Builds the differential-test harness: an external-client namespace, a node namespace
 (bridge cbr0 or routed pod veths, ip_forward, route_localnet) and pod namespaces running
 TCP and UDP echo servers on port 8080. Explore it with 'ip netns exec NAME ...' (for
-example iptables-save in the node); Ctrl-C deletes every namespace it made.`,
+example iptables-save in the node); Ctrl-C deletes every namespace it made. With
+--nftables the node is set up as kube-proxy's nftables mode expects (route_localnet
+left at 0; program it with 'ip netns exec NODE nft -f FILE').`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if pods < 1 || pods > 200 {
@@ -90,7 +94,7 @@ example iptables-save in the node); Ctrl-C deletes every namespace it made.`,
 			default:
 				return badInput(fmt.Errorf("--backend %q: want nft or legacy", backend))
 			}
-			cfg := kernel.HarnessConfig{Topology: topo, SecondNode: secondNode, Backend: be}
+			cfg := kernel.HarnessConfig{Topology: topo, SecondNode: secondNode, Backend: be, NFTables: nftables}
 			for i := range pods {
 				node := 0
 				if secondNode && i%2 == 1 {
@@ -123,6 +127,7 @@ example iptables-save in the node); Ctrl-C deletes every namespace it made.`,
 	harnessCmd.Flags().BoolVar(&secondNode, "second-node", false, "add a second node (odd-numbered pods go there)")
 	harnessCmd.Flags().StringVar(&topology, "topology", "auto", "pod network: auto, bridge or routed")
 	harnessCmd.Flags().StringVar(&backend, "backend", "nft", "iptables backend of the nodes: nft or legacy")
+	harnessCmd.Flags().BoolVar(&nftables, "nftables", false, "set the nodes up for kube-proxy's nftables mode (needs nft >= 1.0.1)")
 
 	kernelCmd.AddCommand(checkCmd, harnessCmd)
 	rootCmd.AddCommand(kernelCmd)
