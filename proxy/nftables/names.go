@@ -87,8 +87,15 @@ func ServiceNameBase(n proxy.ServicePortName, proto string) string {
 // EndpointNameBase returns the name base of an endpoint's chain and affinity set,
 // "HASH-ns/svc/tcp/port__IP/PORT", with the colons of an IPv6 address made dots.
 func EndpointNameBase(n proxy.ServicePortName, proto string, ep *proxy.Endpoint) string {
-	ip := strings.ReplaceAll(ep.IPString(), ":", ".")
-	return HashAndTruncate(n.Namespace + "/" + n.Name + "/" + proto + "/" + n.Port + "__" + ip + "/" + strconv.Itoa(ep.Port))
+	return endpointNameBase(n, proto, ep.IPString(), strconv.Itoa(ep.Port))
+}
+
+// endpointNameBase is EndpointNameBase for an address and port as text. kube-proxy
+// hashes the address as Go prints it (never "::" for a single zero group), which is
+// what proxy.Endpoint.IPString gives.
+func endpointNameBase(n proxy.ServicePortName, proto, ip, port string) string {
+	ip = strings.ReplaceAll(ip, ":", ".")
+	return HashAndTruncate(n.Namespace + "/" + n.Name + "/" + proto + "/" + n.Port + "__" + ip + "/" + port)
 }
 
 // IsServiceChainName reports whether a chain is a per-service or per-endpoint chain
