@@ -82,6 +82,25 @@ type caseFile struct {
 	// Upstream names testdata/upstream/<name>.txt files whose concatenation is
 	// kube-proxy's expected output for the same inputs.
 	Upstream []string `json:"upstream"`
+	// Flows are packet-flow expectations checked with the tracer (kube-proxy's
+	// packetFlowTest vectors for the same inputs).
+	Flows []caseFlow `json:"flows"`
+	// FlowsWithoutEndpoints are checked after a second (partial) sync in which the
+	// case's EndpointSlices are gone.
+	FlowsWithoutEndpoints []caseFlow `json:"flowsWithoutEndpoints"`
+}
+
+// caseFlow is one packetFlowTest: the first packet of a new connection from Src to
+// Dst:Port; Output is the DNAT target(s) ("ip:port, ip:port", every numgen branch),
+// DROP, REJECT or "" (accepted untouched); Masq whether it was masqueraded.
+type caseFlow struct {
+	Name     string `json:"name"`
+	Src      string `json:"src"`
+	Protocol string `json:"protocol"`
+	Dst      string `json:"dst"`
+	Port     int    `json:"port"`
+	Output   string `json:"output"`
+	Masq     bool   `json:"masq"`
 }
 
 type testCase struct {

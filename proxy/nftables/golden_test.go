@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,5 +55,62 @@ func TestUpstreamGolden(t *testing.T) {
 				t.Errorf("Render differs from the proxier's first transaction:\n%s", diffLines(res.Transaction.String(), string(text)))
 			}
 		})
+	}
+}
+
+// testNodeIPs are the addresses "fib ... type local" sees, as in kube-proxy's tests.
+var testNodeIPs = []string{testNodeIP, "192.168.1.2", "192.168.99.11", testNodeIPv6, "2001:db8:1::2"}
+
+// TestUpstreamFlows runs the packet flows of each case (kube-proxy's packetFlowTest
+// vectors for the same inputs) through the tracer on the table a Proxier wrote.
+func TestUpstreamFlows(t *testing.T) {
+	paths, err := filepath.Glob("testdata/cases/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range paths {
+		tc := loadCase(t, path)
+		if len(tc.file.Flows)+len(tc.file.FlowsWithoutEndpoints) == 0 {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			fake := newFake(tc.cfg.Family)
+			p, err := NewProxier(fake, nil, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Sync(context.Background(), tc.services, tc.slices); err != nil {
+				t.Fatal(err)
+			}
+			runFlows(t, fake, tc.file.Flows)
+			if len(tc.file.FlowsWithoutEndpoints) > 0 {
+				res, err := p.Sync(context.Background(), tc.services, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Full {
+					t.Error("second sync is full")
+				}
+				runFlows(t, fake, tc.file.FlowsWithoutEndpoints)
+			}
+		})
+	}
+}
+
+func runFlows(t *testing.T, fake *knftables.Fake, flows []caseFlow) {
+	t.Helper()
+	for _, f := range flows {
+		proto := strings.ToLower(f.Protocol)
+		if proto == "" {
+			proto = "tcp"
+		}
+		out, masq, err := trace(fake, testNodeIPs, f.Src, proto, f.Dst, f.Port)
+		if err != nil {
+			t.Errorf("%s: %v", f.Name, err)
+			continue
+		}
+		if out != f.Output || masq != f.Masq {
+			t.Errorf("%s: %s -> %s:%d/%s gives %q masq %v, want %q masq %v", f.Name, f.Src, f.Dst, f.Port, proto, out, masq, f.Output, f.Masq)
+		}
 	}
 }
