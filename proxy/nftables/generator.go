@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 
 	"github.com/clusterlab/clusterlab/proxy"
@@ -316,16 +317,16 @@ func (g *generator) serviceChains(tx *knftables.Transaction, p *svcPlan) {
 func (g *generator) externalChain(tx *knftables.Transaction, p *svcPlan) {
 	r, ch := g.r, &p.info.chains
 	if !p.sp.ExternalPolicyLocal {
-		tx.Add(&knftables.Rule{Chain: ch.External, Rule: r.masqRule, Comment: ptr("masquerade")})
+		tx.Add(&knftables.Rule{Chain: ch.External, Rule: r.masqRule, Comment: ptr.To("masquerade")})
 	} else {
 		if r.ifLocal != "" {
 			tx.Add(&knftables.Rule{Chain: ch.External, Rule: knftables.Concat(r.ifLocal, "goto", ch.Cluster),
-				Comment: ptr("short-circuit pod traffic")})
+				Comment: ptr.To("short-circuit pod traffic")})
 		}
 		tx.Add(&knftables.Rule{Chain: ch.External, Rule: knftables.Concat("fib saddr type local", r.masqRule),
-			Comment: ptr("masquerade local traffic")})
+			Comment: ptr.To("masquerade local traffic")})
 		tx.Add(&knftables.Rule{Chain: ch.External, Rule: knftables.Concat("fib saddr type local goto", ch.Cluster),
-			Comment: ptr("short-circuit local traffic")})
+			Comment: ptr.To("short-circuit local traffic")})
 	}
 	if p.hasExternal {
 		tx.Add(&knftables.Rule{Chain: ch.External, Rule: "goto " + p.externalPolicyChain})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
 )
 
@@ -68,15 +69,13 @@ func ensureChain(tx *knftables.Transaction, seen chainSet, name string, skip boo
 	tx.Flush(&knftables.Chain{Name: name})
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // setup writes what a full sync rewrites: the table, base chains with their jump
 // rules, the fixed chains and rules, and the sets and maps (kube-proxy's setupNFTables).
 // firstSync adds the one-time add+delete of every base chain, so that a base chain
 // left by an older kube-proxy with another priority is recreated.
 func (g *generator) setup(tx *knftables.Transaction, seen chainSet, firstSync bool) {
 	r := g.r
-	tx.Add(&knftables.Table{Comment: ptr("rules for kube-proxy")})
+	tx.Add(&knftables.Table{Comment: ptr.To("rules for kube-proxy")})
 	if firstSync {
 		for _, bc := range baseChains {
 			tx.Add(&knftables.Chain{Name: bc.name})
@@ -84,7 +83,7 @@ func (g *generator) setup(tx *knftables.Transaction, seen chainSet, firstSync bo
 		}
 	}
 	for _, bc := range baseChains {
-		c := &knftables.Chain{Name: bc.name, Type: ptr(bc.typ), Hook: ptr(bc.hook), Priority: ptr(bc.priority)}
+		c := &knftables.Chain{Name: bc.name, Type: ptr.To(bc.typ), Hook: ptr.To(bc.hook), Priority: ptr.To(bc.priority)}
 		tx.Add(c)
 		tx.Flush(c)
 	}
@@ -98,7 +97,7 @@ func (g *generator) setup(tx *knftables.Transaction, seen chainSet, firstSync bo
 
 	tx.Add(&knftables.Set{
 		Name: SetHairpinConnections, Type: r.addrType + " . " + r.addrType + " . inet_proto . inet_service",
-		Comment: ptr("service hairpin connections"),
+		Comment: ptr.To("service hairpin connections"),
 	})
 	tx.Add(&knftables.Rule{Chain: ChainMasquerading, Rule: knftables.Concat(
 		"mark and", r.mark, "!= 0 mark set mark xor", r.mark, "masquerade fully-random")})
@@ -106,15 +105,15 @@ func (g *generator) setup(tx *knftables.Transaction, seen chainSet, firstSync bo
 		"ct status dnat", r.ipX, "saddr .", r.ipX, "daddr . meta l4proto . th dport @"+SetHairpinConnections,
 		"masquerade fully-random")})
 
-	tx.Add(&knftables.Set{Name: SetClusterIPs, Type: r.addrType, Comment: ptr("Active ClusterIPs")})
+	tx.Add(&knftables.Set{Name: SetClusterIPs, Type: r.addrType, Comment: ptr.To("Active ClusterIPs")})
 	tx.Add(&knftables.Rule{
 		Chain: ChainClusterIPsCheck, Rule: knftables.Concat(r.ipX, "daddr @"+SetClusterIPs, "reject"),
-		Comment: ptr("Reject traffic to invalid ports of ClusterIPs"),
+		Comment: ptr.To("Reject traffic to invalid ports of ClusterIPs"),
 	})
 	if r.serviceCIDR != "" {
 		tx.Add(&knftables.Rule{
 			Chain: ChainClusterIPsCheck, Rule: knftables.Concat(r.ipX, "daddr {", r.serviceCIDR, "} drop"),
-			Comment: ptr("Drop traffic to unallocated ClusterIPs"),
+			Comment: ptr.To("Drop traffic to unallocated ClusterIPs"),
 		})
 	}
 	g.setupNodePortIPs(tx)
@@ -129,7 +128,7 @@ func (g *generator) setup(tx *knftables.Transaction, seen chainSet, firstSync bo
 // NodePort traffic ("add" first so that the delete cannot fail).
 func (g *generator) setupNodePortIPs(tx *knftables.Transaction) {
 	r := g.r
-	tx.Add(&knftables.Set{Name: SetNodePortIPs, Type: r.addrType, Comment: ptr("IPs that accept NodePort traffic")})
+	tx.Add(&knftables.Set{Name: SetNodePortIPs, Type: r.addrType, Comment: ptr.To("IPs that accept NodePort traffic")})
 	if r.matchAll {
 		tx.Delete(&knftables.Set{Name: SetNodePortIPs})
 		return
@@ -145,13 +144,13 @@ func (g *generator) setupNoEndpoints(tx *knftables.Transaction) {
 	r := g.r
 	tx.Add(&knftables.Map{
 		Name: MapNoEndpointServices, Type: r.addrType + " . inet_proto . inet_service : verdict",
-		Comment: ptr("vmap to drop or reject packets to services with no endpoints"),
+		Comment: ptr.To("vmap to drop or reject packets to services with no endpoints"),
 	})
 	tx.Add(&knftables.Map{
 		Name: MapNoEndpointNodePorts, Type: "inet_proto . inet_service : verdict",
-		Comment: ptr("vmap to drop or reject packets to service nodeports with no endpoints"),
+		Comment: ptr.To("vmap to drop or reject packets to service nodeports with no endpoints"),
 	})
-	tx.Add(&knftables.Chain{Name: ChainReject, Comment: ptr("helper for @no-endpoint-services / @no-endpoint-nodeports")})
+	tx.Add(&knftables.Chain{Name: ChainReject, Comment: ptr.To("helper for @no-endpoint-services / @no-endpoint-nodeports")})
 	tx.Flush(&knftables.Chain{Name: ChainReject})
 	tx.Add(&knftables.Rule{Chain: ChainReject, Rule: "reject"})
 	tx.Add(&knftables.Rule{Chain: ChainServiceEndpointsCheck, Rule: knftables.Concat(
@@ -175,7 +174,7 @@ func (g *generator) setupLocalhostNodePorts(tx *knftables.Transaction, seen chai
 	r := g.r
 	tx.Add(&knftables.Map{
 		Name: MapLocalhostNodePortReject, Type: "inet_proto . inet_service : verdict",
-		Comment: ptr("localhost NodePorts rejected by kube-proxy"),
+		Comment: ptr.To("localhost NodePorts rejected by kube-proxy"),
 	})
 	rejected := map[corev1.Protocol]bool{}
 	if len(r.rejectProtocols) > 0 {
@@ -211,7 +210,7 @@ func (g *generator) setupDispatch(tx *knftables.Transaction, seen chainSet) {
 	r := g.r
 	tx.Add(&knftables.Map{
 		Name: MapFirewallIPs, Type: r.addrType + " . inet_proto . inet_service : verdict",
-		Comment: ptr("destinations that are subject to LoadBalancerSourceRanges"),
+		Comment: ptr.To("destinations that are subject to LoadBalancerSourceRanges"),
 	})
 	ensureChain(tx, seen, ChainFirewallCheck, false)
 	tx.Add(&knftables.Rule{Chain: ChainFirewallCheck, Rule: knftables.Concat(
@@ -219,19 +218,19 @@ func (g *generator) setupDispatch(tx *knftables.Transaction, seen chainSet) {
 
 	tx.Add(&knftables.Map{
 		Name: MapServiceIPs, Type: r.addrType + " . inet_proto . inet_service : verdict",
-		Comment: ptr("ClusterIP, ExternalIP and LoadBalancer IP traffic"),
+		Comment: ptr.To("ClusterIP, ExternalIP and LoadBalancer IP traffic"),
 	})
-	tx.Add(&knftables.Map{Name: MapServiceNodePorts, Type: "inet_proto . inet_service : verdict", Comment: ptr("NodePort traffic")})
+	tx.Add(&knftables.Map{Name: MapServiceNodePorts, Type: "inet_proto . inet_service : verdict", Comment: ptr.To("NodePort traffic")})
 
 	if r.masqAll {
 		tx.Add(&knftables.Rule{
 			Chain: ChainServices, Rule: knftables.Concat(r.ipX, "daddr @"+SetClusterIPs, r.masqRule),
-			Comment: ptr("masquerade all clusterIP traffic"),
+			Comment: ptr.To("masquerade all clusterIP traffic"),
 		})
 	} else if r.ifNotLocal != "" {
 		tx.Add(&knftables.Rule{
 			Chain: ChainServices, Rule: knftables.Concat(r.ipX, "daddr @"+SetClusterIPs, r.ifNotLocal, r.masqRule),
-			Comment: ptr("masquerade clusterIP traffic from outside cluster"),
+			Comment: ptr.To("masquerade clusterIP traffic from outside cluster"),
 		})
 	}
 	tx.Add(&knftables.Rule{Chain: ChainServices, Rule: knftables.Concat(
@@ -251,6 +250,6 @@ func (g *generator) affinitySet(name string, timeoutSeconds int) *knftables.Set 
 		Name:    name,
 		Type:    g.r.addrType,
 		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
-		Timeout: ptr(time.Duration(timeoutSeconds) * time.Second),
+		Timeout: ptr.To(time.Duration(timeoutSeconds) * time.Second),
 	}
 }
