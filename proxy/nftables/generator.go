@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"net"
 	"strconv"
 	"strings"
 
@@ -27,10 +26,9 @@ func (g *generator) info(n proxy.ServicePortName, sp *proxy.ServicePort) *svcInf
 		return s
 	}
 	s := &svcInfo{
-		name:    n.String(),
-		proto:   strings.ToLower(string(n.Protocol)),
-		port:    strconv.Itoa(sp.Port),
-		epBases: map[string]string{},
+		name:  n.String(),
+		proto: strings.ToLower(string(n.Protocol)),
+		port:  strconv.Itoa(sp.Port),
 	}
 	if g.r.version >= Version137 {
 		s.name = truncateComment(s.name)
@@ -44,6 +42,9 @@ func (g *generator) info(n proxy.ServicePortName, sp *proxy.ServicePort) *svcInf
 func (s *svcInfo) epBase(n proxy.ServicePortName, ep *proxy.Endpoint) string {
 	b, ok := s.epBases[ep.String()]
 	if !ok {
+		if s.epBases == nil {
+			s.epBases = map[string]string{}
+		}
 		b = EndpointNameBase(n, s.proto, ep)
 		s.epBases[ep.String()] = b
 	}
@@ -60,6 +61,8 @@ type generator struct {
 	clusterIPs, serviceIPs, firewallIPs           *elemStore
 	noEndpointServices, noEndpointNodePorts       *elemStore
 	serviceNodePorts, hairpin, localhostNPRejects *elemStore
+
+	buf []byte // scratch for rule text
 }
 
 func newGenerator(r *resolved) *generator {
@@ -334,26 +337,34 @@ func (g *generator) externalChain(tx *knftables.Transaction, p *svcPlan) {
 }
 
 // endpointDNATs writes a service chain without affinity: one DNAT, to the endpoint or
-// through a numgen map over the endpoints.
+// through a numgen map over the endpoints. The rule text is built in one buffer (this
+// is the bulk of a large ruleset).
 func (g *generator) endpointDNATs(tx *knftables.Transaction, p *svcPlan, chain string, eps []*proxy.Endpoint) {
+	b := append(g.buf[:0], "meta l4proto "...)
+	b = append(b, p.info.proto...)
 	if len(eps) == 1 {
-		tx.Add(&knftables.Rule{Chain: chain, Rule: knftables.Concat(
-			"meta l4proto", p.info.proto, "dnat to", net.JoinHostPort(eps[0].IPString(), strconv.Itoa(eps[0].Port)))})
-		return
-	}
-	var b strings.Builder
-	for i, ep := range eps {
-		if i > 0 {
-			b.WriteString(" , ")
+		b = append(b, " dnat to "...)
+		b = append(b, eps[0].String()...)
+	} else {
+		b = append(b, " dnat "...)
+		b = append(b, g.r.ipX...)
+		b = append(b, " addr . port to numgen random mod "...)
+		b = strconv.AppendInt(b, int64(len(eps)), 10)
+		b = append(b, " map { "...)
+		for i, ep := range eps {
+			if i > 0 {
+				b = append(b, " , "...)
+			}
+			b = strconv.AppendInt(b, int64(i), 10)
+			b = append(b, " : "...)
+			b = append(b, ep.IPString()...)
+			b = append(b, " . "...)
+			b = strconv.AppendInt(b, int64(ep.Port), 10)
 		}
-		b.WriteString(strconv.Itoa(i))
-		b.WriteString(" : ")
-		b.WriteString(ep.IPString())
-		b.WriteString(" . ")
-		b.WriteString(strconv.Itoa(ep.Port))
+		b = append(b, " }"...)
 	}
-	tx.Add(&knftables.Rule{Chain: chain, Rule: knftables.Concat(
-		"meta l4proto", p.info.proto, "dnat", g.r.ipX, "addr . port to numgen random mod", len(eps), "map {", b.String(), "}")})
+	g.buf = b
+	tx.Add(&knftables.Rule{Chain: chain, Rule: string(b)})
 }
 
 // endpointJumps writes a service chain with ClientIP affinity: one rule per endpoint
