@@ -32,15 +32,7 @@ func TestUpstreamGolden(t *testing.T) {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {
-			fake := newFake(tc.cfg.Family)
-			p, err := NewProxier(fake, nil, tc.cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := p.Sync(context.Background(), tc.services, tc.slices)
-			if err != nil {
-				t.Fatal(err)
-			}
+			fake, _, res := syncCase(t, tc)
 			want := sortTransaction(upstreamText(t, tc.file.Upstream))
 			got := sortTransaction(asUpstream(fake.Dump()))
 			if d := diffLines(want, got); d != "" {
@@ -56,6 +48,21 @@ func TestUpstreamGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// syncCase syncs a case's objects with a new Proxier into a knftables.Fake.
+func syncCase(t *testing.T, tc testCase) (*knftables.Fake, *Proxier, *SyncResult) {
+	t.Helper()
+	fake := newFake(tc.cfg.Family)
+	p, err := NewProxier(fake, nil, tc.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Sync(context.Background(), tc.services, tc.slices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake, p, res
 }
 
 // testNodeIPs are the addresses "fib ... type local" sees, as in kube-proxy's tests.
@@ -74,14 +81,7 @@ func TestUpstreamFlows(t *testing.T) {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {
-			fake := newFake(tc.cfg.Family)
-			p, err := NewProxier(fake, nil, tc.cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.Sync(context.Background(), tc.services, tc.slices); err != nil {
-				t.Fatal(err)
-			}
+			fake, p, _ := syncCase(t, tc)
 			runFlows(t, fake, tc.file.Flows)
 			if len(tc.file.FlowsWithoutEndpoints) > 0 {
 				res, err := p.Sync(context.Background(), tc.services, nil)
