@@ -169,7 +169,7 @@ func resolve(c Config) (*resolved, error) {
 	r.serviceCIDR = strings.Join(cidrs, ",")
 	if c.LocalhostNodePorts {
 		r.rejectProtocols = []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP}
-		if explicitLoopback(npa.CIDRs()) {
+		if explicitLoopback(node.NodePortAddresses, r.isIPv6) {
 			r.rejectProtocols = r.rejectProtocols[1:]
 		}
 	}
@@ -179,11 +179,14 @@ func resolve(c Config) (*resolved, error) {
 	return r, nil
 }
 
-// explicitLoopback reports whether a CIDR lies inside the loopback range (127.0.0.0/8
-// or ::1/128), as opposed to a catch-all CIDR that merely contains it.
-func explicitLoopback(cidrs []netip.Prefix) bool {
-	for _, p := range cidrs {
-		if p.Addr().IsLoopback() && (p.Addr().Is6() || p.Bits() >= 8) {
+// explicitLoopback reports whether --nodeport-addresses names a CIDR of the family
+// inside the loopback range (127.0.0.0/8 or ::1/128), as opposed to a catch-all CIDR
+// that merely contains it; wherever it stands in the list (kube-proxy's
+// ContainsExplicitLoopback).
+func explicitLoopback(specs []string, isIPv6 bool) bool {
+	for _, s := range specs {
+		p, ok := proxy.ParseCIDRSloppy(s)
+		if ok && p.Addr().Is6() == isIPv6 && p.Addr().IsLoopback() && (isIPv6 || p.Bits() >= 8) {
 			return true
 		}
 	}
