@@ -88,6 +88,9 @@ type caseFile struct {
 	// FlowsWithoutEndpoints are checked after a second (partial) sync in which the
 	// case's EndpointSlices are gone.
 	FlowsWithoutEndpoints []caseFlow `json:"flowsWithoutEndpoints"`
+	// FibLocal are more addresses the tracer's "fib ... type local" takes as the
+	// node's (kube-proxy's tracer knows only the node IPs, not loopback).
+	FibLocal []string `json:"fibLocal"`
 }
 
 // caseFlow is one packetFlowTest: the first packet of a new connection from Src to

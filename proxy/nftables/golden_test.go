@@ -82,7 +82,7 @@ func TestUpstreamFlows(t *testing.T) {
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			fake, p, _ := syncCase(t, tc)
-			runFlows(t, fake, tc.file.Flows)
+			runFlows(t, fake, tc.file.FibLocal, tc.file.Flows)
 			if len(tc.file.FlowsWithoutEndpoints) > 0 {
 				res, err := p.Sync(context.Background(), tc.services, nil)
 				if err != nil {
@@ -91,20 +91,21 @@ func TestUpstreamFlows(t *testing.T) {
 				if res.Full {
 					t.Error("second sync is full")
 				}
-				runFlows(t, fake, tc.file.FlowsWithoutEndpoints)
+				runFlows(t, fake, tc.file.FibLocal, tc.file.FlowsWithoutEndpoints)
 			}
 		})
 	}
 }
 
-func runFlows(t *testing.T, fake *knftables.Fake, flows []caseFlow) {
+func runFlows(t *testing.T, fake *knftables.Fake, fibLocal []string, flows []caseFlow) {
 	t.Helper()
+	local := append(append([]string{}, testNodeIPs...), fibLocal...)
 	for _, f := range flows {
 		proto := strings.ToLower(f.Protocol)
 		if proto == "" {
 			proto = "tcp"
 		}
-		out, masq, err := trace(fake, testNodeIPs, f.Src, proto, f.Dst, f.Port)
+		out, masq, err := trace(fake, local, f.Src, proto, f.Dst, f.Port)
 		if err != nil {
 			t.Errorf("%s: %v", f.Name, err)
 			continue
