@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/knftables"
 )
 
@@ -178,4 +179,37 @@ func sortedListing(s string) string {
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
+}
+
+// TestRealNFTAffinityTimeout: a changed sessionAffinityConfig timeout reaches the
+// kernel in a partial sync ("add set" with the new timeout updates the set; the
+// knftables.Fake would keep the old one).
+func TestRealNFTAffinityTimeout(t *testing.T) {
+	ns := newNetns(t)
+	ctx := context.Background()
+	n := &netnsNFT{ns: ns, family: corev1.IPv4Protocol}
+	p, err := NewProxier(n, nil, upstreamConfig(corev1.IPv4Protocol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := []*discoveryv1.EndpointSlice{makeSlice("ns1", "svc1", "p80", 80, "10.180.0.1")}
+	for _, tc := range []struct {
+		seconds int32
+		want    string
+	}{{60, "timeout 1m"}, {7200, "timeout 2h"}} {
+		svc := makeService("ns1", "svc1", "172.30.0.41", "p80", 80, func(s *corev1.Service) {
+			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+			s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &tc.seconds}}
+		})
+		if _, err := p.Sync(ctx, []*corev1.Service{svc}, eps); err != nil {
+			t.Fatal(err)
+		}
+		out, err := n.list(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "set affinity-") || !strings.Contains(out, tc.want) {
+			t.Errorf("timeout %ds: listing lacks %q:\n%s", tc.seconds, tc.want, out)
+		}
+	}
 }
