@@ -17,18 +17,20 @@ type svcInfo struct {
 	name    string // "ns/svc:port", cut to 128 bytes for comments (1.37)
 	proto   string // "tcp"
 	port    string // service port, decimal
+	portNum int
 	chains  ServiceChainNames
 	epBases map[string]string // endpoint "ip:port" → EndpointNameBase
 }
 
 func (g *generator) info(n proxy.ServicePortName, sp *proxy.ServicePort) *svcInfo {
-	if s := g.cache[n]; s != nil && s.port == strconv.Itoa(sp.Port) {
+	if s := g.cache[n]; s != nil && s.portNum == sp.Port {
 		return s
 	}
 	s := &svcInfo{
-		name:  n.String(),
-		proto: strings.ToLower(string(n.Protocol)),
-		port:  strconv.Itoa(sp.Port),
+		name:    n.String(),
+		proto:   strings.ToLower(string(n.Protocol)),
+		port:    strconv.Itoa(sp.Port),
+		portNum: sp.Port,
 	}
 	if g.r.version >= Version137 {
 		s.name = truncateComment(s.name)
@@ -154,9 +156,13 @@ func planService(n proxy.ServicePortName, sp *proxy.ServicePort, info *svcInfo, 
 // the Service and its endpoints did not change, its chains. Service ports are taken in
 // ServicePortName order (kube-proxy walks a map).
 func (g *generator) services(tx *knftables.Transaction, st *proxy.SyncState, full bool, out *syncOut) {
-	for _, n := range st.Services.SortedNames() {
+	names := st.Services.SortedNames()
+	next := make(map[proxy.ServicePortName]*svcInfo, len(names))
+	defer func() { g.cache = next }()
+	for _, n := range names {
 		sp := st.Services[n]
 		info := g.info(n, sp)
+		next[n] = info
 		c := proxy.CategorizeEndpoints(st.Endpoints[n], sp, g.r.nodeName, g.r.nodeLabels)
 		out.endpoints += len(st.Endpoints[n])
 		skip := !full && !st.Changed(n.NamespacedName)
@@ -182,10 +188,7 @@ func (g *generator) services(tx *knftables.Transaction, st *proxy.SyncState, ful
 		if p.usesExternal {
 			ensureChain(tx, out.chains, info.chains.External, skip)
 		}
-		if p.usesFirewall {
-			ensureChain(tx, out.chains, info.chains.Firewall, skip)
-		}
-		g.serviceElements(tx, &p)
+		g.serviceElements(tx, &p, out.chains, skip)
 		if !skip {
 			g.serviceChains(tx, &p)
 		}
@@ -203,8 +206,9 @@ func (p *svcPlan) element(m, ip, verdict string, comment bool) *knftables.Elemen
 
 // serviceElements ensures the service port's set and map elements: its cluster IP,
 // dispatch entries for the cluster IP, external IPs, load-balancer IPs and NodePort,
-// firewall entries, and the no-endpoint verdicts.
-func (g *generator) serviceElements(tx *knftables.Transaction, p *svcPlan) {
+// firewall entries, and the no-endpoint verdicts; and, in kube-proxy's place in the
+// transaction, its firewall chain.
+func (g *generator) serviceElements(tx *knftables.Transaction, p *svcPlan, chains chainSet, skip bool) {
 	sp, info := p.sp, p.info
 	cip := sp.ClusterIP.String()
 	g.clusterIPs.ensure(tx, &knftables.Element{Set: SetClusterIPs, Key: []string{cip}})
@@ -221,6 +225,9 @@ func (g *generator) serviceElements(tx *knftables.Transaction, p *svcPlan) {
 		if !p.hasExternal {
 			g.noEndpointServices.ensure(tx, p.element(MapNoEndpointServices, ip.String(), p.externalVerdict, true))
 		}
+	}
+	if p.usesFirewall {
+		ensureChain(tx, chains, info.chains.Firewall, skip)
 	}
 	for _, ip := range sp.LoadBalancerVIPs {
 		if p.c.HasAnyEndpoints {
