@@ -29,3 +29,11 @@ type Lister interface {
 	// ListElements returns the elements of a "set" or "map".
 	ListElements(ctx context.Context, objectType, name string) ([]*knftables.Element, error)
 }
+
+// knftables' fake and real implementations are Interfaces and Listers.
+var (
+	_ Interface = (*knftables.Fake)(nil)
+	_ Lister    = (*knftables.Fake)(nil)
+	_ Interface = knftables.Interface(nil)
+	_ Lister    = knftables.Interface(nil)
+)
