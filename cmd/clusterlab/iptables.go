@@ -91,12 +91,33 @@ func init() {
 }
 
 func runIptablesGen(out io.Writer, o *iptablesGenOptions) error {
+	services, slices, node, family, err := o.load()
+	if err != nil {
+		return err
+	}
+	cfg := iptables.Config{
+		Family: family, Node: node, NoRandomFully: o.noRandomFully, NoNFAcct: o.noNFAcct,
+		ConntrackTCPBeLiberal: o.tcpBeLiberal,
+	}
+	text, err := iptables.Render(services, slices, cfg, iptables.RenderOptions{IncludeJumps: o.jumps})
+	if err != nil {
+		return badInput(err)
+	}
+	_, err = out.Write(text)
+	return err
+}
+
+// load reads the manifests (Services, EndpointSlices and the node's Node object) and
+// resolves the node and family flags, for the generate commands. Errors are usage
+// errors.
+func (o *iptablesGenOptions) load() ([]*corev1.Service, []*discoveryv1.EndpointSlice, proxy.NodeConfig, corev1.IPFamily, error) {
+	var node proxy.NodeConfig
 	if len(o.manifests) == 0 {
-		return badInput(fmt.Errorf("--manifests: at least one file or directory is required"))
+		return nil, nil, node, "", badInput(fmt.Errorf("--manifests: at least one file or directory is required"))
 	}
 	ms, err := service.LoadPaths(o.manifests...)
 	if err != nil {
-		return badInput(err)
+		return nil, nil, node, "", badInput(err)
 	}
 	var services []*corev1.Service
 	var slices []*discoveryv1.EndpointSlice
@@ -115,9 +136,8 @@ func runIptablesGen(out io.Writer, o *iptablesGenOptions) error {
 			}
 		}
 	}
-	node, err := o.nodeConfig(nodeObj)
-	if err != nil {
-		return badInput(err)
+	if node, err = o.nodeConfig(nodeObj); err != nil {
+		return nil, nil, node, "", badInput(err)
 	}
 	var family corev1.IPFamily
 	switch strings.ToLower(o.family) {
@@ -126,18 +146,9 @@ func runIptablesGen(out io.Writer, o *iptablesGenOptions) error {
 	case "ipv6", "6":
 		family = corev1.IPv6Protocol
 	default:
-		return badInput(fmt.Errorf("--family: %q is neither IPv4 nor IPv6", o.family))
+		return nil, nil, node, "", badInput(fmt.Errorf("--family: %q is neither IPv4 nor IPv6", o.family))
 	}
-	cfg := iptables.Config{
-		Family: family, Node: node, NoRandomFully: o.noRandomFully, NoNFAcct: o.noNFAcct,
-		ConntrackTCPBeLiberal: o.tcpBeLiberal,
-	}
-	text, err := iptables.Render(services, slices, cfg, iptables.RenderOptions{IncludeJumps: o.jumps})
-	if err != nil {
-		return badInput(err)
-	}
-	_, err = out.Write(text)
-	return err
+	return services, slices, node, family, nil
 }
 
 func (o *iptablesGenOptions) nodeConfig(n *corev1.Node) (proxy.NodeConfig, error) {
