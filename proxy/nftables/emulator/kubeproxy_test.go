@@ -43,11 +43,31 @@ func loadKubeProxy(t *testing.T, name string) *Emulator {
 		}
 		data = append(base, data...)
 	}
-	e, err := Load(data, name)
+	e, err := Load(sortDump(data), name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// sortDump orders kube-proxy's expected text as knftables' Fake dumps it (and so as a
+// real transaction must be): tables, chains, sets, maps, rules, elements, each kind in
+// its original order; comments and blank lines dropped.
+func sortDump(data []byte) []byte {
+	order := []string{"table", "chain", "set", "map", "counter", "rule", "element"}
+	groups := map[string][]string{}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || strings.HasPrefix(l, "#") {
+			continue
+		}
+		groups[f[1]] = append(groups[f[1]], l)
+	}
+	var out []string
+	for _, k := range order {
+		out = append(out, groups[k]...)
+	}
+	return []byte(strings.Join(out, "\n") + "\n")
 }
 
 // flowOutput walks the packet with all branches and renders the outcome as

@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"fmt"
 	"strconv"
 )
 
@@ -260,6 +261,11 @@ func (p *parser) ruleCmd(verb token, toks []token) error {
 	r, err := p.parseRule(t, c, rest, 0)
 	if err != nil {
 		return err
+	}
+	// As the kernel does, a rule may refer only to chains and sets that exist at this
+	// point of the transaction.
+	if err := p.x.checkRule(t, c, r); err != nil {
+		return fmt.Errorf("%w (it must exist before the rule is added)", err)
 	}
 	t.maxHandle++
 	r.Handle = t.maxHandle

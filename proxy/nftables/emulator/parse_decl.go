@@ -455,6 +455,9 @@ func (p *parser) elementsCmd(verb token, toks []token) error {
 			}
 			s.insertElem(e)
 		default:
+			if v := e.Value; v != nil && v.Verdict != nil && v.Verdict.Chain != "" && t.chain(v.Verdict.Chain) == nil {
+				return p.errf(verb, "add element %s: %s: %s to missing chain %q (it must exist before the element is added)", sname, e.Text, v.Verdict.Kind, v.Verdict.Chain)
+			}
 			if e.Timeout == 0 && s.Timeout > 0 && s.HasFlag("timeout") {
 				e.Timeout = s.Timeout
 			}

@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -242,6 +243,9 @@ func anonString(s *Set) string {
 	for i, e := range els {
 		parts[i] = elemString(s, e)
 	}
+	if !s.IsMap && len(s.ranges) > 0 && len(s.KeyTypes) == 1 {
+		parts = mergedIntervals(s)
+	}
 	if len(parts) == 1 && !s.IsMap {
 		return parts[0]
 	}
@@ -387,3 +391,49 @@ type UnknownStmt struct {
 }
 
 func (u *UnknownStmt) String() string { return u.Text }
+
+// mergedIntervals prints an anonymous interval set as nft does: sorted, adjacent and
+// overlapping intervals merged.
+func mergedIntervals(s *Set) []string {
+	type iv struct{ lo, hi key }
+	var ivs []iv
+	for _, e := range s.live() {
+		ivs = append(ivs, iv{e.Lo, e.Hi})
+	}
+	sort.Slice(ivs, func(i, j int) bool { return cmpKey(&ivs[i].lo, &ivs[j].lo) < 0 })
+	var merged []iv
+	for _, v := range ivs {
+		if n := len(merged); n > 0 {
+			last := &merged[n-1]
+			next := last.hi
+			if incKey(&next) && cmpKey(&v.lo, &next) <= 0 {
+				if cmpKey(&v.hi, &last.hi) > 0 {
+					last.hi = v.hi
+				}
+				continue
+			}
+		}
+		merged = append(merged, v)
+	}
+	t := s.KeyTypes[0]
+	out := make([]string, len(merged))
+	for i, v := range merged {
+		if v.lo == v.hi {
+			out[i] = formatValue(t, v.lo.bytes())
+		} else {
+			out[i] = formatRange(t, v.lo.bytes(), v.hi.bytes())
+		}
+	}
+	return out
+}
+
+// incKey adds one to a key (false on overflow).
+func incKey(k *key) bool {
+	for i := int(k.n) - 1; i >= 0; i-- {
+		k.b[i]++
+		if k.b[i] != 0 {
+			return true
+		}
+	}
+	return false
+}
