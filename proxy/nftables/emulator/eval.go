@@ -106,7 +106,9 @@ func (c *evalCtx) runRule(r *Rule) (fl flow, stop bool) {
 		case *RejectStmt:
 			c.matched(step, nil, "reject")
 			c.decide(r, ChainVerdict{Verdict: Reject, Reject: s.With, Reason: r.reason})
-			c.setVerdict(step, "reject "+s.With.String())
+			if step >= 0 {
+				c.setVerdict(step, "reject "+s.With.String())
+			}
 			return fFinal, true
 		case *NATStmt:
 			n, ok := c.nat(s)
@@ -115,11 +117,15 @@ func (c *evalCtx) runRule(r *Rule) (fl flow, stop bool) {
 			}
 			c.matched(step, nil, "")
 			c.decide(r, ChainVerdict{Verdict: Accept, NAT: n, HasNAT: true, Reason: r.reason})
-			c.setVerdict(step, fmt.Sprintf("%s %s", n.Kind, n.Dest()))
+			if step >= 0 {
+				c.setVerdict(step, fmt.Sprintf("%s %s", n.Kind, n.Dest()))
+			}
 			return fFinal, true
 		case *MarkStmt:
 			c.setMark(s)
-			c.detail(step, fmt.Sprintf("mark %#x", c.q.Mark))
+			if step >= 0 {
+				c.detail(step, fmt.Sprintf("mark %#x", c.q.Mark))
+			}
 		case *CounterStmt:
 			if !c.env.DryRun() {
 				s.Packets++
@@ -141,7 +147,9 @@ func (c *evalCtx) runRule(r *Rule) (fl flow, stop bool) {
 			if c.assumer != nil {
 				v = c.assumer.Assume(r, s)
 			}
-			c.detail(step, fmt.Sprintf("assumed %q %s", s.Text, map[bool]string{true: "matches", false: "does not match"}[v]))
+			if step >= 0 {
+				c.detail(step, fmt.Sprintf("assumed %q %s", s.Text, map[bool]string{true: "matches", false: "does not match"}[v]))
+			}
 			if !v {
 				return fNext, false
 			}
@@ -205,7 +213,9 @@ func (c *evalCtx) verdict(r *Rule, step int, v *VerdictStmt) (flow, bool) {
 		c.setVerdict(step, "return")
 		return fNext, true
 	}
-	c.setVerdict(step, v.Kind+" "+v.Chain)
+	if step >= 0 {
+		c.setVerdict(step, v.Kind+" "+v.Chain)
+	}
 	if v.target == nil || c.depth >= maxDepth {
 		c.decide(r, ChainVerdict{Verdict: Drop, Reason: r.reason + " (" + v.Kind + " to a missing chain or too deep)"})
 		return fFinal, true

@@ -95,7 +95,9 @@ var stmtStarts = map[string]bool{"accept": true, "drop": true, "continue": true,
 	"goto": true, "reject": true, "counter": true, "comment": true, "log": true, "dnat": true, "snat": true,
 	"masquerade": true, "redirect": true, "ip": true, "ip6": true, "tcp": true, "udp": true, "sctp": true,
 	"th": true, "meta": true, "ct": true, "fib": true, "numgen": true, "mark": true, "iifname": true,
-	"oifname": true, "update": true}
+	"oifname": true, "update": true, "limit": true, "quota": true, "queue": true, "notrack": true, "icmp": true,
+	"icmpv6": true, "tproxy": true, "synproxy": true, "fwd": true, "dup": true, "ether": true, "vlan": true,
+	"socket": true, "osf": true, "rt": true, "ipsec": true, "exthdr": true, "tcp option": true}
 
 // terminalUnknown are statements the emulator does not model that end the evaluation.
 var terminalUnknown = map[string]bool{"queue": true, "tproxy": true, "synproxy": true, "fwd": true}

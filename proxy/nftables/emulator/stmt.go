@@ -49,9 +49,19 @@ type Expr struct {
 	Off   uint32
 	Parts []*Expr // concatenation
 	Text  string  // as written
+
+	tys []dtype // types(), cached
 }
 
+// types returns the expression's data types, one per concatenated component.
 func (x *Expr) types() []dtype {
+	if x.tys == nil {
+		x.tys = x.computeTypes()
+	}
+	return x.tys
+}
+
+func (x *Expr) computeTypes() []dtype {
 	if x.Kind == xConcat {
 		var ts []dtype
 		for _, p := range x.Parts {
