@@ -136,7 +136,7 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 		return runNFTTrace(cmd, o)
 	}
 	if o.iptablesSave == "" {
-		return badInput(errors.New("--iptables-save or --nft-ruleset is required"))
+		return badInput(errors.New("--iptables-save is required (or --nft-ruleset for an nftables ruleset)"))
 	}
 	in, err := o.walkInput()
 	if err != nil {

@@ -142,7 +142,7 @@ func TestNFTTraceBadInput(t *testing.T) {
 		want string
 	}{
 		{append([]string{"--nft-ruleset", nftRuleset, "--iptables-save", "x"}, pkt...), "give only one of them"},
-		{pkt, "--iptables-save or --nft-ruleset is required"},
+		{pkt, "--iptables-save is required (or --nft-ruleset"},
 		{append([]string{"--nft-ruleset", bad}, pkt...), `bad.nft:3: chain c: jump to missing chain "nowhere"`},
 		{append([]string{"--nft-ruleset", empty}, pkt...), "no tables in"},
 		{append([]string{"--nft-ruleset", dir + "/missing.nft"}, pkt...), "--nft-ruleset: open"},
