@@ -359,6 +359,11 @@ func (p *parser) setType(s *Set, line []token) error {
 		if len(toks) == 0 {
 			return nil, "", p.errf(w, "%s %s: empty type", kindWord(s), s.Name)
 		}
+		for _, t := range toks {
+			if t.quoted || t.s == "" || t.is("{") || t.is("}") || t.is(",") {
+				return nil, "", p.errf(t, "%s %s: expected a type, found %s", kindWord(s), s.Name, describe(t))
+			}
+		}
 		text := strings.Join(tokStrings(toks), " ")
 		if w.s == "typeof" {
 			rp := &ruleParser{toks: toks, src: p.src, file: p.file}
