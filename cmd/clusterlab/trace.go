@@ -21,6 +21,7 @@ import (
 type traceOptions struct {
 	iptablesSave string
 	ipsets       string
+	nftRuleset   string
 
 	src, dst     string
 	sport, dport int
@@ -35,8 +36,13 @@ type traceOptions struct {
 	output       string
 }
 
-const traceLong = `Trace the first packet of a connection through a node's iptables rules, rule by
-rule, as the kernel would: raw, mangle, nat, filter and security tables at each hook.
+const traceLong = `Trace the first packet of a connection through a node's iptables rules
+(--iptables-save, an iptables-save dump) or nftables rules (--nft-ruleset, the output of
+` + "`nft list ruleset`" + `, with or without -a, or an ` + "`nft -f`" + ` script), rule by rule, as
+the kernel would. Give exactly one of the two. With iptables: raw, mangle, nat, filter
+and security tables at each hook. With nftables: the base chains of every ip, ip6 and
+inet table at each hook in priority order (an accept ends only its base chain; nat
+chains until one translates); numgen random choices are the choice points.
 
 The packet enters at PREROUTING, or at OUTPUT when it comes from the node (--from node,
 or its source is one of --local-ips). After nat PREROUTING a local destination goes to
@@ -70,7 +76,10 @@ Output -o json is a JSON array of outcomes, each an object with:
   packet            the packet at the end, after translations
   hooks             the hooks the packet went through, in order
   matched_rules     [{hook, table, chain, line, rule}]: the rules that matched, in order
-                    (line = the rule's line in the dump; rule = its text)
+                    (line = the rule's line in the dump; rule = its text). With
+                    --nft-ruleset: table is "FAMILY NAME" ("ip kube-proxy"), handle is
+                    the rule's handle (when the dump has them, nft -a) and element the
+                    set or map element that matched (when one did); decision likewise
   assumptions       [{hook, table, chain, line, rule, match, assumed_match}] (if any)
   paths             how many paths were merged into this outcome`
 
@@ -81,11 +90,12 @@ func newTraceCmd() *cobra.Command {
 	var o traceOptions
 	var so scenarioTraceOptions // the scenario mode's flags (trace_scenario.go)
 	cmd := &cobra.Command{
-		Use:   "trace (--iptables-save FILE --src IP --dst IP --dport N | SCENARIO --from pod:NS/NAME --to NAME_OR_VIP[:PORT]) [flags]",
-		Short: "Trace a packet through an iptables-save dump or a scenario's cluster, rule by rule",
+		Use:   "trace (--iptables-save FILE | --nft-ruleset FILE) --src IP --dst IP --dport N | SCENARIO --from pod:NS/NAME --to NAME_OR_VIP[:PORT]) [flags]",
+		Short: "Trace a packet through an iptables-save dump, an nft ruleset or a scenario's cluster, rule by rule",
 		Long:  traceLong + traceScenarioLong,
 		Example: `  clusterlab trace --iptables-save node1.txt --src 10.244.3.9 --dst 10.96.0.50 --dport 8125 --proto udp --all-branches
-  clusterlab trace --iptables-save node1.txt --src 192.168.1.10 --dst 10.96.0.1 --dport 443 --local-ips 192.168.1.10 -o json` + traceScenarioExamples,
+  clusterlab trace --iptables-save node1.txt --src 192.168.1.10 --dst 10.96.0.1 --dport 443 --local-ips 192.168.1.10 -o json
+  clusterlab trace --nft-ruleset node1.nft --src 10.244.3.9 --dst 10.96.0.50 --dport 8125 --proto udp --local-ips 192.168.1.10 --all-branches` + traceScenarioExamples,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -100,6 +110,7 @@ func newTraceCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.iptablesSave, "iptables-save", "", "iptables-save (or ip6tables-save) output to trace through, with or without -c counters")
 	f.StringVar(&o.ipsets, "ipsets", "", "`ipset save` output for -m set rules (optional)")
+	f.StringVar(&o.nftRuleset, "nft-ruleset", "", "`nft list ruleset` output (with or without -a; or nft -j JSON, or an nft -f script) to trace through, instead of --iptables-save")
 	f.StringVar(&o.src, "src", "", "source IP address")
 	f.StringVar(&o.dst, "dst", "", "destination IP address")
 	f.IntVar(&o.dport, "dport", 0, "destination port")
@@ -118,8 +129,14 @@ func newTraceCmd() *cobra.Command {
 }
 
 func runTrace(cmd *cobra.Command, o *traceOptions) error {
+	if o.iptablesSave != "" && o.nftRuleset != "" {
+		return badInput(errors.New("--iptables-save and --nft-ruleset: give only one of them"))
+	}
+	if o.nftRuleset != "" {
+		return runNFTTrace(cmd, o)
+	}
 	if o.iptablesSave == "" {
-		return badInput(errors.New("--iptables-save is required"))
+		return badInput(errors.New("--iptables-save is required (or --nft-ruleset for an nftables ruleset)"))
 	}
 	in, err := o.walkInput()
 	if err != nil {

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+	nftemu "github.com/clusterlab/clusterlab/proxy/nftables/emulator"
+
+	"github.com/spf13/cobra"
+)
+
+// runNFTTrace is `clusterlab trace --nft-ruleset FILE`: the same packet flags and the
+// same outcome JSON as --iptables-save, through an nftables ruleset.
+func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
+	if o.ipsets != "" {
+		return badInput(fmt.Errorf("--ipsets: only with --iptables-save (nftables sets are in the ruleset)"))
+	}
+	if cmd.Flags().Changed("every-rule") {
+		return badInput(fmt.Errorf("--every-rule: only with --iptables-save (an nft trace lists every rule it looks at)"))
+	}
+	in, err := o.walkInput()
+	if err != nil {
+		return badInput(err)
+	}
+	if o.output != "text" && o.output != "json" {
+		return badInput(fmt.Errorf("-o %q: want text or json", o.output))
+	}
+	data, err := os.ReadFile(o.nftRuleset)
+	if err != nil {
+		return badInput(fmt.Errorf("--nft-ruleset: %w", err))
+	}
+	e, err := nftemu.Load(data, o.nftRuleset)
+	if err != nil {
+		return badInput(err)
+	}
+	if len(e.Ruleset().Tables) == 0 {
+		return badInput(fmt.Errorf("no tables in %s: want `nft list ruleset` output (table FAMILY NAME { ... })", o.nftRuleset))
+	}
+	res, err := e.Walk(nftWalkInput(in))
+	if err != nil {
+		return badInput(err)
+	}
+	out := cmd.OutOrStdout()
+	if o.output == "json" {
+		b, err := res.JSON()
+		if err != nil {
+			return err
+		}
+		_, err = out.Write(b)
+		return err
+	}
+	_, err = fmt.Fprint(out, res.Text())
+	return err
+}
+
+// nftWalkInput converts the packet flags' walk input to the nftables walk's.
+func nftWalkInput(in emulator.WalkInput) nftemu.WalkInput {
+	p := in.Packet
+	from := map[emulator.From]nftemu.From{emulator.FromAuto: nftemu.FromAuto, emulator.FromPod: nftemu.FromPod,
+		emulator.FromNode: nftemu.FromNode, emulator.FromExternal: nftemu.FromExternal}[in.From]
+	return nftemu.WalkInput{
+		Packet: nftemu.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
+			TCPFlags: p.TCPFlags, TTL: p.TTL, Len: p.Len, InIface: p.InIface},
+		From: from, Local: in.Local, AllBranches: in.AllBranches, Seed: in.Seed, OutIface: in.OutIface,
+	}
+}

@@ -1,0 +1,228 @@
+package emulator
+
+import (
+	"strings"
+	"testing"
+)
+
+func mustLoad(t *testing.T, text string) *Emulator {
+	t.Helper()
+	e, err := Load([]byte(text), "t.nft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestBadInput: errors name the file, the line and the token or object, and nothing of
+// a failed script is applied.
+func TestBadInput(t *testing.T) {
+	base := "table ip t {\n\tset ports {\n\t\ttype inet_service\n\t}\n\tmap m {\n\t\ttype ipv4_addr : verdict\n\t}\n\tmap dm {\n\t\ttype ipv4_addr : ipv4_addr\n\t}\n\tchain c {\n\t}\n}\n"
+	for _, tc := range []struct{ name, script, want string }{
+		{"jump to a missing chain", "table ip t {\n\tchain a {\n\t\tjump nope\n\t}\n}\n", `t.nft:3: chain a: jump to missing chain "nope"`},
+		{"goto in a vmap element to a missing chain", "add rule ip t c ip daddr vmap { 1.2.3.4 : goto nope }\n", `t.nft:1: anonymous map element 1.2.3.4: goto to missing chain "nope"`},
+		{"vmap on a data map", "add rule ip t c ip daddr vmap @dm\n", `t.nft:1: @dm is not a verdict map`},
+		{"lookup of a map as a set", "add rule ip t c ip daddr @m accept\n", `t.nft:1: @m is a map, not a set`},
+		{"missing set", "add rule ip t c ip daddr @nope accept\n", `t.nft:1: @nope: no such set or map in table ip t`},
+		{"key type mismatch", "add rule ip t c ip daddr @ports accept\n", `t.nft:1: @ports has key type inet_service, but the rule looks up ipv4_addr`},
+		{"create an existing table", "\ncreate table ip t\n", `t.nft:2: create table: table ip t already exists`},
+		{"create an existing chain", "create chain ip t c\n", `t.nft:1: chain c already exists in table ip t`},
+		{"bad address", "add rule ip t c ip daddr 300.1.1.1 accept\n", `t.nft:1: ip daddr: bad IPv4 address "300.1.1.1"`},
+		{"unknown chain type", "add chain ip t x { type foo hook input priority 0 ; }\n", `t.nft:1: chain x: unknown chain type "foo"`},
+		{"bad priority", "add chain ip t x { type filter hook input priority upwards ; }\n", `t.nft:1: chain x: bad priority "upwards"`},
+		{"missing brace", "table ip u {\n\tchain a {\n", `t.nft:1: missing "}"`},
+		{"unterminated string", "add rule ip t c accept comment \"x\n", `t.nft:1: unterminated string`},
+		{"delete a rule with a missing handle", "delete rule ip t c handle 99\n", `t.nft:1: delete rule: no rule with handle 99 in chain c`},
+		{"delete a missing table", "delete table ip nope\n", `t.nft:1: delete table: no table ip nope`},
+		{"forward reference in a script", "add rule ip t c jump later\nadd chain ip t later\n", `t.nft:1: chain c: jump to missing chain "later"`},
+		{"jump loop", "add chain ip t a\nadd rule ip t a jump c\nadd rule ip t c jump a\n", `jump loop`},
+		{"set of the wrong data", "add element ip t ports { 1.2.3.4 }\n", `t.nft:1: element 1.2.3.4: bad port "1.2.3.4"`},
+		{"duplicate set with another type", "add set ip t ports { type ipv4_addr ; }\n", `t.nft:1: set ports already exists with a different definition`},
+		{"garbage", "frobnicate everything\n", `t.nft:1: expected table, add, create, insert, replace, delete or flush, found "frobnicate"`},
+		{"delete a chain in use", "add rule ip t c accept\ndelete chain ip t c\n", `t.nft:2: delete chain c: the chain is not empty`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := mustLoad(t, base)
+			before, gen := e.String(), e.Generation()
+			// A valid change before the bad line is not applied either.
+			if err := e.ApplyScript([]byte("add rule ip t c counter\n"+tc.script), "t.nft"); err == nil {
+				t.Fatalf("no error, want %q", tc.want)
+			}
+			err := e.ApplyScript([]byte(tc.script), "t.nft")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			if e.String() != before || e.Generation() != gen {
+				t.Errorf("a failed script changed the ruleset")
+			}
+		})
+	}
+}
+
+// TestBothSpellings: kube-proxy's input spelling and nft's listing spelling give the
+// same model.
+func TestBothSpellings(t *testing.T) {
+	in := `add table ip t
+add chain ip t a
+add set ip t s { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }
+add chain ip t c { type nat hook postrouting priority 100 ; }
+add rule ip t c mark and 0x4000 == 0 return
+add rule ip t c mark set mark xor 0x4000
+add rule ip t c ip saddr != { 203.0.113.0/25 } drop
+add rule ip t c meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.180.0.4 . 80 , 1 : 10.180.0.5 . 80 }
+add rule ip t c update @s { ip saddr }
+add rule ip t c masquerade fully-random
+`
+	listed := `table ip t {
+	set s {
+		type ipv4_addr
+		flags dynamic,timeout
+		timeout 3h
+	}
+
+	chain a {
+	}
+
+	chain c {
+		type nat hook postrouting priority srcnat; policy accept;
+		meta mark & 0x00004000 == 0x00000000 return
+		meta mark set meta mark ^ 0x00004000
+		ip saddr != 203.0.113.0/25 drop
+		meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.180.0.4 . 80, 1 : 10.180.0.5 . 80 }
+		update @s { ip saddr }
+		masquerade fully-random
+	}
+}
+`
+	a, b := mustLoad(t, in), mustLoad(t, listed)
+	if a.String() != listed {
+		t.Errorf("input spelling prints\n%s\nwant\n%s", a.String(), listed)
+	}
+	if b.String() != listed {
+		t.Errorf("listing spelling prints\n%s\nwant\n%s", b.String(), listed)
+	}
+}
+
+// TestUnknownKept: expressions the emulator does not model are kept with their text,
+// printed back, and never silently dropped.
+func TestUnknownKept(t *testing.T) {
+	e := mustLoad(t, `table inet f {
+	flowtable ft {
+		hook ingress priority filter
+		devices = { lo }
+	}
+
+	chain input {
+		type filter hook input priority filter; policy drop;
+		icmp type echo-request limit rate 10/second accept
+		meta skuid 1000 tcp dport 22 accept
+		queue num 1
+	}
+}
+`)
+	r := e.Ruleset().Tables[0].chain("input").Rules
+	var kinds []string
+	for _, rule := range r {
+		for _, s := range rule.Stmts {
+			if u, ok := s.(*UnknownStmt); ok {
+				kinds = append(kinds, u.Text)
+			}
+		}
+	}
+	want := []string{"icmp type echo-request", "limit rate 10/second", "meta skuid 1000", "queue num 1"}
+	if strings.Join(kinds, "|") != strings.Join(want, "|") {
+		t.Errorf("unknown statements %q, want %q", kinds, want)
+	}
+	out := e.String()
+	for _, w := range append(want, "flowtable ft {", "devices = { lo }") {
+		if !strings.Contains(out, w) {
+			t.Errorf("printed ruleset lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+func TestPriorities(t *testing.T) {
+	e := mustLoad(t, `table ip t {
+	chain a {
+		type filter hook prerouting priority dstnat - 10; policy accept;
+	}
+	chain b {
+		type nat hook postrouting priority srcnat + 5; policy accept;
+	}
+	chain c {
+		type filter hook output priority -90; policy accept;
+	}
+}
+table bridge br {
+	chain d {
+		type filter hook forward priority filter; policy accept;
+	}
+}
+`)
+	tb := e.Ruleset().Tables[0]
+	for name, want := range map[string]int{"a": -110, "b": 105, "c": -90} {
+		if got := tb.chain(name).Priority; got != want {
+			t.Errorf("chain %s priority %d, want %d", name, got, want)
+		}
+	}
+	if got := e.Ruleset().Tables[1].chain("d").Priority; got != -200 {
+		t.Errorf("bridge filter priority %d, want -200", got)
+	}
+	out := e.String()
+	for _, w := range []string{"priority dstnat - 10;", "priority srcnat + 5;", "priority -90;", "priority filter;"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("listing lacks %q", w)
+		}
+	}
+	if len(e.BaseChains(0)) != 1 {
+		t.Errorf("bridge chains must not be evaluated: %v", e.BaseChains(0))
+	}
+}
+
+// TestScriptCommands: insert/replace/delete by handle, positions, flushes, element
+// deletion, table deletion, flush ruleset.
+func TestScriptCommands(t *testing.T) {
+	e := mustLoad(t, `add table ip t
+add chain ip t c
+add rule ip t c ip daddr 1.1.1.1 accept
+add rule ip t c ip daddr 3.3.3.3 accept
+add rule ip t c position 1 ip daddr 2.2.2.2 accept
+insert rule ip t c ip daddr 0.0.0.0 accept
+add set ip t s { type ipv4_addr ; flags interval ; }
+add element ip t s { 10.0.0.0/8, 192.168.0.1-192.168.0.9 }
+`)
+	got := func() string {
+		var parts []string
+		for _, r := range e.Ruleset().Tables[0].chain("c").Rules {
+			parts = append(parts, RuleString(r))
+		}
+		return strings.Join(parts, "; ")
+	}
+	if g := got(); g != "ip daddr 0.0.0.0 accept; ip daddr 1.1.1.1 accept; ip daddr 2.2.2.2 accept; ip daddr 3.3.3.3 accept" {
+		t.Fatalf("rules %s", g)
+	}
+	if err := e.ApplyScript([]byte("replace rule ip t c handle 2 ip daddr 3.3.3.4 drop\ndelete rule ip t c handle 1\ndelete element ip t s { 10.0.0.0/8 }\n"), "u.nft"); err != nil {
+		t.Fatal(err)
+	}
+	if g := got(); g != "ip daddr 0.0.0.0 accept; ip daddr 2.2.2.2 accept; ip daddr 3.3.3.4 drop" {
+		t.Fatalf("rules %s", g)
+	}
+	if !strings.Contains(e.String(), "elements = { 192.168.0.1-192.168.0.9 }") {
+		t.Errorf("element not deleted:\n%s", e.String())
+	}
+	if err := e.ApplyScript([]byte("flush chain ip t c\nflush set ip t s\n"), "u.nft"); err != nil {
+		t.Fatal(err)
+	}
+	if g := got(); g != "" || strings.Contains(e.String(), "elements") {
+		t.Fatalf("flush left %q", e.String())
+	}
+	if err := e.ApplyScript([]byte("delete table ip t\nadd table ip6 x\n"), "u.nft"); err != nil {
+		t.Fatal(err)
+	}
+	if e.String() != "table ip6 x {\n}\n" {
+		t.Errorf("after delete table: %q", e.String())
+	}
+	if err := e.ApplyScript([]byte("flush ruleset\n"), "u.nft"); err != nil || e.String() != "" {
+		t.Errorf("flush ruleset: %v %q", err, e.String())
+	}
+}
