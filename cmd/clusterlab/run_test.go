@@ -130,7 +130,7 @@ func TestModeFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--modes", "iptables,nft", "../../scenario/demo.yaml"}, `--modes: unknown kube-proxy mode "nft": this build has iptables, ipvs, userspace`},
+		{[]string{"run", "--modes", "iptables,nft", "../../scenario/demo.yaml"}, `--modes: unknown kube-proxy mode "nft": this build has iptables, ipvs, nftables, userspace`},
 		{[]string{"run", "--modes", "ipvs,iptables,ipvs", "../../scenario/demo.yaml"}, `--modes: mode "ipvs" is listed twice`},
 		{[]string{"run", "--mode", "ebpf", "../../scenario/demo.yaml"}, `--mode: unknown kube-proxy mode "ebpf"`},
 		{[]string{"trace", "../../scenario/demo.yaml", "--from", "pod:default/client", "--to", "my-service:80", "--mode", "ipvss"}, `--mode: unknown kube-proxy mode "ipvss"`},

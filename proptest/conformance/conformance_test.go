@@ -165,7 +165,8 @@ func TestByDesignDifferences(t *testing.T) {
 	}{
 		{"a NodePort service", newHand(1).service(web("default/web", service.NodePort())).
 			pod("default/web-0", "node-a", "web", "", 8080).pod("default/client", "node-a", "", ""),
-			[]string{"ipvs-rejects-other-ports-of-service-ips", "ipvs-no-localhost-nodeports"}},
+			[]string{"ipvs-rejects-other-ports-of-service-ips", "ipvs-no-localhost-nodeports",
+				"nftables-rejects-other-ports-of-cluster-ips", "nftables-no-localhost-nodeports"}},
 		{"internalTrafficPolicy Local, no endpoint on the client's node",
 			newHand(2).service(web("default/web", service.InternalTrafficPolicy(corev1.ServiceInternalTrafficPolicyLocal), service.ExternalIPs("192.0.2.10"))).
 				pod("default/web-0", "node-b", "web", "", 8080).pod("default/client", "node-a", "", ""),
@@ -178,9 +179,10 @@ func TestByDesignDifferences(t *testing.T) {
 		{"--nodeport-addresses leaving out a node without local endpoints",
 			newHand(2, "172.18.0.3/32").service(web("default/web", service.NodePort(), service.ExternalTrafficPolicy(corev1.ServiceExternalTrafficPolicyLocal))).
 				pod("default/web-0", "node-b", "web", "", 8080),
-			[]string{"ipvs-node-ports-closed-outside-nodeport-addresses", "userspace-node-ports-on-every-address"}},
+			[]string{"ipvs-node-ports-closed-outside-nodeport-addresses", "userspace-node-ports-on-every-address",
+				"nftables-node-ports-closed-outside-nodeport-addresses"}},
 		{"an endpoint whose slice names another node reaches itself", hairpin,
-			[]string{"ipvs-hairpin-needs-a-local-endpoint"}},
+			[]string{"ipvs-hairpin-needs-a-local-endpoint", "nftables-hairpin-needs-a-local-endpoint"}},
 		{"no endpoints", newHand(1).service(web("default/web")).pod("default/client", "node-a", "", ""),
 			[]string{"userspace-never-rejects"}},
 		{"an endpoint nobody answers at", dead, []string{"userspace-hides-endpoint-failures"}},

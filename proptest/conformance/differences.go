@@ -74,24 +74,19 @@ var explainers = map[string]func(w *proptest.World, m Mismatch) bool{
 		b := m.Got.Backend
 		return m.Got.Class != Answered || hasPod(v.ClusterEndpoints(), b) || hasPod(v.LocalEndpoints(m.Flow.Node), b)
 	},
-	"ipvs-node-ports-closed-outside-nodeport-addresses": func(w *proptest.World, m Mismatch) bool {
-		return m.Flow.Kind == KindNodePort && m.Got.Class == Refused && !nodePortAllowed(w, m.Flow)
-	},
-	"ipvs-hairpin-needs-a-local-endpoint": func(_ *proptest.World, m Mismatch) bool {
-		pod, ok := strings.CutPrefix(m.Flow.From, "pod:")
-		if !ok || m.Got.Class == Answered {
-			return false
-		}
-		for _, e := range m.Flow.View.Endpoints {
-			if e.Pod == pod && e.Node != m.Flow.Node {
-				return true
-			}
-		}
-		return false
-	},
+	"ipvs-node-ports-closed-outside-nodeport-addresses": nodePortClosedOutsideAddresses,
+	"ipvs-hairpin-needs-a-local-endpoint":               hairpinToRemoteEndpoint,
 	"ipvs-affinity-per-virtual-server": func(_ *proptest.World, m Mismatch) bool {
 		return m.Scope != nil && m.Scope.Other.Dst != m.Flow.Dst && m.Got.Class == Answered
 	},
+	"nftables-no-localhost-nodeports": func(_ *proptest.World, m Mismatch) bool {
+		return m.Flow.Kind == KindLocalhostNodePort && m.Got.Class == Refused
+	},
+	"nftables-rejects-other-ports-of-cluster-ips": func(_ *proptest.World, m Mismatch) bool {
+		return m.Flow.Kind == KindClusterIPOtherPort && m.Got.Class == Refused
+	},
+	"nftables-hairpin-needs-a-local-endpoint":               hairpinToRemoteEndpoint,
+	"nftables-node-ports-closed-outside-nodeport-addresses": nodePortClosedOutsideAddresses,
 	"userspace-never-rejects": func(_ *proptest.World, m Mismatch) bool {
 		return expectation(m.Flow).Why == proptest.WhyNoEndpoints && (m.Got.Class == Closed || m.Got.Class == Dropped)
 	},
@@ -196,6 +191,28 @@ func expectation(f Flow) proptest.Expect {
 		return proptest.Expect{Endpoints: v.ClusterEndpoints()}
 	}
 	return v.Internal(f.Node)
+}
+
+// nodePortClosedOutsideAddresses: a node port on an address --nodeport-addresses leaves
+// out is closed (a mode whose node-port rules look only at the listed addresses).
+func nodePortClosedOutsideAddresses(w *proptest.World, m Mismatch) bool {
+	return m.Flow.Kind == KindNodePort && m.Got.Class == Refused && !nodePortAllowed(w, m.Flow)
+}
+
+// hairpinToRemoteEndpoint: a pod reaching itself through its service, its endpoint
+// named on another node than its own, is not answered (a mode that masquerades hairpin
+// traffic only for the node's own endpoints).
+func hairpinToRemoteEndpoint(_ *proptest.World, m Mismatch) bool {
+	pod, ok := strings.CutPrefix(m.Flow.From, "pod:")
+	if !ok || m.Got.Class == Answered {
+		return false
+	}
+	for _, e := range m.Flow.View.Endpoints {
+		if e.Pod == pod && e.Node != m.Flow.Node {
+			return true
+		}
+	}
+	return false
 }
 
 func hasPod(eps []proptest.Endpoint, pod string) bool {

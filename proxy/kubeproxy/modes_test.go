@@ -161,7 +161,7 @@ func TestRegisterRefuses(t *testing.T) {
 // Factory refuses an unknown mode and another mode's flags, naming the modes it has.
 func TestFactoryRefuses(t *testing.T) {
 	_, err := cluster.New(cluster.Config{Proxy: Factory(Options{Mode: "nosuch"})})
-	if err == nil || !strings.Contains(err.Error(), `kube-proxy mode "nosuch" is not available (have iptables, ipvs, userspace`) {
+	if err == nil || !strings.Contains(err.Error(), `kube-proxy mode "nosuch" is not available (have iptables, ipvs, nftables, userspace`) {
 		t.Errorf("unknown mode: %v", err)
 	}
 	_, err = cluster.New(cluster.Config{Proxy: Factory(Options{Mode: IPTables, ModeConfig: IPVSConfig{}})})

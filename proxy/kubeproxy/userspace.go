@@ -39,7 +39,7 @@ func init() {
 	Register(ModeInfo{
 		Mode:       Userspace,
 		Summary:    "kube-proxy's original mode (removed in 1.26): REDIRECT to a listener on the node, which connects to a backend itself",
-		Order:      3,
+		Order:      4,
 		Families:   []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
 		ConfigType: UserspaceConfig{},
 		New:        newUserspaceProxy,
