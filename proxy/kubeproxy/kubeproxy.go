@@ -1,16 +1,18 @@
 // Package kubeproxy runs kube-proxy's proxy modes on clusterlab's simulated cluster, and
 // holds the table of modes: one ModeInfo per mode (constructor, families, node
 // settings, flags, versions, semantics, by-design differences, demo text, kernel needs),
-// registered from the mode's own file (iptables.go, ipvs.go, userspace.go). The CLI, the
+// registered from the mode's own file (iptables.go, ipvs.go, nftables.go, userspace.go). The CLI, the
 // demo, the scenario runner, the property kit and the conformance suite loop over
 // Registered; none of them names a mode.
 //
 // A mode joins pieces that are built and tested on their own: the shared proxy view
 // (package proxy), the mode's rule writer (proxy/iptables's Proxier, proxy/ipvs's
-// Proxier, proxy/userspace's Proxier) and the models that evaluate what it writes (the
-// iptables emulator with its ipsets, the IPVS emulator, the userspace proxy's listeners
-// on the node's host network), attached to the cluster node's netsim datapath
-// (emulator_netsim.go runs an iptables emulator's tables as a node's). The iptables
+// Proxier, proxy/nftables's Proxier, proxy/userspace's Proxier) and the models that
+// evaluate what it writes (the iptables emulator with its ipsets, the IPVS emulator, the
+// nftables evaluator, the userspace proxy's listeners on the node's host network),
+// attached to the cluster node's netsim datapath (emulator_netsim.go runs an iptables
+// emulator's tables as a node's, nftables_netsim.go an nftables evaluator's base
+// chains). The iptables
 // mode, for example:
 //
 //	service store ──▶ cluster (Proxy.Sync on every change, after the node's delay)
