@@ -180,6 +180,9 @@ func traceNFT(ctx *netsim.Context, tr *nftemu.Trace) {
 			m := s.Matched
 			ts.Matched = &m
 			if s.Handle != 0 {
+				// The line is one in some transaction's text; the handle names the rule
+				// as `nft -a list ruleset` shows it.
+				ts.Line = 0
 				ts.Rule += fmt.Sprintf(" # handle %d", s.Handle)
 			}
 		case nftemu.StepPolicy:
