@@ -223,7 +223,7 @@ func portEndpointsForService(nn types.NamespacedName, sliceList []*discoveryv1.E
 					for _, z := range e.Hints.ForZones {
 						ep.ZoneHints = append(ep.ZoneHints, z.Name)
 					}
-					if !node.IgnoreNodeHints {
+					if node.NodeHints() {
 						for _, n := range e.Hints.ForNodes {
 							ep.NodeHints = append(ep.NodeHints, n.Name)
 						}

@@ -72,13 +72,32 @@ type NodeConfig struct {
 	// NodePorts are ever reachable on localhost.
 	LocalhostNodePorts *bool
 	// IgnoreNodeHints turns the PreferSameTrafficDistribution feature gate off (it is on
-	// in current releases): EndpointSlice node hints are then ignored.
+	// in current releases): EndpointSlice node hints are then ignored. Same as
+	// FeatureGates["PreferSameTrafficDistribution"] = false.
 	IgnoreNodeHints bool
+	// Version is the kube-proxy release whose behaviour to model (0: the newest,
+	// NewestVersion): each behaviour change between releases is a Change that Has
+	// answers for it, and feature gates take the release's defaults.
+	Version Version
+	// FeatureGates is --feature-gates: gates turned on or off against the release's
+	// defaults (Gates lists those the model knows).
+	FeatureGates map[string]bool
+}
+
+// NodeHints reports whether kube-proxy reads EndpointSlice node hints
+// (trafficDistribution PreferSameNode): the PreferSameTrafficDistribution gate.
+func (c *NodeConfig) NodeHints() bool {
+	return c.GateEnabled("PreferSameTrafficDistribution") // false with IgnoreNodeHints too
 }
 
 // Validate checks the fields that can be wrong on their own.
 func (c *NodeConfig) Validate() error {
 	var errs []error
+	if err := c.Version.CheckModelled(); err != nil {
+		errs = append(errs, fmt.Errorf("node config: version: %w", err))
+	} else {
+		errs = append(errs, c.validateGates()...)
+	}
 	if c.MasqueradeBit != nil && (*c.MasqueradeBit < 0 || *c.MasqueradeBit > 31) {
 		errs = append(errs, fmt.Errorf("node config: masqueradeBit: %d is not in 0..31", *c.MasqueradeBit))
 	}

@@ -37,9 +37,10 @@
 //	  load_balancer_mode: nodeport | vip
 //	  node_port_range: 30000-32767
 //	  proxy:
-//	    mode: iptables | ipvs | userspace      (a mode this build lacks is an error)
+//	    mode: iptables | ipvs | nftables | userspace   (a mode this build lacks is an error)
 //	    scheduler: rr | wrr | lc | wlc | sed | nq | dh | sh | mh | lblc | lblcr | fo | ovf | twos
-//	    version: "1.33"           the kube-proxy version modelled (VersionNotes)
+//	    version: "1.33"           the kube-proxy version modelled (VersionNotes, docs/VERSIONS.md)
+//	    feature_gates: {NAME: true|false}   --feature-gates against the version's defaults
 //	    sync_delay: 0s            how long after a change every proxy syncs
 //	    masquerade_all, nodeport_addresses: [CIDR|primary], detect_local_mode,
 //	    localhost_nodeports       kube-proxy's flags

@@ -3,6 +3,7 @@ package scenario
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"path"
 	"slices"
@@ -288,6 +289,11 @@ func (pr *preparer) nodeConfigMods() []func(*proxy.NodeConfig) {
 		}
 		p.version, p.notes = ver, append(p.notes, vnotes...)
 		nodeMods = append(nodeMods, mods...)
+		if len(px.FeatureGates) > 0 && verr == nil {
+			pr.featureGates(ver, px.FeatureGates)
+			gates := maps.Clone(px.FeatureGates)
+			nodeMods = append(nodeMods, func(nc *proxy.NodeConfig) { nc.FeatureGates = gates })
+		}
 	}
 	if px.MasqueradeAll {
 		nodeMods = append(nodeMods, func(nc *proxy.NodeConfig) { nc.MasqueradeAll = true })
@@ -327,6 +333,22 @@ func (pr *preparer) nodePortAddresses(as []string) {
 		}
 		if _, err := netip.ParsePrefix(a); err != nil {
 			pr.fail(fmt.Sprintf("cluster.proxy.nodeport_addresses[%d]", i), "want a CIDR or \"primary\", got %q", a)
+		}
+	}
+}
+
+// featureGates checks cluster.proxy.feature_gates against the release as kube-proxy's
+// --feature-gates does (known, present in the release, not turned off once GA).
+func (pr *preparer) featureGates(ver string, fg map[string]bool) {
+	v, err := proxy.ParseVersion(ver)
+	if err != nil {
+		return // the version's own error is reported already
+	}
+	names := slices.Sorted(maps.Keys(fg))
+	for _, n := range names {
+		nc := proxy.NodeConfig{Version: v, FeatureGates: map[string]bool{n: fg[n]}}
+		if err := nc.Validate(); err != nil {
+			pr.fail("cluster.proxy.feature_gates."+n, "%s", strings.TrimPrefix(err.Error(), "node config: featureGates: "))
 		}
 	}
 }

@@ -77,15 +77,18 @@ type Cluster struct {
 
 // Proxy is the kube-proxy configuration of every node.
 type Proxy struct {
-	// Mode is the proxy mode: iptables (default), ipvs or userspace. A mode this build does
+	// Mode is the proxy mode: iptables (default), ipvs, nftables or userspace. A mode this build does
 	// not have is an error naming it.
 	Mode string `yaml:"mode,omitempty"`
 	// Scheduler is the IPVS scheduler (--ipvs-scheduler): rr (default), wrr, lc, wlc, sed,
 	// nq, dh, sh, mh, lblc, lblcr, fo, ovf.
 	Scheduler string `yaml:"scheduler,omitempty"`
-	// Version is the kube-proxy version modelled, "1.N" (default: the current behaviour,
-	// 1.34). See VersionNotes for what each value changes.
+	// Version is the kube-proxy version modelled, "1.N" (default: the mode's default
+	// release). See VersionNotes and docs/VERSIONS.md for what each value changes.
 	Version string `yaml:"version,omitempty"`
+	// FeatureGates is --feature-gates: gates turned on or off against the version's
+	// defaults ({ProxyTerminatingEndpoints: true}).
+	FeatureGates map[string]bool `yaml:"feature_gates,omitempty"`
 	// SyncDelay is how long after a change every node's proxy syncs (default 0: at once).
 	SyncDelay Duration `yaml:"sync_delay,omitempty"`
 	// MasqueradeAll is --masquerade-all.

@@ -10,13 +10,10 @@ import (
 
 // Versions of kube-proxy a scenario can name come from each mode's descriptor
 // (kubeproxy.ModeInfo.Versions): the releases modelled, the default, a removal (an
-// error from that release on) and a deprecation (a note). Across modes:
-//
-//   - before 1.34 a mode that reads EndpointSlice hints ignores the node hints
-//     (trafficDistribution PreferSameNode): the PreferSameTrafficDistribution gate is off;
-//   - every version clears stale UDP conntrack entries in the (IP, port) form of
-//     1.29-1.30 (package proxy's StaleConntrackFilters); later versions' whole-table
-//     reconciliation is not modelled.
+// error from that release on) and a deprecation (a note). The version becomes each
+// node's proxy.NodeConfig.Version: every behaviour change between releases is a
+// proxy.Change the proxies ask about (docs/VERSIONS.md lists them), and feature gates
+// take the release's defaults, which cluster.proxy.feature_gates overrides.
 
 // VersionNotes says, for help texts, which kube-proxy versions each mode of the build
 // is modelled in and what a version changes.
@@ -34,9 +31,8 @@ func VersionNotes() string {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("  before 1.34: EndpointSlice node hints (trafficDistribution: PreferSameNode) are ignored\n")
-	b.WriteString("             (the PreferSameTrafficDistribution gate is off)\n")
-	b.WriteString("  every version clears stale UDP conntrack entries in the (IP, port) form of 1.29-1.30")
+	b.WriteString("  a version selects that release's behaviour changes and feature-gate defaults\n")
+	b.WriteString("  (docs/VERSIONS.md); feature_gates: overrides gates as --feature-gates does")
 	return b.String()
 }
 
@@ -63,11 +59,18 @@ func versionBehaviour(v string, info kubeproxy.ModeInfo) (string, []string, []fu
 		return "", nil, nil, fmt.Errorf("%s: newer than the model (%s-%s)", v, vs.First, vs.Last)
 	}
 	var notes []string
-	var mods []func(*proxy.NodeConfig)
-	if info.NodeHints && minor < 34 {
-		mods = append(mods, func(nc *proxy.NodeConfig) { nc.IgnoreNodeHints = true })
-		if explicit {
-			notes = append(notes, fmt.Sprintf("kube-proxy %s: EndpointSlice node hints are ignored (PreferSameTrafficDistribution is off before 1.34)", ver))
+	pv := proxy.Version(minor)
+	mods := []func(*proxy.NodeConfig){func(nc *proxy.NodeConfig) { nc.Version = pv }}
+	if explicit {
+		for _, ch := range proxy.PartlyModelled(pv, string(info.Mode)) {
+			what := "not modelled"
+			if ch.Modelled == proxy.ModelledPartly {
+				what = "partly modelled"
+				if ch.Note != "" {
+					what += ": " + ch.Note
+				}
+			}
+			notes = append(notes, fmt.Sprintf("warning: kube-proxy %s predates %s (%s, %s), which is %s; the replay may show the later behaviour", ver, ch.Name, ch.Version, ch.Ref, what))
 		}
 	}
 	if vs.Deprecated != "" && minor >= mustMinor(vs.Deprecated) {

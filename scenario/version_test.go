@@ -9,7 +9,8 @@ import (
 )
 
 // TestVersionChangesNodeHints: trafficDistribution PreferSameNode keeps traffic on the
-// client's node from kube-proxy 1.34 (PreferSameTrafficDistribution beta) and not before.
+// client's node from kube-proxy 1.34 (PreferSameTrafficDistribution beta) and not before,
+// unless feature_gates turns the alpha gate on in 1.33.
 func TestVersionChangesNodeHints(t *testing.T) {
 	text := `cluster:
   dns: off
@@ -27,11 +28,17 @@ steps:
 	for _, tc := range []struct {
 		version  string
 		backends int
-	}{{"1.35", 1}, {"1.34", 1}, {"1.33", 2}, {"1.28", 2}} {
-		rep := mustRun(t, mustParse(t, strings.Replace(text, "VERSION", tc.version, 1)), "")
+		gates    string
+	}{{"1.35", 1, ""}, {"1.34", 1, ""}, {"1.33", 2, ""}, {"1.28", 2, ""},
+		{"1.33", 1, "PreferSameTrafficDistribution: true"}, {"1.35", 1, ""}} {
+		src := strings.Replace(text, "VERSION", tc.version, 1)
+		if tc.gates != "" {
+			src = strings.Replace(src, "proxy: {version: \""+tc.version+"\"}", "proxy: {version: \""+tc.version+"\", feature_gates: {"+tc.gates+"}}", 1)
+		}
+		rep := mustRun(t, mustParse(t, src), "")
 		b := rep.Steps[0].Traffic.Backends
 		if len(b) != tc.backends || tc.backends == 1 && b["default/web-a"] != 20 {
-			t.Errorf("kube-proxy %s: backends %v, want %d", tc.version, b, tc.backends)
+			t.Errorf("kube-proxy %s %s: backends %v, want %d", tc.version, tc.gates, b, tc.backends)
 		}
 		if rep.Version != tc.version {
 			t.Errorf("report says version %s, want %s", rep.Version, tc.version)
