@@ -184,4 +184,3 @@ func TestVersionsDoc(t *testing.T) {
 		t.Errorf("%s is not what the tables render: run go test ./proxy -run TestVersionsDoc -update", path)
 	}
 }
-
