@@ -39,7 +39,7 @@ func genKubeProxyListing(nSvc, nEp int) string {
 		cips = append(cips, svcIP(i))
 		sips = append(sips, fmt.Sprintf("%s . tcp . 80 : goto %s", svcIP(i), chain))
 		if i%10 == 0 {
-			nps = append(nps, fmt.Sprintf("tcp . %d : goto external-%s-%s", 30000+i%2700, kpHash(name), name))
+			nps = append(nps, fmt.Sprintf("tcp . %d : goto external-%s-%s", 30000+i/10, kpHash(name), name))
 		}
 		hairpin = append(hairpin, fmt.Sprintf("%s . %s . tcp . 80", epIP(i, 0), epIP(i, 0)))
 	}

@@ -39,6 +39,7 @@ func TestBadInput(t *testing.T) {
 		{"set of the wrong data", "add element ip t ports { 1.2.3.4 }\n", `t.nft:1: element 1.2.3.4: bad port "1.2.3.4"`},
 		{"duplicate set with another type", "add set ip t ports { type ipv4_addr ; }\n", `t.nft:1: set ports already exists with a different definition`},
 		{"garbage", "frobnicate everything\n", `t.nft:1: expected table, add, create, insert, replace, delete or flush, found "frobnicate"`},
+		{"a map key added again with another value", "add element ip t m { 1.2.3.4 : drop }\nadd element ip t m { 1.2.3.4 : accept }\n", `t.nft:2: add element m: element 1.2.3.4 already exists with another value (drop; delete it first)`},
 		{"delete a chain in use", "add rule ip t c accept\ndelete chain ip t c\n", `t.nft:2: delete chain c: the chain is not empty`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
