@@ -40,7 +40,11 @@ func TestBadInput(t *testing.T) {
 		{"duplicate set with another type", "add set ip t ports { type ipv4_addr ; }\n", `t.nft:1: set ports already exists with a different definition`},
 		{"garbage", "frobnicate everything\n", `t.nft:1: expected table, add, create, insert, replace, delete or flush, found "frobnicate"`},
 		{"a map key added again with another value", "add element ip t m { 1.2.3.4 : drop }\nadd element ip t m { 1.2.3.4 : accept }\n", `t.nft:2: add element m: element 1.2.3.4 already exists with another value (drop; delete it first)`},
-		{"delete a chain in use", "add rule ip t c accept\ndelete chain ip t c\n", `t.nft:2: delete chain c: the chain is not empty`},
+		{"dnat in a filter chain", "add chain ip t in { type filter hook input priority 0 ; }\nadd rule ip t in jump c\nadd rule ip t c dnat to 1.2.3.4\n", `t.nft:3: chain c: dnat is not allowed here: the chain is reached from base chain in (type filter hook input); dnat needs a nat chain at prerouting or output`},
+		{"masquerade in nat prerouting", "add chain ip t pre { type nat hook prerouting priority -100 ; }\nadd rule ip t pre masquerade\n", `t.nft:2: chain pre: masquerade is not allowed here`},
+		{"a missing named counter", "add rule ip t c counter name \"nope\"\n", `t.nft:1: counter name "nope": no such counter in table ip t`},
+		{"delete a chain in use", "add chain ip t d\nadd rule ip t d jump c\ndelete chain ip t c\n", `t.nft:3: delete chain c: the chain is in use (a jump or goto from chain d): Device or resource busy`},
+		{"delete a set in use", "add rule ip t c tcp dport @ports accept\ndelete set ip t ports\n", `t.nft:2: delete set ports: it is in use (a rule in chain c): Device or resource busy`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := mustLoad(t, base)
@@ -66,13 +70,14 @@ func TestBothSpellings(t *testing.T) {
 	in := `add table ip t
 add chain ip t a
 add set ip t s { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }
-add chain ip t c { type nat hook postrouting priority 100 ; }
-add rule ip t c mark and 0x4000 == 0 return
-add rule ip t c mark set mark xor 0x4000
+add chain ip t c { type nat hook prerouting priority -100 ; }
+add chain ip t p { type nat hook postrouting priority 100 ; }
+add rule ip t p mark and 0x4000 == 0 return
+add rule ip t p mark set mark xor 0x4000
 add rule ip t c ip saddr != { 203.0.113.0/25 } drop
 add rule ip t c meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.180.0.4 . 80 , 1 : 10.180.0.5 . 80 }
 add rule ip t c update @s { ip saddr }
-add rule ip t c masquerade fully-random
+add rule ip t p masquerade fully-random
 `
 	listed := `table ip t {
 	set s {
@@ -85,12 +90,16 @@ add rule ip t c masquerade fully-random
 	}
 
 	chain c {
-		type nat hook postrouting priority srcnat; policy accept;
-		meta mark & 0x00004000 == 0x00000000 return
-		meta mark set meta mark ^ 0x00004000
+		type nat hook prerouting priority dstnat; policy accept;
 		ip saddr != 203.0.113.0/25 drop
 		meta l4proto tcp dnat ip to numgen random mod 2 map { 0 : 10.180.0.4 . 80, 1 : 10.180.0.5 . 80 }
 		update @s { ip saddr }
+	}
+
+	chain p {
+		type nat hook postrouting priority srcnat; policy accept;
+		meta mark & 0x00004000 == 0x00000000 return
+		meta mark set meta mark ^ 0x00004000
 		masquerade fully-random
 	}
 }
@@ -217,7 +226,7 @@ add element ip t s { 10.0.0.0/8, 192.168.0.1-192.168.0.9 }
 	if g := got(); g != "" || strings.Contains(e.String(), "elements") {
 		t.Fatalf("flush left %q", e.String())
 	}
-	if err := e.ApplyScript([]byte("delete table ip t\nadd table ip6 x\n"), "u.nft"); err != nil {
+	if err := e.ApplyScript([]byte("add rule ip t c accept\ndelete chain ip t c\ndelete table ip t\nadd table ip6 x\n"), "u.nft"); err != nil {
 		t.Fatal(err)
 	}
 	if e.String() != "table ip6 x {\n}\n" {

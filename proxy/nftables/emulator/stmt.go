@@ -359,6 +359,8 @@ type CounterStmt struct {
 	Name    string
 	Packets uint64
 	Bytes   uint64
+
+	obj *Object // the named counter
 }
 
 func (c *CounterStmt) String() string {

@@ -2,7 +2,10 @@ package emulator
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // txn is a transaction: a copy-on-write view of a ruleset. Tables, chains and sets are
@@ -116,6 +119,9 @@ func (x *txn) validate() error {
 		if err := checkLoops(t); err != nil {
 			return fmt.Errorf("%s: %w", x.file, err)
 		}
+		if err := x.checkNATHooks(t); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -167,6 +173,10 @@ func (x *txn) checkRule(t *Table, c *Chain, r *Rule) error {
 			ts := s.Left.types()
 			if err := x.checkRef(t, r, s.SetRef, ts, "set"); err != nil {
 				return err
+			}
+		case *CounterStmt:
+			if s.Name != "" && t.object("counter", s.Name) == nil {
+				return x.errAt(r.Line, "counter name %q: no such counter in table %s %s", s.Name, t.Family, t.Name)
 			}
 		case *SetUpdateStmt:
 			if err := x.checkRef(t, r, s.SetRef, s.Key.types(), "set"); err != nil {
@@ -343,6 +353,10 @@ func bind(rs *Ruleset) {
 						}
 					case *SetUpdateStmt:
 						s.set = t.set(s.SetRef)
+					case *CounterStmt:
+						if s.Name != "" {
+							s.obj = t.object("counter", s.Name)
+						}
 					case *NATStmt:
 						if s.MapRef != "" {
 							s.mapSet = t.set(s.MapRef)
@@ -359,4 +373,53 @@ func ruleReason(t *Table, c *Chain, r *Rule) string {
 		return fmt.Sprintf("%s %s %s handle %d", t.Family, t.Name, c.Name, r.Handle)
 	}
 	return fmt.Sprintf("%s %s %s line %d", t.Family, t.Name, c.Name, r.Line)
+}
+
+// natHooks are the hooks each NAT statement may run at, in nat chains only (as the
+// kernel's nft_nat_validate and nft_masq/redir validate them).
+var natHooks = map[netfilter.NATKind][]string{
+	netfilter.DNAT:       {"prerouting", "output"},
+	netfilter.Redirect:   {"prerouting", "output"},
+	netfilter.SNAT:       {"postrouting", "input"},
+	netfilter.Masquerade: {"postrouting"},
+}
+
+// checkNATHooks refuses a NAT statement in a chain reached from a base chain that is
+// not a nat chain at a hook the statement allows.
+func (x *txn) checkNATHooks(t *Table) error {
+	for _, base := range t.Chains {
+		if !base.IsBase() {
+			continue
+		}
+		seen := map[*Chain]bool{}
+		var walk func(c *Chain) error
+		walk = func(c *Chain) error {
+			if seen[c] {
+				return nil
+			}
+			seen[c] = true
+			for _, r := range c.Rules {
+				for _, st := range r.Stmts {
+					n, ok := st.(*NATStmt)
+					if !ok {
+						continue
+					}
+					if base.Type != "nat" || !slices.Contains(natHooks[n.Kind], base.Hook) {
+						return x.errAt(r.Line, "chain %s: %s is not allowed here: the chain is reached from base chain %s (type %s hook %s); %s needs a nat chain at %s",
+							c.Name, natWord(n.Kind), base.Name, base.Type, base.Hook, natWord(n.Kind), strings.Join(natHooks[n.Kind], " or "))
+					}
+				}
+			}
+			for _, tgt := range chainTargets(t, c) {
+				if err := walk(tgt); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err := walk(base); err != nil {
+			return err
+		}
+	}
+	return nil
 }
