@@ -251,3 +251,32 @@ func TestKernelListsSynthetic(t *testing.T) {
 	}
 	checkSameWalks(t, e, k)
 }
+
+// TestKernelAcceptsFixtures: every kube-proxy ruleset in testdata/kube-proxy loads into
+// a real kernel with nft -f, and nft lists it as the emulator prints it (root).
+func TestKernelAcceptsFixtures(t *testing.T) {
+	ns := newNetns(t)
+	files, _ := filepath.Glob("testdata/kube-proxy/*.nft")
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".nft")
+		if name == "base-rules" {
+			continue
+		}
+		script := kubeProxyScript(t, name)
+		run(t, "ip", "netns", "exec", ns, "nft", "flush", "ruleset")
+		cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(string(script))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: nft -f: %v\n%s", name, err, out)
+			continue
+		}
+		want := strings.ReplaceAll(run(t, "ip", "netns", "exec", ns, "nft", "list", "ruleset"), "\t\tsize 65535\n", "")
+		e, err := Load(script, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.String(); normaliseListing(got) != normaliseListing(want) {
+			t.Errorf("%s: the emulator prints otherwise than nft lists:\n%s", name, lineDiff(normaliseListing(want), normaliseListing(got)))
+		}
+	}
+}
