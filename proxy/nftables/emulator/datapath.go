@@ -204,6 +204,7 @@ const (
 	Local
 )
 
+// String names the Verdict.
 func (v Verdict) String() string {
 	switch v {
 	case Accept:

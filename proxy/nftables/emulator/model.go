@@ -23,6 +23,7 @@ const (
 
 var familyNames = [...]string{"ip", "ip6", "inet", "arp", "bridge", "netdev"}
 
+// String names the Family.
 func (f Family) String() string {
 	if int(f) < len(familyNames) {
 		return familyNames[f]

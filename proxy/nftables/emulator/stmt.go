@@ -271,6 +271,7 @@ type VmapStmt struct {
 	set *Set
 }
 
+// String prints the VmapStmt as nft lists it.
 func (v *VmapStmt) String() string {
 	if v.SetRef != "" {
 		return v.Key.String() + " vmap @" + v.SetRef
@@ -286,6 +287,7 @@ type VerdictStmt struct {
 	target *Chain
 }
 
+// String prints the VerdictStmt as nft lists it.
 func (v *VerdictStmt) String() string {
 	if v.Chain != "" {
 		return v.Kind + " " + v.Chain
@@ -299,6 +301,7 @@ type RejectStmt struct {
 	Text string // "" (plain reject) or the "with ..." part
 }
 
+// String prints the RejectStmt as nft lists it.
 func (r *RejectStmt) String() string {
 	if r.Text == "" {
 		return "reject"
@@ -325,6 +328,7 @@ type NATStmt struct {
 	addrTypes dtype
 }
 
+// String prints the NATStmt as nft lists it.
 func (n *NATStmt) String() string { return n.normString() }
 
 // MarkStmt sets the packet mark (meta mark set) or the conntrack mark (ct mark set):
@@ -337,6 +341,7 @@ type MarkStmt struct {
 	Val     uint32
 }
 
+// String prints the MarkStmt as nft lists it.
 func (m *MarkStmt) String() string {
 	dst, src := "meta mark", "meta mark"
 	if m.Ct {
@@ -363,6 +368,7 @@ type CounterStmt struct {
 	obj *Object // the named counter
 }
 
+// String prints the CounterStmt as nft lists it.
 func (c *CounterStmt) String() string {
 	if c.Name != "" {
 		return "counter name " + strconv.Quote(c.Name)
@@ -373,6 +379,7 @@ func (c *CounterStmt) String() string {
 // LogStmt is log [options]: a no-op shown in traces.
 type LogStmt struct{ Text string }
 
+// String prints the LogStmt as nft lists it.
 func (l *LogStmt) String() string { return l.Text }
 
 // SetUpdateStmt is `update|add @set { key [timeout T] }`: the key is added to a dynamic
@@ -386,6 +393,7 @@ type SetUpdateStmt struct {
 	set *Set
 }
 
+// String prints the SetUpdateStmt as nft lists it.
 func (u *SetUpdateStmt) String() string {
 	s := fmt.Sprintf("%s @%s { %s", u.Op, u.SetRef, u.Key)
 	if u.Timeout > 0 {
@@ -402,6 +410,7 @@ type UnknownStmt struct {
 	Terminal bool
 }
 
+// String prints the UnknownStmt as nft lists it.
 func (u *UnknownStmt) String() string { return u.Text }
 
 // mergedIntervals prints an anonymous interval set as nft does: sorted, adjacent and
