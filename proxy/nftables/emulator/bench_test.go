@@ -161,8 +161,34 @@ func TestSyntheticListing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Outcomes) != 3 || *res.Outcomes[0].DNATDestination != epIP(7, 0)+":80" {
+	if len(res.Outcomes) != 3 || *res.Outcomes[0].DNATDestination != epIP(7, 0)+":80" || res.Outcomes[0].Masqueraded {
 		t.Errorf("walk:\n%s", res.Text())
+	}
+	// 1.36+ hairpin: a local endpoint reaching itself through its service is
+	// masqueraded by the @hairpin-connections lookup after DNAT; the other branches
+	// are not.
+	res, err = e.Walk(WalkInput{Packet: *tcp(epIP(7, 0), svcIP(7), 80), AllBranches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range res.Outcomes {
+		self := *o.DNATDestination == epIP(7, 0)+":80"
+		if o.Masqueraded != self {
+			t.Errorf("hairpin: %s masqueraded=%v, want %v\n%s", *o.DNATDestination, o.Masqueraded, self, res.Text())
+		}
+		if self && o.MatchedRules[len(o.MatchedRules)-1].Element != epIP(7, 0)+" . "+epIP(7, 0)+" . tcp . 80" {
+			t.Errorf("hairpin decided by %+v", o.MatchedRules[len(o.MatchedRules)-1])
+		}
+	}
+	// From outside the pod network a ClusterIP is masqueraded through the mark.
+	res, err = e.Walk(WalkInput{Packet: *tcp("203.0.113.2", svcIP(7), 80), AllBranches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range res.Outcomes {
+		if !o.Masqueraded || o.Mark != "0x0" {
+			t.Errorf("external to ClusterIP: masqueraded=%v mark=%s, want true and the mark cleared", o.Masqueraded, o.Mark)
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ type Emulator struct {
 	gen  uint64
 	seq  int
 	base [netfilter.NumHooks][]BaseChain
+	now  time.Time // the latest clock the evaluator saw (for printing "expires")
 }
 
 // New returns an emulator with an empty ruleset.
@@ -280,7 +281,11 @@ func (e *Emulator) RunChain(env Env, bc BaseChain, q *Packet, tr *Trace) ChainVe
 	if a, ok := env.(Assumer); ok {
 		ctx.assumer = a
 	}
-	return ctx.runBase(c)
+	v := ctx.runBase(c)
+	if ctx.hasNow && ctx.now.After(e.now) {
+		e.now = ctx.now
+	}
+	return v
 }
 
 // JSON renders the trace as JSON.

@@ -151,10 +151,14 @@ func TestDynamicSetTimeouts(t *testing.T) {
 	if v := run(); v != Accept {
 		t.Fatalf("first packet %v", v)
 	}
+	env.now = env.now.Add(4 * time.Second)
 	if v := run(); v != Drop {
 		t.Fatalf("second packet %v, want drop (source in @aff)", v)
 	}
-	env.now = env.now.Add(11 * time.Second)
+	if !strings.Contains(e.String(), "elements = { 10.0.0.1 expires 6s }") {
+		t.Errorf("listing of the dynamic set:\n%s", e.String())
+	}
+	env.now = env.now.Add(7 * time.Second)
 	if v := run(); v != Accept {
 		t.Fatalf("after the timeout %v, want accept", v)
 	}

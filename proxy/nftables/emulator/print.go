@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // PrintOptions choose how the ruleset is printed.
@@ -13,6 +14,9 @@ type PrintOptions struct {
 	Handles bool
 	// Numeric prints priorities as numbers, as `nft -y` does.
 	Numeric bool
+	// Now is the clock for elements' "expires" (zero: the latest clock the evaluator
+	// has seen).
+	Now time.Time
 }
 
 // String prints the ruleset as `nft list ruleset` does.
@@ -26,6 +30,9 @@ func (e *Emulator) String() string {
 func (e *Emulator) Print(w io.Writer, o PrintOptions) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if o.Now.IsZero() {
+		o.Now = e.now
+	}
 	for _, t := range e.rs.Tables {
 		printTable(w, t, o)
 	}
@@ -104,7 +111,7 @@ func printSet(w io.Writer, s *Set, o PrintOptions) {
 	if len(els) > 0 {
 		parts := make([]string, len(els))
 		for i, e := range els {
-			parts[i] = elemString(s, e)
+			parts[i] = elemStringAt(s, e, o.Now)
 		}
 		fmt.Fprintf(w, "\t\telements = { %s }\n", strings.Join(parts, ",\n\t\t\t     "))
 	}
@@ -112,13 +119,22 @@ func printSet(w io.Writer, s *Set, o PrintOptions) {
 }
 
 // elemString prints an element as nft lists it.
-func elemString(s *Set, e *Element) string {
+func elemString(s *Set, e *Element) string { return elemStringAt(s, e, time.Time{}) }
+
+// elemStringAt prints an element, its "expires" taken on the clock now when the
+// element's expiry is known on the evaluator's clock.
+func elemStringAt(s *Set, e *Element, now time.Time) string {
 	var b strings.Builder
 	b.WriteString(formatKey(s.KeyTypes, &e.Lo, &e.Hi, e.Range, " . "))
 	if e.Timeout > 0 && e.Timeout != s.Timeout {
 		b.WriteString(" timeout " + formatDuration(e.Timeout))
 	}
-	if e.Expires > 0 {
+	switch {
+	case e.anchored && !now.IsZero():
+		if left := e.expireAt.Sub(now); left > 0 {
+			b.WriteString(" expires " + formatDuration(left))
+		}
+	case e.Expires > 0:
 		b.WriteString(" expires " + formatDuration(e.Expires))
 	}
 	if e.Comment != "" {
