@@ -490,6 +490,15 @@ func addElem(s *Set, e *Element) error {
 		}
 		return nil
 	}
+	if s.HasFlag("interval") && len(s.KeyTypes) == 1 {
+		if s.AutoMerge && !s.IsMap {
+			s.mergeInterval(e)
+			return nil
+		}
+		if o := s.overlaps(e, false); o != nil {
+			return fmt.Errorf("element %s: conflicting intervals specified (it overlaps %s)", e.Text, o.Text)
+		}
+	}
 	s.insertElem(e)
 	return nil
 }

@@ -574,6 +574,7 @@ func (p *ruleParser) parseAnon(keyTypes, dataTypes []dtype) (*Set, error) {
 	for _, e := range els {
 		s.insertElem(e)
 	}
+	s.normaliseAnon()
 	return s, nil
 }
 

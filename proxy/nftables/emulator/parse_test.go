@@ -43,6 +43,7 @@ func TestBadInput(t *testing.T) {
 		{"dnat in a filter chain", "add chain ip t in { type filter hook input priority 0 ; }\nadd rule ip t in jump c\nadd rule ip t c dnat to 1.2.3.4\n", `t.nft:3: chain c: dnat is not allowed here: the chain is reached from base chain in (type filter hook input); dnat needs a nat chain at prerouting or output`},
 		{"masquerade in nat prerouting", "add chain ip t pre { type nat hook prerouting priority -100 ; }\nadd rule ip t pre masquerade\n", `t.nft:2: chain pre: masquerade is not allowed here`},
 		{"a missing named counter", "add rule ip t c counter name \"nope\"\n", `t.nft:1: counter name "nope": no such counter in table ip t`},
+		{"overlapping intervals", "add set ip t iv { type ipv4_addr ; flags interval ; }\nadd element ip t iv { 10.0.0.0/8 }\nadd element ip t iv { 10.1.0.0/16 }\n", `t.nft:3: add element iv: element 10.1.0.0/16: conflicting intervals specified (it overlaps 10.0.0.0/8)`},
 		{"delete a chain in use", "add chain ip t d\nadd rule ip t d jump c\ndelete chain ip t c\n", `t.nft:3: delete chain c: the chain is in use (a jump or goto from chain d): Device or resource busy`},
 		{"delete a set in use", "add rule ip t c tcp dport @ports accept\ndelete set ip t ports\n", `t.nft:2: delete set ports: it is in use (a rule in chain c): Device or resource busy`},
 	} {
@@ -234,5 +235,38 @@ add element ip t s { 10.0.0.0/8, 192.168.0.1-192.168.0.9 }
 	}
 	if err := e.ApplyScript([]byte("flush ruleset\n"), "u.nft"); err != nil || e.String() != "" {
 		t.Errorf("flush ruleset: %v %q", err, e.String())
+	}
+}
+
+// TestIntervals: interval sets as nft 1.0.6 keeps them (checked in a netns): auto-merge
+// merges overlapping and adjacent intervals, anonymous sets are merged and keep their
+// braces, and lookups find exact elements and ranges alike.
+func TestIntervals(t *testing.T) {
+	e := mustLoad(t, `add table ip t
+add set ip t s { type ipv4_addr ; flags interval ; auto-merge ; }
+add element ip t s { 10.0.0.0/8 }
+add element ip t s { 10.1.0.0/16, 11.0.0.0/8 }
+add set ip t p { type inet_service ; flags interval ; }
+add element ip t p { 80, 1000-2000, 443 }
+add chain ip t c { type filter hook input priority 0 ; }
+add rule ip t c ip saddr { 10.0.0.0/8, 10.1.0.0/16 } accept
+add rule ip t c tcp dport @p drop
+add rule ip t c ip saddr @s reject
+`)
+	out := e.String()
+	for _, want := range []string{"elements = { 10.0.0.0/7 }", "ip saddr { 10.0.0.0/8 } accept", "elements = { 80,\n\t\t\t     443,\n\t\t\t     1000-2000 }"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("listing lacks %q:\n%s", want, out)
+		}
+	}
+	bc := e.BaseChains(1)[0]
+	for _, tc := range []struct {
+		src  string
+		port uint16
+		want Verdict
+	}{{"10.2.3.4", 1, Accept}, {"192.0.2.1", 443, Drop}, {"192.0.2.1", 1500, Drop}, {"192.0.2.1", 2001, Accept}, {"11.9.9.9", 1, Reject}, {"12.0.0.1", 1, Accept}} {
+		if v := e.RunChain(newTestEnv(), bc, tcp(tc.src, "192.168.0.2", tc.port), nil); v.Verdict != tc.want {
+			t.Errorf("%s:%d: %v, want %v", tc.src, tc.port, v.Verdict, tc.want)
+		}
 	}
 }

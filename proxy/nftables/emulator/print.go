@@ -108,6 +108,9 @@ func printSet(w io.Writer, s *Set, o PrintOptions) {
 		fmt.Fprintf(w, "\t\tcomment %s\n", strconv.Quote(s.Comment))
 	}
 	els := s.live()
+	if len(s.KeyTypes) == 1 && s.HasFlag("interval") && len(s.elems) == 0 {
+		els = s.ranges // nft lists interval sets sorted
+	}
 	if len(els) > 0 {
 		parts := make([]string, len(els))
 		for i, e := range els {

@@ -256,7 +256,7 @@ func anonString(s *Set) string {
 	if !s.IsMap && len(s.ranges) > 0 && len(s.KeyTypes) == 1 {
 		parts = mergedIntervals(s)
 	}
-	if len(parts) == 1 && !s.IsMap {
+	if len(parts) == 1 && !s.IsMap && s.written <= 1 {
 		return parts[0]
 	}
 	return "{ " + strings.Join(parts, ", ") + " }"
