@@ -17,6 +17,7 @@ type ruleParser struct {
 	file string
 	fam  Family
 	rule *Rule
+	prev []Stmt // the rule's statements so far
 }
 
 // parseError is an error naming the file, line and token.
@@ -104,17 +105,33 @@ var terminalUnknown = map[string]bool{"queue": true, "tproxy": true, "synproxy":
 
 // parseRuleStmts parses a rule's statements.
 func (p *ruleParser) parseRuleStmts() ([]Stmt, error) {
-	var out []Stmt
 	for !p.eof() {
 		st, err := p.parseStmt()
 		if err != nil {
 			return nil, err
 		}
 		if st != nil {
-			out = append(out, st)
+			p.prev = append(p.prev, st)
 		}
 	}
-	return out, nil
+	return p.prev, nil
+}
+
+// hasProtoMatch reports whether an earlier statement of the rule matches the
+// transport protocol (meta l4proto, ip protocol, tcp/udp/sctp ports), which nft
+// requires before a NAT statement maps ports.
+func (p *ruleParser) hasProtoMatch() bool {
+	for _, st := range p.prev {
+		if m, ok := st.(*Match); ok && m.Op != "!=" {
+			switch k := m.Left.Kind; {
+			case k == xL4proto || k == xIPProto:
+				return true
+			case (k == xSport || k == xDport) && m.Left.Proto != 0:
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (p *ruleParser) parseStmt() (Stmt, error) {
@@ -246,6 +263,8 @@ func (p *ruleParser) parseReject() (Stmt, error) {
 			return nil, p.errf(n, "reject: unknown ICMP reject type %q", n.s)
 		}
 		r.With, _ = netfilter.RejectWithName("icmp-" + name)
+		r.Text = "with " + kind.s + " " + n.s // nft lists it without "type"
+		return r, nil
 	default:
 		return nil, p.errf(kind, "reject with: expected icmp, icmpv6, icmpx or tcp, found %s", describe(kind))
 	}
@@ -749,6 +768,9 @@ func (p *ruleParser) parseNAT() (Stmt, error) {
 	p.parseNATFlags(n)
 	n.Text = span(p.src, p.toks[start:p.i])
 	n.addrTypes = addrT
+	if n.mapsPorts() && !p.hasProtoMatch() {
+		return nil, p.errf(kw, "%s: transport protocol mapping is only valid after transport protocol match (add e.g. meta l4proto tcp before it)", kw.s)
+	}
 	return n, nil
 }
 
@@ -854,4 +876,20 @@ func (p *ruleParser) parseNATFlags(n *NATStmt) {
 func addrOf(b []byte) netip.Addr {
 	a, _ := netip.AddrFromSlice(b)
 	return a
+}
+
+// mapsPorts reports whether the NAT statement translates ports.
+func (n *NATStmt) mapsPorts() bool {
+	if n.Port != 0 || n.AddrPort {
+		return true
+	}
+	if n.MapAnon != nil {
+		w := n.addrTypes.width()
+		for _, e := range n.MapAnon.live() {
+			if e.Value != nil && int(e.Value.Data.n) > w {
+				return true
+			}
+		}
+	}
+	return false
 }

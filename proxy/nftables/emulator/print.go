@@ -51,7 +51,7 @@ func printTable(w io.Writer, t *Table, o PrintOptions) {
 		fmt.Fprintf(w, "\tflags %s\n", strings.Join(t.Flags, ","))
 	}
 	if t.Comment != "" {
-		fmt.Fprintf(w, "\tcomment %s\n", strconv.Quote(t.Comment))
+		fmt.Fprintf(w, "\tcomment %s\n", quote(t.Comment))
 	}
 	first := true
 	sep := func() {
@@ -105,7 +105,7 @@ func printSet(w io.Writer, s *Set, o PrintOptions) {
 		fmt.Fprintf(w, "\t\tauto-merge\n")
 	}
 	if s.Comment != "" {
-		fmt.Fprintf(w, "\t\tcomment %s\n", strconv.Quote(s.Comment))
+		fmt.Fprintf(w, "\t\tcomment %s\n", quote(s.Comment))
 	}
 	els := s.live()
 	if len(s.KeyTypes) == 1 && s.HasFlag("interval") && len(s.elems) == 0 {
@@ -141,7 +141,7 @@ func elemStringAt(s *Set, e *Element, now time.Time) string {
 		b.WriteString(" expires " + formatDuration(e.Expires))
 	}
 	if e.Comment != "" {
-		b.WriteString(" comment " + strconv.Quote(e.Comment))
+		b.WriteString(" comment " + quote(e.Comment))
 	}
 	if e.Value != nil {
 		b.WriteString(" : ")
@@ -157,7 +157,7 @@ func elemStringAt(s *Set, e *Element, now time.Time) string {
 func printChain(w io.Writer, t *Table, c *Chain, o PrintOptions) {
 	fmt.Fprintf(w, "\tchain %s {%s\n", c.Name, handleSuffix(o, c.Handle))
 	if c.Comment != "" {
-		fmt.Fprintf(w, "\t\tcomment %s\n", strconv.Quote(c.Comment))
+		fmt.Fprintf(w, "\t\tcomment %s\n", quote(c.Comment))
 	}
 	if c.IsBase() {
 		dev := ""
@@ -179,11 +179,14 @@ func printChain(w io.Writer, t *Table, c *Chain, o PrintOptions) {
 // RuleString prints a rule's statements in nft's normalised listing spelling.
 func RuleString(r *Rule) string {
 	parts := make([]string, 0, len(r.Stmts)+1)
-	for _, s := range r.Stmts {
+	for i, s := range r.Stmts {
+		if i+1 < len(r.Stmts) && redundantDependency(s, r.Stmts[i+1]) {
+			continue
+		}
 		parts = append(parts, s.String())
 	}
 	if r.Comment != "" {
-		parts = append(parts, "comment "+strconv.Quote(r.Comment))
+		parts = append(parts, "comment "+quote(r.Comment))
 	}
 	return strings.Join(parts, " ")
 }
@@ -277,8 +280,8 @@ func (n *NATStmt) normString() string {
 			b.WriteString(" to " + dest)
 		}
 	}
-	for _, f := range n.Flags {
-		b.WriteString(" " + f)
+	if len(n.Flags) > 0 {
+		b.WriteString(" " + strings.Join(n.Flags, ","))
 	}
 	return b.String()
 }
@@ -309,4 +312,30 @@ func (n *NATStmt) literal() string {
 		return "[" + as + "]:" + port
 	}
 	return as + ":" + port
+}
+
+// redundantDependency reports a match nft leaves out of its listing because the next
+// match implies it: `meta nfproto ipv4` before an ip payload match, `meta l4proto tcp`
+// before a tcp port match.
+func redundantDependency(s, next Stmt) bool {
+	m, ok := s.(*Match)
+	n, ok2 := next.(*Match)
+	if !ok || !ok2 || m.Op != "" || m.Bin != "" || m.Anon != nil || m.SetRef != "" || m.Range || m.Left.Kind == xConcat {
+		return false
+	}
+	first := n.Left
+	if first.Kind == xConcat {
+		first = first.Parts[0]
+	}
+	switch m.Left.Kind {
+	case xNfproto:
+		want := byte(2)
+		if first.V6 {
+			want = 10
+		}
+		return (first.Kind == xSaddr || first.Kind == xDaddr || first.Kind == xIPProto) && m.Lo.b[0] == want
+	case xL4proto:
+		return (first.Kind == xSport || first.Kind == xDport) && first.Proto != 0 && m.Lo.b[0] == first.Proto
+	}
+	return false
 }

@@ -3,7 +3,6 @@ package emulator
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -371,7 +370,7 @@ type CounterStmt struct {
 // String prints the CounterStmt as nft lists it.
 func (c *CounterStmt) String() string {
 	if c.Name != "" {
-		return "counter name " + strconv.Quote(c.Name)
+		return "counter name " + quote(c.Name)
 	}
 	return fmt.Sprintf("counter packets %d bytes %d", c.Packets, c.Bytes)
 }
