@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -72,7 +73,7 @@ func (e *Emulator) commitLocked() {
 		e.base[h] = nil
 	}
 	for _, t := range e.rs.Tables {
-		if t.Family > FamilyInet {
+		if t.Family > FamilyInet || slices.Contains(t.Flags, "dormant") {
 			continue
 		}
 		for _, c := range t.Chains {

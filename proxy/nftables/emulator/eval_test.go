@@ -285,3 +285,28 @@ func TestWalkText(t *testing.T) {
 		t.Log(got)
 	}
 }
+
+// TestDormantAndIngress: a dormant table's chains see no packets; an inet ingress
+// chain is kept but not run (no ingress hook in the model).
+func TestDormantAndIngress(t *testing.T) {
+	e := mustLoad(t, `table ip sleepy {
+	flags dormant
+	chain in {
+		type filter hook input priority 0; policy drop;
+	}
+}
+table inet i {
+	chain ing {
+		type filter hook ingress device "lo" priority 0; policy drop;
+	}
+}
+`)
+	for h := netfilter.Prerouting; int(h) < netfilter.NumHooks; h++ {
+		if bcs := e.BaseChains(h); len(bcs) != 0 {
+			t.Errorf("%v: base chains %v, want none", h, bcs)
+		}
+	}
+	if !strings.Contains(e.String(), "flags dormant") || !strings.Contains(e.String(), "hook ingress device \"lo\"") {
+		t.Errorf("listing:\n%s", e.String())
+	}
+}

@@ -115,7 +115,7 @@ func (p *parser) chainHeader(t *Table, c *Chain, line []token, isNew bool) error
 	default:
 		return p.errf(line[0], "chain %s: unknown chain type %q (want filter, nat or route)", c.Name, typ)
 	}
-	if _, ok := hookOf(hook); !ok && t.Family <= FamilyInet {
+	if _, ok := hookOf(hook); !ok && t.Family <= FamilyInet && hook != "ingress" && hook != "egress" {
 		return p.errf(line[0], "chain %s: unknown hook %q", c.Name, hook)
 	}
 	if len(prioToks) == 0 {

@@ -162,7 +162,7 @@ func printChain(w io.Writer, t *Table, c *Chain, o PrintOptions) {
 	if c.IsBase() {
 		dev := ""
 		if c.Device != "" {
-			dev = " device " + c.Device
+			dev = " device " + quote(c.Device)
 		}
 		prio := strconv.Itoa(c.Priority)
 		if !o.Numeric {
