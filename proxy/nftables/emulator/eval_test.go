@@ -310,3 +310,38 @@ table inet i {
 		t.Errorf("listing:\n%s", e.String())
 	}
 }
+
+// TestWalkAssumptions: an all-branches walk follows both values of an unmodelled
+// match and lists the assumption on each outcome; a single path assumes no match.
+func TestWalkAssumptions(t *testing.T) {
+	e := mustLoad(t, `table inet f {
+	chain in {
+		type filter hook input priority 0; policy accept;
+		meta skuid 1000 tcp dport 22 drop
+	}
+}
+`)
+	in := WalkInput{Packet: *tcp("10.0.0.1", "192.168.0.2", 22), Local: []netip.Addr{netip.MustParseAddr("192.168.0.2")}}
+	res, err := e.Walk(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Outcomes) != 1 || res.Outcomes[0].Verdict != "LOCAL" {
+		t.Fatalf("single path:\n%s", res.Text())
+	}
+	in.AllBranches = true
+	if res, err = e.Walk(in); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Outcomes) != 2 {
+		t.Fatalf("want 2 outcomes:\n%s", res.Text())
+	}
+	for _, o := range res.Outcomes {
+		if len(o.Assumptions) != 1 || o.Assumptions[0].Match != "meta skuid 1000" || o.Assumptions[0].Matched != (o.Verdict == "DROP") {
+			t.Errorf("outcome %s assumptions %+v", o.Verdict, o.Assumptions)
+		}
+	}
+	if !strings.Contains(res.Text(), `assuming meta skuid 1000 (line 4) matches`) {
+		t.Errorf("text:\n%s", res.Text())
+	}
+}
