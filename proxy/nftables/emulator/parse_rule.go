@@ -336,7 +336,11 @@ func (p *ruleParser) parseMarkSet() (Stmt, error) {
 func (p *ruleParser) parseSetUpdate() (Stmt, error) {
 	op := p.next()
 	ref := p.next()
-	u := &SetUpdateStmt{Op: op.s, SetRef: strings.TrimPrefix(ref.s, "@")}
+	name, err := p.setName(ref)
+	if err != nil {
+		return nil, err
+	}
+	u := &SetUpdateStmt{Op: op.s, SetRef: name}
 	if err := p.want("{"); err != nil {
 		return nil, err
 	}
@@ -505,7 +509,11 @@ func (p *ruleParser) parseMatchRest(x *Expr) (Stmt, error) {
 		p.next()
 		v := &VmapStmt{Key: x}
 		if strings.HasPrefix(p.peek().s, "@") {
-			v.SetRef = strings.TrimPrefix(p.next().s, "@")
+			name, err := p.setName(p.next())
+			if err != nil {
+				return nil, err
+			}
+			v.SetRef = name
 			return v, nil
 		}
 		s, err := p.parseAnon(x.types(), []dtype{tVerdict})
@@ -526,7 +534,11 @@ func (p *ruleParser) parseMatchRest(x *Expr) (Stmt, error) {
 	}
 	switch t := p.peek(); {
 	case strings.HasPrefix(t.s, "@") && !t.quoted:
-		m.SetRef = strings.TrimPrefix(p.next().s, "@")
+		name, err := p.setName(p.next())
+		if err != nil {
+			return nil, err
+		}
+		m.SetRef = name
 	case t.is("{"):
 		s, err := p.parseAnon(ts, nil)
 		if err != nil {
@@ -785,7 +797,11 @@ func (p *ruleParser) parseNATTarget(n *NATStmt, addrT dtype) error {
 		}
 		n.MapKey = x
 		if strings.HasPrefix(p.peek().s, "@") {
-			n.MapRef = strings.TrimPrefix(p.next().s, "@")
+			name, err := p.setName(p.next())
+			if err != nil {
+				return err
+			}
+			n.MapRef = name
 			return nil
 		}
 		s := &Set{KeyTypes: x.types(), DataTypes: []dtype{addrT, tService}, IsMap: true}
@@ -892,4 +908,13 @@ func (n *NATStmt) mapsPorts() bool {
 		}
 	}
 	return false
+}
+
+// setName takes the name of an @set reference.
+func (p *ruleParser) setName(t token) (string, error) {
+	name := strings.TrimPrefix(t.s, "@")
+	if t.quoted || !strings.HasPrefix(t.s, "@") || name == "" || strings.ContainsAny(name, "@$") {
+		return "", p.errf(t, "expected @SETNAME, found %s", describe(t))
+	}
+	return name, nil
 }
