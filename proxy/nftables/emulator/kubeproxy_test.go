@@ -339,3 +339,35 @@ func TestKubeProxyInternalExternalMasquerade(t *testing.T) {
 		runPacketFlowTests(t, variant.file, tests)
 	}
 }
+
+// TestKubeProxyInternalTrafficPolicy: kube-proxy's TestInternalTrafficPolicy vectors
+// (and each case's "endpoints deleted" vector).
+func TestKubeProxyInternalTrafficPolicy(t *testing.T) {
+	vec := func(output string) []packetFlowTest {
+		return []packetFlowTest{{name: "pod to ClusterIP", sourceIP: "10.0.0.2", destIP: "172.30.1.1", destPort: 80, output: output}}
+	}
+	runPacketFlowTests(t, "internal-traffic-policy-cluster.nft", vec("10.0.1.1:80, 10.0.1.2:80, 10.0.1.3:80"))
+	runPacketFlowTests(t, "internal-traffic-policy-local-one.nft", vec("10.0.1.1:80"))
+	runPacketFlowTests(t, "internal-traffic-policy-local-multiple.nft", vec("10.0.1.1:80, 10.0.1.2:80"))
+	runPacketFlowTests(t, "internal-traffic-policy-local-none.nft", vec("DROP"))
+	runPacketFlowTests(t, "internal-traffic-policy-deleted.nft", vec("REJECT"))
+}
+
+// TestKubeProxyTerminatingEndpoints: kube-proxy's TestTerminatingEndpointsTrafficPolicy
+// Local and Cluster vectors, on the endpoints each case leaves usable.
+func TestKubeProxyTerminatingEndpoints(t *testing.T) {
+	vecs := func(pod, ext string, masq bool) []packetFlowTest {
+		return []packetFlowTest{
+			{name: "pod to clusterIP", sourceIP: "10.0.0.2", destIP: "172.30.1.1", destPort: 80, output: pod},
+			{name: "external to LB", sourceIP: "203.0.113.2", destIP: "1.2.3.4", destPort: 80, output: ext, masq: masq},
+		}
+	}
+	runPacketFlowTests(t, "terminating-local-ready.nft", vecs("10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80, 10.0.1.2:80", false))
+	runPacketFlowTests(t, "terminating-local-only-terminating.nft", vecs("10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80", false))
+	runPacketFlowTests(t, "terminating-local-remote-terminating.nft", vecs("10.0.1.5:80", "DROP", false))
+	runPacketFlowTests(t, "terminating-local-none.nft", vecs("REJECT", "REJECT", false))
+	runPacketFlowTests(t, "terminating-cluster-ready.nft", vecs("10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", true))
+	runPacketFlowTests(t, "terminating-cluster-only-terminating.nft", vecs("10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", true))
+	runPacketFlowTests(t, "terminating-cluster-remote-terminating.nft", vecs("10.0.1.5:80", "10.0.1.5:80", true))
+	runPacketFlowTests(t, "terminating-cluster-none.nft", vecs("REJECT", "REJECT", false))
+}
