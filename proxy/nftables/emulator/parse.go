@@ -133,6 +133,9 @@ func (p *parser) name(toks []token, what string, after token) (string, []token, 
 	if n := toks[0].s; n == "" || strings.ContainsAny(n, " \t{};,#\"\\") || strings.HasPrefix(n, "@") || strings.HasPrefix(n, "$") {
 		return "", nil, p.errf(toks[0], "bad %s name %q", what, n)
 	}
+	if len(toks[0].s) > 255 {
+		return "", nil, p.errf(toks[0], "%s name too long (%d bytes; the kernel takes at most 255)", what, len(toks[0].s))
+	}
 	return toks[0].s, toks[1:], nil
 }
 
