@@ -268,3 +268,25 @@ func BenchmarkProbe(b *testing.B) {
 }
 
 var _ = netip.Addr{}
+
+// BenchmarkPartialSync applies a kube-proxy-like partial sync (one new service: its
+// chain, its rule, its cluster-ips and service-ips elements) to a loaded ruleset.
+func BenchmarkPartialSync(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		e, err := Load([]byte(genKubeProxyListing(n, 10)), "bench.nft")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				name := fmt.Sprintf("service-NEWSVC%d-ns/new%d/tcp/p80", i, i)
+				ip := fmt.Sprintf("172.31.%d.%d", (i/250)%250, i%250+1)
+				script := fmt.Sprintf("add chain ip kube-proxy %s\nflush chain ip kube-proxy %s\nadd rule ip kube-proxy %s meta l4proto tcp dnat to 10.0.0.1:80\nadd element ip kube-proxy cluster-ips { %s }\nadd element ip kube-proxy service-ips { %s . tcp . 80 : goto %s }\n", name, name, name, ip, ip, name)
+				if err := e.ApplyScript([]byte(script), "sync.nft"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
