@@ -128,9 +128,7 @@ func (p *parser) chainCmd(verb token, toks []token) error {
 			p.x.mutChain(t, c).Rules = nil
 			return nil
 		}
-		if user := chainUser(t, c); user != "" {
-			return p.errf(verb, "delete chain %s: the chain is in use (%s): Device or resource busy", name, user)
-		}
+		p.x.noteDeleted(t, "chain", name, verb.line)
 		for i, cc := range t.Chains {
 			if cc == c {
 				t.Chains = append(t.Chains[:i:i], t.Chains[i+1:]...)
@@ -167,9 +165,7 @@ func (p *parser) setCmd(verb, obj token, toks []token) error {
 			p.x.mutSet(t, s).flush()
 			return nil
 		}
-		if user := setUser(t, name); user != "" {
-			return p.errf(verb, "delete %s %s: it is in use (%s): Device or resource busy", obj.s, name, user)
-		}
+		p.x.noteDeleted(t, obj.s, name, verb.line)
 		for i, ss := range t.Sets {
 			if ss == s {
 				t.Sets = append(t.Sets[:i:i], t.Sets[i+1:]...)
@@ -291,52 +287,3 @@ func (p *parser) ruleCmd(verb token, toks []token) error {
 	return nil
 }
 
-// chainUser names a rule or map element that jumps or goes to c ("" when none), as
-// the kernel's chain use count refuses the deletion of a chain in use.
-func chainUser(t *Table, c *Chain) string {
-	for _, s := range t.Sets {
-		if s.Verdict() {
-			for _, e := range s.live() {
-				if v := e.Value.Verdict; v != nil && v.Chain == c.Name {
-					return fmt.Sprintf("map %s element %s", s.Name, e.Text)
-				}
-			}
-		}
-	}
-	for _, other := range t.Chains {
-		if other == c {
-			continue
-		}
-		for _, tgt := range chainTargets(t, other) {
-			if tgt == c {
-				return "a jump or goto from chain " + other.Name
-			}
-		}
-	}
-	return ""
-}
-
-// setUser names a rule that refers to the set ("" when none).
-func setUser(t *Table, name string) string {
-	for _, c := range t.Chains {
-		for _, r := range c.Rules {
-			for _, st := range r.Stmts {
-				ref := ""
-				switch s := st.(type) {
-				case *Match:
-					ref = s.SetRef
-				case *VmapStmt:
-					ref = s.SetRef
-				case *SetUpdateStmt:
-					ref = s.SetRef
-				case *NATStmt:
-					ref = s.MapRef
-				}
-				if ref == name {
-					return fmt.Sprintf("a rule in chain %s", c.Name)
-				}
-			}
-		}
-	}
-	return ""
-}

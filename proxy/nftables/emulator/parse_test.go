@@ -46,7 +46,7 @@ func TestBadInput(t *testing.T) {
 		{"overlapping intervals", "add set ip t iv { type ipv4_addr ; flags interval ; }\nadd element ip t iv { 10.0.0.0/8 }\nadd element ip t iv { 10.1.0.0/16 }\n", `t.nft:3: add element iv: element 10.1.0.0/16: conflicting intervals specified (it overlaps 10.0.0.0/8)`},
 		{"a NAT port without a protocol match", "add chain ip t pre { type nat hook prerouting priority -100 ; }\nadd rule ip t pre ip daddr 1.2.3.4 dnat to 10.0.0.1:80\n", `t.nft:2: dnat: transport protocol mapping is only valid after transport protocol match`},
 		{"a name too long", "add chain ip t " + strings.Repeat("x", 256) + "\n", `t.nft:1: chain name too long (256 bytes; the kernel takes at most 255)`},
-		{"delete a chain in use", "add chain ip t d\nadd rule ip t d jump c\ndelete chain ip t c\n", `t.nft:3: delete chain c: the chain is in use (a jump or goto from chain d): Device or resource busy`},
+		{"delete a chain in use", "add chain ip t d\nadd rule ip t d jump c\ndelete chain ip t c\n", `t.nft:3: delete chain c: it is in use (a jump from chain d): Device or resource busy`},
 		{"delete a set in use", "add rule ip t c tcp dport @ports accept\ndelete set ip t ports\n", `t.nft:2: delete set ports: it is in use (a rule in chain c): Device or resource busy`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

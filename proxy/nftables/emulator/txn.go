@@ -15,6 +15,37 @@ type txn struct {
 	rs    *Ruleset
 	owned map[any]bool
 	file  string
+	// deleted records the line of each chain, set or map the transaction deleted, so
+	// that a reference left to it at commit is reported at the delete (the kernel
+	// refuses to delete an object in use: Device or resource busy).
+	deleted map[deletedKey]int
+	final   bool // validating the whole transaction (not one command)
+}
+
+type deletedKey struct {
+	t          *Table
+	kind, name string
+}
+
+func (x *txn) noteDeleted(t *Table, kind, name string, line int) {
+	if x.deleted == nil {
+		x.deleted = map[deletedKey]int{}
+	}
+	x.deleted[deletedKey{t, kind, name}] = line
+}
+
+// inUse is the error for a reference (described by user) to an object the
+// transaction deleted; nil when the object was not deleted here.
+func (x *txn) inUse(t *Table, kind, name, user string) error {
+	if !x.final {
+		return nil
+	}
+	for _, k := range []string{kind, "set", "map"} {
+		if line, ok := x.deleted[deletedKey{t, k, name}]; ok && (k == kind || kind == "set") {
+			return x.errAt(line, "delete %s %s: it is in use (%s): Device or resource busy", k, name, user)
+		}
+	}
+	return nil
 }
 
 func newTxn(rs *Ruleset, file string) *txn {
@@ -100,6 +131,7 @@ func (x *txn) deleteTable(t *Table) {
 // targets exist (also in verdict map elements), referenced sets exist and suit their
 // use. Errors name the rule's file and line.
 func (x *txn) validate() error {
+	x.final = true
 	for _, t := range x.rs.Tables {
 		if !x.owned[t] || t.Family > FamilyInet {
 			continue
@@ -140,6 +172,9 @@ func (x *txn) checkMapTargets(t *Table, s *Set, line int) error {
 			if s.Name != "" {
 				name = "map " + s.Name
 			}
+			if err := x.inUse(t, "chain", v.Chain, name+" element "+e.Text); err != nil {
+				return err
+			}
 			return x.errAt(line, "%s element %s: %s to missing chain %q", name, e.Text, v.Kind, v.Chain)
 		}
 	}
@@ -151,6 +186,9 @@ func (x *txn) checkRule(t *Table, c *Chain, r *Rule) error {
 		switch s := st.(type) {
 		case *VerdictStmt:
 			if s.Chain != "" && t.chain(s.Chain) == nil {
+				if err := x.inUse(t, "chain", s.Chain, "a "+s.Kind+" from chain "+c.Name); err != nil {
+					return err
+				}
 				return x.errAt(r.Line, "chain %s: %s to missing chain %q", c.Name, s.Kind, s.Chain)
 			}
 			if s.Chain != "" && t.chain(s.Chain).IsBase() {
@@ -201,6 +239,9 @@ func (x *txn) checkRule(t *Table, c *Chain, r *Rule) error {
 func (x *txn) checkRef(t *Table, r *Rule, name string, ts []dtype, use string) error {
 	s := t.set(name)
 	if s == nil {
+		if err := x.inUse(t, "set", name, "a rule in chain "+chainOf(t, r)); err != nil {
+			return err
+		}
 		return x.errAt(r.Line, "@%s: no such set or map in table %s %s", name, t.Family, t.Name)
 	}
 	switch use {
@@ -422,4 +463,16 @@ func (x *txn) checkNATHooks(t *Table) error {
 		}
 	}
 	return nil
+}
+
+// chainOf names the chain holding r (for messages).
+func chainOf(t *Table, r *Rule) string {
+	for _, c := range t.Chains {
+		for _, rr := range c.Rules {
+			if rr == r {
+				return c.Name
+			}
+		}
+	}
+	return "?"
 }
