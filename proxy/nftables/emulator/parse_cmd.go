@@ -286,4 +286,3 @@ func (p *parser) ruleCmd(verb token, toks []token) error {
 	}
 	return nil
 }
-
