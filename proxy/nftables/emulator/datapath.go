@@ -37,6 +37,11 @@ func Load(data []byte, file string) (*Emulator, error) {
 			return nil, err
 		}
 		e.rs = rs
+		for _, t := range rs.Tables {
+			for _, c := range t.Chains {
+				e.seq = max(e.seq, c.seq)
+			}
+		}
 		e.commitLocked()
 		return e, nil
 	}
