@@ -98,7 +98,7 @@ var stmtStarts = map[string]bool{"accept": true, "drop": true, "continue": true,
 	"th": true, "meta": true, "ct": true, "fib": true, "numgen": true, "mark": true, "iifname": true,
 	"oifname": true, "update": true, "limit": true, "quota": true, "queue": true, "notrack": true, "icmp": true,
 	"icmpv6": true, "tproxy": true, "synproxy": true, "fwd": true, "dup": true, "ether": true, "vlan": true,
-	"socket": true, "osf": true, "rt": true, "ipsec": true, "exthdr": true, "tcp option": true}
+	"socket": true, "osf": true, "rt": true, "ipsec": true, "exthdr": true, "xt": true}
 
 // terminalUnknown are statements the emulator does not model that end the evaluation.
 var terminalUnknown = map[string]bool{"queue": true, "tproxy": true, "synproxy": true, "fwd": true}
@@ -203,7 +203,10 @@ func (p *ruleParser) parseUnknown() Stmt {
 		}
 		p.i++
 	}
-	return &UnknownStmt{Text: span(p.src, p.toks[start:p.i]), Terminal: terminalUnknown[first.s]}
+	// An iptables-nft target nft cannot translate (xt target DNAT, ...) most likely
+	// decides the packet's fate: the evaluation ends with UNKNOWN.
+	xtTarget := first.is("xt") && start+1 < len(p.toks) && p.toks[start+1].is("target")
+	return &UnknownStmt{Text: span(p.src, p.toks[start:p.i]), Terminal: terminalUnknown[first.s] || xtTarget}
 }
 
 func (p *ruleParser) parseCounter() (Stmt, error) {
