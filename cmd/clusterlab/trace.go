@@ -37,12 +37,14 @@ type traceOptions struct {
 }
 
 const traceLong = `Trace the first packet of a connection through a node's iptables rules
-(--iptables-save, an iptables-save dump) or nftables rules (--nft-ruleset, the output of
-` + "`nft list ruleset`" + `, with or without -a, or an ` + "`nft -f`" + ` script), rule by rule, as
-the kernel would. Give exactly one of the two. With iptables: raw, mangle, nat, filter
-and security tables at each hook. With nftables: the base chains of every ip, ip6 and
-inet table at each hook in priority order (an accept ends only its base chain; nat
-chains until one translates); numgen random choices are the choice points.
+(--iptables-save, an iptables-save dump) or nftables rules (--nft-ruleset: the output of
+` + "`nft list ruleset`" + ` with or without -a, of ` + "`nft -j list ruleset`" + `, or an ` + "`nft -f`" + `
+script), rule by rule, as the kernel would. Give exactly one of the two. With iptables:
+raw, mangle, nat, filter and security tables at each hook. With nftables: the base
+chains of every ip, ip6 and inet table at each hook in priority order (an accept ends
+only its base chain; nat chains run until one translates); numgen random choices are
+the choice points, and expressions the emulator does not model (icmp type, limit, meta
+skuid, ...) are assumptions as below (queue, tproxy: verdict UNKNOWN).
 
 The packet enters at PREROUTING, or at OUTPUT when it comes from the node (--from node,
 or its source is one of --local-ips). After nat PREROUTING a local destination goes to

@@ -83,7 +83,7 @@ const nftTestRuleset = `table ip kube-proxy {
 		ip daddr . meta l4proto . th dport vmap @service-ips
 	}
 	chain service-X {
-		dnat ip to numgen random mod 3 map { 0 : %s . 8080, 1 : %s . 8080, 2 : %s . 8080 }
+		meta l4proto tcp dnat ip to numgen random mod 3 map { 0 : %s . 8080, 1 : %s . 8080, 2 : %s . 8080 }
 	}
 }
 `

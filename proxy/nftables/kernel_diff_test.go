@@ -253,11 +253,7 @@ func TestKernelDifferential(t *testing.T) {
 			{"nft list ruleset after the Proxier's sync", emu.String()},
 			{"nft list ruleset after nft -f of Render's text", load("kernel (render)", renderedListing)},
 		} {
-			got, n := dropKernelDynsetSize(gen, c.got)
-			if n > 0 {
-				t.Logf("%s: worked around the evaluator's missing implicit \"size 65535\" on %d sets that rules update (TestEvaluatorDynsetImplicitSize)", c.name, n)
-			}
-			if d := listingDiff(gen, got); d != "" {
+			if d := listingDiff(gen, c.got); d != "" {
 				t.Errorf("%s, loaded into the evaluator, differs from Render's text loaded (- render, + it):\n%s", c.name, d)
 			}
 		}
@@ -708,48 +704,6 @@ func listingDiff(a, b string) string {
 	return strings.Join(d, "\n")
 }
 
-// dropKernelDynsetSize works around an evaluator bug (TestEvaluatorDynsetImplicitSize):
-// the kernel gives a set that a rule's `update @set` or `add @set` writes, and that
-// declares no size, the size 65535, which nft then lists; the evaluator, loading the
-// generator's text, does not. It removes from the kernel side's printed form the
-// "size 65535" line of each set whose generator-side form has no size line but
-// "flags dynamic", and says how many it removed.
-func dropKernelDynsetSize(gen, kernelSide string) (string, int) {
-	sized, dynamic := map[string]bool{}, map[string]bool{}
-	for _, l := range normalListing(gen) {
-		parts := strings.Split(l, " / ")
-		if len(parts) != 3 || !strings.HasPrefix(parts[1], "set ") && !strings.HasPrefix(parts[1], "map ") {
-			continue
-		}
-		key := parts[0] + " / " + parts[1]
-		switch {
-		case strings.HasPrefix(parts[2], "size "):
-			sized[key] = true
-		case strings.HasPrefix(parts[2], "flags ") && slices.Contains(strings.Split(strings.TrimPrefix(parts[2], "flags "), ","), "dynamic"):
-			dynamic[key] = true
-		}
-	}
-	var out []string
-	n := 0
-	var table, block string
-	for _, raw := range strings.Split(kernelSide, "\n") {
-		l := strings.TrimSpace(raw)
-		switch {
-		case strings.HasPrefix(raw, "table "):
-			table, block = strings.TrimSuffix(l, " {"), ""
-		case strings.HasPrefix(raw, "\t") && !strings.HasPrefix(raw, "\t\t") && strings.HasSuffix(l, "{"):
-			block = strings.TrimSuffix(l, " {")
-		}
-		key := table + " / " + block
-		if l == "size 65535" && dynamic[key] && !sized[key] {
-			n++
-			continue
-		}
-		out = append(out, raw)
-	}
-	return strings.Join(out, "\n"), n
-}
-
 // TestKernelDifferentialListingDiff: the comparison the round trip uses ignores the
 // order of set and map elements and nothing else.
 func TestKernelDifferentialListingDiff(t *testing.T) {
@@ -768,13 +722,5 @@ func TestKernelDifferentialListingDiff(t *testing.T) {
 		if d := listingDiff(a, tc.b); (d == "") != tc.same {
 			t.Errorf("%s: listingDiff = %q, want same=%v", tc.name, d, tc.same)
 		}
-	}
-	if _, n := dropKernelDynsetSize("table ip t {\n\tset s {\n\t\ttype ipv4_addr\n\t\tflags dynamic\n\t}\n}\n",
-		"table ip t {\n\tset s {\n\t\ttype ipv4_addr\n\t\tsize 65535\n\t\tflags dynamic\n\t}\n}\n"); n != 1 {
-		t.Errorf("dropKernelDynsetSize removed %d lines, want 1", n)
-	}
-	if _, n := dropKernelDynsetSize("table ip t {\n\tset s {\n\t\ttype ipv4_addr\n\t}\n}\n",
-		"table ip t {\n\tset s {\n\t\ttype ipv4_addr\n\t\tsize 65535\n\t}\n}\n"); n != 0 {
-		t.Errorf("dropKernelDynsetSize removed the size of a set that is not dynamic")
 	}
 }

@@ -39,7 +39,7 @@ func genKubeProxyListing(nSvc, nEp int) string {
 		cips = append(cips, svcIP(i))
 		sips = append(sips, fmt.Sprintf("%s . tcp . 80 : goto %s", svcIP(i), chain))
 		if i%10 == 0 {
-			nps = append(nps, fmt.Sprintf("tcp . %d : goto external-%s-%s", 30000+i%2700, kpHash(name), name))
+			nps = append(nps, fmt.Sprintf("tcp . %d : goto external-%s-%s", 30000+i/10, kpHash(name), name))
 		}
 		hairpin = append(hairpin, fmt.Sprintf("%s . %s . tcp . 80", epIP(i, 0), epIP(i, 0)))
 	}
@@ -161,8 +161,34 @@ func TestSyntheticListing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Outcomes) != 3 || *res.Outcomes[0].DNATDestination != epIP(7, 0)+":80" {
+	if len(res.Outcomes) != 3 || *res.Outcomes[0].DNATDestination != epIP(7, 0)+":80" || res.Outcomes[0].Masqueraded {
 		t.Errorf("walk:\n%s", res.Text())
+	}
+	// 1.36+ hairpin: a local endpoint reaching itself through its service is
+	// masqueraded by the @hairpin-connections lookup after DNAT; the other branches
+	// are not.
+	res, err = e.Walk(WalkInput{Packet: *tcp(epIP(7, 0), svcIP(7), 80), AllBranches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range res.Outcomes {
+		self := *o.DNATDestination == epIP(7, 0)+":80"
+		if o.Masqueraded != self {
+			t.Errorf("hairpin: %s masqueraded=%v, want %v\n%s", *o.DNATDestination, o.Masqueraded, self, res.Text())
+		}
+		if self && o.MatchedRules[len(o.MatchedRules)-1].Element != epIP(7, 0)+" . "+epIP(7, 0)+" . tcp . 80" {
+			t.Errorf("hairpin decided by %+v", o.MatchedRules[len(o.MatchedRules)-1])
+		}
+	}
+	// From outside the pod network a ClusterIP is masqueraded through the mark.
+	res, err = e.Walk(WalkInput{Packet: *tcp("203.0.113.2", svcIP(7), 80), AllBranches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range res.Outcomes {
+		if !o.Masqueraded || o.Mark != "0x0" {
+			t.Errorf("external to ClusterIP: masqueraded=%v mark=%s, want true and the mark cleared", o.Masqueraded, o.Mark)
+		}
 	}
 }
 
@@ -242,3 +268,25 @@ func BenchmarkProbe(b *testing.B) {
 }
 
 var _ = netip.Addr{}
+
+// BenchmarkPartialSync applies a kube-proxy-like partial sync (one new service: its
+// chain, its rule, its cluster-ips and service-ips elements) to a loaded ruleset.
+func BenchmarkPartialSync(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		e, err := Load([]byte(genKubeProxyListing(n, 10)), "bench.nft")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				name := fmt.Sprintf("service-NEWSVC%d-ns/new%d/tcp/p80", i, i)
+				ip := fmt.Sprintf("172.31.%d.%d", (i/250)%250, i%250+1)
+				script := fmt.Sprintf("add chain ip kube-proxy %s\nflush chain ip kube-proxy %s\nadd rule ip kube-proxy %s meta l4proto tcp dnat to 10.0.0.1:80\nadd element ip kube-proxy cluster-ips { %s }\nadd element ip kube-proxy service-ips { %s . tcp . 80 : goto %s }\n", name, name, name, ip, ip, name)
+				if err := e.ApplyScript([]byte(script), "sync.nft"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

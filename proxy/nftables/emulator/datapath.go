@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ type Emulator struct {
 	gen  uint64
 	seq  int
 	base [netfilter.NumHooks][]BaseChain
+	now  time.Time // the latest clock the evaluator saw (for printing "expires")
 }
 
 // New returns an emulator with an empty ruleset.
@@ -35,6 +37,11 @@ func Load(data []byte, file string) (*Emulator, error) {
 			return nil, err
 		}
 		e.rs = rs
+		for _, t := range rs.Tables {
+			for _, c := range t.Chains {
+				e.seq = max(e.seq, c.seq)
+			}
+		}
 		e.commitLocked()
 		return e, nil
 	}
@@ -71,7 +78,7 @@ func (e *Emulator) commitLocked() {
 		e.base[h] = nil
 	}
 	for _, t := range e.rs.Tables {
-		if t.Family > FamilyInet {
+		if t.Family > FamilyInet || slices.Contains(t.Flags, "dormant") {
 			continue
 		}
 		for _, c := range t.Chains {
@@ -204,6 +211,7 @@ const (
 	Local
 )
 
+// String names the Verdict.
 func (v Verdict) String() string {
 	switch v {
 	case Accept:
@@ -279,7 +287,11 @@ func (e *Emulator) RunChain(env Env, bc BaseChain, q *Packet, tr *Trace) ChainVe
 	if a, ok := env.(Assumer); ok {
 		ctx.assumer = a
 	}
-	return ctx.runBase(c)
+	v := ctx.runBase(c)
+	if ctx.hasNow && ctx.now.After(e.now) {
+		e.now = ctx.now
+	}
+	return v
 }
 
 // JSON renders the trace as JSON.

@@ -128,8 +128,13 @@ func (c *evalCtx) runRule(r *Rule) (fl flow, stop bool) {
 			}
 		case *CounterStmt:
 			if !c.env.DryRun() {
-				s.Packets++
-				s.Bytes += uint64(c.q.Len)
+				if s.obj != nil {
+					s.obj.Packets++
+					s.obj.Bytes += uint64(c.q.Len)
+				} else {
+					s.Packets++
+					s.Bytes += uint64(c.q.Len)
+				}
 			}
 		case *LogStmt:
 		case *SetUpdateStmt:

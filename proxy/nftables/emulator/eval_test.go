@@ -151,10 +151,14 @@ func TestDynamicSetTimeouts(t *testing.T) {
 	if v := run(); v != Accept {
 		t.Fatalf("first packet %v", v)
 	}
+	env.now = env.now.Add(4 * time.Second)
 	if v := run(); v != Drop {
 		t.Fatalf("second packet %v, want drop (source in @aff)", v)
 	}
-	env.now = env.now.Add(11 * time.Second)
+	if !strings.Contains(e.String(), "elements = { 10.0.0.1 expires 6s }") {
+		t.Errorf("listing of the dynamic set:\n%s", e.String())
+	}
+	env.now = env.now.Add(7 * time.Second)
 	if v := run(); v != Accept {
 		t.Fatalf("after the timeout %v, want accept", v)
 	}
@@ -279,5 +283,65 @@ func TestWalkText(t *testing.T) {
 	}
 	if os.Getenv("SHOW") != "" {
 		t.Log(got)
+	}
+}
+
+// TestDormantAndIngress: a dormant table's chains see no packets; an inet ingress
+// chain is kept but not run (no ingress hook in the model).
+func TestDormantAndIngress(t *testing.T) {
+	e := mustLoad(t, `table ip sleepy {
+	flags dormant
+	chain in {
+		type filter hook input priority 0; policy drop;
+	}
+}
+table inet i {
+	chain ing {
+		type filter hook ingress device "lo" priority 0; policy drop;
+	}
+}
+`)
+	for h := netfilter.Prerouting; int(h) < netfilter.NumHooks; h++ {
+		if bcs := e.BaseChains(h); len(bcs) != 0 {
+			t.Errorf("%v: base chains %v, want none", h, bcs)
+		}
+	}
+	if !strings.Contains(e.String(), "flags dormant") || !strings.Contains(e.String(), "hook ingress device \"lo\"") {
+		t.Errorf("listing:\n%s", e.String())
+	}
+}
+
+// TestWalkAssumptions: an all-branches walk follows both values of an unmodelled
+// match and lists the assumption on each outcome; a single path assumes no match.
+func TestWalkAssumptions(t *testing.T) {
+	e := mustLoad(t, `table inet f {
+	chain in {
+		type filter hook input priority 0; policy accept;
+		meta skuid 1000 tcp dport 22 drop
+	}
+}
+`)
+	in := WalkInput{Packet: *tcp("10.0.0.1", "192.168.0.2", 22), Local: []netip.Addr{netip.MustParseAddr("192.168.0.2")}}
+	res, err := e.Walk(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Outcomes) != 1 || res.Outcomes[0].Verdict != "LOCAL" {
+		t.Fatalf("single path:\n%s", res.Text())
+	}
+	in.AllBranches = true
+	if res, err = e.Walk(in); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Outcomes) != 2 {
+		t.Fatalf("want 2 outcomes:\n%s", res.Text())
+	}
+	for _, o := range res.Outcomes {
+		if len(o.Assumptions) != 1 || o.Assumptions[0].Match != "meta skuid 1000" || o.Assumptions[0].Matched != (o.Verdict == "DROP") {
+			t.Errorf("outcome %s assumptions %+v", o.Verdict, o.Assumptions)
+		}
+	}
+	if !strings.Contains(res.Text(), `assuming meta skuid 1000 (line 4) matches`) {
+		t.Errorf("text:\n%s", res.Text())
 	}
 }

@@ -201,6 +201,7 @@ func (p *jsonParser) matchRight(mt *Match, ts []dtype, right any) error {
 				}
 				s.insertElem(el)
 			}
+			s.normaliseAnon()
 			mt.Anon = s
 			return nil
 		}

@@ -259,3 +259,115 @@ func TestKubeProxyExternalTrafficPolicyCluster(t *testing.T) {
 		{name: "external to NodePort hits both endpoints, masqueraded", sourceIP: "203.0.113.2", destIP: "192.168.0.2", destPort: 3001, output: both, masq: true},
 	})
 }
+
+// TestKubeProxyInternalExternalMasquerade: kube-proxy's TestInternalExternalMasquerade,
+// its 27 vectors in its four variants (local traffic detector or not, --masquerade-all
+// or not) with the variants' overrides.
+func TestKubeProxyInternalExternalMasquerade(t *testing.T) {
+	const node, ext = "192.168.0.2", "203.0.113.2"
+	svc1, svc2, svc3 := "10.180.0.1:80, 10.180.1.1:80", "10.180.0.2:80, 10.180.1.2:80", "10.180.0.3:80, 10.180.1.3:80"
+	flowTests := []packetFlowTest{
+		{name: "pod to ClusterIP", sourceIP: "10.0.0.2", destIP: "172.30.0.41", destPort: 80, output: svc1},
+		{name: "pod to NodePort", sourceIP: "10.0.0.2", destIP: node, destPort: 3001, output: svc1, masq: true},
+		{name: "pod to LB", sourceIP: "10.0.0.2", destIP: "1.2.3.4", destPort: 80, output: svc1, masq: true},
+		{name: "node to ClusterIP", sourceIP: node, destIP: "172.30.0.41", destPort: 80, output: svc1, masq: true},
+		{name: "node to NodePort", sourceIP: node, destIP: node, destPort: 3001, output: svc1, masq: true},
+		{name: "node to LB", sourceIP: node, destIP: "1.2.3.4", destPort: 80, output: svc1, masq: true},
+		{name: "external to ClusterIP", sourceIP: ext, destIP: "172.30.0.41", destPort: 80, output: svc1, masq: true},
+		{name: "external to NodePort", sourceIP: ext, destIP: node, destPort: 3001, output: svc1, masq: true},
+		{name: "external to LB", sourceIP: ext, destIP: "1.2.3.4", destPort: 80, output: svc1, masq: true},
+		{name: "pod to ClusterIP with eTP:Local", sourceIP: "10.0.0.2", destIP: "172.30.0.42", destPort: 80, output: svc2},
+		{name: "pod to NodePort with eTP:Local", sourceIP: "10.0.0.2", destIP: node, destPort: 3002, output: svc2},
+		{name: "pod to LB with eTP:Local", sourceIP: "10.0.0.2", destIP: "5.6.7.8", destPort: 80, output: svc2},
+		{name: "node to ClusterIP with eTP:Local", sourceIP: node, destIP: "172.30.0.42", destPort: 80, output: svc2, masq: true},
+		{name: "node to NodePort with eTP:Local", sourceIP: node, destIP: node, destPort: 3001, output: svc1, masq: true},
+		{name: "node to LB with eTP:Local", sourceIP: node, destIP: "5.6.7.8", destPort: 80, output: svc2, masq: true},
+		{name: "external to ClusterIP with eTP:Local", sourceIP: ext, destIP: "172.30.0.42", destPort: 80, output: svc2, masq: true},
+		{name: "external to NodePort with eTP:Local", sourceIP: ext, destIP: node, destPort: 3002, output: "10.180.0.2:80"},
+		{name: "external to LB with eTP:Local", sourceIP: ext, destIP: "5.6.7.8", destPort: 80, output: "10.180.0.2:80"},
+		{name: "pod to ClusterIP with iTP:Local", sourceIP: "10.0.0.2", destIP: "172.30.0.43", destPort: 80, output: "10.180.0.3:80"},
+		{name: "pod to NodePort with iTP:Local", sourceIP: "10.0.0.2", destIP: node, destPort: 3003, output: svc3, masq: true},
+		{name: "pod to LB with iTP:Local", sourceIP: "10.0.0.2", destIP: "9.10.11.12", destPort: 80, output: svc3, masq: true},
+		{name: "node to ClusterIP with iTP:Local", sourceIP: node, destIP: "172.30.0.43", destPort: 80, output: "10.180.0.3:80", masq: true},
+		{name: "node to NodePort with iTP:Local", sourceIP: node, destIP: node, destPort: 3003, output: svc3, masq: true},
+		{name: "node to LB with iTP:Local", sourceIP: node, destIP: "9.10.11.12", destPort: 80, output: svc3, masq: true},
+		{name: "external to ClusterIP with iTP:Local", sourceIP: ext, destIP: "172.30.0.43", destPort: 80, output: "10.180.0.3:80", masq: true},
+		{name: "external to NodePort with iTP:Local", sourceIP: ext, destIP: node, destPort: 3003, output: svc3, masq: true},
+		{name: "external to LB with iTP:Local", sourceIP: ext, destIP: "9.10.11.12", destPort: 80, output: svc3, masq: true},
+	}
+	type override struct {
+		output *string
+		masq   *bool
+	}
+	f, tr := false, true
+	local2 := "10.180.0.2:80"
+	noDetector := map[string]override{
+		"node to ClusterIP": {masq: &f}, "node to ClusterIP with eTP:Local": {masq: &f}, "node to ClusterIP with iTP:Local": {masq: &f},
+		"external to ClusterIP": {masq: &f}, "external to ClusterIP with eTP:Local": {masq: &f}, "external to ClusterIP with iTP:Local": {masq: &f},
+		"pod to NodePort with eTP:Local": {output: &local2}, "pod to LB with eTP:Local": {output: &local2},
+	}
+	masqAll := map[string]override{"pod to ClusterIP": {masq: &tr}, "pod to ClusterIP with eTP:Local": {masq: &tr}, "pod to ClusterIP with iTP:Local": {masq: &tr}}
+	masqAllNoDetector := map[string]override{"pod to NodePort with eTP:Local": {output: &local2}, "pod to LB with eTP:Local": {output: &local2}}
+	for k, v := range masqAll {
+		masqAllNoDetector[k] = v
+	}
+	for _, variant := range []struct {
+		file      string
+		overrides map[string]override
+	}{
+		{"internal-external-masquerade-base.nft", nil},
+		{"internal-external-masquerade-no-detector.nft", noDetector},
+		{"internal-external-masquerade-masquerade-all.nft", masqAll},
+		{"internal-external-masquerade-masquerade-all-no-detector.nft", masqAllNoDetector},
+	} {
+		tests := slices.Clone(flowTests)
+		applied := 0
+		for i := range tests {
+			if o, ok := variant.overrides[tests[i].name]; ok {
+				applied++
+				if o.masq != nil {
+					tests[i].masq = *o.masq
+				}
+				if o.output != nil {
+					tests[i].output = *o.output
+				}
+			}
+		}
+		if applied != len(variant.overrides) {
+			t.Fatalf("%s: %d overrides match no vector", variant.file, len(variant.overrides)-applied)
+		}
+		runPacketFlowTests(t, variant.file, tests)
+	}
+}
+
+// TestKubeProxyInternalTrafficPolicy: kube-proxy's TestInternalTrafficPolicy vectors
+// (and each case's "endpoints deleted" vector).
+func TestKubeProxyInternalTrafficPolicy(t *testing.T) {
+	vec := func(output string) []packetFlowTest {
+		return []packetFlowTest{{name: "pod to ClusterIP", sourceIP: "10.0.0.2", destIP: "172.30.1.1", destPort: 80, output: output}}
+	}
+	runPacketFlowTests(t, "internal-traffic-policy-cluster.nft", vec("10.0.1.1:80, 10.0.1.2:80, 10.0.1.3:80"))
+	runPacketFlowTests(t, "internal-traffic-policy-local-one.nft", vec("10.0.1.1:80"))
+	runPacketFlowTests(t, "internal-traffic-policy-local-multiple.nft", vec("10.0.1.1:80, 10.0.1.2:80"))
+	runPacketFlowTests(t, "internal-traffic-policy-local-none.nft", vec("DROP"))
+	runPacketFlowTests(t, "internal-traffic-policy-deleted.nft", vec("REJECT"))
+}
+
+// TestKubeProxyTerminatingEndpoints: kube-proxy's TestTerminatingEndpointsTrafficPolicy
+// Local and Cluster vectors, on the endpoints each case leaves usable.
+func TestKubeProxyTerminatingEndpoints(t *testing.T) {
+	vecs := func(pod, ext string, masq bool) []packetFlowTest {
+		return []packetFlowTest{
+			{name: "pod to clusterIP", sourceIP: "10.0.0.2", destIP: "172.30.1.1", destPort: 80, output: pod},
+			{name: "external to LB", sourceIP: "203.0.113.2", destIP: "1.2.3.4", destPort: 80, output: ext, masq: masq},
+		}
+	}
+	runPacketFlowTests(t, "terminating-local-ready.nft", vecs("10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80, 10.0.1.2:80", false))
+	runPacketFlowTests(t, "terminating-local-only-terminating.nft", vecs("10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80", false))
+	runPacketFlowTests(t, "terminating-local-remote-terminating.nft", vecs("10.0.1.5:80", "DROP", false))
+	runPacketFlowTests(t, "terminating-local-none.nft", vecs("REJECT", "REJECT", false))
+	runPacketFlowTests(t, "terminating-cluster-ready.nft", vecs("10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", "10.0.1.1:80, 10.0.1.2:80, 10.0.1.5:80", true))
+	runPacketFlowTests(t, "terminating-cluster-only-terminating.nft", vecs("10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", "10.0.1.2:80, 10.0.1.3:80, 10.0.1.5:80", true))
+	runPacketFlowTests(t, "terminating-cluster-remote-terminating.nft", vecs("10.0.1.5:80", "10.0.1.5:80", true))
+	runPacketFlowTests(t, "terminating-cluster-none.nft", vecs("REJECT", "REJECT", false))
+}

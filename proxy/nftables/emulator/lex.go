@@ -23,8 +23,16 @@ type token struct {
 func (t token) is(w string) bool { return !t.quoted && !t.nl && t.s == w }
 
 // lex splits nft text into tokens.
+// wordEnd marks the bytes that end a word.
+var wordEnd = func() (t [256]bool) {
+	for _, c := range " \t\r\n{};,\"#" {
+		t[c] = true
+	}
+	return t
+}()
+
 func lex(src string, file string) ([]token, error) {
-	var toks []token
+	toks := make([]token, 0, len(src)/6+16)
 	line := 1
 	i := 0
 	for i < len(src) {
@@ -71,7 +79,7 @@ func lex(src string, file string) ([]token, error) {
 			i = j + 1
 		default:
 			j := i
-			for j < len(src) && !strings.ContainsRune(" \t\r\n{};,\"#", rune(src[j])) {
+			for j < len(src) && !wordEnd[src[j]] {
 				if src[j] == '\\' && j+1 < len(src) && src[j+1] == '\n' {
 					break
 				}

@@ -23,6 +23,7 @@ const (
 
 var familyNames = [...]string{"ip", "ip6", "inet", "arp", "bridge", "netdev"}
 
+// String names the Family.
 func (f Family) String() string {
 	if int(f) < len(familyNames) {
 		return familyNames[f]
@@ -152,6 +153,24 @@ type Set struct {
 	ranges []*Element       // elements with a prefix or range component, sorted by Lo
 	order  []*Element       // insertion order (for printing); may hold deleted ones
 	dead   int
+	// written is how many elements an anonymous set was written with (nft keeps the
+	// braces of a set of several elements merged into one).
+	written int
+}
+
+// normaliseAnon makes an anonymous one-component set with a prefix or range an
+// interval set, merging overlapping and adjacent intervals as nft does.
+func (s *Set) normaliseAnon() {
+	s.written = s.Len()
+	if s.IsMap || len(s.KeyTypes) != 1 || len(s.ranges) == 0 {
+		return
+	}
+	els := append([]*Element(nil), s.live()...)
+	s.flush()
+	s.Flags = []string{"interval"}
+	for _, e := range els {
+		s.mergeInterval(e)
+	}
 }
 
 // Verdict reports whether the set is a verdict map.
@@ -240,6 +259,17 @@ func (s *Set) live() []*Element {
 	return s.order
 }
 
+// storedAsRange reports whether el is kept in the sorted ranges: a prefix or range,
+// or any element of a one-component interval set.
+func (s *Set) storedAsRange(el *Element) bool {
+	return el.Range || (len(s.KeyTypes) == 1 && s.HasFlag("interval"))
+}
+
+// rangeIndex is the index of the first range whose Lo is above k.
+func (s *Set) rangeIndex(k *key) int {
+	return sort.Search(len(s.ranges), func(i int) bool { return cmpKey(&s.ranges[i].Lo, k) > 0 })
+}
+
 // insertElem adds (or replaces) an element.
 func (s *Set) insertElem(el *Element) {
 	if old := s.findExact(el); old != nil {
@@ -250,8 +280,11 @@ func (s *Set) insertElem(el *Element) {
 	if s.elems == nil {
 		s.elems = map[key]*Element{}
 	}
-	if el.Range {
-		i := sort.Search(len(s.ranges), func(i int) bool { return cmpKey(&s.ranges[i].Lo, &el.Lo) > 0 })
+	if s.storedAsRange(el) {
+		if !el.Range {
+			el.Hi = el.Lo
+		}
+		i := s.rangeIndex(&el.Lo)
 		s.ranges = append(s.ranges, nil)
 		copy(s.ranges[i+1:], s.ranges[i:])
 		s.ranges[i] = el
@@ -263,21 +296,96 @@ func (s *Set) insertElem(el *Element) {
 
 // findExact finds the element with the same key (and range) as el.
 func (s *Set) findExact(el *Element) *Element {
-	if !el.Range {
+	if !s.storedAsRange(el) {
 		return s.elems[el.Lo]
 	}
+	hi := el.Hi
+	if !el.Range {
+		hi = el.Lo
+	}
+	if len(s.KeyTypes) == 1 {
+		if i := s.rangeIndex(&el.Lo) - 1; i >= 0 && s.ranges[i].Lo == el.Lo && s.ranges[i].Hi == hi {
+			return s.ranges[i]
+		}
+		return nil
+	}
 	for _, x := range s.ranges {
-		if x.Lo == el.Lo && x.Hi == el.Hi {
+		if x.Lo == el.Lo && x.Hi == hi {
 			return x
 		}
 	}
 	return nil
 }
 
-func (s *Set) removeFromIndex(el *Element) {
+// overlaps returns a range of a one-component interval set that el overlaps (or,
+// with adjacent, touches), nil when none.
+func (s *Set) overlaps(el *Element, adjacent bool) *Element {
+	if len(s.KeyTypes) != 1 || len(s.ranges) == 0 {
+		return nil
+	}
+	hi := el.Hi
 	if !el.Range {
+		hi = el.Lo
+	}
+	i := s.rangeIndex(&el.Lo)
+	if i > 0 {
+		prev := s.ranges[i-1]
+		end := prev.Hi
+		if cmpKey(&end, &el.Lo) >= 0 || (adjacent && incKey(&end) && end == el.Lo) {
+			return prev
+		}
+	}
+	if i < len(s.ranges) {
+		next := s.ranges[i]
+		end := hi
+		if cmpKey(&next.Lo, &hi) <= 0 || (adjacent && incKey(&end) && end == next.Lo) {
+			return next
+		}
+	}
+	return nil
+}
+
+// mergeInterval adds el to a one-component interval set, merging it with the ranges
+// it overlaps or touches (auto-merge, and anonymous sets).
+func (s *Set) mergeInterval(el *Element) {
+	if !el.Range {
+		el.Hi = el.Lo
+	}
+	for {
+		o := s.overlaps(el, true)
+		if o == nil {
+			break
+		}
+		if cmpKey(&o.Lo, &el.Lo) < 0 {
+			el.Lo = o.Lo
+		}
+		if cmpKey(&o.Hi, &el.Hi) > 0 {
+			el.Hi = o.Hi
+		}
+		s.deleteElem(o)
+		el.Range = el.Lo != el.Hi
+		t := s.KeyTypes[0]
+		if el.Range {
+			el.Text = formatRange(t, el.Lo.bytes(), el.Hi.bytes())
+		} else {
+			el.Text = formatValue(t, el.Lo.bytes())
+		}
+	}
+	s.insertElem(el)
+}
+
+func (s *Set) removeFromIndex(el *Element) {
+	if !s.storedAsRange(el) {
 		delete(s.elems, el.Lo)
 		return
+	}
+	if len(s.KeyTypes) == 1 {
+		for i := s.rangeIndex(&el.Lo) - 1; i >= 0 && s.ranges[i].Lo == el.Lo; i-- {
+			if s.ranges[i] == el {
+				s.ranges = append(s.ranges[:i], s.ranges[i+1:]...)
+				return
+			}
+		}
 	}
 	for i, x := range s.ranges {
 		if x == el {

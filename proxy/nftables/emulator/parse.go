@@ -130,6 +130,12 @@ func (p *parser) name(toks []token, what string, after token) (string, []token, 
 		}
 		return "", nil, p.errf(t, "expected a %s name after %q", what, after.s)
 	}
+	if n := toks[0].s; n == "" || strings.ContainsAny(n, " \t{};,#\"\\") || strings.HasPrefix(n, "@") || strings.HasPrefix(n, "$") {
+		return "", nil, p.errf(toks[0], "bad %s name %q", what, n)
+	}
+	if len(toks[0].s) > 255 {
+		return "", nil, p.errf(toks[0], "%s name too long (%d bytes; the kernel takes at most 255)", what, len(toks[0].s))
+	}
 	return toks[0].s, toks[1:], nil
 }
 

@@ -128,9 +128,7 @@ func (p *parser) chainCmd(verb token, toks []token) error {
 			p.x.mutChain(t, c).Rules = nil
 			return nil
 		}
-		if len(c.Rules) > 0 {
-			return p.errf(verb, "delete chain %s: the chain is not empty (flush it first)", name)
-		}
+		p.x.noteDeleted(t, "chain", name, verb.line)
 		for i, cc := range t.Chains {
 			if cc == c {
 				t.Chains = append(t.Chains[:i:i], t.Chains[i+1:]...)
@@ -167,6 +165,7 @@ func (p *parser) setCmd(verb, obj token, toks []token) error {
 			p.x.mutSet(t, s).flush()
 			return nil
 		}
+		p.x.noteDeleted(t, obj.s, name, verb.line)
 		for i, ss := range t.Sets {
 			if ss == s {
 				t.Sets = append(t.Sets[:i:i], t.Sets[i+1:]...)

@@ -115,7 +115,7 @@ func (p *parser) chainHeader(t *Table, c *Chain, line []token, isNew bool) error
 	default:
 		return p.errf(line[0], "chain %s: unknown chain type %q (want filter, nat or route)", c.Name, typ)
 	}
-	if _, ok := hookOf(hook); !ok && t.Family <= FamilyInet {
+	if _, ok := hookOf(hook); !ok && t.Family <= FamilyInet && hook != "ingress" && hook != "egress" {
 		return p.errf(line[0], "chain %s: unknown hook %q", c.Name, hook)
 	}
 	if len(prioToks) == 0 {
@@ -239,7 +239,9 @@ func (p *parser) setDecl(t *Table, toks []token, kw token, create bool) error {
 	if len(s.order) > 0 {
 		m := p.x.mutSet(t, old)
 		for _, e := range s.live() {
-			m.insertElem(e)
+			if err := addElem(m, e); err != nil {
+				return p.errf(kw, "%s %s: %v", kw.s, name, err)
+			}
 		}
 	}
 	return nil
@@ -325,7 +327,9 @@ func (p *parser) setLine(t *Table, s *Set, line []token) error {
 			return err
 		}
 		for _, e := range els {
-			s.insertElem(e)
+			if err := addElem(s, e); err != nil {
+				return p.errf(w, "%s %s: %v", kindWord(s), s.Name, err)
+			}
 		}
 	case "counter":
 	default:
@@ -466,10 +470,45 @@ func (p *parser) elementsCmd(verb token, toks []token) error {
 			if e.Timeout == 0 && s.Timeout > 0 && s.HasFlag("timeout") {
 				e.Timeout = s.Timeout
 			}
-			s.insertElem(e)
+			if err := addElem(s, e); err != nil {
+				return p.errf(verb, "add element %s: %v", sname, err)
+			}
 		}
 	}
 	return nil
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// addElem adds an element as the kernel's `add element` does: an element already
+// there is left alone, but a map element whose key is there with another value is
+// refused (File exists): kube-proxy deletes it first.
+func addElem(s *Set, e *Element) error {
+	if old := s.findExact(e); old != nil {
+		if s.IsMap && !sameValue(old.Value, e.Value) {
+			return fmt.Errorf("element %s already exists with another value (%s; delete it first)", e.Text, old.Value.Text)
+		}
+		return nil
+	}
+	if s.HasFlag("interval") && len(s.KeyTypes) == 1 {
+		if s.AutoMerge && !s.IsMap {
+			s.mergeInterval(e)
+			return nil
+		}
+		if o := s.overlaps(e, false); o != nil {
+			return fmt.Errorf("element %s: conflicting intervals specified (it overlaps %s)", e.Text, o.Text)
+		}
+	}
+	s.insertElem(e)
+	return nil
+}
+
+func sameValue(a, b *MapValue) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.Verdict != nil || b.Verdict != nil {
+		return a.Verdict != nil && b.Verdict != nil && a.Verdict.Kind == b.Verdict.Kind && a.Verdict.Chain == b.Verdict.Chain
+	}
+	return a.Data == b.Data
+}

@@ -17,6 +17,7 @@ type ruleParser struct {
 	file string
 	fam  Family
 	rule *Rule
+	prev []Stmt // the rule's statements so far
 }
 
 // parseError is an error naming the file, line and token.
@@ -97,24 +98,40 @@ var stmtStarts = map[string]bool{"accept": true, "drop": true, "continue": true,
 	"th": true, "meta": true, "ct": true, "fib": true, "numgen": true, "mark": true, "iifname": true,
 	"oifname": true, "update": true, "limit": true, "quota": true, "queue": true, "notrack": true, "icmp": true,
 	"icmpv6": true, "tproxy": true, "synproxy": true, "fwd": true, "dup": true, "ether": true, "vlan": true,
-	"socket": true, "osf": true, "rt": true, "ipsec": true, "exthdr": true, "tcp option": true}
+	"socket": true, "osf": true, "rt": true, "ipsec": true, "exthdr": true, "xt": true}
 
 // terminalUnknown are statements the emulator does not model that end the evaluation.
 var terminalUnknown = map[string]bool{"queue": true, "tproxy": true, "synproxy": true, "fwd": true}
 
 // parseRuleStmts parses a rule's statements.
 func (p *ruleParser) parseRuleStmts() ([]Stmt, error) {
-	var out []Stmt
 	for !p.eof() {
 		st, err := p.parseStmt()
 		if err != nil {
 			return nil, err
 		}
 		if st != nil {
-			out = append(out, st)
+			p.prev = append(p.prev, st)
 		}
 	}
-	return out, nil
+	return p.prev, nil
+}
+
+// hasProtoMatch reports whether an earlier statement of the rule matches the
+// transport protocol (meta l4proto, ip protocol, tcp/udp/sctp ports), which nft
+// requires before a NAT statement maps ports.
+func (p *ruleParser) hasProtoMatch() bool {
+	for _, st := range p.prev {
+		if m, ok := st.(*Match); ok && m.Op != "!=" {
+			switch k := m.Left.Kind; {
+			case k == xL4proto || k == xIPProto:
+				return true
+			case (k == xSport || k == xDport) && m.Left.Proto != 0:
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (p *ruleParser) parseStmt() (Stmt, error) {
@@ -186,7 +203,10 @@ func (p *ruleParser) parseUnknown() Stmt {
 		}
 		p.i++
 	}
-	return &UnknownStmt{Text: span(p.src, p.toks[start:p.i]), Terminal: terminalUnknown[first.s]}
+	// An iptables-nft target nft cannot translate (xt target DNAT, ...) most likely
+	// decides the packet's fate: the evaluation ends with UNKNOWN.
+	xtTarget := first.is("xt") && start+1 < len(p.toks) && p.toks[start+1].is("target")
+	return &UnknownStmt{Text: span(p.src, p.toks[start:p.i]), Terminal: terminalUnknown[first.s] || xtTarget}
 }
 
 func (p *ruleParser) parseCounter() (Stmt, error) {
@@ -246,6 +266,8 @@ func (p *ruleParser) parseReject() (Stmt, error) {
 			return nil, p.errf(n, "reject: unknown ICMP reject type %q", n.s)
 		}
 		r.With, _ = netfilter.RejectWithName("icmp-" + name)
+		r.Text = "with " + kind.s + " " + n.s // nft lists it without "type"
+		return r, nil
 	default:
 		return nil, p.errf(kind, "reject with: expected icmp, icmpv6, icmpx or tcp, found %s", describe(kind))
 	}
@@ -317,7 +339,11 @@ func (p *ruleParser) parseMarkSet() (Stmt, error) {
 func (p *ruleParser) parseSetUpdate() (Stmt, error) {
 	op := p.next()
 	ref := p.next()
-	u := &SetUpdateStmt{Op: op.s, SetRef: strings.TrimPrefix(ref.s, "@")}
+	name, err := p.setName(ref)
+	if err != nil {
+		return nil, err
+	}
+	u := &SetUpdateStmt{Op: op.s, SetRef: name}
 	if err := p.want("{"); err != nil {
 		return nil, err
 	}
@@ -486,7 +512,11 @@ func (p *ruleParser) parseMatchRest(x *Expr) (Stmt, error) {
 		p.next()
 		v := &VmapStmt{Key: x}
 		if strings.HasPrefix(p.peek().s, "@") {
-			v.SetRef = strings.TrimPrefix(p.next().s, "@")
+			name, err := p.setName(p.next())
+			if err != nil {
+				return nil, err
+			}
+			v.SetRef = name
 			return v, nil
 		}
 		s, err := p.parseAnon(x.types(), []dtype{tVerdict})
@@ -507,7 +537,11 @@ func (p *ruleParser) parseMatchRest(x *Expr) (Stmt, error) {
 	}
 	switch t := p.peek(); {
 	case strings.HasPrefix(t.s, "@") && !t.quoted:
-		m.SetRef = strings.TrimPrefix(p.next().s, "@")
+		name, err := p.setName(p.next())
+		if err != nil {
+			return nil, err
+		}
+		m.SetRef = name
 	case t.is("{"):
 		s, err := p.parseAnon(ts, nil)
 		if err != nil {
@@ -574,6 +608,7 @@ func (p *ruleParser) parseAnon(keyTypes, dataTypes []dtype) (*Set, error) {
 	for _, e := range els {
 		s.insertElem(e)
 	}
+	s.normaliseAnon()
 	return s, nil
 }
 
@@ -748,6 +783,9 @@ func (p *ruleParser) parseNAT() (Stmt, error) {
 	p.parseNATFlags(n)
 	n.Text = span(p.src, p.toks[start:p.i])
 	n.addrTypes = addrT
+	if n.mapsPorts() && !p.hasProtoMatch() {
+		return nil, p.errf(kw, "%s: transport protocol mapping is only valid after transport protocol match (add e.g. meta l4proto tcp before it)", kw.s)
+	}
 	return n, nil
 }
 
@@ -762,7 +800,11 @@ func (p *ruleParser) parseNATTarget(n *NATStmt, addrT dtype) error {
 		}
 		n.MapKey = x
 		if strings.HasPrefix(p.peek().s, "@") {
-			n.MapRef = strings.TrimPrefix(p.next().s, "@")
+			name, err := p.setName(p.next())
+			if err != nil {
+				return err
+			}
+			n.MapRef = name
 			return nil
 		}
 		s := &Set{KeyTypes: x.types(), DataTypes: []dtype{addrT, tService}, IsMap: true}
@@ -853,4 +895,29 @@ func (p *ruleParser) parseNATFlags(n *NATStmt) {
 func addrOf(b []byte) netip.Addr {
 	a, _ := netip.AddrFromSlice(b)
 	return a
+}
+
+// mapsPorts reports whether the NAT statement translates ports.
+func (n *NATStmt) mapsPorts() bool {
+	if n.Port != 0 || n.AddrPort {
+		return true
+	}
+	if n.MapAnon != nil {
+		w := n.addrTypes.width()
+		for _, e := range n.MapAnon.live() {
+			if e.Value != nil && int(e.Value.Data.n) > w {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// setName takes the name of an @set reference.
+func (p *ruleParser) setName(t token) (string, error) {
+	name := strings.TrimPrefix(t.s, "@")
+	if t.quoted || !strings.HasPrefix(t.s, "@") || name == "" || strings.ContainsAny(name, "@$") {
+		return "", p.errf(t, "expected @SETNAME, found %s", describe(t))
+	}
+	return name, nil
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // PrintOptions choose how the ruleset is printed.
@@ -13,6 +14,9 @@ type PrintOptions struct {
 	Handles bool
 	// Numeric prints priorities as numbers, as `nft -y` does.
 	Numeric bool
+	// Now is the clock for elements' "expires" (zero: the latest clock the evaluator
+	// has seen).
+	Now time.Time
 }
 
 // String prints the ruleset as `nft list ruleset` does.
@@ -26,6 +30,9 @@ func (e *Emulator) String() string {
 func (e *Emulator) Print(w io.Writer, o PrintOptions) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if o.Now.IsZero() {
+		o.Now = e.now
+	}
 	for _, t := range e.rs.Tables {
 		printTable(w, t, o)
 	}
@@ -44,7 +51,7 @@ func printTable(w io.Writer, t *Table, o PrintOptions) {
 		fmt.Fprintf(w, "\tflags %s\n", strings.Join(t.Flags, ","))
 	}
 	if t.Comment != "" {
-		fmt.Fprintf(w, "\tcomment %s\n", strconv.Quote(t.Comment))
+		fmt.Fprintf(w, "\tcomment %s\n", quote(t.Comment))
 	}
 	first := true
 	sep := func() {
@@ -98,13 +105,16 @@ func printSet(w io.Writer, s *Set, o PrintOptions) {
 		fmt.Fprintf(w, "\t\tauto-merge\n")
 	}
 	if s.Comment != "" {
-		fmt.Fprintf(w, "\t\tcomment %s\n", strconv.Quote(s.Comment))
+		fmt.Fprintf(w, "\t\tcomment %s\n", quote(s.Comment))
 	}
 	els := s.live()
+	if len(s.KeyTypes) == 1 && s.HasFlag("interval") && len(s.elems) == 0 {
+		els = s.ranges // nft lists interval sets sorted
+	}
 	if len(els) > 0 {
 		parts := make([]string, len(els))
 		for i, e := range els {
-			parts[i] = elemString(s, e)
+			parts[i] = elemStringAt(s, e, o.Now)
 		}
 		fmt.Fprintf(w, "\t\telements = { %s }\n", strings.Join(parts, ",\n\t\t\t     "))
 	}
@@ -112,17 +122,26 @@ func printSet(w io.Writer, s *Set, o PrintOptions) {
 }
 
 // elemString prints an element as nft lists it.
-func elemString(s *Set, e *Element) string {
+func elemString(s *Set, e *Element) string { return elemStringAt(s, e, time.Time{}) }
+
+// elemStringAt prints an element, its "expires" taken on the clock now when the
+// element's expiry is known on the evaluator's clock.
+func elemStringAt(s *Set, e *Element, now time.Time) string {
 	var b strings.Builder
 	b.WriteString(formatKey(s.KeyTypes, &e.Lo, &e.Hi, e.Range, " . "))
 	if e.Timeout > 0 && e.Timeout != s.Timeout {
 		b.WriteString(" timeout " + formatDuration(e.Timeout))
 	}
-	if e.Expires > 0 {
+	switch {
+	case e.anchored && !now.IsZero():
+		if left := e.expireAt.Sub(now); left > 0 {
+			b.WriteString(" expires " + formatDuration(left))
+		}
+	case e.Expires > 0:
 		b.WriteString(" expires " + formatDuration(e.Expires))
 	}
 	if e.Comment != "" {
-		b.WriteString(" comment " + strconv.Quote(e.Comment))
+		b.WriteString(" comment " + quote(e.Comment))
 	}
 	if e.Value != nil {
 		b.WriteString(" : ")
@@ -138,12 +157,12 @@ func elemString(s *Set, e *Element) string {
 func printChain(w io.Writer, t *Table, c *Chain, o PrintOptions) {
 	fmt.Fprintf(w, "\tchain %s {%s\n", c.Name, handleSuffix(o, c.Handle))
 	if c.Comment != "" {
-		fmt.Fprintf(w, "\t\tcomment %s\n", strconv.Quote(c.Comment))
+		fmt.Fprintf(w, "\t\tcomment %s\n", quote(c.Comment))
 	}
 	if c.IsBase() {
 		dev := ""
 		if c.Device != "" {
-			dev = " device " + c.Device
+			dev = " device " + quote(c.Device)
 		}
 		prio := strconv.Itoa(c.Priority)
 		if !o.Numeric {
@@ -160,11 +179,14 @@ func printChain(w io.Writer, t *Table, c *Chain, o PrintOptions) {
 // RuleString prints a rule's statements in nft's normalised listing spelling.
 func RuleString(r *Rule) string {
 	parts := make([]string, 0, len(r.Stmts)+1)
-	for _, s := range r.Stmts {
+	for i, s := range r.Stmts {
+		if i+1 < len(r.Stmts) && redundantDependency(s, r.Stmts[i+1]) {
+			continue
+		}
 		parts = append(parts, s.String())
 	}
 	if r.Comment != "" {
-		parts = append(parts, "comment "+strconv.Quote(r.Comment))
+		parts = append(parts, "comment "+quote(r.Comment))
 	}
 	return strings.Join(parts, " ")
 }
@@ -258,8 +280,8 @@ func (n *NATStmt) normString() string {
 			b.WriteString(" to " + dest)
 		}
 	}
-	for _, f := range n.Flags {
-		b.WriteString(" " + f)
+	if len(n.Flags) > 0 {
+		b.WriteString(" " + strings.Join(n.Flags, ","))
 	}
 	return b.String()
 }
@@ -290,4 +312,30 @@ func (n *NATStmt) literal() string {
 		return "[" + as + "]:" + port
 	}
 	return as + ":" + port
+}
+
+// redundantDependency reports a match nft leaves out of its listing because the next
+// match implies it: `meta nfproto ipv4` before an ip payload match, `meta l4proto tcp`
+// before a tcp port match.
+func redundantDependency(s, next Stmt) bool {
+	m, ok := s.(*Match)
+	n, ok2 := next.(*Match)
+	if !ok || !ok2 || m.Op != "" || m.Bin != "" || m.Anon != nil || m.SetRef != "" || m.Range || m.Left.Kind == xConcat {
+		return false
+	}
+	first := n.Left
+	if first.Kind == xConcat {
+		first = first.Parts[0]
+	}
+	switch m.Left.Kind {
+	case xNfproto:
+		want := byte(2)
+		if first.V6 {
+			want = 10
+		}
+		return (first.Kind == xSaddr || first.Kind == xDaddr || first.Kind == xIPProto) && m.Lo.b[0] == want
+	case xL4proto:
+		return (first.Kind == xSport || first.Kind == xDport) && first.Proto != 0 && m.Lo.b[0] == first.Proto
+	}
+	return false
 }

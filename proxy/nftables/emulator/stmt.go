@@ -3,7 +3,6 @@ package emulator
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -256,7 +255,7 @@ func anonString(s *Set) string {
 	if !s.IsMap && len(s.ranges) > 0 && len(s.KeyTypes) == 1 {
 		parts = mergedIntervals(s)
 	}
-	if len(parts) == 1 && !s.IsMap {
+	if len(parts) == 1 && !s.IsMap && s.written <= 1 {
 		return parts[0]
 	}
 	return "{ " + strings.Join(parts, ", ") + " }"
@@ -271,6 +270,7 @@ type VmapStmt struct {
 	set *Set
 }
 
+// String prints the VmapStmt as nft lists it.
 func (v *VmapStmt) String() string {
 	if v.SetRef != "" {
 		return v.Key.String() + " vmap @" + v.SetRef
@@ -286,6 +286,7 @@ type VerdictStmt struct {
 	target *Chain
 }
 
+// String prints the VerdictStmt as nft lists it.
 func (v *VerdictStmt) String() string {
 	if v.Chain != "" {
 		return v.Kind + " " + v.Chain
@@ -299,6 +300,7 @@ type RejectStmt struct {
 	Text string // "" (plain reject) or the "with ..." part
 }
 
+// String prints the RejectStmt as nft lists it.
 func (r *RejectStmt) String() string {
 	if r.Text == "" {
 		return "reject"
@@ -325,6 +327,7 @@ type NATStmt struct {
 	addrTypes dtype
 }
 
+// String prints the NATStmt as nft lists it.
 func (n *NATStmt) String() string { return n.normString() }
 
 // MarkStmt sets the packet mark (meta mark set) or the conntrack mark (ct mark set):
@@ -337,6 +340,7 @@ type MarkStmt struct {
 	Val     uint32
 }
 
+// String prints the MarkStmt as nft lists it.
 func (m *MarkStmt) String() string {
 	dst, src := "meta mark", "meta mark"
 	if m.Ct {
@@ -359,11 +363,14 @@ type CounterStmt struct {
 	Name    string
 	Packets uint64
 	Bytes   uint64
+
+	obj *Object // the named counter
 }
 
+// String prints the CounterStmt as nft lists it.
 func (c *CounterStmt) String() string {
 	if c.Name != "" {
-		return "counter name " + strconv.Quote(c.Name)
+		return "counter name " + quote(c.Name)
 	}
 	return fmt.Sprintf("counter packets %d bytes %d", c.Packets, c.Bytes)
 }
@@ -371,6 +378,7 @@ func (c *CounterStmt) String() string {
 // LogStmt is log [options]: a no-op shown in traces.
 type LogStmt struct{ Text string }
 
+// String prints the LogStmt as nft lists it.
 func (l *LogStmt) String() string { return l.Text }
 
 // SetUpdateStmt is `update|add @set { key [timeout T] }`: the key is added to a dynamic
@@ -384,6 +392,7 @@ type SetUpdateStmt struct {
 	set *Set
 }
 
+// String prints the SetUpdateStmt as nft lists it.
 func (u *SetUpdateStmt) String() string {
 	s := fmt.Sprintf("%s @%s { %s", u.Op, u.SetRef, u.Key)
 	if u.Timeout > 0 {
@@ -400,6 +409,7 @@ type UnknownStmt struct {
 	Terminal bool
 }
 
+// String prints the UnknownStmt as nft lists it.
 func (u *UnknownStmt) String() string { return u.Text }
 
 // mergedIntervals prints an anonymous interval set as nft does: sorted, adjacent and

@@ -2,7 +2,10 @@ package emulator
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // txn is a transaction: a copy-on-write view of a ruleset. Tables, chains and sets are
@@ -12,6 +15,37 @@ type txn struct {
 	rs    *Ruleset
 	owned map[any]bool
 	file  string
+	// deleted records the line of each chain, set or map the transaction deleted, so
+	// that a reference left to it at commit is reported at the delete (the kernel
+	// refuses to delete an object in use: Device or resource busy).
+	deleted map[deletedKey]int
+	final   bool // validating the whole transaction (not one command)
+}
+
+type deletedKey struct {
+	t          *Table
+	kind, name string
+}
+
+func (x *txn) noteDeleted(t *Table, kind, name string, line int) {
+	if x.deleted == nil {
+		x.deleted = map[deletedKey]int{}
+	}
+	x.deleted[deletedKey{t, kind, name}] = line
+}
+
+// inUse is the error for a reference (described by user) to an object the
+// transaction deleted; nil when the object was not deleted here.
+func (x *txn) inUse(t *Table, kind, name, user string) error {
+	if !x.final {
+		return nil
+	}
+	for _, k := range []string{kind, "set", "map"} {
+		if line, ok := x.deleted[deletedKey{t, k, name}]; ok && (k == kind || kind == "set") {
+			return x.errAt(line, "delete %s %s: it is in use (%s): Device or resource busy", k, name, user)
+		}
+	}
+	return nil
 }
 
 func newTxn(rs *Ruleset, file string) *txn {
@@ -97,6 +131,7 @@ func (x *txn) deleteTable(t *Table) {
 // targets exist (also in verdict map elements), referenced sets exist and suit their
 // use. Errors name the rule's file and line.
 func (x *txn) validate() error {
+	x.final = true
 	for _, t := range x.rs.Tables {
 		if !x.owned[t] || t.Family > FamilyInet {
 			continue
@@ -116,6 +151,9 @@ func (x *txn) validate() error {
 		if err := checkLoops(t); err != nil {
 			return fmt.Errorf("%s: %w", x.file, err)
 		}
+		if err := x.checkNATHooks(t); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -134,6 +172,9 @@ func (x *txn) checkMapTargets(t *Table, s *Set, line int) error {
 			if s.Name != "" {
 				name = "map " + s.Name
 			}
+			if err := x.inUse(t, "chain", v.Chain, name+" element "+e.Text); err != nil {
+				return err
+			}
 			return x.errAt(line, "%s element %s: %s to missing chain %q", name, e.Text, v.Kind, v.Chain)
 		}
 	}
@@ -145,6 +186,9 @@ func (x *txn) checkRule(t *Table, c *Chain, r *Rule) error {
 		switch s := st.(type) {
 		case *VerdictStmt:
 			if s.Chain != "" && t.chain(s.Chain) == nil {
+				if err := x.inUse(t, "chain", s.Chain, "a "+s.Kind+" from chain "+c.Name); err != nil {
+					return err
+				}
 				return x.errAt(r.Line, "chain %s: %s to missing chain %q", c.Name, s.Kind, s.Chain)
 			}
 			if s.Chain != "" && t.chain(s.Chain).IsBase() {
@@ -168,13 +212,15 @@ func (x *txn) checkRule(t *Table, c *Chain, r *Rule) error {
 			if err := x.checkRef(t, r, s.SetRef, ts, "set"); err != nil {
 				return err
 			}
+		case *CounterStmt:
+			if s.Name != "" && t.object("counter", s.Name) == nil {
+				return x.errAt(r.Line, "counter name %q: no such counter in table %s %s", s.Name, t.Family, t.Name)
+			}
 		case *SetUpdateStmt:
 			if err := x.checkRef(t, r, s.SetRef, s.Key.types(), "set"); err != nil {
 				return err
 			}
-			if set := t.set(s.SetRef); !set.HasFlag("dynamic") && !set.HasFlag("timeout") {
-				return x.errAt(r.Line, "%s @%s: the set needs flag dynamic (or timeout) to be updated from the packet path", s.Op, s.SetRef)
-			}
+			x.makeDynamic(t, t.set(s.SetRef))
 		case *NATStmt:
 			if s.MapRef != "" {
 				if err := x.checkRef(t, r, s.MapRef, s.MapKey.types(), "map"); err != nil {
@@ -186,11 +232,35 @@ func (x *txn) checkRule(t *Table, c *Chain, r *Rule) error {
 	return nil
 }
 
+// dynsetDefaultSize is the size nft gives a set that the packet path writes when the set
+// declares none (NFT_SET_DEFAULT_SIZE... as nft 1.0.6 lists it: "size 65535").
+const dynsetDefaultSize = 65535
+
+// makeDynamic does to a set that a rule updates (update/add @set) what nft does when it
+// adds such a rule: the set gets the dynamic flag if it lacks it, and a size of 65535
+// elements if it declares none, as `nft list ruleset` then shows. t is the
+// transaction's own table.
+func (x *txn) makeDynamic(t *Table, set *Set) {
+	if set.HasFlag("dynamic") && set.Size != 0 {
+		return
+	}
+	m := x.mutSet(t, set)
+	if !m.HasFlag("dynamic") {
+		m.Flags = append([]string{"dynamic"}, m.Flags...) // nft lists "dynamic,timeout"
+	}
+	if m.Size == 0 {
+		m.Size = dynsetDefaultSize
+	}
+}
+
 // checkRef checks that the named set exists and suits the use: "set" (a lookup: a set),
 // "vmap" (a verdict map) or "map" (a data map), with key types matching the expression.
 func (x *txn) checkRef(t *Table, r *Rule, name string, ts []dtype, use string) error {
 	s := t.set(name)
 	if s == nil {
+		if err := x.inUse(t, "set", name, "a rule in chain "+chainOf(t, r)); err != nil {
+			return err
+		}
 		return x.errAt(r.Line, "@%s: no such set or map in table %s %s", name, t.Family, t.Name)
 	}
 	switch use {
@@ -343,6 +413,10 @@ func bind(rs *Ruleset) {
 						}
 					case *SetUpdateStmt:
 						s.set = t.set(s.SetRef)
+					case *CounterStmt:
+						if s.Name != "" {
+							s.obj = t.object("counter", s.Name)
+						}
 					case *NATStmt:
 						if s.MapRef != "" {
 							s.mapSet = t.set(s.MapRef)
@@ -359,4 +433,65 @@ func ruleReason(t *Table, c *Chain, r *Rule) string {
 		return fmt.Sprintf("%s %s %s handle %d", t.Family, t.Name, c.Name, r.Handle)
 	}
 	return fmt.Sprintf("%s %s %s line %d", t.Family, t.Name, c.Name, r.Line)
+}
+
+// natHooks are the hooks each NAT statement may run at, in nat chains only (as the
+// kernel's nft_nat_validate and nft_masq/redir validate them).
+var natHooks = map[netfilter.NATKind][]string{
+	netfilter.DNAT:       {"prerouting", "output"},
+	netfilter.Redirect:   {"prerouting", "output"},
+	netfilter.SNAT:       {"postrouting", "input"},
+	netfilter.Masquerade: {"postrouting"},
+}
+
+// checkNATHooks refuses a NAT statement in a chain reached from a base chain that is
+// not a nat chain at a hook the statement allows.
+func (x *txn) checkNATHooks(t *Table) error {
+	for _, base := range t.Chains {
+		if !base.IsBase() {
+			continue
+		}
+		seen := map[*Chain]bool{}
+		var walk func(c *Chain) error
+		walk = func(c *Chain) error {
+			if seen[c] {
+				return nil
+			}
+			seen[c] = true
+			for _, r := range c.Rules {
+				for _, st := range r.Stmts {
+					n, ok := st.(*NATStmt)
+					if !ok {
+						continue
+					}
+					if base.Type != "nat" || !slices.Contains(natHooks[n.Kind], base.Hook) {
+						return x.errAt(r.Line, "chain %s: %s is not allowed here: the chain is reached from base chain %s (type %s hook %s); %s needs a nat chain at %s",
+							c.Name, natWord(n.Kind), base.Name, base.Type, base.Hook, natWord(n.Kind), strings.Join(natHooks[n.Kind], " or "))
+					}
+				}
+			}
+			for _, tgt := range chainTargets(t, c) {
+				if err := walk(tgt); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err := walk(base); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chainOf names the chain holding r (for messages).
+func chainOf(t *Table, r *Rule) string {
+	for _, c := range t.Chains {
+		for _, rr := range c.Rules {
+			if rr == r {
+				return c.Name
+			}
+		}
+	}
+	return "?"
 }

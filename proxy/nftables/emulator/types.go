@@ -325,7 +325,7 @@ func formatValue(t dtype, b []byte) string {
 	case tService:
 		return strconv.Itoa(int(b[0])<<8 | int(b[1]))
 	case tIfname:
-		return strconv.Quote(string(bytes.TrimRight(b, "\x00")))
+		return quote(string(bytes.TrimRight(b, "\x00")))
 	}
 	var v uint64
 	for _, c := range b {
@@ -370,7 +370,7 @@ func formatRange(t dtype, lo, hi []byte) string {
 	}
 	if t == tIfname {
 		p := bytes.TrimRight(lo, "\x00")
-		return strconv.Quote(string(p) + "*")
+		return quote(string(p) + "*")
 	}
 	return formatValue(t, lo) + "-" + formatValue(t, hi)
 }
@@ -442,3 +442,7 @@ func formatDuration(d time.Duration) string {
 	}
 	return b.String()
 }
+
+// quote puts a string in double quotes as nft prints it: verbatim (the lexer reads a
+// quoted string verbatim too, so printing round-trips).
+func quote(s string) string { return `"` + s + `"` }

@@ -6,23 +6,19 @@ import (
 	nftemu "github.com/clusterlab/clusterlab/proxy/nftables/emulator"
 )
 
-// TestEvaluatorDynsetImplicitSize holds two evaluator bugs that TestKernelDifferential
-// found to the kernel's listing (nft 1.0.6 on Linux 6.18, each script applied with
-// `nft -f` in a fresh network namespace and listed back; the listings are pasted
-// below). It fails until proxy/nftables/emulator models them.
+// TestEvaluatorDynsetImplicitSize holds the evaluator to what the kernel does with a set
+// that the packet path writes (found by TestKernelDifferential; nft 1.0.6 on Linux 6.18,
+// each script applied with `nft -f` in a fresh network namespace and listed back; the
+// listings are pasted below):
 //
 //   - implicit size: a set that declares no size and that a rule's `update @set { ...
 //     }` or `add @set { ... }` writes is given the size 65535 when the rule is added,
 //     and nft lists "size 65535". kube-proxy's affinity sets are such sets (`add set
 //     ip kube-proxy affinity-... { type ipv4_addr ; flags dynamic,timeout ; timeout
-//     10800s ; }`), so the evaluator loaded from the generator's text does not print
-//     what nft lists after applying that text (TestKernelDifferential works around it
-//     with dropKernelDynsetSize), and it bounds no such set.
+//     10800s ; }`).
 //   - implicit flag: `add @set` (and `update @set`) from a rule on a set declared
 //     without "flags dynamic" is accepted by nft, which gives the set the flag (and
-//     the size); the evaluator refuses the script ("the set needs flag dynamic (or
-//     timeout) to be updated from the packet path"). kube-proxy always declares the
-//     flag, so this does not affect its rulesets.
+//     the size). kube-proxy always declares the flag.
 func TestEvaluatorDynsetImplicitSize(t *testing.T) {
 	for _, tc := range []struct {
 		name, script, kernel string
