@@ -86,6 +86,10 @@ type ServicePort struct {
 	// TrafficDistribution is spec.trafficDistribution (informational: kube-proxy acts on
 	// the EndpointSlice hints the controller derives from it, not on the field).
 	TrafficDistribution string
+
+	// selection is how the node's release selects the port's endpoints (set by the
+	// ChangeTracker and NewSyncState; the zero value is the newest release's).
+	selection selection
 }
 
 // String returns "clusterIP:port/protocol", as kube-proxy logs a service port.
