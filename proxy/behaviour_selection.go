@@ -68,7 +68,7 @@ func conntrackChanges() []Change {
 		{Name: chUDPReconcilerFixes, Row: 26, Area: area, Version: 36, Ref: "kubernetes#139629, kubernetes#141371",
 			Doc:      "The reconciler also cleans service ports with zero serving endpoints and deleted services: the scale-to-0 scenario of #139628 recovers.",
 			Modelled: ModelledPartly, Note: "release unverified (merged 2026; 1.36 assumed)",
-			Test: "proxy.TestStaleUDPCleanupEras"},
+			Test: "kubeproxy.TestStaleUDPScaleToZeroEveryMode"},
 	}
 }
 
