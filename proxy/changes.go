@@ -36,6 +36,9 @@ type SyncState struct {
 	// NewlyActiveUDPServices are UDP service ports that went from no serving endpoint
 	// to at least one.
 	NewlyActiveUDPServices []ServicePortName
+	// Node is the node the view was built for; its release decides how stale UDP
+	// entries are cleaned (StaleConntrackFilters). Nil means the newest release.
+	Node *NodeConfig
 }
 
 // Changed reports whether the Service's service ports or endpoints changed.
@@ -54,7 +57,8 @@ func NewSyncState(services []*corev1.Service, slices []*discoveryv1.EndpointSlic
 	if err != nil {
 		return nil, err
 	}
-	st := &SyncState{Services: sp, Endpoints: em, ServicesChanged: map[types.NamespacedName]bool{}, EndpointsChanged: map[types.NamespacedName]bool{}}
+	node.selectServicePorts(sp, services)
+	st := &SyncState{Services: sp, Endpoints: em, ServicesChanged: map[types.NamespacedName]bool{}, EndpointsChanged: map[types.NamespacedName]bool{}, Node: &node}
 	for name := range sp {
 		st.ServicesChanged[name.NamespacedName] = true
 	}
@@ -117,6 +121,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		if err != nil {
 			return nil, err
 		}
+		t.node.selectServicePorts(m, []*corev1.Service{svc})
 		newServices[nn] = m // nil for unproxied Services: kept so duplicates are caught
 	}
 	// EndpointSlices.
@@ -152,6 +157,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		Endpoints:        make(EndpointsMap),
 		ServicesChanged:  map[types.NamespacedName]bool{},
 		EndpointsChanged: endpointsChanged,
+		Node:             &t.node,
 	}
 	for nn, m := range newServices {
 		for k, v := range m {
@@ -199,7 +205,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 			if spn.Protocol != corev1.ProtocolUDP {
 				continue
 			}
-			if countServing(newList) > 0 && countServing(oldMap[spn]) == 0 {
+			if t.node.newlyActive(oldMap[spn], newList) {
 				st.NewlyActiveUDPServices = append(st.NewlyActiveUDPServices, spn)
 			}
 		}

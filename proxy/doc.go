@@ -35,7 +35,11 @@
 // Services' service ports or EndpointSlices changed, and the UDP state that went stale
 // (deleted UDP service ports, endpoints that stopped serving, UDP services that got
 // their first endpoint), from which StaleConntrackFilters derives the conntrack entries
-// kube-proxy clears. Objects passed to it are treated as immutable, as informer caches
+// kube-proxy clears, as the node's release cleaned them (NodeConfig.Version: the
+// cleanup eras of behaviour_selection.go). The release and its feature gates also decide,
+// when the tracker builds a service port, which endpoints CategorizeEndpoints may pick
+// (terminating fallback, internalTrafficPolicy, zone hints) and whether ipMode Proxy
+// ingress IPs are left alone. Objects passed to it are treated as immutable, as informer caches
 // treat them: a changed object must be a new object. NewSyncState builds a view once,
 // without tracking.
 //

@@ -82,6 +82,10 @@ type NodeConfig struct {
 	// FeatureGates is --feature-gates: gates turned on or off against the release's
 	// defaults (Gates lists those the model knows).
 	FeatureGates map[string]bool
+	// ConntrackBinaryMissing says the node's kube-proxy image lacks the conntrack tool:
+	// releases before 1.32, which ran it to delete stale UDP entries, then delete none
+	// (change conntrack-netlink).
+	ConntrackBinaryMissing bool
 }
 
 // NodeHints reports whether kube-proxy reads EndpointSlice node hints

@@ -66,7 +66,8 @@ type ServicePort struct {
 	// ExternalIPs are spec.externalIPs of this family, in spec order.
 	ExternalIPs []netip.Addr
 	// LoadBalancerVIPs are status.loadBalancer.ingress[].ip of this family whose ipMode
-	// is VIP or unset, in status order. Proxy-mode ingress IPs get no rules.
+	// is VIP or unset, in status order. Proxy-mode ingress IPs get no rules (unless the
+	// node's release has the LoadBalancerIPMode gate off: then every ingress IP).
 	LoadBalancerVIPs []netip.Addr
 	// LoadBalancerSourceRanges are spec.loadBalancerSourceRanges of this family, trimmed
 	// and in network form. A zero-length range (0.0.0.0/0, ::/0) means "allow all", which
@@ -86,6 +87,10 @@ type ServicePort struct {
 	// TrafficDistribution is spec.trafficDistribution (informational: kube-proxy acts on
 	// the EndpointSlice hints the controller derives from it, not on the field).
 	TrafficDistribution string
+
+	// selection is how the node's release selects the port's endpoints (set by the
+	// ChangeTracker and NewSyncState; the zero value is the newest release's).
+	selection selection
 }
 
 // String returns "clusterIP:port/protocol", as kube-proxy logs a service port.

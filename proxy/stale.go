@@ -40,7 +40,8 @@ func cmpNames(a, b ServicePortName) int {
 }
 
 // StaleConntrackFilters returns the UDP conntrack entries kube-proxy clears after a
-// successful sync (its conntrack.CleanStaleEntries in the (IP, port) form of 1.29–1.30):
+// successful sync (its conntrack.CleanStaleEntries in the (IP, port) form of 1.29–1.30),
+// as the release of s.Node does it (behaviour_selection.go, rows 19-26):
 //
 //   - for every deleted UDP service port and every UDP service port that just got its
 //     first serving endpoint (a client may have created a "black hole" entry while it
@@ -50,8 +51,16 @@ func cmpNames(a, b ServicePortName) int {
 //     still exists: entries to its cluster IP, external IPs and LoadBalancer VIPs that
 //     were DNATed to the endpoint's IP, and entries to its NodePort DNATed to it.
 //
+// Before 1.21 the NodePort is not flushed on 0 to N; before 1.32 a node without the
+// conntrack binary cleans nothing; 1.32-1.35 (the reconciler, before its fixes) skip
+// deleted service ports and service ports left with no serving endpoint.
+//
 // Filters are deduplicated and in a stable order.
 func (s *SyncState) StaleConntrackFilters() []ConntrackFilter {
+	era := s.cleanupEra()
+	if era.none {
+		return nil
+	}
 	var out []ConntrackFilter
 	seen := map[ConntrackFilter]bool{}
 	add := func(f ConntrackFilter) {
@@ -70,11 +79,14 @@ func (s *SyncState) StaleConntrackFilters() []ConntrackFilter {
 		for _, ip := range sp.LoadBalancerVIPs {
 			add(ConntrackFilter{Protocol: ProtoUDP, OrigDst: ip, OrigDstPort: port})
 		}
-		if sp.Protocol == corev1.ProtocolUDP && sp.NodePort != 0 {
+		if sp.Protocol == corev1.ProtocolUDP && sp.NodePort != 0 && era.nodePortFlush {
 			nodePorts = append(nodePorts, sp.NodePort)
 		}
 	}
 	for _, sp := range s.DeletedUDPServicePorts {
+		if era.skipEmpty {
+			continue // the reconciler only walks the services that exist
+		}
 		addService(sp)
 	}
 	for _, spn := range s.NewlyActiveUDPServices {
@@ -88,7 +100,7 @@ func (s *SyncState) StaleConntrackFilters() []ConntrackFilter {
 	}
 	for _, se := range s.DeletedUDPEndpoints {
 		sp, ok := s.Services[se.ServicePortName]
-		if !ok {
+		if !ok || (era.skipEmpty && countServing(s.Endpoints[se.ServicePortName]) == 0) {
 			continue
 		}
 		host, _, err := net.SplitHostPort(se.Endpoint)
@@ -111,6 +123,25 @@ func (s *SyncState) StaleConntrackFilters() []ConntrackFilter {
 		}
 	}
 	return out
+}
+
+// cleanupEra is how the node's release cleans stale UDP entries.
+type cleanupEra struct {
+	none          bool // no cleanup at all (the conntrack binary is missing)
+	nodePortFlush bool // 0 to N also flushes the NodePort
+	skipEmpty     bool // the 1.32-1.35 reconciler: deleted and empty service ports skipped
+}
+
+func (s *SyncState) cleanupEra() cleanupEra {
+	n := s.Node
+	if n == nil {
+		n = &NodeConfig{}
+	}
+	return cleanupEra{
+		none:          n.ConntrackBinaryMissing && !n.Has(chConntrackNetlink),
+		nodePortFlush: n.Has(chUDPNodePortFlush),
+		skipEmpty:     n.Has(chUDPReconciler) && !n.Has(chUDPReconcilerFixes),
+	}
 }
 
 // CleanStaleConntrack applies the filters through ct and returns how many entries were

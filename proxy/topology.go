@@ -42,12 +42,15 @@ func CategorizeEndpoints(endpoints []*Endpoint, sp *ServicePort, nodeName string
 	if sp.UsesClusterEndpoints() {
 		zone := nodeLabels[corev1.LabelTopologyZone]
 		c.TopologyMode = topologyModeFromHints(endpoints, nodeName, zone)
+		if c.TopologyMode == TopologyPreferSameZone && sp.selection.ignoreZoneHints {
+			c.TopologyMode = TopologyNone
+		}
 		c.Cluster = filterEndpoints(endpoints, func(ep *Endpoint) bool {
 			return ep.Ready && availableForTopology(ep, c.TopologyMode, nodeName, zone)
 		})
 		// With no ready endpoint anywhere (the topology mode already fell back to none
 		// when the zone or node had none), use serving+terminating endpoints.
-		if len(c.Cluster) == 0 {
+		if len(c.Cluster) == 0 && !sp.selection.noTerminatingFallback {
 			c.Cluster = filterEndpoints(endpoints, func(ep *Endpoint) bool {
 				return ep.Serving && ep.Terminating
 			})
@@ -69,7 +72,7 @@ func CategorizeEndpoints(endpoints []*Endpoint, sp *ServicePort, nodeName string
 			if ep.Local {
 				hasLocalReady = true
 			}
-		} else if ep.Serving && ep.Terminating {
+		} else if ep.Serving && ep.Terminating && !sp.selection.noLocalTerminatingFallback {
 			c.HasAnyEndpoints = true
 			if ep.Local {
 				hasLocalServingTerminating = true
@@ -78,7 +81,7 @@ func CategorizeEndpoints(endpoints []*Endpoint, sp *ServicePort, nodeName string
 	}
 	if hasLocalReady {
 		c.Local = filterEndpoints(endpoints, func(ep *Endpoint) bool { return ep.Local && ep.Ready })
-	} else if hasLocalServingTerminating {
+	} else if hasLocalServingTerminating && !sp.selection.noLocalTerminatingFallback {
 		useServingTerminating = true
 		c.Local = filterEndpoints(endpoints, func(ep *Endpoint) bool {
 			return ep.Local && ep.Serving && ep.Terminating

@@ -26,6 +26,11 @@ package kubeproxy
 // the change has waited for the health timeout (2 × the 30 s sync period): then the
 // proxy counts as unhealthy and every service's answer is 503.
 //
+// As releases did (proxy.ChangeHCProxyHealth, proxy.ChangeHealthzDraining): before 1.26
+// a service's answer ignores the proxy's health (and its body has no
+// serviceProxyHealthy); without KubeProxyDrainingTerminatingNodes /healthz ignores the
+// node's state (no nodeEligible) and /livez is not found.
+//
 // Differences from kube-proxy: the servers listen on every address of the node (kube-
 // proxy listens only on the --nodeport-addresses IPs when that flag is set); a dual-stack
 // node runs one set of servers fed by both families' proxiers (ports united, the larger
@@ -69,8 +74,30 @@ type healthServer struct {
 	local       map[types.NamespacedName]int // every service's local ready endpoints, last sync
 	lastUpdated time.Time
 	eligible    bool
+	behaviour   healthBehaviour
 	healthz     *http.Server
 	healthzErr  error // why the healthz server did not start (reported by the next Sync)
+}
+
+// healthBehaviour is what the node's kube-proxy release answers (rows 33-34 of the
+// reference table; the zero value is the newest release's).
+type healthBehaviour struct {
+	// hcIgnoresProxyHealth: before 1.26 a service health check answers 200 with a local
+	// endpoint however stale the proxy is, and its body has no serviceProxyHealthy.
+	hcIgnoresProxyHealth bool
+	// noDraining: without KubeProxyDrainingTerminatingNodes /healthz ignores the node's
+	// state (no nodeEligible) and there is no /livez.
+	noDraining bool
+}
+
+func behaviourOf(node *proxy.NodeConfig) healthBehaviour {
+	if node == nil {
+		return healthBehaviour{}
+	}
+	return healthBehaviour{
+		hcIgnoresProxyHealth: !node.Has(proxy.ChangeHCProxyHealth),
+		noDraining:           !node.Has(proxy.ChangeHealthzDraining),
+	}
 }
 
 // hcInstance is the health check server of one service.
@@ -97,10 +124,11 @@ func newHealthServer(n *cluster.Node) *healthServer {
 
 // sync is what a proxy's sync ends with: the services with a health check node port
 // (their servers opened or closed), each service's local ready endpoints, the node's
-// eligibility, and the time of the update. Errors are listens that failed (kube-proxy
-// logs them and an event; the service stays without a server until a later sync).
-func (hs *healthServer) sync(ports map[types.NamespacedName]uint16, local map[types.NamespacedName]int) error {
-	node, _ := hs.n.Cluster().Store().GetNode(hs.n.Name())
+// eligibility, and the time of the update, answered as the node's release does. Errors
+// are listens that failed (kube-proxy logs them and an event; the service stays without
+// a server until a later sync).
+func (hs *healthServer) sync(ports map[types.NamespacedName]uint16, local map[types.NamespacedName]int, node *proxy.NodeConfig) error {
+	obj, _ := hs.n.Cluster().Store().GetNode(hs.n.Name())
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	var errs []error
@@ -136,7 +164,8 @@ func (hs *healthServer) sync(ports map[types.NamespacedName]uint16, local map[ty
 	for nn, inst := range hs.services {
 		inst.endpoints = local[nn]
 	}
-	hs.eligible = node == nil || nodeEligible(node)
+	hs.behaviour = behaviourOf(node)
+	hs.eligible = obj == nil || nodeEligible(obj)
 	hs.lastUpdated = hs.n.Cluster().Clock().Now()
 	return errors.Join(errs...)
 }
@@ -179,11 +208,15 @@ func (h hcHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	if inst != nil {
 		count = inst.endpoints
 	}
+	old := h.hs.behaviour.hcIgnoresProxyHealth
 	h.hs.mu.Unlock()
 	if inst == nil {
 		return // a request for a closed health check: kube-proxy writes nothing either
 	}
 	healthy, _, _ := h.hs.proxyHealthy()
+	if old {
+		healthy = true // before 1.26 the answer does not look at the proxy
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("X-Load-Balancing-Endpoint-Weight", strconv.Itoa(count))
@@ -192,7 +225,17 @@ func (h hcHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	} else {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
+	if old {
+		fmt.Fprint(w, hcBodyBefore126(h.nn, count))
+		return
+	}
 	fmt.Fprint(w, hcBody(h.nn, count, healthy))
+}
+
+// hcBodyBefore126 is the body before the proxy's health was part of the answer.
+func hcBodyBefore126(nn types.NamespacedName, count int) string {
+	return fmt.Sprintf("{\n\t\"service\": {\n\t\t\"namespace\": %q,\n\t\t\"name\": %q\n\t},\n\t\"localEndpoints\": %d\n}",
+		nn.Namespace, nn.Name, count)
 }
 
 // hcBody is the service health check's JSON, laid out as kube-proxy writes it.
@@ -204,9 +247,11 @@ func hcBody(nn types.NamespacedName, count int, healthy bool) string {
 func (hs *healthServer) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	healthy, last, now := hs.proxyHealthy()
 	hs.mu.Lock()
-	eligible := hs.eligible
+	eligible, noDraining := hs.eligible, hs.behaviour.noDraining
 	hs.mu.Unlock()
-	healthy = healthy && eligible
+	if !noDraining {
+		healthy = healthy && eligible
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if healthy {
@@ -215,10 +260,21 @@ func (hs *healthServer) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	} else {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
+	if noDraining {
+		fmt.Fprintf(w, `{"lastUpdated": %q,"currentTime": %q}`, last, now)
+		return
+	}
 	fmt.Fprintf(w, `{"lastUpdated": %q,"currentTime": %q, "nodeEligible": %v}`, last, now, eligible)
 }
 
-func (hs *healthServer) serveLivez(w http.ResponseWriter, _ *http.Request) {
+func (hs *healthServer) serveLivez(w http.ResponseWriter, r *http.Request) {
+	hs.mu.Lock()
+	noDraining := hs.behaviour.noDraining
+	hs.mu.Unlock()
+	if noDraining {
+		http.NotFound(w, r) // /livez came with KubeProxyDrainingTerminatingNodes
+		return
+	}
 	healthy, last, now := hs.proxyHealthy()
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -251,13 +307,18 @@ func (hs *healthServer) ports() map[types.NamespacedName]uint16 {
 
 // healthState gathers what the health server serves from a proxier's state after a
 // sync: its services' health check node ports, and its local ready endpoints (the
-// larger count when both families have the service).
-func healthState(states ...*proxy.SyncState) (map[types.NamespacedName]uint16, map[types.NamespacedName]int) {
+// larger count when both families have the service), and the node's configuration
+// (whose release decides the answers).
+func healthState(states ...*proxy.SyncState) (map[types.NamespacedName]uint16, map[types.NamespacedName]int, *proxy.NodeConfig) {
 	ports := map[types.NamespacedName]uint16{}
 	local := map[types.NamespacedName]int{}
+	var node *proxy.NodeConfig
 	for _, st := range states {
 		if st == nil {
 			continue
+		}
+		if node == nil {
+			node = st.Node
 		}
 		for nn, p := range st.Services.HealthCheckNodePorts() {
 			ports[nn] = p
@@ -266,7 +327,7 @@ func healthState(states ...*proxy.SyncState) (map[types.NamespacedName]uint16, m
 			local[nn] = max(local[nn], k)
 		}
 	}
-	return ports, local
+	return ports, local, node
 }
 
 // HealthCheckNodePorts returns the health check node ports a node's kube-proxy serves, by
