@@ -104,6 +104,8 @@ type handlerEntry struct {
 // bridge, an uplink to the cluster network, a host network stack, conntrack, and the
 // handlers registered at its hooks.
 type Node struct {
+	// ipvs is settings.IPVS for readers that may hold no lock (IPVSSettings).
+	ipvs    atomic.Pointer[IPVSSysctls]
 	cluster *Network
 	name    string
 	cfg     NodeConfig
@@ -203,8 +205,14 @@ func (n *Node) SetSettings(s NodeSettings) {
 	n.mu.Lock()
 	n.settings = s
 	n.ct.settings = s.Conntrack // n.mu is the table's lock
+	ipvs := s.IPVS
+	n.ipvs.Store(&ipvs)
 	n.mu.Unlock()
 }
+
+// IPVSSettings returns the node's IPVS sysctl overrides (NodeSettings.IPVS) without
+// taking the node's lock, so that a packet handler (which runs under it) may ask.
+func (n *Node) IPVSSettings() IPVSSysctls { return *n.ipvs.Load() }
 
 // UpdateSettings changes the node's settings through f.
 func (n *Node) UpdateSettings(f func(*NodeSettings)) {
