@@ -151,7 +151,7 @@ type ipvsProxy struct {
 	sysMu    sync.Mutex
 	lastIPVS netsim.IPVSSysctls
 	baseSys  ipvsemu.Sysctls
-	stats   ipvsHandlerStats
+	stats    ipvsHandlerStats
 }
 
 type ipvsFamily struct {
