@@ -42,7 +42,7 @@ func init() {
 			Version: 25, Ref: "kubernetes#110628",
 			Doc: "The IPVS mode's loadBalancerSourceRanges firewall drops a disallowed source directly (filter KUBE-SOURCE-RANGES-FIREWALL -j DROP); before, " +
 				"its nat KUBE-FIREWALL chain jumped to kubelet's KUBE-MARK-DROP and kubelet's filter KUBE-FIREWALL dropped the marked packet.",
-			Modelled: ModelledNo, Note: "the outcome (dropped) is the same; the rule layout before 1.25 (nat KUBE-FIREWALL, the 0x8000 mark) is not generated"},
+			Modelled: ModelledNo, Note: "the outcome (dropped) is the same; the layout before 1.25 (nat KUBE-FIREWALL, the 0x8000 mark) needs kubelet's KUBE-MARK-DROP and filter KUBE-FIREWALL chains, which the model does not write"},
 		Change{Name: "ipvs-conn-reuse-unconfirmed-conntrack", Row: 41, Area: "kernel (IPVS)", Modes: []string{"ipvs"},
 			Kernel: "5.9", Ref: "kubernetes#93297",
 			Doc: "Before Linux 5.9, with vs/conntrack=1 a SYN that reuses the tuple of a TIME_WAIT entry under conn_reuse_mode=1 (or of a deleted server's entry under " +
