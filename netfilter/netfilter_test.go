@@ -89,3 +89,30 @@ func TestNATKind(t *testing.T) {
 		t.Errorf("zero kind %s", NATKind(0))
 	}
 }
+
+func TestKernelVersion(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want KernelVersion
+		bad  bool
+	}{
+		{in: "5.4", want: KernelVersion{5, 4}},
+		{in: "4.19.0-26-amd64", want: KernelVersion{4, 19}},
+		{in: "6.6.8+", want: KernelVersion{6, 6}},
+		{in: "5", bad: true},
+		{in: "five.four", bad: true},
+		{in: "1.2", bad: true},
+	} {
+		got, err := ParseKernelVersion(tc.in)
+		if (err != nil) != tc.bad || got != tc.want {
+			t.Errorf("ParseKernelVersion(%q) = %v, %v", tc.in, got, err)
+		}
+	}
+	v59 := MustParseKernelVersion("5.9")
+	if (KernelVersion{5, 8}).AtLeast(v59) || !(KernelVersion{5, 9}).AtLeast(v59) || !(KernelVersion{6, 0}).AtLeast(v59) || (KernelVersion{4, 19}).AtLeast(v59) {
+		t.Error("AtLeast 5.9 wrong")
+	}
+	if !(KernelVersion{}).AtLeast(v59) || (KernelVersion{}).String() != "current" || v59.String() != "5.9" {
+		t.Error("the zero KernelVersion is not a current kernel")
+	}
+}

@@ -277,6 +277,8 @@ func (c *Network) addNode(i int, nc NodeConfig) (*Node, error) {
 	if nc.Settings != nil {
 		n.settings = *nc.Settings
 	}
+	ipvs := n.settings.IPVS
+	n.ipvs.Store(&ipvs)
 	n.q = packetQueue{wake: make(chan struct{}, 1), limit: c.cfg.QueueLen}
 	n.fromFabric = func(f frame) { n.fromUplinkNow(f, nil) }
 	n.hot = new(nodeHot)

@@ -36,7 +36,32 @@ type NodeSettings struct {
 	// destinations outside the cluster, node and service CIDRs) behind the node IP, as
 	// CNIs and ip-masq-agent do, so external hosts see nodes, not pod IPs.
 	EgressMasquerade bool
+	// Kernel is the node's Linux release; the zero value is a current kernel
+	// (netfilter.CurrentKernel). Kernel-behaviour changes (proxy.KernelHas) and what
+	// kube-proxy writes at start-up (IPVS conn_reuse_mode) follow it.
+	Kernel netfilter.KernelVersion
+	// IPVS holds net.ipv4.vs sysctls the node's administrator set over kube-proxy's:
+	// unset fields keep what kube-proxy's IPVS mode wrote (or the kernel's default).
+	IPVS IPVSSysctls
 }
+
+// IPVSSysctls are net.ipv4.vs settings that override kube-proxy's; each is applied only
+// when Set.
+type IPVSSysctls struct {
+	ConnReuseMode           Sysctl // conn_reuse_mode (0, 1 or 2)
+	ExpireNodestConn        Sysctl // expire_nodest_conn (0 or 1)
+	ExpireQuiescentTemplate Sysctl // expire_quiescent_template (0 or 1)
+	Conntrack               Sysctl // conntrack (0 or 1)
+}
+
+// Sysctl is an optional integer setting: Value applies only when Set.
+type Sysctl struct {
+	Set   bool
+	Value int
+}
+
+// SetTo returns a Sysctl set to v.
+func SetTo(v int) Sysctl { return Sysctl{Set: true, Value: v} }
 
 // DefaultNodeSettings are a Kubernetes node's usual settings: hairpin on, forwarding
 // on, route_localnet off, rp_filter off, egress masquerade on, conntrack defaults with
@@ -79,6 +104,8 @@ type handlerEntry struct {
 // bridge, an uplink to the cluster network, a host network stack, conntrack, and the
 // handlers registered at its hooks.
 type Node struct {
+	// ipvs is settings.IPVS for readers that may hold no lock (IPVSSettings).
+	ipvs    atomic.Pointer[IPVSSysctls]
 	cluster *Network
 	name    string
 	cfg     NodeConfig
@@ -178,8 +205,14 @@ func (n *Node) SetSettings(s NodeSettings) {
 	n.mu.Lock()
 	n.settings = s
 	n.ct.settings = s.Conntrack // n.mu is the table's lock
+	ipvs := s.IPVS
+	n.ipvs.Store(&ipvs)
 	n.mu.Unlock()
 }
+
+// IPVSSettings returns the node's IPVS sysctl overrides (NodeSettings.IPVS) without
+// taking the node's lock, so that a packet handler (which runs under it) may ask.
+func (n *Node) IPVSSettings() IPVSSysctls { return *n.ipvs.Load() }
 
 // UpdateSettings changes the node's settings through f.
 func (n *Node) UpdateSettings(f func(*NodeSettings)) {

@@ -45,7 +45,10 @@
 //	    masquerade_all, nodeport_addresses: [CIDR|primary], detect_local_mode,
 //	    localhost_nodeports       kube-proxy's flags
 //	  node_settings:              hairpin, route_localnet, ip_forward, rp_filter (0/1/2),
-//	                              tcp_be_liberal, udp_timeout, udp_stream_timeout
+//	                              tcp_be_liberal, udp_timeout, udp_stream_timeout,
+//	                              kernel: {version: "5.4"} (the node's Linux; default
+//	                              current), ipvs: {conn_reuse_mode, expire_nodest_conn,
+//	                              expire_quiescent_template, conntrack} (over kube-proxy's)
 //	  dns: kube-dns | direct | off
 //	                              kube-dns: a kube-system/kube-dns Service at the tenth
 //	                              service address with CoreDNS-like pods, every pod's

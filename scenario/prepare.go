@@ -14,6 +14,7 @@ import (
 	"github.com/clusterlab/clusterlab/alloc"
 	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/dns"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
@@ -461,6 +462,27 @@ func (ns *NodeSettings) check(s *Scenario, path string) error {
 	if ns.RPFilter != nil && (*ns.RPFilter < 0 || *ns.RPFilter > 2) {
 		errs = append(errs, s.errorf(path+".rp_filter", "want 0 (off), 1 (strict) or 2 (loose), got %d", *ns.RPFilter))
 	}
+	if ns.Kernel != nil {
+		if _, err := netfilter.ParseKernelVersion(ns.Kernel.Version); err != nil {
+			errs = append(errs, s.errorf(path+".kernel.version", "%v", err))
+		}
+	}
+	if v := ns.IPVS; v != nil {
+		for _, x := range []struct {
+			name string
+			v    *int
+			max  int
+		}{
+			{"conn_reuse_mode", v.ConnReuseMode, 2},
+			{"expire_nodest_conn", v.ExpireNodestConn, 1},
+			{"expire_quiescent_template", v.ExpireQuiescentTemplate, 1},
+			{"conntrack", v.Conntrack, 1},
+		} {
+			if x.v != nil && (*x.v < 0 || *x.v > x.max) {
+				errs = append(errs, s.errorf(path+".ipvs."+x.name, "want 0 to %d, got %d", x.max, *x.v))
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -488,6 +510,22 @@ func (ns *NodeSettings) applyTo(st *netsim.NodeSettings) {
 	}
 	if ns.UDPStreamTimeout != nil {
 		st.Conntrack.UDPStream = ns.UDPStreamTimeout.D()
+	}
+	if ns.Kernel != nil {
+		if k, err := netfilter.ParseKernelVersion(ns.Kernel.Version); err == nil { // check reported a bad one
+			st.Kernel = k
+		}
+	}
+	if v := ns.IPVS; v != nil {
+		set := func(dst *netsim.Sysctl, x *int) {
+			if x != nil {
+				*dst = netsim.SetTo(*x)
+			}
+		}
+		set(&st.IPVS.ConnReuseMode, v.ConnReuseMode)
+		set(&st.IPVS.ExpireNodestConn, v.ExpireNodestConn)
+		set(&st.IPVS.ExpireQuiescentTemplate, v.ExpireQuiescentTemplate)
+		set(&st.IPVS.Conntrack, v.Conntrack)
 	}
 }
 

@@ -135,6 +135,26 @@ type NodeSettings struct {
 	// nf_conntrack_udp_timeout_stream (default 120s).
 	UDPTimeout       *Duration `yaml:"udp_timeout,omitempty"`
 	UDPStreamTimeout *Duration `yaml:"udp_stream_timeout,omitempty"`
+	// Kernel is the node's Linux release (kernel: {version: "4.19"}; default a current
+	// kernel): kernel-behaviour changes and what kube-proxy's IPVS mode writes follow it.
+	Kernel *KernelSettings `yaml:"kernel,omitempty"`
+	// IPVS are net.ipv4.vs sysctls set over what kube-proxy's IPVS mode writes.
+	IPVS *IPVSSettings `yaml:"ipvs,omitempty"`
+}
+
+// KernelSettings name a node's kernel.
+type KernelSettings struct {
+	// Version is the Linux release, "5.4" or "6.6.8".
+	Version string `yaml:"version"`
+}
+
+// IPVSSettings are net.ipv4.vs sysctls; unset ones keep kube-proxy's value (or the
+// kernel's default).
+type IPVSSettings struct {
+	ConnReuseMode           *int `yaml:"conn_reuse_mode,omitempty"`           // 0, 1 or 2
+	ExpireNodestConn        *int `yaml:"expire_nodest_conn,omitempty"`        // 0 or 1
+	ExpireQuiescentTemplate *int `yaml:"expire_quiescent_template,omitempty"` // 0 or 1
+	Conntrack               *int `yaml:"conntrack,omitempty"`                 // 0 or 1
 }
 
 // ExternalHost is a machine outside the cluster.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	ipvsemu "github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 )
 
@@ -16,6 +17,7 @@ type ipvsOptions struct {
 	restore string
 	script  string
 	output  string
+	kernel  string
 }
 
 const ipvsLong = `Replay IPVS in userspace: every Linux scheduler (rr wrr lc wlc sed nq dh sh mh lblc
@@ -43,12 +45,22 @@ which is exact for ipvsadm -Ln --nosort). The format is detected. FILE "-" is st
                       FIN-ACK, ACK, leaving TIME_WAIT for 2 minutes; UDP has no close:
                       its entry is expired as its idle timeout would). "close" on a
                       connection that does not exist opens and closes one. sctp works too.
+                      A conn line on a tuple whose entry is in TIME_WAIT or CLOSE (SCTP:
+                      CLOSED) is a new connection whose SYN meets that entry, as in the
+                      kernel: rescheduled or kept per conn_reuse_mode and the kernel
+                      release (see below), then closed again with close.
                       With ct=confirmed the first packet has a confirmed conntrack entry
                       (see below); when the kernel drops it, nothing more is played.
   sched tcp|udp CLIENT_IP:PORT VIP:PORT [mark=N]
                       which destination a new connection would get now (persistence
                       templates included), changing nothing: no entry, no template, no
                       scheduler state (rr cursor, wrr weight, lblc cache, twos draws).
+  pick tcp|udp CLIENT_IP:PORT VIP:PORT [mark=N]
+                      the scheduler's decision for a new connection's first packet, as
+                      the kernel takes it: rr and wrr cursors advance, lblc/lblcr caches
+                      and twos draws move, persistence templates are used or made, but
+                      no connection entry is added (a captured sequence of decisions
+                      can be replayed one by one). sctp works too.
   packet tcp|udp|sctp SRC_IP:PORT DST_IP:PORT [flags=SYN,ACK,FIN,RST] [chunk=NAME]
                       [reply] [mark=N] [ct=confirmed]
                       one packet through the IPVS hook: from a client (the connection
@@ -68,10 +80,17 @@ which is exact for ipvsadm -Ln --nosort). The format is detected. FILE "-" is st
                       conntrack, lblc_expiration, lblcr_expiration (kube-proxy sets
                       conntrack=1 expire_nodest_conn=1 expire_quiescent_template=1).
   seed N              restart the twos scheduler's random source (default seed 0).
+  kernel VERSION      the Linux release modelled from here on (as --kernel; default a
+                      current kernel).
 mark=N gives the packet firewall mark N, so that it matches a fwmark service whatever its
 destination. ct=confirmed says the packet has a confirmed netfilter conntrack entry, as
 on a node with conntrack=1 (kube-proxy's setting) a SYN reusing the tuple of an earlier
-connection has; it changes what Linux 5.9 and later do when they would reschedule:
+connection has; it changes what Linux 5.9 and later do when they would reschedule
+(before 5.9, with conntrack=1, every such packet is dropped as if it had ct=confirmed,
+since the kernel cannot tell a confirmed entry from a new one; a removed server's packet
+is always dropped, its entry expired with expire_nodest_conn=1 and left otherwise; no
+work item flushes a removed server's entries; and the weight-0 case needs a non-zero
+conn_reuse_mode):
   - a SYN (SCTP: INIT) on an entry in TIME_WAIT or CLOSE (any non-zero
     conn_reuse_mode; bit 2 also a DR/TUN entry in FIN_WAIT; SCTP: CLOSED; never an
     entry of a persistent service, which its template controls) or, with
@@ -88,19 +107,20 @@ connection has; it changes what Linux 5.9 and later do when they would reschedul
     is scheduled, another packet is not IPVS traffic); with it the packet is dropped.
     With expire_nodest_conn=0 the packet is dropped either way and the entry lives
     until it times out.
-sched lines take no ct= (they do not look at the connection table), nor do replies.
+sched and pick lines take no ct= (they do not look at the connection table), nor do
+replies.
 Blank lines and lines or words starting with # are comments. Without --restore the
 script starts from an empty table; without --script the restored table is printed as
 ipvsadm -Ln shows it.
 
-Output (-o text) has one line per conn, sched and packet line, in order, with the
+Output (-o text) has one line per conn, sched, pick and packet line, in order, with the
 chosen destination or "no destination" (for a packet dropped for its conntrack entry,
 "dropped:" and why), and the listings the script asked for where it asked. -o json is
 an object with:
   restore_format  "ipvsadm -Sn", "ipvsadm -Ln" or "empty" (absent without --restore)
-  results         one object per conn, sched and packet line:
+  results         one object per conn, sched, pick and packet line:
     file, line        where the line is
-    command           "conn", "sched" or "packet"
+    command           "conn", "sched", "pick" or "packet"
     protocol          "tcp", "udp" or "sctp"
     client, virtual   "ip:port" as given
     mark              the firewall mark (absent when 0)
@@ -138,7 +158,7 @@ kernel would refuse) stops with FILE:LINE and exit code 2; nothing is printed th
 func init() {
 	var o ipvsOptions
 	cmd := &cobra.Command{
-		Use:   "ipvs [--restore FILE] [--script FILE] [-o text|json]",
+		Use:   "ipvs [--restore FILE] [--script FILE] [--kernel VERSION] [-o text|json]",
 		Short: "Replay IPVS: ipvsadm dumps and commands, connections, scheduler decisions",
 		Long:  ipvsLong,
 		Example: `  clusterlab ipvs --restore testdata/ipvs/kube-proxy.sn                 # list a node's ipvsadm -Sn dump as -Ln
@@ -152,8 +172,9 @@ func init() {
 		},
 	}
 	cmd.Flags().StringVar(&o.restore, "restore", "", "ipvsadm -Sn or ipvsadm -Ln dump to start from (- for stdin)")
-	cmd.Flags().StringVar(&o.script, "script", "", "script of ipvsadm commands, conn, sched, packet, set, sleep and sysctl lines (- for stdin)")
+	cmd.Flags().StringVar(&o.script, "script", "", "script of ipvsadm commands, conn, sched, pick, packet, set, sleep, sysctl and kernel lines (- for stdin)")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVar(&o.kernel, "kernel", "", "Linux release modelled, such as 5.4 (default a current kernel)")
 	rootCmd.AddCommand(cmd)
 }
 
@@ -190,7 +211,15 @@ func runIPVS(o ipvsOptions, stdin io.Reader, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rep, err := ipvsemu.RunScript(ipvsemu.ScriptInput{Restore: restore, RestoreName: restoreName, Script: script, ScriptName: scriptName})
+	var cfg ipvsemu.Config
+	if o.kernel != "" {
+		k, err := netfilter.ParseKernelVersion(o.kernel)
+		if err != nil {
+			return badInput(fmt.Errorf("--kernel: %w", err))
+		}
+		cfg.Kernel = k
+	}
+	rep, err := ipvsemu.RunScript(ipvsemu.ScriptInput{Restore: restore, RestoreName: restoreName, Script: script, ScriptName: scriptName, Config: cfg})
 	if err != nil {
 		return badInput(err)
 	}

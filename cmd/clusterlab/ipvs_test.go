@@ -26,6 +26,7 @@ func TestIPVSCommand(t *testing.T) {
 		{"", "graceful.script", "text", "graceful.text.golden"},
 		{"node.ln", "oncall.script", "text", "oncall.text.golden"},
 		{"node.ln", "", "text", "node.ln.text.golden"},
+		{"", "reuse.script", "text", "reuse.text.golden"},
 	}
 	for _, c := range cases {
 		t.Run(c.golden, func(t *testing.T) {
@@ -159,5 +160,30 @@ func TestIPVSCommandConfirmedConntrack(t *testing.T) {
 		if !strings.Contains(ipvsLong, w) {
 			t.Errorf("--help lacks %q", w)
 		}
+	}
+}
+
+// --kernel picks the Linux release modelled: before 5.9 a SYN reusing a TIME_WAIT
+// entry's tuple on a node with conntrack=1 is dropped; from 5.9 it is rescheduled.
+func TestIPVSCommandKernel(t *testing.T) {
+	script := "sysctl conntrack=1\n-A -t 10.96.0.1:80 -s rr\n-a -t 10.96.0.1:80 -r 10.1.0.1:80 -m\n-a -t 10.96.0.1:80 -r 10.1.0.2:80 -m\n" +
+		"conn tcp 192.0.2.1:1000 10.96.0.1:80 close\nconn tcp 192.0.2.1:1000 10.96.0.1:80\n"
+	for _, c := range []struct{ kernel, want string }{
+		{"", "conn tcp 192.0.2.1:1000 -> 10.96.0.1:80: 10.1.0.1:80 [TCP 10.96.0.1:80 rr, new connection via scheduler, ESTABLISHED]"},
+		{"6.6", "conn tcp 192.0.2.1:1000 -> 10.96.0.1:80: 10.1.0.1:80 [TCP 10.96.0.1:80 rr, new connection via scheduler, ESTABLISHED]"},
+		{"5.4.0-150-generic", "conn tcp 192.0.2.1:1000 -> 10.96.0.1:80: no destination [TCP 10.96.0.1:80 rr, dropped: "},
+	} {
+		var out bytes.Buffer
+		if err := runIPVS(ipvsOptions{script: "-", output: "text", kernel: c.kernel}, strings.NewReader(script), &out); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if got := lines[len(lines)-1]; !strings.HasPrefix(got, c.want) {
+			t.Errorf("--kernel %q: %s\nwant %s...", c.kernel, got, c.want)
+		}
+	}
+	err := runIPVS(ipvsOptions{script: "-", output: "text", kernel: "five"}, strings.NewReader(script), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--kernel") {
+		t.Errorf("bad --kernel: %v", err)
 	}
 }

@@ -54,9 +54,12 @@
 //	   └─▶ proxy.Conntrack: stale UDP entries cleared
 //
 // NewProxier sets the sysctls the mode needs through a Sysctl writer
-// (KubeProxySysctlSettings: vs/conntrack=1, expire_nodest_conn=1,
-// expire_quiescent_template=1, conn_reuse_mode=0 on kernels 4.1 to 5.8, ip_forward=1,
-// and the strict-ARP pair); emulator.ApplySysctls maps them onto a Model's sysctls.
+// (KubeProxySysctlsFor: vs/conntrack=1, expire_nodest_conn=1,
+// expire_quiescent_template=1, conn_reuse_mode=0 on kernels 4.1 to 5.8 — before 1.22
+// on every kernel from 4.1 —, ip_forward=1, and the strict-ARP pair);
+// emulator.ApplySysctls maps them onto a Model's sysctls. The node's release
+// (ProxierConfig.Node.Version) also decides the local-policy fallback to the cluster's
+// endpoints (from 1.24); proxy/behaviour_ipvs.go lists the IPVS changes.
 // Services without endpoints get a virtual server without real servers: IPVS itself
 // refuses their connections (ICMP port unreachable), so the mode writes no REJECT rules.
 // Sync's steps are named methods in that order (ensureChains, newSyncRun, servicePort

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 )
@@ -48,8 +49,8 @@ type ProxierConfig struct {
 	// NoRandomFully leaves --random-fully off the MASQUERADE rule (old iptables).
 	NoRandomFully bool
 	// KernelVersion decides conn_reuse_mode: kube-proxy sets it to 0 on kernels from
-	// 4.1 up to (not including) 5.9 and leaves it alone on newer ones. "" means a
-	// current kernel.
+	// 4.1 up to (not including) 5.9 and leaves it alone on newer ones (before 1.22: 0
+	// on every kernel from 4.1). "" means a current kernel.
 	KernelVersion string
 	// DummyDevice is the interface the VIPs are bound to (default kube-ipvs0).
 	DummyDevice string
@@ -165,10 +166,13 @@ func NewProxier(w Writers, cfg ProxierConfig) (*Proxier, error) {
 	p.track = proxy.NewChangeTracker(p.family, cfg.Node)
 	p.graceful = newGraceful(w.IPVS)
 
-	sysctls, err := KubeProxySysctlSettings(cfg.KernelVersion, cfg.StrictARP)
-	if err != nil {
-		return nil, fmt.Errorf("ipvs proxier: %w", err)
+	var kernel netfilter.KernelVersion
+	if cfg.KernelVersion != "" {
+		if kernel, err = netfilter.ParseKernelVersion(cfg.KernelVersion); err != nil {
+			return nil, fmt.Errorf("ipvs proxier: %w", err)
+		}
 	}
+	sysctls := KubeProxySysctlsFor(&cfg.Node, kernel, cfg.StrictARP)
 	p.sysctls = sysctls
 	if w.Sysctl != nil {
 		for _, s := range sysctls {
@@ -185,22 +189,32 @@ func NewProxier(w Writers, cfg ProxierConfig) (*Proxier, error) {
 	return p, nil
 }
 
-// KubeProxySysctlSettings returns the sysctls kube-proxy's IPVS mode sets at start-up on
-// a kernel of the given version ("" for a current one): vs/conntrack=1,
+// KubeProxySysctlSettings returns the sysctls the newest kube-proxy's IPVS mode sets at
+// start-up on a kernel of the given version ("" for a current one): vs/conntrack=1,
 // vs/conn_reuse_mode=0 only on kernels 4.1 to 5.8 (#93297), vs/expire_nodest_conn=1,
 // vs/expire_quiescent_template=1, ip_forward=1, and with strict ARP arp_ignore=1 and
-// arp_announce=2.
+// arp_announce=2. KubeProxySysctlsFor answers for a given release.
 func KubeProxySysctlSettings(kernelVersion string, strictARP bool) ([]SysctlSetting, error) {
-	out := []SysctlSetting{{"net/ipv4/vs/conntrack", 1}}
+	var k netfilter.KernelVersion
 	if kernelVersion != "" {
-		v, err := parseKernelVersion(kernelVersion)
+		v, err := netfilter.ParseKernelVersion(kernelVersion)
 		if err != nil {
 			return nil, err
 		}
-		n := v[0]*1000 + v[1]
-		if n >= 4001 && n < 5009 {
-			out = append(out, SysctlSetting{"net/ipv4/vs/conn_reuse_mode", 0})
-		}
+		k = v
+	}
+	return KubeProxySysctlsFor(&proxy.NodeConfig{}, k, strictARP), nil
+}
+
+// KubeProxySysctlsFor returns the sysctls node's kube-proxy release sets at start-up on
+// kernel k (zero: a current kernel). vs/conn_reuse_mode=0 is written on kernels that have
+// the knob (4.1 and later), from 1.22 only below 5.9 (change
+// "ipvs-conn-reuse-mode-left-on-5.9").
+func KubeProxySysctlsFor(node *proxy.NodeConfig, k netfilter.KernelVersion, strictARP bool) []SysctlSetting {
+	out := []SysctlSetting{{"net/ipv4/vs/conntrack", 1}}
+	if k.AtLeast(netfilter.KernelVersion{Major: 4, Minor: 1}) &&
+		(!node.Has("ipvs-conn-reuse-mode-left-on-5.9") || !k.AtLeast(netfilter.KernelVersion{Major: 5, Minor: 9})) {
+		out = append(out, SysctlSetting{"net/ipv4/vs/conn_reuse_mode", 0})
 	}
 	out = append(out, SysctlSetting{"net/ipv4/vs/expire_nodest_conn", 1},
 		SysctlSetting{"net/ipv4/vs/expire_quiescent_template", 1},
@@ -208,7 +222,7 @@ func KubeProxySysctlSettings(kernelVersion string, strictARP bool) ([]SysctlSett
 	if strictARP {
 		out = append(out, SysctlSetting{"net/ipv4/conf/all/arp_ignore", 1}, SysctlSetting{"net/ipv4/conf/all/arp_announce", 2})
 	}
-	return out, nil
+	return out
 }
 
 func parseKernelVersion(s string) ([2]int, error) {

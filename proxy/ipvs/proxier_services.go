@@ -52,10 +52,11 @@ func (r *syncRun) servicePort(name proxy.ServicePortName) {
 }
 
 // endpoints returns the endpoints a virtual server gets: the local ones for a Local
-// traffic policy, but the cluster ones when the node has no local endpoint, so that
-// pods on this node still reach the service (k8s #97081).
+// traffic policy, but from 1.24 the cluster ones when the node has no local endpoint, so
+// that pods on this node still reach the service (k8s #97081, change
+// "ipvs-local-policy-falls-back-to-cluster"); before, none.
 func (s *portSync) endpoints(onlyLocal bool) []*proxy.Endpoint {
-	if onlyLocal && len(s.cat.Local) > 0 {
+	if onlyLocal && (len(s.cat.Local) > 0 || !s.r.p.cfg.Node.Has("ipvs-local-policy-falls-back-to-cluster")) {
 		return s.cat.Local
 	}
 	return s.cat.Cluster

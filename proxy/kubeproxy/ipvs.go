@@ -63,7 +63,7 @@ func init() {
 		ConfigType: IPVSConfig{},
 		New:        newIPVSProxy,
 		Schedulers: ipvs.Schedulers(),
-		Versions: Versions{First: "1.28", Last: "1.35", Default: "1.35",
+		Versions: Versions{First: "1.18", Last: "1.37", Default: "1.37",
 			Deprecated: "1.35", DeprecationNote: "the IPVS mode is deprecated (KEP-5495); nftables is the suggested replacement"},
 		NodeHints: true,
 		Semantics: Semantics{AffinityExpires: true, NoLocalEndpoints: "cluster"},
@@ -122,8 +122,9 @@ type IPVSConfig struct {
 	// TCPTimeout, TCPFinTimeout and UDPTimeout are --ipvs-tcp-timeout,
 	// --ipvs-tcpfin-timeout and --ipvs-udp-timeout.
 	TCPTimeout, TCPFinTimeout, UDPTimeout time.Duration
-	// KernelVersion is the node's kernel ("" a current one): it decides
-	// conn_reuse_mode.
+	// KernelVersion is the node's kernel ("" the node's netsim.NodeSettings.Kernel,
+	// a current one by default): it decides conn_reuse_mode and the IPVS model's kernel
+	// behaviour.
 	KernelVersion string
 	// Model adjusts each node's IPVS model configuration (kernel build options, legacy
 	// active-connection counting) before the model is made.
@@ -145,7 +146,12 @@ type ipvsProxy struct {
 	mu      sync.Mutex // serialises syncs and the graceful-termination check
 	hs      *healthServer
 	ticking bool
-	stats   ipvsHandlerStats
+	// sysMu guards lastIPVS, the node's IPVS sysctl overrides last applied to the
+	// model, and baseSys, the model's sysctls once kube-proxy wrote its own.
+	sysMu    sync.Mutex
+	lastIPVS netsim.IPVSSysctls
+	baseSys  ipvsemu.Sysctls
+	stats    ipvsHandlerStats
 }
 
 type ipvsFamily struct {
@@ -167,7 +173,15 @@ func newIPVS(n *cluster.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig)
 	}
 	h := fnv.New64a()
 	h.Write([]byte("ipvs/" + n.Name()))
-	mc := ipvsemu.Config{Clock: n.Cluster().Clock(), Seed: seed ^ h.Sum64()}
+	kernel := n.Settings().Kernel
+	if ic.KernelVersion != "" {
+		k, err := netfilter.ParseKernelVersion(ic.KernelVersion)
+		if err != nil {
+			return nil, fmt.Errorf("kube-proxy (ipvs) on %s: %w", n.Name(), err)
+		}
+		kernel = k
+	}
+	mc := ipvsemu.Config{Clock: n.Cluster().Clock(), Seed: seed ^ h.Sum64(), Kernel: kernel}
 	if ic.Model != nil {
 		ic.Model(&mc)
 	}
@@ -193,7 +207,7 @@ func newIPVS(n *cluster.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig)
 			Conntrack: Conntrack{T: n.Conntrack(), Family: fam}, Sysctl: sys},
 			ipvs.ProxierConfig{Family: fam, Node: cfg, Scheduler: opts.Scheduler, ExcludeCIDRs: ic.ExcludeCIDRs,
 				StrictARP: ic.StrictARP, TCPTimeout: ic.TCPTimeout, TCPFinTimeout: ic.TCPFinTimeout, UDPTimeout: ic.UDPTimeout,
-				KernelVersion: ic.KernelVersion})
+				KernelVersion: kernelString(kernel)})
 		if err != nil {
 			return nil, fmt.Errorf("kube-proxy (ipvs) on %s: %w", n.Name(), err)
 		}
@@ -210,7 +224,46 @@ func newIPVS(n *cluster.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig)
 		n.AddHandler(s)
 	}
 	p.hs = newHealthServer(n)
+	p.baseSys = model.Sysctls()
+	p.applyNodeSysctls()
 	return p, nil
+}
+
+func kernelString(k netfilter.KernelVersion) string {
+	if k.IsZero() {
+		return ""
+	}
+	return k.String()
+}
+
+// applyNodeSysctls sets the net.ipv4.vs sysctls the node's settings hold
+// (netsim.NodeSettings.IPVS) over what kube-proxy wrote, as an administrator's sysctl
+// after kube-proxy started would; the handlers call it so that a node_settings change
+// at run time takes effect at the next packet (an override taken away gives back
+// kube-proxy's value).
+func (p *ipvsProxy) applyNodeSysctls() {
+	ov := p.n.IPVSSettings()
+	p.sysMu.Lock()
+	defer p.sysMu.Unlock()
+	if ov == p.lastIPVS {
+		return
+	}
+	p.lastIPVS = ov
+	var set []ipvs.SysctlSetting
+	for _, x := range []struct {
+		name string
+		v    netsim.Sysctl
+	}{
+		{"net/ipv4/vs/conn_reuse_mode", ov.ConnReuseMode},
+		{"net/ipv4/vs/expire_nodest_conn", ov.ExpireNodestConn},
+		{"net/ipv4/vs/expire_quiescent_template", ov.ExpireQuiescentTemplate},
+		{"net/ipv4/vs/conntrack", ov.Conntrack},
+	} {
+		if x.v.Set {
+			set = append(set, ipvs.SysctlSetting{Name: x.name, Value: x.v.Value})
+		}
+	}
+	p.model.SetSysctls(ipvsemu.ApplySysctls(p.baseSys, set))
 }
 
 // ServesHealthCheckNodePorts implements cluster.HealthCheckServer.
@@ -360,6 +413,7 @@ func (p *ipvsProxy) inputRequest(ctx *netsim.Context, pk *netsim.Packet) netsim.
 	if !handled(pk.Proto) || pk.CtReply || pk.IsICMPError() {
 		return netsim.VerdictContinue
 	}
+	p.applyNodeSysctls()
 	if bound(pk) {
 		// A later packet of a connection whose real server is this node itself.
 		return p.established(ctx, pk, false)
@@ -372,6 +426,7 @@ func (p *ipvsProxy) output(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdic
 	if !handled(pk.Proto) || pk.IsICMPError() {
 		return netsim.VerdictContinue
 	}
+	p.applyNodeSysctls()
 	switch {
 	case pk.CtReply:
 		return p.reply(ctx, pk)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/clusterlab/clusterlab/netfilter"
@@ -263,7 +264,7 @@ func (m *Model) bindDest(c *conn, d *dest) {
 	} else {
 		d.persist++
 	}
-	if d.uThresh != 0 && uint32(d.total()) >= d.uThresh {
+	if d.uThresh != 0 && uint32(d.total()) >= d.uThresh && !(m.picking && !c.template) {
 		d.overload = true
 	}
 }
@@ -543,6 +544,59 @@ func (m *Model) Out(p Packet) Decision {
 	return dec
 }
 
+// Pick schedules a new connection's first packet (p is made a SYN or an INIT) as In
+// does for a tuple without an entry: the scheduler's state moves (rr and wrr cursors,
+// lblc and lblcr caches, twos draws), persistence templates are used or made, and
+// cache_bypass applies, but no connection entry is added, so a captured sequence of
+// scheduler decisions can be replayed one at a time. Entries of the tuple are not
+// consulted; Schedule is the dry run that changes nothing.
+func (m *Model) Pick(p Packet) Decision {
+	p.unmap()
+	switch p.Protocol {
+	case netfilter.ProtoTCP:
+		p.TCPFlags = netfilter.TCPSyn
+	case netfilter.ProtoSCTP:
+		p.SCTPChunk = SCTPInit
+	case netfilter.ProtoUDP:
+	default:
+		return Decision{Verdict: VerdictAccept, Reason: "protocol not handled by IPVS"}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sync()
+	m.picking = true
+	c, dec, ok := m.tryToSchedule(&p)
+	m.picking = false
+	if !ok {
+		return dec
+	}
+	if c.bypass {
+		dec.Verdict, dec.Dest = VerdictBypass, netip.AddrPortFrom(c.vaddr, c.vport)
+	} else {
+		dec.Verdict, dec.Dest, dec.Forward = VerdictForward, netip.AddrPortFrom(c.daddr, c.dport), c.fwd
+	}
+	m.discard(c)
+	dec.Reason = strings.Replace(dec.Reason, "new connection ", "picked ", 1) + " (no connection entry)"
+	return dec
+}
+
+// discard undoes connNew for an entry Pick made: unhashed, released by its template
+// and its destination, never counted.
+func (m *Model) discard(c *conn) {
+	m.unhash(c)
+	if ct := c.control; ct != nil {
+		c.control = nil
+		ct.nControl--
+	}
+	if d := c.dest; d != nil {
+		d.inactive--
+		d.refs--
+		c.dest = nil
+	}
+	c.freed = true
+	m.stats.ConnsMade--
+}
+
 // Schedule answers "where would a new connection for this packet go now?" without
 // changing anything: no entry, no template, no scheduler state (rr cursor, wrr weight,
 // lblc cache, twos random draws). Persistence templates are consulted.
@@ -640,7 +694,8 @@ func (m *Model) in(p *Packet) Decision {
 		oldCT := false
 		resched := false
 		var why string
-		if m.sys.ExpireNodestConn && c.dest != nil && c.dest.weight == 0 {
+		// before 5.9 the whole reuse check needs a non-zero conn_reuse_mode
+		if m.sys.ExpireNodestConn && c.dest != nil && c.dest.weight == 0 && (m.kernel59() || m.sys.ConnReuseMode != 0) {
 			resched = true
 			oldCT = m.usesOldConntrack(c, p)
 			why = "on an entry of a weight-0 real server, expire_nodest_conn=1"
@@ -678,6 +733,9 @@ func (m *Model) in(p *Packet) Decision {
 		}
 	}
 	if c != nil && c.dest != nil && !c.dest.available {
+		if !m.kernel59() {
+			return m.nodestBefore59(c, p)
+		}
 		if m.sys.ExpireNodestConn {
 			oldCT := m.usesOldConntrack(c, p)
 			if !oldCT {
@@ -744,8 +802,35 @@ func (m *Model) in(p *Packet) Decision {
 
 // usesOldConntrack is ip_vs_conn_uses_old_conntrack() since 5.9: the packet belongs to
 // a confirmed netfilter conntrack entry, which cannot be redirected to another server.
-func (m *Model) usesOldConntrack(_ *conn, p *Packet) bool {
+// Before 5.9 it is ip_vs_conn_uses_conntrack(): the entry was made with vs/conntrack=1
+// (every packet then has a conntrack entry, confirmed or not).
+func (m *Model) usesOldConntrack(c *conn, p *Packet) bool {
+	if !m.kernel59() {
+		return c.nfct || p.ConfirmedConntrack
+	}
 	return p.ConfirmedConntrack
+}
+
+// kernel59 reports whether the model is Linux 5.9 or later: connection reuse with an
+// unconfirmed conntrack entry and the expire_nodest_conn work item.
+func (m *Model) kernel59() bool { return m.k59 }
+
+// nodestBefore59 is what a kernel before 5.9 does with a packet on the entry of a
+// removed real server: drop it, and with expire_nodest_conn expire the entry so that
+// the client's retransmission is scheduled afresh.
+func (m *Model) nodestBefore59(c *conn, p *Packet) Decision {
+	if !m.sys.ExpireNodestConn {
+		return Decision{Verdict: VerdictDrop, Conn: m.entry(c),
+			Reason: "real server " + c.dest.addrPort().String() + " was removed; the entry lives until it times out (expire_nodest_conn=0)"}
+	}
+	m.expireNow(c)
+	dec := Decision{Verdict: VerdictDrop, OldConntrack: isNewConn(p),
+		Reason: "packet on an entry of removed real server " + c.dest.addrPort().String() +
+			" (expire_nodest_conn=1): Linux before 5.9 drops it and expires the entry; a retransmission is scheduled afresh"}
+	if c.dest.svc != nil {
+		dec.Service = c.dest.svc.virtualServer()
+	}
+	return dec
 }
 
 // tryToSchedule is the protocol's conn_schedule() followed by ip_vs_schedule().

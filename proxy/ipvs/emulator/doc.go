@@ -83,6 +83,13 @@
 // trash timer and the expire_nodest_conn work item are events in the model's own queue,
 // run in deadline order (ties in the order they were set) when a method is next called.
 //
+// The kernel release (Config.Kernel, SetKernel; zero: a current one) decides Linux 5.9's
+// changes (proxy change "ipvs-conn-reuse-unconfirmed-conntrack"): before 5.9 a SYN that
+// would reschedule a reused tuple is dropped whenever its entry uses conntrack, a packet
+// on a removed server's entry is always dropped, no work item flushes those entries, and
+// the weight-0 reschedule needs a non-zero conn_reuse_mode. Pick schedules as a new
+// connection's first packet without adding an entry (the script's pick line).
+//
 // Model implements ipvs.Interface, the kube-proxy view of IPVS, so the kube-proxy IPVS
 // mode can program it exactly as it programs a kernel through package kernel; the
 // datapath calls In and Out per packet. The ipvsadm face (ParseCommand, Exec,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/clusterlab/clusterlab/netfilter"
+	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
 )
 
@@ -76,6 +77,11 @@ type Config struct {
 	SHTableBits       int      // CONFIG_IP_VS_SH_TAB_BITS, 4..20; 0 means 8 (256 buckets)
 	HZ                int      // kernel HZ for the one-jiffy delay of the expire_nodest_conn work; 0 means 250
 	ConnTabBits       int      // conn_tab_bits, shown as size= by ipvsadm -L; 0 means 12
+	// Kernel is the Linux release modelled (zero: a current one). Before 5.9 a reused
+	// tuple's SYN is dropped whenever its entry uses conntrack, a packet on a deleted
+	// server's entry is always dropped, and no work item flushes those entries
+	// (proxy change "ipvs-conn-reuse-unconfirmed-conntrack").
+	Kernel netfilter.KernelVersion
 }
 
 // Model is the userspace IPVS: virtual services, their destinations in kernel list order,
@@ -119,6 +125,8 @@ type Model struct {
 	destSeq uint64
 	svcSeq  uint64
 	stats   Stats
+	k59     bool // Linux 5.9 or later (Config.Kernel)
+	picking bool // Pick is scheduling: its entry does not overload a destination
 }
 
 // Stats counts what the model did; useful in tests and benchmarks.
@@ -137,6 +145,7 @@ var mhPrimes = [...]int{251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 1
 // New returns an empty model.
 func New(cfg Config) (*Model, error) {
 	m := &Model{cfg: cfg, services: map[svcKey]*service{}, conns: map[connKey][]*conn{}, tpls: map[connKey][]*conn{}}
+	m.k59 = proxy.KernelHas("ipvs-conn-reuse-unconfirmed-conntrack", cfg.Kernel)
 	if cfg.Clock == nil {
 		m.clock = NewManualClock()
 	} else {
@@ -607,6 +616,22 @@ func (m *Model) unlinkDest(s *service, d *dest, svcupd bool) {
 // IP_VS_DEST_TRASH_PERIOD
 const trashPeriod = 60 * time.Second
 
+// SetKernel changes the Linux release the model follows (Config.Kernel; zero: a
+// current kernel).
+func (m *Model) SetKernel(k netfilter.KernelVersion) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cfg.Kernel = k
+	m.k59 = proxy.KernelHas("ipvs-conn-reuse-unconfirmed-conntrack", k)
+}
+
+// Kernel returns the Linux release the model follows (zero: a current kernel).
+func (m *Model) Kernel() netfilter.KernelVersion {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cfg.Kernel
+}
+
 // trashDest is __ip_vs_del_dest(): the dest moves to the trash, where it waits until no
 // connection or scheduler cache refers to it.
 func (m *Model) trashDest(d *dest) {
@@ -617,7 +642,7 @@ func (m *Model) trashDest(d *dest) {
 	m.trash = append([]*dest{d}, m.trash...)
 	d.inTrash = true
 	d.idleStart = time.Time{}
-	if m.sys.ExpireNodestConn && !m.nodestPending {
+	if m.sys.ExpireNodestConn && !m.nodestPending && m.kernel59() {
 		m.nodestPending = true
 		m.nodestGen++
 		m.schedule(&event{at: m.now.Add(m.jiffy), kind: evNodestFlush, gen: m.nodestGen})

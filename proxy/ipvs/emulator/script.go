@@ -22,10 +22,12 @@ import (
 //
 //	conn tcp|udp|sctp CLIENT:PORT VIP:PORT [close] [mark=N] [ct=confirmed]
 //	sched tcp|udp|sctp CLIENT:PORT VIP:PORT [mark=N]
+//	pick tcp|udp|sctp CLIENT:PORT VIP:PORT [mark=N]
 //	packet tcp|udp|sctp SRC:PORT DST:PORT [flags=SYN,ACK,FIN,RST] [chunk=NAME] [reply] [mark=N] [ct=confirmed]
 //	set -t|-u|-f SERVICE -r RIP:PORT [active=N] [inactive=N] [overloaded=yes|no]
 //	sleep|advance SECONDS
 //	sysctl NAME=VALUE
+//	kernel VERSION
 //	seed N
 //	an ipvsadm command, with or without the leading "ipvsadm"
 //
@@ -45,11 +47,11 @@ type ScriptInput struct {
 	Config      Config // Clock nil: a ManualClock driven by sleep/advance lines
 }
 
-// ScriptResult is the outcome of one conn, sched or packet line.
+// ScriptResult is the outcome of one conn, sched, pick or packet line.
 type ScriptResult struct {
 	File          string `json:"file"`
 	Line          int    `json:"line"`
-	Command       string `json:"command"` // conn, sched or packet
+	Command       string `json:"command"` // conn, sched, pick or packet
 	Protocol      string `json:"protocol"`
 	Client        string `json:"client"`
 	Virtual       string `json:"virtual"`
@@ -170,6 +172,7 @@ type scriptLine struct {
 	sysK  string
 	sysV  string
 	seed  uint64
+	kern  netfilter.KernelVersion // kernel line
 	reply bool
 	ct    bool // ct=confirmed
 	flags uint8
@@ -276,7 +279,7 @@ func parseScript(data []byte, name string) ([]scriptLine, error) {
 func parseScriptLine(w []string) (scriptLine, error) {
 	var l scriptLine
 	switch w[0] {
-	case "conn", "sched":
+	case "conn", "sched", "pick":
 		l.kind = w[0]
 		if len(w) < 4 {
 			return l, fmt.Errorf("%s: want %s tcp|udp CLIENT_IP:PORT VIP:PORT%s [mark=N]%s", w[0], w[0],
@@ -301,8 +304,8 @@ func parseScriptLine(w []string) (scriptLine, error) {
 			case x == "close" && w[0] == "conn":
 				l.close = true
 			case strings.HasPrefix(x, "ct="):
-				if w[0] == "sched" {
-					return l, fmt.Errorf("sched: %s: sched asks the scheduler only and does not look at the connection table; use conn or packet", x)
+				if w[0] != "conn" {
+					return l, fmt.Errorf("%s: %s: %s asks the scheduler only and does not look at the connection table; use conn or packet", w[0], x, w[0])
 				}
 				if err := parseCT(x); err != nil {
 					return l, fmt.Errorf("conn: %w", err)
@@ -393,6 +396,16 @@ func parseScriptLine(w []string) (scriptLine, error) {
 			return l, fmt.Errorf("seed %s: want a number", w[1])
 		}
 		l.seed = n
+	case "kernel":
+		l.kind = "kernel"
+		if len(w) != 2 {
+			return l, errors.New("kernel: want kernel VERSION (a Linux release such as 5.4 or 6.6)")
+		}
+		k, err := netfilter.ParseKernelVersion(w[1])
+		if err != nil {
+			return l, fmt.Errorf("kernel: %w", err)
+		}
+		l.kern = k
 	case "sysctl":
 		l.kind = "sysctl"
 		if len(w) != 2 || !strings.Contains(w[1], "=") {
@@ -413,7 +426,7 @@ func parseScriptLine(w []string) (scriptLine, error) {
 			l.kind, l.cmd = "ipvsadm", c
 			return l, nil
 		}
-		return l, fmt.Errorf("%q: not an ipvsadm command, conn, sched, packet, set, sleep/advance, sysctl or seed line", w[0])
+		return l, fmt.Errorf("%q: not an ipvsadm command, conn, sched, pick, packet, set, sleep/advance, sysctl, kernel or seed line", w[0])
 	}
 	return l, nil
 }
@@ -612,6 +625,8 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 		clock.Advance(l.dur)
 	case "seed":
 		m.Reseed(l.seed)
+	case "kernel":
+		m.SetKernel(l.kern)
 	case "sysctl":
 		s := m.Sysctls()
 		if err := applySysctl(&s, l.sysK, l.sysV); err != nil {
@@ -622,7 +637,7 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 		vs := (&service{key: l.svc.key, proto: l.svc.key.proto}).virtualServer()
 		vs.Scheduler = ""
 		return m.SetDestState(vs, l.rs, l.st)
-	case "conn", "sched", "packet":
+	case "conn", "sched", "pick", "packet":
 		r := ScriptResult{File: file, Line: l.no, Command: l.kind, Protocol: strings.ToLower(protoName(l.proto)),
 			Client: l.src.String(), Virtual: l.dst.String(), Mark: l.mark, Close: l.close, Reply: l.reply}
 		if l.ct {
@@ -644,6 +659,8 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 			final = dec.Conn
 		} else if l.kind == "sched" {
 			dec = m.Schedule(Packet{Protocol: l.proto, Src: l.src, Dst: l.dst, Mark: l.mark, TCPFlags: netfilter.TCPSyn, SCTPChunk: SCTPInit})
+		} else if l.kind == "pick" {
+			dec = m.Pick(Packet{Protocol: l.proto, Src: l.src, Dst: l.dst, Mark: l.mark})
 		} else {
 			dec, final = m.connect(l.proto, l.src, l.dst, l.mark, l.close, l.ct)
 		}
@@ -668,7 +685,7 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 		if final != nil {
 			r.State = final.State
 			r.Expires = final.Expires.String()
-		} else if l.kind != "sched" && !r.NoDestination {
+		} else if l.kind != "sched" && l.kind != "pick" && !r.NoDestination {
 			r.State = "expired"
 		}
 		rep.Results = append(rep.Results, r)
@@ -725,6 +742,8 @@ func (r *ScriptResult) textLine() string {
 		det = append(det, r.Verdict)
 	case r.Command == "sched":
 		det = append(det, "via "+r.Via)
+	case r.Command == "pick":
+		det = append(det, "picked via "+r.Via+", no entry")
 	case r.Reply:
 		det = append(det, "reply of an existing connection")
 	case r.NewConnection:
@@ -745,7 +764,9 @@ func (r *ScriptResult) textLine() string {
 // also plays the close (TCP FIN from the client, FIN-ACK, ACK; SCTP SHUTDOWN, SHUTDOWN-ACK,
 // SHUTDOWN-COMPLETE); UDP has no close: its entry is expired as its idle timeout would.
 // On an existing entry only the close (or, without close, a new handshake on the same
-// tuple) is played. ct gives the first packet a confirmed conntrack entry
+// tuple) is played; an entry in TIME_WAIT or CLOSE (SCTP: CLOSED) is not continued: a
+// new connection's handshake meets it (rescheduled or kept per conn_reuse_mode and the
+// kernel release), and with close that new connection is closed. ct gives the first packet a confirmed conntrack entry
 // (Packet.ConfirmedConntrack); when the kernel drops it for that, nothing more is played:
 // the client's retransmission is a later conn line. It returns the first packet's
 // decision and the entry afterwards.
@@ -761,7 +782,9 @@ func (m *Model) connect(proto uint8, src, dst netip.AddrPort, mark uint32, close
 			m.Out(Packet{Protocol: proto, Src: d.Dest, Dst: src, TCPFlags: flags, SCTPChunk: chunk})
 		}
 	}
-	exists := m.hasConn(proto, src, dst)
+	// An entry in TIME_WAIT or CLOSE (SCTP: CLOSED) is an old connection: a conn line
+	// on its tuple is a new connection whose SYN meets it, as the kernel sees it.
+	exists := m.hasConn(proto, src, dst) && !m.entryClosed(proto, src, dst)
 	var first Decision
 	last := func() *ConnEntry { return m.connEntry(proto, src, dst) }
 	if close && exists {
@@ -808,6 +831,25 @@ func (m *Model) connect(proto uint8, src, dst netip.AddrPort, mark uint32, close
 		return first, e
 	}
 	return first, last()
+}
+
+// entryClosed reports whether the tuple's entry is in TCP TIME_WAIT or CLOSE or SCTP
+// CLOSED: its connection is over, and a SYN (INIT) on the tuple starts a new one.
+func (m *Model) entryClosed(proto uint8, src, dst netip.AddrPort) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sync()
+	c := m.connInGet(proto, src.Addr(), src.Port(), dst.Addr(), dst.Port())
+	if c == nil {
+		return false
+	}
+	switch proto {
+	case netfilter.ProtoTCP:
+		return c.state == tcpTimeWait || c.state == tcpClose
+	case netfilter.ProtoSCTP:
+		return c.state == sctpClosed
+	}
+	return false
 }
 
 func (m *Model) hasConn(proto uint8, src, dst netip.AddrPort) bool {
