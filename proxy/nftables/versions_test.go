@@ -200,3 +200,27 @@ func TestLocalhostNodePortsGate(t *testing.T) {
 		}
 	}
 }
+
+// Every case's packet flows (kube-proxy 1.37's packetFlowTest vectors) give the same
+// outcomes on the 1.30-1.36 layouts: the layout changes between them move rules, not
+// the outcome of a new connection in these cases (the hairpin cases use local
+// endpoints). 1.29 differs by design (no cluster-ips-check: TestLayout130RejectsOtherClusterIPPorts).
+func TestUpstreamFlowsEveryLayout(t *testing.T) {
+	paths, err := filepath.Glob("testdata/cases/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range paths {
+		tc := loadCase(t, path)
+		if len(tc.file.Flows) == 0 {
+			continue
+		}
+		for _, v := range []Version{Version130, Version131, Version133, Version134, Version135, Version136} {
+			tc.cfg.Version, tc.cfg.LocalhostNodePorts = v, false
+			t.Run(tc.name+"/"+string(v), func(t *testing.T) {
+				fake, _, _ := syncCase(t, tc)
+				runFlows(t, fake, tc.file.FibLocal, tc.file.Flows)
+			})
+		}
+	}
+}
