@@ -284,7 +284,7 @@ func (pr *preparer) nodeConfigMods() []func(*proxy.NodeConfig) {
 	px, p := pr.c.Proxy, pr.p
 	var nodeMods []func(*proxy.NodeConfig)
 	if p.info.Mode != "" { // an unknown mode has failed already, and has no releases
-		ver, vnotes, mods, verr := versionBehaviour(px.Version, p.info)
+		ver, vnotes, mods, verr := versionBehaviour(px.Version, p.info, px.FeatureGates)
 		if verr != nil {
 			pr.fail("cluster.proxy.version", "%v", verr)
 		}

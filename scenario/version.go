@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/clusterlab/clusterlab/proxy"
@@ -37,8 +38,10 @@ func VersionNotes() string {
 }
 
 // versionBehaviour maps a kube-proxy version onto the knobs of the proxy packages,
-// within the releases the mode's descriptor says it is modelled in.
-func versionBehaviour(v string, info kubeproxy.ModeInfo) (string, []string, []func(*proxy.NodeConfig), error) {
+// within the releases the mode's descriptor says it is modelled in; a mode behind a
+// feature gate at that release (a proxy.Change of area "mode availability" with a
+// Gate) needs the gate on, by default or in gates (cluster.proxy.feature_gates).
+func versionBehaviour(v string, info kubeproxy.ModeInfo, gates map[string]bool) (string, []string, []func(*proxy.NodeConfig), error) {
 	vs := info.Versions
 	explicit := v != ""
 	if !explicit {
@@ -60,6 +63,12 @@ func versionBehaviour(v string, info kubeproxy.ModeInfo) (string, []string, []fu
 	}
 	var notes []string
 	pv := proxy.Version(minor)
+	nc := proxy.NodeConfig{Version: pv, FeatureGates: gates}
+	for _, ch := range proxy.Changes() {
+		if ch.Area == "mode availability" && ch.Gate != "" && slices.Contains(ch.Modes, string(info.Mode)) && pv.AtLeast(int(ch.Version)) && !nc.GateEnabled(ch.Gate) {
+			return "", nil, nil, fmt.Errorf("%s: the %s proxy mode needs the %s feature gate in kube-proxy %s (off by default); set cluster.proxy.feature_gates.%s: true", v, info.Mode, ch.Gate, ver, ch.Gate)
+		}
+	}
 	mods := []func(*proxy.NodeConfig){func(nc *proxy.NodeConfig) { nc.Version = pv }}
 	if explicit {
 		for _, ch := range proxy.PartlyModelled(pv, string(info.Mode)) {

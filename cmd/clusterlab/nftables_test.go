@@ -56,7 +56,7 @@ func TestGenerateNftables(t *testing.T) {
 		func(o *nftablesGenOptions) { o.manifests = []string{"no/such/file.yaml"} },
 		func(o *nftablesGenOptions) { o.nodePortAddresses = []string{"10.0.0.0/33"} },
 		func(o *nftablesGenOptions) { o.serviceCIDRs = []string{"10.96.0.0"} },
-		func(o *nftablesGenOptions) { o.version = "1.29" },
+		func(o *nftablesGenOptions) { o.version = "1.28" },
 		func(o *nftablesGenOptions) { o.masqueradeBit = 32 },
 	} {
 		oo := *o

@@ -29,7 +29,7 @@ func init() {
 			return newNFTablesProxy(n, cfg)
 		},
 		Families:  []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
-		Versions:  Versions{First: "1.36", Last: "1.37", Default: "1.37"},
+		Versions:  Versions{First: "1.29", Last: "1.37", Default: "1.37"},
 		NodeHints: true,
 		Semantics: Semantics{AffinityExpires: true, Branches: true, ShortCircuit: true},
 		Differences: []Difference{

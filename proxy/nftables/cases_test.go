@@ -75,10 +75,12 @@ type caseFile struct {
 	Description        string          `json:"description"`
 	Family             corev1.IPFamily `json:"family"`
 	LocalhostNodePorts bool            `json:"localhostNodePorts"`
-	NodePortAddresses  []string        `json:"nodePortAddresses"`
-	MasqueradeAll      bool            `json:"masqueradeAll"`
-	DetectLocalMode    proxy.LocalMode `json:"detectLocalMode"`
-	BridgeInterface    string          `json:"bridgeInterface"`
+	// Version is the kube-proxy release whose layout is written ("" the newest).
+	Version           Version         `json:"version"`
+	NodePortAddresses []string        `json:"nodePortAddresses"`
+	MasqueradeAll     bool            `json:"masqueradeAll"`
+	DetectLocalMode   proxy.LocalMode `json:"detectLocalMode"`
+	BridgeInterface   string          `json:"bridgeInterface"`
 	// Upstream names testdata/upstream/<name>.txt files whose concatenation is
 	// kube-proxy's expected output for the same inputs.
 	Upstream []string `json:"upstream"`
@@ -153,6 +155,7 @@ func loadCase(t *testing.T, path string) testCase {
 	f := tc.file
 	tc.cfg = upstreamConfig(f.Family)
 	tc.cfg.LocalhostNodePorts = f.LocalhostNodePorts
+	tc.cfg.Version = f.Version
 	if f.NodePortAddresses != nil {
 		tc.cfg.Node.NodePortAddresses = f.NodePortAddresses
 	}

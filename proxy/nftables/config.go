@@ -25,11 +25,29 @@ const FullSyncPeriod = time.Hour
 const StaleChainDelay = time.Second
 
 // Version names a kube-proxy minor release whose nftables layout is written, "1.37".
+// Config.Version overrides the node's release (proxy.NodeConfig.Version) when set.
 type Version string
 
-// Layouts this package writes. Older layouts (1.29-1.35: mark-for-masquerade, endpoint
-// chains for every endpoint, the older base chains) are not implemented yet.
+// Layouts this package writes; the differences between them are the behaviour changes
+// of proxy/behaviour_nftables.go, switched by the node's release.
 const (
+	// Version129: the alpha layout (filter chains at -101, endpoints-check, forward
+	// chain with the INVALID drop, firewall sets, a full rewrite every sync).
+	Version129 Version = "1.29"
+	// Version130: filter-prerouting, filter chains at dstnat-10, cluster-ips-check,
+	// firewall-ips verdict map (the layout up to 1.33).
+	Version130 Version = "1.30"
+	// Version131: partial syncs; --nodeport-addresses defaults to primary.
+	Version131 Version = "1.31"
+	// Version132: as 1.31.
+	Version132 Version = "1.32"
+	// Version133: GA; hourly full syncs that read the maps back.
+	Version133 Version = "1.33"
+	// Version134: filter-prerouting-pre-dnat / filter-output-pre-dnat at -110, the
+	// other filter chains at 0.
+	Version134 Version = "1.34"
+	// Version135: as 1.34.
+	Version135 Version = "1.35"
 	// Version136: masquerade marks written inline, hairpin-connections set, endpoint
 	// chains only for ClientIP affinity, direct numgen DNAT maps.
 	Version136 Version = "1.36"
@@ -41,7 +59,7 @@ const (
 )
 
 // Versions lists the layouts this package writes, oldest first.
-var Versions = []Version{Version136, Version137}
+var Versions = []Version{Version129, Version130, Version131, Version132, Version133, Version134, Version135, Version136, Version137}
 
 // Config configures one nftables-mode proxy (one IP family). The zero value of each
 // field is what current kube-proxy does on a current host.
@@ -52,8 +70,9 @@ type Config struct {
 	// "primary" in this mode (kube-proxy's default for nftables since 1.31), not every
 	// local address as in the iptables mode.
 	Node proxy.NodeConfig
-	// Version is the kube-proxy minor release whose layout is written; "" means
-	// DefaultVersion. Other values than Versions are refused.
+	// Version is the kube-proxy minor release whose layout is written; "" means the
+	// node's release (Node.Version, itself the newest release when zero). It overrides
+	// Node.Version for every switch of the mode. Other values than Versions are refused.
 	Version Version
 	// ServiceCIDRs are the cluster's ServiceCIDRs (from ServiceCIDR objects or
 	// --service-cluster-ip-range); those of the family get the "Drop traffic to
@@ -73,12 +92,17 @@ type Config struct {
 // resolved is a Config with defaults applied and everything derived from the node
 // computed once.
 type resolved struct {
-	version  Version
-	family   corev1.IPFamily
-	isIPv6   bool
-	ipX      string // "ip" or "ip6"
-	addrType string // "ipv4_addr" or "ipv6_addr"
-	loopback string // "127.0.0.0/8" or "::1"
+	version Version
+	node    proxy.NodeConfig // with the release written; its Has switches decide the layout
+
+	// The layout switches (proxy/behaviour_nftables.go), read once.
+	layout130, invalidDrop, preDNAT, masq136 bool
+	partialSyncs, hourlyFullSync             bool
+	family                                   corev1.IPFamily
+	isIPv6                                   bool
+	ipX                                      string // "ip" or "ip6"
+	addrType                                 string // "ipv4_addr" or "ipv6_addr"
+	loopback                                 string // "127.0.0.0/8" or "::1"
 
 	nodeName    string
 	nodeLabels  map[string]string
@@ -100,14 +124,19 @@ type resolved struct {
 }
 
 func resolve(c Config) (*resolved, error) {
-	version := c.Version
-	if version == "" {
-		version = DefaultVersion
+	node := c.Node
+	if c.Version != "" {
+		v, err := proxy.ParseVersion(string(c.Version))
+		if err != nil || !slices.Contains(Versions, c.Version) {
+			return nil, fmt.Errorf("nftables config: version: kube-proxy %q's layout is not implemented (have %s)", c.Version, versionList())
+		}
+		node.Version = v
 	}
+	version := Version(node.Version.Resolved().String())
 	if !slices.Contains(Versions, version) {
-		return nil, fmt.Errorf("nftables config: version: kube-proxy %q's layout is not implemented (have %s)", c.Version, versionList())
+		return nil, fmt.Errorf("nftables config: version: kube-proxy %s has no nftables mode (have %s)", version, versionList())
 	}
-	if err := c.Node.Validate(); err != nil {
+	if err := node.Validate(); err != nil {
 		return nil, err
 	}
 	family := c.Family
@@ -118,11 +147,11 @@ func resolve(c Config) (*resolved, error) {
 	default:
 		return nil, fmt.Errorf("nftables config: family: %q is neither IPv4 nor IPv6", c.Family)
 	}
-	if c.LocalhostNodePorts && version != Version137 {
+	localhostNodePorts := c.LocalhostNodePorts || node.Has(proxy.ChangeNFTLocalhostNodePorts)
+	if c.LocalhostNodePorts && !node.Version.AtLeast(37) {
 		return nil, fmt.Errorf("nftables config: localhostNodePorts: the KubeProxyNFTablesLocalhostNodePorts gate exists from kube-proxy 1.37, not %s", version)
 	}
-	node := c.Node
-	if len(node.NodePortAddresses) == 0 {
+	if len(node.NodePortAddresses) == 0 && node.Has(proxy.ChangeNFTNodePortPrimary) {
 		node.NodePortAddresses = []string{proxy.NodePortAddressesPrimary}
 	}
 	npa, err := node.ResolveNodePortAddresses(family)
@@ -131,6 +160,7 @@ func resolve(c Config) (*resolved, error) {
 	}
 	r := &resolved{
 		version:    version,
+		node:       node,
 		family:     family,
 		isIPv6:     family == corev1.IPv6Protocol,
 		ipX:        "ip",
@@ -152,6 +182,15 @@ func resolve(c Config) (*resolved, error) {
 	// kube-proxy formats the mark with %#08x: 0x00004000.
 	r.mark = fmt.Sprintf("%#08x", node.MasqueradeMark())
 	r.masqRule = "mark set mark or " + r.mark
+	r.layout130 = node.Has(proxy.ChangeNFTLayout130)
+	r.invalidDrop = !node.Has(proxy.ChangeNFTNoInvalidDrop)
+	r.preDNAT = node.Has(proxy.ChangeNFTPreDNATChains)
+	r.masq136 = node.Has(proxy.ChangeNFTMasqueradeRedesign)
+	r.partialSyncs = node.Has(proxy.ChangeNFTPartialSync)
+	r.hourlyFullSync = node.Has(proxy.ChangeNFTHourlyFullSync)
+	if !r.masq136 {
+		r.masqRule = "jump " + ChainMarkForMasquerade
+	}
 	r.ifLocal, r.ifNotLocal = detectorNFT(r.detector, r.ipX)
 	if !r.matchAll {
 		for _, ip := range npa.NodeIPs(node.LocalAddresses()) {
@@ -167,7 +206,7 @@ func resolve(c Config) (*resolved, error) {
 		}
 	}
 	r.serviceCIDR = strings.Join(cidrs, ",")
-	if c.LocalhostNodePorts {
+	if localhostNodePorts {
 		r.rejectProtocols = []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP}
 		if explicitLoopback(node.NodePortAddresses, r.isIPv6) {
 			r.rejectProtocols = r.rejectProtocols[1:]

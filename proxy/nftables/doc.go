@@ -1,10 +1,12 @@
 // Package nftables is kube-proxy's nftables mode: it writes the transactions kube-proxy's
-// nftables proxier writes, in its current layout (kube-proxy 1.36 and 1.37; Config.Version
-// picks one, default 1.37), as sigs.k8s.io/knftables transactions whose text is nft -f
+// nftables proxier writes, in the layout of the node's release (Config.Node.Version,
+// kube-proxy 1.29-1.37, default 1.37; Config.Version overrides it), as
+// sigs.k8s.io/knftables transactions whose text is nft -f
 // input, and applies them through Interface (knftables.Fake, a real knftables.Interface,
 // or the netsim adapter that hands tx.String() to the evaluator).
 //
-// The table, one per family ("table ip kube-proxy", "table ip6 kube-proxy"):
+// The table, one per family ("table ip kube-proxy", "table ip6 kube-proxy"), in the
+// 1.36+ layout:
 //
 //	base chains (priority)                    rules
 //	filter-prerouting-pre-dnat (-110)  ─┐     ct state new jump firewall-check
@@ -60,6 +62,13 @@
 // configure "0x4000". Where kube-proxy's order is random (it walks a Go map) this package
 // sorts: service ports by namespace/name/port/protocol, stale chains by name.
 //
-// Older layouts (1.29-1.35: mark-for-masquerade, an endpoint chain per endpoint, other
-// base chain priorities) are not written yet; Config.Version refuses them.
+// Older layouts follow the switches of proxy/behaviour_nftables.go (NodeConfig.Has): up
+// to 1.35 the mark-for-masquerade chain, an endpoint chain per endpoint marking its own
+// traffic (hairpin) and the ClusterIP masquerade rule in each service chain; 1.30-1.33
+// filter-prerouting, filter chains at dstnat-10 and filter-output-post-dnat; 1.29
+// filter chains at dstnat-1, one endpoints-check chain, the forward chain's INVALID
+// drop and no cluster-ips set; before 1.31 every sync is full and an unset
+// --nodeport-addresses means every local address; before 1.33 no hourly full sync.
+// The 1.29 firewall sets (firewall, firewall-allow) are written as the 1.30 firewall-ips
+// map. Layouts 1.34/1.35 are held to kube-proxy's expected output (testdata/cases/overall-135.yaml).
 package nftables

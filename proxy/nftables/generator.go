@@ -32,7 +32,7 @@ func (g *generator) info(n proxy.ServicePortName, sp *proxy.ServicePort) *svcInf
 		port:    strconv.Itoa(sp.Port),
 		portNum: sp.Port,
 	}
-	if g.r.version >= Version137 {
+	if g.r.node.Version.AtLeast(37) {
 		s.name = truncateComment(s.name)
 	}
 	s.chains = ServiceChains(n, s.proto)
@@ -85,7 +85,13 @@ func newGenerator(r *resolved) *generator {
 // stores returns the element stores in kube-proxy's order; the localhost NodePort map
 // only with the 1.37 gate.
 func (g *generator) stores() []*elemStore {
-	s := []*elemStore{g.clusterIPs, g.serviceIPs, g.firewallIPs, g.noEndpointServices, g.noEndpointNodePorts, g.serviceNodePorts, g.hairpin}
+	s := []*elemStore{g.serviceIPs, g.firewallIPs, g.noEndpointServices, g.noEndpointNodePorts, g.serviceNodePorts}
+	if g.r.layout130 {
+		s = append([]*elemStore{g.clusterIPs}, s...)
+	}
+	if g.r.masq136 {
+		s = append(s, g.hairpin)
+	}
 	if len(g.r.rejectProtocols) > 0 {
 		s = append(s, g.localhostNPRejects)
 	}
@@ -169,12 +175,14 @@ func (g *generator) services(tx *knftables.Transaction, st *proxy.SyncState, ful
 		p := planService(n, sp, info, c)
 
 		for _, ep := range c.AllReachable {
-			if p.affinity {
+			if p.affinity || !g.r.masq136 {
 				base := info.epBase(n, ep)
 				ensureChain(tx, out.chains, PrefixEndpoint+base, skip)
-				out.affinitySets[PrefixAffinity+base] = true
 			}
-			if ep.Local {
+			if p.affinity {
+				out.affinitySets[PrefixAffinity+info.epBase(n, ep)] = true
+			}
+			if ep.Local && g.r.masq136 {
 				g.hairpin.ensure(tx, &knftables.Element{Set: SetHairpinConnections,
 					Key: []string{ep.IPString(), ep.IPString(), info.proto, strconv.Itoa(ep.Port)}})
 			}
@@ -211,7 +219,9 @@ func (p *svcPlan) element(m, ip, verdict string, comment bool) *knftables.Elemen
 func (g *generator) serviceElements(tx *knftables.Transaction, p *svcPlan, chains chainSet, skip bool) {
 	sp, info := p.sp, p.info
 	cip := sp.ClusterIP.String()
-	g.clusterIPs.ensure(tx, &knftables.Element{Set: SetClusterIPs, Key: []string{cip}})
+	if g.r.layout130 {
+		g.clusterIPs.ensure(tx, &knftables.Element{Set: SetClusterIPs, Key: []string{cip}})
+	}
 	if p.hasInternal {
 		g.serviceIPs.ensure(tx, p.element(MapServiceIPs, cip, "goto "+p.internalChain, false))
 	} else {
@@ -298,27 +308,54 @@ func (g *generator) serviceChains(tx *knftables.Transaction, p *svcPlan) {
 		for _, ep := range p.c.AllReachable {
 			tx.Add(g.affinitySet(PrefixAffinity+p.info.epBase(p.n, ep), sp.StickyMaxAgeSeconds))
 		}
+	}
+	if !p.affinity && r.masq136 {
 		if p.usesCluster {
-			g.endpointJumps(tx, p, ch.Cluster, p.c.Cluster)
+			g.endpointDNATs(tx, p, ch.Cluster, p.c.Cluster)
 		}
 		if p.usesLocal {
-			g.endpointJumps(tx, p, ch.Local, p.c.Local)
-		}
-		for _, ep := range p.c.AllReachable {
-			base := p.info.epBase(p.n, ep)
-			tx.Add(&knftables.Rule{Chain: PrefixEndpoint + base, Rule: knftables.Concat(
-				"update @"+PrefixAffinity+base, "{", r.ipX, "saddr }")})
-			tx.Add(&knftables.Rule{Chain: PrefixEndpoint + base, Rule: knftables.Concat(
-				"meta l4proto", p.info.proto, "dnat to", ep.String())})
+			g.endpointDNATs(tx, p, ch.Local, p.c.Local)
 		}
 		return
 	}
 	if p.usesCluster {
-		g.endpointDNATs(tx, p, ch.Cluster, p.c.Cluster)
+		g.endpointJumps(tx, p, ch.Cluster, p.c.Cluster)
 	}
 	if p.usesLocal {
-		g.endpointDNATs(tx, p, ch.Local, p.c.Local)
+		g.endpointJumps(tx, p, ch.Local, p.c.Local)
 	}
+	for _, ep := range p.c.AllReachable {
+		base := p.info.epBase(p.n, ep)
+		if !r.masq136 {
+			tx.Add(&knftables.Rule{Chain: PrefixEndpoint + base, Rule: knftables.Concat(
+				r.ipX, "saddr", ep.IPString(), "jump", ChainMarkForMasquerade)})
+		}
+		if p.affinity {
+			tx.Add(&knftables.Rule{Chain: PrefixEndpoint + base, Rule: knftables.Concat(
+				"update @"+PrefixAffinity+base, "{", r.ipX, "saddr }")})
+		}
+		tx.Add(&knftables.Rule{Chain: PrefixEndpoint + base, Rule: knftables.Concat(
+			"meta l4proto", p.info.proto, "dnat to", ep.String())})
+	}
+}
+
+// clusterIPMasquerade returns, up to 1.35, the internal chain's first rule marking
+// ClusterIP traffic from outside the cluster (every ClusterIP packet with
+// --masquerade-all), or "" (no detector; 1.36+ marks in the services chain). 1.30-1.33
+// also match the service port.
+func (g *generator) clusterIPMasquerade(p *svcPlan) string {
+	r := g.r
+	if r.masq136 || (!r.masqAll && r.ifNotLocal == "") {
+		return ""
+	}
+	match := []string{r.ipX, "daddr", p.sp.ClusterIP.String()}
+	if !r.preDNAT {
+		match = append(match, p.info.proto, "dport", p.info.port)
+	}
+	if !r.masqAll {
+		match = append(match, r.ifNotLocal)
+	}
+	return knftables.Concat(match, "jump", ChainMarkForMasquerade)
 }
 
 // externalChain writes external-…: masquerade and go to the cluster chain
@@ -326,7 +363,9 @@ func (g *generator) serviceChains(tx *knftables.Transaction, p *svcPlan) {
 // local chain (Local).
 func (g *generator) externalChain(tx *knftables.Transaction, p *svcPlan) {
 	r, ch := g.r, &p.info.chains
-	if !p.sp.ExternalPolicyLocal {
+	if !p.sp.ExternalPolicyLocal && !r.masq136 {
+		tx.Add(&knftables.Rule{Chain: ch.External, Rule: r.masqRule})
+	} else if !p.sp.ExternalPolicyLocal {
 		tx.Add(&knftables.Rule{Chain: ch.External, Rule: r.masqRule, Comment: ptr.To("masquerade")})
 	} else {
 		if r.ifLocal != "" {
@@ -374,14 +413,26 @@ func (g *generator) endpointDNATs(tx *knftables.Transaction, p *svcPlan, chain s
 	tx.Add(&knftables.Rule{Chain: chain, Rule: string(b)})
 }
 
-// endpointJumps writes a service chain with ClientIP affinity: one rule per endpoint
-// sending a known client to its endpoint chain, then a numgen vmap over the chains.
+// endpointJumps writes a service chain that goes through endpoint chains (ClientIP
+// affinity, or every service up to 1.35): up to 1.35 the ClusterIP masquerade rule of
+// the internal chain, with affinity one rule per endpoint sending a known client to its
+// endpoint chain, then a numgen vmap over the chains.
 func (g *generator) endpointJumps(tx *knftables.Transaction, p *svcPlan, chain string, eps []*proxy.Endpoint) {
+	if chain == p.internalChain && p.hasInternal {
+		if m := g.clusterIPMasquerade(p); m != "" {
+			tx.Add(&knftables.Rule{Chain: chain, Rule: m})
+		}
+	}
+	if p.affinity {
+		for _, ep := range eps {
+			base := p.info.epBase(p.n, ep)
+			tx.Add(&knftables.Rule{Chain: chain, Rule: knftables.Concat(
+				g.r.ipX, "saddr @"+PrefixAffinity+base, "goto", PrefixEndpoint+base)})
+		}
+	}
 	var b strings.Builder
 	for i, ep := range eps {
 		base := p.info.epBase(p.n, ep)
-		tx.Add(&knftables.Rule{Chain: chain, Rule: knftables.Concat(
-			g.r.ipX, "saddr @"+PrefixAffinity+base, "goto", PrefixEndpoint+base)})
 		if i > 0 {
 			b.WriteString(" , ")
 		}

@@ -30,6 +30,15 @@ const (
 	ChainFirewallCheck          = "firewall-check"
 	ChainReject                 = "reject-chain"
 
+	// Chains of the older layouts: filter-prerouting and filter-output-post-dnat
+	// (1.30-1.33), mark-for-masquerade (up to 1.35), endpoints-check and forward
+	// (1.29).
+	ChainFilterPrerouting     = "filter-prerouting"
+	ChainFilterOutputPostDNAT = "filter-output-post-dnat"
+	ChainMarkForMasquerade    = "mark-for-masquerade"
+	ChainEndpointsCheck       = "endpoints-check"
+	ChainForward              = "forward"
+
 	SetClusterIPs          = "cluster-ips"
 	SetNodePortIPs         = "nodeport-ips"
 	SetHairpinConnections  = "hairpin-connections"

@@ -147,11 +147,17 @@ func TestCommentTruncated(t *testing.T) {
 // gate needs 1.37.
 func TestVersions(t *testing.T) {
 	cfg := upstreamConfig(corev1.IPv4Protocol)
-	cfg.Version = "1.33"
+	cfg.Version = "1.28"
 	_, err := NewProxier(newFake(corev1.IPv4Protocol), nil, cfg)
-	if err == nil || !strings.Contains(err.Error(), `version: kube-proxy "1.33"'s layout is not implemented (have 1.36, 1.37)`) {
-		t.Errorf("version 1.33: %v", err)
+	if err == nil || !strings.Contains(err.Error(), `version: kube-proxy "1.28"'s layout is not implemented (have 1.29, 1.30, 1.31, 1.32, 1.33, 1.34, 1.35, 1.36, 1.37)`) {
+		t.Errorf("version 1.28: %v", err)
 	}
+	cfg.Version = ""
+	cfg.Node.Version = 28
+	if _, err := NewProxier(newFake(corev1.IPv4Protocol), nil, cfg); err == nil || !strings.Contains(err.Error(), "kube-proxy 1.28 has no nftables mode") {
+		t.Errorf("node version 1.28: %v", err)
+	}
+	cfg.Node.Version = 0
 	cfg.Version = Version136
 	cfg.LocalhostNodePorts = true
 	if _, err := Render(nil, nil, cfg); err == nil || !strings.Contains(err.Error(), "localhostNodePorts") {

@@ -167,7 +167,12 @@ func TestPartialSyncsConverge(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		if n := res.Transaction.NumOperations(); n != 0 {
+		if !p.r.partialSyncs {
+			// Before 1.31 every sync is a full rewrite.
+			if !res.Full {
+				rt.Fatalf("kube-proxy %s: a sync without changes is partial", cfg.Version)
+			}
+		} else if n := res.Transaction.NumOperations(); n != 0 {
 			rt.Fatalf("a sync without changes has %d operations:\n%s", n, res.Transaction)
 		}
 		fresh := newFake(cfg.Family)

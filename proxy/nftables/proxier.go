@@ -132,7 +132,7 @@ func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, slices [
 		return nil, fmt.Errorf("nftables proxier: %w", err)
 	}
 	start := p.r.clock()
-	res := &SyncResult{Full: p.needFullSync || start.Sub(p.lastFullSync) > FullSyncPeriod}
+	res := &SyncResult{Full: p.needFullSync || !p.r.partialSyncs || (p.r.hourlyFullSync && start.Sub(p.lastFullSync) > FullSyncPeriod)}
 	// The tracker has moved on; until a sync succeeds the changes are only known to a
 	// full sync.
 	p.needFullSync = true

@@ -29,6 +29,29 @@ var baseChains = []baseChain{
 	{ChainNATPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
 }
 
+// baseChains130 are the 1.30-1.33 base chains (filter chains at dstnat-10,
+// filter-output-post-dnat at dstnat+10).
+var baseChains130 = []baseChain{
+	{ChainFilterPrerouting, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority + "-10"},
+	{ChainFilterInput, knftables.FilterType, knftables.InputHook, knftables.DNATPriority + "-10"},
+	{ChainFilterForward, knftables.FilterType, knftables.ForwardHook, knftables.DNATPriority + "-10"},
+	{ChainFilterOutput, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "-10"},
+	{ChainFilterOutputPostDNAT, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "+10"},
+	{ChainNATPrerouting, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority},
+	{ChainNATOutput, knftables.NATType, knftables.OutputHook, knftables.DNATPriority},
+	{ChainNATPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
+}
+
+// baseChains129 are the 1.29 base chains (filter chains at dstnat-1).
+var baseChains129 = []baseChain{
+	{ChainFilterInput, knftables.FilterType, knftables.InputHook, knftables.DNATPriority + "-1"},
+	{ChainFilterForward, knftables.FilterType, knftables.ForwardHook, knftables.DNATPriority + "-1"},
+	{ChainFilterOutput, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "-1"},
+	{ChainNATPrerouting, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority},
+	{ChainNATOutput, knftables.NATType, knftables.OutputHook, knftables.DNATPriority},
+	{ChainNATPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
+}
+
 // JumpRule is a rule in a base chain jumping to one of kube-proxy's regular chains.
 type JumpRule struct {
 	Chain, Target string
@@ -36,7 +59,7 @@ type JumpRule struct {
 	Match string
 }
 
-// JumpRules are the base chains' rules, in the order kube-proxy adds them.
+// JumpRules are the 1.34+ base chains' rules, in the order kube-proxy adds them.
 var JumpRules = []JumpRule{
 	{ChainFilterInput, ChainNodePortEndpointsCheck, "ct state new"},
 	{ChainFilterInput, ChainServiceEndpointsCheck, "ct state new"},
@@ -49,6 +72,46 @@ var JumpRules = []JumpRule{
 	{ChainNATPostrouting, ChainMasquerading, ""},
 	{ChainFilterForward, ChainClusterIPsCheck, "ct state new"},
 	{ChainFilterOutput, ChainClusterIPsCheck, "ct state new"},
+}
+
+// JumpRules130 are the 1.30-1.33 base chains' rules.
+var JumpRules130 = []JumpRule{
+	{ChainFilterInput, ChainNodePortEndpointsCheck, "ct state new"},
+	{ChainFilterInput, ChainServiceEndpointsCheck, "ct state new"},
+	{ChainFilterForward, ChainServiceEndpointsCheck, "ct state new"},
+	{ChainFilterOutput, ChainServiceEndpointsCheck, "ct state new"},
+	{ChainFilterPrerouting, ChainFirewallCheck, "ct state new"},
+	{ChainFilterOutput, ChainFirewallCheck, "ct state new"},
+	{ChainNATOutput, ChainServices, ""},
+	{ChainNATPrerouting, ChainServices, ""},
+	{ChainNATPostrouting, ChainMasquerading, ""},
+	{ChainFilterForward, ChainClusterIPsCheck, "ct state new"},
+	{ChainFilterOutputPostDNAT, ChainClusterIPsCheck, "ct state new"},
+}
+
+// JumpRules129 are the 1.29 base chains' rules (the forward chain's jump is added
+// with the chain, see setup).
+var JumpRules129 = []JumpRule{
+	{ChainFilterInput, ChainEndpointsCheck, "ct state new"},
+	{ChainFilterForward, ChainEndpointsCheck, "ct state new"},
+	{ChainFilterOutput, ChainEndpointsCheck, "ct state new"},
+	{ChainFilterInput, ChainFirewallCheck, "ct state new"},
+	{ChainFilterForward, ChainFirewallCheck, "ct state new"},
+	{ChainFilterOutput, ChainFirewallCheck, "ct state new"},
+	{ChainNATOutput, ChainServices, ""},
+	{ChainNATPrerouting, ChainServices, ""},
+	{ChainNATPostrouting, ChainMasquerading, ""},
+}
+
+// layoutBase returns the base chains and jump rules of the release's layout.
+func (r *resolved) layoutBase() ([]baseChain, []JumpRule) {
+	switch {
+	case r.preDNAT:
+		return baseChains, JumpRules
+	case r.layout130:
+		return baseChains130, JumpRules130
+	}
+	return baseChains129, JumpRules129
 }
 
 // chainSet records the chains a transaction has created and flushed, so that each is
@@ -75,26 +138,67 @@ func ensureChain(tx *knftables.Transaction, seen chainSet, name string, skip boo
 // left by an older kube-proxy with another priority is recreated.
 func (g *generator) setup(tx *knftables.Transaction, seen chainSet, firstSync bool) {
 	r := g.r
+	bases, jumps := r.layoutBase()
 	tx.Add(&knftables.Table{Comment: ptr.To("rules for kube-proxy")})
 	if firstSync {
-		for _, bc := range baseChains {
+		for _, bc := range bases {
 			tx.Add(&knftables.Chain{Name: bc.name})
 			tx.Delete(&knftables.Chain{Name: bc.name})
 		}
 	}
-	for _, bc := range baseChains {
+	for _, bc := range bases {
 		c := &knftables.Chain{Name: bc.name, Type: ptr.To(bc.typ), Hook: ptr.To(bc.hook), Priority: ptr.To(bc.priority)}
 		tx.Add(c)
 		tx.Flush(c)
 	}
-	for _, j := range JumpRules {
+	for _, j := range jumps {
 		ensureChain(tx, seen, j.Target, false)
 		tx.Add(&knftables.Rule{Chain: j.Chain, Rule: knftables.Concat(j.Match, "jump", j.Target)})
 	}
-	for _, c := range []string{ChainServices, ChainClusterIPsCheck, ChainMasquerading} {
+	if r.invalidDrop {
+		ensureChain(tx, seen, ChainForward, false)
+		tx.Add(&knftables.Rule{Chain: ChainFilterForward, Rule: "jump " + ChainForward})
+		tx.Add(&knftables.Rule{Chain: ChainForward, Rule: "ct state invalid drop"})
+	}
+	for _, c := range []string{ChainServices, ChainMasquerading} {
 		ensureChain(tx, seen, c, false)
 	}
+	g.setupMasquerading(tx, seen)
+	if r.layout130 {
+		ensureChain(tx, seen, ChainClusterIPsCheck, false)
+		tx.Add(&knftables.Set{Name: SetClusterIPs, Type: r.addrType, Comment: ptr.To("Active ClusterIPs")})
+		tx.Add(&knftables.Rule{
+			Chain: ChainClusterIPsCheck, Rule: knftables.Concat(r.ipX, "daddr @"+SetClusterIPs, "reject"),
+			Comment: ptr.To("Reject traffic to invalid ports of ClusterIPs"),
+		})
+		if r.serviceCIDR != "" {
+			tx.Add(&knftables.Rule{
+				Chain: ChainClusterIPsCheck, Rule: knftables.Concat(r.ipX, "daddr {", r.serviceCIDR, "} drop"),
+				Comment: ptr.To("Drop traffic to unallocated ClusterIPs"),
+			})
+		}
+	}
+	g.setupNodePortIPs(tx)
+	g.setupNoEndpoints(tx)
+	if r.node.Version.AtLeast(37) {
+		g.setupLocalhostNodePorts(tx, seen)
+	}
+	g.setupDispatch(tx, seen)
+}
 
+// setupMasquerading writes the masquerading chain's rules: 1.36+ the inline mark test
+// and the hairpin-connections set; up to 1.35 the mark-for-masquerade chain and three
+// rules.
+func (g *generator) setupMasquerading(tx *knftables.Transaction, seen chainSet) {
+	r := g.r
+	if !r.masq136 {
+		ensureChain(tx, seen, ChainMarkForMasquerade, false)
+		tx.Add(&knftables.Rule{Chain: ChainMarkForMasquerade, Rule: "mark set mark or " + r.mark})
+		tx.Add(&knftables.Rule{Chain: ChainMasquerading, Rule: knftables.Concat("mark and", r.mark, "== 0 return")})
+		tx.Add(&knftables.Rule{Chain: ChainMasquerading, Rule: knftables.Concat("mark set mark xor", r.mark)})
+		tx.Add(&knftables.Rule{Chain: ChainMasquerading, Rule: "masquerade fully-random"})
+		return
+	}
 	tx.Add(&knftables.Set{
 		Name: SetHairpinConnections, Type: r.addrType + " . " + r.addrType + " . inet_proto . inet_service",
 		Comment: ptr.To("service hairpin connections"),
@@ -104,24 +208,6 @@ func (g *generator) setup(tx *knftables.Transaction, seen chainSet, firstSync bo
 	tx.Add(&knftables.Rule{Chain: ChainMasquerading, Rule: knftables.Concat(
 		"ct status dnat", r.ipX, "saddr .", r.ipX, "daddr . meta l4proto . th dport @"+SetHairpinConnections,
 		"masquerade fully-random")})
-
-	tx.Add(&knftables.Set{Name: SetClusterIPs, Type: r.addrType, Comment: ptr.To("Active ClusterIPs")})
-	tx.Add(&knftables.Rule{
-		Chain: ChainClusterIPsCheck, Rule: knftables.Concat(r.ipX, "daddr @"+SetClusterIPs, "reject"),
-		Comment: ptr.To("Reject traffic to invalid ports of ClusterIPs"),
-	})
-	if r.serviceCIDR != "" {
-		tx.Add(&knftables.Rule{
-			Chain: ChainClusterIPsCheck, Rule: knftables.Concat(r.ipX, "daddr {", r.serviceCIDR, "} drop"),
-			Comment: ptr.To("Drop traffic to unallocated ClusterIPs"),
-		})
-	}
-	g.setupNodePortIPs(tx)
-	g.setupNoEndpoints(tx)
-	if r.version >= Version137 {
-		g.setupLocalhostNodePorts(tx, seen)
-	}
-	g.setupDispatch(tx, seen)
 }
 
 // setupNodePortIPs fills nodeport-ips, or deletes it when every local address takes
@@ -153,13 +239,17 @@ func (g *generator) setupNoEndpoints(tx *knftables.Transaction) {
 	tx.Add(&knftables.Chain{Name: ChainReject, Comment: ptr.To("helper for @no-endpoint-services / @no-endpoint-nodeports")})
 	tx.Flush(&knftables.Chain{Name: ChainReject})
 	tx.Add(&knftables.Rule{Chain: ChainReject, Rule: "reject"})
-	tx.Add(&knftables.Rule{Chain: ChainServiceEndpointsCheck, Rule: knftables.Concat(
+	svcCheck, npCheck := ChainServiceEndpointsCheck, ChainNodePortEndpointsCheck
+	if !r.layout130 {
+		svcCheck, npCheck = ChainEndpointsCheck, ChainEndpointsCheck
+	}
+	tx.Add(&knftables.Rule{Chain: svcCheck, Rule: knftables.Concat(
 		r.ipX, "daddr . meta l4proto . th dport vmap @"+MapNoEndpointServices)})
 	if r.matchAll {
-		tx.Add(&knftables.Rule{Chain: ChainNodePortEndpointsCheck, Rule: knftables.Concat(
+		tx.Add(&knftables.Rule{Chain: npCheck, Rule: knftables.Concat(
 			r.ipX, "daddr !=", r.loopback, "meta l4proto . th dport vmap @"+MapNoEndpointNodePorts)})
 	} else {
-		tx.Add(&knftables.Rule{Chain: ChainNodePortEndpointsCheck, Rule: knftables.Concat(
+		tx.Add(&knftables.Rule{Chain: npCheck, Rule: knftables.Concat(
 			r.ipX, "daddr @"+SetNodePortIPs, "meta l4proto . th dport vmap @"+MapNoEndpointNodePorts)})
 	}
 }
@@ -222,7 +312,9 @@ func (g *generator) setupDispatch(tx *knftables.Transaction, seen chainSet) {
 	})
 	tx.Add(&knftables.Map{Name: MapServiceNodePorts, Type: "inet_proto . inet_service : verdict", Comment: ptr.To("NodePort traffic")})
 
-	if r.masqAll {
+	if !r.masq136 {
+		// Up to 1.35 the service chains mark ClusterIP traffic themselves.
+	} else if r.masqAll {
 		tx.Add(&knftables.Rule{
 			Chain: ChainServices, Rule: knftables.Concat(r.ipX, "daddr @"+SetClusterIPs, r.masqRule),
 			Comment: ptr.To("masquerade all clusterIP traffic"),

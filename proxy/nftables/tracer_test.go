@@ -47,7 +47,15 @@ func trace(fake *knftables.Fake, nodeIPs []string, src, proto, dst string, dport
 	for _, ip := range nodeIPs {
 		tr.nodeIPs = append(tr.nodeIPs, netip.MustParseAddr(ip))
 	}
-	for _, c := range []string{ChainFilterPreroutingPreDNAT, ChainNATPrerouting, ChainFilterForward, ChainFilterInput, ChainNATPostrouting} {
+	walk := []string{ChainFilterPreroutingPreDNAT, ChainNATPrerouting, ChainFilterForward, ChainFilterInput, ChainNATPostrouting}
+	switch {
+	case fake.Table.Chains[ChainEndpointsCheck] != nil:
+		// 1.29: the filter chains (priority -101) run before DNAT.
+		walk = []string{ChainFilterForward, ChainFilterInput, ChainNATPrerouting, ChainNATPostrouting}
+	case fake.Table.Chains[ChainFilterPrerouting] != nil:
+		walk[0] = ChainFilterPrerouting // 1.30-1.33
+	}
+	for _, c := range walk {
 		if c == ChainFilterForward && tr.dnatted {
 			// The packet now goes to the first endpoint.
 			ap := netip.MustParseAddrPort(tr.outputs[0])
@@ -130,9 +138,16 @@ func (tr *tracer) fragment(w []string, depth int) (ok bool, rest []string, v ver
 		return tr.concat(w, depth)
 	case len(w) >= 3 && (w[0] == "ip" || w[0] == "ip6"):
 		return tr.addrMatch(w)
+	case has("mark", "and") && len(w) > 3 && w[3] == "==":
+		// "mark and M == 0" (up to 1.35): the masquerade mark is not set.
+		return !tr.marked, w[5:], 0, false
 	case has("mark", "and"):
 		// "mark and M != 0": the masquerade mark is set.
 		return tr.marked, w[5:], 0, false
+	case has("ct", "state", "invalid"):
+		return false, nil, 0, false // only new connections are traced
+	case len(w) >= 3 && (w[0] == "tcp" || w[0] == "udp" || w[0] == "sctp") && w[1] == "dport":
+		return w[0] == tr.proto && w[2] == strconv.Itoa(tr.dport), w[3:], 0, false
 	case has("mark", "set", "mark", "or"):
 		tr.marked = true
 		return true, w[5:], 0, false
