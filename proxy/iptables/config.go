@@ -61,10 +61,57 @@ type resolved struct {
 	tcpLiberal  bool
 	syncPeriod  time.Duration
 	clock       func() time.Time
+	layout      layout
+}
+
+// layout is what the node's kube-proxy release changes in the rules written: one field
+// per behaviour change (proxy/behaviour_iptables.go), read once through NodeConfig.Has.
+type layout struct {
+	clearMark      bool   // iptables-masquerade-clears-mark (1.19)
+	svlChain       bool   // iptables-svl-chain (1.24): eTP=Local reaches KUBE-SVL, not a ladder in KUBE-XLB
+	extChain       bool   // iptables-ext-chain (1.24): KUBE-EXT, not KUBE-XLB or inline rules
+	proxyFirewall  bool   // iptables-proxy-firewall (1.25): KUBE-FW only with ranges, drops in KUBE-PROXY-FIREWALL
+	dropInFilter   bool   // iptables-etp-local-drop-in-filter (1.25)
+	kubeletChains  bool   // !iptables-no-kubelet-mark-drop (before 1.25): kubelet's KUBE-MARK-DROP and KUBE-FIREWALL
+	kubeletMartian bool   // iptables-localnet-martian-rule (1.19) with kubelet's chains: its localnet rule
+	partial        bool   // iptables-partial-restores (MinimizeIPTablesRestore)
+	dropMark       string // kubelet's drop mark, "0x00008000"
+}
+
+// resolveLayout reads the release's behaviour changes.
+func resolveLayout(n *proxy.NodeConfig) layout {
+	l := layout{
+		clearMark:     n.Has("iptables-masquerade-clears-mark"),
+		svlChain:      n.Has("iptables-svl-chain"),
+		extChain:      n.Has("iptables-ext-chain"),
+		proxyFirewall: n.Has("iptables-proxy-firewall"),
+		dropInFilter:  n.Has("iptables-etp-local-drop-in-filter"),
+		kubeletChains: !n.Has("iptables-no-kubelet-mark-drop"),
+		partial:       n.Has("iptables-partial-restores"),
+		// kubelet's --iptables-drop-bit default is 15.
+		dropMark: fmt.Sprintf("%#08x", uint32(1)<<15),
+	}
+	l.kubeletMartian = l.kubeletChains && n.Has("iptables-localnet-martian-rule")
+	return l
+}
+
+// checkRelease refuses flags the node's kube-proxy release does not have.
+func checkRelease(n *proxy.NodeConfig) error {
+	v := n.Version.Resolved()
+	if n.LocalhostNodePorts != nil && !n.Has("iptables-localhost-nodeports-flag") {
+		return fmt.Errorf("iptables config: localhostNodePorts: kube-proxy %s has no --iptables-localhost-nodeports (added in 1.25)", v)
+	}
+	if len(n.NodePortAddresses) == 1 && n.NodePortAddresses[0] == proxy.NodePortAddressesPrimary && !n.Has("nodeport-addresses-primary") {
+		return fmt.Errorf("iptables config: nodePortAddresses: kube-proxy %s does not know --nodeport-addresses=%s (added in 1.30)", v, proxy.NodePortAddressesPrimary)
+	}
+	return nil
 }
 
 func resolve(c Config) (*resolved, error) {
 	if err := c.Node.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkRelease(&c.Node); err != nil {
 		return nil, err
 	}
 	family := c.Family
@@ -88,10 +135,12 @@ func resolve(c Config) (*resolved, error) {
 		masqAll:     c.Node.MasqueradeAll,
 		matchAll:    npa.MatchAll(),
 		randomFully: !c.NoRandomFully,
-		nfacct:      !c.NoNFAcct,
-		tcpLiberal:  c.ConntrackTCPBeLiberal,
-		syncPeriod:  c.SyncPeriod,
-		clock:       c.Clock,
+		nfacct:      !c.NoNFAcct && c.Node.Has("iptables-nfacct-counters"),
+		// Before 1.29 kube-proxy wrote the INVALID drop whatever the sysctl.
+		tcpLiberal: c.ConntrackTCPBeLiberal && c.Node.Has("iptables-invalid-drop-needs-strict-tcp"),
+		syncPeriod: c.SyncPeriod,
+		clock:      c.Clock,
+		layout:     resolveLayout(&c.Node),
 	}
 	if ip, ok := c.Node.PrimaryIP(family); ok {
 		r.primaryIP = ip

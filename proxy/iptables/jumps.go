@@ -90,12 +90,27 @@ var hookChains = map[string][]string{
 	TableNAT:    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
 }
 
-// appendJumps appends "-A CHAIN spec" lines for one table: chain by chain, each in
-// installed order.
-func appendJumps(out []byte, table string) []byte {
-	installed := InstalledOrder()
+// jumpRules returns the jump rules of the node's release, in ensure order: without
+// the KUBE-PROXY-FIREWALL jumps before kube-proxy 1.25.
+func (r *resolved) jumpRules() []JumpRule {
+	if r.layout.proxyFirewall {
+		return jumpRules
+	}
+	out := make([]JumpRule, 0, len(jumpRules))
+	for _, j := range jumpRules {
+		if j.Target != ChainProxyFirewall {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// appendJumps appends "-A CHAIN spec" lines for one table of rules (in ensure order):
+// chain by chain, each in installed order.
+func appendJumps(out []byte, table string, rules []JumpRule) []byte {
 	for _, chain := range hookChains[table] {
-		for _, j := range installed {
+		for i := len(rules) - 1; i >= 0; i-- {
+			j := rules[i]
 			if j.Table == table && j.Chain == chain {
 				out = append(out, "-A "+j.Chain+" "+j.Spec()+"\n"...)
 			}

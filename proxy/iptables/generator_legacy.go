@@ -1,0 +1,97 @@
+package iptables
+
+// The rules only kube-proxy releases before the current layout write: the KUBE-XLB
+// chain (before 1.24), the inline masquerade of external traffic (before 1.24),
+// KUBE-MARK-DROP jumps (before 1.25) and kubelet's chains those jumps rely on. Each is
+// switched by a field of layout, resolved from the node's release
+// (proxy/behaviour_iptables.go).
+
+// kubeletChains writes the chains kubelet created before kube-proxy 1.25 stopped
+// relying on them (KEP-3178), as that release's kubelet would have: nat KUBE-MARK-DROP
+// (mark 0x8000) and filter KUBE-FIREWALL dropping what carries the mark, with, from
+// 1.19 and for IPv4, kubelet's rule blocking localnet connections (CVE-2020-8558).
+// The simulated node has no kubelet writing iptables, so the proxier writes them; the
+// jumps from INPUT and OUTPUT to KUBE-FIREWALL are among the proxier's jump rules.
+func (g *generator) kubeletChains() {
+	r := g.r
+	g.natChains.chain(ChainMarkDrop)
+	nr := &g.natRules
+	nr.w("-A", ChainMarkDrop, "-j", "MARK", "--or-mark", r.layout.dropMark)
+	nr.end()
+
+	g.filterChains.chain(ChainKubeletFirewall)
+	fr := &g.filterRules
+	fr.w("-A", ChainKubeletFirewall, "-m", "comment", "--comment")
+	fr.q("kubernetes firewall for dropping marked packets")
+	fr.w("-m", "mark", "--mark", r.layout.dropMark+"/"+r.layout.dropMark, "-j", "DROP")
+	fr.end()
+	if r.layout.kubeletMartian && !r.isIPv6 {
+		fr.w("-A", ChainKubeletFirewall, "-m", "comment", "--comment")
+		fr.q("block incoming localnet connections")
+		fr.w("-d", "127.0.0.0/8", "!", "-s", "127.0.0.0/8", "-m", "conntrack", "!", "--ctstate", "RELATED,ESTABLISHED,DNAT", "-j", "DROP")
+		fr.end()
+	}
+}
+
+// markDropRule writes, before 1.25, the last rule of an eTP=Local chain (KUBE-XLB,
+// KUBE-EXT) of a service port with no local endpoint: the packet is marked for
+// kubelet's KUBE-FIREWALL to drop.
+func (g *generator) markDropRule(nr *lineBuf, chain string, p *svcPlan) {
+	nr.w("-A", chain, "-m", "comment", "--comment")
+	nr.q(p.name, " has no local endpoints")
+	nr.w("-j", ChainMarkDrop)
+	nr.end()
+}
+
+// legacyNodePortMasq writes, before 1.24, the KUBE-NODEPORTS masquerade rule that
+// precedes the jump: all NodePort traffic for eTP=Cluster, localhost traffic (whose
+// source is 127.0.0.1) for eTP=Local.
+func (g *generator) legacyNodePortMasq(p *svcPlan, np string) {
+	r, nr, proto := g.r, &g.natRules, p.proto
+	switch {
+	case r.layout.extChain:
+	case p.inlineMasq:
+		nr.w("-A", ChainNodePorts, "-m", "comment", "--comment", p.name, "-m", proto, "-p", proto, "--dport", np, "-j", ChainMarkMasq)
+		nr.end()
+	case r.localhostNP && !r.isIPv6:
+		nr.w("-A", ChainNodePorts, "-m", "comment", "--comment", p.name, "-m", proto, "-p", proto,
+			"-s", "127.0.0.0/8", "--dport", np, "-j", ChainMarkMasq)
+		nr.end()
+	}
+}
+
+// legacyExternalChain writes KUBE-XLB (before 1.24), the eTP=Local chain of every
+// external destination: pod traffic short-circuited to KUBE-SVC (with a local-traffic
+// detector), traffic from the node itself masqueraded and sent to KUBE-SVC, the rest to
+// the local endpoints (a probability ladder written into KUBE-XLB itself, a jump to
+// KUBE-SVL from 1.24) or, with none, marked for KUBE-FIREWALL to drop.
+func (g *generator) legacyExternalChain(nc, nr *lineBuf, p *svcPlan) {
+	xlb, clusterChain := p.info.chains.LegacyExternal, p.info.chains.Cluster
+	g.declare(nc, xlb)
+	if g.r.detector.IsImplemented() {
+		nr.w("-A", xlb, "-m", "comment", "--comment")
+		nr.q("Redirect pods trying to reach external loadbalancer VIP to clusterIP")
+		nr.w(g.r.detector.IfLocal()...)
+		nr.w("-j", clusterChain)
+		nr.end()
+	}
+	nr.w("-A", xlb, "-m", "comment", "--comment")
+	nr.q("masquerade LOCAL traffic for ", p.name, " LB IP")
+	nr.w("-m", "addrtype", "--src-type", "LOCAL", "-j", ChainMarkMasq)
+	nr.end()
+	nr.w("-A", xlb, "-m", "comment", "--comment")
+	nr.q("route LOCAL traffic for ", p.name, " LB IP to service chain")
+	nr.w("-m", "addrtype", "--src-type", "LOCAL", "-j", clusterChain)
+	nr.end()
+	switch {
+	case len(p.c.Local) == 0:
+		if p.extNatDrop {
+			g.markDropRule(nr, xlb, p)
+		}
+	case g.r.layout.svlChain:
+		nr.w("-A", xlb, "-j", p.info.chains.Local)
+		nr.end()
+	default:
+		g.endpointRules(nr, p.info, p.sp, xlb, p.c.Local)
+	}
+}
