@@ -1,0 +1,161 @@
+package iptables
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/clusterlab/clusterlab/proxy"
+)
+
+// nodeAt is testNode running kube-proxy release version.
+func nodeAt(t *testing.T, version string) proxy.NodeConfig {
+	t.Helper()
+	v, err := proxy.ParseVersion(version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := testNode()
+	n.Version = v
+	return n
+}
+
+// syncFake syncs a Proxier with cfg into a fresh fake; it returns the fake and the
+// Proxier, or the NewProxier error.
+func syncFake(t *testing.T, cfg Config, services []*corev1.Service, slices []*discoveryv1.EndpointSlice) (*fakeIPT, *Proxier, error) {
+	t.Helper()
+	ipt := newFakeIPT()
+	p, err := NewProxier(ipt, nil, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := p.Sync(context.Background(), services, slices); err != nil {
+		t.Fatal(err)
+	}
+	return ipt, p, nil
+}
+
+func nodePortService() ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+	svc := mkService("ns1", "svc1", "172.30.0.41", func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeNodePort
+		s.Spec.Ports = []corev1.ServicePort{{Name: "p80", Port: 80, Protocol: corev1.ProtocolTCP, NodePort: 3001}}
+	})
+	return []*corev1.Service{svc}, []*discoveryv1.EndpointSlice{mkSlice("ns1", "svc1", 1, "p80", 80, corev1.ProtocolTCP, "10.180.0.1")}
+}
+
+// 1.25 (kubernetes#108250): --iptables-localhost-nodeports. kube-proxy 1.24 has no such
+// flag (refused); there a host process reaches a NodePort on 127.0.0.1 whatever one
+// wants. From 1.25 the flag set to false stops that: the NodePort tail rule gets
+// "! -d 127.0.0.0/8" and the packet is not DNATed.
+func TestLocalhostNodePortsFlagFrom125(t *testing.T) {
+	svcs, slices := nodePortService()
+	off := nodeAt(t, "1.24")
+	off.LocalhostNodePorts = ptr.To(false)
+	if _, _, err := syncFake(t, Config{Node: off}, svcs, slices); err == nil || !strings.Contains(err.Error(), "no --iptables-localhost-nodeports (added in 1.25)") {
+		t.Errorf("kube-proxy 1.24 with localhostNodePorts=false: err = %v, want the flag refused", err)
+	}
+	for _, tc := range []struct {
+		name    string
+		version string
+		flag    *bool
+		want    string
+	}{
+		{"1.24", "1.24", nil, "10.180.0.1:80"},
+		{"1.25 default", "1.25", nil, "10.180.0.1:80"},
+		{"1.25 false", "1.25", ptr.To(false), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := nodeAt(t, tc.version)
+			n.LocalhostNodePorts = tc.flag
+			ipt, _, err := syncFake(t, Config{Node: n}, svcs, slices)
+			if err != nil {
+				t.Fatal(err)
+			}
+			matches, out, _ := tracePacket(t, ipt, "127.0.0.1", "tcp", "127.0.0.1", 3001, testNodeIPs)
+			if out != tc.want {
+				t.Errorf("127.0.0.1 -> 127.0.0.1:3001: got %q, want %q\nmatched:\n%s", out, tc.want, strings.Join(matches, "\n"))
+			}
+		})
+	}
+}
+
+// 1.30 (kubernetes#123105): --nodeport-addresses=primary. kube-proxy 1.29 refuses the
+// value (not a CIDR) and serves NodePorts on every local address; 1.30 with it serves
+// them on the primary IP only.
+func TestNodePortAddressesPrimaryFrom130(t *testing.T) {
+	svcs, slices := nodePortService()
+	n := nodeAt(t, "1.29")
+	n.NodePortAddresses = []string{proxy.NodePortAddressesPrimary}
+	if _, _, err := syncFake(t, Config{Node: n}, svcs, slices); err == nil || !strings.Contains(err.Error(), "added in 1.30") {
+		t.Errorf("kube-proxy 1.29 with nodePortAddresses=primary: err = %v, want it refused", err)
+	}
+	for _, tc := range []struct {
+		version            string
+		npa                []string
+		primary, secondary string
+	}{
+		{"1.29", nil, "10.180.0.1:80", "10.180.0.1:80"},
+		{"1.30", []string{proxy.NodePortAddressesPrimary}, "10.180.0.1:80", ""},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			n := nodeAt(t, tc.version)
+			n.NodePortAddresses = tc.npa
+			ipt, _, err := syncFake(t, Config{Node: n}, svcs, slices)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for dst, want := range map[string]string{testNodeIP: tc.primary, testNodeIPAlt: tc.secondary} {
+				if _, out, _ := tracePacket(t, ipt, testExternalClient, "tcp", dst, 3001, testNodeIPs); out != want {
+					t.Errorf("external -> %s:3001: got %q, want %q", dst, out, want)
+				}
+			}
+		})
+	}
+}
+
+// MinimizeIPTablesRestore (KEP-3453; alpha 1.26, on by default from 1.27): after one
+// Service's endpoints change, a sync of 1.26 rewrites every chain (a full restore,
+// the unchanged Service's KUBE-SEP chain included), one of 1.27 only the changed
+// Service's chains; 1.26 with the gate turned on behaves as 1.27.
+func TestPartialRestoresFollowTheGate(t *testing.T) {
+	a := mkService("ns1", "a", "172.30.0.41", withPort("p80", 80, corev1.ProtocolTCP))
+	b := mkService("ns1", "b", "172.30.0.42", withPort("p80", 80, corev1.ProtocolTCP))
+	svcs := []*corev1.Service{a, b}
+	before := []*discoveryv1.EndpointSlice{
+		mkSlice("ns1", "a", 1, "p80", 80, corev1.ProtocolTCP, "10.180.0.1"),
+		mkSlice("ns1", "b", 1, "p80", 80, corev1.ProtocolTCP, "10.180.0.2"),
+	}
+	after := []*discoveryv1.EndpointSlice{before[0], mkSlice("ns1", "b", 1, "p80", 80, corev1.ProtocolTCP, "10.180.0.3")}
+	unchangedSEP := EndpointChainName("ns1/a:p80", "tcp", "10.180.0.1:80")
+	for _, tc := range []struct {
+		name    string
+		version string
+		gates   map[string]bool
+		full    bool
+	}{
+		{"1.26", "1.26", nil, true},
+		{"1.26 with the gate", "1.26", map[string]bool{"MinimizeIPTablesRestore": true}, false},
+		{"1.27", "1.27", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := nodeAt(t, tc.version)
+			n.FeatureGates = tc.gates
+			_, p, err := syncFake(t, Config{Node: n, Clock: newClock().Now}, svcs, before)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := p.Sync(context.Background(), svcs, after)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rewritten := strings.Contains(string(res.Data), "-A "+unchangedSEP+" ")
+			if res.Full != tc.full || rewritten != tc.full {
+				t.Errorf("second sync: full %v, unchanged Service's %s rewritten %v; want both %v\n%s", res.Full, unchangedSEP, rewritten, tc.full, res.Data)
+			}
+		})
+	}
+}

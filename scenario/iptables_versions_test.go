@@ -1,0 +1,49 @@
+package scenario
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestIPTablesOldReleasesRun: the nodeport-local scenario under the iptables mode of
+// kube-proxy 1.20, 1.24 and 1.25. Every step holds in each release (eTP=Local keeps the
+// client's address; the node without a local endpoint drops), and the drop's reason
+// names where that release drops: kubelet's KUBE-FIREWALL on the 0x8000 mark that
+// KUBE-XLB (1.20) or KUBE-EXT (1.24) set, KUBE-EXTERNAL-SERVICES from 1.25.
+func TestIPTablesOldReleasesRun(t *testing.T) {
+	data, err := os.ReadFile("../testdata/scenarios/nodeport-local.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ version, droppedIn string }{
+		{"1.20", "KUBE-FIREWALL"},
+		{"1.24", "KUBE-FIREWALL"},
+		{"1.25", "KUBE-EXTERNAL-SERVICES"},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			src := strings.Replace(string(data), "mode: iptables", "mode: iptables\n    version: \""+tc.version+"\"", 1)
+			rep := mustRun(t, mustParse(t, src), "")
+			if rep.Version != tc.version {
+				t.Errorf("report says version %s", rep.Version)
+			}
+			for _, st := range rep.Steps {
+				if st.Status != "ok" {
+					t.Errorf("step %q: %s: %s %s %v", st.Title, st.Status, st.Summary, st.Error, st.Details)
+				}
+			}
+			drop := step(t, rep, "Local policy via node-a (no local endpoint) is dropped")
+			if why := strings.Join(keys(drop.Traffic.Reasons), "; "); !strings.Contains(why, tc.droppedIn) {
+				t.Errorf("dropped because %q, want %s", why, tc.droppedIn)
+			}
+		})
+	}
+}
+
+func keys(m map[string]int) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
