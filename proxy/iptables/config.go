@@ -62,6 +62,7 @@ type resolved struct {
 	syncPeriod  time.Duration
 	clock       func() time.Time
 	layout      layout
+	itpGate     bool // the ServiceInternalTrafficPolicy gate (what releases before 1.24 read)
 }
 
 // layout is what the node's kube-proxy release changes in the rules written: one field
@@ -141,6 +142,7 @@ func resolve(c Config) (*resolved, error) {
 		syncPeriod: c.SyncPeriod,
 		clock:      c.Clock,
 		layout:     resolveLayout(&c.Node),
+		itpGate:    c.Node.GateEnabled("ServiceInternalTrafficPolicy"),
 	}
 	if ip, ok := c.Node.PrimaryIP(family); ok {
 		r.primaryIP = ip

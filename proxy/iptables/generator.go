@@ -237,6 +237,9 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		}
 		next[name] = info
 		c := proxy.CategorizeEndpoints(st.Endpoints[name], sp, g.r.nodeName, g.r.nodeLabels)
+		if sp.InternalPolicyLocal && !g.r.layout.svlChain {
+			sp, c = g.legacyInternalPolicy(st.Endpoints[name], sp, c)
+		}
 		info.setEndpoints(c.AllReachable)
 		p := planService(info, sp, c)
 		g.planRelease(&p)

@@ -1,5 +1,7 @@
 package iptables
 
+import "github.com/clusterlab/clusterlab/proxy"
+
 // The rules only kube-proxy releases before the current layout write: the KUBE-XLB
 // chain (before 1.24), the inline masquerade of external traffic (before 1.24),
 // KUBE-MARK-DROP jumps (before 1.25) and kubelet's chains those jumps rely on. Each is
@@ -94,4 +96,22 @@ func (g *generator) legacyExternalChain(nc, nr *lineBuf, p *svcPlan) {
 	default:
 		g.endpointRules(nr, p.info, p.sp, xlb, p.c.Local)
 	}
+}
+
+// legacyInternalPolicy is internalTrafficPolicy Local before kube-proxy 1.24
+// (kubernetes#106497 changed it): no KUBE-SVL chain; the service port's endpoints were
+// filtered to this node's for all of its traffic (cluster IP and external
+// destinations alike), so with none on this node the port had "no endpoints" and was
+// REJECTed; and the policy was ignored when externalTrafficPolicy was Local, or when
+// the ServiceInternalTrafficPolicy gate was off (before 1.22 by default). It returns a
+// copy of sp with the Cluster internal policy and the endpoints its chains use.
+func (g *generator) legacyInternalPolicy(eps []*proxy.Endpoint, sp *proxy.ServicePort, c proxy.Categorized) (*proxy.ServicePort, proxy.Categorized) {
+	cp := *sp
+	cp.InternalPolicyLocal = false
+	all := proxy.CategorizeEndpoints(eps, &cp, g.r.nodeName, g.r.nodeLabels)
+	if sp.ExternalPolicyLocal || !g.r.itpGate {
+		return &cp, all
+	}
+	all.Cluster, all.AllReachable, all.HasAnyEndpoints = c.Local, c.Local, len(c.Local) > 0
+	return &cp, all
 }
