@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
+	"pgregory.net/rapid"
 
 	"github.com/clusterlab/clusterlab/proxy"
 )
@@ -203,4 +205,43 @@ func TestEveryReleaseRendersConsistentRules(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Property: in every release, whatever sequence of states a node goes through, its
+// syncs (full ones before MinimizeIPTablesRestore, partial ones after) leave it as one
+// sync of the last state leaves a fresh node: the chains of older layouts (KUBE-XLB,
+// KUBE-FW of every LB IP) are deleted when no longer used, and every restore is
+// accepted by the fake.
+func TestSyncsConvergeInEveryRelease(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		ctx := context.Background()
+		cfg := upstreamConfig(corev1.IPv4Protocol)
+		cfg.Node.Version = proxy.Version(rapid.IntRange(int(proxy.OldestVersion), int(proxy.NewestVersion)).Draw(rt, "version"))
+		ipt := newFakeIPT()
+		p, err := NewProxier(ipt, nil, cfg)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		steps := rapid.IntRange(1, 5).Draw(rt, "steps")
+		var services []*corev1.Service
+		var slices []*discoveryv1.EndpointSlice
+		for s := 0; s < steps; s++ {
+			services, slices = genCluster(rt)
+			if _, err := p.Sync(ctx, services, slices); err != nil {
+				rt.Fatalf("%s, step %d: %v", cfg.Node.Version, s, err)
+			}
+		}
+		fresh := newFakeIPT()
+		fp, _ := NewProxier(fresh, nil, cfg)
+		if _, err := fp.Sync(ctx, services, slices); err != nil {
+			rt.Fatal(err)
+		}
+		for _, table := range []string{TableFilter, TableNAT} {
+			a, _ := fresh.Save(ctx, table)
+			b, _ := ipt.Save(ctx, table)
+			if !bytes.Equal(a, b) {
+				rt.Fatalf("%s: %s differs after %d syncs:\nfresh:\n%s\nsynced:\n%s", cfg.Node.Version, table, steps, a, b)
+			}
+		}
+	})
 }
