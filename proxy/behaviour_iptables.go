@@ -1,5 +1,7 @@
 package proxy
 
+import corev1 "k8s.io/api/core/v1"
+
 // The behaviour changes of the iptables mode's rule layout and sync (reference table
 // rows 1-18). proxy/iptables reads them through NodeConfig.Has when it resolves its
 // Config (proxy/iptables/config.go), so that the generator switches on named fields.
@@ -62,7 +64,7 @@ func init() {
 		Change{Name: "iptables-route-localnet-when-needed", Row: 14, Area: "sysctls", Modes: iptablesOnly,
 			Version: 24, Ref: "kubernetes#107684",
 			Doc:      "route_localnet=1 only when --nodeport-addresses selects an IPv4 loopback address (before 1.24: always).",
-			Modelled: ModelledNo, Note: "the simulated node's route_localnet follows --iptables-localhost-nodeports only (the mode's descriptor); with loopback outside --nodeport-addresses no rule DNATs 127.0.0.1 in any release"},
+			Modelled: ModelledNo, Note: "NodeConfig.IPTablesSetsRouteLocalnet answers it, but the simulated node's route_localnet still follows --iptables-localhost-nodeports alone (the mode's descriptor does not ask it yet); with loopback outside --nodeport-addresses no rule DNATs 127.0.0.1 in any release"},
 		Change{Name: "iptables-localhost-nodeports-flag", Row: 15, Area: "NodePort", Modes: iptablesOnly,
 			Version: 25, Ref: "kubernetes#108250",
 			Doc:      "--iptables-localhost-nodeports (default true): false stops NodePorts on 127.0.0.1 (no route_localnet, `! -d 127.0.0.0/8` on the NodePort jump). Before 1.25 the flag does not exist and is refused.",
@@ -86,4 +88,22 @@ func init() {
 			Modelled: ModelledPartly, Note: "release from memory, unverified; not in the reference table",
 			Test: "iptables.TestGolden/v1.24-fresh-node"},
 	)
+}
+
+// IPTablesSetsRouteLocalnet reports whether kube-proxy's iptables mode sets
+// net.ipv4.conf.all.route_localnet=1 on the node: never with
+// --iptables-localhost-nodeports=false; before 1.24 always otherwise; from 1.24
+// (kubernetes#107684, iptables-route-localnet-when-needed) only when
+// --nodeport-addresses selects an IPv4 loopback address (an empty list selects all).
+// The iptables mode's descriptor decides the simulated node's sysctl; this is what it
+// should ask.
+func (c *NodeConfig) IPTablesSetsRouteLocalnet() bool {
+	if !c.LocalhostNodePortsEnabled() {
+		return false
+	}
+	if !c.Has("iptables-route-localnet-when-needed") {
+		return true
+	}
+	npa, err := c.ResolveNodePortAddresses(corev1.IPv4Protocol)
+	return err == nil && npa.ContainsIPv4Loopback()
 }
