@@ -76,6 +76,7 @@ type layout struct {
 	kubeletChains  bool   // !iptables-no-kubelet-mark-drop (before 1.25): kubelet's KUBE-MARK-DROP and KUBE-FIREWALL
 	kubeletMartian bool   // iptables-localnet-martian-rule (1.19) with kubelet's chains: its localnet rule
 	partial        bool   // iptables-partial-restores (MinimizeIPTablesRestore)
+	oneCtRule      bool   // iptables-kube-forward-one-ctstate-rule (1.23)
 	dropMark       string // kubelet's drop mark, "0x00008000"
 }
 
@@ -89,6 +90,7 @@ func resolveLayout(n *proxy.NodeConfig) layout {
 		dropInFilter:  n.Has("iptables-etp-local-drop-in-filter"),
 		kubeletChains: !n.Has("iptables-no-kubelet-mark-drop"),
 		partial:       n.Has("iptables-partial-restores"),
+		oneCtRule:     n.Has("iptables-kube-forward-one-ctstate-rule"),
 		// kubelet's --iptables-drop-bit default is 15.
 		dropMark: fmt.Sprintf("%#08x", uint32(1)<<15),
 	}

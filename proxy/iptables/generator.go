@@ -780,10 +780,14 @@ func (g *generator) finish(jumps bool) []byte {
 	fr.q("kubernetes forwarding rules")
 	fr.w("-m", "mark", "--mark", r.markMask, "-j", "ACCEPT")
 	fr.end()
-	fr.w("-A", ChainForward, "-m", "comment", "--comment")
-	fr.q("kubernetes forwarding conntrack rule")
-	fr.w("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
-	fr.end()
+	if r.layout.oneCtRule {
+		fr.w("-A", ChainForward, "-m", "comment", "--comment")
+		fr.q("kubernetes forwarding conntrack rule")
+		fr.w("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
+		fr.end()
+	} else {
+		g.legacyForwardRules()
+	}
 
 	// Everything before the nat rules.
 	hdr := g.out[:0]

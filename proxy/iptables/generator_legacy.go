@@ -115,3 +115,16 @@ func (g *generator) legacyInternalPolicy(eps []*proxy.Endpoint, sp *proxy.Servic
 	all.Cluster, all.AllReachable, all.HasAnyEndpoints = c.Local, c.Local, len(c.Local) > 0
 	return &cp, all
 }
+
+// legacyForwardRules writes KUBE-FORWARD's RELATED,ESTABLISHED accept rules before
+// kube-proxy 1.23 (kubernetes#97279 merged them): two rules, identical but for their
+// comments since kubernetes#87748 dropped their cluster-CIDR matches.
+func (g *generator) legacyForwardRules() {
+	fr := &g.filterRules
+	for _, which := range []string{"source", "destination"} {
+		fr.w("-A", ChainForward, "-m", "comment", "--comment")
+		fr.q("kubernetes forwarding conntrack pod ", which, " rule")
+		fr.w("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
+		fr.end()
+	}
+}

@@ -192,3 +192,26 @@ func sliceOf(ns, svc string, port int32, ips ...string) *discoveryv1.EndpointSli
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// 1.23 (kubernetes#97279): a forwarded reply of an established connection is accepted
+// in both releases (FORWARD policy DROP here), by the "pod source rule" of 1.22's two
+// identical KUBE-FORWARD rules, by the one "conntrack rule" of 1.23.
+func TestKubeForwardConntrackRulesMergedIn123(t *testing.T) {
+	for _, tc := range []struct{ version, acceptedBy string }{
+		{"1.22", `-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack pod source rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`},
+		{"1.23", `-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			e := emuAt(t, tc.version, iptables.Config{}, nil, nil)
+			if err := e.RestoreText([]byte("*filter\n:FORWARD DROP [0:0]\nCOMMIT\n"), emulator.RestoreOptions{NoFlush: true}); err != nil {
+				t.Fatal(err)
+			}
+			pkt := tcpPacket("192.168.5.5", "10.1.0.7", 8080, "eth0", "cbr0")
+			pkt.CT.State = netfilter.CtEstablished
+			fwd := e.EvalHook(emuEnv(), netfilter.Forward, pkt, nil)
+			if fwd.Verdict != emulator.Accept || decidedBy(fwd) != tc.acceptedBy {
+				t.Errorf("FORWARD %v by\n  %s\nwant ACCEPT by\n  %s", fwd.Verdict, decidedBy(fwd), tc.acceptedBy)
+			}
+		})
+	}
+}
