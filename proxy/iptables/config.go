@@ -68,16 +68,23 @@ type resolved struct {
 // layout is what the node's kube-proxy release changes in the rules written: one field
 // per behaviour change (proxy/behaviour_iptables.go), read once through NodeConfig.Has.
 type layout struct {
-	clearMark      bool   // iptables-masquerade-clears-mark (1.19)
-	svlChain       bool   // iptables-svl-chain (1.24): eTP=Local reaches KUBE-SVL, not a ladder in KUBE-XLB
-	extChain       bool   // iptables-ext-chain (1.24): KUBE-EXT, not KUBE-XLB or inline rules
-	proxyFirewall  bool   // iptables-proxy-firewall (1.25): KUBE-FW only with ranges, drops in KUBE-PROXY-FIREWALL
-	dropInFilter   bool   // iptables-etp-local-drop-in-filter (1.25)
-	kubeletChains  bool   // !iptables-no-kubelet-mark-drop (before 1.25): kubelet's KUBE-MARK-DROP and KUBE-FIREWALL
-	kubeletMartian bool   // iptables-localnet-martian-rule (1.19) with kubelet's chains: its localnet rule
-	partial        bool   // iptables-partial-restores (MinimizeIPTablesRestore)
-	oneCtRule      bool   // iptables-kube-forward-one-ctstate-rule (1.23)
-	dropMark       string // kubelet's drop mark, "0x00008000"
+	clearMark      bool // iptables-masquerade-clears-mark (1.19)
+	svlChain       bool // iptables-svl-chain (1.24): eTP=Local reaches KUBE-SVL, not a ladder in KUBE-XLB
+	extChain       bool // iptables-ext-chain (1.24): KUBE-EXT, not KUBE-XLB or inline rules
+	proxyFirewall  bool // iptables-proxy-firewall (1.25): KUBE-FW only with ranges, drops in KUBE-PROXY-FIREWALL
+	dropInFilter   bool // iptables-etp-local-drop-in-filter (1.25)
+	kubeletChains  bool // !iptables-no-kubelet-mark-drop (before 1.25): kubelet's KUBE-MARK-DROP and KUBE-FIREWALL
+	kubeletMartian bool // iptables-localnet-martian-rule (1.19) with kubelet's chains: its localnet rule
+	partial        bool // iptables-partial-restores (MinimizeIPTablesRestore)
+	oneCtRule      bool // iptables-kube-forward-one-ctstate-rule (1.23)
+	// iptables-healthcheck-nodeport-accept (1.21): filter KUBE-NODEPORTS accepts
+	// health-check node ports, jumped from INPUT.
+	healthCheckAccept bool
+	// iptables-external-services-from-forward (1.20): FORWARD jumps to
+	// KUBE-EXTERNAL-SERVICES (and INPUT no longer to KUBE-SERVICES), which holds the
+	// load-balancer IPs' REJECT rules.
+	externalFromForward bool
+	dropMark            string // kubelet's drop mark, "0x00008000"
 }
 
 // resolveLayout reads the release's behaviour changes.
@@ -91,6 +98,9 @@ func resolveLayout(n *proxy.NodeConfig) layout {
 		kubeletChains: !n.Has("iptables-no-kubelet-mark-drop"),
 		partial:       n.Has("iptables-partial-restores"),
 		oneCtRule:     n.Has("iptables-kube-forward-one-ctstate-rule"),
+
+		healthCheckAccept:   n.Has("iptables-healthcheck-nodeport-accept"),
+		externalFromForward: n.Has("iptables-external-services-from-forward"),
 		// kubelet's --iptables-drop-bit default is 15.
 		dropMark: fmt.Sprintf("%#08x", uint32(1)<<15),
 	}

@@ -179,8 +179,11 @@ func (g *generator) begin() {
 	for _, b := range []*lineBuf{&g.filterChains, &g.filterRules, &g.natChains, &g.natRules, &g.skipChains, &g.skipRules} {
 		b.reset()
 	}
-	for _, c := range []string{ChainServices, ChainExternalServices, ChainForward, ChainNodePorts} {
+	for _, c := range []string{ChainServices, ChainExternalServices, ChainForward} {
 		g.filterChains.chain(c)
+	}
+	if r.layout.healthCheckAccept {
+		g.filterChains.chain(ChainNodePorts)
 	}
 	if r.layout.proxyFirewall {
 		g.filterChains.chain(ChainProxyFirewall)
@@ -463,8 +466,13 @@ func (g *generator) loadBalancerRules(p *svcPlan) {
 		}
 	}
 	if p.extTarget != "" {
+		// Before 1.20 these were in KUBE-SERVICES (jumped from INPUT then).
+		chain := ChainExternalServices
+		if !g.r.layout.externalFromForward {
+			chain = ChainServices
+		}
 		for _, ip := range p.sp.LoadBalancerVIPs {
-			p.vipRule(fr, ChainExternalServices, p.extWhy, ip.String(), p.extTarget)
+			p.vipRule(fr, chain, p.extWhy, ip.String(), p.extTarget)
 		}
 	}
 }
@@ -501,7 +509,7 @@ func (g *generator) nodePortRules(p *svcPlan) {
 // healthCheckRule accepts the health-check node port in filter KUBE-NODEPORTS, whether
 // or not there are local endpoints.
 func (g *generator) healthCheckRule(p *svcPlan) {
-	if p.sp.HealthCheckNodePort == 0 {
+	if p.sp.HealthCheckNodePort == 0 || !g.r.layout.healthCheckAccept {
 		return
 	}
 	fr := &g.filterRules

@@ -90,16 +90,26 @@ var hookChains = map[string][]string{
 	TableNAT:    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
 }
 
-// jumpRules returns the jump rules of the node's release, in ensure order: without
-// the KUBE-PROXY-FIREWALL jumps before kube-proxy 1.25.
+// jumpRules returns the jump rules of the node's release, in ensure order: without the
+// KUBE-PROXY-FIREWALL jumps before 1.25, without the filter KUBE-NODEPORTS jump before
+// 1.21, and before 1.20 with INPUT → KUBE-SERVICES instead of FORWARD →
+// KUBE-EXTERNAL-SERVICES.
 func (r *resolved) jumpRules() []JumpRule {
-	if r.layout.proxyFirewall {
+	l := &r.layout
+	if l.proxyFirewall && l.healthCheckAccept && l.externalFromForward {
 		return jumpRules
 	}
-	out := make([]JumpRule, 0, len(jumpRules))
+	out := make([]JumpRule, 0, len(jumpRules)+1)
 	for _, j := range jumpRules {
-		if j.Target != ChainProxyFirewall {
+		switch {
+		case j.Target == ChainProxyFirewall && !l.proxyFirewall:
+		case j.Table == TableFilter && j.Target == ChainNodePorts && !l.healthCheckAccept:
+		case j.Chain == "FORWARD" && j.Target == ChainExternalServices && !l.externalFromForward:
+		default:
 			out = append(out, j)
+		}
+		if j.Table == TableFilter && j.Chain == "OUTPUT" && j.Target == ChainServices && !l.externalFromForward {
+			out = append(out, JumpRule{TableFilter, "INPUT", ChainServices, ctNew, "kubernetes service portals"})
 		}
 	}
 	return out

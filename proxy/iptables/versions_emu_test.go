@@ -215,3 +215,61 @@ func TestKubeForwardConntrackRulesMergedIn123(t *testing.T) {
 		})
 	}
 }
+
+// 1.20 (kubernetes#95252): a pod's packet to the external IP (not a node address) of a
+// Service without endpoints is forwarded on 1.19 (FORWARD does not reach
+// KUBE-EXTERNAL-SERVICES), REJECTed from 1.20.
+func TestExternalServicesFromForwardFrom120(t *testing.T) {
+	svc := &corev1.Service{}
+	svc.Namespace, svc.Name = "ns", "ext"
+	svc.Spec = corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "172.30.0.11", ExternalIPs: []string{"192.168.99.99"},
+		Ports: []corev1.ServicePort{{Name: "p", Port: 80, Protocol: corev1.ProtocolTCP}}}
+	for _, tc := range []struct {
+		version string
+		verdict emulator.Verdict
+		by      string
+	}{
+		{"1.19", emulator.Accept, "policy"},
+		{"1.20", emulator.Reject, `-A KUBE-EXTERNAL-SERVICES -d 192.168.99.99/32 -p tcp -m comment --comment "ns/ext:p has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable`},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			e := emuAt(t, tc.version, iptables.Config{}, []*corev1.Service{svc}, nil)
+			pkt := tcpPacket("10.0.0.5", "192.168.99.99", 80, "cbr0", "eth0")
+			fwd := e.EvalHook(emuEnv(), netfilter.Forward, pkt, nil)
+			if fwd.Verdict != tc.verdict || decidedBy(fwd) != tc.by {
+				t.Errorf("FORWARD %v by\n  %s\nwant %v by\n  %s", fwd.Verdict, decidedBy(fwd), tc.verdict, tc.by)
+			}
+		})
+	}
+}
+
+// 1.21 (kubernetes#97824): with INPUT's policy DROP, a load balancer's health check
+// to an eTP=Local Service's health-check node port is dropped on 1.20 and accepted by
+// filter KUBE-NODEPORTS on 1.21.
+func TestHealthCheckNodePortAcceptFrom121(t *testing.T) {
+	svc := &corev1.Service{}
+	svc.Namespace, svc.Name = "ns", "web"
+	svc.Spec = corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "172.30.0.10",
+		ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal, HealthCheckNodePort: 30999,
+		Ports: []corev1.ServicePort{{Name: "p", Port: 80, Protocol: corev1.ProtocolTCP, NodePort: 30080}}}
+	slice := sliceOf("ns", "web", 80, "10.1.0.7")
+	for _, tc := range []struct {
+		version string
+		verdict emulator.Verdict
+	}{
+		{"1.20", emulator.Drop},
+		{"1.21", emulator.Accept},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			e := emuAt(t, tc.version, iptables.Config{}, []*corev1.Service{svc}, []*discoveryv1.EndpointSlice{slice})
+			if err := e.RestoreText([]byte("*filter\n:INPUT DROP [0:0]\nCOMMIT\n"), emulator.RestoreOptions{NoFlush: true}); err != nil {
+				t.Fatal(err)
+			}
+			pkt := tcpPacket("203.0.113.2", emuNodeIP, 30999, "eth0", "")
+			in := e.EvalHook(emuEnv(), netfilter.Input, pkt, nil)
+			if in.Verdict != tc.verdict {
+				t.Errorf("INPUT %v by %s, want %v", in.Verdict, decidedBy(in), tc.verdict)
+			}
+		})
+	}
+}
