@@ -56,7 +56,7 @@ func init() {
 			Version: 25, Ref: "kubernetes#110289",
 			Doc:      "The filter hooks INPUT, OUTPUT and FORWARD jump to KUBE-PROXY-FIREWALL (--ctstate NEW); before 1.25 the chain and its jumps do not exist.",
 			Modelled: ModelledYes,
-			Test: "iptables.TestGolden/v1.24-fresh-node"},
+			Test:     "iptables.TestGolden/v1.24-fresh-node"},
 		Change{Name: "iptables-external-services-from-forward", Row: 12, Area: "iptables layout", Modes: iptablesOnly,
 			Version: 20, Ref: "kubernetes#95252",
 			Doc:      "FORWARD jumps to KUBE-EXTERNAL-SERVICES, which now also holds the load-balancer IPs' no-endpoint REJECTs, and INPUT no longer jumps to KUBE-SERVICES. Before, INPUT, FORWARD and OUTPUT jumped to KUBE-SERVICES and only INPUT to KUBE-EXTERNAL-SERVICES: a pod's packet to an external IP (not a node address) of a Service without endpoints was forwarded, not REJECTed.",
