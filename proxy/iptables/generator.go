@@ -435,10 +435,9 @@ func (g *generator) clusterIPRule(p *svcPlan) {
 func (g *generator) externalIPRules(p *svcPlan) {
 	for _, ip := range p.sp.ExternalIPs {
 		ips := ip.String()
-		if p.c.HasAnyEndpoints {
-			if p.inlineMasq {
-				p.vipRule(&g.natRules, ChainServices, " external IP", ips, ChainMarkMasq)
-			}
+		if p.c.HasAnyEndpoints && !g.r.layout.extChain {
+			g.legacyExternalIPRules(p, ips)
+		} else if p.c.HasAnyEndpoints {
 			p.vipRule(&g.natRules, ChainServices, " external IP", ips, p.extDest)
 		}
 		if p.extTarget != "" {

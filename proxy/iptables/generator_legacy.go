@@ -128,3 +128,24 @@ func (g *generator) legacyForwardRules() {
 		fr.end()
 	}
 }
+
+// legacyExternalIPRules writes an external IP's nat rules before 1.24: for eTP=Cluster
+// a KUBE-MARK-MASQ rule, then the jump (to KUBE-SVC, or KUBE-XLB for eTP=Local) for
+// traffic that is not from the node itself, and the jump for an external IP that is a
+// node address. kube-proxy also required "-m physdev ! --physdev-is-in" (not from a
+// bridge port) on the first jump; it is left out here: the simulated pods are not
+// attached to a bridge, so the match always held, and the emulator cannot evaluate it.
+func (g *generator) legacyExternalIPRules(p *svcPlan, ip string) {
+	nr := &g.natRules
+	if p.inlineMasq {
+		p.vipRule(nr, ChainServices, " external IP", ip, ChainMarkMasq)
+	}
+	for _, m := range [][]string{{"!", "--src-type", "LOCAL"}, {"--dst-type", "LOCAL"}} {
+		nr.w("-A", ChainServices, "-m", "comment", "--comment")
+		nr.q(p.name, " external IP")
+		nr.w("-m", p.proto, "-p", p.proto, "-d", ip, "--dport", p.port, "-m", "addrtype")
+		nr.w(m...)
+		nr.w("-j", p.extDest)
+		nr.end()
+	}
+}

@@ -273,3 +273,30 @@ func TestHealthCheckNodePortAcceptFrom121(t *testing.T) {
 		})
 	}
 }
+
+// 1.24 (kubernetes#109060): a host process connecting to an external IP that is not a
+// node address is not DNATed on 1.23 (the external IP jump required a source that is
+// not the node's), DNATed to the endpoint on 1.24 (KUBE-EXT takes all of it).
+func TestExternalIPFromTheNodeDNATedFrom124(t *testing.T) {
+	svc := &corev1.Service{}
+	svc.Namespace, svc.Name = "ns", "ext"
+	svc.Spec = corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "172.30.0.11", ExternalIPs: []string{"192.168.99.99"},
+		Ports: []corev1.ServicePort{{Name: "p", Port: 80, Protocol: corev1.ProtocolTCP}}}
+	slice := sliceOf("ns", "ext", 80, "10.1.0.7")
+	for _, tc := range []struct {
+		version string
+		dnat    bool
+	}{
+		{"1.23", false},
+		{"1.24", true},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			e := emuAt(t, tc.version, iptables.Config{}, []*corev1.Service{svc}, []*discoveryv1.EndpointSlice{slice})
+			pkt := tcpPacket(emuNodeIP, "192.168.99.99", 80, "", "eth0")
+			out := e.EvalHook(emuEnv(), netfilter.Output, pkt, nil)
+			if got := out.NAT != nil && out.NAT.Dest() == "10.1.0.7:80"; got != tc.dnat {
+				t.Errorf("OUTPUT: NAT %v, want DNAT to 10.1.0.7:80: %v", out.NAT, tc.dnat)
+			}
+		})
+	}
+}
