@@ -20,7 +20,7 @@ func init() {
 		Change{Name: "iptables-ext-chain", Row: 4, Area: "iptables layout", Modes: iptablesOnly,
 			Version: 24, Ref: "kubernetes#109060",
 			Doc:      "External destinations (LB IP, external IP, NodePort) jump to one KUBE-EXT chain (masquerade then KUBE-SVC for eTP=Cluster; pod short-circuit, LOCAL masquerade and KUBE-SVL for eTP=Local) instead of KUBE-XLB (eTP=Local) or KUBE-MARK-MASQ plus KUBE-SVC rules written in KUBE-SERVICES/KUBE-NODEPORTS/KUBE-FW (eTP=Cluster); the cluster IP's masquerade rule moves from KUBE-SERVICES into KUBE-SVC; a host process's connection to an external IP that is not a node address is DNATed (before, only traffic not from the node, or to a node address, was).",
-			Modelled: ModelledPartly, Note: "before 1.24 the external IP jump's `-m physdev ! --physdev-is-in` is left out (the simulated pods are on no bridge, so it always held) and the endpoint ladders' comments are today's (no kube-proxy golden output of 1.18-1.23 was available)",
+			Modelled: ModelledPartly, Note: "before 1.24 the emulator does not evaluate the external IP jump's `-m physdev ! --physdev-is-in` (assumed not to match: traffic to an external IP that is not a node address is not DNATed, from outside either); the endpoint ladders' comments are today's (no kube-proxy golden output of 1.18-1.23 was available)",
 			Test: "iptables.TestExternalIPFromTheNodeDNATedFrom124"},
 		Change{Name: "iptables-proxy-firewall", Row: 5, Area: "iptables layout", Modes: iptablesOnly,
 			Version: 25, Ref: "kubernetes#110289",

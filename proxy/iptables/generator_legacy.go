@@ -131,19 +131,19 @@ func (g *generator) legacyForwardRules() {
 
 // legacyExternalIPRules writes an external IP's nat rules before 1.24: for eTP=Cluster
 // a KUBE-MARK-MASQ rule, then the jump (to KUBE-SVC, or KUBE-XLB for eTP=Local) for
-// traffic that is not from the node itself, and the jump for an external IP that is a
-// node address. kube-proxy also required "-m physdev ! --physdev-is-in" (not from a
-// bridge port) on the first jump; it is left out here: the simulated pods are not
-// attached to a bridge, so the match always held, and the emulator cannot evaluate it.
+// traffic neither from a bridge port (a pod on a bridge) nor from the node itself, and
+// the jump for an external IP that is a node address. The emulator does not evaluate
+// -m physdev (a single-path evaluation assumes it does not match, an all-branches one
+// follows both ways, and traces say so).
 func (g *generator) legacyExternalIPRules(p *svcPlan, ip string) {
 	nr := &g.natRules
 	if p.inlineMasq {
 		p.vipRule(nr, ChainServices, " external IP", ip, ChainMarkMasq)
 	}
-	for _, m := range [][]string{{"!", "--src-type", "LOCAL"}, {"--dst-type", "LOCAL"}} {
+	for _, m := range [][]string{{"-m", "physdev", "!", "--physdev-is-in", "-m", "addrtype", "!", "--src-type", "LOCAL"}, {"-m", "addrtype", "--dst-type", "LOCAL"}} {
 		nr.w("-A", ChainServices, "-m", "comment", "--comment")
 		nr.q(p.name, " external IP")
-		nr.w("-m", p.proto, "-p", p.proto, "-d", ip, "--dport", p.port, "-m", "addrtype")
+		nr.w("-m", p.proto, "-p", p.proto, "-d", ip, "--dport", p.port)
 		nr.w(m...)
 		nr.w("-j", p.extDest)
 		nr.end()
