@@ -46,20 +46,23 @@ func (g *generator) markDropRule(nr *lineBuf, chain string, p *svcPlan) {
 }
 
 // legacyNodePortMasq writes, before 1.24, the KUBE-NODEPORTS masquerade rule that
-// precedes the jump: all NodePort traffic for eTP=Cluster, localhost traffic (whose
-// source is 127.0.0.1) for eTP=Local.
+// precedes the jump: all NodePort traffic for eTP=Cluster; for eTP=Local, traffic from
+// the loopback range ("fix localhost martian source error"), in both families.
 func (g *generator) legacyNodePortMasq(p *svcPlan, np string) {
 	r, nr, proto := g.r, &g.natRules, p.proto
-	switch {
-	case r.layout.extChain:
-	case p.inlineMasq:
-		nr.w("-A", ChainNodePorts, "-m", "comment", "--comment", p.name, "-m", proto, "-p", proto, "--dport", np, "-j", ChainMarkMasq)
-		nr.end()
-	case r.localhostNP && !r.isIPv6:
-		nr.w("-A", ChainNodePorts, "-m", "comment", "--comment", p.name, "-m", proto, "-p", proto,
-			"-s", "127.0.0.0/8", "--dport", np, "-j", ChainMarkMasq)
-		nr.end()
+	if r.layout.extChain {
+		return
 	}
+	nr.w("-A", ChainNodePorts, "-m", "comment", "--comment", p.name, "-m", proto, "-p", proto, "--dport", np)
+	if !p.inlineMasq {
+		loopback := "127.0.0.0/8"
+		if r.isIPv6 {
+			loopback = "::1/128"
+		}
+		nr.w("-s", loopback)
+	}
+	nr.w("-j", ChainMarkMasq)
+	nr.end()
 }
 
 // legacyExternalChain writes KUBE-XLB (before 1.24), the eTP=Local chain of every
