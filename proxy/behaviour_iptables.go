@@ -94,11 +94,16 @@ func init() {
 			Doc:      "Over 1000 endpoints: no per-endpoint comments, stale chains deleted at most once per sync period.",
 			Modelled: ModelledPartly, Note: "first release unverified (present in the 1.26 code read); the model uses large-cluster mode in every release",
 			Test: "iptables.TestLargeClusterMode"},
-		Change{Name: "iptables-nfacct-counters", Area: "iptables layout", Modes: iptablesOnly,
-			Version: 29, Ref: "kubernetes proxier.go",
-			Doc:      "-m nfacct counters on the localhost NodePort rules (localhost_nps_accepted_pkts) and the INVALID drop (ct_state_invalid_dropped_pkts).",
-			Modelled: ModelledPartly, Note: "release from memory, unverified; not in the reference table",
-			Test: "iptables.TestGolden/v1.24-fresh-node"},
+		Change{Name: "iptables-nfacct-invalid-counter", Area: "iptables layout", Modes: iptablesOnly,
+			Version: 30, Ref: "kubernetes#122812",
+			Doc:      "The INVALID drop of KUBE-FORWARD counts its packets with `-m nfacct --nfacct-name ct_state_invalid_dropped_pkts` (metric kubeproxy_iptables_ct_state_invalid_dropped_packets_total).",
+			Modelled: ModelledPartly, Note: "release from the PR's date (January 2024, before the 1.30 freeze); not in the reference table",
+			Test: "iptables.TestNFAcctCountersFrom130And131"},
+		Change{Name: "iptables-nfacct-localhost-counter", Area: "iptables layout", Modes: iptablesOnly,
+			Version: 31, Ref: "kubernetes#125015",
+			Doc:      "Localhost NodePort traffic gets its own KUBE-NODEPORTS rule (`-d 127.0.0.0/8 … -m nfacct --nfacct-name localhost_nps_accepted_pkts`) ahead of the NodePort's jump, counting what it accepts; before, the one jump took it uncounted.",
+			Modelled: ModelledPartly, Note: "release from the PR's date (May 2024, before the 1.31 freeze); not in the reference table",
+			Test: "iptables.TestNFAcctCountersFrom130And131"},
 	)
 }
 

@@ -85,6 +85,9 @@ type layout struct {
 	// load-balancer IPs' REJECT rules.
 	externalFromForward bool
 	dropMark            string // kubelet's drop mark, "0x00008000"
+	// iptables-nfacct-invalid-counter (1.30) and iptables-nfacct-localhost-counter
+	// (1.31): the -m nfacct counters of the INVALID drop and of localhost NodePorts.
+	invalidCounter, localhostCounter bool
 }
 
 // resolveLayout reads the release's behaviour changes.
@@ -101,6 +104,8 @@ func resolveLayout(n *proxy.NodeConfig) layout {
 
 		healthCheckAccept:   n.Has("iptables-healthcheck-nodeport-accept"),
 		externalFromForward: n.Has("iptables-external-services-from-forward"),
+		invalidCounter:      n.Has("iptables-nfacct-invalid-counter"),
+		localhostCounter:    n.Has("iptables-nfacct-localhost-counter"),
 		// kubelet's --iptables-drop-bit default is 15.
 		dropMark: fmt.Sprintf("%#08x", uint32(1)<<15),
 	}
@@ -148,7 +153,7 @@ func resolve(c Config) (*resolved, error) {
 		masqAll:     c.Node.MasqueradeAll,
 		matchAll:    npa.MatchAll(),
 		randomFully: !c.NoRandomFully,
-		nfacct:      !c.NoNFAcct && c.Node.Has("iptables-nfacct-counters"),
+		nfacct:      !c.NoNFAcct,
 		// Before 1.29 kube-proxy wrote the INVALID drop whatever the sysctl.
 		tcpLiberal: c.ConntrackTCPBeLiberal && c.Node.Has("iptables-invalid-drop-needs-strict-tcp"),
 		syncPeriod: c.SyncPeriod,

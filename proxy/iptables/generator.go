@@ -489,7 +489,7 @@ func (g *generator) nodePortRules(p *svcPlan) {
 	np, proto, extChain := strconv.Itoa(p.sp.NodePort), p.proto, p.extDest
 	if p.c.HasAnyEndpoints {
 		g.legacyNodePortMasq(p, np)
-		if r.localhostNP && !r.isIPv6 && r.nfacct {
+		if r.localhostNP && !r.isIPv6 && r.nfacct && r.layout.localhostCounter {
 			nr.w("-A", ChainNodePorts, "-m", "comment", "--comment", p.name, "-m", proto, "-p", proto,
 				"-d", "127.0.0.0/8", "--dport", np, "-m", "nfacct", "--nfacct-name", NFAcctLocalhostNodePorts, "-j", extChain)
 			nr.end()
@@ -777,7 +777,7 @@ func (g *generator) finish(jumps bool) []byte {
 
 	if !r.tcpLiberal {
 		fr.w("-A", ChainForward, "-m", "conntrack", "--ctstate", "INVALID")
-		if r.nfacct {
+		if r.nfacct && r.layout.invalidCounter {
 			fr.w("-m", "nfacct", "--nfacct-name", NFAcctInvalidCTDropped)
 		}
 		fr.w("-j", "DROP")

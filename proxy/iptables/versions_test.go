@@ -245,3 +245,41 @@ func TestSyncsConvergeInEveryRelease(t *testing.T) {
 		}
 	})
 }
+
+// The nfacct counters: none on 1.29; the INVALID drop counted from 1.30
+// (kubernetes#122812); localhost NodePort traffic taken by its own counting rule from
+// 1.31 (kubernetes#125015), where before the NodePort's one jump took it.
+func TestNFAcctCountersFrom130And131(t *testing.T) {
+	svcs, slices := nodePortService()
+	for _, tc := range []struct {
+		version             string
+		invalid             bool
+		localhostMatchedVia string
+	}{
+		{"1.29", false, "-A KUBE-NODEPORTS -m comment --comment ns1/svc1:p80 -m tcp -p tcp --dport 3001 -j KUBE-EXT-"},
+		{"1.30", true, "-A KUBE-NODEPORTS -m comment --comment ns1/svc1:p80 -m tcp -p tcp --dport 3001 -j KUBE-EXT-"},
+		{"1.31", true, "-A KUBE-NODEPORTS -m comment --comment ns1/svc1:p80 -m tcp -p tcp -d 127.0.0.0/8 --dport 3001 -m nfacct --nfacct-name localhost_nps_accepted_pkts -j KUBE-EXT-"},
+	} {
+		t.Run(tc.version, func(t *testing.T) {
+			ipt, _, err := syncFake(t, Config{Node: nodeAt(t, tc.version)}, svcs, slices)
+			if err != nil {
+				t.Fatal(err)
+			}
+			saved, _ := ipt.Save(context.Background(), TableFilter)
+			if got := strings.Contains(string(saved), "--nfacct-name "+NFAcctInvalidCTDropped); got != tc.invalid {
+				t.Errorf("INVALID drop counted: %v, want %v", got, tc.invalid)
+			}
+			matches, out, _ := tracePacket(t, ipt, "127.0.0.1", "tcp", "127.0.0.1", 3001, testNodeIPs)
+			via := ""
+			for _, m := range matches {
+				if strings.HasPrefix(m, "-A KUBE-NODEPORTS ") {
+					via = m
+					break
+				}
+			}
+			if out != "10.180.0.1:80" || !strings.HasPrefix(via, tc.localhostMatchedVia) {
+				t.Errorf("127.0.0.1 -> 127.0.0.1:3001: %q via\n  %s\nwant 10.180.0.1:80 via\n  %s…", out, via, tc.localhostMatchedVia)
+			}
+		})
+	}
+}
