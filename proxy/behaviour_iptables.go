@@ -1,6 +1,10 @@
 package proxy
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // The behaviour changes of the iptables mode's rule layout and sync (reference table
 // rows 1-18). proxy/iptables reads them through NodeConfig.Has when it resolves its
@@ -123,4 +127,19 @@ func (c *NodeConfig) IPTablesSetsRouteLocalnet() bool {
 	}
 	npa, err := c.ResolveNodePortAddresses(corev1.IPv4Protocol)
 	return err == nil && npa.ContainsIPv4Loopback()
+}
+
+// CheckIPTablesFlags refuses the flags of the iptables mode that the node's kube-proxy
+// release does not have: --iptables-localhost-nodeports before 1.25
+// (iptables-localhost-nodeports-flag) and --nodeport-addresses=primary before 1.30
+// (nodeport-addresses-primary). The error names the NodeConfig field.
+func (c *NodeConfig) CheckIPTablesFlags() error {
+	v := c.Version.Resolved()
+	if c.LocalhostNodePorts != nil && !c.Has("iptables-localhost-nodeports-flag") {
+		return fmt.Errorf("localhostNodePorts: kube-proxy %s has no --iptables-localhost-nodeports (added in 1.25)", v)
+	}
+	if len(c.NodePortAddresses) == 1 && c.NodePortAddresses[0] == NodePortAddressesPrimary && !c.Has("nodeport-addresses-primary") {
+		return fmt.Errorf("nodePortAddresses: kube-proxy %s does not know --nodeport-addresses=%s (added in 1.30)", v, NodePortAddressesPrimary)
+	}
+	return nil
 }

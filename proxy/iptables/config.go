@@ -113,24 +113,12 @@ func resolveLayout(n *proxy.NodeConfig) layout {
 	return l
 }
 
-// checkRelease refuses flags the node's kube-proxy release does not have.
-func checkRelease(n *proxy.NodeConfig) error {
-	v := n.Version.Resolved()
-	if n.LocalhostNodePorts != nil && !n.Has("iptables-localhost-nodeports-flag") {
-		return fmt.Errorf("iptables config: localhostNodePorts: kube-proxy %s has no --iptables-localhost-nodeports (added in 1.25)", v)
-	}
-	if len(n.NodePortAddresses) == 1 && n.NodePortAddresses[0] == proxy.NodePortAddressesPrimary && !n.Has("nodeport-addresses-primary") {
-		return fmt.Errorf("iptables config: nodePortAddresses: kube-proxy %s does not know --nodeport-addresses=%s (added in 1.30)", v, proxy.NodePortAddressesPrimary)
-	}
-	return nil
-}
-
 func resolve(c Config) (*resolved, error) {
 	if err := c.Node.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkRelease(&c.Node); err != nil {
-		return nil, err
+	if err := c.Node.CheckIPTablesFlags(); err != nil {
+		return nil, fmt.Errorf("iptables config: %w", err)
 	}
 	family := c.Family
 	switch family {
