@@ -47,3 +47,32 @@ func keys(m map[string]int) []string {
 	}
 	return out
 }
+
+// TestIPTablesInternalTrafficPolicyByRelease: a client on node-a connects to an
+// internalTrafficPolicy Local Service whose one endpoint is on node-b. kube-proxy 1.21
+// ignores the policy (ServiceInternalTrafficPolicy alpha, off) and connects; 1.23 treats
+// the port as having no endpoints and REJECTs (refused); 1.24 drops it in filter.
+func TestIPTablesInternalTrafficPolicyByRelease(t *testing.T) {
+	text := `cluster:
+  dns: off
+  nodes: [{name: node-a}, {name: node-b}]
+  proxy: {mode: iptables, version: "VERSION"}
+manifests:
+  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {internalTrafficPolicy: Local, selector: {app: web}, ports: [{port: 80, targetPort: 8080}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: web-b, labels: {app: web}}, spec: {nodeName: node-b, containers: [{name: c, image: i, ports: [{containerPort: 8080}]}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: client}, spec: {nodeName: node-a, containers: [{name: c, image: i}]}}
+steps:
+  - name: from node-a
+    connect: {from: pod:default/client, to: service:default/web:80}
+`
+	for _, tc := range []struct{ version, result string }{
+		{"1.21", "connected"},
+		{"1.23", "refused"},
+		{"1.24", "dropped"},
+	} {
+		rep := mustRun(t, mustParse(t, strings.Replace(text, "VERSION", tc.version, 1)), "")
+		if r := rep.Steps[0].Traffic.Results; r[tc.result] != 1 {
+			t.Errorf("kube-proxy %s: results %v, want 1 %s", tc.version, r, tc.result)
+		}
+	}
+}
