@@ -25,7 +25,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown node", "steps:\n  - kill_node: node-z\n", []string{`bad.yaml:2: steps[0].kill_node: no node "node-z" (the nodes are node-a, node-b, node-c)`}},
 		{"unknown mode", "cluster:\n  proxy:\n    mode: ebpf\n", []string{`bad.yaml:3: cluster.proxy.mode: unknown kube-proxy mode "ebpf"`}},
 		{"userspace too new", "cluster:\n  proxy:\n    mode: userspace\n    version: \"1.30\"\n", []string{"bad.yaml:4: cluster.proxy.version: 1.30: the userspace proxy mode was removed in kube-proxy 1.26"}},
-		{"iptables too old", "cluster:\n  proxy:\n    version: \"1.20\"\n", []string{"bad.yaml:3: cluster.proxy.version: 1.20: kube-proxy before 1.28 is not modelled"}},
+		{"iptables too old", "cluster:\n  proxy:\n    version: \"1.17\"\n", []string{"bad.yaml:3: cluster.proxy.version: 1.17: kube-proxy before 1.18 is not modelled"}},
 		{"unknown feature gate", "cluster:\n  proxy:\n    feature_gates:\n      NoSuchGate: true\n", []string{`bad.yaml:4: cluster.proxy.feature_gates.NoSuchGate: unknown feature gate "NoSuchGate"`}},
 		{"locked feature gate", "cluster:\n  proxy:\n    version: \"1.30\"\n    feature_gates:\n      ProxyTerminatingEndpoints: false\n", []string{"bad.yaml:5: cluster.proxy.feature_gates.ProxyTerminatingEndpoints: cannot set feature gate ProxyTerminatingEndpoints to false, feature is locked to true (GA in 1.28)"}},
 		{"feature gate not in the release", "cluster:\n  proxy:\n    version: \"1.30\"\n    feature_gates:\n      PreferSameTrafficDistribution: true\n", []string{"bad.yaml:5: cluster.proxy.feature_gates.PreferSameTrafficDistribution: PreferSameTrafficDistribution does not exist in kube-proxy 1.30 (alpha in 1.33)"}},

@@ -86,6 +86,10 @@ type caseFile struct {
 	NoNFAcct              bool              `json:"noNFAcct"`
 	ConntrackTCPBeLiberal bool              `json:"conntrackTCPBeLiberal"`
 	IncludeJumps          bool              `json:"includeJumps"`
+	// Version is the kube-proxy release ("1.24"; empty: the newest) and FeatureGates
+	// its --feature-gates.
+	Version      string          `json:"version"`
+	FeatureGates map[string]bool `json:"featureGates"`
 	// Upstream names testdata/generator/upstream/<name>.txt: kube-proxy's expected
 	// output for the same inputs, compared after kube-proxy's test sort.
 	Upstream string `json:"upstream"`
@@ -169,6 +173,14 @@ func loadCase(t *testing.T, path string) testCase {
 	node.LocalhostNodePorts = f.LocalhostNodePorts
 	node.Labels = f.Labels
 	node.IgnoreNodeHints = f.IgnoreNodeHints
+	node.FeatureGates = f.FeatureGates
+	if f.Version != "" {
+		v, err := proxy.ParseVersion(f.Version)
+		if err != nil {
+			t.Fatalf("%s: version: %v", path, err)
+		}
+		node.Version = v
+	}
 	tc.cfg = Config{
 		Family: f.Family, Node: node, NoRandomFully: f.NoRandomFully, NoNFAcct: f.NoNFAcct,
 		ConntrackTCPBeLiberal: f.ConntrackTCPBeLiberal,
@@ -337,7 +349,7 @@ func checkRuleJumps(text string) error {
 		for c := range t.created {
 			switch c {
 			case ChainServices, ChainExternalServices, ChainNodePorts, ChainPostrouting, ChainForward,
-				ChainMarkMasq, ChainProxyFirewall, ChainKubeletFirewall:
+				ChainMarkMasq, ChainProxyFirewall, ChainKubeletFirewall, ChainMarkDrop:
 				continue
 			}
 			if !t.jumped[c] {

@@ -61,11 +61,64 @@ type resolved struct {
 	tcpLiberal  bool
 	syncPeriod  time.Duration
 	clock       func() time.Time
+	layout      layout
+	itpGate     bool // the ServiceInternalTrafficPolicy gate (what releases before 1.24 read)
+}
+
+// layout is what the node's kube-proxy release changes in the rules written: one field
+// per behaviour change (proxy/behaviour_iptables.go), read once through NodeConfig.Has.
+type layout struct {
+	clearMark      bool // iptables-masquerade-clears-mark (1.19)
+	svlChain       bool // iptables-svl-chain (1.24): eTP=Local reaches KUBE-SVL, not a ladder in KUBE-XLB
+	extChain       bool // iptables-ext-chain (1.24): KUBE-EXT, not KUBE-XLB or inline rules
+	proxyFirewall  bool // iptables-proxy-firewall (1.25): KUBE-FW only with ranges, drops in KUBE-PROXY-FIREWALL
+	dropInFilter   bool // iptables-etp-local-drop-in-filter (1.25)
+	kubeletChains  bool // !iptables-no-kubelet-mark-drop (before 1.25): kubelet's KUBE-MARK-DROP and KUBE-FIREWALL
+	kubeletMartian bool // iptables-localnet-martian-rule (1.19) with kubelet's chains: its localnet rule
+	partial        bool // iptables-partial-restores (MinimizeIPTablesRestore)
+	oneCtRule      bool // iptables-kube-forward-one-ctstate-rule (1.23)
+	// iptables-healthcheck-nodeport-accept (1.21): filter KUBE-NODEPORTS accepts
+	// health-check node ports, jumped from INPUT.
+	healthCheckAccept bool
+	// iptables-external-services-from-forward (1.20): FORWARD jumps to
+	// KUBE-EXTERNAL-SERVICES (and INPUT no longer to KUBE-SERVICES), which holds the
+	// load-balancer IPs' REJECT rules.
+	externalFromForward bool
+	dropMark            string // kubelet's drop mark, "0x00008000"
+	// iptables-nfacct-invalid-counter (1.30) and iptables-nfacct-localhost-counter
+	// (1.31): the -m nfacct counters of the INVALID drop and of localhost NodePorts.
+	invalidCounter, localhostCounter bool
+}
+
+// resolveLayout reads the release's behaviour changes.
+func resolveLayout(n *proxy.NodeConfig) layout {
+	l := layout{
+		clearMark:     n.Has("iptables-masquerade-clears-mark"),
+		svlChain:      n.Has("iptables-svl-chain"),
+		extChain:      n.Has("iptables-ext-chain"),
+		proxyFirewall: n.Has("iptables-proxy-firewall"),
+		dropInFilter:  n.Has("iptables-etp-local-drop-in-filter"),
+		kubeletChains: !n.Has("iptables-no-kubelet-mark-drop"),
+		partial:       n.Has("iptables-partial-restores"),
+		oneCtRule:     n.Has("iptables-kube-forward-one-ctstate-rule"),
+
+		healthCheckAccept:   n.Has("iptables-healthcheck-nodeport-accept"),
+		externalFromForward: n.Has("iptables-external-services-from-forward"),
+		invalidCounter:      n.Has("iptables-nfacct-invalid-counter"),
+		localhostCounter:    n.Has("iptables-nfacct-localhost-counter"),
+		// kubelet's --iptables-drop-bit default is 15.
+		dropMark: fmt.Sprintf("%#08x", uint32(1)<<15),
+	}
+	l.kubeletMartian = l.kubeletChains && n.Has("iptables-localnet-martian-rule")
+	return l
 }
 
 func resolve(c Config) (*resolved, error) {
 	if err := c.Node.Validate(); err != nil {
 		return nil, err
+	}
+	if err := c.Node.CheckIPTablesFlags(); err != nil {
+		return nil, fmt.Errorf("iptables config: %w", err)
 	}
 	family := c.Family
 	switch family {
@@ -89,9 +142,12 @@ func resolve(c Config) (*resolved, error) {
 		matchAll:    npa.MatchAll(),
 		randomFully: !c.NoRandomFully,
 		nfacct:      !c.NoNFAcct,
-		tcpLiberal:  c.ConntrackTCPBeLiberal,
-		syncPeriod:  c.SyncPeriod,
-		clock:       c.Clock,
+		// Before 1.29 kube-proxy wrote the INVALID drop whatever the sysctl.
+		tcpLiberal: c.ConntrackTCPBeLiberal && c.Node.Has("iptables-invalid-drop-needs-strict-tcp"),
+		syncPeriod: c.SyncPeriod,
+		clock:      c.Clock,
+		layout:     resolveLayout(&c.Node),
+		itpGate:    c.Node.GateEnabled("ServiceInternalTrafficPolicy"),
 	}
 	if ip, ok := c.Node.PrimaryIP(family); ok {
 		r.primaryIP = ip

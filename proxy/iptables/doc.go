@@ -33,6 +33,15 @@
 // and jumps they hold, with counters, comments and other software's rules passed over;
 // the emulator's parser is the full one, for evaluation.
 //
+// Older releases: Config.Node.Version (1.18 to the newest) selects the layout of that
+// kube-proxy release through the behaviour changes of proxy/behaviour_iptables.go,
+// resolved once into a layout (config.go): KUBE-POSTROUTING keeping the mark (1.18),
+// KUBE-XLB and inline masquerade rules (before 1.24, generator_legacy.go), KUBE-FW for
+// every load-balancer IP and KUBE-MARK-DROP with kubelet's chains written by the
+// proxier (before 1.25), the INVALID drop whatever tcp_be_liberal (before 1.29), no
+// nfacct counters, full restores without MinimizeIPTablesRestore; flags a release does
+// not have are refused. testdata/generator/v1.*.yaml hold those layouts' golden files.
+//
 // Names and numbers are kube-proxy's: chain names are "KUBE-SVC-" etc. plus the first 16
 // base32 characters of SHA-256(service port name + protocol [+ endpoint]);
 // probabilities are 1/n printed with %0.10f; the masquerade mark is 1<<bit printed with

@@ -179,19 +179,32 @@ func (g *generator) begin() {
 	for _, b := range []*lineBuf{&g.filterChains, &g.filterRules, &g.natChains, &g.natRules, &g.skipChains, &g.skipRules} {
 		b.reset()
 	}
-	for _, c := range []string{ChainServices, ChainExternalServices, ChainForward, ChainNodePorts, ChainProxyFirewall} {
+	for _, c := range []string{ChainServices, ChainExternalServices, ChainForward} {
 		g.filterChains.chain(c)
+	}
+	if r.layout.healthCheckAccept {
+		g.filterChains.chain(ChainNodePorts)
+	}
+	if r.layout.proxyFirewall {
+		g.filterChains.chain(ChainProxyFirewall)
 	}
 	for _, c := range []string{ChainServices, ChainNodePorts, ChainPostrouting, ChainMarkMasq} {
 		g.natChains.chain(c)
 	}
 	nr := &g.natRules
-	nr.w("-A", ChainPostrouting, "-m", "mark", "!", "--mark", r.markMask, "-j", "RETURN")
-	nr.end()
-	nr.w("-A", ChainPostrouting, "-j", "MARK", "--xor-mark", r.mark)
-	nr.end()
-	nr.w("-A", ChainPostrouting, "-m", "comment", "--comment")
-	nr.q("kubernetes service traffic requiring SNAT")
+	if r.layout.clearMark {
+		nr.w("-A", ChainPostrouting, "-m", "mark", "!", "--mark", r.markMask, "-j", "RETURN")
+		nr.end()
+		nr.w("-A", ChainPostrouting, "-j", "MARK", "--xor-mark", r.mark)
+		nr.end()
+		nr.w("-A", ChainPostrouting, "-m", "comment", "--comment")
+		nr.q("kubernetes service traffic requiring SNAT")
+	} else {
+		// Before 1.19 the mark stays on the masqueraded packet.
+		nr.w("-A", ChainPostrouting, "-m", "comment", "--comment")
+		nr.q("kubernetes service traffic requiring SNAT")
+		nr.w("-m", "mark", "--mark", r.markMask)
+	}
 	nr.w("-j", "MASQUERADE")
 	if r.randomFully {
 		nr.w("--random-fully")
@@ -200,7 +213,9 @@ func (g *generator) begin() {
 	nr.w("-A", ChainMarkMasq, "-j", "MARK", "--or-mark", r.mark)
 	nr.end()
 
-	if !r.isIPv6 && r.localhostNP {
+	if r.layout.kubeletChains {
+		g.kubeletChains()
+	} else if !r.isIPv6 && r.localhostNP {
 		g.filterChains.chain(ChainKubeletFirewall)
 		fr := &g.filterRules
 		fr.w("-A", ChainKubeletFirewall, "-m", "comment", "--comment")
@@ -225,8 +240,12 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		}
 		next[name] = info
 		c := proxy.CategorizeEndpoints(st.Endpoints[name], sp, g.r.nodeName, g.r.nodeLabels)
+		if sp.InternalPolicyLocal && !g.r.layout.svlChain {
+			sp, c = g.legacyInternalPolicy(st.Endpoints[name], sp, c)
+		}
 		info.setEndpoints(c.AllReachable)
 		p := planService(info, sp, c)
+		g.planRelease(&p)
 
 		// The rules of the shared chains, in kube-proxy's order.
 		g.clusterIPRule(&p)
@@ -292,6 +311,14 @@ type svcPlan struct {
 	hasInternal, hasExternal           bool
 	// lbChain takes load-balancer IP traffic: KUBE-FW with source ranges, else KUBE-EXT.
 	lbChain string
+	// extDest is where external destinations go: KUBE-EXT, or before 1.24 KUBE-XLB
+	// (eTP=Local) or KUBE-SVC after a KUBE-MARK-MASQ rule (inlineMasq).
+	extDest    string
+	inlineMasq bool
+	usesXLB    bool // KUBE-XLB (before 1.24)
+	// extNatDrop: external traffic with no local endpoint is marked by KUBE-MARK-DROP
+	// in nat (before 1.25) instead of dropped in filter.
+	extNatDrop bool
 
 	// What the filter table does with traffic there is nothing to DNAT it to: REJECT
 	// or DROP, and the comment's end saying why; for cluster IP (int) and external
@@ -330,6 +357,7 @@ func planService(info *svcInfo, sp *proxy.ServicePort, c proxy.Categorized) svcP
 	if p.usesFW {
 		p.lbChain = ch.Firewall
 	}
+	p.extDest, p.extNatDrop = ch.External, false
 
 	if !c.HasAnyEndpoints {
 		p.intTarget, p.intWhy = "REJECT", " has no endpoints"
@@ -343,6 +371,38 @@ func planService(info *svcInfo, sp *proxy.ServicePort, c proxy.Categorized) svcP
 		}
 	}
 	return p
+}
+
+// planRelease adjusts a service port's plan to the node's kube-proxy release
+// (generator_legacy.go writes the rules that only older releases have).
+func (g *generator) planRelease(p *svcPlan) {
+	l, sp, c, ch := &g.r.layout, p.sp, p.c, &p.info.chains
+	if !l.proxyFirewall {
+		// Every load-balancer IP went through KUBE-FW, ending in KUBE-MARK-DROP.
+		p.usesFW = c.HasAnyEndpoints && len(sp.LoadBalancerVIPs) > 0
+		if p.usesFW {
+			p.lbChain = ch.Firewall
+		}
+	}
+	if !l.dropInFilter && c.HasAnyEndpoints && !p.hasExternal {
+		// No local endpoint: KUBE-MARK-DROP in nat, nothing in filter.
+		p.extTarget, p.extNatDrop = "", true
+	}
+	if !l.svlChain && !sp.InternalPolicyLocal {
+		p.usesLocalChain = false
+	}
+	if !l.extChain {
+		p.usesExtChain = false
+		p.usesXLB = c.HasAnyEndpoints && sp.ExternalPolicyLocal && sp.ExternallyAccessible()
+		p.extDest = ch.Cluster
+		p.inlineMasq = true
+		if sp.ExternalPolicyLocal {
+			p.extDest, p.inlineMasq = ch.LegacyExternal, false
+		}
+		if !p.usesFW {
+			p.lbChain = p.extDest
+		}
+	}
 }
 
 // vipRule writes a rule of chain for traffic to dst at the service's port:
@@ -360,6 +420,9 @@ func (p *svcPlan) vipRule(b *lineBuf, chain, why, dst, target string) {
 // KUBE-SERVICES.
 func (g *generator) clusterIPRule(p *svcPlan) {
 	if p.hasInternal {
+		if !g.r.layout.extChain {
+			g.clusterIPMasqRule(&g.natRules, p, ChainServices)
+		}
 		p.vipRule(&g.natRules, ChainServices, " cluster IP", p.clusterIP, p.internalChain)
 	} else {
 		p.vipRule(&g.filterRules, ChainServices, p.intWhy, p.clusterIP, p.intTarget)
@@ -372,10 +435,12 @@ func (g *generator) clusterIPRule(p *svcPlan) {
 func (g *generator) externalIPRules(p *svcPlan) {
 	for _, ip := range p.sp.ExternalIPs {
 		ips := ip.String()
-		if p.c.HasAnyEndpoints {
-			p.vipRule(&g.natRules, ChainServices, " external IP", ips, p.info.chains.External)
+		if p.c.HasAnyEndpoints && !g.r.layout.extChain {
+			g.legacyExternalIPRules(p, ips)
+		} else if p.c.HasAnyEndpoints {
+			p.vipRule(&g.natRules, ChainServices, " external IP", ips, p.extDest)
 		}
-		if !p.hasExternal {
+		if p.extTarget != "" {
 			p.vipRule(&g.filterRules, ChainExternalServices, p.extWhy, ips, p.extTarget)
 		}
 	}
@@ -392,16 +457,21 @@ func (g *generator) loadBalancerRules(p *svcPlan) {
 		if p.c.HasAnyEndpoints {
 			p.vipRule(&g.natRules, ChainServices, " loadbalancer IP", ips, p.lbChain)
 		}
-		if p.usesFW {
+		if p.usesFW && g.r.layout.proxyFirewall {
 			fr.w("-A", ChainProxyFirewall, "-m", "comment", "--comment")
 			fr.q(p.name, " traffic not accepted by ", p.info.chains.Firewall)
 			fr.w("-m", p.proto, "-p", p.proto, "-d", ips, "--dport", p.port, "-j", "DROP")
 			fr.end()
 		}
 	}
-	if !p.hasExternal {
+	if p.extTarget != "" {
+		// Before 1.20 these were in KUBE-SERVICES (jumped from INPUT then).
+		chain := ChainExternalServices
+		if !g.r.layout.externalFromForward {
+			chain = ChainServices
+		}
 		for _, ip := range p.sp.LoadBalancerVIPs {
-			p.vipRule(fr, ChainExternalServices, p.extWhy, ip.String(), p.extTarget)
+			p.vipRule(fr, chain, p.extWhy, ip.String(), p.extTarget)
 		}
 	}
 }
@@ -416,9 +486,10 @@ func (g *generator) nodePortRules(p *svcPlan) {
 		return
 	}
 	r, nr, fr := g.r, &g.natRules, &g.filterRules
-	np, proto, extChain := strconv.Itoa(p.sp.NodePort), p.proto, p.info.chains.External
+	np, proto, extChain := strconv.Itoa(p.sp.NodePort), p.proto, p.extDest
 	if p.c.HasAnyEndpoints {
-		if r.localhostNP && !r.isIPv6 && r.nfacct {
+		g.legacyNodePortMasq(p, np)
+		if r.localhostNP && !r.isIPv6 && r.nfacct && r.layout.localhostCounter {
 			nr.w("-A", ChainNodePorts, "-m", "comment", "--comment", p.name, "-m", proto, "-p", proto,
 				"-d", "127.0.0.0/8", "--dport", np, "-m", "nfacct", "--nfacct-name", NFAcctLocalhostNodePorts, "-j", extChain)
 			nr.end()
@@ -426,7 +497,7 @@ func (g *generator) nodePortRules(p *svcPlan) {
 		nr.w("-A", ChainNodePorts, "-m", "comment", "--comment", p.name, "-m", proto, "-p", proto, "--dport", np, "-j", extChain)
 		nr.end()
 	}
-	if !p.hasExternal {
+	if p.extTarget != "" {
 		fr.w("-A", ChainExternalServices, "-m", "comment", "--comment")
 		fr.q(p.name, p.extWhy)
 		fr.w("-m", "addrtype", "--dst-type", "LOCAL", "-m", proto, "-p", proto, "--dport", np, "-j", p.extTarget)
@@ -437,7 +508,7 @@ func (g *generator) nodePortRules(p *svcPlan) {
 // healthCheckRule accepts the health-check node port in filter KUBE-NODEPORTS, whether
 // or not there are local endpoints.
 func (g *generator) healthCheckRule(p *svcPlan) {
-	if p.sp.HealthCheckNodePort == 0 {
+	if p.sp.HealthCheckNodePort == 0 || !g.r.layout.healthCheckAccept {
 		return
 	}
 	fr := &g.filterRules
@@ -451,11 +522,14 @@ func (g *generator) healthCheckRule(p *svcPlan) {
 // and their rules into nr: the masquerade rule of the internal-policy chain, then
 // KUBE-EXT, KUBE-FW, KUBE-SVC, KUBE-SVL and a KUBE-SEP per reachable endpoint.
 func (g *generator) serviceChains(nc, nr *lineBuf, p *svcPlan) {
-	if p.hasInternal {
-		g.clusterIPMasqRule(nr, p)
+	if p.hasInternal && g.r.layout.extChain {
+		g.clusterIPMasqRule(nr, p, p.internalChain)
 	}
 	if p.usesExtChain {
 		g.externalChain(nc, nr, p)
+	}
+	if p.usesXLB {
+		g.legacyExternalChain(nc, nr, p)
 	}
 	if p.usesFW {
 		g.firewallChain(nc, nr, p)
@@ -479,15 +553,16 @@ func (g *generator) declare(nc *lineBuf, chain string) {
 	g.active[chain] = true
 }
 
-// clusterIPMasqRule writes the internal-policy chain's masquerade rule for cluster IP
-// traffic: all of it with masqueradeAll, else, with a local-traffic detector, traffic
-// from outside the cluster (it may bounce to another node).
-func (g *generator) clusterIPMasqRule(nr *lineBuf, p *svcPlan) {
+// clusterIPMasqRule writes the masquerade rule for cluster IP traffic into chain (the
+// internal-policy chain; KUBE-SERVICES before 1.24): all of it with masqueradeAll,
+// else, with a local-traffic detector, traffic from outside the cluster (it may bounce
+// to another node).
+func (g *generator) clusterIPMasqRule(nr *lineBuf, p *svcPlan, chain string) {
 	r := g.r
 	if r.masqAll {
-		p.vipRule(nr, p.internalChain, " cluster IP", p.clusterIP, ChainMarkMasq)
+		p.vipRule(nr, chain, " cluster IP", p.clusterIP, ChainMarkMasq)
 	} else if r.detector.IsImplemented() {
-		nr.w("-A", p.internalChain, "-m", "comment", "--comment")
+		nr.w("-A", chain, "-m", "comment", "--comment")
 		nr.q(p.name, " cluster IP")
 		nr.w("-m", p.proto, "-p", p.proto, "-d", p.clusterIP, "--dport", p.port)
 		nr.w(r.detector.IfNotLocal()...)
@@ -530,6 +605,8 @@ func (g *generator) externalChain(nc, nr *lineBuf, p *svcPlan) {
 	if p.hasExternal {
 		nr.w("-A", extChain, "-j", p.externalPolicyChain)
 		nr.end()
+	} else if p.extNatDrop {
+		g.markDropRule(nr, extChain, p)
 	}
 }
 
@@ -538,8 +615,21 @@ func (g *generator) externalChain(nc, nr *lineBuf, p *svcPlan) {
 // own LB VIP often arrives with the VIP as source); then a rule with only a comment:
 // what falls through is dropped by KUBE-PROXY-FIREWALL.
 func (g *generator) firewallChain(nc, nr *lineBuf, p *svcPlan) {
-	fwChain, extChain := p.info.chains.Firewall, p.info.chains.External
+	fwChain, extChain := p.info.chains.Firewall, p.extDest
 	g.declare(nc, fwChain)
+	if p.inlineMasq {
+		nr.w("-A", fwChain, "-m", "comment", "--comment")
+		nr.q(p.name, " loadbalancer IP")
+		nr.w("-j", ChainMarkMasq)
+		nr.end()
+	}
+	if len(p.sp.LoadBalancerSourceRanges) == 0 {
+		// Only before 1.25: KUBE-FW for every load-balancer IP.
+		nr.w("-A", fwChain, "-m", "comment", "--comment")
+		nr.q(p.name, " loadbalancer IP")
+		nr.w("-j", extChain)
+		nr.end()
+	}
 	allowFromNode := false
 	for _, cidr := range p.sp.LoadBalancerSourceRanges {
 		nr.w("-A", fwChain, "-m", "comment", "--comment")
@@ -557,6 +647,14 @@ func (g *generator) firewallChain(nc, nr *lineBuf, p *svcPlan) {
 			nr.w("-s", ip.String(), "-j", extChain)
 			nr.end()
 		}
+	}
+	if !g.r.layout.proxyFirewall {
+		// What no rule took is marked for kubelet's KUBE-FIREWALL to drop.
+		nr.w("-A", fwChain, "-m", "comment", "--comment")
+		nr.q(p.name, " loadbalancer IP")
+		nr.w("-j", ChainMarkDrop)
+		nr.end()
+		return
 	}
 	nr.w("-A", fwChain, "-m", "comment", "--comment")
 	nr.q("other traffic to ", p.name, " will be dropped by KUBE-PROXY-FIREWALL")
@@ -629,7 +727,9 @@ func (g *generator) endpointRules(nr *lineBuf, info *svcInfo, sp *proxy.ServiceP
 func (g *generator) staleChains(existing []string) []string {
 	var out []string
 	for _, c := range existing {
-		if !g.active[c] && IsServiceChain(c) {
+		// Releases before 1.24 delete their KUBE-XLB chains too; later ones leave them.
+		legacy := !g.r.layout.extChain && strings.HasPrefix(c, PrefixLegacyExternal)
+		if !g.active[c] && (IsServiceChain(c) || legacy) {
 			out = append(out, c)
 		}
 	}
@@ -677,7 +777,7 @@ func (g *generator) finish(jumps bool) []byte {
 
 	if !r.tcpLiberal {
 		fr.w("-A", ChainForward, "-m", "conntrack", "--ctstate", "INVALID")
-		if r.nfacct {
+		if r.nfacct && r.layout.invalidCounter {
 			fr.w("-m", "nfacct", "--nfacct-name", NFAcctInvalidCTDropped)
 		}
 		fr.w("-j", "DROP")
@@ -687,26 +787,30 @@ func (g *generator) finish(jumps bool) []byte {
 	fr.q("kubernetes forwarding rules")
 	fr.w("-m", "mark", "--mark", r.markMask, "-j", "ACCEPT")
 	fr.end()
-	fr.w("-A", ChainForward, "-m", "comment", "--comment")
-	fr.q("kubernetes forwarding conntrack rule")
-	fr.w("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
-	fr.end()
+	if r.layout.oneCtRule {
+		fr.w("-A", ChainForward, "-m", "comment", "--comment")
+		fr.q("kubernetes forwarding conntrack rule")
+		fr.w("-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT")
+		fr.end()
+	} else {
+		g.legacyForwardRules()
+	}
 
 	// Everything before the nat rules.
 	hdr := g.out[:0]
 	hdr = append(hdr, "*filter\n"...)
 	hdr = append(hdr, g.filterChains.b...)
 	if jumps {
-		if r.isIPv6 || !r.localhostNP {
+		if !r.layout.kubeletChains && (r.isIPv6 || !r.localhostNP) {
 			hdr = append(hdr, chainLine(ChainKubeletFirewall)+"\n"...)
 		}
-		hdr = appendJumps(hdr, TableFilter)
+		hdr = appendJumps(hdr, TableFilter, r.jumpRules())
 	}
 	hdr = append(hdr, g.filterRules.b...)
 	hdr = append(hdr, "COMMIT\n*nat\n"...)
 	hdr = append(hdr, g.natChains.b...)
 	if jumps {
-		hdr = appendJumps(hdr, TableNAT)
+		hdr = appendJumps(hdr, TableNAT, r.jumpRules())
 	}
 	g.out = hdr
 	nat := &g.natRules

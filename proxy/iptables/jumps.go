@@ -90,12 +90,37 @@ var hookChains = map[string][]string{
 	TableNAT:    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
 }
 
-// appendJumps appends "-A CHAIN spec" lines for one table: chain by chain, each in
-// installed order.
-func appendJumps(out []byte, table string) []byte {
-	installed := InstalledOrder()
+// jumpRules returns the jump rules of the node's release, in ensure order: without the
+// KUBE-PROXY-FIREWALL jumps before 1.25, without the filter KUBE-NODEPORTS jump before
+// 1.21, and before 1.20 with INPUT → KUBE-SERVICES instead of FORWARD →
+// KUBE-EXTERNAL-SERVICES.
+func (r *resolved) jumpRules() []JumpRule {
+	l := &r.layout
+	if l.proxyFirewall && l.healthCheckAccept && l.externalFromForward {
+		return jumpRules
+	}
+	out := make([]JumpRule, 0, len(jumpRules)+1)
+	for _, j := range jumpRules {
+		switch {
+		case j.Target == ChainProxyFirewall && !l.proxyFirewall:
+		case j.Table == TableFilter && j.Target == ChainNodePorts && !l.healthCheckAccept:
+		case j.Chain == "FORWARD" && j.Target == ChainExternalServices && !l.externalFromForward:
+		default:
+			out = append(out, j)
+		}
+		if j.Table == TableFilter && j.Chain == "OUTPUT" && j.Target == ChainServices && !l.externalFromForward {
+			out = append(out, JumpRule{TableFilter, "INPUT", ChainServices, ctNew, "kubernetes service portals"})
+		}
+	}
+	return out
+}
+
+// appendJumps appends "-A CHAIN spec" lines for one table of rules (in ensure order):
+// chain by chain, each in installed order.
+func appendJumps(out []byte, table string, rules []JumpRule) []byte {
 	for _, chain := range hookChains[table] {
-		for _, j := range installed {
+		for i := len(rules) - 1; i >= 0; i-- {
+			j := rules[i]
 			if j.Table == table && j.Chain == chain {
 				out = append(out, "-A "+j.Chain+" "+j.Spec()+"\n"...)
 			}

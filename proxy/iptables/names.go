@@ -23,6 +23,9 @@ const (
 	ChainProxyCanary      = "KUBE-PROXY-CANARY"      // mangle, nat, filter (empty)
 	// ChainKubeletFirewall is kube-proxy's copy of kubelet's anti-martian chain.
 	ChainKubeletFirewall = "KUBE-FIREWALL" // filter
+	// ChainMarkDrop is kubelet's chain marking packets for its KUBE-FIREWALL to drop;
+	// kube-proxy jumped to it before 1.25 (the proxier writes it for those releases).
+	ChainMarkDrop = "KUBE-MARK-DROP" // nat
 
 	// Prefixes of the per-service-port chains.
 	PrefixServiceCluster = "KUBE-SVC-"
@@ -30,6 +33,9 @@ const (
 	PrefixExternal       = "KUBE-EXT-"
 	PrefixFirewall       = "KUBE-FW-"
 	PrefixEndpoint       = "KUBE-SEP-"
+	// PrefixLegacyExternal is the eTP=Local chain of releases before 1.24 (KUBE-EXT
+	// and KUBE-SVL since).
+	PrefixLegacyExternal = "KUBE-XLB-"
 
 	// NFAcct counters kube-proxy creates and counts with -m nfacct.
 	NFAcctLocalhostNodePorts  = "localhost_nps_accepted_pkts"
@@ -77,6 +83,8 @@ type ServiceChainNames struct {
 	Local    string // KUBE-SVL-<h>
 	External string // KUBE-EXT-<h>
 	Firewall string // KUBE-FW-<h>
+	// LegacyExternal is KUBE-XLB-<h>, the eTP=Local chain before kube-proxy 1.24.
+	LegacyExternal string
 }
 
 // ServiceChains returns the chain names of a service port.
@@ -87,6 +95,8 @@ func ServiceChains(servicePortName, protocol string) ServiceChainNames {
 		Local:    PrefixServiceLocal + h,
 		External: PrefixExternal + h,
 		Firewall: PrefixFirewall + h,
+
+		LegacyExternal: PrefixLegacyExternal + h,
 	}
 }
 

@@ -107,7 +107,8 @@ func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, slices [
 		return nil, fmt.Errorf("iptables proxier: %w", err)
 	}
 	now := p.r.clock()
-	res := &SyncResult{Full: p.needFullSync || now.Sub(p.lastFullSync) > FullSyncPeriod}
+	// Without MinimizeIPTablesRestore (before 1.27 by default) every sync is full.
+	res := &SyncResult{Full: p.needFullSync || !p.r.layout.partial || now.Sub(p.lastFullSync) > FullSyncPeriod}
 	// The tracker has moved on; until a sync succeeds the changes are only known to a
 	// full sync.
 	p.needFullSync = true
@@ -170,7 +171,7 @@ func (p *Proxier) ensureJumps(ctx context.Context) ([]byte, error) {
 	for _, table := range []string{TableFilter, TableNAT} {
 		var chains, rules []string
 		created := map[string]bool{}
-		for _, j := range jumpRules {
+		for _, j := range p.r.jumpRules() {
 			if j.Table != table {
 				continue
 			}

@@ -197,6 +197,10 @@ func (tr *tracer) runChain(table, chain, src, proto, dst, dport string) bool {
 		switch r.jump {
 		case ChainMarkMasq:
 			tr.markMasq = true
+		case ChainMarkDrop:
+			// Before 1.25: the packet carries 0x8000 on, for kubelet's KUBE-FIREWALL
+			// (in filter INPUT/OUTPUT) to drop; nat goes on.
+			tr.outputs = append(tr.outputs, ChainMarkDrop)
 		case "ACCEPT", "REJECT", "DROP":
 			tr.outputs = append(tr.outputs, r.jump)
 			return true

@@ -33,7 +33,7 @@ func init() {
 				s.RouteLocalnet = true
 			}
 		},
-		Versions:  Versions{First: "1.28", Last: "1.35", Default: "1.35"},
+		Versions:  Versions{First: "1.18", Last: "1.37", Default: "1.37"},
 		NodeHints: true,
 		Semantics: Semantics{LocalhostNodePorts: true, AffinityExpires: true, Branches: true, ShortCircuit: true},
 		Demo: []string{
