@@ -80,7 +80,7 @@ func init() {
 		Change{Name: "iptables-route-localnet-when-needed", Row: 14, Area: "sysctls", Modes: iptablesOnly,
 			Version: 24, Ref: "kubernetes#107684",
 			Doc:      "route_localnet=1 only when --nodeport-addresses selects an IPv4 loopback address (before 1.24: always).",
-			Modelled: ModelledNo, Note: "NodeConfig.IPTablesSetsRouteLocalnet answers it, but the simulated node's route_localnet still follows --iptables-localhost-nodeports alone (the mode's descriptor does not ask it yet); with loopback outside --nodeport-addresses no rule DNATs 127.0.0.1 in any release"},
+			Modelled: ModelledYes, Test: "kubeproxy.TestRouteLocalnetWhenNeededFrom124"},
 		Change{Name: "iptables-localhost-nodeports-flag", Row: 15, Area: "NodePort", Modes: iptablesOnly,
 			Version: 25, Ref: "kubernetes#108250",
 			Doc:      "--iptables-localhost-nodeports (default true): false stops NodePorts on 127.0.0.1 (no route_localnet, `! -d 127.0.0.0/8` on the NodePort jump). Before 1.25 the flag does not exist and is refused.",
@@ -116,8 +116,7 @@ func init() {
 // --iptables-localhost-nodeports=false; before 1.24 always otherwise; from 1.24
 // (kubernetes#107684, iptables-route-localnet-when-needed) only when
 // --nodeport-addresses selects an IPv4 loopback address (an empty list selects all).
-// The iptables mode's descriptor decides the simulated node's sysctl; this is what it
-// should ask.
+// The iptables mode's descriptor sets the simulated node's sysctl from it.
 func (c *NodeConfig) IPTablesSetsRouteLocalnet() bool {
 	if !c.LocalhostNodePortsEnabled() {
 		return false

@@ -83,7 +83,7 @@ func selectionChanges() []Change {
 			Modelled: ModelledPartly, Note: "in 1.22-1.23 the model applies the fallback to the whole local set, internalTrafficPolicy Local included",
 			Test: "kubeproxy.TestTerminatingFallbackByVersion"},
 		{Name: chInternalTrafficPolicy, Row: 28, Area: area, Gate: "ServiceInternalTrafficPolicy", Ref: "KEP-2086",
-			Doc:      "internalTrafficPolicy Local sends cluster-IP traffic only to endpoints on the client's node and drops it when there is none; with the gate off the field is ignored (every endpoint).",
+			Doc:      "internalTrafficPolicy Local sends cluster-IP traffic only to endpoints on the client's node; when there is none it is rejected as a service without endpoints until 1.23 and dropped from 1.24 (kubernetes#106497, the KUBE-SVL layout); with the gate off the field is ignored (every endpoint).",
 			Modelled: ModelledYes, Test: "kubeproxy.TestInternalTrafficPolicyByVersion"},
 		{Name: chTopologyHints, Row: 29, Area: area, Gate: "TopologyAwareHints", Ref: "KEP-2433",
 			Doc:      "Zone hints: for a Service annotated service.kubernetes.io/topology-aware-hints: Auto, when every ready endpoint has a zone hint and one names the node's zone, only endpoints hinted for that zone are used; with the gate off (or its beta off by default in 1.23) hints are ignored.",

@@ -109,12 +109,14 @@ func TestTerminatingFallbackByVersion(t *testing.T) {
 
 // Row 28: internalTrafficPolicy Local, the only endpoint on node-b, the client on
 // node-a. 1.21 (ServiceInternalTrafficPolicy alpha, off) ignores the field and connects;
-// 1.22 (beta, on) drops the traffic (no local endpoint).
+// 1.22 (beta, on) finds no local endpoint and, until 1.23, treats the service as one
+// without endpoints: REJECT ("has no endpoints", kubernetes#112233); from 1.24 the
+// KUBE-SVL layout drops it ("has no local endpoints", kubernetes#106497).
 func TestInternalTrafficPolicyByVersion(t *testing.T) {
 	for _, tc := range []struct {
 		v    proxy.Version
 		want string
-	}{{21, "default/web-0"}, {22, netsim.ResultDropped}, {37, netsim.ResultDropped}} {
+	}{{21, "default/web-0"}, {22, netsim.ResultRefused}, {23, netsim.ResultRefused}, {24, netsim.ResultDropped}, {37, netsim.ResultDropped}} {
 		t.Run(tc.v.String(), func(t *testing.T) {
 			c := versionCluster(t, tc.v, nil, "node-b")
 			vip := applyWeb(t, c, service.InternalTrafficPolicy(corev1.ServiceInternalTrafficPolicyLocal))
@@ -186,5 +188,32 @@ func TestLoadBalancerIPModeByVersion(t *testing.T) {
 				t.Errorf("kube-proxy %s: went through the load balancer = %v, want %v\n%s", tc.v, got, tc.viaBalance, r.Trace)
 			}
 		})
+	}
+}
+
+// Row 14: with --nodeport-addresses leaving out loopback (10.0.0.0/8), kube-proxy 1.23
+// still sets route_localnet on the node and 1.24 does not (kubernetes#107684); with no
+// --nodeport-addresses (every address, loopback included) both set it.
+func TestRouteLocalnetWhenNeededFrom124(t *testing.T) {
+	for _, tc := range []struct {
+		v     proxy.Version
+		addrs []string
+		want  bool
+	}{
+		{23, []string{"10.0.0.0/8"}, true},
+		{24, []string{"10.0.0.0/8"}, false},
+		{23, nil, true},
+		{24, nil, true},
+		{24, []string{"127.0.0.0/8"}, true},
+	} {
+		c, err := cluster.New(cluster.Config{Seed: 11, ManualClock: true, Nodes: []cluster.NodeConfig{{Name: "node-a"}},
+			Proxy: Factory(Options{Mode: IPTables, Node: func(nc *proxy.NodeConfig) { nc.Version, nc.NodePortAddresses = tc.v, tc.addrs }})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Node("node-a").Settings().RouteLocalnet; got != tc.want {
+			t.Errorf("kube-proxy %s, --nodeport-addresses %v: route_localnet %v, want %v", tc.v, tc.addrs, got, tc.want)
+		}
+		c.Close()
 	}
 }

@@ -28,8 +28,10 @@ func init() {
 		},
 		Families: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
 		Settings: func(cfg proxy.NodeConfig, s *netsim.NodeSettings) {
-			// kube-proxy sets route_localnet for localhost NodePorts.
-			if cfg.LocalhostNodePortsEnabled() {
+			// kube-proxy sets route_localnet for localhost NodePorts: from 1.24 only when
+			// --nodeport-addresses selects an IPv4 loopback address (an empty list
+			// selects all), before that always (iptables-route-localnet-when-needed).
+			if cfg.IPTablesSetsRouteLocalnet() {
 				s.RouteLocalnet = true
 			}
 		},
