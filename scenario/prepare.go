@@ -42,11 +42,18 @@ var DefaultNodes = []string{"node-a", "node-b", "node-c"}
 // prepare checks every field and loads the manifests. mode overrides cluster.proxy.mode
 // when not empty. The phases follow the file's sections, and so do the errors.
 func (s *Scenario) prepare(mode string) (*plan, error) {
+	return s.prepareFor(Options{Mode: mode})
+}
+
+// prepareFor is prepare with the run's overrides: opts.Mode for cluster.proxy.mode and
+// opts.Version for cluster.proxy.version (errors then name the field "mode" or "version").
+func (s *Scenario) prepareFor(opts Options) (*plan, error) {
+	mode := opts.Mode
 	seed := s.Cluster.Seed
 	if seed == 0 {
 		seed = 1
 	}
-	pr := &preparer{s: s, c: &s.Cluster, p: &plan{
+	pr := &preparer{s: s, c: &s.Cluster, version: opts.Version, p: &plan{
 		s:       s,
 		cfg:     cluster.Config{Seed: seed, ManualClock: true},
 		delays:  map[string]time.Duration{},
@@ -72,6 +79,7 @@ type preparer struct {
 	c         *Cluster
 	p         *plan
 	externals []string // the names of cluster.external_hosts, from externalHosts
+	version   string   // overrides cluster.proxy.version when not empty (--versions)
 	errs      []error
 }
 
@@ -283,9 +291,13 @@ func (pr *preparer) nodeConfigMods() []func(*proxy.NodeConfig) {
 	px, p := pr.c.Proxy, pr.p
 	var nodeMods []func(*proxy.NodeConfig)
 	if p.info.Mode != "" { // an unknown mode has failed already, and has no releases
-		ver, vnotes, mods, verr := versionBehaviour(px.Version, p.info)
+		v, vpath := px.Version, "cluster.proxy.version"
+		if pr.version != "" {
+			v, vpath = pr.version, "version"
+		}
+		ver, vnotes, mods, verr := versionBehaviour(v, p.info)
 		if verr != nil {
-			pr.fail("cluster.proxy.version", "%v", verr)
+			pr.fail(vpath, "%v", verr)
 		}
 		p.version, p.notes = ver, append(p.notes, vnotes...)
 		nodeMods = append(nodeMods, mods...)

@@ -26,6 +26,8 @@ import (
 type Options struct {
 	// Mode overrides cluster.proxy.mode ("" keeps the scenario's).
 	Mode string
+	// Version overrides cluster.proxy.version ("" keeps the scenario's).
+	Version string
 	// Progress, when set, is called before each step (for a progress line).
 	Progress func(step, total int, title string)
 }
@@ -36,7 +38,7 @@ type Options struct {
 // lacks: IsInputError tells those apart); a step that fails or cannot be carried out is
 // recorded in the report (Status failed or error) and the run goes on.
 func Run(ctx context.Context, s *Scenario, opts Options) (*Report, error) {
-	p, err := s.prepare(opts.Mode)
+	p, err := s.prepareFor(opts)
 	if err != nil {
 		return nil, err
 	}
