@@ -36,6 +36,10 @@
 //	                              (node, pod and service: "IPv4,IPv6" for dual-stack)
 //	  load_balancer_mode: nodeport | vip
 //	  node_port_range: 30000-32767
+//	  pod_ip_allocation: round-robin | lowest-free
+//	                              round-robin (default, host-local IPAM): a new pod gets
+//	                              the next free address after the last one given;
+//	                              lowest-free: a new pod reuses the address just freed
 //	  proxy:
 //	    mode: iptables | ipvs | nftables | userspace   (a mode this build lacks is an error)
 //	    scheduler: rr | wrr | lc | wlc | sed | nq | dh | sh | mh | lblc | lblcr | fo | ovf | twos
@@ -136,4 +140,10 @@
 // without scheduling or image pull delay); scaling down deletes the newest pods with no
 // grace period; a new template replaces every pod at once (no rolling update). Pod name
 // suffixes come from the seed. kill_pod does not restart the container.
+//
+// The first node is the control plane, as on a kind cluster: default/kubernetes's
+// endpoint is its address, port 6443, where the API server (the built-in whoami
+// server) answers on the node's host network. A pod named after it is deleted still
+// names its last address (reply_src: pod:NS/NAME finds the stale entries that point at
+// it; connect to: pod:NS/NAME sends to that address).
 package scenario

@@ -329,6 +329,11 @@ func validateObject(obj runtime.Object) field.ErrorList {
 		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
 	}
 	service.Default(c)
+	if svc, ok := c.(*corev1.Service); ok && service.NeedsHealthCheck(svc) && svc.Spec.HealthCheckNodePort == 0 {
+		// The API server allocates the health-check node port before it validates (the
+		// store does so when the object is applied); a placeholder stands for it here.
+		svc.Spec.HealthCheckNodePort = 1
+	}
 	return service.Validate(c)
 }
 

@@ -115,6 +115,13 @@ func (pr *preparer) networks() {
 	default:
 		pr.fail("cluster.load_balancer_mode", "want nodeport or vip, got %q", c.LoadBalancerMode)
 	}
+	switch c.PodIPAllocation {
+	case "", "round-robin":
+	case "lowest-free":
+		cfg.LowestFreePodIP = true
+	default:
+		pr.fail("cluster.pod_ip_allocation", "want round-robin or lowest-free, got %q", c.PodIPAllocation)
+	}
 	if c.NodePortRange != "" {
 		lo, hi, ok := strings.Cut(c.NodePortRange, "-")
 		a, err1 := strconv.Atoi(strings.TrimSpace(lo))

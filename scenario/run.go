@@ -71,6 +71,10 @@ type runner struct {
 	rep       *Report
 	errSeen   int
 	lastProbe []netsim.ProbeResult // Trace's outcomes
+	// podIPs remembers every pod's last address (NS/NAME → IP), so that a step can
+	// still name a pod after it is deleted: a stale conntrack entry's reply_src is the
+	// address of a pod that is gone.
+	podIPs map[string]netip.Addr
 }
 
 func (p *plan) start() (*runner, error) {
@@ -81,7 +85,7 @@ func (p *plan) start() (*runner, error) {
 	if err != nil {
 		return nil, &Error{File: s.File, Line: s.lineOf("cluster"), Field: "cluster", Msg: err.Error()}
 	}
-	r := &runner{p: p, s: s, c: c, start: c.Clock().Now(), workloads: map[string]*workload{}}
+	r := &runner{p: p, s: s, c: c, start: c.Clock().Now(), workloads: map[string]*workload{}, podIPs: map[string]netip.Addr{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -127,6 +131,7 @@ func (p *plan) start() (*runner, error) {
 		return nil, s.errorf("manifests", "starting the cluster: %v", errors.Join(errs...))
 	}
 	r.errSeen = len(c.Errors())
+	r.rememberPods()
 	r.rep = r.newReport()
 	ok = true
 	return r, nil
@@ -216,6 +221,8 @@ func (r *runner) runStep(ctx context.Context, i int) {
 		r.c.Clock().Advance(target - now)
 		res.Time = fmtElapsed(r.elapsed())
 	}
+	r.rememberPods()
+	defer r.rememberPods()
 	var err error
 	switch {
 	case st.Connect != nil:
@@ -280,6 +287,15 @@ func (r *runner) runStep(ctx context.Context, i int) {
 		r.rep.Failed++
 	}
 	r.rep.Steps = append(r.rep.Steps, res)
+}
+
+// rememberPods records the address of every pod that has one (see runner.podIPs).
+func (r *runner) rememberPods() {
+	for _, p := range r.c.Store().ListPods() {
+		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+			r.podIPs[p.Namespace+"/"+p.Name] = ip
+		}
+	}
 }
 
 func (r *runner) forNodes(name string, f func(n *cluster.Node)) {
@@ -383,11 +399,14 @@ func (r *runner) resolveTarget(ctx context.Context, t target, from string) (neti
 		return netip.AddrPortFrom(ip, uint16(sp.Port)), fmt.Sprintf("load balancer of %s at %s", t.host, ip), nil
 	case "pod":
 		ns, n := splitKey(t.host)
+		port, _ := strconv.Atoi(t.port)
 		pod, ok := r.c.Store().GetPod(ns, n)
 		if !ok || pod.Status.PodIP == "" {
+			if ip, was := r.podIPs[ns+"/"+n]; was && !ok {
+				return netip.AddrPortFrom(ip, uint16(port)), fmt.Sprintf("pod %s/%s is gone; %s was its address", ns, n, ip), nil
+			}
 			return netip.AddrPort{}, "", fmt.Errorf("no pod %s with an IP", t.host)
 		}
-		port, _ := strconv.Atoi(t.port)
 		return netip.AddrPortFrom(netip.MustParseAddr(pod.Status.PodIP), uint16(port)), "", nil
 	case "node":
 		n := r.c.Node(t.host)
@@ -872,9 +891,12 @@ func (r *runner) checkConntrack(ct *ConntrackCheck, e *Expect, res *StepResult) 
 		if err != nil {
 			return err
 		}
-		ap, _, err := r.resolveTarget(context.Background(), t, "")
+		ap, how, err := r.resolveTarget(context.Background(), t, "")
 		if err != nil {
 			return err
+		}
+		if how != "" && t.kind == "pod" {
+			res.Details = append(res.Details, how)
 		}
 		f.ReplySrc, f.ReplySrcPort = ap.Addr(), ap.Port()
 		if t.port == "" && t.kind != "nodeport" {

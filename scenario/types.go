@@ -59,6 +59,11 @@ type Cluster struct {
 	// node's IP and the node port, keeping the client's address) or "vip" (the packet
 	// unchanged to a node, which handles the load-balancer IP itself).
 	LoadBalancerMode string `yaml:"load_balancer_mode,omitempty"`
+	// PodIPAllocation is how a node gives pods addresses: "round-robin" (default, as
+	// host-local IPAM: each new pod gets the next free address after the last one given,
+	// so a deleted pod's address is not reused at once) or "lowest-free" (the lowest
+	// free address: a new pod gets the address of the pod just deleted).
+	PodIPAllocation string `yaml:"pod_ip_allocation,omitempty"`
 	// NodePortRange is the node port range, "30000-32767" by default.
 	NodePortRange string `yaml:"node_port_range,omitempty"`
 	// Proxy is kube-proxy's configuration on every node.
