@@ -39,6 +39,7 @@ var stepValidators = map[string]func(*stepCheck){
 	"partition":     (*stepCheck).partition,
 	"kill_node":     (*stepCheck).killNode,
 	"sync":          (*stepCheck).sync,
+	"restart_proxy": func(c *stepCheck) { c.node("restart_proxy", c.st.RestartProxy, true) },
 	"node_settings": (*stepCheck).nodeSettings,
 }
 
@@ -324,13 +325,18 @@ func (c *stepCheck) killNode() { c.node("kill_node", c.st.KillNode, false) }
 func (c *stepCheck) sync() {
 	sy := c.st.Sync
 	n := 0
-	for _, set := range []bool{sy.Pause != "", sy.Resume != "", sy.Now, sy.Delay != nil} {
+	for _, set := range []bool{sy.Pause != "", sy.Resume != "", sy.Now, sy.Delay != nil, sy.RulesOnly != "", sy.HoldConntrack != "", sy.CleanConntrack != ""} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		c.fail("sync", "want exactly one of pause, resume, now, delay")
+		c.fail("sync", "want exactly one of pause, resume, now, delay, rules_only, hold_conntrack, clean_conntrack")
+	}
+	for _, fv := range [][2]string{{"rules_only", sy.RulesOnly}, {"hold_conntrack", sy.HoldConntrack}, {"clean_conntrack", sy.CleanConntrack}} {
+		if fv[1] != "" {
+			c.node("sync."+fv[0], fv[1], true)
+		}
 	}
 	if sy.Pause != "" {
 		c.node("sync.pause", sy.Pause, true)

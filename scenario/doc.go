@@ -92,6 +92,12 @@
 //	heal: true
 //	kill_node: node-b
 //	sync: {pause: NODE|all} | {resume: NODE|all} | {now: true} | {delay: {node, duration}}
+//	      | {rules_only: NODE|all}        sync the rules now, keep the conntrack cleanup back
+//	      | {hold_conntrack: NODE|all}    from now on, syncs keep their cleanup back
+//	      | {clean_conntrack: NODE|all}   run the cleanup kept back
+//	restart_proxy: NODE|all       a full sync by a new kube-proxy, and what the release
+//	                              cleans at startup (before 1.32: the UDP entries of
+//	                              every service with endpoints)
 //	node_settings: {node: NODE|all, hairpin, rp_filter, ...}
 //
 // from is pod:NS/NAME (pod:NAME in default), node:NAME or external:NAME. to is IP:PORT,

@@ -75,6 +75,9 @@ type runner struct {
 	// still name a pod after it is deleted: a stale conntrack entry's reply_src is the
 	// address of a pod that is gone.
 	podIPs map[string]netip.Addr
+	// holding names the nodes whose kube-proxy conntrack cleanup waits
+	// (sync: hold_conntrack) until clean_conntrack.
+	holding map[string]bool
 }
 
 func (p *plan) start() (*runner, error) {
@@ -85,7 +88,7 @@ func (p *plan) start() (*runner, error) {
 	if err != nil {
 		return nil, &Error{File: s.File, Line: s.lineOf("cluster"), Field: "cluster", Msg: err.Error()}
 	}
-	r := &runner{p: p, s: s, c: c, start: c.Clock().Now(), workloads: map[string]*workload{}, podIPs: map[string]netip.Addr{}}
+	r := &runner{p: p, s: s, c: c, start: c.Clock().Now(), workloads: map[string]*workload{}, podIPs: map[string]netip.Addr{}, holding: map[string]bool{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -138,6 +141,9 @@ func (p *plan) start() (*runner, error) {
 }
 
 func (r *runner) close() {
+	for _, n := range r.c.Nodes() {
+		kubeproxy.ForgetConntrackCleanup(n.Conntrack())
+	}
 	r.res.close()
 	r.c.Close()
 }
@@ -261,6 +267,8 @@ func (r *runner) runStep(ctx context.Context, i int) {
 		res.Summary = "node " + st.KillNode + " is down with its pods; its objects stay in the API"
 	case st.Sync != nil:
 		err = r.sync(st.Sync, &res)
+	case st.RestartProxy != "":
+		err = r.restartProxy(st.RestartProxy, &res)
 	case st.NodeSettings != nil:
 		r.forNodes(st.NodeSettings.Node, func(n *cluster.Node) {
 			n.UpdateSettings(func(s *netsim.NodeSettings) { st.NodeSettings.NodeSettings.applyTo(s) })
@@ -835,6 +843,9 @@ func (r *runner) fault(f *Fault, res *StepResult) error {
 }
 
 func (r *runner) sync(sy *Sync, res *StepResult) error {
+	if r.syncConntrack(sy, res) {
+		return nil
+	}
 	switch {
 	case sy.Pause != "":
 		r.forNodes(sy.Pause, (*cluster.Node).PauseProxy)

@@ -172,7 +172,7 @@ func (m Manifest) MarshalYAML() (any, error) {
 
 // Step is one step of a scenario: exactly one action (connect, send, dns, check, apply,
 // delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal,
-// kill_node, sync, node_settings), optionally at a given virtual time, and for connect,
+// kill_node, sync, restart_proxy, node_settings), optionally at a given virtual time, and for connect,
 // send, dns and check an expectation.
 type Step struct {
 	// Name labels the step in the output (default: a description of the action).
@@ -220,6 +220,11 @@ type Step struct {
 	KillNode string `yaml:"kill_node,omitempty"`
 	// Sync controls the proxies' syncs.
 	Sync *Sync `yaml:"sync,omitempty"`
+	// RestartProxy restarts kube-proxy on a node ("all" for every node): a full sync
+	// by a kube-proxy with no memory of the previous one, and what a restart of the
+	// release cleans in conntrack (before 1.32, the UDP entries to every service with
+	// endpoints; see proxy.RestartConntrackFilters).
+	RestartProxy string `yaml:"restart_proxy,omitempty"`
 	// NodeSettings changes kernel settings of running nodes.
 	NodeSettings *NodeSettingsChange `yaml:"node_settings,omitempty"`
 
@@ -361,6 +366,16 @@ type Sync struct {
 	Now bool `yaml:"now,omitempty"`
 	// Delay sets a node's sync delay.
 	Delay *SyncDelay `yaml:"delay,omitempty"`
+	// RulesOnly syncs a node's proxy now ("all" for every node) but keeps back the
+	// conntrack cleanup the sync would do (stale UDP entries stay) until
+	// clean_conntrack.
+	RulesOnly string `yaml:"rules_only,omitempty"`
+	// HoldConntrack keeps back the conntrack cleanup of every sync of a node's proxy
+	// from now on, until clean_conntrack (rules are updated as usual).
+	HoldConntrack string `yaml:"hold_conntrack,omitempty"`
+	// CleanConntrack carries out the conntrack cleanup kept back on a node (by
+	// rules_only or hold_conntrack), and lets later syncs clean at once again.
+	CleanConntrack string `yaml:"clean_conntrack,omitempty"`
 }
 
 // SyncDelay is a node's proxy sync delay.
@@ -458,6 +473,7 @@ func (s *Step) actions() []string {
 	add(s.Heal, "heal")
 	add(s.KillNode != "", "kill_node")
 	add(s.Sync != nil, "sync")
+	add(s.RestartProxy != "", "restart_proxy")
 	add(s.NodeSettings != nil, "node_settings")
 	return out
 }
@@ -541,7 +557,15 @@ func (s *Step) Title() string {
 			return "sync every proxy now"
 		case s.Sync.Delay != nil:
 			return fmt.Sprintf("sync delay %s on %s", s.Sync.Delay.Duration, s.Sync.Delay.Node)
+		case s.Sync.RulesOnly != "":
+			return "sync the rules on " + s.Sync.RulesOnly + ", conntrack cleanup kept back"
+		case s.Sync.HoldConntrack != "":
+			return "keep back kube-proxy's conntrack cleanup on " + s.Sync.HoldConntrack
+		case s.Sync.CleanConntrack != "":
+			return "run kube-proxy's kept-back conntrack cleanup on " + s.Sync.CleanConntrack
 		}
+	case s.RestartProxy != "":
+		return "restart kube-proxy on " + s.RestartProxy
 	case s.NodeSettings != nil:
 		return "node settings on " + s.NodeSettings.Node
 	}

@@ -52,7 +52,8 @@ A scenario file is YAML:
 
 Step actions: connect, send, dns, check (conntrack, endpoints), apply, delete,
 delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node,
-sync (pause, resume, now, delay), node_settings; "at: 10s" runs a step at a virtual
+sync (pause, resume, now, delay, rules_only, hold_conntrack, clean_conntrack),
+restart_proxy, node_settings; "at: 10s" runs a step at a virtual
 time. Expectations: result, min_success, reaches, not_reaches, backends, spread,
 seen_source (connect, send); rcode, answer (dns); count, ready (check). The package
 documentation of github.com/clusterlab/clusterlab/scenario lists every field.
