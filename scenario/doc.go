@@ -77,7 +77,9 @@
 //	                              packet with its probability
 //	dns: {from: pod:NS/NAME, name, type}      A (stub resolver: search list, ndots),
 //	                              AAAA, SRV, PTR, TXT, CNAME, NS, SOA
-//	check: {conntrack: {node, proto, dst, reply_src}} | {endpoints: {service}}
+//	check: {conntrack: {node, proto, dst, reply_src, src, src_port}} | {endpoints: {service}}
+//	       | {conntrack_stats: {node}}       conntrack -S counters
+//	       | {health_check: {service: NS/NAME, node}}   the health-check node port's answer
 //	apply: [manifests]            create or update (Deployments roll out or scale)
 //	delete: [{kind, name}]
 //	delete_pod: {pod | selector [+ namespace], count, grace}
@@ -118,6 +120,14 @@
 //	rcode: NXDOMAIN               dns
 //	answer: [service:NS/NAME, pod:NS/NAME, 10.0.0.1, "0 50 80 x.default.svc.cluster.local."]
 //	count: 1, ready: 1            check (conntrack entries; endpoints, ready endpoints)
+//	probabilities: {default/web-0: 0.5, dropped: 0.5}, tolerance: 0.01
+//	                              send with all_branches: each outcome's probability
+//	decided_by: {chain: filter/KUBE-SERVICES, rule: "has no endpoints", line: 9}
+//	          | {policy: filter/FORWARD} | {conntrack: true} | {ipvs_template: true}
+//	                              what decided the first attempt's fate (probes)
+//	present: true, nat_destination: pod:NS/NAME[:PORT] | IP[:PORT]    check conntrack
+//	counters: {insert, insert_failed, drop, early_drop}                check conntrack_stats
+//	status: 200, local_endpoints: 1                                    check health_check
 //
 // # Probes and real sockets
 //

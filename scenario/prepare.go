@@ -577,6 +577,7 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 	if e.Count != nil && *e.Count < 0 {
 		fail("count", "want zero or more, got %d", *e.Count)
 	}
+	s.checkMoreExpect(st, ep, fail)
 }
 
 var rcodes = []string{"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED"}

@@ -870,6 +870,10 @@ func (r *runner) check(st *Step, res *StepResult) error {
 		return r.checkConntrack(st.Check.Conntrack, st.Expect, res)
 	case st.Check.Endpoints != nil:
 		return r.checkEndpoints(st.Check.Endpoints, st.Expect, res)
+	case st.Check.ConntrackStats != nil:
+		return r.checkConntrackStats(st.Check.ConntrackStats, st.Expect, res)
+	case st.Check.HealthCheck != nil:
+		return r.checkHealth(st.Check.HealthCheck, st.Expect, res)
 	}
 	return nil
 }
@@ -914,10 +918,24 @@ func (r *runner) checkConntrack(ct *ConntrackCheck, e *Expect, res *StepResult) 
 			f.ReplySrcPort = 0
 		}
 	}
+	if ct.Src != "" {
+		t, err := parseAddrRef(ct.Src)
+		if err != nil {
+			return err
+		}
+		ap, _, err := r.resolveTarget(context.Background(), t, "")
+		if err != nil {
+			return err
+		}
+		f.OrigSrc = ap.Addr()
+	}
+	f.OrigSrcPort = uint16(ct.SrcPort)
 	count := 0
 	var lines []string
+	var entries []netsim.Conn
 	r.forNodes(ct.Node, func(n *cluster.Node) {
 		for _, c := range n.Conntrack().List(f) {
+			entries = append(entries, c)
 			count++
 			if len(lines) < 10 {
 				lines = append(lines, n.Name()+": "+c.String())
@@ -933,7 +951,7 @@ func (r *runner) checkConntrack(ct *ConntrackCheck, e *Expect, res *StepResult) 
 	if e != nil && e.Count != nil {
 		res.Expectations = append(res.Expectations, Expectation{Field: "count", Want: strconv.Itoa(*e.Count), Got: strconv.Itoa(count), OK: count == *e.Count})
 	}
-	return nil
+	return r.checkConntrackMore(e, entries, res)
 }
 
 func (r *runner) checkEndpoints(ec *EndpointsCheck, e *Expect, res *StepResult) error {

@@ -287,6 +287,26 @@ type Check struct {
 	Conntrack *ConntrackCheck `yaml:"conntrack,omitempty"`
 	// Endpoints counts a service's endpoints in its EndpointSlices.
 	Endpoints *EndpointsCheck `yaml:"endpoints,omitempty"`
+	// ConntrackStats reads a node's conntrack counters (conntrack -S).
+	ConntrackStats *ConntrackStatsCheck `yaml:"conntrack_stats,omitempty"`
+	// HealthCheck asks a node's health-check node port of a Service
+	// (externalTrafficPolicy Local), as the cloud load balancer does.
+	HealthCheck *HealthCheckCheck `yaml:"health_check,omitempty"`
+}
+
+// ConntrackStatsCheck selects the node whose conntrack counters are read.
+type ConntrackStatsCheck struct {
+	// Node is a node name (required), or "all" for the sums over the nodes.
+	Node string `yaml:"node"`
+}
+
+// HealthCheckCheck selects a Service's health-check node port on a node.
+type HealthCheckCheck struct {
+	// Service is NAMESPACE/NAME of a LoadBalancer Service with externalTrafficPolicy
+	// Local (required).
+	Service string `yaml:"service"`
+	// Node is the node asked (required).
+	Node string `yaml:"node"`
 }
 
 // ConntrackCheck selects conntrack entries.
@@ -301,6 +321,10 @@ type ConntrackCheck struct {
 	// ReplySrc is the address the reply comes from (the endpoint a DNAT chose): an IP,
 	// IP:PORT or pod:NS/NAME.
 	ReplySrc string `yaml:"reply_src,omitempty"`
+	// Src is the original source: an IP, pod:NS/NAME or node:NAME; SrcPort its port
+	// (with Dst, a whole tuple).
+	Src     string `yaml:"src,omitempty"`
+	SrcPort int    `yaml:"src_port,omitempty"`
 }
 
 // EndpointsCheck selects a service's endpoints.
@@ -413,6 +437,23 @@ type NodeSettingsChange struct {
 // data for other types such as SRV "0 100 80 my-service.default.svc.cluster.local.").
 //
 // For check steps: count (conntrack entries, endpoints), ready (ready endpoints).
+//
+// More, for the facts a bug report states:
+//   - probabilities (send with all_branches): each outcome's probability over every
+//     branch, within tolerance (default 0.001): {default/web-0: 0.5, dropped: 0.5}; keys
+//     are pods (NS/NAME), node:NAME, or a result (dropped, refused, ...) for branches
+//     that reached no pod; outcomes not named must have probability 0.
+//   - decided_by (connect, send): what decided the first attempt's fate: a rule
+//     ({chain, rule (a part of its text) or line}), a chain's policy ({policy: CHAIN}),
+//     an existing conntrack entry ({conntrack: true}) or an IPVS persistence template
+//     ({ipvs_template: true}).
+//   - present, nat_destination (check conntrack): some entry matches (or none does);
+//     every matching entry's NAT destination (its reply source) is this IP, IP:PORT or
+//     pod:NS/NAME.
+//   - counters (check conntrack_stats): conntrack -S figures ({insert_failed: 0,
+//     drop: 0, early_drop: 0, insert: 3}).
+//   - status, local_endpoints (check health_check): the HTTP status of the health-check
+//     node port's answer and its localEndpoints.
 type Expect struct {
 	Result     string   `yaml:"result,omitempty"`
 	MinSuccess *float64 `yaml:"min_success,omitempty"`
@@ -427,6 +468,33 @@ type Expect struct {
 
 	Count *int `yaml:"count,omitempty"`
 	Ready *int `yaml:"ready,omitempty"`
+
+	Probabilities map[string]float64 `yaml:"probabilities,omitempty"`
+	Tolerance     *float64           `yaml:"tolerance,omitempty"`
+	DecidedBy     *DecisionPoint     `yaml:"decided_by,omitempty"`
+
+	Present        *bool          `yaml:"present,omitempty"`
+	NATDestination string         `yaml:"nat_destination,omitempty"`
+	Counters       map[string]int `yaml:"counters,omitempty"`
+
+	Status         *int `yaml:"status,omitempty"`
+	LocalEndpoints *int `yaml:"local_endpoints,omitempty"`
+}
+
+// DecisionPoint is what decided a packet's fate: one of a rule (Chain with Rule or
+// Line), a chain's policy, an existing conntrack entry, an IPVS persistence template.
+type DecisionPoint struct {
+	// Chain is the rule's chain, CHAIN or TABLE/CHAIN (KUBE-SERVICES, filter/KUBE-SERVICES).
+	Chain string `yaml:"chain,omitempty"`
+	// Rule is a part of the rule's text; Line its line in the node's dump.
+	Rule string `yaml:"rule,omitempty"`
+	Line int    `yaml:"line,omitempty"`
+	// Policy is a chain, CHAIN or TABLE/CHAIN, whose policy decided.
+	Policy string `yaml:"policy,omitempty"`
+	// Conntrack: an existing conntrack entry decided (no rule was asked).
+	Conntrack bool `yaml:"conntrack,omitempty"`
+	// IPVSTemplate: an IPVS persistence template decided (the scheduler was not asked).
+	IPVSTemplate bool `yaml:"ipvs_template,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s", "1m30s", "250ms".
@@ -500,6 +568,13 @@ func (s *Step) Title() string {
 		if c.Proto != "" {
 			parts = append(parts, c.Proto)
 		}
+		if c.Src != "" {
+			from := "from " + c.Src
+			if c.SrcPort != 0 {
+				from += fmt.Sprintf(" port %d", c.SrcPort)
+			}
+			parts = append(parts, from)
+		}
 		if c.Dst != "" {
 			parts = append(parts, "to "+c.Dst)
 		}
@@ -509,6 +584,10 @@ func (s *Step) Title() string {
 		return "check " + strings.Join(parts, " ")
 	case s.Check != nil && s.Check.Endpoints != nil:
 		return "check endpoints of " + s.Check.Endpoints.Service
+	case s.Check != nil && s.Check.ConntrackStats != nil:
+		return "check conntrack counters on " + s.Check.ConntrackStats.Node
+	case s.Check != nil && s.Check.HealthCheck != nil:
+		return "check the health-check node port of " + s.Check.HealthCheck.Service + " on " + s.Check.HealthCheck.Node
 	case s.Apply != nil:
 		return fmt.Sprintf("apply %d manifest(s)", len(s.Apply))
 	case s.Delete != nil:
