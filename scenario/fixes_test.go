@@ -31,7 +31,7 @@ func TestLoadBalancerLocalWithoutHealthCheckPort(t *testing.T) {
 	}
 	// A port outside the range is still the API server's error.
 	bad := strings.Replace(strings.Replace(fixesManifests, "%s", "", 1), "externalTrafficPolicy: Local,", "externalTrafficPolicy: Local, healthCheckNodePort: 70000,", 1)
-	if _, err := Parse("test.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), ": manifests[0]: ") || !strings.Contains(err.Error(), "healthCheckNodePort") {
+	if _, err := Parse("test.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "test.yaml:3: manifests[0]: ") || !strings.Contains(err.Error(), "healthCheckNodePort") {
 		t.Errorf("a bad healthCheckNodePort: %v", err)
 	}
 }
