@@ -75,6 +75,7 @@ func (r *runner) restartProxy(name string, res *StepResult) error {
 		t := n.Conntrack()
 		kubeproxy.ForgetConntrackCleanup(t)
 		delete(r.holding, n.Name())
+		kubeproxy.ForceFullSync(n)
 		n.SyncProxy()
 		nc := kubeproxy.NodeConfigFor(n)
 		if r.p.proxyOpts.Node != nil {

@@ -3,6 +3,7 @@ package kubeproxy
 import (
 	"sync"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy"
 )
@@ -80,4 +81,24 @@ func ForgetConntrackCleanup(t *netsim.Conntrack) {
 	defer holds.mu.Unlock()
 	delete(holds.pending, t)
 	delete(holds.on, t)
+}
+
+// ForceFullSync makes the next sync of the node's proxy a full one, as the first sync
+// of a kube-proxy that has just started is (the iptables and nftables modes sync
+// partially otherwise; the IPVS and userspace modes always sync everything). It reports
+// whether the mode has partial syncs.
+func ForceFullSync(n *cluster.Node) bool {
+	switch p := n.Proxy().(type) {
+	case *iptablesProxy:
+		for _, f := range p.fams {
+			f.px.ForceFullSync()
+		}
+		return true
+	case *nftablesProxy:
+		for _, f := range p.fams {
+			f.px.ForceFullSync()
+		}
+		return true
+	}
+	return false
 }
