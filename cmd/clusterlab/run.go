@@ -94,7 +94,7 @@ func newRunCmd() *cobra.Command {
 		Example: `  clusterlab run testdata/scenarios/quickstart.yaml
   clusterlab run testdata/scenarios/session-affinity.yaml -o json
   clusterlab run --modes iptables,ipvs,userspace testdata/scenarios/session-affinity.yaml
-  clusterlab run --versions 1.22,1.28,1.33 testdata/scenarios/stale-udp-conntrack.yaml`,
+  clusterlab run --versions 1.31,1.32 testdata/scenarios/kube-proxy-restart.yaml`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return badInput(fmt.Errorf("run needs one scenario file, got %d arguments", len(args)))
