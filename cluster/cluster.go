@@ -42,6 +42,15 @@ type Config struct {
 	QueueLen int
 	// Replay makes runs reproducible byte for byte (see netsim.Network.Run).
 	Replay bool
+	// LowestFreePodIP gives a new pod the lowest free address of its node's pod CIDR
+	// (a pod started right after a deletion gets the deleted pod's address); default
+	// round robin, as host-local IPAM (see netsim.Config.LowestFreePodIP).
+	LowestFreePodIP bool
+	// NoAPIServer leaves default/kubernetes without an endpoint. By default the first
+	// node is the control plane: the Service's endpoint is its address, port 6443,
+	// where the API server (the built-in whoami server) answers, as on a kind cluster.
+	// Only for a new store (Store nil).
+	NoAPIServer bool
 
 	// Store is the API server the cluster follows; nil makes a new one with
 	// ServiceCIDRs, NodePortRange, the seed and the virtual clock (and the master
@@ -111,6 +120,7 @@ func (cfg *Config) network(serviceCIDRs []netip.Prefix) netsim.Config {
 		QueueLen:           cfg.QueueLen,
 		Replay:             cfg.Replay,
 		NonMasqueradeCIDRs: serviceCIDRs,
+		LowestFreePodIP:    cfg.LowestFreePodIP,
 	}
 	for _, n := range cfg.Nodes {
 		nc.Nodes = append(nc.Nodes, n.network())

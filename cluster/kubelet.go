@@ -50,17 +50,22 @@ func (c *Cluster) OnPodStart(f func(pod *netsim.Pod, obj *corev1.Pod)) {
 // load balancer.
 func (c *Cluster) start() error {
 	if c.store == nil {
+		apiserver := c.apiServerAddr()
 		st, err := service.NewStore(service.Config{
-			ServiceCIDRs:  c.cfg.ServiceCIDRs,
-			NodePortRange: c.cfg.NodePortRange,
-			Seed:          c.cfg.Seed,
-			Now:           c.Clock().Now,
-			MasterService: true,
+			ServiceCIDRs:     c.cfg.ServiceCIDRs,
+			NodePortRange:    c.cfg.NodePortRange,
+			Seed:             c.cfg.Seed,
+			Now:              c.Clock().Now,
+			MasterService:    true,
+			APIServerAddress: apiserver,
 		})
 		if err != nil {
 			return fmt.Errorf("cluster: %w", err)
 		}
 		c.store = st
+		if err := c.serveAPIServer(apiserver); err != nil {
+			return err
+		}
 	}
 	var nodes []runtime.Object
 	for _, n := range c.Nodes() {
@@ -82,6 +87,38 @@ func (c *Cluster) start() error {
 		if err := n.startProxy(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// apiServerAddr is where the API server listens: the first node is the control plane,
+// as kind's and kubeadm's are, and the API server a hostNetwork static pod on it, so
+// default/kubernetes's endpoint is that node's address (in the family of the primary
+// service range), port 6443. The zero Addr when the node has no such address.
+func (c *Cluster) apiServerAddr() netip.Addr {
+	nodes := c.Nodes()
+	if len(nodes) == 0 || c.cfg.NoAPIServer {
+		return netip.Addr{}
+	}
+	want4 := len(c.cfg.ServiceCIDRs) == 0 || c.cfg.ServiceCIDRs[0].Addr().Is4()
+	for _, ip := range nodes[0].IPs() {
+		if ip.Is4() == want4 {
+			return ip
+		}
+	}
+	return netip.Addr{}
+}
+
+// serveAPIServer answers on TCP 6443 of the control-plane node's host network (the
+// built-in whoami server stands for the API server), so that connections to the
+// kubernetes Service connect.
+func (c *Cluster) serveAPIServer(addr netip.Addr) error {
+	if !addr.IsValid() {
+		return nil
+	}
+	n := c.Nodes()[0]
+	if _, err := netsim.ServeWhoami(n.HostNet(), "", n.Name(), netfilter.ProtoTCP, service.APIServerPort); err != nil {
+		return fmt.Errorf("cluster: the API server on %s: %w", n.Name(), err)
 	}
 	return nil
 }

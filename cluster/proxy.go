@@ -159,6 +159,14 @@ func (n *Node) ProxyQueuedSince() (time.Time, bool) {
 	return n.ps.queuedAt, !n.ps.queuedAt.IsZero()
 }
 
+// SyncProxy makes the node's proxy sync now (whatever its delay), even while paused;
+// nothing happens on a node that is down or has no proxy.
+func (n *Node) SyncProxy() {
+	if n.proxy != nil && !n.Down() {
+		n.syncNow()
+	}
+}
+
 // SyncProxies makes every live node's proxy sync now (whatever its delay).
 func (c *Cluster) SyncProxies() {
 	for _, n := range c.Nodes() {

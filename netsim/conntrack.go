@@ -171,6 +171,25 @@ type Conntrack struct {
 	nextID   uint64
 	expq     expiryQueue // confirmed entries by (possibly stale) expiry
 	gcAt     time.Time   // expq[0].heapKey when expq is not empty (every packet checks it)
+	stats    CtStats
+}
+
+// CtStats are the counters of conntrack -S the simulation keeps: entries inserted
+// (confirmed), inserts that failed because another entry held a tuple (the packet is
+// dropped, so Drop counts them too). EarlyDrop stays 0: the table has no size limit
+// (nf_conntrack_max), so nothing is evicted to make room.
+type CtStats struct {
+	Insert       uint64 `json:"insert"`
+	InsertFailed uint64 `json:"insert_failed"`
+	Drop         uint64 `json:"drop"`
+	EarlyDrop    uint64 `json:"early_drop"`
+}
+
+// Stats returns the table's counters.
+func (t *Conntrack) Stats() CtStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stats
 }
 
 type ctRef struct {
@@ -443,11 +462,16 @@ func (t *Conntrack) confirmLocked(c *Conn, now time.Time) bool {
 		return true
 	}
 	if r, ok := t.lookupLocked(c.Orig, now); ok && r.c != c {
+		t.stats.InsertFailed++
+		t.stats.Drop++
 		return false
 	}
 	if r, ok := t.lookupLocked(c.Reply, now); ok && r.c != c {
+		t.stats.InsertFailed++
+		t.stats.Drop++
 		return false
 	}
+	t.stats.Insert++
 	c.Status |= netfilter.StatusConfirmed
 	t.table.put(c.Orig, ctRef{c: c})
 	t.table.put(c.Reply, ctRef{c: c, reply: true})

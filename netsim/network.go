@@ -48,6 +48,12 @@ type Config struct {
 	// NodeSettings.EgressMasquerade): ip-masq-agent's nonMasqueradeCIDRs. A Kubernetes
 	// cluster puts its service CIDRs here.
 	NonMasqueradeCIDRs []netip.Prefix
+	// LowestFreePodIP makes a new pod get the lowest free address of its node's pod
+	// CIDR, so that a pod started right after one was deleted gets the deleted pod's
+	// address. Default: round robin, as host-local IPAM allocates (each allocation
+	// goes on after the last one, wrapping around at the end of the range), so a freed
+	// address is taken again only once the range has been gone through.
+	LowestFreePodIP bool
 }
 
 // NodeConfig describes a node.
@@ -505,28 +511,55 @@ func (c *Network) StopPod(namespace, name string) {
 	}
 }
 
-// nextPodIPs allocates the lowest free address of each pod CIDR after the gateway, as
-// host-local IPAM does.
+// nextPodIPs allocates an address of each pod CIDR, as host-local IPAM does: the
+// next free one after the last allocated (round robin, wrapping around after the end
+// of the range), or with Config.LowestFreePodIP the lowest free one. The network
+// address, the gateway (cbr0) and an IPv4 broadcast address are never allocated.
 func (n *Node) nextPodIPs() ([]netip.Addr, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if len(n.lastPodIP) != len(n.podCIDR) {
+		n.lastPodIP = make([]netip.Addr, len(n.podCIDR))
+	}
 	var out []netip.Addr
 	for j, p := range n.podCIDR {
-		a := n.gateway[j].Next()
-		for ; p.Contains(a); a = a.Next() {
-			if _, used := n.ports[a]; !used && a != n.podCIDR[j].Addr() {
-				if a.Is4() && !p.Contains(a.Next()) { // broadcast
-					continue
-				}
-				break
-			}
+		first := n.gateway[j].Next()
+		start := first
+		if last := n.lastPodIP[j]; !n.cluster.cfg.LowestFreePodIP && last.IsValid() && p.Contains(last.Next()) {
+			start = last.Next()
 		}
-		if !p.Contains(a) || a.Is4() && !p.Contains(a.Next()) {
+		a, ok := n.freePodIP(p, start, first)
+		if !ok {
 			return nil, fmt.Errorf("node %s: pod CIDR %s is full", n.name, p)
 		}
 		out = append(out, a)
 	}
+	for j, a := range out {
+		n.lastPodIP[j] = a
+	}
 	return out, nil
+}
+
+// freePodIP returns the first free pod address of p from start on, wrapping around to
+// first after the end of the range; false when every address is taken.
+func (n *Node) freePodIP(p netip.Prefix, start, first netip.Addr) (netip.Addr, bool) {
+	usable := func(a netip.Addr) bool {
+		if _, used := n.ports[a]; used || a == p.Addr() {
+			return false
+		}
+		return !a.Is4() || p.Contains(a.Next()) // not the broadcast address
+	}
+	for a := start; p.Contains(a); a = a.Next() {
+		if usable(a) {
+			return a, true
+		}
+	}
+	for a := first; p.Contains(a) && a != start; a = a.Next() {
+		if usable(a) {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // AddNode adds a node to a running network (a new machine joining). Its index among the

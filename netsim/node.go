@@ -113,6 +113,9 @@ type Node struct {
 	podCIDR []netip.Prefix // per family
 	pod4    []prefix4      // the IPv4 ones, for route4Locked
 	gateway []netip.Addr   // cbr0 addresses (first address of each pod CIDR)
+	// lastPodIP is the address nextPodIPs allocated last, per pod CIDR (host-local's
+	// last reserved IP; guarded by mu).
+	lastPodIP []netip.Addr
 
 	// mu is the datapath lock, held while a packet is processed (&hot.mu); it is the
 	// node's conntrack table's lock too, so that a packet's pass takes one lock.

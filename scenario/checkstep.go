@@ -39,6 +39,7 @@ var stepValidators = map[string]func(*stepCheck){
 	"partition":     (*stepCheck).partition,
 	"kill_node":     (*stepCheck).killNode,
 	"sync":          (*stepCheck).sync,
+	"restart_proxy": func(c *stepCheck) { c.node("restart_proxy", c.st.RestartProxy, true) },
 	"node_settings": (*stepCheck).nodeSettings,
 }
 
@@ -198,20 +199,36 @@ func (c *stepCheck) dns() {
 	}
 }
 
-// check validates a check step: one of conntrack or endpoints.
+// check validates a check step: one of conntrack, endpoints, conntrack_stats or
+// health_check.
 func (c *stepCheck) check() {
 	ck := c.st.Check
+	n := 0
+	for _, set := range []bool{ck.Conntrack != nil, ck.Endpoints != nil, ck.ConntrackStats != nil, ck.HealthCheck != nil} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		c.fail("check", "one check per step: conntrack, endpoints, conntrack_stats or health_check")
+		return
+	}
 	switch {
-	case ck.Conntrack != nil && ck.Endpoints != nil:
-		c.fail("check", "one check per step: conntrack or endpoints")
 	case ck.Conntrack != nil:
 		c.conntrack(ck.Conntrack)
 	case ck.Endpoints != nil:
 		if ns, n, ok := strings.Cut(ck.Endpoints.Service, "/"); !ok || ns == "" || n == "" {
 			c.fail("check.endpoints.service", "want NAMESPACE/NAME, got %q", ck.Endpoints.Service)
 		}
+	case ck.ConntrackStats != nil:
+		c.node("check.conntrack_stats.node", ck.ConntrackStats.Node, true)
+	case ck.HealthCheck != nil:
+		if ns, n, ok := strings.Cut(ck.HealthCheck.Service, "/"); !ok || ns == "" || n == "" {
+			c.fail("check.health_check.service", "want NAMESPACE/NAME, got %q", ck.HealthCheck.Service)
+		}
+		c.node("check.health_check.node", ck.HealthCheck.Node, false)
 	default:
-		c.fail("check", "want conntrack: or endpoints:")
+		c.fail("check", "want conntrack:, endpoints:, conntrack_stats: or health_check:")
 	}
 }
 
@@ -233,6 +250,14 @@ func (c *stepCheck) conntrack(ct *ConntrackCheck) {
 		if _, err := parseTarget(ct.ReplySrc, true); err != nil {
 			c.fail("check.conntrack.reply_src", "%v", err)
 		}
+	}
+	if ct.Src != "" {
+		if _, err := parseAddrRef(ct.Src); err != nil {
+			c.fail("check.conntrack.src", "%v", err)
+		}
+	}
+	if ct.SrcPort < 0 || ct.SrcPort > 65535 {
+		c.fail("check.conntrack.src_port", "want 1-65535, got %d", ct.SrcPort)
 	}
 }
 
@@ -324,13 +349,18 @@ func (c *stepCheck) killNode() { c.node("kill_node", c.st.KillNode, false) }
 func (c *stepCheck) sync() {
 	sy := c.st.Sync
 	n := 0
-	for _, set := range []bool{sy.Pause != "", sy.Resume != "", sy.Now, sy.Delay != nil} {
+	for _, set := range []bool{sy.Pause != "", sy.Resume != "", sy.Now, sy.Delay != nil, sy.RulesOnly != "", sy.HoldConntrack != "", sy.CleanConntrack != ""} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		c.fail("sync", "want exactly one of pause, resume, now, delay")
+		c.fail("sync", "want exactly one of pause, resume, now, delay, rules_only, hold_conntrack, clean_conntrack")
+	}
+	for _, fv := range [][2]string{{"rules_only", sy.RulesOnly}, {"hold_conntrack", sy.HoldConntrack}, {"clean_conntrack", sy.CleanConntrack}} {
+		if fv[1] != "" {
+			c.node("sync."+fv[0], fv[1], true)
+		}
 	}
 	if sy.Pause != "" {
 		c.node("sync.pause", sy.Pause, true)

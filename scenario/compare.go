@@ -9,37 +9,52 @@ import (
 	"strings"
 )
 
-// Comparison is the same scenario run under several proxy modes.
+// Comparison is the same scenario run under several proxy modes (RunModes) or several
+// kube-proxy versions (RunVersions).
 type Comparison struct {
-	Modes   []string  `json:"modes"`
-	Reports []*Report `json:"reports"`
-	// Differences lists, step by step, the facts that differ between the modes.
+	// Modes or Versions are the runs' labels, in order; one of them is set.
+	Modes    []string  `json:"modes,omitempty"`
+	Versions []string  `json:"versions,omitempty"`
+	Reports  []*Report `json:"reports"`
+	// Differences lists, step by step, the facts that differ between the runs.
 	Differences []StepDifference `json:"differences"`
-	// Passed says whether every mode's run passed.
+	// Passed says whether every run passed.
 	Passed bool `json:"passed"`
 }
 
-// StepDifference is one step whose outcome differs between modes.
+// StepDifference is one step whose outcome differs between modes or versions.
 type StepDifference struct {
 	Index int    `json:"index"`
 	Title string `json:"title"`
-	// Facts maps each differing fact ("status", "results", "backends", "seen_source",
-	// "answers", "count", "failed_expectations", "error") to its value per mode.
+	// Facts maps each differing fact ("status", "results", "reasons", "backends",
+	// "seen_source", "answers", "count", "failed_expectations", "error") to its value
+	// per mode or version.
 	Facts []Fact `json:"facts"`
 }
 
-// Fact is one fact of a step and its value under each mode.
+// Fact is one fact of a step and its value under each mode (ByMode) or each version
+// (ByVersion).
 type Fact struct {
-	Name   string            `json:"name"`
-	ByMode map[string]string `json:"by_mode"`
+	Name      string            `json:"name"`
+	ByMode    map[string]string `json:"by_mode,omitempty"`
+	ByVersion map[string]string `json:"by_version,omitempty"`
+}
+
+// values is the fact's value per label, whichever axis it is on.
+func (f *Fact) values() map[string]string {
+	if f.ByVersion != nil {
+		return f.ByVersion
+	}
+	return f.ByMode
 }
 
 // RunModes runs the scenario under each mode, one after the other, and compares the
 // outcomes step by step. Backend counts differ run to run by design (random choices), so
 // a step's backends are compared as a set, and only for steps of 10 attempts or more
 // (fewer are a draw among the backends) that reached more than one backend (which one
-// a single backend is, under affinity say, is a draw too); results, seen sources, DNS answers, counts,
-// statuses and failed expectations are compared as they are.
+// a single backend is, under affinity say, is a draw too); results, why attempts
+// failed (as a kind of reason: a rule's drop or reject, a routing failure, ...), seen
+// sources, DNS answers, counts, statuses and failed expectations are compared as they are.
 func RunModes(ctx context.Context, s *Scenario, modes []string, opts Options) (*Comparison, error) {
 	if len(modes) == 0 {
 		return nil, &Error{File: s.File, Field: "modes", Msg: "no modes given"}
@@ -50,54 +65,118 @@ func RunModes(ctx context.Context, s *Scenario, modes []string, opts Options) (*
 			return nil, &Error{File: s.File, Field: "modes", Msg: fmt.Sprintf("mode %q is listed twice", m)}
 		}
 		seen[m] = true
-		if _, err := s.prepare(m); err != nil {
+		o := opts
+		o.Mode = m
+		if _, err := s.prepareFor(o); err != nil {
 			return nil, err
 		}
 	}
-	cmp := &Comparison{Modes: modes, Passed: true}
-	for _, m := range modes {
+	reps, err := runEach(ctx, s, modes, opts, func(o *Options, m string) { o.Mode = m })
+	if err != nil {
+		return nil, err
+	}
+	cmp := &Comparison{Modes: modes, Reports: reps}
+	cmp.compare(modes, false)
+	return cmp, nil
+}
+
+// RunVersions runs the scenario under each kube-proxy version ("1.28"), one after the
+// other, in the scenario's mode (or opts.Mode), and compares the outcomes step by step
+// as RunModes does. A version the mode is not modelled in is the scenario's error
+// (naming the releases it is modelled in), before anything runs.
+func RunVersions(ctx context.Context, s *Scenario, versions []string, opts Options) (*Comparison, error) {
+	if len(versions) == 0 {
+		return nil, &Error{File: s.File, Field: "versions", Msg: "no versions given"}
+	}
+	seen := map[string]bool{}
+	var labels []string
+	for _, v := range versions {
 		o := opts
-		o.Mode = m
+		o.Version = v
+		p, err := s.prepareFor(o)
+		if err != nil {
+			return nil, err
+		}
+		if seen[p.version] {
+			return nil, &Error{File: s.File, Field: "versions", Msg: fmt.Sprintf("version %s is listed twice", p.version)}
+		}
+		seen[p.version] = true
+		labels = append(labels, p.version)
+	}
+	reps, err := runEach(ctx, s, labels, opts, func(o *Options, v string) { o.Version = v })
+	if err != nil {
+		return nil, err
+	}
+	cmp := &Comparison{Versions: labels, Reports: reps}
+	cmp.compare(labels, true)
+	return cmp, nil
+}
+
+// runEach runs the scenario once per label, set sets the label into the options.
+func runEach(ctx context.Context, s *Scenario, labels []string, opts Options, set func(*Options, string)) ([]*Report, error) {
+	var reps []*Report
+	for _, l := range labels {
+		o := opts
+		set(&o, l)
 		if opts.Progress != nil {
-			mode := m
-			o.Progress = func(step, total int, title string) { opts.Progress(step, total, mode+": "+title) }
+			label := l
+			o.Progress = func(step, total int, title string) { opts.Progress(step, total, label+": "+title) }
 		}
 		rep, err := Run(ctx, s, o)
 		if err != nil {
 			return nil, err
 		}
-		cmp.Reports = append(cmp.Reports, rep)
-		cmp.Passed = cmp.Passed && rep.Passed
+		reps = append(reps, rep)
 	}
-	for i := range cmp.Reports[0].Steps {
+	return reps, nil
+}
+
+// compare fills Passed and Differences from the reports, one per label.
+func (c *Comparison) compare(labels []string, byVersion bool) {
+	c.Passed = true
+	for _, rep := range c.Reports {
+		c.Passed = c.Passed && rep.Passed
+	}
+	for i := range c.Reports[0].Steps {
 		var facts []Fact
 		for _, name := range factNames {
-			byMode := map[string]string{}
+			byLabel := map[string]string{}
 			vals := map[string]bool{}
-			for j, rep := range cmp.Reports {
+			for j, rep := range c.Reports {
 				if i >= len(rep.Steps) {
 					continue
 				}
 				v := stepFact(&rep.Steps[i], name)
-				byMode[modes[j]] = v
+				byLabel[labels[j]] = v
 				vals[v] = true
 			}
 			if len(vals) > 1 {
-				facts = append(facts, Fact{Name: name, ByMode: byMode})
+				f := Fact{Name: name, ByMode: byLabel}
+				if byVersion {
+					f = Fact{Name: name, ByVersion: byLabel}
+				}
+				facts = append(facts, f)
 			}
 		}
 		if len(facts) > 0 {
-			st := cmp.Reports[0].Steps[i]
-			cmp.Differences = append(cmp.Differences, StepDifference{Index: st.Index, Title: st.Title, Facts: facts})
+			st := c.Reports[0].Steps[i]
+			c.Differences = append(c.Differences, StepDifference{Index: st.Index, Title: st.Title, Facts: facts})
 		}
 	}
-	return cmp, nil
+}
+
+// labels are the runs' labels and what they are ("mode" or "version").
+func (c *Comparison) labels() ([]string, string) {
+	if c.Versions != nil {
+		return c.Versions, "version"
+	}
+	return c.Modes, "mode"
 }
 
 // minAttemptsForBackends is the fewest attempts whose set of backends is compared.
 const minAttemptsForBackends = 10
 
-var factNames = []string{"status", "results", "backends", "seen_source", "answers", "count", "failed_expectations", "error"}
+var factNames = []string{"status", "results", "reasons", "backends", "seen_source", "answers", "count", "failed_expectations", "error"}
 
 func stepFact(st *StepResult, name string) string {
 	switch name {
@@ -106,6 +185,14 @@ func stepFact(st *StepResult, name string) string {
 	case "results":
 		if st.Traffic != nil {
 			return countsText(st.Traffic.Results)
+		}
+	case "reasons":
+		if st.Traffic != nil && len(st.Traffic.Reasons) > 0 {
+			kinds := map[string]int{}
+			for r, n := range st.Traffic.Reasons {
+				kinds[ReasonKind(r)] += n
+			}
+			return countsText(kinds)
 		}
 	case "backends":
 		// A few attempts are a draw among the backends, not a property of the mode.
@@ -162,11 +249,12 @@ func (c *Comparison) JSON() ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// WriteText writes each mode's report, then where the modes differ.
+// WriteText writes each run's report, then where the modes (or versions) differ.
 func (c *Comparison) WriteText(w io.Writer) error {
 	var b strings.Builder
+	labels, what := c.labels()
 	for i, rep := range c.Reports {
-		fmt.Fprintf(&b, "==== mode %s ====\n", c.Modes[i])
+		fmt.Fprintf(&b, "==== %s %s ====\n", what, labels[i])
 		if err := rep.WriteText(&b); err != nil {
 			return err
 		}
@@ -177,19 +265,20 @@ func (c *Comparison) WriteText(w io.Writer) error {
 	return err
 }
 
-// DiffText is the part of the text output that says where the modes differ.
+// DiffText is the part of the text output that says where the modes (or versions) differ.
 func (c *Comparison) DiffText() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "==== where the modes differ (%s) ====\n", strings.Join(c.Modes, ", "))
+	labels, what := c.labels()
+	fmt.Fprintf(&b, "==== where the %ss differ (%s) ====\n", what, strings.Join(labels, ", "))
 	if len(c.Differences) == 0 {
-		fmt.Fprintf(&b, "nowhere: every step has the same outcome under every mode\n")
+		fmt.Fprintf(&b, "nowhere: every step has the same outcome under every %s\n", what)
 	}
 	for _, d := range c.Differences {
 		fmt.Fprintf(&b, "[%d] %s\n", d.Index, d.Title)
 		for _, f := range d.Facts {
 			var parts []string
-			for _, m := range c.Modes {
-				v, ok := f.ByMode[m]
+			for _, m := range labels {
+				v, ok := f.values()[m]
 				if !ok {
 					continue
 				}
@@ -207,7 +296,7 @@ func (c *Comparison) DiffText() string {
 		if !rep.Passed {
 			v = fmt.Sprintf("FAIL (%d steps)", rep.Failed)
 		}
-		verdicts = append(verdicts, c.Modes[i]+" "+v)
+		verdicts = append(verdicts, labels[i]+" "+v)
 	}
 	fmt.Fprintf(&b, "\n%s\n", strings.Join(verdicts, ", "))
 	return b.String()

@@ -36,6 +36,10 @@
 //	                              (node, pod and service: "IPv4,IPv6" for dual-stack)
 //	  load_balancer_mode: nodeport | vip
 //	  node_port_range: 30000-32767
+//	  pod_ip_allocation: round-robin | lowest-free
+//	                              round-robin (default, host-local IPAM): a new pod gets
+//	                              the next free address after the last one given;
+//	                              lowest-free: a new pod reuses the address just freed
 //	  proxy:
 //	    mode: iptables | ipvs | nftables | userspace   (a mode this build lacks is an error)
 //	    scheduler: rr | wrr | lc | wlc | sed | nq | dh | sh | mh | lblc | lblcr | fo | ovf | twos
@@ -76,7 +80,9 @@
 //	                              packet with its probability
 //	dns: {from: pod:NS/NAME, name, type}      A (stub resolver: search list, ndots),
 //	                              AAAA, SRV, PTR, TXT, CNAME, NS, SOA
-//	check: {conntrack: {node, proto, dst, reply_src}} | {endpoints: {service}}
+//	check: {conntrack: {node, proto, dst, reply_src, src, src_port}} | {endpoints: {service}}
+//	       | {conntrack_stats: {node}}       conntrack -S counters
+//	       | {health_check: {service: NS/NAME, node}}   the health-check node port's answer
 //	apply: [manifests]            create or update (Deployments roll out or scale)
 //	delete: [{kind, name}]
 //	delete_pod: {pod | selector [+ namespace], count, grace}
@@ -91,6 +97,12 @@
 //	heal: true
 //	kill_node: node-b
 //	sync: {pause: NODE|all} | {resume: NODE|all} | {now: true} | {delay: {node, duration}}
+//	      | {rules_only: NODE|all}        sync the rules now, keep the conntrack cleanup back
+//	      | {hold_conntrack: NODE|all}    from now on, syncs keep their cleanup back
+//	      | {clean_conntrack: NODE|all}   run the cleanup kept back
+//	restart_proxy: NODE|all       a full sync by a new kube-proxy, and what the release
+//	                              cleans at startup (before 1.32: the UDP entries of
+//	                              every service with endpoints)
 //	node_settings: {node: NODE|all, hairpin, rp_filter, ...}
 //
 // from is pod:NS/NAME (pod:NAME in default), node:NAME or external:NAME. to is IP:PORT,
@@ -111,6 +123,14 @@
 //	rcode: NXDOMAIN               dns
 //	answer: [service:NS/NAME, pod:NS/NAME, 10.0.0.1, "0 50 80 x.default.svc.cluster.local."]
 //	count: 1, ready: 1            check (conntrack entries; endpoints, ready endpoints)
+//	probabilities: {default/web-0: 0.5, dropped: 0.5}, tolerance: 0.01
+//	                              send with all_branches: each outcome's probability
+//	decided_by: {chain: filter/KUBE-SERVICES, rule: "has no endpoints", line: 9}
+//	          | {policy: filter/FORWARD} | {conntrack: true} | {ipvs_template: true}
+//	                              what decided the first attempt's fate (probes)
+//	present: true, nat_destination: pod:NS/NAME[:PORT] | IP[:PORT]    check conntrack
+//	counters: {insert, insert_failed, drop, early_drop}                check conntrack_stats
+//	status: 200, local_endpoints: 1                                    check health_check
 //
 // # Probes and real sockets
 //
@@ -139,4 +159,10 @@
 // without scheduling or image pull delay); scaling down deletes the newest pods with no
 // grace period; a new template replaces every pod at once (no rolling update). Pod name
 // suffixes come from the seed. kill_pod does not restart the container.
+//
+// The first node is the control plane, as on a kind cluster: default/kubernetes's
+// endpoint is its address, port 6443, where the API server (the built-in whoami
+// server) answers on the node's host network. A pod named after it is deleted still
+// names its last address (reply_src: pod:NS/NAME finds the stale entries that point at
+// it; connect to: pod:NS/NAME sends to that address).
 package scenario

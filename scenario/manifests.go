@@ -117,6 +117,9 @@ type manifestSource struct {
 	data   []byte
 	inline bool
 	entry  string // the scenario field of the entry ("manifests[2]")
+	// flowLine is the line of an inline object written in flow style ({kind: Pod, ...}):
+	// its text is marshalled anew, so its errors' lines are the object's own.
+	flowLine int
 }
 
 // loadManifests loads a manifests list (the top-level one, or an apply step's).
@@ -132,7 +135,11 @@ func (s *Scenario) loadManifests(list []Manifest, path string, seed uint64, into
 				errs = append(errs, s.errorf(entry, "%v", err))
 				continue
 			}
-			srcs = append(srcs, manifestSource{file: s.File, data: data, inline: true, entry: entry})
+			src := manifestSource{file: s.File, data: data, inline: true, entry: entry}
+			if m.Object.Style&yaml.FlowStyle != 0 {
+				src.flowLine = m.Object.Line
+			}
+			srcs = append(srcs, src)
 		case m.Path != "":
 			files, err := s.manifestFiles(m.Path)
 			if err != nil {
@@ -329,6 +336,11 @@ func validateObject(obj runtime.Object) field.ErrorList {
 		svc.Spec.ClusterIPs = []string{svc.Spec.ClusterIP}
 	}
 	service.Default(c)
+	if svc, ok := c.(*corev1.Service); ok && service.NeedsHealthCheck(svc) && svc.Spec.HealthCheckNodePort == 0 {
+		// The API server allocates the health-check node port before it validates (the
+		// store does so when the object is applied); a placeholder stands for it here.
+		svc.Spec.HealthCheckNodePort = 1
+	}
 	return service.Validate(c)
 }
 
@@ -366,7 +378,11 @@ func (s *Scenario) wrapManifestErrs(src manifestSource, err error) error {
 				if me.Object != "" {
 					msg = me.Object + ": " + msg
 				}
-				out = append(out, &Error{File: s.File, Line: me.Line, Field: src.entry, Msg: msg})
+				line := me.Line
+				if src.flowLine > 0 {
+					line = src.flowLine
+				}
+				out = append(out, &Error{File: s.File, Line: line, Field: src.entry, Msg: msg})
 			} else {
 				out = append(out, &Error{File: s.File, Line: s.lineOf(src.entry), Field: src.entry, Msg: me.Error()})
 			}

@@ -43,11 +43,18 @@ var DefaultNodes = []string{"node-a", "node-b", "node-c"}
 // prepare checks every field and loads the manifests. mode overrides cluster.proxy.mode
 // when not empty. The phases follow the file's sections, and so do the errors.
 func (s *Scenario) prepare(mode string) (*plan, error) {
+	return s.prepareFor(Options{Mode: mode})
+}
+
+// prepareFor is prepare with the run's overrides: opts.Mode for cluster.proxy.mode and
+// opts.Version for cluster.proxy.version (errors then name the field "mode" or "version").
+func (s *Scenario) prepareFor(opts Options) (*plan, error) {
+	mode := opts.Mode
 	seed := s.Cluster.Seed
 	if seed == 0 {
 		seed = 1
 	}
-	pr := &preparer{s: s, c: &s.Cluster, p: &plan{
+	pr := &preparer{s: s, c: &s.Cluster, version: opts.Version, p: &plan{
 		s:       s,
 		cfg:     cluster.Config{Seed: seed, ManualClock: true},
 		delays:  map[string]time.Duration{},
@@ -73,6 +80,7 @@ type preparer struct {
 	c         *Cluster
 	p         *plan
 	externals []string // the names of cluster.external_hosts, from externalHosts
+	version   string   // overrides cluster.proxy.version when not empty (--versions)
 	errs      []error
 }
 
@@ -107,6 +115,13 @@ func (pr *preparer) networks() {
 		cfg.LoadBalancerMode = c.LoadBalancerMode
 	default:
 		pr.fail("cluster.load_balancer_mode", "want nodeport or vip, got %q", c.LoadBalancerMode)
+	}
+	switch c.PodIPAllocation {
+	case "", "round-robin":
+	case "lowest-free":
+		cfg.LowestFreePodIP = true
+	default:
+		pr.fail("cluster.pod_ip_allocation", "want round-robin or lowest-free, got %q", c.PodIPAllocation)
 	}
 	if c.NodePortRange != "" {
 		lo, hi, ok := strings.Cut(c.NodePortRange, "-")
@@ -284,9 +299,13 @@ func (pr *preparer) nodeConfigMods() []func(*proxy.NodeConfig) {
 	px, p := pr.c.Proxy, pr.p
 	var nodeMods []func(*proxy.NodeConfig)
 	if p.info.Mode != "" { // an unknown mode has failed already, and has no releases
-		ver, vnotes, mods, verr := versionBehaviour(px.Version, p.info, px.FeatureGates)
+		v, vpath := px.Version, "cluster.proxy.version"
+		if pr.version != "" {
+			v, vpath = pr.version, "version"
+		}
+		ver, vnotes, mods, verr := versionBehaviour(v, p.info, px.FeatureGates)
 		if verr != nil {
-			pr.fail("cluster.proxy.version", "%v", verr)
+			pr.fail(vpath, "%v", verr)
 		}
 		p.version, p.notes = ver, append(p.notes, vnotes...)
 		nodeMods = append(nodeMods, mods...)
@@ -395,7 +414,7 @@ func (pr *preparer) steps() {
 		acts := st.actions()
 		switch len(acts) {
 		case 0:
-			pr.fail(sp, "no action: want one of connect, send, dns, check, apply, delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node, sync, node_settings")
+			pr.fail(sp, "no action: want one of connect, send, dns, check, apply, delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node, sync, restart_proxy, node_settings")
 			continue
 		case 1:
 		default:
@@ -596,6 +615,7 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 	if e.Count != nil && *e.Count < 0 {
 		fail("count", "want zero or more, got %d", *e.Count)
 	}
+	s.checkMoreExpect(st, ep, fail)
 }
 
 var rcodes = []string{"NOERROR", "FORMERR", "SERVFAIL", "NXDOMAIN", "NOTIMP", "REFUSED"}

@@ -26,6 +26,8 @@ import (
 type Options struct {
 	// Mode overrides cluster.proxy.mode ("" keeps the scenario's).
 	Mode string
+	// Version overrides cluster.proxy.version ("" keeps the scenario's).
+	Version string
 	// Progress, when set, is called before each step (for a progress line).
 	Progress func(step, total int, title string)
 }
@@ -36,7 +38,7 @@ type Options struct {
 // lacks: IsInputError tells those apart); a step that fails or cannot be carried out is
 // recorded in the report (Status failed or error) and the run goes on.
 func Run(ctx context.Context, s *Scenario, opts Options) (*Report, error) {
-	p, err := s.prepare(opts.Mode)
+	p, err := s.prepareFor(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +71,13 @@ type runner struct {
 	rep       *Report
 	errSeen   int
 	lastProbe []netsim.ProbeResult // Trace's outcomes
+	// podIPs remembers every pod's last address (NS/NAME → IP), so that a step can
+	// still name a pod after it is deleted: a stale conntrack entry's reply_src is the
+	// address of a pod that is gone.
+	podIPs map[string]netip.Addr
+	// holding names the nodes whose kube-proxy conntrack cleanup waits
+	// (sync: hold_conntrack) until clean_conntrack.
+	holding map[string]bool
 }
 
 func (p *plan) start() (*runner, error) {
@@ -79,7 +88,7 @@ func (p *plan) start() (*runner, error) {
 	if err != nil {
 		return nil, &Error{File: s.File, Line: s.lineOf("cluster"), Field: "cluster", Msg: err.Error()}
 	}
-	r := &runner{p: p, s: s, c: c, start: c.Clock().Now(), workloads: map[string]*workload{}}
+	r := &runner{p: p, s: s, c: c, start: c.Clock().Now(), workloads: map[string]*workload{}, podIPs: map[string]netip.Addr{}, holding: map[string]bool{}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -125,12 +134,16 @@ func (p *plan) start() (*runner, error) {
 		return nil, s.errorf("manifests", "starting the cluster: %v", errors.Join(errs...))
 	}
 	r.errSeen = len(c.Errors())
+	r.rememberPods()
 	r.rep = r.newReport()
 	ok = true
 	return r, nil
 }
 
 func (r *runner) close() {
+	for _, n := range r.c.Nodes() {
+		kubeproxy.ForgetConntrackCleanup(n.Conntrack())
+	}
 	r.res.close()
 	r.c.Close()
 }
@@ -214,6 +227,8 @@ func (r *runner) runStep(ctx context.Context, i int) {
 		r.c.Clock().Advance(target - now)
 		res.Time = fmtElapsed(r.elapsed())
 	}
+	r.rememberPods()
+	defer r.rememberPods()
 	var err error
 	switch {
 	case st.Connect != nil:
@@ -252,6 +267,8 @@ func (r *runner) runStep(ctx context.Context, i int) {
 		res.Summary = "node " + st.KillNode + " is down with its pods; its objects stay in the API"
 	case st.Sync != nil:
 		err = r.sync(st.Sync, &res)
+	case st.RestartProxy != "":
+		err = r.restartProxy(st.RestartProxy, &res)
 	case st.NodeSettings != nil:
 		r.forNodes(st.NodeSettings.Node, func(n *cluster.Node) {
 			n.UpdateSettings(func(s *netsim.NodeSettings) { st.NodeSettings.NodeSettings.applyTo(s) })
@@ -278,6 +295,15 @@ func (r *runner) runStep(ctx context.Context, i int) {
 		r.rep.Failed++
 	}
 	r.rep.Steps = append(r.rep.Steps, res)
+}
+
+// rememberPods records the address of every pod that has one (see runner.podIPs).
+func (r *runner) rememberPods() {
+	for _, p := range r.c.Store().ListPods() {
+		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+			r.podIPs[p.Namespace+"/"+p.Name] = ip
+		}
+	}
 }
 
 func (r *runner) forNodes(name string, f func(n *cluster.Node)) {
@@ -381,11 +407,14 @@ func (r *runner) resolveTarget(ctx context.Context, t target, from string) (neti
 		return netip.AddrPortFrom(ip, uint16(sp.Port)), fmt.Sprintf("load balancer of %s at %s", t.host, ip), nil
 	case "pod":
 		ns, n := splitKey(t.host)
+		port, _ := strconv.Atoi(t.port)
 		pod, ok := r.c.Store().GetPod(ns, n)
 		if !ok || pod.Status.PodIP == "" {
+			if ip, was := r.podIPs[ns+"/"+n]; was && !ok {
+				return netip.AddrPortFrom(ip, uint16(port)), fmt.Sprintf("pod %s/%s is gone; %s was its address", ns, n, ip), nil
+			}
 			return netip.AddrPort{}, "", fmt.Errorf("no pod %s with an IP", t.host)
 		}
-		port, _ := strconv.Atoi(t.port)
 		return netip.AddrPortFrom(netip.MustParseAddr(pod.Status.PodIP), uint16(port)), "", nil
 	case "node":
 		n := r.c.Node(t.host)
@@ -814,6 +843,9 @@ func (r *runner) fault(f *Fault, res *StepResult) error {
 }
 
 func (r *runner) sync(sy *Sync, res *StepResult) error {
+	if r.syncConntrack(sy, res) {
+		return nil
+	}
 	switch {
 	case sy.Pause != "":
 		r.forNodes(sy.Pause, (*cluster.Node).PauseProxy)
@@ -838,6 +870,10 @@ func (r *runner) check(st *Step, res *StepResult) error {
 		return r.checkConntrack(st.Check.Conntrack, st.Expect, res)
 	case st.Check.Endpoints != nil:
 		return r.checkEndpoints(st.Check.Endpoints, st.Expect, res)
+	case st.Check.ConntrackStats != nil:
+		return r.checkConntrackStats(st.Check.ConntrackStats, st.Expect, res)
+	case st.Check.HealthCheck != nil:
+		return r.checkHealth(st.Check.HealthCheck, st.Expect, res)
 	}
 	return nil
 }
@@ -870,19 +906,36 @@ func (r *runner) checkConntrack(ct *ConntrackCheck, e *Expect, res *StepResult) 
 		if err != nil {
 			return err
 		}
-		ap, _, err := r.resolveTarget(context.Background(), t, "")
+		ap, how, err := r.resolveTarget(context.Background(), t, "")
 		if err != nil {
 			return err
+		}
+		if how != "" && t.kind == "pod" {
+			res.Details = append(res.Details, how)
 		}
 		f.ReplySrc, f.ReplySrcPort = ap.Addr(), ap.Port()
 		if t.port == "" && t.kind != "nodeport" {
 			f.ReplySrcPort = 0
 		}
 	}
+	if ct.Src != "" {
+		t, err := parseAddrRef(ct.Src)
+		if err != nil {
+			return err
+		}
+		ap, _, err := r.resolveTarget(context.Background(), t, "")
+		if err != nil {
+			return err
+		}
+		f.OrigSrc = ap.Addr()
+	}
+	f.OrigSrcPort = uint16(ct.SrcPort)
 	count := 0
 	var lines []string
+	var entries []netsim.Conn
 	r.forNodes(ct.Node, func(n *cluster.Node) {
 		for _, c := range n.Conntrack().List(f) {
+			entries = append(entries, c)
 			count++
 			if len(lines) < 10 {
 				lines = append(lines, n.Name()+": "+c.String())
@@ -898,7 +951,7 @@ func (r *runner) checkConntrack(ct *ConntrackCheck, e *Expect, res *StepResult) 
 	if e != nil && e.Count != nil {
 		res.Expectations = append(res.Expectations, Expectation{Field: "count", Want: strconv.Itoa(*e.Count), Got: strconv.Itoa(count), OK: count == *e.Count})
 	}
-	return nil
+	return r.checkConntrackMore(e, entries, res)
 }
 
 func (r *runner) checkEndpoints(ec *EndpointsCheck, e *Expect, res *StepResult) error {

@@ -38,6 +38,7 @@ func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool
 	if err != nil {
 		return err
 	}
+	tp.expect = st.Expect
 	tr := &TrafficResult{From: t.From, Client: tp.client.String(), To: t.To, Dst: tp.dst.String(), Resolved: tp.how, Proto: tp.protoName, Via: tp.via, Attempts: tp.count,
 		Results: map[string]int{}}
 	if t.AllBranches {
@@ -58,6 +59,9 @@ func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool
 	describeTraffic(res, tr, tp)
 	if st.Expect != nil {
 		res.Expectations = r.checkTraffic(st.Expect, tr, atts, tp.client)
+		if st.Expect.DecidedBy != nil {
+			res.Expectations = append(res.Expectations, checkDecision(st.Expect.DecidedBy, tp.firstTrace))
+		}
 	}
 	return nil
 }
@@ -75,7 +79,14 @@ type trafficPlan struct {
 	count     int    // attempts, at least 1
 	via       string // probe or netstack
 	autoNote  string // why via is netstack when the step did not say
+	// firstTrace is the first probe's trace, when the step shows it or an expectation
+	// reads it (decided_by).
+	firstTrace *netsim.Trace
+	expect     *Expect // the step's expectations
 }
+
+// wantsDecision says whether an expectation reads the first attempt's trace.
+func (tp *trafficPlan) wantsDecision() bool { return tp.expect != nil && tp.expect.DecidedBy != nil }
 
 // planTraffic resolves a step's destination and client address and picks how the
 // attempts are made: the userspace mode's connections go through netstack unless the
@@ -136,6 +147,11 @@ func (r *runner) allBranches(st *Step, tp *trafficPlan, tr *TrafficResult, res *
 		res.Details = append(res.Details, fmt.Sprintf("p=%.4f  %s", b.Probability, b.Outcome))
 	}
 	if st.Expect != nil {
+		defer func() {
+			if st.Expect.Probabilities != nil {
+				res.Expectations = append(res.Expectations, checkProbabilities(st.Expect, rs))
+			}
+		}()
 		var atts []attempt
 		for _, b := range rs {
 			atts = append(atts, attempt{result: b.Result, pod: b.Pod, node: b.Node, seen: b.SeenSrc.Addr(), reason: b.Reason})
@@ -164,12 +180,16 @@ func (r *runner) probeAttempts(tp *trafficPlan, res *StepResult) ([]attempt, err
 	}
 	var atts []attempt
 	for i := 0; i < tp.count; i++ {
-		pr, err := r.c.ProbeOne(netsim.Probe{From: t.From, Proto: tp.proto, Dst: tp.dst, SrcPort: uint16(t.SrcPort), Mode: mode, Trace: t.Trace && i == 0, Payload: []byte("clusterlab\n")})
+		trace := i == 0 && (t.Trace || tp.wantsDecision())
+		pr, err := r.c.ProbeOne(netsim.Probe{From: t.From, Proto: tp.proto, Dst: tp.dst, SrcPort: uint16(t.SrcPort), Mode: mode, Trace: trace, Payload: []byte("clusterlab\n")})
 		if err != nil {
 			return nil, err
 		}
 		if i == 0 && pr.Trace != nil {
-			res.Trace = pr.Trace
+			tp.firstTrace = pr.Trace
+			if t.Trace {
+				res.Trace = pr.Trace
+			}
 		}
 		atts = append(atts, attempt{result: pr.Result, pod: pr.Pod, node: pr.Node, seen: pr.SeenSrc.Addr(), reason: pr.Reason})
 	}

@@ -59,6 +59,11 @@ type Cluster struct {
 	// node's IP and the node port, keeping the client's address) or "vip" (the packet
 	// unchanged to a node, which handles the load-balancer IP itself).
 	LoadBalancerMode string `yaml:"load_balancer_mode,omitempty"`
+	// PodIPAllocation is how a node gives pods addresses: "round-robin" (default, as
+	// host-local IPAM: each new pod gets the next free address after the last one given,
+	// so a deleted pod's address is not reused at once) or "lowest-free" (the lowest
+	// free address: a new pod gets the address of the pod just deleted).
+	PodIPAllocation string `yaml:"pod_ip_allocation,omitempty"`
 	// NodePortRange is the node port range, "30000-32767" by default.
 	NodePortRange string `yaml:"node_port_range,omitempty"`
 	// Proxy is kube-proxy's configuration on every node.
@@ -187,7 +192,7 @@ func (m Manifest) MarshalYAML() (any, error) {
 
 // Step is one step of a scenario: exactly one action (connect, send, dns, check, apply,
 // delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal,
-// kill_node, sync, node_settings), optionally at a given virtual time, and for connect,
+// kill_node, sync, restart_proxy, node_settings), optionally at a given virtual time, and for connect,
 // send, dns and check an expectation.
 type Step struct {
 	// Name labels the step in the output (default: a description of the action).
@@ -235,6 +240,11 @@ type Step struct {
 	KillNode string `yaml:"kill_node,omitempty"`
 	// Sync controls the proxies' syncs.
 	Sync *Sync `yaml:"sync,omitempty"`
+	// RestartProxy restarts kube-proxy on a node ("all" for every node): a full sync
+	// by a kube-proxy with no memory of the previous one, and what a restart of the
+	// release cleans in conntrack (before 1.32, the UDP entries to every service with
+	// endpoints; see proxy.RestartConntrackFilters).
+	RestartProxy string `yaml:"restart_proxy,omitempty"`
 	// NodeSettings changes kernel settings of running nodes.
 	NodeSettings *NodeSettingsChange `yaml:"node_settings,omitempty"`
 
@@ -297,6 +307,26 @@ type Check struct {
 	Conntrack *ConntrackCheck `yaml:"conntrack,omitempty"`
 	// Endpoints counts a service's endpoints in its EndpointSlices.
 	Endpoints *EndpointsCheck `yaml:"endpoints,omitempty"`
+	// ConntrackStats reads a node's conntrack counters (conntrack -S).
+	ConntrackStats *ConntrackStatsCheck `yaml:"conntrack_stats,omitempty"`
+	// HealthCheck asks a node's health-check node port of a Service
+	// (externalTrafficPolicy Local), as the cloud load balancer does.
+	HealthCheck *HealthCheckCheck `yaml:"health_check,omitempty"`
+}
+
+// ConntrackStatsCheck selects the node whose conntrack counters are read.
+type ConntrackStatsCheck struct {
+	// Node is a node name (required), or "all" for the sums over the nodes.
+	Node string `yaml:"node"`
+}
+
+// HealthCheckCheck selects a Service's health-check node port on a node.
+type HealthCheckCheck struct {
+	// Service is NAMESPACE/NAME of a LoadBalancer Service with externalTrafficPolicy
+	// Local (required).
+	Service string `yaml:"service"`
+	// Node is the node asked (required).
+	Node string `yaml:"node"`
 }
 
 // ConntrackCheck selects conntrack entries.
@@ -311,6 +341,10 @@ type ConntrackCheck struct {
 	// ReplySrc is the address the reply comes from (the endpoint a DNAT chose): an IP,
 	// IP:PORT or pod:NS/NAME.
 	ReplySrc string `yaml:"reply_src,omitempty"`
+	// Src is the original source: an IP, pod:NS/NAME or node:NAME; SrcPort its port
+	// (with Dst, a whole tuple).
+	Src     string `yaml:"src,omitempty"`
+	SrcPort int    `yaml:"src_port,omitempty"`
 }
 
 // EndpointsCheck selects a service's endpoints.
@@ -376,6 +410,16 @@ type Sync struct {
 	Now bool `yaml:"now,omitempty"`
 	// Delay sets a node's sync delay.
 	Delay *SyncDelay `yaml:"delay,omitempty"`
+	// RulesOnly syncs a node's proxy now ("all" for every node) but keeps back the
+	// conntrack cleanup the sync would do (stale UDP entries stay) until
+	// clean_conntrack.
+	RulesOnly string `yaml:"rules_only,omitempty"`
+	// HoldConntrack keeps back the conntrack cleanup of every sync of a node's proxy
+	// from now on, until clean_conntrack (rules are updated as usual).
+	HoldConntrack string `yaml:"hold_conntrack,omitempty"`
+	// CleanConntrack carries out the conntrack cleanup kept back on a node (by
+	// rules_only or hold_conntrack), and lets later syncs clean at once again.
+	CleanConntrack string `yaml:"clean_conntrack,omitempty"`
 }
 
 // SyncDelay is a node's proxy sync delay.
@@ -413,6 +457,23 @@ type NodeSettingsChange struct {
 // data for other types such as SRV "0 100 80 my-service.default.svc.cluster.local.").
 //
 // For check steps: count (conntrack entries, endpoints), ready (ready endpoints).
+//
+// More, for the facts a bug report states:
+//   - probabilities (send with all_branches): each outcome's probability over every
+//     branch, within tolerance (default 0.001): {default/web-0: 0.5, dropped: 0.5}; keys
+//     are pods (NS/NAME), node:NAME, or a result (dropped, refused, ...) for branches
+//     that reached no pod; outcomes not named must have probability 0.
+//   - decided_by (connect, send): what decided the first attempt's fate: a rule
+//     ({chain, rule (a part of its text) or line}), a chain's policy ({policy: CHAIN}),
+//     an existing conntrack entry ({conntrack: true}) or an IPVS persistence template
+//     ({ipvs_template: true}).
+//   - present, nat_destination (check conntrack): some entry matches (or none does);
+//     every matching entry's NAT destination (its reply source) is this IP, IP:PORT or
+//     pod:NS/NAME.
+//   - counters (check conntrack_stats): conntrack -S figures ({insert_failed: 0,
+//     drop: 0, early_drop: 0, insert: 3}).
+//   - status, local_endpoints (check health_check): the HTTP status of the health-check
+//     node port's answer and its localEndpoints.
 type Expect struct {
 	Result     string   `yaml:"result,omitempty"`
 	MinSuccess *float64 `yaml:"min_success,omitempty"`
@@ -427,6 +488,33 @@ type Expect struct {
 
 	Count *int `yaml:"count,omitempty"`
 	Ready *int `yaml:"ready,omitempty"`
+
+	Probabilities map[string]float64 `yaml:"probabilities,omitempty"`
+	Tolerance     *float64           `yaml:"tolerance,omitempty"`
+	DecidedBy     *DecisionPoint     `yaml:"decided_by,omitempty"`
+
+	Present        *bool          `yaml:"present,omitempty"`
+	NATDestination string         `yaml:"nat_destination,omitempty"`
+	Counters       map[string]int `yaml:"counters,omitempty"`
+
+	Status         *int `yaml:"status,omitempty"`
+	LocalEndpoints *int `yaml:"local_endpoints,omitempty"`
+}
+
+// DecisionPoint is what decided a packet's fate: one of a rule (Chain with Rule or
+// Line), a chain's policy, an existing conntrack entry, an IPVS persistence template.
+type DecisionPoint struct {
+	// Chain is the rule's chain, CHAIN or TABLE/CHAIN (KUBE-SERVICES, filter/KUBE-SERVICES).
+	Chain string `yaml:"chain,omitempty"`
+	// Rule is a part of the rule's text; Line its line in the node's dump.
+	Rule string `yaml:"rule,omitempty"`
+	Line int    `yaml:"line,omitempty"`
+	// Policy is a chain, CHAIN or TABLE/CHAIN, whose policy decided.
+	Policy string `yaml:"policy,omitempty"`
+	// Conntrack: an existing conntrack entry decided (no rule was asked).
+	Conntrack bool `yaml:"conntrack,omitempty"`
+	// IPVSTemplate: an IPVS persistence template decided (the scheduler was not asked).
+	IPVSTemplate bool `yaml:"ipvs_template,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s", "1m30s", "250ms".
@@ -473,6 +561,7 @@ func (s *Step) actions() []string {
 	add(s.Heal, "heal")
 	add(s.KillNode != "", "kill_node")
 	add(s.Sync != nil, "sync")
+	add(s.RestartProxy != "", "restart_proxy")
 	add(s.NodeSettings != nil, "node_settings")
 	return out
 }
@@ -499,6 +588,13 @@ func (s *Step) Title() string {
 		if c.Proto != "" {
 			parts = append(parts, c.Proto)
 		}
+		if c.Src != "" {
+			from := "from " + c.Src
+			if c.SrcPort != 0 {
+				from += fmt.Sprintf(" port %d", c.SrcPort)
+			}
+			parts = append(parts, from)
+		}
 		if c.Dst != "" {
 			parts = append(parts, "to "+c.Dst)
 		}
@@ -508,6 +604,10 @@ func (s *Step) Title() string {
 		return "check " + strings.Join(parts, " ")
 	case s.Check != nil && s.Check.Endpoints != nil:
 		return "check endpoints of " + s.Check.Endpoints.Service
+	case s.Check != nil && s.Check.ConntrackStats != nil:
+		return "check conntrack counters on " + s.Check.ConntrackStats.Node
+	case s.Check != nil && s.Check.HealthCheck != nil:
+		return "check the health-check node port of " + s.Check.HealthCheck.Service + " on " + s.Check.HealthCheck.Node
 	case s.Apply != nil:
 		return fmt.Sprintf("apply %d manifest(s)", len(s.Apply))
 	case s.Delete != nil:
@@ -556,7 +656,15 @@ func (s *Step) Title() string {
 			return "sync every proxy now"
 		case s.Sync.Delay != nil:
 			return fmt.Sprintf("sync delay %s on %s", s.Sync.Delay.Duration, s.Sync.Delay.Node)
+		case s.Sync.RulesOnly != "":
+			return "sync the rules on " + s.Sync.RulesOnly + ", conntrack cleanup kept back"
+		case s.Sync.HoldConntrack != "":
+			return "keep back kube-proxy's conntrack cleanup on " + s.Sync.HoldConntrack
+		case s.Sync.CleanConntrack != "":
+			return "run kube-proxy's kept-back conntrack cleanup on " + s.Sync.CleanConntrack
 		}
+	case s.RestartProxy != "":
+		return "restart kube-proxy on " + s.RestartProxy
 	case s.NodeSettings != nil:
 		return "node settings on " + s.NodeSettings.Node
 	}

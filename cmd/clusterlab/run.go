@@ -23,8 +23,12 @@ expectations held.
 
 With --modes the scenario runs once per kube-proxy mode and the output ends with the
 steps whose outcomes differ between the modes (results, which backends answered, the
-source address they saw, DNS answers, counts, failed expectations). Modes this build
-has: %s.
+source address they saw, why attempts failed, DNS answers, counts, failed
+expectations). Modes this build has: %s.
+
+With --versions the scenario runs once per kube-proxy version (1.22,1.28,1.33) in its
+mode (or --mode's) and the output ends with where the versions differ, the same way.
+A version the mode is not modelled in is an error naming the releases it is.
 
 A scenario file is YAML:
 
@@ -46,11 +50,16 @@ A scenario file is YAML:
     - check: {conntrack: {node: node-a, proto: udp, dst: service:default/dns:53}}
       expect: {count: 0}
 
-Step actions: connect, send, dns, check (conntrack, endpoints), apply, delete,
+Step actions: connect, send, dns, check (conntrack, endpoints, conntrack_stats,
+health_check), apply, delete,
 delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node,
-sync (pause, resume, now, delay), node_settings; "at: 10s" runs a step at a virtual
+sync (pause, resume, now, delay, rules_only, hold_conntrack, clean_conntrack),
+restart_proxy, node_settings; "at: 10s" runs a step at a virtual
 time. Expectations: result, min_success, reaches, not_reaches, backends, spread,
-seen_source (connect, send); rcode, answer (dns); count, ready (check). The package
+seen_source, decided_by (connect, send), probabilities (send with all_branches);
+rcode, answer (dns); count, ready, present, nat_destination (check conntrack,
+endpoints), counters (check conntrack_stats), status, local_endpoints (check
+health_check). The package
 documentation of github.com/clusterlab/clusterlab/scenario lists every field.
 
 Traffic is made by probes (synthetic packets through the same datapath: synchronous,
@@ -58,7 +67,8 @@ deterministic, traceable) unless a step says via: netstack (real TCP/UDP sockets
 source's network stack); in the userspace mode connect steps use netstack, because a
 program on the node picks the backend and a probe stops at its listener.
 
-Output -o json is the report (with --modes: {modes, reports, differences, passed}); every
+Output -o json is the report (with --modes: {modes, reports, differences, passed}; with
+--versions: {versions, reports, differences, passed}, facts by_version); every
 step has index, title, action, line, time, status (ok, failed, error), summary, details,
 and traffic / dns / count / expectations as the step has them.
 
@@ -68,6 +78,7 @@ Exit codes: 0 every expectation held, 1 an expectation failed or a step could no
 type runOptions struct {
 	output   string
 	modes    []string
+	versions []string
 	mode     string
 	progress bool
 }
@@ -77,12 +88,13 @@ func init() { rootCmd.AddCommand(newRunCmd()) }
 func newRunCmd() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run FILE [-o text|json] [--modes iptables,ipvs,userspace]",
+		Use:   "run FILE [-o text|json] [--modes iptables,ipvs,userspace | --versions 1.22,1.28,1.33]",
 		Short: "Run a scenario file and check its expectations",
 		Long:  fmt.Sprintf(runLong, strings.Join(scenario.AvailableModes(), ", ")) + "\n\n" + scenario.VersionNotes(),
 		Example: `  clusterlab run testdata/scenarios/quickstart.yaml
   clusterlab run testdata/scenarios/session-affinity.yaml -o json
-  clusterlab run --modes iptables,ipvs,userspace testdata/scenarios/session-affinity.yaml`,
+  clusterlab run --modes iptables,ipvs,userspace testdata/scenarios/session-affinity.yaml
+  clusterlab run --versions 1.31,1.32 testdata/scenarios/kube-proxy-restart.yaml`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return badInput(fmt.Errorf("run needs one scenario file, got %d arguments", len(args)))
@@ -94,6 +106,7 @@ func newRunCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
 	f.StringSliceVar(&o.modes, "modes", nil, "run under each of these kube-proxy modes and compare (comma-separated)")
+	f.StringSliceVar(&o.versions, "versions", nil, "run under each of these kube-proxy versions and compare (comma-separated, 1.N)")
 	f.StringVar(&o.mode, "mode", "", "run under this kube-proxy mode instead of the scenario's")
 	f.BoolVar(&o.progress, "progress", false, "print a progress line on stderr (default: only when stderr is a terminal)")
 	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes(false))
@@ -133,6 +146,9 @@ func runScenario(cmd *cobra.Command, file string, o *runOptions) error {
 	if len(o.modes) > 0 && o.mode != "" {
 		return badInput(errors.New("--mode and --modes: give one"))
 	}
+	if len(o.modes) > 0 && len(o.versions) > 0 {
+		return badInput(errors.New("--modes and --versions: give one (compare modes at one version, or versions in one mode)"))
+	}
 	if err := checkModeFlag("--modes", o.modes...); err != nil {
 		return err
 	}
@@ -148,8 +164,13 @@ func runScenario(cmd *cobra.Command, file string, o *runOptions) error {
 	opts.Progress = prog.step
 	out := cmd.OutOrStdout()
 	ctx := cmdContext(cmd)
-	if len(o.modes) > 0 {
-		cmp, err := scenario.RunModes(ctx, s, o.modes, opts)
+	if len(o.modes) > 0 || len(o.versions) > 0 {
+		var cmp *scenario.Comparison
+		if len(o.modes) > 0 {
+			cmp, err = scenario.RunModes(ctx, s, o.modes, opts)
+		} else {
+			cmp, err = scenario.RunVersions(ctx, s, o.versions, opts)
+		}
 		prog.done()
 		if err != nil {
 			return scenarioErr(err)
@@ -158,6 +179,9 @@ func runScenario(cmd *cobra.Command, file string, o *runOptions) error {
 			return err
 		}
 		if !cmp.Passed {
+			if len(o.versions) > 0 {
+				return errors.New("scenario failed under at least one version")
+			}
 			return errors.New("scenario failed under at least one mode")
 		}
 		return nil

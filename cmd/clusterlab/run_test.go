@@ -144,3 +144,60 @@ func TestModeFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRunVersions: --versions runs the scenario once per kube-proxy version and ends
+// with where the versions differ; JSON has versions and facts by_version.
+func TestRunVersions(t *testing.T) {
+	const file = "../../testdata/scenarios/prefer-same-node.yaml"
+	out, _, err := runCmd(t, "run", "--versions", "1.33,1.34", file)
+	if exitCode(err) != 1 {
+		t.Errorf("1.33 ignores the node hints and fails the scenario: exit %d, %v", exitCode(err), err)
+	}
+	for _, want := range []string{"==== version 1.33 ====", "==== version 1.34 ====", "==== where the versions differ (1.33, 1.34) ====",
+		"      status: 1.33: failed | 1.34: ok", "1.33 FAIL (1 steps), 1.34 PASS"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	out, _, _ = runCmd(t, "run", "--versions", "1.33,1.34", "-o", "json", file)
+	var cmp struct {
+		Versions    []string
+		Modes       []string
+		Differences []struct {
+			Facts []struct {
+				Name      string
+				ByVersion map[string]string `json:"by_version"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &cmp); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.Join(cmp.Versions, ",") != "1.33,1.34" || cmp.Modes != nil || len(cmp.Differences) != 1 || cmp.Differences[0].Facts[0].ByVersion["1.34"] != "ok" {
+		t.Errorf("json: %+v", cmp)
+	}
+}
+
+// TestRunVersionsErrors: a version the mode is not modelled in, a version listed twice,
+// and --versions with --modes are usage errors (exit 2) and nothing runs.
+func TestRunVersionsErrors(t *testing.T) {
+	const file = "../../testdata/scenarios/prefer-same-node.yaml"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--versions", "1.12,1.34", file}, "prefer-same-node.yaml: version: 1.12: kube-proxy before 1."},
+		{[]string{"run", "--versions", "1.34,1.40", file}, "prefer-same-node.yaml: version: 1.40: newer than the model"},
+		{[]string{"run", "--mode", "userspace", "--versions", "1.34", file}, "the userspace proxy mode was removed in kube-proxy 1.26; use version 1.25 or earlier"},
+		{[]string{"run", "--versions", "1.34,v1.34", file}, "version 1.34 is listed twice"},
+		{[]string{"run", "--versions", "1.34", "--modes", "iptables,ipvs", file}, "--modes and --versions: give one"},
+	} {
+		out, _, err := runCmd(t, tc.args...)
+		if exitCode(err) != 2 || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("clusterlab %s: exit %d, %v; want exit 2 and %q", strings.Join(tc.args, " "), exitCode(err), err, tc.want)
+		}
+		if out != "" {
+			t.Errorf("clusterlab %s printed %q", strings.Join(tc.args, " "), out)
+		}
+	}
+}

@@ -86,6 +86,9 @@ type Conntrack struct {
 
 // Delete implements proxy.Conntrack.
 func (c Conntrack) Delete(f proxy.ConntrackFilter) (int, error) {
+	if c.held(f) { // see HoldConntrackCleanup
+		return 0, nil
+	}
 	cf := netsim.CtFilter{Proto: f.Protocol, OrigSrc: f.OrigSrc, OrigDst: f.OrigDst, OrigDstPort: f.OrigDstPort, ReplySrc: f.ReplySrc, ReplySrcPort: f.ReplySrcPort}
 	v6 := c.Family == corev1.IPv6Protocol
 	n := 0
