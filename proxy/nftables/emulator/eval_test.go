@@ -3,6 +3,7 @@ package emulator
 import (
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -343,5 +344,29 @@ func TestWalkAssumptions(t *testing.T) {
 	}
 	if !strings.Contains(res.Text(), `assuming meta skuid 1000 (line 4) matches`) {
 		t.Errorf("text:\n%s", res.Text())
+	}
+}
+
+// A set cloned by a transaction after deletions counts only its live elements: a
+// second transaction that clones it again (found by the property kit: a pod deleted
+// twice over, each sync deleting hairpin elements) must not see a negative length.
+func TestSetCloneAfterDeletes(t *testing.T) {
+	e := New()
+	if err := e.ApplyScript([]byte("add table ip t\nadd set ip t s { type ipv4_addr ; }\nadd element ip t s { 10.0.0.1, 10.0.0.2, 10.0.0.3 }\n"), "1"); err != nil {
+		t.Fatal(err)
+	}
+	for i, script := range []string{
+		"delete element ip t s { 10.0.0.1, 10.0.0.2 }\n",
+		"delete element ip t s { 10.0.0.3 }\n",
+		"add element ip t s { 10.0.0.4 }\n",
+		"delete element ip t s { 10.0.0.4 }\nadd element ip t s { 10.0.0.5 }\n",
+	} {
+		if err := e.ApplyScript([]byte(script), strconv.Itoa(i+2)); err != nil {
+			t.Fatalf("script %d: %v", i+2, err)
+		}
+	}
+	s := e.Ruleset().Tables[0].set("s")
+	if s.Len() != 1 || len(s.live()) != 1 || s.live()[0].Text != "10.0.0.5" {
+		t.Errorf("set after the transactions: len %d, live %v", s.Len(), s.live())
 	}
 }

@@ -417,6 +417,7 @@ func (s *Set) flush() {
 // clone copies the set's elements (so that a transaction can change them).
 func (s *Set) clone() *Set {
 	n := *s
+	n.dead = 0 // n.order holds the live elements only
 	n.elems = make(map[key]*Element, len(s.elems))
 	n.order = make([]*Element, 0, s.Len())
 	n.ranges = make([]*Element, len(s.ranges))
