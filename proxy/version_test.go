@@ -2,7 +2,10 @@ package proxy
 
 import (
 	"flag"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -182,5 +185,50 @@ func TestVersionsDoc(t *testing.T) {
 	}
 	if string(got) != want {
 		t.Errorf("%s is not what the tables render: run go test ./proxy -run TestVersionsDoc -update", path)
+	}
+}
+
+// TestChangeTestsExist: the test each change names (package.TestName, a subtest after
+// a slash) is a test function of that package in this repository, so docs/VERSIONS.md
+// points at something that runs.
+func TestChangeTestsExist(t *testing.T) {
+	pkgRe := regexp.MustCompile(`(?m)^package (\w+)`)
+	funcRe := regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\)`)
+	have := map[string]bool{}
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) && path != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		m := pkgRe.FindSubmatch(src)
+		if m == nil {
+			return nil
+		}
+		pkg := strings.TrimSuffix(string(m[1]), "_test")
+		for _, f := range funcRe.FindAllSubmatch(src, -1) {
+			have[pkg+"."+string(f[1])] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range Changes() {
+		if c.Test == "" {
+			continue
+		}
+		name, _, _ := strings.Cut(c.Test, "/")
+		if !have[name] {
+			t.Errorf("change %s names test %s, which no package has", c.Name, c.Test)
+		}
 	}
 }
