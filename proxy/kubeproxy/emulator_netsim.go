@@ -76,26 +76,8 @@ func fromNetsim(q *emulator.Packet, p *netsim.Packet, ctx *netsim.Context, table
 	*q = emulator.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
 		TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL,
 		InIface: p.InIface, OutIface: p.OutIface, Mark: p.Mark, Len: len(p.Data)}
-	switch {
-	case p.Conn == nil && table == emulator.TableRaw:
-		q.CT.State = netfilter.CtInvalid // the raw table runs before conntrack: no entry yet
-	case p.CtState == netfilter.CtUntracked:
-		q.CT.State = netfilter.CtUntracked
-	case p.Conn == nil:
-		q.CT.State = netfilter.CtInvalid
-	default:
-		q.CT.State = p.CtState
-	}
-	if c := p.Conn; c != nil {
-		q.CT.Reply = p.CtReply
-		q.CT.Mark = c.Mark
-		q.CT.Orig, q.CT.ReplyTuple = c.Orig, c.Reply
-		// The IPS_* bits the conntrack match names (not the datapath's NAT_DONE bits).
-		q.CT.Status = c.Status & (netfilter.StatusSeenReply | netfilter.StatusAssured | netfilter.StatusConfirmed | netfilter.StatusSrcNAT | netfilter.StatusDstNAT)
-		if !c.Expires.IsZero() {
-			q.CT.Expire = c.Expires.Sub(ctx.Now())
-		}
-	}
+	v := conntrackOf(p, ctx, table == emulator.TableRaw) // the raw table runs before conntrack
+	q.CT = emulator.Conntrack{State: v.State, Status: v.Status, Reply: v.Reply, Orig: v.Orig, ReplyTuple: v.ReplyTuple, Mark: v.Mark, Expire: v.Expire}
 }
 
 // Handle implements netsim.Handler.
@@ -124,18 +106,20 @@ func (h *emulatorHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.V
 	if !v.Decided() {
 		return netsim.VerdictContinue
 	}
+	d := engineNAT
 	switch v.Verdict {
 	case emulator.Drop:
-		return netsim.Verdict{Kind: netsim.Drop, Reason: v.Reason}
+		d = engineDrop
 	case emulator.Reject:
-		return netsim.RejectVerdict(v.Reject, v.Reason)
+		d = engineReject
 	case emulator.Unknown:
-		return netsim.Verdict{Kind: netsim.Drop, Reason: v.Reason + ": target not emulated"}
+		d = engineUnknown
 	}
-	if v.HasNAT {
-		return netsim.Verdict{Kind: netsim.NAT, NAT: natAction(&v.NAT), Reason: v.Reason}
+	if d == engineNAT && !v.HasNAT {
+		return netsim.VerdictContinue
 	}
-	return netsim.VerdictContinue
+	n := &v.NAT
+	return netsimVerdict(d, v.Reject, netsimNAT(n.Kind, n.Addr, n.Port, n.PortMax, n.Random, n.RandomFully), v.Reason, "target")
 }
 
 // traceRules copies the emulator's rule steps into the packet's netsim trace.
@@ -153,19 +137,4 @@ func traceRules(ctx *netsim.Context, tr *emulator.Trace) {
 		}
 		ctx.Trace(ts)
 	}
-}
-
-// natAction is the netsim NAT of an emulator NAT target's result.
-func natAction(n *emulator.NAT) netsim.NATAction {
-	a := netsim.NATAction{Kind: n.Kind, Random: n.Random, RandomFully: n.RandomFully}
-	if n.Kind == netfilter.DNAT || n.Kind == netfilter.SNAT {
-		a.Addr = n.Addr
-	}
-	if n.Port != 0 {
-		a.PortMin, a.PortMax = n.Port, n.Port
-		if n.PortMax > n.Port {
-			a.PortMax = n.PortMax
-		}
-	}
-	return a
 }

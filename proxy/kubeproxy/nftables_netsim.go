@@ -156,18 +156,20 @@ func (h *nftHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.Verdic
 	if !v.Decided() {
 		return netsim.VerdictContinue
 	}
+	d := engineNAT
 	switch v.Verdict {
 	case nftemu.Drop:
-		return netsim.Verdict{Kind: netsim.Drop, Reason: v.Reason}
+		d = engineDrop
 	case nftemu.Reject:
-		return netsim.RejectVerdict(v.Reject, v.Reason)
+		d = engineReject
 	case nftemu.Unknown:
-		return netsim.Verdict{Kind: netsim.Drop, Reason: v.Reason + ": statement not emulated"}
+		d = engineUnknown
 	}
-	if v.HasNAT {
-		return netsim.Verdict{Kind: netsim.NAT, NAT: nftNATAction(&v.NAT), Reason: v.Reason}
+	if d == engineNAT && !v.HasNAT {
+		return netsim.VerdictContinue
 	}
-	return netsim.VerdictContinue
+	n := &v.NAT
+	return netsimVerdict(d, v.Reject, netsimNAT(n.Kind, n.Addr, n.Port, n.PortMax, n.Random, n.RandomFully), v.Reason, "statement")
 }
 
 // traceNFT copies the evaluator's rule and policy steps into the packet's netsim trace.
@@ -212,38 +214,6 @@ func nftFromNetsim(q *nftemu.Packet, p *netsim.Packet, ctx *netsim.Context, prio
 	*q = nftemu.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
 		TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL,
 		InIface: p.InIface, OutIface: p.OutIface, Mark: p.Mark, Len: len(p.Data)}
-	switch {
-	case p.Conn == nil && prio < netfilter.PriorityConntrack:
-		q.CT.State = netfilter.CtInvalid // before conntrack: no entry yet
-	case p.CtState == netfilter.CtUntracked:
-		q.CT.State = netfilter.CtUntracked
-	case p.Conn == nil:
-		q.CT.State = netfilter.CtInvalid
-	default:
-		q.CT.State = p.CtState
-	}
-	if c := p.Conn; c != nil {
-		q.CT.Reply = p.CtReply
-		q.CT.Mark = c.Mark
-		q.CT.Orig, q.CT.ReplyTuple = c.Orig, c.Reply
-		q.CT.Status = c.Status & (netfilter.StatusSeenReply | netfilter.StatusAssured | netfilter.StatusConfirmed | netfilter.StatusSrcNAT | netfilter.StatusDstNAT)
-		if !c.Expires.IsZero() {
-			q.CT.Expire = c.Expires.Sub(ctx.Now())
-		}
-	}
-}
-
-// nftNATAction is the netsim NAT of an nft NAT statement's result.
-func nftNATAction(n *nftemu.NAT) netsim.NATAction {
-	a := netsim.NATAction{Kind: n.Kind, Random: n.Random, RandomFully: n.RandomFully}
-	if n.Kind == netfilter.DNAT || n.Kind == netfilter.SNAT {
-		a.Addr = n.Addr
-	}
-	if n.Port != 0 {
-		a.PortMin, a.PortMax = n.Port, n.Port
-		if n.PortMax > n.Port {
-			a.PortMax = n.PortMax
-		}
-	}
-	return a
+	v := conntrackOf(p, ctx, prio < netfilter.PriorityConntrack) // a chain before conntrack's lookup
+	q.CT = nftemu.Conntrack{State: v.State, Status: v.Status, Reply: v.Reply, Orig: v.Orig, ReplyTuple: v.ReplyTuple, Mark: v.Mark, Expire: v.Expire}
 }
