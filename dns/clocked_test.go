@@ -127,3 +127,51 @@ func TestLookupOnClockLostSecondQuery(t *testing.T) {
 		})
 	}
 }
+
+// TestPodResolverClockTimeouts: with ClusterDNSOptions.ClockTimeouts the pod's
+// own resolver (what its Dial and HTTP clients use) waits for lost replies on
+// the virtual clock: the lost AAAA query costs 5 s of virtual time and the
+// retry answers; the fallback to single-request is kept for the next lookup,
+// which sends A and AAAA one at a time and loses nothing.
+func TestPodResolverClockTimeouts(t *testing.T) {
+	c := simCluster(t, nil, "node-a", "node-b")
+	cd := installDNS(t, c, ClusterDNSOptions{ClockTimeouts: true})
+	mustApply(t, c, service.NewService("default/my-service", service.Selector("app=web"), service.Port("http", 80, 8080)))
+	mustPod(t, c, service.NewPod("default/client", service.OnNode("node-a")))
+	dropNthOfFlow(t, c.Node("node-a").Node, 2)
+	pr := cd.Resolver("default", "client")
+	resolve := func() Lookup {
+		t.Helper()
+		var err error
+		RunOnClock(simCtx(t), c, 5*time.Second, func() { _, err = pr.Resolve(simCtx(t), "my-service") })
+		if err != nil {
+			t.Fatalf("resolve: %v", err)
+		}
+		lks := pr.Lookups()
+		return lks[len(lks)-1]
+	}
+	start := c.Clock().Now()
+	first := resolve()
+	if first.Waited != 5*time.Second || len(first.Queries) != 4 || first.Queries[1].Rcode != -1 {
+		t.Errorf("first lookup waited %v, queries\n%s\nwant 5s, the AAAA lost and both asked again", first.Waited, logLines(first.Queries))
+	}
+	if el := c.Clock().Since(start); el < 5*time.Second {
+		t.Errorf("virtual time moved %v, want at least 5s", el)
+	}
+	if single, reopen := pr.Stub.SingleRequest(); !single || reopen {
+		t.Errorf("after the fallback single-request %v, reopen %v; want single-request learnt", single, reopen)
+	}
+	// The second packet of the next socket is its AAAA query again, sent after
+	// the A reply: lost too, then single-request-reopen.
+	second := resolve()
+	if second.Waited != 5*time.Second {
+		t.Errorf("second lookup waited %v\n%s", second.Waited, logLines(second.Queries))
+	}
+	if _, reopen := pr.Stub.SingleRequest(); !reopen {
+		t.Errorf("after the second fallback, want single-request-reopen learnt")
+	}
+	third := resolve()
+	if third.Waited != 0 || len(third.Queries) != 2 || third.Queries[0].Local == third.Queries[1].Local {
+		t.Errorf("third lookup waited %v, queries\n%s\nwant no wait, A and AAAA from two sockets", third.Waited, logLines(third.Queries))
+	}
+}
