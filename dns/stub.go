@@ -634,8 +634,14 @@ func (s *Stub) udpRound(addr, fqdn string, qtypes []uint16, sequential, reopen b
 			}
 		}
 	}()
+	// The socket's local address, looked up once a socket.
+	var localOf *mdns.Conn
+	var local netip.AddrPort
 	record := func(i int, r *mdns.Msg, err error) {
-		e := &QueryLog{Name: fqdn, Type: qtypes[i], Server: addr, Network: "udp", Rcode: -1, Err: err, Local: localAddr(*conn)}
+		if *conn != localOf {
+			localOf, local = *conn, localAddr(*conn)
+		}
+		e := &QueryLog{Name: fqdn, Type: qtypes[i], Server: addr, Network: "udp", Rcode: -1, Err: err, Local: local}
 		if r != nil {
 			e.Rcode, e.Answers, e.TC = r.Rcode, len(r.Answer), r.Truncated
 		}

@@ -2,6 +2,7 @@ package dns
 
 import (
 	"context"
+	"net"
 	"net/netip"
 	"strings"
 	"time"
@@ -24,13 +25,19 @@ func localAddr(conn *mdns.Conn) netip.AddrPort {
 	if conn == nil || conn.Conn == nil {
 		return netip.AddrPort{}
 	}
-	a := conn.LocalAddr()
-	if a == nil {
+	var ap netip.AddrPort
+	switch a := conn.LocalAddr().(type) {
+	case *net.UDPAddr:
+		ap = a.AddrPort()
+	case *net.TCPAddr:
+		ap = a.AddrPort()
+	case nil:
 		return netip.AddrPort{}
-	}
-	ap, err := netip.ParseAddrPort(a.String())
-	if err != nil {
-		return netip.AddrPort{}
+	default:
+		var err error
+		if ap, err = netip.ParseAddrPort(a.String()); err != nil {
+			return netip.AddrPort{}
+		}
 	}
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
