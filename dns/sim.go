@@ -75,6 +75,10 @@ type ClusterDNSOptions struct {
 	// StubTimeout, when set, replaces the resolv.conf timeout (glibc's 5 s)
 	// of every resolver installed.
 	StubTimeout time.Duration
+	// ClockTimeouts runs every resolver's reply timeouts on the cluster's
+	// virtual clock (Stub.After) instead of read deadlines on the wall clock,
+	// so that Clock().Advance (or RunOnClock) ends them. Default off.
+	ClockTimeouts bool
 }
 
 // ClusterDNS is the cluster DNS of a simulated cluster: the kube-dns Service,
@@ -445,6 +449,9 @@ func (cd *ClusterDNS) kubeletDNS(n *netsim.Node) KubeletDNS {
 func (cd *ClusterDNS) newResolver(key string, conf ResolvConf, warnings []string, hosts []hostsEntry, dial func(context.Context, string, string) (net.Conn, error)) *PodResolver {
 	stub := NewStub(conf, dial)
 	stub.Timeout = cd.opts.StubTimeout
+	if cd.opts.ClockTimeouts {
+		stub.After = clockAfter(cd.c.Clock())
+	}
 	return &PodResolver{Pod: key, Conf: conf, Warnings: warnings, Stub: stub, hosts: hosts, now: cd.c.Clock().Now, lookups: ring[Lookup]{cap: maxLookups}}
 }
 

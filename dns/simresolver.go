@@ -27,6 +27,8 @@ type Lookup struct {
 	Addrs   []netip.Addr
 	Err     error
 	Queries []QueryLog
+	// Waited is the time spent on reply timeouts (Result.Waited).
+	Waited time.Duration
 }
 
 // PodResolver is a pod's name resolution as the simulated kubelet set it up:
@@ -92,6 +94,7 @@ func (r *PodResolver) lookup(ctx context.Context, host string) Lookup {
 	res, err := r.Stub.Lookup(ctx, host, FamilyAny)
 	if res != nil {
 		lk.Queries = res.Log
+		lk.Waited = res.Waited
 		lk.FQDN = res.Name
 		lk.Addrs = res.Addrs
 	}

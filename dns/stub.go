@@ -82,6 +82,9 @@ type QueryLog struct {
 	Answers int    // records in the answer section
 	TC      bool
 	Err     error
+	// Local is the stub's end of the socket the query went from (its
+	// source address and port), when the connection knows it.
+	Local netip.AddrPort
 }
 
 // String is "A svc1.default.svc.cluster.local. @10.96.0.10:53/udp NXDOMAIN".
@@ -109,6 +112,10 @@ type Result struct {
 	Name  string       // the FQDN that answered
 	Addrs []netip.Addr // A then AAAA addresses, in answer order
 	Log   []QueryLog
+	// Waited is the time the lookup spent waiting for replies that did not
+	// come: one reply timeout for each UDP round (or TCP exchange) that
+	// ended at its timeout.
+	Waited time.Duration
 }
 
 // Stub is a pod's stub resolver: the glibc res_search walk over a
@@ -215,6 +222,7 @@ func (s *Stub) Lookup(ctx context.Context, name string, fam Family) (*Result, er
 	if name == "" || name == "." {
 		return res, &LookupError{Name: name, Kind: HostNotFound}
 	}
+	ctx = context.WithValue(ctx, waitedKey{}, &res.Waited)
 	fqdn, tr, kind := s.walk(name, func(fqdn string) tryResult { return s.tryName(ctx, fqdn, fam, &res.Log) })
 	if fqdn == "" {
 		return res, &LookupError{Name: name, Kind: kind}
@@ -397,10 +405,17 @@ func (s *Stub) sendAll(ctx context.Context, fqdn string, qtypes []uint16, log *[
 	if len(servers) == 0 {
 		servers = []string{"127.0.0.1"}
 	}
+	_, vc := s.Conf.Option("use-vc")
 	for attempt := 0; attempt < s.Conf.Attempts(); attempt++ {
 		for _, ns := range servers {
 			addr := nameserverAddr(ns)
-			replies, partial := s.exchangeUDP(ctx, addr, fqdn, qtypes, log)
+			var replies []*mdns.Msg
+			partial := false
+			if vc {
+				replies = s.exchangeVC(ctx, addr, fqdn, qtypes, log)
+			} else {
+				replies, partial = s.exchangeUDP(ctx, addr, fqdn, qtypes, log)
+			}
 			if partial {
 				return replies, true
 			}
@@ -569,6 +584,9 @@ func (s *Stub) exchangeUDP(ctx context.Context, addr, fqdn string, qtypes []uint
 	for {
 		var timedOut bool
 		replies, timedOut = s.udpRound(addr, fqdn, qtypes, sequential, reopen, &conn, open, log)
+		if timedOut {
+			s.addWaited(ctx)
+		}
 		if len(qtypes) != 2 || !timedOut || (replies[0] == nil) == (replies[1] == nil) {
 			return replies, false
 		}
@@ -616,8 +634,14 @@ func (s *Stub) udpRound(addr, fqdn string, qtypes []uint16, sequential, reopen b
 			}
 		}
 	}()
+	// The socket's local address, looked up once a socket.
+	var localOf *mdns.Conn
+	var local netip.AddrPort
 	record := func(i int, r *mdns.Msg, err error) {
-		e := &QueryLog{Name: fqdn, Type: qtypes[i], Server: addr, Network: "udp", Rcode: -1, Err: err}
+		if *conn != localOf {
+			localOf, local = *conn, localAddr(*conn)
+		}
+		e := &QueryLog{Name: fqdn, Type: qtypes[i], Server: addr, Network: "udp", Rcode: -1, Err: err, Local: local}
 		if r != nil {
 			e.Rcode, e.Answers, e.TC = r.Rcode, len(r.Answer), r.Truncated
 		}
@@ -687,6 +711,7 @@ func (s *Stub) exchangeTCP(ctx context.Context, addr, fqdn string, qtype uint16,
 	}
 	conn := &mdns.Conn{Conn: c}
 	defer conn.Close()
+	e.Local = localAddr(conn)
 	_ = conn.SetDeadline(time.Now().Add(s.timeout()))
 	q := s.query(fqdn, qtype)
 	if err := conn.WriteMsg(q); err != nil {

@@ -194,8 +194,16 @@ func (c *stepCheck) dns() {
 	if q.Name == "" || !validDNSName(q.Name) {
 		c.fail("dns.name", "want a DNS name, got %q", q.Name)
 	}
-	if q.Type != "" && !slices.Contains(dnsTypes, strings.ToUpper(q.Type)) {
-		c.fail("dns.type", "want one of %s, got %q", strings.Join(dnsTypes, ", "), q.Type)
+	if q.Type != "" && !slices.Contains(dnsTypes, strings.ToUpper(q.Type)) && !strings.EqualFold(q.Type, "both") {
+		c.fail("dns.type", "want one of %s or both, got %q", strings.Join(dnsTypes, ", "), q.Type)
+	}
+	if len(q.Options) > 0 && q.Type != "" && !slices.Contains([]string{"A", "AAAA", "BOTH"}, strings.ToUpper(q.Type)) {
+		c.fail("dns.options", "resolv.conf options go with types A, AAAA and both, not %s", q.Type)
+	}
+	for i, o := range q.Options {
+		if err := checkResolvOption(o); err != nil {
+			c.fail(fmt.Sprintf("dns.options[%d]", i), "%v", err)
+		}
 	}
 }
 

@@ -78,8 +78,12 @@
 //	send: {from, to, proto, count, src_port, trace, all_branches}
 //	                              single packets; all_branches: every outcome of one
 //	                              packet with its probability
-//	dns: {from: pod:NS/NAME, name, type}      A (stub resolver: search list, ndots),
-//	                              AAAA, SRV, PTR, TXT, CNAME, NS, SOA
+//	dns: {from: pod:NS/NAME, name, type, options}   A (stub resolver: search list, ndots),
+//	                              AAAA, both, SRV, PTR, TXT, CNAME, NS, SOA; both (A and
+//	                              AAAA back to back from one socket, as getaddrinfo) or
+//	                              options [single-request, single-request-reopen, use-vc,
+//	                              timeout:N, attempts:N, ndots:N]: timeouts on the
+//	                              virtual clock, the delay, answers by type, source ports
 //	check: {conntrack: {node, proto, dst, reply_src, src, src_port}} | {endpoints: {service}}
 //	       | {conntrack_stats: {node}}       conntrack -S counters
 //	       | {health_check: {service: NS/NAME, node}}   the health-check node port's answer
@@ -122,6 +126,9 @@
 //	seen_source: client | not-client | node | node:NAME | IP
 //	rcode: NXDOMAIN               dns
 //	answer: [service:NS/NAME, pod:NS/NAME, 10.0.0.1, "0 50 80 x.default.svc.cluster.local."]
+//	answers: {A: [service:NS/NAME], AAAA: []}, delay: {min: 5s, at_most: 5s}
+//	                              dns with type both or options: by query type; the
+//	                              time spent on reply timeouts
 //	count: 1, ready: 1            check (conntrack entries; endpoints, ready endpoints)
 //	probabilities: {default/web-0: 0.5, dropped: 0.5}, tolerance: 0.01
 //	                              send with all_branches: each outcome's probability

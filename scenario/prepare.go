@@ -571,6 +571,17 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 	only("seen_source", e.SeenSource != "", traffic, "connect and send")
 	only("rcode", e.Rcode != "", st.DNS != nil, "dns")
 	only("answer", e.Answer != nil, st.DNS != nil, "dns")
+	glibc := st.DNS != nil && (strings.EqualFold(st.DNS.Type, "both") || len(st.DNS.Options) > 0)
+	only("answers", e.Answers != nil, glibc, "dns (type both or options)")
+	only("delay", e.Delay != nil, glibc, "dns (type both or options)")
+	for k := range e.Answers {
+		if t := strings.ToUpper(k); t != "A" && t != "AAAA" {
+			fail("answers."+k, "want A or AAAA, got %q", k)
+		}
+	}
+	if d := e.Delay; d != nil && d.Min != nil && d.AtMost != nil && *d.Min > *d.AtMost {
+		fail("delay", "min %s is over at_most %s", d.Min, d.AtMost)
+	}
 	only("count", e.Count != nil, st.Check != nil, "check")
 	only("ready", e.Ready != nil, st.Check != nil && st.Check.Endpoints != nil, "check endpoints")
 	if e.Result != "" && !slices.Contains(resultNames, e.Result) {

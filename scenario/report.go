@@ -116,6 +116,19 @@ type DNSResult struct {
 	Rcode   string   `json:"rcode"`
 	Answers []string `json:"answers"`
 	Queries []string `json:"queries,omitempty"` // every query the resolver sent
+	// Delay is the time the resolver waited for replies that did not come (type both
+	// or options only): a timeout for each round that ended at its timeout.
+	Delay string `json:"delay,omitempty"`
+	// ByType is the outcome of each query type (type both or options only).
+	ByType []DNSTypeResult `json:"by_type,omitempty"`
+}
+
+// DNSTypeResult is the outcome of one query type of a lookup.
+type DNSTypeResult struct {
+	Type     string   `json:"type"`
+	Answered bool     `json:"answered"` // the last query of this type got a reply
+	Rcode    string   `json:"rcode,omitempty"`
+	Answers  []string `json:"answers"`
 }
 
 // Expectation is one checked expectation.

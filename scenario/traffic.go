@@ -502,7 +502,14 @@ func (r *runner) dnsStep(ctx context.Context, st *Step, res *StepResult) error {
 	}
 	dr := &DNSResult{Name: q.Name, Type: typ, Answers: []string{}}
 	res.DNS = dr
-	if typ == "A" || typ == "AAAA" {
+	if typ == "BOTH" || len(q.Options) > 0 {
+		if typ == "BOTH" {
+			dr.Type = "A+AAAA"
+		}
+		if err := r.glibcLookup(ctx, q, typ, dr, res); err != nil {
+			return err
+		}
+	} else if typ == "A" || typ == "AAAA" {
 		fam := dns.FamilyIPv4
 		if typ == "AAAA" {
 			fam = dns.FamilyIPv6
@@ -551,7 +558,7 @@ func (r *runner) dnsStep(ctx context.Context, st *Step, res *StepResult) error {
 			dr.Answers = append(dr.Answers, rdata(rr))
 		}
 	}
-	res.Summary = fmt.Sprintf("%s %s: %s", typ, q.Name, dr.Rcode)
+	res.Summary = fmt.Sprintf("%s %s: %s", dr.Type, q.Name, dr.Rcode)
 	if len(dr.Answers) > 0 {
 		res.Summary += " " + strings.Join(dr.Answers, ", ")
 	}
@@ -577,6 +584,9 @@ func (r *runner) dnsStep(ctx context.Context, st *Step, res *StepResult) error {
 			sort.Strings(want)
 			sort.Strings(got)
 			res.Expectations = append(res.Expectations, Expectation{Field: "answer", Want: "{" + strings.Join(want, ", ") + "}", Got: "{" + strings.Join(got, ", ") + "}", OK: strings.Join(want, "\n") == strings.Join(got, "\n")})
+		}
+		if err := r.glibcExpect(e, dr, res); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -295,10 +295,19 @@ type DNSQuery struct {
 	From string `yaml:"from"`
 	// Name is the name asked for (required); short names go through the pod's search list.
 	Name string `yaml:"name"`
-	// Type is A (default), AAAA, SRV, PTR, TXT or CNAME. A and AAAA go through the pod's
-	// stub resolver (search list, ndots); other types ask the name as written, except
-	// that a PTR query for an address asks for its reverse name (as dig -x does).
+	// Type is A (default), AAAA, both, SRV, PTR, TXT or CNAME. A and AAAA go through the
+	// pod's stub resolver (search list, ndots); both asks A and AAAA for each name as
+	// getaddrinfo does (back to back from one UDP socket unless options say otherwise);
+	// other types ask the name as written, except that a PTR query for an address asks
+	// for its reverse name (as dig -x does).
 	Type string `yaml:"type,omitempty"`
+	// Options are resolv.conf options added to the pod's (replacing an option of the
+	// same name) for this lookup, A, AAAA or both only: single-request,
+	// single-request-reopen, use-vc, timeout:N, attempts:N, ndots:N. With options or
+	// type both, the resolver's timeouts run on the virtual clock (a lost query costs
+	// timeout seconds, 5 by default, and a retry) and the result reports the delay, the
+	// answers by query type and each query's source address and port.
+	Options []string `yaml:"options,omitempty"`
 }
 
 // Check looks at the state of the cluster. Exactly one field is set.
@@ -485,6 +494,11 @@ type Expect struct {
 
 	Rcode  string   `yaml:"rcode,omitempty"`
 	Answer []string `yaml:"answer,omitempty"`
+	// Answers are a dns step's answers by query type (A, AAAA), as answer's; Delay
+	// bounds the time its resolver waited for replies that did not come (type both
+	// or options only).
+	Answers map[string][]string `yaml:"answers,omitempty"`
+	Delay   *DelayRange         `yaml:"delay,omitempty"`
 
 	Count *int `yaml:"count,omitempty"`
 	Ready *int `yaml:"ready,omitempty"`
@@ -519,6 +533,12 @@ type DecisionPoint struct {
 
 // Duration is a time.Duration written as "30s", "1m30s", "250ms".
 type Duration time.Duration
+
+// DelayRange bounds a delay: at least Min, at most AtMost (each optional).
+type DelayRange struct {
+	Min    *Duration `yaml:"min,omitempty"`
+	AtMost *Duration `yaml:"at_most,omitempty"`
+}
 
 // D returns the time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
