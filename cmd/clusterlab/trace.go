@@ -42,9 +42,9 @@ type traceOptions struct {
 	sportSet bool // --sport given (not for ICMP)
 }
 
-const traceLong = `Trace the first packet of a connection (or a later one: --ctstate, --reply) through
-a node's iptables rules
-(--iptables-save, an iptables-save dump) or nftables rules (--nft-ruleset: the output of
+const traceLong = `Trace the first packet of a connection (or a later one: --ctstate, --reply) through a
+node's iptables rules (--iptables-save, an iptables-save dump) or nftables rules
+(--nft-ruleset: the output of
 ` + "`nft list ruleset`" + ` with or without -a, of ` + "`nft -j list ruleset`" + `, or an ` + "`nft -f`" + `
 script), rule by rule, as the kernel would. Give exactly one of the two. With iptables:
 raw, mangle, nat, filter and security tables at each hook. With nftables: the base
