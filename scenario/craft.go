@@ -86,7 +86,7 @@ func parseSeq(s string, next func() (uint32, error)) (uint32, error) {
 
 var ctStateNames = []string{"NEW", "ESTABLISHED", "RELATED", "INVALID", "UNTRACKED"}
 
-// checkCrafted validates send.packet and the ctstate expectation.
+// crafted validates send.packet.
 func (c *stepCheck) crafted(f string, t *Traffic) {
 	pk := t.Packet
 	f += ".packet"
@@ -140,7 +140,7 @@ func icmpTypeOr(s string) string {
 
 func isEcho(s string) bool { s = icmpTypeOr(s); return s == "echo-request" || s == "ping" || s == "8" }
 
-// checkCtStateExpect validates expect.ctstate.
+// ctStateExpect validates expect.ctstate: nodes of the cluster and known states.
 func (c *stepCheck) ctStateExpect() {
 	e := c.st.Expect
 	if e == nil || e.CtState == nil {
