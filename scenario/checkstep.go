@@ -139,12 +139,16 @@ func (c *stepCheck) traffic() {
 	proto := strings.ToLower(t.Proto)
 	switch proto {
 	case "", "tcp", "udp":
+	case "icmp":
+		if t.Via == "netstack" {
+			c.fail(f+".proto", "icmp traffic needs via: probe (echo requests are probes)")
+		}
 	case "sctp":
 		if t.Via == "netstack" {
 			c.fail(f+".proto", "sctp traffic needs via: probe (netstack has no SCTP sockets)")
 		}
 	default:
-		c.fail(f+".proto", "want tcp, udp or sctp, got %q", t.Proto)
+		c.fail(f+".proto", "want tcp, udp, sctp or icmp, got %q", t.Proto)
 	}
 	if t.Count < 0 || t.Count > 100000 {
 		c.fail(f+".count", "want 1-100000, got %d", t.Count)
@@ -155,6 +159,10 @@ func (c *stepCheck) traffic() {
 	if t.AllBranches {
 		c.allBranches(f, t)
 	}
+	if t.Packet != nil {
+		c.crafted(f, t)
+	}
+	c.ctStateExpect()
 	switch t.Via {
 	case "", "probe":
 	case "netstack":

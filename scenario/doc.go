@@ -74,10 +74,17 @@
 // Actions:
 //
 //	connect: {from, to, proto, count, src_port, via, trace}
-//	                              TCP handshakes or UDP request/replies
-//	send: {from, to, proto, count, src_port, trace, all_branches}
+//	                              TCP handshakes, UDP request/replies or ICMP echoes
+//	                              (proto icmp: a pod answers; a ClusterIP in the
+//	                              iptables mode does not, no rule DNATs ICMP)
+//	send: {from, to, proto, count, src_port, trace, all_branches, packet}
 //	                              single packets; all_branches: every outcome of one
 //	                              packet with its probability
+//	send.packet: {tcp_flags: "PSH,ACK", seq: 1234 | next | next+N, ack, window, reply}
+//	           | {icmp_type: echo-request | fragmentation-needed | TYPE/CODE, reply}
+//	                              one crafted packet (proto tcp or icmp) on the
+//	                              connection from src_port to `to`; reply: from its
+//	                              server's side (an ICMP error about its last segment)
 //	dns: {from: pod:NS/NAME, name, type, options}   A (stub resolver: search list, ndots),
 //	                              AAAA, both, SRV, PTR, TXT, CNAME, NS, SOA; both (A and
 //	                              AAAA back to back from one socket, as getaddrinfo) or
@@ -138,6 +145,7 @@
 //	present: true, nat_destination: pod:NS/NAME[:PORT] | IP[:PORT]    check conntrack
 //	counters: {insert, insert_failed, drop, early_drop}                check conntrack_stats
 //	status: 200, local_endpoints: 1                                    check health_check
+//	ctstate: {node-a: INVALID}    send with packet: the conntrack state it got at nodes
 //
 // # Probes and real sockets
 //

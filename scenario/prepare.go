@@ -584,6 +584,7 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 	}
 	only("count", e.Count != nil, st.Check != nil, "check")
 	only("ready", e.Ready != nil, st.Check != nil && st.Check.Endpoints != nil, "check endpoints")
+	only("ctstate", e.CtState != nil, st.Send != nil && st.Send.Packet != nil, "send (with a crafted packet)")
 	if e.Result != "" && !slices.Contains(resultNames, e.Result) {
 		fail("result", "want one of %s, got %q", strings.Join(resultNames, ", "), e.Result)
 	}

@@ -44,6 +44,9 @@ func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool
 	if t.AllBranches {
 		return r.allBranches(st, tp, tr, res)
 	}
+	if t.Packet != nil {
+		return r.craft(st, tp, tr, res)
+	}
 	var atts []attempt
 	if tp.via == "probe" {
 		atts, err = r.probeAttempts(tp, res)

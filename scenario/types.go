@@ -287,6 +287,10 @@ type Traffic struct {
 	// IPVS random schedulers) and reports each outcome with its probability, changing
 	// nothing (send steps only; count is ignored).
 	AllBranches bool `yaml:"all_branches,omitempty"`
+	// Packet makes a send step send one crafted packet (craft.go) instead of a first
+	// packet: a TCP segment with chosen flags, sequence and acknowledgement numbers and
+	// window, or an ICMP message (proto: icmp).
+	Packet *CraftedPacket `yaml:"packet,omitempty"`
 }
 
 // DNSQuery is a name lookup from a pod.
@@ -513,6 +517,10 @@ type Expect struct {
 
 	Status         *int `yaml:"status,omitempty"`
 	LocalEndpoints *int `yaml:"local_endpoints,omitempty"`
+
+	// CtState (send with packet): the conntrack state the packet got at nodes, by
+	// node name: NEW, ESTABLISHED, RELATED, INVALID or UNTRACKED.
+	CtState map[string]string `yaml:"ctstate,omitempty"`
 }
 
 // DecisionPoint is what decided a packet's fate: one of a rule (Chain with Rule or

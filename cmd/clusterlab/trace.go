@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 
 	"github.com/spf13/cobra"
@@ -34,10 +33,18 @@ type traceOptions struct {
 	everyRule    bool
 	seed         uint64
 	output       string
+
+	// A packet of an existing connection or an ICMP message (trace_packet.go).
+	icmpType string
+	icmpCode int
+	ctstate  string
+	reply    bool
+	sportSet bool // --sport given (not for ICMP)
 }
 
-const traceLong = `Trace the first packet of a connection through a node's iptables rules
-(--iptables-save, an iptables-save dump) or nftables rules (--nft-ruleset: the output of
+const traceLong = `Trace the first packet of a connection (or a later one: --ctstate, --reply) through a
+node's iptables rules (--iptables-save, an iptables-save dump) or nftables rules
+(--nft-ruleset: the output of
 ` + "`nft list ruleset`" + ` with or without -a, of ` + "`nft -j list ruleset`" + `, or an ` + "`nft -f`" + `
 script), rule by rule, as the kernel would. Give exactly one of the two. With iptables:
 raw, mangle, nat, filter and security tables at each hook. With nftables: the base
@@ -94,7 +101,7 @@ func newTraceCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "trace (--iptables-save FILE | --nft-ruleset FILE) --src IP --dst IP --dport N | SCENARIO --from pod:NS/NAME --to NAME_OR_VIP[:PORT]) [flags]",
 		Short: "Trace a packet through an iptables-save dump, an nft ruleset or a scenario's cluster, rule by rule",
-		Long:  traceLong + traceScenarioLong,
+		Long:  traceLong + tracePacketLong + traceScenarioLong,
 		Example: `  clusterlab trace --iptables-save node1.txt --src 10.244.3.9 --dst 10.96.0.50 --dport 8125 --proto udp --all-branches
   clusterlab trace --iptables-save node1.txt --src 192.168.1.10 --dst 10.96.0.1 --dport 443 --local-ips 192.168.1.10 -o json
   clusterlab trace --nft-ruleset node1.nft --src 10.244.3.9 --dst 10.96.0.50 --dport 8125 --proto udp --local-ips 192.168.1.10 --all-branches` + traceScenarioExamples,
@@ -106,6 +113,7 @@ func newTraceCmd() *cobra.Command {
 			if c := changed(cmd, scenarioTraceFlags); len(c) > 0 {
 				return badInput(fmt.Errorf("%s: only for tracing a scenario (give the scenario file as the argument)", strings.Join(c, ", ")))
 			}
+			o.sportSet = cmd.Flags().Changed("sport")
 			return runTrace(cmd, &o)
 		},
 	}
@@ -117,7 +125,7 @@ func newTraceCmd() *cobra.Command {
 	f.StringVar(&o.dst, "dst", "", "destination IP address")
 	f.IntVar(&o.dport, "dport", 0, "destination port")
 	f.IntVar(&o.sport, "sport", 40000, "source port")
-	f.StringVar(&o.proto, "proto", "tcp", "protocol: tcp, udp or sctp")
+	f.StringVar(&o.proto, "proto", "tcp", "protocol: tcp, udp, sctp or icmp (ICMPv6 for IPv6 addresses; with --icmp-type)")
 	f.StringSliceVar(&o.localIPs, "local-ips", nil, "the node's own IP addresses (addrtype LOCAL, local delivery), comma-separated")
 	f.StringVar(&o.from, "from", "", "where the packet comes from: pod, node or external (default: node if --src is local, else from outside); with a scenario: pod:NS/NAME, node:NAME or external:NAME")
 	f.StringVar(&o.inIface, "in-interface", "", "input interface the packet arrives on (for -i rules; none by default)")
@@ -126,6 +134,7 @@ func newTraceCmd() *cobra.Command {
 	f.BoolVar(&o.everyRule, "every-rule", false, "list every rule looked at, scanning long chains rule by rule as the kernel does (by default rules a chain index shows cannot match are skipped, and a line says how many)")
 	f.Uint64Var(&o.seed, "seed", 1, "seed for the choice points when not following all branches")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	addPacketTraceFlags(f, &o)
 	addScenarioTraceFlags(f, &so)
 	return cmd
 }
@@ -267,22 +276,9 @@ func (o *traceOptions) walkInput() (emulator.WalkInput, error) {
 	if src.Is4() != dst.Is4() {
 		return in, fmt.Errorf("--src %s and --dst %s are of different IP families", src, dst)
 	}
-	if o.dport < 1 || o.dport > 65535 {
-		return in, fmt.Errorf("--dport %d: want a port in 1-65535", o.dport)
-	}
-	if o.sport < 1 || o.sport > 65535 {
-		return in, fmt.Errorf("--sport %d: want a port in 1-65535", o.sport)
-	}
-	var proto uint8
-	switch strings.ToLower(o.proto) {
-	case "tcp":
-		proto = netfilter.ProtoTCP
-	case "udp":
-		proto = netfilter.ProtoUDP
-	case "sctp":
-		proto = netfilter.ProtoSCTP
-	default:
-		return in, fmt.Errorf("--proto %q: want tcp, udp or sctp", o.proto)
+	proto, err := o.packetProto(src.Is6())
+	if err != nil {
+		return in, err
 	}
 	from, err := emulator.ParseFrom(o.from)
 	if err != nil {
@@ -300,8 +296,8 @@ func (o *traceOptions) walkInput() (emulator.WalkInput, error) {
 	}
 	p := emulator.Packet{Proto: proto, Src: src, Dst: dst, SrcPort: uint16(o.sport), DstPort: uint16(o.dport),
 		TTL: 64, Len: 60, InIface: o.inIface}
-	if proto == netfilter.ProtoTCP {
-		p.TCPFlags = netfilter.TCPSyn
+	if err := o.packetState(&p, &in); err != nil {
+		return in, err
 	}
 	in.Packet, in.From, in.AllBranches, in.Seed, in.OutIface, in.EveryRule = p, from, o.allBranches, o.seed, o.outIface, o.everyRule
 	return in, nil

@@ -59,9 +59,14 @@ func nftWalkInput(in emulator.WalkInput) nftemu.WalkInput {
 	p := in.Packet
 	from := map[emulator.From]nftemu.From{emulator.FromAuto: nftemu.FromAuto, emulator.FromPod: nftemu.FromPod,
 		emulator.FromNode: nftemu.FromNode, emulator.FromExternal: nftemu.FromExternal}[in.From]
-	return nftemu.WalkInput{
+	out := nftemu.WalkInput{
 		Packet: nftemu.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
-			TCPFlags: p.TCPFlags, TTL: p.TTL, Len: p.Len, InIface: p.InIface},
+			TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL, Len: p.Len, InIface: p.InIface},
 		From: from, Local: in.Local, AllBranches: in.AllBranches, Seed: in.Seed, OutIface: in.OutIface,
 	}
+	if ct := in.Conntrack; ct != nil {
+		out.Conntrack = &nftemu.Conntrack{State: ct.State, Status: ct.Status, Reply: ct.Reply, Orig: ct.Orig,
+			ReplyTuple: ct.ReplyTuple, Mark: ct.Mark, Expire: ct.Expire}
+	}
+	return out
 }

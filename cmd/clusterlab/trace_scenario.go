@@ -56,7 +56,8 @@ type scenarioTraceOptions struct {
 }
 
 var scenarioTraceFlags = []string{"to", "port", "after-step", "mode", "dot", "svg", "mermaid", "pcap"}
-var dumpTraceFlags = []string{"ipsets", "src", "dst", "dport", "local-ips", "in-interface", "out-interface", "every-rule"}
+var dumpTraceFlags = []string{"ipsets", "src", "dst", "dport", "local-ips", "in-interface", "out-interface", "every-rule",
+	"icmp-type", "icmp-code", "ctstate", "reply"}
 
 func addScenarioTraceFlags(f *pflag.FlagSet, so *scenarioTraceOptions) {
 	f.StringVar(&so.to, "to", "", "scenario mode: the destination: NAME[:PORT], IP[:PORT], service:NS/NAME:PORT, nodeport:NS/NAME@NODE, ...")

@@ -155,3 +155,34 @@ func (m *ICMPMatch) eval(c *evalCtx) tri {
 	ok := m.Any || (p.ICMPType == m.Type && p.ICMPCode >= m.CodeMin && p.ICMPCode <= m.CodeMax)
 	return triOf(ok != m.Neg)
 }
+
+// ParseICMPType parses an ICMP (v6: ICMPv6) type as iptables names it: a name
+// ("echo-request", "fragmentation-needed"), a number, or "TYPE/CODE". code is the
+// name's code when it names exactly one, else 0; hasCode says whether s gave one.
+func ParseICMPType(s string, v6 bool) (typ, code uint8, hasCode bool, err error) {
+	names := icmpNames
+	if v6 {
+		names = icmp6Names
+	}
+	for _, n := range names {
+		if strings.EqualFold(n.name, s) {
+			if n.codeMin == n.codeMax {
+				return n.typ, n.codeMin, true, nil
+			}
+			return n.typ, 0, false, nil
+		}
+	}
+	ts, cs, withCode := strings.Cut(s, "/")
+	t, err := strconv.ParseUint(ts, 10, 8)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("unknown ICMP type %q", s)
+	}
+	if !withCode {
+		return uint8(t), 0, false, nil
+	}
+	c, err := strconv.ParseUint(cs, 10, 8)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("invalid ICMP code in %q", s)
+	}
+	return uint8(t), uint8(c), true, nil
+}

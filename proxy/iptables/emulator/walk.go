@@ -62,6 +62,11 @@ type WalkInput struct {
 	// lists every rule looked at, matched or not, instead of skipping through the chain
 	// indexes the rules that cannot match (the outcomes are the same).
 	EveryRule bool
+	// Conntrack, when set, is the conntrack state of a packet of an existing connection
+	// (ESTABLISHED, RELATED, a reply: its Status has StatusConfirmed) or of one
+	// conntrack found no entry for (INVALID). Nil is the first packet of a new
+	// connection (NEW). The nat table runs only for a first packet, as in the kernel.
+	Conntrack *Conntrack
 }
 
 // RuleRef names a rule on a packet's path.
@@ -325,6 +330,9 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput, start netfilter.Hook) *Outcome {
 	pkt := in.Packet
 	pkt.CT = Conntrack{State: netfilter.CtNew}
+	if in.Conntrack != nil {
+		pkt.CT = *in.Conntrack
+	}
 	c := &evalCtx{pkt: &pkt, env: walkEnv{env}, ch: ch, st: e.st, dry: true, tr: tr, noIndex: in.EveryRule}
 	o := &Outcome{Paths: 1, Trace: tr, MatchedRules: []RuleRef{}, Hooks: []string{}}
 	var lastRule, lastFilter *Decision

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/clusterlab/clusterlab/netfilter"
 )
 
 // JSON renders the merged outcomes as a JSON array (the `clusterlab trace -o json`
@@ -29,7 +31,7 @@ func (r *WalkResult) JSON() ([]byte, error) {
 func (r *WalkResult) Text() string {
 	var b strings.Builder
 	p := r.Input.Packet
-	fmt.Fprintf(&b, "packet %s enters at %s\n", p.String(), r.Start)
+	fmt.Fprintf(&b, "packet %s%s enters at %s%s\n", p.String(), icmpNote(p.Proto, p.ICMPType, p.ICMPCode), r.Start, ctNote(r.Input.Conntrack))
 	if len(r.Paths) == 1 {
 		writeSteps(&b, r.Paths[0].Trace.Steps, "")
 		fmt.Fprintf(&b, "=> %s\n", r.Paths[0].summary())
@@ -133,4 +135,24 @@ func writeTree(b *strings.Builder, paths []*Outcome, k, from int, prefix string)
 		fmt.Fprintf(b, "%s%s %s%s\n", prefix, branch, c.label, prob)
 		writeTree(b, g, k+1, div, prefix+next)
 	}
+}
+
+// ctNote describes the conntrack state of a walk of a packet of an existing
+// connection; empty for a first packet.
+func ctNote(ct *Conntrack) string {
+	if ct == nil {
+		return ""
+	}
+	if ct.Reply {
+		return fmt.Sprintf(" (ctstate %s, reply direction)", ct.State)
+	}
+	return fmt.Sprintf(" (ctstate %s)", ct.State)
+}
+
+// icmpNote names an ICMP message's type and code; empty for other protocols.
+func icmpNote(proto, typ, code uint8) string {
+	if proto != netfilter.ProtoICMP && proto != netfilter.ProtoICMPv6 {
+		return ""
+	}
+	return fmt.Sprintf(" (type %d code %d)", typ, code)
 }

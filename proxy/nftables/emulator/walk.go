@@ -56,6 +56,11 @@ type WalkInput struct {
 	MaxPaths int
 	// OutIface is the output interface of a packet that leaves the node.
 	OutIface string
+	// Conntrack, when set, is the conntrack state of a packet of an existing connection
+	// (ESTABLISHED, RELATED, a reply: its Status has StatusConfirmed) or of one
+	// conntrack found no entry for (INVALID). Nil is the first packet of a new
+	// connection (new). nat chains run only for a first packet, as in the kernel.
+	Conntrack *Conntrack
 }
 
 // RuleRef names a rule on a packet's path. Table is "FAMILY NAME" ("ip kube-proxy").
@@ -300,28 +305,36 @@ func (e *Emulator) walkOnce(env *walkEnv, in WalkInput, start netfilter.Hook) *O
 		o: &Outcome{Paths: 1, Trace: env.tr, MatchedRules: []RuleRef{}, Hooks: []string{}}}
 	w.pkt.CT = Conntrack{State: netfilter.CtNew}
 	note := func(s string) { w.tr.add(Step{Kind: StepNote, Detail: s}) }
+	nat := true
+	if in.Conntrack != nil {
+		w.pkt.CT = *in.Conntrack
+		nat = natFirst(&w.pkt)
+		if !nat {
+			note(fmt.Sprintf("conntrack: %s, not the first packet of the connection: nat chains are not run (the conntrack entry's binding applies)", w.pkt.CT.State))
+		}
+	}
 	if start == netfilter.Prerouting {
-		if o := w.hook(netfilter.Prerouting, true); o != nil {
+		if o := w.hook(netfilter.Prerouting, nat); o != nil {
 			return o
 		}
 		if env.IsLocal(w.pkt.Dst) {
 			note(fmt.Sprintf("routing: %s is local: INPUT", w.pkt.Dst))
-			if o := w.hook(netfilter.Input, true); o != nil {
+			if o := w.hook(netfilter.Input, nat); o != nil {
 				return o
 			}
 			return w.finish(Local, ChainVerdict{})
 		}
 		w.pkt.OutIface = in.OutIface
 		note(fmt.Sprintf("routing: %s is not local: FORWARD", w.pkt.Dst))
-		if o := w.hook(netfilter.Forward, true); o != nil {
+		if o := w.hook(netfilter.Forward, nat); o != nil {
 			return o
 		}
-		if o := w.hook(netfilter.Postrouting, true); o != nil {
+		if o := w.hook(netfilter.Postrouting, nat); o != nil {
 			return o
 		}
 		return w.finish(Accept, ChainVerdict{})
 	}
-	if o := w.hook(netfilter.Output, true); o != nil {
+	if o := w.hook(netfilter.Output, nat); o != nil {
 		return o
 	}
 	isLocal := env.IsLocal(w.pkt.Dst)
@@ -332,7 +345,7 @@ func (e *Emulator) walkOnce(env *walkEnv, in WalkInput, start netfilter.Hook) *O
 		w.pkt.OutIface = in.OutIface
 		note(fmt.Sprintf("routing: %s is not local", w.pkt.Dst))
 	}
-	if o := w.hook(netfilter.Postrouting, true); o != nil {
+	if o := w.hook(netfilter.Postrouting, nat); o != nil {
 		return o
 	}
 	if !isLocal {
@@ -348,6 +361,12 @@ func (e *Emulator) walkOnce(env *walkEnv, in WalkInput, start netfilter.Hook) *O
 		return o
 	}
 	return w.finish(Local, ChainVerdict{})
+}
+
+// natFirst reports whether nat chains see the packet: only an unconfirmed entry's
+// first packet (new, or related to an expectation), as nf_nat_inet_fn.
+func natFirst(p *Packet) bool {
+	return p.CT.Status&netfilter.StatusConfirmed == 0 && (p.CT.State == netfilter.CtNew || p.CT.State == netfilter.CtRelated)
 }
 
 // hook runs the base chains at h; an outcome when one of them ends the packet.
