@@ -174,8 +174,9 @@ type Conntrack struct {
 	stats    CtStats
 }
 
-// CtStats are the counters of conntrack -S the simulation keeps: packets that found an
-// existing entry, packets conntrack classified INVALID, entries inserted (confirmed),
+// CtStats are the counters of conntrack -S the simulation keeps: tuples NAT found taken
+// while choosing a binding (found, as nf_conntrack_tuple_taken counts it), packets
+// conntrack classified INVALID, entries inserted (confirmed),
 // inserts that failed because another entry held a tuple (the packet is dropped, so Drop
 // counts them too), and insert races resolved without a drop (ClashResolve: the later
 // packet merged into the entry already inserted or, from Linux 5.6, its entry inserted
@@ -367,7 +368,6 @@ func (t *Conntrack) inLocked(p *Packet, now time.Time) ctResult {
 	if !ok {
 		return t.newLocked(p, tupleOf(p), now)
 	}
-	t.stats.Found++
 	c := r.c
 	dir := 0
 	if r.reply {
@@ -587,7 +587,11 @@ func (t *Conntrack) tupleTaken(tu netfilter.Tuple, c *Conn) bool {
 // tupleTakenLocked is tupleTaken for a caller that holds the table's lock.
 func (t *Conntrack) tupleTakenLocked(tu netfilter.Tuple, c *Conn) bool {
 	r, ok := t.lookupLocked(tu, t.now())
-	return ok && r.c != c
+	if ok && r.c != c {
+		t.stats.Found++ // as nf_conntrack_tuple_taken counts it
+		return true
+	}
+	return false
 }
 
 // Entries returns a snapshot of the live entries, ordered by ID.
