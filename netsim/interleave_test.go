@@ -159,3 +159,41 @@ func TestConntrackUDPClashProbability(t *testing.T) {
 		}
 	}
 }
+
+// TestSNATPortClash: two connections from different clients that a node masquerades
+// (the same source port, the same server) both pick their port before either confirms.
+// Without randomisation each keeps its source port, the two reply tuples are one, and
+// the second insert fails on any kernel (a reply-tuple clash is not resolvable); with
+// --random-fully (nf_nat_core's random offset) they pick different ports and both leave.
+func TestSNATPortClash(t *testing.T) {
+	for _, tc := range []struct {
+		randomFully bool
+		drops       int
+		stats       CtStats
+	}{
+		{false, 1, CtStats{Insert: 1, InsertFailed: 1, Drop: 1}},
+		{true, 0, CtStats{Insert: 2}},
+	} {
+		c := newTestCluster(t, Config{Seed: 7, ManualClock: true, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+		server := startPod(t, c, "node-b", "default/dns")
+		dst := netip.AddrPortFrom(server.IP(), 53)
+		n := c.Node("node-a")
+		n.AddHandler(HandlerSpec{Name: "masq", Hook: netfilter.Postrouting, Priority: netfilter.PriorityNATSrc, NAT: true, Handler: HandlerFunc(func(_ *Context, p *Packet) Verdict {
+			return MasqueradeVerdict(tc.randomFully, "")
+		})})
+		pkts := []InFlight{
+			{Data: BuildUDP(netip.MustParseAddrPort("192.168.50.1:1000"), dst, []byte("q1"))},
+			{Data: BuildUDP(netip.MustParseAddrPort("192.168.50.2:1000"), dst, []byte("q2"))},
+		}
+		res, err := n.SendTogether(pkts, Interleaving{Steps: []int{0, 1, 0, 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := drops(res); got != tc.drops {
+			t.Errorf("random-fully=%v: %d dropped, want %d: %+v", tc.randomFully, got, tc.drops, res)
+		}
+		if got := n.Conntrack().Stats(); got != tc.stats {
+			t.Errorf("random-fully=%v: conntrack -S: %s, want %s", tc.randomFully, got, tc.stats)
+		}
+	}
+}
