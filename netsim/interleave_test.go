@@ -197,3 +197,18 @@ func TestSNATPortClash(t *testing.T) {
 		}
 	}
 }
+
+// TestSendTogetherBadStep: a step of a packet already done is an error, and the packets
+// held at their confirmation are let on, so the node is not left locked.
+func TestSendTogetherBadStep(t *testing.T) {
+	n, _, pkts := dnsClashSetup(t, kernel56, false)
+	if _, err := n.SendTogether(pkts, Interleaving{Steps: []int{0, 1, 0, 0}}); err == nil || !strings.Contains(err.Error(), "packet 0 is not in flight") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := n.SendTogether(pkts, Interleaving{Steps: []int{2}}); err == nil {
+		t.Fatal("a step of packet 2 of two: no error")
+	}
+	if st := n.Conntrack().Stats(); st.Insert != 2 || st.ClashResolve != 1 {
+		t.Errorf("conntrack -S: %s", st)
+	}
+}
