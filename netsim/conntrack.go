@@ -520,9 +520,12 @@ var clashKernel = netfilter.KernelVersion{Major: 5, Minor: 6}
 //     NAT result and its reply finds its way back, unless its reply tuple is taken too,
 //     which drops it;
 //
-// The row of kube-proxy-versions.md models the same-result merge for releases before 5.6
-// too (kernels from 4.19/5.0 had it); the model takes that. The clash_resolve counter
-// itself only appeared in later kernels (older ones count nothing for a merge).
+// The modelled kernel behaviour is that of nf_conntrack_core.c read for this (the patch
+// "netfilter: conntrack: allow insertion of clashing entries" and later changes to
+// nf_ct_resolve_clash_harder): the merge of identical entries predates 5.6 (the patch
+// says so), the insertion of a clashing entry comes with it. Not modelled: the harder
+// path's hash-chain-length limit, the entry's removal on its first reply, and when the
+// kernel gained the clash_resolve counter (the model counts it on every release).
 func (t *Conntrack) confirmKernelLocked(c *Conn, now time.Time, k netfilter.KernelVersion) (ctInsert, *Conn) {
 	if c.Has(netfilter.StatusConfirmed) {
 		return ctInserted, c
