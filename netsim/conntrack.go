@@ -174,15 +174,28 @@ type Conntrack struct {
 	stats    CtStats
 }
 
-// CtStats are the counters of conntrack -S the simulation keeps: entries inserted
-// (confirmed), inserts that failed because another entry held a tuple (the packet is
-// dropped, so Drop counts them too). EarlyDrop stays 0: the table has no size limit
-// (nf_conntrack_max), so nothing is evicted to make room.
+// CtStats are the counters of conntrack -S the simulation keeps: tuples NAT found taken
+// while choosing a binding (found, as nf_conntrack_tuple_taken counts it), packets
+// conntrack classified INVALID, entries inserted (confirmed),
+// inserts that failed because another entry held a tuple (the packet is dropped, so Drop
+// counts them too), and insert races resolved without a drop (ClashResolve: the later
+// packet merged into the entry already inserted or, from Linux 5.6, its entry inserted
+// by its reply tuple only; see confirmKernelLocked). EarlyDrop stays 0: the table has no
+// size limit (nf_conntrack_max), so nothing is evicted to make room.
 type CtStats struct {
+	Found        uint64 `json:"found"`
+	Invalid      uint64 `json:"invalid"`
 	Insert       uint64 `json:"insert"`
 	InsertFailed uint64 `json:"insert_failed"`
 	Drop         uint64 `json:"drop"`
 	EarlyDrop    uint64 `json:"early_drop"`
+	ClashResolve uint64 `json:"clash_resolve"`
+}
+
+// String renders the counters like a line of conntrack -S.
+func (s CtStats) String() string {
+	return fmt.Sprintf("found=%d invalid=%d insert=%d insert_failed=%d drop=%d early_drop=%d clash_resolve=%d",
+		s.Found, s.Invalid, s.Insert, s.InsertFailed, s.Drop, s.EarlyDrop, s.ClashResolve)
 }
 
 // Stats returns the table's counters.
@@ -317,7 +330,11 @@ type ctResult struct {
 func (t *Conntrack) in(p *Packet, now time.Time) ctResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.inLocked(p, now)
+	r := t.inLocked(p, now)
+	if r.state == netfilter.CtInvalid {
+		t.stats.Invalid++
+	}
+	return r
 }
 
 // inLocked is in for a caller that holds the table's lock (a node's datapath: the node
@@ -371,10 +388,13 @@ func (t *Conntrack) inLocked(p *Packet, now time.Time) ctResult {
 		if r.reply {
 			c.Status |= netfilter.StatusSeenReply
 		}
-		if c.Has(netfilter.StatusSeenReply) {
+		switch {
+		case c.Status&statusNATClash != 0:
+			// A clash entry keeps its 1 s timeout and never becomes ASSURED.
+		case c.Has(netfilter.StatusSeenReply):
 			c.Status |= netfilter.StatusAssured
 			t.setTimeout(c, now, orDefault(t.settings.UDPStream, 120*time.Second))
-		} else {
+		default:
 			t.setTimeout(c, now, orDefault(t.settings.UDPTimeout, 30*time.Second))
 		}
 	default: // ICMP echo
@@ -449,7 +469,8 @@ func (t *Conntrack) setTimeout(c *Conn, now time.Time, d time.Duration) {
 
 // confirm inserts a new entry into the table when its first packet leaves the node or is
 // delivered locally. It reports false when another entry already owns one of its tuples
-// (the kernel drops the packet then: the insert race behind the SNAT/DNAT clash bugs).
+// and the clash cannot be resolved (the kernel drops the packet then: the insert race
+// behind the SNAT/DNAT clash bugs). It resolves clashes as a current kernel does.
 func (t *Conntrack) confirm(c *Conn) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -458,27 +479,105 @@ func (t *Conntrack) confirm(c *Conn) bool {
 
 // confirmLocked is confirm at virtual time now for a caller that holds the table's lock.
 func (t *Conntrack) confirmLocked(c *Conn, now time.Time) bool {
+	r, _ := t.confirmKernelLocked(c, now, netfilter.KernelVersion{})
+	return r != ctInsertFailed
+}
+
+// ctInsert is what confirmation did with a new entry.
+type ctInsert uint8
+
+const (
+	ctInserted      ctInsert = iota // the entry is in the table
+	ctMerged                        // the entry clashed with an identical one: the packet now belongs to that one
+	ctClashInserted                 // the entry clashed; inserted by its reply tuple only, for 1 s (Linux 5.6+)
+	ctInsertFailed                  // the entry clashed: the packet is dropped
+)
+
+// statusNATClash is the kernel's IPS_NAT_CLASH: an entry confirmed by clash resolution,
+// found only by its reply tuple, that never becomes ASSURED and expires after 1 s.
+// (CtStatus.String does not name it; conntrack -L does not list such entries.)
+const statusNATClash netfilter.CtStatus = 1 << 15
+
+// clashKernel is the release from which nf_ct_resolve_clash inserts a clashing UDP entry
+// whose NAT result differs (the patch "netfilter: conntrack: allow insertion of clashing
+// entries", proxy's conntrack-udp-clash-insert change, row 42).
+var clashKernel = netfilter.KernelVersion{Major: 5, Minor: 6}
+
+// confirmKernelLocked inserts a new entry as the __nf_conntrack_confirm of Linux k does
+// (net/netfilter/nf_conntrack_core.c). Two packets of one new flow that were both
+// between their conntrack and confirmation hooks at once each carry an unconfirmed entry
+// of their own, with their own NAT decision; the second to confirm finds the first's
+// tuple in the table and the kernel's nf_ct_resolve_clash decides:
+//
+//   - an entry of a protocol without allow_clash (TCP, SCTP, ...) is dropped:
+//     insert_failed and drop count it;
+//   - a UDP entry identical to the one in the table in both directions (the
+//     same NAT result, nf_ct_match) is merged: the packet goes on as a packet of that
+//     entry (__nf_ct_resolve_clash) and clash_resolve counts it;
+//   - a UDP entry with another NAT result is dropped before Linux 5.6; from 5.6
+//     (nf_ct_resolve_clash_harder) it is inserted by its reply tuple only, marked
+//     IPS_NAT_CLASH with a fixed 1 s timeout, so that the packet leaves with its own
+//     NAT result and its reply finds its way back, unless its reply tuple is taken too,
+//     which drops it;
+//
+// The modelled kernel behaviour is that of nf_conntrack_core.c read for this (the patch
+// "netfilter: conntrack: allow insertion of clashing entries" and later changes to
+// nf_ct_resolve_clash_harder): the merge of identical entries predates 5.6 (the patch
+// says so), the insertion of a clashing entry comes with it. Not modelled: the harder
+// path's hash-chain-length limit, the entry's removal on its first reply, and when the
+// kernel gained the clash_resolve counter (the model counts it on every release).
+func (t *Conntrack) confirmKernelLocked(c *Conn, now time.Time, k netfilter.KernelVersion) (ctInsert, *Conn) {
 	if c.Has(netfilter.StatusConfirmed) {
-		return true
+		return ctInserted, c
 	}
-	if r, ok := t.lookupLocked(c.Orig, now); ok && r.c != c {
-		t.stats.InsertFailed++
-		t.stats.Drop++
-		return false
+	ro, okO := t.lookupLocked(c.Orig, now)
+	okO = okO && ro.c != c
+	rr, okR := t.lookupLocked(c.Reply, now)
+	okR = okR && rr.c != c
+	if !okO && !okR {
+		t.insertLocked(c, true)
+		return ctInserted, c
 	}
-	if r, ok := t.lookupLocked(c.Reply, now); ok && r.c != c {
-		t.stats.InsertFailed++
-		t.stats.Drop++
-		return false
+	winner := ro.c
+	if !okO {
+		winner = rr.c
 	}
+	if allowClash(c.Orig.Proto) {
+		if winner.Orig == c.Orig && winner.Reply == c.Reply {
+			winner.Packets[0] += c.Packets[0]
+			winner.Bytes[0] += c.Bytes[0]
+			t.stats.ClashResolve++
+			return ctMerged, winner
+		}
+		if k.AtLeast(clashKernel) && !okR {
+			c.Expires = now.Add(time.Second)
+			c.Status |= statusNATClash
+			t.insertLocked(c, false)
+			t.stats.ClashResolve++
+			return ctClashInserted, c
+		}
+	}
+	t.stats.InsertFailed++
+	t.stats.Drop++
+	return ctInsertFailed, winner
+}
+
+// allowClash is the kernel's l4proto allow_clash: the protocols whose insert races
+// nf_ct_resolve_clash may resolve.
+func allowClash(proto uint8) bool { return proto == netfilter.ProtoUDP }
+
+// insertLocked puts a new entry into the table (by its original tuple too when orig)
+// and queues it for collection.
+func (t *Conntrack) insertLocked(c *Conn, orig bool) {
 	t.stats.Insert++
 	c.Status |= netfilter.StatusConfirmed
-	t.table.put(c.Orig, ctRef{c: c})
+	if orig {
+		t.table.put(c.Orig, ctRef{c: c})
+	}
 	t.table.put(c.Reply, ctRef{c: c, reply: true})
 	c.heapKey = c.Expires
 	heap.Push(&t.expq, c)
 	t.queuedLocked()
-	return true
 }
 
 // tupleTaken reports whether a confirmed entry other than c uses tu in either direction.
@@ -491,7 +590,11 @@ func (t *Conntrack) tupleTaken(tu netfilter.Tuple, c *Conn) bool {
 // tupleTakenLocked is tupleTaken for a caller that holds the table's lock.
 func (t *Conntrack) tupleTakenLocked(tu netfilter.Tuple, c *Conn) bool {
 	r, ok := t.lookupLocked(tu, t.now())
-	return ok && r.c != c
+	if ok && r.c != c {
+		t.stats.Found++ // as nf_conntrack_tuple_taken counts it
+		return true
+	}
+	return false
 }
 
 // Entries returns a snapshot of the live entries, ordered by ID.
@@ -501,7 +604,7 @@ func (t *Conntrack) Entries() []Conn {
 	now := t.now()
 	var out []Conn
 	for _, c := range t.table.conns() {
-		if now.Before(c.Expires) {
+		if now.Before(c.Expires) && c.Status&statusNATClash == 0 { // the kernel hides clash entries from conntrack -L
 			out = append(out, *c)
 		}
 	}

@@ -19,6 +19,9 @@ type penv struct {
 	// delay adds up a probe's time on links (latency and jitter): shared by the copies
 	// nodeEnv makes; nil outside probes.
 	delay *time.Duration
+	// gate holds a packet sent with others (Node.SendTogether) at its confirmation until
+	// the schedule lets it on; nil otherwise.
+	gate *flightGate
 }
 
 func (e *penv) now(n *Node) time.Time {
@@ -505,6 +508,9 @@ func (n *Node) conntrackLocked(pk *Packet, env *penv) {
 	}
 	r := n.ct.inLocked(pk, env.now(n))
 	pk.Conn, pk.CtReply, pk.CtState, pk.ctCreated = r.conn, r.reply, r.state, r.isNew
+	if r.state == netfilter.CtInvalid {
+		n.ct.stats.Invalid++
+	}
 	if env.trace != nil {
 		n.traceConntrack(env, r)
 	}
@@ -528,7 +534,10 @@ func (n *Node) traceConntrack(env *penv, r ctResult) {
 	env.step(s)
 }
 
-// confirmLocked inserts a new connection into the table (end of INPUT and POSTROUTING).
+// confirmLocked inserts a new connection into the table (end of INPUT and POSTROUTING),
+// resolving an insert clash as the node's kernel does (Conntrack.confirmKernelLocked).
+// A packet sent with others in an interleaving (Node.SendTogether) may wait here for
+// its turn.
 func (n *Node) confirmLocked(pk *Packet, env *penv, out *egress) hookResult {
 	c := pk.Conn
 	if c == nil || !pk.ctCreated || c.Has(netfilter.StatusConfirmed) {
@@ -537,12 +546,44 @@ func (n *Node) confirmLocked(pk *Packet, env *penv, out *egress) hookResult {
 	if env.dry {
 		return hookContinue
 	}
-	if !n.ct.confirmLocked(c, env.now(n)) {
-		*out = n.dropLocked(pk, env, "conntrack insert clash: another entry holds "+c.Reply.String())
+	if env.gate != nil {
+		env.gate.wait(n)
+	}
+	res, other := n.ct.confirmKernelLocked(c, env.now(n), n.settings.Kernel)
+	switch res {
+	case ctInsertFailed:
+		*out = n.dropLocked(pk, env, "conntrack insert clash: another entry holds "+clashTuple(c, other).String())
 		return hookDrop
+	case ctMerged:
+		pk.Conn = other
+	}
+	if res != ctInserted && env.trace != nil {
+		n.traceClash(env, res, c, other)
 	}
 	pk.ctCreated = false
 	return hookContinue
+}
+
+// clashTuple is the tuple of c that other holds.
+func clashTuple(c, other *Conn) netfilter.Tuple {
+	if other != nil && (other.Orig == c.Orig || other.Reply == c.Orig) {
+		return c.Orig
+	}
+	return c.Reply
+}
+
+// traceClash records an insert clash the kernel resolved.
+//
+//go:noinline
+func (n *Node) traceClash(env *penv, res ctInsert, c, other *Conn) {
+	s := TraceStep{Kind: StepConntrack, Node: n.name, Verdict: "CLASH"}
+	switch res {
+	case ctMerged:
+		s.Detail = fmt.Sprintf("insert clash resolved (kernel %s): the packet joins entry #%d with the same NAT result", n.settings.Kernel, other.ID)
+	case ctClashInserted:
+		s.Detail = fmt.Sprintf("insert clash resolved (kernel %s): entry #%d inserted by its reply tuple %s only, for 1 s", n.settings.Kernel, c.ID, c.Reply)
+	}
+	env.step(s)
 }
 
 // natStepLocked is the NAT hook: for a connection's first packet it runs the NAT

@@ -56,7 +56,10 @@ func init() {
 			Kernel: "5.6",
 			Doc: "Before Linux 5.6, two UDP packets of one new flow processed in parallel (glibc's A and AAAA queries on one socket) that got different DNAT " +
 				"results race on conntrack insertion and the loser is dropped (insert_failed, the 5 s DNS timeout); from 5.6 the clashing entry is inserted.",
-			Modelled: ModelledNo, Note: "needs parallel packet processing: belongs to the concurrency issue (netsim processes packets one at a time)"},
+			Modelled: ModelledYes, Note: "netsim's conntrack confirms an entry at the end of POSTROUTING/INPUT and resolves a clash as nf_ct_resolve_clash: " +
+				"a UDP entry with the same NAT result is merged on every release; with another result it is dropped before 5.6 (insert_failed, drop) and " +
+				"inserted by its reply tuple only for 1 s from 5.6 (clash_resolve); packets in flight together through a node: netsim.Node.SendTogether",
+			Test: "netsim.TestConntrackUDPClashInsert"},
 	)
 }
 
