@@ -18,26 +18,7 @@ import (
 // kube-proxy-style ClusterIP with three endpoints, masquerade for off-cluster sources,
 // and a REJECT for a service without endpoints.
 func TestNetsimAdapter(t *testing.T) {
-	c, err := cluster.New(cluster.Config{Seed: 3, Nodes: []cluster.NodeConfig{{Name: "node-a"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	client, err := c.StartPod("node-a", "ns", "client", nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var eps []netip.Addr
-	for i := 1; i <= 3; i++ {
-		p, err := c.StartPod("node-a", "ns", fmt.Sprintf("b%d", i), nil, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Serve(netfilter.ProtoTCP, 8080); err != nil {
-			t.Fatal(err)
-		}
-		eps = append(eps, p.IP())
-	}
+	c, client, eps := backendsNode(t)
 	rules := fmt.Sprintf(`*nat
 :KUBE-SERVICES - [0:0]
 :KUBE-SVC-X - [0:0]

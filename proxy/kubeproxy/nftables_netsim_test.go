@@ -17,8 +17,9 @@ import (
 	nftemu "github.com/clusterlab/clusterlab/proxy/nftables/emulator"
 )
 
-// nftNode is a one-node cluster with a client pod and three backends listening on 8080.
-func nftNode(t *testing.T) (*cluster.Cluster, *netsim.Pod, []netip.Addr) {
+// backendsNode is a one-node cluster with a client pod (ns/client) and three backends
+// (ns/b1-b3) listening on TCP 8080, for the rule engines' adapter tests.
+func backendsNode(t *testing.T) (*cluster.Cluster, *netsim.Pod, []netip.Addr) {
 	t.Helper()
 	c, err := cluster.New(cluster.Config{Seed: 3, Nodes: []cluster.NodeConfig{{Name: "node-a"}}})
 	if err != nil {
@@ -92,7 +93,7 @@ const nftTestRuleset = `table ip kube-proxy {
 // is a branch, node traffic is masqueraded, a service without endpoints is rejected,
 // and the trace names the rule handles and the element that matched.
 func TestNFTAdapter(t *testing.T) {
-	c, client, eps := nftNode(t)
+	c, client, eps := backendsNode(t)
 	e, err := nftemu.Load([]byte(fmt.Sprintf(nftTestRuleset, eps[0], eps[1], eps[2])), "test.nft")
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +155,7 @@ func TestNFTAdapter(t *testing.T) {
 // The handlers follow the ruleset: a base chain a transaction adds runs at once, one it
 // deletes stops, and a failed transaction changes neither the rules nor the handlers.
 func TestNFTAdapterFollowsTransactions(t *testing.T) {
-	c, _, eps := nftNode(t)
+	c, _, eps := backendsNode(t)
 	e := nftemu.New()
 	n := c.Node("node-a").Node
 	att := AttachNFT(e, n, "nft")
@@ -215,7 +216,7 @@ func TestNFTAdapterFollowsTransactions(t *testing.T) {
 // an nftables chain at raw priority (-300) drops before iptables' nat table DNATs, and
 // one at filter priority (0) sees the DNATed destination.
 func TestNFTAdapterWithIPTables(t *testing.T) {
-	c, _, eps := nftNode(t)
+	c, _, eps := backendsNode(t)
 	n := c.Node("node-a").Node
 	ipt := loadEmulator(t, 4, fmt.Sprintf("*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -d 10.96.0.70 --dport 80 -j DNAT --to-destination %s:8080\nCOMMIT\n", eps[1]))
 	defer AttachEmulator(ipt, n, "iptables")()
