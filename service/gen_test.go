@@ -62,8 +62,8 @@ func genService(t *rapid.T, shape svcShape) *corev1.Service {
 		keys[fmt.Sprint(p.Protocol, p.Port)] = true
 		if n > 1 || rapid.Bool().Draw(t, "named") {
 			name := genPortName.Draw(t, "portName")
-			if names[name] {
-				name = fmt.Sprintf("%s%d", name, i)
+			for base, k := name, i; names[name]; k++ {
+				name = fmt.Sprintf("%s%d", base, k)
 			}
 			names[name] = true
 			p.Name = name
