@@ -314,10 +314,11 @@ func TestClusterDNSStaleUDPConntrack(t *testing.T) {
 // second packet can race the first through conntrack (both NEW on two CPUs,
 // DNATed to different kube-dns endpoints, the second losing the insert and
 // being dropped: the reason for options single-request-reopen and use-vc).
-// netsim takes one packet at a time through a node, from its conntrack step
-// to its confirmation, so the second packet always finds the first's
-// confirmed entry and follows it to the same DNS pod: the insert race does
-// not happen here. This test pins that down (every A/AAAA pair reaches one
+// By default netsim takes one packet at a time through a node, from its
+// conntrack step to its confirmation, so the second packet always finds the
+// first's confirmed entry and follows it to the same DNS pod: the insert race
+// happens only when a test asks for it (Node.HoldTogether, see
+// TestClusterDNSParallelQueriesInsertRace). This test pins the default down (every A/AAAA pair reaches one
 // DNS pod from one client port, over many lookups that spread over both
 // pods), and shows single-request-reopen's separate sockets: each query is a
 // connection of its own, free to reach either pod.

@@ -3,8 +3,10 @@ package netsim
 import (
 	"math"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/clusterlab/clusterlab/netfilter"
 )
@@ -211,4 +213,143 @@ func TestSendTogetherBadStep(t *testing.T) {
 	if st := n.Conntrack().Stats(); st.Insert != 2 || st.ClashResolve != 1 {
 		t.Errorf("conntrack -S: %s", st)
 	}
+}
+
+// TestHoldTogetherLiveTraffic: a pod's socket sends two datagrams back to back to a VIP
+// DNATed (round robin) to two pods on another node, and its node holds them so they are
+// in flight together, both past NAT before either confirms. On Linux 5.4 the second is
+// lost at confirmation (insert_failed +1) and only the first pod hears anything; on 5.6
+// both go on, each to its own pod, and the client's socket gets both answers, the second
+// through the clash entry's reply tuple, from the VIP. Packets the hold does not select
+// pass as usual, and a hold whose window passes with one packet sends that one alone.
+func TestHoldTogetherLiveTraffic(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		k       netfilter.KernelVersion
+		il      Interleaving
+		replies int
+		stats   CtStats
+	}{
+		{"5.4 together", kernel54, Interleaving{Steps: []int{0, 1, 0, 1}}, 1, CtStats{Insert: 1, InsertFailed: 1, Drop: 1}},
+		{"5.6 together", kernel56, Interleaving{Steps: []int{0, 1, 0, 1}}, 2, CtStats{Insert: 2, ClashResolve: 1}},
+		{"5.4 one at a time", kernel54, Interleaving{}, 2, CtStats{Insert: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestCluster(t, Config{Seed: 7, ManualClock: true, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+			vip := netip.MustParseAddrPort("10.96.0.10:53")
+			d := &staticDNAT{vip: vip}
+			heard := make(chan string, 8)
+			for _, name := range []string{"kube-system/coredns-0", "kube-system/coredns-1"} {
+				p := startPod(t, c, "node-b", name)
+				d.backends = append(d.backends, netip.AddrPortFrom(p.IP(), 53))
+				pc, err := p.Net().ListenPacket("udp", ":53")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { pc.Close() })
+				go func() {
+					buf := make([]byte, 512)
+					for {
+						n, from, err := pc.ReadFrom(buf)
+						if err != nil {
+							return
+						}
+						heard <- name
+						pc.WriteTo(append([]byte(name+" "), buf[:n]...), from)
+					}
+				}()
+			}
+			attachDNAT(c, d)
+			na := c.Node("node-a")
+			na.UpdateSettings(func(s *NodeSettings) { s.Kernel = tc.k })
+			client := startPod(t, c, "node-a", "default/client")
+			g := na.HoldTogether(Together{
+				Match:        func(p *Packet) bool { return p.Proto == netfilter.ProtoUDP && p.DstPort == 53 },
+				Interleaving: tc.il,
+			})
+			conn, err := client.Net().DialContext(ctxT(t), "udp", vip.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			for _, q := range []string{"A", "AAAA"} {
+				if _, err := conn.Write([]byte(q)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			<-g.Done()
+			c.Quiesce()
+			res, steps, err := g.Results()
+			if err != nil || len(res) != 2 {
+				t.Fatalf("results %+v, steps %v, err %v; want two packets", res, steps, err)
+			}
+			if tc.il.Steps != nil && !slices.Equal(steps, tc.il.Steps) {
+				t.Errorf("steps %v, want %v", steps, tc.il.Steps)
+			}
+			if got := na.Conntrack().Stats(); got != tc.stats {
+				t.Errorf("conntrack -S: %s, want %s", got, tc.stats)
+			}
+			if got := len(heard); got != tc.replies {
+				t.Errorf("the DNS pods heard %d queries, want %d: %+v", got, tc.replies, res)
+			}
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			from := map[string]bool{}
+			for i := 0; i < tc.replies; i++ {
+				buf := make([]byte, 512)
+				n, err := conn.Read(buf)
+				if err != nil {
+					t.Fatalf("reply %d: %v", i, err)
+				}
+				from[strings.Fields(string(buf[:n]))[0]] = true
+			}
+			if tc.k == kernel56 && tc.il.Steps != nil && len(from) != 2 {
+				t.Errorf("answers from %v, want both DNS pods", from)
+			}
+		})
+	}
+
+	t.Run("window", func(t *testing.T) {
+		c := newTestCluster(t, Config{Seed: 7, ManualClock: true, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+		srv := startPod(t, c, "node-b", "default/srv")
+		pc, err := srv.Net().ListenPacket("udp", ":53")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		client := startPod(t, c, "node-a", "default/client")
+		na := c.Node("node-a")
+		g := na.HoldTogether(Together{Match: func(p *Packet) bool { return p.DstPort == 53 }})
+		conn, err := client.Net().DialContext(ctxT(t), "udp", netip.AddrPortFrom(srv.IP(), 53).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("one")); err != nil {
+			t.Fatal(err)
+		}
+		c.Quiesce()
+		select {
+		case <-g.Done():
+			t.Fatal("the hold ran before its window passed")
+		default:
+		}
+		c.Clock().Advance(time.Millisecond)
+		<-g.Done()
+		res, _, _ := g.Results()
+		if len(res) != 1 || res[0].Verdict != "FORWARD" {
+			t.Fatalf("results %+v, want the one packet forwarded", res)
+		}
+		pc.SetReadDeadline(time.Now().Add(10 * time.Second))
+		buf := make([]byte, 64)
+		if n, _, err := pc.ReadFrom(buf); err != nil || string(buf[:n]) != "one" {
+			t.Fatalf("server read %q, %v", buf[:n], err)
+		}
+		// The hold is over: the next packet passes at once.
+		if _, err := conn.Write([]byte("two")); err != nil {
+			t.Fatal(err)
+		}
+		if n, _, err := pc.ReadFrom(buf); err != nil || string(buf[:n]) != "two" {
+			t.Fatalf("server read %q, %v", buf[:n], err)
+		}
+	})
 }

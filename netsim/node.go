@@ -105,7 +105,9 @@ type handlerEntry struct {
 // handlers registered at its hooks.
 type Node struct {
 	// ipvs is settings.IPVS for readers that may hold no lock (IPVSSettings).
-	ipvs    atomic.Pointer[IPVSSysctls]
+	ipvs atomic.Pointer[IPVSSysctls]
+	// gather is the hold on the next packets armed by HoldTogether (nil: none).
+	gather  atomic.Pointer[Gathering]
 	cluster *Network
 	name    string
 	cfg     NodeConfig
@@ -684,6 +686,14 @@ func (n *Node) handle(it queued, pk *Packet) {
 		return
 	}
 	pk.view = it.data.v
+	if g := n.gather.Load(); g != nil {
+		if it.from.kind == fromPort {
+			pk.inPort = it.from.port
+		}
+		if g.hold(pk, it.from) {
+			return
+		}
+	}
 	if it.from.trace == nil && n.cluster.flowTracers.Load() != nil {
 		it.from.trace = n.cluster.flowTrace(n, pk, it.from.describe(n))
 	}
@@ -709,6 +719,9 @@ func (n *Node) handle(it queued, pk *Packet) {
 // cross a wire, and it arrives at the virtual time t the sender read for it.
 func (n *Node) fromUplinkPacket(pk *Packet, tr *Trace, t time.Time) {
 	pk.resetMeta()
+	if g := n.gather.Load(); g != nil && g.hold(pk, queueSource{kind: fromUplink, trace: tr}) {
+		return
+	}
 	n.capture(n.uplink.Name, pk.Data)
 	if tr == nil && n.cluster.flowTracers.Load() != nil {
 		tr = n.cluster.flowTrace(n, pk, "from the cluster network on "+n.uplink.Name)
