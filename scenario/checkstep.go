@@ -213,6 +213,35 @@ func (c *stepCheck) dns() {
 			c.fail(fmt.Sprintf("dns.options[%d]", i), "%v", err)
 		}
 	}
+	if tg := q.Together; tg != nil {
+		if !strings.EqualFold(q.Type, "both") && len(q.Options) == 0 {
+			c.fail("dns.together", "packets in flight together go with type both or options (the stub resolver's A and AAAA)")
+		}
+		if c.p.dns == "direct" {
+			c.fail("dns.together", "cluster.dns is direct: the queries cross no node (use kube-dns)")
+		}
+		if tg.Count < 0 || tg.Count > 8 {
+			c.fail("dns.together.count", "want 1 to 8 packets, got %d", tg.Count)
+		}
+		if tg.Window != nil && *tg.Window <= 0 {
+			c.fail("dns.together.window", "want a positive duration, got %s", tg.Window)
+		}
+		if tg.Random && len(tg.Steps) > 0 {
+			c.fail("dns.together.steps", "steps and random exclude each other")
+		}
+		if !tg.Random && tg.Seed != 0 {
+			c.fail("dns.together.seed", "seed goes with random: true")
+		}
+		count := tg.Count
+		if count == 0 {
+			count = 2
+		}
+		for i, p := range tg.Steps {
+			if p < 0 || p >= count {
+				c.fail(fmt.Sprintf("dns.together.steps[%d]", i), "want a packet from 0 to %d, got %d", count-1, p)
+			}
+		}
+	}
 }
 
 // check validates a check step: one of conntrack, endpoints, conntrack_stats or

@@ -14,6 +14,8 @@ import (
 	mdns "github.com/miekg/dns"
 
 	"github.com/clusterlab/clusterlab/dns"
+	"github.com/clusterlab/clusterlab/netfilter"
+	"github.com/clusterlab/clusterlab/netsim"
 )
 
 // A dns step of type both, or with resolv.conf options, resolves as glibc's
@@ -64,6 +66,12 @@ func (r *runner) glibcLookup(ctx context.Context, q *DNSQuery, typ string, dr *D
 	case "AAAA":
 		fam = dns.FamilyIPv6
 	}
+	var gather *netsim.Gathering
+	if q.Together != nil {
+		if gather, err = r.holdTogether(q, res); err != nil {
+			return err
+		}
+	}
 	var result *dns.Result
 	if r.res.mode == "direct" {
 		result, err = stub.Lookup(ctx, q.Name, fam)
@@ -72,6 +80,31 @@ func (r *runner) glibcLookup(ctx context.Context, q *DNSQuery, typ string, dr *D
 	}
 	if result == nil {
 		result = &dns.Result{}
+	}
+	if gather != nil {
+		gather.Cancel() // fewer packets than held came: they run now
+		<-gather.Done()
+		fl, _, ilErr := gather.Results()
+		for _, f := range fl {
+			s := f.Verdict + " " + f.Packet
+			if f.Reason != "" {
+				s += ": " + f.Reason
+			}
+			dr.InFlight = append(dr.InFlight, s)
+		}
+		count, window := q.Together.Count, time.Millisecond
+		if count == 0 {
+			count = 2
+		}
+		if q.Together.Window != nil {
+			window = q.Together.Window.D()
+		}
+		switch {
+		case len(fl) < count:
+			res.Details = append(res.Details, fmt.Sprintf("together: %d of %d packets came within the %s window; they went through without the others", len(fl), count, window))
+		case ilErr != nil:
+			res.Details = append(res.Details, "together: "+ilErr.Error()+"; the rest went one at a time")
+		}
 	}
 	var le *dns.LookupError
 	switch {
@@ -97,6 +130,38 @@ func (r *runner) glibcLookup(ctx context.Context, q *DNSQuery, typ string, dr *D
 	dr.ByType = byType(result, fam)
 	res.Details = append(res.Details, "delay "+dr.Delay+" (reply timeouts on the virtual clock)")
 	return nil
+}
+
+// holdTogether has the node of q's pod hold the pod's next DNS packets (UDP to port
+// 53) so that they are in flight together as q.Together says.
+func (r *runner) holdTogether(q *DNSQuery, res *StepResult) (*netsim.Gathering, error) {
+	pl, err := parsePlace(q.From, true)
+	if err != nil {
+		return nil, err
+	}
+	ns, name, _ := strings.Cut(pl.name, "/")
+	p := r.c.Pod(ns, name)
+	if p == nil {
+		return nil, fmt.Errorf("no running pod %s", pl.name)
+	}
+	tg := q.Together
+	t := netsim.Together{Count: tg.Count, Interleaving: netsim.Interleaving{Steps: tg.Steps, Random: tg.Random, Seed: tg.Seed}}
+	if tg.Window != nil {
+		t.Window = tg.Window.D()
+	}
+	ips := p.IPs()
+	t.Match = func(pk *netsim.Packet) bool {
+		return pk.Proto == netfilter.ProtoUDP && pk.DstPort == 53 && slices.Contains(ips, pk.Src)
+	}
+	how := "one at a time"
+	switch {
+	case tg.Random:
+		how = fmt.Sprintf("at random (seed %d)", tg.Seed)
+	case len(tg.Steps) > 0:
+		how = fmt.Sprintf("steps %v", tg.Steps)
+	}
+	res.Details = append(res.Details, fmt.Sprintf("node %s holds the pod's first DNS packets in flight together, %s", p.Node().Name(), how))
+	return p.Node().HoldTogether(t), nil
 }
 
 // byType is the outcome of each query type: the last query of the type sent for the

@@ -91,6 +91,10 @@
 //	                              options [single-request, single-request-reopen, use-vc,
 //	                              timeout:N, attempts:N, ndots:N]: timeouts on the
 //	                              virtual clock, the delay, answers by type, source ports
+//	dns.together: {steps: [0, 1, 0, 1]} | {random: true, seed: N}, count, window
+//	                              the pod's node holds its first DNS packets (count, 2) in
+//	                              flight together: both between conntrack and confirmation
+//	                              (the A/AAAA conntrack insert race); each packet's fate
 //	check: {conntrack: {node, proto, dst, reply_src, src, src_port}} | {endpoints: {service}}
 //	       | {conntrack_stats: {node}}       conntrack -S counters
 //	       | {health_check: {service: NS/NAME, node}}   the health-check node port's answer
@@ -143,7 +147,8 @@
 //	          | {policy: filter/FORWARD} | {conntrack: true} | {ipvs_template: true}
 //	                              what decided the first attempt's fate (probes)
 //	present: true, nat_destination: pod:NS/NAME[:PORT] | IP[:PORT]    check conntrack
-//	counters: {insert, insert_failed, drop, early_drop}                check conntrack_stats
+//	counters: {found, invalid, insert, insert_failed, drop, early_drop, clash_resolve}
+//	                              check conntrack_stats: conntrack -S counters
 //	status: 200, local_endpoints: 1                                    check health_check
 //	ctstate: {node-a: INVALID}    send with packet: the conntrack state it got at nodes
 //

@@ -24,7 +24,7 @@ import (
 const defaultTolerance = 0.001
 
 // counterNames are the conntrack -S counters a conntrack_stats check reads.
-var counterNames = []string{"insert", "insert_failed", "drop", "early_drop"}
+var counterNames = []string{"found", "invalid", "insert", "insert_failed", "drop", "early_drop", "clash_resolve"}
 
 // checkMoreExpect validates the expectations of this file; fail reports a field of
 // the step's expect.
@@ -381,6 +381,9 @@ func (r *runner) checkConntrackStats(cs *ConntrackStatsCheck, e *Expect, res *St
 		got["insert_failed"] += int(st.InsertFailed)
 		got["drop"] += int(st.Drop)
 		got["early_drop"] += int(st.EarlyDrop)
+		got["found"] += int(st.Found)
+		got["invalid"] += int(st.Invalid)
+		got["clash_resolve"] += int(st.ClashResolve)
 	})
 	var parts []string
 	for _, k := range counterNames {

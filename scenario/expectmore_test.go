@@ -161,7 +161,7 @@ func TestMoreExpectErrors(t *testing.T) {
 		`steps[2].check.conntrack.src: want an IP, pod:NS/NAME or node:NAME, got "pod:a:b"`,
 		`steps[2].expect.counters: only check conntrack_stats steps have counters`,
 		`steps[2].expect.nat_destination: want an IP, IP:PORT or pod:NS/NAME[:PORT]`,
-		`steps[3].expect.counters.insert_fail: unknown counter: want insert, insert_failed, drop, early_drop`,
+		`steps[3].expect.counters.insert_fail: unknown counter: want found, invalid, insert, insert_failed, drop, early_drop, clash_resolve`,
 		`steps[3].expect.count: a conntrack_stats step has counters, not count`,
 		`steps[3].expect.status: only check health_check steps have status`,
 		`steps[4].check.health_check.service: want NAMESPACE/NAME, got "web"`,

@@ -121,6 +121,10 @@ type DNSResult struct {
 	Delay string `json:"delay,omitempty"`
 	// ByType is the outcome of each query type (type both or options only).
 	ByType []DNSTypeResult `json:"by_type,omitempty"`
+	// InFlight is what became of each packet the pod's node held together (together
+	// only), in the order they were sent: "FORWARD <packet as it left>" or
+	// "DROP <packet>: <reason>".
+	InFlight []string `json:"in_flight,omitempty"`
 }
 
 // DNSTypeResult is the outcome of one query type of a lookup.

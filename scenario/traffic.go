@@ -571,6 +571,9 @@ func (r *runner) dnsStep(ctx context.Context, st *Step, res *StepResult) error {
 	if len(dr.Queries) > 1 {
 		res.Details = append(res.Details, "queries: "+strings.Join(dr.Queries, "; "))
 	}
+	for i, f := range dr.InFlight {
+		res.Details = append(res.Details, fmt.Sprintf("in flight together, packet %d: %s", i, f))
+	}
 	if r.res.mode == "direct" {
 		res.Details = append(res.Details, "answered in-process by the cluster DNS server code (dns: direct)")
 	}

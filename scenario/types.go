@@ -312,6 +312,29 @@ type DNSQuery struct {
 	// timeout seconds, 5 by default, and a retry) and the result reports the delay, the
 	// answers by query type and each query's source address and port.
 	Options []string `yaml:"options,omitempty"`
+	// Together has the pod's node hold the lookup's first DNS packets (UDP to port 53
+	// from the pod) so that they are in flight together, between conntrack and
+	// confirmation at once, as on a real node's CPUs: glibc's A and AAAA queries racing
+	// to insert their conntrack entries. Type both or options only, kube-dns mode.
+	Together *DNSTogether `yaml:"together,omitempty"`
+}
+
+// DNSTogether is how a dns step's packets are in flight together in the pod's node.
+type DNSTogether struct {
+	// Steps is the explicit interleaving: the packet (0: the first sent) taking each
+	// step, a packet's first step taking it from its arrival through conntrack and NAT,
+	// its second confirming it. [0, 1, 0, 1]: both pass NAT before either confirms.
+	// Empty (and random false): one packet at a time, in order.
+	Steps []int `yaml:"steps,omitempty"`
+	// Random picks each step's packet at random, and the proxy's choices for them, from
+	// a source seeded with Seed.
+	Random bool   `yaml:"random,omitempty"`
+	Seed   uint64 `yaml:"seed,omitempty"`
+	// Count is how many packets are held (default 2); Window how long the first waits
+	// for the others on the virtual clock (default 1ms): a packet sent later, after a
+	// reply, is not in flight with it.
+	Count  int       `yaml:"count,omitempty"`
+	Window *Duration `yaml:"window,omitempty"`
 }
 
 // Check looks at the state of the cluster. Exactly one field is set.
