@@ -12,6 +12,8 @@ type FlowFilter struct {
 	Proto uint8      // 0: any protocol
 	Addr  netip.Addr // zero: any address
 	Port  uint16     // 0: any port
+	// Src is the packet's source address (zero: any), in this direction only.
+	Src netip.Addr
 	// Limit is how many packets are traced at most (default 1000); later packets pass
 	// untraced.
 	Limit int
@@ -20,7 +22,8 @@ type FlowFilter struct {
 func (f FlowFilter) match(pk *Packet) bool {
 	return (f.Proto == 0 || pk.Proto == f.Proto) &&
 		(!f.Addr.IsValid() || pk.Src == f.Addr || pk.Dst == f.Addr) &&
-		(f.Port == 0 || pk.hasPorts() && (pk.SrcPort == f.Port || pk.DstPort == f.Port))
+		(f.Port == 0 || pk.hasPorts() && (pk.SrcPort == f.Port || pk.DstPort == f.Port)) &&
+		(!f.Src.IsValid() || pk.Src == f.Src)
 }
 
 // FlowTracer collects the traces of live packets (real netstack traffic, not probes)

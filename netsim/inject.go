@@ -22,6 +22,11 @@ type InjectResult struct {
 	// Decision is the trace step of the rule (StepRule) or handler (StepHandler) that
 	// dropped or rejected the packet; nil when none did.
 	Decision *TraceStep
+	// Delivered and Answers (InjectAnswered only): the packet was handed to the stack
+	// it reached, and the packets that stack sent back to its source in answer (as
+	// Packet.String renders them; none: it answered nothing).
+	Delivered bool
+	Answers   []string
 }
 
 // NodeCtState is the conntrack state a node's lookup gave a packet.
@@ -46,13 +51,54 @@ func (r *InjectResult) StateAt(node string) (netfilter.CtState, bool) {
 // ended (and the answer that came back to the place, for a RST or an ICMP error), the
 // conntrack states it got and the decision that dropped or rejected it.
 func (c *Network) InjectCrafted(from string, data []byte) (InjectResult, error) {
-	r, err := c.Inject(from, data, true)
+	out, _, err := c.injectCrafted(from, data)
+	return out, err
+}
+
+// InjectAnswered is InjectCrafted, and then, when the packet reached a stack (a pod's,
+// a node's host stack or an external host's), it hands the packet, as it arrived, to
+// that stack and reports what the stack sent back to the packet's source: a TCP stack's
+// challenge ACK or RST, an ICMP error, or nothing (Answers empty), once the simulation
+// is quiet (Quiesce). The stack's answers go on through the datapath as live traffic;
+// Answers are the packets as the stack sent them.
+func (c *Network) InjectAnswered(from string, data []byte) (InjectResult, error) {
+	out, end, err := c.injectCrafted(from, data)
+	if err != nil || end.kind != endDelivered {
+		return out, err
+	}
+	pk := end.pk
+	ft := c.TraceFlows(FlowFilter{Src: pk.Dst, Addr: pk.Src})
+	defer ft.Stop()
+	f := plainFrame(append([]byte(nil), pk.Data...))
+	switch at := end.at; {
+	case at.pod != nil && !at.pod.hostNetwork:
+		at.pod.receive(f)
+	case at.pod != nil:
+		at.pod.node.deliverHost(pk)
+	case at.node != nil:
+		at.node.deliverHost(pk)
+	case at.ext != nil:
+		at.ext.receive(f)
+	}
+	c.Quiesce()
+	out.Delivered = true
+	for _, tr := range ft.Traces() {
+		if len(tr.Steps) > 0 {
+			out.Answers = append(out.Answers, tr.Steps[0].Packet)
+		}
+	}
+	return out, nil
+}
+
+// injectCrafted is InjectCrafted, also returning where the walk ended.
+func (c *Network) injectCrafted(from string, data []byte) (InjectResult, walkEnd, error) {
+	r, end, err := c.inject(from, data, true)
 	if err != nil {
-		return InjectResult{}, err
+		return InjectResult{}, end, err
 	}
 	out := InjectResult{ProbeResult: r}
 	if r.Trace == nil {
-		return out, nil
+		return out, end, nil
 	}
 	for _, s := range r.Trace.Steps {
 		switch s.Kind {
@@ -71,7 +117,7 @@ func (c *Network) InjectCrafted(from string, data []byte) (InjectResult, error) 
 			}
 		}
 	}
-	return out, nil
+	return out, end, nil
 }
 
 // isDropVerdict reports whether a trace verdict ends the packet (DROP, REJECT ...).

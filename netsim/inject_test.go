@@ -2,6 +2,7 @@ package netsim
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/clusterlab/clusterlab/netfilter"
@@ -124,5 +125,78 @@ func TestInjectICMPErrorRelated(t *testing.T) {
 	}
 	if r.SeenSrc.Addr() != vip.Addr() {
 		t.Errorf("fragmentation needed seen from %v, want the VIP %v (translated back)", r.SeenSrc, vip.Addr())
+	}
+}
+
+// TestInjectAnsweredByTheStack: the reset that kube-proxy's INVALID rule (Kubernetes
+// 1.15, #74840) prevents. A server's segment outside conntrack's window is INVALID at
+// the client's node, so it is not translated back from the pod's address to the VIP;
+// the client's stack, which knows the connection only by the VIP, answers it with a
+// RST to the pod. With a rule dropping INVALID packets nothing arrives and nothing is
+// answered. A segment the receiving stack does know, sent outside its window (with
+// tcp_be_liberal, so conntrack lets it through), gets its challenge ACK; after the
+// client's RST the server's side is gone and a segment of it gets a RST.
+func TestInjectAnsweredByTheStack(t *testing.T) {
+	c := newTestCluster(t, Config{Seed: 1, ManualClock: true, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	client := startPod(t, c, "node-a", "default/client")
+	vip := netip.MustParseAddrPort("10.96.0.80:80")
+	(&kubeLikeNAT{vip: vip, backend: netip.AddrPortFrom(web.IP(), 8080)}).attach(c.Node("node-a"))
+	nc, err := client.Net().DialFrom(ctxT(t), "tcp", 41000, vip.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c.Quiesce()
+	conns := c.Node("node-a").Conntrack().List(CtFilter{Proto: netfilter.ProtoTCP, OrigSrcPort: 41000})
+	if len(conns) != 1 {
+		t.Fatalf("entries: %v", conns)
+	}
+	conn := conns[0]
+	stray, _ := ConnSegment(conn, true, netfilter.TCPAck|netfilter.TCPPsh, conn.NextSeq(true)+0x40000000, conn.NextSeq(false), 1000)
+	stray.Payload = []byte("late")
+
+	r, err := c.InjectAnswered("pod:default/web", BuildTCP(stray))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := r.StateAt("node-a"); st != netfilter.CtInvalid || r.Result != ResultDelivered || r.SeenSrc.Addr() != web.IP() {
+		t.Fatalf("stray segment: %v, states %v; want INVALID, delivered untranslated from %s", r.Outcome, r.States, web.IP())
+	}
+	wantRST := "tcp " + netip.AddrPortFrom(client.IP(), 41000).String() + " -> " + netip.AddrPortFrom(web.IP(), 8080).String() + " [R]"
+	if !r.Delivered || len(r.Answers) != 1 || r.Answers[0] != wantRST {
+		t.Errorf("the client's stack answered %q (delivered %v), want %q", r.Answers, r.Delivered, wantRST)
+	}
+
+	c.Node("node-a").AddHandler(HandlerSpec{Name: "drop-invalid", Hook: netfilter.Forward, Priority: netfilter.PriorityFilter, Handler: dropInvalid})
+	r, err = c.InjectAnswered("pod:default/web", BuildTCP(stray))
+	if err != nil || r.Result != ResultDropped || r.Delivered || len(r.Answers) != 0 {
+		t.Errorf("with the INVALID rule: %v delivered %v answers %q err %v; want dropped, nothing answered", r.Outcome, r.Delivered, r.Answers, err)
+	}
+
+	// The client's RST reset the server's side: a segment of the connection now gets
+	// a RST from the server. On a new connection, a client segment outside the
+	// server's window (tcp_be_liberal lets it through conntrack) gets the server's
+	// ACK of where it is.
+	late, _ := ConnSegment(conn, false, netfilter.TCPAck, conn.NextSeq(false), conn.NextSeq(true), 1000)
+	if r, err := c.InjectAnswered("pod:default/client", BuildTCP(late)); err != nil || len(r.Answers) != 1 || !strings.HasSuffix(r.Answers[0], "[R]") {
+		t.Errorf("after the reset, the server answered %q (%v, %v), want a RST", r.Answers, r.Outcome, err)
+	}
+	nc2, err := client.Net().DialFrom(ctxT(t), "tcp", 41001, vip.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	c.Quiesce()
+	conn = c.Node("node-a").Conntrack().List(CtFilter{Proto: netfilter.ProtoTCP, OrigSrcPort: 41001})[0]
+	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.Conntrack.TCPBeLiberal = true })
+	old, _ := ConnSegment(conn, false, netfilter.TCPAck|netfilter.TCPPsh, conn.NextSeq(false)+0x40000000, conn.NextSeq(true), 1000)
+	old.Payload = []byte("x")
+	r, err = c.InjectAnswered("pod:default/client", BuildTCP(old))
+	if err != nil || r.Result != ResultDelivered || r.Pod != "default/web" {
+		t.Fatalf("out-of-window segment with tcp_be_liberal: %v %v", r.Outcome, err)
+	}
+	if len(r.Answers) != 1 || !strings.HasSuffix(r.Answers[0], "[.]") {
+		t.Errorf("the server's stack answered %q, want its challenge ACK", r.Answers)
 	}
 }

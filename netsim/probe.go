@@ -674,13 +674,19 @@ func (c *Network) follow(n *Node, eg egress, env *penv, nodeEnv func(*Node) *pen
 // if the place's stack had sent it, and reports where it ends. Tests use it for packets
 // a stack would not send (out-of-window segments, spoofed sources).
 func (c *Network) Inject(from string, data []byte, trace bool) (ProbeResult, error) {
+	r, _, err := c.inject(from, data, trace)
+	return r, err
+}
+
+// inject is Inject, also returning where the packet's walk ended.
+func (c *Network) inject(from string, data []byte, trace bool) (ProbeResult, walkEnd, error) {
 	pl, err := c.parsePlace(from)
 	if err != nil {
-		return ProbeResult{}, err
+		return ProbeResult{}, walkEnd{}, err
 	}
 	pk, err := ParsePacket(append([]byte(nil), data...))
 	if err != nil {
-		return ProbeResult{}, fmt.Errorf("inject: %w", err)
+		return ProbeResult{}, walkEnd{}, fmt.Errorf("inject: %w", err)
 	}
 	c.probeMu.Lock()
 	defer c.probeMu.Unlock()
@@ -698,7 +704,7 @@ func (c *Network) Inject(from string, data []byte, trace bool) (ProbeResult, err
 	if end.kind == endRefused && end.reply != nil {
 		r := c.followBack(pl, end, env, nodeEnv, out)
 		r.Probability, r.Trace = 1, env.trace
-		return r, nil
+		return r, end, nil
 	}
-	return ProbeResult{Outcome: out, Probability: 1, Trace: env.trace}, nil
+	return ProbeResult{Outcome: out, Probability: 1, Trace: env.trace}, end, nil
 }

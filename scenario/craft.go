@@ -35,6 +35,13 @@ type CraftedPacket struct {
 	// error about the step's connection (fragmentation-needed, port-unreachable, TYPE/CODE
 	// ...), sent by the server's side (reply: true) about the last segment it got.
 	ICMPType string `yaml:"icmp_type,omitempty"`
+	// Deliver hands the packet, where it arrives, to the receiving stack (a pod's, a
+	// node's or an external host's), as a real packet would be, and reports what that
+	// stack sends back to the source (expect answered_with): a RST for a connection it
+	// does not know, an ACK for a segment outside its window, nothing. Its answers go on
+	// through the datapath, and the stack's connections change as they would. Without
+	// it the packet stops at the receiver's door, so a whole exchange can be crafted.
+	Deliver bool `yaml:"deliver,omitempty"`
 }
 
 // tcpFlagNames are the tcp_flags names.
@@ -163,7 +170,11 @@ func (r *runner) craft(st *Step, tp *trafficPlan, tr *TrafficResult, res *StepRe
 	if err != nil {
 		return err
 	}
-	ir, err := r.c.InjectCrafted(from, data)
+	inject := r.c.InjectCrafted
+	if t.Packet.Deliver {
+		inject = r.c.InjectAnswered
+	}
+	ir, err := inject(from, data)
 	if err != nil {
 		return err
 	}
@@ -180,6 +191,15 @@ func (r *runner) craft(st *Step, tp *trafficPlan, tr *TrafficResult, res *StepRe
 		states = append(states, s.Node+" "+s.State.String())
 	}
 	res.Summary = trafficSummary(tr) + "; conntrack: " + strings.Join(states, ", ")
+	answered := "nothing"
+	if ir.Delivered {
+		tr.Answers = []string{"nothing"}
+		if len(ir.Answers) > 0 {
+			tr.Answers = ir.Answers
+			answered = answerOf(ir.Answers[0])
+		}
+		res.Details = append(res.Details, "the receiver answered: "+strings.Join(tr.Answers, "; "))
+	}
 	if st.Expect != nil {
 		res.Expectations = r.checkTraffic(st.Expect, tr, atts, tp.client)
 		if st.Expect.DecidedBy != nil {
@@ -193,6 +213,10 @@ func (r *runner) craft(st *Step, tp *trafficPlan, tr *TrafficResult, res *StepRe
 			}
 			want := strings.ToUpper(st.Expect.CtState[n])
 			res.Expectations = append(res.Expectations, Expectation{Field: "ctstate." + n, Want: want, Got: g, OK: g == want})
+		}
+		if w := st.Expect.AnsweredWith; w != "" {
+			want, _ := answerName(w)
+			res.Expectations = append(res.Expectations, Expectation{Field: "answered_with", Want: want, Got: answered, OK: want == answered})
 		}
 	}
 	return nil
@@ -266,4 +290,59 @@ func (r *runner) placeOf(addr netip.Addr) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no pod has %s (the connection's server side)", addr)
+}
+
+// answerFlags are the TCP flags of answered_with, in the order answerName writes them.
+var answerFlags = []struct {
+	name   string
+	letter byte // as netsim.TCPFlagString writes it
+}{{"SYN", 'S'}, {"FIN", 'F'}, {"RST", 'R'}, {"PSH", 'P'}, {"ACK", '.'}}
+
+// answerName canonicalises an answered_with value: nothing, ICMP, or TCP flags joined
+// by commas in a fixed order.
+func answerName(s string) (string, error) {
+	switch u := strings.ToUpper(strings.TrimSpace(s)); u {
+	case "NOTHING":
+		return "nothing", nil
+	case "ICMP":
+		return "ICMP", nil
+	}
+	set := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.ToUpper(strings.TrimSpace(f))
+		ok := false
+		for _, af := range answerFlags {
+			ok = ok || af.name == f
+		}
+		if !ok {
+			return "", fmt.Errorf("want nothing, ICMP or TCP flags (RST, ACK, \"RST,ACK\", SYN, FIN, PSH), got %q", s)
+		}
+		set[f] = true
+	}
+	var out []string
+	for _, af := range answerFlags {
+		if set[af.name] {
+			out = append(out, af.name)
+		}
+	}
+	return strings.Join(out, ","), nil
+}
+
+// answerOf names an answer packet (as netsim.Packet.String renders it) as answered_with
+// does.
+func answerOf(pk string) string {
+	if strings.HasPrefix(pk, "icmp") {
+		return "ICMP"
+	}
+	i, j := strings.LastIndexByte(pk, '['), strings.LastIndexByte(pk, ']')
+	if !strings.HasPrefix(pk, "tcp ") || i < 0 || j < i {
+		return pk
+	}
+	var out []string
+	for _, af := range answerFlags {
+		if strings.IndexByte(pk[i+1:j], af.letter) >= 0 {
+			out = append(out, af.name)
+		}
+	}
+	return strings.Join(out, ",")
 }

@@ -97,3 +97,55 @@ func TestCraftedPacketErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCraftedPacketsDelivered: with deliver: true a crafted packet is handed to the
+// stack it reaches, and the step reports that stack's answer: a listener's SYN-ACK, a
+// RST for an ACK of no connection, RST-ACK from a closed port, an echo reply.
+// answered_with needs deliver, and names flags, ICMP or nothing.
+func TestCraftedPacketsDelivered(t *testing.T) {
+	const sc = `cluster: {dns: off, nodes: [{name: node-a}, {name: node-b}]}
+manifests:
+  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {selector: {app: web}, ports: [{port: 80}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: web-0, labels: {app: web}}, spec: {nodeName: node-a, containers: [{name: w, image: i, ports: [{containerPort: 80}]}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: client}, spec: {nodeName: node-b, containers: [{name: c, image: i}]}}
+steps:
+  - name: syn to the listener
+    send: {from: pod:default/client, to: service:default/web:80, src_port: 4000, packet: {tcp_flags: SYN, seq: "1000", deliver: true}}
+    expect: {answered_with: "ack, syn"}
+  - name: ack of nothing
+    send: {from: pod:default/client, to: service:default/web:80, src_port: 4001, packet: {tcp_flags: ACK, seq: "7000", ack: 9000, deliver: true}}
+    expect: {answered_with: RST}
+  - name: syn to a closed port
+    send: {from: pod:default/client, to: pod:default/web-0:81, src_port: 4002, packet: {tcp_flags: SYN, seq: "1", deliver: true}}
+    expect: {answered_with: "RST,ACK"}
+  - name: echo
+    send: {from: pod:default/client, to: pod:default/web-0:80, proto: icmp, src_port: 7, packet: {deliver: true}}
+    expect: {answered_with: ICMP}
+`
+	rep := mustRun(t, mustParse(t, sc), "iptables")
+	if !rep.Passed {
+		t.Fatalf("%s", reportText(rep))
+	}
+	if a := step(t, rep, "ack of nothing").Traffic.Answers; len(a) != 1 || !strings.HasSuffix(a[0], "[R]") {
+		t.Errorf("answers %q, want one RST", a)
+	}
+	wrong := strings.Replace(sc, "answered_with: RST}", "answered_with: nothing}", 1)
+	if rep := mustRun(t, mustParse(t, wrong), "iptables"); rep.Passed {
+		t.Error("answered_with: nothing passed for a RST")
+	}
+	_, err := Parse("test.yaml", []byte(`cluster: {dns: off, nodes: [{name: node-a}]}
+steps:
+  - send: {from: node:node-a, to: 10.0.0.1:80, src_port: 4000, packet: {tcp_flags: SYN}}
+    expect: {answered_with: RST}
+  - send: {from: node:node-a, to: 10.0.0.1:80, src_port: 4000, packet: {tcp_flags: SYN, deliver: true}}
+    expect: {answered_with: "RST,URG"}
+`))
+	for _, want := range []string{
+		"test.yaml:4: steps[0].expect.answered_with: only send (with a crafted packet, deliver: true) steps have answered_with",
+		`test.yaml:6: steps[1].expect.answered_with: want nothing, ICMP or TCP flags (RST, ACK, "RST,ACK", SYN, FIN, PSH), got "RST,URG"`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q in:\n%v", want, err)
+		}
+	}
+}

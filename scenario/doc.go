@@ -84,7 +84,9 @@
 //	           | {icmp_type: echo-request | fragmentation-needed | TYPE/CODE, reply}
 //	                              one crafted packet (proto tcp or icmp) on the
 //	                              connection from src_port to `to`; reply: from its
-//	                              server's side (an ICMP error about its last segment)
+//	                              server's side (an ICMP error about its last segment);
+//	                              deliver: true hands it to the stack it reaches and
+//	                              reports that stack's answer (RST, ACK, ICMP, nothing)
 //	dns: {from: pod:NS/NAME, name, type, options}   A (stub resolver: search list, ndots),
 //	                              AAAA, both, SRV, PTR, TXT, CNAME, NS, SOA; both (A and
 //	                              AAAA back to back from one socket, as getaddrinfo) or
@@ -151,6 +153,7 @@
 //	                              check conntrack_stats: conntrack -S counters
 //	status: 200, local_endpoints: 1                                    check health_check
 //	ctstate: {node-a: INVALID}    send with packet: the conntrack state it got at nodes
+//	answered_with: RST | ACK | "RST,ACK" | ICMP | nothing   send with packet, deliver: true
 //
 // # Probes and real sockets
 //

@@ -585,6 +585,12 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 	only("count", e.Count != nil, st.Check != nil, "check")
 	only("ready", e.Ready != nil, st.Check != nil && st.Check.Endpoints != nil, "check endpoints")
 	only("ctstate", e.CtState != nil, st.Send != nil && st.Send.Packet != nil, "send (with a crafted packet)")
+	only("answered_with", e.AnsweredWith != "", st.Send != nil && st.Send.Packet != nil && st.Send.Packet.Deliver, "send (with a crafted packet, deliver: true)")
+	if e.AnsweredWith != "" {
+		if _, err := answerName(e.AnsweredWith); err != nil {
+			fail("answered_with", "%v", err)
+		}
+	}
 	if e.Result != "" && !slices.Contains(resultNames, e.Result) {
 		fail("result", "want one of %s, got %q", strings.Join(resultNames, ", "), e.Result)
 	}

@@ -99,6 +99,9 @@ type TrafficResult struct {
 	Reasons map[string]int `json:"reasons,omitempty"`
 	// Branches are the outcomes of one packet with their probabilities (all_branches).
 	Branches []Branch `json:"branches,omitempty"`
+	// Answers are the packets the receiving stack sent back to a crafted packet's
+	// source (send with packet; "nothing" when it sent none).
+	Answers []string `json:"answers,omitempty"`
 }
 
 // Branch is one possible outcome of a packet and its probability.

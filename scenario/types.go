@@ -544,6 +544,9 @@ type Expect struct {
 	// CtState (send with packet): the conntrack state the packet got at nodes, by
 	// node name: NEW, ESTABLISHED, RELATED, INVALID or UNTRACKED.
 	CtState map[string]string `yaml:"ctstate,omitempty"`
+	// AnsweredWith (send with packet): what the stack the packet reached sent back to
+	// its source: nothing, ICMP, or TCP flags (RST, ACK, "RST,ACK", ...).
+	AnsweredWith string `yaml:"answered_with,omitempty"`
 }
 
 // DecisionPoint is what decided a packet's fate: one of a rule (Chain with Rule or
