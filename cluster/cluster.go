@@ -229,7 +229,28 @@ func (c *Cluster) newNode(n *netsim.Node, nc NodeConfig) *Node {
 
 // Config returns the cluster's configuration with defaults filled in (the network's
 // own, with its defaults, is Network.Config()).
-func (c *Cluster) Config() Config { return c.cfg }
+func (c *Cluster) Config() Config {
+	cfg := c.cfg
+	if c.store != nil { // the API server's ranges, which a restart may change
+		sc := c.store.Config()
+		cfg.ServiceCIDRs, cfg.NodePortRange = sc.ServiceCIDRs, sc.NodePortRange
+	}
+	return cfg
+}
+
+// RestartAPIServer restarts the API server with new service IP and node port ranges
+// (nil and the zero PortRange keep the current ones): see
+// service.Store.RestartAPIServer for what survives and what the repair pass reports.
+// The proxies' informers list again, which changes nothing, and each proxy syncs. The
+// network's non-masquerade ranges (netsim.Config.NonMasqueradeCIDRs) stay as they were.
+func (c *Cluster) RestartAPIServer(cidrs []netip.Prefix, ports alloc.PortRange) (alloc.Report, error) {
+	rep, err := c.store.RestartAPIServer(cidrs, ports)
+	if err != nil {
+		return rep, err
+	}
+	c.requestSyncs()
+	return rep, nil
+}
 
 // Store returns the cluster's service store: its API server.
 func (c *Cluster) Store() *service.Store { return c.store }

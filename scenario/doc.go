@@ -120,6 +120,10 @@
 //	restart_proxy: NODE|all       a full sync by a new kube-proxy, and what the release
 //	                              cleans at startup (before 1.32: the UDP entries of
 //	                              every service with endpoints)
+//	restart_apiserver: {service_cidr, node_port_range}   ({}: the same flags)
+//	                              objects, allocations and watches survive; new ranges
+//	                              make the repair pass rebuild the allocators from the
+//	                              Services, which keep their values (expect repair)
 //	node_settings: {node: NODE|all, hairpin, rp_filter, ...}
 //
 // from is pod:NS/NAME (pod:NAME in default), node:NAME or external:NAME. to is IP:PORT,
@@ -154,6 +158,9 @@
 //	status: 200, local_endpoints: 1                                    check health_check
 //	ctstate: {node-a: INVALID}    send with packet: the conntrack state it got at nodes
 //	answered_with: RST | ACK | "RST,ACK" | ICMP | nothing   send with packet, deliver: true
+//	repair: ["... 10.96.0.1 for service default/kubernetes is not within ..."] | []
+//	                              restart_apiserver: the repair pass's problems, each
+//	                              matched by one substring
 //
 // # Probes and real sockets
 //

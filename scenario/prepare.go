@@ -124,15 +124,23 @@ func (pr *preparer) networks() {
 		pr.fail("cluster.pod_ip_allocation", "want round-robin or lowest-free, got %q", c.PodIPAllocation)
 	}
 	if c.NodePortRange != "" {
-		lo, hi, ok := strings.Cut(c.NodePortRange, "-")
-		a, err1 := strconv.Atoi(strings.TrimSpace(lo))
-		b, err2 := strconv.Atoi(strings.TrimSpace(hi))
-		if !ok || err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
-			pr.fail("cluster.node_port_range", "want FIRST-LAST such as 30000-32767, got %q", c.NodePortRange)
+		if r, err := parsePortRange(c.NodePortRange); err != nil {
+			pr.fail("cluster.node_port_range", "%v", err)
 		} else {
-			cfg.NodePortRange = alloc.PortRange{Base: a, Size: b - a + 1}
+			cfg.NodePortRange = r
 		}
 	}
+}
+
+// parsePortRange parses a node port range, FIRST-LAST.
+func parsePortRange(v string) (alloc.PortRange, error) {
+	lo, hi, ok := strings.Cut(v, "-")
+	a, err1 := strconv.Atoi(strings.TrimSpace(lo))
+	b, err2 := strconv.Atoi(strings.TrimSpace(hi))
+	if !ok || err1 != nil || err2 != nil || a < 1 || b > 65535 || a > b {
+		return alloc.PortRange{}, fmt.Errorf("want FIRST-LAST such as 30000-32767, got %q", v)
+	}
+	return alloc.PortRange{Base: a, Size: b - a + 1}, nil
 }
 
 // prefix parses the CIDR of cluster.field; "" is none.
@@ -153,27 +161,37 @@ func (pr *preparer) prefix(field, v string) netip.Prefix {
 // --service-cluster-ip-range and kube-proxy's --cluster-cidr do), the first family
 // primary. All three name the same families.
 func (pr *preparer) cidrs(field, v string) []netip.Prefix {
-	if v == "" {
-		return nil
-	}
-	parts := strings.Split(v, ",")
-	if len(parts) > 2 {
-		pr.fail("cluster."+field, "want one CIDR or two of different families separated by a comma, got %q", v)
-		return nil
-	}
-	var out []netip.Prefix
-	for _, part := range parts {
-		pf := pr.prefix(field, strings.TrimSpace(part))
-		if !pf.IsValid() {
-			return nil
-		}
-		out = append(out, pf)
-	}
-	if len(out) == 2 && out[0].Addr().Is4() == out[1].Addr().Is4() {
-		pr.fail("cluster."+field, "the two CIDRs of a dual-stack %s must be one IPv4 and one IPv6, got %q", field, v)
+	out, err := parseCIDRs(field, v)
+	if err != nil {
+		pr.fail("cluster."+field, "%v", err)
 		return nil
 	}
 	return out
+}
+
+// parseCIDRs parses one CIDR, or two of different families separated by a comma
+// (field names the setting in the message); "" is none.
+func parseCIDRs(field, v string) ([]netip.Prefix, error) {
+	if v == "" {
+		return nil, nil
+	}
+	parts := strings.Split(v, ",")
+	if len(parts) > 2 {
+		return nil, fmt.Errorf("want one CIDR or two of different families separated by a comma, got %q", v)
+	}
+	var out []netip.Prefix
+	for _, part := range parts {
+		part = strings.TrimSpace(part)
+		pf, err := netip.ParsePrefix(part)
+		if err != nil {
+			return nil, fmt.Errorf("want a CIDR such as 10.0.0.0/16, got %q", part)
+		}
+		out = append(out, pf.Masked())
+	}
+	if len(out) == 2 && out[0].Addr().Is4() == out[1].Addr().Is4() {
+		return nil, fmt.Errorf("the two CIDRs of a dual-stack %s must be one IPv4 and one IPv6, got %q", field, v)
+	}
+	return out, nil
 }
 
 // familiesOf names the families of prefixes in order: "IPv4,IPv6".
@@ -432,10 +450,10 @@ func (pr *preparer) steps() {
 		}
 		if st.Expect != nil {
 			switch acts[0] {
-			case "connect", "send", "dns", "check":
+			case "connect", "send", "dns", "check", "restart_apiserver":
 				s.checkExpect(st, sp, &pr.errs)
 			default:
-				pr.fail(sp+".expect", "only connect, send, dns and check steps have expectations (this is %s)", acts[0])
+				pr.fail(sp+".expect", "only connect, send, dns, check and restart_apiserver steps have expectations (this is %s)", acts[0])
 			}
 		}
 		s.checkStep(pr.p, st, i, sp, nodes, pr.externals, &pr.errs)
@@ -583,6 +601,7 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 		fail("delay", "min %s is over at_most %s", d.Min, d.AtMost)
 	}
 	only("count", e.Count != nil, st.Check != nil, "check")
+	only("repair", e.Repair != nil, st.RestartAPIServer != nil, "restart_apiserver")
 	only("ready", e.Ready != nil, st.Check != nil && st.Check.Endpoints != nil, "check endpoints")
 	only("ctstate", e.CtState != nil, st.Send != nil && st.Send.Packet != nil, "send (with a crafted packet)")
 	only("answered_with", e.AnsweredWith != "", st.Send != nil && st.Send.Packet != nil && st.Send.Packet.Deliver, "send (with a crafted packet, deliver: true)")

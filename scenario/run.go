@@ -269,6 +269,8 @@ func (r *runner) runStep(ctx context.Context, i int) {
 		err = r.sync(st.Sync, &res)
 	case st.RestartProxy != "":
 		err = r.restartProxy(st.RestartProxy, &res)
+	case st.RestartAPIServer != nil:
+		err = r.restartAPIServer(st, &res)
 	case st.NodeSettings != nil:
 		r.forNodes(st.NodeSettings.Node, func(n *cluster.Node) {
 			n.UpdateSettings(func(s *netsim.NodeSettings) { st.NodeSettings.NodeSettings.applyTo(s) })

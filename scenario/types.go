@@ -245,6 +245,11 @@ type Step struct {
 	// release cleans in conntrack (before 1.32, the UDP entries to every service with
 	// endpoints; see proxy.RestartConntrackFilters).
 	RestartProxy string `yaml:"restart_proxy,omitempty"`
+	// RestartAPIServer restarts the API server ({}: with the same flags). Objects,
+	// allocations and watches survive; a new service_cidr or node_port_range makes the
+	// repair pass rebuild the allocators from the Services, which keep their values,
+	// reporting those outside the new range (expect repair).
+	RestartAPIServer *APIServerRestart `yaml:"restart_apiserver,omitempty"`
 	// NodeSettings changes kernel settings of running nodes.
 	NodeSettings *NodeSettingsChange `yaml:"node_settings,omitempty"`
 
@@ -335,6 +340,14 @@ type DNSTogether struct {
 	// reply, is not in flight with it.
 	Count  int       `yaml:"count,omitempty"`
 	Window *Duration `yaml:"window,omitempty"`
+}
+
+// APIServerRestart is a restart_apiserver step: the API server's range flags after the
+// restart, as cluster.service_cidr and cluster.node_port_range write them ("": as
+// before). The IP families cannot change.
+type APIServerRestart struct {
+	ServiceCIDR   string `yaml:"service_cidr,omitempty"`
+	NodePortRange string `yaml:"node_port_range,omitempty"`
 }
 
 // Check looks at the state of the cluster. Exactly one field is set.
@@ -511,6 +524,10 @@ type NodeSettingsChange struct {
 //   - status, local_endpoints (check health_check): the HTTP status of the health-check
 //     node port's answer and its localEndpoints.
 type Expect struct {
+	// Repair (restart_apiserver): each entry a substring of one problem the repair
+	// pass reported, in any order, every problem matched; [] for none.
+	Repair *[]string `yaml:"repair,omitempty"`
+
 	Result     string   `yaml:"result,omitempty"`
 	MinSuccess *float64 `yaml:"min_success,omitempty"`
 	Reaches    []string `yaml:"reaches,omitempty"`
@@ -616,6 +633,7 @@ func (s *Step) actions() []string {
 	add(s.KillNode != "", "kill_node")
 	add(s.Sync != nil, "sync")
 	add(s.RestartProxy != "", "restart_proxy")
+	add(s.RestartAPIServer != nil, "restart_apiserver")
 	add(s.NodeSettings != nil, "node_settings")
 	return out
 }
@@ -719,6 +737,8 @@ func (s *Step) Title() string {
 		}
 	case s.RestartProxy != "":
 		return "restart kube-proxy on " + s.RestartProxy
+	case s.RestartAPIServer != nil:
+		return "restart the API server"
 	case s.NodeSettings != nil:
 		return "node settings on " + s.NodeSettings.Node
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -195,11 +196,85 @@ func NewStore(cfg Config) (*Store, error) {
 }
 
 // Config returns the store's configuration with defaults filled in.
-func (s *Store) Config() Config { return s.cfg }
+func (s *Store) Config() Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg
+}
 
 // Allocators returns the store's allocators (for inspection and repair
 // passes; allocate through the store, not directly).
-func (s *Store) Allocators() *alloc.Allocators { return s.allocs }
+func (s *Store) Allocators() *alloc.Allocators {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.allocs
+}
+
+// RestartAPIServer is kube-apiserver restarting, with new
+// --service-cluster-ip-range and --service-node-port-range values (nil and
+// the zero PortRange keep the current ones). The objects stay (they live in
+// etcd) and watches resume with nothing to report: no object changed. The
+// allocators' bitmaps live in etcd too, so with unchanged ranges they come
+// back as they were; a changed range makes the repair controller's startup
+// pass recompute the bitmap from the stored Services (kube-apiserver's
+// "the IP range has changed"). What the pass finds that no longer fits is in
+// the report: a Service whose cluster IP or node port is outside the new
+// range keeps it (OutOfRange; the API server only logs an event asking for
+// the Service to be recreated), and new allocations come from the new range
+// around every value still in use. The IP families, primary first, cannot
+// change (the kubernetes Service and every dual-stack Service depend on
+// them); such a restart is an error and changes nothing.
+func (s *Store) RestartAPIServer(cidrs []netip.Prefix, ports alloc.PortRange) (alloc.Report, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(cidrs) == 0 {
+		cidrs = s.cfg.ServiceCIDRs
+	}
+	if ports.Size == 0 {
+		ports = s.cfg.NodePortRange
+	}
+	if len(cidrs) != len(s.cfg.ServiceCIDRs) {
+		return alloc.Report{}, fmt.Errorf("restart: --service-cluster-ip-range %v: the cluster has %d service IP families (%v); a restart cannot change them", cidrs, len(s.cfg.ServiceCIDRs), s.cfg.ServiceCIDRs)
+	}
+	for i, c := range cidrs {
+		if c.Addr().Is4() != s.cfg.ServiceCIDRs[i].Addr().Is4() {
+			return alloc.Report{}, fmt.Errorf("restart: --service-cluster-ip-range %v: range %d is %s, was %s: a restart cannot change the service IP families or their order", cidrs, i, prefixFamily(c), prefixFamily(s.cfg.ServiceCIDRs[i]))
+		}
+	}
+	if slices.Equal(cidrs, s.cfg.ServiceCIDRs) && ports == s.cfg.NodePortRange {
+		return alloc.Report{}, nil
+	}
+	allocs, err := alloc.NewAllocators(cidrs, ports, rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64())))
+	if err != nil {
+		return alloc.Report{}, fmt.Errorf("restart: %w", err)
+	}
+	var svcs []*corev1.Service
+	for _, byName := range s.objs[KindService] {
+		for _, o := range byName {
+			svcs = append(svcs, o.(*corev1.Service))
+		}
+	}
+	rep := alloc.NewRepairer(allocs).Repair(svcs)
+	s.allocs = allocs
+	s.cfg.ServiceCIDRs = slices.Clone(cidrs)
+	s.cfg.NodePortRange = ports
+	// What the startup pass marked is what it is for: report what does not fit.
+	var kept []alloc.Problem
+	for _, p := range rep.Problems {
+		if p.Kind != alloc.Missing {
+			kept = append(kept, p)
+		}
+	}
+	rep.Problems = kept
+	return rep, nil
+}
+
+func prefixFamily(p netip.Prefix) string {
+	if p.Addr().Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
 
 func (s *Store) now() metav1.Time { return metav1.NewTime(s.cfg.Now().UTC().Truncate(time.Second)) }
 
