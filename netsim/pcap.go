@@ -3,7 +3,10 @@ package netsim
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,7 +117,12 @@ var errCaptureStopped = errors.New("capture stopped")
 // "node-a/lo"), a pod's veth "pod/<namespace>/<name>", and an external host's link
 // "external/<name>". Packets are captured as they leave or enter the interface (after
 // NAT on the way out, before it on the way in), as tcpdump sees them.
+//
+// A point that does not exist (yet) is an error: nothing would ever be captured there.
 func (c *Network) Capture(point string, w io.Writer) (stop func(), err error) {
+	if err := c.checkCapturePoint(point); err != nil {
+		return nil, err
+	}
 	pw, err := newPcapWriter(w, c.clock.Now)
 	if err != nil {
 		return nil, err
@@ -134,4 +142,38 @@ func (n *Node) capture(iface string, b []byte) {
 		return
 	}
 	n.cluster.caps.write(n.name+"/"+iface, b)
+}
+
+// checkCapturePoint reports an error for a capture point that names no interface.
+func (c *Network) checkCapturePoint(point string) error {
+	kind, rest, _ := strings.Cut(point, "/")
+	switch kind {
+	case "pod":
+		ns, name, ok := strings.Cut(rest, "/")
+		if ok && c.Pod(ns, name) != nil {
+			return nil
+		}
+		return fmt.Errorf("capture point %q: no pod %s", point, rest)
+	case "external":
+		if c.ExternalHost(rest) != nil {
+			return nil
+		}
+		return fmt.Errorf("capture point %q: no external host %q", point, rest)
+	}
+	n := c.Node(kind)
+	if n == nil {
+		return fmt.Errorf("capture point %q: want NODE/IFACE (node-a/eth0, node-a/cbr0, node-a/lo), pod/NAMESPACE/NAME or external/NAME", point)
+	}
+	n.mu.Lock()
+	_, ok := n.ifaces[rest]
+	var names []string
+	for name := range n.ifaces {
+		names = append(names, name)
+	}
+	n.mu.Unlock()
+	if !ok {
+		slices.Sort(names)
+		return fmt.Errorf("capture point %q: node %s has no interface %q (it has %s)", point, kind, rest, strings.Join(names, ", "))
+	}
+	return nil
 }

@@ -78,3 +78,29 @@ func TestPcapFileFormat(t *testing.T) {
 		t.Errorf("tcpdump read %d IP packets of %d:\n%s", lines, records, out)
 	}
 }
+
+// TestCaptureUnknownPoint: a capture point that names no interface is an error naming
+// what exists, not a capture that stays empty.
+func TestCaptureUnknownPoint(t *testing.T) {
+	c := newTestCluster(t, Config{Seed: 1, ManualClock: true, Nodes: []NodeConfig{{Name: "node-a"}}})
+	startPod(t, c, "node-a", "default/web")
+	var b bytes.Buffer
+	for _, ok := range []string{"node-a/eth0", "node-a/cbr0", "node-a/lo", "pod/default/web"} {
+		stop, err := c.Capture(ok, &b)
+		if err != nil {
+			t.Errorf("%s: %v", ok, err)
+			continue
+		}
+		stop()
+	}
+	for point, want := range map[string]string{
+		"node-a/eth9":      `capture point "node-a/eth9": node node-a has no interface "eth9" (it has cbr0, eth0, lo)`,
+		"pod/default/nope": `capture point "pod/default/nope": no pod default/nope`,
+		"external/laptop":  `capture point "external/laptop": no external host "laptop"`,
+		"node-z/eth0":      `capture point "node-z/eth0": want NODE/IFACE`,
+	} {
+		if _, err := c.Capture(point, &b); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", point, err, want)
+		}
+	}
+}

@@ -35,8 +35,8 @@ func init() {
   clusterlab demo --scenario > my-scenario.yaml && clusterlab run my-scenario.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "text" && output != "json" {
-				return badInput(fmt.Errorf("-o %q: want text or json", output))
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			if show {
 				_, err := cmd.OutOrStdout().Write(scenario.DemoYAML())
@@ -57,7 +57,7 @@ func init() {
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 	cmd.Flags().BoolVar(&show, "scenario", false, "print the demonstration's scenario file instead of running it")
 	rootCmd.AddCommand(cmd)
 }

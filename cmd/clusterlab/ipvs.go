@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -173,15 +174,15 @@ func init() {
 	}
 	cmd.Flags().StringVar(&o.restore, "restore", "", "ipvsadm -Sn or ipvsadm -Ln dump to start from (- for stdin)")
 	cmd.Flags().StringVar(&o.script, "script", "", "script of ipvsadm commands, conn, sched, pick, packet, set, sleep, sysctl and kernel lines (- for stdin)")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "output format: text, json or yaml")
 	cmd.Flags().StringVar(&o.kernel, "kernel", "", "Linux release modelled, such as 5.4 (default a current kernel)")
 	rootCmd.AddCommand(cmd)
 }
 
 // runIPVS is `clusterlab ipvs`: errors caused by the input are wrapped with badInput.
 func runIPVS(o ipvsOptions, stdin io.Reader, w io.Writer) error {
-	if o.output != "text" && o.output != "json" {
-		return badInput(fmt.Errorf("-o %s: want text or json", o.output))
+	if err := checkOutput(o.output); err != nil {
+		return err
 	}
 	if o.restore == "-" && o.script == "-" {
 		return badInput(errors.New("--restore and --script cannot both read stdin"))
@@ -223,8 +224,12 @@ func runIPVS(o ipvsOptions, stdin io.Reader, w io.Writer) error {
 	if err != nil {
 		return badInput(err)
 	}
-	if o.output == "json" {
-		return rep.WriteJSON(w)
+	if structured(o.output) {
+		var b bytes.Buffer
+		if err := rep.WriteJSON(&b); err != nil {
+			return err
+		}
+		return writeStructured(w, o.output, b.Bytes())
 	}
 	return rep.WriteText(w)
 }

@@ -84,7 +84,7 @@ func TestIPVSCommandBadInput(t *testing.T) {
 		o    ipvsOptions
 		want string
 	}{
-		{ipvsOptions{output: "yaml"}, "-o yaml: want text or json"},
+		{ipvsOptions{output: "xml"}, `-o "xml": want text, json or yaml`},
 		{ipvsOptions{output: "text", restore: filepath.Join(dir, "missing.sn")}, "--restore:"},
 		{ipvsOptions{output: "text", restore: write("bad.sn", "-A -t 10.0.0.1:80 -s rr\n-a -t 10.0.0.1:80 -r nope -m\n")}, "bad.sn:2: -r nope: illegal real server address[:port] specified"},
 		{ipvsOptions{output: "text", script: write("bad.script", "# ok\nconn tcp 10.0.0.1 10.0.0.2:80\n")}, `bad.script:2: conn: client "10.0.0.1": want IP:PORT`},

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -44,20 +43,18 @@ func init() {
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "%-20s %s\n", "mode "+m.Mode, state)
 				}
-			case "json":
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(struct {
+			case "json", "yaml":
+				return writeValue(cmd.OutOrStdout(), output, struct {
 					kernel.CheckReport
 					Modes []modeReport `json:"modes"`
 				}{rep, modes})
 			default:
-				return badInput(fmt.Errorf("-o %q: want text or json", output))
+				return checkOutput(output)
 			}
 			return nil
 		},
 	}
-	checkCmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	checkCmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or yaml")
 
 	var pods int
 	var secondNode, nftables bool

@@ -28,7 +28,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"dns", "bogus"}, 2, `unknown command "bogus" for "clusterlab dns"`},
 		{[]string{"dns", "serve", "--bogus"}, 2, "unknown flag: --bogus"},
 		{[]string{"run", "a.yaml", "b.yaml"}, 2, "run needs one scenario file"},
-		{[]string{"demo", "-o", "yaml"}, 2, `-o "yaml"`},
+		{[]string{"demo", "-o", "xml"}, 2, `-o "xml"`},
 		{[]string{"dns"}, 0, ""},
 		{[]string{}, 0, ""},
 		{[]string{"dns", "serve", "--help"}, 0, ""},

@@ -104,7 +104,7 @@ func newRunCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error { return runScenario(cmd, args[0], &o) },
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text, json or yaml")
 	f.StringSliceVar(&o.modes, "modes", nil, "run under each of these kube-proxy modes and compare (comma-separated)")
 	f.StringSliceVar(&o.versions, "versions", nil, "run under each of these kube-proxy versions and compare (comma-separated, 1.N)")
 	f.StringVar(&o.mode, "mode", "", "run under this kube-proxy mode instead of the scenario's")
@@ -140,8 +140,8 @@ func completeModes(list bool) func(*cobra.Command, []string, string) ([]string, 
 }
 
 func runScenario(cmd *cobra.Command, file string, o *runOptions) error {
-	if o.output != "text" && o.output != "json" {
-		return badInput(fmt.Errorf("-o %q: want text or json", o.output))
+	if err := checkOutput(o.output); err != nil {
+		return err
 	}
 	if len(o.modes) > 0 && o.mode != "" {
 		return badInput(errors.New("--mode and --modes: give one"))
@@ -228,13 +228,12 @@ func scenarioErr(err error) error {
 }
 
 func writeResult(w io.Writer, output string, js func() ([]byte, error), text func(io.Writer) error) error {
-	if output == "json" {
+	if structured(output) {
 		b, err := js()
 		if err != nil {
 			return err
 		}
-		_, err = w.Write(b)
-		return err
+		return writeStructured(w, output, b)
 	}
 	return text(w)
 }

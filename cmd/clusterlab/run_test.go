@@ -48,7 +48,7 @@ func TestRunExitCodes(t *testing.T) {
 	if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), "bad.yaml:2: steps[0].connect.to:") {
 		t.Errorf("bad file: want a usage error naming file:line: field, got %v", err)
 	}
-	for _, args := range [][]string{{"run"}, {"run", failing, "-o", "yaml"}, {"run", "/nonexistent.yaml"}, {"run", failing, "--modes", "iptables,ebpf"}} {
+	for _, args := range [][]string{{"run"}, {"run", failing, "-o", "xml"}, {"run", "/nonexistent.yaml"}, {"run", failing, "--modes", "iptables,ebpf"}} {
 		if _, _, err := runCmd(t, args...); err == nil || !errors.As(err, &ue) {
 			t.Errorf("%v: want a usage error, got %v", args, err)
 		}

@@ -133,7 +133,7 @@ func newTraceCmd() *cobra.Command {
 	f.BoolVar(&o.allBranches, "all-branches", false, "follow every statistic branch and list every outcome with its probability")
 	f.BoolVar(&o.everyRule, "every-rule", false, "list every rule looked at, scanning long chains rule by rule as the kernel does (by default rules a chain index shows cannot match are skipped, and a line says how many)")
 	f.Uint64Var(&o.seed, "seed", 1, "seed for the choice points when not following all branches")
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text, json or yaml")
 	addPacketTraceFlags(f, &o)
 	addScenarioTraceFlags(f, &so)
 	return cmd
@@ -153,8 +153,8 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 	if err != nil {
 		return badInput(err)
 	}
-	if o.output != "text" && o.output != "json" {
-		return badInput(fmt.Errorf("-o %q: want text or json", o.output))
+	if err := checkOutput(o.output); err != nil {
+		return err
 	}
 	data, err := os.ReadFile(o.iptablesSave)
 	if err != nil {
@@ -188,13 +188,12 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 		return badInput(err)
 	}
 	out := cmd.OutOrStdout()
-	if o.output == "json" {
+	if structured(o.output) {
 		b, err := res.JSON()
 		if err != nil {
 			return err
 		}
-		_, err = out.Write(b)
-		return err
+		return writeStructured(out, o.output, b)
 	}
 	_, err = fmt.Fprint(out, res.Text())
 	return err

@@ -23,8 +23,8 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	if err != nil {
 		return badInput(err)
 	}
-	if o.output != "text" && o.output != "json" {
-		return badInput(fmt.Errorf("-o %q: want text or json", o.output))
+	if err := checkOutput(o.output); err != nil {
+		return err
 	}
 	data, err := os.ReadFile(o.nftRuleset)
 	if err != nil {
@@ -42,13 +42,12 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 		return badInput(err)
 	}
 	out := cmd.OutOrStdout()
-	if o.output == "json" {
+	if structured(o.output) {
 		b, err := res.JSON()
 		if err != nil {
 			return err
 		}
-		_, err = out.Write(b)
-		return err
+		return writeStructured(out, o.output, b)
 	}
 	_, err = fmt.Fprint(out, res.Text())
 	return err

@@ -87,14 +87,14 @@ func runScenarioTrace(cmd *cobra.Command, file string, o *traceOptions, so *scen
 	if c := changed(cmd, dumpTraceFlags); len(c) > 0 {
 		return badInput(fmt.Errorf("%s: only for tracing an --iptables-save dump; a scenario trace takes --from and --to", strings.Join(c, ", ")))
 	}
-	if o.output != "text" && o.output != "json" {
-		return badInput(fmt.Errorf("-o %q: want text or json", o.output))
+	if err := checkOutput(o.output); err != nil {
+		return err
 	}
 	if o.from == "" || so.to == "" {
 		return badInput(errors.New("a scenario trace needs --from (pod:NS/NAME, node:NAME or external:NAME) and --to"))
 	}
-	if so.mermaid && o.output == "json" {
-		return badInput(errors.New("--mermaid and -o json: give one"))
+	if so.mermaid && structured(o.output) {
+		return badInput(fmt.Errorf("--mermaid and -o %s: give one", o.output))
 	}
 	if err := checkModeFlag("--mode", so.mode); err != nil {
 		return err

@@ -77,7 +77,7 @@ func TestTraceBadInput(t *testing.T) {
 		{[]string{"--iptables-save", dump, "--src", "10.0.0.1", "--dst", "10.0.0.2"}, "--dport 0"},
 		{[]string{"--iptables-save", dump, "--src", "10.0.0.1", "--dst", "10.0.0.2", "--dport", "80", "--proto", "icmp"}, "--proto"},
 		{[]string{"--iptables-save", dump, "--src", "10.0.0.1", "--dst", "10.0.0.2", "--dport", "80", "--from", "moon"}, "--from"},
-		{[]string{"--iptables-save", dump, "--src", "10.0.0.1", "--dst", "10.0.0.2", "--dport", "80", "-o", "yaml"}, "-o"},
+		{[]string{"--iptables-save", dump, "--src", "10.0.0.1", "--dst", "10.0.0.2", "--dport", "80", "-o", "xml"}, "-o"},
 		{[]string{"--iptables-save", bad, "--src", "10.0.0.1", "--dst", "10.0.0.2", "--dport", "80"}, "bad.txt:2: -j NOPE: jump to missing chain"},
 		{[]string{"--iptables-save", "/nonexistent", "--src", "10.0.0.1", "--dst", "10.0.0.2", "--dport", "80"}, "no such file"},
 		{[]string{"--iptables-save", empty, "--src", "10.0.0.1", "--dst", "10.0.0.2", "--dport", "80"}, "no tables in " + empty},
