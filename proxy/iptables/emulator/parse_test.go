@@ -584,3 +584,45 @@ func TestGeneratorOutputLoads(t *testing.T) {
 		}
 	}
 }
+
+// TestOptionAbbreviations: iptables-restore parses a rule with getopt_long, which takes
+// an unambiguous prefix of a long option among the generic options and those of the
+// modules loaded so far (the protocol's module being loaded when nothing else has the
+// option); the rule is saved with the full names. A prefix of several options is
+// ambiguous, as in iptables.
+func TestOptionAbbreviations(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"-A INPUT -p tcp -m multiport --dport 80,443 -j ACCEPT", "-A INPUT -p tcp -m multiport --dports 80,443 -j ACCEPT"},
+		{"-A INPUT -p tcp -m multiport --destination-po 80 -j ACCEPT", "-A INPUT -p tcp -m multiport --dports 80 -j ACCEPT"},
+		{"-A INPUT --proto udp --dp 53 -j ACCEPT", "-A INPUT -p udp -m udp --dport 53 -j ACCEPT"},
+		{"-A INPUT --sour 10.0.0.0/8 --in-inter eth0 -j DROP", "-A INPUT -s 10.0.0.0/8 -i eth0 -j DROP"},
+		{"-A INPUT -p tcp -m tcp --dport 80 --sp 1000 -j ACCEPT", "-A INPUT -p tcp -m tcp --sport 1000 --dport 80 -j ACCEPT"},
+		{"-A INPUT -m conntrack --ctstate ESTABLISHED --ctdi ORIGINAL -j ACCEPT", "-A INPUT -m conntrack --ctstate ESTABLISHED --ctdir ORIGINAL -j ACCEPT"},
+		{"-A INPUT -p tcp -j REJECT --reject-w tcp-reset", "-A INPUT -p tcp -j REJECT --reject-with tcp-reset"},
+	} {
+		e, err := Load([]byte("*filter\n"+tc.in+"\nCOMMIT\n"), IPv4, "test")
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		out, err := e.Save(context.Background(), "filter")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(out), tc.want+"\n") {
+			t.Errorf("%s: saved\n%s\nwant %q", tc.in, out, tc.want)
+		}
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"-A INPUT -p tcp --d 80 -j ACCEPT", "--d: ambiguous abbreviation of --delete, --delete-chain, --destination"},
+		{"-A INPUT -m conntrack --ctst ESTABLISHED -j ACCEPT", "--ctst: ambiguous abbreviation of --ctstate, --ctstatus"},
+		{"-A INPUT -p tcp -m multiport --po 80 -j ACCEPT", "--po: ambiguous abbreviation of --policy, --ports"},
+		{"-A INPUT --line-num -j ACCEPT", "--line-num: --line-numbers is not an option of a rule"},
+		{"-A INPUT -p tcp --nosuch 1 -j ACCEPT", "--nosuch: unknown option"},
+	} {
+		_, err := Load([]byte("*filter\n"+tc.in+"\nCOMMIT\n"), IPv4, "test")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -130,7 +131,7 @@ func (sp *specParser) option(out *ruleSpec, toks []token, i *int, opt string, ne
 	case "-j", "--jump", "-g", "--goto":
 		return sp.targetOption(r, toks, i, opt, neg)
 	default:
-		return sp.moduleOption(r, toks, i, opt, neg)
+		return sp.moduleOption(out, toks, i, opt, neg)
 	}
 	return nil
 }
@@ -384,7 +385,8 @@ func (sp *specParser) looksLikeExtension(toks []token, rest []token) bool {
 // each) until the next -m, -j or header option, which is how iptables-save prints them;
 // an option nobody loaded takes loads the protocol's module implicitly (-p tcp --dport
 // 80 is -p tcp -m tcp --dport 80), as iptables does.
-func (sp *specParser) moduleOption(r *Rule, toks []token, i *int, opt string, neg bool) error {
+func (sp *specParser) moduleOption(out *ruleSpec, toks []token, i *int, opt string, neg bool) error {
+	r := out.rule
 	for j := len(sp.owners) - 1; j >= 0; j-- {
 		o := sp.owners[j]
 		if o.unknown != nil {
@@ -402,19 +404,112 @@ func (sp *specParser) moduleOption(r *Rule, toks []token, i *int, opt string, ne
 			return sp.give(o, spec, toks, i, opt, neg)
 		}
 	}
+	// getopt_long, which iptables-restore parses a rule with, takes an unambiguous
+	// prefix of a long option of the options known so far (the generic ones and the
+	// loaded modules' and target's): "-m multiport --dport 80,443" is --dports.
+	if full, err := sp.abbreviation(opt, nil); err != nil {
+		return err
+	} else if full != "" {
+		return sp.option(out, toks, i, full, neg)
+	}
+	// An option no loaded module has loads the protocol's module (-p tcp: -m tcp), as
+	// iptables does, and is looked up again among its options.
 	if r.Proto.Set && !r.Proto.Neg {
 		if name, ok := protoModules[r.Proto.Num]; ok {
 			def := modules[name]
-			if spec, ok := def.opts[opt]; ok {
+			spec, ok := def.opts[opt]
+			if !ok {
+				full, err := sp.abbreviation(opt, def.opts)
+				if err != nil {
+					return err
+				}
+				spec, ok = def.opts[full]
+			}
+			if ok {
 				b := def.new()
 				r.Matches = append(r.Matches, b)
 				o := owner{opts: def.opts, b: b}
 				sp.owners = append(sp.owners, o)
-				return sp.give(o, spec, toks, i, opt, neg)
+				return sp.give(o, spec, toks, i, spec.canon, neg)
 			}
 		}
 	}
 	return optErr(opt, "unknown option")
+}
+
+// genericLongOpts are iptables' own long options (iptables.c original_opts), each
+// with the option it stands for: what getopt_long matches an abbreviation against
+// besides the modules' options. Commands are in the table too, so "--de" is
+// ambiguous (--delete, --delete-chain, --destination) as in iptables.
+var genericLongOpts = map[string]string{
+	"--append": "-A", "--delete": "-D", "--insert": "-I", "--replace": "-R", "--check": "-C",
+	"--list": "-L", "--list-rules": "-S", "--flush": "-F", "--zero": "-Z", "--new-chain": "-N",
+	"--delete-chain": "-X", "--rename-chain": "-E", "--policy": "-P", "--source": "-s", "--src": "-s",
+	"--destination": "-d", "--dst": "-d", "--protocol": "-p", "--in-interface": "-i", "--jump": "-j",
+	"--table": "-t", "--match": "-m", "--numeric": "-n", "--out-interface": "-o", "--verbose": "-v",
+	"--wait": "-w", "--exact": "-x", "--fragment": "-f", "--version": "-V", "--help": "-h",
+	"--line-numbers": "--line-numbers", "--modprobe": "--modprobe", "--set-counters": "-c",
+	"--goto": "-g", "--ipv4": "-4", "--ipv6": "-6",
+}
+
+// abbreviation resolves opt, a long option that is not the name of a known one, as
+// getopt_long does: the one option (counting aliases once) whose name it begins. It
+// looks among extra when given, else among the generic options and those of the
+// modules and target loaded so far. It returns "" when nothing begins with opt, and an
+// error when several options do.
+func (sp *specParser) abbreviation(opt string, extra map[string]optSpec) (string, error) {
+	if !strings.HasPrefix(opt, "--") || len(opt) < 3 {
+		return "", nil
+	}
+	type cand struct{ full, key string }
+	var cands []cand
+	add := func(full, key string) {
+		for i, c := range cands {
+			if c.key == key {
+				if len(full) > len(c.full) { // an alias: name it by its long spelling (--source, not --src)
+					cands[i].full = full
+				}
+				return
+			}
+		}
+		cands = append(cands, cand{full, key})
+	}
+	if extra != nil {
+		for name, s := range extra {
+			if strings.HasPrefix(name, opt) {
+				add(s.canon, s.canon)
+			}
+		}
+	} else {
+		for name, short := range genericLongOpts {
+			if strings.HasPrefix(name, opt) {
+				add(name, "generic "+short)
+			}
+		}
+		for j, o := range sp.owners {
+			for name, s := range o.opts {
+				if strings.HasPrefix(name, opt) {
+					add(s.canon, fmt.Sprintf("owner %d %s", j, s.canon))
+				}
+			}
+		}
+	}
+	switch len(cands) {
+	case 0:
+		return "", nil
+	case 1:
+		full := cands[0].full
+		if short := genericLongOpts[full]; short != "" && !isGenericOpt(full) {
+			return "", optErr(opt, "%s is not an option of a rule", full)
+		}
+		return full, nil
+	}
+	var names []string
+	for _, c := range cands {
+		names = append(names, c.full)
+	}
+	slices.Sort(names)
+	return "", optErr(opt, "ambiguous abbreviation of %s", strings.Join(names, ", "))
 }
 
 func (sp *specParser) give(o owner, spec optSpec, toks []token, i *int, opt string, neg bool) error {
