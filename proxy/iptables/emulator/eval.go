@@ -3,6 +3,7 @@ package emulator
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/clusterlab/clusterlab/netfilter"
@@ -131,8 +132,10 @@ type chooser interface {
 	chance(p float64) bool
 	// pickRange picks one of n values, or returns -1 to keep the range whole.
 	pickRange(n int) int
-	// unknown returns the assumption for an undecidable match of a rule.
-	unknown(r *Rule, mi int) bool
+	// unknown returns whether an undecidable match matches: cond identifies its
+	// condition on the packet (the same on every rule that tests it), label names
+	// it, neg says the match is the condition's negation.
+	unknown(cond, label string, neg bool) bool
 }
 
 type envChooser struct{ env Env }
@@ -152,7 +155,7 @@ func (c *envChooser) pickRange(n int) int {
 	}
 	return c.env.Pick(n)
 }
-func (*envChooser) unknown(*Rule, int) bool { return false }
+func (*envChooser) unknown(string, string, bool) bool { return false }
 
 // state is the emulator state evaluation reads and changes.
 type state struct {
@@ -227,6 +230,11 @@ type Assumption struct {
 	Rule    *Rule
 	Match   string // the match as iptables-save prints it
 	Matched bool
+	// Condition is what was assumed, the same for every rule that tests it on the
+	// same packet ("set KUBE-X dst=10.96.0.1:80"; a negated match tests the
+	// condition too), and Holds the value assumed for it.
+	Condition string
+	Holds     bool
 }
 
 func (c *evalCtx) chance(p float64) bool {
@@ -335,8 +343,9 @@ func (c *evalCtx) matchRule(r *Rule) bool {
 // assumeUnknown resolves match i (m) of r, which the emulator cannot decide, through
 // the chooser and records the assumption.
 func (c *evalCtx) assumeUnknown(r *Rule, i int, m Match) tri {
-	v := c.ch.unknown(r, i)
-	a := Assumption{Hook: c.hook, Table: c.table, Chain: c.chain, Rule: r, Match: FormatMatch(m), Matched: v}
+	cond, neg := c.condition(m)
+	v := c.ch.unknown(cond, FormatMatch(m), neg)
+	a := Assumption{Hook: c.hook, Table: c.table, Chain: c.chain, Rule: r, Match: FormatMatch(m), Matched: v, Condition: cond, Holds: v != neg}
 	c.assume = append(c.assume, a)
 	if c.tr != nil {
 		word := "assumed not to match"
@@ -346,6 +355,37 @@ func (c *evalCtx) assumeUnknown(r *Rule, i int, m Match) tri {
 		c.notes = append(c.notes, fmt.Sprintf("%q not emulated: %s", a.Match, word))
 	}
 	return triOf(v)
+}
+
+// condition names the condition an undecidable match tests on the current packet,
+// and whether the match is its negation: a set lookup is the set's name and the
+// packet's addresses and ports in the directions it looks up (a set with counter
+// conditions, or a module the emulator does not know, the match without a leading
+// "!" on this packet).
+func (c *evalCtx) condition(m Match) (string, bool) {
+	p := c.pkt
+	switch m := m.(type) {
+	case *SetMatch:
+		if len(m.Counters) == 0 {
+			var b strings.Builder
+			b.WriteString("set " + m.Name)
+			for _, dst := range m.Dirs {
+				if dst {
+					b.WriteString(" dst=" + netip.AddrPortFrom(p.Dst, p.DstPort).String())
+				} else {
+					b.WriteString(" src=" + netip.AddrPortFrom(p.Src, p.SrcPort).String())
+				}
+			}
+			return b.String(), m.Neg
+		}
+	case *UnknownMatch:
+		args, neg := m.Args, false
+		if len(args) > 1 && args[0] == "!" && !slices.Contains(args[1:], "!") {
+			args, neg = args[1:], true
+		}
+		return "-m " + m.Name + " " + strings.Join(args, " ") + " on " + p.String(), neg
+	}
+	return FormatMatch(m) + " on " + p.String(), false
 }
 
 type frame struct {

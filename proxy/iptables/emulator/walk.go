@@ -2,7 +2,9 @@ package emulator
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,6 +97,12 @@ type AssumptionRef struct {
 	RuleRef
 	Match   string `json:"match"`
 	Matched bool   `json:"assumed_match"`
+	// Condition is what was assumed, held the same on every rule of the path that
+	// tests it ("set KUBE-X dst=10.96.0.1:80"), and Holds its assumed value (a
+	// negated match tests the same condition: Matched is then !Holds). The first
+	// rule that tested it is the RuleRef.
+	Condition string `json:"condition"`
+	Holds     bool   `json:"condition_holds"`
 }
 
 // Outcome is one possible fate of a walked packet.
@@ -161,12 +169,7 @@ type pathChooser struct {
 	taken  []choiceRec
 	prob   float64
 	tr     *Trace
-	memo   map[unknownKey]bool
-}
-
-type unknownKey struct {
-	r  *Rule
-	mi int
+	memo   map[string]bool // condition -> the value assumed on this path
 }
 
 func (c *pathChooser) next(n int) int {
@@ -200,22 +203,24 @@ func (c *pathChooser) chance(p float64) bool {
 
 func (c *pathChooser) pickRange(int) int { return -1 }
 
-func (c *pathChooser) unknown(r *Rule, mi int) bool {
-	k := unknownKey{r, mi}
-	if v, ok := c.memo[k]; ok {
-		return v
+// unknown assumes a value for an undecidable condition, once a path: every rule that
+// tests the same condition on the same packet sees the same value (a negated match
+// its opposite).
+func (c *pathChooser) unknown(cond, label string, neg bool) bool {
+	if v, ok := c.memo[cond]; ok {
+		return v != neg
 	}
 	alt := c.next(2)
-	v := alt == 1
-	label := fmt.Sprintf("assume %q does not match", FormatMatch(r.Matches[mi]))
+	v := alt == 1 // the match as written matches
+	text := fmt.Sprintf("assume %q does not match", label)
 	if v {
-		label = fmt.Sprintf("assume %q matches", FormatMatch(r.Matches[mi]))
+		text = fmt.Sprintf("assume %q matches", label)
 	}
-	c.taken = append(c.taken, choiceRec{alt: alt, n: 2, p: 1, step: len(c.tr.Steps), label: label})
+	c.taken = append(c.taken, choiceRec{alt: alt, n: 2, p: 1, step: len(c.tr.Steps), label: text})
 	if c.memo == nil {
-		c.memo = make(map[unknownKey]bool)
+		c.memo = make(map[string]bool)
 	}
-	c.memo[k] = v
+	c.memo[cond] = v != neg
 	return v
 }
 
@@ -324,6 +329,7 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 		}
 		forced = next
 	}
+	res.Outcomes = minimiseAssumptions(res.Outcomes)
 	return res, nil
 }
 
@@ -374,14 +380,13 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		}
 		seen := map[string]bool{}
 		for _, a := range c.assume {
-			k := fmt.Sprintf("%p %s", a.Rule, a.Match)
-			if seen[k] {
-				continue // the same rule met again on the path: one assumption
+			if seen[a.Condition] {
+				continue // the same condition tested again on the path: one assumption
 			}
-			seen[k] = true
+			seen[a.Condition] = true
 			o.Assumptions = append(o.Assumptions, AssumptionRef{
 				RuleRef: RuleRef{Hook: a.Hook.String(), Table: a.Table, Chain: a.Chain, Line: a.Rule.Line, Rule: a.Rule.Text(a.Chain)},
-				Match:   a.Match, Matched: a.Matched})
+				Match:   a.Match, Matched: a.Matched, Condition: a.Condition, Holds: a.Holds})
 		}
 		detail := ""
 		if o.DNATDestination != nil {
@@ -496,8 +501,77 @@ func outcomeKey(o *Outcome) string {
 		b.WriteString(*o.SNATSource)
 	}
 	fmt.Fprintf(&b, "|%s|%s|%s|", o.Mark, o.Packet, strings.Join(o.Hooks, ","))
-	for _, a := range o.Assumptions {
-		fmt.Fprintf(&b, "%s:%d:%s=%v;", a.Chain, a.Line, a.Match, a.Matched)
-	}
+	b.WriteString(assumptionsKey(o.Assumptions, ""))
 	return b.String()
+}
+
+// assumptionsKey renders a set of assumptions for comparison, leaving out the
+// condition skip.
+func assumptionsKey(as []AssumptionRef, skip string) string {
+	var parts []string
+	for _, a := range as {
+		if a.Condition != skip {
+			parts = append(parts, fmt.Sprintf("%s=%v", a.Condition, a.Holds))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ";")
+}
+
+// observableKey is outcomeKey without the assumptions.
+func observableKey(o *Outcome) string {
+	k := outcomeKey(&Outcome{Verdict: o.Verdict, RejectWith: o.RejectWith, DecidedBy: o.DecidedBy, Decision: o.Decision,
+		DNATDestination: o.DNATDestination, Masqueraded: o.Masqueraded, SNATSource: o.SNATSource, Mark: o.Mark, Packet: o.Packet, Hooks: o.Hooks})
+	return k
+}
+
+// minimiseAssumptions merges outcomes that differ only in one assumption, the same
+// fate with the same probability whichever value the condition has: that condition
+// does not decide it, and the merged outcome no longer lists it. Repeated until no
+// two outcomes merge, so that an assumption an outcome lists is one its fate depends
+// on. The order of the first of each merged group is kept.
+func minimiseAssumptions(outs []*Outcome) []*Outcome {
+	for {
+		merged := false
+	scan:
+		for i := 0; i < len(outs); i++ {
+			for j := i + 1; j < len(outs); j++ {
+				a, b := outs[i], outs[j]
+				if len(a.Assumptions) != len(b.Assumptions) || len(a.Assumptions) == 0 || math.Abs(a.Probability-b.Probability) > 1e-12 || observableKey(a) != observableKey(b) {
+					continue
+				}
+				for _, as := range a.Assumptions {
+					bv, ok := holdsIn(b.Assumptions, as.Condition)
+					if !ok || bv == as.Holds || assumptionsKey(a.Assumptions, as.Condition) != assumptionsKey(b.Assumptions, as.Condition) {
+						continue
+					}
+					c := *a
+					c.Assumptions = nil
+					for _, x := range a.Assumptions {
+						if x.Condition != as.Condition {
+							c.Assumptions = append(c.Assumptions, x)
+						}
+					}
+					c.Paths = a.Paths + b.Paths
+					c.key = outcomeKey(&c)
+					outs[i] = &c
+					outs = append(outs[:j], outs[j+1:]...)
+					merged = true
+					break scan
+				}
+			}
+		}
+		if !merged {
+			return outs
+		}
+	}
+}
+
+func holdsIn(as []AssumptionRef, cond string) (bool, bool) {
+	for _, a := range as {
+		if a.Condition == cond {
+			return a.Holds, true
+		}
+	}
+	return false, false
 }
