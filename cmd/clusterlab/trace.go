@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
@@ -20,6 +21,7 @@ import (
 type traceOptions struct {
 	iptablesSave string
 	ipsets       string
+	lenient      bool
 	nftRuleset   string
 
 	src, dst     string
@@ -120,6 +122,7 @@ func newTraceCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.iptablesSave, "iptables-save", "", "iptables-save (or ip6tables-save) output to trace through, with or without -c counters")
 	f.StringVar(&o.ipsets, "ipsets", "", "`ipset save` output for -m set rules (optional)")
+	f.BoolVar(&o.lenient, "lenient", false, "skip the lines of --iptables-save that do not load (reported on stderr) instead of refusing the dump; outcomes whose path crossed a chain that lost a line say so")
 	f.StringVar(&o.nftRuleset, "nft-ruleset", "", "`nft list ruleset` output (with or without -a; or nft -j JSON, or an nft -f script) to trace through, instead of --iptables-save")
 	f.StringVar(&o.src, "src", "", "source IP address")
 	f.StringVar(&o.dst, "dst", "", "destination IP address")
@@ -176,9 +179,19 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 	if err := o.checkDumpFamily(data, fam); err != nil {
 		return badInput(err)
 	}
+	if o.lenient {
+		opts = append(opts, emulator.Lenient())
+	}
 	e, err := emulator.Load(data, fam, o.iptablesSave, opts...)
 	if err != nil {
 		return badInput(o.familyMismatch(data, fam, err))
+	}
+	for _, sl := range e.Skipped() {
+		text := ""
+		if sl.Text != "" {
+			text = " " + strconv.Quote(sl.Text)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: skipped %s:%d%s: %s\n", sl.File, sl.Line, text, sl.Reason)
 	}
 	if len(e.Ruleset().Tables) == 0 {
 		return badInput(fmt.Errorf("no tables in %s: want iptables-save output (a *TABLE line, its chains and rules, COMMIT)", o.iptablesSave))

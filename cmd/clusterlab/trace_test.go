@@ -211,3 +211,31 @@ func TestTraceHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceLenient: --lenient traces a dump with a garbled line, reporting the skipped
+// line on stderr and the outcome it may have changed; without it the dump is refused.
+func TestTraceLenient(t *testing.T) {
+	dump := t.TempDir() + "/node.dump"
+	text := "*nat\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.96.0.1/32 -p tcp --dport 80 -j DNAT --to-destination 10.244.0.5:8080\n-A KUBE-SERVICES -d 10.96.0.2/32 -p tcp --dpxrt 80 -j ACCEPT\nCOMMIT\n"
+	if err := os.WriteFile(dump, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"trace", "--iptables-save", dump, "--src", "10.0.0.1", "--dst", "10.96.0.1", "--dport", "80"}
+	if _, _, err := runCmd(t, args...); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "node.dump:5: --dpxrt: unknown option") {
+		t.Fatalf("strict: %v", err)
+	}
+	out, errOut, err := runCmd(t, append(args, "--lenient")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut, `skipped `+dump+`:5 "-A KUBE-SERVICES -d 10.96.0.2/32 -p tcp --dpxrt 80 -j ACCEPT": --dpxrt: unknown option`) {
+		t.Errorf("stderr: %s", errOut)
+	}
+	if !strings.Contains(out, "dnat 10.244.0.5:8080") || !strings.Contains(out, "may differ: its path went where lines were skipped ("+dump+":5)") {
+		t.Errorf("stdout:\n%s", out)
+	}
+	js, _, err := runCmd(t, append(args, "--lenient", "-o", "json")...)
+	if err != nil || !strings.Contains(js, `"may_differ": [`) {
+		t.Errorf("json: %v\n%s", err, js)
+	}
+}

@@ -30,6 +30,9 @@ type Emulator struct {
 	nat NAT
 	// noCompile makes evaluations without a trace run on the Rules too (tests).
 	noCompile bool
+	// lenient loads skip what does not load (Lenient); skipped is what they left out.
+	lenient bool
+	skipped []SkippedLine
 }
 
 var _ iptables.Interface = (*Emulator)(nil)
@@ -68,10 +71,22 @@ func New(f Family, opts ...Option) *Emulator {
 // without counters). file names the dump in errors and traces.
 func Load(data []byte, f Family, file string, opts ...Option) (*Emulator, error) {
 	e := New(f, opts...)
-	if err := e.restore(data, RestoreOptions{Counters: true, File: file, keepOrder: true}); err != nil {
+	if err := e.restore(data, RestoreOptions{Counters: true, File: file, keepOrder: true, Lenient: e.lenient}); err != nil {
 		return nil, err
 	}
 	return e, nil
+}
+
+// Lenient makes Load skip what it cannot load instead of refusing the dump (see
+// RestoreOptions.Lenient); Skipped lists what was left out, and walks say which
+// outcomes went through a chain or table that lost a line.
+func Lenient() Option { return func(e *Emulator) { e.lenient = true } }
+
+// Skipped returns the lines lenient loads and restores left out, in order.
+func (e *Emulator) Skipped() []SkippedLine {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.skipped)
 }
 
 // Family returns the emulator's address family.
@@ -94,11 +109,12 @@ func (e *Emulator) RestoreText(data []byte, opts RestoreOptions) error { return 
 func (e *Emulator) restore(data []byte, opts RestoreOptions) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	rs, err := Restore(e.rs, data, opts)
+	rs, skipped, err := RestoreSkipping(e.rs, data, opts)
 	if err != nil {
 		return err
 	}
 	e.rs = rs
+	e.skipped = append(e.skipped, skipped...)
 	e.restores++
 	e.gc()
 	return nil

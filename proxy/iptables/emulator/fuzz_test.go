@@ -48,3 +48,34 @@ func FuzzParse(f *testing.F) {
 		e.Walk(WalkInput{Packet: *pkt("tcp " + src + " " + dst), AllBranches: true, MaxPaths: 64})
 	})
 }
+
+// FuzzLenientLoad: a lenient load never fails on a line's content and never panics;
+// on input a strict load takes it skips nothing and loads the same ruleset; what it
+// loads saves to a dump a strict load takes.
+func FuzzLenientLoad(f *testing.F) {
+	files, _ := filepath.Glob("../../../testdata/iptables/dumps/*")
+	for _, file := range files {
+		if b, err := os.ReadFile(file); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(garbledDump))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e, err := Load(data, IPv4, "fuzz", Lenient())
+		if err != nil {
+			return // a loop that dropping rules cannot break, say: reported, not a panic
+		}
+		saved := e.Ruleset().Save(true)
+		if _, err := ParseDump(saved, IPv4, "saved"); err != nil {
+			t.Fatalf("the lenient load saves a dump a strict load refuses: %v\n%s", err, saved)
+		}
+		if strict, err := ParseDump(data, IPv4, "fuzz"); err == nil {
+			if len(e.Skipped()) != 0 {
+				t.Fatalf("strict load takes it, lenient skipped %v", e.Skipped())
+			}
+			if string(strict.Save(true)) != string(saved) {
+				t.Fatal("strict and lenient loads differ")
+			}
+		}
+	})
+}

@@ -48,6 +48,9 @@ func (r *WalkResult) Text() string {
 			}
 			fmt.Fprintf(&b, "       assuming %s (line %d) %s\n", a.Match, a.Line, word)
 		}
+		if len(o.MayDiffer) > 0 {
+			fmt.Fprintf(&b, "       may differ: its path went where lines were skipped (%s)\n", strings.Join(o.MayDiffer, ", "))
+		}
 	}
 	if r.Truncated {
 		fmt.Fprintf(&b, "  (exploration stopped after %d paths)\n", len(r.Paths))

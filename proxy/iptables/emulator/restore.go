@@ -55,9 +55,28 @@ type RestoreOptions struct {
 	// File names the input in errors and in the rules' origin.
 	File string
 
+	// Lenient skips what cannot be loaded instead of refusing the whole input, as
+	// dumps of broken nodes need: a line that does not parse (and the lines of a
+	// table whose header does not), a rule that jumps to a missing chain or closes a
+	// loop; a table without COMMIT is taken as committed. Each is reported as a
+	// SkippedLine (see Skipped).
+	Lenient bool
+
 	// keepOrder appends new tables in input order (loading a dump) instead of placing
 	// them in the nf_tables backend's order.
 	keepOrder bool
+}
+
+// SkippedLine is a line a lenient load left out, and why.
+type SkippedLine struct {
+	File   string `json:"file"`
+	Line   int    `json:"line"`
+	Text   string `json:"text"`
+	Reason string `json:"reason"`
+	// Table and Chain are where the line would have gone, as far as it says ("" when
+	// not known): an outcome that did not pass there cannot have been changed by it.
+	Table string `json:"table,omitempty"`
+	Chain string `json:"chain,omitempty"`
 }
 
 // nftTableRank is the order iptables-nft-save prints tables in.
@@ -67,11 +86,19 @@ var nftTableRank = map[string]int{TableMangle: 0, TableSecurity: 1, TableRaw: 2,
 // itself is not changed (rules and chains that the input does not touch are shared).
 // Either the whole input applies or an error is returned.
 func Restore(rs *Ruleset, data []byte, opts RestoreOptions) (*Ruleset, error) {
+	out, _, err := RestoreSkipping(rs, data, opts)
+	return out, err
+}
+
+// RestoreSkipping is Restore that also returns what a lenient restore
+// (opts.Lenient) left out.
+func RestoreSkipping(rs *Ruleset, data []byte, opts RestoreOptions) (*Ruleset, []SkippedLine, error) {
 	tx := newTxn(rs, opts)
 	if err := tx.run(string(data)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return tx.rs, nil
+	slices.SortStableFunc(tx.skipped, func(a, b SkippedLine) int { return a.Line - b.Line })
+	return tx.rs, tx.skipped, nil
 }
 
 // ParseDump parses iptables-save output (with or without -c counters) into a new
@@ -87,7 +114,11 @@ type tableState struct {
 }
 
 type txn struct {
-	opts   RestoreOptions
+	opts    RestoreOptions
+	skipped []SkippedLine
+	// skipTable is the table whose header a lenient load could not take: its lines
+	// are skipped up to its COMMIT.
+	skipTable *string
 	family Family
 	rs     *Ruleset
 	tables map[string]*tableState
@@ -139,10 +170,21 @@ func (tx *txn) run(text string) error {
 		if line == "" || line[0] == '#' {
 			continue
 		}
+		if tx.skipTable != nil {
+			tx.skip(line, fmt.Sprintf("in table %q, whose header was skipped", *tx.skipTable), *tx.skipTable)
+			if line == "COMMIT" {
+				tx.skipTable = nil
+			}
+			continue
+		}
 		var err error
 		switch {
 		case line[0] == '*':
 			err = tx.tableLine(line[1:])
+			if err != nil && tx.opts.Lenient && tx.cur == nil {
+				name := line[1:]
+				tx.skipTable = &name
+			}
 		case line[0] == ':':
 			err = tx.chainLine(line[1:])
 		case line == "COMMIT":
@@ -154,21 +196,94 @@ func (tx *txn) run(text string) error {
 			err = tx.commandLine(line)
 		}
 		if err != nil {
-			return err
+			if !tx.opts.Lenient {
+				return err
+			}
+			table := ""
+			if tx.cur != nil {
+				table = tx.cur.t.Name
+			}
+			tx.skip(line, reasonOf(err), table)
 		}
 	}
 	if tx.cur != nil {
 		tx.line = lineNo + 1
-		return &ParseError{File: tx.opts.File, Line: lineNo + 1, Err: fmt.Errorf("%w (table %s is not committed)", ErrNoCommit, tx.cur.t.Name)}
+		err := &ParseError{File: tx.opts.File, Line: lineNo + 1, Err: fmt.Errorf("%w (table %s is not committed)", ErrNoCommit, tx.cur.t.Name)}
+		if !tx.opts.Lenient {
+			return err
+		}
+		tx.skipped = append(tx.skipped, SkippedLine{File: tx.opts.File, Line: lineNo + 1, Reason: reasonOf(err) + ": taken as committed", Table: tx.cur.t.Name})
+		tx.cur = nil
 	}
 	for _, t := range tx.rs.Tables {
 		if _, ok := tx.tables[t.Name]; ok {
-			if err := tx.validate(t); err != nil {
-				return err
+			for tries := 0; ; tries++ {
+				err := tx.validate(t)
+				if err == nil {
+					break
+				}
+				if !tx.opts.Lenient || tries > 10000 || !tx.dropRule(t, err) {
+					return err
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// reasonOf is a load error without its FILE:LINE (a SkippedLine has them).
+func reasonOf(err error) string {
+	var pe *ParseError
+	if !errors.As(err, &pe) {
+		return err.Error()
+	}
+	if pe.Option != "" {
+		return pe.Option + ": " + pe.Err.Error()
+	}
+	return pe.Err.Error()
+}
+
+// skip records a line a lenient load leaves out.
+func (tx *txn) skip(line, reason, table string) {
+	sl := SkippedLine{File: tx.opts.File, Line: tx.line, Text: line, Reason: reason, Table: table}
+	if f := strings.Fields(line); len(f) >= 2 {
+		switch f[0] {
+		case "-A", "--append", "-I", "--insert", "-R", "--replace", "-D", "--delete", "-N", "--new-chain", "-F", "--flush", "-P", "--policy":
+			sl.Chain = f[1]
+		}
+	} else if len(f) == 1 && strings.HasPrefix(f[0], ":") {
+		sl.Chain = f[0][1:]
+	}
+	if strings.HasPrefix(line, ":") {
+		sl.Chain, _, _ = strings.Cut(line[1:], " ")
+	}
+	tx.skipped = append(tx.skipped, sl)
+}
+
+// dropRule removes the rule a validation error is about (a jump to a missing chain, a
+// loop) from t, for a lenient load, and records it. It reports whether it found it.
+func (tx *txn) dropRule(t *Table, err error) bool {
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Line == 0 {
+		return false
+	}
+	for ci, c := range t.Chains {
+		for ri, r := range c.Rules {
+			if r.File != pe.File || r.Line != pe.Line {
+				continue
+			}
+			nc := *c
+			nc.Rules = append(slices.Clone(c.Rules[:ri]), c.Rules[ri+1:]...)
+			t.Chains[ci] = &nc
+			t.byName = nil // reindexed on the next lookup
+			if j, ok := r.Target.(*JumpTarget); ok && tx.tables[t.Name] != nil {
+				tx.tables[t.Name].refs[j.Chain]--
+			}
+			tx.skipped = append(tx.skipped, SkippedLine{File: pe.File, Line: pe.Line, Text: r.Text(c.Name), Reason: reasonOf(pe), Table: t.Name, Chain: c.Name})
+			return true
+		}
+	}
+	return false
 }
 
 func (tx *txn) tableLine(name string) error {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -138,6 +139,10 @@ type Outcome struct {
 	Assumptions []AssumptionRef `json:"assumptions,omitempty"`
 	// Paths counts the paths merged into this outcome.
 	Paths int `json:"paths"`
+	// MayDiffer lists the lines a lenient load skipped ("FILE:LINE") in a chain or
+	// table this outcome's paths went through (or whose place is unknown): with them
+	// the outcome could have been another.
+	MayDiffer []string `json:"may_differ,omitempty"`
 
 	// Trace is the (first merged) path's trace.
 	Trace   *Trace      `json:"-"`
@@ -295,6 +300,7 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 		ch := &recordingChooser{envChooser: envChooser{env}, prob: 1, tr: tr}
 		o := e.walkOnce(env, ch, tr, in, res.Start)
 		o.Probability, o.choices = ch.prob, ch.taken
+		o.MayDiffer = e.mayDiffer(tr)
 		res.Paths = []*Outcome{o}
 		res.Outcomes = []*Outcome{o}
 		return res, nil
@@ -310,10 +316,12 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 		ch := &pathChooser{forced: forced, prob: 1, tr: tr}
 		o := e.walkOnce(env, ch, tr, in, res.Start)
 		o.Probability, o.choices = ch.prob, ch.taken
+		o.MayDiffer = e.mayDiffer(tr)
 		res.Paths = append(res.Paths, o)
 		if m, ok := merged[o.key]; ok {
 			m.Probability += o.Probability
 			m.Paths++
+			m.MayDiffer = unionSorted(m.MayDiffer, o.MayDiffer)
 		} else {
 			c := *o
 			merged[o.key] = &c
@@ -553,6 +561,7 @@ func minimiseAssumptions(outs []*Outcome) []*Outcome {
 						}
 					}
 					c.Paths = a.Paths + b.Paths
+					c.MayDiffer = unionSorted(a.MayDiffer, b.MayDiffer)
 					c.key = outcomeKey(&c)
 					outs[i] = &c
 					outs = append(outs[:j], outs[j+1:]...)
@@ -574,4 +583,49 @@ func holdsIn(as []AssumptionRef, cond string) (bool, bool) {
 		}
 	}
 	return false, false
+}
+
+// mayDiffer returns the skipped lines (Skipped) that could have changed a path: those
+// in a chain the path went through, or in a table it went through when their chain is
+// not known, or whose table is not known.
+func (e *Emulator) mayDiffer(tr *Trace) []string {
+	if len(e.skipped) == 0 || tr == nil {
+		return nil
+	}
+	tables, chains := map[string]bool{}, map[string]bool{}
+	for _, st := range tr.Steps {
+		if st.Table != "" {
+			tables[st.Table] = true
+			if st.Chain != "" {
+				chains[st.Table+"/"+st.Chain] = true
+			}
+		}
+	}
+	var out []string
+	for _, sl := range e.skipped {
+		if sl.Table == "" || sl.Chain == "" && tables[sl.Table] || chains[sl.Table+"/"+sl.Chain] {
+			out = append(out, fmt.Sprintf("%s:%d", sl.File, sl.Line))
+		}
+	}
+	return unionSorted(nil, out)
+}
+
+// unionSorted merges two lists of FILE:LINE names, without duplicates, in file then
+// line order.
+func unionSorted(a, b []string) []string {
+	if len(b) == 0 {
+		return a
+	}
+	out := slices.Concat(a, b)
+	slices.SortFunc(out, func(x, y string) int {
+		fx, lx, _ := strings.Cut(x, ":")
+		fy, ly, _ := strings.Cut(y, ":")
+		if c := strings.Compare(fx, fy); c != 0 {
+			return c
+		}
+		nx, _ := strconv.Atoi(lx)
+		ny, _ := strconv.Atoi(ly)
+		return nx - ny
+	})
+	return slices.Compact(out)
 }
