@@ -77,4 +77,3 @@ func TestLenientLoad(t *testing.T) {
 		t.Errorf("to 10.244.0.9: %s", o.summary())
 	}
 }
-

@@ -119,13 +119,13 @@ type txn struct {
 	// skipTable is the table whose header a lenient load could not take: its lines
 	// are skipped up to its COMMIT.
 	skipTable *string
-	family Family
-	rs     *Ruleset
-	tables map[string]*tableState
-	cur    *tableState
-	line   int
-	sp     specParser
-	toks   []token
+	family    Family
+	rs        *Ruleset
+	tables    map[string]*tableState
+	cur       *tableState
+	line      int
+	sp        specParser
+	toks      []token
 }
 
 func newTxn(rs *Ruleset, opts RestoreOptions) *txn {
