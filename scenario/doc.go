@@ -131,6 +131,7 @@
 // Expectations (expect:):
 //
 //	result: connected | replied | delivered | refused | dropped | ok   every attempt
+//	                              (failed: refused or dropped, whichever the mode does)
 //	min_success: 0.9              at least this fraction ok (or "90%")
 //	reaches: [default/web-*]      exactly these pods answered (patterns with *)
 //	not_reaches: [...]            none of these answered

@@ -548,7 +548,7 @@ func (ns *NodeSettings) applyTo(st *netsim.NodeSettings) {
 	}
 }
 
-var resultNames = []string{"ok", "connected", "replied", "delivered", "refused", "dropped"}
+var resultNames = []string{"ok", "connected", "replied", "delivered", "refused", "dropped", "failed"}
 
 func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 	e := st.Expect
@@ -595,10 +595,10 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 		fail("result", "want one of %s, got %q", strings.Join(resultNames, ", "), e.Result)
 	}
 	if st.Send != nil && (e.Result == "connected" || e.Result == "replied") {
-		fail("result", "a send step sends single packets: want delivered, refused, dropped or ok, got %q", e.Result)
+		fail("result", "a send step sends single packets: want delivered, refused, dropped, failed or ok, got %q", e.Result)
 	}
 	if st.Connect != nil && e.Result == "delivered" {
-		fail("result", "a connect step completes exchanges: want connected, replied, refused, dropped or ok, got %q", e.Result)
+		fail("result", "a connect step completes exchanges: want connected, replied, refused, dropped, failed or ok, got %q", e.Result)
 	}
 	if e.MinSuccess != nil && (*e.MinSuccess < 0 || *e.MinSuccess > 1) {
 		fail("min_success", "want a fraction between 0 and 1 (or a percentage), got %v", *e.MinSuccess)

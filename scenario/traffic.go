@@ -32,6 +32,26 @@ func okResult(r string) bool {
 	return r == netsim.ResultConnected || r == netsim.ResultReplied || r == netsim.ResultDelivered
 }
 
+// failedResult says whether an attempt failed as a client sees it: refused (a RST or an
+// ICMP error) or dropped (no answer: the client times out). expect result: failed
+// holds for either, where the two differ by mode (REJECT or DROP) and a test only needs
+// the connection to fail.
+func failedResult(r string) bool {
+	return r == netsim.ResultRefused || r == netsim.ResultDropped
+}
+
+// resultMatches says whether an attempt's result is the one an expectation names
+// (ok and failed name several).
+func resultMatches(want, got string) bool {
+	switch want {
+	case "ok":
+		return okResult(got)
+	case "failed":
+		return failedResult(got)
+	}
+	return want == got
+}
+
 // traffic runs a connect (connect=true) or send step.
 func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool, res *StepResult) error {
 	tp, err := r.planTraffic(ctx, t, connect)
@@ -354,7 +374,7 @@ func (r *runner) checkTraffic(e *Expect, tr *TrafficResult, atts []attempt, clie
 	if e.Result != "" {
 		good := 0
 		for _, a := range atts {
-			if a.result == e.Result || e.Result == "ok" && okResult(a.result) {
+			if resultMatches(e.Result, a.result) {
 				good++
 			}
 		}

@@ -475,7 +475,9 @@ type NodeSettingsChange struct {
 //
 // For connect and send steps, over all attempts:
 //   - result: every attempt ended so: connected, replied (UDP), delivered (send),
-//     refused, dropped; "ok" means connected, replied or delivered.
+//     refused, dropped; "ok" means connected, replied or delivered; "failed" means
+//     refused or dropped (timed out), for a test that needs only the connection to
+//     fail, where modes differ (REJECT or DROP).
 //   - min_success: at least this fraction of attempts were ok.
 //   - reaches: the pods that answered are exactly these (NS/NAME or patterns with *;
 //     each pattern answered at least once, every answer matched a pattern).
