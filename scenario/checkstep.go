@@ -312,8 +312,14 @@ func (c *stepCheck) apply() {
 	if len(c.st.Apply) == 0 {
 		c.fail("apply", "want at least one manifest")
 	}
+	// A rejection the step expects comes from the API server when the step runs: its
+	// Services are not validated now.
+	l.rejectionExpected = c.st.Expect != nil && c.st.Expect.Rejected != ""
 	if err := c.s.loadManifests(c.st.Apply, c.sp+".apply", c.p.cfg.Seed, l); err != nil {
 		*c.errs = append(*c.errs, err)
+	}
+	if l.rejectionExpected && len(l.workloads) > 0 {
+		c.fail("apply", "an apply that expects a rejection is applied all or nothing: Deployments and ReplicaSets (whose pods are created one by one) go in an apply step of their own")
 	}
 	c.p.applies[c.i] = l
 }

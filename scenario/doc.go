@@ -69,7 +69,7 @@
 //	  - name: ...                 optional title
 //	    at: 30s                   run at this virtual time since the start
 //	    <action>: ...
-//	    expect: ...               for connect, send, dns and check
+//	    expect: ...               for connect, send, dns and check (and apply: rejected)
 //
 // Actions:
 //
@@ -155,6 +155,12 @@
 //	status: 200, local_endpoints: 1                                    check health_check
 //	ctstate: {node-a: INVALID}    send with packet: the conntrack state it got at nodes
 //	answered_with: RST | ACK | "RST,ACK" | ICMP | nothing   send with packet, deliver: true
+//	rejected: "provided port is already allocated"
+//	                              apply: the API server must reject the step's objects
+//	                              with a message containing this; nothing is applied,
+//	                              the message is reported and the run goes on (an
+//	                              accepted apply fails the step); its Services are
+//	                              validated by the API server when the step runs
 //
 // # Probes and real sockets
 //

@@ -35,6 +35,9 @@ type loaded struct {
 	objects   []runtime.Object
 	workloads []*workload
 	origin    map[string]string // "Kind ns/name" → where it was defined (for duplicates)
+	// rejectionExpected: an apply step expects the API server to reject these objects,
+	// so Services are left for it to validate when the step runs.
+	rejectionExpected bool
 }
 
 // workload is a Deployment or ReplicaSet expanded into pods, as its controllers would.
@@ -317,6 +320,12 @@ func (s *Scenario) loadSource(src manifestSource, seed uint64, into *loaded) err
 	for _, m := range ms {
 		if acc, err := meta.Accessor(m.Object); err == nil && acc.GetNamespace() == "" && service.IsNamespaced(service.KindOf(m.Object)) {
 			acc.SetNamespace("default")
+		}
+		if _, isSvc := m.Object.(*corev1.Service); isSvc && into.rejectionExpected {
+			if err := into.add(m.Object, m.String()); err != nil {
+				errs = append(errs, s.wrapManifestErrs(src, m.Annotate(err)))
+			}
+			continue
 		}
 		if el := validateObject(m.Object); len(el) > 0 {
 			errs = append(errs, s.wrapManifestErrs(src, m.AnnotateFields(el)))

@@ -432,10 +432,10 @@ func (pr *preparer) steps() {
 		}
 		if st.Expect != nil {
 			switch acts[0] {
-			case "connect", "send", "dns", "check":
+			case "connect", "send", "dns", "check", "apply":
 				s.checkExpect(st, sp, &pr.errs)
 			default:
-				pr.fail(sp+".expect", "only connect, send, dns and check steps have expectations (this is %s)", acts[0])
+				pr.fail(sp+".expect", "only connect, send, dns, check and apply steps have expectations (this is %s)", acts[0])
 			}
 		}
 		s.checkStep(pr.p, st, i, sp, nodes, pr.externals, &pr.errs)
@@ -584,6 +584,7 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 	}
 	only("count", e.Count != nil, st.Check != nil, "check")
 	only("ready", e.Ready != nil, st.Check != nil && st.Check.Endpoints != nil, "check endpoints")
+	only("rejected", e.Rejected != "", st.Apply != nil, "apply")
 	only("ctstate", e.CtState != nil, st.Send != nil && st.Send.Packet != nil, "send (with a crafted packet)")
 	only("answered_with", e.AnsweredWith != "", st.Send != nil && st.Send.Packet != nil && st.Send.Packet.Deliver, "send (with a crafted packet, deliver: true)")
 	if e.AnsweredWith != "" {

@@ -699,6 +699,9 @@ func (r *runner) scale(sc *Scale, res *StepResult) error {
 
 func (r *runner) apply(i int, res *StepResult) error {
 	l := r.p.applies[i]
+	if e := r.s.Steps[i].Expect; e != nil && e.Rejected != "" {
+		return r.applyRejected(l, e.Rejected, res)
+	}
 	if len(l.objects) > 0 {
 		if err := r.c.Apply(l.objects...); err != nil {
 			return fmt.Errorf("the API server rejects it: %w", err)
@@ -1008,4 +1011,27 @@ func endpointLine(ep discoveryv1.Endpoint, ready bool) string {
 		conds = append(conds, "not ready")
 	}
 	return s + " (" + strings.Join(conds, ", ") + ")"
+}
+
+// applyRejected runs an apply step that expects the API server to reject its objects
+// with a message containing want. The store applies all or nothing, so a rejection
+// leaves it as it was.
+func (r *runner) applyRejected(l *loaded, want string, res *StepResult) error {
+	var names []string
+	for _, o := range l.objects {
+		names = append(names, service.KindOf(o)+" "+service.ObjectKey(o))
+	}
+	err := r.c.Apply(l.objects...)
+	exp := Expectation{Field: "rejected", Want: "rejected: " + strconv.Quote(want)}
+	if err == nil {
+		res.Summary = "applied " + strings.Join(names, ", ") + ": the API server accepted it"
+		exp.Got = "accepted"
+	} else {
+		res.Summary = "the API server rejects " + strings.Join(names, ", ") + "; nothing was applied"
+		res.Details = append(res.Details, err.Error())
+		exp.Got = err.Error()
+		exp.OK = strings.Contains(err.Error(), want)
+	}
+	res.Expectations = append(res.Expectations, exp)
+	return nil
 }

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -51,5 +52,68 @@ func TestResultFailed(t *testing.T) {
 	st := step(t, rep, "answered")
 	if rep.Passed || len(st.Expectations) != 1 || st.Expectations[0].OK || st.Expectations[0].Got != "connected 1" {
 		t.Errorf("result failed held for an answered connection: %s", reportText(rep))
+	}
+}
+
+const rejectScenario = `cluster: {dns: off, nodes: [{name: node-a}, {name: node-b}]}
+manifests:
+  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {type: NodePort, selector: {app: web}, ports: [{port: 80, nodePort: 30080}]}}
+steps:
+  - name: out of range
+    apply:
+      - {apiVersion: v1, kind: Service, metadata: {name: far}, spec: {type: NodePort, selector: {app: web}, ports: [{port: 80, nodePort: 40000}]}}
+    expect: {rejected: "provided port is not in the valid range"}
+  - name: collision
+    apply:
+      - {apiVersion: v1, kind: Service, metadata: {name: fine}, spec: {selector: {app: web}, ports: [{port: 80}]}}
+      - {apiVersion: v1, kind: Service, metadata: {name: twin}, spec: {type: NodePort, selector: {app: web}, ports: [{port: 80, nodePort: 30080}]}}
+    expect: {rejected: "provided port is already allocated"}
+  - name: bad cluster IP
+    apply:
+      - {apiVersion: v1, kind: Service, metadata: {name: bad}, spec: {clusterIP: 10.96.0.500, selector: {app: web}, ports: [{port: 80}]}}
+    expect: {rejected: "must be a valid IP address"}
+  - name: not rejected
+    apply:
+      - {apiVersion: v1, kind: Service, metadata: {name: other}, spec: {type: NodePort, selector: {app: web}, ports: [{port: 80, nodePort: 30081}]}}
+    expect: {rejected: "provided port is already allocated"}
+  - name: another message
+    apply:
+      - {apiVersion: v1, kind: Service, metadata: {name: twin}, spec: {type: NodePort, selector: {app: web}, ports: [{port: 80, nodePort: 30080}]}}
+    expect: {rejected: "not in the valid range"}
+`
+
+// TestApplyRejected: an apply step can expect the API server's rejection (a node port
+// out of range, one already allocated, an invalid clusterIP) with a part of its
+// message; the run goes on, the store is unchanged (the valid Service applied with a
+// colliding one is not there), and a rejection that does not happen, or comes with
+// another message, fails the step with what happened.
+func TestApplyRejected(t *testing.T) {
+	r := mustStart(t, rejectScenario, "iptables")
+	for i := range r.s.Steps {
+		r.runStep(context.Background(), i)
+	}
+	rep := r.rep
+	for _, title := range []string{"out of range", "collision", "bad cluster IP"} {
+		st := step(t, rep, title)
+		if st.Status != "ok" || len(st.Expectations) != 1 || !st.Expectations[0].OK {
+			t.Errorf("%s: %s", title, reportText(rep))
+		}
+	}
+	if got := step(t, rep, "collision").Expectations[0].Got; !strings.Contains(got, `spec.ports[0].nodePort: Invalid value: 30080: provided port is already allocated`) {
+		t.Errorf("collision: the message reported is %q", got)
+	}
+	for _, name := range []string{"far", "fine", "twin", "bad"} {
+		if _, ok := r.c.Store().GetService("default", name); ok {
+			t.Errorf("service default/%s is in the store after a rejected apply", name)
+		}
+	}
+	if st := step(t, rep, "not rejected"); st.Status != "failed" || st.Expectations[0].Got != "accepted" {
+		t.Errorf("an accepted apply passed: %s", reportText(rep))
+	}
+	if _, ok := r.c.Store().GetService("default", "other"); !ok {
+		t.Error("the accepted apply was not applied")
+	}
+	if st := step(t, rep, "another message"); st.Status != "failed" || !strings.Contains(st.Expectations[0].Got, "already allocated") {
+		t.Errorf("a rejection with another message passed: %s", reportText(rep))
 	}
 }

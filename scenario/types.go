@@ -248,8 +248,8 @@ type Step struct {
 	// NodeSettings changes kernel settings of running nodes.
 	NodeSettings *NodeSettingsChange `yaml:"node_settings,omitempty"`
 
-	// Expect says what a connect, send, dns or check step must see; a failed expectation
-	// fails the run (exit code 1).
+	// Expect says what a connect, send, dns or check step must see (an apply step:
+	// only rejected); a failed expectation fails the run (exit code 1).
 	Expect *Expect `yaml:"expect,omitempty"`
 }
 
@@ -549,6 +549,14 @@ type Expect struct {
 	// AnsweredWith (send with packet): what the stack the packet reached sent back to
 	// its source: nothing, ICMP, or TCP flags (RST, ACK, "RST,ACK", ...).
 	AnsweredWith string `yaml:"answered_with,omitempty"`
+
+	// Rejected (apply): the API server must reject the step's manifests, with a message
+	// that contains this text ("provided port is already allocated", "must be a valid
+	// IP address"). The message is reported; the store is left as it was (an apply is
+	// all or nothing) and the run goes on. An apply that is accepted fails the step.
+	// The step's Services are then validated by the API server only, when it is run
+	// (not when the file is loaded), and it may not hold Deployments or ReplicaSets.
+	Rejected string `yaml:"rejected,omitempty"`
 }
 
 // DecisionPoint is what decided a packet's fate: one of a rule (Chain with Rule or
