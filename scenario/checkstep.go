@@ -308,7 +308,7 @@ func (c *stepCheck) conntrack(ct *ConntrackCheck) {
 
 // apply loads an apply step's manifests, which the run applies at that step.
 func (c *stepCheck) apply() {
-	l := &loaded{}
+	l := newDryRun(c.p.cfg)
 	if len(c.st.Apply) == 0 {
 		c.fail("apply", "want at least one manifest")
 	}

@@ -65,6 +65,13 @@
 //	  - apiVersion: v1            or an object inline
 //	    kind: Service
 //	    ...
+//	                              Services are checked when the file is loaded as the
+//	                              API server checks them: defaulted and allocated
+//	                              (cluster IPs, node ports, the health-check node port)
+//	                              in a scratch API server configured as the cluster,
+//	                              then validated; a node port taken by another manifest
+//	                              or outside node_port_range is an error at its line
+//	                              (an apply step's Services are checked on their own)
 //	steps:                        in order; each has one action
 //	  - name: ...                 optional title
 //	    at: 30s                   run at this virtual time since the start

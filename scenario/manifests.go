@@ -26,6 +26,7 @@ import (
 	sjson "sigs.k8s.io/json"
 	sigyaml "sigs.k8s.io/yaml"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/service"
 )
 
@@ -38,6 +39,26 @@ type loaded struct {
 	// rejectionExpected: an apply step expects the API server to reject these objects,
 	// so Services are left for it to validate when the step runs.
 	rejectionExpected bool
+	// apiServer, when set, is a scratch API server configured as the run's, in which
+	// the Services are created as they are loaded: defaulted and allocated before they
+	// are validated, as kube-apiserver does (see newDryRun).
+	apiServer *service.Store
+}
+
+// newDryRun returns a list of manifests to load, with a scratch API server configured
+// as the run's (service CIDRs, node port range, default/kubernetes at the first
+// service address): a Service is defaulted, given its cluster IPs, node ports and
+// health-check node port, and only then validated, as kube-apiserver does, so fields
+// the API server fills in need not be written, and an allocation that fails (a node
+// port out of range or taken by another manifest, a cluster IP outside the range) is
+// an error at the manifest's line. Without a usable configuration (an error reported
+// elsewhere) Services are validated on their own.
+func newDryRun(cfg cluster.Config) *loaded {
+	st, err := service.NewStore(service.Config{ServiceCIDRs: cfg.ServiceCIDRs, NodePortRange: cfg.NodePortRange, Seed: cfg.Seed, MasterService: true})
+	if err != nil {
+		return &loaded{}
+	}
+	return &loaded{apiServer: st}
 }
 
 // workload is a Deployment or ReplicaSet expanded into pods, as its controllers would.
@@ -321,7 +342,11 @@ func (s *Scenario) loadSource(src manifestSource, seed uint64, into *loaded) err
 		if acc, err := meta.Accessor(m.Object); err == nil && acc.GetNamespace() == "" && service.IsNamespaced(service.KindOf(m.Object)) {
 			acc.SetNamespace("default")
 		}
-		if _, isSvc := m.Object.(*corev1.Service); isSvc && into.rejectionExpected {
+		if _, isSvc := m.Object.(*corev1.Service); isSvc && (into.rejectionExpected || into.apiServer != nil) {
+			if err := into.dryRunService(m); err != nil {
+				errs = append(errs, s.wrapManifestErrs(src, m.Annotate(err)))
+				continue
+			}
 			if err := into.add(m.Object, m.String()); err != nil {
 				errs = append(errs, s.wrapManifestErrs(src, m.Annotate(err)))
 			}
@@ -346,11 +371,25 @@ func validateObject(obj runtime.Object) field.ErrorList {
 	}
 	service.Default(c)
 	if svc, ok := c.(*corev1.Service); ok && service.NeedsHealthCheck(svc) && svc.Spec.HealthCheckNodePort == 0 {
-		// The API server allocates the health-check node port before it validates (the
-		// store does so when the object is applied); a placeholder stands for it here.
+		// The API server allocates the health-check node port before it validates; a
+		// placeholder stands for it here, where no scratch API server allocates it
+		// (newDryRun: the cluster's configuration has errors of its own).
 		svc.Spec.HealthCheckNodePort = 1
 	}
 	return service.Validate(c)
+}
+
+// dryRunService creates a Service in the scratch API server (see newDryRun). A
+// rejection the apply step expects is left for the run.
+func (l *loaded) dryRunService(m service.Manifest) error {
+	if l.rejectionExpected || l.apiServer == nil {
+		return nil
+	}
+	if prev, dup := l.origin[service.KindOf(m.Object)+" "+service.ObjectKey(m.Object)]; dup {
+		return fmt.Errorf("%s %s is defined twice (first at %s)", service.KindOf(m.Object), service.ObjectKey(m.Object), prev)
+	}
+	err := l.apiServer.Apply(m.Object)
+	return err
 }
 
 func (l *loaded) add(obj runtime.Object, where string) error {

@@ -117,3 +117,22 @@ func TestApplyRejected(t *testing.T) {
 		t.Errorf("a rejection with another message passed: %s", reportText(rep))
 	}
 }
+
+// TestApplyLoadBalancerLocalWithoutHealthCheckPort: an apply step's LoadBalancer with
+// externalTrafficPolicy Local and no healthCheckNodePort loads (its Services are
+// allocated before they are validated, as by the API server) and the port it is given
+// answers.
+func TestApplyLoadBalancerLocalWithoutHealthCheckPort(t *testing.T) {
+	rep := mustRun(t, mustParse(t, `cluster: {dns: off, nodes: [{name: node-a}, {name: node-b}]}
+manifests:
+  - {apiVersion: v1, kind: Pod, metadata: {name: web-0, labels: {app: web}}, spec: {nodeName: node-a, containers: [{name: w, image: i, ports: [{containerPort: 80}]}]}}
+steps:
+  - apply:
+      - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {type: LoadBalancer, externalTrafficPolicy: Local, selector: {app: web}, ports: [{port: 80}]}}
+  - check: {health_check: {service: default/web, node: node-a}}
+    expect: {status: 200, local_endpoints: 1}
+`), "iptables")
+	if !rep.Passed {
+		t.Fatal(reportText(rep))
+	}
+}

@@ -20,6 +20,10 @@ type Scenario struct {
 	// Manifests are applied before the first step, all at once (Apply orders them by kind:
 	// namespaces, nodes, services, endpoints, slices, pods). Deployments and ReplicaSets
 	// are expanded into pods.
+	// Their Services are checked when the file is loaded as the API server checks
+	// them: defaulted and allocated in a scratch API server configured as the
+	// cluster, then validated (so healthCheckNodePort and clusterIPs need not be
+	// written, and a node port collision is an error at its line).
 	Manifests []Manifest `yaml:"manifests,omitempty"`
 	// Steps run in order.
 	Steps []Step `yaml:"steps,omitempty"`
