@@ -151,6 +151,12 @@
 //	                              dns with type both or options: by query type; the
 //	                              time spent on reply timeouts
 //	count: 1, ready: 1            check (conntrack entries; endpoints, ready endpoints)
+//	endpoints: [{address: pod:NS/NAME | IP, port: 8080, node: node-a, ready: true,
+//	             serving: true, terminating: false}]
+//	                              check endpoints: exactly these endpoints (each entry
+//	                              matches one in the EndpointSlices by the fields it
+//	                              sets, each endpoint matches an entry; port: a port of
+//	                              its slice); endpoints_include: [...] at least these
 //	probabilities: {default/web-0: 0.5, dropped: 0.5}, tolerance: 0.01
 //	                              send with all_branches: each outcome's probability
 //	decided_by: {chain: filter/KUBE-SERVICES, rule: "has no endpoints", line: 9}

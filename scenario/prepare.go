@@ -585,6 +585,7 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 	only("count", e.Count != nil, st.Check != nil, "check")
 	only("ready", e.Ready != nil, st.Check != nil && st.Check.Endpoints != nil, "check endpoints")
 	only("rejected", e.Rejected != "", st.Apply != nil, "apply")
+	checkEndpointExpects(st, fail)
 	only("ctstate", e.CtState != nil, st.Send != nil && st.Send.Packet != nil, "send (with a crafted packet)")
 	only("answered_with", e.AnsweredWith != "", st.Send != nil && st.Send.Packet != nil && st.Send.Packet.Deliver, "send (with a crafted packet, deliver: true)")
 	if e.AnsweredWith != "" {

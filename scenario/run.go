@@ -989,6 +989,7 @@ func (r *runner) checkEndpoints(ec *EndpointsCheck, e *Expect, res *StepResult) 
 	if e != nil && e.Ready != nil {
 		res.Expectations = append(res.Expectations, Expectation{Field: "ready", Want: strconv.Itoa(*e.Ready), Got: strconv.Itoa(ready), OK: ready == *e.Ready})
 	}
+	res.Expectations = append(res.Expectations, endpointExpectations(e, seenEndpoints(r.c.Store().EndpointSlicesFor(ns, n)))...)
 	return nil
 }
 

@@ -136,3 +136,57 @@ steps:
 		t.Fatal(reportText(rep))
 	}
 }
+
+const endpointsScenario = `cluster: {dns: off, nodes: [{name: node-a}, {name: node-b}]}
+manifests:
+  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {selector: {app: web}, ports: [{port: 80, targetPort: http}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: web-0, labels: {app: web}}, spec: {nodeName: node-a, containers: [{name: w, image: i, ports: [{name: http, containerPort: 8080}]}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: web-1, labels: {app: web}}, spec: {nodeName: node-b, containers: [{name: w, image: i, ports: [{name: http, containerPort: 8080}]}]}}
+steps:
+  - delete_pod: {pod: default/web-1, grace: 30s}
+  - name: one terminating
+    check: {endpoints: {service: default/web}}
+    expect:
+      endpoints:
+        - {address: pod:default/web-0, port: 8080, node: node-a, ready: true, serving: true, terminating: false}
+        - {address: pod:default/web-1, port: 8080, node: node-b, ready: false, serving: true, terminating: true}
+  - name: include by address
+    check: {endpoints: {service: default/web}}
+    expect:
+      endpoints_include: [{address: 10.244.0.2, ready: true}]
+`
+
+// TestEndpointExpectations: a check endpoints step compares the Service's endpoints
+// with a list (exactly, or at least): pod or address, the slice's port (a named target
+// port resolved), node, and the ready, serving and terminating conditions of a pod in
+// its grace period; a wrong condition, a wrong port, a missing or an unexpected
+// endpoint fails with what the slices hold.
+func TestEndpointExpectations(t *testing.T) {
+	rep := mustRun(t, mustParse(t, endpointsScenario), "iptables")
+	if !rep.Passed {
+		t.Fatal(reportText(rep))
+	}
+	for _, tc := range []struct{ name, from, to, got string }{
+		{"condition", "node: node-b, ready: false", "node: node-b, ready: true", "missing: pod:default/web-1 port 8080 on node-b ready=true serving=true terminating=true"},
+		{"port", "{address: pod:default/web-0, port: 8080", "{address: pod:default/web-0, port: 80", "missing: pod:default/web-0 port 80"},
+		{"not listed", "        - {address: pod:default/web-1, port: 8080, node: node-b, ready: false, serving: true, terminating: true}\n", "", "not expected: 10.244.1.2 pod:default/web-1 port 8080 on node-b ready=false serving=true terminating=true"},
+		{"not there", "[{address: 10.244.0.2, ready: true}]", "[{address: 10.244.0.2, ready: true}, {address: pod:default/web-2}]", "missing: pod:default/web-2"},
+	} {
+		text := strings.Replace(endpointsScenario, tc.from, tc.to, 1)
+		if text == endpointsScenario {
+			t.Fatalf("%s: no change", tc.name)
+		}
+		rep := mustRun(t, mustParse(t, text), "iptables")
+		var got []string
+		for _, st := range rep.Steps {
+			for _, e := range st.Expectations {
+				if !e.OK {
+					got = append(got, e.Got)
+				}
+			}
+		}
+		if len(got) != 1 || !strings.Contains(got[0], tc.got) {
+			t.Errorf("%s: failed expectations %q, want one with %q", tc.name, got, tc.got)
+		}
+	}
+}

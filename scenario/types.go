@@ -498,7 +498,9 @@ type NodeSettingsChange struct {
 // service:NS/NAME for a service's cluster IPs, pod:NS/NAME for a pod's IPs, or record
 // data for other types such as SRV "0 100 80 my-service.default.svc.cluster.local.").
 //
-// For check steps: count (conntrack entries, endpoints), ready (ready endpoints).
+// For check steps: count (conntrack entries, endpoints), ready (ready endpoints);
+// endpoints and endpoints_include (check endpoints): the endpoints by address or pod,
+// port, node and conditions, exactly or at least (see EndpointExpect).
 //
 // More, for the facts a bug report states:
 //   - probabilities (send with all_branches): each outcome's probability over every
@@ -561,6 +563,13 @@ type Expect struct {
 	// The step's Services are then validated by the API server only, when it is run
 	// (not when the file is loaded), and it may not hold Deployments or ReplicaSets.
 	Rejected string `yaml:"rejected,omitempty"`
+
+	// Endpoints (check endpoints): the Service's endpoints are exactly these: each
+	// entry matches an endpoint of its EndpointSlices (address or pod, and the port,
+	// node and conditions it sets), and each endpoint matches an entry.
+	// EndpointsInclude: each entry matches an endpoint (others may be there too).
+	Endpoints        []EndpointExpect `yaml:"endpoints,omitempty"`
+	EndpointsInclude []EndpointExpect `yaml:"endpoints_include,omitempty"`
 }
 
 // DecisionPoint is what decided a packet's fate: one of a rule (Chain with Rule or
