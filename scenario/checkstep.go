@@ -162,6 +162,9 @@ func (c *stepCheck) traffic() {
 	if t.Packet != nil {
 		c.crafted(f, t)
 	}
+	if t.HTTP != nil {
+		c.httpGet(f, t)
+	}
 	c.ctStateExpect()
 	switch t.Via {
 	case "", "probe":
@@ -428,5 +431,24 @@ func (c *stepCheck) nodeSettings() {
 	c.node("node_settings.node", c.st.NodeSettings.Node, true)
 	if err := c.st.NodeSettings.NodeSettings.check(c.s, c.sp+".node_settings"); err != nil {
 		*c.errs = append(*c.errs, err)
+	}
+}
+
+// httpGet validates a connect step's http: TCP connections from real sockets.
+func (c *stepCheck) httpGet(f string, t *Traffic) {
+	if c.st.Send != nil {
+		c.fail(f+".http", "HTTP requests go over connections: use a connect step")
+	}
+	if p := strings.ToLower(t.Proto); p != "" && p != "tcp" {
+		c.fail(f+".http", "HTTP goes over tcp, not %s", t.Proto)
+	}
+	if t.Via == "probe" {
+		c.fail(f+".http", "HTTP needs real sockets: remove via: probe (http implies via: netstack)")
+	}
+	if p := t.HTTP.Path; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, " \r\n")) {
+		c.fail(f+".http.path", "want an absolute path such as /healthz, got %q", p)
+	}
+	if strings.ContainsAny(t.HTTP.Host, " \r\n") {
+		c.fail(f+".http.host", "want a host name, got %q", t.HTTP.Host)
 	}
 }

@@ -81,6 +81,10 @@
 // Actions:
 //
 //	connect: {from, to, proto, count, src_port, via, trace}
+//	connect.http: {path: /healthz, host: NAME}
+//	                              each connection is an HTTP GET (tcp, via netstack):
+//	                              kube-proxy's /healthz (node:NAME:10256), a health-check
+//	                              node port, a pod's whoami server; expect status, body
 //	                              TCP handshakes, UDP request/replies or ICMP echoes
 //	                              (proto icmp: a pod answers; a ClusterIP in the
 //	                              iptables mode does not, no rule DNATs ICMP)
@@ -166,6 +170,8 @@
 //	counters: {found, invalid, insert, insert_failed, drop, early_drop, clash_resolve}
 //	                              check conntrack_stats: conntrack -S counters
 //	status: 200, local_endpoints: 1                                    check health_check
+//	status: 200, body: "localEndpoints"   connect with http: every answer's status, and a
+//	                              text every answer's body contains
 //	ctstate: {node-a: INVALID}    send with packet: the conntrack state it got at nodes
 //	answered_with: RST | ACK | "RST,ACK" | ICMP | nothing   send with packet, deliver: true
 //	rejected: "provided port is already allocated"

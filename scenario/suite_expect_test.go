@@ -190,3 +190,50 @@ func TestEndpointExpectations(t *testing.T) {
 		}
 	}
 }
+
+const httpScenario = `cluster:
+  dns: off
+  nodes: [{name: node-a}, {name: node-b}]
+  external_hosts: [{name: laptop}]
+manifests:
+  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {type: LoadBalancer, externalTrafficPolicy: Local, healthCheckNodePort: 32000, selector: {app: web}, ports: [{port: 80}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: web-0, labels: {app: web}}, spec: {nodeName: node-a, containers: [{name: w, image: i, ports: [{containerPort: 80}]}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: client}, spec: {nodeName: node-b, containers: [{name: c, image: i}]}}
+steps:
+  - name: local endpoint
+    connect: {from: external:laptop, to: "node:node-a:32000", http: {path: /}}
+    expect: {result: connected, status: 200, body: '"localEndpoints": 1'}
+  - name: no local endpoint
+    connect: {from: external:laptop, to: "node:node-b:32000", http: {}}
+    expect: {status: 503, body: '"localEndpoints": 0'}
+  - name: healthz
+    connect: {from: external:laptop, to: "node:node-a:10256", http: {path: /healthz}}
+    expect: {status: 200, body: lastUpdated}
+  - name: whoami
+    connect: {from: pod:default/client, to: service:default/web:80, http: {path: /hello, host: web.example}, count: 2}
+    expect: {status: 200, body: default/web-0, reaches: [default/web-0]}
+`
+
+// TestHTTPExpectations: a connect step with http makes HTTP GETs over real sockets and
+// expects their status and a part of their body: kube-proxy's health-check node port
+// (200 with a local endpoint, 503 without), its /healthz on 10256, and a pod's whoami
+// server behind a Service; a wrong status or body fails with what was answered.
+func TestHTTPExpectations(t *testing.T) {
+	rep := mustRun(t, mustParse(t, httpScenario), "iptables")
+	if !rep.Passed {
+		t.Fatal(reportText(rep))
+	}
+	wrong := strings.NewReplacer("status: 503", "status: 200", "body: lastUpdated", "body: nope").Replace(httpScenario)
+	rep = mustRun(t, mustParse(t, wrong), "iptables")
+	got := map[string]string{}
+	for _, st := range rep.Steps {
+		for _, e := range st.Expectations {
+			if !e.OK {
+				got[st.Title+" "+e.Field] = e.Got
+			}
+		}
+	}
+	if len(got) != 2 || got["no local endpoint status"] != "HTTP 503 1" || !strings.HasPrefix(got["healthz body"], `0 of 1; other bodies: "{\"lastUpdated\"`) {
+		t.Errorf("failed expectations: %q\n%s", got, reportText(rep))
+	}
+}

@@ -295,6 +295,19 @@ type Traffic struct {
 	// packet: a TCP segment with chosen flags, sequence and acknowledgement numbers and
 	// window, or an ICMP message (proto: icmp).
 	Packet *CraftedPacket `yaml:"packet,omitempty"`
+	// HTTP makes each of a connect step's connections an HTTP GET (TCP, via netstack,
+	// the default with http), whose status and body expect status and body check:
+	// kube-proxy's /healthz (node:NAME:10256), a health-check node port, a pod's
+	// whoami server.
+	HTTP *HTTPGet `yaml:"http,omitempty"`
+}
+
+// HTTPGet is the request of a connect step's HTTP connections.
+type HTTPGet struct {
+	// Path is the request's path (default /).
+	Path string `yaml:"path,omitempty"`
+	// Host is its Host header (default: the destination address).
+	Host string `yaml:"host,omitempty"`
 }
 
 // DNSQuery is a name lookup from a pod.
@@ -518,6 +531,8 @@ type NodeSettingsChange struct {
 //     drop: 0, early_drop: 0, insert: 3}).
 //   - status, local_endpoints (check health_check): the HTTP status of the health-check
 //     node port's answer and its localEndpoints.
+//   - status, body (connect with http): every answer's HTTP status, and a text every
+//     answer's body contains.
 type Expect struct {
 	Result     string   `yaml:"result,omitempty"`
 	MinSuccess *float64 `yaml:"min_success,omitempty"`
@@ -548,6 +563,9 @@ type Expect struct {
 
 	Status         *int `yaml:"status,omitempty"`
 	LocalEndpoints *int `yaml:"local_endpoints,omitempty"`
+	// Body (connect with http): every answer's body contains this text. Status is
+	// then every answer's HTTP status.
+	Body string `yaml:"body,omitempty"`
 
 	// CtState (send with packet): the conntrack state the packet got at nodes, by
 	// node name: NEW, ESTABLISHED, RELATED, INVALID or UNTRACKED.
@@ -758,6 +776,13 @@ func trafficSuffix(t *Traffic) string {
 	}
 	if t.Via == "netstack" {
 		parts = append(parts, "via netstack")
+	}
+	if t.HTTP != nil {
+		p := t.HTTP.Path
+		if p == "" {
+			p = "/"
+		}
+		parts = append(parts, "http GET "+p)
 	}
 	if len(parts) == 0 {
 		return ""
