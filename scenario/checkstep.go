@@ -41,6 +41,7 @@ var stepValidators = map[string]func(*stepCheck){
 	"sync":          (*stepCheck).sync,
 	"restart_proxy": func(c *stepCheck) { c.node("restart_proxy", c.st.RestartProxy, true) },
 	"node_settings": (*stepCheck).nodeSettings,
+	"update_status": (*stepCheck).updateStatus,
 }
 
 // checkStep validates a step that has exactly one action, with that action's validator.
@@ -331,6 +332,10 @@ func (c *stepCheck) apply() {
 func (c *stepCheck) delete() {
 	for j, r := range c.st.Delete {
 		f := fmt.Sprintf("delete[%d]", j)
+		if r.Selector != "" || r.Namespace != "" {
+			c.deleteCollection(f, r)
+			continue
+		}
 		switch r.Kind {
 		case "Service", "Pod", "Endpoints", "EndpointSlice", "Deployment", "ReplicaSet":
 			if ns, n, ok := strings.Cut(r.Name, "/"); !ok || ns == "" || n == "" {
@@ -450,5 +455,38 @@ func (c *stepCheck) httpGet(f string, t *Traffic) {
 	}
 	if strings.ContainsAny(t.HTTP.Host, " \r\n") {
 		c.fail(f+".http.host", "want a host name, got %q", t.HTTP.Host)
+	}
+}
+
+// deleteCollection validates a delete by label selector.
+func (c *stepCheck) deleteCollection(f string, r ObjectRef) {
+	switch r.Kind {
+	case "Service", "Pod", "Endpoints", "EndpointSlice":
+	default:
+		c.fail(f+".kind", "a delete by selector deletes Services, Pods, Endpoints or EndpointSlices, got %q", r.Kind)
+	}
+	if r.Name != "" {
+		c.fail(f, "name and selector: give one")
+	}
+	if r.Selector == "" {
+		c.fail(f+".selector", "namespace goes with selector (a label selector such as app=web)")
+	} else if _, err := labels.Parse(r.Selector); err != nil {
+		c.fail(f+".selector", "%v", err)
+	}
+}
+
+// updateStatus validates an update_status step.
+func (c *stepCheck) updateStatus() {
+	u := c.st.UpdateStatus
+	if ns, n, ok := strings.Cut(u.Service, "/"); !ok || ns == "" || n == "" {
+		c.fail("update_status.service", "want NAMESPACE/NAME, got %q", u.Service)
+	}
+	if u.LoadBalancerIngress == nil {
+		c.fail("update_status", "want load_balancer_ingress: [IP, ...] (an empty list clears it)")
+	}
+	for i, v := range u.LoadBalancerIngress {
+		if _, err := parseIngress(v); err != nil {
+			c.fail(fmt.Sprintf("update_status.load_balancer_ingress[%d]", i), "%v", err)
+		}
 	}
 }

@@ -113,6 +113,9 @@
 //	       | {health_check: {service: NS/NAME, node}}   the health-check node port's answer
 //	apply: [manifests]            create or update (Deployments roll out or scale)
 //	delete: [{kind, name}]
+//	      | [{kind: Service | Pod | Endpoints | EndpointSlice, selector: test=e2e,
+//	          namespace}]         every object of the kind in the namespace (default
+//	                              "default") whose labels match (DeleteCollection)
 //	delete_pod: {pod | selector [+ namespace], count, grace}
 //	                              a Deployment's or ReplicaSet's pod is replaced at once
 //	kill_pod: {pod | selector, count}         the network dies, the API does not know
@@ -132,6 +135,11 @@
 //	                              cleans at startup (before 1.32: the UDP entries of
 //	                              every service with endpoints)
 //	node_settings: {node: NODE|all, hairpin, rp_filter, ...}
+//	update_status: {service: NS/NAME, load_balancer_ingress: [IP | IP/VIP | IP/Proxy]}
+//	                              writes status.loadBalancer.ingress (the status
+//	                              subresource); the simulated cloud load balancer owns
+//	                              the status of Services without a loadBalancerClass
+//	                              and sets it back
 //
 // from is pod:NS/NAME (pod:NAME in default), node:NAME or external:NAME. to is IP:PORT,
 // NAME:PORT (a DNS name, resolved by the pod's resolver; pods only),

@@ -414,7 +414,7 @@ func (pr *preparer) steps() {
 		acts := st.actions()
 		switch len(acts) {
 		case 0:
-			pr.fail(sp, "no action: want one of connect, send, dns, check, apply, delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node, sync, restart_proxy, node_settings")
+			pr.fail(sp, "no action: want one of connect, send, dns, check, apply, delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node, sync, restart_proxy, node_settings, update_status")
 			continue
 		case 1:
 		default:

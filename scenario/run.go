@@ -269,6 +269,8 @@ func (r *runner) runStep(ctx context.Context, i int) {
 		err = r.sync(st.Sync, &res)
 	case st.RestartProxy != "":
 		err = r.restartProxy(st.RestartProxy, &res)
+	case st.UpdateStatus != nil:
+		err = r.updateStatus(st.UpdateStatus, &res)
 	case st.NodeSettings != nil:
 		r.forNodes(st.NodeSettings.Node, func(n *cluster.Node) {
 			n.UpdateSettings(func(s *netsim.NodeSettings) { st.NodeSettings.NodeSettings.applyTo(s) })
@@ -768,6 +770,14 @@ func (r *runner) apply(i int, res *StepResult) error {
 func (r *runner) delete(refs []ObjectRef, res *StepResult) error {
 	var names []string
 	for _, ref := range refs {
+		if ref.Selector != "" {
+			deleted, err := r.deleteCollection(ref)
+			if err != nil {
+				return err
+			}
+			names = append(names, deleted...)
+			continue
+		}
 		ns, n := splitKey(ref.Name)
 		switch ref.Kind {
 		case "Deployment", "ReplicaSet":

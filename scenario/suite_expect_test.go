@@ -237,3 +237,62 @@ func TestHTTPExpectations(t *testing.T) {
 		t.Errorf("failed expectations: %q\n%s", got, reportText(rep))
 	}
 }
+
+const apiStepsScenario = `cluster: {dns: off, nodes: [{name: node-a}, {name: node-b}]}
+manifests:
+  - {apiVersion: v1, kind: Service, metadata: {name: e2e-a, labels: {test: e2e}}, spec: {selector: {app: web}, ports: [{port: 80}]}}
+  - {apiVersion: v1, kind: Service, metadata: {name: e2e-b, labels: {test: e2e}}, spec: {selector: {app: web}, ports: [{port: 80}]}}
+  - {apiVersion: v1, kind: Service, metadata: {name: e2e-c, namespace: other, labels: {test: e2e}}, spec: {selector: {app: web}, ports: [{port: 80}]}}
+  - {apiVersion: v1, kind: Service, metadata: {name: keep, labels: {test: other}}, spec: {selector: {app: web}, ports: [{port: 80}]}}
+  - {apiVersion: v1, kind: Service, metadata: {name: classy}, spec: {type: LoadBalancer, loadBalancerClass: example.com/fake, selector: {app: web}, ports: [{port: 80}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: web-0, labels: {app: web}}, spec: {nodeName: node-a, containers: [{name: w, image: i, ports: [{containerPort: 80}]}]}}
+  - {apiVersion: v1, kind: Pod, metadata: {name: client}, spec: {nodeName: node-b, containers: [{name: c, image: i}]}}
+steps:
+  - name: delete by label
+    delete: [{kind: Service, selector: test=e2e}]
+  - name: no ingress yet
+    connect: {from: pod:default/client, to: 198.51.100.77:80}
+    expect: {result: failed}
+  - name: set the ingress
+    update_status: {service: default/classy, load_balancer_ingress: [198.51.100.77]}
+  - name: ingress
+    connect: {from: pod:default/client, to: 198.51.100.77:80}
+    expect: {reaches: [default/web-0]}
+`
+
+// TestAPISteps: delete by label selector deletes the matching Services of one
+// namespace only (with their EndpointSlices), leaving the others; update_status sets
+// the load-balancer ingress of a Service no cloud controller serves (a
+// loadBalancerClass), and kube-proxy then serves the address.
+func TestAPISteps(t *testing.T) {
+	r := mustStart(t, apiStepsScenario, "iptables")
+	for i := range r.s.Steps {
+		r.runStep(context.Background(), i)
+	}
+	if r.rep.Failed != 0 {
+		t.Fatal(reportText(r.rep))
+	}
+	st := r.c.Store()
+	for _, k := range []string{"default/e2e-a", "default/e2e-b"} {
+		ns, n := splitKey(k)
+		if _, ok := st.GetService(ns, n); ok {
+			t.Errorf("%s is still there", k)
+		}
+		if len(st.EndpointSlicesFor(ns, n)) != 0 {
+			t.Errorf("%s's slices are still there", k)
+		}
+	}
+	for _, k := range []string{"other/e2e-c", "default/keep"} {
+		ns, n := splitKey(k)
+		if _, ok := st.GetService(ns, n); !ok {
+			t.Errorf("%s was deleted", k)
+		}
+	}
+	if got := step(t, r.rep, "delete by label").Summary; got != "deleted Service default/e2e-a, Service default/e2e-b" {
+		t.Errorf("summary %q", got)
+	}
+	svc, _ := st.GetService("default", "classy")
+	if ing := svc.Status.LoadBalancer.Ingress; len(ing) != 1 || ing[0].IP != "198.51.100.77" {
+		t.Errorf("ingress %v", ing)
+	}
+}

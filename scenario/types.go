@@ -251,6 +251,8 @@ type Step struct {
 	RestartProxy string `yaml:"restart_proxy,omitempty"`
 	// NodeSettings changes kernel settings of running nodes.
 	NodeSettings *NodeSettingsChange `yaml:"node_settings,omitempty"`
+	// UpdateStatus writes a Service's status (load-balancer ingress).
+	UpdateStatus *UpdateStatus `yaml:"update_status,omitempty"`
 
 	// Expect says what a connect, send, dns or check step must see (an apply step:
 	// only rejected); a failed expectation fails the run (exit code 1).
@@ -407,9 +409,28 @@ type EndpointsCheck struct {
 }
 
 // ObjectRef names an object: kind and NAMESPACE/NAME (or NAME for nodes and namespaces).
+// Instead of Name, Selector (a label selector, app=web) with Namespace (default
+// "default") names every Service, Pod, Endpoints or EndpointSlice of the kind that
+// matches (a collection delete, as kubectl delete -l or DeleteCollection; none
+// matching is no error).
 type ObjectRef struct {
-	Kind string `yaml:"kind"`
-	Name string `yaml:"name"`
+	Kind      string `yaml:"kind"`
+	Name      string `yaml:"name,omitempty"`
+	Selector  string `yaml:"selector,omitempty"`
+	Namespace string `yaml:"namespace,omitempty"`
+}
+
+// UpdateStatus writes a Service's status through the API's status subresource, as a
+// controller does (Service must exist). Fields not set are left as they are.
+type UpdateStatus struct {
+	// Service is NAMESPACE/NAME (required).
+	Service string `yaml:"service"`
+	// LoadBalancerIngress replaces status.loadBalancer.ingress: each an IP, or
+	// IP/MODE with MODE VIP or Proxy (the ipMode). The simulated cloud load balancer
+	// owns the status of the LoadBalancer Services it serves (no loadBalancerClass)
+	// and sets it back; with a loadBalancerClass, nothing else writes it, as when
+	// Kubernetes' e2e tests stand in for a load-balancer controller.
+	LoadBalancerIngress []string `yaml:"load_balancer_ingress"`
 }
 
 // PodAction selects pods for delete_pod and kill_pod.
@@ -658,6 +679,7 @@ func (s *Step) actions() []string {
 	add(s.Sync != nil, "sync")
 	add(s.RestartProxy != "", "restart_proxy")
 	add(s.NodeSettings != nil, "node_settings")
+	add(s.UpdateStatus != nil, "update_status")
 	return out
 }
 
@@ -708,6 +730,14 @@ func (s *Step) Title() string {
 	case s.Delete != nil:
 		var names []string
 		for _, r := range s.Delete {
+			if r.Selector != "" {
+				ns := r.Namespace
+				if ns == "" {
+					ns = "default"
+				}
+				names = append(names, r.Kind+" "+ns+"/{"+r.Selector+"}")
+				continue
+			}
 			names = append(names, r.Kind+" "+r.Name)
 		}
 		return "delete " + strings.Join(names, ", ")
@@ -762,6 +792,8 @@ func (s *Step) Title() string {
 		return "restart kube-proxy on " + s.RestartProxy
 	case s.NodeSettings != nil:
 		return "node settings on " + s.NodeSettings.Node
+	case s.UpdateStatus != nil:
+		return "update the status of service " + s.UpdateStatus.Service
 	}
 	return "(no action)"
 }
