@@ -1033,7 +1033,7 @@ func (r *runner) applyRejected(l *loaded, want string, res *StepResult) error {
 		names = append(names, service.KindOf(o)+" "+service.ObjectKey(o))
 	}
 	err := r.c.Apply(l.objects...)
-	exp := Expectation{Field: "rejected", Want: "rejected: " + strconv.Quote(want)}
+	exp := Expectation{Field: "rejected", Want: strconv.Quote(want)}
 	if err == nil {
 		res.Summary = "applied " + strings.Join(names, ", ") + ": the API server accepted it"
 		exp.Got = "accepted"

@@ -296,3 +296,17 @@ func TestAPISteps(t *testing.T) {
 		t.Errorf("ingress %v", ing)
 	}
 }
+
+// TestE2EServicesFile: testdata/scenarios/e2e-services.yaml, Kubernetes' Service e2e
+// tests written with these expectations, passes under iptables, IPVS and nftables.
+func TestE2EServicesFile(t *testing.T) {
+	for _, mode := range []string{"iptables", "ipvs", "nftables"} {
+		s, err := Load("../testdata/scenarios/e2e-services.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep := mustRun(t, s, mode); !rep.Passed {
+			t.Errorf("%s: %s", mode, reportText(rep))
+		}
+	}
+}
