@@ -312,7 +312,7 @@ func (c *stepCheck) conntrack(ct *ConntrackCheck) {
 
 // apply loads an apply step's manifests, which the run applies at that step.
 func (c *stepCheck) apply() {
-	l := newDryRun(c.p.cfg)
+	l := newDryRun(c.p.cfg, false) // on its own: the state of the run at the step is not known here
 	if len(c.st.Apply) == 0 {
 		c.fail("apply", "want at least one manifest")
 	}

@@ -53,10 +53,25 @@ type loaded struct {
 // port out of range or taken by another manifest, a cluster IP outside the range) is
 // an error at the manifest's line. Without a usable configuration (an error reported
 // elsewhere) Services are validated on their own.
-func newDryRun(cfg cluster.Config) *loaded {
+//
+// With kubeDNS (cluster.dns kube-dns) the scratch API server also holds the
+// kube-system/kube-dns Service the run installs before the manifests, at the tenth
+// service address, so a manifest that asks for that address is told it is taken.
+func newDryRun(cfg cluster.Config, kubeDNS bool) *loaded {
 	st, err := service.NewStore(service.Config{ServiceCIDRs: cfg.ServiceCIDRs, NodePortRange: cfg.NodePortRange, Seed: cfg.Seed, MasterService: true})
 	if err != nil {
 		return &loaded{}
+	}
+	if kubeDNS {
+		ip := nthIP(st.Config().ServiceCIDRs[0].Masked().Addr(), 10).String()
+		dnsSvc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "kube-dns"},
+			Spec: corev1.ServiceSpec{ClusterIP: ip, Selector: map[string]string{"k8s-app": "kube-dns"},
+				Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP}}},
+		}
+		if _, err := st.Create(dnsSvc); err != nil {
+			return &loaded{}
+		}
 	}
 	return &loaded{apiServer: st}
 }

@@ -398,7 +398,7 @@ func (pr *preparer) dns() {
 
 // manifests loads the scenario's manifests.
 func (pr *preparer) manifests() {
-	pr.p.manifests = newDryRun(pr.p.cfg)
+	pr.p.manifests = newDryRun(pr.p.cfg, pr.p.dns == "kube-dns")
 	pr.add(pr.s.loadManifests(pr.s.Manifests, "manifests", pr.p.cfg.Seed, pr.p.manifests))
 }
 
