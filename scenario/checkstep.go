@@ -322,6 +322,7 @@ func (c *stepCheck) apply() {
 	if err := c.s.loadManifests(c.st.Apply, c.sp+".apply", c.p.cfg.Seed, l); err != nil {
 		*c.errs = append(*c.errs, err)
 	}
+	l.apiServer = nil // its work is done
 	if l.rejectionExpected && len(l.workloads) > 0 {
 		c.fail("apply", "an apply that expects a rejection is applied all or nothing: Deployments and ReplicaSets (whose pods are created one by one) go in an apply step of their own")
 	}

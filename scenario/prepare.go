@@ -400,6 +400,7 @@ func (pr *preparer) dns() {
 func (pr *preparer) manifests() {
 	pr.p.manifests = newDryRun(pr.p.cfg, pr.p.dns == "kube-dns")
 	pr.add(pr.s.loadManifests(pr.s.Manifests, "manifests", pr.p.cfg.Seed, pr.p.manifests))
+	pr.p.manifests.apiServer = nil // its work is done
 }
 
 // steps checks each step: one action, times that do not go back, expectations only
