@@ -42,6 +42,7 @@ var stepValidators = map[string]func(*stepCheck){
 	"restart_proxy":     func(c *stepCheck) { c.node("restart_proxy", c.st.RestartProxy, true) },
 	"restart_apiserver": (*stepCheck).restartAPIServer,
 	"node_settings":     (*stepCheck).nodeSettings,
+	"update_status":     (*stepCheck).updateStatus,
 }
 
 // checkStep validates a step that has exactly one action, with that action's validator.
@@ -162,6 +163,9 @@ func (c *stepCheck) traffic() {
 	}
 	if t.Packet != nil {
 		c.crafted(f, t)
+	}
+	if t.HTTP != nil {
+		c.httpGet(f, t)
 	}
 	c.ctStateExpect()
 	switch t.Via {
@@ -309,12 +313,19 @@ func (c *stepCheck) conntrack(ct *ConntrackCheck) {
 
 // apply loads an apply step's manifests, which the run applies at that step.
 func (c *stepCheck) apply() {
-	l := &loaded{}
+	l := newDryRun(c.p.cfg, false) // on its own: the state of the run at the step is not known here
 	if len(c.st.Apply) == 0 {
 		c.fail("apply", "want at least one manifest")
 	}
+	// A rejection the step expects comes from the API server when the step runs: its
+	// Services are not validated now.
+	l.rejectionExpected = c.st.Expect != nil && c.st.Expect.Rejected != ""
 	if err := c.s.loadManifests(c.st.Apply, c.sp+".apply", c.p.cfg.Seed, l); err != nil {
 		*c.errs = append(*c.errs, err)
+	}
+	l.apiServer = nil // its work is done
+	if l.rejectionExpected && len(l.workloads) > 0 {
+		c.fail("apply", "an apply that expects a rejection is applied all or nothing: Deployments and ReplicaSets (whose pods are created one by one) go in an apply step of their own")
 	}
 	c.p.applies[c.i] = l
 }
@@ -323,6 +334,10 @@ func (c *stepCheck) apply() {
 func (c *stepCheck) delete() {
 	for j, r := range c.st.Delete {
 		f := fmt.Sprintf("delete[%d]", j)
+		if r.Selector != "" || r.Namespace != "" {
+			c.deleteCollection(f, r)
+			continue
+		}
 		switch r.Kind {
 		case "Service", "Pod", "Endpoints", "EndpointSlice", "Deployment", "ReplicaSet":
 			if ns, n, ok := strings.Cut(r.Name, "/"); !ok || ns == "" || n == "" {
@@ -423,5 +438,57 @@ func (c *stepCheck) nodeSettings() {
 	c.node("node_settings.node", c.st.NodeSettings.Node, true)
 	if err := c.st.NodeSettings.NodeSettings.check(c.s, c.sp+".node_settings"); err != nil {
 		*c.errs = append(*c.errs, err)
+	}
+}
+
+// httpGet validates a connect step's http: TCP connections from real sockets.
+func (c *stepCheck) httpGet(f string, t *Traffic) {
+	if c.st.Send != nil {
+		c.fail(f+".http", "HTTP requests go over connections: use a connect step")
+	}
+	if p := strings.ToLower(t.Proto); p != "" && p != "tcp" {
+		c.fail(f+".http", "HTTP goes over tcp, not %s", t.Proto)
+	}
+	if t.Via == "probe" {
+		c.fail(f+".http", "HTTP needs real sockets: remove via: probe (http implies via: netstack)")
+	}
+	if p := t.HTTP.Path; p != "" && (!strings.HasPrefix(p, "/") || strings.ContainsAny(p, " \r\n")) {
+		c.fail(f+".http.path", "want an absolute path such as /healthz, got %q", p)
+	}
+	if strings.ContainsAny(t.HTTP.Host, " \r\n") {
+		c.fail(f+".http.host", "want a host name, got %q", t.HTTP.Host)
+	}
+}
+
+// deleteCollection validates a delete by label selector.
+func (c *stepCheck) deleteCollection(f string, r ObjectRef) {
+	switch r.Kind {
+	case "Service", "Pod", "Endpoints", "EndpointSlice":
+	default:
+		c.fail(f+".kind", "a delete by selector deletes Services, Pods, Endpoints or EndpointSlices, got %q", r.Kind)
+	}
+	if r.Name != "" {
+		c.fail(f, "name and selector: give one")
+	}
+	if r.Selector == "" {
+		c.fail(f+".selector", "namespace goes with selector (a label selector such as app=web)")
+	} else if _, err := labels.Parse(r.Selector); err != nil {
+		c.fail(f+".selector", "%v", err)
+	}
+}
+
+// updateStatus validates an update_status step.
+func (c *stepCheck) updateStatus() {
+	u := c.st.UpdateStatus
+	if ns, n, ok := strings.Cut(u.Service, "/"); !ok || ns == "" || n == "" {
+		c.fail("update_status.service", "want NAMESPACE/NAME, got %q", u.Service)
+	}
+	if u.LoadBalancerIngress == nil {
+		c.fail("update_status", "want load_balancer_ingress: [IP, ...] (an empty list clears it)")
+	}
+	for i, v := range u.LoadBalancerIngress {
+		if _, err := parseIngress(v); err != nil {
+			c.fail(fmt.Sprintf("update_status.load_balancer_ingress[%d]", i), "%v", err)
+		}
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 	"time"
@@ -26,6 +28,9 @@ type Dialed struct {
 	Seen netip.Addr
 	// Reason says why nothing answered.
 	Reason string
+	// Status and Body are an HTTP answer's (WhoamiDial.Exchange with HTTPExchange).
+	Status int
+	Body   string
 }
 
 func (d Dialed) String() string {
@@ -59,6 +64,9 @@ type WhoamiDial struct {
 	// Failed turns an error of the dial, of the write or of the read into a result and
 	// a reason; nil makes every error ResultDropped with the error's text.
 	Failed func(error) Dialed
+	// Exchange, when set, talks on the connection instead of sending Line and reading
+	// the whoami answer (HTTPExchange: an HTTP GET); its error goes to Failed.
+	Exchange func(conn net.Conn) (Dialed, error)
 }
 
 // DialWhoami makes a real connection from d.Net to d.Dst, sends d.Line and reads the
@@ -90,6 +98,14 @@ func DialWhoami(ctx context.Context, c *cluster.Cluster, d WhoamiDial) Dialed {
 		}
 		conns <- conn
 		defer conn.Close()
+		if d.Exchange != nil {
+			a, err := d.Exchange(conn)
+			if err != nil {
+				a = fail(err)
+			}
+			done <- a
+			return
+		}
 		if _, err := fmt.Fprintln(conn, d.Line); err != nil {
 			done <- fail(err)
 			return
@@ -171,4 +187,34 @@ func whoamiAnswer(network, line string) Dialed {
 		d.Seen = ap.Addr().Unmap()
 	}
 	return d
+}
+
+// HTTPExchange returns a WhoamiDial.Exchange that sends an HTTP/1.1 GET of path (with
+// a Host header of host, or of the destination) and reads the answer: its status and
+// body (up to 64 KiB). The built-in whoami server's X-Pod, X-Node and X-Client headers
+// say who answered and the source it saw; other servers (kube-proxy's health servers)
+// answer without them.
+func HTTPExchange(path, host string, dst netip.AddrPort) func(net.Conn) (Dialed, error) {
+	if host == "" {
+		host = dst.String()
+	}
+	return func(conn net.Conn) (Dialed, error) {
+		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: clusterlab\r\nAccept: */*\r\nConnection: close\r\n\r\n", path, host); err != nil {
+			return Dialed{}, err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			return Dialed{}, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if err != nil {
+			return Dialed{}, err
+		}
+		d := Dialed{Result: netsim.ResultConnected, Status: resp.StatusCode, Body: string(body), Pod: resp.Header.Get("X-Pod"), Node: resp.Header.Get("X-Node")}
+		if ap, err := netip.ParseAddrPort(resp.Header.Get("X-Client")); err == nil {
+			d.Seen = ap.Addr().Unmap()
+		}
+		return d, nil
+	}
 }

@@ -65,15 +65,26 @@
 //	  - apiVersion: v1            or an object inline
 //	    kind: Service
 //	    ...
+//	                              Services are checked when the file is loaded as the
+//	                              API server checks them: defaulted and allocated
+//	                              (cluster IPs, node ports, the health-check node port)
+//	                              in a scratch API server configured as the cluster,
+//	                              then validated; a node port taken by another manifest
+//	                              or outside node_port_range is an error at its line
+//	                              (an apply step's Services are checked on their own)
 //	steps:                        in order; each has one action
 //	  - name: ...                 optional title
 //	    at: 30s                   run at this virtual time since the start
 //	    <action>: ...
-//	    expect: ...               for connect, send, dns and check
+//	    expect: ...               for connect, send, dns and check (and apply: rejected)
 //
 // Actions:
 //
 //	connect: {from, to, proto, count, src_port, via, trace}
+//	connect.http: {path: /healthz, host: NAME}
+//	                              each connection is an HTTP GET (tcp, via netstack):
+//	                              kube-proxy's /healthz (node:NAME:10256), a health-check
+//	                              node port, a pod's whoami server; expect status, body
 //	                              TCP handshakes, UDP request/replies or ICMP echoes
 //	                              (proto icmp: a pod answers; a ClusterIP in the
 //	                              iptables mode does not, no rule DNATs ICMP)
@@ -102,6 +113,9 @@
 //	       | {health_check: {service: NS/NAME, node}}   the health-check node port's answer
 //	apply: [manifests]            create or update (Deployments roll out or scale)
 //	delete: [{kind, name}]
+//	      | [{kind: Service | Pod | Endpoints | EndpointSlice, selector: test=e2e,
+//	          namespace}]         every object of the kind in the namespace (default
+//	                              "default") whose labels match (DeleteCollection)
 //	delete_pod: {pod | selector [+ namespace], count, grace}
 //	                              a Deployment's or ReplicaSet's pod is replaced at once
 //	kill_pod: {pod | selector, count}         the network dies, the API does not know
@@ -125,6 +139,11 @@
 //	                              make the repair pass rebuild the allocators from the
 //	                              Services, which keep their values (expect repair)
 //	node_settings: {node: NODE|all, hairpin, rp_filter, ...}
+//	update_status: {service: NS/NAME, load_balancer_ingress: [IP | IP/VIP | IP/Proxy]}
+//	                              writes status.loadBalancer.ingress (the status
+//	                              subresource); the simulated cloud load balancer owns
+//	                              the status of Services without a loadBalancerClass
+//	                              and sets it back
 //
 // from is pod:NS/NAME (pod:NAME in default), node:NAME or external:NAME. to is IP:PORT,
 // NAME:PORT (a DNS name, resolved by the pod's resolver; pods only),
@@ -135,6 +154,7 @@
 // Expectations (expect:):
 //
 //	result: connected | replied | delivered | refused | dropped | ok   every attempt
+//	                              (failed: refused or dropped, whichever the mode does)
 //	min_success: 0.9              at least this fraction ok (or "90%")
 //	reaches: [default/web-*]      exactly these pods answered (patterns with *)
 //	not_reaches: [...]            none of these answered
@@ -147,6 +167,12 @@
 //	                              dns with type both or options: by query type; the
 //	                              time spent on reply timeouts
 //	count: 1, ready: 1            check (conntrack entries; endpoints, ready endpoints)
+//	endpoints: [{address: pod:NS/NAME | IP, port: 8080, node: node-a, ready: true,
+//	             serving: true, terminating: false}]
+//	                              check endpoints: exactly these endpoints (each entry
+//	                              matches one in the EndpointSlices by the fields it
+//	                              sets, each endpoint matches an entry; port: a port of
+//	                              its slice); endpoints_include: [...] at least these
 //	probabilities: {default/web-0: 0.5, dropped: 0.5}, tolerance: 0.01
 //	                              send with all_branches: each outcome's probability
 //	decided_by: {chain: filter/KUBE-SERVICES, rule: "has no endpoints", line: 9}
@@ -156,11 +182,19 @@
 //	counters: {found, invalid, insert, insert_failed, drop, early_drop, clash_resolve}
 //	                              check conntrack_stats: conntrack -S counters
 //	status: 200, local_endpoints: 1                                    check health_check
+//	status: 200, body: "localEndpoints"   connect with http: every answer's status, and a
+//	                              text every answer's body contains
 //	ctstate: {node-a: INVALID}    send with packet: the conntrack state it got at nodes
 //	answered_with: RST | ACK | "RST,ACK" | ICMP | nothing   send with packet, deliver: true
 //	repair: ["... 10.96.0.1 for service default/kubernetes is not within ..."] | []
 //	                              restart_apiserver: the repair pass's problems, each
 //	                              matched by one substring
+//	rejected: "provided port is already allocated"
+//	                              apply: the API server must reject the step's objects
+//	                              with a message containing this; nothing is applied,
+//	                              the message is reported and the run goes on (an
+//	                              accepted apply fails the step); its Services are
+//	                              validated by the API server when the step runs
 //
 // # Probes and real sockets
 //

@@ -86,8 +86,12 @@ func (s *Scenario) checkMoreExpect(st *Step, ep string, fail func(f, format stri
 		}
 	}
 	health := st.Check != nil && st.Check.HealthCheck != nil
-	if e.Status != nil && !health {
-		fail("status", "only check health_check steps have status")
+	httpGet := st.Connect != nil && st.Connect.HTTP != nil
+	if e.Status != nil && !health && !httpGet {
+		fail("status", "only check health_check steps have status (and connect steps with http)")
+	}
+	if e.Body != "" && !httpGet {
+		fail("body", "only connect steps with http have body")
 	}
 	if e.LocalEndpoints != nil && !health {
 		fail("local_endpoints", "only check health_check steps have local_endpoints")

@@ -26,6 +26,7 @@ import (
 	sjson "sigs.k8s.io/json"
 	sigyaml "sigs.k8s.io/yaml"
 
+	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/service"
 )
 
@@ -35,6 +36,44 @@ type loaded struct {
 	objects   []runtime.Object
 	workloads []*workload
 	origin    map[string]string // "Kind ns/name" → where it was defined (for duplicates)
+	// rejectionExpected: an apply step expects the API server to reject these objects,
+	// so Services are left for it to validate when the step runs.
+	rejectionExpected bool
+	// apiServer, when set, is a scratch API server configured as the run's, in which
+	// the Services are created as they are loaded: defaulted and allocated before they
+	// are validated, as kube-apiserver does (see newDryRun).
+	apiServer *service.Store
+}
+
+// newDryRun returns a list of manifests to load, with a scratch API server configured
+// as the run's (service CIDRs, node port range, default/kubernetes at the first
+// service address): a Service is defaulted, given its cluster IPs, node ports and
+// health-check node port, and only then validated, as kube-apiserver does, so fields
+// the API server fills in need not be written, and an allocation that fails (a node
+// port out of range or taken by another manifest, a cluster IP outside the range) is
+// an error at the manifest's line. Without a usable configuration (an error reported
+// elsewhere) Services are validated on their own.
+//
+// With kubeDNS (cluster.dns kube-dns) the scratch API server also holds the
+// kube-system/kube-dns Service the run installs before the manifests, at the tenth
+// service address, so a manifest that asks for that address is told it is taken.
+func newDryRun(cfg cluster.Config, kubeDNS bool) *loaded {
+	st, err := service.NewStore(service.Config{ServiceCIDRs: cfg.ServiceCIDRs, NodePortRange: cfg.NodePortRange, Seed: cfg.Seed, MasterService: true})
+	if err != nil {
+		return &loaded{}
+	}
+	if kubeDNS {
+		ip := nthIP(st.Config().ServiceCIDRs[0].Masked().Addr(), 10).String()
+		dnsSvc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "kube-dns"},
+			Spec: corev1.ServiceSpec{ClusterIP: ip, Selector: map[string]string{"k8s-app": "kube-dns"},
+				Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP}}},
+		}
+		if _, err := st.Create(dnsSvc); err != nil {
+			return &loaded{}
+		}
+	}
+	return &loaded{apiServer: st}
 }
 
 // workload is a Deployment or ReplicaSet expanded into pods, as its controllers would.
@@ -318,6 +357,16 @@ func (s *Scenario) loadSource(src manifestSource, seed uint64, into *loaded) err
 		if acc, err := meta.Accessor(m.Object); err == nil && acc.GetNamespace() == "" && service.IsNamespaced(service.KindOf(m.Object)) {
 			acc.SetNamespace("default")
 		}
+		if _, isSvc := m.Object.(*corev1.Service); isSvc && (into.rejectionExpected || into.apiServer != nil) {
+			if err := into.dryRunService(m); err != nil {
+				errs = append(errs, s.wrapManifestErrs(src, m.Annotate(err)))
+				continue
+			}
+			if err := into.add(m.Object, m.String()); err != nil {
+				errs = append(errs, s.wrapManifestErrs(src, m.Annotate(err)))
+			}
+			continue
+		}
 		if el := validateObject(m.Object); len(el) > 0 {
 			errs = append(errs, s.wrapManifestErrs(src, m.AnnotateFields(el)))
 			continue
@@ -337,11 +386,25 @@ func validateObject(obj runtime.Object) field.ErrorList {
 	}
 	service.Default(c)
 	if svc, ok := c.(*corev1.Service); ok && service.NeedsHealthCheck(svc) && svc.Spec.HealthCheckNodePort == 0 {
-		// The API server allocates the health-check node port before it validates (the
-		// store does so when the object is applied); a placeholder stands for it here.
+		// The API server allocates the health-check node port before it validates; a
+		// placeholder stands for it here, where no scratch API server allocates it
+		// (newDryRun: the cluster's configuration has errors of its own).
 		svc.Spec.HealthCheckNodePort = 1
 	}
 	return service.Validate(c)
+}
+
+// dryRunService creates a Service in the scratch API server (see newDryRun). A
+// rejection the apply step expects is left for the run.
+func (l *loaded) dryRunService(m service.Manifest) error {
+	if l.rejectionExpected || l.apiServer == nil {
+		return nil
+	}
+	if prev, dup := l.origin[service.KindOf(m.Object)+" "+service.ObjectKey(m.Object)]; dup {
+		return fmt.Errorf("%s %s is defined twice (first at %s)", service.KindOf(m.Object), service.ObjectKey(m.Object), prev)
+	}
+	err := l.apiServer.Apply(m.Object)
+	return err
 }
 
 func (l *loaded) add(obj runtime.Object, where string) error {

@@ -416,8 +416,9 @@ func (pr *preparer) dns() {
 
 // manifests loads the scenario's manifests.
 func (pr *preparer) manifests() {
-	pr.p.manifests = &loaded{}
+	pr.p.manifests = newDryRun(pr.p.cfg, pr.p.dns == "kube-dns")
 	pr.add(pr.s.loadManifests(pr.s.Manifests, "manifests", pr.p.cfg.Seed, pr.p.manifests))
+	pr.p.manifests.apiServer = nil // its work is done
 }
 
 // steps checks each step: one action, times that do not go back, expectations only
@@ -432,7 +433,7 @@ func (pr *preparer) steps() {
 		acts := st.actions()
 		switch len(acts) {
 		case 0:
-			pr.fail(sp, "no action: want one of connect, send, dns, check, apply, delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node, sync, restart_proxy, node_settings")
+			pr.fail(sp, "no action: want one of connect, send, dns, check, apply, delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node, sync, restart_proxy, node_settings, update_status")
 			continue
 		case 1:
 		default:
@@ -450,10 +451,10 @@ func (pr *preparer) steps() {
 		}
 		if st.Expect != nil {
 			switch acts[0] {
-			case "connect", "send", "dns", "check", "restart_apiserver":
+			case "connect", "send", "dns", "check", "apply", "restart_apiserver":
 				s.checkExpect(st, sp, &pr.errs)
 			default:
-				pr.fail(sp+".expect", "only connect, send, dns, check and restart_apiserver steps have expectations (this is %s)", acts[0])
+				pr.fail(sp+".expect", "only connect, send, dns, check, apply and restart_apiserver steps have expectations (this is %s)", acts[0])
 			}
 		}
 		s.checkStep(pr.p, st, i, sp, nodes, pr.externals, &pr.errs)
@@ -566,7 +567,7 @@ func (ns *NodeSettings) applyTo(st *netsim.NodeSettings) {
 	}
 }
 
-var resultNames = []string{"ok", "connected", "replied", "delivered", "refused", "dropped"}
+var resultNames = []string{"ok", "connected", "replied", "delivered", "refused", "dropped", "failed"}
 
 func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 	e := st.Expect
@@ -603,6 +604,8 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 	only("count", e.Count != nil, st.Check != nil, "check")
 	only("repair", e.Repair != nil, st.RestartAPIServer != nil, "restart_apiserver")
 	only("ready", e.Ready != nil, st.Check != nil && st.Check.Endpoints != nil, "check endpoints")
+	only("rejected", e.Rejected != "", st.Apply != nil, "apply")
+	checkEndpointExpects(st, fail)
 	only("ctstate", e.CtState != nil, st.Send != nil && st.Send.Packet != nil, "send (with a crafted packet)")
 	only("answered_with", e.AnsweredWith != "", st.Send != nil && st.Send.Packet != nil && st.Send.Packet.Deliver, "send (with a crafted packet, deliver: true)")
 	if e.AnsweredWith != "" {
@@ -614,10 +617,10 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 		fail("result", "want one of %s, got %q", strings.Join(resultNames, ", "), e.Result)
 	}
 	if st.Send != nil && (e.Result == "connected" || e.Result == "replied") {
-		fail("result", "a send step sends single packets: want delivered, refused, dropped or ok, got %q", e.Result)
+		fail("result", "a send step sends single packets: want delivered, refused, dropped, failed or ok, got %q", e.Result)
 	}
 	if st.Connect != nil && e.Result == "delivered" {
-		fail("result", "a connect step completes exchanges: want connected, replied, refused, dropped or ok, got %q", e.Result)
+		fail("result", "a connect step completes exchanges: want connected, replied, refused, dropped, failed or ok, got %q", e.Result)
 	}
 	if e.MinSuccess != nil && (*e.MinSuccess < 0 || *e.MinSuccess > 1) {
 		fail("min_success", "want a fraction between 0 and 1 (or a percentage), got %v", *e.MinSuccess)

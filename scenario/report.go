@@ -102,6 +102,10 @@ type TrafficResult struct {
 	// Answers are the packets the receiving stack sent back to a crafted packet's
 	// source (send with packet; "nothing" when it sent none).
 	Answers []string `json:"answers,omitempty"`
+	// HTTPStatuses counts the HTTP answers by status (connect with http); HTTPBody is
+	// the first answer's body.
+	HTTPStatuses map[string]int `json:"http_statuses,omitempty"`
+	HTTPBody     string         `json:"http_body,omitempty"`
 }
 
 // Branch is one possible outcome of a packet and its probability.

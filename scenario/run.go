@@ -271,6 +271,8 @@ func (r *runner) runStep(ctx context.Context, i int) {
 		err = r.restartProxy(st.RestartProxy, &res)
 	case st.RestartAPIServer != nil:
 		err = r.restartAPIServer(st, &res)
+	case st.UpdateStatus != nil:
+		err = r.updateStatus(st.UpdateStatus, &res)
 	case st.NodeSettings != nil:
 		r.forNodes(st.NodeSettings.Node, func(n *cluster.Node) {
 			n.UpdateSettings(func(s *netsim.NodeSettings) { st.NodeSettings.NodeSettings.applyTo(s) })
@@ -701,6 +703,9 @@ func (r *runner) scale(sc *Scale, res *StepResult) error {
 
 func (r *runner) apply(i int, res *StepResult) error {
 	l := r.p.applies[i]
+	if e := r.s.Steps[i].Expect; e != nil && e.Rejected != "" {
+		return r.applyRejected(l, e.Rejected, res)
+	}
 	if len(l.objects) > 0 {
 		if err := r.c.Apply(l.objects...); err != nil {
 			return fmt.Errorf("the API server rejects it: %w", err)
@@ -767,6 +772,14 @@ func (r *runner) apply(i int, res *StepResult) error {
 func (r *runner) delete(refs []ObjectRef, res *StepResult) error {
 	var names []string
 	for _, ref := range refs {
+		if ref.Selector != "" {
+			deleted, err := r.deleteCollection(ref)
+			if err != nil {
+				return err
+			}
+			names = append(names, deleted...)
+			continue
+		}
 		ns, n := splitKey(ref.Name)
 		switch ref.Kind {
 		case "Deployment", "ReplicaSet":
@@ -988,6 +1001,7 @@ func (r *runner) checkEndpoints(ec *EndpointsCheck, e *Expect, res *StepResult) 
 	if e != nil && e.Ready != nil {
 		res.Expectations = append(res.Expectations, Expectation{Field: "ready", Want: strconv.Itoa(*e.Ready), Got: strconv.Itoa(ready), OK: ready == *e.Ready})
 	}
+	res.Expectations = append(res.Expectations, endpointExpectations(e, seenEndpoints(r.c.Store().EndpointSlicesFor(ns, n)))...)
 	return nil
 }
 
@@ -1010,4 +1024,27 @@ func endpointLine(ep discoveryv1.Endpoint, ready bool) string {
 		conds = append(conds, "not ready")
 	}
 	return s + " (" + strings.Join(conds, ", ") + ")"
+}
+
+// applyRejected runs an apply step that expects the API server to reject its objects
+// with a message containing want. The store applies all or nothing, so a rejection
+// leaves it as it was.
+func (r *runner) applyRejected(l *loaded, want string, res *StepResult) error {
+	var names []string
+	for _, o := range l.objects {
+		names = append(names, service.KindOf(o)+" "+service.ObjectKey(o))
+	}
+	err := r.c.Apply(l.objects...)
+	exp := Expectation{Field: "rejected", Want: strconv.Quote(want)}
+	if err == nil {
+		res.Summary = "applied " + strings.Join(names, ", ") + ": the API server accepted it"
+		exp.Got = "accepted"
+	} else {
+		res.Summary = "the API server rejects " + strings.Join(names, ", ") + "; nothing was applied"
+		res.Details = append(res.Details, err.Error())
+		exp.Got = err.Error()
+		exp.OK = strings.Contains(err.Error(), want)
+	}
+	res.Expectations = append(res.Expectations, exp)
+	return nil
 }

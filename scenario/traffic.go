@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,10 +27,33 @@ type attempt struct {
 	node   string
 	seen   netip.Addr
 	reason string
+	// status and body are an HTTP answer's (connect with http).
+	status int
+	body   string
 }
 
 func okResult(r string) bool {
 	return r == netsim.ResultConnected || r == netsim.ResultReplied || r == netsim.ResultDelivered
+}
+
+// failedResult says whether an attempt failed as a client sees it: refused (a RST or an
+// ICMP error) or dropped (no answer: the client times out). expect result: failed
+// holds for either, where the two differ by mode (REJECT or DROP) and a test only needs
+// the connection to fail.
+func failedResult(r string) bool {
+	return r == netsim.ResultRefused || r == netsim.ResultDropped
+}
+
+// resultMatches says whether an attempt's result is the one an expectation names
+// (ok and failed name several).
+func resultMatches(want, got string) bool {
+	switch want {
+	case "ok":
+		return okResult(got)
+	case "failed":
+		return failedResult(got)
+	}
+	return want == got
 }
 
 // traffic runs a connect (connect=true) or send step.
@@ -115,6 +139,9 @@ func (r *runner) planTraffic(ctx context.Context, t *Traffic, connect bool) (*tr
 	tp.proto, _ = netsim.ParseProto(tp.protoName)
 	if tp.count == 0 {
 		tp.count = 1
+	}
+	if tp.via == "" && t.HTTP != nil {
+		tp.via = "netstack"
 	}
 	if tp.via == "" {
 		tp.via = "probe"
@@ -216,6 +243,10 @@ func (r *runner) netstackAttempts(ctx context.Context, tp *trafficPlan, res *Ste
 	}
 	var atts []attempt
 	for i := 0; i < tp.count; i++ {
+		if t.HTTP != nil {
+			atts = append(atts, r.httpAttempt(ctx, n, t.HTTP, uint16(t.SrcPort), tp.dst))
+			continue
+		}
 		atts = append(atts, r.netstackAttempt(ctx, n, tp.protoName, uint16(t.SrcPort), tp.dst))
 	}
 	return atts, nil
@@ -226,6 +257,15 @@ func (r *runner) netstackAttempts(ctx context.Context, tp *trafficPlan, res *Ste
 func (r *runner) tally(tr *TrafficResult, atts []attempt, client netip.Addr) {
 	for _, a := range atts {
 		tr.Results[a.result]++
+		if a.status != 0 {
+			if tr.HTTPStatuses == nil {
+				tr.HTTPStatuses = map[string]int{}
+			}
+			tr.HTTPStatuses[strconv.Itoa(a.status)]++
+			if tr.HTTPBody == "" {
+				tr.HTTPBody = a.body
+			}
+		}
 		if okResult(a.result) {
 			if a.pod != "" {
 				if tr.Backends == nil {
@@ -270,6 +310,14 @@ func describeTraffic(res *StepResult, tr *TrafficResult, tp *trafficPlan) {
 	}
 	for _, k := range sortedKeys(tr.Reasons) {
 		res.Details = append(res.Details, fmt.Sprintf("why (%d of %d): %s", tr.Reasons[k], tp.count, k))
+	}
+	if len(tr.HTTPStatuses) > 0 {
+		res.Details = append(res.Details, "HTTP status "+countsText(tr.HTTPStatuses))
+		body := strings.Join(strings.Fields(tr.HTTPBody), " ")
+		if len(body) > 300 {
+			body = body[:300] + "..."
+		}
+		res.Details = append(res.Details, "first body: "+body)
 	}
 }
 
@@ -321,6 +369,17 @@ func (r *runner) netstackAttempt(ctx context.Context, n *netsim.Net, proto strin
 	return attempt{result: d.Result, pod: d.Pod, node: d.Node, seen: d.Seen, reason: d.Reason}
 }
 
+// httpAttempt makes one connection that sends an HTTP GET and reads the answer.
+func (r *runner) httpAttempt(ctx context.Context, n *netsim.Net, h *HTTPGet, sport uint16, dst netip.AddrPort) attempt {
+	path := h.Path
+	if path == "" {
+		path = "/"
+	}
+	d := DialWhoami(ctx, r.c, WhoamiDial{Net: n, Network: "tcp", SrcPort: sport, Dst: dst, Budget: netstackBudget,
+		QuickWait: 2 * time.Millisecond, Failed: failed, Exchange: HTTPExchange(path, h.Host, dst)})
+	return attempt{result: d.Result, pod: d.Pod, node: d.Node, seen: d.Seen, reason: d.Reason, status: d.Status, body: d.Body}
+}
+
 // The virtual time a netstack attempt gets before it counts as dropped.
 const (
 	netstackBudget    = 10 * time.Second
@@ -354,11 +413,36 @@ func (r *runner) checkTraffic(e *Expect, tr *TrafficResult, atts []attempt, clie
 	if e.Result != "" {
 		good := 0
 		for _, a := range atts {
-			if a.result == e.Result || e.Result == "ok" && okResult(a.result) {
+			if resultMatches(e.Result, a.result) {
 				good++
 			}
 		}
 		add("result", fmt.Sprintf("every attempt %s", e.Result), summaryCounts(tr.Results), good == len(atts))
+	}
+	if e.Status != nil {
+		good := 0
+		for _, a := range atts {
+			if a.status == *e.Status {
+				good++
+			}
+		}
+		add("status", fmt.Sprintf("every answer HTTP %d", *e.Status), httpGot(tr), good == len(atts))
+	}
+	if e.Body != "" {
+		good := 0
+		var bodies []string
+		for _, a := range atts {
+			if a.status != 0 && strings.Contains(a.body, e.Body) {
+				good++
+			} else if a.status != 0 && len(bodies) < 3 {
+				bodies = append(bodies, strconv.Quote(strings.TrimSpace(a.body)))
+			}
+		}
+		got := fmt.Sprintf("%d of %d", good, len(atts))
+		if len(bodies) > 0 {
+			got += "; other bodies: " + strings.Join(bodies, ", ")
+		}
+		add("body", fmt.Sprintf("every answer's body contains %q", e.Body), got, good == len(atts))
 	}
 	if e.MinSuccess != nil {
 		frac := float64(okCount) / float64(len(atts))
@@ -639,4 +723,20 @@ func (r *runner) expandAnswers(in []string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// httpGot describes the HTTP answers of a step, and the attempts without one.
+func httpGot(tr *TrafficResult) string {
+	var parts []string
+	if len(tr.HTTPStatuses) > 0 {
+		parts = append(parts, "HTTP "+countsText(tr.HTTPStatuses))
+	}
+	n := 0
+	for _, v := range tr.HTTPStatuses {
+		n += v
+	}
+	if n < tr.Attempts {
+		parts = append(parts, fmt.Sprintf("%d without an answer (%s)", tr.Attempts-n, summaryCounts(tr.Results)))
+	}
+	return strings.Join(parts, "; ")
 }

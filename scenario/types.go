@@ -20,6 +20,10 @@ type Scenario struct {
 	// Manifests are applied before the first step, all at once (Apply orders them by kind:
 	// namespaces, nodes, services, endpoints, slices, pods). Deployments and ReplicaSets
 	// are expanded into pods.
+	// Their Services are checked when the file is loaded as the API server checks
+	// them: defaulted and allocated in a scratch API server configured as the
+	// cluster, then validated (so healthCheckNodePort and clusterIPs need not be
+	// written, and a node port collision is an error at its line).
 	Manifests []Manifest `yaml:"manifests,omitempty"`
 	// Steps run in order.
 	Steps []Step `yaml:"steps,omitempty"`
@@ -252,9 +256,11 @@ type Step struct {
 	RestartAPIServer *APIServerRestart `yaml:"restart_apiserver,omitempty"`
 	// NodeSettings changes kernel settings of running nodes.
 	NodeSettings *NodeSettingsChange `yaml:"node_settings,omitempty"`
+	// UpdateStatus writes a Service's status (load-balancer ingress).
+	UpdateStatus *UpdateStatus `yaml:"update_status,omitempty"`
 
-	// Expect says what a connect, send, dns or check step must see; a failed expectation
-	// fails the run (exit code 1).
+	// Expect says what a connect, send, dns or check step must see (an apply step:
+	// only rejected); a failed expectation fails the run (exit code 1).
 	Expect *Expect `yaml:"expect,omitempty"`
 }
 
@@ -296,6 +302,19 @@ type Traffic struct {
 	// packet: a TCP segment with chosen flags, sequence and acknowledgement numbers and
 	// window, or an ICMP message (proto: icmp).
 	Packet *CraftedPacket `yaml:"packet,omitempty"`
+	// HTTP makes each of a connect step's connections an HTTP GET (TCP, via netstack,
+	// the default with http), whose status and body expect status and body check:
+	// kube-proxy's /healthz (node:NAME:10256), a health-check node port, a pod's
+	// whoami server.
+	HTTP *HTTPGet `yaml:"http,omitempty"`
+}
+
+// HTTPGet is the request of a connect step's HTTP connections.
+type HTTPGet struct {
+	// Path is the request's path (default /).
+	Path string `yaml:"path,omitempty"`
+	// Host is its Host header (default: the destination address).
+	Host string `yaml:"host,omitempty"`
 }
 
 // DNSQuery is a name lookup from a pod.
@@ -403,9 +422,28 @@ type EndpointsCheck struct {
 }
 
 // ObjectRef names an object: kind and NAMESPACE/NAME (or NAME for nodes and namespaces).
+// Instead of Name, Selector (a label selector, app=web) with Namespace (default
+// "default") names every Service, Pod, Endpoints or EndpointSlice of the kind that
+// matches (a collection delete, as kubectl delete -l or DeleteCollection; none
+// matching is no error).
 type ObjectRef struct {
-	Kind string `yaml:"kind"`
-	Name string `yaml:"name"`
+	Kind      string `yaml:"kind"`
+	Name      string `yaml:"name,omitempty"`
+	Selector  string `yaml:"selector,omitempty"`
+	Namespace string `yaml:"namespace,omitempty"`
+}
+
+// UpdateStatus writes a Service's status through the API's status subresource, as a
+// controller does (Service must exist). Fields not set are left as they are.
+type UpdateStatus struct {
+	// Service is NAMESPACE/NAME (required).
+	Service string `yaml:"service"`
+	// LoadBalancerIngress replaces status.loadBalancer.ingress: each an IP, or
+	// IP/MODE with MODE VIP or Proxy (the ipMode). The simulated cloud load balancer
+	// owns the status of the LoadBalancer Services it serves (no loadBalancerClass)
+	// and sets it back; with a loadBalancerClass, nothing else writes it, as when
+	// Kubernetes' e2e tests stand in for a load-balancer controller.
+	LoadBalancerIngress []string `yaml:"load_balancer_ingress"`
 }
 
 // PodAction selects pods for delete_pod and kill_pod.
@@ -488,7 +526,9 @@ type NodeSettingsChange struct {
 //
 // For connect and send steps, over all attempts:
 //   - result: every attempt ended so: connected, replied (UDP), delivered (send),
-//     refused, dropped; "ok" means connected, replied or delivered.
+//     refused, dropped; "ok" means connected, replied or delivered; "failed" means
+//     refused or dropped (timed out), for a test that needs only the connection to
+//     fail, where modes differ (REJECT or DROP).
 //   - min_success: at least this fraction of attempts were ok.
 //   - reaches: the pods that answered are exactly these (NS/NAME or patterns with *;
 //     each pattern answered at least once, every answer matched a pattern).
@@ -505,7 +545,9 @@ type NodeSettingsChange struct {
 // service:NS/NAME for a service's cluster IPs, pod:NS/NAME for a pod's IPs, or record
 // data for other types such as SRV "0 100 80 my-service.default.svc.cluster.local.").
 //
-// For check steps: count (conntrack entries, endpoints), ready (ready endpoints).
+// For check steps: count (conntrack entries, endpoints), ready (ready endpoints);
+// endpoints and endpoints_include (check endpoints): the endpoints by address or pod,
+// port, node and conditions, exactly or at least (see EndpointExpect).
 //
 // More, for the facts a bug report states:
 //   - probabilities (send with all_branches): each outcome's probability over every
@@ -523,6 +565,8 @@ type NodeSettingsChange struct {
 //     drop: 0, early_drop: 0, insert: 3}).
 //   - status, local_endpoints (check health_check): the HTTP status of the health-check
 //     node port's answer and its localEndpoints.
+//   - status, body (connect with http): every answer's HTTP status, and a text every
+//     answer's body contains.
 type Expect struct {
 	// Repair (restart_apiserver): each entry a substring of one problem the repair
 	// pass reported, in any order, every problem matched; [] for none.
@@ -557,6 +601,9 @@ type Expect struct {
 
 	Status         *int `yaml:"status,omitempty"`
 	LocalEndpoints *int `yaml:"local_endpoints,omitempty"`
+	// Body (connect with http): every answer's body contains this text. Status is
+	// then every answer's HTTP status.
+	Body string `yaml:"body,omitempty"`
 
 	// CtState (send with packet): the conntrack state the packet got at nodes, by
 	// node name: NEW, ESTABLISHED, RELATED, INVALID or UNTRACKED.
@@ -564,6 +611,21 @@ type Expect struct {
 	// AnsweredWith (send with packet): what the stack the packet reached sent back to
 	// its source: nothing, ICMP, or TCP flags (RST, ACK, "RST,ACK", ...).
 	AnsweredWith string `yaml:"answered_with,omitempty"`
+
+	// Rejected (apply): the API server must reject the step's manifests, with a message
+	// that contains this text ("provided port is already allocated", "must be a valid
+	// IP address"). The message is reported; the store is left as it was (an apply is
+	// all or nothing) and the run goes on. An apply that is accepted fails the step.
+	// The step's Services are then validated by the API server only, when it is run
+	// (not when the file is loaded), and it may not hold Deployments or ReplicaSets.
+	Rejected string `yaml:"rejected,omitempty"`
+
+	// Endpoints (check endpoints): the Service's endpoints are exactly these: each
+	// entry matches an endpoint of its EndpointSlices (address or pod, and the port,
+	// node and conditions it sets), and each endpoint matches an entry.
+	// EndpointsInclude: each entry matches an endpoint (others may be there too).
+	Endpoints        []EndpointExpect `yaml:"endpoints,omitempty"`
+	EndpointsInclude []EndpointExpect `yaml:"endpoints_include,omitempty"`
 }
 
 // DecisionPoint is what decided a packet's fate: one of a rule (Chain with Rule or
@@ -635,6 +697,7 @@ func (s *Step) actions() []string {
 	add(s.RestartProxy != "", "restart_proxy")
 	add(s.RestartAPIServer != nil, "restart_apiserver")
 	add(s.NodeSettings != nil, "node_settings")
+	add(s.UpdateStatus != nil, "update_status")
 	return out
 }
 
@@ -685,6 +748,14 @@ func (s *Step) Title() string {
 	case s.Delete != nil:
 		var names []string
 		for _, r := range s.Delete {
+			if r.Selector != "" {
+				ns := r.Namespace
+				if ns == "" {
+					ns = "default"
+				}
+				names = append(names, r.Kind+" "+ns+"/{"+r.Selector+"}")
+				continue
+			}
 			names = append(names, r.Kind+" "+r.Name)
 		}
 		return "delete " + strings.Join(names, ", ")
@@ -741,6 +812,8 @@ func (s *Step) Title() string {
 		return "restart the API server"
 	case s.NodeSettings != nil:
 		return "node settings on " + s.NodeSettings.Node
+	case s.UpdateStatus != nil:
+		return "update the status of service " + s.UpdateStatus.Service
 	}
 	return "(no action)"
 }
@@ -755,6 +828,13 @@ func trafficSuffix(t *Traffic) string {
 	}
 	if t.Via == "netstack" {
 		parts = append(parts, "via netstack")
+	}
+	if t.HTTP != nil {
+		p := t.HTTP.Path
+		if p == "" {
+			p = "/"
+		}
+		parts = append(parts, "http GET "+p)
 	}
 	if len(parts) == 0 {
 		return ""

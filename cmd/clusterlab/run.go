@@ -54,12 +54,13 @@ Step actions: connect, send, dns, check (conntrack, endpoints, conntrack_stats,
 health_check), apply, delete,
 delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node,
 sync (pause, resume, now, delay, rules_only, hold_conntrack, clean_conntrack),
-restart_proxy, node_settings; "at: 10s" runs a step at a virtual
+restart_proxy, node_settings, update_status; "at: 10s" runs a step at a virtual
 time. Expectations: result, min_success, reaches, not_reaches, backends, spread,
 seen_source, decided_by (connect, send), probabilities (send with all_branches);
 rcode, answer (dns); count, ready, present, nat_destination (check conntrack,
 endpoints), counters (check conntrack_stats), status, local_endpoints (check
-health_check). The package
+health_check); endpoints, endpoints_include (check endpoints); status, body
+(connect with http); rejected (apply); result failed (refused or dropped). The package
 documentation of github.com/clusterlab/clusterlab/scenario lists every field.
 
 Traffic is made by probes (synthetic packets through the same datapath: synchronous,
