@@ -54,13 +54,14 @@ Step actions: connect, send, dns, check (conntrack, endpoints, conntrack_stats,
 health_check), apply, delete,
 delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node,
 sync (pause, resume, now, delay, rules_only, hold_conntrack, clean_conntrack),
-restart_proxy, node_settings, update_status; "at: 10s" runs a step at a virtual
-time. Expectations: result, min_success, reaches, not_reaches, backends, spread,
+restart_proxy, restart_apiserver, node_settings, update_status; "at: 10s" runs a step
+at a virtual time; a dns step's together holds its queries in flight together. Expectations: result, min_success, reaches, not_reaches, backends, spread,
 seen_source, decided_by (connect, send), probabilities (send with all_branches);
 rcode, answer (dns); count, ready, present, nat_destination (check conntrack,
 endpoints), counters (check conntrack_stats), status, local_endpoints (check
 health_check); endpoints, endpoints_include (check endpoints); status, body
-(connect with http); rejected (apply); result failed (refused or dropped). The package
+(connect with http); rejected (apply); result failed (refused or dropped); ctstate,
+answered_with (send with a crafted packet); repair (restart_apiserver). The package
 documentation of github.com/clusterlab/clusterlab/scenario lists every field.
 
 Traffic is made by probes (synthetic packets through the same datapath: synchronous,
@@ -68,7 +69,7 @@ deterministic, traceable) unless a step says via: netstack (real TCP/UDP sockets
 source's network stack); in the userspace mode connect steps use netstack, because a
 program on the node picks the backend and a probe stops at its listener.
 
-Output -o json is the report (with --modes: {modes, reports, differences, passed}; with
+Output -o json (or -o yaml) is the report (with --modes: {modes, reports, differences, passed}; with
 --versions: {versions, reports, differences, passed}, facts by_version); every
 step has index, title, action, line, time, status (ok, failed, error), summary, details,
 and traffic / dns / count / expectations as the step has them.
