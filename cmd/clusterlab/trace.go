@@ -121,7 +121,7 @@ func newTraceCmd() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.iptablesSave, "iptables-save", "", "iptables-save (or ip6tables-save) output to trace through, with or without -c counters")
-	f.StringVar(&o.ipsets, "ipsets", "", "`ipset save` output for -m set rules (optional)")
+	f.StringVar(&o.ipsets, "ipsets", "", "`ipset save` or `ipset list` output for -m set rules (optional)")
 	f.BoolVar(&o.lenient, "lenient", false, "skip the lines of --iptables-save that do not load (reported on stderr) instead of refusing the dump; outcomes whose path crossed a chain that lost a line say so")
 	f.StringVar(&o.nftRuleset, "nft-ruleset", "", "`nft list ruleset` output (with or without -a; or nft -j JSON, or an nft -f script) to trace through, instead of --iptables-save")
 	f.StringVar(&o.src, "src", "", "source IP address")
@@ -169,7 +169,7 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 		if err != nil {
 			return badInput(fmt.Errorf("--ipsets: %w", err))
 		}
-		s, err := emulator.ParseIPSetSave(sets, o.ipsets)
+		s, err := emulator.ParseIPSets(sets, o.ipsets)
 		if err != nil {
 			return badInput(err)
 		}

@@ -79,3 +79,26 @@ func FuzzLenientLoad(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseIPSetList: the ipset list parser never panics, its errors are ParseErrors,
+// and what it parses saves to `ipset save` output that parses to the same sets.
+func FuzzParseIPSetList(f *testing.F) {
+	f.Add([]byte(ipsetList))
+	f.Add([]byte("Name: A\nType: hash:net\nHeader: family inet6 hashsize 64\nMembers:\nfd00::/64 nomatch\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseIPSetList(data, "fuzz")
+		if err != nil {
+			if _, ok := err.(*ParseError); !ok {
+				t.Fatalf("error %v (%T) is not a *ParseError", err, err)
+			}
+			return
+		}
+		back, err := ParseIPSetSave(s.Save(), "saved")
+		if err != nil {
+			t.Fatalf("saved sets do not parse: %v\n%s", err, s.Save())
+		}
+		if string(back.Save()) != string(s.Save()) {
+			t.Fatalf("save round trip differs")
+		}
+	})
+}
