@@ -13,32 +13,63 @@ import (
 // The labels kube-proxy filters Services and EndpointSlices on.
 const (
 	// LabelServiceProxyName (service.kubernetes.io/service-proxy-name) hands a Service to
-	// another proxy: kube-proxy ignores every Service and EndpointSlice carrying it,
-	// whatever its value (KEP-2447, "Make kube-proxy service abstraction optional";
-	// kube-proxy 1.14). The EndpointSlice controller copies it from the Service onto its
-	// slices, as it copies every Service label.
+	// another proxy: kube-proxy ignores every Service carrying it, whatever its value
+	// (KEP-2447, "Make kube-proxy service abstraction optional"; in every release
+	// modelled), and before 1.35 its EndpointSlices too. The EndpointSlice controller
+	// copies it from the Service onto its slices, as it copies every Service label.
 	LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 	// LabelHeadless (service.kubernetes.io/headless) marks a headless Service's
 	// EndpointSlices (the EndpointSlice controller sets it when the Service has no
-	// cluster IP, and strips it otherwise); kube-proxy ignores every Service and
-	// EndpointSlice carrying it, so a Service that carries it itself gets no rules even
-	// with a cluster IP.
+	// cluster IP, and strips it otherwise); kube-proxy ignores every EndpointSlice
+	// carrying it, and before 1.35 every Service too, so that a Service that carries it
+	// itself got no rules even with a cluster IP (change watch-selector-split).
 	LabelHeadless = corev1.IsHeadlessService
 )
 
-// WatchSelector returns the label selector the node's proxy lists and watches Services
-// and EndpointSlices with. kube-proxy (ProxyName "") uses
-// "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
-// (cmd/kube-proxy/app/server.go, in every release this model covers, 1.18 on); a proxy
-// named N, an alternative proxy built from the same logic, selects
-// "service.kubernetes.io/service-proxy-name=N,!service.kubernetes.io/headless", as
-// alternative proxies the label is meant for do (kpng, nfproxy, AntreaProxy).
-func (c *NodeConfig) WatchSelector() labels.Selector {
+// The release in which kube-proxy's watches split (read by the selectors below).
+const chWatchSelectorSplit = "watch-selector-split"
+
+func init() {
+	registerChanges(Change{Name: chWatchSelectorSplit, Area: "watched objects", Version: 35,
+		Ref: "kubernetes#134623 (issue kubernetes#134321)",
+		Doc: "kube-proxy's Service and EndpointSlice watches get their own selectors: Services " +
+			"\"!service.kubernetes.io/service-proxy-name\" (and clusterIP!=None), EndpointSlices " +
+			"\"!service.kubernetes.io/headless\"; before, both watched with " +
+			"\"!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless\". A Service with a " +
+			"cluster IP labelled service.kubernetes.io/headless (whose slices the EndpointSlice controller " +
+			"leaves without the label) was dead before and is proxied after; a Service labelled " +
+			"service-proxy-name stays dead (its slices are seen, its Service is not).",
+		Modelled: ModelledYes, Note: "release from the merge date (October 2025), unverified",
+		Test: "proxy.TestWatchSelectorsByVersion"})
+}
+
+// ServiceSelector returns the label selector the node's proxy lists and watches
+// Services with (cmd/kube-proxy/app/server.go). kube-proxy (ProxyName "") uses
+// "!service.kubernetes.io/service-proxy-name", and before 1.35 (change
+// watch-selector-split) also "!service.kubernetes.io/headless"; a proxy named N, the
+// alternative proxy the label hands Services to, selects
+// "service.kubernetes.io/service-proxy-name=N" instead of the first requirement, as
+// alternative proxies do (kpng, nfproxy, AntreaProxy). kube-proxy's field selector
+// clusterIP!=None (1.32) needs no model: ShouldSkipService skips those Services anyway.
+func (c *NodeConfig) ServiceSelector() labels.Selector {
 	name := mustRequirement(LabelServiceProxyName, labelsel.DoesNotExist)
 	if c.ProxyName != "" {
 		name = mustRequirement(LabelServiceProxyName, labelsel.Equals, c.ProxyName)
 	}
+	if c.Has(chWatchSelectorSplit) {
+		return labels.NewSelector().Add(name)
+	}
 	return labels.NewSelector().Add(name, mustRequirement(LabelHeadless, labelsel.DoesNotExist))
+}
+
+// EndpointSliceSelector returns the label selector the node's proxy lists and watches
+// EndpointSlices with: "!service.kubernetes.io/headless", and before 1.35 the
+// Services' selector (ServiceSelector).
+func (c *NodeConfig) EndpointSliceSelector() labels.Selector {
+	if c.Has(chWatchSelectorSplit) {
+		return labels.NewSelector().Add(mustRequirement(LabelHeadless, labelsel.DoesNotExist))
+	}
+	return c.ServiceSelector()
 }
 
 func mustRequirement(key string, op labelsel.Operator, vals ...string) labels.Requirement {
@@ -49,18 +80,36 @@ func mustRequirement(key string, op labelsel.Operator, vals ...string) labels.Re
 	return *r
 }
 
-// Watches reports whether the node's proxy sees an object with these labels (WatchSelector
-// matches them). An object it does not see is, to it, an object that does not exist: a
-// Service that gains a filtered label is deleted from its view, and loses its rules.
-func (c *NodeConfig) Watches(objLabels map[string]string) bool {
-	if c.ProxyName == "" { // the fast path of every sync: no selector built
-		_, named := objLabels[LabelServiceProxyName]
-		_, headless := objLabels[LabelHeadless]
-		return !named && !headless
+// WatchesService reports whether the node's proxy sees a Service with these labels
+// (ServiceSelector matches them). A Service it does not see is, to it, a Service that
+// does not exist: one that gains a filtered label is deleted from its view, and loses
+// its rules.
+func (c *NodeConfig) WatchesService(objLabels map[string]string) bool {
+	return c.watches(objLabels, false)
+}
+
+// WatchesEndpointSlice reports whether the node's proxy sees an EndpointSlice with these
+// labels (EndpointSliceSelector matches them).
+func (c *NodeConfig) WatchesEndpointSlice(objLabels map[string]string) bool {
+	return c.watches(objLabels, true)
+}
+
+// watches is both selectors without building one (it runs on every object of every
+// sync).
+func (c *NodeConfig) watches(objLabels map[string]string, slice bool) bool {
+	_, headless := objLabels[LabelHeadless]
+	split := c.Has(chWatchSelectorSplit)
+	if split && slice {
+		return !headless
+	}
+	if headless && !split {
+		return false
 	}
 	v, named := objLabels[LabelServiceProxyName]
-	_, headless := objLabels[LabelHeadless]
-	return named && v == c.ProxyName && !headless
+	if c.ProxyName == "" {
+		return !named
+	}
+	return named && v == c.ProxyName
 }
 
 // watched returns the Services and EndpointSlices the node's proxy sees (the lists
@@ -68,7 +117,7 @@ func (c *NodeConfig) Watches(objLabels map[string]string) bool {
 func (c *NodeConfig) watched(services []*corev1.Service, slices []*discoveryv1.EndpointSlice) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 	var outSvc []*corev1.Service
 	for i, s := range services {
-		if s == nil || c.Watches(s.Labels) {
+		if s == nil || c.WatchesService(s.Labels) {
 			if outSvc != nil {
 				outSvc = append(outSvc, s)
 			}
@@ -83,7 +132,7 @@ func (c *NodeConfig) watched(services []*corev1.Service, slices []*discoveryv1.E
 	}
 	var outSl []*discoveryv1.EndpointSlice
 	for i, s := range slices {
-		if s == nil || c.Watches(s.Labels) {
+		if s == nil || c.WatchesEndpointSlice(s.Labels) {
 			if outSl != nil {
 				outSl = append(outSl, s)
 			}

@@ -11,35 +11,66 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-func TestWatchSelector(t *testing.T) {
-	if got, want := (&NodeConfig{}).WatchSelector().String(), "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name"; got != want {
-		t.Errorf("kube-proxy's selector %q, want %q", got, want)
-	}
-	if got, want := (&NodeConfig{ProxyName: "alt"}).WatchSelector().String(), "!service.kubernetes.io/headless,service.kubernetes.io/service-proxy-name=alt"; got != want {
-		t.Errorf("named proxy's selector %q, want %q", got, want)
-	}
-	cases := []struct {
-		labels       map[string]string
-		kubeProxy    bool // ProxyName ""
-		named, other bool // ProxyName "alt", "other"
+// TestWatchSelectorsByVersion: the selectors' text and what they match, before the
+// split (1.34: one selector for both kinds) and after (1.35), for kube-proxy and for a
+// proxy named "alt"; WatchesService/WatchesEndpointSlice agree with the selectors.
+func TestWatchSelectorsByVersion(t *testing.T) {
+	texts := []struct {
+		version             Version
+		proxyName           string
+		services, endpoints string
 	}{
-		{nil, true, false, false},
-		{map[string]string{"app": "web"}, true, false, false},
-		{map[string]string{LabelServiceProxyName: "alt"}, false, true, false},
-		{map[string]string{LabelServiceProxyName: ""}, false, false, false},
-		{map[string]string{LabelServiceProxyName: "other"}, false, false, true},
-		{map[string]string{LabelHeadless: ""}, false, false, false},
-		{map[string]string{LabelHeadless: "", LabelServiceProxyName: "alt"}, false, false, false},
+		{34, "", "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name", "!service.kubernetes.io/headless,!service.kubernetes.io/service-proxy-name"},
+		{34, "alt", "!service.kubernetes.io/headless,service.kubernetes.io/service-proxy-name=alt", "!service.kubernetes.io/headless,service.kubernetes.io/service-proxy-name=alt"},
+		{35, "", "!service.kubernetes.io/service-proxy-name", "!service.kubernetes.io/headless"},
+		{0, "alt", "service.kubernetes.io/service-proxy-name=alt", "!service.kubernetes.io/headless"},
+	}
+	for _, c := range texts {
+		n := NodeConfig{Version: c.version, ProxyName: c.proxyName}
+		if got := n.ServiceSelector().String(); got != c.services {
+			t.Errorf("%s, proxy %q: Services selector %q, want %q", c.version, c.proxyName, got, c.services)
+		}
+		if got := n.EndpointSliceSelector().String(); got != c.endpoints {
+			t.Errorf("%s, proxy %q: EndpointSlices selector %q, want %q", c.version, c.proxyName, got, c.endpoints)
+		}
+	}
+	named := map[string]string{LabelServiceProxyName: "alt"}
+	headless := map[string]string{LabelHeadless: ""}
+	cases := []struct {
+		version   Version
+		proxyName string
+		labels    map[string]string
+		svc, sl   bool
+	}{
+		{34, "", nil, true, true},
+		{34, "", named, false, false},
+		{34, "", headless, false, false},
+		{34, "alt", nil, false, false},
+		{34, "alt", named, true, true},
+		{34, "alt", map[string]string{LabelServiceProxyName: "alt", LabelHeadless: ""}, false, false},
+		{34, "", map[string]string{LabelServiceProxyName: ""}, false, false},
+		{35, "", nil, true, true},
+		{35, "", named, false, true},
+		{35, "", headless, true, false},
+		{35, "alt", nil, false, true},
+		{35, "alt", named, true, true},
+		{35, "alt", map[string]string{LabelServiceProxyName: "other"}, false, true},
+		{35, "alt", headless, false, false},
+		{0, "", headless, true, false},
 	}
 	for _, c := range cases {
-		for name, want := range map[string]bool{"": c.kubeProxy, "alt": c.named, "other": c.other} {
-			n := NodeConfig{ProxyName: name}
-			if got := n.Watches(c.labels); got != want {
-				t.Errorf("proxy %q, labels %v: Watches %v, want %v", name, c.labels, got, want)
-			}
-			if got := n.WatchSelector().Matches(labels.Set(c.labels)); got != want {
-				t.Errorf("proxy %q, labels %v: selector matches %v, want %v", name, c.labels, got, want)
-			}
+		n := NodeConfig{Version: c.version, ProxyName: c.proxyName}
+		if got := n.WatchesService(c.labels); got != c.svc {
+			t.Errorf("%s, proxy %q, labels %v: WatchesService %v, want %v", c.version, c.proxyName, c.labels, got, c.svc)
+		}
+		if got := n.ServiceSelector().Matches(labels.Set(c.labels)); got != c.svc {
+			t.Errorf("%s, proxy %q, labels %v: Services selector matches %v, want %v", c.version, c.proxyName, c.labels, got, c.svc)
+		}
+		if got := n.WatchesEndpointSlice(c.labels); got != c.sl {
+			t.Errorf("%s, proxy %q, labels %v: WatchesEndpointSlice %v, want %v", c.version, c.proxyName, c.labels, got, c.sl)
+		}
+		if got := n.EndpointSliceSelector().Matches(labels.Set(c.labels)); got != c.sl {
+			t.Errorf("%s, proxy %q, labels %v: EndpointSlices selector matches %v, want %v", c.version, c.proxyName, c.labels, got, c.sl)
 		}
 	}
 }
@@ -96,23 +127,27 @@ func endpointServiceNames(m EndpointsMap) string {
 	return strings.Join(slices.Compact(out), ",")
 }
 
-// TestLabelFilterView: kube-proxy's view leaves out the Services labelled
-// service-proxy-name or headless and the slices labelled so; a proxy named "alt" sees
-// only the Service labelled for it. NewSyncState (generate) and the ChangeTracker (every
-// mode) agree.
+// TestLabelFilterView: kube-proxy's view leaves out the Service labelled
+// service-proxy-name (in every release) and the one labelled headless (before 1.35); a
+// proxy named "alt" sees only the Service labelled for it. NewSyncState (generate) and
+// the ChangeTracker (every mode) agree.
 func TestLabelFilterView(t *testing.T) {
 	svcs, sls := labelledObjects(nil)
 	for _, c := range []struct {
+		version                 Version
 		proxyName               string
 		wantServices, wantSlice string
 	}{
 		// hl's slice has no headless label (its Service has a cluster IP), so kube-proxy
-		// sees its endpoints, but no Service: no rules, as for a slice without a Service.
-		{"", "web", "hl,web"},
-		{"alt", "alt", "alt"},
-		{"nobody", "", ""},
+		// sees its endpoints, but before 1.35 not its Service: no rules, as for a slice
+		// without a Service. From 1.35 it sees both, and proxies hl.
+		{34, "", "web", "hl,web"},
+		{35, "", "hl,web", "alt,hl,web"},
+		{34, "alt", "alt", "alt"},
+		{35, "alt", "alt", "alt,hl,web"},
+		{0, "nobody", "", "alt,hl,web"},
 	} {
-		node := NodeConfig{Name: testNodeName, ProxyName: c.proxyName}
+		node := NodeConfig{Name: testNodeName, Version: c.version, ProxyName: c.proxyName}
 		st, err := NewSyncState(svcs, sls, corev1.IPv4Protocol, node)
 		if err != nil {
 			t.Fatal(err)
@@ -123,10 +158,10 @@ func TestLabelFilterView(t *testing.T) {
 		}
 		for what, s := range map[string]*SyncState{"NewSyncState": st, "ChangeTracker": tst} {
 			if got := serviceNames(s.Services); got != c.wantServices {
-				t.Errorf("proxy %q, %s: services %q, want %q", c.proxyName, what, got, c.wantServices)
+				t.Errorf("%s, proxy %q, %s: services %q, want %q", c.version, c.proxyName, what, got, c.wantServices)
 			}
 			if got := endpointServiceNames(s.Endpoints); got != c.wantSlice {
-				t.Errorf("proxy %q, %s: endpoints of %q, want %q", c.proxyName, what, got, c.wantSlice)
+				t.Errorf("%s, proxy %q, %s: endpoints of %q, want %q", c.version, c.proxyName, what, got, c.wantSlice)
 			}
 		}
 	}
@@ -155,8 +190,8 @@ func TestLabelFilterChanges(t *testing.T) {
 	update("start", nil)
 
 	a, b := update("labelled", map[string]string{LabelServiceProxyName: "alt"})
-	if got := serviceNames(a.Services); got != "" {
-		t.Errorf("labelled: kube-proxy still serves %q", got)
+	if got := serviceNames(a.Services); got != "hl" { // hl: proxied from 1.35 (see TestLabelFilterView)
+		t.Errorf("labelled: kube-proxy serves %q, want hl only", got)
 	}
 	if got := changedNames(a.ServicesChanged); got != "ns/web" {
 		t.Errorf("labelled: kube-proxy's changed services %q, want ns/web", got)
@@ -172,7 +207,7 @@ func TestLabelFilterChanges(t *testing.T) {
 	}
 
 	a, b = update("unlabelled", nil)
-	if got := serviceNames(a.Services); got != "web" || changedNames(a.ServicesChanged) != "ns/web" {
+	if got := serviceNames(a.Services); got != "hl,web" || changedNames(a.ServicesChanged) != "ns/web" {
 		t.Errorf("unlabelled: kube-proxy serves %q (changed %q), want web back", got, changedNames(a.ServicesChanged))
 	}
 	if got := serviceNames(b.Services); got != "alt" {

@@ -87,12 +87,13 @@ type NodeConfig struct {
 	// (change conntrack-netlink).
 	ConntrackBinaryMissing bool
 	// ProxyName makes this node's proxy an alternative proxy of that name instead of
-	// kube-proxy: it serves only the Services (and EndpointSlices) labelled
+	// kube-proxy: it serves only the Services labelled
 	// service.kubernetes.io/service-proxy-name=ProxyName, with kube-proxy's rules, and
 	// ignores the unlabelled ones. "" is kube-proxy, which ignores every Service with
-	// that label. Either way objects labelled service.kubernetes.io/headless are
-	// ignored (WatchSelector). kube-proxy has no such flag: this is the proxy the label
-	// hands a Service to. Must be a label value.
+	// that label. Either way the service.kubernetes.io/headless label filters as it
+	// does in the node's release (ServiceSelector, EndpointSliceSelector). kube-proxy has
+	// no such flag: this is the proxy the label hands a Service to. Must be a label
+	// value.
 	ProxyName string
 }
 
