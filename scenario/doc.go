@@ -51,15 +51,15 @@
 //	    masquerade_all, nodeport_addresses: [CIDR|primary], detect_local_mode,
 //	    localhost_nodeports       kube-proxy's flags
 //	    name: my-proxy            every node's proxy name (a label value; default "":
-//	                              kube-proxy). kube-proxy ignores the Services and
-//	                              EndpointSlices labelled
-//	                              service.kubernetes.io/service-proxy-name (any value)
-//	                              or service.kubernetes.io/headless: their cluster IPs
+//	                              kube-proxy). kube-proxy ignores the Services labelled
+//	                              service.kubernetes.io/service-proxy-name (any value),
+//	                              and before 1.35 those labelled
+//	                              service.kubernetes.io/headless too: their cluster IPs
 //	                              are dead, as a deleted Service's, while DNS and
 //	                              EndpointSlices are as usual. A proxy named N is the
 //	                              alternative proxy the label hands Services to:
 //	                              kube-proxy's rules, for only the Services labelled
-//	                              service-proxy-name: N (not headless ones)
+//	                              service-proxy-name: N
 //	  node_settings:              hairpin, route_localnet, ip_forward, rp_filter (0/1/2),
 //	                              tcp_be_liberal, udp_timeout, udp_stream_timeout,
 //	                              kernel: {version: "5.4"} (the node's Linux; default

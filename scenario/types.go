@@ -106,11 +106,12 @@ type Proxy struct {
 	// LocalhostNodePorts is --iptables-localhost-nodeports (default true).
 	LocalhostNodePorts *bool `yaml:"localhost_nodeports,omitempty"`
 	// Name names every node's proxy (a label value; a node's proxy_name overrides it).
-	// Default "": kube-proxy, which ignores the Services (and EndpointSlices) labelled
-	// service.kubernetes.io/service-proxy-name. A name makes it the alternative proxy
-	// of that name: kube-proxy's rules, for only the Services labelled
-	// service.kubernetes.io/service-proxy-name: NAME. Both ignore Services labelled
-	// service.kubernetes.io/headless.
+	// Default "": kube-proxy, which ignores the Services labelled
+	// service.kubernetes.io/service-proxy-name (any value). A name makes it the
+	// alternative proxy of that name: kube-proxy's rules, for only the Services labelled
+	// service.kubernetes.io/service-proxy-name: NAME. Either way EndpointSlices labelled
+	// service.kubernetes.io/headless are ignored, and before 1.35 Services so labelled
+	// too (proxy.NodeConfig.ServiceSelector).
 	Name string `yaml:"name,omitempty"`
 }
 

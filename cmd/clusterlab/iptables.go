@@ -56,10 +56,11 @@ zone label, InternalIP addresses and podCIDRs, unless flags say otherwise). The 
 applies with iptables-restore --noflush; with --jumps it also carries the hook jump rules
 kube-proxy inserts with iptables -I, for loading a node that has none.
 
-Services and EndpointSlices labelled service.kubernetes.io/service-proxy-name or
-service.kubernetes.io/headless are left out, as kube-proxy leaves them out;
---service-proxy-name NAME writes the rules of the proxy of that name instead: only the
-Services labelled service.kubernetes.io/service-proxy-name=NAME.`
+Services labelled service.kubernetes.io/service-proxy-name are left out, as kube-proxy
+leaves them out (and EndpointSlices labelled service.kubernetes.io/headless; before
+1.35 both kinds with either label); --service-proxy-name NAME writes the rules of the
+proxy of that name instead: only the Services labelled
+service.kubernetes.io/service-proxy-name=NAME.`
 
 func init() {
 	o := &iptablesGenOptions{}

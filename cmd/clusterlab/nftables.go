@@ -30,8 +30,8 @@ The node is described by flags, or by a Node object of that name in the manifest
 zone label, InternalIP addresses and podCIDRs, unless flags say otherwise).
 --nodeport-addresses defaults to "primary" in this mode, as in kube-proxy. The output
 applies with nft -f to a host or network namespace without a kube-proxy table.
-Services labelled service.kubernetes.io/service-proxy-name or headless are left out, as
-kube-proxy leaves them out (--service-proxy-name NAME: only those labelled NAME).`
+Services labelled service.kubernetes.io/service-proxy-name are left out, as kube-proxy
+leaves them out (--service-proxy-name NAME: only those labelled NAME).`
 
 func init() {
 	o := &nftablesGenOptions{}
