@@ -96,6 +96,11 @@ type NodeConfig struct {
 	Zone string
 	// Labels are extra node labels.
 	Labels map[string]string
+	// ProxyName names the node's service proxy: "" (default) is kube-proxy, which
+	// ignores Services labelled service.kubernetes.io/service-proxy-name; a name makes
+	// it the alternative proxy serving only the Services labelled with that name
+	// (proxy.NodeConfig.ProxyName).
+	ProxyName string
 }
 
 func (nc NodeConfig) network() netsim.NodeConfig {

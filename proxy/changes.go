@@ -47,8 +47,10 @@ func (s *SyncState) Changed(nn types.NamespacedName) bool {
 }
 
 // NewSyncState builds the view of the lists for the node and family without change
-// tracking (every Service counts as changed), for one-off rendering.
+// tracking (every Service counts as changed), for one-off rendering. Only the objects
+// the node's proxy watches count (NodeConfig.Watches).
 func NewSyncState(services []*corev1.Service, slices []*discoveryv1.EndpointSlice, family corev1.IPFamily, node NodeConfig) (*SyncState, error) {
+	services, slices = node.watched(services, slices)
 	sp, err := BuildServicePortMap(services, family)
 	if err != nil {
 		return nil, err
@@ -95,12 +97,17 @@ func NewChangeTracker(family corev1.IPFamily, node NodeConfig) *ChangeTracker {
 func (t *ChangeTracker) Family() corev1.IPFamily { return t.family }
 
 // Update takes the complete current lists and returns the new view and its changes. On
-// error (an object that does not parse) the tracker is left as it was.
+// error (an object that does not parse) the tracker is left as it was. Objects the
+// node's proxy does not watch (NodeConfig.Watches: the service-proxy-name and headless
+// labels) are left out first, as kube-proxy's informers leave them out: an object that
+// gains such a label is deleted from the view, and one that loses it is added.
 //
 // Objects are treated as immutable, as informer caches treat them: an object passed
 // again as the same pointer is taken to be unchanged, so a change must come as a new
 // object (a copy), not as an edit in place. Different pointers are compared by value.
 func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1.EndpointSlice) (*SyncState, error) {
+	// What the node's proxy does not watch (NodeConfig.WatchSelector) does not exist for it.
+	services, slices = t.node.watched(services, slices)
 	// Services.
 	newServices := make(map[types.NamespacedName]ServicePortMap, len(services))
 	newObjects := make(map[types.NamespacedName]*corev1.Service, len(services))

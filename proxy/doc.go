@@ -31,6 +31,13 @@
 // interfaces (LocalTrafficDetector), --nodeport-addresses (NodePortAddresses),
 // --masquerade-all, --iptables-masquerade-bit, --iptables-localhost-nodeports.
 //
+// Before anything is built, the objects the node's proxy does not watch are left out,
+// as kube-proxy's informers leave them out (labelfilter.go): Services labelled
+// service.kubernetes.io/service-proxy-name (handed to another proxy), EndpointSlices
+// labelled service.kubernetes.io/headless, and before 1.35 both kinds with either label.
+// NodeConfig.ProxyName makes the proxy that other one: it sees only the Services
+// labelled with its name.
+//
 // ChangeTracker keeps the previous view so a mode can do partial syncs: it reports which
 // Services' service ports or EndpointSlices changed, and the UDP state that went stale
 // (deleted UDP service ports, endpoints that stopped serving, UDP services that got

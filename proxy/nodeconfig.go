@@ -86,6 +86,15 @@ type NodeConfig struct {
 	// releases before 1.32, which ran it to delete stale UDP entries, then delete none
 	// (change conntrack-netlink).
 	ConntrackBinaryMissing bool
+	// ProxyName makes this node's proxy an alternative proxy of that name instead of
+	// kube-proxy: it serves only the Services labelled
+	// service.kubernetes.io/service-proxy-name=ProxyName, with kube-proxy's rules, and
+	// ignores the unlabelled ones. "" is kube-proxy, which ignores every Service with
+	// that label. Either way the service.kubernetes.io/headless label filters as it
+	// does in the node's release (ServiceSelector, EndpointSliceSelector). kube-proxy has
+	// no such flag: this is the proxy the label hands a Service to. Must be a label
+	// value.
+	ProxyName string
 }
 
 // NodeHints reports whether kube-proxy reads EndpointSlice node hints
@@ -101,6 +110,9 @@ func (c *NodeConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("node config: version: %w", err))
 	} else {
 		errs = append(errs, c.validateGates()...)
+	}
+	if err := c.validateProxyName(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MasqueradeBit != nil && (*c.MasqueradeBit < 0 || *c.MasqueradeBit > 31) {
 		errs = append(errs, fmt.Errorf("node config: masqueradeBit: %d is not in 0..31", *c.MasqueradeBit))

@@ -32,6 +32,8 @@
 //	      labels: {k: v}
 //	      settings: {...}         this node's kernel settings (over node_settings)
 //	      sync_delay: 2s          this node's kube-proxy sync delay
+//	      proxy_name: my-proxy    this node's proxy name (over cluster.proxy.name; "" is
+//	                              kube-proxy)
 //	  node_cidr, pod_cidr, service_cidr, external_cidr, load_balancer_cidr: CIDRs
 //	                              (node, pod and service: "IPv4,IPv6" for dual-stack)
 //	  load_balancer_mode: nodeport | vip
@@ -48,6 +50,16 @@
 //	    sync_delay: 0s            how long after a change every proxy syncs
 //	    masquerade_all, nodeport_addresses: [CIDR|primary], detect_local_mode,
 //	    localhost_nodeports       kube-proxy's flags
+//	    name: my-proxy            every node's proxy name (a label value; default "":
+//	                              kube-proxy). kube-proxy ignores the Services labelled
+//	                              service.kubernetes.io/service-proxy-name (any value),
+//	                              and before 1.35 those labelled
+//	                              service.kubernetes.io/headless too: their cluster IPs
+//	                              are dead, as a deleted Service's, while DNS and
+//	                              EndpointSlices are as usual. A proxy named N is the
+//	                              alternative proxy the label hands Services to:
+//	                              kube-proxy's rules, for only the Services labelled
+//	                              service-proxy-name: N
 //	  node_settings:              hairpin, route_localnet, ip_forward, rp_filter (0/1/2),
 //	                              tcp_be_liberal, udp_timeout, udp_stream_timeout,
 //	                              kernel: {version: "5.4"} (the node's Linux; default

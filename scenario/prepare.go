@@ -81,7 +81,9 @@ type preparer struct {
 	p         *plan
 	externals []string // the names of cluster.external_hosts, from externalHosts
 	version   string   // overrides cluster.proxy.version when not empty (--versions)
-	errs      []error
+	// clusterProxyName is cluster.proxy.name once checked, every node's default.
+	clusterProxyName string
+	errs             []error
 }
 
 func (pr *preparer) fail(path, format string, args ...any) {
@@ -216,10 +218,13 @@ func (pr *preparer) nodes() {
 		pr.add(c.NodeSettings.check(pr.s, "cluster.node_settings"))
 		c.NodeSettings.applyTo(&base)
 	}
+	if pr.proxyName("cluster.proxy.name", c.Proxy.Name) {
+		pr.clusterProxyName = c.Proxy.Name
+	}
 	if len(c.Nodes) == 0 {
 		for _, n := range DefaultNodes {
 			st := base
-			p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n, Settings: &st})
+			p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n, Settings: &st, ProxyName: pr.clusterProxyName})
 			p.nodes = append(p.nodes, n)
 		}
 	}
@@ -254,8 +259,23 @@ func (pr *preparer) node(fp string, n Node, base netsim.NodeSettings) {
 	if n.SyncDelay != nil {
 		p.delays[n.Name] = n.SyncDelay.D()
 	}
-	p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n.Name, Zone: n.Zone, Labels: n.Labels, Settings: &st})
+	proxyName := pr.clusterProxyName
+	if n.ProxyName != nil && pr.proxyName(fp+".proxy_name", *n.ProxyName) {
+		proxyName = *n.ProxyName
+	}
+	p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n.Name, Zone: n.Zone, Labels: n.Labels, Settings: &st, ProxyName: proxyName})
 	p.nodes = append(p.nodes, n.Name)
+}
+
+// proxyName checks a proxy name (cluster.proxy.name, cluster.nodes[i].proxy_name): the
+// value of the service.kubernetes.io/service-proxy-name label it serves, so a label
+// value. It reports whether the name is good.
+func (pr *preparer) proxyName(path, name string) bool {
+	if msgs := validation.IsValidLabelValue(name); len(msgs) > 0 {
+		pr.fail(path, "%q is not a label value (the proxy serves the Services labelled %s: NAME): %s", name, proxy.LabelServiceProxyName, strings.Join(msgs, "; "))
+		return false
+	}
+	return true
 }
 
 // externalHosts checks cluster.external_hosts and keeps their names for the steps.

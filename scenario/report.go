@@ -37,6 +37,9 @@ type NodeInfo struct {
 	IP      string `json:"ip"`
 	PodCIDR string `json:"pod_cidr"`
 	Zone    string `json:"zone,omitempty"`
+	// ProxyName is the node's proxy name (cluster.proxy.name, nodes[].proxy_name); ""
+	// is kube-proxy.
+	ProxyName string `json:"proxy_name,omitempty"`
 }
 
 // ServiceInfo describes a Service as the API server filled it in.
@@ -199,6 +202,9 @@ func (r *Report) writeCluster(b *strings.Builder) {
 		s := fmt.Sprintf("%s %s (pods %s", n.Name, n.IP, n.PodCIDR)
 		if n.Zone != "" {
 			s += ", zone " + n.Zone
+		}
+		if n.ProxyName != "" {
+			s += ", proxy " + n.ProxyName
 		}
 		nodes = append(nodes, s+")")
 	}

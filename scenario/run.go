@@ -163,7 +163,7 @@ func (r *runner) newReport() *Report {
 	rep := &Report{Name: r.s.Name, File: r.s.File, Mode: string(p.mode), Version: p.version, DNS: p.dns, Seed: p.cfg.Seed, Notes: p.notes}
 	rep.Scheduler = p.info.Scheduler(p.proxyOpts)
 	for _, n := range r.c.Nodes() {
-		ni := NodeInfo{Name: n.Name(), IP: n.IP().String()}
+		ni := NodeInfo{Name: n.Name(), IP: n.IP().String(), ProxyName: n.Config().ProxyName}
 		if cidrs := n.PodCIDRs(); len(cidrs) > 0 {
 			ni.PodCIDR = cidrs[0].String()
 		}

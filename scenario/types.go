@@ -109,6 +109,14 @@ type Proxy struct {
 	DetectLocalMode string `yaml:"detect_local_mode,omitempty"`
 	// LocalhostNodePorts is --iptables-localhost-nodeports (default true).
 	LocalhostNodePorts *bool `yaml:"localhost_nodeports,omitempty"`
+	// Name names every node's proxy (a label value; a node's proxy_name overrides it).
+	// Default "": kube-proxy, which ignores the Services labelled
+	// service.kubernetes.io/service-proxy-name (any value). A name makes it the
+	// alternative proxy of that name: kube-proxy's rules, for only the Services labelled
+	// service.kubernetes.io/service-proxy-name: NAME. Either way EndpointSlices labelled
+	// service.kubernetes.io/headless are ignored, and before 1.35 Services so labelled
+	// too (proxy.NodeConfig.ServiceSelector).
+	Name string `yaml:"name,omitempty"`
 }
 
 // Node is one node of the cluster.
@@ -123,6 +131,10 @@ type Node struct {
 	Settings *NodeSettings `yaml:"settings,omitempty"`
 	// SyncDelay overrides the proxy's sync delay on this node.
 	SyncDelay *Duration `yaml:"sync_delay,omitempty"`
+	// ProxyName overrides cluster.proxy.name on this node: the name of the proxy
+	// serving the Services labelled service.kubernetes.io/service-proxy-name with it
+	// ("" is kube-proxy, serving the unlabelled ones).
+	ProxyName *string `yaml:"proxy_name,omitempty"`
 }
 
 // NodeSettings are the kernel settings of a node that change outcomes; unset fields keep

@@ -41,7 +41,10 @@ type iptablesGenOptions struct {
 	noRandomFully       bool
 	noNFAcct            bool
 	tcpBeLiberal        bool
+	proxyName           string
 }
+
+const proxyNameUsage = "write the rules of the proxy of this name: only the Services labelled service.kubernetes.io/service-proxy-name=NAME (default: kube-proxy's, which skips them)"
 
 const iptablesGenLong = `Print the iptables-restore input kube-proxy's iptables mode writes on a full sync
 for the Services and EndpointSlices in the manifests, as seen from one node: *filter and
@@ -51,7 +54,13 @@ rest, byte for byte as kube-proxy writes them (services in namespace/name/port o
 The node is described by flags, or by a Node object of that name in the manifests (its
 zone label, InternalIP addresses and podCIDRs, unless flags say otherwise). The output
 applies with iptables-restore --noflush; with --jumps it also carries the hook jump rules
-kube-proxy inserts with iptables -I, for loading a node that has none.`
+kube-proxy inserts with iptables -I, for loading a node that has none.
+
+Services labelled service.kubernetes.io/service-proxy-name are left out, as kube-proxy
+leaves them out (and EndpointSlices labelled service.kubernetes.io/headless; before
+1.35 both kinds with either label); --service-proxy-name NAME writes the rules of the
+proxy of that name instead: only the Services labelled
+service.kubernetes.io/service-proxy-name=NAME.`
 
 func init() {
 	o := &iptablesGenOptions{}
@@ -86,6 +95,7 @@ func init() {
 	f.BoolVar(&o.noRandomFully, "no-random-fully", false, "MASQUERADE without --random-fully (iptables < 1.6.2)")
 	f.BoolVar(&o.noNFAcct, "no-nfacct", false, "no nfacct counters (no -m nfacct rules)")
 	f.BoolVar(&o.tcpBeLiberal, "conntrack-tcp-be-liberal", false, "nf_conntrack_tcp_be_liberal is set (no INVALID drop)")
+	f.StringVar(&o.proxyName, "service-proxy-name", "", proxyNameUsage)
 	generateCmd.AddCommand(cmd)
 	rootCmd.AddCommand(generateCmd)
 }
@@ -161,6 +171,7 @@ func (o *iptablesGenOptions) nodeConfig(n *corev1.Node) (proxy.NodeConfig, error
 		MasqueradeAll:       o.masqueradeAll,
 		MasqueradeBit:       &o.masqueradeBit,
 		LocalhostNodePorts:  &o.localhostNodePorts,
+		ProxyName:           o.proxyName,
 	}
 	addrs := func(flag string, list []string) ([]netip.Addr, error) {
 		var out []netip.Addr

@@ -29,7 +29,9 @@ kube-proxy's transaction has them (services in namespace/name/port order).
 The node is described by flags, or by a Node object of that name in the manifests (its
 zone label, InternalIP addresses and podCIDRs, unless flags say otherwise).
 --nodeport-addresses defaults to "primary" in this mode, as in kube-proxy. The output
-applies with nft -f to a host or network namespace without a kube-proxy table.`
+applies with nft -f to a host or network namespace without a kube-proxy table.
+Services labelled service.kubernetes.io/service-proxy-name are left out, as kube-proxy
+leaves them out (--service-proxy-name NAME: only those labelled NAME).`
 
 func init() {
 	o := &nftablesGenOptions{}
@@ -60,6 +62,7 @@ func init() {
 	f.BoolVar(&b.masqueradeAll, "masquerade-all", false, "SNAT all cluster IP traffic")
 	f.IntVar(&b.masqueradeBit, "nftables-masquerade-bit", proxy.DefaultMasqueradeBit, "bit of the packet mark that requests SNAT (kube-proxy's nftables.masqueradeBit)")
 	f.StringVar(&b.family, "family", "IPv4", "IP family: IPv4 or IPv6")
+	f.StringVar(&b.proxyName, "service-proxy-name", "", proxyNameUsage)
 	f.StringSliceVar(&o.serviceCIDRs, "service-cidr", nil, "the cluster's ServiceCIDRs (traffic to their unallocated addresses is dropped); none: no such rule")
 	f.StringVar(&o.version, "kube-proxy-version", string(nftables.DefaultVersion), fmt.Sprintf("kube-proxy release whose layout to write (%v)", nftables.Versions))
 	f.BoolVar(&o.localhostNodePorts, "localhost-nodeports-gate", false, "the KubeProxyNFTablesLocalhostNodePorts feature gate (1.37 alpha): count and reject NodePort traffic to loopback")

@@ -55,8 +55,8 @@ type Options struct {
 }
 
 // NodeConfigFor fills a node's kube-proxy view of itself from the simulated node: name,
-// labels (from its Node object), IPs, every local address, pod CIDRs, and the cluster
-// CIDRs as --cluster-cidr.
+// labels (from its Node object), IPs, every local address, pod CIDRs, the cluster
+// CIDRs as --cluster-cidr, and the node's proxy name (cluster.NodeConfig.ProxyName).
 func NodeConfigFor(n *cluster.Node) proxy.NodeConfig {
 	c := n.Cluster()
 	cfg := proxy.NodeConfig{
@@ -66,6 +66,7 @@ func NodeConfigFor(n *cluster.Node) proxy.NodeConfig {
 		ClusterCIDRs:    c.Config().ClusterCIDRs,
 		DetectLocalMode: proxy.LocalModeClusterCIDR,
 		BridgeInterface: "cbr0",
+		ProxyName:       n.Config().ProxyName,
 	}
 	if obj, ok := c.Store().GetNode(n.Name()); ok {
 		cfg.Labels = obj.Labels

@@ -201,3 +201,23 @@ func TestNodeConfigFor(t *testing.T) {
 		t.Errorf("labels %v, detect-local %s, addresses %v", cfg.Labels, cfg.DetectLocalMode, cfg.Addresses)
 	}
 }
+
+// A node's proxy name (cluster.NodeConfig.ProxyName) reaches its proxy's NodeConfig,
+// and a name that is not a label value stops the proxy from starting.
+func TestNodeConfigForProxyName(t *testing.T) {
+	c, err := cluster.New(cluster.Config{Seed: 11, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b", ProxyName: "my-proxy"}}, Proxy: Factory(Options{Mode: IPTables})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if got := NodeConfigFor(c.Node("node-a")).ProxyName; got != "" {
+		t.Errorf("node-a's proxy name %q, want kube-proxy's", got)
+	}
+	if got := NodeConfigFor(c.Node("node-b")).ProxyName; got != "my-proxy" {
+		t.Errorf("node-b's proxy name %q, want my-proxy", got)
+	}
+	_, err = cluster.New(cluster.Config{Nodes: []cluster.NodeConfig{{Name: "node-a", ProxyName: "my proxy"}}, Proxy: Factory(Options{Mode: IPTables})})
+	if err == nil || !strings.Contains(err.Error(), "proxyName") {
+		t.Errorf("a proxy name with a space: %v, want an error naming proxyName", err)
+	}
+}
