@@ -13,7 +13,8 @@ import (
 // TestServiceProxyNameEveryMode: testdata/scenarios/service-proxy-name.yaml passes
 // under every mode whose default release is 1.35 or later (iptables, IPVS, nftables): a
 // Service labelled service-proxy-name is dead to kube-proxy (dropped, as a deleted
-// Service's cluster IP: the node has no rule and no route for it) while its
+// Service's cluster IP: the node has no rule and no route for it; the nftables mode
+// drops it as an unallocated address of the ServiceCIDRs) while its
 // EndpointSlice and DNS name are there; node-c's proxy named my-proxy serves it and not
 // the unlabelled one; removing the label moves it back to kube-proxy; a Service with a
 // cluster IP labelled headless is proxied by kube-proxy (TestHeadlessLabelByVersion has
@@ -51,7 +52,13 @@ func TestServiceProxyNameEveryMode(t *testing.T) {
 			} {
 				tr := step(t, rep, title).Traffic
 				ip := strings.TrimSuffix(tr.Dst, ":80")
-				if want := "no route to " + ip + " in the cluster network"; len(tr.Reasons) != 1 || tr.Reasons[want] != 1 {
+				want := "no route to " + ip + " in the cluster network"
+				if m.Mode == kubeproxy.NFTables {
+					// The nftables mode drops traffic to addresses of the ServiceCIDRs
+					// that are not cluster IPs it knows: a deleted Service's too.
+					want = "dropped by kube-proxy ip kube-proxy filter-forward at FORWARD: ip kube-proxy cluster-ips-check handle 15"
+				}
+				if len(tr.Reasons) != 1 || tr.Reasons[want] != 1 {
 					t.Errorf("%s: reasons %v, want %q", title, tr.Reasons, want)
 				}
 			}
