@@ -200,6 +200,8 @@ func New(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The load balancer's health checker is made on first use; it can be captured before.
+	nw.ReserveCapturePoint("external/" + HealthCheckerName)
 	// The configuration as it is: with the network's defaults filled in.
 	ncfg := nw.Config()
 	cfg.NodeCIDRs, cfg.ClusterCIDRs, cfg.ExternalCIDR = ncfg.NodeCIDRs, ncfg.ClusterCIDRs, ncfg.ExternalCIDR

@@ -120,16 +120,18 @@ type Network struct {
 	done   chan struct{}
 	rng    *rand.Rand
 
-	probeMu      sync.Mutex // probes run one at a time
-	mu           sync.Mutex
-	nodes        map[string]*Node
-	order        []*Node
-	allNodes     []*Node // every node ever added, removed ones too: Close stops them all
-	pods         map[string]*Pod
-	external     map[string]*ExternalHost
-	nextExternal netip.Addr
-	closed       bool
-	nodeIndex    int // the index the next added node takes
+	probeMu sync.Mutex // probes run one at a time
+	mu      sync.Mutex
+	// reservedPoints are capture points Capture takes before they exist (guarded by mu).
+	reservedPoints map[string]bool
+	nodes          map[string]*Node
+	order          []*Node
+	allNodes       []*Node // every node ever added, removed ones too: Close stops them all
+	pods           map[string]*Pod
+	external       map[string]*ExternalHost
+	nextExternal   netip.Addr
+	closed         bool
+	nodeIndex      int // the index the next added node takes
 
 	flowMu      sync.Mutex
 	flowTracers atomic.Pointer[[]*FlowTracer] // running TraceFlows tracers; nil: none

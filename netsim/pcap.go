@@ -144,8 +144,26 @@ func (n *Node) capture(iface string, b []byte) {
 	n.cluster.caps.write(n.name+"/"+iface, b)
 }
 
+// ReserveCapturePoint declares a capture point that does not exist yet but will (an
+// external host a layer above the network makes on first use), so that Capture takes
+// it before it exists.
+func (c *Network) ReserveCapturePoint(point string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reservedPoints == nil {
+		c.reservedPoints = map[string]bool{}
+	}
+	c.reservedPoints[point] = true
+}
+
 // checkCapturePoint reports an error for a capture point that names no interface.
 func (c *Network) checkCapturePoint(point string) error {
+	c.mu.Lock()
+	reserved := c.reservedPoints[point]
+	c.mu.Unlock()
+	if reserved {
+		return nil
+	}
 	kind, rest, _ := strings.Cut(point, "/")
 	switch kind {
 	case "pod":
