@@ -42,6 +42,9 @@ type TraceOptions struct {
 	// connection with one request and its answer, or a UDP datagram and its answer),
 	// captured on every node's interfaces and the external hosts' links.
 	Pcap io.Writer
+	// PcapClassic writes the classic libpcap format (every point's packets in one
+	// stream, no interface names) instead of pcapng (an interface per capture point).
+	PcapClassic bool
 }
 
 // TraceResult is a traced packet: where it went, every step, and the resolved
@@ -144,7 +147,7 @@ func Trace(ctx context.Context, s *Scenario, opts TraceOptions) (*TraceResult, e
 		if _, _, err := r2.resolveTarget(ctx, tg, opts.From); err != nil { // the same DNS traffic
 			return nil, err
 		}
-		desc, err := r2.capture(ctx, opts.From, proto, uint16(opts.SrcPort), dst, opts.Pcap)
+		desc, err := r2.capture(ctx, opts.From, proto, uint16(opts.SrcPort), dst, opts.Pcap, opts.PcapClassic)
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +158,7 @@ func Trace(ctx context.Context, s *Scenario, opts TraceOptions) (*TraceResult, e
 
 // capture makes one real exchange and writes what crossed every capture point, in
 // order, as one pcap.
-func (r *runner) capture(ctx context.Context, from, proto string, sport uint16, dst netip.AddrPort, w io.Writer) (string, error) {
+func (r *runner) capture(ctx context.Context, from, proto string, sport uint16, dst netip.AddrPort, w io.Writer, classic bool) (string, error) {
 	n, err := r.netOf(from)
 	if err != nil {
 		return "", err
@@ -169,8 +172,18 @@ func (r *runner) capture(ctx context.Context, from, proto string, sport uint16, 
 		points = append(points, "external/"+pl.name)
 	}
 	var stops []func()
-	for _, pt := range points {
-		stop, err := r.c.Capture(pt, &pcapPoint{m: m})
+	ng := &countingWriter{}
+	if classic {
+		for _, pt := range points {
+			stop, err := r.c.Capture(pt, &pcapPoint{m: m})
+			if err != nil {
+				return "", err
+			}
+			stops = append(stops, stop)
+		}
+	} else {
+		ng.w = w
+		stop, err := r.c.CaptureNG(points, ng)
 		if err != nil {
 			return "", err
 		}
@@ -180,14 +193,23 @@ func (r *runner) capture(ctx context.Context, from, proto string, sport uint16, 
 	for _, stop := range stops {
 		stop()
 	}
-	if _, err := w.Write(m.bytes()); err != nil {
-		return "", err
+	count := ng.writes - 1 // the header
+	if classic {
+		if _, err := w.Write(m.bytes()); err != nil {
+			return "", err
+		}
+		count = m.count()
+	} else if ng.err != nil {
+		return "", ng.err
 	}
-	desc := fmt.Sprintf("%d packets of one %s exchange (%s", m.count(), proto, a.result)
+	desc := fmt.Sprintf("%d packets of one %s exchange (%s", count, proto, a.result)
 	if a.pod != "" {
 		desc += " by " + a.pod
 	}
 	desc += "), each as it crossed the nodes' interfaces (cbr0: to and from pods, eth0: the cluster network)"
+	if !classic {
+		desc += "; pcapng, an interface per capture point"
+	}
 	if len(r.lastProbe) > 1 {
 		desc += "; the traced packet had several possible ways, the exchange took one"
 	} else if len(r.lastProbe) == 1 && r.lastProbe[0].Pod != "" && a.pod != "" && a.pod != r.lastProbe[0].Pod {
@@ -527,4 +549,20 @@ func (t *TraceResult) SVG(ctx context.Context) ([]byte, error) {
 		return nil, fmt.Errorf("dot -Tsvg: %v: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return out.Bytes(), nil
+}
+
+// countingWriter counts the writes (pcapng blocks: the header, then a block a packet).
+type countingWriter struct {
+	w      io.Writer
+	writes int
+	err    error
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	c.writes++
+	n, err := c.w.Write(b)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
 }

@@ -35,8 +35,9 @@ FILE with the .svg replaced by .mmd and says so on stderr; --mermaid prints Merm
 flowchart text instead of the text trace. --pcap FILE replays the exchange with real
 sockets (a TCP connection with one request and its answer, or a UDP datagram and its
 answer) and writes every packet as it crossed each node's cbr0 and eth0, in order, as a
-pcap file for Wireshark or tcpdump -r: the DNAT shows as the same packet with another
-destination. -o json gives {from, to, dst, resolved, proto, mode, outcomes: [{result,
+pcapng file for Wireshark or tcpdump -r, an interface per capture point ("node-a/cbr0")
+and the virtual clock's time: the DNAT shows as the same packet with another
+destination on another interface (--pcap-classic: the classic pcap format, one stream). -o json gives {from, to, dst, resolved, proto, mode, outcomes: [{result,
 pod, node, addr, seen_src, reason, probability, trace: {steps}}], pcap}.`
 
 const traceScenarioExamples = `
@@ -45,17 +46,18 @@ const traceScenarioExamples = `
   clusterlab trace scenario.yaml --from external:laptop --to nodeport:default/web@node-b --svg path.svg --pcap path.pcap`
 
 type scenarioTraceOptions struct {
-	to        string
-	port      int
-	afterStep int
-	mode      string
-	dot       string
-	svg       string
-	mermaid   bool
-	pcap      string
+	to          string
+	port        int
+	afterStep   int
+	mode        string
+	dot         string
+	svg         string
+	mermaid     bool
+	pcap        string
+	pcapClassic bool
 }
 
-var scenarioTraceFlags = []string{"to", "port", "after-step", "mode", "dot", "svg", "mermaid", "pcap"}
+var scenarioTraceFlags = []string{"to", "port", "after-step", "mode", "dot", "svg", "mermaid", "pcap", "pcap-classic"}
 var dumpTraceFlags = []string{"ipsets", "src", "dst", "dport", "local-ips", "in-interface", "out-interface", "every-rule",
 	"icmp-type", "icmp-code", "ctstate", "reply"}
 
@@ -67,7 +69,8 @@ func addScenarioTraceFlags(f *pflag.FlagSet, so *scenarioTraceOptions) {
 	f.StringVar(&so.dot, "dot", "", "scenario mode: write the path as Graphviz DOT to FILE (- for stdout)")
 	f.StringVar(&so.svg, "svg", "", "scenario mode: write the path as SVG to FILE (needs Graphviz's dot; else Mermaid to FILE.mmd)")
 	f.BoolVar(&so.mermaid, "mermaid", false, "scenario mode: print the path as Mermaid flowchart text instead of the text trace")
-	f.StringVar(&so.pcap, "pcap", "", "scenario mode: write a pcap of the exchange, as it crossed every node's interfaces, to FILE")
+	f.StringVar(&so.pcap, "pcap", "", "scenario mode: write a pcapng of the exchange, as it crossed every node's interfaces (an interface per capture point, virtual-clock timestamps), to FILE")
+	f.BoolVar(&so.pcapClassic, "pcap-classic", false, "scenario mode: write --pcap in the classic libpcap format (no interface names) instead of pcapng")
 }
 
 func changed(cmd *cobra.Command, names []string) []string {
@@ -113,6 +116,7 @@ func runScenarioTrace(cmd *cobra.Command, file string, o *traceOptions, so *scen
 	var pcap bytes.Buffer
 	if so.pcap != "" {
 		opts.Pcap = &pcap
+		opts.PcapClassic = so.pcapClassic
 	}
 	res, err := scenario.Trace(cmdContext(cmd), s, opts)
 	if err != nil {

@@ -89,11 +89,53 @@ func TestTraceScenarioSVGFallsBackToMermaid(t *testing.T) {
 	}
 }
 
-// TestTraceScenarioPcap: the capture is a valid pcap in which the DNAT shows: the SYN to
-// the VIP, then the same SYN to the backend's address.
+// TestTraceScenarioPcapNG: the capture is a pcapng with an interface per capture point,
+// in which the DNAT shows: the SYN to the VIP on the client node's bridge, then the
+// same SYN to the backend's address on another interface.
+func TestTraceScenarioPcapNG(t *testing.T) {
+	pcap := filepath.Join(t.TempDir(), "path.pcapng")
+	if _, _, err := runCmd(t, "trace", demoFile, "--from", "pod:default/client", "--to", "service:default/my-service:80", "--pcap", pcap); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := binary.LittleEndian
+	if len(b) < 12 || le.Uint32(b) != 0x0A0D0D0A {
+		t.Fatalf("not a pcapng: % x", b[:min(12, len(b))])
+	}
+	var ifaces, seen []string
+	for off := 0; off+12 <= len(b); {
+		typ, total := le.Uint32(b[off:]), int(le.Uint32(b[off+4:]))
+		body := b[off+8 : off+total-4]
+		switch typ {
+		case 1: // an interface: its if_name option comes first
+			l := int(le.Uint16(body[10:]))
+			ifaces = append(ifaces, string(body[12:12+l]))
+		case 6:
+			id, caplen := le.Uint32(body), int(le.Uint32(body[12:]))
+			pkt := body[20 : 20+caplen]
+			if len(pkt) >= 20 && pkt[9] == 6 {
+				seen = append(seen, ifaces[id]+" "+ipString(pkt[16:20]))
+			}
+		}
+		off += total
+	}
+	if len(seen) < 6 {
+		t.Fatalf("only %d TCP packets: %v", len(seen), seen)
+	}
+	first, second := strings.Fields(seen[0]), strings.Fields(seen[1])
+	if !strings.HasSuffix(first[0], "/cbr0") || !strings.HasPrefix(first[1], "10.9") || second[0] == first[0] || !strings.HasPrefix(second[1], "10.244.") {
+		t.Errorf("want the SYN to the VIP on the client's bridge, then to a pod on another interface (the DNAT), got %v", seen[:2])
+	}
+}
+
+// TestTraceScenarioPcap: with --pcap-classic the capture is a classic pcap in which the
+// DNAT shows: the SYN to the VIP, then the same SYN to the backend's address.
 func TestTraceScenarioPcap(t *testing.T) {
 	pcap := filepath.Join(t.TempDir(), "path.pcap")
-	out, _, err := runCmd(t, "trace", demoFile, "--from", "pod:default/client", "--to", "service:default/my-service:80", "--pcap", pcap, "-o", "json")
+	out, _, err := runCmd(t, "trace", demoFile, "--from", "pod:default/client", "--to", "service:default/my-service:80", "--pcap", pcap, "--pcap-classic", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
