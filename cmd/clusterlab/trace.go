@@ -22,6 +22,7 @@ type traceOptions struct {
 	iptablesSave string
 	ipsets       string
 	lenient      bool
+	ifaceAddrs   []string
 	nftRuleset   string
 
 	src, dst     string
@@ -122,6 +123,7 @@ func newTraceCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.iptablesSave, "iptables-save", "", "iptables-save (or ip6tables-save) output to trace through, with or without -c counters")
 	f.StringVar(&o.ipsets, "ipsets", "", "`ipset save` or `ipset list` output for -m set rules (optional)")
+	f.StringArrayVar(&o.ifaceAddrs, "iface-addr", nil, "IFACE=ADDR: an interface's primary address (repeatable): MASQUERADE out of it takes ADDR, REDIRECT in through it too; the address is local")
 	f.BoolVar(&o.lenient, "lenient", false, "skip the lines of --iptables-save that do not load (reported on stderr) instead of refusing the dump; outcomes whose path crossed a chain that lost a line say so")
 	f.StringVar(&o.nftRuleset, "nft-ruleset", "", "`nft list ruleset` output (with or without -a; or nft -j JSON, or an nft -f script) to trace through, instead of --iptables-save")
 	f.StringVar(&o.src, "src", "", "source IP address")
@@ -301,6 +303,18 @@ func (o *traceOptions) walkInput() (emulator.WalkInput, error) {
 		if err != nil {
 			return in, fmt.Errorf("--local-ips %q: want IP addresses", s)
 		}
+		in.Local = append(in.Local, a.Unmap())
+	}
+	for _, s := range o.ifaceAddrs {
+		name, addr, ok := strings.Cut(s, "=")
+		a, err := netip.ParseAddr(strings.TrimSpace(addr))
+		if !ok || strings.TrimSpace(name) == "" || err != nil {
+			return in, fmt.Errorf("--iface-addr %q: want IFACE=ADDR, such as eth0=10.0.0.5", s)
+		}
+		if in.IfaceAddrs == nil {
+			in.IfaceAddrs = map[string]netip.Addr{}
+		}
+		in.IfaceAddrs[strings.TrimSpace(name)] = a.Unmap()
 		in.Local = append(in.Local, a.Unmap())
 	}
 	if from == emulator.FromNode {

@@ -16,6 +16,12 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	if o.ipsets != "" {
 		return badInput(fmt.Errorf("--ipsets: only with --iptables-save (nftables sets are in the ruleset)"))
 	}
+	if o.lenient {
+		return badInput(fmt.Errorf("--lenient: only with --iptables-save (an nft ruleset is loaded whole, as nft -f does)"))
+	}
+	if len(o.ifaceAddrs) > 0 {
+		return badInput(fmt.Errorf("--iface-addr: only with --iptables-save (the nftables trace does not name the masquerade address yet)"))
+	}
 	if cmd.Flags().Changed("every-rule") {
 		return badInput(fmt.Errorf("--every-rule: only with --iptables-save (an nft trace lists every rule it looks at)"))
 	}

@@ -239,3 +239,25 @@ func TestTraceLenient(t *testing.T) {
 		t.Errorf("json: %v\n%s", err, js)
 	}
 }
+
+// TestTraceMasqueradeAddress: with --iface-addr the trace names the address MASQUERADE
+// takes (the output interface's primary address); without it the address is unknown;
+// a malformed value is bad input.
+func TestTraceMasqueradeAddress(t *testing.T) {
+	dump := t.TempDir() + "/masq.dump"
+	if err := os.WriteFile(dump, []byte("*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -s 10.244.0.0/16 ! -d 10.244.0.0/16 -o eth0 -j MASQUERADE\nCOMMIT\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"trace", "--iptables-save", dump, "--src", "10.244.0.5", "--dst", "8.8.8.8", "--dport", "53", "--proto", "udp", "--out-interface", "eth0"}
+	out, _, err := runCmd(t, append(args, "--iface-addr", "eth0=172.18.0.2", "-o", "json")...)
+	if err != nil || !strings.Contains(out, `"snat_source": "172.18.0.2"`) {
+		t.Errorf("with --iface-addr: %v\n%s", err, out)
+	}
+	out, _, err = runCmd(t, append(args, "-o", "json")...)
+	if err != nil || !strings.Contains(out, `"snat_source": null`) || !strings.Contains(out, `"masqueraded": true`) {
+		t.Errorf("without: %v\n%s", err, out)
+	}
+	if _, _, err := runCmd(t, append(args, "--iface-addr", "eth0")...); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), `--iface-addr "eth0": want IFACE=ADDR`) {
+		t.Errorf("malformed: %v", err)
+	}
+}

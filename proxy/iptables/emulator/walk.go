@@ -49,6 +49,11 @@ type WalkInput struct {
 	// Local are the node's addresses (addrtype LOCAL, local delivery); loopback
 	// addresses are always local.
 	Local []netip.Addr
+	// IfaceAddrs are the node's interfaces' primary addresses: the one MASQUERADE
+	// takes for a packet leaving by OutIface (as the kernel's inet_select_addr), the
+	// one REDIRECT takes for a packet that came in by InIface. Without them those
+	// addresses are not known to the walk.
+	IfaceAddrs map[string]netip.Addr
 	// AllBranches follows every statistic choice (and both assumptions for every
 	// match the emulator does not model) instead of drawing from Seed.
 	AllBranches bool
@@ -124,8 +129,8 @@ type Outcome struct {
 	DNATDestination *string `json:"dnat_destination"`
 	// Masqueraded is true when a MASQUERADE or SNAT rule translated the source.
 	Masqueraded bool `json:"masqueraded"`
-	// SNATSource is the source address SNAT chose (MASQUERADE: null, the output
-	// interface's address is not known to a stand-alone walk).
+	// SNATSource is the source address SNAT chose; for MASQUERADE the output
+	// interface's primary address (WalkInput.IfaceAddrs), null when it is not known.
 	SNATSource *string `json:"snat_source"`
 	// Mark is the packet mark at the end, in hex.
 	Mark string `json:"mark"`
@@ -285,6 +290,7 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 		return nil, fmt.Errorf("walk: %s packet %s -> %s in an %s ruleset", FamilyOf(in.Packet.Dst), in.Packet.Src, in.Packet.Dst, e.Family())
 	}
 	env := NewStaticEnv(in.Seed, in.Local...)
+	env.IfaceAddrs = in.IfaceAddrs
 	if !in.Time.IsZero() {
 		env.Time = in.Time
 	}
@@ -374,7 +380,7 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		}
 		if snat != nil {
 			o.Masqueraded = true
-			if snat.Kind == netfilter.SNAT {
+			if snat.Kind == netfilter.SNAT || snat.Addr.IsValid() { // MASQUERADE: when the interface's address is known
 				s := snat.Dest()
 				o.SNATSource = &s
 			}
