@@ -42,6 +42,10 @@
 //	                              round-robin (default, host-local IPAM): a new pod gets
 //	                              the next free address after the last one given;
 //	                              lowest-free: a new pod reuses the address just freed
+//	  endpoints: keep | derive    EndpointSlices/Endpoints of selector Services in the
+//	                              manifests whose Pods are absent (a kubectl dump): keep
+//	                              (default) stands a pod in for each endpoint, at its
+//	                              address on its node; derive ignores them (the notes say)
 //	  proxy:
 //	    mode: iptables | ipvs | nftables | userspace   (a mode this build lacks is an error)
 //	    scheduler: rr | wrr | lc | wlc | sed | nq | dh | sh | mh | lblc | lblcr | fo | ovf | twos

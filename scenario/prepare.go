@@ -439,6 +439,12 @@ func (pr *preparer) manifests() {
 	pr.p.manifests = newDryRun(pr.p.cfg, pr.p.dns == "kube-dns")
 	pr.add(pr.s.loadManifests(pr.s.Manifests, "manifests", pr.p.cfg.Seed, pr.p.manifests))
 	pr.p.manifests.apiServer = nil // its work is done
+	switch e := pr.c.Endpoints; e {
+	case "", "keep", "derive":
+		pr.p.notes = append(pr.p.notes, standIns(pr.p.manifests, e, pr.p.nodes)...)
+	default:
+		pr.fail("cluster.endpoints", "want keep or derive, got %q", e)
+	}
 }
 
 // steps checks each step: one action, times that do not go back, expectations only

@@ -68,6 +68,16 @@ type Cluster struct {
 	// so a deleted pod's address is not reused at once) or "lowest-free" (the lowest
 	// free address: a new pod gets the address of the pod just deleted).
 	PodIPAllocation string `yaml:"pod_ip_allocation,omitempty"`
+	// Endpoints says what becomes of the EndpointSlices (and Endpoints) the manifests
+	// give for Services with a selector, as a `kubectl get -A -o yaml` dump has them:
+	// "keep" (the default) keeps the cluster's state they describe: an endpoint whose
+	// Pod is not in the manifests gets a stand-in pod (its name from the targetRef, at
+	// the endpoint's address on its nodeName, labelled with the Service's selector,
+	// serving the slice's ports, ready as the endpoint says), from which the
+	// EndpointSlice controller derives the same endpoints; "derive" ignores them and
+	// the controller derives the endpoints from the Pods in the manifests only. The
+	// report's notes say what was stood in or ignored.
+	Endpoints string `yaml:"endpoints,omitempty"`
 	// NodePortRange is the node port range, "30000-32767" by default.
 	NodePortRange string `yaml:"node_port_range,omitempty"`
 	// Proxy is kube-proxy's configuration on every node.
