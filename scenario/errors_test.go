@@ -50,6 +50,13 @@ func TestLoadErrors(t *testing.T) {
 		{"two CIDRs of one family", "cluster:\n  service_cidr: 10.96.0.0/12,10.112.0.0/12\n", []string{"bad.yaml:2: cluster.service_cidr: the two CIDRs of a dual-stack service_cidr must be one IPv4 and one IPv6"}},
 		{"dual-stack pods only", "cluster:\n  pod_cidr: 10.244.0.0/16,fd00:10:244::/56\n", []string{"cluster.node_cidr: a dual-stack cluster names both families, in the same order, in node_cidr, pod_cidr and service_cidr (got the IPv4 default; IPv4,IPv6; the IPv4 default)"}},
 		{"percent too big", "steps:\n  - fault:\n      link: node:node-a\n      loss: 150%\n", []string{"bad.yaml:4: steps[0].fault.loss: want a probability between 0 and 1"}},
+		{"evict with a grace", "steps:\n  - evict:\n      pod: default/web-0\n      grace: 5s\n", []string{"bad.yaml:4: steps[0].evict.grace: an eviction uses each pod's terminationGracePeriodSeconds"}},
+		{"evict nothing", "steps:\n  - evict: {count: 1}\n", []string{"bad.yaml:2: steps[0].evict: want pod: NAMESPACE/NAME"}},
+		{"set_phase Running", "steps:\n  - set_phase:\n      pod: default/web-0\n      phase: Running\n", []string{`bad.yaml:4: steps[0].set_phase.phase: want Succeeded or Failed, got "Running"`}},
+		{"set_health status", "steps:\n  - set_health:\n      selector: app=web\n      http_status: 42\n", []string{"bad.yaml:4: steps[0].set_health.http_status: want an HTTP status (100-599), got 42"}},
+		{"set_health nothing", "steps:\n  - set_health:\n      selector: app=web\n", []string{"bad.yaml:2: steps[0].set_health: want http_status (200 healthy, 500 failing) or listening"}},
+		{"set_health listening typo", "steps:\n  - set_health:\n      selector: app=web\n      listening: nope\n", []string{"bad.yaml:4: steps[0].set_health.listening:"}},
+		{"serving on a connect", "steps:\n  - connect:\n      from: pod:default/c\n      to: 10.0.0.1:80\n    expect:\n      serving: 1\n", []string{"steps[0].expect.serving: only check endpoints steps have serving"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
