@@ -191,7 +191,7 @@ func (m Manifest) MarshalYAML() (any, error) {
 }
 
 // Step is one step of a scenario: exactly one action (connect, send, dns, check, apply,
-// delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal,
+// delete, delete_pod, kill_pod, set_ready, scale, evict, set_phase, set_health, advance, fault, partition, heal,
 // kill_node, sync, restart_proxy, node_settings), optionally at a given virtual time, and for connect,
 // send, dns and check an expectation.
 type Step struct {
