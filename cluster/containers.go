@@ -27,7 +27,12 @@ package cluster
 // gets the answer of the pod's health endpoint: 200 (gRPC SERVING), or the status that
 // SetPodHealth set; a pod running an app (clusterlab.io/app) answers 200. exec probes
 // cannot run in the simulation: they always succeed (so manifests from real clusters
-// load), and the container's status says so in its message.
+// load and their pods get ready).
+//
+// Not modelled: a sidecar's startup probe holding back the containers after it (all
+// containers start together), probe-level terminationGracePeriodSeconds, the
+// readiness probe the kubelet runs at once when a startup probe passes (it waits for
+// its next period), and httpGet's host, scheme and headers (the pod IP is asked).
 
 import (
 	"fmt"

@@ -307,3 +307,23 @@ func TestEvictPodUsesTheGracePeriod(t *testing.T) {
 		t.Error("evicting a missing pod succeeded")
 	}
 }
+
+// A hostNetwork pod's probe goes to the node's own address; a pod whose servers the
+// kubelet does not run (clusterlab.io/serve: "false") fails a tcpSocket probe.
+func TestProbeHostNetworkAndNoServer(t *testing.T) {
+	c := kubeCluster(t, Config{ManualClock: true})
+	tcp := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(9376)}}}
+	host := probedPod("host-0", tcp, nil, nil)
+	host.Spec.HostNetwork = true
+	mustCreatePod(t, c, host)
+	if !podReady(c, "host-0") {
+		t.Error("a hostNetwork pod serving its probe port is not ready")
+	}
+	quiet := probedPod("quiet-0", tcp, nil, nil)
+	quiet.Annotations = map[string]string{AnnotationServe: "false"}
+	mustCreatePod(t, c, quiet)
+	c.Clock().Advance(30 * time.Second)
+	if podReady(c, "quiet-0") {
+		t.Error("a pod that listens nowhere passed its tcpSocket probe")
+	}
+}

@@ -250,7 +250,9 @@ func (c *Cluster) runContainers(n *Node, p *netsim.Pod, pod *corev1.Pod) *podRun
 	}
 	pr := c.newPodRun(n, p, pod)
 	if name := pod.Annotations[AnnotationApp]; name != "" {
+		pr.mu.Lock()
 		pr.app = true
+		pr.mu.Unlock()
 		if !hasApp {
 			c.recordErr(fmt.Errorf("kubelet %s: pod %s wants app %q, which is not registered", n.Name(), key, name))
 		} else if stop, err := app(p, pod); err != nil {
@@ -259,7 +261,9 @@ func (c *Cluster) runContainers(n *Node, p *netsim.Pod, pod *corev1.Pod) *podRun
 			p.OnKill(stop)
 		}
 	} else if v := pod.Annotations[AnnotationServe]; v != "false" && v != "none" {
+		pr.mu.Lock()
 		pr.serve = true
+		pr.mu.Unlock()
 	}
 	pr.startContainers()
 	return pr
