@@ -474,7 +474,14 @@ func (pr *podRun) restart(ct *containerRun, at time.Time, why string) {
 	ct.message = why
 	ct.gen++
 	gen := ct.gen
+	wasClosed := pr.health.NotListening
 	pr.health = PodHealth{}
+	var others []*containerRun // running containers whose servers the broken health closed
+	for _, o := range pr.containers {
+		if wasClosed && o != ct && o.running {
+			others = append(others, o)
+		}
+	}
 	for _, w := range ct.probes {
 		if w == nil {
 			continue
@@ -488,6 +495,9 @@ func (pr *podRun) restart(ct *containerRun, at time.Time, why string) {
 		}
 	}
 	pr.mu.Unlock()
+	for _, o := range others {
+		pr.serveContainer(o)
+	}
 	pr.writeStatus(true)
 	startAt := at.Add(delay)
 	start := func() {

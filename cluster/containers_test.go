@@ -327,3 +327,26 @@ func TestProbeHostNetworkAndNoServer(t *testing.T) {
 		t.Error("a pod that listens nowhere passed its tcpSocket probe")
 	}
 }
+
+// A restart mends the pod's health: the servers the broken health closed in its other
+// containers (a sidecar) listen again.
+func TestRestartReopensTheOtherContainers(t *testing.T) {
+	c := kubeCluster(t, Config{ManualClock: true})
+	always := corev1.ContainerRestartPolicyAlways
+	live := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(9376)}}, FailureThreshold: 1}
+	pod := probedPod("web-0", nil, live, nil)
+	pod.Spec.InitContainers = []corev1.Container{{Name: "sidecar", Image: "envoy", RestartPolicy: &always, Ports: []corev1.ContainerPort{{ContainerPort: 15001, Protocol: corev1.ProtocolTCP}}}}
+	p := mustCreatePod(t, c, pod)
+	c.SetPodHealth("default", "web-0", PodHealth{NotListening: true})
+	if p.Net().Listening(netfilter.ProtoTCP, 15001) || p.Net().Listening(netfilter.ProtoTCP, 9376) {
+		t.Fatal("listening: false left a server open")
+	}
+	c.Clock().Advance(10 * time.Second)
+	cs, _ := c.PodContainers("default", "web-0")
+	if len(cs) != 2 || !cs[0].Sidecar || cs[0].RestartCount != 0 || cs[1].RestartCount != 1 {
+		t.Fatalf("containers after the liveness failure: %+v", cs)
+	}
+	if !p.Net().Listening(netfilter.ProtoTCP, 15001) || !p.Net().Listening(netfilter.ProtoTCP, 9376) {
+		t.Error("after the restart the pod's servers do not all listen")
+	}
+}

@@ -409,7 +409,7 @@ type ObjectRef struct {
 	Name string `yaml:"name"`
 }
 
-// PodAction selects pods for delete_pod and kill_pod.
+// PodAction selects pods for delete_pod and kill_pod (and evict, set_phase, set_health).
 type PodAction struct {
 	// Pod is NAMESPACE/NAME, or a pattern with * (default/web-*), or "" with Selector.
 	Pod string `yaml:"pod,omitempty"`
