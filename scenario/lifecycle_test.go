@@ -77,3 +77,41 @@ steps:
 		t.Errorf("scale down: %q; want only the unready %s deleted, with the default 30 s grace", down, unready)
 	}
 }
+
+// TestFailedPodReplacedOnce: a Failed pod of a Deployment is replaced when it fails, not
+// again when it is deleted (it no longer counts among the ReplicaSet's pods).
+func TestFailedPodReplacedOnce(t *testing.T) {
+	rep := mustRun(t, mustParse(t, `
+manifests:
+  - apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: web}
+    spec:
+      replicas: 2
+      selector: {matchLabels: {app: web}}
+      template:
+        metadata: {labels: {app: web}}
+        spec:
+          containers: [{name: web, image: nginx, ports: [{containerPort: 8080}]}]
+  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {selector: {app: web}, ports: [{port: 80, targetPort: 8080}]}}
+steps:
+  - name: fail
+    set_phase: {selector: app=web, count: 1, phase: Failed}
+  - name: three pods, two endpoints
+    check: {endpoints: {service: default/web}}
+    expect: {count: 2, ready: 2}
+  - name: delete every pod
+    delete_pod: {selector: app=web}
+  - name: two replacements
+    check: {endpoints: {service: default/web}}
+    expect: {count: 2, ready: 2}
+`), "iptables")
+	if !rep.Passed {
+		var b strings.Builder
+		rep.WriteText(&b)
+		t.Fatalf("scenario failed:\n%s", b.String())
+	}
+	if d := step(t, rep, "delete every pod").Details; len(d) != 2 {
+		t.Errorf("deleting the Failed pod and the two running ones made %d replacements, want 2: %q", len(d), d)
+	}
+}

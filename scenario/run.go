@@ -606,13 +606,12 @@ func (r *runner) deletePods(a *PodAction, res *StepResult) error {
 		if err := r.c.DeletePod(p.Namespace, p.Name, a.Grace.D()); err != nil {
 			return fmt.Errorf("delete pod %s/%s: %w", p.Namespace, p.Name, err)
 		}
-		if w := r.ownerOf(p); w != nil {
-			w.pods = removeString(w.pods, p.Name)
-			pod := w.newPod()
-			if _, err := r.c.CreatePod(pod); err != nil {
-				return fmt.Errorf("replacement for %s/%s: %w", p.Namespace, p.Name, err)
-			}
-			notes = append(notes, fmt.Sprintf("ReplicaSet %s/%s replaces it with %s", w.namespace, w.rsName, r.describePod(w.namespace, pod.Name)))
+		note, err := r.replaceOwned(p)
+		if err != nil {
+			return err
+		}
+		if note != "" {
+			notes = append(notes, note)
 		}
 	}
 	res.Summary = "deleted " + podNames(pods)
