@@ -171,6 +171,8 @@ type Cluster struct {
 	nodes       map[string]*Node // the live nodes by name
 	finalizing  map[string]bool  // pods whose grace period is running
 	apps        map[string]App
+	runs        map[string]*podRun // the kubelet's running pods by key (containers.go)
+	probePort   uint16             // the last probe's source port
 	podStart    []func(*netsim.Pod, *corev1.Pod)
 
 	errMu sync.Mutex
@@ -213,6 +215,7 @@ func New(cfg Config) (*Cluster, error) {
 		nodes:      map[string]*Node{},
 		finalizing: map[string]bool{},
 		apps:       map[string]App{},
+		runs:       map[string]*podRun{},
 		lbs:        map[string]*loadBalancer{},
 	}
 	c.replies.c = c

@@ -35,8 +35,15 @@
 // node with the fewest pods; a pod bound to a live node of this cluster starts (its IPs
 // kept from a dump when they fit the node), runs its app (annotation clusterlab.io/app,
 // see RegisterApp) or the built-in whoami server on its container ports, and is marked
-// Running and Ready (clusterlab.io/ready: "false" keeps it unready). A deleted pod
-// terminates for its grace period on the virtual clock, then dies.
+// Running and Ready (clusterlab.io/ready: "false" keeps it unready). Sidecars (init
+// containers with restartPolicy Always) are served too, before the regular containers.
+// Startup, readiness and liveness probes run on the virtual clock from the node's host
+// network to the pod over the simulated network, with the API defaults and
+// pkg/kubelet/prober's thresholds; readiness drives the Ready condition, a failed
+// liveness probe restarts the container (containers.go; SetPodHealth breaks a pod's
+// health on purpose). A deleted pod terminates for its grace period on the virtual
+// clock, then dies; EvictPod deletes with the pod's terminationGracePeriodSeconds;
+// SetPodPhase ends a pod Succeeded or Failed (its network and endpoints go).
 //
 // # Proxies
 //

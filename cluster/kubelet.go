@@ -188,7 +188,14 @@ func (c *Cluster) kubelet(ev service.Event) {
 	if pod.DeletionTimestamp != nil {
 		c.scheduleFinalize(pod)
 	}
-	if c.Pod(pod.Namespace, pod.Name) != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		// Its containers have exited for good: the pod's network goes with them.
+		if p := c.Pod(pod.Namespace, pod.Name); p != nil {
+			c.StopPod(pod.Namespace, pod.Name)
+		}
+		return
+	}
+	if c.Pod(pod.Namespace, pod.Name) != nil {
 		return
 	}
 	if pod.DeletionTimestamp != nil {
@@ -199,8 +206,8 @@ func (c *Cluster) kubelet(ev service.Event) {
 		c.recordErr(fmt.Errorf("kubelet %s: %w", n.Name(), err))
 		return
 	}
-	c.runContainers(n, p, pod)
-	c.markRunning(n, p, pod)
+	pr := c.runContainers(n, p, pod)
+	c.markRunning(n, p, pod, pr)
 }
 
 // keptPodIPs returns the pod IPs a pod's status gives (a dump's) when they fit the node
@@ -228,8 +235,11 @@ func (n *Node) keptPodIPs(pod *corev1.Pod) []netip.Addr {
 }
 
 // runContainers runs what the pod runs: the OnPodStart hooks, then its app
-// (clusterlab.io/app) or the built-in whoami server on every TCP and UDP container port.
-func (c *Cluster) runContainers(n *Node, p *netsim.Pod, pod *corev1.Pod) {
+// (clusterlab.io/app) or the built-in whoami server on every TCP and UDP port of its
+// containers — its sidecars (init containers with restartPolicy Always) first, as the
+// kubelet starts them before the regular containers — and the containers' probes
+// (containers.go), whose first round runs now.
+func (c *Cluster) runContainers(n *Node, p *netsim.Pod, pod *corev1.Pod) *podRun {
 	key := pod.Namespace + "/" + pod.Name
 	c.mu.Lock()
 	hooks := append([]func(*netsim.Pod, *corev1.Pod){}, c.podStart...)
@@ -238,7 +248,11 @@ func (c *Cluster) runContainers(n *Node, p *netsim.Pod, pod *corev1.Pod) {
 	for _, h := range hooks {
 		h(p, pod)
 	}
+	pr := c.newPodRun(n, p, pod)
 	if name := pod.Annotations[AnnotationApp]; name != "" {
+		pr.mu.Lock()
+		pr.app = true
+		pr.mu.Unlock()
 		if !hasApp {
 			c.recordErr(fmt.Errorf("kubelet %s: pod %s wants app %q, which is not registered", n.Name(), key, name))
 		} else if stop, err := app(p, pod); err != nil {
@@ -246,30 +260,19 @@ func (c *Cluster) runContainers(n *Node, p *netsim.Pod, pod *corev1.Pod) {
 		} else if stop != nil {
 			p.OnKill(stop)
 		}
-		return
+	} else if v := pod.Annotations[AnnotationServe]; v != "false" && v != "none" {
+		pr.mu.Lock()
+		pr.serve = true
+		pr.mu.Unlock()
 	}
-	if v := pod.Annotations[AnnotationServe]; v == "false" || v == "none" {
-		return
-	}
-	for _, ct := range pod.Spec.Containers {
-		for _, cp := range ct.Ports {
-			proto := netfilter.ProtoTCP
-			switch cp.Protocol {
-			case corev1.ProtocolUDP:
-				proto = netfilter.ProtoUDP
-			case corev1.ProtocolSCTP:
-				continue // netstack has no SCTP sockets
-			}
-			if err := p.Serve(proto, uint16(cp.ContainerPort)); err != nil {
-				c.recordErr(fmt.Errorf("kubelet %s: %w", n.Name(), err))
-			}
-		}
-	}
+	pr.startContainers()
+	return pr
 }
 
-// markRunning writes the started pod's status: Running, its IPs and its node's, ready
-// unless clusterlab.io/ready says "false".
-func (c *Cluster) markRunning(n *Node, p *netsim.Pod, pod *corev1.Pod) {
+// markRunning writes the started pod's status: Running, its IPs and its node's, its
+// containers' statuses, ready unless clusterlab.io/ready says "false" or a container's
+// readiness (or startup) probe has not passed yet.
+func (c *Cluster) markRunning(n *Node, p *netsim.Pod, pod *corev1.Pod, pr *podRun) {
 	st := pod.DeepCopy()
 	st.Status.Phase = corev1.PodRunning
 	st.Status.PodIPs = nil
@@ -284,7 +287,10 @@ func (c *Cluster) markRunning(n *Node, p *netsim.Pod, pod *corev1.Pod) {
 	}
 	now := metav1.NewTime(c.Clock().Now())
 	st.Status.StartTime = &now
-	ready := pod.Annotations[AnnotationReady] != "false"
+	ready := pr.readyNow()
+	pr.mu.Lock()
+	st.Status.InitContainerStatuses, st.Status.ContainerStatuses = pr.containerStatusesLocked()
+	pr.mu.Unlock()
 	setCondition(st, corev1.PodScheduled, true)
 	setCondition(st, corev1.PodInitialized, true)
 	setCondition(st, corev1.ContainersReady, ready)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/clusterlab/clusterlab/netfilter"
@@ -137,14 +138,23 @@ func isHTTPRequestLine(l string) bool {
 // Serve runs the built-in whoami server on the pod (see ServeWhoami); it stops when the
 // pod dies.
 func (p *Pod) Serve(proto uint8, port uint16) error {
-	var stop func()
-	var err error
-	p.cluster.labeled(func() { stop, err = ServeWhoami(p.net, p.key(), p.node.name, proto, port) })
+	_, err := p.ServeStoppable(proto, port)
+	return err
+}
+
+// ServeStoppable is Serve, and returns a function that stops the server before the pod
+// dies (a container that exits while the pod lives on: its port is closed, connections
+// to it are refused). Calling it more than once is harmless.
+func (p *Pod) ServeStoppable(proto uint8, port uint16) (stop func(), err error) {
+	var stopServer func()
+	p.cluster.labeled(func() { stopServer, err = ServeWhoami(p.net, p.key(), p.node.name, proto, port) })
 	if err != nil {
-		return fmt.Errorf("pod %s: serve %s/%d: %w", p.key(), ProtoName(proto), port, err)
+		return nil, fmt.Errorf("pod %s: serve %s/%d: %w", p.key(), ProtoName(proto), port, err)
 	}
-	p.OnKill(stop)
-	return nil
+	var once sync.Once
+	stopOnce := func() { once.Do(stopServer) }
+	p.OnKill(stopOnce)
+	return stopOnce, nil
 }
 
 func serveWhoamiUDP(pc net.PacketConn, pod, node string, port uint16) {

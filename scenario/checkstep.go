@@ -35,6 +35,9 @@ var stepValidators = map[string]func(*stepCheck){
 	"kill_pod":          (*stepCheck).killPod,
 	"set_ready":         (*stepCheck).setReady,
 	"scale":             (*stepCheck).scale,
+	"evict":             (*stepCheck).evict,
+	"set_phase":         (*stepCheck).setPhase,
+	"set_health":        (*stepCheck).setHealth,
 	"fault":             (*stepCheck).fault,
 	"partition":         (*stepCheck).partition,
 	"kill_node":         (*stepCheck).killNode,
@@ -363,6 +366,38 @@ func (c *stepCheck) killPod() {
 }
 
 func (c *stepCheck) setReady() { c.pods("set_ready", &c.st.SetReady.PodAction) }
+
+func (c *stepCheck) evict() {
+	c.pods("evict", c.st.Evict)
+	if c.st.Evict.Grace != 0 {
+		c.fail("evict.grace", "an eviction uses each pod's terminationGracePeriodSeconds; grace belongs to delete_pod")
+	}
+}
+
+func (c *stepCheck) setPhase() {
+	a := c.st.SetPhase
+	c.pods("set_phase", &a.PodAction)
+	if a.Grace != 0 {
+		c.fail("set_phase.grace", "a pod that ends its run has no grace period; grace belongs to delete_pod")
+	}
+	if a.Phase != "Succeeded" && a.Phase != "Failed" {
+		c.fail("set_phase.phase", "want Succeeded or Failed, got %q", a.Phase)
+	}
+}
+
+func (c *stepCheck) setHealth() {
+	a := c.st.SetHealth
+	c.pods("set_health", &a.PodAction)
+	if a.Grace != 0 {
+		c.fail("set_health.grace", "grace belongs to delete_pod")
+	}
+	if a.HTTPStatus != 0 && (a.HTTPStatus < 100 || a.HTTPStatus > 599) {
+		c.fail("set_health.http_status", "want an HTTP status (100-599), got %d", a.HTTPStatus)
+	}
+	if a.HTTPStatus == 0 && a.Listening == nil {
+		c.fail("set_health", "want http_status (200 healthy, 500 failing) or listening (true or false)")
+	}
+}
 
 func (c *stepCheck) scale() {
 	sc := c.st.Scale

@@ -137,6 +137,23 @@
 //	kill_pod: {pod | selector, count}         the network dies, the API does not know
 //	set_ready: {pod | selector, count, ready}
 //	scale: {deployment | replicaset: NS/NAME, replicas}
+//	                              scaling down deletes pods as the ReplicaSet controller
+//	                              ranks them (not ready, lower pod-deletion-cost, more
+//	                              restarts, newest first), each with its
+//	                              terminationGracePeriodSeconds (default 30s)
+//	evict: {pod | selector, count}   the Eviction API: graceful deletion with the pod's
+//	                              terminationGracePeriodSeconds; a workload's pod is
+//	                              replaced at once (no PodDisruptionBudgets)
+//	set_phase: {pod | selector, count, phase: Succeeded | Failed}
+//	                              the pod ends: its network goes, its endpoint is
+//	                              dropped (terminal pods are left out of
+//	                              EndpointSlices), the object stays; a workload's pod
+//	                              is replaced
+//	set_health: {pod | selector, count, http_status, listening}
+//	                              break (or mend) pods' health for their probes:
+//	                              http_status (500) is what httpGet/grpc probes get;
+//	                              listening: false closes the pods' servers (probes and
+//	                              connections refused); a container restart mends it
 //	advance: 30s
 //	fault: {link: pod:NS/NAME | node:NAME | external:NAME, loss, latency, jitter,
 //	        duplicate, reorder}   (all zero clears)
@@ -189,6 +206,7 @@
 //	                              matches one in the EndpointSlices by the fields it
 //	                              sets, each endpoint matches an entry; port: a port of
 //	                              its slice); endpoints_include: [...] at least these
+//	serving: 1, terminating: 1    check endpoints: endpoints serving, terminating
 //	probabilities: {default/web-0: 0.5, dropped: 0.5}, tolerance: 0.01
 //	                              send with all_branches: each outcome's probability
 //	decided_by: {chain: filter/KUBE-SERVICES, rule: "has no endpoints", line: 9}
@@ -233,11 +251,35 @@
 // The clock is manual: it moves only with advance, at, and netstack waits. Sync delays,
 // grace periods, conntrack and affinity timeouts fire on it.
 //
+// # Containers and probes
+//
+// The kubelet runs the built-in whoami server on every TCP and UDP port of a pod's
+// containers and sidecars (init containers with restartPolicy: Always, started first),
+// and on its probes' numbered ports. It runs the containers' startupProbe,
+// readinessProbe and livenessProbe as pkg/kubelet/prober does, on the virtual clock: the
+// first probe when the container starts, then every periodSeconds (default 10), skipped
+// within initialDelaySeconds; a result counts after successThreshold (1) successes or
+// failureThreshold (3) failures in a row; timeoutSeconds (1) bounds the answer. A probe
+// is a TCP handshake from the node's host network to the pod's IP over the simulated
+// network (NetworkPolicy-like handlers, faults, a dead pod network fail it); httpGet
+// and grpc probes that connect get the pod's health status (200 unless set_health says
+// otherwise; a pod with clusterlab.io/app answers 200). Readiness starts false and
+// drives the pod's Ready condition and its endpoints' ready/serving; a failed liveness
+// or startup probe restarts the container (servers down, restartCount + 1, readiness
+// false until it passes again; the first restart is at once, later ones after 10s,
+// 20s, ... up to 5 minutes). exec probes cannot run in the simulation: they always
+// succeed, so manifests from real clusters load and their pods get ready. Probes due at
+// the same instant run one after another in a fixed order (the same on every run). The
+// clusterlab.io/ready: "false" annotation still keeps a pod unready, and
+// set_ready still sets the condition (until the kubelet's next readiness change).
+//
 // # Where a run differs from a real cluster
 //
 // Deleting a workload's pod creates its replacement at once (the ReplicaSet controller,
-// without scheduling or image pull delay); scaling down deletes the newest pods with no
-// grace period; a new template replaces every pod at once (no rolling update). Pod name
+// without scheduling or image pull delay); scaling down ranks pods as the ReplicaSet
+// controller does except for its rank by pods sharing a node and by time since ready;
+// a new template replaces every pod at once (no rolling update), as deleting a
+// Deployment deletes its pods at once. Pod name
 // suffixes come from the seed. kill_pod does not restart the container.
 //
 // The first node is the control plane, as on a kind cluster: default/kubernetes's

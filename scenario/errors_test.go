@@ -65,6 +65,14 @@ func TestLoadErrors(t *testing.T) {
 		{"rejected apply with a deployment", "steps:\n  - apply:\n      - {apiVersion: apps/v1, kind: Deployment, metadata: {name: web}, spec: {selector: {matchLabels: {app: web}}, template: {metadata: {labels: {app: web}}, spec: {containers: [{name: c, image: i}]}}}}\n    expect: {rejected: invalid}\n", []string{"bad.yaml:2: steps[0].apply: an apply that expects a rejection is applied all or nothing"}},
 		{"count on an apply step", "steps:\n  - apply:\n      - {apiVersion: v1, kind: Namespace, metadata: {name: x}}\n    expect: {count: 1}\n", []string{"steps[0].expect.count: only check steps have count"}},
 		{"percent too big", "steps:\n  - fault:\n      link: node:node-a\n      loss: 150%\n", []string{"bad.yaml:4: steps[0].fault.loss: want a probability between 0 and 1"}},
+		{"probe invalid", "manifests:\n  - apiVersion: v1\n    kind: Pod\n    metadata: {name: p}\n    spec:\n      containers:\n        - name: c\n          image: i\n          livenessProbe:\n            tcpSocket: {port: 80}\n            successThreshold: 2\n", []string{`bad.yaml:11: manifests[0]: Pod "default/p": spec.containers[0].livenessProbe.successThreshold: Invalid value: 2: must be 1`}},
+		{"evict with a grace", "steps:\n  - evict:\n      pod: default/web-0\n      grace: 5s\n", []string{"bad.yaml:4: steps[0].evict.grace: an eviction uses each pod's terminationGracePeriodSeconds"}},
+		{"evict nothing", "steps:\n  - evict: {count: 1}\n", []string{"bad.yaml:2: steps[0].evict: want pod: NAMESPACE/NAME"}},
+		{"set_phase Running", "steps:\n  - set_phase:\n      pod: default/web-0\n      phase: Running\n", []string{`bad.yaml:4: steps[0].set_phase.phase: want Succeeded or Failed, got "Running"`}},
+		{"set_health status", "steps:\n  - set_health:\n      selector: app=web\n      http_status: 42\n", []string{"bad.yaml:4: steps[0].set_health.http_status: want an HTTP status (100-599), got 42"}},
+		{"set_health nothing", "steps:\n  - set_health:\n      selector: app=web\n", []string{"bad.yaml:2: steps[0].set_health: want http_status (200 healthy, 500 failing) or listening"}},
+		{"set_health listening typo", "steps:\n  - set_health:\n      selector: app=web\n      listening: nope\n", []string{"bad.yaml:4: steps[0].set_health.listening:"}},
+		{"serving on a connect", "steps:\n  - connect:\n      from: pod:default/c\n      to: 10.0.0.1:80\n    expect:\n      serving: 1\n", []string{"steps[0].expect.serving: only check endpoints steps have serving"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -459,7 +459,7 @@ func (pr *preparer) steps() {
 		acts := st.actions()
 		switch len(acts) {
 		case 0:
-			pr.fail(sp, "no action: want one of connect, send, dns, check, apply, delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node, sync, restart_proxy, node_settings, update_status")
+			pr.fail(sp, "no action: want one of connect, send, dns, check, apply, delete, delete_pod, kill_pod, set_ready, scale, evict, set_phase, set_health, advance, fault, partition, heal, kill_node, sync, restart_proxy, restart_apiserver, node_settings, update_status")
 			continue
 		case 1:
 		default:
@@ -632,6 +632,8 @@ func (s *Scenario) checkExpect(st *Step, sp string, errs *[]error) {
 	only("ready", e.Ready != nil, st.Check != nil && st.Check.Endpoints != nil, "check endpoints")
 	only("rejected", e.Rejected != "", st.Apply != nil, "apply")
 	checkEndpointExpects(st, fail)
+	only("serving", e.Serving != nil, st.Check != nil && st.Check.Endpoints != nil, "check endpoints")
+	only("terminating", e.Terminating != nil, st.Check != nil && st.Check.Endpoints != nil, "check endpoints")
 	only("ctstate", e.CtState != nil, st.Send != nil && st.Send.Packet != nil, "send (with a crafted packet)")
 	only("answered_with", e.AnsweredWith != "", st.Send != nil && st.Send.Packet != nil && st.Send.Packet.Deliver, "send (with a crafted packet, deliver: true)")
 	if e.AnsweredWith != "" {

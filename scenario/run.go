@@ -251,6 +251,12 @@ func (r *runner) runStep(ctx context.Context, i int) {
 		err = r.setReady(st.SetReady, &res)
 	case st.Scale != nil:
 		err = r.scale(st.Scale, &res)
+	case st.Evict != nil:
+		err = r.evictPods(st.Evict, &res)
+	case st.SetPhase != nil:
+		err = r.setPhase(st.SetPhase, &res)
+	case st.SetHealth != nil:
+		err = r.setHealth(st.SetHealth, &res)
 	case st.Advance != nil:
 		r.c.Clock().Advance(st.Advance.D())
 		res.Summary = "the clock is now at t=" + fmtElapsed(r.elapsed())
@@ -604,13 +610,12 @@ func (r *runner) deletePods(a *PodAction, res *StepResult) error {
 		if err := r.c.DeletePod(p.Namespace, p.Name, a.Grace.D()); err != nil {
 			return fmt.Errorf("delete pod %s/%s: %w", p.Namespace, p.Name, err)
 		}
-		if w := r.ownerOf(p); w != nil {
-			w.pods = removeString(w.pods, p.Name)
-			pod := w.newPod()
-			if _, err := r.c.CreatePod(pod); err != nil {
-				return fmt.Errorf("replacement for %s/%s: %w", p.Namespace, p.Name, err)
-			}
-			notes = append(notes, fmt.Sprintf("ReplicaSet %s/%s replaces it with %s", w.namespace, w.rsName, r.describePod(w.namespace, pod.Name)))
+		note, err := r.replaceOwned(p)
+		if err != nil {
+			return err
+		}
+		if note != "" {
+			notes = append(notes, note)
 		}
 	}
 	res.Summary = "deleted " + podNames(pods)
@@ -682,13 +687,18 @@ func (r *runner) scale(sc *Scale, res *StepResult) error {
 		}
 		added = append(added, r.describePod(ns, pod.Name))
 	}
-	for len(w.pods) > sc.Replicas {
-		last := w.pods[len(w.pods)-1]
-		w.pods = w.pods[:len(w.pods)-1]
-		if err := r.c.DeletePod(ns, last, 0); err != nil {
-			return fmt.Errorf("scale %s: %w", key, err)
+	if extra := len(w.pods) - sc.Replicas; extra > 0 {
+		for _, name := range r.podsToDelete(w, extra) {
+			grace := cluster.DefaultTerminationGracePeriod
+			if p, ok := r.c.Store().GetPod(ns, name); ok {
+				grace = cluster.TerminationGracePeriod(p)
+			}
+			w.pods = removeString(w.pods, name)
+			if err := r.c.DeletePod(ns, name, grace); err != nil {
+				return fmt.Errorf("scale %s: %w", key, err)
+			}
+			removed = append(removed, fmt.Sprintf("%s/%s (grace %s)", ns, name, grace))
 		}
-		removed = append(removed, ns+"/"+last)
 	}
 	w.replicas = sc.Replicas
 	res.Summary = fmt.Sprintf("%s %s/%s has %d replicas", kind, ns, n, sc.Replicas)
@@ -696,7 +706,7 @@ func (r *runner) scale(sc *Scale, res *StepResult) error {
 		res.Details = append(res.Details, "created "+strings.Join(added, ", "))
 	}
 	if len(removed) > 0 {
-		res.Details = append(res.Details, "deleted (newest first) "+strings.Join(removed, ", "))
+		res.Details = append(res.Details, "deleted (as the ReplicaSet controller ranks them: not ready, then cheapest, most restarted, newest first) "+strings.Join(removed, ", "))
 	}
 	return nil
 }
@@ -975,7 +985,7 @@ func (r *runner) checkEndpoints(ec *EndpointsCheck, e *Expect, res *StepResult) 
 		return fmt.Errorf("no service %s/%s", ns, n)
 	}
 	seen := map[string]bool{}
-	total, ready := 0, 0
+	total, ready, serving, terminating := 0, 0, 0, 0
 	var lines []string
 	for _, sl := range r.c.Store().EndpointSlicesFor(ns, n) {
 		for _, ep := range sl.Endpoints {
@@ -987,6 +997,12 @@ func (r *runner) checkEndpoints(ec *EndpointsCheck, e *Expect, res *StepResult) 
 			isReady := ep.Conditions.Ready == nil || *ep.Conditions.Ready
 			if isReady {
 				ready++
+			}
+			if ep.Conditions.Serving == nil && isReady || ep.Conditions.Serving != nil && *ep.Conditions.Serving {
+				serving++
+			}
+			if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
+				terminating++
 			}
 			lines = append(lines, endpointLine(ep, isReady))
 		}
@@ -1002,6 +1018,12 @@ func (r *runner) checkEndpoints(ec *EndpointsCheck, e *Expect, res *StepResult) 
 		res.Expectations = append(res.Expectations, Expectation{Field: "ready", Want: strconv.Itoa(*e.Ready), Got: strconv.Itoa(ready), OK: ready == *e.Ready})
 	}
 	res.Expectations = append(res.Expectations, endpointExpectations(e, seenEndpoints(r.c.Store().EndpointSlicesFor(ns, n)))...)
+	if e != nil && e.Serving != nil {
+		res.Expectations = append(res.Expectations, Expectation{Field: "serving", Want: strconv.Itoa(*e.Serving), Got: strconv.Itoa(serving), OK: serving == *e.Serving})
+	}
+	if e != nil && e.Terminating != nil {
+		res.Expectations = append(res.Expectations, Expectation{Field: "terminating", Want: strconv.Itoa(*e.Terminating), Got: strconv.Itoa(terminating), OK: terminating == *e.Terminating})
+	}
 	return nil
 }
 

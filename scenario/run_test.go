@@ -128,7 +128,11 @@ steps:
     expect: {count: 4, ready: 4}
   - name: scale down
     scale: {deployment: default/web, replicas: 1}
+  - name: three terminating for the default 30s grace period
+    check: {endpoints: {service: default/web}}
+    expect: {count: 4, ready: 1, terminating: 3}
   - name: one
+    at: 30s
     check: {endpoints: {service: default/web}}
     expect: {count: 1}
 `

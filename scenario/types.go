@@ -217,7 +217,7 @@ func (m Manifest) MarshalYAML() (any, error) {
 }
 
 // Step is one step of a scenario: exactly one action (connect, send, dns, check, apply,
-// delete, delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal,
+// delete, delete_pod, kill_pod, set_ready, scale, evict, set_phase, set_health, advance, fault, partition, heal,
 // kill_node, sync, restart_proxy, node_settings), optionally at a given virtual time, and for connect,
 // send, dns and check an expectation.
 type Step struct {
@@ -249,9 +249,23 @@ type Step struct {
 	KillPod *PodAction `yaml:"kill_pod,omitempty"`
 	// SetReady sets pods' Ready condition, as a readiness probe would.
 	SetReady *SetReady `yaml:"set_ready,omitempty"`
-	// Scale sets a Deployment's or ReplicaSet's replicas: new pods are created, or the
-	// newest ones deleted.
+	// Scale sets a Deployment's or ReplicaSet's replicas: new pods are created, or
+	// pods deleted as the ReplicaSet controller picks them (not ready first, then by
+	// the controller.kubernetes.io/pod-deletion-cost annotation, more restarts, newest),
+	// each with its terminationGracePeriodSeconds (default 30 s): terminating, their
+	// endpoints serving-but-not-ready, until it passes.
 	Scale *Scale `yaml:"scale,omitempty"`
+	// Evict evicts pods through the Eviction API: a graceful deletion with each pod's
+	// terminationGracePeriodSeconds (default 30 s); a Deployment's or ReplicaSet's pod
+	// is replaced at once. There are no PodDisruptionBudgets: evictions always pass.
+	Evict *PodAction `yaml:"evict,omitempty"`
+	// SetPhase ends pods in a terminal phase (Succeeded or Failed), as their kubelet
+	// reports it: their network goes and the EndpointSlice controller drops their
+	// endpoints; the pod objects stay. A Deployment's or ReplicaSet's pod is replaced.
+	SetPhase *SetPhase `yaml:"set_phase,omitempty"`
+	// SetHealth breaks (or mends) pods' health as their probes see it: the HTTP status
+	// their health endpoints answer, or their servers closed.
+	SetHealth *SetHealth `yaml:"set_health,omitempty"`
 	// Advance moves the virtual clock forward (timers fire: syncs, grace periods,
 	// conntrack timeouts).
 	Advance *Duration `yaml:"advance,omitempty"`
@@ -468,7 +482,7 @@ type UpdateStatus struct {
 	LoadBalancerIngress []string `yaml:"load_balancer_ingress"`
 }
 
-// PodAction selects pods for delete_pod and kill_pod.
+// PodAction selects pods for delete_pod and kill_pod (and evict, set_phase, set_health).
 type PodAction struct {
 	// Pod is NAMESPACE/NAME, or a pattern with * (default/web-*), or "" with Selector.
 	Pod string `yaml:"pod,omitempty"`
@@ -487,6 +501,26 @@ type SetReady struct {
 	PodAction `yaml:",inline"`
 	// Ready is the new value of the condition.
 	Ready bool `yaml:"ready"`
+}
+
+// SetPhase ends the pods a PodAction selects in a terminal phase.
+type SetPhase struct {
+	PodAction `yaml:",inline"`
+	// Phase is Succeeded or Failed (required).
+	Phase string `yaml:"phase"`
+}
+
+// SetHealth sets the health of the pods a PodAction selects, as the kubelet's probes
+// see it (see cluster.PodHealth). A container restart (a liveness or startup probe's
+// failure) mends it.
+type SetHealth struct {
+	PodAction `yaml:",inline"`
+	// HTTPStatus is what the pods' health endpoints answer httpGet (and grpc) probes:
+	// 200 healthy, 500 (anything outside 200-399) failing. Default 200.
+	HTTPStatus int `yaml:"http_status,omitempty"`
+	// Listening false closes the pods' servers (probes and connections are refused);
+	// true (or unset) opens them again.
+	Listening *bool `yaml:"listening,omitempty"`
 }
 
 // Scale changes a workload's replicas.
@@ -612,6 +646,10 @@ type Expect struct {
 
 	Count *int `yaml:"count,omitempty"`
 	Ready *int `yaml:"ready,omitempty"`
+	// Serving and Terminating (check endpoints) count the endpoints whose serving or
+	// terminating condition is true.
+	Serving     *int `yaml:"serving,omitempty"`
+	Terminating *int `yaml:"terminating,omitempty"`
 
 	Probabilities map[string]float64 `yaml:"probabilities,omitempty"`
 	Tolerance     *float64           `yaml:"tolerance,omitempty"`
@@ -710,6 +748,9 @@ func (s *Step) actions() []string {
 	add(s.KillPod != nil, "kill_pod")
 	add(s.SetReady != nil, "set_ready")
 	add(s.Scale != nil, "scale")
+	add(s.Evict != nil, "evict")
+	add(s.SetPhase != nil, "set_phase")
+	add(s.SetHealth != nil, "set_health")
 	add(s.Advance != nil, "advance")
 	add(s.Fault != nil, "fault")
 	add(s.Partition != nil, "partition")
@@ -797,6 +838,12 @@ func (s *Step) Title() string {
 			w = s.Scale.ReplicaSet
 		}
 		return fmt.Sprintf("scale %s to %d", w, s.Scale.Replicas)
+	case s.Evict != nil:
+		return "evict pod " + s.Evict.describe()
+	case s.SetPhase != nil:
+		return fmt.Sprintf("set phase %s on %s", s.SetPhase.Phase, s.SetPhase.describe())
+	case s.SetHealth != nil:
+		return "set health of " + s.SetHealth.describe()
 	case s.Advance != nil:
 		return "advance " + s.Advance.String()
 	case s.Fault != nil:

@@ -840,6 +840,85 @@ func validateContainer(c *corev1.Container, names sets.Set[string], p *field.Pat
 			allErrs = append(allErrs, field.NotSupported(idx.Child("protocol"), port.Protocol, sets.List(supportedPortProtocols)))
 		}
 	}
+	return append(allErrs, validateProbes(c, p)...)
+}
+
+// validateProbes checks a container's probes as the API server does: one handler each,
+// no negative numbers, a successThreshold of 1 for liveness and startup probes, valid
+// ports; init containers have probes only as sidecars (restartPolicy Always).
+func validateProbes(c *corev1.Container, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	init := strings.Contains(p.String(), "initContainers")
+	sidecar := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+	for _, pr := range []struct {
+		name     string
+		probe    *corev1.Probe
+		successs bool // successThreshold must be 1
+	}{{"startupProbe", c.StartupProbe, true}, {"readinessProbe", c.ReadinessProbe, false}, {"livenessProbe", c.LivenessProbe, true}} {
+		if pr.probe == nil {
+			continue
+		}
+		fp := p.Child(pr.name)
+		if init && !sidecar {
+			allErrs = append(allErrs, field.Forbidden(fp, "may not be set for init containers without restartPolicy=Always"))
+			continue
+		}
+		allErrs = append(allErrs, validateProbe(pr.probe, fp)...)
+		if pr.successs && pr.probe.SuccessThreshold > 1 {
+			allErrs = append(allErrs, field.Invalid(fp.Child("successThreshold"), pr.probe.SuccessThreshold, "must be 1"))
+		}
+	}
+	return allErrs
+}
+
+func validateProbe(pb *corev1.Probe, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	for _, f := range []struct {
+		name string
+		v    int32
+	}{{"initialDelaySeconds", pb.InitialDelaySeconds}, {"timeoutSeconds", pb.TimeoutSeconds}, {"periodSeconds", pb.PeriodSeconds}, {"successThreshold", pb.SuccessThreshold}, {"failureThreshold", pb.FailureThreshold}} {
+		if f.v < 0 {
+			allErrs = append(allErrs, field.Invalid(p.Child(f.name), f.v, "must be greater than or equal to 0"))
+		}
+	}
+	handlers := 0
+	if pb.Exec != nil {
+		handlers++
+	}
+	if pb.HTTPGet != nil {
+		handlers++
+		allErrs = append(allErrs, validateProbePort(pb.HTTPGet.Port, p.Child("httpGet", "port"))...)
+	}
+	if pb.TCPSocket != nil {
+		handlers++
+		allErrs = append(allErrs, validateProbePort(pb.TCPSocket.Port, p.Child("tcpSocket", "port"))...)
+	}
+	if pb.GRPC != nil {
+		handlers++
+		for _, msg := range validation.IsValidPortNum(int(pb.GRPC.Port)) {
+			allErrs = append(allErrs, field.Invalid(p.Child("grpc", "port"), pb.GRPC.Port, msg))
+		}
+	}
+	switch {
+	case handlers == 0:
+		allErrs = append(allErrs, field.Required(p, "must specify a handler type"))
+	case handlers > 1:
+		allErrs = append(allErrs, field.Forbidden(p, "may not specify more than 1 handler type"))
+	}
+	return allErrs
+}
+
+func validateProbePort(port intstr.IntOrString, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if port.Type == intstr.String {
+		for _, msg := range validation.IsValidPortName(port.StrVal) {
+			allErrs = append(allErrs, field.Invalid(p, port.StrVal, msg))
+		}
+		return allErrs
+	}
+	for _, msg := range validation.IsValidPortNum(port.IntValue()) {
+		allErrs = append(allErrs, field.Invalid(p, port.IntValue(), msg))
+	}
 	return allErrs
 }
 

@@ -296,6 +296,27 @@ func TestValidateOtherKinds(t *testing.T) {
 			}},
 		{"pod duplicate container and no image", NewPod("default/p", Container("app", "")),
 			[]string{`spec.containers[1].name: Duplicate value: "app"`, `spec.containers[1].image: Required value`}},
+		{"pod probe problems", func() *corev1.Pod {
+			p := NewPod("default/p", ContainerPort("http", 8080, "TCP"))
+			always := corev1.ContainerRestartPolicyAlways
+			p.Spec.InitContainers = []corev1.Container{
+				{Name: "once", Image: "i", ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(1)}}}},
+				{Name: "sidecar", Image: "i", RestartPolicy: &always, ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("http")}}}},
+			}
+			c := &p.Spec.Containers[0]
+			c.ReadinessProbe = &corev1.Probe{PeriodSeconds: -1}
+			c.LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(70000)}, TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("Bad_Name")}}, SuccessThreshold: 2}
+			return p
+		}(),
+			[]string{
+				`spec.initContainers[0].readinessProbe: Forbidden: may not be set for init containers without restartPolicy=Always`,
+				`spec.containers[0].readinessProbe.periodSeconds: Invalid value: -1: must be greater than or equal to 0`,
+				`spec.containers[0].readinessProbe: Required value: must specify a handler type`,
+				`spec.containers[0].livenessProbe.httpGet.port: Invalid value: 70000: must be between 1 and 65535, inclusive`,
+				`spec.containers[0].livenessProbe.tcpSocket.port: Invalid value: "Bad_Name": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)`,
+				`spec.containers[0].livenessProbe: Forbidden: may not specify more than 1 handler type`,
+				`spec.containers[0].livenessProbe.successThreshold: Invalid value: 2: must be 1`,
+			}},
 		{"pod two IPv4 IPs", NewPod("default/p", PodIP("10.244.0.5", "10.244.0.6")),
 			[]string{`status.podIPs: Invalid value: ["10.244.0.5","10.244.0.6"]: may specify no more than one IP for each IP family`}},
 		{"pod bad hostname", NewPod("default/p", Hostname("P_0")),

@@ -52,12 +52,13 @@ A scenario file is YAML:
 
 Step actions: connect, send, dns, check (conntrack, endpoints, conntrack_stats,
 health_check), apply, delete,
-delete_pod, kill_pod, set_ready, scale, advance, fault, partition, heal, kill_node,
+delete_pod, kill_pod, set_ready, scale, evict, set_phase, set_health, advance, fault,
+partition, heal, kill_node,
 sync (pause, resume, now, delay, rules_only, hold_conntrack, clean_conntrack),
 restart_proxy, restart_apiserver, node_settings, update_status; "at: 10s" runs a step
 at a virtual time; a dns step's together holds its queries in flight together. Expectations: result, min_success, reaches, not_reaches, backends, spread,
 seen_source, decided_by (connect, send), probabilities (send with all_branches);
-rcode, answer (dns); count, ready, present, nat_destination (check conntrack,
+rcode, answer (dns); count, ready, serving, terminating, present, nat_destination (check conntrack,
 endpoints), counters (check conntrack_stats), status, local_endpoints (check
 health_check); endpoints, endpoints_include (check endpoints); status, body
 (connect with http); rejected (apply); result failed (refused or dropped); ctstate,
