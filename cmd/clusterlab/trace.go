@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 
@@ -23,7 +22,11 @@ type traceOptions struct {
 	ipsets       string
 	lenient      bool
 	ifaceAddrs   []string
-	nftRuleset   string
+	node         string
+	route        func(netip.Addr) string // the --node bundle's routing table
+	// bundle holds the files of --node by the names the dump flags are set to.
+	bundle     map[string][]byte
+	nftRuleset string
 
 	src, dst     string
 	sport, dport int
@@ -125,6 +128,7 @@ func newTraceCmd() *cobra.Command {
 	f.StringVar(&o.ipsets, "ipsets", "", "`ipset save` or `ipset list` output for -m set rules (optional)")
 	f.StringArrayVar(&o.ifaceAddrs, "iface-addr", nil, "IFACE=ADDR: an interface's primary address (repeatable): MASQUERADE out of it takes ADDR, REDIRECT in through it too; the address is local")
 	f.BoolVar(&o.lenient, "lenient", false, "skip the lines of --iptables-save that do not load (reported on stderr) instead of refusing the dump; outcomes whose path crossed a chain that lost a line say so")
+	f.StringVar(&o.node, "node", "", "a node bundle (the directory or .tar.gz `clusterlab collect` writes): its iptables-save or nft ruleset, ipsets, addresses and routes, instead of --iptables-save/--nft-ruleset, --ipsets, --local-ips, --iface-addr and --out-interface")
 	f.StringVar(&o.nftRuleset, "nft-ruleset", "", "`nft list ruleset` output (with or without -a; or nft -j JSON, or an nft -f script) to trace through, instead of --iptables-save")
 	f.StringVar(&o.src, "src", "", "source IP address")
 	f.StringVar(&o.dst, "dst", "", "destination IP address")
@@ -145,6 +149,11 @@ func newTraceCmd() *cobra.Command {
 }
 
 func runTrace(cmd *cobra.Command, o *traceOptions) error {
+	if o.node != "" {
+		if err := o.useBundle(cmd); err != nil {
+			return err
+		}
+	}
 	if o.iptablesSave != "" && o.nftRuleset != "" {
 		return badInput(errors.New("--iptables-save and --nft-ruleset: give only one of them"))
 	}
@@ -161,13 +170,13 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 	if err := checkOutput(o.output); err != nil {
 		return err
 	}
-	data, err := os.ReadFile(o.iptablesSave)
+	data, err := o.read(o.iptablesSave)
 	if err != nil {
 		return badInput(fmt.Errorf("--iptables-save: %w", err))
 	}
 	var opts []emulator.Option
 	if o.ipsets != "" {
-		sets, err := os.ReadFile(o.ipsets)
+		sets, err := o.read(o.ipsets)
 		if err != nil {
 			return badInput(fmt.Errorf("--ipsets: %w", err))
 		}
@@ -326,5 +335,6 @@ func (o *traceOptions) walkInput() (emulator.WalkInput, error) {
 		return in, err
 	}
 	in.Packet, in.From, in.AllBranches, in.Seed, in.OutIface, in.EveryRule = p, from, o.allBranches, o.seed, o.outIface, o.everyRule
+	in.Route = o.route
 	return in, nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 	nftemu "github.com/clusterlab/clusterlab/proxy/nftables/emulator"
@@ -32,7 +31,7 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	if err := checkOutput(o.output); err != nil {
 		return err
 	}
-	data, err := os.ReadFile(o.nftRuleset)
+	data, err := o.read(o.nftRuleset)
 	if err != nil {
 		return badInput(fmt.Errorf("--nft-ruleset: %w", err))
 	}

@@ -261,3 +261,37 @@ func TestTraceMasqueradeAddress(t *testing.T) {
 		t.Errorf("malformed: %v", err)
 	}
 }
+
+// TestTraceNodeBundle: clusterlab collect prints the collection script; trace --node
+// takes a bundle's iptables-save, addresses and routes: the node's pod reaches a
+// Service, DNATed, leaving by the interface its route for the endpoint picks, and
+// stderr says what was taken and what was missing; flags the bundle has are refused.
+func TestTraceNodeBundle(t *testing.T) {
+	script, _, err := runCmd(t, "collect")
+	if err != nil || !strings.HasPrefix(script, "#!/bin/sh") || !strings.Contains(script, "iptables-save -c") || !strings.Contains(script, "ip -j addr show") {
+		t.Fatalf("collect: %v\n%.300s", err, script)
+	}
+	bundle := "../../testdata/nodebundle/kind-worker"
+	out, errOut, err := runCmd(t, "trace", "--node", bundle, "--src", "10.244.0.5", "--dst", "172.30.0.41", "--dport", "80", "--all-branches", "-o", "json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	for _, want := range []string{"node bundle: tracing iptables-save.txt", "172.30.0.41 leaves by eth0 (route 0.0.0.0/0 via 172.18.0.1)", "net.ipv4.conf.all.route_localnet = 1"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr:\n%s\nwant %q", errOut, want)
+		}
+	}
+	if !strings.Contains(out, `"dnat_destination": "10.180.0.1:80"`) {
+		t.Errorf("outcomes:\n%s", out)
+	}
+	text, _, err := runCmd(t, "trace", "--node", bundle, "--src", "10.244.0.5", "--dst", "172.30.0.41", "--dport", "80")
+	if err != nil || !strings.Contains(text, "is not local: FORWARD via eth0") {
+		t.Errorf("text: %v\n%s", err, text)
+	}
+	if _, _, err := runCmd(t, "trace", "--node", bundle, "--iptables-save", "x", "--src", "10.244.0.5", "--dst", "172.30.0.41", "--dport", "80"); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "--iptables-save and --node") {
+		t.Errorf("both: %v", err)
+	}
+	if _, _, err := runCmd(t, "trace", "--node", t.TempDir(), "--src", "10.244.0.5", "--dst", "172.30.0.41", "--dport", "80"); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "none of the files") {
+		t.Errorf("empty bundle: %v", err)
+	}
+}

@@ -66,6 +66,10 @@ type WalkInput struct {
 	// (FORWARD, POSTROUTING); empty when unknown. Packets to a local address leave
 	// over "lo".
 	OutIface string
+	// Route, when set, is the node's routing table: the output interface for a
+	// destination (after DNAT), "" when no route matches. It takes precedence over
+	// OutIface.
+	Route func(dst netip.Addr) string
 	// EveryRule scans every chain rule by rule, as the kernel does, so that the trace
 	// lists every rule looked at, matched or not, instead of skipping through the chain
 	// indexes the rules that cannot match (the outcomes are the same).
@@ -453,8 +457,8 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 			}
 			return finish(Local, "", nil)
 		}
-		pkt.OutIface = in.OutIface
-		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is not local: FORWARD%s", pkt.Dst, outVia(in.OutIface))}, c)
+		pkt.OutIface = in.outIface(pkt.Dst)
+		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is not local: FORWARD%s", pkt.Dst, outVia(pkt.OutIface))}, c)
 		if o := run(netfilter.Forward); o != nil {
 			return o
 		}
@@ -471,8 +475,8 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		pkt.OutIface = "lo"
 		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is local: out over loopback", pkt.Dst)}, c)
 	} else {
-		pkt.OutIface = in.OutIface
-		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is not local%s", pkt.Dst, outVia(in.OutIface))}, c)
+		pkt.OutIface = in.outIface(pkt.Dst)
+		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is not local%s", pkt.Dst, outVia(pkt.OutIface))}, c)
 	}
 	if o := run(netfilter.Postrouting); o != nil {
 		return o
@@ -490,6 +494,15 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		return o
 	}
 	return finish(Local, "", nil)
+}
+
+// outIface is the interface a packet to dst leaves by: the routing table's when there
+// is one, else OutIface.
+func (in *WalkInput) outIface(dst netip.Addr) string {
+	if in.Route != nil {
+		return in.Route(dst)
+	}
+	return in.OutIface
 }
 
 func outVia(iface string) string {
