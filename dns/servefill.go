@@ -2,11 +2,7 @@ package dns
 
 import (
 	"fmt"
-	"hash/fnv"
-	"math/rand/v2"
 	"net/netip"
-	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -68,59 +64,8 @@ func completeObjects(objs []runtime.Object) ([]runtime.Object, []string) {
 		}
 	}
 
-	// Services that need addresses, in namespace/name order.
-	out := append([]runtime.Object(nil), objs...)
-	var need []int
-	for i, o := range out {
-		if svc, ok := o.(*corev1.Service); ok && needsClusterIP(svc) {
-			need = append(need, i)
-		}
-	}
-	sort.SliceStable(need, func(a, b int) bool {
-		x, y := out[need[a]].(*corev1.Service), out[need[b]].(*corev1.Service)
-		return svcKey(nsOrDefault(x.Namespace), x.Name) < svcKey(nsOrDefault(y.Namespace), y.Name)
-	})
-	if len(need) > 0 {
-		pcg := rand.NewPCG(0, 0)
-		allocators := map[corev1.IPFamily]*alloc.IPAllocator{}
-		for fam, cidr := range map[corev1.IPFamily]netip.Prefix{corev1.IPv4Protocol: ServeServiceCIDRv4, corev1.IPv6Protocol: ServeServiceCIDRv6} {
-			a, err := alloc.NewIPAllocator(cidr, rand.New(pcg))
-			if err != nil {
-				panic(err) // constant, valid ranges
-			}
-			for ip := range taken {
-				_ = a.Allocate(ip) // addresses outside the range need no reservation
-			}
-			allocators[fam] = a
-		}
-		for _, i := range need {
-			svc := out[i].(*corev1.Service).DeepCopy()
-			ns := nsOrDefault(svc.Namespace)
-			var ips []string
-			for _, fam := range familiesFor(svc) {
-				h := fnv.New64a()
-				fmt.Fprintf(h, "%s/%s/%s", ns, svc.Name, fam)
-				seed := h.Sum64()
-				pcg.Seed(seed, seed^0x646e732073657276) // "dns serv"
-				ip, err := allocators[fam].AllocateNext()
-				if err != nil {
-					notes = append(notes, fmt.Sprintf("service %s/%s has no clusterIP in the manifests and none is free in %s: it has no address", ns, svc.Name, allocators[fam].CIDR()))
-					continue
-				}
-				ips = append(ips, ip.String())
-			}
-			if len(ips) == 0 {
-				continue
-			}
-			svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ips[0], ips
-			svc.Spec.IPFamilies = nil
-			for _, s := range ips {
-				svc.Spec.IPFamilies = append(svc.Spec.IPFamilies, alloc.FamilyOf(netip.MustParseAddr(s)))
-			}
-			out[i] = svc
-			notes = append(notes, fmt.Sprintf("service %s/%s has no clusterIP in the manifests: serving it at %s (allocated)", ns, svc.Name, strings.Join(ips, ", ")))
-		}
-	}
+	out, fillNotes := service.NameDerivedClusterIPs(objs, []netip.Prefix{ServeServiceCIDRv4, ServeServiceCIDRv6}, nil)
+	notes = append(notes, fillNotes...)
 
 	// EndpointSlices for selector services the manifests give none for.
 	var selectorSvcs []*corev1.Service
@@ -164,48 +109,4 @@ func nsOrDefault(ns string) string {
 		return corev1.NamespaceDefault
 	}
 	return ns
-}
-
-// needsClusterIP reports whether a Service would have been given cluster IPs
-// by the API server but has none in the manifests.
-func needsClusterIP(svc *corev1.Service) bool {
-	switch svc.Spec.Type {
-	case "", corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort, corev1.ServiceTypeLoadBalancer:
-	default:
-		return false
-	}
-	return svc.Spec.ClusterIP == "" && len(svc.Spec.ClusterIPs) == 0
-}
-
-// familiesFor is the families a Service without cluster IPs gets in a
-// dual-stack cluster whose primary family is IPv4: its ipFamilies, else
-// IPv4; RequireDualStack and PreferDualStack add the missing family,
-// SingleStack (the default) keeps the first.
-func familiesFor(svc *corev1.Service) []corev1.IPFamily {
-	var fams []corev1.IPFamily
-	seen := map[corev1.IPFamily]bool{}
-	for _, f := range svc.Spec.IPFamilies {
-		if (f == corev1.IPv4Protocol || f == corev1.IPv6Protocol) && !seen[f] {
-			seen[f] = true
-			fams = append(fams, f)
-		}
-	}
-	if len(fams) == 0 {
-		fams = []corev1.IPFamily{corev1.IPv4Protocol}
-	}
-	dual := false
-	if p := svc.Spec.IPFamilyPolicy; p != nil {
-		dual = *p == corev1.IPFamilyPolicyRequireDualStack || *p == corev1.IPFamilyPolicyPreferDualStack
-	}
-	if dual && len(fams) == 1 {
-		if fams[0] == corev1.IPv4Protocol {
-			fams = append(fams, corev1.IPv6Protocol)
-		} else {
-			fams = append(fams, corev1.IPv4Protocol)
-		}
-	}
-	if !dual && len(fams) > 1 {
-		fams = fams[:1]
-	}
-	return fams
 }

@@ -155,7 +155,7 @@ func TestCompleteObjectsClusterIPs(t *testing.T) {
 			t.Errorf("completeObjects changed its input")
 		}
 	}
-	if !containsSubstring(notes, "default/my-service has no clusterIP in the manifests: serving it at "+my[0]) {
+	if !containsSubstring(notes, "default/my-service has no clusterIP in the manifests: given "+my[0]) {
 		t.Errorf("notes %q do not say what was allocated", notes)
 	}
 
@@ -199,7 +199,7 @@ func TestServeHandWrittenManifest(t *testing.T) {
 	if got := r.a(t, "my-service.default.svc.cluster.local."); strings.Join(got, ",") != vip {
 		t.Errorf("my-service: A %v, want the allocated %s", got, vip)
 	}
-	if !strings.Contains(r.log.String(), "serving it at "+vip) || !strings.Contains(r.log.String(), "1 endpoints derived") {
+	if !strings.Contains(r.log.String(), "has no clusterIP in the manifests: given "+vip) || !strings.Contains(r.log.String(), "1 endpoints derived") {
 		t.Errorf("log does not say what was filled in:\n%s", r.log.String())
 	}
 	q := func(name string, qtype uint16) *mdns.Msg {

@@ -75,7 +75,7 @@ func TestBugReportExpectations(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", k, got[k], want)
 		}
 	}
-	if g := got["again decided_by"]; !strings.HasPrefix(g, "the conntrack entry on node-b: entry #") || !strings.HasSuffix(g, ": tcp 10.244.1.2:4000 -> 10.98.212.205:80 [S] => tcp 10.244.1.2:4000 -> 10.244.0.3:80 [S]") {
+	if g := got["again decided_by"]; !strings.HasPrefix(g, "the conntrack entry on node-b: entry #") || !strings.HasSuffix(g, ": tcp 10.244.1.2:4000 -> 10.106.83.202:80 [S] => tcp 10.244.1.2:4000 -> 10.244.0.3:80 [S]") {
 		t.Errorf("again decided_by: got %q", g)
 	}
 	if len(got) != 5 {

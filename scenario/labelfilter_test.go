@@ -135,7 +135,7 @@ steps:
   - {name: b mesh, connect: {from: pod:default/client-b, to: "service:default/mesh:80"}, expect: {result: dropped}}
   - {name: b web, connect: {from: pod:default/client-b, to: "service:default/web:80"}, expect: {result: connected}}
   - {delete: [{kind: Service, name: default/web}]}
-  - {name: b web deleted, connect: {from: pod:default/client-b, to: "10.98.212.205:80"}, expect: {result: dropped}}
+  - {name: b web deleted, connect: {from: pod:default/client-b, to: "10.106.83.202:80"}, expect: {result: dropped}}
 `)
 	for _, m := range kubeproxy.Registered() {
 		t.Run(string(m.Mode), func(t *testing.T) {

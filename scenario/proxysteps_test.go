@@ -75,7 +75,7 @@ func TestSyncRulesOnlyThenCleanConntrack(t *testing.T) {
 			t.Fatalf("%s:\n%s", tc.name, reportText(rep))
 		}
 		clean := step(t, rep, "run kube-proxy's kept-back conntrack cleanup on node-b")
-		if !strings.Contains(clean.Summary, "1 entries deleted") || !strings.Contains(strings.Join(clean.Details, "\n"), "node-b: -D -p udp --orig-dst 10.98.212.205 --reply-src 10.244.0.2") {
+		if !strings.Contains(clean.Summary, "1 entries deleted") || !strings.Contains(strings.Join(clean.Details, "\n"), "node-b: -D -p udp --orig-dst 10.100.225.136 --reply-src 10.244.0.2") {
 			t.Errorf("%s: clean_conntrack: %q %q", tc.name, clean.Summary, clean.Details)
 		}
 	}

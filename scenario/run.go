@@ -126,6 +126,8 @@ func (p *plan) start() (*runner, error) {
 			objs = append(objs, pod)
 		}
 	}
+	objs, notes := service.NameDerivedClusterIPs(objs, c.Config().ServiceCIDRs, clusterIPsInUse(c))
+	p.notes = append(p.notes, derivedNote(notes)...)
 	if err := c.Apply(objs...); err != nil {
 		return nil, s.errorf("manifests", "the API server rejects the manifests: %v", err)
 	}
@@ -717,7 +719,9 @@ func (r *runner) apply(i int, res *StepResult) error {
 		return r.applyRejected(l, e.Rejected, res)
 	}
 	if len(l.objects) > 0 {
-		if err := r.c.Apply(l.objects...); err != nil {
+		objs, notes := service.NameDerivedClusterIPs(r.keepClusterIPs(l.objects), r.c.Config().ServiceCIDRs, clusterIPsInUse(r.c))
+		res.Details = append(res.Details, derivedNote(notes)...)
+		if err := r.c.Apply(objs...); err != nil {
 			return fmt.Errorf("the API server rejects it: %w", err)
 		}
 	}
@@ -1069,4 +1073,64 @@ func (r *runner) applyRejected(l *loaded, want string, res *StepResult) error {
 	}
 	res.Expectations = append(res.Expectations, exp)
 	return nil
+}
+
+// clusterIPsInUse are the cluster IPs of the Services in the cluster's API server.
+func clusterIPsInUse(c *cluster.Cluster) []netip.Addr {
+	var out []netip.Addr
+	for _, svc := range c.Store().ListServices() {
+		for _, s := range svc.Spec.ClusterIPs {
+			if a, err := netip.ParseAddr(s); err == nil {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// derivedNote says in one line which Services got name-derived cluster IPs (the
+// services' lines show the addresses), and passes other notes on.
+func derivedNote(notes []string) []string {
+	var names, other []string
+	for _, n := range notes {
+		if rest, ok := strings.CutPrefix(n, "service "); ok && strings.Contains(n, "(derived from its name") {
+			name, _, _ := strings.Cut(rest, " ")
+			names = append(names, name)
+			continue
+		}
+		other = append(other, n)
+	}
+	if len(names) > 0 {
+		other = append([]string{fmt.Sprintf("%s without a clusterIP in the manifests: the address derived from the name, as every clusterlab command (run, trace, generate, dns serve) gives it", strings.Join(names, ", "))}, other...)
+	}
+	return other
+}
+
+// keepClusterIPs gives each Service of objs that is already in the cluster and names
+// no cluster IP the one it has, as kubectl apply keeps a field the manifest leaves
+// out (a copy; the others as they are).
+func (r *runner) keepClusterIPs(objs []runtime.Object) []runtime.Object {
+	out := make([]runtime.Object, len(objs))
+	for i, o := range objs {
+		out[i] = o
+		svc, ok := o.(*corev1.Service)
+		if !ok || !service.NeedsClusterIP(svc) {
+			continue
+		}
+		ns := svc.Namespace
+		if ns == "" {
+			ns = corev1.NamespaceDefault
+		}
+		old, ok := r.c.Store().GetService(ns, svc.Name)
+		if !ok || len(old.Spec.ClusterIPs) == 0 {
+			continue
+		}
+		c := svc.DeepCopy()
+		c.Spec.ClusterIP, c.Spec.ClusterIPs = old.Spec.ClusterIP, append([]string(nil), old.Spec.ClusterIPs...)
+		if len(c.Spec.IPFamilies) == 0 {
+			c.Spec.IPFamilies = append([]corev1.IPFamily(nil), old.Spec.IPFamilies...)
+		}
+		out[i] = c
+	}
+	return out
 }

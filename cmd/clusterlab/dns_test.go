@@ -75,7 +75,7 @@ func TestDNSServeHandWritten(t *testing.T) {
 		{"--manifests", "../../testdata/dns/cluster.yaml", "../../testdata/dns/my-service.yaml"},
 	} {
 		addr, log := startDNSServe(t, args...)
-		allocRE := regexp.MustCompile(`service default/my-service has no clusterIP in the manifests: serving it at (10\.\d+\.\d+\.\d+) \(allocated\)`)
+		allocRE := regexp.MustCompile(`service default/my-service has no clusterIP in the manifests: given (10\.\d+\.\d+\.\d+) \(derived from its name`)
 		var notes []string
 		var m []string
 		derived := false

@@ -9,7 +9,9 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/clusterlab/clusterlab/dns"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 	"github.com/clusterlab/clusterlab/service"
@@ -22,6 +24,8 @@ var generateCmd = &cobra.Command{
 }
 
 type iptablesGenOptions struct {
+	// stderr receives what load derives (nil: dropped).
+	stderr              io.Writer
 	manifests           []string
 	node                string
 	nodeIPs             []string
@@ -72,6 +76,7 @@ func init() {
   clusterlab generate iptables -f manifests/ --node worker-1 --family IPv6 --jumps > rules.txt`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.stderr = cmd.ErrOrStderr()
 			return runIptablesGen(cmd.OutOrStdout(), o)
 		},
 	}
@@ -132,8 +137,19 @@ func (o *iptablesGenOptions) load() ([]*corev1.Service, []*discoveryv1.EndpointS
 	var services []*corev1.Service
 	var slices []*discoveryv1.EndpointSlice
 	var nodeObj *corev1.Node
-	for _, m := range ms {
-		switch obj := m.Object.(type) {
+	// A Service without a clusterIP gets the address every clusterlab command gives it.
+	objs := make([]runtime.Object, len(ms))
+	for i, m := range ms {
+		objs[i] = m.Object
+	}
+	objs, notes := service.NameDerivedClusterIPs(objs, []netip.Prefix{service.DefaultServiceCIDR, dns.ServeServiceCIDRv6}, nil)
+	for _, n := range notes {
+		if o.stderr != nil {
+			fmt.Fprintln(o.stderr, "clusterlab: "+n)
+		}
+	}
+	for _, obj := range objs {
+		switch obj := obj.(type) {
 		case *corev1.Service:
 			s := obj.DeepCopy()
 			service.Default(s)

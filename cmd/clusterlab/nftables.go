@@ -43,6 +43,7 @@ func init() {
   clusterlab generate nftables -f manifests/ --node worker-1 --family IPv6 --service-cidr fd00:10:96::/112 > rules.nft`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.stderr = cmd.ErrOrStderr()
 			return runNftablesGen(cmd.OutOrStdout(), o)
 		},
 	}

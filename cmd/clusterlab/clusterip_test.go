@@ -1,0 +1,71 @@
+package main
+
+import (
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/clusterlab/clusterlab/dns"
+	"github.com/clusterlab/clusterlab/service"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// TestSameClusterIPEverywhere: a Service the manifests give no clusterIP gets the same
+// address from generate, run and dns serve (they share service.NameDerivedClusterIPs),
+// and each says so; generate writes its rules instead of none.
+func TestSameClusterIPEverywhere(t *testing.T) {
+	dir := t.TempDir()
+	manifests := filepath.Join(dir, "app.yaml")
+	if err := os.WriteFile(manifests, []byte(`apiVersion: v1
+kind: Service
+metadata: {name: shop, namespace: default}
+spec: {selector: {app: shop}, ports: [{port: 80, targetPort: 8080}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: shop-0, labels: {app: shop}}
+spec: {nodeName: node-a, containers: [{name: c, image: i, ports: [{containerPort: 8080}]}]}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gen, genErr, err := runCmd(t, "generate", "iptables", "--manifests", manifests, "--node", "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`-A KUBE-SERVICES .*default/shop.* -d (10\.[0-9.]+) `).FindStringSubmatch(gen)
+	if m == nil {
+		t.Fatalf("generate wrote no rule for default/shop:\n%s", gen)
+	}
+	ip := m[1]
+	if !strings.Contains(genErr, "service default/shop has no clusterIP in the manifests: given "+ip) {
+		t.Errorf("generate's stderr: %q", genErr)
+	}
+	// dns serve fills its manifests with the same function over its ranges.
+	ms, err := service.LoadPaths(manifests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []runtime.Object
+	for _, m := range ms {
+		objs = append(objs, m.Object)
+	}
+	filled, _ := service.NameDerivedClusterIPs(objs, []netip.Prefix{dns.ServeServiceCIDRv4, dns.ServeServiceCIDRv6}, nil)
+	if got := filled[0].(*corev1.Service).Spec.ClusterIP; got != ip {
+		t.Errorf("dns serve's address %s, generate's %s", got, ip)
+	}
+	scenario := filepath.Join(dir, "s.yaml")
+	if err := os.WriteFile(scenario, []byte("cluster: {dns: off, nodes: [{name: node-a}]}\nmanifests: [{path: app.yaml}]\nsteps:\n  - connect: {from: node:node-a, to: \""+ip+":80\"}\n    expect: {result: connected}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCmd(t, "run", scenario)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "service default/shop: ClusterIP "+ip) || !strings.Contains(out, "default/shop without a clusterIP in the manifests: the address derived from the name") {
+		t.Errorf("run:\n%s", out)
+	}
+}
