@@ -23,6 +23,7 @@ type traceOptions struct {
 	lenient      bool
 	ifaceAddrs   []string
 	node         string
+	ipvsSave     string
 	route        func(netip.Addr) string // the --node bundle's routing table
 	// bundle holds the files of --node by the names the dump flags are set to.
 	bundle     map[string][]byte
@@ -129,6 +130,7 @@ func newTraceCmd() *cobra.Command {
 	f.StringArrayVar(&o.ifaceAddrs, "iface-addr", nil, "IFACE=ADDR: an interface's primary address (repeatable): MASQUERADE out of it takes ADDR, REDIRECT in through it too; the address is local")
 	f.BoolVar(&o.lenient, "lenient", false, "skip the lines of --iptables-save that do not load (reported on stderr) instead of refusing the dump; outcomes whose path crossed a chain that lost a line say so")
 	f.StringVar(&o.node, "node", "", "a node bundle (the directory or .tar.gz `clusterlab collect` writes): its iptables-save or nft ruleset, ipsets, addresses and routes, instead of --iptables-save/--nft-ruleset, --ipsets, --local-ips, --iface-addr and --out-interface")
+	f.StringVar(&o.ipvsSave, "ipvs-save", "", "an IPVS-mode node's `ipvsadm -Sn` output: a packet delivered to a virtual service goes on to the real server its scheduler picks, through OUTPUT and POSTROUTING")
 	f.StringVar(&o.nftRuleset, "nft-ruleset", "", "`nft list ruleset` output (with or without -a; or nft -j JSON, or an nft -f script) to trace through, instead of --iptables-save")
 	f.StringVar(&o.src, "src", "", "source IP address")
 	f.StringVar(&o.dst, "dst", "", "destination IP address")
@@ -211,6 +213,19 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 	if err != nil {
 		return badInput(err)
 	}
+	if o.ipvsSave != "" {
+		data, err := o.read(o.ipvsSave)
+		if err != nil {
+			return badInput(fmt.Errorf("--ipvs-save: %w", err))
+		}
+		notes, err := followIPVS(e, res, in, data, o.ipvsSave)
+		if err != nil {
+			return badInput(err)
+		}
+		for _, n := range notes {
+			fmt.Fprintln(cmd.ErrOrStderr(), "clusterlab: "+n)
+		}
+	}
 	out := cmd.OutOrStdout()
 	if structured(o.output) {
 		b, err := res.JSON()
@@ -219,7 +234,7 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 		}
 		return writeStructured(out, o.output, b)
 	}
-	_, err = fmt.Fprint(out, res.Text())
+	_, err = fmt.Fprint(out, res.Text()+ipvsText(res))
 	return err
 }
 

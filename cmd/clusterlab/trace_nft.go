@@ -18,6 +18,9 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	if o.lenient {
 		return badInput(fmt.Errorf("--lenient: only with --iptables-save (an nft ruleset is loaded whole, as nft -f does)"))
 	}
+	if o.ipvsSave != "" {
+		return badInput(fmt.Errorf("--ipvs-save: only with --iptables-save (kube-proxy's IPVS mode programs iptables)"))
+	}
 	if len(o.ifaceAddrs) > 0 {
 		return badInput(fmt.Errorf("--iface-addr: only with --iptables-save (the nftables trace does not name the masquerade address yet)"))
 	}

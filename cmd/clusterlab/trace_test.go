@@ -295,3 +295,34 @@ func TestTraceNodeBundle(t *testing.T) {
 		t.Errorf("empty bundle: %v", err)
 	}
 }
+
+// TestTraceIPVSNode: an IPVS-mode node's bundle is traced end to end: the iptables
+// rules deliver the packet to the virtual service's address (LOCAL, on kube-ipvs0), IPVS
+// sends it to the real server its scheduler picks, and the forwarded packet's way
+// through OUTPUT and POSTROUTING shows: a pod's packet leaves as it is, a packet from
+// outside is masqueraded to the node's address on the way out.
+func TestTraceIPVSNode(t *testing.T) {
+	bundle := "../../testdata/nodebundle/ipvs-node"
+	out, errOut, err := runCmd(t, "trace", "--node", bundle, "--src", "10.0.0.5", "--dst", "172.30.0.42", "--dport", "80")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	if !strings.Contains(errOut, "IPVS virtual services from ipvsadm-Sn.txt") {
+		t.Errorf("stderr: %s", errOut)
+	}
+	if !strings.Contains(out, "IPVS virtual service TCP 172.30.0.42:80 rr -> real server 10.0.1.1:80") || !strings.Contains(out, "then 1. p=1.000000  ACCEPT by filter/OUTPUT policy ACCEPT (tcp 10.0.0.5:40000 -> 10.0.1.1:80 out eth0)") {
+		t.Errorf("pod to ClusterIP:\n%s", out)
+	}
+	js, _, err := runCmd(t, "trace", "--node", bundle, "--src", "203.0.113.5", "--dst", "198.18.0.7", "--dport", "80", "--in-interface", "eth0", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"real_server": "10.0.1.1:80"`, `"snat_source": "192.168.0.2"`, `"packet": "tcp 192.168.0.2:40000 -> 10.0.1.1:80 out eth0`} {
+		if !strings.Contains(js, want) {
+			t.Errorf("from outside to an external IP: want %s in\n%s", want, js)
+		}
+	}
+	if _, _, err := runCmd(t, "trace", "--nft-ruleset", "x", "--ipvs-save", "y", "--src", "10.0.0.5", "--dst", "172.30.0.42", "--dport", "80"); err == nil || !strings.Contains(err.Error(), "--ipvs-save: only with --iptables-save") {
+		t.Errorf("--ipvs-save with nft: %v", err)
+	}
+}

@@ -186,6 +186,9 @@ type overlay struct {
 
 // evalCtx is one evaluation: the packet, the host, the state, the trace.
 type evalCtx struct {
+	// ipvsOut: the packet is one IPVS forwards (a walk's IPVSLeg): nat OUTPUT does not
+	// run for it.
+	ipvsOut bool
 	pkt    *Packet
 	env    Env
 	ch     chooser
@@ -945,6 +948,13 @@ func (c *evalCtx) evalHook(rs *Ruleset, hook netfilter.Hook) HookResult {
 			if c.tr != nil {
 				c.tr.add(Step{Kind: StepNote, Hook: hook.String(), Table: name,
 					Detail: "nat table skipped: not the first packet of the connection (the conntrack entry's binding applies)"}, c)
+			}
+			continue
+		}
+		if name == TableNAT && c.ipvsOut && hook == netfilter.Output {
+			if c.tr != nil {
+				c.tr.add(Step{Kind: StepNote, Hook: hook.String(), Table: name,
+					Detail: "nat table skipped: IPVS sends the packet on; its destination was bound at PREROUTING"}, c)
 			}
 			continue
 		}

@@ -70,6 +70,10 @@ type WalkInput struct {
 	// destination (after DNAT), "" when no route matches. It takes precedence over
 	// OutIface.
 	Route func(dst netip.Addr) string
+	// IPVSLeg walks a packet IPVS forwards to a real server after it met a virtual
+	// service at INPUT (ip_vs_nat_xmit): from OUTPUT (its nat table not run: the
+	// connection's destination binding was made at PREROUTING) through POSTROUTING.
+	IPVSLeg bool
 	// EveryRule scans every chain rule by rule, as the kernel does, so that the trace
 	// lists every rule looked at, matched or not, instead of skipping through the chain
 	// indexes the rules that cannot match (the outcomes are the same).
@@ -152,6 +156,10 @@ type Outcome struct {
 	// table this outcome's paths went through (or whose place is unknown): with them
 	// the outcome could have been another.
 	MayDiffer []string `json:"may_differ,omitempty"`
+	// IPVS, for a packet delivered locally to an IPVS virtual service (a caller that
+	// has the node's IPVS state fills it in): the service, the real server it goes to
+	// and the packet's way on from there.
+	IPVS *IPVSHop `json:"ipvs,omitempty"`
 
 	// Trace is the (first merged) path's trace.
 	Trace   *Trace      `json:"-"`
@@ -302,7 +310,7 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 	defer e.mu.Unlock()
 	res := &WalkResult{Input: in}
 	res.Start = netfilter.Prerouting
-	if in.From == FromNode || (in.From == FromAuto && env.AddrType(in.Packet.Src, "") == AddrLocal) {
+	if in.IPVSLeg || in.From == FromNode || (in.From == FromAuto && env.AddrType(in.Packet.Src, "") == AddrLocal) {
 		res.Start = netfilter.Output
 	}
 	if !in.AllBranches {
@@ -357,7 +365,7 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 	if in.Conntrack != nil {
 		pkt.CT = *in.Conntrack
 	}
-	c := &evalCtx{pkt: &pkt, env: walkEnv{env}, ch: ch, st: e.st, dry: true, tr: tr, noIndex: in.EveryRule}
+	c := &evalCtx{pkt: &pkt, env: walkEnv{env}, ch: ch, st: e.st, dry: true, tr: tr, noIndex: in.EveryRule, ipvsOut: in.IPVSLeg}
 	o := &Outcome{Paths: 1, Trace: tr, MatchedRules: []RuleRef{}, Hooks: []string{}}
 	var lastRule, lastFilter *Decision
 	var dnat, snat *NAT
@@ -647,4 +655,13 @@ func unionSorted(a, b []string) []string {
 		return nx - ny
 	})
 	return slices.Compact(out)
+}
+
+// IPVSHop is what IPVS did with a packet delivered to one of its virtual services.
+type IPVSHop struct {
+	Service    string `json:"service"`     // "TCP 10.96.0.1:443 rr"
+	RealServer string `json:"real_server"` // "172.18.0.2:6443" (empty when none)
+	Reason     string `json:"reason"`
+	// Then is the forwarded packet's walk from OUTPUT (WalkInput.IPVSLeg).
+	Then []*Outcome `json:"then,omitempty"`
 }

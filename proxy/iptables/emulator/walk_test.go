@@ -433,3 +433,30 @@ COMMIT
 		t.Errorf("outcomes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestIPVSLeg: a packet IPVS forwards is walked from OUTPUT without the nat table there
+// (its destination was bound at PREROUTING), and through POSTROUTING's nat table.
+func TestIPVSLeg(t *testing.T) {
+	e := load(t, IPv4, `*nat
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A OUTPUT -p tcp -j DNAT --to-destination 10.9.9.9:1
+-A POSTROUTING -m mark --mark 0x4000/0x4000 -j MASQUERADE
+COMMIT
+`)
+	p := *pkt("tcp 203.0.113.5:4000 10.0.1.1:80")
+	p.Mark = 0x4000
+	r := walk(t, e, WalkInput{Packet: p, IPVSLeg: true, IfaceAddrs: map[string]netip.Addr{"eth0": netip.MustParseAddr("192.168.0.2")}, OutIface: "eth0"})
+	o := r.Outcomes[0]
+	if o.DNATDestination != nil || !o.Masqueraded || o.SNATSource == nil || *o.SNATSource != "192.168.0.2" || o.Verdict != "ACCEPT" {
+		t.Errorf("IPVS leg: %s, dnat %v", o.summary(), o.DNATDestination)
+	}
+	if !strings.Contains(r.Text(), "nat table skipped: IPVS sends the packet on") {
+		t.Errorf("trace:\n%s", r.Text())
+	}
+	// The same packet from the node itself is NATed at OUTPUT.
+	r = walk(t, e, WalkInput{Packet: p, From: FromNode, OutIface: "eth0"})
+	if o := r.Outcomes[0]; o.DNATDestination == nil || *o.DNATDestination != "10.9.9.9:1" {
+		t.Errorf("from the node: %s", o.summary())
+	}
+}
