@@ -189,22 +189,22 @@ type evalCtx struct {
 	// ipvsOut: the packet is one IPVS forwards (a walk's IPVSLeg): nat OUTPUT does not
 	// run for it.
 	ipvsOut bool
-	pkt    *Packet
-	env    Env
-	ch     chooser
-	st     *state
-	dry    bool
-	ov     overlay
-	tr     *Trace
-	hook   netfilter.Hook
-	table  string
-	notes  []string // details of the rule being evaluated (choices, assumptions)
-	assume []Assumption
-	rule   *Rule
-	chain  string
-	buf    []int32
-	cbuf   []*crec
-	stack  []frame
+	pkt     *Packet
+	env     Env
+	ch      chooser
+	st      *state
+	dry     bool
+	ov      overlay
+	tr      *Trace
+	hook    netfilter.Hook
+	table   string
+	notes   []string // details of the rule being evaluated (choices, assumptions)
+	assume  []Assumption
+	rule    *Rule
+	chain   string
+	buf     []int32
+	cbuf    []*crec
+	stack   []frame
 	// counted: rules a compiled traversal matched, counted when it ends.
 	counted []*Rule
 	envCh   envChooser
