@@ -24,6 +24,7 @@ type traceOptions struct {
 	ifaceAddrs   []string
 	node         string
 	ipvsSave     string
+	manifests    []string
 	route        func(netip.Addr) string // the --node bundle's routing table
 	// bundle holds the files of --node by the names the dump flags are set to.
 	bundle     map[string][]byte
@@ -130,6 +131,7 @@ func newTraceCmd() *cobra.Command {
 	f.StringArrayVar(&o.ifaceAddrs, "iface-addr", nil, "IFACE=ADDR: an interface's primary address (repeatable): MASQUERADE out of it takes ADDR, REDIRECT in through it too; the address is local")
 	f.BoolVar(&o.lenient, "lenient", false, "skip the lines of --iptables-save that do not load (reported on stderr) instead of refusing the dump; outcomes whose path crossed a chain that lost a line say so")
 	f.StringVar(&o.node, "node", "", "a node bundle (the directory or .tar.gz `clusterlab collect` writes): its iptables-save or nft ruleset, ipsets, addresses and routes, instead of --iptables-save/--nft-ruleset, --ipsets, --local-ips, --iface-addr and --out-interface")
+	f.StringSliceVar(&o.manifests, "manifests", nil, "the cluster's manifests (a `kubectl get -A -o yaml`, files or directories): the outcomes name the Services, Pods and nodes behind their addresses")
 	f.StringVar(&o.ipvsSave, "ipvs-save", "", "an IPVS-mode node's `ipvsadm -Sn` output: a packet delivered to a virtual service goes on to the real server its scheduler picks, through OUTPUT and POSTROUTING")
 	f.StringVar(&o.nftRuleset, "nft-ruleset", "", "`nft list ruleset` output (with or without -a; or nft -j JSON, or an nft -f script) to trace through, instead of --iptables-save")
 	f.StringVar(&o.src, "src", "", "source IP address")
@@ -226,6 +228,15 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 			fmt.Fprintln(cmd.ErrOrStderr(), "clusterlab: "+n)
 		}
 	}
+	names := ""
+	if len(o.manifests) > 0 {
+		idx, err := loadNames(o.manifests)
+		if err != nil {
+			return badInput(fmt.Errorf("--manifests: %w", err))
+		}
+		nameOutcomes(res.Outcomes, in, idx)
+		names = namesText(res.Outcomes)
+	}
 	out := cmd.OutOrStdout()
 	if structured(o.output) {
 		b, err := res.JSON()
@@ -234,7 +245,7 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 		}
 		return writeStructured(out, o.output, b)
 	}
-	_, err = fmt.Fprint(out, res.Text()+ipvsText(res))
+	_, err = fmt.Fprint(out, res.Text()+ipvsText(res)+names)
 	return err
 }
 

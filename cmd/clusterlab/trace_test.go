@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -324,5 +325,44 @@ func TestTraceIPVSNode(t *testing.T) {
 	}
 	if _, _, err := runCmd(t, "trace", "--nft-ruleset", "x", "--ipvs-save", "y", "--src", "10.0.0.5", "--dst", "172.30.0.42", "--dport", "80"); err == nil || !strings.Contains(err.Error(), "--ipvs-save: only with --iptables-save") {
 		t.Errorf("--ipvs-save with nft: %v", err)
+	}
+}
+
+// TestTraceNames: with --manifests (a kubectl dump) the outcomes name the Service, the
+// Pod (from its EndpointSlice's targetRef) and the node behind their addresses, in the
+// text and in JSON; a manifest that does not load is bad input.
+func TestTraceNames(t *testing.T) {
+	manifests := filepath.Join(t.TempDir(), "dump.yaml")
+	if err := os.WriteFile(manifests, []byte(`apiVersion: v1
+kind: List
+items:
+  - {apiVersion: v1, kind: Service, metadata: {name: web, namespace: shop}, spec: {clusterIP: 172.30.0.42, externalIPs: [198.18.0.7], ports: [{port: 80}]}}
+  - apiVersion: discovery.k8s.io/v1
+    kind: EndpointSlice
+    metadata: {name: web-abc, namespace: shop, labels: {kubernetes.io/service-name: web}}
+    addressType: IPv4
+    endpoints: [{addresses: [10.0.1.1], nodeName: node-b, targetRef: {kind: Pod, name: web-7f9-xk2p, namespace: shop}}]
+  - {apiVersion: v1, kind: Node, metadata: {name: node-a}, status: {addresses: [{type: InternalIP, address: 192.168.0.2}]}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"trace", "--node", "../../testdata/nodebundle/ipvs-node", "--src", "203.0.113.5", "--dst", "198.18.0.7", "--dport", "80", "--in-interface", "eth0", "--manifests", manifests}
+	out, _, err := runCmd(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"names (from --manifests):", "10.0.1.1        pod shop/web-7f9-xk2p on node-b", "198.18.0.7      service shop/web", "192.168.0.2     node node-a"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("want %q in\n%s", want, out)
+		}
+	}
+	js, _, err := runCmd(t, append(args, "-o", "json")...)
+	if err != nil || !strings.Contains(js, `"198.18.0.7": "service shop/web"`) {
+		t.Errorf("json: %v\n%s", err, js)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("kind: Service\napiVersion: v1\nmetadata: {name: x}\nspec: {ports: [{port: nope}]}\n"), 0o644)
+	if _, _, err := runCmd(t, append(args[:len(args)-1], bad)...); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "--manifests") {
+		t.Errorf("bad manifests: %v", err)
 	}
 }

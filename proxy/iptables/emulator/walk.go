@@ -160,6 +160,9 @@ type Outcome struct {
 	// has the node's IPVS state fills it in): the service, the real server it goes to
 	// and the packet's way on from there.
 	IPVS *IPVSHop `json:"ipvs,omitempty"`
+	// Names are what the addresses the outcome shows are in the cluster (a caller that
+	// has the cluster's manifests fills it in): "10.244.1.3": "pod default/web-0 on node-b".
+	Names map[string]string `json:"names,omitempty"`
 
 	// Trace is the (first merged) path's trace.
 	Trace   *Trace      `json:"-"`
