@@ -131,10 +131,13 @@ func (o *traceOptions) useBundle(cmd *cobra.Command) error {
 			o.route = func(d netip.Addr) string { dev, _ := b.OutIface(d.Unmap()); return dev }
 		}
 	}
-	for _, k := range []string{"net.ipv4.conf.all.route_localnet", "net.bridge.bridge-nf-call-iptables"} {
-		if v, ok := b.Sysctls[k]; ok {
-			say("%s = %s (not applied by the rule trace: it follows the rules alone)", k, v)
-		}
+	if v, ok := b.Sysctls["net.ipv4.conf.all.route_localnet"]; ok && !cmd.Flags().Changed("route-localnet") && o.iptablesSave != "" {
+		on := v == "1"
+		o.routeLocalnet = &on
+		say("net.ipv4.conf.all.route_localnet = %s: applied to packets to or from loopback addresses", v)
+	}
+	if v, ok := b.Sysctls["net.bridge.bridge-nf-call-iptables"]; ok {
+		say("net.bridge.bridge-nf-call-iptables = %s (not applied: the trace does not model the bridge)", v)
 	}
 	return nil
 }

@@ -18,14 +18,15 @@ import (
 // and other sources (scenario files) can be added as further flags without changing
 // these.
 type traceOptions struct {
-	iptablesSave string
-	ipsets       string
-	lenient      bool
-	ifaceAddrs   []string
-	node         string
-	ipvsSave     string
-	manifests    []string
-	route        func(netip.Addr) string // the --node bundle's routing table
+	iptablesSave  string
+	ipsets        string
+	lenient       bool
+	ifaceAddrs    []string
+	node          string
+	ipvsSave      string
+	manifests     []string
+	routeLocalnet *bool                   // the node's route_localnet, when known (--route-localnet, a bundle)
+	route         func(netip.Addr) string // the --node bundle's routing table
 	// bundle holds the files of --node by the names the dump flags are set to.
 	bundle     map[string][]byte
 	nftRuleset string
@@ -131,6 +132,7 @@ func newTraceCmd() *cobra.Command {
 	f.StringArrayVar(&o.ifaceAddrs, "iface-addr", nil, "IFACE=ADDR: an interface's primary address (repeatable): MASQUERADE out of it takes ADDR, REDIRECT in through it too; the address is local")
 	f.BoolVar(&o.lenient, "lenient", false, "skip the lines of --iptables-save that do not load (reported on stderr) instead of refusing the dump; outcomes whose path crossed a chain that lost a line say so")
 	f.StringVar(&o.node, "node", "", "a node bundle (the directory or .tar.gz `clusterlab collect` writes): its iptables-save or nft ruleset, ipsets, addresses and routes, instead of --iptables-save/--nft-ruleset, --ipsets, --local-ips, --iface-addr and --out-interface")
+	f.Var(&optBool{p: &o.routeLocalnet}, "route-localnet", "the node's net.ipv4.conf.all.route_localnet (true or false): false drops, as the kernel's routing does, a packet from another interface to or from a loopback address (a NodePort on 127.0.0.1); not given: not checked (a --node bundle's sysctl applies)")
 	f.StringSliceVar(&o.manifests, "manifests", nil, "the cluster's manifests (a `kubectl get -A -o yaml`, files or directories): the outcomes name the Services, Pods and nodes behind their addresses")
 	f.StringVar(&o.ipvsSave, "ipvs-save", "", "an IPVS-mode node's `ipvsadm -Sn` output: a packet delivered to a virtual service goes on to the real server its scheduler picks, through OUTPUT and POSTROUTING")
 	f.StringVar(&o.nftRuleset, "nft-ruleset", "", "`nft list ruleset` output (with or without -a; or nft -j JSON, or an nft -f script) to trace through, instead of --iptables-save")
@@ -362,5 +364,29 @@ func (o *traceOptions) walkInput() (emulator.WalkInput, error) {
 	}
 	in.Packet, in.From, in.AllBranches, in.Seed, in.OutIface, in.EveryRule = p, from, o.allBranches, o.seed, o.outIface, o.everyRule
 	in.Route = o.route
+	in.RouteLocalnet = o.routeLocalnet
 	return in, nil
+}
+
+// optBool is a boolean flag that stays nil unless given.
+type optBool struct{ p **bool }
+
+func (b *optBool) String() string {
+	if b.p == nil || *b.p == nil {
+		return ""
+	}
+	return strconv.FormatBool(**b.p)
+}
+func (b *optBool) Type() string { return "bool" }
+func (b *optBool) Set(s string) error {
+	if s == "" {
+		*b.p = nil
+		return nil
+	}
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b.p = &v
+	return nil
 }

@@ -366,3 +366,19 @@ items:
 		t.Errorf("bad manifests: %v", err)
 	}
 }
+
+// TestTraceRouteLocalnet: --route-localnet=false drops a NodePort DNATed to 127.0.0.1
+// from another interface, as the kernel does, where the rules alone accept it.
+func TestTraceRouteLocalnet(t *testing.T) {
+	dump := filepath.Join(t.TempDir(), "lo.dump")
+	os.WriteFile(dump, []byte("*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp --dport 30080 -j DNAT --to-destination 127.0.0.1:8080\nCOMMIT\n"), 0o644)
+	args := []string{"trace", "--iptables-save", dump, "--src", "192.168.0.9", "--dst", "192.168.0.2", "--dport", "30080", "--in-interface", "eth0", "--local-ips", "192.168.0.2"}
+	out, _, err := runCmd(t, append(args, "--route-localnet=false")...)
+	if err != nil || !strings.Contains(out, "DROP dnat 127.0.0.1:8080 by routing (a martian packet: route_localnet=0)") {
+		t.Errorf("route_localnet=0: %v\n%s", err, out)
+	}
+	out, _, err = runCmd(t, args...)
+	if err != nil || !strings.Contains(out, "LOCAL dnat 127.0.0.1:8080") {
+		t.Errorf("not given: %v\n%s", err, out)
+	}
+}

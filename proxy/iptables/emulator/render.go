@@ -75,7 +75,9 @@ func (o *Outcome) summary() string {
 		parts = append(parts, s)
 	}
 	by := "by policy"
-	if o.Decision != nil {
+	if o.DecidedBy == "routing" {
+		by = "by routing (a martian packet: route_localnet=0)"
+	} else if o.Decision != nil {
 		if o.DecidedBy == "rule" {
 			by = fmt.Sprintf("by %s/%s line %d", o.Decision.Table, o.Decision.Chain, o.Decision.Line)
 		} else {

@@ -74,6 +74,11 @@ type WalkInput struct {
 	// service at INPUT (ip_vs_nat_xmit): from OUTPUT (its nat table not run: the
 	// connection's destination binding was made at PREROUTING) through POSTROUTING.
 	IPVSLeg bool
+	// RouteLocalnet, when set, is the node's net.ipv4.conf.*.route_localnet: false
+	// drops (as the kernel's routing does) a packet arriving on an interface other than
+	// lo with a loopback source or destination after PREROUTING, a NodePort DNATed to
+	// 127.0.0.1 say. Nil: not known, not checked.
+	RouteLocalnet *bool
 	// EveryRule scans every chain rule by rule, as the kernel does, so that the trace
 	// lists every rule looked at, matched or not, instead of skipping through the chain
 	// indexes the rules that cannot match (the outcomes are the same).
@@ -129,7 +134,8 @@ type Outcome struct {
 	// emulator does not model decided).
 	Verdict    string `json:"verdict"`
 	RejectWith string `json:"reject_with,omitempty"`
-	// DecidedBy is "rule" or "policy"; Decision names it (null when no filter table
+	// DecidedBy is "rule", "policy" or "routing" (a martian packet, see
+	// WalkInput.RouteLocalnet); Decision names the rule or policy (null when no filter table
 	// rule or policy was involved: a ruleset without a filter table accepts).
 	DecidedBy string       `json:"decided_by"`
 	Decision  *DecisionRef `json:"decision"`
@@ -373,6 +379,7 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 	var lastRule, lastFilter *Decision
 	var dnat, snat *NAT
 	isLocal := func(a netip.Addr) bool { return env.AddrType(a, "") == AddrLocal }
+	martian := false // routing dropped it (route_localnet)
 	finish := func(v Verdict, reject string, d *Decision) *Outcome {
 		o.Verdict, o.RejectWith = v.String(), reject
 		if d == nil {
@@ -382,6 +389,9 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 			}
 		}
 		o.DecidedBy = "policy"
+		if martian {
+			o.DecidedBy, d = "routing", nil
+		}
 		if d != nil {
 			o.Decision = &DecisionRef{Hook: d.Hook.String(), Table: d.Table, Chain: d.Chain, Policy: d.Policy}
 			if d.Rule != nil {
@@ -460,6 +470,13 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 	if start == netfilter.Prerouting {
 		if o := run(netfilter.Prerouting); o != nil {
 			return o
+		}
+		if in.RouteLocalnet != nil && !*in.RouteLocalnet && pkt.InIface != LoopbackIface && (pkt.Dst.IsLoopback() || pkt.Src.IsLoopback()) {
+			// ip_route_input: a loopback address arriving on another interface is a
+			// martian unless route_localnet is set.
+			tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s -> %s in %s is martian with route_localnet=0: dropped", pkt.Src, pkt.Dst, pkt.InIface)}, c)
+			martian = true
+			return finish(Drop, "", nil)
 		}
 		if isLocal(pkt.Dst) {
 			tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is local: INPUT", pkt.Dst)}, c)

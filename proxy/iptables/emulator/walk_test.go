@@ -460,3 +460,27 @@ COMMIT
 		t.Errorf("from the node: %s", o.summary())
 	}
 }
+
+// TestRouteLocalnet: a packet from another interface DNATed to a loopback address is a
+// martian the kernel's routing drops unless route_localnet is set; not known: not
+// checked.
+func TestRouteLocalnet(t *testing.T) {
+	e := load(t, IPv4, `*nat
+:PREROUTING ACCEPT [0:0]
+-A PREROUTING -p tcp --dport 30080 -j DNAT --to-destination 127.0.0.1:8080
+COMMIT
+`)
+	p := *pkt("tcp 192.168.0.9:4000 192.168.0.2:30080")
+	p.InIface = "eth0"
+	off, on := false, true
+	r := walk(t, e, WalkInput{Packet: p, Local: []netip.Addr{netip.MustParseAddr("192.168.0.2")}, RouteLocalnet: &off})
+	if o := r.Outcomes[0]; o.Verdict != "DROP" || o.DecidedBy != "routing" || !strings.Contains(r.Text(), "is martian with route_localnet=0") || !strings.Contains(r.Text(), "DROP dnat 127.0.0.1:8080 by routing") {
+		t.Errorf("route_localnet=0: %s\n%s", o.summary(), r.Text())
+	}
+	for _, rl := range []*bool{&on, nil} {
+		r = walk(t, e, WalkInput{Packet: p, Local: []netip.Addr{netip.MustParseAddr("192.168.0.2")}, RouteLocalnet: rl})
+		if o := r.Outcomes[0]; o.Verdict != "LOCAL" {
+			t.Errorf("route_localnet %v: %s", rl, o.summary())
+		}
+	}
+}
