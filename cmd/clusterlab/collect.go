@@ -91,6 +91,9 @@ func (o *traceOptions) useBundle(cmd *cobra.Command) error {
 			o.ipvsSave, o.bundle[name(nodebundle.IPVSSave)] = name(nodebundle.IPVSSave), ipvs
 			say("IPVS virtual services from %s", nodebundle.IPVSSave)
 		}
+		if ct, ok := b.File(nodebundle.ConntrackList); ok && !cmd.Flags().Changed("conntrack") {
+			o.conntrack, o.bundle[name(nodebundle.ConntrackList)] = name(nodebundle.ConntrackList), ct
+		}
 		if sets, ok := b.File(nodebundle.IPSetSave); ok {
 			o.ipsets, o.bundle[name(nodebundle.IPSetSave)] = name(nodebundle.IPSetSave), sets
 		} else if strings.Contains(string(iptData), "--match-set") {

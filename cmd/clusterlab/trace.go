@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/clusterlab/clusterlab/kernel"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 
 	"github.com/spf13/cobra"
@@ -26,6 +28,7 @@ type traceOptions struct {
 	ipvsSave      string
 	manifests     []string
 	routeLocalnet *bool                   // the node's route_localnet, when known (--route-localnet, a bundle)
+	conntrack     string                  // `conntrack -L` output: the NAT bindings of existing connections
 	route         func(netip.Addr) string // the --node bundle's routing table
 	// bundle holds the files of --node by the names the dump flags are set to.
 	bundle     map[string][]byte
@@ -133,6 +136,7 @@ func newTraceCmd() *cobra.Command {
 	f.BoolVar(&o.lenient, "lenient", false, "skip the lines of --iptables-save that do not load (reported on stderr) instead of refusing the dump; outcomes whose path crossed a chain that lost a line say so")
 	f.StringVar(&o.node, "node", "", "a node bundle (the directory or .tar.gz `clusterlab collect` writes): its iptables-save or nft ruleset, ipsets, addresses and routes, instead of --iptables-save/--nft-ruleset, --ipsets, --local-ips, --iface-addr and --out-interface")
 	f.Var(&optBool{p: &o.routeLocalnet}, "route-localnet", "the node's net.ipv4.conf.all.route_localnet (true or false): false drops, as the kernel's routing does, a packet from another interface to or from a loopback address (a NodePort on 127.0.0.1); not given: not checked (a --node bundle's sysctl applies)")
+	f.StringVar(&o.conntrack, "conntrack", "", "the node's `conntrack -L` output: a packet of an existing connection (--ctstate ESTABLISHED) gets its connection's NAT binding (a --node bundle's applies)")
 	f.StringSliceVar(&o.manifests, "manifests", nil, "the cluster's manifests (a `kubectl get -A -o yaml`, files or directories): the outcomes name the Services, Pods and nodes behind their addresses")
 	f.StringVar(&o.ipvsSave, "ipvs-save", "", "an IPVS-mode node's `ipvsadm -Sn` output: a packet delivered to a virtual service goes on to the real server its scheduler picks, through OUTPUT and POSTROUTING")
 	f.StringVar(&o.nftRuleset, "nft-ruleset", "", "`nft list ruleset` output (with or without -a; or nft -j JSON, or an nft -f script) to trace through, instead of --iptables-save")
@@ -212,6 +216,11 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 	}
 	if len(e.Ruleset().Tables) == 0 {
 		return badInput(fmt.Errorf("no tables in %s: want iptables-save output (a *TABLE line, its chains and rules, COMMIT)", o.iptablesSave))
+	}
+	if o.conntrack != "" {
+		if err := o.connBinding(cmd, &in); err != nil {
+			return badInput(err)
+		}
 	}
 	res, err := e.Walk(in)
 	if err != nil {
@@ -388,5 +397,41 @@ func (b *optBool) Set(s string) error {
 		return err
 	}
 	*b.p = &v
+	return nil
+}
+
+// connBinding gives a packet of an existing connection (--ctstate ESTABLISHED or
+// RELATED, the original direction) the NAT binding of its entry in --conntrack: the
+// entry whose original tuple is the packet's.
+func (o *traceOptions) connBinding(cmd *cobra.Command, in *emulator.WalkInput) error {
+	if in.Conntrack == nil || in.Conntrack.Reply || in.Conntrack.State == netfilter.CtInvalid {
+		return nil // a first packet (the rules decide), a reply or an INVALID packet
+	}
+	data, err := o.read(o.conntrack)
+	if err != nil {
+		return fmt.Errorf("--conntrack: %w", err)
+	}
+	entries, err := kernel.ParseConntrack(data)
+	if err != nil {
+		return fmt.Errorf("--conntrack %s: %w", o.conntrack, err)
+	}
+	p := in.Packet
+	for _, e := range entries {
+		t := e.Orig
+		if e.Protocol != p.Proto || t.Src != p.Src || t.Dst != p.Dst || t.SrcPort != p.SrcPort || t.DstPort != p.DstPort {
+			continue
+		}
+		n := &emulator.CtNAT{Entry: "conntrack -L: " + e.String()}
+		if e.DNATed() {
+			n.DNAT = netip.AddrPortFrom(e.Reply.Src, e.Reply.SrcPort)
+		}
+		if e.Reply.Dst != t.Src || e.Reply.DstPort != t.SrcPort {
+			n.SNAT = netip.AddrPortFrom(e.Reply.Dst, e.Reply.DstPort)
+		}
+		in.CtNAT = n
+		fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: the packet's connection in %s: %s\n", o.conntrack, e.String())
+		return nil
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: no entry in %s has the packet's tuple: its connection's NAT binding is not known\n", o.conntrack)
 	return nil
 }

@@ -382,3 +382,27 @@ func TestTraceRouteLocalnet(t *testing.T) {
 		t.Errorf("not given: %v\n%s", err, out)
 	}
 }
+
+// TestTraceConntrackBinding: a packet of an existing connection follows its conntrack
+// entry's binding (--conntrack, `conntrack -L` output), here a stale UDP entry to an
+// endpoint the rules no longer name, not the rules' current DNAT; a first packet
+// follows the rules; without an entry for the tuple the trace says so.
+func TestTraceConntrackBinding(t *testing.T) {
+	dir := t.TempDir()
+	dump, ct := filepath.Join(dir, "node.dump"), filepath.Join(dir, "conntrack.txt")
+	os.WriteFile(dump, []byte("*nat\n:PREROUTING ACCEPT [0:0]\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\n-A KUBE-SERVICES -d 10.96.0.50/32 -p udp --dport 8125 -j DNAT --to-destination 10.244.1.7:8125\nCOMMIT\n"), 0o644)
+	os.WriteFile(ct, []byte("udp      17 103 src=10.244.3.9 dst=10.96.0.50 sport=40000 dport=8125 src=10.244.2.4 dst=10.244.3.9 sport=8125 dport=40000 [ASSURED] mark=0 use=1\n"), 0o644)
+	args := []string{"trace", "--iptables-save", dump, "--src", "10.244.3.9", "--dst", "10.96.0.50", "--dport", "8125", "--proto", "udp", "--conntrack", ct}
+	out, errOut, err := runCmd(t, append(args, "--ctstate", "ESTABLISHED")...)
+	if err != nil || !strings.Contains(out, "ACCEPT dnat 10.244.2.4:8125") || !strings.Contains(out, "conntrack: the connection's binding DNATs the packet to 10.244.2.4:8125") || !strings.Contains(errOut, "the packet's connection in "+ct) {
+		t.Errorf("established: %v\n%s\n%s", err, out, errOut)
+	}
+	out, _, err = runCmd(t, args...)
+	if err != nil || !strings.Contains(out, "ACCEPT dnat 10.244.1.7:8125") {
+		t.Errorf("first packet: %v\n%s", err, out)
+	}
+	_, errOut, err = runCmd(t, append(append([]string(nil), args...), "--sport", "40001", "--ctstate", "ESTABLISHED")...)
+	if err != nil || !strings.Contains(errOut, "no entry in "+ct+" has the packet's tuple") {
+		t.Errorf("no entry: %v\n%s", err, errOut)
+	}
+}

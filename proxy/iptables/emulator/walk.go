@@ -79,6 +79,11 @@ type WalkInput struct {
 	// lo with a loopback source or destination after PREROUTING, a NodePort DNATed to
 	// 127.0.0.1 say. Nil: not known, not checked.
 	RouteLocalnet *bool
+	// CtNAT is the NAT binding of the existing connection a packet of --ctstate
+	// ESTABLISHED belongs to (from the node's conntrack table): its destination is
+	// rewritten at PREROUTING (or OUTPUT) and its source at POSTROUTING, where the nat
+	// table ran for the connection's first packet.
+	CtNAT *CtNAT
 	// EveryRule scans every chain rule by rule, as the kernel does, so that the trace
 	// lists every rule looked at, matched or not, instead of skipping through the chain
 	// indexes the rules that cannot match (the outcomes are the same).
@@ -467,10 +472,25 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		}
 		return nil
 	}
+	ctDNAT := func() {
+		if n := in.CtNAT; n != nil && n.DNAT.IsValid() && !natFirst(&pkt) {
+			pkt.Dst, pkt.DstPort = n.DNAT.Addr(), n.DNAT.Port()
+			dnat = &NAT{Kind: netfilter.DNAT, Addr: n.DNAT.Addr(), Port: n.DNAT.Port()}
+			tr.add(Step{Kind: StepNote, Detail: "conntrack: the connection's binding DNATs the packet to " + n.DNAT.String() + " (" + n.Entry + ")"}, c)
+		}
+	}
+	ctSNAT := func() {
+		if n := in.CtNAT; n != nil && n.SNAT.IsValid() && !natFirst(&pkt) {
+			pkt.Src, pkt.SrcPort = n.SNAT.Addr(), n.SNAT.Port()
+			snat = &NAT{Kind: netfilter.SNAT, Addr: n.SNAT.Addr(), Port: n.SNAT.Port()}
+			tr.add(Step{Kind: StepNote, Detail: "conntrack: the connection's binding SNATs the packet from " + n.SNAT.String()}, c)
+		}
+	}
 	if start == netfilter.Prerouting {
 		if o := run(netfilter.Prerouting); o != nil {
 			return o
 		}
+		ctDNAT()
 		if in.RouteLocalnet != nil && !*in.RouteLocalnet && pkt.InIface != LoopbackIface && (pkt.Dst.IsLoopback() || pkt.Src.IsLoopback()) {
 			// ip_route_input: a loopback address arriving on another interface is a
 			// martian unless route_localnet is set.
@@ -493,11 +513,13 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		if o := run(netfilter.Postrouting); o != nil {
 			return o
 		}
+		ctSNAT()
 		return finish(Accept, "", nil)
 	}
 	if o := run(netfilter.Output); o != nil {
 		return o
 	}
+	ctDNAT()
 	local := isLocal(pkt.Dst)
 	if local {
 		pkt.OutIface = "lo"
@@ -509,6 +531,7 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 	if o := run(netfilter.Postrouting); o != nil {
 		return o
 	}
+	ctSNAT()
 	if !local {
 		return finish(Accept, "", nil)
 	}
@@ -684,4 +707,13 @@ type IPVSHop struct {
 	Reason     string `json:"reason"`
 	// Then is the forwarded packet's walk from OUTPUT (WalkInput.IPVSLeg).
 	Then []*Outcome `json:"then,omitempty"`
+}
+
+// CtNAT is an existing connection's NAT binding, as the original direction's packets
+// get it: the destination DNAT gave it and the source SNAT or MASQUERADE gave it
+// (invalid: none).
+type CtNAT struct {
+	DNAT  netip.AddrPort
+	SNAT  netip.AddrPort
+	Entry string // the conntrack entry, for the trace
 }
