@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,8 +75,12 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if cfg.Listen == "" {
 		return inputError{errors.New("no listen address given (--listen HOST:PORT)")}
 	}
-	if _, _, err := net.SplitHostPort(cfg.Listen); err != nil {
+	_, port, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
 		return inputError{fmt.Errorf("--listen %q: %w", cfg.Listen, err)}
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return inputError{fmt.Errorf("--listen %q: port %q: want a number from 0 to 65535", cfg.Listen, port)}
 	}
 	objs, notes, err := loadObjects(cfg.Manifests)
 	if err != nil {

@@ -203,6 +203,8 @@ func TestServeBadInput(t *testing.T) {
 		{"missing file", ServeConfig{Manifests: []string{filepath.Join(dir, "nope.yaml")}, Listen: "127.0.0.1:0"}, "nope.yaml"},
 		{"no manifests", ServeConfig{Listen: "127.0.0.1:0"}, "no manifests"},
 		{"bad listen", ServeConfig{Manifests: []string{dir}, Listen: "localhost"}, "--listen"},
+		{"listen port out of range", ServeConfig{Manifests: []string{dir}, Listen: ":99999"}, `--listen ":99999": port "99999": want a number from 0 to 65535`},
+		{"listen port not a number", ServeConfig{Manifests: []string{dir}, Listen: "127.0.0.1:dns"}, `port "dns"`},
 		{"bad zone", ServeConfig{Manifests: []string{dir}, Listen: "127.0.0.1:0", Zones: []string{"in-addr.arpa"}}, "cluster domain"},
 		{"bad upstream", ServeConfig{Manifests: []string{dir}, Listen: "127.0.0.1:0", Upstream: "dns.example"}, "--upstream"},
 		{"ttl", ServeConfig{Manifests: []string{dir}, Listen: "127.0.0.1:0", TTL: 4000}, "ttl"},

@@ -2,6 +2,7 @@ package netsim
 
 import (
 	"context"
+	"math"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -102,6 +103,9 @@ var monotonicDirect = func() bool {
 func (c *Clock) Advance(d time.Duration) {
 	if d < 0 {
 		panic("netsim: Clock.Advance with a negative duration")
+	}
+	if int64(d) > math.MaxInt64-c.offset.Load() {
+		panic("netsim: Clock.Advance past the largest time.Duration")
 	}
 	c.offset.Add(int64(d))
 	target := c.elapsed()

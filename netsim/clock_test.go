@@ -2,6 +2,7 @@ package netsim
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -64,4 +65,20 @@ func TestMonotonicReadings(t *testing.T) {
 	if d := c.NowMonotonic().Sub(before); d != 1500*time.Millisecond {
 		t.Errorf("after Advance(1.5s) the monotonic reading moved %v", d)
 	}
+}
+
+// TestClockAdvanceOverflowPanics: moving the clock past the largest time.Duration is a
+// programming error that panics, not a clock that wraps to a negative time.
+func TestClockAdvanceOverflowPanics(t *testing.T) {
+	c := NewClock(true)
+	c.Advance(math.MaxInt64 / 2)
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "past the largest time.Duration") {
+			t.Errorf("recovered %v", r)
+		}
+		if c.Since(Epoch) < 0 {
+			t.Error("the clock wrapped")
+		}
+	}()
+	c.Advance(math.MaxInt64/2 + 2)
 }

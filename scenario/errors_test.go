@@ -163,3 +163,18 @@ func TestYAMLSyntaxErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestClockOverflowRefused: an advance (or an at) that would take the virtual clock past
+// a hundred years is an error naming the step, not a clock that wraps to a negative
+// time.
+func TestClockOverflowRefused(t *testing.T) {
+	_, err := Parse("t.yaml", []byte("cluster: {dns: off, nodes: [{name: node-a}]}\nsteps:\n  - advance: 500000h\n  - advance: 500000h\n  - at: 900000h\n    advance: 1s\n"))
+	for _, want := range []string{
+		"t.yaml:4: steps[1].advance: the virtual clock would pass 876000h0m0s (it is at 500000h0m0s)",
+		"t.yaml:5: steps[2].at: 900000h0m0s is past the longest virtual time a run takes (876000h0m0s)",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q in %v", want, err)
+		}
+	}
+}

@@ -447,6 +447,10 @@ func (pr *preparer) manifests() {
 	}
 }
 
+// maxVirtualTime bounds a run's virtual clock (a hundred years): far past any
+// timeout, far from time.Duration's overflow.
+const maxVirtualTime = 100 * 365 * 24 * time.Hour
+
 // steps checks each step: one action, times that do not go back, expectations only
 // where the action has results, and the action's own fields.
 func (pr *preparer) steps() {
@@ -466,14 +470,20 @@ func (pr *preparer) steps() {
 			pr.fail(sp, "one action per step, got %s", strings.Join(acts, " and "))
 			continue
 		}
-		if st.At != nil {
+		if st.At != nil && st.At.D() > maxVirtualTime {
+			pr.fail(sp+".at", "%s is past the longest virtual time a run takes (%s)", st.At, Duration(maxVirtualTime))
+		} else if st.At != nil {
 			if st.At.D() < clock {
 				pr.fail(sp+".at", "%s is earlier than the time the steps before reach (%s)", st.At, Duration(clock))
 			}
 			clock = st.At.D()
 		}
 		if st.Advance != nil {
-			clock += st.Advance.D()
+			if st.Advance.D() > maxVirtualTime-clock {
+				pr.fail(sp+".advance", "the virtual clock would pass %s (it is at %s): want a shorter advance", Duration(maxVirtualTime), Duration(clock))
+			} else {
+				clock += st.Advance.D()
+			}
 		}
 		if st.Expect != nil {
 			switch acts[0] {
