@@ -3,6 +3,7 @@ package emulator
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,4 +86,26 @@ func BenchmarkConnection(b *testing.B) {
 		clock.Advance(10 * time.Millisecond)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "conns/s")
+}
+
+// BenchmarkLoadDumpRealServers: loading an ipvsadm -Sn dump whose one virtual service
+// has n real servers; the time per real server stays flat as n grows (it grew with n
+// while each add scanned the list: issue 23).
+func BenchmarkLoadDumpRealServers(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		var buf strings.Builder
+		buf.WriteString("-A -t 10.96.0.1:80 -s rr\n")
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&buf, "-a -t 10.96.0.1:80 -r 10.%d.%d.%d:8080 -m -w 1\n", (i>>16)&255, (i>>8)&255, i&255)
+		}
+		data := []byte(buf.String())
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, _, err := LoadDump(Config{}, data, "bench"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/real-server")
+		})
+	}
 }

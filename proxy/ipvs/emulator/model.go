@@ -292,8 +292,13 @@ type service struct {
 	mask4      uint32 // IPv4 persistence mask (host order, 0xffffffff = /32)
 	bits6      int    // IPv6 persistence prefix length
 	dests      []*dest
-	seq        uint64
-	vs         *ipvs.VirtualServer // cached virtualServer()
+	// byAddr indexes dests by address and port; posDirty says the dests' pos fields are
+	// stale (they are renumbered when read: posOf), so that adding a real server at the
+	// head of the list, as the kernel does, is not a pass over every other one.
+	byAddr   map[netip.AddrPort]*dest
+	posDirty bool
+	seq      uint64
+	vs       *ipvs.VirtualServer // cached virtualServer()
 }
 
 func (s *service) persistent() bool { return s.flags&ipvs.FlagPersistent != 0 }
@@ -506,12 +511,22 @@ func (sp destSpec) check(s *service) error {
 }
 
 func (s *service) lookupDest(addr netip.Addr, port uint16) *dest {
-	for _, d := range s.dests {
-		if d.addr == addr && d.port == port {
-			return d
+	if s.byAddr == nil {
+		s.byAddr = make(map[netip.AddrPort]*dest, len(s.dests))
+		for _, d := range s.dests {
+			s.byAddr[netip.AddrPortFrom(d.addr, d.port)] = d
 		}
 	}
-	return nil
+	return s.byAddr[netip.AddrPortFrom(addr, port)]
+}
+
+// posOf is d's index in s.dests.
+func (s *service) posOf(d *dest) int {
+	if s.posDirty {
+		s.reindex()
+		s.posDirty = false
+	}
+	return d.pos
 }
 
 func (m *Model) addDest(s *service, sp destSpec) error {
@@ -565,7 +580,10 @@ func (m *Model) updateDest(s *service, d *dest, sp destSpec, add bool) {
 		s.dests = append(s.dests, nil)
 		copy(s.dests[1:], s.dests)
 		s.dests[0] = d
-		s.reindex()
+		s.posDirty = true
+		if s.byAddr != nil {
+			s.byAddr[netip.AddrPortFrom(d.addr, d.port)] = d
+		}
 		if s.sched != nil {
 			s.sched.addDest(m, s, d)
 		}
@@ -605,9 +623,10 @@ func (m *Model) delDest(s *service, addr netip.Addr, port uint16) error {
 // unlinkDest is __ip_vs_unlink_dest().
 func (m *Model) unlinkDest(s *service, d *dest, svcupd bool) {
 	d.available = false
-	pos := d.pos
+	pos := s.posOf(d)
 	s.dests = append(s.dests[:pos], s.dests[pos+1:]...)
-	s.reindex()
+	s.posDirty = true
+	delete(s.byAddr, netip.AddrPortFrom(d.addr, d.port))
 	if svcupd && s.sched != nil {
 		s.sched.delDest(m, s, d, pos)
 	}

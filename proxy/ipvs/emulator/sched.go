@@ -66,7 +66,7 @@ func (r *rrSched) schedule(_ *Model, s *service, _ *schedInput, dry bool) *dest 
 	ok := func(d *dest) bool { return !d.overload && d.weight > 0 }
 	last := -1
 	if r.cursor != nil {
-		last = r.cursor.pos
+		last = s.posOf(r.cursor)
 	}
 	var hit *dest
 	for j := last + 1; j < len(s.dests); j++ {
@@ -165,7 +165,7 @@ func (w *wrrSched) schedule(_ *Model, s *service, _ *schedInput, dry bool) *dest
 	n := len(s.dests)
 	i := -1 // the walk position: index of dest, -1 for the head
 	if mark.cl != nil {
-		i = mark.cl.pos
+		i = s.posOf(mark.cl)
 	}
 	if mark.mw == 0 {
 		return nil // err_noavail: cl stays
