@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // target is a parsed destination (Traffic.To, ConntrackCheck.Dst).
@@ -89,6 +91,9 @@ func parseKindTarget(kind, rest string, portOptional bool) (target, error) {
 		rest, node, ok = strings.Cut(rest, "@")
 		if !ok || node == "" {
 			return target{}, fmt.Errorf("%q: want nodeport:NS/NAME[:PORT]@NODE (the node whose address to use)", orig)
+		}
+		if errs := validation.IsDNS1123Subdomain(node); len(errs) > 0 {
+			return target{}, fmt.Errorf("%q: node %q: %s", orig, node, strings.Join(errs, "; "))
 		}
 		t.node = node
 	}

@@ -69,3 +69,21 @@ spec: {nodeName: node-a, containers: [{name: c, image: i, ports: [{containerPort
 		t.Errorf("run:\n%s", out)
 	}
 }
+
+// TestUsageErrors: a command missing a required flag says so, and an unparsable target
+// is a usage error (exit 2), not a failure of the run.
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"generate", "iptables", "--manifests", "../../testdata/dns/my-service.yaml"}, "--node is required"},
+		{[]string{"generate", "nftables", "--manifests", "../../testdata/dns/my-service.yaml"}, "--node is required"},
+		{[]string{"trace", demoFile, "--from", "pod:default/client", "--to", "nodeport:x/y@@z"}, `node "@z"`},
+	} {
+		_, _, err := runCmd(t, tc.args...)
+		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v (exit %d), want exit 2 with %q", tc.args, err, exitCode(err), tc.want)
+		}
+	}
+}

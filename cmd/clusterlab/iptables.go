@@ -82,7 +82,7 @@ func init() {
 	}
 	f := cmd.Flags()
 	f.StringSliceVarP(&o.manifests, "manifests", "f", nil, "manifest files or directories (YAML or JSON; repeatable)")
-	f.StringVar(&o.node, "node", "", "name of the node the rules are for (endpoints with this nodeName are local)")
+	f.StringVar(&o.node, "node", "", "name of the node the rules are for (required; endpoints with this nodeName are local)")
 	f.StringSliceVar(&o.nodeIPs, "node-ip", nil, "the node's primary IP, at most one per family")
 	f.StringSliceVar(&o.addresses, "node-addresses", nil, "every address on the node (default: --node-ip plus loopback)")
 	f.StringVar(&o.zone, "zone", "", "the node's topology.kubernetes.io/zone")
@@ -129,6 +129,9 @@ func (o *iptablesGenOptions) load() ([]*corev1.Service, []*discoveryv1.EndpointS
 	var node proxy.NodeConfig
 	if len(o.manifests) == 0 {
 		return nil, nil, node, "", badInput(fmt.Errorf("--manifests: at least one file or directory is required"))
+	}
+	if o.node == "" {
+		return nil, nil, node, "", badInput(fmt.Errorf("--node is required: the rules are a node's (its endpoints are local, its Node object gives its addresses)"))
 	}
 	ms, err := service.LoadPaths(o.manifests...)
 	if err != nil {
