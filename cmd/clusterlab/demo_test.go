@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/clusterlab/clusterlab/scenario"
@@ -17,8 +18,9 @@ func runCmd(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	setupRoot()
 	var out, errb bytes.Buffer
-	// Flags keep their values between Execute calls: reset them.
-	for _, c := range rootCmd.Commands() {
+	// Flags keep their values between Execute calls: reset them, in every command.
+	var reset func(c *cobra.Command)
+	reset = func(c *cobra.Command) {
 		c.Flags().VisitAll(func(f *pflag.Flag) {
 			if sv, ok := f.Value.(pflag.SliceValue); ok {
 				sv.Replace(nil)
@@ -27,6 +29,12 @@ func runCmd(t *testing.T, args ...string) (string, string, error) {
 			}
 			f.Changed = false
 		})
+		for _, sub := range c.Commands() {
+			reset(sub)
+		}
+	}
+	for _, c := range rootCmd.Commands() {
+		reset(c)
 	}
 	rootCmd.SetOut(&out)
 	rootCmd.SetErr(&errb)
