@@ -99,7 +99,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 				return inputError{fmt.Errorf("--upstream %q: want an IP address or host:port", cfg.Upstream)}
 			}
 		}
-		sc.Upstream = NewUpstream(cfg.Upstream)
+		sc.Upstream = newLimitedUpstream(NewUpstream(cfg.Upstream), MaxUpstreamInFlight)
 	}
 	if host, _, _ := net.SplitHostPort(cfg.Listen); host != "" {
 		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
@@ -115,8 +115,9 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	udp := &mdns.Server{PacketConn: pc, Handler: srv}
-	tcp := &mdns.Server{Listener: ln, Handler: srv}
+	guard := newLoopGuard(srv)
+	udp := &mdns.Server{PacketConn: pc, Handler: guard}
+	tcp := &mdns.Server{Listener: ln, Handler: guard}
 	errc := make(chan error, 2)
 	for _, s := range []*mdns.Server{udp, tcp} {
 		started := make(chan struct{})
@@ -135,6 +136,11 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		_ = tcp.Shutdown()
 	}()
 
+	if sc.Upstream != nil {
+		if err := guard.checkLoop(ctx, sc.Upstream, cfg.Upstream); err != nil {
+			return inputError{err}
+		}
+	}
 	fmt.Fprintf(logw, "clusterlab dns: serving %s (%s) from %d objects on %s udp+tcp\n",
 		strings.TrimSuffix(srv.Zones()[0], "."), strings.Join(trimDots(srv.Zones()[1:]), " "), len(objs), pc.LocalAddr())
 	writeNotes(logw, notes)

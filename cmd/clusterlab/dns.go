@@ -41,7 +41,9 @@ Pods and Namespaces in the manifests, as CoreDNS's kubernetes plugin would:
 --zone may repeat: the first is the cluster domain, further ones are reverse
 zones such as 0.10.in-addr.arpa served for PTR; without any, PTR answers come
 from in-addr.arpa and ip6.arpa. Names outside the zones go to --upstream, or
-are REFUSED without one.
+are REFUSED without one. With --upstream, the server first sends the upstream a probe
+for a random name: if it comes back, the upstream forwards to this server (a loop) and
+serve stops (exit 2); at most 64 upstream queries are in flight, more get SERVFAIL.
 
 --manifests takes files and directories (their *.yaml, *.yml and *.json files); it
 may repeat, and arguments after the flags are more manifests. Namespaces, Services,
