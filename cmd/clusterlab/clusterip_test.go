@@ -87,3 +87,19 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateValidates: generate reads its manifests through the API server's
+// validation, as dns serve and run do: a Service port out of range is an error naming
+// the file, line and field (exit 2), not a rule iptables-restore would refuse.
+func TestGenerateValidates(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  selector: {app: web}\n  ports:\n    - {protocol: TCP, port: 70000, targetPort: 8080}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"iptables", "nftables"} {
+		_, _, err := runCmd(t, "generate", mode, "--manifests", bad, "--node", "n1")
+		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), bad+":7") || !strings.Contains(err.Error(), "spec.ports[0].port: Invalid value: 70000") {
+			t.Errorf("%s: %v", mode, err)
+		}
+	}
+}

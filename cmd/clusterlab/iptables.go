@@ -137,6 +137,11 @@ func (o *iptablesGenOptions) load() ([]*corev1.Service, []*discoveryv1.EndpointS
 	if err != nil {
 		return nil, nil, node, "", badInput(err)
 	}
+	// What the API server would reject is an error naming file, line and field, as in
+	// dns serve and run, not rules iptables-restore would refuse.
+	if err := service.ValidateManifests(ms); err != nil {
+		return nil, nil, node, "", badInput(err)
+	}
 	var services []*corev1.Service
 	var slices []*discoveryv1.EndpointSlice
 	var nodeObj *corev1.Node
