@@ -123,9 +123,20 @@ func ParseIPSetSave(data []byte, file string) (*IPSets, error) {
 			if set == nil {
 				return nil, perr("set %s does not exist", f[1])
 			}
-			extra := strings.Join(f[3:], " ")
-			if i := strings.Index(line, f[2]); i >= 0 {
-				extra = strings.TrimSpace(line[i+len(f[2]):])
+			// The options after the element, as written: the text after the third
+			// field (found field by field, so a set named like its element is not
+			// mistaken for it).
+			extra, pos := strings.Join(f[3:], " "), 0
+			for k := 0; k < 3; k++ {
+				i := strings.Index(line[pos:], f[k])
+				if i < 0 {
+					pos = -1
+					break
+				}
+				pos += i + len(f[k])
+			}
+			if pos >= 0 {
+				extra = strings.TrimSpace(line[pos:])
 			}
 			if err := set.Add(f[2], extra); err != nil {
 				return nil, perr("%v", err)

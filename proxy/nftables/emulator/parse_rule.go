@@ -837,10 +837,10 @@ func (p *ruleParser) parseNATAddr(n *NATStmt, addrT dtype, t token) error {
 		}
 		addr, port = s[1:i], strings.TrimPrefix(s[i+1:], ":")
 		addrT = tIPv6
+	case addrT == tIPv6 || strings.Count(s, ":") > 1: // an IPv6 address ("::" too), no port
+		addrT = tIPv6
 	case strings.HasPrefix(s, ":"):
 		addr, port = "", s[1:]
-	case addrT == tIPv6 || strings.Count(s, ":") > 1:
-		addrT = tIPv6
 	default:
 		if a, b, ok := strings.Cut(s, ":"); ok {
 			addr, port = a, b
