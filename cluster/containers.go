@@ -218,15 +218,8 @@ func (pr *podRun) newContainer(ct *corev1.Container, sidecar bool) *containerRun
 // when it is not one of the container's ports (an app's health port is often left
 // undeclared), so that a healthy pod passes its probes.
 func (cr *containerRun) addProbePort(spec *corev1.Probe) {
-	var port intstr.IntOrString
-	switch {
-	case spec.TCPSocket != nil:
-		port = spec.TCPSocket.Port
-	case spec.HTTPGet != nil:
-		port = spec.HTTPGet.Port
-	case spec.GRPC != nil:
-		port = intstr.FromInt32(spec.GRPC.Port)
-	default:
+	port, ok := probeHandlerPort(spec)
+	if !ok {
 		return
 	}
 	if port.Type != intstr.Int || port.IntVal <= 0 || port.IntVal > 65535 {
@@ -591,17 +584,11 @@ func (w *probeWorker) probe(at time.Time) {
 // to the pod's IP at the probe's port, then, for httpGet and grpc, the health endpoint's
 // answer.
 func (c *Cluster) runProbe(pr *podRun, ct *containerRun, spec *corev1.Probe, health PodHealth, app bool) bool {
-	var port intstr.IntOrString
-	switch {
-	case spec.Exec != nil:
+	if spec.Exec != nil {
 		return true // cannot run in the simulation: documented as always succeeding
-	case spec.TCPSocket != nil:
-		port = spec.TCPSocket.Port
-	case spec.HTTPGet != nil:
-		port = spec.HTTPGet.Port
-	case spec.GRPC != nil:
-		port = intstr.FromInt32(spec.GRPC.Port)
-	default:
+	}
+	port, ok := probeHandlerPort(spec)
+	if !ok {
 		return false // no handler: the API server would have refused the pod
 	}
 	num, ok := probePort(ct, port)
@@ -650,4 +637,18 @@ func (c *Cluster) nextProbePort() uint16 {
 		c.probePort = checkPortMin
 	}
 	return c.probePort
+}
+
+// probeHandlerPort is the port a tcpSocket, httpGet or grpc probe connects to (false:
+// the probe has none of these handlers).
+func probeHandlerPort(spec *corev1.Probe) (intstr.IntOrString, bool) {
+	switch {
+	case spec.TCPSocket != nil:
+		return spec.TCPSocket.Port, true
+	case spec.HTTPGet != nil:
+		return spec.HTTPGet.Port, true
+	case spec.GRPC != nil:
+		return intstr.FromInt32(spec.GRPC.Port), true
+	}
+	return intstr.IntOrString{}, false
 }

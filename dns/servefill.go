@@ -104,9 +104,4 @@ func completeObjects(objs []runtime.Object) ([]runtime.Object, []string) {
 	return out, notes
 }
 
-func nsOrDefault(ns string) string {
-	if ns == "" {
-		return corev1.NamespaceDefault
-	}
-	return ns
-}
+func nsOrDefault(ns string) string { return service.NamespaceOrDefault(ns) }

@@ -77,7 +77,7 @@ type Route struct {
 
 // Load reads a bundle: a directory, or a .tar.gz (.tgz) of one.
 func Load(p string) (*Bundle, error) {
-	b := &Bundle{Source: p, files: map[string][]byte{}, errs: map[string]string{}, Sysctls: map[string]string{}}
+	b := newBundle(p)
 	st, err := os.Stat(p)
 	if err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func Load(p string) (*Bundle, error) {
 
 // FromFiles makes a bundle from files by name (FILE.err for a tool's error).
 func FromFiles(source string, files map[string][]byte) (*Bundle, error) {
-	b := &Bundle{Source: source, files: map[string][]byte{}, errs: map[string]string{}, Sysctls: map[string]string{}}
+	b := newBundle(source)
 	for name, data := range files {
 		b.add(name, data)
 	}
@@ -113,6 +113,10 @@ func FromFiles(source string, files map[string][]byte) (*Bundle, error) {
 		return nil, fmt.Errorf("node bundle %s: %w", source, err)
 	}
 	return b, nil
+}
+
+func newBundle(source string) *Bundle {
+	return &Bundle{Source: source, files: map[string][]byte{}, errs: map[string]string{}, Sysctls: map[string]string{}}
 }
 
 func (b *Bundle) add(name string, data []byte) {

@@ -111,7 +111,7 @@ func FuzzLoadTar(f *testing.F) {
 	f.Add(tarOf(f, testBundle))
 	maxFile = 1 << 20
 	f.Fuzz(func(t *testing.T, tgz []byte) {
-		b := &Bundle{files: map[string][]byte{}, errs: map[string]string{}, Sysctls: map[string]string{}}
+		b := newBundle("fuzz")
 		if err := b.readTar(bytes.NewReader(tgz)); err == nil {
 			_ = b.parse()
 		}

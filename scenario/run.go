@@ -1117,11 +1117,7 @@ func (r *runner) keepClusterIPs(objs []runtime.Object) []runtime.Object {
 		if !ok || !service.NeedsClusterIP(svc) {
 			continue
 		}
-		ns := svc.Namespace
-		if ns == "" {
-			ns = corev1.NamespaceDefault
-		}
-		old, ok := r.c.Store().GetService(ns, svc.Name)
+		old, ok := r.c.Store().GetService(service.NamespaceOrDefault(svc.Namespace), svc.Name)
 		if !ok || len(old.Spec.ClusterIPs) == 0 {
 			continue
 		}

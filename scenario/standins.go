@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/service"
 )
 
 // Endpoints of a dump whose Pods are not in it (cluster.endpoints).
@@ -26,11 +27,10 @@ import (
 
 // endpointAddr is one endpoint of a Service in the manifests.
 type endpointAddr struct {
-	ip                   netip.Addr
-	node, pod, hostname  string
-	ready, terminating   bool
-	ports                []corev1.ContainerPort
-	fromSlice, fromEndps string
+	ip                  netip.Addr
+	node, pod, hostname string
+	ready, terminating  bool
+	ports               []corev1.ContainerPort
 }
 
 // standIns applies cluster.endpoints to the loaded manifests: stand-in pods for the
@@ -95,7 +95,7 @@ func standIns(l *loaded, mode string, nodes []string) []string {
 			}
 			for _, e := range v.Endpoints {
 				ea := endpointAddr{ready: e.Conditions.Ready == nil || *e.Conditions.Ready, terminating: e.Conditions.Terminating != nil && *e.Conditions.Terminating,
-					ports: ports, fromSlice: v.Name}
+					ports: ports}
 				if e.NodeName != nil {
 					ea.node = *e.NodeName
 				}
@@ -129,7 +129,7 @@ func standIns(l *loaded, mode string, nodes []string) []string {
 						if err != nil {
 							continue
 						}
-						ea := endpointAddr{ip: ip, ready: ready, ports: ports, hostname: a.Hostname, fromEndps: v.Name}
+						ea := endpointAddr{ip: ip, ready: ready, ports: ports, hostname: a.Hostname}
 						if a.NodeName != nil {
 							ea.node = *a.NodeName
 						}
@@ -236,12 +236,7 @@ func standIns(l *loaded, mode string, nodes []string) []string {
 	return notes
 }
 
-func nsName(ns, name string) string {
-	if ns == "" {
-		ns = corev1.NamespaceDefault
-	}
-	return ns + "/" + name
-}
+func nsName(ns, name string) string { return service.NamespaceOrDefault(ns) + "/" + name }
 
 func orNone(s string) string {
 	if s == "" {

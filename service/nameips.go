@@ -55,7 +55,7 @@ func NameDerivedClusterIPs(objs []runtime.Object, cidrs []netip.Prefix, taken []
 	}
 	key := func(i int) string {
 		s := out[i].(*corev1.Service)
-		return nsOr(s.Namespace) + "/" + s.Name
+		return NamespaceOrDefault(s.Namespace) + "/" + s.Name
 	}
 	sort.SliceStable(need, func(a, b int) bool { return key(need[a]) < key(need[b]) })
 	pcg := rand.NewPCG(0, 0)
@@ -73,7 +73,7 @@ func NameDerivedClusterIPs(objs []runtime.Object, cidrs []netip.Prefix, taken []
 	}
 	for _, i := range need {
 		svc := out[i].(*corev1.Service).DeepCopy()
-		ns := nsOr(svc.Namespace)
+		ns := NamespaceOrDefault(svc.Namespace)
 		var ips []string
 		for _, fam := range FamiliesFor(svc, len(allocators) > 1) {
 			a := allocators[fam]
@@ -106,7 +106,8 @@ func NameDerivedClusterIPs(objs []runtime.Object, cidrs []netip.Prefix, taken []
 	return out, notes
 }
 
-func nsOr(ns string) string {
+// NamespaceOrDefault is ns, or "default" for an object that names no namespace.
+func NamespaceOrDefault(ns string) string {
 	if ns == "" {
 		return corev1.NamespaceDefault
 	}

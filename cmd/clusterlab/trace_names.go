@@ -44,7 +44,7 @@ func loadNames(paths []string) (addrNames, error) {
 	for _, m := range ms {
 		switch v := m.Object.(type) {
 		case *corev1.Service:
-			key := "service " + nsDefault(v.Namespace) + "/" + v.Name
+			key := "service " + service.NamespaceOrDefault(v.Namespace) + "/" + v.Name
 			for _, ip := range append(append([]string{v.Spec.ClusterIP}, v.Spec.ClusterIPs...), v.Spec.ExternalIPs...) {
 				names.add(ip, key)
 			}
@@ -52,7 +52,7 @@ func loadNames(paths []string) (addrNames, error) {
 				names.add(in.IP, key+" (load balancer)")
 			}
 		case *corev1.Pod:
-			what := "pod " + nsDefault(v.Namespace) + "/" + v.Name
+			what := "pod " + service.NamespaceOrDefault(v.Namespace) + "/" + v.Name
 			if v.Spec.NodeName != "" {
 				what += " on " + v.Spec.NodeName
 			}
@@ -74,7 +74,7 @@ func loadNames(paths []string) (addrNames, error) {
 				if e.TargetRef == nil || e.TargetRef.Kind != "Pod" {
 					continue
 				}
-				what := "pod " + nsDefault(v.Namespace) + "/" + e.TargetRef.Name
+				what := "pod " + service.NamespaceOrDefault(v.Namespace) + "/" + e.TargetRef.Name
 				if e.NodeName != nil {
 					what += " on " + *e.NodeName
 				}
@@ -85,13 +85,6 @@ func loadNames(paths []string) (addrNames, error) {
 		}
 	}
 	return names, nil
-}
-
-func nsDefault(ns string) string {
-	if ns == "" {
-		return corev1.NamespaceDefault
-	}
-	return ns
 }
 
 var addrRE = regexp.MustCompile(`[0-9]{1,3}(\.[0-9]{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:]+`)
