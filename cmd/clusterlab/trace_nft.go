@@ -18,6 +18,11 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	if o.lenient {
 		return badInput(fmt.Errorf("--lenient: only with --iptables-save (an nft ruleset is loaded whole, as nft -f does)"))
 	}
+	for _, f := range []string{"conntrack", "route-localnet"} {
+		if cmd.Flags().Changed(f) {
+			return badInput(fmt.Errorf("--%s: only with --iptables-save (the nftables trace does not take it yet)", f))
+		}
+	}
 	if o.ipvsSave != "" {
 		return badInput(fmt.Errorf("--ipvs-save: only with --iptables-save (kube-proxy's IPVS mode programs iptables)"))
 	}
