@@ -103,3 +103,58 @@ func TestGenerateValidates(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateDerivesEndpointsFromPods: generate takes manifests as dns serve and run
+// do: a selector Service whose EndpointSlices are not in the files gets those the
+// controller would write for the files' Pods (said on stderr), while a Service whose
+// slices are there keeps them even when its Pods are absent.
+func TestGenerateDerivesEndpointsFromPods(t *testing.T) {
+	dir := t.TempDir()
+	manifests := filepath.Join(dir, "app.yaml")
+	if err := os.WriteFile(manifests, []byte(`apiVersion: v1
+kind: Service
+metadata: {name: shop, namespace: default}
+spec: {clusterIP: 10.96.0.80, selector: {app: shop}, ports: [{port: 80, targetPort: 8080}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: shop-0, namespace: default, labels: {app: shop}}
+spec: {nodeName: node-a, containers: [{name: c, image: i, ports: [{containerPort: 8080}]}]}
+status:
+  phase: Running
+  podIP: 10.244.0.7
+  podIPs: [{ip: 10.244.0.7}]
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: cart, namespace: default}
+spec: {clusterIP: 10.96.0.81, selector: {app: cart}, ports: [{port: 80, targetPort: 9090}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: cart-abc, namespace: default, labels: {kubernetes.io/service-name: cart}}
+addressType: IPv4
+ports: [{name: "", port: 9090, protocol: TCP}]
+endpoints: [{addresses: [10.244.1.9], conditions: {ready: true}, nodeName: node-b}]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"iptables", "nftables"} {
+		gen, genErr, err := runCmd(t, "generate", mode, "--manifests", manifests, "--node", "node-a")
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		for _, want := range []string{"10.244.0.7:8080", "10.244.1.9:9090"} {
+			if !strings.Contains(gen, want) {
+				t.Errorf("%s: no DNAT to %s in\n%s", mode, want, gen)
+			}
+		}
+		if !strings.Contains(genErr, "service default/shop has no EndpointSlice in the manifests: 1 endpoints derived from the pods") {
+			t.Errorf("%s: stderr %q does not say shop's endpoints were derived", mode, genErr)
+		}
+		if strings.Contains(genErr, "default/cart") {
+			t.Errorf("%s: stderr %q speaks of cart, whose slice is in the files", mode, genErr)
+		}
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/clusterlab/clusterlab/dns"
 	"github.com/clusterlab/clusterlab/proxy"
@@ -64,7 +63,12 @@ Services labelled service.kubernetes.io/service-proxy-name are left out, as kube
 leaves them out (and EndpointSlices labelled service.kubernetes.io/headless; before
 1.35 both kinds with either label); --service-proxy-name NAME writes the rules of the
 proxy of that name instead: only the Services labelled
-service.kubernetes.io/service-proxy-name=NAME.`
+service.kubernetes.io/service-proxy-name=NAME.
+
+The manifests are taken as dns serve and run take them: a Service without a clusterIP
+gets the address derived from its name, and a selector Service without EndpointSlices
+(or Endpoints) in the files gets the slices the EndpointSlice controller would write for
+the files' Pods; a dump's own slices are kept as they are. Each is said on stderr.`
 
 func init() {
 	o := &iptablesGenOptions{}
@@ -145,12 +149,11 @@ func (o *iptablesGenOptions) load() ([]*corev1.Service, []*discoveryv1.EndpointS
 	var services []*corev1.Service
 	var slices []*discoveryv1.EndpointSlice
 	var nodeObj *corev1.Node
-	// A Service without a clusterIP gets the address every clusterlab command gives it.
-	objs := make([]runtime.Object, len(ms))
-	for i, m := range ms {
-		objs[i] = m.Object
-	}
-	objs, notes := service.NameDerivedClusterIPs(objs, []netip.Prefix{service.DefaultServiceCIDR, dns.ServeServiceCIDRv6}, nil)
+	// A Service without a clusterIP gets the address every clusterlab command gives it,
+	// and a selector Service without EndpointSlices in the files gets those the
+	// controller would write for the files' Pods (a dump's own slices are kept), as in
+	// dns serve and run.
+	objs, notes := service.CompleteObjects(service.Objects(ms), []netip.Prefix{service.DefaultServiceCIDR, dns.ServeServiceCIDRv6})
 	for _, n := range notes {
 		if o.stderr != nil {
 			fmt.Fprintln(o.stderr, "clusterlab: "+n)

@@ -31,7 +31,11 @@ zone label, InternalIP addresses and podCIDRs, unless flags say otherwise).
 --nodeport-addresses defaults to "primary" in this mode, as in kube-proxy. The output
 applies with nft -f to a host or network namespace without a kube-proxy table.
 Services labelled service.kubernetes.io/service-proxy-name are left out, as kube-proxy
-leaves them out (--service-proxy-name NAME: only those labelled NAME).`
+leaves them out (--service-proxy-name NAME: only those labelled NAME).
+
+The manifests are taken as generate iptables takes them: a Service without a clusterIP
+gets the address derived from its name, a selector Service without EndpointSlices in
+the files gets those derived from the files' Pods, each said on stderr.`
 
 func init() {
 	o := &nftablesGenOptions{}
