@@ -1,0 +1,199 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/clusterlab/clusterlab/proxy/iptables/emulator"
+)
+
+// Real dumps posted in public bug reports (testdata/realdumps, each with its
+// PROVENANCE.md): each test traces the flow the report is about and asserts the
+// outcome the report (or its maintainers) describe, naming the rule that decides it.
+
+const realDumps = "../../testdata/realdumps/"
+
+// traceJSON runs `clusterlab trace ... -o json` and decodes its outcomes.
+func traceJSON(t *testing.T, args ...string) ([]*emulator.Outcome, string) {
+	t.Helper()
+	out, errOut, err := runCmd(t, append(append([]string{"trace"}, args...), "-o", "json")...)
+	if err != nil {
+		t.Fatalf("trace %v: %v\n%s", args, err, errOut)
+	}
+	var outs []*emulator.Outcome
+	if err := json.Unmarshal([]byte(out), &outs); err != nil {
+		t.Fatalf("trace %v: output is not JSON outcomes: %v\n%s", args, err, out)
+	}
+	if len(outs) != 1 {
+		t.Fatalf("trace %v: %d outcomes, want 1:\n%s", args, len(outs), out)
+	}
+	return outs, errOut
+}
+
+// wantDecision checks an outcome's verdict and the rule (or policy) that decided it.
+func wantDecision(t *testing.T, o *emulator.Outcome, verdict, chain string, line int, policy string) {
+	t.Helper()
+	if o.Verdict != verdict {
+		t.Errorf("verdict %s, want %s (packet %s)", o.Verdict, verdict, o.Packet)
+	}
+	d := o.Decision
+	if d == nil || d.Chain != chain || d.Line != line || d.Policy != policy {
+		t.Errorf("decided by %+v, want chain %s line %d policy %q", d, chain, line, policy)
+	}
+}
+
+func matchedChains(o *emulator.Outcome) []string {
+	var s []string
+	for _, r := range o.MatchedRules {
+		s = append(s, r.Chain)
+	}
+	return s
+}
+
+// TestRealDumpPostedTextNeedsRepair: three of the posts are not iptables-save text
+// (`iptables -S` output, a grep of iptables-save -c, a grep of iptables -t nat -S):
+// strictly they are refused at their first line; --lenient skips every line with its
+// reason and then refuses the dump as having no table at all. The traced files are
+// the repaired iptables-save.txt beside them.
+func TestRealDumpPostedTextNeedsRepair(t *testing.T) {
+	for _, c := range []struct{ file, strict, firstSkip string }{
+		{"k8s-43969-docker-reject-output-only/posted.txt", "posted.txt:1: rule outside a table (missing *table line)", `"-P INPUT ACCEPT": rule outside a table`},
+		{"cilium-11819-forward-drop/posted.txt", "posted.txt:1: rule outside a table (missing *table line)", `":FORWARD DROP [7:420]": chain line outside a table`},
+		{"k8s-89869-ipvs-etp-local/posted-reproduction.txt", "posted-reproduction.txt:1: rule outside a table (missing *table line)", `"-N KUBE-LOAD-BALANCER": rule outside a table`},
+	} {
+		args := []string{"trace", "--iptables-save", realDumps + c.file, "--src", "10.0.0.1", "--dst", "10.0.0.2", "--dport", "80"}
+		if _, _, err := runCmd(t, args...); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), c.strict) {
+			t.Errorf("%s strict: %v, want exit 2 and %q", c.file, err, c.strict)
+		}
+		_, errOut, err := runCmd(t, append(args, "--lenient")...)
+		if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "no tables in") || !strings.Contains(errOut, c.firstSkip) {
+			t.Errorf("%s lenient: %v, stderr lacks %q:\n%s", c.file, err, c.firstSkip, errOut)
+		}
+	}
+}
+
+// TestRealDumpK8s43969: kubernetes/kubernetes#43969 (kube-proxy 1.6.0, Docker): the
+// REJECT rules for Services without endpoints are in filter KUBE-SERVICES, which only
+// OUTPUT jumps to. A connection from the node is rejected; one from a container
+// (FORWARD) and one from outside to the node (INPUT) never meet the rule.
+func TestRealDumpK8s43969(t *testing.T) {
+	dump := realDumps + "k8s-43969-docker-reject-output-only/iptables-save.txt"
+	base := []string{"--iptables-save", dump, "--dport", "8080"}
+	// The post ends inside a rule (line 24, "-p" without its argument): refused strictly,
+	// skipped with --lenient.
+	if _, _, err := runCmd(t, append([]string{"trace"}, append(base, "--src", "10.0.0.1", "--dst", "100.68.246.136")...)...); err == nil || !strings.Contains(err.Error(), "iptables-save.txt:24: -p: missing argument") {
+		t.Fatalf("strict: %v", err)
+	}
+	lenient := append(base, "--lenient")
+
+	outs, errOut := traceJSON(t, append(lenient, "--from", "node", "--local-ips", "172.20.32.10", "--src", "172.20.32.10", "--dst", "100.68.246.136")...)
+	if !strings.Contains(errOut, `iptables-save.txt:24 "-A KUBE-SERVICES -d 100.64.0.9/32 -p": -p: missing argument`) {
+		t.Errorf("stderr does not report the truncated line:\n%s", errOut)
+	}
+	o := outs[0]
+	wantDecision(t, o, "REJECT", "KUBE-SERVICES", 23, "")
+	if o.RejectWith != "icmp-port-unreachable" || o.Decision.Hook != "OUTPUT" {
+		t.Errorf("from the node: %s %s at %s", o.Verdict, o.RejectWith, o.Decision.Hook)
+	}
+	if len(o.MayDiffer) == 0 { // KUBE-SERVICES lost its truncated last line
+		t.Errorf("from the node: not flagged as crossing the chain that lost line 24")
+	}
+
+	outs, _ = traceJSON(t, append(lenient, "--src", "172.17.0.2", "--in-interface", "docker0", "--out-interface", "eth0", "--dst", "100.68.246.136")...)
+	o = outs[0]
+	wantDecision(t, o, "ACCEPT", "FORWARD", 15, "")
+	if strings.Contains(strings.Join(matchedChains(o), " "), "KUBE-SERVICES") || len(o.MayDiffer) != 0 {
+		t.Errorf("from a container: FORWARD reached KUBE-SERVICES (%v) or crossed the lost line (%v)", matchedChains(o), o.MayDiffer)
+	}
+
+	outs, _ = traceJSON(t, append(lenient, "--src", "203.0.113.5", "--in-interface", "eth0", "--local-ips", "172.20.32.10", "--dst", "172.20.32.10")...)
+	o = outs[0]
+	wantDecision(t, o, "LOCAL", "INPUT", 0, "ACCEPT")
+	if strings.Contains(strings.Join(matchedChains(o), " "), "KUBE-SERVICES") {
+		t.Errorf("from outside: INPUT reached KUBE-SERVICES: %v", matchedChains(o))
+	}
+}
+
+// TestRealDumpCilium11819: cilium/cilium#11819 (Cilium with kube-proxy and Docker,
+// filter FORWARD policy DROP): with endpoint routes a NodePort's local backend sends
+// its replies in through its lxc interface, which no rule the post shows accepts, so
+// they end at the FORWARD policy, as the post's counters say (7 packets through
+// KUBE-FORWARD, DOCKER-USER, DOCKER-ISOLATION-STAGE-1 and the policy, none through
+// the ctstate NEW jump). Traffic out to cilium_host is accepted by CILIUM_FORWARD.
+func TestRealDumpCilium11819(t *testing.T) {
+	dump := realDumps + "cilium-11819-forward-drop/iptables-save.txt"
+	if _, _, err := runCmd(t, "trace", "--iptables-save", dump, "--src", "10.0.1.105", "--dst", "192.168.36.1", "--dport", "80"); err == nil || !strings.Contains(err.Error(), "iptables-save.txt:23: unterminated quoted string") {
+		t.Fatalf("strict: %v", err)
+	}
+	outs, errOut := traceJSON(t, "--iptables-save", dump, "--lenient", "--ctstate", "ESTABLISHED",
+		"--src", "10.0.1.105", "--sport", "80", "--dst", "192.168.36.1", "--dport", "40000", "--in-interface", "lxc1a2b3c", "--out-interface", "enp0s8")
+	if !strings.Contains(errOut, `iptables-save.txt:23 "[0:0] -A CILIUM_FORWARD -i cilium_host`) {
+		t.Errorf("stderr does not report the truncated line:\n%s", errOut)
+	}
+	o := outs[0]
+	wantDecision(t, o, "DROP", "FORWARD", 0, "DROP")
+	var lines []int
+	for _, r := range o.MatchedRules {
+		lines = append(lines, r.Line)
+	}
+	// FORWARD lines 9 (CILIUM_FORWARD), 10 (KUBE-FORWARD), 12 (DOCKER-USER), 13
+	// (DOCKER-ISOLATION-STAGE-1); not 11, the ctstate NEW jump to KUBE-SERVICES.
+	if got := fmt.Sprint(lines); got != "[9 10 12 13]" {
+		t.Errorf("matched lines %v, want 9,10,12,13", lines)
+	}
+
+	outs, _ = traceJSON(t, "--iptables-save", dump, "--lenient",
+		"--src", "192.168.36.1", "--dst", "10.0.1.105", "--dport", "80", "--in-interface", "enp0s8", "--out-interface", "cilium_host")
+	wantDecision(t, outs[0], "ACCEPT", "CILIUM_FORWARD", 22, "")
+}
+
+// TestRealDumpK8s89869: kubernetes/kubernetes#89869 (IPVS mode, a LoadBalancer
+// Service with externalTrafficPolicy Local). The report reads the virtual server's
+// "Masq" forwarding as the source NAT it saw; IPVS's Masq is NAT mode, which rewrites
+// the destination only: the packet IPVS forwards keeps the client's address. The
+// KUBE-LOAD-BALANCER chain posted later RETURNs, before KUBE-MARK-MASQ, for the
+// LB IP:port pairs in KUBE-LOAD-BALANCER-LOCAL (its `ipset list` loaded as posted).
+func TestRealDumpK8s89869(t *testing.T) {
+	dir := realDumps + "k8s-89869-ipvs-etp-local/"
+	outs, _ := traceJSON(t, "--iptables-save", dir+"iptables-save.txt", "--ipsets", dir+"ipset-list.txt", "--ipvs-save", dir+"ipvsadm-Ln.txt",
+		"--src", "198.51.100.7", "--in-interface", "eth0", "--local-ips", "172.23.133.1", "--dst", "172.23.133.1", "--dport", "80")
+	o := outs[0]
+	if o.Verdict != "LOCAL" || o.IPVS == nil || o.IPVS.Service != "TCP 172.23.133.1:80 rr" || o.IPVS.RealServer != "10.249.51.1:80" || len(o.IPVS.Then) != 1 {
+		t.Fatalf("IPVS hop: %s %+v", o.Verdict, o.IPVS)
+	}
+	fwd := o.IPVS.Then[0]
+	if fwd.Verdict != "ACCEPT" || fwd.Masqueraded || fwd.Packet != "tcp 198.51.100.7:40000 -> 10.249.51.1:80" {
+		t.Errorf("forwarded packet: %s masqueraded=%v %s; want the client's source kept", fwd.Verdict, fwd.Masqueraded, fwd.Packet)
+	}
+
+	// The posted chain has no entry point in the fragment: the test enters it from
+	// PREROUTING (a harness line added in a temporary copy, not part of the dump).
+	data, err := os.ReadFile(dir + "iptables-save.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness := filepath.Join(t.TempDir(), "harness.txt")
+	text := strings.Replace(string(data), "COMMIT\n", "-A PREROUTING -j KUBE-LOAD-BALANCER\nCOMMIT\n", 1)
+	if err := os.WriteFile(harness, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dst, port string
+		last      int // the KUBE-LOAD-BALANCER rule that ends the chain for the packet
+	}{{"172.23.133.0", "80", 4}, {"172.23.133.0", "443", 4}, {"172.23.133.0", "8080", 5}, {"172.23.133.1", "80", 5}} {
+		outs, _ := traceJSON(t, "--iptables-save", harness, "--ipsets", dir+"ipset-list.txt", "--src", "198.51.100.7", "--dst", c.dst, "--dport", c.port)
+		var got int
+		for _, r := range outs[0].MatchedRules {
+			if r.Chain == "KUBE-LOAD-BALANCER" {
+				got = r.Line
+			}
+		}
+		if got != c.last {
+			t.Errorf("%s:%s: KUBE-LOAD-BALANCER rule %d matched, want %d", c.dst, c.port, got, c.last)
+		}
+	}
+}
