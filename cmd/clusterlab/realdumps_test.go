@@ -46,6 +46,13 @@ func wantDecision(t *testing.T, o *emulator.Outcome, verdict, chain string, line
 	}
 }
 
+func strOrNone(p *string) string {
+	if p == nil {
+		return "none"
+	}
+	return *p
+}
+
 func matchedChains(o *emulator.Outcome) []string {
 	var s []string
 	for _, r := range o.MatchedRules {
@@ -195,5 +202,96 @@ func TestRealDumpK8s89869(t *testing.T) {
 		if got != c.last {
 			t.Errorf("%s:%s: KUBE-LOAD-BALANCER rule %d matched, want %d", c.dst, c.port, got, c.last)
 		}
+	}
+}
+
+// TestRealDumpCNIPlugins1209: containernetworking/plugins#1209, the portmap plugin's
+// nftables backend (an nftables node): its prerouting chain jumps to the hostPort
+// chain for every packet, so DNS traffic a pod sends through the node to any resolver
+// is DNATed to the hostPort pod; from the node itself the output chain's
+// `fib daddr type local` guard keeps it out. The post is markdown-quoted ("> " on
+// every line): refused as it is, traced after unquoting.
+func TestRealDumpCNIPlugins1209(t *testing.T) {
+	dir := realDumps + "cni-plugins-1209-portmap-nft/"
+	if _, _, err := runCmd(t, "trace", "--nft-ruleset", dir+"posted.txt", "--proto", "udp", "--src", "2001:db8:1::7", "--dst", "2001:db8:ff::1", "--dport", "53"); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), `posted.txt:1: expected table`) {
+		t.Fatalf("quoted post: %v", err)
+	}
+	nft := dir + "nft-ruleset.txt"
+	outs, _ := traceJSON(t, "--nft-ruleset", nft, "--proto", "udp", "--src", "2001:db8:1::7", "--in-interface", "cni0", "--dst", "2001:db8:ff::1", "--dport", "53")
+	o := outs[0]
+	if o.Verdict != "ACCEPT" || o.DNATDestination == nil || *o.DNATDestination != "[2001:db8::53]:1053" || strings.Join(o.Hooks, ",") != "PREROUTING,FORWARD,POSTROUTING" {
+		t.Fatalf("forwarded pod DNS: %s dnat %s hooks %v", o.Verdict, strOrNone(o.DNATDestination), o.Hooks)
+	}
+	last := o.MatchedRules[len(o.MatchedRules)-1]
+	if last.Chain != "hostports" || last.Line != 4 || !strings.HasPrefix(last.Rule, "udp dport 53 dnat to [2001:db8::53]:1053") {
+		t.Errorf("deciding rule %+v, want hostports line 4", last)
+	}
+	if o.MatchedRules[0].Chain != "prerouting" || o.MatchedRules[1].Line != 13 {
+		t.Errorf("path %+v: want prerouting's unconditional jumps (lines 12, 13)", o.MatchedRules)
+	}
+
+	outs, _ = traceJSON(t, "--nft-ruleset", nft, "--proto", "udp", "--from", "node", "--local-ips", "2001:db8:1::1", "--src", "2001:db8:1::1", "--dst", "2001:db8:ff::1", "--dport", "53")
+	if o := outs[0]; o.Verdict != "ACCEPT" || o.DNATDestination != nil {
+		t.Errorf("from the node: %s dnat %s, want no DNAT (fib daddr type local, line 19)", o.Verdict, strOrNone(o.DNATDestination))
+	}
+}
+
+// TestRealDumpK8s65459: kubernetes/kubernetes#65459 and its fix #65803 (IPVS mode):
+// before the fix KUBE-SERVICES sent every packet whose destination port is in
+// KUBE-NODE-PORT-TCP to KUBE-NODE-PORT and its KUBE-MARK-MASQ, whatever the
+// destination address; after it, only packets to a local address. The sets' members
+// were not posted: --all-branches assumes each set match both ways and the outcomes
+// say which assumptions they rest on.
+func TestRealDumpK8s65459(t *testing.T) {
+	dir := realDumps + "k8s-65459-ipvs-nodeport-addrtype/"
+	// The posted rules have no entry point and KUBE-MARK-MASQ's rule was not posted: a
+	// temporary harness copy adds kube-proxy's PREROUTING jump and its MARK rule.
+	harness := func(v string) string {
+		data, err := os.ReadFile(dir + "iptables-save-" + v + ".txt")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(t.TempDir(), v+".txt")
+		text := strings.Replace(string(data), "COMMIT\n", "-A PREROUTING -j KUBE-SERVICES\n-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\nCOMMIT\n", 1)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// markedByNodePortSet: an outcome marked for masquerade while assuming the
+	// destination is not a cluster IP:port, so only the NodePort set can have marked it.
+	markedByNodePortSet := func(args ...string) bool {
+		out, _, err := runCmd(t, append([]string{"trace", "--all-branches", "-o", "json"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outs []*emulator.Outcome
+		if err := json.Unmarshal([]byte(out), &outs); err != nil || len(outs) < 2 {
+			t.Fatalf("%v: %d outcomes\n%s", err, len(outs), out)
+		}
+		for _, o := range outs {
+			clusterIP := false
+			for _, a := range o.Assumptions {
+				if strings.Contains(a.Match, "KUBE-CLUSTER-IP") && a.Matched {
+					clusterIP = true
+				}
+			}
+			if o.Mark == "0x4000" && !clusterIP {
+				return true
+			}
+		}
+		return false
+	}
+	remote := []string{"--src", "10.244.1.5", "--in-interface", "cni0", "--dst", "10.0.0.9", "--dport", "30080"}
+	local := []string{"--src", "10.244.1.5", "--in-interface", "cni0", "--local-ips", "10.0.0.9", "--dst", "10.0.0.9", "--dport", "30080"}
+	before, after := harness("before"), harness("after")
+	if !markedByNodePortSet(append([]string{"--iptables-save", before}, remote...)...) {
+		t.Errorf("before the fix: a pod's packet to a remote host on a NodePort number is never marked by the NodePort set")
+	}
+	if markedByNodePortSet(append([]string{"--iptables-save", after}, remote...)...) {
+		t.Errorf("after the fix: a pod's packet to a remote host is still marked by the NodePort set")
+	}
+	if !markedByNodePortSet(append([]string{"--iptables-save", after}, local...)...) {
+		t.Errorf("after the fix: a NodePort on the node itself is no longer marked")
 	}
 }
