@@ -400,3 +400,30 @@ func TestIPTablesRestorePortZeroNAT(t *testing.T) {
 		}
 	}
 }
+
+// TestRealDumpCilium14913: cilium/cilium#14913 (a maintainer's analysis, merged fix):
+// in tunnelling mode CILIUM_POST_nat SNATs the node's own traffic into the cluster
+// through cilium_host to the cilium_host address (rule 4); with per-endpoint routes
+// as well, rule 2 became `! -o lxc+ -j RETURN`, so that traffic returns before rule 4
+// and leaves unSNATed: the bypass the PR fixes. The post is a markdown numbered list.
+func TestRealDumpCilium14913(t *testing.T) {
+	dir := realDumps + "cilium-14913-snat-bypass/"
+	if _, _, err := runCmd(t, "trace", "--iptables-save", dir+"posted-tunnel.txt", "--src", "10.0.0.1", "--dst", "10.0.0.2", "--dport", "80"); err == nil || !strings.Contains(err.Error(), "posted-tunnel.txt:1: rule outside a table") {
+		t.Fatalf("numbered list as posted: %v", err)
+	}
+	// The chain's feeder rule from POSTROUTING was not posted: the harness adds it.
+	args := []string{"--from", "node", "--local-ips", "192.168.34.11", "--src", "192.168.34.11", "--dst", "10.0.2.5", "--dport", "80", "--out-interface", "cilium_host"}
+	feeder := "-A POSTROUTING -j CILIUM_POST_nat"
+	outs, _ := traceJSON(t, append([]string{"--iptables-save", harnessCopy(t, dir+"iptables-save-tunnel.txt", feeder)}, args...)...)
+	o := outs[0]
+	last := o.MatchedRules[len(o.MatchedRules)-1]
+	if !o.Masqueraded || strOrNone(o.SNATSource) != "10.0.1.6" || last.Chain != "CILIUM_POST_nat" || last.Line != 6 {
+		t.Errorf("tunnelling: masqueraded %v to %s by %+v; want SNAT to 10.0.1.6 by CILIUM_POST_nat line 6 (rule 4)", o.Masqueraded, strOrNone(o.SNATSource), last)
+	}
+	outs, _ = traceJSON(t, append([]string{"--iptables-save", harnessCopy(t, dir+"iptables-save-endpoint-routes.txt", feeder)}, args...)...)
+	o = outs[0]
+	last = o.MatchedRules[len(o.MatchedRules)-1]
+	if o.Masqueraded || last.Chain != "CILIUM_POST_nat" || last.Line != 4 || !strings.HasSuffix(last.Rule, "-j RETURN") {
+		t.Errorf("endpoint routes: masqueraded %v, last rule %+v; want no SNAT, RETURN at CILIUM_POST_nat line 4 (rule 2)", o.Masqueraded, last)
+	}
+}
