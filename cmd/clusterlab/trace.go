@@ -126,6 +126,9 @@ func newTraceCmd() *cobra.Command {
 				return badInput(fmt.Errorf("%s: only for tracing a scenario (give the scenario file as the argument)", strings.Join(c, ", ")))
 			}
 			o.sportSet = cmd.Flags().Changed("sport")
+			// What a --node bundle set up is not a flag: clear it, so a command run
+			// again in the same process (the tests) starts from its flags alone.
+			o.route, o.bundle = nil, nil
 			return runTrace(cmd, &o)
 		},
 	}

@@ -411,3 +411,20 @@ func TestTraceConntrackBinding(t *testing.T) {
 		t.Errorf("no entry: %v\n%s", err, errOut)
 	}
 }
+
+// TestTraceNodeBundleDoesNotLinger: a trace after one with --node (the same command,
+// run again in one process) does not keep the bundle's routing table: its
+// --out-interface is the packet's output interface.
+func TestTraceNodeBundleDoesNotLinger(t *testing.T) {
+	if _, _, err := runCmd(t, "trace", "--node", "../../testdata/nodebundle/ipvs-node", "--src", "203.0.113.5", "--dst", "198.18.0.7", "--dport", "80", "--in-interface", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	dump := t.TempDir() + "/fwd.dump"
+	if err := os.WriteFile(dump, []byte("*filter\n:FORWARD DROP [0:0]\n-A FORWARD -o cilium_host -j ACCEPT\nCOMMIT\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCmd(t, "trace", "--iptables-save", dump, "--src", "192.168.36.1", "--dst", "10.0.1.105", "--dport", "80", "--in-interface", "enp0s8", "--out-interface", "cilium_host")
+	if err != nil || !strings.Contains(out, "=> ACCEPT by filter/FORWARD line 3") {
+		t.Errorf("after a --node trace: %v\n%s", err, out)
+	}
+}
