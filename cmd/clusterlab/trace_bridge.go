@@ -107,7 +107,9 @@ func (o *traceOptions) useBundleBridge(cmd *cobra.Command, b *nodebundle.Bundle,
 	link, ok := b.Link(dev)
 	if b.Links == nil {
 		say("no interface details (%s: %s): whether %s (the way to %s) is a bridge is not known; the bridge is not modelled unless --hairpin or --bridge-nf-call-iptables is given", nodebundle.IPLink, b.Missing(nodebundle.IPLink), dev, src)
-		o.bridgeFallback = &emulator.Bridge{Name: dev, Has: func(a netip.Addr) bool { d, _ := b.OutIface(a.Unmap()); return d == dev }}
+		o.bridgeFallback = &emulator.Bridge{Name: dev, Has: func(a netip.Addr) bool { d, _ := b.OutIface(a.Unmap()); return d == dev },
+			PortOf:         func(a netip.Addr) string { p, _ := b.PortOf(dev, a); return p },
+			NFCallIPTables: bundleNFCall(b, nodebundle.Link{}, strings.Contains(o.dst, ":"))}
 		return
 	}
 	if !ok || link.Kind != "bridge" {

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -79,7 +82,7 @@ func TestTraceBridgeFlags(t *testing.T) {
 		t.Errorf("hairpin off, br_netfilter not given: %v\n%s", err, out)
 	}
 	js, _, err := runCmd(t, append(args, "--bridge-nf-call-iptables=true", "--all-branches", "-o", "json")...)
-	if err != nil || strings.Count(js, `"verdict"`) != 2 || !strings.Contains(js, `"condition": "bridge cbr0 port  hairpin"`) || !strings.Contains(js, `"decided_by": "bridge"`) {
+	if err != nil || strings.Count(js, `"verdict"`) != 2 || !strings.Contains(js, `"condition": "bridge cbr0 port (the pod's) hairpin"`) || !strings.Contains(js, `"decided_by": "bridge"`) {
 		t.Errorf("hairpin not known, all branches: %v\n%s", err, js)
 	}
 	if _, _, err := runCmd(t, append(args, "--hairpin", "maybe")...); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "want on or off") {
@@ -87,5 +90,74 @@ func TestTraceBridgeFlags(t *testing.T) {
 	}
 	if _, _, err := runCmd(t, "trace", "--nft-ruleset", "x", "--hairpin", "off", "--src", "10.244.0.5", "--dst", "10.96.0.50", "--dport", "80"); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "--hairpin: only with --iptables-save") {
 		t.Errorf("--hairpin with nft: %v", err)
+	}
+}
+
+// bundleWithout copies the bridge-node bundle without some of its files.
+func bundleWithout(t *testing.T, drop ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	entries, err := os.ReadDir(bridgeBundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if slices.Contains(drop, e.Name()) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(bridgeBundle, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestTraceBridgeBundleGaps: what a bundle lacks for the bridge the trace says, and
+// assumes instead of guessing: without the neighbour table the pod's port is not
+// known (the ports' modes differ, so hairpin on is assumed, and both with
+// --all-branches); without the link details the bridge is not modelled unless a flag
+// asks for it; without the sysctl bridge-nf-call-iptables is assumed; on a node
+// without br_netfilter iptables never sees a frame between two pods.
+func TestTraceBridgeBundleGaps(t *testing.T) {
+	solo := []string{"--src", "10.244.0.5", "--dst", "10.96.0.50", "--dport", "80"}
+	noNeigh := bundleWithout(t, "ip-neigh.json")
+	out, errOut, err := runCmd(t, append([]string{"trace", "--node", noNeigh}, solo...)...)
+	if err != nil || !strings.Contains(out, "ACCEPT dnat 10.244.0.5:8080") || !strings.Contains(out, "assuming hairpin mode of the pod's port on cbr0 on (not known)") ||
+		!strings.Contains(errOut, "10.244.0.5 is on bridge cbr0, its port not known (no neighbour table (ip-neigh.json: not collected)); and the ports' hairpin modes differ") {
+		t.Errorf("no neighbour table: %v\n%s\n%s", err, out, errOut)
+	}
+	out, _, err = runCmd(t, append([]string{"trace", "--node", noNeigh, "--all-branches"}, solo...)...)
+	if err != nil || !strings.Contains(out, "DROP dnat 10.244.0.5:8080 by the bridge") || !strings.Contains(out, "ACCEPT dnat 10.244.0.5:8080") {
+		t.Errorf("no neighbour table, all branches: %v\n%s", err, out)
+	}
+
+	noLinks := bundleWithout(t, "ip-link.json")
+	out, errOut, err = runCmd(t, append([]string{"trace", "--node", noLinks}, solo...)...)
+	if err != nil || !strings.Contains(out, "ACCEPT dnat 10.244.0.5:8080") || strings.Contains(out, "bridge cbr0") ||
+		!strings.Contains(errOut, "no interface details (ip-link.json: not collected): whether cbr0 (the way to 10.244.0.5) is a bridge is not known") {
+		t.Errorf("no links: %v\n%s\n%s", err, out, errOut)
+	}
+	out, _, err = runCmd(t, append([]string{"trace", "--node", noLinks, "--hairpin", "off"}, solo...)...)
+	if err != nil || !strings.Contains(out, "DROP dnat 10.244.0.5:8080 by the bridge (cbr0 port vethsolo hairpin off, bridge-nf-call-iptables=1)") {
+		t.Errorf("no links, --hairpin off: %v\n%s", err, out)
+	}
+
+	dir := bundleWithout(t, "sysctl.txt")
+	out, errOut, err = runCmd(t, append([]string{"trace", "--node", dir}, solo...)...)
+	if err != nil || !strings.Contains(out, "DROP") || !strings.Contains(out, "assuming bridge-nf-call-iptables (cbr0) on (not known)") || !strings.Contains(errOut, "net.bridge.bridge-nf-call-iptables not collected") {
+		t.Errorf("no sysctls: %v\n%s\n%s", err, out, errOut)
+	}
+	// A node without br_netfilter: the sysctl absent.
+	if err := os.WriteFile(filepath.Join(dir, "sysctl.txt"), []byte("net.ipv4.ip_forward = 1\n# not present: net.bridge.bridge-nf-call-iptables\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err = runCmd(t, "trace", "--node", dir, "--src", "10.244.0.7", "--dst", "10.244.0.6", "--dport", "8080", "-o", "json")
+	if err != nil || !strings.Contains(out, `"decided_by": "bridge"`) || !strings.Contains(out, `"hooks": []`) || !strings.Contains(out, "iptables never sees it") ||
+		!strings.Contains(errOut, "net.bridge.bridge-nf-call-iptables = absent (br_netfilter not loaded)") {
+		t.Errorf("pod to pod without br_netfilter: %v\n%s\n%s", err, out, errOut)
 	}
 }

@@ -135,7 +135,11 @@ func (c *evalCtx) bridgeSetting(known *bool, cond, label string, def bool) bool 
 	}
 	v := def
 	if pc, ok := c.ch.(*pathChooser); ok {
-		v = pc.unknown(cond, label+" on", false)
+		n := len(pc.taken)
+		v = pc.unknown(cond, label, false)
+		if len(pc.taken) > n { // a new choice: name the branch by the value assumed
+			pc.taken[n].label = fmt.Sprintf("assume %s %s", label, onOff(v))
+		}
 	}
 	c.assume = append(c.assume, Assumption{Hook: c.hook, Match: label, Matched: v, Condition: cond, Holds: v})
 	c.tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("bridge: %s not known: assumed %s", label, onOff(v))}, c)
@@ -160,6 +164,9 @@ func (c *evalCtx) bridgeHairpin(b *Bridge, port string) bool {
 	what := "hairpin mode of " + b.name() + " port " + port
 	if port == "" {
 		what = "hairpin mode of the pod's port on " + b.name()
+	}
+	if port == "" {
+		port = "(the pod's)"
 	}
 	return c.bridgeSetting(known, "bridge "+b.Name+" port "+port+" hairpin", what, true)
 }
