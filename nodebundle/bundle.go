@@ -1,6 +1,7 @@
 // Package nodebundle reads one node's networking state as `clusterlab collect`'s
 // script gathers it (a directory, or its .tar.gz): the iptables, nftables, ipset, IPVS
-// and conntrack dumps, `ip -j` addresses, routes and links, sysctls, the kernel release
+// and conntrack dumps, `ip -j` addresses, routes, links (with the bridge ports' hairpin
+// modes) and neighbours, the bridges' forwarding entries, sysctls, the kernel release
 // and kube-proxy's version and configuration. Every part may be missing; Missing says
 // why (not collected, or the tool's error as the script recorded it).
 package nodebundle

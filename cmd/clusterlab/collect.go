@@ -142,6 +142,12 @@ func (o *traceOptions) useBundle(cmd *cobra.Command) error {
 	}
 	if o.iptablesSave != "" {
 		o.useBundleBridge(cmd, b, say)
+	} else if src, err := netip.ParseAddr(o.src); err == nil {
+		if dev, _ := b.OutIface(src.Unmap()); dev != "" {
+			if l, ok := b.Link(dev); ok && l.Kind == "bridge" {
+				say("%s is on bridge %s: the nftables trace does not model the bridge (hairpin mode, bridge-nf-call-iptables) yet", src, dev)
+			}
+		}
 	}
 	return nil
 }

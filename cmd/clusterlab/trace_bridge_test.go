@@ -161,3 +161,13 @@ func TestTraceBridgeBundleGaps(t *testing.T) {
 		t.Errorf("pod to pod without br_netfilter: %v\n%s\n%s", err, out, errOut)
 	}
 }
+
+// TestTraceBridgeNFTBundle: the nftables trace does not model the bridge yet, and a
+// bundle traced through its nft ruleset says so when the source is on a bridge.
+func TestTraceBridgeNFTBundle(t *testing.T) {
+	dir := bundleWithout(t, "iptables-save.txt")
+	_, errOut, err := runCmd(t, "trace", "--node", dir, "--src", "10.244.0.5", "--dst", "10.96.0.50", "--dport", "80")
+	if err != nil || !strings.Contains(errOut, "tracing nft-ruleset.txt") || !strings.Contains(errOut, "10.244.0.5 is on bridge cbr0: the nftables trace does not model the bridge") {
+		t.Errorf("nft bundle: %v\n%s", err, errOut)
+	}
+}
