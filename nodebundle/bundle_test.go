@@ -134,3 +134,106 @@ func FuzzParse(f *testing.F) {
 		b.PrimaryAddrs(true)
 	})
 }
+
+const bridgeBundle = "../testdata/nodebundle/bridge-node"
+
+// TestLoadBridge: a bundle collected from a bridged node gives the bridge, its ports
+// with their hairpin modes, the bridge's own nf_call_iptables, the sysctls the node
+// does not have, and a pod address's port (neighbour MAC, then the bridge's
+// forwarding entry for it); what is missing for a port says why.
+func TestLoadBridge(t *testing.T) {
+	b, err := Load(bridgeBundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br, ok := b.Link("cbr0")
+	if !ok || br.Kind != "bridge" || br.NFCallIPTables == nil || *br.NFCallIPTables {
+		t.Fatalf("cbr0: %+v", br)
+	}
+	hairpin := map[string]bool{}
+	for _, p := range b.Ports("cbr0") {
+		if p.Hairpin == nil || p.PortState != "forwarding" {
+			t.Fatalf("port %+v: no hairpin mode or not forwarding", p)
+		}
+		hairpin[p.Name] = *p.Hairpin
+	}
+	if len(hairpin) != 3 || hairpin["vethsolo"] || !hairpin["vethweb"] || !hairpin["vethcli"] {
+		t.Errorf("hairpin modes %v, want vethsolo off, vethweb and vethcli on", hairpin)
+	}
+	if eth, _ := b.Link("eth0"); eth.Hairpin != nil || eth.Master != "" {
+		t.Errorf("eth0 is no bridge port: %+v", eth)
+	}
+	for addr, want := range map[string]string{"10.244.0.5": "vethsolo", "10.244.0.6": "vethweb", "10.244.0.7": "vethcli"} {
+		if port, why := b.PortOf("cbr0", netip.MustParseAddr(addr)); port != want {
+			t.Errorf("%s: port %q (%s), want %s", addr, port, why, want)
+		}
+	}
+	if port, why := b.PortOf("cbr0", netip.MustParseAddr("10.244.0.9")); port != "" || !strings.Contains(why, "ip-neigh.json has no entry for 10.244.0.9 on cbr0") {
+		t.Errorf("an address without a neighbour entry: %q, %q", port, why)
+	}
+	if b.Sysctls["net.bridge.bridge-nf-call-iptables"] != "1" || !b.AbsentSysctls["net.ipv4.vs.conntrack"] || b.AbsentSysctls["net.bridge.bridge-nf-call-iptables"] {
+		t.Errorf("sysctls %v, absent %v", b.Sysctls, b.AbsentSysctls)
+	}
+	// Without the forwarding database the port is not known, and the reason says so.
+	files := map[string][]byte{}
+	for _, f := range []string{IPLink, IPNeigh} {
+		files[f], _ = os.ReadFile(filepath.Join(bridgeBundle, f))
+	}
+	files[BridgeFDB+".err"] = []byte("bridge: not installed")
+	nb, err := FromFiles("b", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port, why := nb.PortOf("cbr0", netip.MustParseAddr("10.244.0.5")); port != "" || !strings.Contains(why, "no forwarding database (bridge-fdb.json: bridge: not installed)") {
+		t.Errorf("no fdb: %q, %q", port, why)
+	}
+	if port, why := (&Bundle{}).PortOf("cbr0", netip.MustParseAddr("10.244.0.5")); port != "" || !strings.Contains(why, "no neighbour table") {
+		t.Errorf("no neighbours: %q, %q", port, why)
+	}
+}
+
+// TestLoadBridgeErrors: a links, neighbour or forwarding file that is not the tool's
+// JSON is an error naming the file; nothing is loaded.
+func TestLoadBridgeErrors(t *testing.T) {
+	for _, c := range []struct{ file, data, want string }{
+		{IPLink, `{"ifname":"cbr0"}`, "ip-link.json: want `ip -j -d link show` output"},
+		{IPLink, `[{"ifname":"vethx","linkinfo":{"info_slave_kind":"bridge","info_slave_data":{"hairpin":"maybe"}}}]`, "ip-link.json: want `ip -j -d link show` output"},
+		{IPNeigh, `[{"dst":"10.0.0.300","dev":"cbr0"}]`, `ip-neigh.json: neighbour "10.0.0.300": want an IP address`},
+		{IPNeigh, `[`, "ip-neigh.json: want `ip -j neigh show` output"},
+		{BridgeFDB, `[{"mac":1}]`, "bridge-fdb.json: want `bridge -j fdb show` output"},
+	} {
+		if b, err := FromFiles("b", map[string][]byte{c.file: []byte(c.data)}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %s: %v, %v; want an error with %q", c.file, c.data, b, err, c.want)
+		}
+	}
+}
+
+// FuzzParseBridge: the links, neighbours and forwarding entries (ip -j -d link, ip -j
+// neigh, bridge -j fdb) never make the parser panic, and what parses answers port
+// questions.
+func FuzzParseBridge(f *testing.F) {
+	read := func(name string) []byte {
+		data, err := os.ReadFile(filepath.Join(bridgeBundle, name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		return data
+	}
+	f.Add(read(IPLink), read(IPNeigh), read(BridgeFDB))
+	f.Add([]byte(`[{"ifname":"cbr0","linkinfo":{"info_kind":"bridge","info_data":{"nf_call_iptables":1}}},{"ifname":"v","master":"cbr0","linkinfo":{"info_slave_kind":"bridge","info_slave_data":{"hairpin":true}}}]`),
+		[]byte(`[{"dst":"10.0.0.2","dev":"cbr0","lladdr":"aa:bb:cc:dd:ee:ff"}]`), []byte(`[{"mac":"AA:BB:CC:DD:EE:FF","ifname":"v","master":"cbr0"}]`))
+	f.Fuzz(func(t *testing.T, links, neigh, fdb []byte) {
+		b, err := FromFiles("fuzz", map[string][]byte{IPLink: links, IPNeigh: neigh, BridgeFDB: fdb})
+		if err != nil {
+			return
+		}
+		for _, l := range b.Links {
+			b.Ports(l.Name)
+			for _, n := range b.Neighbours {
+				if port, why := b.PortOf(l.Name, n.Addr); port == "" && why == "" {
+					t.Fatalf("no port and no reason for %s on %s", n.Addr, l.Name)
+				}
+			}
+		}
+	})
+}

@@ -30,6 +30,8 @@ run conntrack-S.txt conntrack -S
 run ip-addr.json ip -j addr show
 run ip-route.json ip -j route show table all
 run ip-link.json ip -j -d link show
+run ip-neigh.json ip -j neigh show
+run bridge-fdb.json bridge -j fdb show
 run uname.txt uname -r
 : >"$out/sysctl.txt"
 for k in net.ipv4.ip_forward net.ipv6.conf.all.forwarding net.ipv4.conf.all.route_localnet \
@@ -38,7 +40,12 @@ for k in net.ipv4.ip_forward net.ipv6.conf.all.forwarding net.ipv4.conf.all.rout
 	net.netfilter.nf_conntrack_udp_timeout net.netfilter.nf_conntrack_udp_timeout_stream \
 	net.ipv4.vs.conntrack net.ipv4.vs.conn_reuse_mode net.ipv4.vs.expire_nodest_conn \
 	net.ipv4.vs.expire_quiescent_template; do
-	v=$(sysctl -n "$k" 2>/dev/null) && echo "$k = $v" >>"$out/sysctl.txt"
+	if v=$(sysctl -n "$k" 2>/dev/null); then
+		echo "$k = $v" >>"$out/sysctl.txt"
+	else
+		# Absent, not unknown: net.bridge.* exist only while br_netfilter is loaded.
+		echo "# not present: $k" >>"$out/sysctl.txt"
+	fi
 done
 if command -v kube-proxy >/dev/null 2>&1; then
 	kube-proxy --version >"$out/kube-proxy-version.txt" 2>&1

@@ -27,9 +27,15 @@ type traceOptions struct {
 	node          string
 	ipvsSave      string
 	manifests     []string
-	routeLocalnet *bool                   // the node's route_localnet, when known (--route-localnet, a bundle)
-	conntrack     string                  // `conntrack -L` output: the NAT bindings of existing connections
-	route         func(netip.Addr) string // the --node bundle's routing table
+	routeLocalnet *bool            // the node's route_localnet, when known (--route-localnet, a bundle)
+	conntrack     string           // `conntrack -L` output: the NAT bindings of existing connections
+	hairpin       *bool            // --hairpin: the pod's bridge port's hairpin mode
+	brNFCall      *bool            // --bridge-nf-call-iptables
+	bridge        *emulator.Bridge // the --node bundle's bridge the packet's source is on
+	// bridgeFallback is the bridge device the source's route names when the bundle
+	// does not say what it is: modelled only with --hairpin or --bridge-nf-call-iptables.
+	bridgeFallback *emulator.Bridge
+	route          func(netip.Addr) string // the --node bundle's routing table
 	// bundle holds the files of --node by the names the dump flags are set to.
 	bundle     map[string][]byte
 	nftRuleset string
@@ -87,7 +93,8 @@ Output -o json is a JSON array of outcomes, each an object with:
                     "REJECT", or "UNKNOWN": a target the emulator does not model
                     (NFQUEUE, TPROXY, ...) decided, so the packet's fate is not known
   reject_with       the REJECT type, e.g. "icmp-port-unreachable" (REJECT only)
-  decided_by        "rule" or "policy": what made the final filtering decision
+  decided_by        "rule" or "policy": what made the final filtering decision;
+                    "routing" (a martian, --route-localnet) or "bridge" (see below)
   decision          {hook, table, chain, line, rule} of that rule, or {hook, table, chain,
                     policy}; null when no filter rule or policy was involved
   dnat_destination  "ip:port" a DNAT or REDIRECT translated to, or null
@@ -113,7 +120,7 @@ func newTraceCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "trace (--iptables-save FILE | --nft-ruleset FILE) --src IP --dst IP --dport N | SCENARIO --from pod:NS/NAME --to NAME_OR_VIP[:PORT]) [flags]",
 		Short: "Trace a packet through an iptables-save dump, an nft ruleset or a scenario's cluster, rule by rule",
-		Long:  traceLong + tracePacketLong + traceScenarioLong,
+		Long:  traceLong + tracePacketLong + traceBridgeLong + traceScenarioLong,
 		Example: `  clusterlab trace --iptables-save node1.txt --src 10.244.3.9 --dst 10.96.0.50 --dport 8125 --proto udp --all-branches
   clusterlab trace --iptables-save node1.txt --src 192.168.1.10 --dst 10.96.0.1 --dport 443 --local-ips 192.168.1.10 -o json
   clusterlab trace --nft-ruleset node1.nft --src 10.244.3.9 --dst 10.96.0.50 --dport 8125 --proto udp --local-ips 192.168.1.10 --all-branches` + traceScenarioExamples,
@@ -157,11 +164,13 @@ func newTraceCmd() *cobra.Command {
 	f.Uint64Var(&o.seed, "seed", 1, "seed for the choice points when not following all branches")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text, json or yaml")
 	addPacketTraceFlags(f, &o)
+	addBridgeTraceFlags(f, &o)
 	addScenarioTraceFlags(f, &so)
 	return cmd
 }
 
 func runTrace(cmd *cobra.Command, o *traceOptions) error {
+	o.bridge, o.bridgeFallback = nil, nil // a bundle's, of this run only
 	if o.node != "" {
 		if err := o.useBundle(cmd); err != nil {
 			return err
@@ -377,6 +386,7 @@ func (o *traceOptions) walkInput() (emulator.WalkInput, error) {
 	in.Packet, in.From, in.AllBranches, in.Seed, in.OutIface, in.EveryRule = p, from, o.allBranches, o.seed, o.outIface, o.everyRule
 	in.Route = o.route
 	in.RouteLocalnet = o.routeLocalnet
+	in.Bridge = o.bridgeModel()
 	return in, nil
 }
 

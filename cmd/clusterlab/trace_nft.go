@@ -18,7 +18,7 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	if o.lenient {
 		return badInput(fmt.Errorf("--lenient: only with --iptables-save (an nft ruleset is loaded whole, as nft -f does)"))
 	}
-	for _, f := range []string{"conntrack", "route-localnet"} {
+	for _, f := range append([]string{"conntrack", "route-localnet"}, bridgeTraceFlags...) {
 		if cmd.Flags().Changed(f) {
 			return badInput(fmt.Errorf("--%s: only with --iptables-save (the nftables trace does not take it yet)", f))
 		}

@@ -59,7 +59,7 @@ type scenarioTraceOptions struct {
 
 var scenarioTraceFlags = []string{"to", "port", "after-step", "mode", "dot", "svg", "mermaid", "pcap", "pcap-classic"}
 var dumpTraceFlags = []string{"ipsets", "src", "dst", "dport", "local-ips", "in-interface", "out-interface", "every-rule",
-	"icmp-type", "icmp-code", "ctstate", "reply", "manifests", "ipvs-save", "node", "iface-addr", "lenient", "conntrack", "route-localnet"}
+	"icmp-type", "icmp-code", "ctstate", "reply", "manifests", "ipvs-save", "node", "iface-addr", "lenient", "conntrack", "route-localnet", "hairpin", "bridge-nf-call-iptables"}
 
 func addScenarioTraceFlags(f *pflag.FlagSet, so *scenarioTraceOptions) {
 	f.StringVar(&so.to, "to", "", "scenario mode: the destination: NAME[:PORT], IP[:PORT], service:NS/NAME:PORT, nodeport:NS/NAME@NODE, ...")

@@ -110,7 +110,9 @@
 //	reject_with       the REJECT type (REJECT only)
 //	decided_by        "rule" or "policy": for DROP/REJECT/UNKNOWN what ended the walk; for
 //	                  ACCEPT/LOCAL the last rule of a raw/mangle/filter/security table that
-//	                  accepted, else the last filter chain policy
+//	                  accepted, else the last filter chain policy; "routing" (a martian,
+//	                  WalkInput.RouteLocalnet) or "bridge" (WalkInput.Bridge: a frame back
+//	                  out a hairpin-off port, or one iptables never sees)
 //	decision          {hook, table, chain, line, rule} or {hook, table, chain, policy}, or
 //	                  null (no filter table involved)
 //	dnat_destination  "ip:port" of a DNAT/REDIRECT, or null
@@ -122,6 +124,9 @@
 //	matched_rules     [{hook, table, chain, line, rule}]: the rules that matched
 //	assumptions       [{hook, table, chain, line, rule, match, assumed_match}], if any
 //	paths             the number of merged paths
+//	bridge            {bridge, in_port, out_port, path, hairpin, bridge_nf_call_iptables,
+//	                  reason, reply}: a pod's packet whose destination is on its own
+//	                  bridge (bridge.go), if any
 //
 // # In a datapath
 //

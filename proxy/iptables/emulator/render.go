@@ -42,11 +42,21 @@ func (r *WalkResult) Text() string {
 	for i, o := range r.Outcomes {
 		fmt.Fprintf(&b, "  %d. p=%.6f  %s\n", i+1, o.Probability, o.summary())
 		for _, a := range o.Assumptions {
+			if a.Line == 0 && a.Table == "" { // a node setting (the bridge's)
+				fmt.Fprintf(&b, "       assuming %s %s (not known)\n", a.Match, onOff(a.Holds))
+				continue
+			}
 			word := "does not match"
 			if a.Matched {
 				word = "matches"
 			}
 			fmt.Fprintf(&b, "       assuming %s (line %d) %s\n", a.Match, a.Line, word)
+		}
+		if br := o.Bridge; br != nil {
+			fmt.Fprintf(&b, "       bridge %s: %s\n", br.Bridge, br.Reason)
+			if br.Reply != "" {
+				fmt.Fprintf(&b, "       but %s\n", br.Reply)
+			}
 		}
 		if len(o.MayDiffer) > 0 {
 			fmt.Fprintf(&b, "       may differ: its path went where lines were skipped (%s)\n", strings.Join(o.MayDiffer, ", "))
@@ -77,6 +87,8 @@ func (o *Outcome) summary() string {
 	by := "by policy"
 	if o.DecidedBy == "routing" {
 		by = "by routing (a martian packet: route_localnet=0)"
+	} else if o.DecidedBy == "bridge" && o.Bridge != nil {
+		by = "by the bridge (" + o.Bridge.summary() + ")"
 	} else if o.Decision != nil {
 		if o.DecidedBy == "rule" {
 			by = fmt.Sprintf("by %s/%s line %d", o.Decision.Table, o.Decision.Chain, o.Decision.Line)

@@ -79,6 +79,11 @@ type WalkInput struct {
 	// lo with a loopback source or destination after PREROUTING, a NodePort DNATed to
 	// 127.0.0.1 say. Nil: not known, not checked.
 	RouteLocalnet *bool
+	// Bridge, when set, is the bridge a pod's packet enters the node on: for a packet
+	// from a pod on it whose destination (after DNAT) is on it too, its hairpin mode
+	// and bridge-nf-call-iptables decide what the rules alone cannot (see Bridge).
+	// Nil: not modelled (the packet is routed as if the pod had its own interface).
+	Bridge *Bridge
 	// CtNAT is the NAT binding of the existing connection a packet of --ctstate
 	// ESTABLISHED belongs to (from the node's conntrack table): its destination is
 	// rewritten at PREROUTING (or OUTPUT) and its source at POSTROUTING, where the nat
@@ -139,8 +144,8 @@ type Outcome struct {
 	// emulator does not model decided).
 	Verdict    string `json:"verdict"`
 	RejectWith string `json:"reject_with,omitempty"`
-	// DecidedBy is "rule", "policy" or "routing" (a martian packet, see
-	// WalkInput.RouteLocalnet); Decision names the rule or policy (null when no filter table
+	// DecidedBy is "rule", "policy", "routing" (a martian packet, see
+	// WalkInput.RouteLocalnet) or "bridge" (Bridge says why); Decision names the rule or policy (null when no filter table
 	// rule or policy was involved: a ruleset without a filter table accepts).
 	DecidedBy string       `json:"decided_by"`
 	Decision  *DecisionRef `json:"decision"`
@@ -171,6 +176,9 @@ type Outcome struct {
 	// has the node's IPVS state fills it in): the service, the real server it goes to
 	// and the packet's way on from there.
 	IPVS *IPVSHop `json:"ipvs,omitempty"`
+	// Bridge, for a pod's packet whose destination is on the bridge it came in on
+	// (WalkInput.Bridge): the ports, the path and the settings that decided.
+	Bridge *BridgeHop `json:"bridge,omitempty"`
 	// Names are what the addresses the outcome shows are in the cluster (a caller that
 	// has the cluster's manifests fills it in): "10.244.1.3": "pod default/web-0 on node-b".
 	Names map[string]string `json:"names,omitempty"`
@@ -385,6 +393,7 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 	var dnat, snat *NAT
 	isLocal := func(a netip.Addr) bool { return env.AddrType(a, "") == AddrLocal }
 	martian := false // routing dropped it (route_localnet)
+	bridged := false // the bridge decided (hairpin off, or iptables never saw it)
 	finish := func(v Verdict, reject string, d *Decision) *Outcome {
 		o.Verdict, o.RejectWith = v.String(), reject
 		if d == nil {
@@ -396,6 +405,9 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		o.DecidedBy = "policy"
 		if martian {
 			o.DecidedBy, d = "routing", nil
+		}
+		if bridged {
+			o.DecidedBy, d = "bridge", nil
 		}
 		if d != nil {
 			o.Decision = &DecisionRef{Hook: d.Hook.String(), Table: d.Table, Chain: d.Chain, Policy: d.Policy}
@@ -422,15 +434,21 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 				o.MatchedRules = append(o.MatchedRules, RuleRef{Hook: s.Hook, Table: s.Table, Chain: s.Chain, Line: s.Line, Rule: s.Rule})
 			}
 		}
+		if o.Bridge != nil {
+			bridgeReply(o.Bridge, in.Packet.Src, in.Packet.Dst, pkt.Dst, o.Masqueraded)
+		}
 		seen := map[string]bool{}
 		for _, a := range c.assume {
 			if seen[a.Condition] {
 				continue // the same condition tested again on the path: one assumption
 			}
 			seen[a.Condition] = true
-			o.Assumptions = append(o.Assumptions, AssumptionRef{
-				RuleRef: RuleRef{Hook: a.Hook.String(), Table: a.Table, Chain: a.Chain, Line: a.Rule.Line, Rule: a.Rule.Text(a.Chain)},
-				Match:   a.Match, Matched: a.Matched, Condition: a.Condition, Holds: a.Holds})
+			ref := RuleRef{Hook: a.Hook.String()}
+			if a.Rule != nil { // else a node setting (the bridge's), not a rule's match
+				ref = RuleRef{Hook: a.Hook.String(), Table: a.Table, Chain: a.Chain, Line: a.Rule.Line, Rule: a.Rule.Text(a.Chain)}
+			}
+			o.Assumptions = append(o.Assumptions, AssumptionRef{RuleRef: ref,
+				Match: a.Match, Matched: a.Matched, Condition: a.Condition, Holds: a.Holds})
 		}
 		detail := ""
 		if o.DNATDestination != nil {
@@ -487,10 +505,43 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		}
 	}
 	if start == netfilter.Prerouting {
+		br := in.bridgeFor()
+		var hop *BridgeHop
+		bridgeOut := "" // the bridge device, out of which a packet DNATed back onto it leaves
+		src, origDst := pkt.Src, pkt.Dst
+		if br != nil {
+			if pkt.InIface == "" {
+				pkt.InIface = br.Name // the bridge device, as iptables sees a bridged or routed frame
+			}
+			hop = &BridgeHop{Bridge: br.Name, InPort: br.portOf(src)}
+			if br.has(origDst, src) && !isLocal(origDst) {
+				// A frame to another pod on the bridge: bridged, seen by iptables only
+				// through br_netfilter.
+				o.Bridge = hop
+				c.hook = netfilter.Prerouting
+				if !c.bridgeNFCall(br, hop) {
+					bridgeUnseen(br, hop, origDst)
+					tr.add(Step{Kind: StepNote, Detail: "bridge: " + hop.Reason}, c)
+					bridged = true
+					return finish(Accept, "", nil)
+				}
+				hop.Path, hop.OutPort = "bridged", br.portOf(origDst)
+				hop.Reason = fmt.Sprintf("bridged: %s is on %s; br_netfilter hands the frame to iptables", origDst, br.name())
+			}
+		}
 		if o := run(netfilter.Prerouting); o != nil {
 			return o
 		}
 		ctDNAT()
+		if br != nil && pkt.Dst != origDst && br.has(pkt.Dst, src) && !isLocal(pkt.Dst) {
+			o.Bridge = hop
+			c.hook = netfilter.Prerouting
+			if !c.bridgeAfterDNAT(br, hop, src, pkt.Dst) {
+				bridged = true
+				return finish(Drop, "", nil)
+			}
+			bridgeOut = br.Name
+		}
 		if in.RouteLocalnet != nil && !*in.RouteLocalnet && pkt.InIface != LoopbackIface && (pkt.Dst.IsLoopback() || pkt.Src.IsLoopback()) {
 			// ip_route_input: a loopback address arriving on another interface is a
 			// martian unless route_localnet is set.
@@ -506,6 +557,9 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 			return finish(Local, "", nil)
 		}
 		pkt.OutIface = in.outIface(pkt.Dst)
+		if pkt.OutIface == "" {
+			pkt.OutIface = bridgeOut
+		}
 		tr.add(Step{Kind: StepNote, Detail: fmt.Sprintf("routing: %s is not local: FORWARD%s", pkt.Dst, outVia(pkt.OutIface))}, c)
 		if o := run(netfilter.Forward); o != nil {
 			return o
@@ -578,7 +632,7 @@ func outcomeKey(o *Outcome) string {
 	if o.SNATSource != nil {
 		b.WriteString(*o.SNATSource)
 	}
-	fmt.Fprintf(&b, "|%s|%s|%s|", o.Mark, o.Packet, strings.Join(o.Hooks, ","))
+	fmt.Fprintf(&b, "|%s|%s|%s|%s|", o.Mark, o.Packet, strings.Join(o.Hooks, ","), o.Bridge.key())
 	b.WriteString(assumptionsKey(o.Assumptions, ""))
 	return b.String()
 }
@@ -599,7 +653,7 @@ func assumptionsKey(as []AssumptionRef, skip string) string {
 // observableKey is outcomeKey without the assumptions.
 func observableKey(o *Outcome) string {
 	k := outcomeKey(&Outcome{Verdict: o.Verdict, RejectWith: o.RejectWith, DecidedBy: o.DecidedBy, Decision: o.Decision,
-		DNATDestination: o.DNATDestination, Masqueraded: o.Masqueraded, SNATSource: o.SNATSource, Mark: o.Mark, Packet: o.Packet, Hooks: o.Hooks})
+		DNATDestination: o.DNATDestination, Masqueraded: o.Masqueraded, SNATSource: o.SNATSource, Mark: o.Mark, Packet: o.Packet, Hooks: o.Hooks, Bridge: o.Bridge})
 	return k
 }
 
