@@ -113,7 +113,7 @@ func (o *traceOptions) useBundle(cmd *cobra.Command) error {
 				o.localIPs = append(o.localIPs, a.String())
 			}
 		}
-		if !cmd.Flags().Changed("iface-addr") && o.iptablesSave != "" {
+		if !cmd.Flags().Changed("iface-addr") {
 			for iface, a := range b.PrimaryAddrs(ipv6) {
 				o.ifaceAddrs = append(o.ifaceAddrs, iface+"="+a.String())
 			}
@@ -134,7 +134,7 @@ func (o *traceOptions) useBundle(cmd *cobra.Command) error {
 			o.route = func(d netip.Addr) string { dev, _ := b.OutIface(d.Unmap()); return dev }
 		}
 	}
-	if v, ok := b.Sysctls["net.ipv4.conf.all.route_localnet"]; ok && !cmd.Flags().Changed("route-localnet") && o.iptablesSave != "" {
+	if v, ok := b.Sysctls["net.ipv4.conf.all.route_localnet"]; ok && !cmd.Flags().Changed("route-localnet") {
 		on := v == "1"
 		o.routeLocalnet = &on
 		say("net.ipv4.conf.all.route_localnet = %s: applied to packets to or from loopback addresses", v)

@@ -18,16 +18,8 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	if o.lenient {
 		return badInput(fmt.Errorf("--lenient: only with --iptables-save (an nft ruleset is loaded whole, as nft -f does)"))
 	}
-	for _, f := range []string{"conntrack", "route-localnet"} {
-		if cmd.Flags().Changed(f) {
-			return badInput(fmt.Errorf("--%s: only with --iptables-save (the nftables trace does not take it yet)", f))
-		}
-	}
 	if o.ipvsSave != "" {
 		return badInput(fmt.Errorf("--ipvs-save: only with --iptables-save (kube-proxy's IPVS mode programs iptables)"))
-	}
-	if len(o.ifaceAddrs) > 0 {
-		return badInput(fmt.Errorf("--iface-addr: only with --iptables-save (the nftables trace does not name the masquerade address yet)"))
 	}
 	if cmd.Flags().Changed("every-rule") {
 		return badInput(fmt.Errorf("--every-rule: only with --iptables-save (an nft trace lists every rule it looks at)"))
@@ -38,6 +30,11 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	}
 	if err := checkOutput(o.output); err != nil {
 		return err
+	}
+	if o.conntrack != "" {
+		if err := o.connBinding(cmd, &in); err != nil {
+			return badInput(err)
+		}
 	}
 	data, err := o.read(o.nftRuleset)
 	if err != nil {
@@ -75,6 +72,7 @@ func nftWalkInput(in emulator.WalkInput) nftemu.WalkInput {
 		Packet: nftemu.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
 			TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL, Len: p.Len, InIface: p.InIface},
 		From: from, Local: in.Local, AllBranches: in.AllBranches, Seed: in.Seed, OutIface: in.OutIface,
+		Route: in.Route, IfaceAddrs: in.IfaceAddrs, RouteLocalnet: in.RouteLocalnet, CtNAT: in.CtNAT,
 	}
 	if ct := in.Conntrack; ct != nil {
 		out.Conntrack = &nftemu.Conntrack{State: ct.State, Status: ct.Status, Reply: ct.Reply, Orig: ct.Orig,
