@@ -263,6 +263,10 @@ type ChainVerdict struct {
 	// Reason is the rule or policy that decided: "ip kube-proxy services handle 12",
 	// "... line 40", "... policy drop".
 	Reason string
+	// Rule is the rule that decided (nil: the base chain's policy) and Chain the chain
+	// it is in (RunChain).
+	Rule  *Rule
+	Chain string
 }
 
 // Decided reports whether the chain ended the packet's way or NATed it.
@@ -288,6 +292,7 @@ func (e *Emulator) RunChain(env Env, bc BaseChain, q *Packet, tr *Trace) ChainVe
 		ctx.assumer = a
 	}
 	v := ctx.runBase(c)
+	v.Rule, v.Chain = ctx.decRule, ctx.decChain
 	if ctx.hasNow && ctx.now.After(e.now) {
 		e.now = ctx.now
 	}
