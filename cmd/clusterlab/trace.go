@@ -165,7 +165,7 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 		}
 	}
 	if o.iptablesSave != "" && o.nftRuleset != "" {
-		return badInput(errors.New("--iptables-save and --nft-ruleset: give only one of them"))
+		return runCombinedTrace(cmd, o)
 	}
 	if o.nftRuleset != "" {
 		return runNFTTrace(cmd, o)
@@ -180,42 +180,9 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 	if err := checkOutput(o.output); err != nil {
 		return err
 	}
-	data, err := o.read(o.iptablesSave)
+	e, err := o.loadIPTables(cmd, emulator.FamilyOf(in.Packet.Dst))
 	if err != nil {
-		return badInput(fmt.Errorf("--iptables-save: %w", err))
-	}
-	var opts []emulator.Option
-	if o.ipsets != "" {
-		sets, err := o.read(o.ipsets)
-		if err != nil {
-			return badInput(fmt.Errorf("--ipsets: %w", err))
-		}
-		s, err := emulator.ParseIPSets(sets, o.ipsets)
-		if err != nil {
-			return badInput(err)
-		}
-		opts = append(opts, emulator.WithIPSets(s))
-	}
-	fam := emulator.FamilyOf(in.Packet.Dst)
-	if err := o.checkDumpFamily(data, fam); err != nil {
-		return badInput(err)
-	}
-	if o.lenient {
-		opts = append(opts, emulator.Lenient())
-	}
-	e, err := emulator.Load(data, fam, o.iptablesSave, opts...)
-	if err != nil {
-		return badInput(o.familyMismatch(data, fam, err))
-	}
-	for _, sl := range e.Skipped() {
-		text := ""
-		if sl.Text != "" {
-			text = " " + strconv.Quote(sl.Text)
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: skipped %s:%d%s: %s\n", sl.File, sl.Line, text, sl.Reason)
-	}
-	if len(e.Ruleset().Tables) == 0 {
-		return badInput(fmt.Errorf("no tables in %s: want iptables-save output (a *TABLE line, its chains and rules, COMMIT)", o.iptablesSave))
+		return err
 	}
 	if o.conntrack != "" {
 		if err := o.connBinding(cmd, &in); err != nil {
@@ -258,6 +225,48 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 	}
 	_, err = fmt.Fprint(out, res.Text()+ipvsText(res)+names)
 	return err
+}
+
+// loadIPTables loads --iptables-save (with --ipsets, --lenient) for packets of family
+// fam; the lines a lenient load skipped are reported on stderr.
+func (o *traceOptions) loadIPTables(cmd *cobra.Command, fam emulator.Family) (*emulator.Emulator, error) {
+	data, err := o.read(o.iptablesSave)
+	if err != nil {
+		return nil, badInput(fmt.Errorf("--iptables-save: %w", err))
+	}
+	var opts []emulator.Option
+	if o.ipsets != "" {
+		sets, err := o.read(o.ipsets)
+		if err != nil {
+			return nil, badInput(fmt.Errorf("--ipsets: %w", err))
+		}
+		s, err := emulator.ParseIPSets(sets, o.ipsets)
+		if err != nil {
+			return nil, badInput(err)
+		}
+		opts = append(opts, emulator.WithIPSets(s))
+	}
+	if err := o.checkDumpFamily(data, fam); err != nil {
+		return nil, badInput(err)
+	}
+	if o.lenient {
+		opts = append(opts, emulator.Lenient())
+	}
+	e, err := emulator.Load(data, fam, o.iptablesSave, opts...)
+	if err != nil {
+		return nil, badInput(o.familyMismatch(data, fam, err))
+	}
+	for _, sl := range e.Skipped() {
+		text := ""
+		if sl.Text != "" {
+			text = " " + strconv.Quote(sl.Text)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: skipped %s:%d%s: %s\n", sl.File, sl.Line, text, sl.Reason)
+	}
+	if len(e.Ruleset().Tables) == 0 {
+		return nil, badInput(fmt.Errorf("no tables in %s: want iptables-save output (a *TABLE line, its chains and rules, COMMIT)", o.iptablesSave))
+	}
+	return e, nil
 }
 
 // familyNames names a family as the tools that save it do.

@@ -36,16 +36,9 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 			return badInput(err)
 		}
 	}
-	data, err := o.read(o.nftRuleset)
+	e, err := o.loadNFT()
 	if err != nil {
-		return badInput(fmt.Errorf("--nft-ruleset: %w", err))
-	}
-	e, err := nftemu.Load(data, o.nftRuleset)
-	if err != nil {
-		return badInput(err)
-	}
-	if len(e.Ruleset().Tables) == 0 {
-		return badInput(fmt.Errorf("no tables in %s: want `nft list ruleset` output (table FAMILY NAME { ... })", o.nftRuleset))
+		return err
 	}
 	res, err := e.Walk(nftWalkInput(in))
 	if err != nil {
@@ -61,6 +54,22 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	}
 	_, err = fmt.Fprint(out, res.Text())
 	return err
+}
+
+// loadNFT loads --nft-ruleset.
+func (o *traceOptions) loadNFT() (*nftemu.Emulator, error) {
+	data, err := o.read(o.nftRuleset)
+	if err != nil {
+		return nil, badInput(fmt.Errorf("--nft-ruleset: %w", err))
+	}
+	e, err := nftemu.Load(data, o.nftRuleset)
+	if err != nil {
+		return nil, badInput(err)
+	}
+	if len(e.Ruleset().Tables) == 0 {
+		return nil, badInput(fmt.Errorf("no tables in %s: want `nft list ruleset` output (table FAMILY NAME { ... })", o.nftRuleset))
+	}
+	return e, nil
 }
 
 // nftWalkInput converts the packet flags' walk input to the nftables walk's.

@@ -141,7 +141,8 @@ func TestNFTTraceBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{append([]string{"--nft-ruleset", nftRuleset, "--iptables-save", "x"}, pkt...), "give only one of them"},
+		{append([]string{"--nft-ruleset", nftRuleset, "--iptables-save", "x"}, pkt...), "--iptables-save: open x"},
+		{append([]string{"--nft-ruleset", nftRuleset, "--iptables-save", "x", "--lenient"}, pkt...), "--lenient: not with both --iptables-save and --nft-ruleset"},
 		{pkt, "--iptables-save is required (or --nft-ruleset"},
 		{append([]string{"--nft-ruleset", bad}, pkt...), `bad.nft:3: chain c: jump to missing chain "nowhere"`},
 		{append([]string{"--nft-ruleset", empty}, pkt...), "no tables in"},

@@ -81,6 +81,9 @@ type Outcome struct {
 	MatchedRules    []RuleRef       `json:"matched_rules"`
 	Assumptions     []AssumptionRef `json:"assumptions,omitempty"`
 	Paths           int             `json:"paths"`
+	// Names are what the addresses the outcome shows are in the cluster (a caller that
+	// has the cluster's manifests fills it in).
+	Names map[string]string `json:"names,omitempty"`
 
 	// Trace is the (first merged) path's trace.
 	Trace   []Step   `json:"-"`
@@ -200,9 +203,9 @@ func (o *Outcome) summary() string {
 	case o.DecidedBy == "routing":
 		by = "by routing (a martian packet: route_localnet=0)"
 	case d != nil && d.Policy == "":
-		by = fmt.Sprintf("by [%s] %s %s %s %s", d.Source, d.Hook, d.Table, d.Chain, where(d.Line, d.Handle))
+		by = fmt.Sprintf("by [%s] %s %s %s (%s)", d.Source, d.Table, d.Chain, where(d.Line, d.Handle), d.Hook)
 	case d != nil:
-		by = fmt.Sprintf("by [%s] %s %s %s policy %s", d.Source, d.Hook, d.Table, d.Chain, d.Policy)
+		by = fmt.Sprintf("by [%s] %s %s policy %s (%s)", d.Source, d.Table, d.Chain, d.Policy, d.Hook)
 	}
 	parts = append(parts, by)
 	if o.Paths > 1 {
