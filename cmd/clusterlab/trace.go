@@ -410,11 +410,16 @@ func (b *optBool) Set(s string) error {
 }
 
 // connBinding gives a packet of an existing connection (--ctstate ESTABLISHED or
-// RELATED, the original direction) the NAT binding of its entry in --conntrack: the
-// entry whose original tuple is the packet's.
+// RELATED) the NAT binding of its entry in --conntrack. A packet in the original
+// direction is found by the entry's original tuple: its destination gets the DNAT's
+// address (after PREROUTING or OUTPUT), its source the SNAT's (after POSTROUTING). A
+// reply (--reply) is found by the entry's reply tuple and gets the inverse: its
+// destination the original source, where the connection was SNATed or masqueraded,
+// and its source the original destination, where it was DNATed (the kernel's un-DNAT
+// of a Service's reply).
 func (o *traceOptions) connBinding(cmd *cobra.Command, in *emulator.WalkInput) error {
-	if in.Conntrack == nil || in.Conntrack.Reply || in.Conntrack.State == netfilter.CtInvalid {
-		return nil // a first packet (the rules decide), a reply or an INVALID packet
+	if in.Conntrack == nil || in.Conntrack.State == netfilter.CtInvalid {
+		return nil // a first packet (the rules decide) or an INVALID packet
 	}
 	data, err := o.read(o.conntrack)
 	if err != nil {
@@ -425,22 +430,45 @@ func (o *traceOptions) connBinding(cmd *cobra.Command, in *emulator.WalkInput) e
 		return fmt.Errorf("--conntrack %s: %w", o.conntrack, err)
 	}
 	p := in.Packet
+	reply := in.Conntrack.Reply
 	for _, e := range entries {
 		t := e.Orig
+		if reply {
+			t = e.Reply
+		}
 		if e.Protocol != p.Proto || t.Src != p.Src || t.Dst != p.Dst || t.SrcPort != p.SrcPort || t.DstPort != p.DstPort {
 			continue
 		}
 		n := &emulator.CtNAT{Entry: "conntrack -L: " + e.String()}
-		if e.DNATed() {
+		switch {
+		case !reply && e.DNATed():
 			n.DNAT = netip.AddrPortFrom(e.Reply.Src, e.Reply.SrcPort)
+		case reply && e.SNATed():
+			n.DNAT = netip.AddrPortFrom(e.Orig.Src, e.Orig.SrcPort)
 		}
-		if e.Reply.Dst != t.Src || e.Reply.DstPort != t.SrcPort {
+		switch {
+		case !reply && e.SNATed():
 			n.SNAT = netip.AddrPortFrom(e.Reply.Dst, e.Reply.DstPort)
+		case reply && e.DNATed():
+			n.SNAT = netip.AddrPortFrom(e.Orig.Dst, e.Orig.DstPort)
 		}
 		in.CtNAT = n
+		orig := netfilter.Tuple{Proto: e.Protocol, Src: e.Orig.Src, Dst: e.Orig.Dst, SrcPort: e.Orig.SrcPort, DstPort: e.Orig.DstPort}
+		rep := netfilter.Tuple{Proto: e.Protocol, Src: e.Reply.Src, Dst: e.Reply.Dst, SrcPort: e.Reply.SrcPort, DstPort: e.Reply.DstPort}
+		in.Conntrack.Orig, in.Conntrack.ReplyTuple = orig, rep
+		if e.DNATed() {
+			in.Conntrack.Status |= netfilter.StatusDstNAT
+		}
+		if e.SNATed() {
+			in.Conntrack.Status |= netfilter.StatusSrcNAT
+		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: the packet's connection in %s: %s\n", o.conntrack, e.String())
 		return nil
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: no entry in %s has the packet's tuple: its connection's NAT binding is not known\n", o.conntrack)
+	dir := "tuple"
+	if reply {
+		dir = "tuple as its reply tuple"
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: no entry in %s has the packet's %s: its connection's NAT binding is not known\n", o.conntrack, dir)
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"math"
+	"os"
 	"strings"
 	"testing"
 )
@@ -101,5 +102,38 @@ func TestTraceNFTablesNodeWithDocker(t *testing.T) {
 	outs, _ = combinedTrace(t, "--node", nftNode, "--src", "172.18.0.3", "--dst", "10.96.0.10", "--dport", "80")
 	if o := outs[0]; o.Verdict != "ACCEPT" || o.DNAT == nil || *o.DNAT != "10.244.1.5:8080" {
 		t.Errorf("node to ClusterIP: %+v, want ACCEPT DNATed (OUTPUT: no FORWARD policy)", o)
+	}
+}
+
+// TestTraceReplyByConntrack: --reply finds the packet's connection in conntrack -L by
+// its reply tuple and undoes the connection's NAT as the kernel does: a reply to a
+// Docker container's masqueraded connection to a ClusterIP is un-masqueraded after
+// PREROUTING (to the container) and un-DNATed after POSTROUTING (from the ClusterIP),
+// and Docker's RELATED,ESTABLISHED rule accepts it; through both rule sets, and
+// through the iptables dump alone.
+func TestTraceReplyByConntrack(t *testing.T) {
+	ct := t.TempDir() + "/conntrack.txt"
+	if err := os.WriteFile(ct, []byte("tcp      6 431999 ESTABLISHED src=172.17.0.2 dst=10.96.0.10 sport=40000 dport=80 src=10.244.1.5 dst=172.18.0.3 sport=8080 dport=61000 [ASSURED] mark=0 use=1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reply := []string{"--src", "10.244.1.5", "--sport", "8080", "--dst", "172.18.0.3", "--dport", "61000", "--in-interface", "eth0", "--reply", "--conntrack", ct}
+	for name, args := range map[string][]string{
+		"both":     append([]string{"--node", nftNode}, reply...),
+		"iptables": append([]string{"--iptables-save", nftNode + "/iptables-save.txt", "--local-ips", "172.18.0.3", "--out-interface", "docker0"}, reply...),
+	} {
+		outs, errOut := combinedTrace(t, args...)
+		if !strings.Contains(errOut, "the packet's connection in "+ct) {
+			t.Errorf("%s: stderr:\n%s", name, errOut)
+		}
+		o := outs[0]
+		if o.Verdict != "ACCEPT" || o.DNAT == nil || *o.DNAT != "172.17.0.2:40000" || o.SNATSource == nil || *o.SNATSource != "10.96.0.10:80" ||
+			o.Decision == nil || o.Decision.Line != 12 {
+			t.Errorf("%s: %+v, want ACCEPT by Docker's line 12, to 172.17.0.2:40000 from 10.96.0.10:80", name, o)
+		}
+	}
+	// Without the entry the binding is not known, and the trace says so.
+	_, errOut := combinedTrace(t, append([]string{"--node", nftNode}, append(reply, "--sport", "8081")...)...)
+	if !strings.Contains(errOut, "no entry in "+ct+" has the packet's tuple as its reply tuple") {
+		t.Errorf("no entry: %s", errOut)
 	}
 }
