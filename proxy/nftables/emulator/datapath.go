@@ -98,7 +98,9 @@ func (e *Emulator) commitLocked() {
 			if a.Priority != b.Priority {
 				return a.Priority < b.Priority
 			}
-			return a.seq < b.seq
+			// nf_hook_entries_grow puts a new hook before the first one of the
+			// same or a higher priority: of equal ones, the latest runs first.
+			return a.seq > b.seq
 		})
 	}
 }
@@ -132,7 +134,8 @@ type BaseChain struct {
 }
 
 // BaseChains returns the base chains (of ip, ip6 and inet tables) at a hook in the
-// order the kernel runs them: by priority, then registration order. The slice is
+// order the kernel runs them: by priority, and of equal priority the one registered
+// last first (checked against a kernel: TestEqualPriorityKernel). The slice is
 // shared; do not modify it.
 func (e *Emulator) BaseChains(h netfilter.Hook) []BaseChain {
 	e.mu.Lock()
