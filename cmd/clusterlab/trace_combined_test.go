@@ -99,6 +99,13 @@ func TestTraceNFTablesNodeWithDocker(t *testing.T) {
 		}
 	}
 
+	text, _, err := runCmd(t, "trace", "--node", nftNode, "--src", "10.244.0.9", "--dst", "10.96.0.10", "--dport", "80", "--in-interface", "cbr0",
+		"--manifests", nftNode+"/source/manifests.yaml")
+	if err != nil || !strings.Contains(text, "DROP dnat 10.244.1.5:8080 by [iptables] filter FORWARD policy DROP (FORWARD)") ||
+		!strings.Contains(text, "[nft] ip kube-proxy nat-prerouting (priority -100)") || !strings.Contains(text, "10.244.1.5      pod default/web-1 on node-b") {
+		t.Errorf("text with --manifests: %v\n%s", err, text)
+	}
+
 	outs, _ = combinedTrace(t, "--node", nftNode, "--src", "172.18.0.3", "--dst", "10.96.0.10", "--dport", "80")
 	if o := outs[0]; o.Verdict != "ACCEPT" || o.DNAT == nil || *o.DNAT != "10.244.1.5:8080" {
 		t.Errorf("node to ClusterIP: %+v, want ACCEPT DNATed (OUTPUT: no FORWARD policy)", o)
