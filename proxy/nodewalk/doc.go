@@ -31,3 +31,14 @@
 // caller skips them (Node.SkipNFT) when it has the iptables-save dump, the readable
 // source of the same rules.
 package nodewalk
+
+// # What it does not model
+//
+// The order of an iptables-legacy table and an nft base chain of the same priority
+// depends on which registered its hook last (that one runs first); the walk assumes
+// the nft chain, kube-proxy's, came last. It does not hand packets to IPVS, does not
+// know which lines a lenient iptables load skipped (may_differ), does not scan long
+// iptables chains rule by rule (--every-rule), and does not merge outcomes that differ
+// only in an assumption that does not decide them (the iptables walk does). Bridged
+// traffic (br_netfilter), the arp, bridge and netdev families, and the kernel's
+// implicit null NAT binding are outside it, as they are outside both emulators' walks.
