@@ -73,3 +73,13 @@ func (t Tuple) Invert() Tuple {
 func (t Tuple) String() string {
 	return fmt.Sprintf("src=%s dst=%s sport=%d dport=%d", t.Src, t.Dst, t.SrcPort, t.DstPort)
 }
+
+// NATBinding is an existing connection's NAT binding, as the original direction's
+// packets get it from its conntrack entry: the destination DNAT gave it and the source
+// SNAT or MASQUERADE gave it (invalid: none). The rule engines' walks apply it to a
+// packet of an established connection, whose nat chains do not run.
+type NATBinding struct {
+	DNAT  netip.AddrPort
+	SNAT  netip.AddrPort
+	Entry string // the conntrack entry, for the trace
+}

@@ -64,12 +64,22 @@ const traceLong = `Trace the first packet of a connection (or a later one: --cts
 node's iptables rules (--iptables-save, an iptables-save dump) or nftables rules
 (--nft-ruleset: the output of
 ` + "`nft list ruleset`" + ` with or without -a, of ` + "`nft -j list ruleset`" + `, or an ` + "`nft -f`" + `
-script), rule by rule, as the kernel would. Give exactly one of the two. With iptables:
-raw, mangle, nat, filter and security tables at each hook. With nftables: the base
-chains of every ip, ip6 and inet table at each hook in priority order (an accept ends
-only its base chain; nat chains run until one translates); numgen random choices are
-the choice points, and expressions the emulator does not model (icmp type, limit, meta
-skuid, ...) are assumptions as below (queue, tproxy: verdict UNKNOWN).
+script), rule by rule, as the kernel would. With iptables: raw, mangle, nat, filter and
+security tables at each hook. With nftables: the base chains of every ip, ip6 and inet
+table at each hook in priority order (an accept ends only its base chain; nat chains
+run until one translates); numgen random choices are the choice points, and
+expressions the emulator does not model (icmp type, limit, meta skuid, ...) are
+assumptions as below (queue, tproxy: verdict UNKNOWN). Give both, for a node with
+iptables rules (Docker, Calico, flannel) beside kube-proxy's nftables table, and the
+packet goes through both at each hook by priority: iptables' tables at theirs (raw
+-300, mangle -150, nat -100 and +100, filter 0, security 50), nft base chains at theirs
+(nft first on a tie); an accept goes on to the next, drop and reject end the packet,
+the first nat chain or table that translates binds the connection (later ones at that
+hook do not run). The rules of iptables-nft's tables (table ip filter, ip nat, ... in
+the nft listing) are read from the iptables dump and their nft copies skipped; rules
+and decisions name their source ("iptables" or "nft"). Not with both: --lenient,
+--ipvs-save, --every-rule. --node picks both when its iptables dump has rules and its
+nft listing a table of its own.
 
 The packet enters at PREROUTING, or at OUTPUT when it comes from the node (--from node,
 or its source is one of --local-ips). After nat PREROUTING a local destination goes to
@@ -107,7 +117,8 @@ Output -o json is a JSON array of outcomes, each an object with:
                     (line = the rule's line in the dump; rule = its text). With
                     --nft-ruleset: table is "FAMILY NAME" ("ip kube-proxy"), handle is
                     the rule's handle (when the dump has them, nft -a) and element the
-                    set or map element that matched (when one did); decision likewise
+                    set or map element that matched (when one did); decision likewise.
+                    With both: source ("iptables" or "nft") on each rule and decision
   assumptions       [{hook, table, chain, line, rule, match, assumed_match}] (if any)
   paths             how many paths were merged into this outcome`
 
@@ -118,12 +129,13 @@ func newTraceCmd() *cobra.Command {
 	var o traceOptions
 	var so scenarioTraceOptions // the scenario mode's flags (trace_scenario.go)
 	cmd := &cobra.Command{
-		Use:   "trace (--iptables-save FILE | --nft-ruleset FILE) --src IP --dst IP --dport N | SCENARIO --from pod:NS/NAME --to NAME_OR_VIP[:PORT]) [flags]",
+		Use:   "trace (--iptables-save FILE | --nft-ruleset FILE | both | --node DIR) --src IP --dst IP --dport N | SCENARIO --from pod:NS/NAME --to NAME_OR_VIP[:PORT]) [flags]",
 		Short: "Trace a packet through an iptables-save dump, an nft ruleset or a scenario's cluster, rule by rule",
 		Long:  traceLong + tracePacketLong + traceBridgeLong + traceScenarioLong,
 		Example: `  clusterlab trace --iptables-save node1.txt --src 10.244.3.9 --dst 10.96.0.50 --dport 8125 --proto udp --all-branches
   clusterlab trace --iptables-save node1.txt --src 192.168.1.10 --dst 10.96.0.1 --dport 443 --local-ips 192.168.1.10 -o json
-  clusterlab trace --nft-ruleset node1.nft --src 10.244.3.9 --dst 10.96.0.50 --dport 8125 --proto udp --local-ips 192.168.1.10 --all-branches` + traceScenarioExamples,
+  clusterlab trace --nft-ruleset node1.nft --src 10.244.3.9 --dst 10.96.0.50 --dport 8125 --proto udp --local-ips 192.168.1.10 --all-branches
+  clusterlab trace --iptables-save node1.iptables --nft-ruleset node1.nft --src 10.244.3.9 --dst 10.96.0.50 --dport 80 --in-interface cbr0` + traceScenarioExamples,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -146,10 +158,10 @@ func newTraceCmd() *cobra.Command {
 	f.BoolVar(&o.lenient, "lenient", false, "skip the lines of --iptables-save that do not load (reported on stderr) instead of refusing the dump; outcomes whose path crossed a chain that lost a line say so")
 	f.StringVar(&o.node, "node", "", "a node bundle (the directory or .tar.gz `clusterlab collect` writes): its iptables-save or nft ruleset, ipsets, addresses and routes, instead of --iptables-save/--nft-ruleset, --ipsets, --local-ips, --iface-addr and --out-interface")
 	f.Var(&optBool{p: &o.routeLocalnet}, "route-localnet", "the node's net.ipv4.conf.all.route_localnet (true or false): false drops, as the kernel's routing does, a packet from another interface to or from a loopback address (a NodePort on 127.0.0.1); not given: not checked (a --node bundle's sysctl applies)")
-	f.StringVar(&o.conntrack, "conntrack", "", "the node's `conntrack -L` output: a packet of an existing connection (--ctstate ESTABLISHED) gets its connection's NAT binding (a --node bundle's applies)")
+	f.StringVar(&o.conntrack, "conntrack", "", "the node's `conntrack -L` output: a packet of an existing connection (--ctstate ESTABLISHED) gets its connection's NAT binding, a --reply packet (found by the entry's reply tuple) its inverse (a --node bundle's applies)")
 	f.StringSliceVar(&o.manifests, "manifests", nil, "the cluster's manifests (a `kubectl get -A -o yaml`, files or directories): the outcomes name the Services, Pods and nodes behind their addresses")
 	f.StringVar(&o.ipvsSave, "ipvs-save", "", "an IPVS-mode node's `ipvsadm -Sn` output: a packet delivered to a virtual service goes on to the real server its scheduler picks, through OUTPUT and POSTROUTING")
-	f.StringVar(&o.nftRuleset, "nft-ruleset", "", "`nft list ruleset` output (with or without -a; or nft -j JSON, or an nft -f script) to trace through, instead of --iptables-save")
+	f.StringVar(&o.nftRuleset, "nft-ruleset", "", "`nft list ruleset` output (with or without -a; or nft -j JSON, or an nft -f script) to trace through; with --iptables-save too, both by priority")
 	f.StringVar(&o.src, "src", "", "source IP address")
 	f.StringVar(&o.dst, "dst", "", "destination IP address")
 	f.IntVar(&o.dport, "dport", 0, "destination port")
@@ -177,7 +189,7 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 		}
 	}
 	if o.iptablesSave != "" && o.nftRuleset != "" {
-		return badInput(errors.New("--iptables-save and --nft-ruleset: give only one of them"))
+		return runCombinedTrace(cmd, o)
 	}
 	if o.nftRuleset != "" {
 		return runNFTTrace(cmd, o)
@@ -192,42 +204,9 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 	if err := checkOutput(o.output); err != nil {
 		return err
 	}
-	data, err := o.read(o.iptablesSave)
+	e, err := o.loadIPTables(cmd, emulator.FamilyOf(in.Packet.Dst))
 	if err != nil {
-		return badInput(fmt.Errorf("--iptables-save: %w", err))
-	}
-	var opts []emulator.Option
-	if o.ipsets != "" {
-		sets, err := o.read(o.ipsets)
-		if err != nil {
-			return badInput(fmt.Errorf("--ipsets: %w", err))
-		}
-		s, err := emulator.ParseIPSets(sets, o.ipsets)
-		if err != nil {
-			return badInput(err)
-		}
-		opts = append(opts, emulator.WithIPSets(s))
-	}
-	fam := emulator.FamilyOf(in.Packet.Dst)
-	if err := o.checkDumpFamily(data, fam); err != nil {
-		return badInput(err)
-	}
-	if o.lenient {
-		opts = append(opts, emulator.Lenient())
-	}
-	e, err := emulator.Load(data, fam, o.iptablesSave, opts...)
-	if err != nil {
-		return badInput(o.familyMismatch(data, fam, err))
-	}
-	for _, sl := range e.Skipped() {
-		text := ""
-		if sl.Text != "" {
-			text = " " + strconv.Quote(sl.Text)
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: skipped %s:%d%s: %s\n", sl.File, sl.Line, text, sl.Reason)
-	}
-	if len(e.Ruleset().Tables) == 0 {
-		return badInput(fmt.Errorf("no tables in %s: want iptables-save output (a *TABLE line, its chains and rules, COMMIT)", o.iptablesSave))
+		return err
 	}
 	if o.conntrack != "" {
 		if err := o.connBinding(cmd, &in); err != nil {
@@ -270,6 +249,48 @@ func runTrace(cmd *cobra.Command, o *traceOptions) error {
 	}
 	_, err = fmt.Fprint(out, res.Text()+ipvsText(res)+names)
 	return err
+}
+
+// loadIPTables loads --iptables-save (with --ipsets, --lenient) for packets of family
+// fam; the lines a lenient load skipped are reported on stderr.
+func (o *traceOptions) loadIPTables(cmd *cobra.Command, fam emulator.Family) (*emulator.Emulator, error) {
+	data, err := o.read(o.iptablesSave)
+	if err != nil {
+		return nil, badInput(fmt.Errorf("--iptables-save: %w", err))
+	}
+	var opts []emulator.Option
+	if o.ipsets != "" {
+		sets, err := o.read(o.ipsets)
+		if err != nil {
+			return nil, badInput(fmt.Errorf("--ipsets: %w", err))
+		}
+		s, err := emulator.ParseIPSets(sets, o.ipsets)
+		if err != nil {
+			return nil, badInput(err)
+		}
+		opts = append(opts, emulator.WithIPSets(s))
+	}
+	if err := o.checkDumpFamily(data, fam); err != nil {
+		return nil, badInput(err)
+	}
+	if o.lenient {
+		opts = append(opts, emulator.Lenient())
+	}
+	e, err := emulator.Load(data, fam, o.iptablesSave, opts...)
+	if err != nil {
+		return nil, badInput(o.familyMismatch(data, fam, err))
+	}
+	for _, sl := range e.Skipped() {
+		text := ""
+		if sl.Text != "" {
+			text = " " + strconv.Quote(sl.Text)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: skipped %s:%d%s: %s\n", sl.File, sl.Line, text, sl.Reason)
+	}
+	if len(e.Ruleset().Tables) == 0 {
+		return nil, badInput(fmt.Errorf("no tables in %s: want iptables-save output (a *TABLE line, its chains and rules, COMMIT)", o.iptablesSave))
+	}
+	return e, nil
 }
 
 // familyNames names a family as the tools that save it do.
@@ -414,11 +435,16 @@ func (b *optBool) Set(s string) error {
 }
 
 // connBinding gives a packet of an existing connection (--ctstate ESTABLISHED or
-// RELATED, the original direction) the NAT binding of its entry in --conntrack: the
-// entry whose original tuple is the packet's.
+// RELATED) the NAT binding of its entry in --conntrack. A packet in the original
+// direction is found by the entry's original tuple: its destination gets the DNAT's
+// address (after PREROUTING or OUTPUT), its source the SNAT's (after POSTROUTING). A
+// reply (--reply) is found by the entry's reply tuple and gets the inverse: its
+// destination the original source, where the connection was SNATed or masqueraded,
+// and its source the original destination, where it was DNATed (the kernel's un-DNAT
+// of a Service's reply).
 func (o *traceOptions) connBinding(cmd *cobra.Command, in *emulator.WalkInput) error {
-	if in.Conntrack == nil || in.Conntrack.Reply || in.Conntrack.State == netfilter.CtInvalid {
-		return nil // a first packet (the rules decide), a reply or an INVALID packet
+	if in.Conntrack == nil || in.Conntrack.State == netfilter.CtInvalid {
+		return nil // a first packet (the rules decide) or an INVALID packet
 	}
 	data, err := o.read(o.conntrack)
 	if err != nil {
@@ -429,22 +455,45 @@ func (o *traceOptions) connBinding(cmd *cobra.Command, in *emulator.WalkInput) e
 		return fmt.Errorf("--conntrack %s: %w", o.conntrack, err)
 	}
 	p := in.Packet
+	reply := in.Conntrack.Reply
 	for _, e := range entries {
 		t := e.Orig
+		if reply {
+			t = e.Reply
+		}
 		if e.Protocol != p.Proto || t.Src != p.Src || t.Dst != p.Dst || t.SrcPort != p.SrcPort || t.DstPort != p.DstPort {
 			continue
 		}
 		n := &emulator.CtNAT{Entry: "conntrack -L: " + e.String()}
-		if e.DNATed() {
+		switch {
+		case !reply && e.DNATed():
 			n.DNAT = netip.AddrPortFrom(e.Reply.Src, e.Reply.SrcPort)
+		case reply && e.SNATed():
+			n.DNAT = netip.AddrPortFrom(e.Orig.Src, e.Orig.SrcPort)
 		}
-		if e.Reply.Dst != t.Src || e.Reply.DstPort != t.SrcPort {
+		switch {
+		case !reply && e.SNATed():
 			n.SNAT = netip.AddrPortFrom(e.Reply.Dst, e.Reply.DstPort)
+		case reply && e.DNATed():
+			n.SNAT = netip.AddrPortFrom(e.Orig.Dst, e.Orig.DstPort)
 		}
 		in.CtNAT = n
+		orig := netfilter.Tuple{Proto: e.Protocol, Src: e.Orig.Src, Dst: e.Orig.Dst, SrcPort: e.Orig.SrcPort, DstPort: e.Orig.DstPort}
+		rep := netfilter.Tuple{Proto: e.Protocol, Src: e.Reply.Src, Dst: e.Reply.Dst, SrcPort: e.Reply.SrcPort, DstPort: e.Reply.DstPort}
+		in.Conntrack.Orig, in.Conntrack.ReplyTuple = orig, rep
+		if e.DNATed() {
+			in.Conntrack.Status |= netfilter.StatusDstNAT
+		}
+		if e.SNATed() {
+			in.Conntrack.Status |= netfilter.StatusSrcNAT
+		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: the packet's connection in %s: %s\n", o.conntrack, e.String())
 		return nil
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: no entry in %s has the packet's tuple: its connection's NAT binding is not known\n", o.conntrack)
+	dir := "tuple"
+	if reply {
+		dir = "tuple as its reply tuple"
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: no entry in %s has the packet's %s: its connection's NAT binding is not known\n", o.conntrack, dir)
 	return nil
 }

@@ -105,21 +105,30 @@ func nameOutcomes(outs []*emulator.Outcome, in emulator.WalkInput, names addrNam
 			texts = append(texts, o.IPVS.RealServer)
 			nameOutcomes(o.IPVS.Then, in, names)
 		}
-		for _, t := range texts {
-			for _, s := range addrRE.FindAllString(t, -1) {
-				a, err := netip.ParseAddr(s)
-				if err != nil {
-					continue
+		if n := names.of(texts...); n != nil {
+			o.Names = n
+		}
+	}
+}
+
+// of names the addresses the texts show that the manifests know; nil when none.
+func (names addrNames) of(texts ...string) map[string]string {
+	var out map[string]string
+	for _, t := range texts {
+		for _, s := range addrRE.FindAllString(t, -1) {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				continue
+			}
+			if w := names[a.Unmap()]; len(w) > 0 {
+				if out == nil {
+					out = map[string]string{}
 				}
-				if w := names[a.Unmap()]; len(w) > 0 {
-					if o.Names == nil {
-						o.Names = map[string]string{}
-					}
-					o.Names[a.Unmap().String()] = strings.Join(w, "; ")
-				}
+				out[a.Unmap().String()] = strings.Join(w, "; ")
 			}
 		}
 	}
+	return out
 }
 
 // namesText lists the names of the outcomes' addresses.
@@ -137,6 +146,11 @@ func namesText(outs []*emulator.Outcome) string {
 		}
 	}
 	walk(outs)
+	return namesListText(all)
+}
+
+// namesListText lists names by address.
+func namesListText(all map[string]string) string {
 	if len(all) == 0 {
 		return ""
 	}

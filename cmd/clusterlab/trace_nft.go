@@ -18,16 +18,13 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	if o.lenient {
 		return badInput(fmt.Errorf("--lenient: only with --iptables-save (an nft ruleset is loaded whole, as nft -f does)"))
 	}
-	for _, f := range append([]string{"conntrack", "route-localnet"}, bridgeTraceFlags...) {
-		if cmd.Flags().Changed(f) {
-			return badInput(fmt.Errorf("--%s: only with --iptables-save (the nftables trace does not take it yet)", f))
-		}
-	}
 	if o.ipvsSave != "" {
 		return badInput(fmt.Errorf("--ipvs-save: only with --iptables-save (kube-proxy's IPVS mode programs iptables)"))
 	}
-	if len(o.ifaceAddrs) > 0 {
-		return badInput(fmt.Errorf("--iface-addr: only with --iptables-save (the nftables trace does not name the masquerade address yet)"))
+	for _, f := range bridgeTraceFlags {
+		if cmd.Flags().Changed(f) {
+			return badInput(fmt.Errorf("--%s: only with --iptables-save (the nftables trace does not model the bridge yet)", f))
+		}
 	}
 	if cmd.Flags().Changed("every-rule") {
 		return badInput(fmt.Errorf("--every-rule: only with --iptables-save (an nft trace lists every rule it looks at)"))
@@ -39,16 +36,14 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	if err := checkOutput(o.output); err != nil {
 		return err
 	}
-	data, err := o.read(o.nftRuleset)
-	if err != nil {
-		return badInput(fmt.Errorf("--nft-ruleset: %w", err))
+	if o.conntrack != "" {
+		if err := o.connBinding(cmd, &in); err != nil {
+			return badInput(err)
+		}
 	}
-	e, err := nftemu.Load(data, o.nftRuleset)
+	e, err := o.loadNFT()
 	if err != nil {
-		return badInput(err)
-	}
-	if len(e.Ruleset().Tables) == 0 {
-		return badInput(fmt.Errorf("no tables in %s: want `nft list ruleset` output (table FAMILY NAME { ... })", o.nftRuleset))
+		return err
 	}
 	res, err := e.Walk(nftWalkInput(in))
 	if err != nil {
@@ -66,6 +61,22 @@ func runNFTTrace(cmd *cobra.Command, o *traceOptions) error {
 	return err
 }
 
+// loadNFT loads --nft-ruleset.
+func (o *traceOptions) loadNFT() (*nftemu.Emulator, error) {
+	data, err := o.read(o.nftRuleset)
+	if err != nil {
+		return nil, badInput(fmt.Errorf("--nft-ruleset: %w", err))
+	}
+	e, err := nftemu.Load(data, o.nftRuleset)
+	if err != nil {
+		return nil, badInput(err)
+	}
+	if len(e.Ruleset().Tables) == 0 {
+		return nil, badInput(fmt.Errorf("no tables in %s: want `nft list ruleset` output (table FAMILY NAME { ... })", o.nftRuleset))
+	}
+	return e, nil
+}
+
 // nftWalkInput converts the packet flags' walk input to the nftables walk's.
 func nftWalkInput(in emulator.WalkInput) nftemu.WalkInput {
 	p := in.Packet
@@ -75,6 +86,7 @@ func nftWalkInput(in emulator.WalkInput) nftemu.WalkInput {
 		Packet: nftemu.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
 			TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL, Len: p.Len, InIface: p.InIface},
 		From: from, Local: in.Local, AllBranches: in.AllBranches, Seed: in.Seed, OutIface: in.OutIface,
+		Route: in.Route, IfaceAddrs: in.IfaceAddrs, RouteLocalnet: in.RouteLocalnet, CtNAT: in.CtNAT,
 	}
 	if ct := in.Conntrack; ct != nil {
 		out.Conntrack = &nftemu.Conntrack{State: ct.State, Status: ct.Status, Reply: ct.Reply, Orig: ct.Orig,

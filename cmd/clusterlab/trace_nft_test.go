@@ -141,7 +141,8 @@ func TestNFTTraceBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{append([]string{"--nft-ruleset", nftRuleset, "--iptables-save", "x"}, pkt...), "give only one of them"},
+		{append([]string{"--nft-ruleset", nftRuleset, "--iptables-save", "x"}, pkt...), "--iptables-save: open x"},
+		{append([]string{"--nft-ruleset", nftRuleset, "--iptables-save", "x", "--lenient"}, pkt...), "--lenient: not with both --iptables-save and --nft-ruleset"},
 		{pkt, "--iptables-save is required (or --nft-ruleset"},
 		{append([]string{"--nft-ruleset", bad}, pkt...), `bad.nft:3: chain c: jump to missing chain "nowhere"`},
 		{append([]string{"--nft-ruleset", empty}, pkt...), "no tables in"},
@@ -152,5 +153,54 @@ func TestNFTTraceBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestNFTTraceNodeState: the nftables trace takes what the iptables trace takes of the
+// node: interface addresses name the masquerade address, --conntrack gives an
+// established packet its entry's binding (a stale endpoint the ruleset no longer
+// names), --route-localnet=false drops a loopback destination from outside.
+func TestNFTTraceNodeState(t *testing.T) {
+	base := []string{"--nft-ruleset", nftRuleset, "--local-ips", "192.168.0.2", "-o", "json"}
+	outcome := func(args ...string) map[string]any {
+		t.Helper()
+		got, errOut, err := runCmd(t, append(append([]string{"trace"}, base...), args...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, errOut)
+		}
+		var outs []map[string]any
+		if err := json.Unmarshal([]byte(got), &outs); err != nil {
+			t.Fatal(err)
+		}
+		if len(outs) != 1 {
+			t.Fatalf("%d outcomes:\n%s", len(outs), got)
+		}
+		return outs[0]
+	}
+	o := outcome("--src", "203.0.113.2", "--dst", "192.168.0.2", "--dport", "3003", "--iface-addr", "eth0=192.168.0.2", "--out-interface", "eth0")
+	if o["snat_source"] != "192.168.0.2" || o["masqueraded"] != true || !strings.HasPrefix(o["packet"].(string), "tcp 192.168.0.2:") {
+		t.Errorf("masquerade out of eth0: %v", o)
+	}
+	o = outcome("--src", "203.0.113.2", "--dst", "192.168.0.2", "--dport", "3003")
+	if o["snat_source"] != nil || o["masqueraded"] != true {
+		t.Errorf("masquerade, interface address unknown: %v", o)
+	}
+	ct := t.TempDir() + "/conntrack.txt"
+	os.WriteFile(ct, []byte("tcp      6 86397 ESTABLISHED src=10.0.0.2 dst=172.30.0.41 sport=40000 dport=80 src=10.180.0.9 dst=10.0.0.2 sport=80 dport=40000 [ASSURED] mark=0 use=1\n"), 0o644)
+	o = outcome("--src", "10.0.0.2", "--dst", "172.30.0.41", "--dport", "80", "--conntrack", ct, "--ctstate", "ESTABLISHED")
+	if o["dnat_destination"] != "10.180.0.9:80" || !strings.Contains(o["packet"].(string), "-> 10.180.0.9:80") {
+		t.Errorf("established, the entry's binding: %v", o)
+	}
+	o = outcome("--src", "10.0.0.2", "--dst", "172.30.0.41", "--dport", "80", "--conntrack", ct)
+	if o["dnat_destination"] != "10.180.0.1:80" {
+		t.Errorf("first packet, the rules' DNAT: %v", o)
+	}
+	o = outcome("--src", "203.0.113.2", "--dst", "127.0.0.1", "--dport", "8080", "--in-interface", "eth0", "--route-localnet=false")
+	if o["verdict"] != "DROP" || o["decided_by"] != "routing" {
+		t.Errorf("route_localnet=0: %v", o)
+	}
+	o = outcome("--src", "203.0.113.2", "--dst", "127.0.0.1", "--dport", "8080", "--in-interface", "eth0")
+	if o["verdict"] != "LOCAL" {
+		t.Errorf("route_localnet not given: %v", o)
 	}
 }

@@ -323,11 +323,6 @@ func TestTraceIPVSNode(t *testing.T) {
 			t.Errorf("from outside to an external IP: want %s in\n%s", want, js)
 		}
 	}
-	for _, f := range []string{"--conntrack=y", "--route-localnet=false"} {
-		if _, _, err := runCmd(t, "trace", "--nft-ruleset", "x", f, "--src", "10.0.0.5", "--dst", "172.30.0.42", "--dport", "80"); err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "only with --iptables-save") {
-			t.Errorf("%s with nft: %v", f, err)
-		}
-	}
 	if _, _, err := runCmd(t, "trace", "--nft-ruleset", "x", "--ipvs-save", "y", "--src", "10.0.0.5", "--dst", "172.30.0.42", "--dport", "80"); err == nil || !strings.Contains(err.Error(), "--ipvs-save: only with --iptables-save") {
 		t.Errorf("--ipvs-save with nft: %v", err)
 	}

@@ -23,6 +23,7 @@ var rules = map[string][]string{
 	"proxy/iptables":          {"netsim", "cluster"},
 	"proxy/iptables/emulator": {"netsim", "cluster"},
 	"proxy/ipvs":              {"netsim", "cluster"},
+	"proxy/nodewalk":          {"netsim", "cluster"},
 	"proxy/ipvs/emulator":     {"netsim", "cluster"},
 	"proxy/userspace":         {"netsim", "cluster"},
 	"cluster":                 {"proxy", "proxy/iptables", "proxy/ipvs", "proxy/userspace", "proxy/kubeproxy", "scenario", "dns"},

@@ -278,8 +278,18 @@ func (e *Emulator) EvalHook(env Env, hook netfilter.Hook, pkt *Packet, tr *Trace
 func (e *Emulator) EvalTable(env Env, table string, hook netfilter.Hook, pkt *Packet, tr *Trace) TableResult {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	res, _ := e.evalTableLocked(env, table, hook, pkt, tr, nil)
+	res, c := e.evalTableLocked(env, table, hook, pkt, tr, nil)
+	if c != nil && len(c.assume) > 0 {
+		res.Assumptions = slices.Clone(c.assume)
+	}
 	return res
+}
+
+// HasTable reports whether the ruleset has the table (filter, nat, ...).
+func (e *Emulator) HasTable(name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rs.Table(name) != nil
 }
 
 // evalTableLocked is EvalTable with mu held; it also returns the evaluation context

@@ -112,6 +112,8 @@ type TableResult struct {
 	RejectWith string
 	Decision   Decision
 	NAT        *NAT
+	// Assumptions are the undecidable matches met, and what was assumed (EvalTable).
+	Assumptions []Assumption
 }
 
 // HookResult is the outcome of all tables at a hook.
@@ -155,7 +157,23 @@ func (c *envChooser) pickRange(n int) int {
 	}
 	return c.env.Pick(n)
 }
-func (*envChooser) unknown(string, string, bool) bool { return false }
+func (c *envChooser) unknown(cond, label string, neg bool) bool {
+	if a, ok := c.env.(MatchAssumer); ok {
+		return a.AssumeMatch(cond, label, neg)
+	}
+	return false
+}
+
+// MatchAssumer is an optional Env method: the value to assume for a match the emulator
+// cannot decide (a module it does not model, a set it was not given). cond identifies
+// the condition on the packet (the same on every rule that tests it), label names the
+// match as iptables-save prints it, neg says the match is the condition's negation; the
+// result is whether the match as written matches. Without it such a match does not
+// match. A walk that follows every branch (another package's, driving several rule
+// engines) implements it.
+type MatchAssumer interface {
+	AssumeMatch(cond, label string, neg bool) bool
+}
 
 // state is the emulator state evaluation reads and changes.
 type state struct {

@@ -205,7 +205,8 @@ type Env interface {
 	Now() time.Time
 	// Chance is a choice point that is true with probability p (statistic --mode random).
 	Chance(p float64) bool
-	// Pick is a choice point returning a uniform choice in [0, n) (a NAT address range).
+	// Pick is a choice point returning a uniform choice in [0, n) (a NAT address range),
+	// or -1 to keep the range whole (a walk following every branch).
 	Pick(n int) int
 	// AddrType classifies addr as the node's routing tables would (addrtype). A
 	// non-empty iface limits the lookup to that interface (--limit-iface-in/out). For

@@ -763,11 +763,5 @@ type IPVSHop struct {
 	Then []*Outcome `json:"then,omitempty"`
 }
 
-// CtNAT is an existing connection's NAT binding, as the original direction's packets
-// get it: the destination DNAT gave it and the source SNAT or MASQUERADE gave it
-// (invalid: none).
-type CtNAT struct {
-	DNAT  netip.AddrPort
-	SNAT  netip.AddrPort
-	Entry string // the conntrack entry, for the trace
-}
+// CtNAT is an existing connection's NAT binding (see netfilter.NATBinding).
+type CtNAT = netfilter.NATBinding

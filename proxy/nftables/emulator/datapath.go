@@ -98,7 +98,9 @@ func (e *Emulator) commitLocked() {
 			if a.Priority != b.Priority {
 				return a.Priority < b.Priority
 			}
-			return a.seq < b.seq
+			// nf_hook_entries_grow puts a new hook before the first one of the
+			// same or a higher priority: of equal ones, the latest runs first.
+			return a.seq > b.seq
 		})
 	}
 }
@@ -132,7 +134,8 @@ type BaseChain struct {
 }
 
 // BaseChains returns the base chains (of ip, ip6 and inet tables) at a hook in the
-// order the kernel runs them: by priority, then registration order. The slice is
+// order the kernel runs them: by priority, and of equal priority the one registered
+// last first (checked against a kernel: TestEqualPriorityKernel). The slice is
 // shared; do not modify it.
 func (e *Emulator) BaseChains(h netfilter.Hook) []BaseChain {
 	e.mu.Lock()
@@ -263,6 +266,10 @@ type ChainVerdict struct {
 	// Reason is the rule or policy that decided: "ip kube-proxy services handle 12",
 	// "... line 40", "... policy drop".
 	Reason string
+	// Rule is the rule that decided (nil: the base chain's policy) and Chain the chain
+	// it is in (RunChain).
+	Rule  *Rule
+	Chain string
 }
 
 // Decided reports whether the chain ended the packet's way or NATed it.
@@ -288,6 +295,7 @@ func (e *Emulator) RunChain(env Env, bc BaseChain, q *Packet, tr *Trace) ChainVe
 		ctx.assumer = a
 	}
 	v := ctx.runBase(c)
+	v.Rule, v.Chain = ctx.decRule, ctx.decChain
 	if ctx.hasNow && ctx.now.After(e.now) {
 		e.now = ctx.now
 	}

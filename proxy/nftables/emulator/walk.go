@@ -54,8 +54,26 @@ type WalkInput struct {
 	Time time.Time
 	// MaxPaths bounds an all-branches exploration (default 4096).
 	MaxPaths int
-	// OutIface is the output interface of a packet that leaves the node.
+	// OutIface is the output interface of a packet that leaves the node (when Route
+	// is not set).
 	OutIface string
+	// Route, when set, is the node's routing table: the output interface for a
+	// destination (after DNAT), "" when no route matches. It takes precedence over
+	// OutIface.
+	Route func(dst netip.Addr) string
+	// IfaceAddrs are the node's interfaces' primary addresses: masquerade takes the
+	// output interface's (as the kernel's inet_select_addr), redirect in PREROUTING
+	// the input interface's. Their addresses are local.
+	IfaceAddrs map[string]netip.Addr
+	// RouteLocalnet, when set, is the node's net.ipv4.conf.*.route_localnet: false
+	// drops (as the kernel's routing does) a packet arriving on an interface other than
+	// lo with a loopback source or destination after PREROUTING. Nil: not checked.
+	RouteLocalnet *bool
+	// CtNAT is the NAT binding of the existing connection a packet of an established
+	// connection belongs to (from the node's conntrack table): its destination is
+	// rewritten after PREROUTING (or OUTPUT) and its source after POSTROUTING, where
+	// nat chains ran for the connection's first packet.
+	CtNAT *netfilter.NATBinding
 	// Conntrack, when set, is the conntrack state of a packet of an existing connection
 	// (ESTABLISHED, RELATED, a reply: its Status has StatusConfirmed) or of one
 	// conntrack found no entry for (INVALID). Nil is the first packet of a new
@@ -242,6 +260,9 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 	for _, a := range in.Local {
 		local[a.Unmap()] = true
 	}
+	for _, a := range in.IfaceAddrs {
+		local[a.Unmap()] = true
+	}
 	now := in.Time
 	if now.IsZero() {
 		now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -295,13 +316,15 @@ type walkState struct {
 	tr       *Trace
 	pkt      Packet
 	o        *Outcome
+	in       *WalkInput
 	dnat     *NAT
 	snat     *NAT
 	decision *DecisionRef
+	martian  bool // routing dropped it (route_localnet)
 }
 
 func (e *Emulator) walkOnce(env *walkEnv, in WalkInput, start netfilter.Hook) *Outcome {
-	w := &walkState{e: e, env: env, tr: env.tr, pkt: in.Packet,
+	w := &walkState{e: e, env: env, tr: env.tr, pkt: in.Packet, in: &in,
 		o: &Outcome{Paths: 1, Trace: env.tr, MatchedRules: []RuleRef{}, Hooks: []string{}}}
 	w.pkt.CT = Conntrack{State: netfilter.CtNew}
 	note := func(s string) { w.tr.add(Step{Kind: StepNote, Detail: s}) }
@@ -313,9 +336,29 @@ func (e *Emulator) walkOnce(env *walkEnv, in WalkInput, start netfilter.Hook) *O
 			note(fmt.Sprintf("conntrack: %s, not the first packet of the connection: nat chains are not run (the conntrack entry's binding applies)", w.pkt.CT.State))
 		}
 	}
+	ctDNAT := func() {
+		if n := in.CtNAT; n != nil && n.DNAT.IsValid() && !nat {
+			w.pkt.Dst, w.pkt.DstPort = n.DNAT.Addr(), n.DNAT.Port()
+			w.dnat = &NAT{Kind: netfilter.DNAT, Addr: n.DNAT.Addr(), Port: n.DNAT.Port()}
+			note("conntrack: the connection's binding DNATs the packet to " + n.DNAT.String() + " (" + n.Entry + ")")
+		}
+	}
+	ctSNAT := func() {
+		if n := in.CtNAT; n != nil && n.SNAT.IsValid() && !nat {
+			w.pkt.Src, w.pkt.SrcPort = n.SNAT.Addr(), n.SNAT.Port()
+			w.snat = &NAT{Kind: netfilter.SNAT, Addr: n.SNAT.Addr(), Port: n.SNAT.Port()}
+			note("conntrack: the connection's binding SNATs the packet from " + n.SNAT.String())
+		}
+	}
 	if start == netfilter.Prerouting {
 		if o := w.hook(netfilter.Prerouting, nat); o != nil {
 			return o
+		}
+		ctDNAT()
+		if Martian(in.RouteLocalnet, &w.pkt) {
+			note(fmt.Sprintf("routing: %s -> %s in %s is martian with route_localnet=0: dropped", w.pkt.Src, w.pkt.Dst, w.pkt.InIface))
+			w.martian = true
+			return w.finish(Drop, ChainVerdict{})
 		}
 		if env.IsLocal(w.pkt.Dst) {
 			note(fmt.Sprintf("routing: %s is local: INPUT", w.pkt.Dst))
@@ -324,30 +367,33 @@ func (e *Emulator) walkOnce(env *walkEnv, in WalkInput, start netfilter.Hook) *O
 			}
 			return w.finish(Local, ChainVerdict{})
 		}
-		w.pkt.OutIface = in.OutIface
-		note(fmt.Sprintf("routing: %s is not local: FORWARD", w.pkt.Dst))
+		w.pkt.OutIface = in.outIface(w.pkt.Dst)
+		note(fmt.Sprintf("routing: %s is not local: FORWARD%s", w.pkt.Dst, OutVia(w.pkt.OutIface)))
 		if o := w.hook(netfilter.Forward, nat); o != nil {
 			return o
 		}
 		if o := w.hook(netfilter.Postrouting, nat); o != nil {
 			return o
 		}
+		ctSNAT()
 		return w.finish(Accept, ChainVerdict{})
 	}
 	if o := w.hook(netfilter.Output, nat); o != nil {
 		return o
 	}
+	ctDNAT()
 	isLocal := env.IsLocal(w.pkt.Dst)
 	if isLocal {
 		w.pkt.OutIface = "lo"
 		note(fmt.Sprintf("routing: %s is local: out over loopback", w.pkt.Dst))
 	} else {
-		w.pkt.OutIface = in.OutIface
-		note(fmt.Sprintf("routing: %s is not local", w.pkt.Dst))
+		w.pkt.OutIface = in.outIface(w.pkt.Dst)
+		note(fmt.Sprintf("routing: %s is not local%s", w.pkt.Dst, OutVia(w.pkt.OutIface)))
 	}
 	if o := w.hook(netfilter.Postrouting, nat); o != nil {
 		return o
 	}
+	ctSNAT()
 	if !isLocal {
 		return w.finish(Accept, ChainVerdict{})
 	}
@@ -361,6 +407,31 @@ func (e *Emulator) walkOnce(env *walkEnv, in WalkInput, start netfilter.Hook) *O
 		return o
 	}
 	return w.finish(Local, ChainVerdict{})
+}
+
+// outIface is the interface a packet to dst leaves by: the routing table's when there
+// is one, else OutIface.
+func (in *WalkInput) outIface(dst netip.Addr) string {
+	if in.Route != nil {
+		return in.Route(dst)
+	}
+	return in.OutIface
+}
+
+// OutVia renders the output interface for a routing note.
+func OutVia(iface string) string {
+	if iface == "" {
+		return " (output interface unknown)"
+	}
+	return " via " + iface
+}
+
+// Martian reports whether the kernel's routing (ip_route_input) drops q after
+// PREROUTING as a martian: a loopback source or destination on a packet that came in
+// by an interface other than lo, with route_localnet off. routeLocalnet nil: not known,
+// not checked.
+func Martian(routeLocalnet *bool, q *Packet) bool {
+	return routeLocalnet != nil && !*routeLocalnet && q.InIface != "lo" && (q.Dst.IsLoopback() || q.Src.IsLoopback())
 }
 
 // natFirst reports whether nat chains see the packet: only an unconfirmed entry's
@@ -409,43 +480,79 @@ func (w *walkState) hook(h netfilter.Hook, nat bool) *Outcome {
 }
 
 func (w *walkState) applyNAT(h netfilter.Hook, n NAT) {
+	d := ApplyNAT(&w.pkt, h, n, w.ifaceAddr, w.env.local)
+	switch n.Kind {
+	case netfilter.DNAT, netfilter.Redirect:
+		w.dnat = &d
+		w.tr.add(Step{Kind: StepNote, Hook: h.String(), Detail: fmt.Sprintf("%s to %s", n.Kind, d.Dest())})
+	default:
+		w.snat = &d
+		detail := n.Kind.String()
+		if d.Addr.IsValid() {
+			detail += " to " + d.Dest()
+		}
+		w.tr.add(Step{Kind: StepNote, Hook: h.String(), Detail: detail})
+	}
+}
+
+// ifaceAddr is an interface's primary address, when the walk knows it.
+func (w *walkState) ifaceAddr(iface string) (netip.Addr, bool) {
+	a, ok := w.in.IfaceAddrs[iface]
+	return a, ok && iface != ""
+}
+
+// ApplyNAT applies a nat chain's translation n at hook h to q, as the kernel's nf_nat
+// does, and returns it as applied (the address and port q got). redirect takes the
+// input interface's primary address in PREROUTING (ifaceAddr, else the lowest of
+// local's addresses of q's family) and loopback in OUTPUT; masquerade the output
+// interface's primary address (when ifaceAddr knows it; else the source address stays
+// unknown and q's is kept). ifaceAddr may be nil.
+func ApplyNAT(q *Packet, h netfilter.Hook, n NAT, ifaceAddr func(string) (netip.Addr, bool), local map[netip.Addr]bool) NAT {
+	if ifaceAddr == nil {
+		ifaceAddr = func(string) (netip.Addr, bool) { return netip.Addr{}, false }
+	}
 	switch n.Kind {
 	case netfilter.DNAT, netfilter.Redirect:
 		if n.Kind == netfilter.Redirect {
 			n.Addr = netip.MustParseAddr("127.0.0.1")
-			if w.pkt.Dst.Is6() {
+			if q.Dst.Is6() {
 				n.Addr = netip.IPv6Loopback()
 			}
 			if h == netfilter.Prerouting {
-				for a := range w.env.local {
-					if a.Is6() == w.pkt.Dst.Is6() && (!n.Addr.IsLoopback() || a.Less(n.Addr)) {
-						n.Addr = a
+				if a, ok := ifaceAddr(q.InIface); ok && a.Is6() == q.Dst.Is6() {
+					n.Addr = a
+				} else {
+					for a := range local {
+						if a.Is6() == q.Dst.Is6() && (!n.Addr.IsLoopback() || a.Less(n.Addr)) {
+							n.Addr = a
+						}
 					}
 				}
 			}
 		}
 		if n.Addr.IsValid() {
-			w.pkt.Dst = n.Addr
+			q.Dst = n.Addr
 		}
 		if n.Port != 0 {
-			w.pkt.DstPort = n.Port
+			q.DstPort = n.Port
 		}
-		w.pkt.CT.Status |= netfilter.StatusDstNAT
-		d := n
-		d.Addr, d.Port = w.pkt.Dst, w.pkt.DstPort
-		w.dnat = &d
-		w.tr.add(Step{Kind: StepNote, Hook: h.String(), Detail: fmt.Sprintf("%s to %s", n.Kind, d.Dest())})
-	default:
-		if n.Kind == netfilter.SNAT && n.Addr.IsValid() {
-			w.pkt.Src = n.Addr
-			if n.Port != 0 {
-				w.pkt.SrcPort = n.Port
-			}
-		}
-		w.pkt.CT.Status |= netfilter.StatusSrcNAT
-		w.snat = &n
-		w.tr.add(Step{Kind: StepNote, Hook: h.String(), Detail: n.Kind.String()})
+		q.CT.Status |= netfilter.StatusDstNAT
+		n.Addr, n.Port = q.Dst, q.DstPort
+		return n
 	}
+	if n.Kind == netfilter.Masquerade {
+		if a, ok := ifaceAddr(q.OutIface); ok && a.Is6() == q.Src.Is6() {
+			n.Addr = a
+		}
+	}
+	if n.Addr.IsValid() {
+		q.Src = n.Addr
+		if n.Port != 0 {
+			q.SrcPort = n.Port
+		}
+	}
+	q.CT.Status |= netfilter.StatusSrcNAT
+	return n
 }
 
 func (w *walkState) finish(v Verdict, cv ChainVerdict) *Outcome {
@@ -455,6 +562,9 @@ func (w *walkState) finish(v Verdict, cv ChainVerdict) *Outcome {
 		o.RejectWith = cv.Reject.String()
 	}
 	o.DecidedBy = "policy"
+	if w.martian {
+		o.DecidedBy, w.decision = "routing", nil
+	}
 	if w.decision != nil {
 		o.Decision = w.decision
 		if w.decision.Policy == "" {
@@ -467,7 +577,7 @@ func (w *walkState) finish(v Verdict, cv ChainVerdict) *Outcome {
 	}
 	if w.snat != nil {
 		o.Masqueraded = true
-		if w.snat.Kind == netfilter.SNAT {
+		if w.snat.Kind == netfilter.SNAT || w.snat.Addr.IsValid() { // masquerade: when the interface's address is known
 			s := w.snat.Dest()
 			o.SNATSource = &s
 		}
