@@ -608,3 +608,21 @@ func TestParseKernelVersion(t *testing.T) {
 		t.Error("AtLeast")
 	}
 }
+
+// CheckRestore is Restore with --test; a refusal names the input line.
+func TestCheckRestoreCommandLine(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	ipt := newFakeIPTables(t, f, IPTablesOptions{Backend: BackendLegacy, Netns: "n1"}, "iptables v1.8.9 (legacy)\n")
+	data := []byte("*nat\n:KUBE-X - [0:0]\n-A KUBE-X -j NOPE\nCOMMIT\n")
+	want := "ip netns exec n1 iptables-legacy-restore -w 5 -W 100000 --test --noflush"
+	f.on(want, 2, "", "iptables-restore v1.8.9 (legacy): Couldn't load target `NOPE':No such file or directory\n\nError occurred at line: 3\n")
+	err := ipt.CheckRestore(ctx, data, iptables.RestoreOptions{NoFlush: true})
+	var re *RestoreError
+	if !errors.As(err, &re) || re.Line != 3 || re.Text != "-A KUBE-X -j NOPE" {
+		t.Errorf("CheckRestore: %v; want a RestoreError at line 3", err)
+	}
+	if len(f.calls) != 1 || f.calls[0] != want || f.stdins[0] != string(data) {
+		t.Errorf("calls %q stdin %q; want %q", f.calls, f.stdins, want)
+	}
+}

@@ -181,7 +181,21 @@ func (ipt *IPTables) waitFlags(restore bool) []string {
 // The tool applies a whole input or none of it; on failure the error is a *RestoreError
 // naming the input line the tool reported.
 func (ipt *IPTables) Restore(ctx context.Context, data []byte, opts iptables.RestoreOptions) error {
+	return ipt.restore(ctx, data, opts, false)
+}
+
+// CheckRestore is Restore with --test: the tool parses data and builds the rules as
+// Restore would (iptables-legacy-restore also checks jumps against the chains that
+// exist), reporting the first line it refuses as a *RestoreError, and changes nothing.
+func (ipt *IPTables) CheckRestore(ctx context.Context, data []byte, opts iptables.RestoreOptions) error {
+	return ipt.restore(ctx, data, opts, true)
+}
+
+func (ipt *IPTables) restore(ctx context.Context, data []byte, opts iptables.RestoreOptions, test bool) error {
 	args := ipt.waitFlags(true)
+	if test {
+		args = append(args, "--test")
+	}
 	if opts.NoFlush {
 		args = append(args, "--noflush")
 	}

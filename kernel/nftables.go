@@ -193,6 +193,13 @@ func transactionScript(tx *knftables.Transaction) (string, error) {
 	return "", fmt.Errorf("nftables: invalid transaction: %s", s[i+len("# ERROR: "):])
 }
 
+// CheckScript dry-runs script (`nft --check -f -`): nft parses it and the kernel
+// validates it against the namespace's ruleset, and nothing changes. A refusal is an
+// *NFTError naming the first input line nft complained about.
+func (n *NFTables) CheckScript(ctx context.Context, script string) error {
+	return n.apply(ctx, []string{"--check", "-f", "-"}, script)
+}
+
 // ApplyScript feeds script to `nft -f -`: any nft input (add/flush/delete lines or
 // `table { ... }` blocks, `#` comments), applied atomically. A failure is an *NFTError
 // naming the first input line nft complained about.

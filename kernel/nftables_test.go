@@ -226,3 +226,15 @@ func FuzzParseNFTVersion(f *testing.F) {
 		}
 	})
 }
+
+// CheckScript is nft --check -f - with the script on stdin.
+func TestNFTablesCheckScript(t *testing.T) {
+	f := newFake()
+	n := newFakeNFTables(t, f, NFTablesOptions{Netns: "ns1"})
+	if err := n.CheckScript(context.Background(), "add table ip t\n"); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.calls) != 1 || f.calls[0] != "ip netns exec ns1 nft --check -f -" || f.stdins[0] != "add table ip t\n" {
+		t.Errorf("calls %q stdin %q", f.calls, f.stdins)
+	}
+}
