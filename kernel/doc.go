@@ -132,7 +132,10 @@
 // files under /run/netns: links are created directly inside the harness namespaces.
 // Namespace names are PREFIX<pid>-<n>-<role>; NewHarness deletes leftovers of a
 // crashed run (names with this prefix whose pid is gone), never anything else. Close
-// deletes every namespace it made, also after a partial build.
+// deletes every namespace it made, also after a partial build. A process that is
+// killed leaves none either: RunTests (a TestMain body) deletes them on SIGINT, SIGTERM
+// and SIGHUP, and a reaper process deletes them after SIGKILL or a `go test -timeout`
+// expiry (cleanup.go).
 //
 // Tests that need root skip through RequireHarness, RequireRoot, RequireTools and
 // RequireIPVS.
