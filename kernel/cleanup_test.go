@@ -54,7 +54,7 @@ func TestNamespacesGoneWhenKilled(t *testing.T) {
 		{"SIGTERM", syscall.SIGTERM, "10m", true},
 		{"SIGINT", syscall.SIGINT, "10m", true},
 		{"SIGKILL", syscall.SIGKILL, "10m", false},
-		{"test timeout", 0, "3s", false},
+		{"test timeout", 0, "4s", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(os.Args[0], "-test.run=^TestCleanupChild$", "-test.timeout="+tc.timeout)
@@ -70,7 +70,11 @@ func TestNamespacesGoneWhenKilled(t *testing.T) {
 			}
 			line, err := bufio.NewReader(out).ReadString('\n')
 			names := strings.Fields(strings.TrimPrefix(line, "READY "))
-			if err != nil || !strings.HasPrefix(line, "READY ") || len(names) < 3 {
+			if tc.sig == 0 && err != nil {
+				// On a slow machine the timeout may strike while the harness is being
+				// built: its namespaces must go all the same (the reaper says which).
+				names = nil
+			} else if err != nil || !strings.HasPrefix(line, "READY ") || len(names) < 3 {
 				cmd.Process.Kill()
 				cmd.Wait()
 				t.Fatalf("child: %q, %v\n%s", line, err, stderr.String())
