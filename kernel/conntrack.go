@@ -16,7 +16,9 @@ import (
 
 // ConntrackOptions configure a Conntrack.
 type ConntrackOptions struct {
-	// Netns, if set, is a named network namespace: commands run as `ip netns exec NAME`.
+	// Netns is the named network namespace (/run/netns/NAME) the commands run in, as
+	// `ip netns exec NAME conntrack ...`; HostNamespace for the caller's own. Required:
+	// with an empty Netns every call fails (ErrNoNamespace) and runs nothing.
 	Netns string
 	// Family is the table a filter without addresses applies to (conntrack -f); a filter
 	// with an address takes the address's family. Default IPv4.
@@ -35,8 +37,8 @@ type Conntrack struct {
 
 var _ proxy.Conntrack = (*Conntrack)(nil)
 
-// NewConntrack returns the adapter. It runs nothing; a missing tool shows up as the
-// first call's error.
+// NewConntrack returns the adapter. It runs nothing; a missing tool, or a missing
+// Netns (ErrNoNamespace), shows up as the first call's error.
 func NewConntrack(opts ConntrackOptions) *Conntrack {
 	return newConntrack(opts, execRunner{})
 }
@@ -134,6 +136,9 @@ func (c *Conntrack) Delete(f proxy.ConntrackFilter) (int, error) {
 
 // DeleteContext is Delete with a context.
 func (c *Conntrack) DeleteContext(ctx context.Context, f proxy.ConntrackFilter) (int, error) {
+	if err := checkNetns("conntrack delete", c.opts.Netns); err != nil {
+		return 0, err
+	}
 	args, err := c.filterArgs(f)
 	if err != nil {
 		return 0, err
@@ -159,6 +164,9 @@ func (c *Conntrack) DeleteContext(ctx context.Context, f proxy.ConntrackFilter) 
 
 // Flush empties the conntrack table (conntrack -F) of the adapter's family.
 func (c *Conntrack) Flush(ctx context.Context) error {
+	if err := checkNetns("conntrack flush", c.opts.Netns); err != nil {
+		return err
+	}
 	args := []string{"-F"}
 	if c.opts.Family == IPv6 {
 		args = append(args, "-f", "ipv6")
@@ -173,6 +181,9 @@ func (c *Conntrack) Flush(ctx context.Context) error {
 // List returns the entries the filter matches (conntrack -L -o extended with the same
 // options as Delete).
 func (c *Conntrack) List(ctx context.Context, f proxy.ConntrackFilter) ([]ConntrackEntry, error) {
+	if err := checkNetns("conntrack list", c.opts.Netns); err != nil {
+		return nil, err
+	}
 	args, err := c.filterArgs(f)
 	if err != nil {
 		return nil, err

@@ -4,8 +4,10 @@
 //
 // # Adapters
 //
-// Each adapter implements a proxy interface by driving the kernel, optionally inside a
-// named network namespace (/run/netns/NAME):
+// Each adapter implements a proxy interface by driving the kernel inside a named
+// network namespace (/run/netns/NAME), or in the caller's own when given
+// HostNamespace. None acts on the caller's own by default: an empty namespace is an
+// error (ErrNoNamespace) and the adapter runs nothing:
 //
 //	proxy/iptables.Interface ── IPTables  ── iptables-{nft,legacy}-restore / -save, ip6tables-*
 //	NewTransaction + Run     ── NFTables  ── nft -f - / nft list ruleset (sigs.k8s.io/knftables)
@@ -32,7 +34,7 @@
 // IsNFTExists classify it as knftables would). ApplyScript takes any nft input,
 // ListRuleset and ListTable print `nft [-a] [-j] list ...` for the parser, and
 // DeleteTable removes one table as kube-proxy's cleanup does. An NFTables never runs
-// in the caller's own namespace unless NFTablesOptions.AllowHost says so. It needs nft
+// in the caller's own namespace unless given HostNamespace (see below). It needs nft
 // >= 1.0.1, what knftables accepts (Debian bookworm's nftables package is 1.0.6);
 // `clusterlab kernel check` reports that and kube-proxy's other startup check, a
 // kernel >= 5.13 (features "nft" and "nftables").
@@ -130,7 +132,10 @@
 // files under /run/netns: links are created directly inside the harness namespaces.
 // Namespace names are PREFIX<pid>-<n>-<role>; NewHarness deletes leftovers of a
 // crashed run (names with this prefix whose pid is gone), never anything else. Close
-// deletes every namespace it made, also after a partial build.
+// deletes every namespace it made, also after a partial build. A process that is
+// killed leaves none either: RunTests (a TestMain body) deletes them on SIGINT, SIGTERM
+// and SIGHUP, and a reaper process deletes them after SIGKILL or a `go test -timeout`
+// expiry (cleanup.go).
 //
 // Tests that need root skip through RequireHarness, RequireRoot, RequireTools and
 // RequireIPVS.

@@ -39,7 +39,7 @@ func ExampleNewHarness() {
 
 // Choosing what to do when the kernel has no IPVS is the caller's business.
 func ExampleNewIPVS() {
-	v, err := kernel.NewIPVS("")
+	v, err := kernel.NewIPVS(kernel.HostNamespace)
 	if err != nil {
 		fmt.Println("no kernel IPVS; use the userspace model instead:", err)
 		return

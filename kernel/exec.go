@@ -100,8 +100,9 @@ func HaveTool(name string) bool {
 // `ip netns exec NAME ...` rather than setns(2) on a locked thread for external tools:
 // the command line is then exactly what a person would type to reproduce it, and ip
 // also remounts /sys for the namespace, which some tools read.
+// HostNamespace runs argv as it is; the adapters refuse "" before they get here.
 func inNetnsArgv(netns string, argv []string) []string {
-	if netns == "" {
+	if netns == "" || isHost(netns) {
 		return argv
 	}
 	out := make([]string, 0, len(argv)+4)

@@ -88,19 +88,19 @@ func TestIPTablesCommandLines(t *testing.T) {
 			"ip netns exec n1 iptables-nft-restore -w 5 --noflush --counters",
 			"ip netns exec n1 iptables-nft-save -t nat",
 			"ip netns exec n1 iptables-nft -w 5 -t nat -C PREROUTING -m comment --comment kubernetes service portals -j KUBE-SERVICES"},
-		{"legacy", IPTablesOptions{Backend: BackendLegacy}, "iptables v1.8.9 (legacy)\n", iptables.RestoreOptions{NoFlush: true},
+		{"legacy", IPTablesOptions{Backend: BackendLegacy, Netns: HostNamespace}, "iptables v1.8.9 (legacy)\n", iptables.RestoreOptions{NoFlush: true},
 			"iptables-legacy-restore -w 5 -W 100000 --noflush",
 			"iptables-legacy-save -t nat",
 			"iptables-legacy -w 5 -W 100000 -t nat -C PREROUTING -m comment --comment kubernetes service portals -j KUBE-SERVICES"},
-		{"ipv6 wait 10", IPTablesOptions{Backend: BackendNFT, Family: IPv6, WaitSeconds: 10}, "ip6tables v1.8.9 (nf_tables)\n", iptables.RestoreOptions{},
+		{"ipv6 wait 10", IPTablesOptions{Backend: BackendNFT, Family: IPv6, WaitSeconds: 10, Netns: HostNamespace}, "ip6tables v1.8.9 (nf_tables)\n", iptables.RestoreOptions{},
 			"ip6tables-nft-restore -w 10",
 			"ip6tables-nft-save -t nat",
 			"ip6tables-nft -w 10 -t nat -C PREROUTING -m comment --comment kubernetes service portals -j KUBE-SERVICES"},
-		{"1.6.1: restore has no -w", IPTablesOptions{Backend: BackendLegacy}, "iptables v1.6.1\n", iptables.RestoreOptions{NoFlush: true},
+		{"1.6.1: restore has no -w", IPTablesOptions{Backend: BackendLegacy, Netns: HostNamespace}, "iptables v1.6.1\n", iptables.RestoreOptions{NoFlush: true},
 			"iptables-legacy-restore --noflush",
 			"iptables-legacy-save -t nat",
 			"iptables-legacy -w 5 -W 100000 -t nat -C PREROUTING -m comment --comment kubernetes service portals -j KUBE-SERVICES"},
-		{"1.4.21: bare -w", IPTablesOptions{Backend: BackendLegacy}, "iptables v1.4.21\n", iptables.RestoreOptions{NoFlush: true},
+		{"1.4.21: bare -w", IPTablesOptions{Backend: BackendLegacy, Netns: HostNamespace}, "iptables v1.4.21\n", iptables.RestoreOptions{NoFlush: true},
 			"iptables-legacy-restore --noflush",
 			"iptables-legacy-save -t nat",
 			"iptables-legacy -w -t nat -C PREROUTING -m comment --comment kubernetes service portals -j KUBE-SERVICES"},
@@ -135,7 +135,7 @@ func TestIPTablesCommandLines(t *testing.T) {
 func TestIPTablesSaveTables(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	ipt := newFakeIPTables(t, f, IPTablesOptions{Backend: BackendNFT}, nftVersion)
+	ipt := newFakeIPTables(t, f, IPTablesOptions{Backend: BackendNFT, Netns: HostNamespace}, nftVersion)
 	f.on("iptables-nft-save -t filter", 0, "*filter\nCOMMIT\n", "")
 	f.on("iptables-nft-save -t nat", 0, "*nat\nCOMMIT\n", "")
 	got, err := ipt.Save(ctx, "filter", "nat")
@@ -166,7 +166,7 @@ func TestIPTablesSaveTables(t *testing.T) {
 func TestIPTablesRuleHelpers(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	ipt := newFakeIPTables(t, f, IPTablesOptions{Backend: BackendNFT}, nftVersion)
+	ipt := newFakeIPTables(t, f, IPTablesOptions{Backend: BackendNFT, Netns: HostNamespace}, nftVersion)
 	// Present: -C succeeds, nothing else runs.
 	if existed, err := ipt.EnsureRule(ctx, Append, "filter", "INPUT", "-j", "KUBE-FIREWALL"); err != nil || !existed {
 		t.Errorf("EnsureRule present: %v %v", existed, err)
@@ -229,7 +229,7 @@ func TestRestoreErrorLine(t *testing.T) {
 	}
 	for _, tc := range cases {
 		f := newFake()
-		ipt := newFakeIPTables(t, f, IPTablesOptions{Backend: BackendNFT}, nftVersion)
+		ipt := newFakeIPTables(t, f, IPTablesOptions{Backend: BackendNFT, Netns: HostNamespace}, nftVersion)
 		f.on("iptables-nft-restore -w 5 --noflush", 2, "", tc.stderr)
 		err := ipt.Restore(context.Background(), []byte(input), iptables.RestoreOptions{NoFlush: true})
 		var re *RestoreError
@@ -326,16 +326,16 @@ func TestDetectBackend(t *testing.T) {
 	f := newFake()
 	f.on("iptables-legacy-save", 0, rules(1), "")
 	f.on("iptables-legacy --version", 0, "iptables v1.8.9 (legacy)\n", "")
-	ipt, err := newIPTables(context.Background(), IPTablesOptions{}, f)
+	ipt, err := newIPTables(context.Background(), IPTablesOptions{Netns: HostNamespace}, f)
 	if err != nil || ipt.Backend() != BackendLegacy || ipt.Version().Mode != "legacy" {
 		t.Errorf("auto: %v, %v", ipt, err)
 	}
-	if _, err := newIPTables(context.Background(), IPTablesOptions{Backend: "iptables"}, newFake()); err == nil {
+	if _, err := newIPTables(context.Background(), IPTablesOptions{Backend: "iptables", Netns: HostNamespace}, newFake()); err == nil {
 		t.Error("unknown backend: want an error")
 	}
 	f = newFake()
 	f.on("iptables-nft --version", -1, "", "")
-	if _, err := newIPTables(context.Background(), IPTablesOptions{Backend: BackendNFT}, f); err == nil {
+	if _, err := newIPTables(context.Background(), IPTablesOptions{Backend: BackendNFT, Netns: HostNamespace}, f); err == nil {
 		t.Error("failing version probe: want an error")
 	}
 }
@@ -410,12 +410,12 @@ func TestConntrackCommandLines(t *testing.T) {
 		filter proxy.ConntrackFilter
 		want   string
 	}{
-		{"udp service port", ConntrackOptions{}, proxy.ConntrackFilter{Protocol: 17, OrigDst: v4, OrigDstPort: 53}, "conntrack -D -p udp --orig-dst 10.96.0.10 --orig-port-dst 53"},
+		{"udp service port", ConntrackOptions{Netns: HostNamespace}, proxy.ConntrackFilter{Protocol: 17, OrigDst: v4, OrigDstPort: 53}, "conntrack -D -p udp --orig-dst 10.96.0.10 --orig-port-dst 53"},
 		{"endpoint in netns", ConntrackOptions{Netns: "n"}, proxy.ConntrackFilter{Protocol: 17, ReplySrc: mustAddr("10.244.0.2"), ReplySrcPort: 8080}, "ip netns exec n conntrack -D -p udp --reply-src 10.244.0.2 --reply-port-src 8080"},
-		{"ipv6 from the address", ConntrackOptions{}, proxy.ConntrackFilter{Protocol: 132, OrigSrc: mustAddr("fd00::1"), OrigDst: v6}, "conntrack -D -f ipv6 -p sctp --orig-src fd00::1 --orig-dst fd00::10"},
-		{"ipv6 from the options", ConntrackOptions{Family: IPv6}, proxy.ConntrackFilter{Protocol: 6}, "conntrack -D -f ipv6 -p tcp"},
-		{"everything", ConntrackOptions{}, proxy.ConntrackFilter{}, "conntrack -D"},
-		{"unnamed protocol", ConntrackOptions{}, proxy.ConntrackFilter{Protocol: 99}, "conntrack -D -p 99"},
+		{"ipv6 from the address", ConntrackOptions{Netns: HostNamespace}, proxy.ConntrackFilter{Protocol: 132, OrigSrc: mustAddr("fd00::1"), OrigDst: v6}, "conntrack -D -f ipv6 -p sctp --orig-src fd00::1 --orig-dst fd00::10"},
+		{"ipv6 from the options", ConntrackOptions{Family: IPv6, Netns: HostNamespace}, proxy.ConntrackFilter{Protocol: 6}, "conntrack -D -f ipv6 -p tcp"},
+		{"everything", ConntrackOptions{Netns: HostNamespace}, proxy.ConntrackFilter{}, "conntrack -D"},
+		{"unnamed protocol", ConntrackOptions{Netns: HostNamespace}, proxy.ConntrackFilter{Protocol: 99}, "conntrack -D -p 99"},
 	}
 	for _, tc := range cases {
 		f := newFake()
@@ -434,7 +434,7 @@ func TestConntrackCommandLines(t *testing.T) {
 		{Protocol: 17, OrigSrc: v4, OrigDst: v6},
 	} {
 		f := newFake()
-		if _, err := newConntrack(ConntrackOptions{}, f).Delete(bad); err == nil || len(f.calls) != 0 {
+		if _, err := newConntrack(ConntrackOptions{Netns: HostNamespace}, f).Delete(bad); err == nil || len(f.calls) != 0 {
 			t.Errorf("filter %+v: err %v, calls %q; want an error and no command", bad, err, f.calls)
 		}
 	}
@@ -442,7 +442,7 @@ func TestConntrackCommandLines(t *testing.T) {
 	f := newFake()
 	f.on("conntrack -D -p udp", 1, "", "conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted.\n")
 	f.on("conntrack -D -p tcp", 1, "", "conntrack v1.4.7 (conntrack-tools): Operation failed: invalid parameters\n")
-	ct := newConntrack(ConntrackOptions{}, f)
+	ct := newConntrack(ConntrackOptions{Netns: HostNamespace}, f)
 	if n, err := ct.Delete(proxy.ConntrackFilter{Protocol: 17}); err != nil || n != 0 {
 		t.Errorf("no match: n=%d err=%v", n, err)
 	}
@@ -606,5 +606,23 @@ func TestParseKernelVersion(t *testing.T) {
 	}
 	if !(KernelVersion{5, 13, 0}).AtLeast(MinNFTablesKernel) || (KernelVersion{5, 12, 99}).AtLeast(MinNFTablesKernel) {
 		t.Error("AtLeast")
+	}
+}
+
+// CheckRestore is Restore with --test; a refusal names the input line.
+func TestCheckRestoreCommandLine(t *testing.T) {
+	ctx := context.Background()
+	f := newFake()
+	ipt := newFakeIPTables(t, f, IPTablesOptions{Backend: BackendLegacy, Netns: "n1"}, "iptables v1.8.9 (legacy)\n")
+	data := []byte("*nat\n:KUBE-X - [0:0]\n-A KUBE-X -j NOPE\nCOMMIT\n")
+	want := "ip netns exec n1 iptables-legacy-restore -w 5 -W 100000 --test --noflush"
+	f.on(want, 2, "", "iptables-restore v1.8.9 (legacy): Couldn't load target `NOPE':No such file or directory\n\nError occurred at line: 3\n")
+	err := ipt.CheckRestore(ctx, data, iptables.RestoreOptions{NoFlush: true})
+	var re *RestoreError
+	if !errors.As(err, &re) || re.Line != 3 || re.Text != "-A KUBE-X -j NOPE" {
+		t.Errorf("CheckRestore: %v; want a RestoreError at line 3", err)
+	}
+	if len(f.calls) != 1 || f.calls[0] != want || f.stdins[0] != string(data) {
+		t.Errorf("calls %q stdin %q; want %q", f.calls, f.stdins, want)
 	}
 }

@@ -377,8 +377,12 @@ func newHarness(ctx context.Context, cfg HarnessConfig, r runner) (h *Harness, e
 
 func (h *Harness) addNetns(ctx context.Context, suffix, role string) (*Netns, error) {
 	name := h.Prefix + suffix
+	if _, isExec := h.run.(execRunner); isExec {
+		registerNetns(name) // for the signal handler and the reaper (cleanup.go)
+	}
 	c := command{argv: []string{"ip", "netns", "add", name}}
 	if ce := commandError(c, h.run.run(ctx, c)); ce != nil {
+		unregisterNetns(name)
 		return nil, ce
 	}
 	n := &Netns{Name: name, Role: role}
@@ -1036,6 +1040,8 @@ func (h *Harness) Close() error {
 			c := command{argv: []string{"ip", "netns", "del", n.Name}}
 			if ce := commandError(c, h.run.run(context.Background(), c)); ce != nil {
 				errs = append(errs, ce)
+			} else {
+				unregisterNetns(n.Name)
 			}
 		}
 		h.closeErr = errors.Join(errs...)

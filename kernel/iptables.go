@@ -52,8 +52,9 @@ type IPTablesOptions struct {
 	Backend Backend
 	// Family selects iptables (IPv4, the default) or ip6tables (IPv6).
 	Family Family
-	// Netns, if set, is a named network namespace (/run/netns/NAME): every command runs
-	// as `ip netns exec NAME ...`.
+	// Netns is the named network namespace (/run/netns/NAME) every command runs in, as
+	// `ip netns exec NAME ...`; HostNamespace for the caller's own. Required: an empty
+	// Netns is an error (ErrNoNamespace).
 	Netns string
 	// WaitSeconds is the -w value (how long to wait for the xtables lock); 0 means 5.
 	WaitSeconds int
@@ -79,6 +80,9 @@ func NewIPTables(ctx context.Context, opts IPTablesOptions) (*IPTables, error) {
 }
 
 func newIPTables(ctx context.Context, opts IPTablesOptions, r runner) (*IPTables, error) {
+	if err := checkNetns("iptables", opts.Netns); err != nil {
+		return nil, err
+	}
 	if opts.Family == 0 {
 		opts.Family = IPv4
 	}
@@ -119,7 +123,8 @@ func (ipt *IPTables) Backend() Backend { return ipt.opts.Backend }
 // Family returns the address family this adapter programs.
 func (ipt *IPTables) Family() Family { return ipt.opts.Family }
 
-// Netns returns the named network namespace the adapter runs in ("" for its own).
+// Netns returns the named network namespace the adapter runs in (HostNamespace for the
+// caller's own).
 func (ipt *IPTables) Netns() string { return ipt.opts.Netns }
 
 // Version returns the version the tool reported.
@@ -176,7 +181,21 @@ func (ipt *IPTables) waitFlags(restore bool) []string {
 // The tool applies a whole input or none of it; on failure the error is a *RestoreError
 // naming the input line the tool reported.
 func (ipt *IPTables) Restore(ctx context.Context, data []byte, opts iptables.RestoreOptions) error {
+	return ipt.restore(ctx, data, opts, false)
+}
+
+// CheckRestore is Restore with --test: the tool parses data and builds the rules as
+// Restore would (iptables-legacy-restore also checks jumps against the chains that
+// exist), reporting the first line it refuses as a *RestoreError, and changes nothing.
+func (ipt *IPTables) CheckRestore(ctx context.Context, data []byte, opts iptables.RestoreOptions) error {
+	return ipt.restore(ctx, data, opts, true)
+}
+
+func (ipt *IPTables) restore(ctx context.Context, data []byte, opts iptables.RestoreOptions, test bool) error {
 	args := ipt.waitFlags(true)
+	if test {
+		args = append(args, "--test")
+	}
 	if opts.NoFlush {
 		args = append(args, "--noflush")
 	}
@@ -402,12 +421,16 @@ func ParseIPTablesVersion(out string) (IPTablesVersion, error) {
 	return v, nil
 }
 
-// DetectBackend picks the backend in the named namespace ("" for the caller's own) the
+// DetectBackend picks the backend in the named namespace (HostNamespace for the caller's
+// own; "" is an error) the
 // way kube-proxy's iptables wrapper does: a KUBE-IPTABLES-HINT or KUBE-KUBELET-CANARY
 // chain in the mangle table (IPv4 or IPv6) of one backend wins (nft checked first);
 // otherwise the backend with more rules wins, ties going to nft. A backend whose tools
 // fail counts as having none.
 func DetectBackend(ctx context.Context, netns string) (Backend, error) {
+	if err := checkNetns("iptables backend detection", netns); err != nil {
+		return "", err
+	}
 	return detectBackend(ctx, execRunner{}, netns)
 }
 

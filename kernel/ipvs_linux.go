@@ -49,17 +49,18 @@ func CheckIPVS() error {
 }
 
 // NewIPVS checks for kernel IPVS support (see CheckIPVS) and opens a generic-netlink
-// handle in the named network namespace ("" for the caller's own). Without IPVS it
-// returns an error wrapping ErrIPVSUnsupported; it never falls back to anything.
+// handle in the named network namespace (HostNamespace for the caller's own; "" is an
+// error, ErrNoNamespace). Without IPVS it returns an error wrapping
+// ErrIPVSUnsupported; it never falls back to anything.
 func NewIPVS(netns string) (*IPVS, error) {
+	if err := checkNetns("ipvs", netns); err != nil {
+		return nil, err
+	}
 	if err := CheckIPVS(); err != nil {
 		return nil, err
 	}
 	path := ""
-	if netns != "" {
-		if strings.ContainsRune(netns, '/') {
-			return nil, fmt.Errorf("ipvs: bad netns name %q", netns)
-		}
+	if !isHost(netns) {
 		path = filepath.Join(netnsDir, netns)
 	}
 	h, err := libipvs.New(path)

@@ -26,7 +26,7 @@ func TestIPVSKernel(t *testing.T) {
 		if !errors.As(err, &ue) || ue.Reason == "" || !errors.Is(ue.Err, syscall.ENOENT) {
 			t.Fatalf("CheckIPVS: %#v; want an *IPVSUnsupportedError with a reason and the netlink ENOENT", err)
 		}
-		v, err := NewIPVS("")
+		v, err := NewIPVS(HostNamespace)
 		if v != nil || !errors.Is(err, ErrIPVSUnsupported) {
 			t.Fatalf("NewIPVS: %v, %v; want nil and ErrIPVSUnsupported", v, err)
 		}

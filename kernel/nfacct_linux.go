@@ -23,8 +23,9 @@ const (
 	nfacctNameMax  = 32 // NFACCT_NAME_MAX, including the NUL
 )
 
-// EnsureNFAcct creates the named accounting object in the named network namespace ("" for
-// the caller's own) unless it exists; an existing one keeps its counters.
+// EnsureNFAcct creates the named accounting object in the named network namespace
+// (HostNamespace for the caller's own; "" is an error) unless it exists; an existing
+// one keeps its counters.
 func EnsureNFAcct(netns, name string) error {
 	if name == "" || len(name) >= nfacctNameMax {
 		return fmt.Errorf("nfacct: bad name %q (1-%d bytes)", name, nfacctNameMax-1)
@@ -43,8 +44,8 @@ func EnsureNFAcct(netns, name string) error {
 	})
 }
 
-// ListNFAcct returns every accounting object in the named network namespace ("" for
-// the caller's own) with its counters.
+// ListNFAcct returns every accounting object in the named network namespace
+// (HostNamespace for the caller's own; "" is an error) with its counters.
 func ListNFAcct(netns string) ([]NFAcct, error) {
 	var out []NFAcct
 	err := inNamedNetns(netns, func() error {
@@ -93,9 +94,13 @@ func trimNUL(b []byte) []byte {
 	return b
 }
 
-// inNamedNetns runs fn in the named namespace, or directly for "".
+// inNamedNetns runs fn in the named namespace, or directly for HostNamespace; "" is
+// an error and fn does not run.
 func inNamedNetns(netns string, fn func() error) error {
-	if netns == "" {
+	if err := checkNetns("nfacct", netns); err != nil {
+		return err
+	}
+	if isHost(netns) {
 		return fn()
 	}
 	h, err := openNetns(netns)

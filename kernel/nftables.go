@@ -21,11 +21,13 @@ type NFTablesOptions struct {
 	// "kube-proxy".
 	Table string
 	// Netns is the named network namespace (/run/netns/NAME) every nft command runs in,
-	// as `ip netns exec NAME nft ...`. Required unless AllowHost is set.
+	// as `ip netns exec NAME nft ...`; HostNamespace for the caller's own, i.e. the
+	// host's own ruleset. Required: an empty Netns is an error (ErrNoNamespace), so
+	// that a forgotten Netns can never reprogram the machine.
 	Netns string
-	// AllowHost lets an empty Netns mean the caller's own namespace, i.e. the host's
-	// own ruleset. Off by default, so that a forgotten Netns can never reprogram the
-	// machine; no test sets it.
+	// AllowHost with an empty Netns is the same as Netns: HostNamespace.
+	//
+	// Deprecated: set Netns to HostNamespace, as every other adapter takes it.
 	AllowHost bool
 }
 
@@ -79,6 +81,9 @@ func newNFTables(ctx context.Context, opts NFTablesOptions, r runner) (*NFTables
 	if !nftNameRE.MatchString(opts.Table) {
 		return nil, fmt.Errorf("nftables: bad table name %q (want letters, digits, _ . / -, starting with a letter)", opts.Table)
 	}
+	if opts.Netns == "" && opts.AllowHost {
+		opts.Netns = HostNamespace
+	}
 	n := &NFTables{opts: opts, run: r, factory: knftables.NewFake(opts.Family, opts.Table)}
 	if err := n.guard(); err != nil {
 		return nil, err
@@ -123,19 +128,17 @@ func (n *NFTables) Family() knftables.Family { return n.opts.Family }
 // Table returns the adapter's table name.
 func (n *NFTables) Table() string { return n.opts.Table }
 
-// Netns returns the named network namespace the adapter runs in ("" only with
-// AllowHost).
+// Netns returns the named network namespace the adapter runs in (HostNamespace for the
+// caller's own).
 func (n *NFTables) Netns() string { return n.opts.Netns }
 
 // Version returns the version nft reported.
 func (n *NFTables) Version() NFTVersion { return n.version }
 
-// guard refuses to touch the host's own ruleset unless AllowHost says so.
+// guard refuses to run without a namespace (HostNamespace for the caller's own), also
+// for an NFTables not made by NewNFTables.
 func (n *NFTables) guard() error {
-	if n.opts.Netns == "" && !n.opts.AllowHost {
-		return errors.New("nftables: no Netns given: refusing to change the host's own ruleset (set NFTablesOptions.AllowHost to mean it)")
-	}
-	return nil
+	return checkNetns("nftables", n.opts.Netns)
 }
 
 func (n *NFTables) cmd(args []string, stdin []byte) command {
@@ -188,6 +191,13 @@ func transactionScript(tx *knftables.Transaction) (string, error) {
 		return "", fmt.Errorf("nftables: transaction text does not end in a newline: %q", s)
 	}
 	return "", fmt.Errorf("nftables: invalid transaction: %s", s[i+len("# ERROR: "):])
+}
+
+// CheckScript dry-runs script (`nft --check -f -`): nft parses it and the kernel
+// validates it against the namespace's ruleset, and nothing changes. A refusal is an
+// *NFTError naming the first input line nft complained about.
+func (n *NFTables) CheckScript(ctx context.Context, script string) error {
+	return n.apply(ctx, []string{"--check", "-f", "-"}, script)
 }
 
 // ApplyScript feeds script to `nft -f -`: any nft input (add/flush/delete lines or

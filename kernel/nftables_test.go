@@ -82,13 +82,13 @@ func TestNFTablesCommandLines(t *testing.T) {
 	}
 }
 
-// Nothing runs against the caller's own namespace unless AllowHost says so, and bad
-// names never reach nft's command line.
+// Nothing runs against the caller's own namespace unless HostNamespace (or the old
+// AllowHost) says so, and bad names never reach nft's command line.
 func TestNFTablesRefusals(t *testing.T) {
 	ctx := context.Background()
 	f := newFake()
-	if _, err := newNFTables(ctx, NFTablesOptions{}, f); err == nil || !strings.Contains(err.Error(), "refusing to change the host's own ruleset") {
-		t.Errorf("no Netns: %v", err)
+	if _, err := newNFTables(ctx, NFTablesOptions{}, f); !errors.Is(err, ErrNoNamespace) {
+		t.Errorf("no Netns: %v; want ErrNoNamespace", err)
 	}
 	if len(f.calls) != 0 {
 		t.Errorf("ran %q without a Netns", f.calls)
@@ -97,9 +97,11 @@ func TestNFTablesRefusals(t *testing.T) {
 	if err := zero.ApplyScript(ctx, "flush ruleset\n"); err == nil {
 		t.Error("zero NFTables ApplyScript: want a refusal")
 	}
-	host := newFakeNFTables(t, f, NFTablesOptions{AllowHost: true})
-	if _, err := host.ListRuleset(ctx, NFTListOptions{}); err != nil || f.calls[0] != "nft list ruleset" {
-		t.Errorf("AllowHost: %v, %q", err, f.calls)
+	for _, opts := range []NFTablesOptions{{Netns: HostNamespace}, {AllowHost: true}} {
+		host := newFakeNFTables(t, f, opts)
+		if _, err := host.ListRuleset(ctx, NFTListOptions{}); err != nil || f.calls[0] != "nft list ruleset" || host.Netns() != HostNamespace {
+			t.Errorf("%+v: %v, %q, Netns %q", opts, err, f.calls, host.Netns())
+		}
 	}
 	n := newFakeNFTables(t, f, NFTablesOptions{Netns: "ns1", Family: knftables.InetFamily, Table: "mine"})
 	for _, tc := range []struct {
@@ -223,4 +225,16 @@ func FuzzParseNFTVersion(f *testing.F) {
 			t.Errorf("%q parsed as %v", s, v)
 		}
 	})
+}
+
+// CheckScript is nft --check -f - with the script on stdin.
+func TestNFTablesCheckScript(t *testing.T) {
+	f := newFake()
+	n := newFakeNFTables(t, f, NFTablesOptions{Netns: "ns1"})
+	if err := n.CheckScript(context.Background(), "add table ip t\n"); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.calls) != 1 || f.calls[0] != "ip netns exec ns1 nft --check -f -" || f.stdins[0] != "add table ip t\n" {
+		t.Errorf("calls %q stdin %q", f.calls, f.stdins)
+	}
 }

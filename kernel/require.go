@@ -113,14 +113,18 @@ func NewTestNetns(tb testing.TB) string {
 	ctx := context.Background()
 	removeStaleNetns(ctx, execRunner{}, netnsDir, testNetnsPrefix)
 	name := fmt.Sprintf("%s%d-%d-ns", testNetnsPrefix, os.Getpid(), testNetnsSeq.Add(1))
+	registerNetns(name) // for the signal handler and the reaper (cleanup.go)
 	c := command{argv: []string{"ip", "netns", "add", name}}
 	if ce := commandError(c, execRunner{}.run(ctx, c)); ce != nil {
+		unregisterNetns(name)
 		tb.Fatal(ce)
 	}
 	tb.Cleanup(func() {
 		c := command{argv: []string{"ip", "netns", "del", name}}
 		if ce := commandError(c, execRunner{}.run(context.Background(), c)); ce != nil {
 			tb.Errorf("delete namespace %s: %v", name, ce)
+		} else {
+			unregisterNetns(name)
 		}
 		if _, err := os.Stat(filepath.Join(netnsDir, name)); !errors.Is(err, os.ErrNotExist) {
 			tb.Errorf("namespace %s still exists (stat: %v)", name, err)

@@ -94,6 +94,11 @@ func runNftablesGen(out io.Writer, o *nftablesGenOptions) error {
 	if err != nil {
 		return badInput(err)
 	}
+	// Layouts before 1.37 write what those releases wrote, comments nft refuses too.
+	if long := nftables.OverlongComments(text); len(long) > 0 && o.stderr != nil {
+		fmt.Fprintf(o.stderr, "clusterlab: warning: the %s layout writes comments over 128 bytes, which nft refuses (the whole input does not load, as kube-proxy %s failed its syncs: kubernetes#139515; 1.37 cuts them): %q\n",
+			cfg.Version, cfg.Version, long)
+	}
 	_, err = out.Write(text)
 	return err
 }

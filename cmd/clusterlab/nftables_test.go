@@ -68,3 +68,38 @@ func TestGenerateNftables(t *testing.T) {
 		}
 	}
 }
+
+// A Service whose "ns/name:port" is over nft's 128-byte comment limit: the 1.36 layout
+// writes the comment whole, as kube-proxy 1.36 did, and generate says that nft refuses
+// it; 1.37 cuts it and says nothing (issue 23: the real-tool check found it).
+func TestGenerateNftablesWarnsOfOverlongComments(t *testing.T) {
+	dir := t.TempDir()
+	manifest := `apiVersion: v1
+kind: Service
+metadata:
+  namespace: loft-acme-platform-services-team-dev-v-shared-workloads-ns-001
+  name: my-api-svc-x-my-api-namespace-x-acme-shared-vcluster--a1b2c3d4e
+spec:
+  clusterIP: 10.96.0.77
+  ports: [{name: http, port: 80}]
+`
+	if err := os.WriteFile(dir+"/svc.yaml", []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"1.36", "1.37"} {
+		var out, stderr bytes.Buffer
+		o := &nftablesGenOptions{
+			iptablesGenOptions: iptablesGenOptions{manifests: []string{dir + "/svc.yaml"}, node: "worker-1",
+				nodeIPs: []string{"192.168.0.2"}, masqueradeBit: 14, family: "IPv4", stderr: &stderr},
+			version: v,
+		}
+		if err := runNftablesGen(&out, o); err != nil {
+			t.Fatal(err)
+		}
+		warned := strings.Contains(stderr.String(), "comments over 128 bytes, which nft refuses") &&
+			strings.Contains(stderr.String(), "my-api-svc-x-my-api-namespace-x-acme-shared-vcluster--a1b2c3d4e:http")
+		if warned != (v == "1.36") {
+			t.Errorf("layout %s: stderr %q; want a warning only for 1.36", v, stderr.String())
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/kernel"
 	"github.com/clusterlab/clusterlab/proptest"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
@@ -51,7 +52,7 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 	}
-	os.Exit(m.Run())
+	os.Exit(kernel.RunTests(m)) // namespaces deleted on signals too
 }
 
 // TestModesAgree: over generated cases, every outcome of the IPVS and userspace modes

@@ -3,17 +3,25 @@ package ipvs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
 )
 
-// ExecIPSets is IPSets on a real host: `ipset restore` and `ipset save`, inside a named
-// network namespace when Netns is set (as `ip netns exec NAME ipset ...`, so every
-// command is one a person can paste). Unlike the emulator, ipset restore applies the
-// lines it reads before a failing one.
+// HostNamespace, as ExecIPSets.Netns, runs ipset in the caller's own network
+// namespace. It is kernel.HostNamespace (which this package cannot import): the one
+// value every adapter takes for "the caller's own namespace, on purpose".
+const HostNamespace = "/proc/self/ns/net"
+
+// ExecIPSets is IPSets on a real host: `ipset restore` and `ipset save` inside a named
+// network namespace (as `ip netns exec NAME ipset ...`, so every command is one a
+// person can paste). Unlike the emulator, ipset restore applies the lines it reads
+// before a failing one.
 type ExecIPSets struct {
-	// Netns is a named network namespace (/run/netns/NAME), or "" for the host's.
+	// Netns is a named network namespace (/run/netns/NAME), or HostNamespace for the
+	// caller's own. Required: with "" every call fails and runs nothing, so that a
+	// forgotten name never changes the host's sets.
 	Netns string
 	// run executes a command with stdin; nil means os/exec. Tests replace it.
 	run func(ctx context.Context, stdin []byte, name string, args ...string) ([]byte, error)
@@ -22,13 +30,16 @@ type ExecIPSets struct {
 var _ IPSets = (*ExecIPSets)(nil)
 
 func (e *ExecIPSets) command(args ...string) (string, []string) {
-	if e.Netns != "" {
+	if e.Netns != HostNamespace {
 		return "ip", append([]string{"netns", "exec", e.Netns, "ipset"}, args...)
 	}
 	return "ipset", args
 }
 
 func (e *ExecIPSets) exec(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+	if e.Netns == "" {
+		return nil, errors.New("ipset: no network namespace: give one, or HostNamespace to act on this process's own")
+	}
 	name, argv := e.command(args...)
 	run := e.run
 	if run == nil {

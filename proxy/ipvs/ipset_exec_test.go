@@ -28,9 +28,18 @@ func TestExecIPSetsCommands(t *testing.T) {
 	if strings.Join(calls, "|") != strings.Join(want, "|") {
 		t.Errorf("commands:\n%q\nwant\n%q", calls, want)
 	}
-	host := &ExecIPSets{}
+	host := &ExecIPSets{Netns: HostNamespace}
 	if name, args := host.command("save"); name != "ipset" || strings.Join(args, " ") != "save" {
 		t.Errorf("host command: %s %v", name, args)
+	}
+	// No namespace: an error, and nothing runs (issue 23).
+	calls = nil
+	none := &ExecIPSets{run: e.run}
+	if _, err := none.SaveIPSets(context.Background()); err == nil || !strings.Contains(err.Error(), "HostNamespace") || len(calls) != 0 {
+		t.Errorf("no Netns: %v, calls %q; want a refusal naming HostNamespace", err, calls)
+	}
+	if err := none.RestoreIPSets(context.Background(), []byte("flush\n")); err == nil || len(calls) != 0 {
+		t.Errorf("no Netns restore: %v, calls %q", err, calls)
 	}
 	// What the kernel prints back parses as the proxier needs it.
 	saved := parseSavedSets([]byte("create N hash:ip,port,net family inet hashsize 1024 maxelem 65536 bucketsize 12 initval 0x7a6c2528\nadd N 1.2.3.4,tcp:80,10.1.2.3\n"))

@@ -2,10 +2,8 @@ package ipvs_test
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -42,14 +40,7 @@ func TestKernelDifferential(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(path), ".yaml")
 		t.Run(name, func(t *testing.T) {
 			cfg, nodeIPs, svcs, eps := loadDiffCase(t, path)
-			ns := fmt.Sprintf("clipvs-%d-%s", os.Getpid(), name)
-			if len(ns) > 40 {
-				ns = ns[:40]
-			}
-			if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-				t.Skipf("cannot create a network namespace: %v: %s", err, out)
-			}
-			t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+			ns := kernel.NewTestNetns(t)
 
 			fam, kfam := emulator.IPv4, kernel.IPv4
 			if cfg.Family == corev1.IPv6Protocol {

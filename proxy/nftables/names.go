@@ -3,6 +3,7 @@ package nftables
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -128,6 +129,27 @@ func ServiceChains(n proxy.ServicePortName, proto string) ServiceChainNames {
 		External: PrefixExternal + base,
 		Firewall: PrefixFirewall + base,
 	}
+}
+
+// commentRE finds the comments of an nft script.
+var commentRE = regexp.MustCompile(`comment "([^"]*)"`)
+
+// OverlongComments returns, once each in order, the comments of an nft script (such as
+// Render's) longer than nft takes (knftables.CommentLengthMax, 128 bytes: "comment too
+// long"). The layouts before 1.37 write element comments ("ns/name:port") whole, as
+// those releases did, and nft refuses the whole script then: kube-proxy 1.29-1.36
+// failed every sync of a cluster with such a Service (kubernetes#139515; 1.37 cuts
+// them, kubernetes#139516).
+func OverlongComments(script []byte) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, m := range commentRE.FindAllSubmatch(script, -1) {
+		if c := string(m[1]); len(c) > knftables.CommentLengthMax && !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // truncateComment cuts a comment to nftables' 128-byte limit (kube-proxy 1.37+).

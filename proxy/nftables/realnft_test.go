@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -15,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/knftables"
+
+	"github.com/clusterlab/clusterlab/kernel"
 )
 
 // netnsNFT is an Interface running nft in a network namespace: the kernel takes the
@@ -25,31 +26,14 @@ type netnsNFT struct {
 	family corev1.IPFamily
 }
 
-// newNetns creates a throwaway network namespace named after the test and the process,
-// deleted when the test ends; it skips the test when not root or ip or nft is missing.
+// newNetns creates a throwaway network namespace (kernel.NewTestNetns: deleted when the
+// test ends, and by the reaper if the process is killed); it skips the test when not
+// root or ip or nft is missing.
 func newNetns(t testing.TB) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s: %v", tool, err)
-		}
-	}
-	name := strings.NewReplacer("/", "-", " ", "-", ",", "", "=", "").Replace(fmt.Sprintf("nftgen-%s-%d", t.Name(), os.Getpid()))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("ip netns del %s: %v: %s", name, err, out)
-		}
-	})
-	return name
+	kernel.RequireHarness(t)
+	kernel.RequireTools(t, "nft")
+	return kernel.NewTestNetns(t)
 }
 
 func (n *netnsNFT) NewTransaction() *knftables.Transaction { return NewTransaction(n.family) }
