@@ -207,3 +207,15 @@ endpoints:
 		}
 	}
 }
+
+// TestDNSServeAllowRecursionFlag: a bad network in --allow-recursion is exit 2 naming
+// the flag and the value; a good one is taken.
+func TestDNSServeAllowRecursionFlag(t *testing.T) {
+	for _, bad := range []string{"10.0.0/8", "127.0.0.0/8,nonsense", "10.0.0.0/40"} {
+		_, _, err := runCmd(t, "dns", "serve", "--manifests", "../../testdata/dns/my-service.yaml", "--listen", "127.0.0.1:0",
+			"--upstream", "127.0.0.1:1", "--allow-recursion", bad)
+		if code := exitCode(err); code != 2 || !strings.Contains(err.Error(), "--allow-recursion ") {
+			t.Errorf("--allow-recursion %s: exit %d (%v), want 2 naming the flag", bad, code, err)
+		}
+	}
+}
