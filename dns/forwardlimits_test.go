@@ -407,3 +407,12 @@ func TestServeDeletedManifestLoggedOnce(t *testing.T) {
 	default:
 	}
 }
+
+// TestSkippedNoteEscapes: a kind from the input with a control byte is escaped on the
+// log, not written raw.
+func TestSkippedNoteEscapes(t *testing.T) {
+	got := skippedNote(map[string]int{"Dep\x00loyment": 1, "ConfigMap": 2})
+	if want := `skipped objects of kinds dns serve does not read: 2 ConfigMap, 1 "Dep\x00loyment"`; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
