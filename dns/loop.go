@@ -151,8 +151,8 @@ func (l *limitedUpstream) Exchange(ctx context.Context, req *mdns.Msg, network s
 	}
 	done := make(chan result, 1)
 	go func() {
-		defer l.release(client, true)
 		m, err := l.next.Exchange(ctx, req, network)
+		l.release(client, true) // before the result: the caller's next query finds the slot free
 		done <- result{m, err}
 	}()
 	select {

@@ -204,14 +204,14 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 				continue
 			}
 			fp = nfp
-			objs, notes, err := loadObjects(cfg.Manifests)
+			aclFollows := acl
+			if cfg.AllowRecursion != nil {
+				aclFollows = nil
+			}
+			objs, notes, err := reload(cfg.Manifests, src, aclFollows)
 			if err != nil {
 				fmt.Fprintf(logw, "clusterlab dns: reload failed, still serving the previous data: %v\n", err)
 			} else {
-				src.Set(objs...)
-				if acl != nil && cfg.AllowRecursion == nil {
-					acl.Set(defaultRecursionACL(objs))
-				}
 				fmt.Fprintf(logw, "clusterlab dns: reloaded %d objects (serial %d)\n", len(objs), srv.Serial())
 				writeNotes(logw, notes)
 			}
@@ -271,6 +271,22 @@ func listenBoth(addr string) (net.PacketConn, net.Listener, error) {
 		}
 	}
 	return nil, nil, fmt.Errorf("dns serve: %w", lastErr) // "listen tcp ADDR: ..."
+}
+
+// reload loads the manifests anew and, only when the whole set loads and
+// validates, replaces what src serves and (when acl is not nil) the default
+// recursion ACL, which follows the Nodes' pod CIDRs. On error nothing changes:
+// the previous answers stay.
+func reload(paths []string, src *StaticSource, acl *RecursionACL) ([]runtime.Object, []string, error) {
+	objs, notes, err := loadObjects(paths)
+	if err != nil {
+		return nil, nil, err
+	}
+	src.Set(objs...)
+	if acl != nil {
+		acl.Set(defaultRecursionACL(objs))
+	}
+	return objs, notes, nil
 }
 
 // fingerprintKey is fingerprint, or a hash of its error: the state of the files,
