@@ -16,6 +16,7 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/clusterlab/clusterlab/service"
@@ -29,6 +30,13 @@ type ServeConfig struct {
 	TTL       uint32
 	Pods      PodMode
 	Upstream  string // host[:port] of the upstream resolver; "" for none
+	// AllowRecursion lists the client networks whose queries for names outside
+	// the zones go to the upstream (--allow-recursion); others get REFUSED. Nil:
+	// loopback and the cluster's pod networks (the manifests' Nodes' podCIDRs,
+	// else DefaultPodCIDR), followed on every reload. Empty, not nil: nobody.
+	AllowRecursion []netip.Prefix
+	// UpstreamTimeout bounds one upstream exchange (default 2s).
+	UpstreamTimeout time.Duration
 
 	// Poll is how often the manifests are checked for changes (default 1s).
 	Poll time.Duration
@@ -37,6 +45,8 @@ type ServeConfig struct {
 	Tick <-chan time.Time
 	// Log receives the status line and reload messages; nil discards them.
 	Log io.Writer
+	// Warn receives warnings (an open forwarder); nil: Log.
+	Warn io.Writer
 	// OnListen is called once both sockets are bound.
 	OnListen func(udp, tcp net.Addr)
 	// OnReload is called after every reload attempt with its error (nil on
@@ -86,20 +96,30 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return inputError{err}
 	}
-	fp, _ := fingerprint(cfg.Manifests)
+	fp := fingerprintKey(cfg.Manifests)
 	src := NewStaticSource(objs...)
 
 	sc := DefaultConfig()
 	sc.Zones = cfg.Zones
 	sc.TTL = cfg.TTL
 	sc.Pods = cfg.Pods
+	var limited *limitedUpstream
+	var acl *RecursionACL
 	if cfg.Upstream != "" {
 		if _, _, err := net.SplitHostPort(cfg.Upstream); err != nil {
 			if _, perr := netip.ParseAddr(strings.Trim(cfg.Upstream, "[]")); perr != nil {
 				return inputError{fmt.Errorf("--upstream %q: want an IP address or host:port", cfg.Upstream)}
 			}
 		}
-		sc.Upstream = newLimitedUpstream(NewUpstream(cfg.Upstream), MaxUpstreamInFlight)
+		limited = newLimitedUpstream(NewUpstream(cfg.Upstream), MaxUpstreamInFlight)
+		limited.perClient = MaxUpstreamPerClient
+		sc.Upstream = limited
+		sc.UpstreamTimeout = cfg.UpstreamTimeout
+		acl = NewRecursionACL(cfg.AllowRecursion...)
+		if cfg.AllowRecursion == nil {
+			acl.Set(defaultRecursionACL(objs))
+		}
+		sc.AllowRecursion = acl
 	}
 	if host, _, _ := net.SplitHostPort(cfg.Listen); host != "" {
 		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
@@ -144,6 +164,14 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	fmt.Fprintf(logw, "clusterlab dns: serving %s (%s) from %d objects on %s udp+tcp\n",
 		strings.TrimSuffix(srv.Zones()[0], "."), strings.Join(trimDots(srv.Zones()[1:]), " "), len(objs), pc.LocalAddr())
 	writeNotes(logw, notes)
+	if acl != nil && !loopbackListen(cfg.Listen) {
+		warnw := cfg.Warn
+		if warnw == nil {
+			warnw = logw
+		}
+		fmt.Fprintf(warnw, "clusterlab dns: warning: --listen %s is not a loopback address and --upstream is set: this server is an open forwarder for the clients it lets recurse; names outside the cluster zones are forwarded only for %s (--allow-recursion), others get REFUSED\n",
+			cfg.Listen, aclText(acl))
+	}
 	if cfg.OnListen != nil {
 		cfg.OnListen(pc.LocalAddr(), ln.Addr())
 	}
@@ -158,6 +186,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		defer t.Stop()
 		tick = t.C
 	}
+	var reported UpstreamStats
 	for {
 		select {
 		case <-ctx.Done():
@@ -165,19 +194,24 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		case err := <-errc:
 			return fmt.Errorf("dns serve: %w", err)
 		case <-tick:
-			nfp, ferr := fingerprint(cfg.Manifests)
-			if ferr == nil && nfp == fp {
+			if limited != nil {
+				reported = reportUpstream(logw, limited.Stats(), reported)
+			}
+			// The files' state: their hash, or the error reading them (a deleted
+			// file). An unchanged state is not reloaded, nor its error logged again.
+			nfp := fingerprintKey(cfg.Manifests)
+			if nfp == fp {
 				continue
 			}
 			fp = nfp
-			objs, notes, err := loadObjects(cfg.Manifests)
-			if err == nil && ferr != nil {
-				err = ferr
+			aclFollows := acl
+			if cfg.AllowRecursion != nil {
+				aclFollows = nil
 			}
+			objs, notes, err := reload(cfg.Manifests, src, aclFollows)
 			if err != nil {
 				fmt.Fprintf(logw, "clusterlab dns: reload failed, still serving the previous data: %v\n", err)
 			} else {
-				src.Set(objs...)
 				fmt.Fprintf(logw, "clusterlab dns: reloaded %d objects (serial %d)\n", len(objs), srv.Serial())
 				writeNotes(logw, notes)
 			}
@@ -237,6 +271,92 @@ func listenBoth(addr string) (net.PacketConn, net.Listener, error) {
 		}
 	}
 	return nil, nil, fmt.Errorf("dns serve: %w", lastErr) // "listen tcp ADDR: ..."
+}
+
+// reload loads the manifests anew and, only when the whole set loads and
+// validates, replaces what src serves and (when acl is not nil) the default
+// recursion ACL, which follows the Nodes' pod CIDRs. On error nothing changes:
+// the previous answers stay.
+func reload(paths []string, src *StaticSource, acl *RecursionACL) ([]runtime.Object, []string, error) {
+	objs, notes, err := loadObjects(paths)
+	if err != nil {
+		return nil, nil, err
+	}
+	src.Set(objs...)
+	if acl != nil {
+		acl.Set(defaultRecursionACL(objs))
+	}
+	return objs, notes, nil
+}
+
+// fingerprintKey is fingerprint, or a hash of its error: the state of the files,
+// which changes when their contents do or when the reason they cannot be read does.
+func fingerprintKey(paths []string) [32]byte {
+	fp, err := fingerprint(paths)
+	if err != nil {
+		return sha256.Sum256([]byte("error\x00" + err.Error()))
+	}
+	return fp
+}
+
+// reportUpstream logs how many queries the upstream caps and deadline answered
+// SERVFAIL since the last report (prev), and returns the new totals.
+func reportUpstream(w io.Writer, now, prev UpstreamStats) UpstreamStats {
+	if now == prev {
+		return now
+	}
+	fmt.Fprintf(w, "clusterlab dns: upstream: SERVFAIL for %d queries over the %d in flight, %d over the %d in flight per client, %d timed out (since the last report)\n",
+		now.Busy-prev.Busy, MaxUpstreamInFlight, now.ClientBusy-prev.ClientBusy, MaxUpstreamPerClient, now.TimedOut-prev.TimedOut)
+	return now
+}
+
+// defaultRecursionACL is loopback and the pod networks of the manifests' Nodes
+// (spec.podCIDRs, or spec.podCIDR), or DefaultPodCIDR when no Node gives one.
+func defaultRecursionACL(objs []runtime.Object) []netip.Prefix {
+	out := append([]netip.Prefix(nil), LoopbackPrefixes...)
+	seen := map[netip.Prefix]bool{}
+	for _, o := range objs {
+		n, ok := o.(*corev1.Node)
+		if !ok {
+			continue
+		}
+		cidrs := n.Spec.PodCIDRs
+		if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
+			cidrs = []string{n.Spec.PodCIDR}
+		}
+		for _, c := range cidrs {
+			if p, err := netip.ParsePrefix(c); err == nil && !seen[p.Masked()] {
+				seen[p.Masked()] = true
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	if len(seen) == 0 {
+		out = append(out, DefaultPodCIDR)
+	}
+	return out
+}
+
+// aclText is the ACL for a message: its networks, or "no client".
+func aclText(a *RecursionACL) string {
+	if s := a.String(); s != "" {
+		return s
+	}
+	return "no client"
+}
+
+// loopbackListen reports whether the listen address is a loopback one (an
+// unspecified or empty host listens on every interface: not loopback).
+func loopbackListen(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // fingerprint hashes the contents of the files LoadPaths would read, so a

@@ -50,6 +50,12 @@ type serveRun struct {
 // startServe runs Serve in the background on an ephemeral port.
 func startServe(t *testing.T, manifests ...string) *serveRun {
 	t.Helper()
+	return startServeWith(t, nil, manifests...)
+}
+
+// startServeWith is startServe with the configuration changed by mutate first.
+func startServeWith(t *testing.T, mutate func(*ServeConfig), manifests ...string) *serveRun {
+	t.Helper()
 	r := &serveRun{tick: make(chan time.Time), reloads: make(chan error, 10), log: &syncBuffer{}, done: make(chan error, 1)}
 	listening := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -64,6 +70,9 @@ func startServe(t *testing.T, manifests ...string) *serveRun {
 			close(listening)
 		},
 		OnReload: func(err error) { r.reloads <- err },
+	}
+	if mutate != nil {
+		mutate(&cfg)
 	}
 	go func() { r.done <- Serve(ctx, cfg) }()
 	select {

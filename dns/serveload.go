@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -105,7 +106,7 @@ func validateManifests(ms []service.Manifest) error { return service.ValidateMan
 // lines are blanked); JSON is re-encoded only when something was dropped.
 // Anything it cannot make sense of is left for service.Load to report.
 func dropUnserved(data []byte, skipped map[string]int) []byte {
-	if t := bytes.TrimLeft(data, " \t\r\n\ufeff"); len(t) > 0 && t[0] == '{' {
+	if service.IsJSON(data) { // not a YAML flow mapping ({kind: Service, ...})
 		return dropUnservedJSON(data, skipped)
 	}
 	lines := strings.SplitAfter(string(data), "\n")
@@ -271,6 +272,8 @@ func skippedNote(skipped map[string]int) string {
 		name := k
 		if name == "" {
 			name = "(no kind)"
+		} else if q := strconv.Quote(k); q[1:len(q)-1] != k {
+			name = q // a control byte from the input, escaped
 		}
 		parts = append(parts, fmt.Sprintf("%d %s", skipped[k], name))
 	}

@@ -85,6 +85,13 @@ type Config struct {
 	// EndpointPodNames labels endpoints without a hostname by their pod's
 	// name instead of their dashed IP (CoreDNS endpoint_pod_names).
 	EndpointPodNames bool
+	// AllowRecursion, when set, limits forwarding to the upstream (names outside
+	// the zones, and the fallthrough of NXDOMAIN in reverse zones) to clients it
+	// allows; the others get REFUSED, as from CoreDNS's acl plugin or BIND's
+	// allow-recursion. Names in the zones (ExternalName targets included) are
+	// answered to anyone. Nil: every client may recurse. A query without a
+	// client address (Handle called directly) is not limited.
+	AllowRecursion *RecursionACL
 	// UpstreamTimeout bounds one upstream exchange; default 2s.
 	UpstreamTimeout time.Duration
 	// Now is the clock for the SOA serial (the time of the last change);
@@ -260,7 +267,11 @@ func (s *Server) ServeDNS(w mdns.ResponseWriter, r *mdns.Msg) {
 	if a := w.LocalAddr(); a != nil && strings.HasPrefix(a.Network(), "tcp") {
 		network = "tcp"
 	}
-	if resp := s.Handle(context.Background(), r, network); resp != nil {
+	ctx := context.Background()
+	if c := addrOfNet(w.RemoteAddr()); c.IsValid() {
+		ctx = withClient(ctx, c) // for the recursion ACL and the per-client upstream cap
+	}
+	if resp := s.Handle(ctx, r, network); resp != nil {
 		_ = w.WriteMsg(resp)
 	}
 }
@@ -367,7 +378,7 @@ func (s *Server) answer(ctx context.Context, req *mdns.Msg, network string) *mdn
 	idx := s.index()
 	l := s.newLookup(ctx, idx, network, q.Name, zone)
 	rcode, answer, extra := l.run(q.Name, q.Qtype)
-	if rcode == mdns.RcodeNameError && s.fall[zone] && s.cfg.Upstream != nil {
+	if rcode == mdns.RcodeNameError && s.fall[zone] && s.cfg.Upstream != nil && s.recursionAllowed(ctx) {
 		return s.forward(ctx, req, network)
 	}
 	if rcode == mdns.RcodeNameError && !idx.synced {
@@ -376,7 +387,7 @@ func (s *Server) answer(ctx context.Context, req *mdns.Msg, network string) *mdn
 	m := new(mdns.Msg)
 	m.SetReply(req)
 	m.Authoritative = true
-	m.RecursionAvailable = s.cfg.Upstream != nil
+	m.RecursionAvailable = s.cfg.Upstream != nil && s.recursionAllowed(ctx)
 	m.Rcode = rcode
 	m.Truncated = l.truncated
 	m.Answer = answer
@@ -387,10 +398,10 @@ func (s *Server) answer(ctx context.Context, req *mdns.Msg, network string) *mdn
 	return m
 }
 
-// forward sends an out-of-zone query to the upstream: REFUSED without one,
-// SERVFAIL when it fails.
+// forward sends an out-of-zone query to the upstream: REFUSED without one or
+// for a client the recursion ACL does not allow, SERVFAIL when it fails.
 func (s *Server) forward(ctx context.Context, req *mdns.Msg, network string) *mdns.Msg {
-	if s.cfg.Upstream == nil {
+	if s.cfg.Upstream == nil || !s.recursionAllowed(ctx) {
 		m := new(mdns.Msg)
 		m.SetRcode(req, mdns.RcodeRefused)
 		return m

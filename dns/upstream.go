@@ -72,7 +72,11 @@ func (u *AddrUpstream) Exchange(ctx context.Context, req *mdns.Msg, network stri
 		_ = conn.SetDeadline(dl)
 	}
 	co := &mdns.Conn{Conn: conn, UDPSize: mdns.DefaultMsgSize}
-	if err := co.WriteMsg(req); err != nil {
+	// A fresh random ID upstream, not the client's (as CoreDNS's forward does): a
+	// client does not choose the ID a forged reply would have to match.
+	q := *req
+	q.Id = mdns.Id()
+	if err := co.WriteMsg(&q); err != nil {
 		return nil, fmt.Errorf("upstream %s: %w", u.Addr, err)
 	}
 	for {
@@ -80,7 +84,8 @@ func (u *AddrUpstream) Exchange(ctx context.Context, req *mdns.Msg, network stri
 		if err != nil {
 			return nil, fmt.Errorf("upstream %s: %w", u.Addr, err)
 		}
-		if resp.Id == req.Id {
+		if resp.Id == q.Id { // a reply to another query (a late one) is skipped
+			resp.Id = req.Id
 			return resp, nil
 		}
 	}

@@ -1,7 +1,6 @@
 package scenario
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,6 +38,9 @@ type loaded struct {
 	// rejectionExpected: an apply step expects the API server to reject these objects,
 	// so Services are left for it to validate when the step runs.
 	rejectionExpected bool
+	// conflicts finds a second object of a kind, namespace and name, and a second
+	// Service on a cluster IP, with the messages of dns serve and generate.
+	conflicts service.Conflicts
 	// apiServer, when set, is a scratch API server configured as the run's, in which
 	// the Services are created as they are loaded: defaulted and allocated before they
 	// are validated, as kube-apiserver does (see newDryRun).
@@ -169,13 +171,13 @@ func (s *Scenario) loadManifests(list []Manifest, path string, seed uint64, into
 		var srcs []manifestSource
 		switch {
 		case m.Object != nil:
-			data, err := s.inlineText(m)
+			data, marshalled, err := s.inlineText(m)
 			if err != nil {
 				errs = append(errs, s.errorf(entry, "%v", err))
 				continue
 			}
 			src := manifestSource{file: s.File, data: data, inline: true, entry: entry}
-			if m.Object.Style&yaml.FlowStyle != 0 {
+			if marshalled && m.Object.Style&yaml.FlowStyle != 0 {
 				src.flowLine = m.Object.Line
 			}
 			srcs = append(srcs, src)
@@ -239,26 +241,33 @@ func (s *Scenario) manifestFiles(p string) ([]string, error) {
 
 // inlineText returns the text of an inline object with the scenario file's line
 // numbers: the object's lines cut out of the file, dedented, after as many empty lines
-// as precede it. Without the file's text (a scenario built in Go) the object is
-// marshalled.
-func (s *Scenario) inlineText(m Manifest) ([]byte, error) {
+// as precede it; a flow-style object ({kind: Pod, ...}) keeps its columns too. Without
+// the file's text (a scenario built in Go) the object is marshalled (marshalled true:
+// its lines are not the file's).
+func (s *Scenario) inlineText(m Manifest) (text []byte, marshalled bool, err error) {
 	n := m.Object
-	marshal := func() ([]byte, error) {
+	marshal := func() ([]byte, bool, error) {
 		b, err := yaml.Marshal(blockStyle(n))
 		if err != nil {
-			return nil, err
+			return nil, true, err
 		}
 		if n.Line > 1 {
 			b = append([]byte(strings.Repeat("\n", n.Line-1)), b...)
 		}
-		return b, nil
+		return b, true, nil
 	}
-	if len(s.src) == 0 || n.Line == 0 || n.Column == 0 || n.Style&yaml.FlowStyle != 0 {
+	if len(s.src) == 0 || n.Line == 0 || n.Column == 0 {
 		return marshal()
 	}
 	lines := strings.SplitAfter(string(s.src), "\n")
 	start := n.Line - 1
 	if start >= len(lines) {
+		return marshal()
+	}
+	if n.Style&yaml.FlowStyle != 0 {
+		if b, ok := flowText(lines, start, n.Column-1); ok {
+			return b, false, nil
+		}
 		return marshal()
 	}
 	col := n.Column - 1
@@ -287,7 +296,35 @@ func (s *Scenario) inlineText(m Manifest) ([]byte, error) {
 		b.WriteString(body[col:])
 		b.WriteString("\n")
 	}
-	return []byte(b.String()), nil
+	return []byte(b.String()), false, nil
+}
+
+// flowText cuts a flow-style mapping out of the file's lines: from column col of line
+// start to the line where it closes, after start empty lines and col spaces, so that
+// its lines and columns are the file's. ok is false when no closing is found within
+// a bounded number of lines.
+func flowText(lines []string, start, col int) ([]byte, bool) {
+	first := strings.TrimRight(lines[start], "\r\n")
+	if len(first) < col {
+		return nil, false
+	}
+	var b strings.Builder
+	b.WriteString(strings.Repeat("\n", start))
+	b.WriteString(strings.Repeat(" ", col))
+	b.WriteString(first[col:])
+	b.WriteString("\n")
+	for i := start + 1; ; i++ {
+		var root yaml.Node
+		if yaml.Unmarshal([]byte(b.String()), &root) == nil && root.Kind == yaml.DocumentNode &&
+			len(root.Content) == 1 && root.Content[0].Kind == yaml.MappingNode {
+			return []byte(b.String()), true
+		}
+		if i >= len(lines) || i-start > 2000 {
+			return nil, false
+		}
+		b.WriteString(strings.TrimRight(lines[i], "\r\n"))
+		b.WriteString("\n")
+	}
 }
 
 // blockStyle returns a copy of n without flow style (so that it marshals as block YAML,
@@ -310,8 +347,7 @@ var docMarker = regexp.MustCompile(`^---([ \t].*)?$`)
 func (s *Scenario) loadSource(src manifestSource, seed uint64, into *loaded) error {
 	data := src.data
 	var errs []error
-	trimmed := bytes.TrimLeft(data, " \t\r\n\ufeff")
-	if len(trimmed) == 0 || trimmed[0] != '{' {
+	if !service.IsJSON(data) {
 		lines := strings.SplitAfter(string(data), "\n")
 		docStart := 0
 		flush := func(end int) {
@@ -357,6 +393,14 @@ func (s *Scenario) loadSource(src manifestSource, seed uint64, into *loaded) err
 		if acc, err := meta.Accessor(m.Object); err == nil && acc.GetNamespace() == "" && service.IsNamespaced(service.KindOf(m.Object)) {
 			acc.SetNamespace("default")
 		}
+		if !into.rejectionExpected {
+			// The checks of dns serve and generate (service.ValidateManifests), with
+			// their messages, before the scratch API server's own.
+			if err := into.conflicts.Check(m); err != nil {
+				errs = append(errs, s.wrapManifestErrs(src, err))
+				continue
+			}
+		}
 		if _, isSvc := m.Object.(*corev1.Service); isSvc && (into.rejectionExpected || into.apiServer != nil) {
 			if err := into.dryRunService(m); err != nil {
 				errs = append(errs, s.wrapManifestErrs(src, m.Annotate(err)))
@@ -401,7 +445,7 @@ func (l *loaded) dryRunService(m service.Manifest) error {
 		return nil
 	}
 	if prev, dup := l.origin[service.KindOf(m.Object)+" "+service.ObjectKey(m.Object)]; dup {
-		return fmt.Errorf("%s %s is defined twice (first at %s)", service.KindOf(m.Object), service.ObjectKey(m.Object), prev)
+		return fmt.Errorf("%s %q is defined twice (first at %s)", service.KindOf(m.Object), service.ObjectKey(m.Object), prev)
 	}
 	err := l.apiServer.Apply(m.Object)
 	return err
@@ -419,7 +463,7 @@ func (l *loaded) add(obj runtime.Object, where string) error {
 func (l *loaded) claim(obj runtime.Object, where string) error {
 	k := service.KindOf(obj) + " " + service.ObjectKey(obj)
 	if prev, dup := l.origin[k]; dup {
-		return fmt.Errorf("%s is defined twice (first at %s)", k, prev)
+		return fmt.Errorf("%s %q is defined twice (first at %s)", service.KindOf(obj), service.ObjectKey(obj), prev)
 	}
 	if l.origin == nil {
 		l.origin = map[string]string{}

@@ -129,9 +129,18 @@ func parseKindTarget(kind, rest string, portOptional bool) (target, error) {
 		t.port = port
 	case kind == "nodeport" || portOptional:
 	default:
-		return target{}, fmt.Errorf("%q: a port is required (%s:%s:PORT)", orig, kind, name)
+		return target{}, fmt.Errorf("%q: a port is required (%s:%s:PORT)", orig, kind, printable(name))
 	}
 	return t, nil
+}
+
+// printable is s, or s quoted (strconv.Quote) when it has a byte a terminal would
+// not show as itself: input is never written raw into messages.
+func printable(s string) string {
+	if q := strconv.Quote(s); q[1:len(q)-1] != s {
+		return q
+	}
+	return s
 }
 
 func checkPortNumber(p string) error {

@@ -61,6 +61,24 @@ type TraceResult struct {
 	Pcap string `json:"pcap,omitempty"`
 }
 
+// parseTraceTarget parses trace's --to: a target, where a name or an address
+// without a port takes port.
+func parseTraceTarget(to string, port int) (target, error) {
+	tg, err := parseTarget(to, false)
+	if err == nil {
+		return tg, nil
+	}
+	if t2, err2 := parseTarget(fmt.Sprintf("%s:%d", to, port), false); err2 == nil && !strings.Contains(strings.TrimPrefix(to, "["), ":") {
+		return t2, nil
+	}
+	if strings.Count(to, ":") > 1 && !strings.HasPrefix(to, "[") && !strings.Contains(to, "/") {
+		if t3, err3 := parseTarget(fmt.Sprintf("[%s]:%d", to, port), false); err3 == nil {
+			return t3, nil
+		}
+	}
+	return target{}, err
+}
+
 // Trace builds the scenario's cluster (running its first opts.AfterStep steps) and
 // traces one packet from opts.From to opts.To, rule by rule.
 func Trace(ctx context.Context, s *Scenario, opts TraceOptions) (*TraceResult, error) {
@@ -74,19 +92,9 @@ func Trace(ctx context.Context, s *Scenario, opts TraceOptions) (*TraceResult, e
 	if opts.Port == 0 {
 		opts.Port = 80
 	}
-	tg, err := parseTarget(to, false)
+	tg, err := parseTraceTarget(to, opts.Port)
 	if err != nil {
-		// A name or an address without a port takes the default port.
-		if t2, err2 := parseTarget(fmt.Sprintf("%s:%d", to, opts.Port), false); err2 == nil && !strings.Contains(strings.TrimPrefix(to, "["), ":") {
-			tg, err = t2, nil
-		} else if strings.Count(to, ":") > 1 && !strings.HasPrefix(to, "[") && !strings.Contains(to, "/") {
-			if t3, err3 := parseTarget(fmt.Sprintf("[%s]:%d", to, opts.Port), false); err3 == nil {
-				tg, err = t3, nil
-			}
-		}
-		if err != nil {
-			return nil, fromErr("--to", "%v", err)
-		}
+		return nil, fromErr("--to", "%v", err)
 	}
 	if tg.kind == "name" && !strings.HasPrefix(opts.From, "pod:") {
 		return nil, fromErr("--to", "%q is a DNS name: only pods resolve cluster names", to)

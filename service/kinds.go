@@ -113,13 +113,18 @@ func ObjectKey(obj runtime.Object) string {
 	return m.Namespace + "/" + m.Name
 }
 
-// describe returns `Service "default/web"` for messages.
+// describe returns `Service "default/web"` for messages: the namespace
+// "default" when the object has none, every byte of the input escaped (%q).
 func describe(obj runtime.Object) string {
 	k := KindOf(obj)
 	if k == "" {
 		return fmt.Sprintf("%T", obj)
 	}
-	return fmt.Sprintf("%s %q", k, ObjectKey(obj))
+	key := ObjectKey(obj)
+	if m := objectMeta(obj); m != nil && m.Namespace == "" && IsNamespaced(k) {
+		key = metav1.NamespaceDefault + "/" + m.Name // the API server's default
+	}
+	return fmt.Sprintf("%s %q", k, key)
 }
 
 // splitKey splits "ns/name" (or "name", meaning namespace "default").

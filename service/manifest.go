@@ -279,9 +279,29 @@ type rawDoc struct {
 	json      bool
 }
 
-func isJSON(data []byte) bool {
+func isJSON(data []byte) bool { return IsJSON(data) }
+
+// IsJSON reports whether a manifest file's text is JSON (one or more concatenated
+// values) rather than YAML. Both may start with '{': a YAML flow mapping
+// (`{apiVersion: v1, kind: Service, ...}`) is YAML, so that its lines and fields are
+// found. Text starting with '{' is JSON when its first value is valid JSON, when its
+// first key is quoted (JSON with a mistake, whose JSON error is reported), or when it
+// is not YAML either. (kubectl's decoder also falls back to YAML when the first
+// value is not JSON.)
+func IsJSON(data []byte) bool {
 	t := bytes.TrimLeft(data, " \t\r\n\ufeff")
-	return len(t) > 0 && t[0] == '{'
+	if len(t) == 0 || t[0] != '{' {
+		return false
+	}
+	var raw json.RawMessage
+	if json.NewDecoder(bytes.NewReader(t)).Decode(&raw) == nil {
+		return true
+	}
+	if k := bytes.TrimLeft(t[1:], " \t\r\n"); len(k) == 0 || k[0] == '"' || k[0] == '}' {
+		return true // a quoted first key: JSON with a mistake, reported as JSON
+	}
+	var n yamlv3.Node
+	return yamlv3.Unmarshal(t, &n) != nil
 }
 
 // splitJSON cuts a stream of concatenated JSON values.

@@ -247,9 +247,9 @@ func TestManifestAnnotate(t *testing.T) {
 		field.Required(field.NewPath("spec", "selector"), ""),
 	}
 	want := []string{
-		`svc.yaml:10 (document 1 from line 1, Service "web"): spec.ports[1].port: Invalid value: 0: must be between 1 and 65535, inclusive`,
-		`svc.yaml:9 (document 1 from line 1, Service "web"): spec.ports[1].name: Duplicate value: "http"`,
-		`svc.yaml:5 (document 1 from line 1, Service "web"): spec.selector: Required value`,
+		`svc.yaml:10 (document 1 from line 1, Service "default/web"): spec.ports[1].port: Invalid value: 0: must be between 1 and 65535, inclusive`,
+		`svc.yaml:9 (document 1 from line 1, Service "default/web"): spec.ports[1].name: Duplicate value: "http"`,
+		`svc.yaml:5 (document 1 from line 1, Service "default/web"): spec.selector: Required value`,
 	}
 	check := func(name string, err error) {
 		t.Helper()
@@ -269,7 +269,7 @@ func TestManifestAnnotate(t *testing.T) {
 	if m.Annotate(nil) != nil {
 		t.Error("Annotate(nil) != nil")
 	}
-	if got := m.Annotate(errors.New("boom")).Error(); got != `svc.yaml:1 (document 1, Service "web"): boom` {
+	if got := m.Annotate(errors.New("boom")).Error(); got != `svc.yaml:1 (document 1, Service "default/web"): boom` {
 		t.Errorf("plain error: %q", got)
 	}
 }

@@ -633,7 +633,7 @@ func TestApplyManifestsPositions(t *testing.T) {
 	}
 	s := newStore(t, Config{})
 	err = s.ApplyManifests(ms)
-	want := `svcs.yaml:17 (document 2 from line 9, Service "b"): spec.ports[0].nodePort: Invalid value: 29000: provided port is not in the valid range. The range of valid ports is 30000-32767`
+	want := `svcs.yaml:17 (document 2 from line 9, Service "default/b"): spec.ports[0].nodePort: Invalid value: 29000: provided port is not in the valid range. The range of valid ports is 30000-32767`
 	if err == nil || err.Error() != want {
 		t.Fatalf("got  %v\nwant %s", err, want)
 	}

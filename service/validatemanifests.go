@@ -23,11 +23,17 @@ import (
 // need not lie inside any service CIDR (they are served as given), node
 // ports need not lie in a node-port range, and a LoadBalancer Service with
 // externalTrafficPolicy Local may lack the healthCheckNodePort the
-// registry would allocate. clusterlab dns serve and generate validate
-// their manifests with it.
+// registry would allocate. Two objects of one kind, namespace and name, and
+// two Services on one cluster IP, are errors naming both places (Conflicts), as
+// the API server refuses the second create. clusterlab dns serve and generate
+// validate their manifests with it; run's scenario loading makes the same checks.
 func ValidateManifests(ms []Manifest) error {
 	var errs []error
+	var conflicts Conflicts
 	for _, m := range ms {
+		if err := conflicts.Check(m); err != nil {
+			errs = append(errs, err)
+		}
 		obj := m.Object.DeepCopyObject()
 		if acc, err := meta.Accessor(obj); err == nil && acc.GetNamespace() == "" && IsNamespaced(KindOf(obj)) {
 			acc.SetNamespace(corev1.NamespaceDefault)

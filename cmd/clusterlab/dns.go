@@ -26,11 +26,12 @@ silent. "dns serve" answers for the objects in manifest files on a real port.`,
 
 func newDNSServeCmd() *cobra.Command {
 	var (
-		cfg  dns.ServeConfig
-		pods string
+		cfg       dns.ServeConfig
+		pods      string
+		allowRecs []string
 	)
 	cmd := &cobra.Command{
-		Use:     "serve --manifests FILE_OR_DIR... [--listen 127.0.0.1:5353] [--zone cluster.local]... [--ttl 5] [--pods disabled|insecure|verified] [--upstream ADDR]",
+		Use:     "serve --manifests FILE_OR_DIR... [--listen 127.0.0.1:5353] [--zone cluster.local]... [--ttl 5] [--pods disabled|insecure|verified] [--upstream ADDR [--allow-recursion CIDR,...]]",
 		Example: dnsServeExamples,
 		Short:   "Serve cluster DNS for the objects in manifest files, reloading when they change",
 		Long: `Serve answers DNS over UDP and TCP for the Services, EndpointSlices, Endpoints,
@@ -43,7 +44,14 @@ zones such as 0.10.in-addr.arpa served for PTR; without any, PTR answers come
 from in-addr.arpa and ip6.arpa. Names outside the zones go to --upstream, or
 are REFUSED without one. With --upstream, the server first sends the upstream a probe
 for a random name: if it comes back, the upstream forwards to this server (a loop) and
-serve stops (exit 2); at most 64 upstream queries are in flight, more get SERVFAIL.
+serve stops (exit 2); at most 64 upstream queries are in flight, at most 16 of them
+for one client address, more get SERVFAIL at once (counted on the log); an upstream
+exchange gets 2s. Only clients in --allow-recursion (CIDR,...; default loopback and the
+cluster's pod networks: the manifests' Nodes' podCIDRs, else 10.244.0.0/16) have names
+outside the zones forwarded; others get REFUSED, as from CoreDNS's acl or BIND's
+allow-recursion. Names in the zones are answered to anyone. With --upstream on a
+--listen address that is not loopback, a warning on stderr says the server is an open
+forwarder for those networks.
 
 --manifests takes files and directories (their *.yaml, *.yml and *.json files); it
 may repeat, and arguments after the flags are more manifests. Namespaces, Services,
@@ -61,7 +69,8 @@ EndpointSlice or Endpoints in the manifests gets the EndpointSlices the controll
 would make from the manifests' Pods (their status.podIP and Ready condition).
 
 The files are checked every second and reloaded when their content changes; a
-reload that fails to parse or to validate keeps the previous data and says why. Runs until
+reload that fails to parse or to validate keeps the previous data and says why,
+once: a file deleted is logged when it goes and again only when something changes. Runs until
 interrupted (exit 0). Exit 2: bad flags or manifests; exit 1: the address cannot
 be bound.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -71,7 +80,13 @@ be bound.`,
 				return badInput(err)
 			}
 			cfg.Pods = mode
+			if cmd.Flags().Changed("allow-recursion") {
+				if cfg.AllowRecursion, err = dns.ParseAllowRecursion(allowRecs); err != nil {
+					return badInput(err)
+				}
+			}
 			cfg.Log = cmd.OutOrStdout()
+			cfg.Warn = cmd.ErrOrStderr()
 			ctx, stop := signal.NotifyContext(cmdContext(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if err := dns.Serve(ctx, cfg); err != nil {
@@ -90,6 +105,7 @@ be bound.`,
 	f.Uint32Var(&cfg.TTL, "ttl", dns.DefaultTTL, "TTL of the records, seconds (0-3600)")
 	f.StringVar(&pods, "pods", "disabled", "pod records: disabled, insecure or verified")
 	f.StringVar(&cfg.Upstream, "upstream", "", "upstream resolver for names outside the zones (IP or host:port)")
+	f.StringSliceVar(&allowRecs, "allow-recursion", nil, "client networks whose outside names go to --upstream, CIDR,... (default: loopback and the manifests' Nodes' podCIDRs, else 10.244.0.0/16)")
 	return cmd
 }
 

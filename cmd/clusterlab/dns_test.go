@@ -199,11 +199,66 @@ endpoints:
 		t.Fatalf("exit code %d (err %v), want 2", code, err)
 	}
 	for _, want := range []string{
-		file + `:7 (document 1 from line 1, Service "web"): spec.ports[0].port: Invalid value: 70000: must be between 1 and 65535, inclusive`,
-		file + `:14 (document 2 from line 9, EndpointSlice "web-x7k2p"): endpoints[0].addresses[0]: Invalid value: "127.0.0.1": may not be in the loopback range`,
+		file + `:7 (document 1 from line 1, Service "default/web"): spec.ports[0].port: Invalid value: 70000: must be between 1 and 65535, inclusive`,
+		file + `:14 (document 2 from line 9, EndpointSlice "default/web-x7k2p"): endpoints[0].addresses[0]: Invalid value: "127.0.0.1": may not be in the loopback range`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error:\n%v\nwant:\n%s", err, want)
+		}
+	}
+}
+
+// TestDNSServeAllowRecursionFlag: a bad network in --allow-recursion is exit 2 naming
+// the flag and the value; a good one is taken.
+func TestDNSServeAllowRecursionFlag(t *testing.T) {
+	for _, bad := range []string{"10.0.0/8", "127.0.0.0/8,nonsense", "10.0.0.0/40"} {
+		_, _, err := runCmd(t, "dns", "serve", "--manifests", "../../testdata/dns/my-service.yaml", "--listen", "127.0.0.1:0",
+			"--upstream", "127.0.0.1:1", "--allow-recursion", bad)
+		if code := exitCode(err); code != 2 || !strings.Contains(err.Error(), "--allow-recursion ") {
+			t.Errorf("--allow-recursion %s: exit %d (%v), want 2 naming the flag", bad, code, err)
+		}
+	}
+}
+
+// TestOneValidationForEveryCommand: dns serve, generate iptables|nftables and run
+// refuse the same manifests with the same messages: a Service defined twice, and two
+// Services on one cluster IP, each naming both files and lines (before, dns serve and
+// generate took both, and run named only the second).
+func TestOneValidationForEveryCommand(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	for f, text := range map[string]string{
+		a: "apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.5, selector: {app: web}, ports: [{port: 80}]}\n",
+		b: "# the same name, and another on the same address\napiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec: {clusterIP: 10.96.0.6, selector: {app: web}, ports: [{port: 80}]}\n---\n" +
+			"{apiVersion: v1, kind: Service, metadata: {name: other}, spec: {clusterIP: 10.96.0.5, selector: {app: o}, ports: [{port: 80}]}}\n",
+	} {
+		if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scen := filepath.Join(dir, "s.yaml")
+	if err := os.WriteFile(scen, []byte("name: t\ncluster:\n  nodes: [{name: node-a}]\nmanifests:\n  - path: a.yaml\n  - path: b.yaml\nsteps:\n  - advance: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		b + `:4 (document 1 from line 2, Service "default/web"): metadata.name: Service "default/web" is defined twice (first at ` + a + `:3): the API server refuses the second create: services "web" already exists`,
+		b + `:7 (document 2, Service "default/other"): spec.clusterIP: Invalid value: "10.96.0.5": provided IP is already allocated (to Service "default/web" at ` + a + `:4)`,
+	}
+	for _, args := range [][]string{
+		{"dns", "serve", "--manifests", a, "--manifests", b, "--listen", "127.0.0.1:0"},
+		{"generate", "iptables", "--node", "node-a", "-f", a, "-f", b},
+		{"generate", "nftables", "--node", "node-a", "-f", a, "-f", b},
+		{"run", scen},
+	} {
+		_, _, err := runCmd(t, args...)
+		if code := exitCode(err); code != 2 {
+			t.Errorf("%s: exit %d (%v), want 2", args[:2], code, err)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error\n%v\nlacks\n%s", args[:2], err, w)
+			}
 		}
 	}
 }

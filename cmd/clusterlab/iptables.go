@@ -163,9 +163,14 @@ func (o *iptablesGenOptions) load() ([]*corev1.Service, []*discoveryv1.EndpointS
 		switch obj := obj.(type) {
 		case *corev1.Service:
 			s := obj.DeepCopy()
+			s.Namespace = service.NamespaceOrDefault(s.Namespace) // as the API server stores it
 			service.Default(s)
 			services = append(services, s)
 		case *discoveryv1.EndpointSlice:
+			if obj.Namespace == "" {
+				obj = obj.DeepCopy()
+				obj.Namespace = service.NamespaceOrDefault("")
+			}
 			slices = append(slices, obj)
 		case *corev1.Node:
 			if o.node != "" && obj.Name == o.node {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -54,6 +55,26 @@ func TestGenerateIptables(t *testing.T) {
 		var ue usageError
 		if !errors.As(err, &ue) {
 			t.Errorf("%+v: want a usage error, got %v", oo, err)
+		}
+	}
+}
+
+// TestGenerateDefaultsNamespace: a Service (and EndpointSlice) without a namespace is
+// in "default", as the API server stores it: the rules' comments say default/web, not
+// /web.
+func TestGenerateDefaultsNamespace(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "svc.yaml")
+	if err := os.WriteFile(file, []byte("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.5, selector: {app: web}, ports: [{name: http, port: 80}]}\n---\n"+
+		"apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {name: web-1, labels: {kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints: [{addresses: [10.244.1.5]}]\nports: [{name: http, port: 8080, protocol: TCP}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"iptables", "nftables"} {
+		out, _, err := runCmd(t, "generate", mode, "--node", "node-a", "-f", file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "default/web") || strings.Contains(out, `"/web`) || strings.Contains(out, "-/web") || !strings.Contains(out, "10.244.1.5") {
+			t.Errorf("generate %s:\n%s\nwant default/web and its endpoint 10.244.1.5", mode, out)
 		}
 	}
 }
