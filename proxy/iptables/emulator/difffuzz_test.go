@@ -172,6 +172,13 @@ func genFzRule(t *rapid.T, c fzChain, p fzPacket) string {
 	if fzMaybe(t, "has-d", 3) {
 		b = append(b, fzAddrMatch(t, "-d", p))
 	}
+	if in, out := fzIfaceOpts(c); fzMaybe(t, "has-iface", 5) && (in || out) {
+		opt := "-i"
+		if !in || out && rapid.Bool().Draw(t, "iface-out") {
+			opt = "-o"
+		}
+		b = append(b, fzNeg(t)+opt+" "+drawOf(t, "iface", []string{"veth0", "veth1", "eth0", "lo", "veth+"}))
+	}
 	proto := drawOf(t, "proto", []string{"", "tcp", "udp", p.Proto, p.Proto})
 	if proto != "" {
 		b = append(b, "-p "+proto)
@@ -247,6 +254,19 @@ func fzAddrMatch(t *rapid.T, opt string, pkt fzPacket) string {
 		neg = ""
 	}
 	return neg + opt + " " + p.String()
+}
+
+// fzIfaceOpts says whether a chain's rules may use -i and -o: iptables refuses -o in
+// INPUT and PREROUTING and -i in OUTPUT and POSTROUTING; a user chain takes both (the
+// interface a hook lacks is empty: -i veth0 never matches there, ! -i veth0 always).
+func fzIfaceOpts(c fzChain) (in, out bool) {
+	switch c.name {
+	case "INPUT", "PREROUTING":
+		return true, false
+	case "OUTPUT", "POSTROUTING":
+		return false, true
+	}
+	return true, true
 }
 
 // fzPortSpec is a port or a range around the ports packets use, valid for the
