@@ -458,7 +458,10 @@ type fzCase struct {
 	Emulator string // what the emulator predicted
 	// Expect is "same" (the emulator must predict what the kernel showed: a fixed
 	// difference) or "differ: REASON" (a known difference the emulator keeps).
-	Expect  string
+	Expect string
+	// Backend, when set, is the only iptables backend ("nft" or "legacy") whose kernel
+	// shows Kernel: the kernel replay skips the case under the other.
+	Backend string
 	Ruleset string
 }
 
@@ -467,7 +470,11 @@ func (c *fzCase) Format() []byte {
 	for _, l := range c.Comment {
 		fmt.Fprintf(&b, "# %s\n", l)
 	}
-	fmt.Fprintf(&b, "packet: %s\nkernel: %s\nemulator: %s\nexpect: %s\nruleset:\n%s", c.Packet, c.Kernel, c.Emulator, c.Expect, c.Ruleset)
+	fmt.Fprintf(&b, "packet: %s\nkernel: %s\nemulator: %s\nexpect: %s\n", c.Packet, c.Kernel, c.Emulator, c.Expect)
+	if c.Backend != "" {
+		fmt.Fprintf(&b, "backend: %s\n", c.Backend)
+	}
+	fmt.Fprintf(&b, "ruleset:\n%s", c.Ruleset)
 	return b.Bytes()
 }
 
@@ -485,7 +492,7 @@ func parseFzCase(name string, data []byte) (*fzCase, error) {
 		}
 		key, val, ok := strings.Cut(l, ":")
 		if !ok {
-			return nil, fmt.Errorf("%s:%d: %q: want KEY: VALUE (packet, kernel, emulator, expect, ruleset)", name, line, l)
+			return nil, fmt.Errorf("%s:%d: %q: want KEY: VALUE (packet, kernel, emulator, expect, backend, ruleset)", name, line, l)
 		}
 		val = strings.TrimSpace(val)
 		if seen[key] {
@@ -508,6 +515,11 @@ func parseFzCase(name string, data []byte) (*fzCase, error) {
 				return nil, fmt.Errorf("%s:%d: expect %q: want \"same\" or \"differ: REASON\"", name, line, val)
 			}
 			c.Expect = val
+		case "backend":
+			if val != "nft" && val != "legacy" {
+				return nil, fmt.Errorf("%s:%d: backend %q: want nft or legacy", name, line, val)
+			}
+			c.Backend = val
 		case "ruleset":
 			var rs strings.Builder
 			for sc.Scan() {
@@ -515,7 +527,7 @@ func parseFzCase(name string, data []byte) (*fzCase, error) {
 			}
 			c.Ruleset = rs.String()
 		default:
-			return nil, fmt.Errorf("%s:%d: unknown key %q (want packet, kernel, emulator, expect, ruleset)", name, line, key)
+			return nil, fmt.Errorf("%s:%d: unknown key %q (want packet, kernel, emulator, expect, backend, ruleset)", name, line, key)
 		}
 	}
 	for _, k := range []string{"packet", "kernel", "emulator", "expect", "ruleset"} {
@@ -589,7 +601,7 @@ func TestDiffFuzzRegressions(t *testing.T) {
 func TestDiffFuzzCaseFormat(t *testing.T) {
 	c := &fzCase{Comment: []string{"why"}, Packet: fzPacket{Proto: "udp", From: "node", Src: netip.MustParseAddrPort("192.168.77.1:1111"),
 		Dst: netip.MustParseAddrPort("10.244.0.3:80")}, Kernel: "timeout", Emulator: "answered srv1 from 192.168.77.1", Expect: "differ: a reason",
-		Ruleset: "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n"}
+		Backend: "legacy", Ruleset: "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n"}
 	got, err := parseFzCase("x.case", c.Format())
 	if err != nil {
 		t.Fatal(err)
