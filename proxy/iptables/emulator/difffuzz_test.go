@@ -182,11 +182,15 @@ func genFzRule(t *rapid.T, c fzChain, p fzPacket) string {
 	proto := drawOf(t, "proto", []string{"", "tcp", "udp", p.Proto, p.Proto})
 	if proto != "" {
 		b = append(b, "-p "+proto)
-		switch rapid.IntRange(0, 4).Draw(t, "ports") {
+		switch rapid.IntRange(0, 5).Draw(t, "ports") {
 		case 1:
 			b = append(b, "-m "+proto+" "+fzNeg(t)+"--dport "+fzPortSpec(t, proto, p))
 		case 2:
 			b = append(b, "-m "+proto+" "+fzNeg(t)+"--sport "+fzPortSpec(t, proto, p))
+		case 4:
+			if proto == "tcp" {
+				b = append(b, "-m tcp "+fzNeg(t)+drawOf(t, "tcp-flags", []string{"--syn", "--tcp-flags SYN,ACK SYN", "--tcp-flags SYN,RST,ACK,FIN SYN,ACK", "--tcp-flags ALL NONE", "--tcp-flags FIN,SYN FIN,SYN"}))
+			}
 		case 3:
 			opt := drawOf(t, "mp-opt", []string{"--dports", "--sports", "--ports"})
 			var ps []string
@@ -195,6 +199,14 @@ func genFzRule(t *rapid.T, c fzChain, p fzPacket) string {
 			}
 			b = append(b, "-m multiport "+fzNeg(t)+opt+" "+strings.Join(ps, ","))
 		}
+	}
+	if fzMaybe(t, "has-iprange", 8) {
+		lo := drawOf(t, "iprange-lo", append(slices.Clone(fzAddrs), p.Src.Addr(), p.Dst.Addr()))
+		hi := drawOf(t, "iprange-hi", append(slices.Clone(fzAddrs), p.Src.Addr(), p.Dst.Addr()))
+		if hi.Less(lo) {
+			lo, hi = hi, lo
+		}
+		b = append(b, "-m iprange "+fzNeg(t)+drawOf(t, "iprange-opt", []string{"--src-range ", "--dst-range "})+lo.String()+"-"+hi.String())
 	}
 	if fzMaybe(t, "has-addrtype", 6) {
 		opt := drawOf(t, "at-opt", []string{"--dst-type", "--src-type"})
