@@ -54,6 +54,14 @@ func connectTCP(src, dst netip.AddrPort, timeout time.Duration) (c net.Conn, res
 	if err != nil {
 		return nil, Result{Outcome: Failed, Err: fmt.Errorf("setsockopt RECVERR: %w", err)}
 	}
+	if src.Port() != 0 {
+		// A client on a fixed port closes with a reset (linger 0) rather than a FIN,
+		// so that no TIME_WAIT of this connection, on either side, refuses the next
+		// dial from the same port to the same destination.
+		if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0}); err != nil {
+			return nil, Result{Outcome: Failed, Err: fmt.Errorf("setsockopt SO_LINGER: %w", err)}
+		}
+	}
 	if src.IsValid() {
 		if err := unix.Bind(fd, sockaddr(netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), v6)); err != nil {
 			return nil, Result{Outcome: Failed, Err: fmt.Errorf("bind %v: %w", src, err)}

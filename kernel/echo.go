@@ -193,6 +193,8 @@ func (h *Harness) Dial(ns *Netns, proto string, dst netip.AddrPort) Result {
 }
 
 // DialFrom is Dial with the client bound to src (an address of ns, port 0 for any).
+// A TCP client on a fixed port closes with a reset instead of a FIN, so that the same
+// port can dial the same destination again at once (no TIME_WAIT in the way).
 func (h *Harness) DialFrom(ns *Netns, proto string, src, dst netip.AddrPort) Result {
 	var res Result
 	err := ns.h.do(func() error {

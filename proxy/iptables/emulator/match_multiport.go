@@ -26,7 +26,7 @@ func (m *MultiportMatch) option(rc *ruleCtx, opt string, neg bool, args []token)
 	m.Which, m.Neg = opt, neg
 	slots := 0
 	for _, part := range strings.Split(args[0].val, ",") {
-		r, err := parsePortRange(part)
+		r, err := parseMultiportRange(part)
 		if err != nil {
 			return err
 		}

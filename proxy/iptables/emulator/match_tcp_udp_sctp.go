@@ -19,6 +19,16 @@ type PortSpec struct {
 
 func parsePortSpec(s string, neg bool) (*PortSpec, error) {
 	r, err := parsePortRange(s)
+	return portSpec(r, err, neg)
+}
+
+// parseUDPPortSpec is parsePortSpec for -m udp, which takes a reversed range.
+func parseUDPPortSpec(s string, neg bool) (*PortSpec, error) {
+	r, err := parsePortRangeAnyOrder(s)
+	return portSpec(r, err, neg)
+}
+
+func portSpec(r PortRange, err error, neg bool) (*PortSpec, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -199,9 +209,9 @@ func (m *UDPMatch) option(rc *ruleCtx, opt string, neg bool, args []token) error
 	}
 	var err error
 	if opt == "--sport" {
-		m.Sport, err = parsePortSpec(args[0].val, neg)
+		m.Sport, err = parseUDPPortSpec(args[0].val, neg)
 	} else {
-		m.Dport, err = parsePortSpec(args[0].val, neg)
+		m.Dport, err = parseUDPPortSpec(args[0].val, neg)
 	}
 	return err
 }

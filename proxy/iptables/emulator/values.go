@@ -33,8 +33,20 @@ func parsePort(s string) (uint16, error) {
 	return 0, fmt.Errorf("invalid port/service %q", s)
 }
 
-// parsePortRange parses "N", "N:M", ":M" and "N:" (N and M may be service names).
+// parsePortRange parses "N", "N:M", ":M" and "N:" (N and M may be service names), as
+// the tcp and sctp matches take them: a start above the end is refused.
 func parsePortRange(s string) (PortRange, error) {
+	r, err := parsePortRangeAnyOrder(s)
+	if err == nil && r.Min > r.Max {
+		return r, fmt.Errorf("invalid port range %q: start is above end", s)
+	}
+	return r, err
+}
+
+// parsePortRangeAnyOrder is parsePortRange without the order check: the udp match
+// (iptables 1.8's guided parser, XTTYPE_PORTRC) takes "81:80", a range that never
+// matches, and iptables-save prints it so.
+func parsePortRangeAnyOrder(s string) (PortRange, error) {
 	lo, hi, isRange := strings.Cut(s, ":")
 	if !isRange {
 		p, err := parsePort(s)
@@ -52,10 +64,22 @@ func parsePortRange(s string) (PortRange, error) {
 			return r, err
 		}
 	}
-	if r.Min > r.Max {
-		return r, fmt.Errorf("invalid port range %q: start is above end", s)
-	}
 	return r, nil
+}
+
+// parseMultiportRange parses one element of a multiport list, as libxt_multiport's
+// parse_multi_ports_v1 does: "N" or "N:M" with both ends given and N below M
+// ("invalid portrange specified" otherwise; "80:" and ":80" name an empty port).
+func parseMultiportRange(s string) (PortRange, error) {
+	lo, hi, isRange := strings.Cut(s, ":")
+	if isRange && (lo == "" || hi == "") {
+		return PortRange{}, fmt.Errorf("invalid port/service %q specified", "")
+	}
+	r, err := parsePortRangeAnyOrder(s)
+	if err == nil && isRange && r.Min >= r.Max {
+		return r, fmt.Errorf("invalid portrange specified: %q (the start must be below the end)", s)
+	}
+	return r, err
 }
 
 // appendPortRange prints "N" or "N:M".

@@ -570,6 +570,14 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		ctSNAT()
 		return finish(Accept, "", nil)
 	}
+	// A locally generated packet is routed before OUTPUT (-o matches there): the hook
+	// runs with that interface even when nat OUTPUT's DNAT re-routes it
+	// (ip_route_me_harder changes the packet's route, not the hook's out device).
+	if isLocal(pkt.Dst) {
+		pkt.OutIface = LoopbackIface
+	} else {
+		pkt.OutIface = in.outIface(pkt.Dst)
+	}
 	if o := run(netfilter.Output); o != nil {
 		return o
 	}
