@@ -196,9 +196,15 @@ func (h *Harness) Dial(ns *Netns, proto string, dst netip.AddrPort) Result {
 // A TCP client on a fixed port closes with a reset instead of a FIN, so that the same
 // port can dial the same destination again at once (no TIME_WAIT in the way).
 func (h *Harness) DialFrom(ns *Netns, proto string, src, dst netip.AddrPort) Result {
+	return h.DialFromTimeout(ns, proto, src, dst, h.cfg.Timeout)
+}
+
+// DialFromTimeout is DialFrom waiting at most timeout at each step instead of the
+// harness Timeout: for a second look at a flow that timed out on a busy machine.
+func (h *Harness) DialFromTimeout(ns *Netns, proto string, src, dst netip.AddrPort, timeout time.Duration) Result {
 	var res Result
 	err := ns.h.do(func() error {
-		res = dialEcho(proto, src, dst, h.cfg.Timeout)
+		res = dialEcho(proto, src, dst, timeout)
 		return nil
 	})
 	if err != nil {
