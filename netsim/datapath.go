@@ -248,6 +248,18 @@ func (n *Node) output(pk *Packet, env *penv) egress {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	pk.InIface, pk.OutIface = "", ""
+	// A locally generated packet is routed before OUTPUT (the socket's route): rules
+	// there see its output interface (-o), which stays for the whole hook even when nat
+	// OUTPUT's DNAT changes the destination; the packet is routed again after it.
+	switch rt := n.routeLocked(pk.Dst); rt.kind {
+	case routeNone:
+	case routeLocal:
+		pk.OutIface = n.lo.Name
+	default:
+		if rt.iface != nil {
+			pk.OutIface = rt.iface.Name
+		}
+	}
 	if env.trace != nil {
 		env.step(TraceStep{Kind: StepHook, Node: n.name, Hook: netfilter.Output.String(), Packet: pk.String()})
 	}

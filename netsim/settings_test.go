@@ -801,3 +801,38 @@ func TestNonMasqueradeCIDRs(t *testing.T) {
 		}
 	}
 }
+
+// OUTPUT sees the output interface of the node's own packet (the kernel routes a
+// locally generated packet before OUTPUT), and keeps it for the whole hook after a
+// DNAT there; the packet is routed again afterwards. Found by the iptables emulator's
+// differential fuzzer against a kernel.
+func TestOutputSeesOutInterface(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-a", "default/web", 8080)
+	vip := netip.MustParseAddrPort("10.96.0.79:80")
+	n := c.Node("node-a")
+	var seen []string
+	n.AddHandler(HandlerSpec{Name: "dnat-out", Hook: netfilter.Output, Priority: netfilter.PriorityNATDst, NAT: true, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
+		if p.Dst == vip.Addr() && p.DstPort == vip.Port() && !p.CtReply {
+			seen = append(seen, "nat:"+p.OutIface)
+			ctx.RewriteDst(p, netip.AddrPortFrom(web.IP(), 8080))
+		}
+		return VerdictContinue
+	})})
+	n.AddHandler(HandlerSpec{Name: "filter-out", Hook: netfilter.Output, Priority: netfilter.PriorityFilter, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
+		if p.Dst == web.IP() && !p.CtReply && len(seen) == 1 {
+			seen = append(seen, "filter:"+p.OutIface)
+		}
+		return VerdictContinue
+	})})
+	r, _ := c.ProbeOne(Probe{From: "node:node-a", Proto: netfilter.ProtoTCP, Dst: vip, Mode: ProbeConnect})
+	if r.Result != ResultConnected || r.Pod != "default/web" {
+		t.Fatalf("DNAT at OUTPUT: %s", r.Outcome)
+	}
+	// The VIP routes out the uplink; after the DNAT to a local pod, filter OUTPUT still
+	// sees the uplink, as the kernel keeps the first route's device for the hook.
+	up := "eth0" // the uplink interface
+	if len(seen) != 2 || seen[0] != "nat:"+up || seen[1] != "filter:"+up {
+		t.Errorf("OUTPUT saw out interfaces %v, want [nat:%s filter:%s]", seen, up, up)
+	}
+}
