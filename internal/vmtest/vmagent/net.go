@@ -102,7 +102,10 @@ func (n *caseNet) close() error {
 	return errors.Join(errs...)
 }
 
-// newDirector makes only the director namespace (for adapter calls).
+// newDirector makes only the director namespace (for adapter calls), with lo up as on
+// any host: in a namespace without a single IPv4 route the kernel takes every IPv4
+// address for a broadcast one (inet_addr_type finds no local table) and refuses it as a
+// real server with EINVAL.
 func newDirector(name string) (*caseNet, error) {
 	n := &caseNet{dirName: name}
 	var err error
@@ -110,6 +113,18 @@ func newDirector(name string) (*caseNet, error) {
 		return nil, err
 	}
 	n.names = append(n.names, name)
+	if n.hDir, err = netlink.NewHandleAt(n.dir, unix.NETLINK_ROUTE); err != nil {
+		n.close()
+		return nil, err
+	}
+	lo, err := n.hDir.LinkByName("lo")
+	if err == nil {
+		err = n.hDir.LinkSetUp(lo)
+	}
+	if err != nil {
+		n.close()
+		return nil, fmt.Errorf("lo up: %w", err)
+	}
 	return n, nil
 }
 
