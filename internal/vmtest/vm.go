@@ -627,3 +627,13 @@ func withPlan(image string, plan Plan) (string, error) {
 	}
 	return dst.Name(), nil
 }
+
+// HasModule reports whether the kernel has the named module (modules.dep lists it).
+func (k *Kernel) HasModule(name string) bool {
+	md, err := readModDep(k.ModulesDir)
+	if err != nil {
+		return false
+	}
+	_, ok := md.path[strings.ReplaceAll(name, "-", "_")]
+	return ok
+}

@@ -62,3 +62,61 @@ func TestApplyToMatchesApply(t *testing.T) {
 		t.Errorf("adding an existing service: %v", err)
 	}
 }
+
+// Found by the VM differential (TestSchedulersAgainstKernelVM, rr): Debian's 6.1 kernel
+// marks a real server OVERLOADed as soon as an edit gives it an upper threshold its
+// connections already reach, so rr skips it at once; kernels without that fix
+// (LegacyThresholdEdit) keep sending it connections until one binds to it.
+func TestThresholdEditUpdatesOverload(t *testing.T) {
+	setup := []string{
+		"-A -t 10.96.0.1:80 -s rr",
+		"-a -t 10.96.0.1:80 -r 10.1.0.1:8080 -m",
+		"-a -t 10.96.0.1:80 -r 10.1.0.2:8080 -m",
+		"conn tcp 10.0.0.1:40001 10.96.0.1:80", // 10.1.0.2 (the head)
+		"conn tcp 10.0.0.1:40002 10.96.0.1:80", // 10.1.0.1
+		"conn tcp 10.0.0.1:40003 10.96.0.1:80", // 10.1.0.2
+		"conn tcp 10.0.0.1:40004 10.96.0.1:80", // 10.1.0.1: two connections
+		"-e -t 10.96.0.1:80 -r 10.1.0.1:8080 -m -x 2",
+		"conn tcp 10.0.0.1:40005 10.96.0.1:80", // 10.1.0.2
+	}
+	next := "conn tcp 10.0.0.1:40006 10.96.0.1:80" // 10.1.0.1's turn
+	for _, c := range []struct {
+		legacy bool
+		want   string
+	}{{false, "10.1.0.2:8080"}, {true, "10.1.0.1:8080"}} {
+		m, err := New(Config{LegacyThresholdEdit: c.legacy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Run([]byte(strings.Join(setup, "\n")), "setup", NewManualClock()); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := m.Run([]byte(next), "next", NewManualClock())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rep.Results[0].Destination; got != c.want {
+			t.Errorf("LegacyThresholdEdit=%v: %s, want %s", c.legacy, got, c.want)
+		}
+	}
+	// Raising the threshold above the connections clears it again; lowering the lower
+	// threshold alone keeps it while the connections are between the two.
+	m, _ := New(Config{})
+	clock := NewManualClock()
+	if _, err := m.Run([]byte(strings.Join(append(setup, "-e -t 10.96.0.1:80 -r 10.1.0.1:8080 -m -x 3 -y 1"), "\n")), "s", clock); err != nil {
+		t.Fatal(err)
+	}
+	rep, _ := m.Run([]byte(next), "next", clock)
+	if got := rep.Results[0].Destination; got != "10.1.0.2:8080" {
+		t.Errorf("-x 3 -y 1 with two connections (between the thresholds, flag kept): %s, want 10.1.0.2:8080", got)
+	}
+	m, _ = New(Config{})
+	clock = NewManualClock()
+	if _, err := m.Run([]byte(strings.Join(append(setup, "-e -t 10.96.0.1:80 -r 10.1.0.1:8080 -m -x 4"), "\n")), "s", clock); err != nil {
+		t.Fatal(err)
+	}
+	rep, _ = m.Run([]byte(next), "next", clock)
+	if got := rep.Results[0].Destination; got != "10.1.0.1:8080" {
+		t.Errorf("-x 4 with two connections (below 75%%, cleared): %s, want 10.1.0.1:8080", got)
+	}
+}
