@@ -444,7 +444,31 @@ func BuildImage(ctx context.Context, k *Kernel, modules []string) (*Image, error
 		os.Remove(tmp.Name())
 		return nil, err
 	}
+	pruneImages(dir, keepImages)
 	return img, nil
+}
+
+// keepImages is how many initramfs images the cache keeps (each agent change makes a
+// new one of some 25 MB).
+const keepImages = 4
+
+// pruneImages removes all but the keep most recently written images.
+func pruneImages(dir string, keep int) {
+	paths, _ := filepath.Glob(filepath.Join(dir, "initramfs-*.cpio"))
+	type aged struct {
+		path string
+		mod  time.Time
+	}
+	var all []aged
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil {
+			all = append(all, aged{p, fi.ModTime()})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].mod.After(all[j].mod) })
+	for i := keep; i < len(all); i++ {
+		os.Remove(all[i].path)
+	}
 }
 
 func cacheDir() (string, error) {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // readCpio parses a newc archive back into its entries (name -> mode, data).
@@ -155,5 +156,29 @@ func TestParseConsole(t *testing.T) {
 	b = &Boot{Console: ResultPrefix + "{not json\n"}
 	if _, _, err := b.parse(); err == nil {
 		t.Error("a garbled result line: want an error")
+	}
+}
+
+func TestPruneImages(t *testing.T) {
+	dir := t.TempDir()
+	base := time.Now().Add(-time.Hour)
+	for i := range 6 {
+		p := filepath.Join(dir, "initramfs-"+strconv.Itoa(i)+".cpio")
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, base, base.Add(time.Duration(i)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "other"), nil, 0o644)
+	pruneImages(dir, 4)
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if want := []string{"initramfs-2.cpio", "initramfs-3.cpio", "initramfs-4.cpio", "initramfs-5.cpio", "other"}; !slices.Equal(names, want) {
+		t.Errorf("left %q, want %q", names, want)
 	}
 }
