@@ -27,6 +27,9 @@ func TestIPVSAdapterVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kernel %s, boot %v", b.Booted.Release, b.Elapsed.Round(1e8))
+	if b.Retried != "" {
+		t.Logf("booted twice: the first kernel died before the agent ran:\n%s", b.Retried)
+	}
 	model, err := emulator.New(emulator.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,9 @@ func TestSchedulersAgainstKernelVM(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("kernel %s: %d cases in one boot of %v", b.Booted.Release, len(plan.Cases), b.Elapsed.Round(1e8))
+	if b.Retried != "" {
+		t.Logf("booted twice: the first kernel died before the agent ran:\n%s", b.Retried)
+	}
 	kv, err := netfilter.ParseKernelVersion(b.Booted.Release)
 	if err != nil {
 		t.Fatal(err)
