@@ -98,6 +98,10 @@ type Result struct {
 	Err      string    `json:"err,omitempty"`
 	Listing  []Service `json:"listing,omitempty"` // -L lines and calls: the state after
 	Listed   bool      `json:"listed,omitempty"`  // Listing was taken (it may be empty)
+	// -Lc lines: the connection table as ipvsadm -Lnc shows it without the expiry
+	// column ("TCP ESTABLISHED 10.0.0.1:40001 10.96.0.1:80 10.1.0.2:8080"), sorted.
+	Conns       []string `json:"conns,omitempty"`
+	ConnsListed bool     `json:"conns_listed,omitempty"`
 	// Done closes a case: Fatal is an error that stopped it (its later steps did not
 	// run), Leftover what cleaning up found still there, Elapsed its wall time.
 	Done     bool     `json:"done,omitempty"`

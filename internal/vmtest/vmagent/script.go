@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -89,7 +91,10 @@ func parseLines(script string) ([]line, error) {
 				return nil, fmt.Errorf("line %d: %w", l.no, err)
 			}
 			l.kind, l.cmd = "ipvsadm", c
-			if c.Op == emulator.OpList {
+			switch {
+			case c.ListsConnections():
+				l.kind = "conns"
+			case c.Op == emulator.OpList:
 				l.kind = "list"
 			}
 		}
@@ -312,6 +317,12 @@ func runScript(idx int, c vmtest.Case) (leftover []string, err error) {
 				return nil, fmt.Errorf("line %d: listing: %w", l.no, err)
 			}
 			r.Listing, r.Listed = lst, true
+		case "conns":
+			conns, err := connTable(n)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %w", l.no, err)
+			}
+			r.Conns, r.ConnsListed = conns, true
 		case "sysctl":
 			if err := n.sysctl(n.dir, "net/ipv4/vs/"+l.key, l.val); err != nil {
 				return nil, fmt.Errorf("line %d: %w", l.no, err)
@@ -367,4 +378,59 @@ func runCalls(idx int, c vmtest.Case) (leftover []string, err error) {
 		leftover = append(leftover, fmt.Sprintf("virtual server %+v with %d real servers", s.VS, len(s.Destinations)))
 	}
 	return leftover, nil
+}
+
+// connTable reads the director's /proc/net/ip_vs_conn (what ipvsadm -Lnc prints) into
+// "PROTO STATE CLIENT VIRTUAL DESTINATION" lines, sorted: hex addresses and ports as
+// ipvsadm decodes them, the expiry left out (the kernel's clock is not the model's).
+func connTable(n *caseNet) ([]string, error) {
+	var b []byte
+	err := inNS(n.dir, func() error {
+		var rerr error
+		b, rerr = os.ReadFile("/proc/thread-self/net/ip_vs_conn")
+		return rerr
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := []string{}
+	for i, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(l)
+		if i == 0 || len(f) < 9 {
+			continue // the header
+		}
+		ap := func(addr, port string) (string, error) {
+			a, err := hexAddr(addr)
+			if err != nil {
+				return "", err
+			}
+			p, err := strconv.ParseUint(port, 16, 16)
+			if err != nil {
+				return "", err
+			}
+			return netip.AddrPortFrom(a, uint16(p)).String(), nil
+		}
+		src, err1 := ap(f[1], f[2])
+		vip, err2 := ap(f[3], f[4])
+		dst, err3 := ap(f[5], f[6])
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return nil, fmt.Errorf("ip_vs_conn line %q: %w", l, err)
+		}
+		out = append(out, strings.Join([]string{f[0], f[7], src, vip, dst}, " "))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// hexAddr decodes /proc/net/ip_vs_conn's addresses: 8 hex digits for IPv4, the
+// colon-separated IPv6 form otherwise.
+func hexAddr(s string) (netip.Addr, error) {
+	if len(s) == 8 {
+		v, err := strconv.ParseUint(s, 16, 32)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), nil
+	}
+	return netip.ParseAddr(s)
 }

@@ -86,3 +86,6 @@ func (sp svcSpec) virtualServer() *ipvs.VirtualServer {
 	}
 	return vs
 }
+
+// ListsConnections reports whether the command is a connection listing (ipvsadm -Lc).
+func (c *Command) ListsConnections() bool { return c.Op == OpList && c.has(optConnection) }

@@ -96,8 +96,9 @@
 // (Debian's 6.1 kernel booted under QEMU by package internal/vmtest): every scheduler
 // the kernel has, real TCP and UDP connections, weights changed, servers quiesced,
 // deleted with connections and re-added, upper thresholds, persistence; each
-// connection's real server and each listing (list order, weights, active and inactive
-// counts) agree. One difference it found is a kernel fix rather than a release: an
+// connection's real server, each listing (list order, weights, active and inactive
+// counts) and the connection table (ipvsadm -Lnc without the expiry: states, templates,
+// clients, real servers) agree. One difference it found is a kernel fix rather than a release: an
 // edit of a real server recomputes OVERLOAD from its connections and new thresholds
 // (ip_vs_dest_update_overload; a Fixes: patch that stable releases took, Debian's
 // 6.1.0-56 among them), where older builds only cleared it on an edit; the model does

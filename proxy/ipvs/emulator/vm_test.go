@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -89,6 +90,15 @@ func compareWithKernel(t *testing.T, kv netfilter.KernelVersion, c vmtest.Case, 
 			}
 			if !r.NoDestination && r.Err != "" {
 				t.Errorf("%s: kernel connection failed: %s", where, r.Err)
+			}
+		case r.ConnsListed:
+			listings++
+			if err != nil {
+				t.Fatalf("%s: model: %v", where, err)
+			}
+			want := connLines(rep.Listings[0].Output)
+			if d := cmp.Diff(want, r.Conns); d != "" {
+				t.Errorf("%s: connection table (-model +kernel, ipvsadm -Lnc without the expiry):\n%s", where, d)
 			}
 		case r.Listed:
 			listings++
@@ -189,6 +199,7 @@ func schedulerScript(sched string) string {
 	w.line("-e -t %s -r 10.1.0.1:8080 -m -w 3 -x 4", vip)
 	w.conns(8, 8)
 	w.line("-Ln")
+	w.line("-Lnc")
 	w.line("-a -t %s -r 10.1.0.3:8080 -m -w 1", vip) // already there: refused
 	w.line("-d -t %s -r 10.1.0.9:8080", vip)         // not there: refused
 	return w.b.String()
@@ -214,6 +225,7 @@ func extraVMCases() []vmtest.Case {
 	w.line("-e -t %s -r 10.1.0.1:8080 -m -w 0", w.vip) // the template still sends its client there
 	w.conns(6, 4)
 	w.line("-Ln")
+	w.line("-Lnc")
 	add("rr-persistent", w)
 
 	w = newScriptWriter(2, "tcp", "10.96.0.3:80")
@@ -230,6 +242,7 @@ func extraVMCases() []vmtest.Case {
 	w.line("-d -u %s -r 10.1.0.2:8080", w.vip)
 	w.conns(4, 4)
 	w.line("-Ln")
+	w.line("-Lnc")
 	add("udp-rr", w)
 
 	w = newScriptWriter(4, "udp", "10.96.0.5:53")
@@ -265,4 +278,19 @@ func extraVMCases() []vmtest.Case {
 	w.line("-Ln")
 	add("lblc-thresholds", w)
 	return cases
+}
+
+// connLines turns the model's ipvsadm -Lnc listing into the agent's sorted
+// "PROTO STATE CLIENT VIRTUAL DESTINATION" lines (the expiry column dropped).
+func connLines(listing string) []string {
+	out := []string{}
+	for _, l := range strings.Split(listing, "\n") {
+		f := strings.Fields(l)
+		if len(f) != 6 || f[0] == "pro" {
+			continue
+		}
+		out = append(out, strings.Join([]string{f[0], f[2], f[3], f[4], f[5]}, " "))
+	}
+	slices.Sort(out)
+	return out
 }
