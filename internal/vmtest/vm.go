@@ -323,34 +323,40 @@ type Image struct {
 
 var agentBuild struct {
 	sync.Mutex
-	path string
+	bin []byte
 }
 
 // buildAgent builds the guest agent (package vmagent) as a static binary: CGO_ENABLED=0,
 // so it runs in an initramfs without a C library. The go tool's build cache makes a
-// repeated build a link at most.
-func buildAgent(ctx context.Context) (string, error) {
+// repeated build a link at most; the binary is kept in memory for the process and its
+// temporary directory removed.
+func buildAgent(ctx context.Context) ([]byte, error) {
 	agentBuild.Lock()
 	defer agentBuild.Unlock()
-	if agentBuild.path != "" && fileExists(agentBuild.path) {
-		return agentBuild.path, nil
+	if agentBuild.bin != nil {
+		return agentBuild.bin, nil
 	}
 	goBin, err := goTool()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "clusterlab-vmagent-")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	defer os.RemoveAll(dir)
 	out := filepath.Join(dir, "vmagent")
 	cmd := exec.CommandContext(ctx, goBin, "build", "-trimpath", "-o", out, "github.com/clusterlab/clusterlab/internal/vmtest/vmagent")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the guest agent: %v\n%s", err, b)
+		return nil, fmt.Errorf("building the guest agent: %v\n%s", err, b)
 	}
-	agentBuild.path = out
-	return out, nil
+	bin, err := os.ReadFile(out)
+	if err != nil {
+		return nil, err
+	}
+	agentBuild.bin = bin
+	return bin, nil
 }
 
 // imageFormat changes when the image's layout does, so old cache entries are not used.
@@ -386,9 +392,9 @@ func BuildImage(ctx context.Context, k *Kernel, modules []string) (*Image, error
 		h.Write(b)
 		return nil
 	}
-	if err := add("init", 0o755, agent); err != nil {
-		return nil, err
-	}
+	tree.file("init", 0o755, agent)
+	fmt.Fprintf(h, "%s %o %d\n", "init", 0o755, len(agent))
+	h.Write(agent)
 	if err := add("bin/busybox", 0o755, bb); err != nil {
 		return nil, err
 	}
