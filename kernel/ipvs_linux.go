@@ -187,12 +187,44 @@ func (v *IPVS) ConfigureTimeouts(tcp, tcpFin, udp time.Duration) error {
 	return wrapIPVS("configure timeouts", v.h.SetConfig(&libipvs.Config{TimeoutTCP: tcp, TimeoutTCPFin: tcpFin, TimeoutUDP: udp}))
 }
 
+// wrapIPVS names the operation and, for the kernel's errnos, matches the ipvs package's
+// error values too (errors.Is(err, ipvs.ErrNotFound) as well as syscall.ESRCH), as the
+// emulator's errors do, so callers such as the proxier (ipvs.IsNotFound) decide the
+// same way on a kernel as on the model: EEXIST is ErrExist; ESRCH (no such virtual
+// service) and ENOENT (no such real server, no such scheduler module) are ErrNotFound;
+// EINVAL is ErrInvalid and ERANGE ErrRange.
 func wrapIPVS(what string, err error) error {
 	if err == nil {
 		return nil
 	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		if kind := errnoKinds[errno]; kind != nil {
+			return &ipvsErrnoError{what: what, errno: errno, kind: kind}
+		}
+	}
 	return fmt.Errorf("ipvs: %s: %w", what, err)
 }
+
+var errnoKinds = map[syscall.Errno]error{
+	syscall.EEXIST: ipvs.ErrExist,
+	syscall.ESRCH:  ipvs.ErrNotFound,
+	syscall.ENOENT: ipvs.ErrNotFound,
+	syscall.EINVAL: ipvs.ErrInvalid,
+	syscall.ERANGE: ipvs.ErrRange,
+}
+
+// ipvsErrnoError is a kernel errno with the ipvs package's name for it.
+type ipvsErrnoError struct {
+	what  string
+	errno syscall.Errno
+	kind  error
+}
+
+func (e *ipvsErrnoError) Error() string { return "ipvs: " + e.what + ": " + e.errno.Error() }
+
+// Unwrap gives both the errno and the ipvs package's error.
+func (e *ipvsErrnoError) Unwrap() []error { return []error{e.errno, e.kind} }
 
 func vsString(vs *ipvs.VirtualServer) string {
 	if vs == nil {

@@ -157,3 +157,28 @@ func TestIPVSTranslation(t *testing.T) {
 	}
 	_ = slices.Equal[[]int]
 }
+
+// The kernel's errnos match the ipvs package's errors, as the emulator's do (the
+// proxier tells a missing virtual server by ipvs.IsNotFound), and stay errnos.
+func TestIPVSErrnoClasses(t *testing.T) {
+	for _, c := range []struct {
+		errno syscall.Errno
+		want  error
+	}{{syscall.EEXIST, ipvs.ErrExist}, {syscall.ESRCH, ipvs.ErrNotFound}, {syscall.ENOENT, ipvs.ErrNotFound},
+		{syscall.EINVAL, ipvs.ErrInvalid}, {syscall.ERANGE, ipvs.ErrRange}} {
+		err := wrapIPVS("add virtual server TCP 10.0.0.1:80", c.errno)
+		if !errors.Is(err, c.want) || !errors.Is(err, c.errno) {
+			t.Errorf("%v: %v matches neither %v nor the errno", c.errno, err, c.want)
+		}
+		if got := err.Error(); got != "ipvs: add virtual server TCP 10.0.0.1:80: "+c.errno.Error() {
+			t.Errorf("message %q", got)
+		}
+	}
+	err := wrapIPVS("flush", syscall.EPERM)
+	if !errors.Is(err, syscall.EPERM) || errors.Is(err, ipvs.ErrNotFound) || errors.Is(err, ipvs.ErrInvalid) {
+		t.Errorf("EPERM: %v", err)
+	}
+	if wrapIPVS("flush", nil) != nil {
+		t.Error("nil error wrapped")
+	}
+}

@@ -269,6 +269,28 @@ func (m *Model) bindDest(c *conn, d *dest) {
 	}
 }
 
+// updateOverload is ip_vs_dest_update_overload(): OVERLOAD set once the connections
+// reach the upper threshold, cleared below the lower one (75% of the upper, rounded as
+// u - u>>2, when there is none) or with no upper threshold, kept in between.
+func (d *dest) updateOverload() {
+	if d.uThresh == 0 {
+		d.overload = false
+		return
+	}
+	total := uint32(d.total())
+	if total >= d.uThresh {
+		d.overload = true
+		return
+	}
+	l := d.lThresh
+	if l == 0 {
+		l = d.uThresh - d.uThresh>>2
+	}
+	if total < l {
+		d.overload = false
+	}
+}
+
 // unbindDest is ip_vs_unbind_dest().
 func (m *Model) unbindDest(c *conn) {
 	d := c.dest

@@ -90,6 +90,22 @@
 // the weight-0 reschedule needs a non-zero conn_reuse_mode. Pick schedules as a new
 // connection's first packet without adding an entry (the script's pick line).
 //
+// # Checked against a kernel
+//
+// TestSchedulersAgainstKernelVM runs the same scripts on the model and on a real IPVS
+// (Debian's 6.1 kernel booted under QEMU by package internal/vmtest): every scheduler
+// the kernel has, real TCP and UDP connections, weights changed, servers quiesced,
+// deleted with connections and re-added, upper thresholds, persistence; each
+// connection's real server, each listing (list order, weights, active and inactive
+// counts) and the connection table (ipvsadm -Lnc without the expiry: states, templates,
+// clients, real servers) agree. One difference it found is a kernel fix rather than a release: an
+// edit of a real server recomputes OVERLOAD from its connections and new thresholds
+// (ip_vs_dest_update_overload; a Fixes: patch that stable releases took, Debian's
+// 6.1.0-56 among them), where older builds only cleared it on an edit; the model does
+// what the fix does, and Config.LegacyThresholdEdit gives the old behaviour
+// (TestThresholdEditUpdatesOverload). ApplyTo gives a parsed ipvsadm command to any
+// ipvs.Interface, which is how the kernel side runs the scripts' ipvsadm lines.
+//
 // Model implements ipvs.Interface, the kube-proxy view of IPVS, so the kube-proxy IPVS
 // mode can program it exactly as it programs a kernel through package kernel; the
 // datapath calls In and Out per packet. The ipvsadm face (ParseCommand, Exec,

@@ -77,6 +77,14 @@ type Config struct {
 	SHTableBits       int      // CONFIG_IP_VS_SH_TAB_BITS, 4..20; 0 means 8 (256 buckets)
 	HZ                int      // kernel HZ for the one-jiffy delay of the expire_nodest_conn work; 0 means 250
 	ConnTabBits       int      // conn_tab_bits, shown as size= by ipvsadm -L; 0 means 12
+	// LegacyThresholdEdit: kernels without the fix that makes an edit of a real server
+	// recompute OVERLOAD from its connections and new thresholds
+	// (ip_vs_dest_update_overload, "properly update the dest overload flag", tagged
+	// Fixes: Linux-2.6.12-rc2 and so taken by stable releases: Debian's 6.1.0-56 has it,
+	// as the VM differential shows). Without it an edit only clears OVERLOAD, when the
+	// new upper threshold is 0 or higher than the old one, so a server already past a
+	// new -x keeps getting connections until the next one binds to it.
+	LegacyThresholdEdit bool
 	// Kernel is the Linux release modelled (zero: a current one). Before 5.9 a reused
 	// tuple's SYN is dropped whenever its entry uses conntrack, a packet on a deleted
 	// server's entry is always dropped, and no work item flushes those entries
@@ -571,11 +579,17 @@ func (m *Model) updateDest(s *service, d *dest, sp destSpec, add bool) {
 	d.tun = sp.tun
 	d.svc = s
 	d.available = true
-	if sp.uThresh == 0 || sp.uThresh > d.uThresh {
-		d.overload = false
+	if m.cfg.LegacyThresholdEdit {
+		if sp.uThresh == 0 || sp.uThresh > d.uThresh {
+			d.overload = false
+		}
+		d.uThresh = sp.uThresh
+		d.lThresh = sp.lThresh
+	} else {
+		d.uThresh = sp.uThresh
+		d.lThresh = sp.lThresh
+		d.updateOverload()
 	}
-	d.uThresh = sp.uThresh
-	d.lThresh = sp.lThresh
 	if add {
 		s.dests = append(s.dests, nil)
 		copy(s.dests[1:], s.dests)
