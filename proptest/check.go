@@ -686,12 +686,45 @@ func CheckSourceRanges(w *World) error {
 				if !w.sourceRangePositive(v, src) {
 					continue
 				}
-				r.landing(v.Key(), p, Expect{Endpoints: union, Reason: fmt.Sprintf("the service's endpoints (%s is inside loadBalancerSourceRanges)", ca)}, false, netip.Addr{})
+				exp := Expect{Endpoints: union, Reason: fmt.Sprintf("the service's endpoints (%s is inside loadBalancerSourceRanges)", ca)}
+				if viaLB := !strings.HasPrefix(src.From, "pod:") || len(v.LoadBalancerIPs) == 0; viaLB && v.ExternalTrafficLocal() {
+					if n := w.lbNodeWithoutPortEndpoint(v); n != "" {
+						// The cloud load balancer health-checks a node per Service
+						// (healthCheckNodePort), not per port: it may hand this port's
+						// traffic to a node with a local endpoint of another port only
+						// (or one just gone terminating, before the check fails), whose
+						// rules drop it, as in reality.
+						exp.MayDrop = true
+						exp.Reason += fmt.Sprintf("; or dropped at %s, which the load balancer's per-service health check may pass without a ready endpoint of this port", n)
+					}
+				}
+				r.landing(v.Key(), p, exp, false, netip.Addr{})
 			}
 		}
 		r.to = ""
 	}
 	return r.result()
+}
+
+// lbNodeWithoutPortEndpoint names a live node that a cloud load balancer's per-service
+// health check may pass (it has a local endpoint of some port of v's Service, ready or
+// terminating) while it has no ready endpoint of v's port; "" when there is none.
+func (w *World) lbNodeWithoutPortEndpoint(v PortView) string {
+	for _, n := range w.Cluster.Nodes() {
+		name := n.Name()
+		if w.killed[name] || len(v.filter(func(e Endpoint) bool { return e.Ready && e.Node == name })) > 0 {
+			continue
+		}
+		for _, u := range w.ServicePorts() {
+			if u.Service.Namespace != v.Service.Namespace || u.Service.Name != v.Service.Name {
+				continue
+			}
+			if len(u.filter(func(e Endpoint) bool { return e.Node == name && (e.Ready || e.Terminating) })) > 0 {
+				return name
+			}
+		}
+	}
+	return ""
 }
 
 // sourceRangePositive says whether an allowed source must get through: a pod whose

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/scenario"
@@ -385,5 +387,66 @@ func TestDeletedPodReproductionReplays(t *testing.T) {
 	}
 	if rep := runScenario(t, path); !rep.Passed {
 		t.Fatalf("the counterexample fails under iptables, where the invariant holds:\n%s\n%s", data, reportText(rep))
+	}
+}
+
+// TestSourceRangesPerServiceHealthCheck is the case issue 23 reported from a random
+// seed: two nodes; a LoadBalancer Service with externalTrafficPolicy Local and
+// loadBalancerSourceRanges holding the client, ports http:80→8080 and dns:443→dns-srv
+// (a named port only the pod on node-a has); its pod on node-b (serving 8080 only) is
+// terminating; a client in the allowed range sends to the load-balancer IP on 443. A
+// cloud load balancer health-checks a node per Service (kube-proxy's
+// healthCheckNodePort answers 200 while the node has a serving local endpoint of any
+// port), so it may hand the 443 traffic to node-b, whose rules drop it (no local
+// endpoint for that port): reality drops there, and the invariants must allow it, not
+// report a violation. Kept as a regression test under every mode that probes.
+func TestSourceRangesPerServiceHealthCheck(t *testing.T) {
+	for _, lbMode := range []string{"nodeport", "vip"} {
+		c := &Case{Cluster: ClusterSpec{Nodes: []NodeSpec{{Name: "node-a"}, {Name: "node-b"}}, Seed: 1, LoadBalancerMode: lbMode}, Externals: Externals[:1]}
+		c.Services = []*corev1.Service{service.NewService("default/svc", service.Selector("app=svc"),
+			service.Port("http", 80, 8080), service.NamedPort("dns", 443, "dns-srv"), service.LoadBalancer(),
+			service.ExternalTrafficPolicy(corev1.ServiceExternalTrafficPolicyLocal),
+			service.LoadBalancerSourceRanges(Externals[0].IP.String()+"/32"))}
+		b := NewAddresses(c.Cluster)
+		c.Pods = []*corev1.Pod{
+			newPod(b, "default/svc-0", "node-a", map[string]string{"app": "svc"}, []corev1.ContainerPort{
+				{Name: "web", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}, {Name: "dns-srv", ContainerPort: 5353, Protocol: corev1.ProtocolTCP}}),
+			newPod(b, "default/svc-1", "node-b", map[string]string{"app": "svc"}, []corev1.ContainerPort{
+				{Name: "web", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}),
+			newPod(b, "default/client", "node-a", nil, nil),
+		}
+		// The pod on node-b starts terminating after everything is up: the load
+		// balancer has seen node-b healthy, and checks follow at once.
+		c.Steps = []Step{{Kind: StepDeletePod, Target: "default/svc-1", Grace: TerminationGrace}}
+		w, err := Build(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Mode = "iptables"
+		// The reported situation: the allowed client's packet to 443 reaches node-b,
+		// which has no endpoint of that port, and is dropped there.
+		droppedAtB := false
+		for _, v := range w.ServicePorts() {
+			if v.Port.Port != 443 {
+				continue
+			}
+			for _, a := range append(append([]netip.Addr(nil), v.LoadBalancerIPs...), v.ProxiedLoadBalancerIPs...) {
+				rs, err := w.Cluster.Probe(netsim.Probe{From: "external:ext-a", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(a, 443), AllBranches: true, Mode: netsim.ProbePacket})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range rs {
+					droppedAtB = droppedAtB || r.Result == netsim.ResultDropped && strings.Contains(r.Outcome.String(), "at node-b")
+				}
+			}
+		}
+		if !droppedAtB {
+			t.Errorf("load balancer mode %s: no branch of the allowed client's packet to 443 is dropped at node-b: the case no longer shows what was reported", lbMode)
+		}
+		err = Check(w, Checkers...)
+		w.Close()
+		if err != nil {
+			t.Errorf("%s (load balancer mode %s): %v", c.Summary(), lbMode, err)
+		}
 	}
 }
