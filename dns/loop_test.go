@@ -22,18 +22,25 @@ func TestServeDetectsForwardingLoop(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "svc.yaml"), []byte("apiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec: {clusterIP: 10.96.0.5, ports: [{port: 80}]}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A free port for both the server and its upstream.
-	l, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.LocalAddr().String()
-	l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err = Serve(ctx, ServeConfig{Manifests: []string{dir}, Listen: addr, Upstream: addr})
-	if err == nil || !IsInputError(err) || !strings.Contains(err.Error(), "a forwarding loop") {
-		t.Fatalf("Serve with itself upstream: %v, want an input error about the loop", err)
+	// A free port for both the server and its upstream: a UDP port found free may be
+	// taken for TCP by another test's process, so a bind failure picks another.
+	for try := 0; ; try++ {
+		l, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.LocalAddr().String()
+		l.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err = Serve(ctx, ServeConfig{Manifests: []string{dir}, Listen: addr, Upstream: addr})
+		cancel()
+		if err != nil && strings.Contains(err.Error(), "address already in use") && try < 10 {
+			continue
+		}
+		if err == nil || !IsInputError(err) || !strings.Contains(err.Error(), "a forwarding loop") {
+			t.Fatalf("Serve with itself upstream: %v, want an input error about the loop", err)
+		}
+		return
 	}
 }
 
