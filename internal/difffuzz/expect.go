@@ -6,8 +6,9 @@ import "net/netip"
 type Prediction struct {
 	Verdict    string // ACCEPT, LOCAL, DROP, REJECT
 	RejectWith string // iptables' --reject-with name ("" = icmp-port-unreachable)
-	// OutputHook: the verdict was decided at OUTPUT.
-	OutputHook  bool
+	// SendPath: the verdict was decided at OUTPUT or POSTROUTING, on the way out of
+	// the node (for the node's own packet: inside the sender's system call).
+	SendPath    bool
 	DNAT        *string // the DNAT destination, ADDR or ADDR:PORT
 	Masqueraded bool
 	SNAT        *string // the SNAT source (nil: unknown)
@@ -65,14 +66,16 @@ func Expect(o Prediction, p Packet) string {
 		}
 		return "answered " + owner + " from " + src.String()
 	case "DROP":
-		if p.From == "node" && o.OutputHook && p.Proto == "udp" {
-			// The node's own datagram dropped at OUTPUT: the send fails with EPERM.
-			// (TCP's connect ignores the error of its SYN's transmission and waits.)
+		if p.From == "node" && o.SendPath && p.Proto == "udp" {
+			// The node's own datagram dropped at OUTPUT or POSTROUTING: the send
+			// fails with EPERM (nf_hook_slow's -EPERM for NF_DROP, returned through
+			// ip_local_out). TCP's connect ignores the error of its SYN's
+			// transmission and waits.
 			return "eperm"
 		}
 		return "timeout"
 	case "REJECT":
-		if p.From == "node" && o.OutputHook && p.Proto == "udp" {
+		if p.From == "node" && o.SendPath && p.Proto == "udp" {
 			return "eperm"
 		}
 		w := o.RejectWith

@@ -302,7 +302,7 @@ func fzWalk(ruleset string, p fzPacket) (*Outcome, error) {
 // fzExpect is what the client should see, by the emulator's outcome (difffuzz.Expect).
 func fzExpect(o *Outcome, p fzPacket) string {
 	return difffuzz.Expect(difffuzz.Prediction{Verdict: o.Verdict, RejectWith: o.RejectWith,
-		OutputHook: o.Decision != nil && o.Decision.Hook == "OUTPUT", DNAT: o.DNATDestination,
+		SendPath: o.Decision != nil && (o.Decision.Hook == "OUTPUT" || o.Decision.Hook == "POSTROUTING"), DNAT: o.DNATDestination,
 		Masqueraded: o.Masqueraded, SNAT: o.SNATSource}, p)
 }
 
