@@ -44,8 +44,8 @@ func (c nfzChain) base() bool { return c.hook != "" }
 func nfzChains() []nfzChain {
 	filterK := []string{"accept", "drop", "reject", "mark", "none", "vmap", "named-vmap"}
 	fp := []string{"-10", "0", "10"}
-	natPre := []string{"dnat", "dnat", "accept", "drop", "mark", "none"}
-	natPost := []string{"snat", "masquerade", "accept", "mark", "none"}
+	natPre := []string{"dnat", "dnat", "dnat", "accept", "drop", "mark", "none"}
+	natPost := []string{"snat", "masquerade", "masquerade", "accept", "mark", "none"}
 	// Chains are declared in this order (regular ones first, each jumping only to one
 	// before it), so every jump names a chain that exists.
 	return []nfzChain{
@@ -137,6 +137,19 @@ func (d *nfzDraw) portSpec() string {
 func (d *nfzDraw) rule(c nfzChain) string {
 	t := d.t
 	var b []string
+	// Half the rules of nat chains match on the protocol at most, so that NAT happens
+	// often enough.
+	bare := (c.typ == "nat" || c.name == "d1" || c.name == "s1") && difffuzz.Maybe(t, "bare", 2)
+	if !bare {
+		b = d.matches()
+	}
+	return d.action(c, b)
+}
+
+// matches draws a rule's address, interface, mark, conntrack and fib matches.
+func (d *nfzDraw) matches() []string {
+	t := d.t
+	var b []string
 	if difffuzz.Maybe(t, "has-saddr", 4) {
 		b = append(b, "ip saddr "+d.neg()+d.prefix("saddr"))
 	}
@@ -150,6 +163,29 @@ func (d *nfzDraw) rule(c nfzChain) string {
 	if difffuzz.Maybe(t, "has-iface", 5) {
 		b = append(b, difffuzz.DrawOf(t, "iface-dir", []string{"iifname", "oifname"})+" "+d.neg()+difffuzz.DrawOf(t, "iface", nfzIfaces))
 	}
+	if difffuzz.Maybe(t, "has-ct", 6) {
+		b = append(b, "ct state "+difffuzz.DrawOf(t, "ctstate", nfzCtState))
+	}
+	if difffuzz.Maybe(t, "has-mark", 6) {
+		switch rapid.IntRange(0, 2).Draw(t, "mark-form") {
+		case 0:
+			b = append(b, "meta mark "+d.neg()+difffuzz.DrawOf(t, "mark", nfzMarks))
+		case 1:
+			b = append(b, "mark and 0x2 != 0")
+		case 2:
+			b = append(b, "mark "+difffuzz.DrawOf(t, "mark", nfzMarks))
+		}
+	}
+	if difffuzz.Maybe(t, "has-fib", 6) {
+		b = append(b, "fib daddr type "+d.neg()+"local")
+	}
+	return b
+}
+
+// action draws the rule's protocol and port match and its statement, after the
+// matches b.
+func (d *nfzDraw) action(c nfzChain, b []string) string {
+	t := d.t
 	proto := difffuzz.DrawOf(t, "proto", []string{"", "tcp", "udp", d.p.Proto, d.p.Proto})
 	if proto != "" {
 		form := rapid.IntRange(0, 6).Draw(t, "l4-form")
@@ -169,22 +205,6 @@ func (d *nfzDraw) rule(c nfzChain) string {
 			b = append(b, "meta l4proto "+d.neg()+proto)
 			proto = "" // no port, and ! means another protocol
 		}
-	}
-	if difffuzz.Maybe(t, "has-ct", 6) {
-		b = append(b, "ct state "+difffuzz.DrawOf(t, "ctstate", nfzCtState))
-	}
-	if difffuzz.Maybe(t, "has-mark", 6) {
-		switch rapid.IntRange(0, 2).Draw(t, "mark-form") {
-		case 0:
-			b = append(b, "meta mark "+d.neg()+difffuzz.DrawOf(t, "mark", nfzMarks))
-		case 1:
-			b = append(b, "mark and 0x2 != 0")
-		case 2:
-			b = append(b, "mark "+difffuzz.DrawOf(t, "mark", nfzMarks))
-		}
-	}
-	if difffuzz.Maybe(t, "has-fib", 6) {
-		b = append(b, "fib daddr type "+d.neg()+"local")
 	}
 	kinds := c.kinds
 	if len(c.jumps) > 0 {
