@@ -1,27 +1,15 @@
 package emulator
 
-// The differential fuzzer's model side: the topology it runs in, a generator of small
-// rulesets and packets, the observation the emulator predicts for a packet, and the
-// regression cases under testdata/difffuzz that every `go test` replays (against the
-// emulator always; against the kernel too where the kernel test can run). The kernel
-// side is difffuzz_kernel_test.go.
-//
-//	client pod 10.244.0.2 ─veth0─┐                      ┌─veth1─ srv1 pod 10.244.0.3
-//	                             ├ node 10.244.0.1 ... ─┤
-//	external 192.168.77.100 ─eth0┘  192.168.77.1        └─veth2─ srv2 pod 10.244.0.4
-//	 (also 198.51.100.10, "vip")    (the rules)
-//
-// Every address is owned by one namespace, and 80 and 8080 (TCP and UDP) are open
-// everywhere, answered by an echo server naming its namespace and the source it saw;
-// 9090 is closed. A packet goes from the client pod, the external host or the node
-// itself, so the walk starts at PREROUTING (from veth0 or eth0) or at OUTPUT.
+// The iptables emulator's differential fuzzer, model side: a generator of small
+// rulesets, the emulator's prediction for a packet, and the regression cases under
+// testdata/difffuzz that every `go test` replays (against the emulator always; against
+// the kernel too where the kernel test can run). The topology, the packet, the case
+// file format and the kernel side are internal/difffuzz's, shared with the nftables
+// emulator's fuzzer; the kernel test is difffuzz_kernel_test.go.
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,72 +17,22 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/clusterlab/clusterlab/internal/difffuzz"
 	"github.com/clusterlab/clusterlab/netfilter"
 )
 
-// The fuzzer's topology (kernel.Harness builds it: see fuzzHarness).
+// The shared topology, by the names this file has always used.
+type fzPacket = difffuzz.Packet
+type fzCase = difffuzz.Case
+
 var (
-	fzGateway = mustAddr("10.244.0.1")
-	fzClient  = mustAddr("10.244.0.2")
-	fzSrv1    = mustAddr("10.244.0.3")
-	fzSrv2    = mustAddr("10.244.0.4")
-	fzNode    = mustAddr("192.168.77.1")
-	fzExt     = mustAddr("192.168.77.100")
-	fzVIP     = mustAddr("198.51.100.10")
-	// fzOwner is who answers at an address.
-	fzOwner = map[netip.Addr]string{fzGateway: "node", fzNode: "node", fzClient: "client",
-		fzSrv1: "srv1", fzSrv2: "srv2", fzExt: "external", fzVIP: "external"}
-	fzOpen      = map[uint16]bool{80: true, 8080: true}
-	fzNodeLocal = []netip.Addr{fzGateway, mustAddr("127.0.0.1"), fzNode} // sorted
-	// fzIfaceAddrs: the node's interfaces' addresses (MASQUERADE's choice). Loopback
-	// has only host-scope addresses, so for a packet leaving by lo the kernel's
-	// inet_select_addr takes the first universe-scope address of any interface in
-	// ifindex order: eth0's (ifindex 2; the kernel test checks it).
-	fzIfaceAddrs = map[string]netip.Addr{"veth0": fzGateway, "veth1": fzGateway, "veth2": fzGateway, "eth0": fzNode, "lo": fzNode}
-	// fzSources: where a packet can come from, and its source addresses.
-	fzSources = map[string][]netip.Addr{"client": {fzClient}, "external": {fzExt}, "node": {fzNode, fzGateway}}
-	fzInIface = map[string]string{"client": "veth0", "external": "eth0"}
+	fzClient, fzSrv1, fzSrv2, fzNode, fzGateway, fzExt, fzVIP = difffuzz.Client, difffuzz.Srv1, difffuzz.Srv2, difffuzz.Node, difffuzz.Gateway, difffuzz.Ext, difffuzz.VIP
+	fzAddrs, fzPorts, fzSrcPorts, fzPrefixes                  = difffuzz.Addrs, difffuzz.Ports, difffuzz.SrcPorts, difffuzz.Prefixes
+	fzDNATAddrs, fzSNATAddrs                                  = difffuzz.DNATAddrs, difffuzz.SNATAddrs
 )
 
-// fzRoute is the node's routing table: a pod /32 by its veth, anything else by eth0.
-func fzRoute(dst netip.Addr) string {
-	switch dst {
-	case fzClient:
-		return "veth0"
-	case fzSrv1:
-		return "veth1"
-	case fzSrv2:
-		return "veth2"
-	}
-	return "eth0"
-}
-
-// fzPacket is the first packet of a connection: a TCP SYN or a UDP datagram.
-type fzPacket struct {
-	Proto    string // "tcp" or "udp"
-	From     string // "client", "external" or "node"
-	Src, Dst netip.AddrPort
-}
-
-func (p fzPacket) String() string {
-	return fmt.Sprintf("%s from %s %s -> %s", p.Proto, p.From, p.Src, p.Dst)
-}
-
-func parseFzPacket(s string) (fzPacket, error) {
-	f := strings.Fields(s)
-	if len(f) != 6 || f[1] != "from" || f[4] != "->" || (f[0] != "tcp" && f[0] != "udp") || fzSources[f[2]] == nil {
-		return fzPacket{}, fmt.Errorf("packet %q: want \"tcp|udp from client|external|node SRC:PORT -> DST:PORT\"", s)
-	}
-	src, err := netip.ParseAddrPort(f[3])
-	if err != nil {
-		return fzPacket{}, fmt.Errorf("packet %q: source: %w", s, err)
-	}
-	dst, err := netip.ParseAddrPort(f[5])
-	if err != nil {
-		return fzPacket{}, fmt.Errorf("packet %q: destination: %w", s, err)
-	}
-	return fzPacket{Proto: f[0], From: f[2], Src: src, Dst: dst}, nil
-}
+// fzBackends are the values a case's backend key takes: the iptables backends.
+var fzBackends = []string{"nft", "legacy"}
 
 // fzGuard goes first in filter's built-in chains: packets of the connection after its
 // first (replies, the handshake's ACK, the ICMP errors and resets REJECT sends, which
@@ -108,13 +46,7 @@ const fzGuard = "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
 // POSTROUTING, where SNAT and MASQUERADE are). A chain jumps only to a later one, so
 // there are no loops.
 var (
-	fzAddrs     = []netip.Addr{fzClient, fzSrv1, fzSrv2, fzNode, fzGateway, fzExt, fzVIP}
-	fzPorts     = []uint16{80, 8080, 9090}
-	fzSrcPorts  = []uint16{1111, 2222, 3333}
-	fzPrefixes  = []int{32, 24, 16, 16, 8, 0}
-	fzDNATAddrs = []netip.Addr{fzSrv1, fzSrv2, fzNode}
-	fzSNATAddrs = []netip.Addr{fzNode, fzGateway}
-	fzRejects   = []string{"", "icmp-port-unreachable", "icmp-host-unreachable", "icmp-net-unreachable",
+	fzRejects = []string{"", "icmp-port-unreachable", "icmp-host-unreachable", "icmp-net-unreachable",
 		"icmp-proto-unreachable", "icmp-admin-prohibited", "icmp-host-prohibited", "icmp-net-prohibited", "tcp-reset"}
 	fzCtStates = []string{"NEW", "ESTABLISHED", "NEW,ESTABLISHED", "RELATED", "DNAT", "SNAT", "INVALID", "UNTRACKED"}
 )
@@ -146,14 +78,10 @@ func fzChains() []fzChain {
 	}
 }
 
-func drawOf[V any](t *rapid.T, label string, vs []V) V {
-	return vs[rapid.IntRange(0, len(vs)-1).Draw(t, label)]
-}
+func drawOf[V any](t *rapid.T, label string, vs []V) V { return difffuzz.DrawOf(t, label, vs) }
 
 // fzMaybe is true one time in n, false when shrunk.
-func fzMaybe(t *rapid.T, label string, n int) bool {
-	return rapid.IntRange(0, n-1).Draw(t, label) == n-1
-}
+func fzMaybe(t *rapid.T, label string, n int) bool { return difffuzz.Maybe(t, label, n) }
 
 func fzNeg(t *rapid.T) string {
 	if fzMaybe(t, "neg", 4) {
@@ -347,24 +275,8 @@ func genFzRuleset(t *rapid.T, p fzPacket) string {
 	return b.String()
 }
 
-// genFzPacket draws a packet: a source namespace and address, a destination that is
-// not the source's own.
-func genFzPacket(t *rapid.T) fzPacket {
-	from := drawOf(t, "from", []string{"client", "external", "node"})
-	src := drawOf(t, "src", fzSources[from])
-	var dsts []netip.Addr
-	for _, a := range fzAddrs {
-		if fzOwner[a] != from {
-			dsts = append(dsts, a)
-		}
-	}
-	if from == "node" {
-		dsts = append(dsts, fzNode) // the node to itself, over loopback
-	}
-	return fzPacket{Proto: drawOf(t, "pkt-proto", []string{"tcp", "udp"}), From: from,
-		Src: netip.AddrPortFrom(src, drawOf(t, "sport", fzSrcPorts)),
-		Dst: netip.AddrPortFrom(drawOf(t, "dst", dsts), drawOf(t, "dport", fzPorts))}
-}
+// genFzPacket draws a packet (difffuzz.GenPacket).
+func genFzPacket(t *rapid.T) fzPacket { return difffuzz.GenPacket(t) }
 
 // fzWalk walks the packet through the emulator loaded with the ruleset.
 func fzWalk(ruleset string, p fzPacket) (*Outcome, error) {
@@ -373,204 +285,31 @@ func fzWalk(ruleset string, p fzPacket) (*Outcome, error) {
 		return nil, err
 	}
 	pkt := Packet{Src: p.Src.Addr(), Dst: p.Dst.Addr(), SrcPort: p.Src.Port(), DstPort: p.Dst.Port(),
-		TTL: 64, Len: 60, InIface: fzInIface[p.From]}
+		TTL: 64, Len: 60, InIface: difffuzz.InIface[p.From]}
 	if p.Proto == "tcp" {
 		pkt.Proto, pkt.TCPFlags = netfilter.ProtoTCP, netfilter.TCPSyn
 	} else {
 		pkt.Proto = netfilter.ProtoUDP
 	}
 	from := map[string]From{"client": FromPod, "external": FromExternal, "node": FromNode}[p.From]
-	r, err := emu.Walk(WalkInput{Packet: pkt, From: from, Local: fzNodeLocal, IfaceAddrs: fzIfaceAddrs, Route: fzRoute})
+	r, err := emu.Walk(WalkInput{Packet: pkt, From: from, Local: difffuzz.NodeLocal, IfaceAddrs: difffuzz.IfaceAddrs, Route: difffuzz.Route})
 	if err != nil {
 		return nil, err
 	}
 	return r.Outcomes[0], nil
 }
 
-// fzRejectSeen is what a client sees of a REJECT, by protocol and --reject-with. The
-// TCP client reads ICMP errors as they come (IP_RECVERR); a connected UDP socket
-// without IP_RECVERR reports only the ICMP errors the kernel deems hard
-// (icmp_err_convert's fatal flag), so net and host unreachable are a timeout there.
-var fzRejectSeen = map[string]map[string]string{
-	"tcp": {"tcp-reset": "refused", "icmp-port-unreachable": "refused", "icmp-net-unreachable": "unreachable",
-		"icmp-host-unreachable": "unreachable", "icmp-proto-unreachable": "failed ENOPROTOOPT",
-		"icmp-net-prohibited": "unreachable", "icmp-host-prohibited": "unreachable", "icmp-admin-prohibited": "unreachable"},
-	"udp": {"icmp-port-unreachable": "refused", "icmp-net-unreachable": "timeout",
-		"icmp-host-unreachable": "timeout", "icmp-proto-unreachable": "failed ENOPROTOOPT",
-		"icmp-net-prohibited": "unreachable", "icmp-host-prohibited": "unreachable", "icmp-admin-prohibited": "unreachable"},
-}
-
-// fzExpect is what the client should see, by the emulator's outcome: the observation
-// in the form fzObserved gives the kernel's.
+// fzExpect is what the client should see, by the emulator's outcome (difffuzz.Expect).
 func fzExpect(o *Outcome, p fzPacket) string {
-	outputHook := o.Decision != nil && o.Decision.Hook == "OUTPUT"
-	switch o.Verdict {
-	case "ACCEPT", "LOCAL":
-		dst := p.Dst
-		if o.DNATDestination != nil {
-			if ap, err := netip.ParseAddrPort(*o.DNATDestination); err == nil {
-				dst = ap
-			} else if a, err := netip.ParseAddr(*o.DNATDestination); err == nil {
-				dst = netip.AddrPortFrom(a, dst.Port())
-			} else {
-				return "emulator DNAT destination " + *o.DNATDestination + "?"
-			}
-		}
-		owner := fzOwner[dst.Addr()]
-		if owner == "" {
-			return "no owner for " + dst.Addr().String()
-		}
-		if !fzOpen[dst.Port()] {
-			return "refused"
-		}
-		src := p.Src.Addr()
-		if o.Masqueraded {
-			if o.SNATSource == nil {
-				return "answered " + owner + " from the masquerade address (unknown)"
-			}
-			ap, err := netip.ParseAddrPort(*o.SNATSource)
-			if err != nil {
-				a, err2 := netip.ParseAddr(*o.SNATSource)
-				if err2 != nil {
-					return "emulator SNAT source " + *o.SNATSource + "?"
-				}
-				ap = netip.AddrPortFrom(a, 0)
-			}
-			src = ap.Addr()
-		}
-		return "answered " + owner + " from " + src.String()
-	case "DROP":
-		if p.From == "node" && outputHook && p.Proto == "udp" {
-			// The node's own datagram dropped at OUTPUT: the send fails with EPERM.
-			// (TCP's connect ignores the error of its SYN's transmission and waits.)
-			return "eperm"
-		}
-		return "timeout"
-	case "REJECT":
-		if p.From == "node" && outputHook && p.Proto == "udp" {
-			return "eperm"
-		}
-		w := o.RejectWith
-		if w == "" {
-			w = "icmp-port-unreachable"
-		}
-		if s, ok := fzRejectSeen[p.Proto][w]; ok {
-			return s
-		}
-		return "reject " + w + "?"
-	}
-	return "verdict " + o.Verdict + "?"
-}
-
-// fzCase is one differential case as a regression file holds it.
-type fzCase struct {
-	Comment  []string // "# ..." lines: what was found and why
-	Packet   fzPacket
-	Kernel   string // what the kernel showed
-	Emulator string // what the emulator predicted
-	// Expect is "same" (the emulator must predict what the kernel showed: a fixed
-	// difference) or "differ: REASON" (a known difference the emulator keeps).
-	Expect string
-	// Backend, when set, is the only iptables backend ("nft" or "legacy") whose kernel
-	// shows Kernel: the kernel replay skips the case under the other.
-	Backend string
-	Ruleset string
-}
-
-func (c *fzCase) Format() []byte {
-	var b bytes.Buffer
-	for _, l := range c.Comment {
-		fmt.Fprintf(&b, "# %s\n", l)
-	}
-	fmt.Fprintf(&b, "packet: %s\nkernel: %s\nemulator: %s\nexpect: %s\n", c.Packet, c.Kernel, c.Emulator, c.Expect)
-	if c.Backend != "" {
-		fmt.Fprintf(&b, "backend: %s\n", c.Backend)
-	}
-	fmt.Fprintf(&b, "ruleset:\n%s", c.Ruleset)
-	return b.Bytes()
-}
-
-func parseFzCase(name string, data []byte) (*fzCase, error) {
-	c := &fzCase{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	line := 0
-	seen := map[string]bool{}
-	for sc.Scan() {
-		line++
-		l := sc.Text()
-		if rest, ok := strings.CutPrefix(l, "#"); ok {
-			c.Comment = append(c.Comment, strings.TrimSpace(rest))
-			continue
-		}
-		key, val, ok := strings.Cut(l, ":")
-		if !ok {
-			return nil, fmt.Errorf("%s:%d: %q: want KEY: VALUE (packet, kernel, emulator, expect, backend, ruleset)", name, line, l)
-		}
-		val = strings.TrimSpace(val)
-		if seen[key] {
-			return nil, fmt.Errorf("%s:%d: %s given twice", name, line, key)
-		}
-		seen[key] = true
-		switch key {
-		case "packet":
-			p, err := parseFzPacket(val)
-			if err != nil {
-				return nil, fmt.Errorf("%s:%d: %w", name, line, err)
-			}
-			c.Packet = p
-		case "kernel":
-			c.Kernel = val
-		case "emulator":
-			c.Emulator = val
-		case "expect":
-			if val != "same" && !strings.HasPrefix(val, "differ: ") {
-				return nil, fmt.Errorf("%s:%d: expect %q: want \"same\" or \"differ: REASON\"", name, line, val)
-			}
-			c.Expect = val
-		case "backend":
-			if val != "nft" && val != "legacy" {
-				return nil, fmt.Errorf("%s:%d: backend %q: want nft or legacy", name, line, val)
-			}
-			c.Backend = val
-		case "ruleset":
-			var rs strings.Builder
-			for sc.Scan() {
-				rs.WriteString(sc.Text() + "\n")
-			}
-			c.Ruleset = rs.String()
-		default:
-			return nil, fmt.Errorf("%s:%d: unknown key %q (want packet, kernel, emulator, expect, backend, ruleset)", name, line, key)
-		}
-	}
-	for _, k := range []string{"packet", "kernel", "emulator", "expect", "ruleset"} {
-		if !seen[k] {
-			return nil, fmt.Errorf("%s: no %s", name, k)
-		}
-	}
-	return c, sc.Err()
+	return difffuzz.Expect(difffuzz.Prediction{Verdict: o.Verdict, RejectWith: o.RejectWith,
+		SendPath: o.Decision != nil && (o.Decision.Hook == "OUTPUT" || o.Decision.Hook == "POSTROUTING"), DNAT: o.DNATDestination,
+		Masqueraded: o.Masqueraded, SNAT: o.SNATSource}, p)
 }
 
 const fzCaseDir = "testdata/difffuzz"
 
 func loadFzCases(t *testing.T) map[string]*fzCase {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(fzCaseDir, "*.case"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]*fzCase{}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := parseFzCase(f, data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[f] = c
-	}
-	return out
+	return difffuzz.LoadCases(t, fzCaseDir, fzBackends)
 }
 
 // checkFzCase holds the emulator to a regression case: for "same", its prediction is
@@ -582,13 +321,7 @@ func checkFzCase(c *fzCase) error {
 	if err == nil {
 		got = fzExpect(o, c.Packet)
 	}
-	switch {
-	case c.Expect == "same" && got != c.Kernel:
-		return fmt.Errorf("emulator predicts %q, the kernel showed %q", got, c.Kernel)
-	case c.Expect != "same" && got != c.Emulator:
-		return fmt.Errorf("emulator predicts %q, the case recorded %q (%s)", got, c.Emulator, c.Expect)
-	}
-	return nil
+	return c.Check(got)
 }
 
 // TestDiffFuzzRegressions replays every case the differential fuzzer kept under
@@ -614,7 +347,7 @@ func TestDiffFuzzCaseFormat(t *testing.T) {
 	c := &fzCase{Comment: []string{"why"}, Packet: fzPacket{Proto: "udp", From: "node", Src: netip.MustParseAddrPort("192.168.77.1:1111"),
 		Dst: netip.MustParseAddrPort("10.244.0.3:80")}, Kernel: "timeout", Emulator: "answered srv1 from 192.168.77.1", Expect: "differ: a reason",
 		Backend: "legacy", Ruleset: "*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n"}
-	got, err := parseFzCase("x.case", c.Format())
+	got, err := difffuzz.ParseCase("x.case", c.Format(), fzBackends)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +360,7 @@ func TestDiffFuzzCaseFormat(t *testing.T) {
 		{"nonsense\n", "x.case:1:"},
 		{"kernel: timeout\n", "x.case: no packet"},
 	} {
-		if _, err := parseFzCase("x.case", []byte(bad.text)); err == nil || !strings.Contains(err.Error(), bad.want) {
+		if _, err := difffuzz.ParseCase("x.case", []byte(bad.text), fzBackends); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%q: error %v, want one containing %q", bad.text, err, bad.want)
 		}
 	}

@@ -122,11 +122,13 @@ func (p *ruleParser) parseRuleStmts() ([]Stmt, error) {
 // requires before a NAT statement maps ports.
 func (p *ruleParser) hasProtoMatch() bool {
 	for _, st := range p.prev {
-		if m, ok := st.(*Match); ok && m.Op != "!=" {
+		if m, ok := st.(*Match); ok {
 			switch k := m.Left.Kind; {
-			case k == xL4proto || k == xIPProto:
+			case (k == xL4proto || k == xIPProto) && m.Op != "!=":
 				return true
 			case (k == xSport || k == xDport) && m.Left.Proto != 0:
+				// tcp/udp dport ... brings its protocol dependency (meta l4proto tcp)
+				// whatever the comparison: "tcp dport != 80" is a TCP match.
 				return true
 			}
 		}
@@ -257,6 +259,10 @@ func (p *ruleParser) parseReject() (Stmt, error) {
 		}
 		r.With = netfilter.RejectTCPReset
 	case "icmp", "icmpv6", "icmpx":
+		if kind.s == "icmpx" && (p.fam == FamilyIP || p.fam == FamilyIP6) {
+			// nft: icmpx is for inet (and bridge, netdev) tables.
+			return nil, p.errf(kind, "reject with icmpx: abstracted ICMP unreachable not supported in %s tables", p.fam)
+		}
 		if p.peek().is("type") {
 			p.next()
 		}

@@ -45,6 +45,8 @@ func TestBadInput(t *testing.T) {
 		{"masquerade in nat prerouting", "add chain ip t pre { type nat hook prerouting priority -100 ; }\nadd rule ip t pre masquerade\n", `t.nft:2: chain pre: masquerade is not allowed here`},
 		{"a missing named counter", "add rule ip t c counter name \"nope\"\n", `t.nft:1: counter name "nope": no such counter in table ip t`},
 		{"overlapping intervals", "add set ip t iv { type ipv4_addr ; flags interval ; }\nadd element ip t iv { 10.0.0.0/8 }\nadd element ip t iv { 10.1.0.0/16 }\n", `t.nft:3: add element iv: element 10.1.0.0/16: conflicting intervals specified (it overlaps 10.0.0.0/8)`},
+		{"reject with icmpx in an ip table", "add rule ip t c reject with icmpx type admin-prohibited\n", `t.nft:1: reject with icmpx: abstracted ICMP unreachable not supported in ip tables`},
+		{"reject at postrouting", "add chain ip t post { type filter hook postrouting priority 0 ; }\nadd rule ip t post jump c\nadd rule ip t c reject\n", `t.nft:3: chain c: reject is not allowed here: the chain is reached from base chain post (hook postrouting)`},
 		{"a NAT port without a protocol match", "add chain ip t pre { type nat hook prerouting priority -100 ; }\nadd rule ip t pre ip daddr 1.2.3.4 dnat to 10.0.0.1:80\n", `t.nft:2: dnat: transport protocol mapping is only valid after transport protocol match`},
 		{"a name too long", "add chain ip t " + strings.Repeat("x", 256) + "\n", `t.nft:1: chain name too long (256 bytes; the kernel takes at most 255)`},
 		{"delete a chain in use", "add chain ip t d\nadd rule ip t d jump c\ndelete chain ip t c\n", `t.nft:3: delete chain c: it is in use (a jump from chain d): Device or resource busy`},

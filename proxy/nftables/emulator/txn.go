@@ -444,8 +444,14 @@ var natHooks = map[netfilter.NATKind][]string{
 	netfilter.Masquerade: {"postrouting"},
 }
 
+// rejectHooks are the hooks reject may run at in ip, ip6 and inet tables, as the
+// kernel's nft_reject_validate (and nft_reject_inet_validate, which adds ingress) have
+// them: not postrouting (nft -c accepts it; the kernel's commit refuses it).
+var rejectHooks = []string{"prerouting", "input", "forward", "output", "ingress"}
+
 // checkNATHooks refuses a NAT statement in a chain reached from a base chain that is
-// not a nat chain at a hook the statement allows.
+// not a nat chain at a hook the statement allows, and a reject reached from a base
+// chain at a hook that does not take it.
 func (x *txn) checkNATHooks(t *Table) error {
 	for _, base := range t.Chains {
 		if !base.IsBase() {
@@ -460,6 +466,10 @@ func (x *txn) checkNATHooks(t *Table) error {
 			seen[c] = true
 			for _, r := range c.Rules {
 				for _, st := range r.Stmts {
+					if _, ok := st.(*RejectStmt); ok && t.Family <= FamilyInet && !slices.Contains(rejectHooks, base.Hook) {
+						return x.errAt(r.Line, "chain %s: reject is not allowed here: the chain is reached from base chain %s (hook %s); reject runs at %s only: Operation not supported",
+							c.Name, base.Name, base.Hook, strings.Join(rejectHooks, ", "))
+					}
 					n, ok := st.(*NATStmt)
 					if !ok {
 						continue
