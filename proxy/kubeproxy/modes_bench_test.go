@@ -35,12 +35,13 @@ import (
 // blocks so that the load of a shared machine falls on both alike:
 //
 //   - loopback: the same operation over the host kernel's loopback (no rules);
-//   - kernel: the same operation through a real kernel in network namespaces (the
-//     kernel.Harness: a client pod, three backend pods, the node between them) running
-//     the iptables rules the iptables mode generated for the same Services (node-a's
-//     ruleset, backend addresses rewritten to the harness's pods), at the same count.
-//     Root only; skipped with the reason otherwise. There is no kernel bulk row (the
-//     harness's clients only dial its echo servers).
+//   - kernel: the same operation, the same client and server code, through a real
+//     kernel in network namespaces (the kernel.Harness: a client pod, three backend
+//     pods, the node between them) running the iptables rules the iptables mode
+//     generated for the same Services (node-a's ruleset, backend addresses rewritten to
+//     the harness's pods), at the same count. The client runs a whole block in one
+//     Harness.Do (one OS thread in the pod's namespace), not a thread per dial. Root
+//     only; skipped with the reason otherwise.
 //
 // The cluster: node-a holds a client pod, node-b three backend pods; every Service
 // selects the three backends (port 80 → 9376, one port, so that 10,000 Services make
@@ -87,11 +88,7 @@ func BenchmarkModes(b *testing.B) {
 					if mb == nil {
 						mb = newModeBench(b, mode, n)
 					}
-					var k *kernelAnchor
-					var why string
-					if kind != "bulk" {
-						k, why = kernelFor(b, mb)
-					}
+					k, why := kernelFor(b, mb)
 					mb.run(b, kind, k, why)
 				})
 			}
@@ -302,7 +299,7 @@ func newKernelAnchor(b *testing.B, mb *modeBench) (*kernelAnchor, string) {
 	start := time.Now()
 	h, err := kernel.NewHarness(kernel.HarnessConfig{
 		Pods:     []kernel.PodConfig{{Name: "client"}, {Name: "web-0"}, {Name: "web-1"}, {Name: "web-2"}},
-		PodPorts: []uint16{benchBackendPort},
+		PodPorts: []uint16{}, // the benchmark's own servers, below
 		Timeout:  5 * time.Second,
 	})
 	if err != nil {
@@ -327,9 +324,20 @@ func newKernelAnchor(b *testing.B, mb *modeBench) (*kernelAnchor, string) {
 		b.Fatalf("loading the iptables mode's ruleset into the kernel: %v", err)
 	}
 	ka := &kernelAnchor{h: h, client: h.Pods[0], vip: mb.vip}
-	if r := h.Dial(ka.client.Netns, "tcp", ka.vip); r.Outcome != kernel.Answered {
+	for _, p := range h.Pods[1:] {
+		var ln net.Listener
+		if err := h.Do(p.Netns, func() (err error) {
+			ln, err = net.Listen("tcp", netip.AddrPortFrom(p.IP, benchBackendPort).String())
+			return err
+		}); err != nil {
+			h.Close()
+			b.Fatal(err)
+		}
+		go benchServe(ln) // closed with the namespace
+	}
+	if err := ka.in(ka.connect); err != nil {
 		h.Close()
-		b.Fatalf("kernel warm-up dial to %v: %v", ka.vip, r)
+		b.Fatalf("kernel warm-up: %v", err)
 	}
 	b.Logf("kernel harness with the ruleset (%d KiB) loaded in %v", len(dump)>>10, time.Since(start).Round(time.Millisecond))
 	return ka, ""
@@ -359,11 +367,11 @@ func lookPath(t string) (string, error) {
 	return "", errors.New("not found in PATH, /usr/sbin or /sbin")
 }
 
+// in runs f in the client pod's namespace.
+func (ka *kernelAnchor) in(f func() error) error { return ka.h.Do(ka.client.Netns, f) }
+
 func (ka *kernelAnchor) connect() error {
-	if r := ka.h.Dial(ka.client.Netns, "tcp", ka.vip); r.Outcome != kernel.Answered {
-		return fmt.Errorf("kernel dial to %v: %v", ka.vip, r)
-	}
-	return nil
+	return pingOnce(loDialer.DialContext, ka.vip.String())
 }
 
 func (ka *kernelAnchor) close() {
@@ -386,12 +394,22 @@ func cpuNow() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func (m *meter) block(b *testing.B, n int, op func() error) {
+// block times n ops, run by in (nil: in this goroutine).
+func (m *meter) block(b *testing.B, n int, in func(func() error) error, op func() error) {
+	if in == nil {
+		in = func(f func() error) error { return f() }
+	}
 	c0, t0 := cpuNow(), time.Now()
-	for range n {
-		if err := op(); err != nil {
-			b.Fatal(err)
+	err := in(func() error {
+		for range n {
+			if err := op(); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 	m.wall += time.Since(t0)
 	m.cpu += cpuNow() - c0
@@ -427,8 +445,10 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 	if testing.Short() {
 		bulk = 4 << 20
 	}
-	var subject, lo func() error
-	kern := func() error { return kh.connect() }
+	var subject, lo, kern func() error
+	if kh != nil {
+		kern = kh.connect
+	}
 	switch kind {
 	case "connect":
 		subject = mb.connect
@@ -439,10 +459,9 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 	case "bulk":
 		subject = func() error { return bulkOnce(mb.client.Net().DialContext, mb.vip.String(), bulk) }
 		lo = func() error { return bulkOnce(loDialer.DialContext, mb.loAddr, bulk) }
-		kern = nil
-	}
-	if kh == nil {
-		kern = nil
+		if kh != nil {
+			kern = func() error { return bulkOnce(loDialer.DialContext, kh.vip.String(), bulk) }
+		}
 	}
 	load0 := loadAvg1()
 	var ms, ml, mk meter
@@ -455,10 +474,10 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 	b.ResetTimer()
 	for done := 0; done < b.N; done += blk {
 		k := min(blk, b.N-done)
-		ms.block(b, k, subject)
-		ml.block(b, k, lo)
+		ms.block(b, k, nil, subject)
+		ml.block(b, k, nil, lo)
 		if kern != nil {
-			mk.block(b, k, kern)
+			mk.block(b, k, kh.in, kern)
 		}
 	}
 	b.StopTimer()
@@ -480,6 +499,10 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 	if kind == "bulk" { // not b.SetBytes: ns/op holds the anchors' blocks too
 		b.ReportMetric(float64(bulk)/sw*1e3, "sim-MB/s")
 		b.ReportMetric(float64(bulk)/lw*1e3, "lo-MB/s")
+		if kern != nil {
+			kw, _ := mk.perOp()
+			b.ReportMetric(float64(bulk)/kw*1e3, "kern-MB/s")
+		}
 	}
 	if kern != nil {
 		kw, kc := mk.perOp()
@@ -487,7 +510,7 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 		b.ReportMetric(kc, "kern-cpu-ns/op")
 		b.ReportMetric(kw/sw, "x-kernel")
 		b.ReportMetric(kc/sc, "x-kernel-cpu")
-	} else if kind != "bulk" {
+	} else {
 		b.Logf("no kernel anchor: %s", cmp.Or(kernelWhy, "kernel anchor not built"))
 	}
 	b.ReportMetric(load0, "load-start")
