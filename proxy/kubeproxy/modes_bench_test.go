@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -274,6 +275,11 @@ func (mb *modeBench) probeOnce() error {
 	}
 	if len(res) != 1 || res[0].Result != netsim.ResultDelivered {
 		return fmt.Errorf("probe to %v: %v", mb.probe.Dst, res)
+	}
+	// The userspace mode's probe ends at the node's proxy listener (delivered to
+	// node-a); every other mode's at a backend.
+	if mb.mode != Userspace && (!slices.Contains(mb.backs, res[0].Addr.Addr()) || res[0].Addr.Port() != benchBackendPort) {
+		return fmt.Errorf("probe to %v ended at %v, not at a backend", mb.probe.Dst, res[0].Addr)
 	}
 	if mb.probes%50000 == 49999 {
 		mb.c.Clock().Advance(time.Hour) // let conntrack entries expire as they would
