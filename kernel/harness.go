@@ -1005,6 +1005,14 @@ func (h *Harness) Pod(name string) *Pod {
 	return nil
 }
 
+// Do runs fn on an OS thread inside ns and returns its error: the sockets fn opens
+// (net.Dial, net.Listen) belong to ns and keep working after fn returns, from any
+// goroutine. Goroutines fn starts do not run in ns. One Do can carry many operations,
+// which makes it the way to time the kernel: each Dial pays for a new thread.
+func (h *Harness) Do(ns *Netns, fn func() error) error {
+	return ns.h.do(fn)
+}
+
 // Exec runs a command inside ns (`ip netns exec NAME args...`) and returns its standard
 // output; a failure is a *CommandError carrying the exit code and standard error.
 func (h *Harness) Exec(ctx context.Context, ns *Netns, args ...string) ([]byte, error) {

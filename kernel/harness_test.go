@@ -2,6 +2,9 @@ package kernel
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -170,5 +173,49 @@ func TestHarnessCleanupAfterFailure(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Do runs in the namespace: a listener opened in pod b's Do accepts a dial made in pod
+// a's Do, from a's address; fn's error comes back.
+func TestHarnessDo(t *testing.T) {
+	h := newTestHarness(t, HarnessConfig{Pods: []PodConfig{{Name: "a"}, {Name: "b"}}, PodPorts: []uint16{}})
+	a, b := h.Pod("a"), h.Pod("b")
+	var ln net.Listener
+	if err := h.Do(b.Netns, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(b.IP, 9000).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte(c.RemoteAddr().String()))
+			c.Close()
+		}
+	}()
+	var got []byte
+	if err := h.Do(a.Netns, func() error {
+		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(b.IP, 9000).String(), 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		got, err = io.ReadAll(c)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if host, _, _ := net.SplitHostPort(string(got)); host != a.IP.String() {
+		t.Errorf("pod b saw the dial from %q, want pod a's %s", got, a.IP)
+	}
+	wantErr := errors.New("from fn")
+	if err := h.Do(a.Netns, func() error { return wantErr }); err != wantErr {
+		t.Errorf("Do returned %v, want fn's error", err)
 	}
 }

@@ -1,0 +1,359 @@
+// Command bench reruns the benchmarks of docs/PERFORMANCE.md that measure what users
+// run (proxy/kubeproxy's BenchmarkModes: ClusterIP connections, probes and bulk transfers
+// through every kube-proxy mode, each beside kernel loopback and a real kernel running the
+// same rules, measured in alternating blocks in one process), prints their tables as
+// markdown with the command, the machine and the load average, and with -check compares
+// the ratios to those committed in docs/bench-ratios.json: a ratio more than 20 % below
+// its committed value is a regression and fails the run. Only ratios are compared, never
+// absolute times, and only ratios measured in this run (the kernel's need root).
+//
+//	go run ./internal/bench                  # 10 and 10,000 services, one round (~10 min)
+//	go run ./internal/bench -short -check    # 10 services, what CI runs (about a minute)
+//	go run ./internal/bench -update          # rewrite docs/bench-ratios.json from this run
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// checked are the ratios -check compares (anchor time / subject time: higher is better).
+var checked = []string{"x-loopback", "x-loopback-cpu", "x-kernel", "x-kernel-cpu"}
+
+// Ratios is docs/bench-ratios.json.
+type Ratios struct {
+	Comment   string                        `json:"comment"`
+	Tolerance float64                       `json:"tolerance"`
+	Rows      map[string]map[string]float64 `json:"rows"`
+}
+
+func main() {
+	short := flag.Bool("short", false, "10 services only, fewer and smaller operations (CI)")
+	check := flag.Bool("check", false, "compare the ratios with -ratios; exit 1 on a regression beyond the tolerance")
+	update := flag.Bool("update", false, "write this run's ratios to -ratios")
+	ratiosFile := flag.String("ratios", "docs/bench-ratios.json", "the committed ratios")
+	count := flag.Int("count", 0, "rounds (go test -count; default 1, 3 with -short: at 10,000 services one round builds every mode's cluster and loads the kernel's ruleset, minutes); each figure is the median of the rounds")
+	ops := flag.Int("ops", 0, "connections per row (default 400, 200 with -short)")
+	probeOps := flag.Int("probe-ops", 0, "probes per row (default 10 × -ops: a probe costs a tenth of a connection or less, and short blocks are noise)")
+	bulkOps := flag.Int("bulk-ops", 0, "bulk transfers per row (default 10, 8 with -short)")
+	verbose := flag.Bool("v", false, "show go test's output")
+	flag.Parse()
+	if *ops == 0 {
+		*ops = map[bool]int{false: 400, true: 200}[*short]
+	}
+	if *probeOps == 0 {
+		*probeOps = 10 * *ops
+	}
+	if *count == 0 {
+		*count = map[bool]int{false: 1, true: 3}[*short]
+	}
+	if *bulkOps == 0 {
+		*bulkOps = map[bool]int{false: 10, true: 8}[*short]
+	}
+	start := time.Now()
+	load0 := loadavg()
+	var out bytes.Buffer
+	var cmds []string
+	for _, r := range []struct {
+		re string
+		n  int
+	}{{"^BenchmarkModes$/kind=connect/", *ops}, {"^BenchmarkModes$/kind=probe/", *probeOps}, {"^BenchmarkModes$/kind=bulk/", *bulkOps}} {
+		args := []string{"test", "./proxy/kubeproxy/", "-run", "^$", "-bench", r.re, "-benchtime", fmt.Sprintf("%dx", r.n), "-count", strconv.Itoa(*count), "-timeout", "60m"}
+		if *short {
+			args = append(args, "-short")
+		}
+		cmds = append(cmds, "go "+strings.Join(args, " "))
+		cmd := exec.Command("go", args...)
+		var w io.Writer = &out
+		if *verbose {
+			w = io.MultiWriter(&out, os.Stderr)
+		}
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Run(); err != nil {
+			os.Stderr.Write(out.Bytes())
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", cmds[len(cmds)-1], err)
+			os.Exit(2)
+		}
+	}
+	rows := parse(&out)
+	if len(rows) == 0 {
+		os.Stderr.Write(out.Bytes())
+		fmt.Fprintln(os.Stderr, "bench: no benchmark results in go test's output")
+		os.Exit(2)
+	}
+	med := medians(rows)
+	fmt.Printf("## Through the modes (BenchmarkModes)\n\n")
+	fmt.Printf("Commands: `%s`\n\n", strings.Join(cmds, "` then `"))
+	fmt.Printf("Machine: %s, %d CPUs (GOMAXPROCS %d), %s %s/%s; load average (1, 5, 15 min) %s at the start, %s at the end; %d round(s), each figure the median; %v.\n\n",
+		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, load0, loadavg(), *count, time.Since(start).Round(time.Second))
+	printTables(med)
+	if *update {
+		r := Ratios{Comment: "Ratios (anchor time / simulated time, higher is better) from `go run ./internal/bench`; -check fails when one falls more than tolerance below. Regenerate with -update after an intended change, and say so in the commit.", Tolerance: 0.2, Rows: map[string]map[string]float64{}}
+		if old, err := readRatios(*ratiosFile); err == nil {
+			r.Rows = old.Rows
+			r.Tolerance = old.Tolerance
+		}
+		for key, m := range med {
+			rr := map[string]float64{}
+			for _, k := range checked {
+				if v, ok := m[k]; ok {
+					rr[k] = round3(v)
+				}
+			}
+			r.Rows[key] = rr
+		}
+		data, _ := json.MarshalIndent(r, "", "  ")
+		if err := os.WriteFile(*ratiosFile, append(data, '\n'), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+		fmt.Printf("\nwrote %s\n", *ratiosFile)
+	}
+	if *check {
+		want, err := readRatios(*ratiosFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+		if bad := compare(want, med, os.Stdout); bad > 0 {
+			fmt.Printf("\n%d ratio(s) regressed by more than %.0f %% against %s\n", bad, want.Tolerance*100, *ratiosFile)
+			os.Exit(1)
+		}
+		fmt.Printf("\nno ratio regressed by more than %.0f %% against %s\n", want.Tolerance*100, *ratiosFile)
+	}
+}
+
+func round3(v float64) float64 {
+	f, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 3, 64), 64)
+	return f
+}
+
+func readRatios(path string) (*Ratios, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Ratios
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if r.Tolerance <= 0 || r.Tolerance >= 1 {
+		return nil, fmt.Errorf("%s: field tolerance: %v, want a fraction between 0 and 1", path, r.Tolerance)
+	}
+	for key, m := range r.Rows {
+		for k, v := range m {
+			if !slices.Contains(checked, k) {
+				return nil, fmt.Errorf("%s: rows[%q]: unknown ratio %q (have %s)", path, key, k, strings.Join(checked, ", "))
+			}
+			if v <= 0 {
+				return nil, fmt.Errorf("%s: rows[%q][%q]: %v, want a positive ratio", path, key, k, v)
+			}
+		}
+	}
+	return &r, nil
+}
+
+// compare prints each committed ratio beside this run's and returns how many fell more
+// than the tolerance below. A ratio this run did not measure is said, not counted.
+func compare(want *Ratios, got map[string]map[string]float64, w io.Writer) int {
+	bad, unmeasured := 0, 0
+	defer func() {
+		if unmeasured > 0 {
+			fmt.Fprintf(w, "\n%d committed ratio(s) not measured in this run (-short, or no root for the kernel's)\n", unmeasured)
+		}
+	}()
+	fmt.Fprintf(w, "\n| row | ratio | committed | this run | change |\n|---|---|---:|---:|---:|\n")
+	for _, key := range sortedKeys(want.Rows) {
+		for _, k := range checked {
+			c, ok := want.Rows[key][k]
+			if !ok {
+				continue
+			}
+			g, ok := got[key][k]
+			if !ok {
+				unmeasured++
+				continue
+			}
+			change := g/c - 1
+			mark := ""
+			if g < c*(1-want.Tolerance) {
+				mark = " **regression**"
+				bad++
+			}
+			fmt.Fprintf(w, "| %s | %s | %.3g | %.3g | %+.0f %%%s |\n", key, k, c, g, change*100, mark)
+		}
+	}
+	return bad
+}
+
+// parse reads go test -bench lines: BenchmarkModes/kind=K/mode=M/services=N-P  ops  v unit ...
+// and returns, per row "K/M/N", the metrics of every round.
+func parse(r io.Reader) map[string][]map[string]float64 {
+	rows := map[string][]map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkModes/") {
+			continue
+		}
+		name := strings.TrimPrefix(f[0], "BenchmarkModes/")
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			name = name[:i]
+		}
+		var parts []string
+		for _, p := range strings.Split(name, "/") {
+			_, v, _ := strings.Cut(p, "=")
+			parts = append(parts, v)
+		}
+		m := map[string]float64{}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			unit := f[i+1]
+			if strings.HasPrefix(unit, "ns/") && unit != "ns/op" {
+				unit = "ns/unit"
+			}
+			if strings.HasPrefix(unit, "cpu-ns/") {
+				unit = "cpu-ns/unit"
+			}
+			m[unit] = v
+		}
+		key := strings.Join(parts, "/")
+		rows[key] = append(rows[key], m)
+	}
+	return rows
+}
+
+func medians(rows map[string][]map[string]float64) map[string]map[string]float64 {
+	out := map[string]map[string]float64{}
+	for key, rounds := range rows {
+		vals := map[string][]float64{}
+		for _, m := range rounds {
+			for k, v := range m {
+				vals[k] = append(vals[k], v)
+			}
+		}
+		mm := map[string]float64{}
+		for k, vs := range vals {
+			sort.Float64s(vs)
+			if len(vs)%2 == 1 {
+				mm[k] = vs[len(vs)/2]
+			} else {
+				mm[k] = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+			}
+		}
+		out[key] = mm
+	}
+	return out
+}
+
+func printTables(med map[string]map[string]float64) {
+	kinds := []struct{ kind, title, unit string }{
+		{"connect", "ClusterIP connections (dial, 64 bytes each way, close)", "µs/conn"},
+		{"probe", "Probes (one netsim TCP probe; anchors: a loopback connection and a kernel connection through the same rules)", "µs/probe"},
+		{"bulk", "Bulk TCP through a ClusterIP (MTU 1500; one connection per op)", "µs/conn"},
+	}
+	for _, k := range kinds {
+		var keys []string
+		for _, key := range sortedKeys(med) {
+			if strings.HasPrefix(key, k.kind+"/") {
+				keys = append(keys, key)
+			}
+		}
+		if len(keys) == 0 {
+			continue
+		}
+		fmt.Printf("### %s\n\n", k.title)
+		fmt.Printf("| mode | services | %s | CPU %s | MB/s | loopback µs | kernel µs | × loopback | × loopback CPU | × kernel | × kernel CPU | load |\n", k.unit, k.unit)
+		fmt.Printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, key := range keys {
+			m := med[key]
+			p := strings.Split(key, "/")
+			us := func(name string) string {
+				if v, ok := m[name]; ok {
+					return strconv.FormatFloat(v/1000, 'f', 1, 64)
+				}
+				return "–"
+			}
+			x := func(name string) string {
+				if v, ok := m[name]; ok {
+					return strconv.FormatFloat(v, 'f', 3, 64)
+				}
+				return "–"
+			}
+			mbs := "–"
+			if v, ok := m["sim-MB/s"]; ok {
+				mbs = strconv.FormatFloat(v, 'f', 1, 64)
+			}
+			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f–%.1f |\n", p[1], p[2], us("ns/unit"), us("cpu-ns/unit"), mbs, us("lo-ns/op"), us("kern-ns/op"),
+				x("x-loopback"), x("x-loopback-cpu"), x("x-kernel"), x("x-kernel-cpu"), m["load-start"], m["load-end"])
+		}
+		fmt.Println()
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	// kind, then mode, then services numerically
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := strings.Split(keys[i], "/"), strings.Split(keys[j], "/")
+		for n := 0; n < len(a) && n < len(b); n++ {
+			if a[n] == b[n] {
+				continue
+			}
+			ai, e1 := strconv.Atoi(a[n])
+			bi, e2 := strconv.Atoi(b[n])
+			if e1 == nil && e2 == nil {
+				return ai < bi
+			}
+			return a[n] < b[n]
+		}
+		return len(a) < len(b)
+	})
+	return keys
+}
+
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], ", ")
+}
+
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+BenchmarkModes/kind=connect/mode=iptables/services=10-2   200  359446 ns/op  364915 cpu-ns/conn  924816 kern-ns/op  154111 lo-ns/op  14.27 load-end  14.27 load-start  352308 ns/conn  2.625 x-kernel  1.895 x-kernel-cpu  0.4374 x-loopback  0.4386 x-loopback-cpu
+BenchmarkModes/kind=connect/mode=iptables/services=10-2   200  359446 ns/op  364915 cpu-ns/conn  924816 kern-ns/op  154111 lo-ns/op  14.27 load-end  14.27 load-start  352308 ns/conn  2.000 x-kernel  1.895 x-kernel-cpu  0.5 x-loopback  0.4386 x-loopback-cpu
+BenchmarkModes/kind=connect/mode=iptables/services=10-2   200  359446 ns/op  364915 cpu-ns/conn  924816 kern-ns/op  154111 lo-ns/op  14.27 load-end  14.27 load-start  352308 ns/conn  3.000 x-kernel  1.895 x-kernel-cpu  0.1 x-loopback  0.4386 x-loopback-cpu
+BenchmarkModes/kind=bulk/mode=ipvs/services=10000-2   4  38875170 ns/op  107.89 sim-MB/s  38213080 cpu-ns/conn  0.1032 x-loopback
+PASS
+`
+
+func TestParseAndMedians(t *testing.T) {
+	med := medians(parse(strings.NewReader(sample)))
+	if len(med) != 2 {
+		t.Fatalf("rows %v, want connect/iptables/10 and bulk/ipvs/10000", med)
+	}
+	c := med["connect/iptables/10"]
+	if c["x-kernel"] != 2.625 || c["x-loopback"] != 0.4374 || c["ns/unit"] != 352308 || c["cpu-ns/unit"] != 364915 {
+		t.Errorf("connect row medians: %v", c)
+	}
+	if b := med["bulk/ipvs/10000"]; b["sim-MB/s"] != 107.89 || b["x-loopback"] != 0.1032 {
+		t.Errorf("bulk row: %v", b)
+	}
+}
+
+func TestCompare(t *testing.T) {
+	want := &Ratios{Tolerance: 0.2, Rows: map[string]map[string]float64{
+		"connect/iptables/10": {"x-loopback": 0.5, "x-kernel": 2.0},
+		"probe/ipvs/10":       {"x-kernel": 40},
+	}}
+	got := map[string]map[string]float64{"connect/iptables/10": {"x-loopback": 0.41, "x-kernel": 1.59}}
+	var out strings.Builder
+	if bad := compare(want, got, &out); bad != 1 {
+		t.Errorf("regressions %d, want 1 (x-kernel 1.59 < 2.0*0.8; x-loopback 0.41 within 20 %%):\n%s", bad, out.String())
+	}
+	if !strings.Contains(out.String(), "1 committed ratio(s) not measured") {
+		t.Errorf("an unmeasured row is not said:\n%s", out.String())
+	}
+}
+
+func TestReadRatiosErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ body, want string }{
+		{`{"tolerance": 0.2, "rows": {"a": {"x-speed": 1}}}`, `unknown ratio "x-speed"`},
+		{`{"tolerance": 0, "rows": {}}`, "field tolerance"},
+		{`{"tolerance": 0.2, "rows": {"a": {"x-kernel": -1}}}`, `rows["a"]["x-kernel"]`},
+		{`{"tolerance": 0.2, "rowz": {}}`, `unknown field "rowz"`},
+	} {
+		p := filepath.Join(dir, "r.json")
+		if err := os.WriteFile(p, []byte(c.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := readRatios(p)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: error %v, want one naming %s and %q", c.body, err, p, c.want)
+		}
+	}
+}
+
+// The committed ratios file must load.
+func TestCommittedRatios(t *testing.T) {
+	if _, err := readRatios("../../docs/bench-ratios.json"); err != nil {
+		t.Fatal(err)
+	}
+}
