@@ -108,9 +108,35 @@ func ParseDump(data []byte, f Family, file string) (*Ruleset, error) {
 }
 
 type tableState struct {
-	t     *Table
-	refs  map[string]int  // references (jumps, gotos) to each user chain
+	t *Table
+	// refs counts the references (jumps, gotos) to each user chain. It is built on
+	// first use (deleting or renaming a chain) from the table as it stands, then kept
+	// up to date by every rule added or removed; nil until then, so that a restore that
+	// deletes no chain does not count the references of a whole ruleset.
+	refs  map[string]int
 	owned map[*Chain]bool // chains whose Rules slice is private to the transaction
+}
+
+// countRefs builds refs from the table's rules, if it is not built yet.
+func (ts *tableState) countRefs() {
+	if ts.refs != nil {
+		return
+	}
+	ts.refs = make(map[string]int)
+	for _, c := range ts.t.Chains {
+		for _, r := range c.Rules {
+			if j, ok := r.Target.(*JumpTarget); ok {
+				ts.refs[j.Chain]++
+			}
+		}
+	}
+}
+
+// addRef records that a rule jumping to chain was added (delta 1) or removed (-1).
+func (ts *tableState) addRef(chain string, delta int) {
+	if ts.refs != nil {
+		ts.refs[chain] += delta
+	}
 }
 
 type txn struct {
@@ -277,7 +303,7 @@ func (tx *txn) dropRule(t *Table, err error) bool {
 			t.Chains[ci] = &nc
 			t.byName = nil // reindexed on the next lookup
 			if j, ok := r.Target.(*JumpTarget); ok && tx.tables[t.Name] != nil {
-				tx.tables[t.Name].refs[j.Chain]--
+				tx.tables[t.Name].addRef(j.Chain, -1)
 			}
 			tx.skipped = append(tx.skipped, SkippedLine{File: pe.File, Line: pe.Line, Text: r.Text(c.Name), Reason: reasonOf(pe), Table: t.Name, Chain: c.Name})
 			return true
@@ -302,14 +328,7 @@ func (tx *txn) tableLine(name string) error {
 		} else {
 			t, _ = NewTable(name)
 		}
-		ts = &tableState{t: t, refs: make(map[string]int), owned: make(map[*Chain]bool)}
-		for _, c := range t.Chains {
-			for _, r := range c.Rules {
-				if j, ok := r.Target.(*JumpTarget); ok {
-					ts.refs[j.Chain]++
-				}
-			}
-		}
+		ts = &tableState{t: t, owned: make(map[*Chain]bool)}
 		if i := slices.IndexFunc(tx.rs.Tables, func(x *Table) bool { return x.Name == name }); i >= 0 {
 			tx.rs.Tables[i] = t
 		} else if tx.opts.keepOrder {
@@ -392,7 +411,7 @@ func (tx *txn) chainLine(rest string) error {
 func (tx *txn) flush(c *Chain) {
 	for _, r := range c.Rules {
 		if j, ok := r.Target.(*JumpTarget); ok {
-			tx.cur.refs[j.Chain]--
+			tx.cur.addRef(j.Chain, -1)
 		}
 	}
 	c.Rules = nil
@@ -520,7 +539,7 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters) error {
 	}
 	for _, r := range rules {
 		if j, ok := r.Target.(*JumpTarget); ok {
-			tx.cur.refs[j.Chain]++
+			tx.cur.addRef(j.Chain, 1)
 		}
 	}
 	return nil
@@ -747,7 +766,7 @@ func (tx *txn) deleteAt(c *Chain, pos int, cmd string) error {
 		return tx.errf(cmd, "index of deletion %d too big (chain %s has %d rules)", pos, c.Name, len(rs))
 	}
 	if j, ok := rs[pos-1].Target.(*JumpTarget); ok {
-		tx.cur.refs[j.Chain]--
+		tx.cur.addRef(j.Chain, -1)
 	}
 	c.Rules = slices.Delete(rs, pos-1, pos)
 	return nil
@@ -757,6 +776,7 @@ func (tx *txn) deleteChain(c *Chain, cmd string) error {
 	if c.Builtin {
 		return tx.errf(cmd, "cannot delete built-in chain %s", c.Name)
 	}
+	tx.cur.countRefs()
 	if len(c.Rules) > 0 || tx.cur.refs[c.Name] > 0 {
 		return tx.errf(cmd, "%w: %s", ErrChainBusy, c.Name)
 	}
@@ -780,6 +800,7 @@ func (tx *txn) rename(from, to, cmd string) error {
 	if t.Chain(to) != nil {
 		return tx.errf(cmd, "%w: %s", ErrChainExists, to)
 	}
+	tx.cur.countRefs()
 	delete(t.byName, from)
 	c.Name = to
 	t.byName[to] = c
@@ -802,39 +823,34 @@ func (tx *txn) rename(from, to, cmd string) error {
 // chain loops, and NAT/REJECT targets only in chains reachable from the hooks where
 // they are valid.
 func (tx *txn) validate(t *Table) error {
+	g := resolveJumps(t)
 	const (
 		white = iota
 		grey
 		black
 	)
-	color := make(map[*Chain]uint8, len(t.Chains))
-	var order []*Chain // post-order
-	type frame struct {
-		c *Chain
-		i int
-	}
-	for _, start := range t.Chains {
-		if color[start] != white {
+	color := make([]uint8, len(t.Chains))
+	order := make([]int32, 0, len(t.Chains)) // post-order
+	type frame struct{ c, i int32 }
+	var stack []frame
+	for s := range t.Chains {
+		if color[s] != white {
 			continue
 		}
-		stack := []frame{{start, 0}}
-		color[start] = grey
+		stack = append(stack[:0], frame{int32(s), g.start[s]})
+		color[s] = grey
 		for len(stack) > 0 {
 			f := &stack[len(stack)-1]
-			if f.i >= len(f.c.Rules) {
+			if f.i >= g.start[f.c+1] {
 				color[f.c] = black
 				order = append(order, f.c)
 				stack = stack[:len(stack)-1]
 				continue
 			}
-			r := f.c.Rules[f.i]
+			dst, r := g.dst[f.i], g.rule[f.i]
 			f.i++
-			j, ok := r.Target.(*JumpTarget)
-			if !ok {
-				continue
-			}
-			dst := t.Chain(j.Chain)
-			if dst == nil {
+			j := r.Target.(*JumpTarget)
+			if dst < 0 {
 				return &ParseError{File: r.File, Line: r.Line, Option: "-j " + j.Chain,
 					Err: fmt.Errorf("jump to missing chain: %w: %s in table %s", ErrChainNotFound, j.Chain, t.Name)}
 			}
@@ -844,29 +860,27 @@ func (tx *txn) validate(t *Table) error {
 					Err: fmt.Errorf("%w: %s reaches itself (table %s)", ErrLoop, j.Chain, t.Name)}
 			case white:
 				color[dst] = grey
-				stack = append(stack, frame{dst, 0})
+				stack = append(stack, frame{dst, g.start[dst]})
 			}
 		}
 	}
 	// Propagate hook masks from the built-in chains, callers before callees.
-	mask := make(map[*Chain]uint8, len(t.Chains))
-	for _, c := range t.Chains {
+	mask := make([]uint8, len(t.Chains))
+	for i, c := range t.Chains {
 		if c.Builtin {
 			h, _ := netfilter.ParseHook(c.Name)
-			mask[c] |= 1 << h
+			mask[i] |= 1 << h
 		}
 	}
 	for i := len(order) - 1; i >= 0; i-- {
 		c := order[i]
 		m := mask[c]
-		for _, r := range c.Rules {
-			if j, ok := r.Target.(*JumpTarget); ok {
-				mask[t.Chain(j.Chain)] |= m
-			}
+		for _, d := range g.dst[g.start[c]:g.start[c+1]] {
+			mask[d] |= m
 		}
 	}
-	for _, c := range t.Chains {
-		m := mask[c]
+	for i, c := range t.Chains {
+		m := mask[i]
 		if m == 0 {
 			continue
 		}
@@ -876,6 +890,9 @@ func (tx *txn) validate(t *Table) error {
 			}
 			if r.Target == nil {
 				continue
+			}
+			if _, ok := r.Target.(*JumpTarget); ok {
+				continue // chain names cannot be target names (validChainName)
 			}
 			def := targets[r.Target.Name()]
 			if def == nil || def.hooks == nil {
@@ -898,6 +915,51 @@ func (tx *txn) validate(t *Table) error {
 		}
 	}
 	return nil
+}
+
+// jumpGraph is a table's jumps with their targets resolved to chain positions (in
+// t.Chains): chain i's jump rules, in rule order, are rule[start[i]:start[i+1]] and
+// their targets dst[...] (-1 for a chain that does not exist).
+type jumpGraph struct {
+	start []int32
+	dst   []int32
+	rule  []*Rule
+}
+
+// resolveJumps looks each jump's target up once (by name; the validation then works
+// on positions, without maps keyed by chain).
+func resolveJumps(t *Table) jumpGraph {
+	if t.byName == nil {
+		t.reindex()
+	}
+	pos := make(map[*Chain]int32, len(t.Chains))
+	n := 0
+	for i, c := range t.Chains {
+		pos[c] = int32(i)
+		for _, r := range c.Rules {
+			if _, ok := r.Target.(*JumpTarget); ok {
+				n++
+			}
+		}
+	}
+	g := jumpGraph{start: make([]int32, len(t.Chains)+1), dst: make([]int32, 0, n), rule: make([]*Rule, 0, n)}
+	for i, c := range t.Chains {
+		g.start[i] = int32(len(g.dst))
+		for _, r := range c.Rules {
+			j, ok := r.Target.(*JumpTarget)
+			if !ok {
+				continue
+			}
+			d := int32(-1)
+			if dc := t.byName[j.Chain]; dc != nil {
+				d = pos[dc]
+			}
+			g.dst = append(g.dst, d)
+			g.rule = append(g.rule, r)
+		}
+	}
+	g.start[len(t.Chains)] = int32(len(g.dst))
+	return g
 }
 
 // checkAddrTypeHooks rejects an addrtype match whose interface limit its chain's hooks
