@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/clusterlab/clusterlab/netfilter"
 )
@@ -113,8 +114,7 @@ type tableState struct {
 	// first use (deleting or renaming a chain) from the table as it stands, then kept
 	// up to date by every rule added or removed; nil until then, so that a restore that
 	// deletes no chain does not count the references of a whole ruleset.
-	refs  map[string]int
-	owned map[*Chain]bool // chains whose Rules slice is private to the transaction
+	refs map[string]int
 }
 
 // countRefs builds refs from the table's rules, if it is not built yet.
@@ -140,6 +140,8 @@ func (ts *tableState) addRef(chain string, delta int) {
 }
 
 type txn struct {
+	id      uint64 // a number no other transaction has: chains it owns carry it
+	rest    string // the input after the current line
 	opts    RestoreOptions
 	skipped []SkippedLine
 	// skipTable is the table whose header a lenient load could not take: its lines
@@ -154,8 +156,12 @@ type txn struct {
 	toks      []token
 }
 
+// txnSeq numbers transactions.
+var txnSeq atomic.Uint64
+
 func newTxn(rs *Ruleset, opts RestoreOptions) *txn {
 	return &txn{
+		id:     txnSeq.Add(1),
 		opts:   opts,
 		family: rs.Family,
 		rs:     &Ruleset{Family: rs.Family, Tables: slices.Clone(rs.Tables)},
@@ -185,6 +191,7 @@ func (tx *txn) run(text string) error {
 		} else {
 			line, text = text, ""
 		}
+		tx.rest = text
 		lineNo++
 		tx.line = lineNo
 		line = strings.TrimRight(line, " \t\r")
@@ -328,7 +335,12 @@ func (tx *txn) tableLine(name string) error {
 		} else {
 			t, _ = NewTable(name)
 		}
-		ts = &tableState{t: t, owned: make(map[*Chain]bool)}
+		// Size the chain index for the chains the input declares when they outnumber
+		// the table's (a first load), not to rebuild it for a partial restore.
+		if n := tx.declaredChains(); n > len(t.Chains) {
+			t.reserve(n)
+		}
+		ts = &tableState{t: t}
 		if i := slices.IndexFunc(tx.rs.Tables, func(x *Table) bool { return x.Name == name }); i >= 0 {
 			tx.rs.Tables[i] = t
 		} else if tx.opts.keepOrder {
@@ -344,6 +356,29 @@ func (tx *txn) tableLine(name string) error {
 	}
 	tx.cur = ts
 	return nil
+}
+
+// declaredChains counts the chain lines that follow a table header (before its first
+// other line): the size the table's chain index will need, known before it grows.
+func (tx *txn) declaredChains() int {
+	n, text := 0, tx.rest
+	for len(text) > 0 {
+		var line string
+		if i := strings.IndexByte(text, '\n'); i >= 0 {
+			line, text = text[:i], text[i+1:]
+		} else {
+			line, text = text, ""
+		}
+		line = strings.TrimLeft(line, " \t")
+		switch {
+		case line == "" || line[0] == '#':
+		case line[0] == ':':
+			n++
+		default:
+			return n
+		}
+	}
+	return n
 }
 
 func parseCounters(s string) (Counters, bool) {
@@ -402,8 +437,7 @@ func (tx *txn) chainLine(rest string) error {
 		tx.flush(c)
 		return nil
 	}
-	t.AddChain(name)
-	tx.cur.owned[t.Chain(name)] = true
+	tx.own(t.AddChain(name))
 	return nil
 }
 
@@ -416,14 +450,17 @@ func (tx *txn) flush(c *Chain) {
 	}
 	c.Rules = nil
 	c.idx, c.jumps, c.prog = nil, nil, nil
-	tx.cur.owned[c] = true
+	tx.own(c)
 }
+
+// own marks c's Rules slice as private to the transaction.
+func (tx *txn) own(c *Chain) { c.txn = tx.id }
 
 // rules returns c's rule slice, made private to the transaction first.
 func (tx *txn) rules(c *Chain) []*Rule {
-	if !tx.cur.owned[c] {
+	if c.txn != tx.id {
 		c.Rules = slices.Clone(c.Rules)
-		tx.cur.owned[c] = true
+		tx.own(c)
 	}
 	c.idx, c.jumps, c.prog = nil, nil, nil
 	return c.Rules
@@ -646,7 +683,7 @@ func (tx *txn) newChainCommand(cmd string, args []token) error {
 	if tx.cur.t.Chain(name) != nil {
 		return tx.errf(cmd, "%w: %s", ErrChainExists, name)
 	}
-	tx.cur.owned[tx.cur.t.AddChain(name)] = true
+	tx.own(tx.cur.t.AddChain(name))
 	return nil
 }
 
@@ -932,10 +969,9 @@ func resolveJumps(t *Table) jumpGraph {
 	if t.byName == nil {
 		t.reindex()
 	}
-	pos := make(map[*Chain]int32, len(t.Chains))
 	n := 0
 	for i, c := range t.Chains {
-		pos[c] = int32(i)
+		c.pos = int32(i)
 		for _, r := range c.Rules {
 			if _, ok := r.Target.(*JumpTarget); ok {
 				n++
@@ -952,7 +988,7 @@ func resolveJumps(t *Table) jumpGraph {
 			}
 			d := int32(-1)
 			if dc := t.byName[j.Chain]; dc != nil {
-				d = pos[dc]
+				d = dc.pos
 			}
 			g.dst = append(g.dst, d)
 			g.rule = append(g.rule, r)
