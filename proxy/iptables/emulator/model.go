@@ -133,6 +133,18 @@ func (t *Table) reindex() {
 	}
 }
 
+// reserve makes room in the chain index for n chains.
+func (t *Table) reserve(n int) {
+	if n <= len(t.byName) {
+		return
+	}
+	m := make(map[string]*Chain, n+len(t.Chains))
+	for _, c := range t.Chains {
+		m[c.Name] = c
+	}
+	t.byName = m
+}
+
 // AddChain adds a user-defined chain (no check that the name is free).
 func (t *Table) AddChain(name string) *Chain {
 	if t.byName == nil {
@@ -182,6 +194,13 @@ type Chain struct {
 	idx   *chainIndex // built lazily by the evaluator; valid while Rules is unchanged
 	jumps []*Chain    // resolved jump targets, per ruleset version (not kept by clone)
 	prog  *chainProg  // compiled rules (compile.go), per ruleset version (not kept by clone)
+
+	// Restore's scratch, for the chains of a table a transaction builds (clone and
+	// NewTable give it new Chain objects): txn is the transaction whose Rules slice
+	// this is (restore.go's own), pos the chain's position in the table during
+	// validation.
+	txn uint64
+	pos int32
 }
 
 // AddrSpec is -s or -d: a prefix, possibly negated. The zero value matches anything.
@@ -312,8 +331,12 @@ func appendPrefix(b []byte, p netip.Prefix) []byte {
 // (rules are shared: rules are replaced, never edited, by restores).
 func (t *Table) clone() *Table {
 	nt := &Table{Name: t.Name, Chains: make([]*Chain, len(t.Chains)), byName: make(map[string]*Chain, len(t.Chains))}
+	// One allocation for all the chains: a partial restore of a big table (kube-proxy's
+	// 100,000 chains) clones every chain, and touches few.
+	slab := make([]Chain, len(t.Chains))
 	for i, c := range t.Chains {
-		nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters, Rules: c.Rules, idx: c.idx}
+		nc := &slab[i]
+		*nc = Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters, Rules: c.Rules, idx: c.idx}
 		nt.Chains[i] = nc
 		nt.byName[nc.Name] = nc
 	}

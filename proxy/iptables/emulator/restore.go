@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/clusterlab/clusterlab/netfilter"
 )
@@ -108,12 +109,39 @@ func ParseDump(data []byte, f Family, file string) (*Ruleset, error) {
 }
 
 type tableState struct {
-	t     *Table
-	refs  map[string]int  // references (jumps, gotos) to each user chain
-	owned map[*Chain]bool // chains whose Rules slice is private to the transaction
+	t *Table
+	// refs counts the references (jumps, gotos) to each user chain. It is built on
+	// first use (deleting or renaming a chain) from the table as it stands, then kept
+	// up to date by every rule added or removed; nil until then, so that a restore that
+	// deletes no chain does not count the references of a whole ruleset.
+	refs map[string]int
+}
+
+// countRefs builds refs from the table's rules, if it is not built yet.
+func (ts *tableState) countRefs() {
+	if ts.refs != nil {
+		return
+	}
+	ts.refs = make(map[string]int)
+	for _, c := range ts.t.Chains {
+		for _, r := range c.Rules {
+			if j, ok := r.Target.(*JumpTarget); ok {
+				ts.refs[j.Chain]++
+			}
+		}
+	}
+}
+
+// addRef records that a rule jumping to chain was added (delta 1) or removed (-1).
+func (ts *tableState) addRef(chain string, delta int) {
+	if ts.refs != nil {
+		ts.refs[chain] += delta
+	}
 }
 
 type txn struct {
+	id      uint64 // a number no other transaction has: chains it owns carry it
+	rest    string // the input after the current line
 	opts    RestoreOptions
 	skipped []SkippedLine
 	// skipTable is the table whose header a lenient load could not take: its lines
@@ -128,8 +156,12 @@ type txn struct {
 	toks      []token
 }
 
+// txnSeq numbers transactions.
+var txnSeq atomic.Uint64
+
 func newTxn(rs *Ruleset, opts RestoreOptions) *txn {
 	return &txn{
+		id:     txnSeq.Add(1),
 		opts:   opts,
 		family: rs.Family,
 		rs:     &Ruleset{Family: rs.Family, Tables: slices.Clone(rs.Tables)},
@@ -159,6 +191,7 @@ func (tx *txn) run(text string) error {
 		} else {
 			line, text = text, ""
 		}
+		tx.rest = text
 		lineNo++
 		tx.line = lineNo
 		line = strings.TrimRight(line, " \t\r")
@@ -277,7 +310,7 @@ func (tx *txn) dropRule(t *Table, err error) bool {
 			t.Chains[ci] = &nc
 			t.byName = nil // reindexed on the next lookup
 			if j, ok := r.Target.(*JumpTarget); ok && tx.tables[t.Name] != nil {
-				tx.tables[t.Name].refs[j.Chain]--
+				tx.tables[t.Name].addRef(j.Chain, -1)
 			}
 			tx.skipped = append(tx.skipped, SkippedLine{File: pe.File, Line: pe.Line, Text: r.Text(c.Name), Reason: reasonOf(pe), Table: t.Name, Chain: c.Name})
 			return true
@@ -302,14 +335,12 @@ func (tx *txn) tableLine(name string) error {
 		} else {
 			t, _ = NewTable(name)
 		}
-		ts = &tableState{t: t, refs: make(map[string]int), owned: make(map[*Chain]bool)}
-		for _, c := range t.Chains {
-			for _, r := range c.Rules {
-				if j, ok := r.Target.(*JumpTarget); ok {
-					ts.refs[j.Chain]++
-				}
-			}
+		// Size the chain index for the chains the input declares when they outnumber
+		// the table's (a first load), not to rebuild it for a partial restore.
+		if n := tx.declaredChains(); n > len(t.Chains) {
+			t.reserve(n)
 		}
+		ts = &tableState{t: t}
 		if i := slices.IndexFunc(tx.rs.Tables, func(x *Table) bool { return x.Name == name }); i >= 0 {
 			tx.rs.Tables[i] = t
 		} else if tx.opts.keepOrder {
@@ -325,6 +356,29 @@ func (tx *txn) tableLine(name string) error {
 	}
 	tx.cur = ts
 	return nil
+}
+
+// declaredChains counts the chain lines that follow a table header (before its first
+// other line): the size the table's chain index will need, known before it grows.
+func (tx *txn) declaredChains() int {
+	n, text := 0, tx.rest
+	for len(text) > 0 {
+		var line string
+		if i := strings.IndexByte(text, '\n'); i >= 0 {
+			line, text = text[:i], text[i+1:]
+		} else {
+			line, text = text, ""
+		}
+		line = strings.TrimLeft(line, " \t")
+		switch {
+		case line == "" || line[0] == '#':
+		case line[0] == ':':
+			n++
+		default:
+			return n
+		}
+	}
+	return n
 }
 
 func parseCounters(s string) (Counters, bool) {
@@ -383,8 +437,7 @@ func (tx *txn) chainLine(rest string) error {
 		tx.flush(c)
 		return nil
 	}
-	t.AddChain(name)
-	tx.cur.owned[t.Chain(name)] = true
+	tx.own(t.AddChain(name))
 	return nil
 }
 
@@ -392,19 +445,22 @@ func (tx *txn) chainLine(rest string) error {
 func (tx *txn) flush(c *Chain) {
 	for _, r := range c.Rules {
 		if j, ok := r.Target.(*JumpTarget); ok {
-			tx.cur.refs[j.Chain]--
+			tx.cur.addRef(j.Chain, -1)
 		}
 	}
 	c.Rules = nil
 	c.idx, c.jumps, c.prog = nil, nil, nil
-	tx.cur.owned[c] = true
+	tx.own(c)
 }
+
+// own marks c's Rules slice as private to the transaction.
+func (tx *txn) own(c *Chain) { c.txn = tx.id }
 
 // rules returns c's rule slice, made private to the transaction first.
 func (tx *txn) rules(c *Chain) []*Rule {
-	if !tx.cur.owned[c] {
+	if c.txn != tx.id {
 		c.Rules = slices.Clone(c.Rules)
-		tx.cur.owned[c] = true
+		tx.own(c)
 	}
 	c.idx, c.jumps, c.prog = nil, nil, nil
 	return c.Rules
@@ -520,7 +576,7 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters) error {
 	}
 	for _, r := range rules {
 		if j, ok := r.Target.(*JumpTarget); ok {
-			tx.cur.refs[j.Chain]++
+			tx.cur.addRef(j.Chain, 1)
 		}
 	}
 	return nil
@@ -627,7 +683,7 @@ func (tx *txn) newChainCommand(cmd string, args []token) error {
 	if tx.cur.t.Chain(name) != nil {
 		return tx.errf(cmd, "%w: %s", ErrChainExists, name)
 	}
-	tx.cur.owned[tx.cur.t.AddChain(name)] = true
+	tx.own(tx.cur.t.AddChain(name))
 	return nil
 }
 
@@ -747,7 +803,7 @@ func (tx *txn) deleteAt(c *Chain, pos int, cmd string) error {
 		return tx.errf(cmd, "index of deletion %d too big (chain %s has %d rules)", pos, c.Name, len(rs))
 	}
 	if j, ok := rs[pos-1].Target.(*JumpTarget); ok {
-		tx.cur.refs[j.Chain]--
+		tx.cur.addRef(j.Chain, -1)
 	}
 	c.Rules = slices.Delete(rs, pos-1, pos)
 	return nil
@@ -757,6 +813,7 @@ func (tx *txn) deleteChain(c *Chain, cmd string) error {
 	if c.Builtin {
 		return tx.errf(cmd, "cannot delete built-in chain %s", c.Name)
 	}
+	tx.cur.countRefs()
 	if len(c.Rules) > 0 || tx.cur.refs[c.Name] > 0 {
 		return tx.errf(cmd, "%w: %s", ErrChainBusy, c.Name)
 	}
@@ -780,6 +837,7 @@ func (tx *txn) rename(from, to, cmd string) error {
 	if t.Chain(to) != nil {
 		return tx.errf(cmd, "%w: %s", ErrChainExists, to)
 	}
+	tx.cur.countRefs()
 	delete(t.byName, from)
 	c.Name = to
 	t.byName[to] = c
@@ -802,39 +860,34 @@ func (tx *txn) rename(from, to, cmd string) error {
 // chain loops, and NAT/REJECT targets only in chains reachable from the hooks where
 // they are valid.
 func (tx *txn) validate(t *Table) error {
+	g := resolveJumps(t)
 	const (
 		white = iota
 		grey
 		black
 	)
-	color := make(map[*Chain]uint8, len(t.Chains))
-	var order []*Chain // post-order
-	type frame struct {
-		c *Chain
-		i int
-	}
-	for _, start := range t.Chains {
-		if color[start] != white {
+	color := make([]uint8, len(t.Chains))
+	order := make([]int32, 0, len(t.Chains)) // post-order
+	type frame struct{ c, i int32 }
+	var stack []frame
+	for s := range t.Chains {
+		if color[s] != white {
 			continue
 		}
-		stack := []frame{{start, 0}}
-		color[start] = grey
+		stack = append(stack[:0], frame{int32(s), g.start[s]})
+		color[s] = grey
 		for len(stack) > 0 {
 			f := &stack[len(stack)-1]
-			if f.i >= len(f.c.Rules) {
+			if f.i >= g.start[f.c+1] {
 				color[f.c] = black
 				order = append(order, f.c)
 				stack = stack[:len(stack)-1]
 				continue
 			}
-			r := f.c.Rules[f.i]
+			dst, r := g.dst[f.i], g.rule[f.i]
 			f.i++
-			j, ok := r.Target.(*JumpTarget)
-			if !ok {
-				continue
-			}
-			dst := t.Chain(j.Chain)
-			if dst == nil {
+			j := r.Target.(*JumpTarget)
+			if dst < 0 {
 				return &ParseError{File: r.File, Line: r.Line, Option: "-j " + j.Chain,
 					Err: fmt.Errorf("jump to missing chain: %w: %s in table %s", ErrChainNotFound, j.Chain, t.Name)}
 			}
@@ -844,29 +897,27 @@ func (tx *txn) validate(t *Table) error {
 					Err: fmt.Errorf("%w: %s reaches itself (table %s)", ErrLoop, j.Chain, t.Name)}
 			case white:
 				color[dst] = grey
-				stack = append(stack, frame{dst, 0})
+				stack = append(stack, frame{dst, g.start[dst]})
 			}
 		}
 	}
 	// Propagate hook masks from the built-in chains, callers before callees.
-	mask := make(map[*Chain]uint8, len(t.Chains))
-	for _, c := range t.Chains {
+	mask := make([]uint8, len(t.Chains))
+	for i, c := range t.Chains {
 		if c.Builtin {
 			h, _ := netfilter.ParseHook(c.Name)
-			mask[c] |= 1 << h
+			mask[i] |= 1 << h
 		}
 	}
 	for i := len(order) - 1; i >= 0; i-- {
 		c := order[i]
 		m := mask[c]
-		for _, r := range c.Rules {
-			if j, ok := r.Target.(*JumpTarget); ok {
-				mask[t.Chain(j.Chain)] |= m
-			}
+		for _, d := range g.dst[g.start[c]:g.start[c+1]] {
+			mask[d] |= m
 		}
 	}
-	for _, c := range t.Chains {
-		m := mask[c]
+	for i, c := range t.Chains {
+		m := mask[i]
 		if m == 0 {
 			continue
 		}
@@ -876,6 +927,9 @@ func (tx *txn) validate(t *Table) error {
 			}
 			if r.Target == nil {
 				continue
+			}
+			if _, ok := r.Target.(*JumpTarget); ok {
+				continue // chain names cannot be target names (validChainName)
 			}
 			def := targets[r.Target.Name()]
 			if def == nil || def.hooks == nil {
@@ -898,6 +952,50 @@ func (tx *txn) validate(t *Table) error {
 		}
 	}
 	return nil
+}
+
+// jumpGraph is a table's jumps with their targets resolved to chain positions (in
+// t.Chains): chain i's jump rules, in rule order, are rule[start[i]:start[i+1]] and
+// their targets dst[...] (-1 for a chain that does not exist).
+type jumpGraph struct {
+	start []int32
+	dst   []int32
+	rule  []*Rule
+}
+
+// resolveJumps looks each jump's target up once (by name; the validation then works
+// on positions, without maps keyed by chain).
+func resolveJumps(t *Table) jumpGraph {
+	if t.byName == nil {
+		t.reindex()
+	}
+	n := 0
+	for i, c := range t.Chains {
+		c.pos = int32(i)
+		for _, r := range c.Rules {
+			if _, ok := r.Target.(*JumpTarget); ok {
+				n++
+			}
+		}
+	}
+	g := jumpGraph{start: make([]int32, len(t.Chains)+1), dst: make([]int32, 0, n), rule: make([]*Rule, 0, n)}
+	for i, c := range t.Chains {
+		g.start[i] = int32(len(g.dst))
+		for _, r := range c.Rules {
+			j, ok := r.Target.(*JumpTarget)
+			if !ok {
+				continue
+			}
+			d := int32(-1)
+			if dc := t.byName[j.Chain]; dc != nil {
+				d = dc.pos
+			}
+			g.dst = append(g.dst, d)
+			g.rule = append(g.rule, r)
+		}
+	}
+	g.start[len(t.Chains)] = int32(len(g.dst))
+	return g
 }
 
 // checkAddrTypeHooks rejects an addrtype match whose interface limit its chain's hooks

@@ -41,6 +41,9 @@ type ruleSpec struct {
 	skip       bool      // -4 in an IPv6 ruleset or -6 in an IPv4 one
 }
 
+// noOpts is the options of a verdict target: none.
+var noOpts = map[string]optSpec{}
+
 // specParser parses rule specs; it keeps scratch space between rules.
 type specParser struct {
 	family Family
@@ -153,6 +156,14 @@ func (sp *specParser) addrOption(out *ruleSpec, toks []token, i *int, opt string
 		return err
 	}
 	var list []netip.Prefix
+	if !strings.Contains(a.val, ",") {
+		// A single address (kube-proxy's rules): no list to allocate.
+		p, err := parsePrefix(a.val, sp.family)
+		if err != nil {
+			return &optError{opt, err}
+		}
+		return sp.setAddr(out, opt, AddrSpec{Prefix: p, Neg: neg}, nil)
+	}
 	for _, part := range strings.Split(a.val, ",") {
 		p, err := parsePrefix(part, sp.family)
 		if err != nil {
@@ -160,8 +171,14 @@ func (sp *specParser) addrOption(out *ruleSpec, toks []token, i *int, opt string
 		}
 		list = append(list, p)
 	}
-	spec := AddrSpec{Prefix: list[0], Neg: neg}
-	if list[0].Bits() == 0 && !neg && len(list) == 1 {
+	return sp.setAddr(out, opt, AddrSpec{Prefix: list[0], Neg: neg}, list)
+}
+
+// setAddr sets the rule's -s or -d (opt) to spec, the first of list when -s or -d
+// named a comma list (nil for a single address).
+func (sp *specParser) setAddr(out *ruleSpec, opt string, spec AddrSpec, list []netip.Prefix) error {
+	neg := spec.Neg
+	if spec.Prefix.Bits() == 0 && !neg && len(list) <= 1 {
 		spec = AddrSpec{} // 0/0 matches everything; iptables-save prints nothing
 	}
 	r := out.rule
@@ -300,7 +317,7 @@ func (sp *specParser) targetOption(r *Rule, toks []token, i *int, opt string, ne
 	switch {
 	case name == "ACCEPT" || name == "DROP" || name == "RETURN":
 		r.Target = &VerdictTarget{Verdict: name}
-		sp.owners = append(sp.owners, owner{opts: map[string]optSpec{}})
+		sp.owners = append(sp.owners, owner{opts: noOpts})
 	case targets[name] != nil:
 		def := targets[name]
 		b := def.new()
