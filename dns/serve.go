@@ -106,10 +106,12 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	var limited *limitedUpstream
 	var acl *RecursionACL
 	if cfg.Upstream != "" {
-		if _, _, err := net.SplitHostPort(cfg.Upstream); err != nil {
+		if _, port, err := net.SplitHostPort(cfg.Upstream); err != nil {
 			if _, perr := netip.ParseAddr(strings.Trim(cfg.Upstream, "[]")); perr != nil {
 				return inputError{fmt.Errorf("--upstream %q: want an IP address or host:port", cfg.Upstream)}
 			}
+		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return inputError{fmt.Errorf("--upstream %q: port %q: want a number from 1 to 65535", cfg.Upstream, port)}
 		}
 		limited = newLimitedUpstream(NewUpstream(cfg.Upstream), MaxUpstreamInFlight)
 		limited.perClient = MaxUpstreamPerClient

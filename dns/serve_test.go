@@ -216,6 +216,8 @@ func TestServeBadInput(t *testing.T) {
 		{"listen port not a number", ServeConfig{Manifests: []string{dir}, Listen: "127.0.0.1:dns"}, `port "dns"`},
 		{"bad zone", ServeConfig{Manifests: []string{dir}, Listen: "127.0.0.1:0", Zones: []string{"in-addr.arpa"}}, "cluster domain"},
 		{"bad upstream", ServeConfig{Manifests: []string{dir}, Listen: "127.0.0.1:0", Upstream: "dns.example"}, "--upstream"},
+		{"upstream port out of range", ServeConfig{Manifests: []string{dir}, Listen: "127.0.0.1:0", Upstream: "127.0.0.1:99999"}, `--upstream "127.0.0.1:99999": port "99999": want a number from 1 to 65535`},
+		{"upstream port 0", ServeConfig{Manifests: []string{dir}, Listen: "127.0.0.1:0", Upstream: "127.0.0.1:0"}, `port "0"`},
 		{"ttl", ServeConfig{Manifests: []string{dir}, Listen: "127.0.0.1:0", TTL: 4000}, "ttl"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

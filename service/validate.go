@@ -367,6 +367,11 @@ func validateNodePorts(svc *corev1.Service) field.ErrorList {
 		if p.NodePort == 0 {
 			continue
 		}
+		// A port number, as the API server's registry checks (IsValidPortNum)
+		// before allocating it.
+		for _, msg := range validation.IsValidPortNum(int(p.NodePort)) {
+			allErrs = append(allErrs, field.Invalid(portsPath.Index(i).Child("nodePort"), p.NodePort, msg))
+		}
 		k := servicePortKey{Protocol: p.Protocol, NodePort: p.NodePort}
 		if nodePorts[k] {
 			allErrs = append(allErrs, field.Duplicate(portsPath.Index(i).Child("nodePort"), p.NodePort))

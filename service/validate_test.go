@@ -64,6 +64,8 @@ func TestValidateService(t *testing.T) {
 		{"no ports", NewService("default/web", Selector("app=web")), []string{`spec.ports: Required value`}},
 		{"port zero", NewService("default/web", Port("", 0, 80)),
 			[]string{`spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive`}},
+		{"nodePort too big", web(NodePort(), WithNodePort("http", 99999)),
+			[]string{`spec.ports[0].nodePort: Invalid value: 99999: must be between 1 and 65535, inclusive`}},
 		{"port too big", NewService("default/web", Port("", 65536, 80)),
 			[]string{`spec.ports[0].port: Invalid value: 65536: must be between 1 and 65535, inclusive`}},
 		{"unnamed port among several", NewService("default/web", Port("http", 80, 0), Port("", 81, 0)),

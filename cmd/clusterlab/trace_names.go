@@ -40,6 +40,12 @@ func loadNames(paths []string) (addrNames, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The same validation as every command that reads manifests (generate, dns
+	// serve, run): names taken from objects the API server would refuse would be
+	// names of nothing.
+	if err := service.ValidateManifests(ms); err != nil {
+		return nil, err
+	}
 	names := addrNames{}
 	for _, m := range ms {
 		switch v := m.Object.(type) {

@@ -241,6 +241,10 @@ type evalCtx struct {
 	// natInto, when set, receives NAT results instead of a new NAT (callers that copy
 	// the result before the next evaluation).
 	natInto *NAT
+	// maxSteps, when positive, bounds the rules a traversal evaluates (all hooks of a
+	// walk's path together); steps counts them; limited says the bound stopped it.
+	maxSteps, steps int
+	limited         bool
 }
 
 // Assumption records how an undecidable match was resolved on a path.
@@ -684,6 +688,11 @@ func (c *evalCtx) ruleStep(t *Table, f *frame, res *TableResult) flow {
 			return c.endOfChain(t, f)
 		}
 		r := ch.Rules[ri]
+		if c.maxSteps > 0 {
+			if c.steps++; c.steps > c.maxSteps {
+				return c.stopAtLimit(t, ch, res)
+			}
+		}
 		matched, step := c.matchTraced(t, ch, r)
 		if !matched {
 			continue
@@ -694,6 +703,19 @@ func (c *evalCtx) ruleStep(t *Table, f *frame, res *TableResult) flow {
 		}
 		return c.ruleTarget(t, ch, ri, r, ch.Name, step, res)
 	}
+}
+
+// stopAtLimit ends a traversal that reached maxSteps rule evaluations: UNKNOWN, no
+// rule deciding, the trace saying why.
+func (c *evalCtx) stopAtLimit(t *Table, ch *Chain, res *TableResult) flow {
+	c.limited = true
+	if c.tr != nil {
+		c.tr.add(Step{Kind: StepNote, Hook: c.hook.String(), Table: t.Name, Chain: ch.Name,
+			Detail: fmt.Sprintf("walk stopped: more than %d rule evaluations on this path (jumps that revisit chains); the outcome is not known", c.maxSteps)}, c)
+	}
+	res.Verdict = Unknown
+	res.Decision.Chain, res.Decision.Rule, res.Decision.Policy = ch.Name, nil, ""
+	return flowDecided
 }
 
 // matchTraced matches rule r of chain ch; with a trace it records a step saying

@@ -62,6 +62,11 @@ type WalkInput struct {
 	Time time.Time
 	// MaxPaths bounds an all-branches exploration (default 4096).
 	MaxPaths int
+	// MaxSteps bounds the rule evaluations of one path (default DefaultMaxWalkSteps):
+	// jumps without a loop can still visit a chain exponentially often (C0 jumps to C1
+	// twice, C1 to C2 twice, ...). A path that reaches it stops with an UNKNOWN
+	// outcome decided by "limit", its trace saying so.
+	MaxSteps int
 	// OutIface is the output interface routing picks for a packet that leaves the node
 	// (FORWARD, POSTROUTING); empty when unknown. Packets to a local address leave
 	// over "lo".
@@ -144,7 +149,8 @@ type Outcome struct {
 	// emulator does not model decided).
 	Verdict    string `json:"verdict"`
 	RejectWith string `json:"reject_with,omitempty"`
-	// DecidedBy is "rule", "policy", "routing" (a martian packet, see
+	// DecidedBy is "rule", "policy", "limit" (the walk stopped at
+	// WalkInput.MaxSteps rule evaluations), "routing" (a martian packet, see
 	// WalkInput.RouteLocalnet) or "bridge" (Bridge says why); Decision names the rule or policy (null when no filter table
 	// rule or policy was involved: a ruleset without a filter table accepts).
 	DecidedBy string       `json:"decided_by"`
@@ -303,6 +309,12 @@ func (c *recordingChooser) chance(p float64) bool {
 	return v
 }
 
+// DefaultMaxWalkSteps is a walk's bound on one path's rule evaluations when
+// WalkInput.MaxSteps is not set: far above kube-proxy's rulesets (a path through
+// 10,000 Services scanned rule by rule evaluates about 20,000), far below a runaway
+// (20 levels of doubling jumps, 4 million, took 71 s).
+const DefaultMaxWalkSteps = 1 << 18
+
 // walkEnv is the Env of a stand-alone walk.
 type walkEnv struct {
 	*StaticEnv
@@ -387,7 +399,11 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 	if in.Conntrack != nil {
 		pkt.CT = *in.Conntrack
 	}
-	c := &evalCtx{pkt: &pkt, env: walkEnv{env}, ch: ch, st: e.st, dry: true, tr: tr, noIndex: in.EveryRule, ipvsOut: in.IPVSLeg}
+	c := &evalCtx{pkt: &pkt, env: walkEnv{env}, ch: ch, st: e.st, dry: true, tr: tr, noIndex: in.EveryRule, ipvsOut: in.IPVSLeg,
+		maxSteps: in.MaxSteps}
+	if c.maxSteps <= 0 {
+		c.maxSteps = DefaultMaxWalkSteps
+	}
 	o := &Outcome{Paths: 1, Trace: tr, MatchedRules: []RuleRef{}, Hooks: []string{}}
 	var lastRule, lastFilter *Decision
 	var dnat, snat *NAT
@@ -408,6 +424,9 @@ func (e *Emulator) walkOnce(env *StaticEnv, ch chooser, tr *Trace, in WalkInput,
 		}
 		if bridged {
 			o.DecidedBy, d = "bridge", nil
+		}
+		if c.limited {
+			o.DecidedBy, d = "limit", nil
 		}
 		if d != nil {
 			o.Decision = &DecisionRef{Hook: d.Hook.String(), Table: d.Table, Chain: d.Chain, Policy: d.Policy}

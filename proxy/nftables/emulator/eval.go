@@ -29,6 +29,16 @@ type evalCtx struct {
 	// decRule and decChain are the rule (nil: the policy) and chain that decided.
 	decRule  *Rule
 	decChain string
+	// limit, in a walk, bounds the rules a path evaluates (nil: no bound).
+	limit *stepLimit
+}
+
+// stepLimit counts a walk path's rule evaluations over all its base chains: jumps
+// without a loop can still run a chain exponentially often (sixteen levels deep, each
+// jumping to the next ten times, is 10^16 rules).
+type stepLimit struct {
+	n, max int
+	hit    bool
 }
 
 // flow is what running a chain (or a rule) did: fell off / returned, or decided.
@@ -81,6 +91,17 @@ func (c *evalCtx) runChain(ch *Chain) flow {
 // runRule runs one rule's statements; stop is true when the chain must stop (a final
 // verdict, return, goto).
 func (c *evalCtx) runRule(r *Rule) (fl flow, stop bool) {
+	if l := c.limit; l != nil {
+		if l.n++; l.n > l.max {
+			l.hit = true
+			if c.tr != nil {
+				c.tr.add(Step{Kind: StepNote, Hook: c.hook.String(), Family: c.t.Family.String(), Table: c.t.Name, Chain: c.chain.Name,
+					Detail: fmt.Sprintf("walk stopped: more than %d rule evaluations on this path (jumps that revisit chains); the outcome is not known", l.max)})
+			}
+			c.res, c.decRule, c.decChain = ChainVerdict{Verdict: Unknown, Reason: "the walk's step limit"}, nil, c.chain.Name
+			return fFinal, true
+		}
+	}
 	step := -1
 	if c.tr != nil {
 		step = c.tr.add(Step{Kind: StepRule, Hook: c.hook.String(), Family: c.t.Family.String(), Table: c.t.Name,

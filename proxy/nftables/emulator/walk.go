@@ -54,6 +54,10 @@ type WalkInput struct {
 	Time time.Time
 	// MaxPaths bounds an all-branches exploration (default 4096).
 	MaxPaths int
+	// MaxSteps bounds the rule evaluations of one path (default DefaultMaxWalkSteps):
+	// a path that reaches it stops with an UNKNOWN outcome decided by "limit", its
+	// trace saying so.
+	MaxSteps int
 	// OutIface is the output interface of a packet that leaves the node (when Route
 	// is not set).
 	OutIface string
@@ -166,7 +170,13 @@ type walkEnv struct {
 	tr     *Trace
 	memo   map[*UnknownStmt]bool
 	assume []AssumptionRef
+	limit  stepLimit
 }
+
+// DefaultMaxWalkSteps is a walk's bound on one path's rule evaluations when
+// WalkInput.MaxSteps is not set: far above kube-proxy's rulesets, which look
+// Services up in maps, far below a runaway.
+const DefaultMaxWalkSteps = 1 << 18
 
 func (w *walkEnv) Now() time.Time { return w.now }
 func (w *walkEnv) DryRun() bool   { return true }
@@ -281,7 +291,11 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 	merged := map[string]*Outcome{}
 	for {
 		tr := &Trace{}
-		env := &walkEnv{now: now, local: local, all: in.AllBranches, rng: rand.New(rand.NewPCG(in.Seed, 0x6e667465)), forced: forced, prob: 1, tr: tr}
+		env := &walkEnv{now: now, local: local, all: in.AllBranches, rng: rand.New(rand.NewPCG(in.Seed, 0x6e667465)), forced: forced, prob: 1, tr: tr,
+			limit: stepLimit{max: in.MaxSteps}}
+		if env.limit.max <= 0 {
+			env.limit.max = DefaultMaxWalkSteps
+		}
 		o := e.walkOnce(env, in, res.Start)
 		o.Probability, o.choices = env.prob, env.taken
 		res.Paths = append(res.Paths, o)
@@ -455,7 +469,7 @@ func (w *walkState) hook(h netfilter.Hook, nat bool) *Outcome {
 		}
 		t := w.e.rs.table(bc.Family, bc.Table)
 		c := t.chain(bc.Chain)
-		ctx := evalCtx{env: w.env, assumer: w.env, q: &w.pkt, tr: w.tr, t: t, hook: h}
+		ctx := evalCtx{env: w.env, assumer: w.env, q: &w.pkt, tr: w.tr, t: t, hook: h, limit: &w.env.limit}
 		v := ctx.runBase(c)
 		ref := &DecisionRef{Hook: h.String(), Table: t.Family.String() + " " + t.Name, Chain: ctx.decChain}
 		if r := ctx.decRule; r != nil {
@@ -564,6 +578,9 @@ func (w *walkState) finish(v Verdict, cv ChainVerdict) *Outcome {
 	o.DecidedBy = "policy"
 	if w.martian {
 		o.DecidedBy, w.decision = "routing", nil
+	}
+	if w.env.limit.hit {
+		o.DecidedBy, w.decision = "limit", nil
 	}
 	if w.decision != nil {
 		o.Decision = w.decision
