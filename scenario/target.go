@@ -23,6 +23,12 @@ func (t target) String() string {
 	case "addr":
 		return t.addr.String()
 	case "name":
+		switch t.host {
+		case "service", "loadbalancer", "pod", "node", "nodeport":
+			// A name spelled like a target kind keeps its root dot: "node.:80" is the
+			// host "node", "node:80" a node.
+			return t.host + ".:" + t.port
+		}
 		return t.host + ":" + t.port
 	case "nodeport":
 		s := "nodeport:" + t.host
@@ -79,7 +85,14 @@ func parseTarget(s string, portOptional bool) (target, error) {
 	if !validDNSName(host) {
 		return target{}, fmt.Errorf("%q: %q is neither an IP address nor a DNS name; want one of %s", s, host, targetForms)
 	}
-	return target{kind: "name", host: strings.TrimSuffix(host, "."), port: port}, nil
+	name := strings.TrimSuffix(host, ".")
+	if a, err := netip.ParseAddr(name); err == nil {
+		// "10.96.0.10.:80": an address written as a rooted name (no DNS name is all
+		// digits in its last label) is the address, as it prints.
+		n, _ := strconv.Atoi(port)
+		return target{kind: "addr", addr: netip.AddrPortFrom(a.Unmap(), uint16(n))}, nil
+	}
+	return target{kind: "name", host: name, port: port}, nil
 }
 
 func parseKindTarget(kind, rest string, portOptional bool) (target, error) {
