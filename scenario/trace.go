@@ -92,6 +92,9 @@ func Trace(ctx context.Context, s *Scenario, opts TraceOptions) (*TraceResult, e
 	if opts.Port == 0 {
 		opts.Port = 80
 	}
+	if opts.Port < 1 || opts.Port > 65535 {
+		return nil, fromErr("--port", "%d: want a port in 1-65535", opts.Port)
+	}
 	tg, err := parseTraceTarget(to, opts.Port)
 	if err != nil {
 		return nil, fromErr("--to", "%v", err)
