@@ -392,6 +392,14 @@ func (e *Emulator) walkOnce(env *walkEnv, in WalkInput, start netfilter.Hook) *O
 		ctSNAT()
 		return w.finish(Accept, ChainVerdict{})
 	}
+	// The kernel routes a locally generated packet before OUTPUT (the socket's route):
+	// rules there see its output interface (oifname), which stays for the whole hook
+	// even when a dnat there changes the destination; it is routed again after.
+	if env.IsLocal(w.pkt.Dst) {
+		w.pkt.OutIface = "lo"
+	} else {
+		w.pkt.OutIface = in.outIface(w.pkt.Dst)
+	}
 	if o := w.hook(netfilter.Output, nat); o != nil {
 		return o
 	}
