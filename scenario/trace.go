@@ -128,9 +128,14 @@ func Trace(ctx context.Context, s *Scenario, opts TraceOptions) (*TraceResult, e
 	for i := 0; i < opts.AfterStep; i++ {
 		r.runStep(ctx, i)
 	}
+	// A source or destination the scenario does not have (at this step) is the
+	// caller's input error, named by its flag.
+	if _, err := r.netOf(opts.From); err != nil {
+		return nil, fromErr("--from", "%v", err)
+	}
 	dst, how, err := r.resolveTarget(ctx, tg, opts.From)
 	if err != nil {
-		return nil, err
+		return nil, fromErr("--to", "%v", err)
 	}
 	res := &TraceResult{From: opts.From, To: to, Dst: dst.String(), Resolved: how, Proto: proto, Mode: string(p.mode)}
 	rs, err := r.c.Probe(netsim.Probe{From: opts.From, Proto: pnum, Dst: dst, SrcPort: uint16(opts.SrcPort), Mode: netsim.ProbePacket, AllBranches: opts.AllBranches, Trace: true, Payload: []byte("clusterlab\n")})

@@ -158,3 +158,34 @@ endpoints: [{addresses: [10.244.1.9], conditions: {ready: true}, nodeName: node-
 		}
 	}
 }
+
+// TestGenerateLocalDetectorWithoutCIDR: --detect-local-mode NodeCIDR for a node with no
+// pod CIDR (none given, and its Node in the files has none) generates what kube-proxy
+// does then (no local-traffic rules: its detector is a no-op) and says so on stderr; the
+// node's spec.podCIDRs silence it, as does --pod-cidr.
+func TestGenerateLocalDetectorWithoutCIDR(t *testing.T) {
+	files := "../../testdata/generator/cli/cluster.yaml" // worker-1 has podCIDRs 10.244.1.0/24
+	const warning = "--detect-local-mode NodeCIDR without an IPv4 pod CIDR"
+	for _, mode := range []string{"iptables", "nftables"} {
+		gen, stderr, err := runCmd(t, "generate", mode, "-f", files, "--node", "worker-9", "--node-ip", "192.168.0.9", "--detect-local-mode", "NodeCIDR")
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if !strings.Contains(stderr, warning) {
+			t.Errorf("%s: a node without a pod CIDR: stderr %q lacks the warning", mode, stderr)
+		}
+		if strings.Contains(gen, "10.244.1.0/24") {
+			t.Errorf("%s: worker-9 has no pod CIDR, yet the ruleset names worker-1's", mode)
+		}
+		gen, stderr, err = runCmd(t, "generate", mode, "-f", files, "--node", "worker-1", "--detect-local-mode", "NodeCIDR")
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if strings.Contains(stderr, warning) {
+			t.Errorf("%s: worker-1 has spec.podCIDRs, yet stderr warns: %q", mode, stderr)
+		}
+		if !strings.Contains(gen, "10.244.1.0/24") {
+			t.Errorf("%s: worker-1's pod CIDR 10.244.1.0/24 is not in its local-traffic rules", mode)
+		}
+	}
+}

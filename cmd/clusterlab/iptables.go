@@ -190,6 +190,18 @@ func (o *iptablesGenOptions) load() ([]*corev1.Service, []*discoveryv1.EndpointS
 	default:
 		return nil, nil, node, "", badInput(fmt.Errorf("--family: %q is neither IPv4 nor IPv6", o.family))
 	}
+	if d := node.NewLocalTrafficDetector(family); d.Mode == proxy.LocalModeNone && o.stderr != nil {
+		// kube-proxy starts with a no-op detector and a warning here ("no PodCIDR
+		// defined at node"); so does the generated ruleset, and the warning is said.
+		switch node.DetectLocalMode {
+		case proxy.LocalModeNodeCIDR:
+			fmt.Fprintf(o.stderr, "clusterlab: warning: --detect-local-mode NodeCIDR without an %s pod CIDR (--pod-cidr, or spec.podCIDRs of --node's Node in the files): local traffic is not detected, as kube-proxy does then\n", family)
+		case "", proxy.LocalModeClusterCIDR:
+			if node.DetectLocalMode != "" || len(node.ClusterCIDRs) > 0 {
+				fmt.Fprintf(o.stderr, "clusterlab: warning: --detect-local-mode ClusterCIDR without an %s --cluster-cidr: local traffic is not detected, as kube-proxy does then\n", family)
+			}
+		}
+	}
 	return services, slices, node, family, nil
 }
 
