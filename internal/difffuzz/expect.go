@@ -43,6 +43,11 @@ func Expect(o Prediction, p Packet) string {
 			}
 		}
 		owner := Owner[dst.Addr()]
+		if dst.Addr().IsLoopback() {
+			// A redirect of the node's own packet: nothing listens on loopback here,
+			// so the node's stack refuses it (a reset, or port unreachable).
+			return "refused"
+		}
 		if owner == "" {
 			return "no owner for " + dst.Addr().String()
 		}

@@ -21,10 +21,12 @@ const nfzDefaultCases = 80
 // small ruleset (table ip a and/or inet b; filter base chains at every hook, two at
 // input, priorities drawn; nat chains at prerouting, output, input and postrouting;
 // policies; ip saddr/daddr with prefixes and !=, a named interval set, iifname/oifname,
-// meta l4proto, tcp/udp/th ports with ranges and sets, a named port set, ct state,
-// meta mark set and mark matches, fib daddr type local, accept, drop, return,
+// meta l4proto, tcp/udp/th ports with ranges and sets, a named port set, ct state (also
+// ! and multi-bit !=), tcp flags in every spelling (implicit, ==, !=, !, V / M,
+// & M == V), ct status NAT bits, meta mark set and mark matches, fib daddr type local, accept, drop, return,
 // jump/goto, reject of every type, anonymous and named verdict maps, dnat to
-// addr[:port], snat, masquerade; no numgen) and a packet (a TCP SYN or a UDP datagram
+// addr[:port], redirect [to :port], snat, masquerade; no numgen: its random pick is
+// not the emulator's draw) and a packet (a TCP SYN or a UDP datagram
 // from the client pod, the external host or the node), loads the ruleset with
 // `nft -f` into a real node namespace and into the emulator, sends the packet for
 // real, and holds what the client saw to what the emulator's walk predicts. A ruleset

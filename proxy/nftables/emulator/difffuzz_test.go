@@ -44,7 +44,7 @@ func (c nfzChain) base() bool { return c.hook != "" }
 func nfzChains() []nfzChain {
 	filterK := []string{"accept", "drop", "reject", "mark", "none", "vmap", "named-vmap"}
 	fp := []string{"-10", "0", "10"}
-	natPre := []string{"dnat", "dnat", "dnat", "accept", "drop", "mark", "none"}
+	natPre := []string{"dnat", "dnat", "dnat", "redirect", "accept", "drop", "mark", "none"}
 	natPost := []string{"snat", "masquerade", "masquerade", "accept", "mark", "none"}
 	// Chains are declared in this order (regular ones first, each jumping only to one
 	// before it), so every jump names a chain that exists.
@@ -71,9 +71,16 @@ func nfzChains() []nfzChain {
 
 var (
 	nfzIfaces  = []string{`"veth0"`, `"veth1"`, `"eth0"`, `"lo"`, `"veth*"`}
-	nfzCtState = []string{"new", "established", "new,established", "related", "invalid", "untracked", "!= established", "!= new"}
-	nfzMarks   = []string{"0x1", "0x2", "0x3"}
-	nfzICMP    = []string{"port-unreachable", "net-unreachable", "host-unreachable", "prot-unreachable",
+	nfzCtState = []string{"new", "established", "new,established", "related", "invalid", "untracked", "!= established", "!= new",
+		"!= new,established", "! established", "! new,untracked", "== new"}
+	// ct status: the NAT bits the first packet's connection has by the hook (dnat after
+	// a DNAT or redirect at prerouting or output, snat after SNAT at input).
+	nfzCtStatus = []string{"dnat", "snat", "! dnat", "snat,dnat", "dnat / snat,dnat", "& dnat == dnat", "& (snat|dnat) == 0"}
+	// tcp flags: the packet is a SYN; nft adds `meta l4proto tcp` (no UDP matches).
+	nfzTCPFlags = []string{"syn", "syn,ack", "== syn", "!= syn", "! ack", "! syn", "syn / syn,ack", "ack / syn,ack",
+		"& (fin|syn|rst|ack) == syn", "& syn == syn", "!= syn / syn,ack"}
+	nfzMarks = []string{"0x1", "0x2", "0x3"}
+	nfzICMP  = []string{"port-unreachable", "net-unreachable", "host-unreachable", "prot-unreachable",
 		"net-prohibited", "host-prohibited", "admin-prohibited"}
 	nfzICMPX = []string{"port-unreachable", "admin-prohibited", "no-route", "host-unreachable"}
 )
@@ -166,6 +173,9 @@ func (d *nfzDraw) matches() []string {
 	if difffuzz.Maybe(t, "has-ct", 6) {
 		b = append(b, "ct state "+difffuzz.DrawOf(t, "ctstate", nfzCtState))
 	}
+	if difffuzz.Maybe(t, "has-ctstatus", 6) {
+		b = append(b, "ct status "+difffuzz.DrawOf(t, "ctstatus", nfzCtStatus))
+	}
 	if difffuzz.Maybe(t, "has-mark", 6) {
 		switch rapid.IntRange(0, 2).Draw(t, "mark-form") {
 		case 0:
@@ -205,6 +215,12 @@ func (d *nfzDraw) action(c nfzChain, b []string) string {
 			b = append(b, "meta l4proto "+d.neg()+proto)
 			proto = "" // no port, and ! means another protocol
 		}
+		if proto == "tcp" && difffuzz.Maybe(t, "has-tcpflags", 4) {
+			b = append(b, "tcp flags "+difffuzz.DrawOf(t, "tcpflags", nfzTCPFlags))
+		}
+	} else if difffuzz.Maybe(t, "has-tcpflags", 6) {
+		b = append(b, "tcp flags "+difffuzz.DrawOf(t, "tcpflags", nfzTCPFlags))
+		proto = "tcp"
 	}
 	kinds := c.kinds
 	if len(c.jumps) > 0 {
@@ -256,6 +272,12 @@ func (d *nfzDraw) action(c nfzChain, b []string) string {
 		b = append(b, "snat "+d.natFam()+"to "+difffuzz.DrawOf(t, "snat-addr", difffuzz.SNATAddrs).String())
 	case "masquerade":
 		b = append(b, "masquerade")
+	case "redirect":
+		if proto != "" && rapid.Bool().Draw(t, "redirect-port") {
+			b = append(b, fmt.Sprintf("redirect to :%d", difffuzz.DrawOf(t, "redirect-to-port", difffuzz.Ports)))
+		} else {
+			b = append(b, "redirect")
+		}
 	}
 	return strings.Join(b, " ")
 }

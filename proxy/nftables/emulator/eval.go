@@ -322,6 +322,12 @@ func (c *evalCtx) load(x *Expr, k *key) bool {
 		return k.putUint(uint64(ctStateBit(q.CT.State)), 4)
 	case xCtStatus:
 		return k.putUint(uint64(ctStatusBitsOf(q.CT.Status)), 4)
+	case xTCPFlags:
+		// nft adds the dependency `meta l4proto tcp`: another protocol does not match.
+		if q.Proto != netfilter.ProtoTCP {
+			return false
+		}
+		return k.putUint(uint64(q.TCPFlags), 1)
 	case xFib:
 		a := q.Src
 		if x.Fib == "daddr" {
@@ -347,7 +353,15 @@ func (c *evalCtx) match(m *Match) bool {
 		return false
 	}
 	if m.Bin != "" {
-		v := binary.BigEndian.Uint32(k.b[:4])
+		// The value is 1 (tcp flags), 2 or 4 bytes wide; the operation keeps its width.
+		w := int(k.n)
+		if w > 4 {
+			return false
+		}
+		var v uint32
+		for _, c := range k.b[:w] {
+			v = v<<8 | uint32(c)
+		}
 		switch m.Bin {
 		case "&":
 			v &= m.BinVal
@@ -357,7 +371,7 @@ func (c *evalCtx) match(m *Match) bool {
 			v ^= m.BinVal
 		}
 		k = key{}
-		k.putUint(uint64(v), 4)
+		k.putUint(uint64(v), w)
 	}
 	var ok bool
 	switch {
@@ -379,14 +393,18 @@ func (c *evalCtx) match(m *Match) bool {
 		return false // an unbound set (cannot happen after validation)
 	}
 	ts := m.Left.types()
-	if len(ts) == 1 && ts[0].isBitmask() && m.Bin == "" && (m.Op == "" || m.Op == "!=") {
+	// A bitmask type's plain match is "any of these bits" and "!" is "none of them"
+	// (nft compiles both to a mask and a compare with 0); "==" and "!=" compare the
+	// whole value, as nft 1.0.6 compiles them (`ct state != established,related` is
+	// `cmp neq 0x6`, true for every packet, whose state has one bit).
+	if len(ts) == 1 && ts[0].isBitmask() && (m.Op == "" || m.Op == "!") {
 		any := false
 		for i := 0; i < int(k.n); i++ {
 			if k.b[i]&m.Lo.b[i] != 0 {
 				any = true
 			}
 		}
-		return any != (m.Op == "!=")
+		return any != (m.Op == "!")
 	}
 	switch m.Op {
 	case "", "==":

@@ -370,3 +370,68 @@ func TestSetCloneAfterDeletes(t *testing.T) {
 		t.Errorf("set after the transactions: len %d, live %v", s.Len(), s.live())
 	}
 }
+
+// TestBitmaskMatches: tcp flags, ct state and ct status matches decide as the bytecode
+// nft 1.0.6 compiles them to (`nft --debug=netlink`): a plain bitmask match is
+// `& bits != 0`, "!" is `& bits == 0`, "==" and "!=" compare the whole value (so
+// `ct state != established,related` holds for every packet: a state is one bit), and
+// "V / M" is `& M == V`. tcp flags carries the dependency `meta l4proto tcp`: a UDP
+// packet matches none of its forms, negated ones included.
+func TestBitmaskMatches(t *testing.T) {
+	type pkt struct {
+		name   string
+		udp    bool
+		flags  uint8
+		state  netfilter.CtState
+		status netfilter.CtStatus
+	}
+	syn := pkt{name: "SYN", flags: netfilter.TCPSyn, state: netfilter.CtNew}
+	synack := pkt{name: "SYN-ACK", flags: netfilter.TCPSyn | netfilter.TCPAck, state: netfilter.CtEstablished}
+	ack := pkt{name: "ACK", flags: netfilter.TCPAck, state: netfilter.CtEstablished, status: netfilter.StatusDstNAT}
+	rst := pkt{name: "RST", flags: 0x04, state: netfilter.CtRelated, status: netfilter.StatusSrcNAT | netfilter.StatusDstNAT}
+	udp := pkt{name: "UDP", udp: true, state: netfilter.CtNew, status: netfilter.StatusDstNAT}
+	all := []pkt{syn, synack, ack, rst, udp}
+	for _, c := range []struct {
+		rule  string
+		match []string // the packets it matches
+	}{
+		{"tcp flags syn", []string{"SYN", "SYN-ACK"}},
+		{"tcp flags syn,ack", []string{"SYN", "SYN-ACK", "ACK"}},
+		{"tcp flags == syn", []string{"SYN"}},
+		{"tcp flags != syn", []string{"SYN-ACK", "ACK", "RST"}},
+		{"tcp flags ! syn,ack", []string{"RST"}},
+		{"tcp flags syn / syn,ack", []string{"SYN"}},
+		{"tcp flags & (syn|ack) == syn", []string{"SYN"}},
+		{"tcp flags & (syn | ack) != syn", []string{"SYN-ACK", "ACK", "RST"}},
+		{"tcp flags & syn == syn", []string{"SYN", "SYN-ACK"}},
+		{"tcp flags & 0x3f == 0x02", []string{"SYN"}},
+		{"tcp flags & (fin|syn|rst|ack) == 0", nil},
+		{"ct state != established,related", []string{"SYN", "SYN-ACK", "ACK", "RST", "UDP"}},
+		{"ct state != established", []string{"SYN", "RST", "UDP"}},
+		{"ct state ! established,related", []string{"SYN", "UDP"}},
+		{"ct state established,related", []string{"SYN-ACK", "ACK", "RST"}},
+		{"ct status dnat", []string{"ACK", "RST", "UDP"}},
+		{"ct status ! dnat", []string{"SYN", "SYN-ACK"}},
+		{"ct status & (snat|dnat) == dnat", []string{"ACK", "UDP"}},
+		{"ct status dnat / snat,dnat", []string{"ACK", "UDP"}},
+		{"ct status & dnat != 0", []string{"ACK", "RST", "UDP"}},
+		{"ct status snat,dnat", []string{"ACK", "RST", "UDP"}},
+	} {
+		e := mustLoad(t, "table ip f {\n\tchain in {\n\t\ttype filter hook input priority 0; policy accept;\n\t\t"+c.rule+" drop\n\t}\n}\n")
+		bc := e.BaseChains(netfilter.Input)[0]
+		var got []string
+		for _, p := range all {
+			q := tcp("10.1.1.1", "192.168.0.2", 80)
+			q.TCPFlags, q.CT.State, q.CT.Status = p.flags, p.state, p.status
+			if p.udp {
+				q.Proto = netfilter.ProtoUDP
+			}
+			if e.RunChain(newTestEnv(), bc, q, nil).Verdict == Drop {
+				got = append(got, p.name)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(c.match, " ") {
+			t.Errorf("%s: matches %q, want %q", c.rule, got, c.match)
+		}
+	}
+}

@@ -136,6 +136,10 @@ func payloadExpr(proto, field string) (*Expr, bool) {
 			return &Expr{Kind: xSport, Proto: protoNames[proto]}, true
 		case "dport":
 			return &Expr{Kind: xDport, Proto: protoNames[proto]}, true
+		case "flags":
+			if proto == "tcp" {
+				return &Expr{Kind: xTCPFlags, Proto: netfilter.ProtoTCP}, true
+			}
 		}
 	}
 	return nil, false
@@ -145,6 +149,7 @@ func payloadExpr(proto, field string) (*Expr, bool) {
 func (p *jsonParser) match(m map[string]any) (Stmt, bool, error) {
 	left := m["left"]
 	mt := &Match{}
+	var binArg any
 	if lm, ok := left.(map[string]any); ok && len(lm) == 1 {
 		for op, a := range lm {
 			if op == "&" || op == "|" || op == "^" {
@@ -152,11 +157,7 @@ func (p *jsonParser) match(m map[string]any) (Stmt, bool, error) {
 				if len(pair) != 2 {
 					return nil, false, nil
 				}
-				n, ok := pair[1].(float64)
-				if !ok {
-					return nil, false, nil
-				}
-				left, mt.Bin, mt.BinVal = pair[0], op, uint32(n)
+				left, mt.Bin, binArg = pair[0], op, pair[1]
 			}
 		}
 	}
@@ -165,22 +166,53 @@ func (p *jsonParser) match(m map[string]any) (Stmt, bool, error) {
 		return nil, false, nil
 	}
 	mt.Left = x
+	lt := x.types()
+	bitmask := len(lt) == 1 && lt[0].isBitmask()
+	if mt.Bin != "" {
+		// A number, or for a bitmask type a bit's name or a list of names.
+		switch a := binArg.(type) {
+		case float64:
+			mt.BinVal = uint32(a)
+		case string, []any:
+			if !bitmask {
+				return nil, false, nil
+			}
+			v, err := jsonBits(lt[0], a)
+			if err != nil {
+				return nil, false, fmt.Errorf("match %s %s: %v", x, mt.Bin, err)
+			}
+			mt.BinVal = v
+		default:
+			return nil, false, nil
+		}
+	}
 	switch op, _ := m["op"].(string); op {
 	case "==":
-		if mt.Bin != "" {
+		if mt.Bin != "" || bitmask { // "in" is a bitmask's implicit "any of these bits"
 			mt.Op = "=="
 		}
 	case "in":
+	case "!":
+		if !bitmask {
+			return nil, false, nil
+		}
+		mt.Op = op
 	case "!=", "<", ">", "<=", ">=":
 		mt.Op = op
 	default:
 		return nil, false, nil
 	}
 	ts := x.types()
-	if mt.Bin != "" {
+	if mt.Bin != "" && !bitmask {
 		ts = []dtype{tMark}
 	}
-	if err := p.matchRight(mt, ts, m["right"]); err != nil {
+	right := m["right"]
+	if rm, ok := right.(map[string]any); ok && bitmask {
+		if list, ok := rm["|"].([]any); ok { // {"|": ["established", "related"]}
+			right = list
+		}
+	}
+	if err := p.matchRight(mt, ts, right); err != nil {
 		return nil, false, err
 	}
 	return mt, true, nil
@@ -409,4 +441,25 @@ func (p *jsonParser) nat(t *Table, kind string, v any) (Stmt, error) {
 		n.MapAnon = s
 	}
 	return n, nil
+}
+
+// jsonBits is a bitmask operand: a bit's name (or a number) or a list of them.
+func jsonBits(t dtype, a any) (uint32, error) {
+	vals := []any{a}
+	if list, ok := a.([]any); ok {
+		vals = list
+	}
+	var v uint32
+	for _, x := range vals {
+		txt, err := jsonValueText(x)
+		if err != nil {
+			return 0, err
+		}
+		n, err := parseScalar(t, txt)
+		if err != nil {
+			return 0, err
+		}
+		v |= uint32(n)
+	}
+	return v, nil
 }

@@ -378,3 +378,38 @@ func outcomeSummary(r *WalkResult) string {
 	}
 	return b.String()
 }
+
+// TestBitmaskSpellingsJSON: the bitmask matches of testdata/spellings (tcp flags, ct
+// state and ct status with masks, "!", "/" and whole-value comparisons) read from
+// `nft -j list ruleset` (listed.json, captured with listed.nft) print as the text
+// listing does, so both forms load the same matches.
+func TestBitmaskSpellingsJSON(t *testing.T) {
+	js, err := os.ReadFile("testdata/spellings/listed.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile("testdata/spellings/listed.nft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := Load(js, "listed.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pick := func(s string) []string {
+		var out []string
+		for _, l := range strings.Split(s, "\n") {
+			if strings.Contains(l, "tcp flags") || strings.Contains(l, "ct state") || strings.Contains(l, "ct status") {
+				out = append(out, strings.TrimSpace(l))
+			}
+		}
+		return out
+	}
+	got, w := pick(e.String()), pick(string(want))
+	if len(w) < 15 {
+		t.Fatalf("listed.nft has %d bitmask matches, want the spellings' 15 or more", len(w))
+	}
+	if !slices.Equal(got, w) {
+		t.Errorf("from JSON:\n%s\nnft's text listing:\n%s", strings.Join(got, "\n"), strings.Join(w, "\n"))
+	}
+}

@@ -126,7 +126,7 @@ func (p *ruleParser) hasProtoMatch() bool {
 			switch k := m.Left.Kind; {
 			case (k == xL4proto || k == xIPProto) && m.Op != "!=":
 				return true
-			case (k == xSport || k == xDport) && m.Left.Proto != 0:
+			case (k == xSport || k == xDport || k == xTCPFlags) && m.Left.Proto != 0:
 				// tcp/udp dport ... brings its protocol dependency (meta l4proto tcp)
 				// whatever the comparison: "tcp dport != 80" is a TCP match.
 				return true
@@ -427,6 +427,10 @@ func (p *ruleParser) parsePrimary() (*Expr, error) {
 			return one(&Expr{Kind: xSport, Proto: proto}, 2)
 		case "dport":
 			return one(&Expr{Kind: xDport, Proto: proto}, 2)
+		case "flags":
+			if t.s == "tcp" {
+				return one(&Expr{Kind: xTCPFlags, Proto: proto}, 2)
+			}
 		}
 	case "meta":
 		switch n1.s {
@@ -496,7 +500,9 @@ func (p *ruleParser) parseNumgen() (*Expr, error) {
 	return x, nil
 }
 
-var relOps = map[string]string{"==": "==", "eq": "==", "!=": "!=", "ne": "!=", "<": "<", "lt": "<", ">": ">",
+// relOps are the relational operators; "!" is nft's negation for bitmask types (the
+// bits are all clear: `ct state ! established`), where "!=" is plain inequality.
+var relOps = map[string]string{"==": "==", "eq": "==", "!=": "!=", "ne": "!=", "!": "!", "<": "<", "lt": "<", ">": ">",
 	"gt": ">", "<=": "<=", "le": "<=", ">=": ">=", "ge": ">="}
 
 var binOps = map[string]string{"&": "&", "and": "&", "|": "|", "or": "|", "^": "^", "xor": "^"}
@@ -505,14 +511,24 @@ var binOps = map[string]string{"&": "&", "and": "&", "|": "|", "or": "|", "^": "
 // its right side.
 func (p *ruleParser) parseMatchRest(x *Expr) (Stmt, error) {
 	m := &Match{Left: x}
+	lt := x.types()
+	bitmask := len(lt) == 1 && lt[0].isBitmask()
 	if op, ok := binOps[p.peek().s]; ok && !p.peek().quoted {
 		p.next()
-		v := p.next()
-		n, err := strconv.ParseUint(v.s, 0, 32)
-		if err != nil {
-			return nil, p.errf(v, "%s %s: bad value %s", x, op, describe(v))
+		if bitmask {
+			n, err := p.parseBits(x, lt[0])
+			if err != nil {
+				return nil, err
+			}
+			m.Bin, m.BinVal = op, n
+		} else {
+			v := p.next()
+			n, err := strconv.ParseUint(v.s, 0, 32)
+			if err != nil {
+				return nil, p.errf(v, "%s %s: bad value %s", x, op, describe(v))
+			}
+			m.Bin, m.BinVal = op, uint32(n)
 		}
-		m.Bin, m.BinVal = op, uint32(n)
 	}
 	if p.peek().is("vmap") {
 		p.next()
@@ -536,9 +552,12 @@ func (p *ruleParser) parseMatchRest(x *Expr) (Stmt, error) {
 		p.next()
 		m.Op = op
 	}
+	if m.Op == "!" && !bitmask {
+		return nil, p.errf(p.toks[p.i-1], "%s: the ! operator is for bitmask types (ct state, ct status, tcp flags)", x)
+	}
 	start := p.i
 	ts := x.types()
-	if m.Bin != "" {
+	if m.Bin != "" && !bitmask {
 		ts = []dtype{tMark}
 	}
 	switch t := p.peek(); {
@@ -558,9 +577,54 @@ func (p *ruleParser) parseMatchRest(x *Expr) (Stmt, error) {
 		if err := p.parseConst(m, ts); err != nil {
 			return nil, err
 		}
+		if bitmask && m.Bin == "" && m.Op != "!" && p.peek().is("/") && !p.peek().quoted {
+			// "tcp flags syn / syn,ack": the flags under the mask are these.
+			p.next()
+			n, err := p.parseBits(x, lt[0])
+			if err != nil {
+				return nil, err
+			}
+			m.Bin, m.BinVal = "&", n
+			if m.Op == "" {
+				m.Op = "=="
+			}
+		}
 	}
 	m.RHS = span(p.src, p.toks[start:p.i])
 	return m, nil
+}
+
+// parseBits parses a bitmask operand: a bit's name or a number, names joined by "|"
+// in parentheses ("(syn | ack)", "(syn|ack)") or by commas ("syn,ack").
+func (p *ruleParser) parseBits(x *Expr, t dtype) (uint32, error) {
+	first := p.next()
+	text := first.s
+	if strings.HasPrefix(text, "(") {
+		for !strings.HasSuffix(text, ")") {
+			if p.eof() || p.peek().nl {
+				return 0, p.errf(first, "%s: missing \")\" after %s", x, text)
+			}
+			text += p.next().s
+		}
+		text = text[1 : len(text)-1]
+	} else {
+		for p.peek().is(",") {
+			p.next()
+			text += "," + p.next().s
+		}
+	}
+	var v uint32
+	for _, part := range strings.FieldsFunc(text, func(r rune) bool { return r == '|' || r == ',' }) {
+		n, err := parseScalar(t, part)
+		if err != nil {
+			return 0, p.errf(first, "%s: %v", x, err)
+		}
+		v |= uint32(n)
+	}
+	if text == "" {
+		return 0, p.errf(first, "%s: expected a value, found %s", x, describe(first))
+	}
+	return v, nil
 }
 
 // parseConst parses a constant right side: a value per component; bitmask types take

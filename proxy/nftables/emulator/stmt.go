@@ -36,6 +36,7 @@ const (
 	xFib
 	xNumgen
 	xConcat
+	xTCPFlags // tcp flags
 )
 
 // Expr is a value read from the packet (or drawn: numgen), possibly concatenated.
@@ -88,6 +89,8 @@ func (x *Expr) computeTypes() []dtype {
 		return []dtype{tCtState}
 	case xCtStatus:
 		return []dtype{tCtStatus}
+	case xTCPFlags:
+		return []dtype{tTCPFlag}
 	case xFib:
 		return []dtype{tFibType}
 	}
@@ -142,6 +145,8 @@ func (x *Expr) String() string {
 		return "ct status"
 	case xCtMark:
 		return "ct mark"
+	case xTCPFlags:
+		return "tcp flags"
 	case xFib:
 		return "fib " + x.Fib + " type"
 	case xNumgen:
@@ -172,6 +177,9 @@ type Match struct {
 
 // String prints the match in nft's listing spelling.
 func (m *Match) String() string {
+	if s, ok := m.bitsString(); ok {
+		return s
+	}
 	var b strings.Builder
 	b.WriteString(m.Left.String())
 	if m.Bin != "" {
@@ -184,6 +192,42 @@ func (m *Match) String() string {
 	}
 	b.WriteString(" " + m.rhsString())
 	return b.String()
+}
+
+// bitsString prints a bitmask type's masked or negated match as nft 1.0.6 lists it:
+// `& M == 0` as "! M", `& M != 0` as plain "M", `& B == B` for one bit B as written,
+// any other `& M == V` as "V / M" (and "!= V / M").
+func (m *Match) bitsString() (string, bool) {
+	ts := m.Left.types()
+	if len(ts) != 1 || !ts[0].isBitmask() || m.Anon != nil || m.SetRef != "" || m.Range {
+		return "", false
+	}
+	t, left := ts[0], m.Left.String()
+	var v uint32
+	for _, c := range m.Lo.bytes() {
+		v = v<<8 | uint32(c)
+	}
+	list := func(x uint32) string { return bitsString(t, x, ",") }
+	switch {
+	case m.Bin == "" && m.Op == "!":
+		return left + " ! " + list(v), true
+	case m.Bin == "" && (m.Op == "==" || m.Op == "!="):
+		// A whole-value comparison lists several bits as "a | b".
+		return left + " " + m.Op + " " + bitsString(t, v, " | "), true
+	case m.Bin != "&":
+		return "", false
+	case m.Op == "==" && v == 0:
+		return left + " ! " + list(m.BinVal), true
+	case m.Op == "!=" && v == 0:
+		return left + " " + list(m.BinVal), true
+	case m.Op == "==" && v == m.BinVal && v&(v-1) == 0:
+		return left + " & " + list(v) + " == " + list(v), true
+	case m.Op == "==":
+		return left + " " + list(v) + " / " + list(m.BinVal), true
+	case m.Op == "!=":
+		return left + " != " + list(v) + " / " + list(m.BinVal), true
+	}
+	return "", false
 }
 
 func (m *Match) rhsString() string {
@@ -227,14 +271,22 @@ func formatBits(t dtype, b []byte) string {
 	for _, c := range b {
 		v = v<<8 | uint32(c)
 	}
-	names := ctStateBits
-	order := []string{"invalid", "established", "related", "new", "untracked"}
-	if t == tCtStatus {
-		names = ctStatusBits
-		order = []string{"expected", "seen-reply", "assured", "confirmed", "snat", "dnat", "dying"}
-	}
+	return bitsString(t, v, ",")
+}
+
+// bitOrder is the order nft lists a bitmask type's bits in.
+var bitOrder = map[dtype][]string{
+	tCtState:  {"invalid", "established", "related", "new", "untracked"},
+	tCtStatus: {"expected", "seen-reply", "assured", "confirmed", "snat", "dnat", "dying"},
+	tTCPFlag:  {"fin", "syn", "rst", "psh", "ack", "urg", "ecn", "cwr"},
+}
+
+// bitsString prints a bitmask value by its bits' names joined by sep ("syn,ack"; nft
+// writes "syn | ack" inside a binary operation), any bits without a name as a number.
+func bitsString(t dtype, v uint32, sep string) string {
+	names := bitNames(t)
 	var parts []string
-	for _, n := range order {
+	for _, n := range bitOrder[t] {
 		if v&names[n] != 0 {
 			parts = append(parts, n)
 			v &^= names[n]
@@ -243,7 +295,7 @@ func formatBits(t dtype, b []byte) string {
 	if v != 0 || len(parts) == 0 {
 		parts = append(parts, fmt.Sprintf("0x%x", v))
 	}
-	return strings.Join(parts, ",")
+	return strings.Join(parts, sep)
 }
 
 func anonString(s *Set) string {

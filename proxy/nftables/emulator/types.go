@@ -29,12 +29,13 @@ const (
 	tFibType
 	tNfproto
 	tVerdict
+	tTCPFlag
 )
 
 var dtypeNames = map[string]dtype{
 	"ipv4_addr": tIPv4, "ipv6_addr": tIPv6, "inet_proto": tProto, "inet_service": tService,
 	"mark": tMark, "ifname": tIfname, "integer": tInteger, "ct_state": tCtState,
-	"ct_status": tCtStatus, "fib_addrtype": tFibType, "nf_proto": tNfproto, "verdict": tVerdict,
+	"ct_status": tCtStatus, "fib_addrtype": tFibType, "nf_proto": tNfproto, "verdict": tVerdict, "tcp_flag": tTCPFlag,
 }
 
 // width is how many key bytes a value of the type takes.
@@ -42,7 +43,7 @@ func (t dtype) width() int {
 	switch t {
 	case tIPv6, tIfname:
 		return 16
-	case tProto, tNfproto:
+	case tProto, tNfproto, tTCPFlag:
 		return 1
 	case tService:
 		return 2
@@ -123,6 +124,10 @@ var ctStateBits = map[string]uint32{"invalid": 1, "established": 2, "related": 4
 var ctStatusBits = map[string]uint32{"expected": 1, "seen-reply": 2, "assured": 4, "confirmed": 8,
 	"snat": 16, "dnat": 32, "dying": 512}
 
+// tcpFlagBits are tcp_flag's bits as nft names them (the TCP header's flags byte).
+var tcpFlagBits = map[string]uint32{"fin": 0x01, "syn": 0x02, "rst": 0x04, "psh": 0x08, "ack": 0x10, "urg": 0x20,
+	"ecn": 0x40, "cwr": 0x80}
+
 // fibTypes are the fib_addrtype values (RTN_*).
 var fibTypes = map[string]uint32{"unspec": 0, "unicast": 1, "local": 2, "broadcast": 3, "anycast": 4,
 	"multicast": 5, "blackhole": 6, "unreachable": 7, "prohibit": 8}
@@ -165,7 +170,20 @@ func ctStatusBitsOf(s netfilter.CtStatus) uint32 {
 }
 
 // isBitmask reports types whose plain match means "any of these bits".
-func (t dtype) isBitmask() bool { return t == tCtState || t == tCtStatus }
+func (t dtype) isBitmask() bool { return t == tCtState || t == tCtStatus || t == tTCPFlag }
+
+// bitNames are a bitmask type's names for its bits.
+func bitNames(t dtype) map[string]uint32 {
+	switch t {
+	case tCtState:
+		return ctStateBits
+	case tCtStatus:
+		return ctStatusBits
+	case tTCPFlag:
+		return tcpFlagBits
+	}
+	return nil
+}
 
 // parseValue parses one (non-concatenated) value of type t into lo and hi (equal unless
 // the value is a prefix, a range or an interface wildcard).
@@ -235,6 +253,11 @@ func parseScalar(t dtype, s string) (uint64, error) {
 			return uint64(v), nil
 		}
 		return parseUint(s, 32, "ct bit")
+	case tTCPFlag:
+		if v, ok := tcpFlagBits[s]; ok {
+			return uint64(v), nil
+		}
+		return parseUint(s, 8, "tcp flag")
 	case tFibType:
 		if v, ok := fibTypes[s]; ok {
 			return uint64(v), nil
@@ -334,16 +357,8 @@ func formatValue(t dtype, b []byte) string {
 	switch t {
 	case tMark:
 		return fmt.Sprintf("0x%08x", v)
-	case tCtState, tCtStatus:
-		names := ctStateBits
-		if t == tCtStatus {
-			names = ctStatusBits
-		}
-		for n, bit := range names {
-			if uint64(bit) == v {
-				return n
-			}
-		}
+	case tCtState, tCtStatus, tTCPFlag:
+		return bitsString(t, uint32(v), ",")
 	case tFibType:
 		for n, x := range fibTypes {
 			if uint64(x) == v {
