@@ -28,6 +28,16 @@ import (
 // that answered on the kernel) must be the model's pick, each ipvsadm command must be
 // accepted or refused alike, and each -Ln listing (real servers in kernel list order
 // with weights and active/inactive counts) must be the model's.
+//
+// The same boot runs the connection-handling cases of connHandlingVMCases (reused
+// tuples, graceful termination, quiescent templates, timeouts, statistics), so the
+// suite stays one boot: 32 cases, whose guest time is about 10 s for the schedulers
+// and 36 s for connection handling at light load (29 s of it sleeps the timeouts and
+// the kernel's 2 s statistics estimator need, 5 s a connect the kernel drops); the
+// test took 56-82 s at load 4-6 and 91-114 s at load 8-10 on the 2-core CI machine
+// (docs/PERFORMANCE.md). With CLUSTERLAB_VM_RECORD=1 a run that agrees writes the
+// kernel's connection-handling answers to testdata/kernel for
+// TestConnHandlingKernelRecord.
 func TestSchedulersAgainstKernelVM(t *testing.T) {
 	k := vmtest.Require(t)
 	var plan vmtest.Plan
