@@ -61,6 +61,9 @@ func parseLines(script string) ([]line, error) {
 				break
 			}
 		}
+		if len(words) == 0 { // a quoted "#..." word: a comment, as the emulator reads it
+			continue
+		}
 		l := line{no: i + 1, text: strings.Join(words, " ")}
 		switch words[0] {
 		case "conn":
