@@ -34,7 +34,7 @@ import (
 // suite stays one boot: 32 cases, whose guest time is about 10 s for the schedulers
 // and 36 s for connection handling at light load (29 s of it sleeps the timeouts and
 // the kernel's 2 s statistics estimator need, 5 s a connect the kernel drops); the
-// test took 56-82 s at load 4-6 and 91-114 s at load 8-10 on the 2-core CI machine
+// test took 56-82 s at load 4-6 and 76-114 s at load 8-10 on the 2-core CI machine
 // (docs/PERFORMANCE.md). With CLUSTERLAB_VM_RECORD=1 a run that agrees writes the
 // kernel's connection-handling answers to testdata/kernel for
 // TestConnHandlingKernelRecord.
