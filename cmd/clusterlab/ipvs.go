@@ -35,9 +35,9 @@ which is exact for ipvsadm -Ln --nosort). The format is detected. FILE "-" is st
   ipvsadm command     without the leading "ipvsadm": -A -E -D -a -e -d -C -Z --set,
                       with -t/-u/--sctp-service/-f, -s, -p [timeout], -M, -w, -r,
                       -m/-g/-i, -b, -x, -y, -o, and long spellings; -L/-l (-n, -c,
-                      --nosort, --thresholds, --persistent-conn, --timeout) and -S print
-                      listings exactly as ipvsadm does.
-  conn tcp|udp CLIENT_IP:PORT VIP:PORT [close] [mark=N] [ct=confirmed]
+                      --nosort, --thresholds, --persistent-conn, --timeout, --stats,
+                      --exact) and -S print listings exactly as ipvsadm does.
+  conn tcp|udp CLIENT_IP:PORT VIP:PORT [close|server-close] [mark=N] [ct=confirmed]
                       a whole connection through the IPVS hooks: for TCP the three-way
                       handshake (the SYN-ACK only when the real server is masqueraded),
                       for UDP one datagram and its reply. It stays in the connection
@@ -50,6 +50,11 @@ which is exact for ipvsadm -Ln --nosort). The format is detected. FILE "-" is st
                       CLOSED) is a new connection whose SYN meets that entry, as in the
                       kernel: rescheduled or kept per conn_reuse_mode and the kernel
                       release (see below), then closed again with close.
+                      server-close (TCP): after the handshake the real server closes
+                      first (FIN-ACK, the client's ACK) and the client keeps its side
+                      open: the entry waits in FIN_WAIT (--set's tcpfin timeout).
+                      For --stats, a UDP datagram carries 64 bytes each way (IP length
+                      92); TCP segments are counted without payload.
                       With ct=confirmed the first packet has a confirmed conntrack entry
                       (see below); when the kernel drops it, nothing more is played.
   sched tcp|udp CLIENT_IP:PORT VIP:PORT [mark=N]

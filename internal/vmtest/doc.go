@@ -23,8 +23,11 @@
 // CLUSTERLAB_VM_CONSOLE a file to copy the console to.
 //
 // The case kinds (plan.go) are what the agent can run: KindIPVSScript takes the IPVS
-// emulator's script lines (ipvsadm commands, sysctl, conn, -L), so the same script runs
-// on the model and on the kernel and the two are compared line by line;
+// emulator's script lines (ipvsadm commands, sysctl, conn with close or server-close,
+// sleep, -L, -Lc, -L --stats), so the same script runs on the model and on the kernel
+// and the two are compared line by line (sleep really waits in the guest while the
+// model advances its clock; each result carries the guest's time since the case
+// began, so the expiry column can be held to the model's within the guest's lead);
 // KindIPVSCalls makes ipvs.Interface calls on the kernel adapter. Listing and ErrClass
 // are shared by both sides, so a listing or an error is taken the same way from the
 // model as from the kernel.

@@ -11,7 +11,10 @@ const (
 	// commands, sysctl, conn and -L lines) on the guest's kernel: ipvsadm commands go
 	// through package kernel's IPVS adapter, conn lines are real TCP or UDP connections
 	// from a client network namespace through a director namespace (where IPVS runs)
-	// to real servers in a third, and -L lines snapshot the adapter's listing.
+	// to real servers in a third (a fixed-size request and reply, ConnPayload bytes
+	// each; a later line on an open tuple closes it or, UDP, sends on it again), -L
+	// lines snapshot the adapter's listing, -Lc the connection table, -L --stats the
+	// traffic counters, and sleep lines really wait.
 	KindIPVSScript = "ipvs-script"
 	// KindIPVSCalls makes ipvs.Interface calls on package kernel's IPVS adapter in a
 	// fresh network namespace and reports each call's error class and the listing after
@@ -86,8 +89,9 @@ type Service struct {
 type Result struct {
 	Case string `json:"case"`
 	Step int    `json:"step"`
-	Line int    `json:"line,omitempty"` // KindIPVSScript: the script line
-	Text string `json:"text,omitempty"` // the line or the call
+	Line int    `json:"line,omitempty"`  // KindIPVSScript: the script line
+	AtMS int64  `json:"at_ms,omitempty"` // KindIPVSScript: when the line ended, in ms since the case began
+	Text string `json:"text,omitempty"`  // the line or the call
 	// Conn lines: the real server that answered ("10.1.0.2:80"), or NoDestination with
 	// the client's error (IPVS refuses with ICMP port unreachable).
 	Destination   string `json:"destination,omitempty"`
@@ -102,12 +106,43 @@ type Result struct {
 	// column ("TCP ESTABLISHED 10.0.0.1:40001 10.96.0.1:80 10.1.0.2:8080"), sorted.
 	Conns       []string `json:"conns,omitempty"`
 	ConnsListed bool     `json:"conns_listed,omitempty"`
+	// ConnExpires: each entry's time left in whole seconds (the expiry column), in
+	// Conns' order.
+	ConnExpires []int `json:"conn_expires,omitempty"`
+	// -L --stats lines: the kernel's traffic counters, services sorted as Listing
+	// sorts them, real servers in list order.
+	Stats       []ServiceStats `json:"stats,omitempty"`
+	StatsListed bool           `json:"stats_listed,omitempty"`
 	// Done closes a case: Fatal is an error that stopped it (its later steps did not
 	// run), Leftover what cleaning up found still there, Elapsed its wall time.
 	Done     bool     `json:"done,omitempty"`
 	Fatal    string   `json:"fatal,omitempty"`
 	Leftover []string `json:"leftover,omitempty"`
 	Elapsed  string   `json:"elapsed,omitempty"`
+}
+
+// TrafficStats are the counters ipvsadm -Ln --stats prints for a virtual server or a
+// real server.
+type TrafficStats struct {
+	Conns    uint64 `json:"conns"`
+	InPkts   uint64 `json:"inpkts"`
+	OutPkts  uint64 `json:"outpkts"`
+	InBytes  uint64 `json:"inbytes"`
+	OutBytes uint64 `json:"outbytes"`
+}
+
+// ServiceStats is a virtual server's counters ("TCP 10.96.0.1:80", "UDP ...", "FWM 1")
+// and its real servers' ("10.1.0.1:8080"), in kernel list order.
+type ServiceStats struct {
+	Service      string       `json:"service"`
+	Stats        TrafficStats `json:"stats"`
+	Destinations []DestStats  `json:"destinations"`
+}
+
+// DestStats is a real server's counters.
+type DestStats struct {
+	Destination string       `json:"destination"`
+	Stats       TrafficStats `json:"stats"`
 }
 
 // Console framing: the agent prints ResultPrefix+JSON per result, BootedLine once its

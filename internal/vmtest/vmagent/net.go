@@ -185,6 +185,11 @@ func buildNet(idx int, topo topology) (n *caseNet, err error) {
 	if err := n.sysctl(n.dir, "net/ipv4/ip_forward", "1"); err != nil {
 		return n, err
 	}
+	// A client port whose last connection the client closed (TIME_WAIT) may be used
+	// again once a second has passed (the reused-tuple cases).
+	if err := n.sysctl(n.cli, "net/ipv4/tcp_tw_reuse", "1"); err != nil {
+		return n, err
+	}
 	return n, nil
 }
 

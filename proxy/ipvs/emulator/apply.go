@@ -89,3 +89,7 @@ func (sp svcSpec) virtualServer() *ipvs.VirtualServer {
 
 // ListsConnections reports whether the command is a connection listing (ipvsadm -Lc).
 func (c *Command) ListsConnections() bool { return c.Op == OpList && c.has(optConnection) }
+
+// ListsStats reports whether the command is a traffic statistics listing (ipvsadm -L
+// --stats).
+func (c *Command) ListsStats() bool { return c.Op == OpList && c.has(optStats) }

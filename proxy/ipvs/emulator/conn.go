@@ -442,6 +442,9 @@ type Packet struct {
 	// is then dropped so that conntrack can forget the old flow and the client's
 	// retransmission is scheduled afresh (ip_vs_conn_uses_old_conntrack, Linux 5.9+).
 	ConfirmedConntrack bool
+	// Len is the IP packet's length in bytes, which IPVS adds to its byte statistics
+	// (ipvsadm -Ln --stats); 0 counts the packet but no bytes.
+	Len int
 }
 
 func (p *Packet) String() string {
@@ -556,6 +559,7 @@ func (m *Model) Out(p Packet) Decision {
 	if c == nil {
 		return Decision{Verdict: VerdictAccept, Reason: "no IPVS connection for this reply"}
 	}
+	countPacket(c, &p, true)
 	m.setState(c, dirOutput, &p)
 	m.connPut(c)
 	dec := Decision{Verdict: VerdictForward, Dest: netip.AddrPortFrom(c.vaddr, c.vport), Forward: c.fwd,
@@ -796,6 +800,7 @@ func (m *Model) in(p *Packet) Decision {
 	} else {
 		dec.Via = ViaConnection
 	}
+	countPacket(c, p, false)
 	m.setState(c, dirInput, p)
 	c.inPkts++
 	if c.dest != nil && c.dest.svc != nil && dec.Service == nil {
@@ -946,6 +951,7 @@ func (m *Model) ipvsSchedule(svc *service, p *Packet) (*conn, int, Decision) {
 		dport = d.port
 	}
 	c := m.connNew(p.Protocol, p.Src.Addr(), cport, p.Dst.Addr(), vport, d.addr, dport, false, onePkt, d, p.Mark)
+	countConn(svc, d)
 	return c, 0, Decision{Via: ViaScheduler, Reason: "new connection scheduled by " + svc.schedName}
 }
 
@@ -1047,6 +1053,7 @@ func (m *Model) schedPersist(svc *service, p *Packet, in *schedInput) (*conn, in
 	}
 	onePkt := svc.flags&ipvs.FlagOnePacket != 0 && p.Protocol == netfilter.ProtoUDP
 	c := m.connNew(p.Protocol, p.Src.Addr(), p.Src.Port(), p.Dst.Addr(), dstPort, d.addr, dport, false, onePkt, d, p.Mark)
+	countConn(svc, d)
 	c.control = ct
 	ct.nControl++
 	m.connPut(ct)

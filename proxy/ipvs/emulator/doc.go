@@ -103,7 +103,17 @@
 // (ip_vs_dest_update_overload; a Fixes: patch that stable releases took, Debian's
 // 6.1.0-56 among them), where older builds only cleared it on an edit; the model does
 // what the fix does, and Config.LegacyThresholdEdit gives the old behaviour
-// (TestThresholdEditUpdatesOverload). ApplyTo gives a parsed ipvsadm command to any
+// (TestThresholdEditUpdatesOverload).
+//
+// The same boot runs the connection-handling cases (vm_conn_test.go): a client tuple
+// reused under conn_reuse_mode 0 and 1 with expire_nodest_conn 0 and 1 after its real
+// server was removed or quiesced, graceful termination with weight 0,
+// expire_quiescent_template with persistence templates, ipvsadm --set's TCP, FIN_WAIT
+// and UDP timeouts really waited for in the guest while the model's clock advances as
+// much, and ipvsadm -Ln --stats; the connection table is compared after each step, its
+// expiry column within the guest's measured lead over the model's clock. The model
+// agreed everywhere; the kernel's answers are kept in testdata/kernel, and
+// TestConnHandlingKernelRecord holds the model to them on every run, without a VM. ApplyTo gives a parsed ipvsadm command to any
 // ipvs.Interface, which is how the kernel side runs the scripts' ipvsadm lines.
 //
 // Model implements ipvs.Interface, the kube-proxy view of IPVS, so the kube-proxy IPVS
@@ -115,7 +125,7 @@
 // # Not modelled
 //
 // The FTP application helper (its data connections are not created), persistence
-// engines (--pe sip), the connection sync daemon, traffic statistics (--stats, --rate),
-// ICMP errors for IPVS connections, the secure_tcp state table, 32-bit kernels (whose
+// engines (--pe sip), the connection sync daemon, the rate estimator (--rate; the
+// counters of --stats are kept, see stats.go), ICMP errors for IPVS connections, the secure_tcp state table, 32-bit kernels (whose
 // hsiphash differs), host and service name resolution (listings are numeric).
 package emulator

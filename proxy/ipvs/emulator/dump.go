@@ -143,18 +143,7 @@ func (m *Model) writeListing(w io.Writer, f listFormat) {
 
 // writeService is print_service_entry() for the list formats.
 func (m *Model) writeService(w io.Writer, s *service, f listFormat) {
-	var name string
-	if s.key.fwmark != 0 {
-		name = fmt.Sprintf("FWM  %d", s.key.fwmark)
-		if s.key.v6 {
-			name += " IPv6"
-		}
-	} else {
-		name = fmt.Sprintf("%-4s %s", protoName(s.proto), fmtAddrPort(s.key.addr, s.key.port))
-		if !s.key.v6 && len(name) > 33 {
-			name = name[:33]
-		}
-	}
+	name := statsName(s)
 	var b strings.Builder
 	b.WriteString(name + " " + s.schedName)
 	if s.flags&(ipvs.FlagSchedSH1|ipvs.FlagSchedSH2|ipvs.FlagSchedSH3) != 0 {
@@ -197,6 +186,22 @@ func (m *Model) writeService(w io.Writer, s *service, f listFormat) {
 			fmt.Fprintf(w, "  -> %-28s %-7s %-6d %-10d %-10d\n", dn, fwdName(d.fwd), d.weight, uint32(d.active), uint32(d.inactive))
 		}
 	}
+}
+
+// statsName is the service's name in a listing (print_service_entry's svc_name).
+func statsName(s *service) string {
+	if s.key.fwmark != 0 {
+		name := fmt.Sprintf("FWM  %d", s.key.fwmark)
+		if s.key.v6 {
+			name += " IPv6"
+		}
+		return name
+	}
+	name := fmt.Sprintf("%-4s %s", protoName(s.proto), fmtAddrPort(s.key.addr, s.key.port))
+	if !s.key.v6 && len(name) > 33 {
+		name = name[:33]
+	}
+	return name
 }
 
 // writeRules is ipvsadm -Sn. Like ipvsadm it leaves out the -x/-y thresholds (see

@@ -664,8 +664,8 @@ func (c *Command) check() error {
 		if c.has(optDaemon) {
 			return fmt.Errorf("--daemon: the sync daemon is not modelled: %w", ErrUnsupported)
 		}
-		if c.has(optStats) || c.has(optRate) {
-			return fmt.Errorf("--stats/--rate: traffic statistics are not modelled: %w", ErrUnsupported)
+		if c.has(optRate) {
+			return fmt.Errorf("--rate: the rate estimator is not modelled: %w", ErrUnsupported)
 		}
 	}
 	return nil
@@ -914,7 +914,12 @@ func (m *Model) apply(c *Command, w io.Writer) error {
 		if c.has(optService) && m.services[c.svc.key] == nil {
 			return fmt.Errorf("virtual service %s: %w", c.svc.key, ipvs.ErrNotFound)
 		}
-		return nil // traffic statistics are not modelled
+		if c.has(optService) {
+			zeroStats([]*service{m.services[c.svc.key]})
+		} else {
+			zeroStats(m.sortedServices())
+		}
+		return nil
 	case OpAddDest, OpEditDest, OpDelDest:
 		s := m.services[c.svc.key]
 		if s == nil {
@@ -953,6 +958,20 @@ func (m *Model) apply(c *Command, w io.Writer) error {
 		switch {
 		case c.has(optConnection):
 			m.writeConns(w, c.has(optPersistentConn))
+		case c.has(optStats):
+			svcs := m.listServices(c.has(optNoSort))
+			if c.has(optService) {
+				svcs = []*service{m.services[c.svc.key]}
+			} else {
+				fmt.Fprintf(w, "IP Virtual Server version %s (size=%d)\n", IPVSVersion, 1<<m.tabBits)
+			}
+			writeStatsTitle(w)
+			for _, s := range svcs {
+				writeStatsLine(w, fmt.Sprintf("%-33s", statsName(s)), s.traffic, c.has(optExact))
+				for _, d := range s.sortedDests(c.has(optNoSort)) {
+					writeStatsLine(w, fmt.Sprintf("  -> %-28s", fmtAddrPort(d.addr, d.port)), d.traffic, c.has(optExact))
+				}
+			}
 		case c.has(optTimeout):
 			fmt.Fprintf(w, "Timeout (tcp tcpfin udp): %d %d %d\n", int(m.tcpTimeouts[tcpEstablished].Seconds()),
 				int(m.tcpTimeouts[tcpFinWait].Seconds()), int(m.udpTimeout.Seconds()))

@@ -124,7 +124,7 @@ func TestParseCommandErrors(t *testing.T) {
 		{"-a -t 10.0.0.1:80 -r [fd00::1]:80 -m", "Different address family is allowed only for tunneling servers"},
 		{"-a -t 10.0.0.1:80 -r 10.1.0.1 -m --tun-type gue", "Tunnel options conflict with forward method"},
 		{"-a -t 10.0.0.1:80 -r 10.1.0.1 -i --tun-type gue", "You need to supply the 'tun-port' option for the 'gue' tunnel type"},
-		{"-L --stats", "--stats/--rate: traffic statistics are not modelled"},
+		{"-L --rate", "--rate: the rate estimator is not modelled"},
 		{"-L -c --thresholds", "options conflicts in the list command"},
 		{"-L -c -t 10.0.0.1:80", "The option 'service-address' conflicts with the 'connection' option in the 'list' command"},
 		{"--set 1 2", "--set option requires 3 timeout values"},

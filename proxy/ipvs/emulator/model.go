@@ -307,6 +307,7 @@ type service struct {
 	posDirty bool
 	seq      uint64
 	vs       *ipvs.VirtualServer // cached virtualServer()
+	traffic  TrafficStats        // ipvsadm -Ln --stats (stats.go)
 }
 
 func (s *service) persistent() bool { return s.flags&ipvs.FlagPersistent != 0 }
@@ -329,6 +330,7 @@ type dest struct {
 	refs       int // references from connection entries and lblc/lblcr caches
 	pos        int // index in svc.dests while linked
 	seq        uint64
+	traffic    TrafficStats // ipvsadm -Ln --stats (stats.go)
 
 	// identity for trash matching (the service it was created for)
 	vkey  svcKey

@@ -20,7 +20,7 @@ import (
 // virtual time (sleep/advance). The grammar, one line each (`clusterlab ipvs --help`
 // explains every line):
 //
-//	conn tcp|udp|sctp CLIENT:PORT VIP:PORT [close] [mark=N] [ct=confirmed]
+//	conn tcp|udp|sctp CLIENT:PORT VIP:PORT [close|server-close] [mark=N] [ct=confirmed]
 //	sched tcp|udp|sctp CLIENT:PORT VIP:PORT [mark=N]
 //	pick tcp|udp|sctp CLIENT:PORT VIP:PORT [mark=N]
 //	packet tcp|udp|sctp SRC:PORT DST:PORT [flags=SYN,ACK,FIN,RST] [chunk=NAME] [reply] [mark=N] [ct=confirmed]
@@ -165,18 +165,20 @@ type scriptLine struct {
 	dst   netip.AddrPort
 	mark  uint32
 	close bool
-	svc   svcSpec
-	rs    netip.AddrPort
-	st    DestState
-	dur   time.Duration
-	sysK  string
-	sysV  string
-	seed  uint64
-	kern  netfilter.KernelVersion // kernel line
-	reply bool
-	ct    bool // ct=confirmed
-	flags uint8
-	chunk uint8
+	// serverClose: conn ... server-close, the real server closes first
+	serverClose bool
+	svc         svcSpec
+	rs          netip.AddrPort
+	st          DestState
+	dur         time.Duration
+	sysK        string
+	sysV        string
+	seed        uint64
+	kern        netfilter.KernelVersion // kernel line
+	reply       bool
+	ct          bool // ct=confirmed
+	flags       uint8
+	chunk       uint8
 }
 
 // RunScript loads in.Restore, then runs in.Script line by line. Any error (a line that
@@ -303,6 +305,11 @@ func parseScriptLine(w []string) (scriptLine, error) {
 			switch {
 			case x == "close" && w[0] == "conn":
 				l.close = true
+			case x == "server-close" && w[0] == "conn":
+				if l.proto != netfilter.ProtoTCP {
+					return l, errors.New("conn: server-close is for TCP (the real server sends the first FIN)")
+				}
+				l.serverClose = true
 			case strings.HasPrefix(x, "ct="):
 				if w[0] != "conn" {
 					return l, fmt.Errorf("%s: %s: %s asks the scheduler only and does not look at the connection table; use conn or packet", w[0], x, w[0])
@@ -320,6 +327,9 @@ func parseScriptLine(w []string) (scriptLine, error) {
 			default:
 				return l, fmt.Errorf("%s: unexpected %q", w[0], x)
 			}
+		}
+		if l.close && l.serverClose {
+			return l, errors.New("conn: close (the client closes first) and server-close (the real server does) exclude each other")
 		}
 	case "packet":
 		l.kind = "packet"
@@ -662,7 +672,7 @@ func (rep *ScriptReport) run(m *Model, clock *ManualClock, l scriptLine, file st
 		} else if l.kind == "pick" {
 			dec = m.Pick(Packet{Protocol: l.proto, Src: l.src, Dst: l.dst, Mark: l.mark})
 		} else {
-			dec, final = m.connect(l.proto, l.src, l.dst, l.mark, l.close, l.ct)
+			dec, final = m.connect(l.proto, l.src, l.dst, l.mark, l.close, l.serverClose, l.ct)
 		}
 		r.Time = m.Now().Sub(start).String()
 		r.Verdict = dec.Verdict.String()
@@ -770,16 +780,25 @@ func (r *ScriptResult) textLine() string {
 // (Packet.ConfirmedConntrack); when the kernel drops it for that, nothing more is played:
 // the client's retransmission is a later conn line. It returns the first packet's
 // decision and the entry afterwards.
-func (m *Model) connect(proto uint8, src, dst netip.AddrPort, mark uint32, close, ct bool) (Decision, *ConnEntry) {
+func (m *Model) connect(proto uint8, src, dst netip.AddrPort, mark uint32, close, serverClose, ct bool) (Decision, *ConnEntry) {
 	first1 := ct
+	// UDP datagrams carry the request and the reply (ConnPayload bytes each, as the VM
+	// agent sends them); TCP segments are played without payload.
+	plen := 0
+	if proto == netfilter.ProtoUDP {
+		plen = 28 + ConnPayload
+		if src.Addr().Is6() {
+			plen = 48 + ConnPayload
+		}
+	}
 	in := func(flags, chunk uint8) Decision {
 		c := first1
 		first1 = false
-		return m.In(Packet{Protocol: proto, Src: src, Dst: dst, Mark: mark, TCPFlags: flags, SCTPChunk: chunk, ConfirmedConntrack: c})
+		return m.In(Packet{Protocol: proto, Src: src, Dst: dst, Mark: mark, TCPFlags: flags, SCTPChunk: chunk, ConfirmedConntrack: c, Len: plen})
 	}
 	out := func(d Decision, flags, chunk uint8) {
 		if d.Verdict == VerdictForward && d.Forward == ipvs.Masquerade {
-			m.Out(Packet{Protocol: proto, Src: d.Dest, Dst: src, TCPFlags: flags, SCTPChunk: chunk})
+			m.Out(Packet{Protocol: proto, Src: d.Dest, Dst: src, TCPFlags: flags, SCTPChunk: chunk, Len: plen})
 		}
 	}
 	// An entry in TIME_WAIT or CLOSE (SCTP: CLOSED) is an old connection: a conn line
@@ -827,8 +846,13 @@ func (m *Model) connect(proto uint8, src, dst netip.AddrPort, mark uint32, close
 		}
 	}
 	if close && first.Verdict == VerdictForward {
-		_, e := m.connect(proto, src, dst, mark, true, false)
+		_, e := m.connect(proto, src, dst, mark, true, false, false)
 		return first, e
+	}
+	if serverClose && first.Verdict == VerdictForward {
+		// the real server's FIN; the client acknowledges it and keeps its side open
+		out(first, netfilter.TCPFin|netfilter.TCPAck, 0)
+		in(netfilter.TCPAck, 0)
 	}
 	return first, last()
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -26,6 +28,16 @@ import (
 // that answered on the kernel) must be the model's pick, each ipvsadm command must be
 // accepted or refused alike, and each -Ln listing (real servers in kernel list order
 // with weights and active/inactive counts) must be the model's.
+//
+// The same boot runs the connection-handling cases of connHandlingVMCases (reused
+// tuples, graceful termination, quiescent templates, timeouts, statistics), so the
+// suite stays one boot: 32 cases, whose guest time is about 10 s for the schedulers
+// and 36 s for connection handling at light load (29 s of it sleeps the timeouts and
+// the kernel's 2 s statistics estimator need, 5 s a connect the kernel drops); the
+// test took 56-82 s at load 4-6 and 76-114 s at load 8-10 on the 2-core CI machine
+// (docs/PERFORMANCE.md). With CLUSTERLAB_VM_RECORD=1 a run that agrees writes the
+// kernel's connection-handling answers to testdata/kernel for
+// TestConnHandlingKernelRecord.
 func TestSchedulersAgainstKernelVM(t *testing.T) {
 	k := vmtest.Require(t)
 	var plan vmtest.Plan
@@ -37,6 +49,7 @@ func TestSchedulersAgainstKernelVM(t *testing.T) {
 		plan.Cases = append(plan.Cases, vmtest.Case{Name: s, Kind: vmtest.KindIPVSScript, Script: schedulerScript(s)})
 	}
 	plan.Cases = append(plan.Cases, extraVMCases()...)
+	plan.Cases = append(plan.Cases, connHandlingVMCases()...)
 	b, err := vmtest.Run(context.Background(), k, plan, vmtest.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +64,9 @@ func TestSchedulersAgainstKernelVM(t *testing.T) {
 	}
 	for _, c := range plan.Cases {
 		t.Run(c.Name, func(t *testing.T) { compareWithKernel(t, kv, c, b.CaseResults(c.Name)) })
+	}
+	if os.Getenv("CLUSTERLAB_VM_RECORD") != "" {
+		recordKernel(t, b, connHandlingVMCases())
 	}
 }
 
@@ -68,13 +84,31 @@ func compareWithKernel(t *testing.T, kv netfilter.KernelVersion, c vmtest.Case, 
 		t.Errorf("left behind in the guest: %q", done.Leftover)
 	}
 	t.Logf("guest time %s", done.Elapsed)
-	m, err := New(Config{Kernel: kv})
+	// The model runs on the clock its sleep lines advance (the guest really sleeps).
+	clock := NewManualClock()
+	m, err := New(Config{Kernel: kv, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := NewManualClock()
+	// The model's clock follows the guest's: before each line it is moved to the time
+	// the guest finished that line (Result.AtMS), so timers run on both over the same
+	// real time whatever the emulation cost (a TCG guest under load oversleeps and
+	// connects slowly); a sleep line advances it by the sleep, which the guest's
+	// really took at least. A conn line runs on the model at its end, when the guest
+	// sent its last packets; its first ones went earlier, by at most the line's
+	// duration, which bounds how much older the kernel's entry may be (slack).
+	start := clock.Now()
+	var slack time.Duration
+	prevAt := int64(0)
 	picks, mismatches, listings := 0, 0, 0
 	for _, r := range got[:len(got)-1] {
+		if !strings.HasPrefix(r.Text, "sleep ") {
+			if at := start.Add(time.Duration(r.AtMS) * time.Millisecond); at.After(clock.Now()) {
+				clock.Advance(at.Sub(clock.Now()))
+			}
+			slack = max(slack, time.Duration(r.AtMS-prevAt)*time.Millisecond)
+		}
+		prevAt = r.AtMS
 		rep, err := m.Run([]byte(r.Text), c.Name, clock)
 		where := fmt.Sprintf("line %d %q", r.Line, r.Text)
 		switch {
@@ -96,9 +130,24 @@ func compareWithKernel(t *testing.T, kv netfilter.KernelVersion, c vmtest.Case, 
 			if err != nil {
 				t.Fatalf("%s: model: %v", where, err)
 			}
-			want := connLines(rep.Listings[0].Output)
+			want, wantExp := connLinesExpiry(rep.Listings[0].Output)
 			if d := cmp.Diff(want, r.Conns); d != "" {
 				t.Errorf("%s: connection table (-model +kernel, ipvsadm -Lnc without the expiry):\n%s", where, d)
+			} else if len(r.ConnExpires) == len(want) {
+				for i := range want {
+					if lo, hi := expiryBounds(wantExp[i], slack); r.ConnExpires[i] < lo || r.ConnExpires[i] > hi {
+						t.Errorf("%s: %s expires in %d s on the kernel, %d s on the model (a line took up to %v in the guest; want %d to %d)",
+							where, want[i], r.ConnExpires[i], wantExp[i], slack.Round(time.Millisecond), lo, hi)
+					}
+				}
+			}
+		case r.StatsListed:
+			listings++
+			if err != nil {
+				t.Fatalf("%s: model: %v", where, err)
+			}
+			if d := cmp.Diff(comparableStats(modelStats(m)), comparableStats(r.Stats)); d != "" {
+				t.Errorf("%s: traffic statistics (-model +kernel; TCP packets and bytes not compared):\n%s", where, d)
 			}
 		case r.Listed:
 			listings++
@@ -121,7 +170,8 @@ func compareWithKernel(t *testing.T, kv netfilter.KernelVersion, c vmtest.Case, 
 	if picks == 0 || listings == 0 {
 		t.Errorf("the case compared %d picks and %d listings; want some of each", picks, listings)
 	}
-	t.Logf("%d picks (%d differ), %d listings", picks, mismatches, listings)
+	t.Logf("%d picks (%d differ), %d listings; the guest took %v in all, its slowest line %v",
+		picks, mismatches, listings, time.Duration(prevAt)*time.Millisecond, slack.Round(time.Millisecond))
 }
 
 func pickText(dest string, none bool, why string) string {
