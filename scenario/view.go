@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 )
 
@@ -211,3 +212,12 @@ func (ss *Session) View() *ClusterView {
 	}
 	return v
 }
+
+// TraceFlows traces the live packets of the session's cluster that match f (see
+// netsim.Network.TraceFlows) while its steps run.
+func (ss *Session) TraceFlows(f netsim.FlowFilter) *netsim.FlowTracer { return ss.r.c.TraceFlows(f) }
+
+// LiveTraffic makes the connect steps that do not name their via use real sockets
+// (via: netstack) instead of probes, so that TraceFlows sees their packets; the
+// results are those of real connections (see the via field).
+func (ss *Session) LiveTraffic() { ss.r.liveTraffic = true }
