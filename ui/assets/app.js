@@ -17,8 +17,9 @@ function el(tag, attrs, ...kids) {
 }
 
 function status(msg, ok) {
-  $("status").textContent = msg || "";
-  $("status").className = ok ? "ok" : "";
+  // A notice (a permalink of another scenario) stays until something else is said.
+  $("status").textContent = msg || state.notice || "";
+  $("status").className = ok && (msg || !state.notice) ? "ok" : "";
 }
 
 async function getJSON(url) {
@@ -145,7 +146,8 @@ function restore() {
   if (!p.has("scenario")) return null;
   const name = state.view.name || state.view.file;
   if (p.get("scenario") !== name) {
-    status("This link is for the scenario \u201c" + p.get("scenario") + "\u201d; this server has \u201c" + name + "\u201d.");
+    state.notice = "This link is for the scenario \u201c" + p.get("scenario") + "\u201d; this server has \u201c" + name + "\u201d.";
+    status("");
     return null;
   }
   if (p.get("from")) $("from").value = p.get("from");
@@ -405,6 +407,7 @@ function startFlows() {
     tr.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); pick(); } });
     tbody.append(tr);
   });
+  source.onerror = () => { if (source) { $("flows-note").textContent = "the stream broke off"; source.close(); source = null; } };
   source.addEventListener("done", (e) => { $("flows-note").textContent = JSON.parse(e.data).note; source.close(); source = null; });
   source.addEventListener("failed", (e) => { $("flows-note").textContent = JSON.parse(e.data).error; source.close(); source = null; });
 }

@@ -187,7 +187,8 @@ func TestServesOnlyItsOwn(t *testing.T) {
 	}
 }
 
-// TestAPITimelineAndFlows: the timeline has a state per step (the endpoints step sees
+// TestAPITimelineAndFlows (in a file before browser_test.go: it must run before the
+// browser starts, whose client goroutines would keep netsim.Quiesce waiting): the timeline has a state per step (the endpoints step sees
 // 4 endpoints); the flow stream sends each step and the live packets it made, then done.
 func TestAPITimelineAndFlows(t *testing.T) {
 	srv := demoServer(t)
