@@ -332,12 +332,12 @@ func (t *TraceResult) VerticalSVG() []byte {
 	b.WriteString(`<defs><marker id="head" viewBox="0 0 10 10" refX="8" refY="5" markerWidth="7" markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#334155"/></marker></defs>` + "\n")
 	fmt.Fprintf(&b, `<rect x="0" y="0" width="%d" height="%d" fill="#ffffff"/>`+"\n", width, height)
 	sw := &svgWriter{}
-	sw.text(vGap/2, 20, "caption", t.caption())
+	sw.text(vGap/2, 20, "caption", cut(t.caption(), width*10/88)) // about 8.8 px a character
 	sub := fmt.Sprintf("kube-proxy %s mode", t.Mode)
 	if t.Resolved != "" {
 		sub += " · " + t.Resolved
 	}
-	sw.text(vGap/2, 38, "subcaption", cut(sub, 160))
+	sw.text(vGap/2, 38, "subcaption", cut(sub, width*10/70))
 	b.WriteString(sw.b.String())
 	b.WriteString(body)
 	b.WriteString("</svg>\n")

@@ -1,13 +1,15 @@
 package ui
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"image"
 	"image/png"
-	"net/http/httptest"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -20,6 +22,8 @@ import (
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/clusterlab/clusterlab/scenario"
 )
 
 // The browser tests drive a real headless Chromium (Debian's chromium package) through
@@ -33,19 +37,79 @@ var (
 	browserCtx    context.Context
 	browserCancel func()
 	browserSkip   string
-	testServer    *httptest.Server
+	serverURL     string
+	serverProc    *exec.Cmd
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(serveEnv) == "1" {
+		serveDemo()
+		return
+	}
 	flag.Parse()
 	code := m.Run()
 	if browserCancel != nil {
 		browserCancel()
 	}
-	if testServer != nil {
-		testServer.Close()
+	if serverProc != nil {
+		serverProc.Process.Kill()
+		serverProc.Wait()
 	}
 	os.Exit(code)
+}
+
+// serveEnv makes the test binary serve the demo's page instead of running tests: the
+// browser tests' server runs in a process of its own, because the scenario runner's
+// real connections wait for the process to be quiet (netsim's Quiesce), and the
+// DevTools client's goroutine reading its pipe to the browser (blocked in read(2))
+// would keep it busy: each connection of the live flows view waited Quiesce's 5 s.
+const serveEnv = "CLUSTERLAB_UI_TEST_SERVE"
+
+// serveDemo serves the demo's page on a free loopback port, prints its URL and serves
+// until the test process that started it is gone. (It does not wait on a read of its
+// standard input: a goroutine blocked in a read(2) on a pipe counts as busy for
+// Quiesce, as the DevTools client's pipe to the browser did in the test process.)
+func serveDemo() {
+	s, err := scenario.DemoScenario()
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	srv, err := New(s)
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("http://%s\n", ln.Addr())
+	go http.Serve(ln, srv.Handler())
+	for parent := os.Getppid(); os.Getppid() == parent; {
+		time.Sleep(200 * time.Millisecond) // the test process still runs
+	}
+}
+
+// startServer starts the test binary as the page's server (serveEnv) and returns its URL.
+func startServer() (string, error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), serveEnv+"=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	serverProc = cmd
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "http://") {
+		return "", fmt.Errorf("the page's server said %q: %v", line, err)
+	}
+	return strings.TrimSpace(line), nil
 }
 
 // chromiumPath finds the browser: $CLUSTERLAB_CHROMIUM, else chromium on PATH (Debian's
@@ -75,8 +139,12 @@ func tab(t *testing.T, fragment string) context.Context {
 			browserSkip = "no Chromium found (apt-get install chromium, or set CLUSTERLAB_CHROMIUM)"
 			return
 		}
-		srv := demoServer(t)
-		testServer = httptest.NewServer(srv.Handler())
+		u, err := startServer()
+		if err != nil {
+			browserSkip = "" // not a missing browser: a failure
+			t.Fatal(err)
+		}
+		serverURL = u
 		opts := []chromedp.ExecAllocatorOption{chromedp.ExecPath(path), chromedp.Headless, chromedp.DisableGPU, chromedp.NoFirstRun,
 			chromedp.NoDefaultBrowserCheck, chromedp.WindowSize(1280, 800), chromedp.Flag("hide-scrollbars", false),
 			chromedp.Flag("font-render-hinting", "none"), chromedp.Flag("force-device-scale-factor", "1")}
@@ -100,7 +168,7 @@ func tab(t *testing.T, fragment string) context.Context {
 	t.Cleanup(cancel)
 	ctx, cancel2 := context.WithTimeout(ctx, 60*time.Second)
 	t.Cleanup(cancel2)
-	run(t, ctx, chromedp.EmulateViewport(1280, 800), chromedp.Navigate(testServer.URL+"/"+fragment))
+	run(t, ctx, chromedp.EmulateViewport(1280, 800), chromedp.Navigate(serverURL+"/"+fragment))
 	waitJS(t, ctx, `document.body.dataset.ready === "true"`)
 	return ctx
 }
@@ -340,10 +408,27 @@ func TestBrowserTimeline(t *testing.T) {
 	}
 }
 
-// The live flows view is not driven here: its steps' real connections wait for the
-// cluster to be quiet (netsim's Quiesce), and the DevTools client's goroutines in this
-// process count as busy, so each connection waited out Quiesce's 5 s bound. The stream
-// itself is tested through HTTP (TestAPITimelineAndFlows).
+// TestBrowserLiveFlows: running the steps streams their packets: the client's DNS query
+// to kube-dns's VIP DNATed to a coredns pod, and connections to my-service DNATed to its
+// backends; Enter on a row shows that packet's trace.
+func TestBrowserLiveFlows(t *testing.T) {
+	ctx := tab(t, "")
+	run(t, ctx, chromedp.Click(chromedp.CSS("#tab-flows")), chromedp.Click(chromedp.CSS("#flows-start")))
+	waitJS(t, ctx, `document.getElementById("flows-note").textContent.includes("packets traced")`)
+	rows := js[[]string](t, ctx, `[...document.querySelectorAll("#flows tbody tr[data-index]")].map(r => r.textContent)`)
+	dns, vip := false, false
+	for _, r := range rows {
+		dns = dns || strings.Contains(r, ":53") && strings.Contains(r, "DNAT")
+		vip = vip || strings.Contains(r, ":80") && strings.Contains(r, "DNAT")
+	}
+	if !dns || !vip || js[int](t, ctx, `document.querySelectorAll("#flows tr.steprow").length`) != 9 {
+		t.Errorf("%d flows; a DNATed DNS query: %v, a DNATed connection to the VIP: %v", len(rows), dns, vip)
+	}
+	run(t, ctx, chromedp.Focus(chromedp.CSS("#flows tbody tr[data-index]")), chromedp.KeyEvent(kb.Enter))
+	if !strings.Contains(js[string](t, ctx, `document.getElementById("flow-text").textContent`), "live packet") {
+		t.Error("Enter on a flow does not show its trace")
+	}
+}
 
 // TestBrowserScreenshots keeps PNG snapshots of the main views at 1280×800 in
 // testdata/screenshots (go test ./ui -run Screenshots -update rewrites them) and
@@ -362,10 +447,9 @@ func TestBrowserScreenshots(t *testing.T) {
 		{"branches", func() {
 			run(t, ctx, chromedp.SetValue(chromedp.CSS("#to"), "my-service:80"), chromedp.Click(chromedp.CSS("#all")), chromedp.Click(chromedp.CSS("#reply")), chromedp.Click(chromedp.CSS("#go")))
 			waitJS(t, ctx, `document.querySelectorAll("#summary .tree li").length === 3 && document.querySelectorAll("#drawing g.end").length === 4`)
-			run(t, ctx, chromedp.Click(chromedp.CSS("#all")), chromedp.Click(chromedp.CSS("#reply")))
 		}},
 		{"compare", func() {
-			run(t, ctx, chromedp.SetValue(chromedp.CSS("#to"), "service:default/my-service:80"), chromedp.Click(chromedp.CSS("#tab-compare")))
+			run(t, ctx, chromedp.Click(chromedp.CSS("#all")), chromedp.Click(chromedp.CSS("#reply")), chromedp.SetValue(chromedp.CSS("#to"), "service:default/my-service:80"), chromedp.Click(chromedp.CSS("#tab-compare")))
 			waitJS(t, ctx, fmt.Sprintf(`document.querySelectorAll("#compare .col svg").length === %d && document.getElementById("status").textContent === ""`, len(demoServer(t).View().Modes)))
 		}},
 		{"timeline", func() {
@@ -373,6 +457,11 @@ func TestBrowserScreenshots(t *testing.T) {
 			waitJS(t, ctx, `document.querySelectorAll("#steps li").length === 9`)
 			run(t, ctx, chromedp.Click(chromedp.CSS("#steps li:nth-child(7) button")))
 			waitJS(t, ctx, `document.querySelectorAll("#steps li.ok").length === 7`)
+		}},
+		{"flows", func() {
+			run(t, ctx, chromedp.Click(chromedp.CSS("#tab-flows")), chromedp.Click(chromedp.CSS("#flows-start")))
+			waitJS(t, ctx, `document.getElementById("flows-note").textContent.includes("packets traced")`)
+			run(t, ctx, chromedp.Click(chromedp.CSS("#flows tbody tr[data-index]:nth-of-type(3)")))
 		}},
 	}
 	for _, s := range shots {

@@ -19,7 +19,7 @@
 //	GET /api/flows      Server-Sent Events: the scenario's steps run (mode), their
 //	                    connect steps with real sockets (via netstack), while live
 //	                    flows (netsim's TraceFlows) are traced; an event a step and a
-//	                    flow (the first 400 packets), then "done"
+//	                    flow (the first 80 packets of each step), then "done"
 //
 // A bad query is answered 400 with {"error": "FIELD: what is wrong", "field": FIELD}.
 package ui
