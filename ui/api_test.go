@@ -69,6 +69,11 @@ func TestAPICluster(t *testing.T) {
 	if !found {
 		t.Error("no my-service")
 	}
+	// After the NodePort step, the Service has its node port.
+	code, _, body = get(t, h, "/api/cluster?after_step=8")
+	if code != 200 || !strings.Contains(body, `"node_port": 30007`) || !strings.Contains(body, `"after_step": 8`) {
+		t.Errorf("after step 8: %d %.300s", code, body)
+	}
 }
 
 // TestAPITrace: a trace through the API is the CLI's structure: the client's packet
@@ -142,7 +147,8 @@ func TestAPIBadQueries(t *testing.T) {
 		{"/api/trace?from=pod:default/client&from=pod:default/x&to=my-service", "from", "given 2 times"},
 		{"/api/trace?from=pods:default/client&to=my-service", "from", ""},
 		{"/api/trace?from=node:node-a&to=my-service", "to", "only pods resolve cluster names"},
-		{"/api/cluster?x=1", "x", "takes none"},
+		{"/api/cluster?x=1", "x", "unknown query parameter: want after_step"},
+		{"/api/cluster?after_step=99", "after_step", "0-9"},
 		{"/api/timeline?mode=ebpf", "mode", "this build has"},
 		{"/api/flows?mode=nope", "mode", "this build has"},
 	} {

@@ -270,6 +270,28 @@ func TestBrowserAllBranchesAndReply(t *testing.T) {
 	}
 }
 
+// TestBrowserAfterSteps: the cluster as it is after the NodePort step (the map shows
+// the node port, the destinations offer it), and the laptop's packet to node-b's node
+// port drawn: DNATed in PREROUTING and masqueraded in POSTROUTING.
+func TestBrowserAfterSteps(t *testing.T) {
+	ctx := tab(t, "")
+	run(t, ctx, chromedp.SetValue(chromedp.CSS("#after"), "8"), chromedp.Evaluate[chromedp.Void](`document.getElementById("after").dispatchEvent(new Event("change"))`))
+	waitJS(t, ctx, `document.querySelector('#services [data-service="default/my-service"]').textContent.includes("node port 30007")`)
+	if !js[bool](t, ctx, `[...document.querySelectorAll("#destinations option")].some(o => o.value === "nodeport:default/my-service:80@node-b")`) {
+		t.Error("the node port is not offered as a destination")
+	}
+	run(t, ctx, chromedp.SetValue(chromedp.CSS("#from"), "external:laptop"), chromedp.SetValue(chromedp.CSS("#to"), "nodeport:default/my-service:80@node-b"), chromedp.Click(chromedp.CSS("#go")))
+	traced(t, ctx, "nodeport:default/my-service:80@node-b")
+	for _, sel := range []string{`#drawing g.hook[data-node="node-b"][data-hook="PREROUTING"] text.nat`, `#drawing g.hook[data-node="node-b"][data-hook="POSTROUTING"] text.masq`, `#drawing g.end.ok[data-pod^="default/my-app-"]`} {
+		if !js[bool](t, ctx, fmt.Sprintf(`!!document.querySelector(%q)`, sel)) {
+			t.Errorf("the drawing has no %s", sel)
+		}
+	}
+	if q, _ := url.ParseQuery(strings.TrimPrefix(js[string](t, ctx, `location.hash`), "#")); q.Get("after_step") != "8" {
+		t.Errorf("the permalink lacks after_step=8: %v", q)
+	}
+}
+
 // TestBrowserCompareModes: the compare view has a column per mode of this build, each
 // with the packet drawn: IPVS's virtual server and scheduler, nftables' kube-proxy
 // table, the userspace mode's REDIRECT to its listener on the node.
@@ -309,11 +331,11 @@ func TestBrowserKeyboard(t *testing.T) {
 	}
 	run(t, ctx, chromedp.Focus(chromedp.CSS("#from")))
 	order = order[:0]
-	for i := 0; i < 6; i++ {
+	for i := 0; i < 7; i++ {
 		order = append(order, js[string](t, ctx, `document.activeElement.id`))
 		run(t, ctx, chromedp.KeyEvent(kb.Tab))
 	}
-	if got := strings.Join(order, " "); got != "from to mode all reply go" {
+	if got := strings.Join(order, " "); got != "from to mode after all reply go" {
 		t.Errorf("the form's tab order is %q", got)
 	}
 	// Arrow keys between the views.

@@ -7,7 +7,8 @@
 //
 //	GET /api/cluster    the cluster (scenario.ClusterView): nodes, pods with labels and
 //	                    IPs, Services with every address and the pods backing them,
-//	                    external hosts, the scenario's steps and the modes of this build
+//	                    external hosts, the scenario's steps and the modes of this build;
+//	                    after_step=N: as it is after the first N steps
 //	GET /api/trace      trace one packet: from, to (required), port, proto, mode,
 //	                    all_branches, reply, after_step; format json (default: the same
 //	                    structure as `clusterlab trace SCENARIO -o json`), text (its text
@@ -51,7 +52,8 @@ type Server struct {
 	traces chan struct{}
 
 	mu        sync.Mutex
-	timelines map[string]*timeline // by mode
+	timelines map[string]*timeline          // by mode
+	views     map[int]*scenario.ClusterView // after N steps
 }
 
 type timeline struct {
@@ -67,7 +69,7 @@ func New(s *scenario.Scenario) (*Server, error) {
 		return nil, err
 	}
 	defer ss.Close()
-	return &Server{s: s, view: ss.View(), traces: make(chan struct{}, 2), timelines: map[string]*timeline{}}, nil
+	return &Server{s: s, view: ss.View(), traces: make(chan struct{}, 2), timelines: map[string]*timeline{}, views: map[int]*scenario.ClusterView{}}, nil
 }
 
 // View is the cluster the server shows.
@@ -128,11 +130,49 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func (srv *Server) cluster(w http.ResponseWriter, r *http.Request) {
-	if err := onlyParams(r); err != nil {
+	if err := onlyParams(r, "after_step"); err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, srv.view)
+	n := 0
+	if s := r.URL.Query().Get("after_step"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil || n < 0 || n > len(srv.view.Steps) {
+			writeError(w, badQuery("after_step", "%q: want 0-%d (the scenario has %d steps)", s, len(srv.view.Steps), len(srv.view.Steps)))
+			return
+		}
+	}
+	v, err := srv.ViewAfter(r.Context(), n)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// ViewAfter is the cluster after the scenario's first n steps (under its own mode).
+func (srv *Server) ViewAfter(ctx context.Context, n int) (*scenario.ClusterView, error) {
+	if n == 0 {
+		return srv.view, nil
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if v := srv.views[n]; v != nil {
+		return v, nil
+	}
+	ss, err := scenario.Open(srv.s, "")
+	if err != nil {
+		return nil, err
+	}
+	defer ss.Close()
+	for i := 0; i < n; i++ {
+		if _, err := ss.Step(context.WithoutCancel(ctx)); err != nil {
+			return nil, err
+		}
+	}
+	v := ss.View()
+	srv.views[n] = v
+	return v, nil
 }
 
 // onlyParams refuses a query with a parameter not in allowed.

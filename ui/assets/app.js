@@ -33,10 +33,11 @@ async function getJSON(url) {
 
 function backendsOf(pod) {
   const key = pod.namespace + "/" + pod.name;
-  return state.view.services.filter((s) => s.backends.includes(key)).map((s) => s.name);
+  return state.map.services.filter((s) => s.backends.includes(key)).map((s) => s.name);
 }
 
 function drawMap(v) {
+  state.map = v;
   $("scenario-name").textContent = v.name || v.file || "scenario";
   document.title = "clusterlab ui: " + (v.name || v.file);
   $("description").textContent = v.description || "";
@@ -104,6 +105,17 @@ function destinationsOf(s) {
 }
 
 function fillControls(v) {
+  fillEndpoints(v);
+  $("after").replaceChildren(el("option", { value: "0" }, "before the steps"),
+    ...v.steps.map((st) => el("option", { value: String(st.index) }, "after step " + st.index + ": " + st.title)));
+  $("mode").replaceChildren(...v.modes.map((m) => el("option", { value: m }, m + (m === v.mode ? " (the scenario's)" : ""))));
+  $("mode").value = v.mode;
+}
+
+// fillEndpoints offers the sources and destinations of the cluster as v shows it,
+// keeping the current choices.
+function fillEndpoints(v) {
+  const keepFrom = $("from").value, keepTo = $("to").value;
   const from = $("from");
   const groups = [["pods", v.pods.filter((p) => p.ip).map((p) => "pod:" + p.namespace + "/" + p.name)],
     ["nodes", v.nodes.map((n) => "node:" + n.name)], ["external hosts", v.external_hosts.map((h) => "external:" + h.name)]];
@@ -115,15 +127,27 @@ function fillControls(v) {
   for (const s of userFirst(v.services)) dests.push(...destinationsOf(s));
   for (const p of v.pods) if (p.ip) dests.push("pod:" + p.namespace + "/" + p.name + ":80");
   dl.replaceChildren(...dests.map((d) => el("option", { value: d })));
-  $("to").value = dests[0] || "";
-  $("mode").replaceChildren(...v.modes.map((m) => el("option", { value: m }, m + (m === v.mode ? " (the scenario's)" : ""))));
-  $("mode").value = v.mode;
+  $("to").value = keepTo || dests[0] || "";
+  if (keepFrom && [...from.options].some((o) => o.value === keepFrom)) from.value = keepFrom;
+}
+
+// changeAfter shows the cluster as it is after the chosen step (the map, the choices).
+async function changeAfter() {
+  const n = $("after").value;
+  try {
+    const v = await getJSON("/api/cluster?after_step=" + n);
+    drawMap(v);
+    fillEndpoints(v);
+  } catch (e) {
+    status(e.message);
+  }
+  updateLink();
 }
 
 // ---- permalink ----
 
 function query() {
-  return { from: $("from").value, to: $("to").value.trim(), mode: $("mode").value, all: $("all").checked, reply: $("reply").checked };
+  return { from: $("from").value, to: $("to").value.trim(), mode: $("mode").value, all: $("all").checked, reply: $("reply").checked, after: $("after").value };
 }
 
 function permalink() {
@@ -131,6 +155,7 @@ function permalink() {
   const p = new URLSearchParams({ scenario: state.view.name || state.view.file, view: state.tab, from: q.from, to: q.to, mode: q.mode });
   if (q.all) p.set("all_branches", "1");
   if (q.reply) p.set("reply", "1");
+  if (q.after && q.after !== "0") p.set("after_step", q.after);
   if (state.tab === "timeline") p.set("step", String(state.selStep));
   return "#" + p.toString();
 }
@@ -154,6 +179,8 @@ function restore() {
   if (p.get("to")) $("to").value = p.get("to");
   if (p.get("mode") && state.view.modes.includes(p.get("mode"))) $("mode").value = p.get("mode");
   $("all").checked = p.get("all_branches") === "1";
+  const after = p.get("after_step");
+  if (after && [...$("after").options].some((o) => o.value === after)) $("after").value = after;
   $("reply").checked = p.get("reply") === "1";
   return { view: p.get("view") || "trace", step: parseInt(p.get("step") || "0", 10) };
 }
@@ -164,6 +191,7 @@ function traceURL(q, mode) {
   const p = new URLSearchParams({ from: q.from, to: q.to, mode: mode, format: "page" });
   if (q.all) p.set("all_branches", "true");
   if (q.reply) p.set("reply", "true");
+  if (q.after && q.after !== "0") p.set("after_step", q.after);
   return "/api/trace?" + p.toString();
 }
 
@@ -436,7 +464,14 @@ async function main() {
   $("step-all").addEventListener("click", () => selectStep(state.view.steps.length));
   $("step-reset").addEventListener("click", () => { state.shown = 0; state.selStep = 0; drawSteps(); updateLink(); });
   $("flows-start").addEventListener("click", startFlows);
+  $("after").addEventListener("change", changeAfter);
   const r = restore();
+  if ($("after").value !== "0") {
+    const keepTo = $("to").value, keepFrom = $("from").value;
+    await changeAfter();
+    $("to").value = keepTo;
+    $("from").value = keepFrom;
+  }
   if (r && r.step > 0) { state.shown = state.selStep = Math.min(r.step, state.view.steps.length); }
   await trace();
   if (r && tabs.includes(r.view) && r.view !== "trace") showTab(r.view);
