@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -94,7 +95,12 @@ type StepState struct {
 	Conntrack map[string][]string `json:"conntrack"`
 	// ConntrackTotal is node → how many entries it has.
 	ConntrackTotal map[string]int `json:"conntrack_total"`
-	Time           string         `json:"time"`
+	// IPVS is node → its IPVS connection table (`ipvsadm -Lnc` rows: protocol, time
+	// left, state, client, virtual, destination; templates too), at most MaxStateLines a
+	// node, in the IPVS mode only; IPVSTotal how many it has.
+	IPVS      map[string][]string `json:"ipvs,omitempty"`
+	IPVSTotal map[string]int      `json:"ipvs_total,omitempty"`
+	Time      string              `json:"time"`
 }
 
 // MaxStateLines is how many conntrack entries a StepState lists per node.
@@ -153,6 +159,21 @@ func (ss *Session) Step(ctx context.Context) (StepState, error) {
 			lines = append(lines, es[i].String())
 		}
 		st.Conntrack[n.Name()] = lines
+		if conns, ok := kubeproxy.IPVSConnections(n); ok {
+			if st.IPVS == nil {
+				st.IPVS, st.IPVSTotal = map[string][]string{}, map[string]int{}
+			}
+			st.IPVSTotal[n.Name()] = len(conns)
+			rows := []string{}
+			for i, c := range conns {
+				if i == MaxStateLines {
+					break
+				}
+				left := c.Expires.Round(time.Second)
+				rows = append(rows, fmt.Sprintf("%-4s %02d:%02d  %-11s %s  %s  %s", c.Protocol, int(left.Minutes()), int(left.Seconds())%60, c.State, c.Client, c.Virtual, c.Dest))
+			}
+			st.IPVS[n.Name()] = rows
+		}
 	}
 	return st, nil
 }

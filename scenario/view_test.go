@@ -102,3 +102,32 @@ func TestTraceReply(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionIPVS: in the IPVS mode the state after a step has each node's IPVS
+// connection table: the client's 90 connections to my-service on node-a.
+func TestSessionIPVS(t *testing.T) {
+	s, err := DemoScenario()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := Open(s, "ipvs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	st, err := ss.Step(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := st.IPVS["node-a"]
+	if st.IPVSTotal["node-a"] < 90 || len(rows) != MaxStateLines || !strings.HasPrefix(rows[0], "TCP ") || !strings.Contains(rows[0], ":9376") {
+		t.Errorf("node-a's IPVS table: %d entries, %q", st.IPVSTotal["node-a"], rows[:min(2, len(rows))])
+	}
+	if st, err := func() (StepState, error) {
+		ss2, _ := Open(s, "iptables")
+		defer ss2.Close()
+		return ss2.Step(context.Background())
+	}(); err != nil || st.IPVS != nil {
+		t.Errorf("the iptables mode has an IPVS table: %v %v", st.IPVS, err)
+	}
+}

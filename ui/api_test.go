@@ -210,6 +210,13 @@ func TestAPITimelineAndFlows(t *testing.T) {
 	if st := tl.Steps[6]; st.Result.Status != "ok" || len(st.Endpoints["default/my-service"]) != 4 {
 		t.Errorf("step 7: %+v", st.Result)
 	}
+	// In the IPVS mode each state has the nodes' IPVS connection tables.
+	code, _, body = get(t, h, "/api/timeline?mode=ipvs")
+	if err := json.Unmarshal([]byte(body), &tl); code != 200 || err != nil || tl.Mode != "ipvs" || tl.Steps[0].IPVSTotal["node-a"] < 90 {
+		t.Errorf("ipvs timeline: %d %v, node-a's IPVS entries %d", code, err, tl.Steps[0].IPVSTotal["node-a"])
+	} else {
+		t.Logf("node-a's first IPVS entry after step 1: %s", tl.Steps[0].IPVS["node-a"][0])
+	}
 	ts := httptest.NewServer(h)
 	defer ts.Close()
 	resp, err := http.Get(ts.URL + "/api/flows")

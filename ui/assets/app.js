@@ -411,6 +411,15 @@ function drawStepDetail() {
     for (const l of lines.slice(0, 12)) box.append(el("div", { class: "mono" }, l));
     if (lines.length > 12) box.append(el("div", {}, "…"));
   }
+  if (ss.ipvs) {
+    box.append(el("h4", {}, "IPVS connections after the step (ipvsadm -Lnc)"));
+    for (const [node, rows] of Object.entries(ss.ipvs)) {
+      const total = ss.ipvs_total[node];
+      box.append(el("div", {}, el("b", {}, node + ": " + total + " entries" + (total > rows.length ? " (the first " + rows.length + ")" : ""))));
+      for (const l of rows.slice(0, 12)) box.append(el("div", { class: "mono" }, l));
+      if (rows.length > 12) box.append(el("div", {}, "…"));
+    }
+  }
 }
 
 // ---- live flows ----
