@@ -67,3 +67,19 @@ func BenchmarkTraceCLI(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBrowserFirstLoad is the page's first load in headless Chromium, as a person
+// sees it: a new tab opens the demo's page, which fetches its assets and the cluster,
+// traces its first packet and draws it (until the page says it is ready).
+func BenchmarkBrowserFirstLoad(b *testing.B) {
+	tab(b, "") // the browser and the server started, outside the timing
+	b.ResetTimer()
+	var ms float64
+	for b.Loop() {
+		ctx := tab(b, "")
+		ms += js[float64](b, ctx, `+document.body.dataset.readyMs`)
+	}
+	// The page's own clock: from the navigation's start to the first trace drawn
+	// (without the DevTools round trips of opening a tab and polling).
+	b.ReportMetric(ms/float64(b.N), "page-ms/op")
+}

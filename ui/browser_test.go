@@ -128,7 +128,7 @@ func chromiumPath() string {
 
 // tab opens a new tab of the shared browser on the demo's page (with fragment, if any)
 // and waits until the page has drawn its first trace.
-func tab(t *testing.T, fragment string) context.Context {
+func tab(t testing.TB, fragment string) context.Context {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("-short: no browser tests")
@@ -173,14 +173,14 @@ func tab(t *testing.T, fragment string) context.Context {
 	return ctx
 }
 
-func run(t *testing.T, ctx context.Context, actions ...chromedp.Action[chromedp.Void]) {
+func run(t testing.TB, ctx context.Context, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	if err := chromedp.Do(ctx, actions...); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func js[T any](t *testing.T, ctx context.Context, expr string) T {
+func js[T any](t testing.TB, ctx context.Context, expr string) T {
 	t.Helper()
 	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
 	if err != nil {
@@ -190,7 +190,7 @@ func js[T any](t *testing.T, ctx context.Context, expr string) T {
 }
 
 // waitJS waits until expr is true in the page (the page's own work: fetches, drawing).
-func waitJS(t *testing.T, ctx context.Context, expr string) {
+func waitJS(t testing.TB, ctx context.Context, expr string) {
 	t.Helper()
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
 		status := js[string](t, ctx, `document.getElementById("status").textContent`)

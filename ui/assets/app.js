@@ -484,6 +484,7 @@ async function main() {
   if (r && r.step > 0) { state.shown = state.selStep = Math.min(r.step, state.view.steps.length); }
   await trace();
   if (r && tabs.includes(r.view) && r.view !== "trace") showTab(r.view);
+  document.body.dataset.readyMs = String(Math.round(performance.now()));
   document.body.dataset.ready = "true";
 }
 
