@@ -41,7 +41,9 @@ type TraceOptions struct {
 	// Reply also traces the answer: after the packet (one drawn path, which leaves its
 	// conntrack entries, also with AllBranches), the receiver sends a packet back from
 	// the address and port it was delivered to, to the source it saw, and that packet is
-	// traced the same way (the un-DNAT of a Service's reply shows where it happens).
+	// traced the same way (the un-DNAT of a Service's reply shows where it happens). For
+	// TCP the answer carries a probe's SYN flag, not a SYN-ACK: conntrack finds the
+	// connection's entry by its tuple either way.
 	Reply bool
 	// Pcap, when set, receives a pcap of a real exchange along the same way (a TCP
 	// connection with one request and its answer, or a UDP datagram and its answer),
