@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"image"
+	"image/color"
 	"image/png"
 	"net"
 	"net/http"
@@ -507,7 +508,9 @@ func TestBrowserScreenshots(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v (go test ./ui -run Screenshots -update writes it)", err)
 		}
-		if diff, err := pngDiff(want, b); err != nil || diff > 0.03 {
+		diff, err := pngDiff(want, b)
+		t.Logf("%s: %.2f%% of the pixels differ", s.name, diff*100)
+		if err != nil || diff > 0.03 {
 			got := filepath.Join(t.TempDir(), s.name+".png")
 			os.WriteFile(got, b, 0o644)
 			t.Errorf("%s: %.1f%% of the pixels differ (%v); the new one is %s", s.name, diff*100, err, got)
@@ -551,4 +554,38 @@ func absDiff(a, b uint32) uint32 {
 		return a - b
 	}
 	return b - a
+}
+
+// TestPNGDiff: the screenshot comparison passes antialiasing-sized changes and catches a
+// moved box: a 20×20 square on 100×100 is 4 % of the pixels, over the 3 % allowed.
+func TestPNGDiff(t *testing.T) {
+	enc := func(img image.Image) []byte {
+		var b bytes.Buffer
+		if err := png.Encode(&b, img); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	white := image.NewRGBA(image.Rect(0, 0, 100, 100))
+	for i := range white.Pix {
+		white.Pix[i] = 0xff
+	}
+	faint, boxed := image.NewRGBA(white.Rect), image.NewRGBA(white.Rect)
+	copy(faint.Pix, white.Pix)
+	copy(boxed.Pix, white.Pix)
+	for y := 0; y < 20; y++ {
+		for x := 0; x < 20; x++ {
+			boxed.Set(x, y, image.Black)
+			faint.Set(x, y, color.RGBA{0xf4, 0xf4, 0xf4, 0xff}) // antialiasing's kind of change
+		}
+	}
+	if d, err := pngDiff(enc(white), enc(faint)); err != nil || d != 0 {
+		t.Errorf("a faint change: %v %v", d, err)
+	}
+	if d, err := pngDiff(enc(white), enc(boxed)); err != nil || d != 0.04 {
+		t.Errorf("a black box: %v %v", d, err)
+	}
+	if _, err := pngDiff(enc(white), enc(image.NewRGBA(image.Rect(0, 0, 50, 50)))); err == nil {
+		t.Error("images of different sizes compare")
+	}
 }
