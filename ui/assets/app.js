@@ -229,7 +229,7 @@ async function trace() {
   try {
     const page = await getJSON(traceURL(q, q.mode));
     state.last = page;
-    $("drawing").innerHTML = page.svg;
+    $("drawing").innerHTML = ownIDs(page.svg, "trace");
     fitDrawing($("drawing"));
     $("trace-text").textContent = page.text;
     drawSummary(page.trace);
@@ -237,6 +237,14 @@ async function trace() {
   } catch (e) {
     status(e.message);
   }
+}
+
+// ownIDs gives an inline picture's arrowhead marker an id of its own: pictures share a
+// document, and a url(#id) that finds one in a hidden view draws no arrowheads.
+let idSeq = 0;
+function ownIDs(svg, tag) {
+  const id = "head-" + tag.replace(/[^A-Za-z0-9-]/g, "") + "-" + (++idSeq);
+  return svg.replaceAll('id="head"', 'id="' + id + '"').replaceAll("url(#head)", "url(#" + id + ")");
 }
 
 // fitDrawing scales a one-column picture to the panel's width; wider ones scroll.
@@ -257,7 +265,7 @@ async function compare() {
       const col = el("div", { class: "col", "data-mode": state.view.modes[i] }, el("h3", {}, state.view.modes[i]),
         el("p", {}, t.outcomes.map((o) => (t.outcomes.length > 1 ? "p=" + o.probability.toFixed(2) + " " : "") + outcomeLine(o)).join("; ")));
       const d = el("div", {});
-      d.innerHTML = page.svg;
+      d.innerHTML = ownIDs(page.svg, state.view.modes[i]);
       col.append(d);
       box.append(col);
     });
