@@ -38,7 +38,7 @@ func demoServer(t testing.TB) *Server {
 func get(t *testing.T, h http.Handler, url string) (int, string, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", url, nil))
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:8080"+url, nil))
 	return rec.Code, rec.Header().Get("Content-Type"), rec.Body.String()
 }
 
@@ -184,12 +184,37 @@ func TestServesOnlyItsOwn(t *testing.T) {
 		}
 	}
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("POST", "/api/cluster", strings.NewReader("{}")))
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "http://localhost:8080/api/cluster", strings.NewReader("{}")))
 	if rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /api/cluster: %d", rec.Code)
 	}
 	if csp := rec.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
 		t.Errorf("no CSP: %q", csp)
+	}
+}
+
+// TestOnlyLoopbackHosts: a request naming another host (a DNS name a web page pointed at
+// 127.0.0.1) is refused unless AnyHost; loopback addresses and localhost are served.
+func TestOnlyLoopbackHosts(t *testing.T) {
+	h := demoServer(t).Handler()
+	for host, want := range map[string]int{"127.0.0.1:8080": 200, "localhost": 200, "LOCALHOST:1": 200, "[::1]:8080": 200, "127.1.2.3": 200,
+		"evil.example:8080": 403, "10.0.0.1:8080": 403, "": 403, "localhost.evil.example": 403} {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/api/cluster", nil)
+		r.Host = host
+		h.ServeHTTP(rec, r)
+		if rec.Code != want {
+			t.Errorf("Host %q: %d, want %d", host, rec.Code, want)
+		}
+	}
+	s, _ := scenario.DemoScenario()
+	srv := &Server{AnyHost: true, s: s, view: demoServer(t).View()}
+	rec := httptest.NewRecorder()
+	r := httptest.NewRequest("GET", "/api/cluster", nil)
+	r.Host = "cluster-lab.example:8080"
+	srv.Handler().ServeHTTP(rec, r)
+	if rec.Code != 200 {
+		t.Errorf("AnyHost: %d", rec.Code)
 	}
 }
 

@@ -16,7 +16,7 @@ func BenchmarkFirstLoad(b *testing.B) {
 	for b.Loop() {
 		for _, u := range []string{"/", "/assets/app.js", "/assets/style.css", "/api/cluster"} {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest("GET", u, nil))
+			h.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:8080"+u, nil))
 			if rec.Code != 200 {
 				b.Fatalf("%s: %d", u, rec.Code)
 			}
@@ -43,7 +43,7 @@ func BenchmarkTraceAPI(b *testing.B) {
 	h := demoServer(b).Handler()
 	for b.Loop() {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/trace?from=pod:default/client&to=service:default/my-service:80&format=page", nil))
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:8080/api/trace?from=pod:default/client&to=service:default/my-service:80&format=page", nil))
 		if rec.Code != 200 {
 			b.Fatalf("%d %s", rec.Code, rec.Body)
 		}

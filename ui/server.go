@@ -32,7 +32,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +48,12 @@ var assets embed.FS
 
 // Server serves one scenario.
 type Server struct {
+	// AnyHost serves requests whatever host they name. Otherwise only requests to a
+	// loopback address or localhost are served (403 for others): a web page elsewhere
+	// cannot reach a loopback server through a DNS name of its own that it points at
+	// 127.0.0.1 (DNS rebinding). `clusterlab ui --allow-remote` sets it.
+	AnyHost bool
+
 	s    *scenario.Scenario
 	view *scenario.ClusterView
 	// traces bounds the traces built at once (each builds the cluster afresh).
@@ -90,12 +98,31 @@ func (srv *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/trace", srv.trace)
 	mux.HandleFunc("GET /api/timeline", srv.timeline)
 	mux.HandleFunc("GET /api/flows", srv.flows)
-	return headers(mux)
+	return srv.headers(mux)
 }
 
-// headers keeps the page to its own origin's assets.
-func headers(h http.Handler) http.Handler {
+// loopbackHost says whether a request's Host names this machine: localhost or a
+// loopback address, with or without a port.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// headers refuses requests to other hosts (see AnyHost) and keeps the page to its own
+// origin's assets.
+func (srv *Server) headers(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !srv.AnyHost && !loopbackHost(r.Host) {
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": fmt.Sprintf("host %q: this server answers requests to localhost or a loopback address only (clusterlab ui --allow-remote serves others)", r.Host)})
+			return
+		}
 		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data: blob:; style-src 'self' 'unsafe-inline'")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Cache-Control", "no-store")

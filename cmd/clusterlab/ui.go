@@ -66,6 +66,7 @@ func init() {
 			if err != nil {
 				return scenarioErr(err)
 			}
+			srv.AnyHost = allowRemote
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
