@@ -3,6 +3,8 @@ module github.com/clusterlab/clusterlab
 go 1.26.3
 
 require (
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 	github.com/google/go-cmp v0.7.0
 	github.com/miekg/dns v1.1.73
 	github.com/moby/ipvs v1.1.0
@@ -23,6 +25,7 @@ require (
 
 require (
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/google/btree v1.1.2 // indirect
 	github.com/google/nftables v0.3.0 // indirect

@@ -78,6 +78,9 @@ type runner struct {
 	// holding names the nodes whose kube-proxy conntrack cleanup waits
 	// (sync: hold_conntrack) until clean_conntrack.
 	holding map[string]bool
+	// liveTraffic makes connect steps that do not say how use real sockets (netstack)
+	// instead of probes (Session.LiveTraffic).
+	liveTraffic bool
 }
 
 func (p *plan) start() (*runner, error) {

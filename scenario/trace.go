@@ -38,6 +38,13 @@ type TraceOptions struct {
 	AfterStep int
 	// Mode overrides the scenario's kube-proxy mode.
 	Mode string
+	// Reply also traces the answer: after the packet (one drawn path, which leaves its
+	// conntrack entries, also with AllBranches), the receiver sends a packet back from
+	// the address and port it was delivered to, to the source it saw, and that packet is
+	// traced the same way (the un-DNAT of a Service's reply shows where it happens). For
+	// TCP the answer carries a probe's SYN flag, not a SYN-ACK: conntrack finds the
+	// connection's entry by its tuple either way.
+	Reply bool
 	// Pcap, when set, receives a pcap of a real exchange along the same way (a TCP
 	// connection with one request and its answer, or a UDP datagram and its answer),
 	// captured on every node's interfaces and the external hosts' links.
@@ -57,8 +64,20 @@ type TraceResult struct {
 	Proto    string               `json:"proto"`
 	Mode     string               `json:"mode"`
 	Outcomes []netsim.ProbeResult `json:"outcomes"`
+	// Reply is the answer's way (Reply): From is where it started.
+	Reply *TraceReply `json:"reply,omitempty"`
 	// Pcap says what the capture holds (when one was asked for).
 	Pcap string `json:"pcap,omitempty"`
+}
+
+// TraceReply is the way of a traced packet's answer.
+type TraceReply struct {
+	From    string              `json:"from"`
+	Src     string              `json:"src"`
+	Dst     string              `json:"dst"`
+	Outcome *netsim.ProbeResult `json:"outcome,omitempty"`
+	// Note says why there is no answer to trace (the packet was not delivered).
+	Note string `json:"note,omitempty"`
 }
 
 // parseTraceTarget parses trace's --to: a target, where a name or an address
@@ -144,6 +163,18 @@ func Trace(ctx context.Context, s *Scenario, opts TraceOptions) (*TraceResult, e
 	}
 	res.Outcomes = rs
 	r.lastProbe = rs
+	if opts.Reply {
+		fwd := rs
+		if opts.AllBranches { // the dry run left no state: play one path for real
+			fwd, err = r.c.Probe(netsim.Probe{From: opts.From, Proto: pnum, Dst: dst, SrcPort: uint16(opts.SrcPort), Mode: netsim.ProbePacket, Payload: []byte("clusterlab\n")})
+			if err != nil {
+				return nil, err
+			}
+		}
+		if res.Reply, err = r.traceReply(pnum, fwd[0]); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Pcap != nil {
 		if proto == "sctp" {
 			return nil, fromErr("--pcap", "the capture replays the exchange with real sockets, which have no SCTP")
@@ -170,6 +201,30 @@ func Trace(ctx context.Context, s *Scenario, opts TraceOptions) (*TraceResult, e
 		res.Pcap = desc
 	}
 	return res, nil
+}
+
+// traceReply traces the answer to a packet that ended as o: from where it was delivered,
+// from the address it arrived at, to the source the receiver saw.
+func (r *runner) traceReply(proto uint8, o netsim.ProbeResult) (*TraceReply, error) {
+	rep := &TraceReply{}
+	switch {
+	case o.Result != netsim.ResultDelivered || !o.Addr.IsValid() || !o.SeenSrc.IsValid():
+		rep.Note = "no answer to trace: the packet was not delivered (" + o.Outcome.String() + ")"
+		return rep, nil
+	case o.Pod != "":
+		rep.From = "pod:" + o.Pod
+	case o.External != "":
+		rep.From = "external:" + o.External
+	default:
+		rep.From = "node:" + o.Node
+	}
+	rep.Src, rep.Dst = o.Addr.String(), o.SeenSrc.String()
+	rs, err := r.c.Probe(netsim.Probe{From: rep.From, Proto: proto, Src: o.Addr.Addr(), SrcPort: o.Addr.Port(), Dst: o.SeenSrc, Mode: netsim.ProbePacket, Trace: true, Payload: []byte("answer\n")})
+	if err != nil {
+		return nil, fmt.Errorf("tracing the answer from %s: %w", rep.From, err)
+	}
+	rep.Outcome = &rs[0]
+	return rep, nil
 }
 
 // capture makes one real exchange and writes what crossed every capture point, in
@@ -318,6 +373,14 @@ func (t *TraceResult) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "outcome: %s\n", o.Outcome.String())
 		}
 		b.WriteString(o.Trace.String())
+	}
+	if rp := t.Reply; rp != nil {
+		if rp.Outcome == nil {
+			fmt.Fprintf(&b, "\nreply: %s\n", rp.Note)
+		} else {
+			fmt.Fprintf(&b, "\nreply from %s (%s) to %s: %s\n", rp.From, rp.Src, rp.Dst, rp.Outcome.Outcome.String())
+			b.WriteString(rp.Outcome.Trace.String())
+		}
 	}
 	if t.Pcap != "" {
 		fmt.Fprintf(&b, "\npcap: %s\n", t.Pcap)

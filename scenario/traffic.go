@@ -143,6 +143,10 @@ func (r *runner) planTraffic(ctx context.Context, t *Traffic, connect bool) (*tr
 	if tp.via == "" && t.HTTP != nil {
 		tp.via = "netstack"
 	}
+	if tp.via == "" && connect && r.liveTraffic {
+		tp.via = "netstack"
+		tp.autoNote = "via netstack: live traffic was asked for (Session.LiveTraffic), so that its packets can be traced"
+	}
 	if tp.via == "" {
 		tp.via = "probe"
 		if connect && r.p.info.Semantics.Terminates && (tp.protoName == "tcp" || tp.protoName == "udp") {

@@ -85,6 +85,11 @@ func badInputRows() []badInputRow {
 		// The root and every command's flags.
 		{cmd: "clusterlab", input: "an unknown command `nosuch`", args: []string{"nosuch"}, want: `unknown command "nosuch"`, exit: 2},
 		{cmd: "clusterlab", input: "an unknown flag `--nosuch`", args: []string{"--nosuch"}, want: "unknown flag: --nosuch", exit: 2},
+		{cmd: "ui", input: "`--listen 0.0.0.0:0` without `--allow-remote`", args: []string{"ui", "--listen", "0.0.0.0:0"}, want: "--allow-remote", exit: 2},
+		{cmd: "ui", input: "`--listen 8080` (no host)", args: []string{"ui", "--listen", "8080"}, want: "--listen", exit: 2},
+		{cmd: "ui", input: "a missing file", args: []string{"ui", "{d}/nope.yaml"}, want: "nope.yaml", exit: 2},
+		{cmd: "ui", input: "a scenario that does not parse", args: []string{"ui", "{d}/s.yaml"}, files: map[string]string{"s.yaml": "cluster:\n  nodes: 3\n"}, want: "s.yaml:2", exit: 2},
+		{cmd: "ui", input: "two scenarios", args: []string{"ui", "{d}/a.yaml", "{d}/b.yaml"}, want: "", exit: 2},
 		{cmd: "run", input: "no scenario", args: []string{"run"}, want: "", exit: 2},
 		{cmd: "run", input: "a missing file", args: []string{"run", "{d}/nope.yaml"}, want: "nope.yaml", exit: 2},
 		{cmd: "run", input: "an unknown flag", args: []string{"run", "--nosuch", "{d}/s.yaml"}, files: map[string]string{"s.yaml": scen("", okStep)}, want: "unknown flag: --nosuch", exit: 2},

@@ -28,17 +28,23 @@ scenario names (or --mode):
          nodeport:NS/NAME[:PORT]@NODE, loadbalancer:NS/NAME:PORT, pod:NS/NAME:PORT;
          without a port, --port (default 80)
 --all-branches follows every random choice (one outcome per backend, with its
-probability). Pictures: --dot FILE writes the path as a Graphviz digraph (a box per hook
-with the rules that matched and the NAT done, grouped by node; "-" is stdout); --svg FILE
-renders it with Graphviz's dot when it is installed, and otherwise writes Mermaid text to
-FILE with the .svg replaced by .mmd and says so on stderr; --mermaid prints Mermaid
-flowchart text instead of the text trace. --pcap FILE replays the exchange with real
+probability). --reply also traces the answer: the receiver sends a packet back from
+where the packet arrived to the source it saw, and its way shows where the reply is
+un-DNATed (with --all-branches, the answer to one drawn path). Pictures: --svg FILE
+draws the path top to bottom, node by node and hook by hook, with every rule that
+matched (chain, dump line, rule text), the conntrack entries, DNAT and masquerade
+(highlighted) and the routing decisions; an outcome a column, side by side with their
+probabilities, and the answer in a column of its own (no Graphviz needed; the picture
+clusterlab ui shows). --dot FILE writes the path as a Graphviz digraph (a box per hook
+with the rules that matched and the NAT done, grouped by node; "-" is stdout);
+--mermaid prints Mermaid flowchart text instead of the text trace. --pcap FILE replays the exchange with real
 sockets (a TCP connection with one request and its answer, or a UDP datagram and its
 answer) and writes every packet as it crossed each node's cbr0 and eth0, in order, as a
 pcapng file for Wireshark or tcpdump -r, an interface per capture point ("node-a/cbr0")
 and the virtual clock's time: the DNAT shows as the same packet with another
 destination on another interface (--pcap-classic: the classic pcap format, one stream). -o json gives {from, to, dst, resolved, proto, mode, outcomes: [{result,
-pod, node, addr, seen_src, reason, probability, trace: {steps}}], pcap}.`
+pod, node, addr, seen_src, reason, probability, trace: {steps}}], reply: {from, src,
+dst, outcome (as an outcome's), note}, pcap}.`
 
 const traceScenarioExamples = `
   clusterlab trace testdata/scenarios/clusterip-trace.yaml --from pod:default/client --to my-service:80
@@ -59,7 +65,7 @@ type scenarioTraceOptions struct {
 
 var scenarioTraceFlags = []string{"to", "port", "after-step", "mode", "dot", "svg", "mermaid", "pcap", "pcap-classic"}
 var dumpTraceFlags = []string{"ipsets", "src", "dst", "dport", "local-ips", "in-interface", "out-interface", "every-rule",
-	"icmp-type", "icmp-code", "ctstate", "reply", "manifests", "ipvs-save", "node", "iface-addr", "lenient", "conntrack", "route-localnet", "hairpin", "bridge-nf-call-iptables"}
+	"icmp-type", "icmp-code", "ctstate", "manifests", "ipvs-save", "node", "iface-addr", "lenient", "conntrack", "route-localnet", "hairpin", "bridge-nf-call-iptables"}
 
 func addScenarioTraceFlags(f *pflag.FlagSet, so *scenarioTraceOptions) {
 	f.StringVar(&so.to, "to", "", "scenario mode: the destination: NAME[:PORT], IP[:PORT], service:NS/NAME:PORT, nodeport:NS/NAME@NODE, ...")
@@ -67,7 +73,7 @@ func addScenarioTraceFlags(f *pflag.FlagSet, so *scenarioTraceOptions) {
 	f.IntVar(&so.afterStep, "after-step", 0, "scenario mode: run the scenario's first N steps before tracing")
 	f.StringVar(&so.mode, "mode", "", "scenario mode: the kube-proxy mode (default: the scenario's)")
 	f.StringVar(&so.dot, "dot", "", "scenario mode: write the path as Graphviz DOT to FILE (- for stdout)")
-	f.StringVar(&so.svg, "svg", "", "scenario mode: write the path as SVG to FILE (needs Graphviz's dot; else Mermaid to FILE.mmd)")
+	f.StringVar(&so.svg, "svg", "", "scenario mode: write the path as SVG to FILE, drawn top to bottom, hook by hook (no Graphviz needed)")
 	f.BoolVar(&so.mermaid, "mermaid", false, "scenario mode: print the path as Mermaid flowchart text instead of the text trace")
 	f.StringVar(&so.pcap, "pcap", "", "scenario mode: write a pcapng of the exchange, as it crossed every node's interfaces (an interface per capture point, virtual-clock timestamps), to FILE")
 	f.BoolVar(&so.pcapClassic, "pcap-classic", false, "scenario mode: write --pcap in the classic libpcap format (no interface names) instead of pcapng")
@@ -109,7 +115,7 @@ func runScenarioTrace(cmd *cobra.Command, file string, o *traceOptions, so *scen
 	if cmd.Flags().Changed("seed") {
 		s.Cluster.Seed = o.seed
 	}
-	opts := scenario.TraceOptions{From: o.from, To: so.to, Port: so.port, Proto: o.proto, AllBranches: o.allBranches, AfterStep: so.afterStep, Mode: so.mode}
+	opts := scenario.TraceOptions{From: o.from, To: so.to, Port: so.port, Proto: o.proto, AllBranches: o.allBranches, AfterStep: so.afterStep, Mode: so.mode, Reply: o.reply}
 	if cmd.Flags().Changed("sport") {
 		opts.SrcPort = o.sport
 	}
@@ -138,20 +144,8 @@ func runScenarioTrace(cmd *cobra.Command, file string, o *traceOptions, so *scen
 		}
 	}
 	if so.svg != "" {
-		svg, err := res.SVG(cmdContext(cmd))
-		switch {
-		case errors.Is(err, scenario.ErrNoGraphviz):
-			mmd := strings.TrimSuffix(so.svg, ".svg") + ".mmd"
-			if err := os.WriteFile(mmd, []byte(res.Mermaid()), 0o644); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: Graphviz's dot is not installed, so no SVG: wrote the picture as Mermaid text to %s\n", mmd)
-		case err != nil:
+		if err := os.WriteFile(so.svg, res.VerticalSVG(), 0o644); err != nil {
 			return err
-		default:
-			if err := os.WriteFile(so.svg, svg, 0o644); err != nil {
-				return err
-			}
 		}
 	}
 	switch {
