@@ -158,10 +158,17 @@ func TestAPIBadQueries(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400 naming %s (%q)", c.url, code, body, c.field, c.want)
 		}
 	}
-	// A query that parses but names what the cluster lacks: 422, said.
-	code, _, body := get(t, h, "/api/trace?from=pod:default/nobody&to=service:default/my-service:80")
-	if code != 422 || !strings.Contains(body, "default/nobody") {
-		t.Errorf("unknown pod: %d %s", code, body)
+	// A query that parses but names what the cluster lacks is refused the same way,
+	// naming the field (the scenario's trace says which).
+	for _, c := range []struct{ url, field, want string }{
+		{"/api/trace?from=pod:default/nobody&to=service:default/my-service:80", "from", "no running pod default/nobody"},
+		{"/api/trace?from=pod:default/client&to=service:default/nosuch:80", "to", "no service default/nosuch"},
+	} {
+		code, _, body := get(t, h, c.url)
+		var e struct{ Error, Field string }
+		if err := json.Unmarshal([]byte(body), &e); code != 400 || err != nil || e.Field != c.field || !strings.Contains(e.Error, c.want) {
+			t.Errorf("%s: %d %s, want 400 naming %s (%q)", c.url, code, body, c.field, c.want)
+		}
 	}
 }
 
