@@ -204,6 +204,13 @@ func RunGoTestsBoot(ctx context.Context, k *Kernel, runs []GoTestRun, cfg Config
 func RunGoTests(t *testing.T, runs []GoTestRun, cfg Config) *Boot {
 	t.Helper()
 	k := Require(t)
+	start := time.Now()
+	for _, r := range runs {
+		if _, err := BuildTestBinary(context.Background(), r.Pkg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("test binaries built in %v", time.Since(start).Round(100*time.Millisecond))
 	b, results, err := RunGoTestsBoot(context.Background(), k, runs, cfg)
 	if b != nil {
 		t.Logf("kernel %s, boot %v (agent ready after %s, modules %d), image cached %v",
