@@ -41,4 +41,16 @@
 // output when the binary fails there or leaves a namespace behind. os.Args[0] is the
 // binary's absolute path, so a test that re-executes itself works in the guest too.
 // The image cache key hashes every file, test binaries included.
+//
+// TestSecondKernelVM uses it for the second kernel: the host's kernel
+// differentials (both emulators' differential fuzzers, iptables on the nft backend as
+// on the host, CLUSTERLAB_VM_LEGACY=1 adding legacy; package kernel's conntrack
+// tests; the conformance suite's kernel comparison) run again on 6.1 in one boot, 6
+// fuzzer cases each from the packages' fixed seeds (CLUSTERLAB_DIFFFUZZ=N for more)
+// and every kept regression case. Measured on the two-core CI machine: at a load
+// average of 3.5, 55 s in all (test binaries linked in parallel 15 s, boot 35 s with
+// the image written, the four runs 26 s in the guest); at load 7-9, beside the other
+// VM tests as CI runs them, about three times that. TCG makes the guest's process
+// starts and namespace setups slow and the host's load multiplies it (5-10 times at
+// load 15), so the guest runs few cases; each run has a 150 s limit in the guest.
 package vmtest

@@ -24,19 +24,32 @@ type TestBinary struct {
 
 var testBinaries = struct {
 	sync.Mutex
-	m map[string]*TestBinary
-}{m: map[string]*TestBinary{}}
+	m map[string]*builtBinary
+}{m: map[string]*builtBinary{}}
+
+type builtBinary struct {
+	once sync.Once
+	tb   *TestBinary
+	err  error
+}
 
 // BuildTestBinary builds pkg's test binary (`go test -c`, CGO_ENABLED=0 so that it is
 // static) once per process; pkg is an import path or a directory ("./kernel",
 // relative to the calling test's directory). The go tool's build cache makes a
-// repeated build a link.
+// repeated build a link; builds of different packages may run at once.
 func BuildTestBinary(ctx context.Context, pkg string) (*TestBinary, error) {
 	testBinaries.Lock()
-	defer testBinaries.Unlock()
-	if tb := testBinaries.m[pkg]; tb != nil {
-		return tb, nil
+	e := testBinaries.m[pkg]
+	if e == nil {
+		e = &builtBinary{}
+		testBinaries.m[pkg] = e
 	}
+	testBinaries.Unlock()
+	e.once.Do(func() { e.tb, e.err = buildTestBinary(ctx, pkg) })
+	return e.tb, e.err
+}
+
+func buildTestBinary(ctx context.Context, pkg string) (*TestBinary, error) {
 	goBin, err := goTool()
 	if err != nil {
 		return nil, err
@@ -66,9 +79,7 @@ func BuildTestBinary(ctx context.Context, pkg string) (*TestBinary, error) {
 		return nil, fmt.Errorf("%s has no test files? %w", imp, err)
 	}
 	sum := sha256.Sum256(data)
-	tb := &TestBinary{Pkg: imp, Dir: dir, Data: data, Hash: hex.EncodeToString(sum[:6])}
-	testBinaries.m[pkg] = tb
-	return tb, nil
+	return &TestBinary{Pkg: imp, Dir: dir, Data: data, Hash: hex.EncodeToString(sum[:6])}, nil
 }
 
 func errText(err error) string {
@@ -205,8 +216,18 @@ func RunGoTests(t *testing.T, runs []GoTestRun, cfg Config) *Boot {
 	t.Helper()
 	k := Require(t)
 	start := time.Now()
-	for _, r := range runs {
-		if _, err := BuildTestBinary(context.Background(), r.Pkg); err != nil {
+	var wg sync.WaitGroup
+	errs := make([]error, len(runs))
+	for i, r := range runs { // links of several packages use both cores
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = BuildTestBinary(context.Background(), r.Pkg)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
