@@ -11,7 +11,7 @@ import (
 // the package's fixed seed: TCG runs a case ten to fifty times slower than the host
 // (docs/PERFORMANCE.md), so far fewer than on the host. CLUSTERLAB_DIFFFUZZ=N asks for
 // N (still from the fixed seed: the number goes to -rapid.checks, the variable does not
-// reach the guest).
+// reach the guest) and N/20 conformance cases (-kernel-cases; 1 by default).
 const secondKernelCases = 6
 
 // TestSecondKernelVM runs the kernel differentials the host runs on its own kernel
@@ -34,16 +34,19 @@ func TestSecondKernelVM(t *testing.T) {
 		n = v
 	}
 	checks := "-rapid.checks=" + strconv.Itoa(n)
-	per := 150 * time.Second
+	conformance := "-kernel-cases=" + strconv.Itoa(max(1, n/20))
+	// A fuzzer case takes about a second in the guest at a low load, up to ten at a
+	// high one.
+	per := 150*time.Second + time.Duration(n-secondKernelCases)*5*time.Second
 	runs := []GoTestRun{
 		{Name: "iptables-nft", Pkg: "../../proxy/iptables/emulator", Args: []string{"-test.run=^TestKernelDiffFuzz$", "-test.v", checks}, Timeout: per},
 		{Name: "nftables", Pkg: "../../proxy/nftables/emulator", Args: []string{"-test.run=^TestKernelNFTDiffFuzz$", "-test.v", checks}, Timeout: per},
 		{Name: "kernel", Pkg: "../../kernel", Args: []string{"-test.run=^(TestConntrackKernel|TestParseConntrack.*)$", "-test.v"}, Timeout: per},
-		{Name: "conformance", Pkg: "../../proptest/conformance", Args: []string{"-test.run=^TestKernelAgrees$", "-test.v", "-kernel-cases=1"}, Timeout: per},
+		{Name: "conformance", Pkg: "../../proptest/conformance", Args: []string{"-test.run=^TestKernelAgrees$", "-test.v", conformance}, Timeout: per},
 	}
 	if os.Getenv("CLUSTERLAB_VM_LEGACY") != "" {
 		runs = append(runs, GoTestRun{Name: "iptables-legacy", Pkg: "../../proxy/iptables/emulator", Args: []string{"-test.run=^TestKernelDiffFuzz$", "-test.v", checks},
 			Env: []string{"CLUSTERLAB_DIFFFUZZ_BACKEND=legacy"}, Timeout: per})
 	}
-	RunGoTests(t, runs, Config{Timeout: 8 * time.Minute})
+	RunGoTests(t, runs, Config{Timeout: 3*time.Minute + time.Duration(len(runs))*per})
 }
