@@ -95,8 +95,8 @@ type GoTestRun struct {
 	Pkg  string   // as for BuildTestBinary
 	Args []string // the binary's arguments ("-test.run=^TestX$", "-test.v")
 	Env  []string // added to the guest's environment ("CLUSTERLAB_DIFFFUZZ_BACKEND=legacy")
-	// Timeout kills the run in the guest after this long (default: none; the boot's
-	// timeout ends everything).
+	// Timeout is the run's -test.timeout in the guest (default: the boot's timeout),
+	// and the agent kills it 10 s later if it is still there.
 	Timeout time.Duration
 }
 
@@ -168,8 +168,8 @@ func RunGoTestsBoot(ctx context.Context, k *Kernel, runs []GoTestRun, cfg Config
 		if r.Name == "" {
 			r.Name = filepath.Base(tb.Pkg)
 		}
-		for n := 2; names[r.Name]; n++ {
-			r.Name = fmt.Sprintf("%s#%d", strings.TrimRight(r.Name, "#0123456789"), n)
+		for n, base := 2, r.Name; names[r.Name]; n++ {
+			r.Name = fmt.Sprintf("%s#%d", base, n)
 		}
 		names[r.Name] = true
 		args := append([]string{}, r.Args...)
