@@ -49,8 +49,8 @@
 // fuzzer cases each from the packages' fixed seeds (CLUSTERLAB_DIFFFUZZ=N for more)
 // and every kept regression case. Measured on the two-core CI machine: at a load
 // average of 3.5, 55 s in all (test binaries linked in parallel 15 s, boot 35 s with
-// the image written, the four runs 26 s in the guest); at load 7-9, beside the other
-// VM tests as CI runs them, about three times that. TCG makes the guest's process
+// the image written, the four runs 26 s in the guest); at load 5.5-8, 116 s (boot 96
+// s, runs 81 s). TCG makes the guest's process
 // starts and namespace setups slow and the host's load multiplies it (5-10 times at
 // load 15), so the guest runs few cases; each run has a 150 s limit in the guest.
 package vmtest
