@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/clusterlab/clusterlab/netfilter"
+	"github.com/clusterlab/clusterlab/proxy"
 )
 
 // smokeRuleset is a minimal hand-written ruleset in kube-proxy's nftables style, its
@@ -202,8 +205,18 @@ add element ip kube-proxy service-ips { 10.96.0.40 . tcp . 80 : goto $SVC }
 	}
 	aff := map[string]string{"a": affA, "b": affB}[first]
 	i := strings.Index(string(listed), "set "+aff+" {")
-	if i < 0 || !strings.Contains(string(listed)[i:], "elements = { "+client.IP.String()+" expires ") {
-		t.Errorf("affinity set %s lacks the client %v:\n%s", aff, client.IP, listed)
+	// Before Linux 6.12 the kernel also dumps the element's timeout when it is the
+	// set's (proxy's change nftables-element-timeout-listing; seen on 6.1).
+	elem := "elements = { " + client.IP.String() + " expires "
+	kv, err := netfilter.ParseKernelVersion(kernelRelease())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proxy.KernelHas("nftables-element-timeout-listing", kv) {
+		elem = "elements = { " + client.IP.String() + " timeout 3h expires "
+	}
+	if i < 0 || !strings.Contains(string(listed)[i:], elem) {
+		t.Errorf("affinity set %s lacks the client %v as Linux %v lists it (%q):\n%s", aff, client.IP, kv, elem, listed)
 	}
 	// Forget the client: the next connections are spread again (both endpoints seen
 	// once the set is flushed before every connection).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,12 @@ func NewKernel(t testing.TB, backend kernel.Backend, nftables bool) *Kernel {
 			t.Errorf("harness close: %v", err)
 		}
 	})
+	// The emulators model no kernel-version difference (docs/VERSIONS.md): the same
+	// prediction holds for every release, and the log says which one answered (the
+	// host's, or 6.1 in internal/vmtest's TestSecondKernelVM).
+	if rel, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		t.Logf("kernel: Linux %s", strings.TrimSpace(string(rel)))
+	}
 	k := &Kernel{H: h, Node: h.Nodes[0], NS: map[string]*kernel.Netns{"client": h.Pod("client").Netns, "external": h.External, "node": h.Nodes[0].Netns}}
 	got := map[string]netip.Addr{"client": h.Pod("client").IP, "srv1": h.Pod("srv1").IP, "srv2": h.Pod("srv2").IP,
 		"node": k.Node.IP, "gateway": k.Node.Gateway, "external": h.ExternalIP}

@@ -31,4 +31,29 @@
 // KindIPVSCalls makes ipvs.Interface calls on the kernel adapter. Listing and ErrClass
 // are shared by both sides, so a listing or an error is taken the same way from the
 // model as from the kernel.
+//
+// KindGoTest runs a package's own tests in the guest: RunGoTests (or RunGoTest for one
+// package) cross-builds each package's test binary (go test -c, CGO_ENABLED=0, once
+// per process), puts it in the image with the package's testdata/ at the package's
+// host path (its working directory, as under go test), the host's ip, iptables and
+// ip6tables (nft and legacy), nft, conntrack, ipset and ipvsadm with their shared
+// libraries, the loader and the files they read (GoTestTools, GoTestHostPaths), and
+// the netfilter modules package kernel needs (GoTestModules); the agent runs each
+// binary with its arguments and environment, streams its output back line by line and
+// reports its exit status, and each run becomes a subtest that fails with the guest's
+// output when the binary fails there or leaves a namespace behind. os.Args[0] is the
+// binary's absolute path, so a test that re-executes itself works in the guest too.
+// The image cache key hashes every file, test binaries included.
+//
+// TestSecondKernelVM uses it for the second kernel: the host's kernel
+// differentials (both emulators' differential fuzzers, iptables on the nft backend as
+// on the host, CLUSTERLAB_VM_LEGACY=1 adding legacy; package kernel's conntrack
+// tests; the conformance suite's kernel comparison) run again on 6.1 in one boot, 6
+// fuzzer cases each from the packages' fixed seeds (CLUSTERLAB_DIFFFUZZ=N for more)
+// and every kept regression case. Measured on the two-core CI machine: at a load
+// average of 3.5, 55 s in all (test binaries linked in parallel 15 s, boot 35 s with
+// the image written, the four runs 26 s in the guest); at load 5.5-8, 116 s (boot 96
+// s, runs 81 s). TCG makes the guest's process
+// starts and namespace setups slow and the host's load multiplies it (5-10 times at
+// load 15), so the guest runs few cases; each run has a 150 s limit in the guest.
 package vmtest

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/clusterlab/clusterlab/kernel"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proptest"
 	"github.com/clusterlab/clusterlab/proxy"
@@ -131,6 +133,8 @@ type KernelComparison struct {
 	Skipped int
 	World   *proptest.World
 	Harness *kernel.Harness
+	// Kernel is the release the simulation modelled (KernelOptions.Kernel).
+	Kernel netfilter.KernelVersion
 
 	nodeAddrs [][]netip.Addr // each harness node's addresses
 }
@@ -148,7 +152,7 @@ func (k *KernelComparison) Close() error {
 
 // Summary renders the comparison in one line.
 func (k *KernelComparison) Summary() string {
-	s := fmt.Sprintf("kernel vs simulation: %d flows (%d skipped), %d of %d connections agreed", k.Flows, k.Skipped, k.Agreed, k.Attempts)
+	s := fmt.Sprintf("kernel (Linux %s modelled) vs simulation: %d flows (%d skipped), %d of %d connections agreed", k.Kernel, k.Flows, k.Skipped, k.Agreed, k.Attempts)
 	if k.Redialled > 0 {
 		s += fmt.Sprintf(" (%d timed out and dialled again alone)", k.Redialled)
 	}
@@ -169,6 +173,30 @@ type KernelOptions struct {
 	// way to see a flag's effect on real traffic, and to check that the differential
 	// notices when kernel and simulation are configured apart.
 	KernelNode func(*proxy.NodeConfig)
+	// Kernel is the Linux release the simulated nodes model (netsim.NodeSettings.Kernel);
+	// the zero value means the running kernel's (RunningKernel), so the comparison
+	// holds a kernel to its own release's model: the host's on the host, 6.1 in
+	// package internal/vmtest's VM.
+	Kernel netfilter.KernelVersion
+}
+
+// osReleasePath is the running kernel's release (what uname -r prints).
+const osReleasePath = "/proc/sys/kernel/osrelease"
+
+// RunningKernel is the running kernel's release as the model's KernelVersion.
+func RunningKernel() (netfilter.KernelVersion, error) {
+	b, err := os.ReadFile(osReleasePath)
+	if err != nil {
+		return netfilter.KernelVersion{}, fmt.Errorf("the running kernel's release: %w", err)
+	}
+	return netfilter.ParseKernelVersion(string(b))
+}
+
+// modelKernel makes every node of w model Linux kv.
+func modelKernel(w *proptest.World, kv netfilter.KernelVersion) {
+	for _, n := range w.Cluster.Nodes() {
+		n.UpdateSettings(func(s *netsim.NodeSettings) { s.Kernel = kv })
+	}
 }
 
 // CompareKernel runs a case (see KernelFits) in the simulation under the iptables mode
@@ -184,7 +212,15 @@ func CompareKernel(ctx context.Context, c *proptest.Case, o KernelOptions) (*Ker
 		return nil, err
 	}
 	w.Mode, w.Semantics = Reference.Name, Reference.Semantics
-	k := &KernelComparison{Case: c, World: w}
+	kv := o.Kernel
+	if kv.IsZero() {
+		if kv, err = RunningKernel(); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("conformance: %w", err)
+		}
+	}
+	modelKernel(w, kv)
+	k := &KernelComparison{Case: c, World: w, Kernel: kv}
 	keep := k.flows()
 	if len(keep) == 0 {
 		return k, nil // nothing to send: no namespaces needed

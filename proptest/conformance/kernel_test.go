@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/clusterlab/clusterlab/kernel"
+	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proptest"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/service"
@@ -126,5 +128,34 @@ func TestKernelDifferentialNotices(t *testing.T) {
 	}
 	if k.Agreed == 0 {
 		t.Errorf("nothing agreed: flows the flag does not change (the cluster IP's other port) must still agree")
+	}
+}
+
+// TestKernelComparisonModelsTheRunningRelease: the comparison's simulated nodes model
+// the release they are compared with: the running kernel's by default (6.1 in
+// internal/vmtest's VM, the host's release here), or the one KernelOptions names. No
+// root needed: the nodes are set before any namespace is made.
+func TestKernelComparisonModelsTheRunningRelease(t *testing.T) {
+	rk, err := RunningKernel()
+	if err != nil {
+		t.Skip(err)
+	}
+	b, _ := os.ReadFile(osReleasePath)
+	if want, _ := netfilter.ParseKernelVersion(string(b)); rk != want || rk.IsZero() {
+		t.Fatalf("RunningKernel %v, the release says %q", rk, b)
+	}
+	h := newHand(2).service(service.NewService("default/web", service.Selector("app=web"), service.Port("", 80, 8080))).
+		pod("default/web-0", "node-b", "web", "", 8080)
+	w, err := proptest.Build(h.c, Reference.Proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	v61 := netfilter.MustParseKernelVersion("6.1")
+	modelKernel(w, v61)
+	for _, n := range w.Cluster.Nodes() {
+		if got := n.Settings().Kernel; got != v61 {
+			t.Errorf("node %s models Linux %v, want 6.1", n.Name(), got)
+		}
 	}
 }
