@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/clusterlab/clusterlab/proptest"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
 )
@@ -131,12 +133,19 @@ type KernelComparison struct {
 	Skipped int
 	World   *proptest.World
 	Harness *kernel.Harness
+	// Mode is the kube-proxy mode both sides ran.
+	Mode string
 
 	nodeAddrs [][]netip.Addr // each harness node's addresses
+	ipvs      []*kernel.IPVS // the IPVS mode's netlink handles, closed by Close
 }
 
 // Close stops the world and deletes the namespaces.
 func (k *KernelComparison) Close() error {
+	for _, v := range k.ipvs {
+		v.Close()
+	}
+	k.ipvs = nil
 	if k.World != nil {
 		k.World.Close()
 	}
@@ -148,7 +157,7 @@ func (k *KernelComparison) Close() error {
 
 // Summary renders the comparison in one line.
 func (k *KernelComparison) Summary() string {
-	s := fmt.Sprintf("kernel vs simulation: %d flows (%d skipped), %d of %d connections agreed", k.Flows, k.Skipped, k.Agreed, k.Attempts)
+	s := fmt.Sprintf("kernel vs simulation (%s mode): %d flows (%d skipped), %d of %d connections agreed", k.Mode, k.Flows, k.Skipped, k.Agreed, k.Attempts)
 	if k.Redialled > 0 {
 		s += fmt.Sprintf(" (%d timed out and dialled again alone)", k.Redialled)
 	}
@@ -169,6 +178,24 @@ type KernelOptions struct {
 	// way to see a flag's effect on real traffic, and to check that the differential
 	// notices when kernel and simulation are configured apart.
 	KernelNode func(*proxy.NodeConfig)
+	// Mode is the kube-proxy mode both sides run: "" or kubeproxy.IPTables (the
+	// reference), or kubeproxy.IPVS (the kernel's nodes get kube-ipvs0, the ipsets, the
+	// rules around IPVS and real IPVS virtual servers; KernelIPVSSupported says whether
+	// this kernel can).
+	Mode kubeproxy.Mode
+}
+
+// KernelIPVSSupported says why CompareKernel cannot run the IPVS mode here, or nil: it
+// needs the kernel's IPVS (kernel.CheckIPVS) and the ipset tool, besides what the
+// iptables mode needs.
+func KernelIPVSSupported() error {
+	if err := kernel.CheckIPVS(); err != nil {
+		return err
+	}
+	if !kernel.HaveTool("ipset") {
+		return errors.New("the ipset tool is not installed")
+	}
+	return nil
 }
 
 // CompareKernel runs a case (see KernelFits) in the simulation under the iptables mode
@@ -179,12 +206,20 @@ func CompareKernel(ctx context.Context, c *proptest.Case, o KernelOptions) (*Ker
 	if err := KernelFits(c); err != nil {
 		return nil, fmt.Errorf("conformance: the case does not fit the kernel harness: %w", err)
 	}
-	w, err := proptest.Build(c, Reference.Proxy)
+	mode := Reference
+	switch o.Mode {
+	case "", kubeproxy.Mode(Reference.Name):
+	case kubeproxy.IPVS:
+		mode = KubeProxyMode(kubeproxy.IPVS)
+	default:
+		return nil, fmt.Errorf("conformance: KernelOptions.Mode %q: the kernel differential runs the iptables and ipvs modes", o.Mode)
+	}
+	w, err := proptest.Build(c, mode.Proxy)
 	if err != nil {
 		return nil, err
 	}
-	w.Mode, w.Semantics = Reference.Name, Reference.Semantics
-	k := &KernelComparison{Case: c, World: w}
+	w.Mode, w.Semantics = mode.Name, mode.Semantics
+	k := &KernelComparison{Case: c, World: w, Mode: mode.Name}
 	keep := k.flows()
 	if len(keep) == 0 {
 		return k, nil // nothing to send: no namespaces needed
@@ -259,6 +294,12 @@ func (k *KernelComparison) build(ctx context.Context, o KernelOptions) error {
 		if o.KernelNode != nil {
 			o.KernelNode(&nc)
 		}
+		if k.Mode == string(kubeproxy.IPVS) {
+			if err := k.programIPVS(ctx, n, nc, services, slices); err != nil {
+				return fmt.Errorf("conformance: kube-proxy (ipvs) for %s: %w", sim.Name(), err)
+			}
+			continue
+		}
 		nfacct := true
 		for _, name := range []string{"localhost_nps_accepted_pkts", "ct_state_invalid_dropped_pkts"} {
 			if kernel.EnsureNFAcct(n.Netns.Name, name) != nil {
@@ -272,6 +313,48 @@ func (k *KernelComparison) build(ctx context.Context, o KernelOptions) error {
 		if _, err := px.Sync(ctx, services, slices); err != nil {
 			return fmt.Errorf("conformance: kube-proxy sync into %s: %w", n.Netns, err)
 		}
+	}
+	if k.Mode == string(kubeproxy.IPVS) {
+		// The virtual addresses on kube-ipvs0 are the node's own now: a backend that
+		// sees one saw the node.
+		for i, n := range h.Nodes {
+			local, err := h.LocalAddrs(n.Netns)
+			if err != nil {
+				return err
+			}
+			k.nodeAddrs[i] = local
+		}
+	}
+	return nil
+}
+
+// programIPVS runs kube-proxy's IPVS proxier on a harness node, as kube-proxy does on a
+// real one: the sysctls it sets at start-up (vs/conntrack, expire_nodest_conn,
+// expire_quiescent_template, ip_forward) in the node's namespace, kube-ipvs0 with every
+// service address bound, the ipsets (ipset restore), the iptables rules around IPVS
+// (iptables-restore) and a virtual server per service address with its real servers
+// (generic netlink). The kernel's release is the proxier's kernel version, as
+// kube-proxy reads it.
+func (k *KernelComparison) programIPVS(ctx context.Context, n *kernel.Node, nc proxy.NodeConfig, services []*corev1.Service, slices []*discoveryv1.EndpointSlice) error {
+	v, err := kernel.NewIPVS(n.Netns.Name)
+	if err != nil {
+		return err
+	}
+	k.ipvs = append(k.ipvs, v)
+	release := ""
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		release = strings.TrimSpace(string(b))
+	}
+	px, err := ipvs.NewProxier(k.Harness.IPVSWriters(n, v), ipvs.ProxierConfig{Family: corev1.IPv4Protocol, Node: nc, KernelVersion: release})
+	if err != nil {
+		return err
+	}
+	res, err := px.Sync(ctx, services, slices)
+	if err != nil {
+		return fmt.Errorf("sync into %s: %w", n.Netns, err)
+	}
+	if len(res.Warnings) > 0 {
+		return fmt.Errorf("sync into %s: %w", n.Netns, errors.Join(res.Warnings...))
 	}
 	return nil
 }
@@ -311,6 +394,12 @@ func (k *KernelComparison) run(keep []Flow) error {
 		obs[i] = o
 	}
 	for i, f := range keep {
+		if k.Mode == string(kubeproxy.IPVS) {
+			if err := observeIPVSAttempts(w, f, &obs[i]); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := observeAttempts(w, f, Attempts, &obs[i]); err != nil {
 			return err
 		}
@@ -446,4 +535,38 @@ func (k *KernelComparison) seen(f Flow, a netip.Addr) string {
 		}
 	}
 	return SeenOther
+}
+
+// observeIPVSAttempts takes the IPVS world's possible outcomes of a flow: where the
+// kernel's scheduler (rr) will start is not the simulation's business (its cursor
+// depends on every connection before), so the flow gets as many attempts as the virtual
+// server it reaches has real servers (at least Attempts), which under rr picks each of
+// them in turn; with ClientIP affinity (IPVS persistence) the virtual clock is moved on
+// between attempts past the persistence template's life (its timeout, re-armed while
+// the attempt's connection lives: IPVS's 900 s TCP and 300 s UDP timeouts), so that
+// each attempt is scheduled afresh instead of following the template.
+func observeIPVSAttempts(w *proptest.World, f Flow, o *Observation) error {
+	attempts := Attempts
+	entry := f.EntryNode
+	if entry == "" {
+		entry = f.Node
+	}
+	if n := w.Cluster.Node(entry); n != nil {
+		if m := kubeproxy.IPVSModel(n); m != nil {
+			vs := &ipvs.VirtualServer{Address: f.Dst.Addr(), Port: f.Dst.Port(), Protocol: strings.ToUpper(netsim.ProtoName(f.Proto))}
+			if rs, err := m.GetRealServers(vs); err == nil && len(rs) > attempts {
+				attempts = len(rs)
+			}
+		}
+	}
+	aff := f.View.Affinity()
+	for i := 0; i < attempts; i++ {
+		if i > 0 && aff > 0 {
+			w.Cluster.Clock().Advance(2*time.Duration(aff)*time.Second + 1000*time.Second)
+		}
+		if err := observeAttempts(w, f, 1, o); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/clusterlab/clusterlab/kernel"
 	"github.com/clusterlab/clusterlab/proptest"
 	"github.com/clusterlab/clusterlab/proxy"
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
 )
 
@@ -126,5 +127,90 @@ func TestKernelDifferentialNotices(t *testing.T) {
 	}
 	if k.Agreed == 0 {
 		t.Errorf("nothing agreed: flows the flag does not change (the cluster IP's other port) must still agree")
+	}
+}
+
+// TestKernelAgreesIPVS: TestKernelAgrees in kube-proxy's IPVS mode. The simulation runs
+// the IPVS mode (the IPVS model in each node's datapath); the kernel's nodes are
+// programmed by the same IPVS proxier: kube-ipvs0 with the service addresses, the
+// ipsets, the iptables rules around IPVS, real IPVS virtual servers over netlink, and
+// the sysctls the mode sets. Every kernel connection's outcome must be one the
+// simulation gives. Needs a kernel with IPVS (this CI host's has none: it skips; the
+// VM test TestKernelAgreesIPVSVM runs it on Debian's 6.1 kernel in a guest), root,
+// iptables-nft and ipset. -kernel-ipvs-cases=N runs more cases.
+func TestKernelAgreesIPVS(t *testing.T) {
+	kernel.RequireHarness(t)
+	kernel.RequireTools(t, "iptables-nft-restore", "iptables-nft-save")
+	if err := KernelIPVSSupported(); err != nil {
+		t.Skip(err.Error())
+	}
+	setFlag(t, "rapid.checks", *kernelIPVSCases)
+	setFlag(t, "rapid.shrinktime", "2m")
+	rapid.Check(t, func(rt *rapid.T) {
+		c := KernelCases(proptest.Options{}).Draw(rt, "case")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		k, err := CompareKernel(ctx, c, KernelOptions{Prefix: "clconfv", Mode: kubeproxy.IPVS})
+		if err != nil {
+			rt.Fatalf("compare with the kernel: %v\ncase: %s", err, c.Summary())
+		}
+		defer func() {
+			if err := k.Close(); err != nil {
+				rt.Errorf("harness close: %v", err)
+			}
+		}()
+		t.Log(k.Summary())
+		if len(k.Mismatches) > 0 {
+			rt.Logf("case: %s", c.Summary())
+			for _, m := range k.Mismatches {
+				rt.Logf("mismatch: %s", m)
+			}
+			if data, err := k.World.ScenarioYAML(nil); err == nil {
+				rt.Logf("scenario (the case in the simulation; `clusterlab run --modes ipvs FILE`):\n%s", data)
+			}
+			rt.Fatalf("%d flows: the kernel's IPVS mode did what the simulation's cannot (first: %s)", len(k.Mismatches), k.Mismatches[0].Flow)
+		}
+	})
+}
+
+var kernelIPVSCases = flagInt("kernel-ipvs-cases", 4, "generated cases TestKernelAgreesIPVS runs on a kernel with IPVS")
+
+// TestIPVSObservationCoversEveryRealServer: the IPVS world's possible outcomes of a
+// flow name every endpoint the kernel's rr may pick, wherever its cursor stands: one
+// attempt per real server, and under ClientIP affinity the persistence template let
+// expire (on the virtual clock) between attempts. Needs no root.
+func TestIPVSObservationCoversEveryRealServer(t *testing.T) {
+	for _, aff := range []int32{0, 10800, 60} {
+		svc := service.NewService("default/web", service.Selector("app=web"), service.Port("", 80, 8080))
+		if aff > 0 {
+			service.ClientIPAffinity(aff)(svc)
+		}
+		h := newHand(1).service(svc).
+			pod("default/web-0", "node-a", "web", "", 8080).pod("default/web-1", "node-a", "web", "", 8080).
+			pod("default/web-2", "node-a", "web", "", 8080).pod("default/client", "node-a", "", "")
+		m := KubeProxyMode(kubeproxy.IPVS)
+		w, err := proptest.Build(h.c, m.Proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Mode, w.Semantics = m.Name, m.Semantics
+		for _, f := range Flows(w) {
+			if f.Kind != KindClusterIP || f.From != "pod:default/client" {
+				continue
+			}
+			var o Observation
+			if err := observeIPVSAttempts(w, f, &o); err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range []string{"default/web-0", "default/web-1", "default/web-2"} {
+				if !o.AnsweredBy(b) {
+					t.Errorf("affinity %d: %s is not among the possible outcomes %s", aff, b, o)
+				}
+			}
+			if len(o.Attempts) != 3 {
+				t.Errorf("affinity %d: %d attempts, want one per real server (3)", aff, len(o.Attempts))
+			}
+		}
+		w.Close()
 	}
 }
