@@ -135,6 +135,10 @@ type KernelComparison struct {
 	Harness *kernel.Harness
 	// Mode is the kube-proxy mode both sides ran.
 	Mode string
+	// Took is where the time went: the simulation (building the world, observing the
+	// flows), the kernel harness (namespaces, links, echo servers, kube-proxy's writes)
+	// and the kernel's connections.
+	Took struct{ Simulation, Harness, Connections time.Duration }
 
 	nodeAddrs [][]netip.Addr // each harness node's addresses
 	ipvs      []*kernel.IPVS // the IPVS mode's netlink handles, closed by Close
@@ -164,6 +168,8 @@ func (k *KernelComparison) Summary() string {
 	if len(k.Mismatches) > 0 {
 		s += fmt.Sprintf("; %d mismatches", len(k.Mismatches))
 	}
+	s += fmt.Sprintf("; took %v simulating, %v building the harness, %v connecting", k.Took.Simulation.Round(time.Millisecond),
+		k.Took.Harness.Round(time.Millisecond), k.Took.Connections.Round(time.Millisecond))
 	return s
 }
 
@@ -214,20 +220,24 @@ func CompareKernel(ctx context.Context, c *proptest.Case, o KernelOptions) (*Ker
 	default:
 		return nil, fmt.Errorf("conformance: KernelOptions.Mode %q: the kernel differential runs the iptables and ipvs modes", o.Mode)
 	}
+	start := time.Now()
 	w, err := proptest.Build(c, mode.Proxy)
 	if err != nil {
 		return nil, err
 	}
 	w.Mode, w.Semantics = mode.Name, mode.Semantics
 	k := &KernelComparison{Case: c, World: w, Mode: mode.Name}
+	k.Took.Simulation = time.Since(start)
 	keep := k.flows()
 	if len(keep) == 0 {
 		return k, nil // nothing to send: no namespaces needed
 	}
+	start = time.Now()
 	if err := k.build(ctx, o); err != nil {
 		k.Close()
 		return nil, err
 	}
+	k.Took.Harness = time.Since(start)
 	if err := k.run(keep); err != nil {
 		k.Close()
 		return nil, err
@@ -385,6 +395,7 @@ func (k *KernelComparison) flows() []Flow {
 // run sends every flow to the kernel and compares.
 func (k *KernelComparison) run(keep []Flow) error {
 	w, h := k.World, k.Harness
+	start := time.Now()
 	obs := make([]Observation, len(keep))
 	for i, f := range keep {
 		o, err := observeBranches(w, f)
@@ -404,6 +415,9 @@ func (k *KernelComparison) run(keep []Flow) error {
 			return err
 		}
 	}
+	k.Took.Simulation += time.Since(start)
+	start = time.Now()
+	defer func() { k.Took.Connections = time.Since(start) }()
 	type job struct{ flow, attempt int }
 	results := make([][]Outcome, len(keep))
 	var jobs []job

@@ -160,6 +160,7 @@ func TestKernelAgreesIPVS(t *testing.T) {
 			}
 		}()
 		t.Log(k.Summary())
+		checkKernelIPVS(rt, k)
 		if len(k.Mismatches) > 0 {
 			rt.Logf("case: %s", c.Summary())
 			for _, m := range k.Mismatches {
@@ -212,5 +213,68 @@ func TestIPVSObservationCoversEveryRealServer(t *testing.T) {
 			}
 		}
 		w.Close()
+	}
+}
+
+// checkKernelIPVS: the kernel's nodes really ran the IPVS mode: each has virtual
+// servers in its IPVS table (KernelCases always has a cluster IP with an endpoint) and
+// kube-ipvs0 holding service addresses.
+func checkKernelIPVS(t interface{ Errorf(string, ...any) }, k *KernelComparison) {
+	if k.Harness == nil {
+		return
+	}
+	for i, n := range k.Harness.Nodes {
+		v, err := kernel.NewIPVS(n.Netns.Name)
+		if err != nil {
+			t.Errorf("node %d: %v", i, err)
+			continue
+		}
+		vss, err := v.GetVirtualServers()
+		v.Close()
+		if err != nil || len(vss) == 0 {
+			t.Errorf("node %d: the kernel has %d virtual servers (%v)", i, len(vss), err)
+		}
+		out, err := k.Harness.Exec(context.Background(), n.Netns, "ip", "-o", "addr", "show", "dev", "kube-ipvs0")
+		if err != nil || !strings.Contains(string(out), "inet ") {
+			t.Errorf("node %d: kube-ipvs0 holds no address: %q %v", i, out, err)
+		}
+	}
+}
+
+// TestKernelDifferentialNoticesIPVS: TestKernelDifferentialNotices in the IPVS mode:
+// with the kernel's kube-proxy given --masquerade-all and the simulation's not, the
+// client pod's connections through the kernel's IPVS reach the backend from a node
+// address, and the differential says so. Needs a kernel with IPVS (the VM test runs
+// it).
+func TestKernelDifferentialNoticesIPVS(t *testing.T) {
+	kernel.RequireHarness(t)
+	kernel.RequireTools(t, "iptables-nft-restore", "iptables-nft-save")
+	if err := KernelIPVSSupported(); err != nil {
+		t.Skip(err.Error())
+	}
+	h := newHand(2).service(service.NewService("default/web", service.Selector("app=web"), service.Port("", 80, 8080))).
+		pod("default/web-0", "node-b", "web", "", 8080).pod("default/client", "node-a", "", "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k, err := CompareKernel(ctx, h.c, KernelOptions{Prefix: "clconfvm", Mode: kubeproxy.IPVS,
+		KernelNode: func(nc *proxy.NodeConfig) { nc.MasqueradeAll = true }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	t.Log(k.Summary())
+	checkKernelIPVS(t, k)
+	found := false
+	for _, m := range k.Mismatches {
+		t.Logf("mismatch: %s", m)
+		if m.Flow.From == "pod:default/client" && m.Flow.Kind == KindClusterIP && m.Kernel.Class == Answered && m.Kernel.Seen == SeenNode {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("the client pod's masqueraded connections to the cluster IP went unnoticed")
+	}
+	if k.Agreed == 0 {
+		t.Errorf("nothing agreed: flows the flag does not change (the cluster IP's other port) must still agree")
 	}
 }
