@@ -1,6 +1,8 @@
 package vmtest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"path"
@@ -48,6 +50,30 @@ func (t *cpioTree) file(name string, perm uint32, data []byte) {
 func (t *cpioTree) symlink(name, target string) {
 	t.dir(path.Dir(name))
 	t.entries[name] = cpioEntry{name: name, mode: cpioLink | 0o777, data: []byte(target)}
+}
+
+// has reports whether the tree has an entry of that name and its type bits.
+func (t *cpioTree) has(name string) (uint32, bool) {
+	e, ok := t.entries[name]
+	return e.mode &^ 0o7777, ok
+}
+
+// hash is a content hash of the tree (names, modes, data in name order) after a salt,
+// as 24 hex digits: the image cache key.
+func (t *cpioTree) hash(salt string) string {
+	names := make([]string, 0, len(t.entries))
+	for n := range t.entries {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", salt)
+	for _, n := range names {
+		e := t.entries[n]
+		fmt.Fprintf(h, "%s %o %d\n", n, e.mode, len(e.data))
+		h.Write(e.data)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:24]
 }
 
 // write writes the archive: entries in name order (a directory before what it holds),

@@ -28,4 +28,17 @@
 // KindIPVSCalls makes ipvs.Interface calls on the kernel adapter. Listing and ErrClass
 // are shared by both sides, so a listing or an error is taken the same way from the
 // model as from the kernel.
+//
+// KindGoTest runs a package's own tests in the guest: RunGoTests (or RunGoTest for one
+// package) cross-builds each package's test binary (go test -c, CGO_ENABLED=0, once
+// per process), puts it in the image with the package's testdata/ at the package's
+// host path (its working directory, as under go test), the host's ip, iptables and
+// ip6tables (nft and legacy), nft, conntrack, ipset and ipvsadm with their shared
+// libraries, the loader and the files they read (GoTestTools, GoTestHostPaths), and
+// the netfilter modules package kernel needs (GoTestModules); the agent runs each
+// binary with its arguments and environment, streams its output back line by line and
+// reports its exit status, and each run becomes a subtest that fails with the guest's
+// output when the binary fails there or leaves a namespace behind. os.Args[0] is the
+// binary's absolute path, so a test that re-executes itself works in the guest too.
+// The image cache key hashes every file, test binaries included.
 package vmtest

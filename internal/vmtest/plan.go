@@ -17,6 +17,12 @@ const (
 	// fresh network namespace and reports each call's error class and the listing after
 	// it.
 	KindIPVSCalls = "ipvs-calls"
+	// KindGoTest runs a Go test binary the host cross-built (go test -c, static) in the
+	// guest with the case's arguments and environment, in the directory the host's
+	// package has (its testdata/ is in the image at the same path); every line the
+	// binary prints comes back as a Result with Output set, and the closing Result
+	// carries its exit status. RunGoTests is the host side.
+	KindGoTest = "go-test"
 )
 
 // Plan is what one boot runs.
@@ -27,10 +33,22 @@ type Plan struct {
 // Case is one test case: a script or a list of calls, in a namespace set of its own
 // that the agent deletes afterwards.
 type Case struct {
-	Name   string `json:"name"`
-	Kind   string `json:"kind"`
-	Script string `json:"script,omitempty"` // KindIPVSScript
-	Calls  []Call `json:"calls,omitempty"`  // KindIPVSCalls
+	Name   string  `json:"name"`
+	Kind   string  `json:"kind"`
+	Script string  `json:"script,omitempty"`  // KindIPVSScript
+	Calls  []Call  `json:"calls,omitempty"`   // KindIPVSCalls
+	GoTest *GoTest `json:"go_test,omitempty"` // KindGoTest
+}
+
+// GoTest is a test binary to run in the guest.
+type GoTest struct {
+	Binary string   `json:"binary"` // its path in the guest
+	Dir    string   `json:"dir"`    // the working directory (the package's directory)
+	Args   []string `json:"args,omitempty"`
+	Env    []string `json:"env,omitempty"` // added to the agent's (PATH, HOME, TMPDIR)
+	// Timeout kills the binary's process group after this many seconds (0: none; the
+	// boot's own timeout still ends everything).
+	Timeout int `json:"timeout,omitempty"`
 }
 
 // Call is one ipvs.Interface method call, with its arguments in the JSON form of
@@ -102,6 +120,12 @@ type Result struct {
 	// column ("TCP ESTABLISHED 10.0.0.1:40001 10.96.0.1:80 10.1.0.2:8080"), sorted.
 	Conns       []string `json:"conns,omitempty"`
 	ConnsListed bool     `json:"conns_listed,omitempty"`
+	// KindGoTest: one line of the binary's standard output or error (merged, in the
+	// order written), without its newline.
+	Output string `json:"output,omitempty"`
+	// KindGoTest, on the Done result: the binary's exit status (-1: killed or did not
+	// run; Fatal says why).
+	Exit int `json:"exit,omitempty"`
 	// Done closes a case: Fatal is an error that stopped it (its later steps did not
 	// run), Leftover what cleaning up found still there, Elapsed its wall time.
 	Done     bool     `json:"done,omitempty"`

@@ -4,15 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -360,12 +359,19 @@ func buildAgent(ctx context.Context) ([]byte, error) {
 }
 
 // imageFormat changes when the image's layout does, so old cache entries are not used.
-const imageFormat = "clusterlab-vm-initramfs-2"
+const imageFormat = "clusterlab-vm-initramfs-3"
 
 // BuildImage returns the initramfs for k with the named modules (resolved with their
 // dependencies from modules.dep), the agent and busybox, from the cache directory when
 // an image of the same contents is there.
 func BuildImage(ctx context.Context, k *Kernel, modules []string) (*Image, error) {
+	return buildImage(ctx, k, Config{Modules: modules})
+}
+
+// buildImage is BuildImage for a whole Config: its modules, its host tools (with their
+// libraries and the files they read), its host paths and its files. The cache key is
+// a hash of every entry of the archive, so a changed test binary makes a new image.
+func buildImage(ctx context.Context, k *Kernel, cfg Config) (*Image, error) {
 	agent, err := buildAgent(ctx)
 	if err != nil {
 		return nil, err
@@ -378,23 +384,17 @@ func BuildImage(ctx context.Context, k *Kernel, modules []string) (*Image, error
 	if err != nil {
 		return nil, fmt.Errorf("modules of %s: %w", k.Release, err)
 	}
-	items, missing := md.resolve(modules)
+	items, missing := md.resolve(cfg.Modules)
 	tree := newCpioTree()
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n", imageFormat, k.Release)
 	add := func(name string, perm uint32, src string) error {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			return err
 		}
 		tree.file(name, perm, b)
-		fmt.Fprintf(h, "%s %o %d\n", name, perm, len(b))
-		h.Write(b)
 		return nil
 	}
 	tree.file("init", 0o755, agent)
-	fmt.Fprintf(h, "%s %o %d\n", "init", 0o755, len(agent))
-	h.Write(agent)
 	if err := add("bin/busybox", 0o755, bb); err != nil {
 		return nil, err
 	}
@@ -418,11 +418,26 @@ func BuildImage(ctx context.Context, k *Kernel, modules []string) (*Image, error
 		fmt.Fprintf(&load, "/lib/modules/%s/%s\n", k.Release, f)
 	}
 	tree.file("etc/modules.load", 0o644, load.Bytes())
-	h.Write(load.Bytes())
 	for _, d := range []string{"proc", "sys", "dev", "run", "tmp"} {
 		tree.dir(d)
 	}
-	key := hex.EncodeToString(h.Sum(nil))[:24]
+	if len(cfg.Tools) > 0 || len(cfg.HostPaths) > 0 {
+		hf := newHostFiles(tree)
+		for _, t := range cfg.Tools {
+			if err := hf.addTool(t); err != nil {
+				return nil, err
+			}
+		}
+		for _, p := range cfg.HostPaths {
+			if err := hf.add(p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, f := range cfg.Files {
+		tree.file(strings.TrimPrefix(path.Clean(f.Path), "/"), f.Mode, f.Data)
+	}
+	key := tree.hash(imageFormat + "\n" + k.Release)
 	dir, err := cacheDir()
 	if err != nil {
 		return nil, err
@@ -430,6 +445,8 @@ func BuildImage(ctx context.Context, k *Kernel, modules []string) (*Image, error
 	img := &Image{Path: filepath.Join(dir, "initramfs-"+key+".cpio"), Key: key, Modules: names, Missing: missing}
 	if fileExists(img.Path) {
 		img.Cached = true
+		now := time.Now()
+		_ = os.Chtimes(img.Path, now, now) // recently used: pruned last
 		return img, nil
 	}
 	tmp, err := os.CreateTemp(dir, "initramfs-*.tmp")
@@ -497,6 +514,23 @@ type Config struct {
 	Modules []string      // modules to load (default IPVSModules)
 	Timeout time.Duration // the whole boot (default 4 minutes)
 	Memory  string        // QEMU -m (default 512M)
+	// Tools are host programs to put in the image at their host paths (found in $PATH,
+	// /usr/sbin or /sbin; symlinks on the way kept), each with the shared libraries it
+	// needs (DT_NEEDED, resolved as the loader does) and the loader; a tool the host
+	// lacks is left out. GoTestTools are those of the kernel package.
+	Tools []string
+	// HostPaths are host files or directories (recursively) to put in the image at the
+	// same paths, ELF files with their libraries.
+	HostPaths []string
+	// Files are more files for the image (test binaries).
+	Files []File
+}
+
+// File is a file of the image.
+type File struct {
+	Path string // absolute, in the guest
+	Mode uint32 // permission bits
+	Data []byte
 }
 
 // Boot is what a boot gave back.
@@ -556,7 +590,7 @@ func Run(ctx context.Context, k *Kernel, plan Plan, cfg Config) (*Boot, error) {
 	if cfg.Memory == "" {
 		cfg.Memory = "512M"
 	}
-	img, err := BuildImage(ctx, k, cfg.Modules)
+	img, err := buildImage(ctx, k, cfg)
 	if err != nil {
 		return nil, err
 	}

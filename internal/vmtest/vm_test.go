@@ -182,3 +182,70 @@ func TestPruneImages(t *testing.T) {
 		t.Errorf("left %q, want %q", names, want)
 	}
 }
+
+// TestHostFiles: a host path is copied with its symlinks as symlinks (relative and
+// absolute, chained), a directory recursively, and where the tree has a directory at
+// a host symlink (busybox's bin against a merged-/usr host's bin -> usr/bin) the next
+// component is linked instead, replacing a busybox applet link of the same name.
+func TestHostFiles(t *testing.T) {
+	root := t.TempDir()
+	mk := func(p, data string) {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln := func(p, target string) {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(root, p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("usr/bin/ip", "the real ip")
+	ln("bin", "usr/bin")
+	ln("usr/sbin/ip", filepath.Join(root, "bin/ip"))
+	mk("usr/sbin/xtables-nft-multi", "xtables")
+	ln("usr/sbin/iptables-nft-restore", "xtables-nft-multi")
+	mk("etc/iproute2/rt_tables", "255 local")
+	mk("etc/iproute2/rt_tables.d/x.conf", "1 x")
+
+	tr := newCpioTree()
+	tr.symlink(rel(filepath.Join(root, "bin/ip")), "busybox") // busybox's applet
+	tr.dir(rel(filepath.Join(root, "bin")))
+	hf := newHostFiles(tr)
+	for _, p := range []string{"usr/sbin/ip", "usr/sbin/iptables-nft-restore", "etc/iproute2", "no/such/file"} {
+		if err := hf.add(filepath.Join(root, p)); err != nil {
+			t.Fatalf("add %s: %v", p, err)
+		}
+	}
+	want := map[string]string{
+		"usr/sbin/ip":                     "L" + filepath.Join(root, "bin/ip"),
+		"bin/ip":                          "L" + filepath.Join(root, "usr/bin/ip"),
+		"usr/bin/ip":                      "Fthe real ip",
+		"usr/sbin/iptables-nft-restore":   "Lxtables-nft-multi",
+		"usr/sbin/xtables-nft-multi":      "Fxtables",
+		"etc/iproute2/rt_tables":          "F255 local",
+		"etc/iproute2/rt_tables.d/x.conf": "F1 x",
+	}
+	for p, w := range want {
+		e, ok := tr.entries[rel(filepath.Join(root, p))]
+		if !ok {
+			t.Errorf("%s: not in the tree", p)
+			continue
+		}
+		got := "F" + string(e.data)
+		if e.mode&^0o7777 == cpioLink {
+			got = "L" + string(e.data)
+		}
+		if got != w {
+			t.Errorf("%s: %q, want %q", p, got, w)
+		}
+	}
+	if _, ok := tr.entries[rel(filepath.Join(root, "no"))]; ok {
+		t.Error("a missing path made entries")
+	}
+}

@@ -112,6 +112,8 @@ func runCase(i int, c vmtest.Case) {
 		leftover, err = runScript(i, c)
 	case vmtest.KindIPVSCalls:
 		leftover, err = runCalls(i, c)
+	case vmtest.KindGoTest:
+		done.Exit, err = runGoTest(c)
 	default:
 		err = fmt.Errorf("unknown case kind %q", c.Kind)
 	}
