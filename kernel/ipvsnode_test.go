@@ -231,3 +231,33 @@ func TestIPVSWritersHarness(t *testing.T) {
 		t.Errorf("kube-ipvs0 after the service went: %v (%v)", bound, err)
 	}
 }
+
+// FuzzParseIPAddrShow: any output is read without a panic; what it returns is the
+// address of each inet/inet6 line's prefix, in order; an error names the line.
+func FuzzParseIPAddrShow(f *testing.F) {
+	f.Add("1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever\n")
+	f.Add("5: kube-ipvs0    inet6 fd00:10:96::1/128 scope global \\       valid_lft forever\n2: eth0 inet 10.0.0.300/24\n")
+	f.Add("3: x    link/ether 00:11:22:33:44:55 brd ff:ff:ff:ff:ff:ff\n\n")
+	f.Fuzz(func(t *testing.T, out string) {
+		addrs, err := parseIPAddrShow([]byte(out))
+		if err != nil {
+			if !strings.Contains(err.Error(), "line ") {
+				t.Errorf("error without a line: %v", err)
+			}
+			return
+		}
+		var want []netip.Addr
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) >= 4 && (f[2] == "inet" || f[2] == "inet6") {
+				p, err := netip.ParsePrefix(f[3])
+				if err != nil {
+					t.Fatalf("line %q: %v, and no error returned", line, err)
+				}
+				want = append(want, p.Addr())
+			}
+		}
+		if !slices.Equal(addrs, want) {
+			t.Errorf("addresses %v, want %v (one per address line)", addrs, want)
+		}
+	})
+}
