@@ -22,6 +22,7 @@ import (
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 	"github.com/clusterlab/clusterlab/proxy/ipvs"
+	ipvsemu "github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
 )
@@ -555,31 +556,60 @@ func (k *KernelComparison) seen(f Flow, a netip.Addr) string {
 // kernel's scheduler (rr) will start is not the simulation's business (its cursor
 // depends on every connection before), so the flow gets as many attempts as the virtual
 // server it reaches has real servers (at least Attempts), which under rr picks each of
-// them in turn; with ClientIP affinity (IPVS persistence) the virtual clock is moved on
-// between attempts past the persistence template's life (its timeout, re-armed while
-// the attempt's connection lives: IPVS's 900 s TCP and 300 s UDP timeouts), so that
-// each attempt is scheduled afresh instead of following the template.
+// them in turn. With ClientIP affinity (IPVS persistence) the attempt's connection
+// entries and then the persistence template they held are expired in the entry node's
+// IPVS model between attempts (as their timers would), so that each attempt is
+// scheduled afresh instead of following the template. Nothing else in the world moves:
+// the virtual clock stays (moving it on by the template's life would also end
+// terminating pods and cost seconds a flow).
 func observeIPVSAttempts(w *proptest.World, f Flow, o *Observation) error {
 	attempts := Attempts
 	entry := f.EntryNode
 	if entry == "" {
 		entry = f.Node
 	}
+	var model *ipvsemu.Model
 	if n := w.Cluster.Node(entry); n != nil {
-		if m := kubeproxy.IPVSModel(n); m != nil {
-			vs := &ipvs.VirtualServer{Address: f.Dst.Addr(), Port: f.Dst.Port(), Protocol: strings.ToUpper(netsim.ProtoName(f.Proto))}
-			if rs, err := m.GetRealServers(vs); err == nil && len(rs) > attempts {
-				attempts = len(rs)
-			}
+		model = kubeproxy.IPVSModel(n)
+	}
+	if model != nil {
+		vs := &ipvs.VirtualServer{Address: f.Dst.Addr(), Port: f.Dst.Port(), Protocol: strings.ToUpper(netsim.ProtoName(f.Proto))}
+		if rs, err := model.GetRealServers(vs); err == nil && len(rs) > attempts {
+			attempts = len(rs)
 		}
 	}
-	aff := f.View.Affinity()
 	for i := 0; i < attempts; i++ {
-		if i > 0 && aff > 0 {
-			w.Cluster.Clock().Advance(2*time.Duration(aff)*time.Second + 1000*time.Second)
+		if i > 0 && f.View.Affinity() > 0 && model != nil {
+			if err := expireIPVSEntries(model, f); err != nil {
+				return err
+			}
 		}
 		if err := observeAttempts(w, f, 1, o); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// expireIPVSEntries expires a flow's IPVS connection entries (its client to its
+// destination), then the persistence templates they held (a template outlives its
+// timer while it controls connections), and checks that no template is left.
+func expireIPVSEntries(m *ipvsemu.Model, f Flow) error {
+	mine := func(e ipvsemu.ConnEntry) bool { return e.Client.Addr() == f.Client && e.Virtual == f.Dst }
+	for _, template := range []bool{false, true} {
+		for _, e := range m.Connections() {
+			switch {
+			case !mine(e) || e.Template != template:
+			case template:
+				m.ExpireTemplate(f.Proto, e.Client.Addr(), e.Virtual)
+			default:
+				m.ExpireConnection(f.Proto, e.Client, e.Virtual)
+			}
+		}
+	}
+	for _, e := range m.Connections() {
+		if mine(e) && e.Template {
+			return fmt.Errorf("conformance: %s: the IPVS model's persistence template %s -> %s outlived its expiry (it controls %d connections)", f, e.Client, e.Dest, e.Controls)
 		}
 	}
 	return nil

@@ -145,7 +145,8 @@ func TestKernelAgreesIPVS(t *testing.T) {
 		t.Skip(err.Error())
 	}
 	setFlag(t, "rapid.checks", *kernelIPVSCases)
-	setFlag(t, "rapid.shrinktime", "2m")
+	// rapid's own shrink time (30 s unless -rapid.shrinktime says): a shrink step costs
+	// a case (some 20-30 s in the VM's emulated guest), and the boot has a deadline.
 	rapid.Check(t, func(rt *rapid.T) {
 		c := KernelCases(proptest.Options{}).Draw(rt, "case")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -179,7 +180,7 @@ var kernelIPVSCases = flagInt("kernel-ipvs-cases", 4, "generated cases TestKerne
 // TestIPVSObservationCoversEveryRealServer: the IPVS world's possible outcomes of a
 // flow name every endpoint the kernel's rr may pick, wherever its cursor stands: one
 // attempt per real server, and under ClientIP affinity the persistence template let
-// expire (on the virtual clock) between attempts. Needs no root.
+// expire (in the entry node's IPVS model) between attempts. Needs no root.
 func TestIPVSObservationCoversEveryRealServer(t *testing.T) {
 	for _, aff := range []int32{0, 10800, 60} {
 		svc := service.NewService("default/web", service.Selector("app=web"), service.Port("", 80, 8080))

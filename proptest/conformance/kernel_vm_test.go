@@ -1,8 +1,10 @@
 package conformance
 
 import (
+	"flag"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/clusterlab/clusterlab/internal/vmtest"
 )
@@ -19,8 +21,20 @@ import (
 func TestKernelAgreesIPVSVM(t *testing.T) {
 	mods := append(append([]string{}, vmtest.GoTestModules...), vmtest.IPVSModules...)
 	mods = append(mods, "xt_ipvs")
-	vmtest.RunGoTests(t, []vmtest.GoTestRun{{Name: "ipvs", Pkg: ".",
-		Args: []string{"-test.run=^(TestKernelAgreesIPVS|TestKernelDifferentialNoticesIPVS)$", "-test.v", "-kernel-ipvs-cases=" + strconv.Itoa(*kernelIPVSVMCases)}}}, vmtest.Config{Modules: mods})
+	args := []string{"-test.run=^(TestKernelAgreesIPVS|TestKernelDifferentialNoticesIPVS)$", "-test.v",
+		"-kernel-ipvs-cases=" + strconv.Itoa(*kernelIPVSVMCases)}
+	if *kernelIPVSVMSeed != 0 {
+		args = append(args, "-rapid.seed="+strconv.FormatUint(*kernelIPVSVMSeed, 10))
+	}
+	cfg := vmtest.Config{Modules: mods}
+	if *kernelIPVSVMCases > 1 {
+		// rapid stops drawing cases when the test's deadline is within five cases' time.
+		cfg.Timeout = 3*time.Minute + time.Duration(*kernelIPVSVMCases)*3*time.Minute/2
+	}
+	vmtest.RunGoTests(t, []vmtest.GoTestRun{{Name: "ipvs", Pkg: ".", Args: args}}, cfg)
 }
 
-var kernelIPVSVMCases = flagInt("kernel-ipvs-vm-cases", 1, "generated cases TestKernelAgreesIPVSVM runs in the VM")
+var (
+	kernelIPVSVMCases = flagInt("kernel-ipvs-vm-cases", 1, "generated cases TestKernelAgreesIPVSVM runs in the VM")
+	kernelIPVSVMSeed  = flag.Uint64("kernel-ipvs-vm-seed", 0, "rapid seed of TestKernelAgreesIPVSVM's cases in the VM (0: the package's fixed seed)")
+)
