@@ -218,8 +218,9 @@ func TestIPVSObservationCoversEveryRealServer(t *testing.T) {
 }
 
 // checkKernelIPVS: the kernel's nodes really ran the IPVS mode: each has virtual
-// servers in its IPVS table (KernelCases always has a cluster IP with an endpoint) and
-// kube-ipvs0 holding service addresses.
+// servers in its IPVS table (KernelCases always has a cluster IP with an endpoint),
+// kube-ipvs0 holding service addresses, and the IPVS sysctls kube-proxy sets in its
+// namespace.
 func checkKernelIPVS(t interface{ Errorf(string, ...any) }, k *KernelComparison) {
 	if k.Harness == nil {
 		return
@@ -238,6 +239,11 @@ func checkKernelIPVS(t interface{ Errorf(string, ...any) }, k *KernelComparison)
 		out, err := k.Harness.Exec(context.Background(), n.Netns, "ip", "-o", "addr", "show", "dev", "kube-ipvs0")
 		if err != nil || !strings.Contains(string(out), "inet ") {
 			t.Errorf("node %d: kube-ipvs0 holds no address: %q %v", i, out, err)
+		}
+		for _, key := range []string{"net.ipv4.vs.conntrack", "net.ipv4.vs.expire_nodest_conn", "net.ipv4.vs.expire_quiescent_template"} {
+			if v, err := k.Harness.Sysctl(n.Netns, key); err != nil || v != "1" {
+				t.Errorf("node %d: %s is %q (%v), want kube-proxy's 1", i, key, v, err)
+			}
 		}
 	}
 }
