@@ -592,10 +592,14 @@ func observeIPVSAttempts(w *proptest.World, f Flow, o *Observation) error {
 }
 
 // expireIPVSEntries expires a flow's IPVS connection entries (its client to its
-// destination), then the persistence templates they held (a template outlives its
+// destination over its protocol: a TCP and a UDP port of one number have a virtual
+// server and templates each), then the persistence templates they held (a template outlives its
 // timer while it controls connections), and checks that no template is left.
 func expireIPVSEntries(m *ipvsemu.Model, f Flow) error {
-	mine := func(e ipvsemu.ConnEntry) bool { return e.Client.Addr() == f.Client && e.Virtual == f.Dst }
+	proto := strings.ToUpper(netsim.ProtoName(f.Proto))
+	mine := func(e ipvsemu.ConnEntry) bool {
+		return e.Protocol == proto && e.Client.Addr() == f.Client && e.Virtual == f.Dst
+	}
 	for _, template := range []bool{false, true} {
 		for _, e := range m.Connections() {
 			switch {

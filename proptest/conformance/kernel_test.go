@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"pgregory.net/rapid"
 
 	"github.com/clusterlab/clusterlab/kernel"
@@ -284,4 +285,43 @@ func TestKernelDifferentialNoticesIPVS(t *testing.T) {
 	if k.Agreed == 0 {
 		t.Errorf("nothing agreed: flows the flag does not change (the cluster IP's other port) must still agree")
 	}
+}
+
+// TestIPVSObservationExpiresTemplates: the IPVS world's attempts of every flow of
+// generated kernel cases are made afresh under ClientIP affinity: no persistence
+// template outlives expireIPVSEntries. A TCP and a UDP port of one number (a
+// regression: the UDP flow took the TCP flows' template for its own and could not
+// expire it, found with -kernel-ipvs-vm-seed=4242) are held to it by hand too. Needs no
+// root.
+func TestIPVSObservationExpiresTemplates(t *testing.T) {
+	m := KubeProxyMode(kubeproxy.IPVS)
+	observeAll := func(t interface {
+		Fatal(...any)
+		Fatalf(string, ...any)
+	}, c *proptest.Case) {
+		w, err := proptest.Build(c, m.Proxy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		w.Mode, w.Semantics = m.Name, m.Semantics
+		for _, f := range Flows(w) {
+			o, err := observeBranches(w, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := observeIPVSAttempts(w, f, &o); err != nil {
+				t.Fatalf("%v\ncase: %s", err, c.Summary())
+			}
+		}
+	}
+	svc := service.NewService("default/dns", service.Selector("app=dns"), service.Port("tcp", 53, 53),
+		service.ProtocolPort("udp", corev1.ProtocolUDP, 53, 53), service.ClientIPAffinity(10800))
+	h := newHand(1).service(svc).pod("default/dns-0", "node-a", "dns", "", 53).pod("default/client", "node-a", "", "")
+	observeAll(t, h.c)
+	setFlag(t, "rapid.checks", 20)
+	setFlag(t, "rapid.nofailfile", true)
+	rapid.Check(t, func(rt *rapid.T) {
+		observeAll(rt, KernelCases(proptest.Options{}).Draw(rt, "case"))
+	})
 }
