@@ -32,8 +32,9 @@ import (
 // namespaces that mirror the simulated cluster (kernel.Harness: the same node and pod
 // addresses, the pods' echo servers on their containerPorts, external clients at the
 // external hosts' addresses), each node's namespace programmed by the same iptables
-// proxier through iptables-restore. Then every flow goes to the kernel with real
-// sockets, and each kernel outcome must be one the simulation can give.
+// proxier through iptables-restore (or, with KernelOptions.Mode, both sides run
+// kube-proxy's IPVS mode). Then every flow goes to the kernel with real sockets, and
+// each kernel outcome must be one the simulation can give.
 
 // KernelFits reports why a case cannot run on the kernel harness, or nil: the harness
 // has one or two nodes, IPv4 only, and no faults.
@@ -206,9 +207,10 @@ func KernelIPVSSupported() error {
 }
 
 // CompareKernel runs a case (see KernelFits) in the simulation under the iptables mode
-// and on a real kernel (root, iptables-nft, network namespaces) and holds every
-// kernel outcome to the simulation's possible outcomes for the flow. The caller
-// closes the comparison, which deletes the namespaces.
+// (or o.Mode) and on a real kernel (root, iptables-nft, network namespaces; for the
+// IPVS mode the kernel's IPVS and ipset too) and holds every kernel outcome to the
+// simulation's possible outcomes for the flow. The caller closes the comparison, which
+// deletes the namespaces.
 func CompareKernel(ctx context.Context, c *proptest.Case, o KernelOptions) (*KernelComparison, error) {
 	if err := KernelFits(c); err != nil {
 		return nil, fmt.Errorf("conformance: the case does not fit the kernel harness: %w", err)
