@@ -70,12 +70,13 @@
 // with its real servers (generic netlink). Which real server the kernel's rr picks
 // first depends on every connection before, so the simulation's possible outcomes of a
 // flow are one attempt per real server of the virtual server it reaches (rr picks each
-// in turn), with the attempt's connections and then its persistence template expired
-// in the entry node's IPVS model between attempts under ClientIP affinity. The kernel needs IPVS (KernelIPVSSupported): this
-// CI host's has none, so TestKernelAgreesIPVS skips there and TestKernelAgreesIPVSVM
-// runs it in a VM on Debian's 6.1 kernel (package internal/vmtest's go-test runner).
-// No disagreement has been found (25 generated cases from four seeds, 1584 real
-// connections, on Linux 6.1.0-56): no IPVS difference between kernel and simulation is named.
+// in turn), with the attempt's connections and then its persistence template expired in
+// the entry node's IPVS model between attempts under ClientIP affinity. The kernel
+// needs IPVS (KernelIPVSSupported): this CI host's has none, so TestKernelAgreesIPVS
+// skips there and TestKernelAgreesIPVSVM runs it in a VM on Debian's 6.1 kernel
+// (package internal/vmtest's go-test runner). No disagreement has been found (25
+// generated cases from four seeds, 1584 real connections, on Linux 6.1.0-56): no IPVS
+// difference between kernel and simulation is named.
 //
 // # In CI
 //
