@@ -55,6 +55,15 @@
 // it is missing. Nothing falls back:
 // the caller picks the userspace model or another mode.
 //
+// For kube-proxy's IPVS mode on a harness node, Harness.IPVSWriters gathers the rest of
+// what the IPVS proxier writes besides IPVS: the ipsets (proxy/ipvs.ExecIPSets, `ipset
+// restore` in the namespace), the node's IPTables and Conntrack, IPVSNetlink (the dummy
+// interface kube-ipvs0 and its addresses with `ip link`/`ip addr` in the namespace;
+// an address already bound is success, one not there to unbind matches
+// ipvs.ErrNotFound) and NetnsSysctl (the mode's sysctls, written under /proc/sys from a
+// thread in the namespace and read back; one the kernel lacks, net/ipv4/vs/* without
+// IPVS, is an error naming it).
+//
 // # The exec seam
 //
 // Every external tool runs through an unexported runner. Commands for a namespace are

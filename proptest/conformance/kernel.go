@@ -22,6 +22,8 @@ import (
 	"github.com/clusterlab/clusterlab/proptest"
 	"github.com/clusterlab/clusterlab/proxy"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
+	"github.com/clusterlab/clusterlab/proxy/ipvs"
+	ipvsemu "github.com/clusterlab/clusterlab/proxy/ipvs/emulator"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/service"
 )
@@ -31,8 +33,9 @@ import (
 // namespaces that mirror the simulated cluster (kernel.Harness: the same node and pod
 // addresses, the pods' echo servers on their containerPorts, external clients at the
 // external hosts' addresses), each node's namespace programmed by the same iptables
-// proxier through iptables-restore. Then every flow goes to the kernel with real
-// sockets, and each kernel outcome must be one the simulation can give.
+// proxier through iptables-restore (or, with KernelOptions.Mode, both sides run
+// kube-proxy's IPVS mode). Then every flow goes to the kernel with real sockets, and
+// each kernel outcome must be one the simulation can give.
 
 // KernelFits reports why a case cannot run on the kernel harness, or nil: the harness
 // has one or two nodes, IPv4 only, and no faults.
@@ -135,12 +138,23 @@ type KernelComparison struct {
 	Harness *kernel.Harness
 	// Kernel is the release the simulation modelled (KernelOptions.Kernel).
 	Kernel netfilter.KernelVersion
+	// Mode is the kube-proxy mode both sides ran.
+	Mode string
+	// Took is where the time went: the simulation (building the world, observing the
+	// flows), the kernel harness (namespaces, links, echo servers, kube-proxy's writes)
+	// and the kernel's connections.
+	Took struct{ Simulation, Harness, Connections time.Duration }
 
 	nodeAddrs [][]netip.Addr // each harness node's addresses
+	ipvs      []*kernel.IPVS // the IPVS mode's netlink handles, closed by Close
 }
 
 // Close stops the world and deletes the namespaces.
 func (k *KernelComparison) Close() error {
+	for _, v := range k.ipvs {
+		v.Close()
+	}
+	k.ipvs = nil
 	if k.World != nil {
 		k.World.Close()
 	}
@@ -152,13 +166,15 @@ func (k *KernelComparison) Close() error {
 
 // Summary renders the comparison in one line.
 func (k *KernelComparison) Summary() string {
-	s := fmt.Sprintf("kernel (Linux %s modelled) vs simulation: %d flows (%d skipped), %d of %d connections agreed", k.Kernel, k.Flows, k.Skipped, k.Agreed, k.Attempts)
+	s := fmt.Sprintf("kernel (Linux %s modelled) vs simulation (%s mode): %d flows (%d skipped), %d of %d connections agreed", k.Kernel, k.Mode, k.Flows, k.Skipped, k.Agreed, k.Attempts)
 	if k.Redialled > 0 {
 		s += fmt.Sprintf(" (%d timed out and dialled again alone)", k.Redialled)
 	}
 	if len(k.Mismatches) > 0 {
 		s += fmt.Sprintf("; %d mismatches", len(k.Mismatches))
 	}
+	s += fmt.Sprintf("; took %v simulating, %v building the harness, %v connecting", k.Took.Simulation.Round(time.Millisecond),
+		k.Took.Harness.Round(time.Millisecond), k.Took.Connections.Round(time.Millisecond))
 	return s
 }
 
@@ -178,6 +194,11 @@ type KernelOptions struct {
 	// holds a kernel to its own release's model: the host's on the host, 6.1 in
 	// package internal/vmtest's VM.
 	Kernel netfilter.KernelVersion
+	// Mode is the kube-proxy mode both sides run: "" or kubeproxy.IPTables (the
+	// reference), or kubeproxy.IPVS (the kernel's nodes get kube-ipvs0, the ipsets, the
+	// rules around IPVS and real IPVS virtual servers; KernelIPVSSupported says whether
+	// this kernel can).
+	Mode kubeproxy.Mode
 }
 
 // osReleasePath is the running kernel's release (what uname -r prints).
@@ -199,19 +220,42 @@ func modelKernel(w *proptest.World, kv netfilter.KernelVersion) {
 	}
 }
 
+// KernelIPVSSupported says why CompareKernel cannot run the IPVS mode here, or nil: it
+// needs the kernel's IPVS (kernel.CheckIPVS) and the ipset tool, besides what the
+// iptables mode needs.
+func KernelIPVSSupported() error {
+	if err := kernel.CheckIPVS(); err != nil {
+		return err
+	}
+	if !kernel.HaveTool("ipset") {
+		return errors.New("the ipset tool is not installed")
+	}
+	return nil
+}
+
 // CompareKernel runs a case (see KernelFits) in the simulation under the iptables mode
-// and on a real kernel (root, iptables-nft, network namespaces) and holds every
-// kernel outcome to the simulation's possible outcomes for the flow. The caller
-// closes the comparison, which deletes the namespaces.
+// (or o.Mode) and on a real kernel (root, iptables-nft, network namespaces; for the
+// IPVS mode the kernel's IPVS and ipset too) and holds every kernel outcome to the
+// simulation's possible outcomes for the flow. The caller closes the comparison, which
+// deletes the namespaces.
 func CompareKernel(ctx context.Context, c *proptest.Case, o KernelOptions) (*KernelComparison, error) {
 	if err := KernelFits(c); err != nil {
 		return nil, fmt.Errorf("conformance: the case does not fit the kernel harness: %w", err)
 	}
-	w, err := proptest.Build(c, Reference.Proxy)
+	mode := Reference
+	switch o.Mode {
+	case "", kubeproxy.Mode(Reference.Name):
+	case kubeproxy.IPVS:
+		mode = KubeProxyMode(kubeproxy.IPVS)
+	default:
+		return nil, fmt.Errorf("conformance: KernelOptions.Mode %q: the kernel differential runs the iptables and ipvs modes", o.Mode)
+	}
+	start := time.Now()
+	w, err := proptest.Build(c, mode.Proxy)
 	if err != nil {
 		return nil, err
 	}
-	w.Mode, w.Semantics = Reference.Name, Reference.Semantics
+	w.Mode, w.Semantics = mode.Name, mode.Semantics
 	kv := o.Kernel
 	if kv.IsZero() {
 		if kv, err = RunningKernel(); err != nil {
@@ -220,15 +264,18 @@ func CompareKernel(ctx context.Context, c *proptest.Case, o KernelOptions) (*Ker
 		}
 	}
 	modelKernel(w, kv)
-	k := &KernelComparison{Case: c, World: w, Kernel: kv}
+	k := &KernelComparison{Case: c, World: w, Kernel: kv, Mode: mode.Name}
+	k.Took.Simulation = time.Since(start)
 	keep := k.flows()
 	if len(keep) == 0 {
 		return k, nil // nothing to send: no namespaces needed
 	}
+	start = time.Now()
 	if err := k.build(ctx, o); err != nil {
 		k.Close()
 		return nil, err
 	}
+	k.Took.Harness = time.Since(start)
 	if err := k.run(keep); err != nil {
 		k.Close()
 		return nil, err
@@ -295,6 +342,12 @@ func (k *KernelComparison) build(ctx context.Context, o KernelOptions) error {
 		if o.KernelNode != nil {
 			o.KernelNode(&nc)
 		}
+		if k.Mode == string(kubeproxy.IPVS) {
+			if err := k.programIPVS(ctx, n, nc, services, slices); err != nil {
+				return fmt.Errorf("conformance: kube-proxy (ipvs) for %s: %w", sim.Name(), err)
+			}
+			continue
+		}
 		nfacct := true
 		for _, name := range []string{"localhost_nps_accepted_pkts", "ct_state_invalid_dropped_pkts"} {
 			if kernel.EnsureNFAcct(n.Netns.Name, name) != nil {
@@ -308,6 +361,48 @@ func (k *KernelComparison) build(ctx context.Context, o KernelOptions) error {
 		if _, err := px.Sync(ctx, services, slices); err != nil {
 			return fmt.Errorf("conformance: kube-proxy sync into %s: %w", n.Netns, err)
 		}
+	}
+	if k.Mode == string(kubeproxy.IPVS) {
+		// The virtual addresses on kube-ipvs0 are the node's own now: a backend that
+		// sees one saw the node.
+		for i, n := range h.Nodes {
+			local, err := h.LocalAddrs(n.Netns)
+			if err != nil {
+				return err
+			}
+			k.nodeAddrs[i] = local
+		}
+	}
+	return nil
+}
+
+// programIPVS runs kube-proxy's IPVS proxier on a harness node, as kube-proxy does on a
+// real one: the sysctls it sets at start-up (vs/conntrack, expire_nodest_conn,
+// expire_quiescent_template, ip_forward) in the node's namespace, kube-ipvs0 with every
+// service address bound, the ipsets (ipset restore), the iptables rules around IPVS
+// (iptables-restore) and a virtual server per service address with its real servers
+// (generic netlink). The kernel's release is the proxier's kernel version, as
+// kube-proxy reads it.
+func (k *KernelComparison) programIPVS(ctx context.Context, n *kernel.Node, nc proxy.NodeConfig, services []*corev1.Service, slices []*discoveryv1.EndpointSlice) error {
+	v, err := kernel.NewIPVS(n.Netns.Name)
+	if err != nil {
+		return err
+	}
+	k.ipvs = append(k.ipvs, v)
+	release := ""
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		release = strings.TrimSpace(string(b))
+	}
+	px, err := ipvs.NewProxier(k.Harness.IPVSWriters(n, v), ipvs.ProxierConfig{Family: corev1.IPv4Protocol, Node: nc, KernelVersion: release})
+	if err != nil {
+		return err
+	}
+	res, err := px.Sync(ctx, services, slices)
+	if err != nil {
+		return fmt.Errorf("sync into %s: %w", n.Netns, err)
+	}
+	if len(res.Warnings) > 0 {
+		return fmt.Errorf("sync into %s: %w", n.Netns, errors.Join(res.Warnings...))
 	}
 	return nil
 }
@@ -338,6 +433,7 @@ func (k *KernelComparison) flows() []Flow {
 // run sends every flow to the kernel and compares.
 func (k *KernelComparison) run(keep []Flow) error {
 	w, h := k.World, k.Harness
+	start := time.Now()
 	obs := make([]Observation, len(keep))
 	for i, f := range keep {
 		o, err := observeBranches(w, f)
@@ -347,10 +443,19 @@ func (k *KernelComparison) run(keep []Flow) error {
 		obs[i] = o
 	}
 	for i, f := range keep {
+		if k.Mode == string(kubeproxy.IPVS) {
+			if err := observeIPVSAttempts(w, f, &obs[i]); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := observeAttempts(w, f, Attempts, &obs[i]); err != nil {
 			return err
 		}
 	}
+	k.Took.Simulation += time.Since(start)
+	start = time.Now()
+	defer func() { k.Took.Connections = time.Since(start) }()
 	type job struct{ flow, attempt int }
 	results := make([][]Outcome, len(keep))
 	var jobs []job
@@ -482,4 +587,71 @@ func (k *KernelComparison) seen(f Flow, a netip.Addr) string {
 		}
 	}
 	return SeenOther
+}
+
+// observeIPVSAttempts takes the IPVS world's possible outcomes of a flow: where the
+// kernel's scheduler (rr) will start is not the simulation's business (its cursor
+// depends on every connection before), so the flow gets as many attempts as the virtual
+// server it reaches has real servers (at least Attempts), which under rr picks each of
+// them in turn. With ClientIP affinity (IPVS persistence) the attempt's connection
+// entries and then the persistence template they held are expired in the entry node's
+// IPVS model between attempts (as their timers would), so that each attempt is
+// scheduled afresh instead of following the template. Nothing else in the world moves:
+// the virtual clock stays (moving it on by the template's life would also end
+// terminating pods and cost seconds a flow).
+func observeIPVSAttempts(w *proptest.World, f Flow, o *Observation) error {
+	attempts := Attempts
+	entry := f.EntryNode
+	if entry == "" {
+		entry = f.Node
+	}
+	var model *ipvsemu.Model
+	if n := w.Cluster.Node(entry); n != nil {
+		model = kubeproxy.IPVSModel(n)
+	}
+	if model != nil {
+		vs := &ipvs.VirtualServer{Address: f.Dst.Addr(), Port: f.Dst.Port(), Protocol: strings.ToUpper(netsim.ProtoName(f.Proto))}
+		if rs, err := model.GetRealServers(vs); err == nil && len(rs) > attempts {
+			attempts = len(rs)
+		}
+	}
+	for i := 0; i < attempts; i++ {
+		if i > 0 && f.View.Affinity() > 0 && model != nil {
+			if err := expireIPVSEntries(model, f); err != nil {
+				return err
+			}
+		}
+		if err := observeAttempts(w, f, 1, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// expireIPVSEntries expires a flow's IPVS connection entries (its client to its
+// destination over its protocol: a TCP and a UDP port of one number have a virtual
+// server and templates each), then the persistence templates they held (a template outlives its
+// timer while it controls connections), and checks that no template is left.
+func expireIPVSEntries(m *ipvsemu.Model, f Flow) error {
+	proto := strings.ToUpper(netsim.ProtoName(f.Proto))
+	mine := func(e ipvsemu.ConnEntry) bool {
+		return e.Protocol == proto && e.Client.Addr() == f.Client && e.Virtual == f.Dst
+	}
+	for _, template := range []bool{false, true} {
+		for _, e := range m.Connections() {
+			switch {
+			case !mine(e) || e.Template != template:
+			case template:
+				m.ExpireTemplate(f.Proto, e.Client.Addr(), e.Virtual)
+			default:
+				m.ExpireConnection(f.Proto, e.Client, e.Virtual)
+			}
+		}
+	}
+	for _, e := range m.Connections() {
+		if mine(e) && e.Template {
+			return fmt.Errorf("conformance: %s: the IPVS model's persistence template %s -> %s outlived its expiry (it controls %d connections)", f, e.Client, e.Dest, e.Controls)
+		}
+	}
+	return nil
 }

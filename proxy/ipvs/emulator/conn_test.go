@@ -461,3 +461,33 @@ func TestLocalOutReply(t *testing.T) {
 		t.Errorf("the same packet from outside is scheduled: %+v", r)
 	}
 }
+
+// ExpireTemplate ends a persistence template now: one that still controls a
+// connection is re-armed, as the kernel's timer would be; once its connections are
+// gone (ExpireConnection) it goes, and the client's next connection is scheduled.
+func TestExpireTemplate(t *testing.T) {
+	tm := newTM(t, Config{}, append(svcLines("rr", "A", "B"), "-E -t "+vip+" -s rr -p 300")...)
+	client := netip.MustParseAddr("192.0.2.1")
+	eq(t, "first pick", tm.syn("192.0.2.1", vip), "B")
+	if !tm.ExpireTemplate(netfilter.ProtoTCP, client, netip.MustParseAddrPort(vip)) {
+		t.Fatal("no template to expire")
+	}
+	eq(t, "the template controls a connection: it stays", tm.syn("192.0.2.1", vip), "B")
+	for _, e := range tm.Connections() {
+		if !e.Template && e.Client.Addr() == client {
+			tm.ExpireConnection(netfilter.ProtoTCP, e.Client, e.Virtual)
+		}
+	}
+	if !tm.ExpireTemplate(netfilter.ProtoTCP, client, netip.MustParseAddrPort(vip)) {
+		t.Fatal("no template to expire")
+	}
+	for _, e := range tm.Connections() {
+		if e.Template {
+			t.Errorf("template left: %+v", e)
+		}
+	}
+	eq(t, "scheduled afresh", tm.syn("192.0.2.1", vip), "A")
+	if tm.ExpireTemplate(netfilter.ProtoTCP, netip.MustParseAddr("192.0.2.9"), netip.MustParseAddrPort(vip)) {
+		t.Error("a template for a client that has none")
+	}
+}

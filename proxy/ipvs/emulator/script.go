@@ -908,6 +908,22 @@ func (m *Model) ExpireConnection(proto uint8, client, virtual netip.AddrPort) bo
 	return true
 }
 
+// ExpireTemplate makes the persistence template of (proto, client network, virtual)
+// expire now (as its timer would: one that still controls connections is re-armed, as
+// the kernel's ip_vs_conn_expire does), and reports whether there was one.
+func (m *Model) ExpireTemplate(proto uint8, client netip.Addr, virtual netip.AddrPort) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sync()
+	c := m.ctInGet(proto, client, virtual.Addr(), virtual.Port())
+	if c == nil {
+		return false
+	}
+	m.expireNow(c)
+	m.runEvents(m.now)
+	return true
+}
+
 // Snapshot returns the services (destinations in list order, with counters) and the
 // connection table.
 func (m *Model) Snapshot() State {
