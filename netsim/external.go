@@ -150,6 +150,15 @@ func (h *ExternalHost) send(f frame) {
 	if d.kind == hopNone || d.kind == hopExternal && d.host == h {
 		return
 	}
+	if d.kind == hopNode && traced == nil && !c.cfg.Replay {
+		// Queued for the node's goroutine, not run through the node at once on this
+		// one: the host's stack is inside its send (holding the endpoint's lock), and
+		// an answer the node makes at once (a REJECT's ICMP error or RST) would come
+		// back into that stack on the same goroutine and deadlock.
+		n := d.node
+		h.link.send(c, f, func(fr frame) { n.enqueue(fr, queueSource{kind: fromUplink}) })
+		return
+	}
 	if traced == nil || d.kind != hopNode || c.cfg.Replay {
 		h.link.send(c, f, d.receiver(nil))
 		return

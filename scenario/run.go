@@ -78,6 +78,8 @@ type runner struct {
 	// holding names the nodes whose kube-proxy conntrack cleanup waits
 	// (sync: hold_conntrack) until clean_conntrack.
 	holding map[string]bool
+	// relay carries host_services' connections to the real servers (nil: none).
+	relay *hostRelay
 }
 
 func (p *plan) start() (*runner, error) {
@@ -118,6 +120,9 @@ func (p *plan) start() (*runner, error) {
 			return nil, s.errorf(f, "%v", err)
 		}
 	}
+	if r.relay, err = p.startHostServices(c); err != nil {
+		return nil, s.errorf("host_services", "%v", err)
+	}
 	objs := append([]runtime.Object(nil), p.manifests.objects...)
 	for _, w := range p.manifests.workloads {
 		w := w.clone()
@@ -147,6 +152,7 @@ func (r *runner) close() {
 		kubeproxy.ForgetConntrackCleanup(n.Conntrack())
 	}
 	r.res.close()
+	r.relay.close()
 	r.c.Close()
 }
 
