@@ -30,6 +30,16 @@ each on loopback unless an address says otherwise:
   --http-proxy ADDR      an HTTP proxy (CONNECT, and GET/POST/... with an absolute URI):
                          curl -x http://127.0.0.1:3128 http://my-service/
 
+With --tun (Linux, root or CAP_NET_ADMIN) a TUN device (--tun-name, default clab0) is
+bridged into the cluster as the external host of its name, with routes for the service
+CIDRs, the pod CIDRs and the node addresses (or only --routes CIDR,...): curl
+http://CLUSTER-IP/, curl http://NODE-IP:NODE-PORT/ and "dig @10.96.0.10" work from any
+program on this machine, through --via's node and its kube-proxy. Routes that
+overlap the host's own are refused unless --force. The device carries the alias
+clusterlab-up; it is not persistent, so it and its routes go when clusterlab up ends,
+even by a crash, and a start that finds one left (made persistent) removes it, saying
+so; a device of that name that is not clusterlab up's is an error.
+
 Proxied connections start at --from: pod:NAMESPACE/NAME, node:NAME or
 external:NAME; by default external:local, a host added on the external network that
 routes the service network through --via (default the first node), as a machine next to
@@ -43,24 +53,28 @@ pods reach real servers on this machine: a pod's TCP connection to the address l
 its node through the datapath and is relayed to target (default 127.0.0.1 and the
 address's port). Only the addresses and ports listed are reachable.
 
-Exit codes: 0 stopped by a signal; 1 an address cannot be bound; 2 a bad scenario or
-flag.`
+Exit codes: 0 stopped by a signal; 1 an address cannot be bound, or the TUN device
+cannot be made (no permission, overlapping routes); 2 a bad scenario or flag.`
 
 func init() {
 	var (
 		mode, from, via string
 		dnsAddr         string
 		socks, httpProx string
+		tun, force      bool
+		tunName         string
+		routes          []string
 	)
 	cmd := &cobra.Command{
-		Use:   "up SCENARIO.yaml [--dns 127.0.0.1:5353] [--socks 127.0.0.1:1080] [--http-proxy 127.0.0.1:3128] [--from pod:NS/NAME]",
+		Use:   "up SCENARIO.yaml [--dns 127.0.0.1:5353] [--socks 127.0.0.1:1080] [--http-proxy 127.0.0.1:3128] [--from pod:NS/NAME] [--tun [--tun-name clab0] [--routes CIDR,...] [--force]]",
 		Short: "Run a scenario's cluster in real time, open to real programs (DNS, SOCKS5, HTTP proxy)",
 		Long:  upLong,
 		Example: `  clusterlab up testdata/scenarios/quickstart.yaml --socks 127.0.0.1:1080 --http-proxy 127.0.0.1:3128
   curl --socks5-hostname 127.0.0.1:1080 http://web.default.svc.cluster.local/
   curl -x http://127.0.0.1:3128 http://web/
   dig @127.0.0.1 -p 5353 web.default.svc.cluster.local
-  clusterlab up testdata/scenarios/quickstart.yaml --mode ipvs --socks 127.0.0.1:1080 --from pod:default/client`,
+  clusterlab up testdata/scenarios/quickstart.yaml --mode ipvs --socks 127.0.0.1:1080 --from pod:default/client
+  sudo clusterlab up testdata/scenarios/quickstart.yaml --tun && curl http://10.106.83.202/`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkModeFlag("--mode", mode); err != nil {
@@ -77,6 +91,17 @@ func init() {
 				if !ap.Addr().IsLoopback() {
 					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s %s is not a loopback address: other machines can reach the cluster through it\n", a.flag, a.v)
 				}
+			}
+			var tunRoutes []netip.Prefix
+			for _, r := range routes {
+				p, err := netip.ParsePrefix(strings.TrimSpace(r))
+				if err != nil {
+					return badInput(fmt.Errorf("--routes: want CIDR,..., got %q", r))
+				}
+				tunRoutes = append(tunRoutes, p.Masked())
+			}
+			if !tun && (len(routes) > 0 || force || cmd.Flags().Changed("tun-name")) {
+				return badInput(fmt.Errorf("--routes, --force and --tun-name go with --tun"))
 			}
 			s, err := scenario.Load(args[0])
 			if err != nil {
@@ -95,9 +120,17 @@ func init() {
 				return err
 			}
 			defer link.Close()
+			var dev *hostlink.TUN
+			if tun {
+				logf := func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
+				if dev, err = hostlink.OpenTUN(live, hostlink.TUNConfig{Name: tunName, Routes: tunRoutes, Force: force, Via: via}, logf); err != nil {
+					return fmt.Errorf("--tun: %w", err)
+				}
+				defer dev.Close()
+			}
 			ctx, stop := signal.NotifyContext(cmdContext(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			printUp(cmd.OutOrStdout(), live, link, len(s.Steps))
+			printUp(cmd.OutOrStdout(), live, link, dev, len(s.Steps))
 			<-ctx.Done()
 			fmt.Fprintln(cmd.OutOrStdout(), "stopping")
 			return nil
@@ -110,12 +143,16 @@ func init() {
 	f.StringVar(&dnsAddr, "dns", "127.0.0.1:5353", "address to serve the cluster DNS on (\"\" for none)")
 	f.StringVar(&socks, "socks", "", "address of a SOCKS5 proxy into the cluster, such as 127.0.0.1:1080")
 	f.StringVar(&httpProx, "http-proxy", "", "address of an HTTP proxy into the cluster, such as 127.0.0.1:3128")
+	f.BoolVar(&tun, "tun", false, "make a TUN device routing the cluster's networks into it (Linux, CAP_NET_ADMIN)")
+	f.StringVar(&tunName, "tun-name", hostlink.DefaultTUNName, "the TUN device's name")
+	f.StringSliceVar(&routes, "routes", nil, "with --tun: route only these CIDRs (default the service CIDRs, pod CIDRs and node addresses)")
+	f.BoolVar(&force, "force", false, "with --tun: install routes that overlap the host's own")
 	cmd.RegisterFlagCompletionFunc("mode", completeModes(false))
 	rootCmd.AddCommand(cmd)
 }
 
 // printUp says what runs and what is open.
-func printUp(w io.Writer, live *scenario.Live, link *hostlink.Link, steps int) {
+func printUp(w io.Writer, live *scenario.Live, link *hostlink.Link, dev *hostlink.TUN, steps int) {
 	rep := live.Report()
 	fmt.Fprintf(w, "cluster %q up: kube-proxy %s %s, DNS %s, seed %d\n", rep.Name, rep.Mode, rep.Version, rep.DNS, rep.Seed)
 	for _, n := range rep.Nodes {
@@ -135,6 +172,11 @@ func printUp(w io.Writer, live *scenario.Live, link *hostlink.Link, steps int) {
 	}
 	for _, line := range link.Opened() {
 		fmt.Fprintln(w, line)
+	}
+	if dev != nil {
+		for _, line := range dev.Opened() {
+			fmt.Fprintln(w, line)
+		}
 	}
 	fmt.Fprintln(w, "Ctrl-C stops it.")
 }

@@ -107,7 +107,11 @@ func resetUpFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		f.Value.Set(f.DefValue)
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			sv.Replace(nil)
+		} else {
+			f.Value.Set(f.DefValue)
+		}
 		f.Changed = false
 	})
 }
@@ -119,6 +123,8 @@ func TestUpBadInput(t *testing.T) {
 		{"up", "../../testdata/scenarios/quickstart.yaml", "--socks", "localhost"},
 		{"up", "../../testdata/scenarios/quickstart.yaml", "--mode", "ebpf"},
 		{"up", "../../testdata/scenarios/quickstart.yaml", "--from", "pod:default/nosuch", "--dns", ""},
+		{"up", "../../testdata/scenarios/quickstart.yaml", "--routes", "10.96.0.0/12"},
+		{"up", "../../testdata/scenarios/quickstart.yaml", "--tun", "--routes", "10.96.0.0"},
 	} {
 		rootCmd.SetArgs(args)
 		rootCmd.SetOut(io.Discard)
