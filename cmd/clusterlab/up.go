@@ -46,7 +46,8 @@ routes the service network through --via (default the first node), as a machine 
 a cluster with "ip route add 10.96.0.0/12 via NODE-IP" would. They cross that node's
 datapath like any simulated packet: kube-proxy's rules decide the backend, conntrack
 and masquerade apply (a backend sees a node's address for traffic from outside the pod
-network), and pcap captures and traces see them.
+network), and pcap captures and traces see them: --pcap FILE writes a pcapng file of
+the added hosts' links and every node's eth0 and cbr0 until clusterlab up stops.
 
 A scenario's host_services (a list of {name, address: IP:PORT, target: HOST:PORT}) let
 pods reach real servers on this machine: a pod's TCP connection to the address leaves
@@ -64,6 +65,7 @@ func init() {
 		tun, force      bool
 		tunName         string
 		routes          []string
+		pcap            string
 	)
 	cmd := &cobra.Command{
 		Use:   "up SCENARIO.yaml [--dns 127.0.0.1:5353] [--socks 127.0.0.1:1080] [--http-proxy 127.0.0.1:3128] [--from pod:NS/NAME] [--tun [--tun-name clab0] [--routes CIDR,...] [--force]]",
@@ -128,6 +130,14 @@ func init() {
 				}
 				defer dev.Close()
 			}
+			if pcap != "" {
+				stopCap, points, err := upCapture(live, link, dev, pcap)
+				if err != nil {
+					return fmt.Errorf("--pcap: %w", err)
+				}
+				defer stopCap()
+				fmt.Fprintf(cmd.OutOrStdout(), "capturing %s to %s (pcapng)\n", strings.Join(points, ", "), pcap)
+			}
 			ctx, stop := signal.NotifyContext(cmdContext(cmd), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			printUp(cmd.OutOrStdout(), live, link, dev, len(s.Steps))
@@ -143,6 +153,7 @@ func init() {
 	f.StringVar(&dnsAddr, "dns", "127.0.0.1:5353", "address to serve the cluster DNS on (\"\" for none)")
 	f.StringVar(&socks, "socks", "", "address of a SOCKS5 proxy into the cluster, such as 127.0.0.1:1080")
 	f.StringVar(&httpProx, "http-proxy", "", "address of an HTTP proxy into the cluster, such as 127.0.0.1:3128")
+	f.StringVar(&pcap, "pcap", "", "write a pcapng file of the proxies' and the TUN's host links and every node's eth0 and cbr0")
 	f.BoolVar(&tun, "tun", false, "make a TUN device routing the cluster's networks into it (Linux, CAP_NET_ADMIN)")
 	f.StringVar(&tunName, "tun-name", hostlink.DefaultTUNName, "the TUN device's name")
 	f.StringSliceVar(&routes, "routes", nil, "with --tun: route only these CIDRs (default the service CIDRs, pod CIDRs and node addresses)")
@@ -179,4 +190,29 @@ func printUp(w io.Writer, live *scenario.Live, link *hostlink.Link, dev *hostlin
 		}
 	}
 	fmt.Fprintln(w, "Ctrl-C stops it.")
+}
+
+// upCapture captures, into one pcapng file, the links of the hosts that stand for this
+// machine and every node's uplink and pod bridge.
+func upCapture(live *scenario.Live, link *hostlink.Link, dev *hostlink.TUN, file string) (stop func(), points []string, err error) {
+	c := live.Cluster()
+	if from := link.From(); strings.HasPrefix(from, "external:") {
+		points = append(points, "external/"+strings.TrimPrefix(from, "external:"))
+	}
+	if dev != nil {
+		points = append(points, "external/"+dev.Name())
+	}
+	for _, n := range c.Nodes() {
+		points = append(points, n.Name()+"/eth0", n.Name()+"/cbr0")
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	stopCap, err := c.CaptureNG(points, f)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return func() { stopCap(); f.Close() }, points, nil
 }

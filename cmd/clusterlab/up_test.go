@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -42,7 +45,8 @@ func TestUpCommand(t *testing.T) {
 	rootCmd.SetErr(out)
 	defer rootCmd.SetOut(nil)
 	defer rootCmd.SetErr(nil)
-	rootCmd.SetArgs([]string{"up", "../../testdata/scenarios/quickstart.yaml", "--dns", "127.0.0.1:0", "--socks", "127.0.0.1:0", "--http-proxy", "127.0.0.1:0"})
+	pcap := filepath.Join(t.TempDir(), "up.pcapng")
+	rootCmd.SetArgs([]string{"up", "../../testdata/scenarios/quickstart.yaml", "--dns", "127.0.0.1:0", "--socks", "127.0.0.1:0", "--http-proxy", "127.0.0.1:0", "--pcap", pcap})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rootCmd.ExecuteContext(ctx) }()
@@ -93,6 +97,10 @@ func TestUpCommand(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("up did not stop")
+	}
+	// The capture holds the connection: the pcapng file has the ClusterIP in it.
+	if b, err := os.ReadFile(pcap); err != nil || !bytes.Contains(b, []byte{10, 106, 83, 202}) {
+		t.Errorf("pcap %s: %d bytes, %v; want the ClusterIP 10.106.83.202 in it", pcap, len(b), err)
 	}
 	if !strings.HasSuffix(out.String(), "stopping\n") {
 		t.Errorf("output ends %q, want stopping", out.String()[max(0, len(out.String())-40):])
