@@ -209,3 +209,36 @@ func TestTUNSafety(t *testing.T) {
 	}
 	must(t, "ip", "-n", ns, "link", "show", "other0")
 }
+
+// benchTUN: a socket in a fresh namespace sends through the TUN device to the sink's
+// ClusterIP.
+func benchTUN(b *testing.B) {
+	kernel.RequireRoot(b)
+	ns := kernel.NewTestNetns(b)
+	live, target := startSink(b)
+	tun, err := OpenTUN(live, TUNConfig{Netns: ns}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tun.Close()
+	h, err := netns.GetFromName(ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h.Close()
+	var c net.Conn
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := netns.Set(h); err != nil {
+			done <- err
+			return
+		}
+		c, err = net.DialTimeout("tcp", target, 20*time.Second)
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	bulk(b, c)
+}
