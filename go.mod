@@ -13,6 +13,7 @@ require (
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
 	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/net v0.57.0
 	golang.org/x/sys v0.47.0
 	gvisor.dev/gvisor v0.0.0-20260905035102-160fafc42237
 	k8s.io/api v0.37.2
@@ -41,7 +42,6 @@ require (
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	golang.org/x/exp v0.0.0-20250711185948-6ae5c78190dc // indirect
-	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	golang.org/x/time v0.15.0 // indirect

@@ -22,6 +22,16 @@ type ExternalHost struct {
 	capturePoint string
 	recv         func(frame) // receive, bound once
 	onSend       func(pk *Packet, to Hop) func(*Node, *Trace)
+	routes       []ExternalRoute
+	deliver      func([]byte) // a raw host's receiver (no netstack); nil: the stack
+}
+
+// ExternalRoute sends an external host's packets to Prefix, which the cluster network
+// does not route, to the node Via: what `ip route add 10.96.0.0/12 via NODE-IP` does on
+// a real machine next to a cluster, so that ClusterIPs reach a node's kube-proxy.
+type ExternalRoute struct {
+	Prefix netip.Prefix
+	Via    *Node
 }
 
 // ExternalHostConfig describes an external host for AddExternalHostWith.
@@ -37,6 +47,15 @@ type ExternalHostConfig struct {
 	// node is done with it (not in replay mode, and only for packets to a node); nil
 	// leaves the packet untraced. It runs on the host's netstack goroutine.
 	OnSend func(pk *Packet, to Hop) (traced func(at *Node, tr *Trace))
+	// Routes are the host's routes through nodes, used for destinations the cluster
+	// network has no route for (the first that contains the destination wins).
+	Routes []ExternalRoute
+	// Deliver, if set, makes a raw host: it has no netstack (Net returns nil), every
+	// packet the network delivers to it is handed to Deliver (a copy the callee owns; on
+	// the network's goroutine, so it must not block), and Send puts packets into the
+	// network as if the host had sent them. A TUN device bridging a real kernel into the
+	// simulation is one.
+	Deliver func(packet []byte)
 }
 
 // Hop is where the cluster network takes a packet: a node, an external host or a
@@ -79,8 +98,20 @@ func (h *ExternalHost) IP() netip.Addr { return h.ip }
 // IPs returns the host's addresses.
 func (h *ExternalHost) IPs() []netip.Addr { return append([]netip.Addr(nil), h.ips...) }
 
-// Net returns the host's network: Dial, Listen, ListenPacket.
+// Net returns the host's network: Dial, Listen, ListenPacket (nil for a raw host).
 func (h *ExternalHost) Net() *Net { return h.net }
+
+// Send puts an IP packet into the cluster network as if the host had sent it (it is
+// captured on the host's link, routed, and crosses the link's faults). b is copied.
+// Packets that do not parse are dropped (an error says why).
+func (h *ExternalHost) Send(b []byte) error {
+	var pk Packet
+	if err := pk.parse(b); err != nil {
+		return err
+	}
+	h.send(plainFrame(append([]byte(nil), b...)))
+	return nil
+}
 
 // Link returns the host's link to the cluster network, whose faults can be set.
 func (h *ExternalHost) Link() *Link { return h.link }
@@ -90,6 +121,10 @@ func (h *ExternalHost) receive(f frame) {
 		return
 	}
 	h.cluster.captureAt(h.capturePoint, f.b)
+	if h.deliver != nil {
+		h.deliver(append([]byte(nil), f.b...))
+		return
+	}
 	h.stack.link.inject(f)
 }
 
@@ -105,11 +140,23 @@ func (h *ExternalHost) send(f frame) {
 		return
 	}
 	d := c.fabric.route("external", pk.Dst)
+	if d.kind == hopNone {
+		d = h.viaRoute(pk.Dst)
+	}
 	var traced func(*Node, *Trace)
 	if h.onSend != nil {
 		traced = h.onSend(&pk, d.hop())
 	}
 	if d.kind == hopNone || d.kind == hopExternal && d.host == h {
+		return
+	}
+	if d.kind == hopNode && traced == nil && !c.cfg.Replay {
+		// Queued for the node's goroutine, not run through the node at once on this
+		// one: the host's stack is inside its send (holding the endpoint's lock), and
+		// an answer the node makes at once (a REJECT's ICMP error or RST) would come
+		// back into that stack on the same goroutine and deadlock.
+		n := d.node
+		h.link.send(c, f, func(fr frame) { n.enqueue(fr, queueSource{kind: fromUplink}) })
 		return
 	}
 	if traced == nil || d.kind != hopNode || c.cfg.Replay {
@@ -123,6 +170,19 @@ func (h *ExternalHost) send(f frame) {
 		recv(fr)
 		traced(n, tr)
 	})
+}
+
+// viaRoute is where the host's own routes take dst: a node, or nowhere.
+func (h *ExternalHost) viaRoute(dst netip.Addr) fabricDest {
+	for _, r := range h.routes {
+		if r.Via != nil && r.Prefix.Contains(dst) {
+			if h.cluster.fabric.partitioned("external", r.Via.name) {
+				return fabricDest{}
+			}
+			return fabricDest{kind: hopNode, node: r.Via}
+		}
+	}
+	return fabricDest{}
 }
 
 // AddExternalHost adds a host on the external network. A zero ip takes the next free
@@ -183,8 +243,12 @@ func (c *Network) addExternalHost(cfg ExternalHostConfig) (*ExternalHost, error)
 		prefixes = append(prefixes, netip.PrefixFrom(ip, bits))
 	}
 	h := &ExternalHost{cluster: c, name: name, ip: ips[0], ips: append([]netip.Addr(nil), ips...), link: newLink("external "+name, c.cfg.Seed),
-		capturePoint: "external/" + name, onSend: cfg.OnSend}
+		capturePoint: "external/" + name, onSend: cfg.OnSend, routes: append([]ExternalRoute(nil), cfg.Routes...), deliver: cfg.Deliver}
 	h.recv = h.receive
+	if h.deliver != nil {
+		c.addExternalLocked(h, ips)
+		return h, nil
+	}
 	st, err := newNetStack(stackOptions{
 		name:     "external/" + name,
 		seed:     c.cfg.Seed,
@@ -199,13 +263,17 @@ func (c *Network) addExternalHost(cfg ExternalHostConfig) (*ExternalHost, error)
 	}
 	h.stack = st
 	h.net = newNet("external "+name, st, h.IPs())
-	c.external[name] = h
+	c.addExternalLocked(h, ips)
+	return h, nil
+}
+
+func (c *Network) addExternalLocked(h *ExternalHost, ips []netip.Addr) {
+	c.external[h.name] = h
 	c.fabric.mu.Lock()
 	for _, ip := range ips {
 		c.fabric.hosts[ip] = h
 	}
 	c.fabric.unlock()
-	return h, nil
 }
 
 // ExternalHost returns the named external host, or nil.

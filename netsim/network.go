@@ -446,7 +446,9 @@ func (c *Network) Close() {
 	}
 	for _, h := range hosts {
 		h.dead.Store(true)
-		h.stack.close()
+		if h.stack != nil {
+			h.stack.close()
+		}
 	}
 	for _, n := range nodes {
 		<-n.stopped

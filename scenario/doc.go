@@ -76,6 +76,12 @@
 //	                              direct: the DNS server code answers each pod's stub
 //	                              resolver in-process; default kube-dns
 //	  external_hosts: [{name: laptop, ip: 203.0.113.50}]
+//	host_services:                real servers on this machine that pods reach (TCP):
+//	  - name: api                 a pod's connection to address leaves its node through
+//	    address: 192.0.2.10:8080  the datapath and is relayed to target (default
+//	    target: 127.0.0.1:18080   127.0.0.1:PORT); only the addresses listed are
+//	                              reachable; the address lies outside the cluster's
+//	                              networks (external hosts host-services, -2, ... own them)
 //	manifests:                    applied together before the first step
 //	  - path: app.yaml            a file or directory, relative to the scenario file
 //	  - apiVersion: v1            or an object inline

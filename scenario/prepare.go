@@ -35,6 +35,8 @@ type plan struct {
 	delays    map[string]time.Duration // per-node sync delays
 	manifests *loaded
 	applies   map[int]*loaded // apply steps' objects by step index
+	// hostServices are host_services, checked.
+	hostServices []hostService
 }
 
 // DefaultNodes are the nodes of a scenario that lists none.
@@ -63,6 +65,7 @@ func (s *Scenario) prepareFor(opts Options) (*plan, error) {
 	pr.networks()
 	pr.nodes()
 	pr.externalHosts()
+	pr.hostServices()
 	pr.proxy(mode)
 	pr.dns()
 	pr.manifests()

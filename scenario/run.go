@@ -81,6 +81,8 @@ type runner struct {
 	// liveTraffic makes connect steps that do not say how use real sockets (netstack)
 	// instead of probes (Session.LiveTraffic).
 	liveTraffic bool
+	// relay carries host_services' connections to the real servers (nil: none).
+	relay *hostRelay
 }
 
 func (p *plan) start() (*runner, error) {
@@ -121,6 +123,9 @@ func (p *plan) start() (*runner, error) {
 			return nil, s.errorf(f, "%v", err)
 		}
 	}
+	if r.relay, err = p.startHostServices(c); err != nil {
+		return nil, s.errorf("host_services", "%v", err)
+	}
 	objs := append([]runtime.Object(nil), p.manifests.objects...)
 	for _, w := range p.manifests.workloads {
 		w := w.clone()
@@ -150,6 +155,7 @@ func (r *runner) close() {
 		kubeproxy.ForgetConntrackCleanup(n.Conntrack())
 	}
 	r.res.close()
+	r.relay.close()
 	r.c.Close()
 }
 

@@ -27,6 +27,9 @@ type Scenario struct {
 	Manifests []Manifest `yaml:"manifests,omitempty"`
 	// Steps run in order.
 	Steps []Step `yaml:"steps,omitempty"`
+	// HostServices are real servers on this machine that pods reach at addresses of
+	// the simulated network (see HostService).
+	HostServices []HostService `yaml:"host_services,omitempty"`
 
 	// File is the file the scenario was read from ("" when built in Go); manifest paths
 	// are relative to its directory.

@@ -30,7 +30,8 @@ var rules = map[string][]string{
 	"kernel":                  {"netsim", "cluster", "proxy/kubeproxy"},
 	"dns":                     {"proxy/kubeproxy", "scenario"},
 	"proxy/kubeproxy":         {"scenario", "proptest", "kernel"},
-	"scenario":                {"proptest"},
+	"scenario":                {"proptest", "hostlink"},
+	"hostlink":                {"proptest", "kernel"},
 }
 
 // TestImportStack holds every package of the module to the rules, counting what it
