@@ -566,7 +566,9 @@ func (b *Bundle) PortOf(bridge string, addr netip.Addr) (string, string) {
 		return "", fmt.Sprintf("%s is %s, but no forwarding database (%s: %s)", addr, mac, BridgeFDB, b.Missing(BridgeFDB))
 	}
 	for _, e := range b.FDB {
-		if e.MAC == mac && e.Master == bridge && e.Port != bridge {
+		// An entry without an interface names no port (bridge -j fdb always gives
+		// one; a fuzzed or edited file may not).
+		if e.MAC == mac && e.Master == bridge && e.Port != bridge && e.Port != "" {
 			return e.Port, ""
 		}
 	}
