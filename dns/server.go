@@ -419,7 +419,22 @@ func (s *Server) forward(ctx context.Context, req *mdns.Msg, network string) *md
 	resp.Id = req.Id
 	resp.Response = true
 	resp.Question = req.Question
+	// TSIG is hop by hop (RFC 8945): the upstream's signature is not ours to pass on,
+	// and miekg/dns packs a malformed one it unpacked into bytes that no longer parse
+	// (found by FuzzUpstreamReply).
+	resp.Answer, resp.Ns, resp.Extra = withoutTSIG(resp.Answer), withoutTSIG(resp.Ns), withoutTSIG(resp.Extra)
 	return resp
+}
+
+// withoutTSIG drops TSIG records from a section.
+func withoutTSIG(rrs []mdns.RR) []mdns.RR {
+	out := rrs[:0]
+	for _, rr := range rrs {
+		if rr.Header().Rrtype != mdns.TypeTSIG {
+			out = append(out, rr)
+		}
+	}
+	return out
 }
 
 func (s *Server) upstreamTimeout() time.Duration {
