@@ -423,6 +423,34 @@ func (ix *Index) Verdict(src, dst Peer, port uint16, proto corev1.Protocol) Verd
 	return verdictOf(src, dst, port, proto, eg, in)
 }
 
+// Allowed is Verdict(src, dst, port, proto).Allowed without building the
+// decisions and their text: what a datapath asks per new connection.
+func (ix *Index) Allowed(src, dst Peer, port uint16, proto corev1.Protocol) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	src, dst = ix.resolve(src), ix.resolve(dst)
+	if p := src.pod(); p != nil && !ix.allowedDir(Egress, p, dst, port, proto) {
+		return false
+	}
+	if p := dst.pod(); p != nil && !ix.allowedDir(Ingress, p, src, port, proto) {
+		return false
+	}
+	return true
+}
+
+func (ix *Index) allowedDir(dir Direction, pod *Pod, peer Peer, port uint16, proto corev1.Protocol) bool {
+	cs := ix.selecting(dir, pod)
+	if len(cs) == 0 {
+		return true
+	}
+	for _, c := range cs {
+		if c.allows(dir, pod, peer, port, proto, ix.nsLabelsOf) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func cloneMap(m map[string]string) map[string]string {
 	if m == nil {
 		return nil

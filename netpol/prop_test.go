@@ -238,8 +238,8 @@ func TestIndexMatchesReference(t *testing.T) {
 						for _, dst := range peers {
 							v := ix.Verdict(src, dst, port, proto)
 							ref := Reference(m.policies, m.namespaces, m.pods, src, dst, port, proto)
-							if v.Allowed != ref {
-								t.Fatalf("%s: %s -> %s %s/%d: Index %v (%s), Reference %v", step, src, dst, proto, port, v.Allowed, v.Reason, ref)
+							if a := ix.Allowed(src, dst, port, proto); v.Allowed != ref || a != ref {
+								t.Fatalf("%s: %s -> %s %s/%d: Index %v (%s), Allowed %v, Reference %v", step, src, dst, proto, port, v.Allowed, v.Reason, a, ref)
 							}
 							for _, d := range []*Decision{v.Egress, v.Ingress} {
 								if d == nil {
