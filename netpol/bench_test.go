@@ -162,3 +162,21 @@ func TestCandidatesIgnoreUnrelated(t *testing.T) {
 		t.Errorf("candidates looked at: %d with 10 unrelated policies, %d with 1000; want 1 and 1", a, b)
 	}
 }
+
+// BenchmarkReferenceUnrelated is the same question asked of Reference, which
+// loops over every policy: the cost the index avoids.
+func BenchmarkReferenceUnrelated(b *testing.B) {
+	for _, n := range []int{10, 1000} {
+		b.Run(fmt.Sprintf("unrelated=%d", n), func(b *testing.B) {
+			ix, web, client := unrelatedWorld(b, n)
+			pols := ix.Policies()
+			pods := []Pod{*web, *client}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if !Reference(pols, nil, pods, PodPeer(client), PodPeer(web), 80, corev1.ProtocolTCP) {
+					b.Fatal("denied")
+				}
+			}
+		})
+	}
+}
