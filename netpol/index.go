@@ -274,14 +274,18 @@ func (ix *Index) nsLabelsOf(name string) labels.Set {
 }
 
 // PodByIP returns the pod with that address: nil for no pod and for
-// hostNetwork pods (their address is their node's).
+// hostNetwork pods (their address is their node's). The pod is the index's
+// own: read-only.
 func (ix *Index) PodByIP(a netip.Addr) *Pod {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	return ix.byIP[a.Unmap()]
 }
 
-// Pods returns the pods sorted by key.
+// Pods returns the pods sorted by key. They are the index's own: read-only.
+// SetPod replaces a pod with a new one (a pointer held from before keeps the
+// old labels and is then decided as given, without the cache), so look pods
+// up again after updates.
 func (ix *Index) Pods() []*Pod {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()

@@ -280,3 +280,29 @@ func TestMatrix(t *testing.T) {
 		t.Errorf("row y/a: %q", lines[4])
 	}
 }
+
+// TestConcurrentUse: decisions while policies, pods and namespaces change
+// (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	w := newWorld(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			if i%2 == 0 {
+				w.ix.SetPolicy(policy("x", "deny", nil, ingressRules()))
+			} else {
+				w.ix.DeletePolicy("x", "deny")
+			}
+			w.ix.SetNamespace(Namespace{Name: "y", Labels: map[string]string{"i": string(rune('a' + i%26))}})
+			w.ix.SetPod(Pod{Namespace: "z", Name: "d", Labels: map[string]string{"pod": "d"}, IPs: []netip.Addr{netip.MustParseAddr("10.244.3.99")}})
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		for _, p := range w.ix.Pods() {
+			w.ix.Verdict(PodPeer(p), IPPeer(netip.MustParseAddr("10.244.1.10")), 80, tcp)
+		}
+		w.ix.Matrix(80, tcp)
+	}
+	<-done
+}

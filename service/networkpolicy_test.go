@@ -268,3 +268,28 @@ func FuzzNetworkPolicy(f *testing.F) {
 		}
 	})
 }
+
+// TestValidateManifestsNetworkPolicy: the offline check (dns serve,
+// generate, scenario loading) refuses bad and duplicate policies with the
+// API server's words.
+func TestValidateManifestsNetworkPolicy(t *testing.T) {
+	text := goodPolicy + "---\n" + goodPolicy + "---\n" +
+		"apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: bad}\nspec:\n  podSelector: {}\n  egress:\n  - ports:\n    - {port: 80, endPort: 79}\n"
+	ms, err := Load("nps.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ValidateManifests(ms)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range []string{
+		`nps.yaml:32 (document 2 from line 29, NetworkPolicy "shop/allow-client"): metadata.name: NetworkPolicy "shop/allow-client" is defined twice (first at nps.yaml:4)`,
+		`networkpolicies.networking.k8s.io "allow-client" already exists`,
+		"nps.yaml:64 (document 3 from line 57, NetworkPolicy \"default/bad\"): spec.egress[0].ports[0].endPort: Invalid value: 79: must be greater than or equal to `port`",
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error\n  %v\ndoes not contain\n  %s", err, w)
+		}
+	}
+}
