@@ -6,6 +6,22 @@
 // DNAT (pod addresses and target ports, never ClusterIPs) and before
 // masquerade on egress.
 //
+//	NetworkPolicies (service: loaded, defaulted, validated)   Namespaces, Pods
+//	    │  NewIndex / SetPolicy: compile (selectors parsed,       │  SetNamespace / SetPod
+//	    │  policyTypes defaulted, CIDRs and ports read)           │  (PodFromCore, NamespaceFromCore)
+//	    ▼                                                         ▼
+//	Index: per namespace, policies filed under one anchor of their podSelector;
+//	       per pod, the cached sorted list of policies selecting it (per direction)
+//	    │  Verdict(src, dst, port, proto)   egress at src if a pod, ingress at dst if a pod
+//	    │  Decide(dir, pod, peer, ...)      one direction: isolated? which rule allowed?
+//	    │  Allowed(...)                     the same verdict, no text (a datapath's question)
+//	    ▼
+//	Decision / Verdict: the isolated pod, the direction, the selecting policies, the
+//	rule (policy, index, RuleText) that allowed, or that none did
+//
+//	Reference(policies, namespaces, pods, ...): the same semantics by brute force,
+//	what the property tests hold Index to
+//
 // # Semantics
 //
 // A connection from src to dst on a port and protocol (the destination's)

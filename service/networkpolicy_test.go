@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clusterlab/clusterlab/netpol"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/clusterlab/clusterlab/netpol"
 )
 
 const goodPolicy = `apiVersion: networking.k8s.io/v1
