@@ -306,3 +306,46 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	<-done
 }
+
+// TestDNSEgressAndClusterIPGotcha: a default-deny egress namespace that
+// allows DNS to kube-dns's pods works for the connection policy sees (after
+// kube-proxy's DNAT: the DNS pod's address and port 53); an ipBlock naming
+// the kube-dns ClusterIP instead allows nothing, because policy never sees
+// the ClusterIP.
+func TestDNSEgressAndClusterIPGotcha(t *testing.T) {
+	dnsPod := pod("kube-system", "coredns-1", "10.244.9.2", "k8s-app", "kube-dns")
+	app := pod("shop", "app", "10.244.1.5", "app", "shop")
+	pods := []Pod{dnsPod, app}
+	nss := []Namespace{{Name: "kube-system"}, {Name: "shop"}}
+	clusterIP := netip.MustParseAddr("10.96.0.10")
+	kubeDNS := func() []networkingv1.NetworkPolicyPeer {
+		return peers(nsPodPeer(sel(NamespaceNameLabel, "kube-system"), sel("k8s-app", "kube-dns")))
+	}
+	right := []*networkingv1.NetworkPolicy{
+		policy("shop", "default-deny-egress", nil, egressRules()),
+		policy("shop", "allow-dns", nil, egressRules(out(kubeDNS(), port(udp, 53), port(tcp, 53)))),
+	}
+	wrong := []*networkingv1.NetworkPolicy{
+		policy("shop", "default-deny-egress", nil, egressRules()),
+		policy("shop", "allow-dns-by-clusterip", nil, egressRules(out(peers(ipPeer(clusterIP.String()+"/32")), port(udp, 53)))),
+	}
+	ix := mustIndex(t, right, nss, pods)
+	a, d := ix.Pods()[1], ix.Pods()[0]
+	v := agree(t, ix, right, nss, pods, PodPeer(a), PodPeer(d), 53, udp, true)
+	if v.Egress.Rule == nil || v.Egress.Rule.Policy.Name != "allow-dns" || v.Egress.Rule.Text != "to: [namespaceSelector: {kubernetes.io/metadata.name: kube-system} podSelector: {k8s-app: kube-dns}] ports: [UDP/53, TCP/53]" {
+		t.Errorf("rule %+v", v.Egress.Rule)
+	}
+	agree(t, ix, right, nss, pods, PodPeer(a), PodPeer(d), 53, tcp, true)
+	agree(t, ix, right, nss, pods, PodPeer(a), PodPeer(d), 80, tcp, false)
+	agree(t, ix, right, nss, pods, PodPeer(a), IPPeer(netip.MustParseAddr("8.8.8.8")), 53, udp, false)
+
+	ix = mustIndex(t, wrong, nss, pods)
+	a, d = ix.Pods()[1], ix.Pods()[0]
+	// After DNAT the destination is the DNS pod: the ClusterIP block does not match.
+	v = agree(t, ix, wrong, nss, pods, PodPeer(a), PodPeer(d), 53, udp, false)
+	if !strings.Contains(v.Reason, "pod shop/app is isolated for egress (policies: shop/allow-dns-by-clusterip, shop/default-deny-egress); no rule allows it") {
+		t.Errorf("reason %q", v.Reason)
+	}
+	// Were the ClusterIP itself the destination (no DNAT), it would match.
+	agree(t, ix, wrong, nss, pods, PodPeer(a), IPPeer(clusterIP), 53, udp, true)
+}
