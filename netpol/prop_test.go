@@ -226,8 +226,11 @@ func TestIndexMatchesReference(t *testing.T) {
 		}
 		check := func(step string) {
 			var peers []Peer
-			for _, p := range ix.Pods() {
+			for i, p := range ix.Pods() {
 				peers = append(peers, PodPeer(p))
+				if i%2 == 0 && len(p.IPs) > 0 {
+					peers = append(peers, IPPeer(p.IPs[0])) // a pod given by its address
+				}
 			}
 			for _, a := range extAddrs {
 				peers = append(peers, IPPeer(a))
