@@ -478,3 +478,14 @@ spec:
 		}
 	}
 }
+
+func TestNetworkPolicyBadName(t *testing.T) {
+	ms, err := Load("n.yaml", []byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: Bad_Name\nspec: {podSelector: {}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = newStore(t, Config{}).ApplyManifests(ms)
+	if err == nil || !strings.Contains(err.Error(), `n.yaml:4 (document 1 from line 1, NetworkPolicy "default/Bad_Name"): metadata.name: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain`) {
+		t.Errorf("got %v", err)
+	}
+}
