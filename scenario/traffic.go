@@ -63,6 +63,9 @@ func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool
 		return err
 	}
 	tp.expect = st.Expect
+	if r.dp != nil {
+		tp.via, tp.autoNote = r.dp.Name(), ""
+	}
 	tr := &TrafficResult{From: t.From, Client: tp.client.String(), To: t.To, Dst: tp.dst.String(), Resolved: tp.how, Proto: tp.protoName, Via: tp.via, Attempts: tp.count,
 		Results: map[string]int{}}
 	if t.AllBranches {
@@ -72,9 +75,12 @@ func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool
 		return r.craft(st, tp, tr, res)
 	}
 	var atts []attempt
-	if tp.via == "probe" {
+	switch {
+	case r.dp != nil:
+		atts = r.datapathAttempts(ctx, tp)
+	case tp.via == "probe":
 		atts, err = r.probeAttempts(tp, res)
-	} else {
+	default:
 		atts, err = r.netstackAttempts(ctx, tp, res)
 	}
 	if err != nil {

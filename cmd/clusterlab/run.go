@@ -84,6 +84,8 @@ type runOptions struct {
 	versions []string
 	mode     string
 	progress bool
+	backend  string
+	keep     string
 }
 
 func init() { rootCmd.AddCommand(newRunCmd()) }
@@ -112,6 +114,8 @@ func newRunCmd() *cobra.Command {
 	f.StringSliceVar(&o.versions, "versions", nil, "run under each of these kube-proxy versions and compare (comma-separated, 1.N)")
 	f.StringVar(&o.mode, "mode", "", "run under this kube-proxy mode instead of the scenario's")
 	f.BoolVar(&o.progress, "progress", false, "print a progress line on stderr (default: only when stderr is a terminal)")
+	f.StringVar(&o.backend, "backend", "sim", "where the traffic runs: sim (the simulation), kernel (the real kernel in network namespaces; root) or both (and compare)")
+	f.StringVar(&o.keep, "keep", "", "with --backend both: write the kernel's rules and conntrack table of each differing step under this directory")
 	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes(false))
 	_ = cmd.RegisterFlagCompletionFunc("modes", completeModes(true))
 	return cmd
@@ -158,9 +162,24 @@ func runScenario(cmd *cobra.Command, file string, o *runOptions) error {
 	if err := checkModeFlag("--mode", o.mode); err != nil {
 		return err
 	}
+	switch o.backend {
+	case "sim", "":
+	case "kernel", "both":
+		if len(o.modes) > 0 || len(o.versions) > 0 {
+			return badInput(fmt.Errorf("--backend %s and --modes/--versions: give one (compare back ends in one mode and version)", o.backend))
+		}
+	default:
+		return badInput(fmt.Errorf("--backend %q: want sim, kernel or both", o.backend))
+	}
+	if o.keep != "" && o.backend != "both" {
+		return badInput(errors.New("--keep: only with --backend both"))
+	}
 	s, err := scenario.Load(file)
 	if err != nil {
 		return badInput(err)
+	}
+	if o.backend == "kernel" || o.backend == "both" {
+		return runKernel(cmd, s, o)
 	}
 	opts := scenario.Options{Mode: o.mode}
 	prog := newProgress(cmd.ErrOrStderr(), o.progress)
