@@ -166,6 +166,8 @@ type Pod struct {
 	// or, for a pod given ports per protocol, TCPPorts and UDPPorts.
 	Ports              []uint16
 	TCPPorts, UDPPorts []uint16
+	// NotListening says its echo servers are stopped (SetListening).
+	NotListening bool
 }
 
 // Harness is a mini-cluster of network namespaces:
@@ -1261,3 +1263,21 @@ func (h *Harness) SetHairpin(ctx context.Context, node int, on bool) error {
 // WriteSysctls writes sysctls (keys as for sysctl(8), net.* only) in ns and reads each
 // back; a key the namespace does not have is an error.
 func (h *Harness) WriteSysctls(ns *Netns, m map[string]string) error { return writeSysctls(ns, m) }
+
+// SetListening stops a pod's echo servers (off: connections to its ports are refused,
+// as to an app that closed its sockets) or starts them again (on).
+func (h *Harness) SetListening(p *Pod, on bool) error {
+	if on == !p.NotListening {
+		return nil
+	}
+	if !on {
+		h.StopServers(p.Netns)
+		p.NotListening = true
+		return nil
+	}
+	if err := h.startPodServers(p); err != nil {
+		return err
+	}
+	p.NotListening = false
+	return nil
+}

@@ -81,12 +81,20 @@ type Datapath struct {
 
 // node is a harness node and its kube-proxy.
 type node struct {
-	name     string
-	kn       *kernel.Node
-	sync     func(ctx context.Context, c *cluster.Cluster) error
-	applied  map[string]string // sysctls written last
-	hairpin  *bool
-	localnet bool // route_localnet is the node's to decide (not the nftables mode)
+	name string
+	kn   *kernel.Node
+	sync func(ctx context.Context, c *cluster.Cluster) error
+	// synced is the simulated proxy's sync count the kernel's rules follow
+	// (cluster.Node.ProxySyncs); -1 before the first sync.
+	synced int
+	// ct is the conntrack kube-proxy cleans up through, which can keep the cleanup
+	// back (sync: rules_only, hold_conntrack); holding says hold_conntrack holds it
+	// until clean_conntrack, rulesOnly and clean are a step's wishes for Sync.
+	ct                        *heldConntrack
+	holding, rulesOnly, clean bool
+	applied                   map[string]string // sysctls written last
+	hairpin                   *bool
+	localnet                  bool // route_localnet is the node's to decide (not the nftables mode)
 }
 
 // New returns a kernel data path; Run starts it (scenario.Options.Datapath).
@@ -208,7 +216,8 @@ func (d *Datapath) Start(ctx context.Context, c *cluster.Cluster, info scenario.
 		if want := sim.PodCIDRs(); len(want) == 0 || want[0] != kn.PodCIDR {
 			return fmt.Errorf("node %s: pod CIDR %v, the harness's %v: the kernel back end gives node i the i-th /24 of the cluster CIDR", sim.Name(), want, kn.PodCIDR)
 		}
-		n := &node{name: sim.Name(), kn: kn, applied: map[string]string{}, localnet: info.Mode != kubeproxy.NFTables}
+		n := &node{name: sim.Name(), kn: kn, applied: map[string]string{}, localnet: info.Mode != kubeproxy.NFTables, synced: -1,
+			ct: &heldConntrack{ct: kn.Conntrack}}
 		if err := d.newProxy(ctx, c, n); err != nil {
 			return fmt.Errorf("kube-proxy (%s) on %s: %w", modeName(info.Mode), sim.Name(), err)
 		}
@@ -258,7 +267,7 @@ func (d *Datapath) newProxy(ctx context.Context, c *cluster.Cluster, n *node) er
 				nfacct = false
 			}
 		}
-		px, err := iptables.NewProxier(kn.IPTables, kn.Conntrack, iptables.Config{Family: corev1.IPv4Protocol, Node: nc, NoNFAcct: !nfacct,
+		px, err := iptables.NewProxier(kn.IPTables, n.ct, iptables.Config{Family: corev1.IPv4Protocol, Node: nc, NoNFAcct: !nfacct,
 			ConntrackTCPBeLiberal: c.Node(n.name).Settings().Conntrack.TCPBeLiberal})
 		if err != nil {
 			return err
@@ -274,7 +283,7 @@ func (d *Datapath) newProxy(ctx context.Context, c *cluster.Cluster, n *node) er
 				cidrs = append(cidrs, p)
 			}
 		}
-		px, err := nftables.NewProxier(kn.NFTables, kn.Conntrack, nftables.Config{Family: corev1.IPv4Protocol, Node: nc, ServiceCIDRs: cidrs})
+		px, err := nftables.NewProxier(kn.NFTables, n.ct, nftables.Config{Family: corev1.IPv4Protocol, Node: nc, ServiceCIDRs: cidrs})
 		if err != nil {
 			return err
 		}
@@ -292,7 +301,9 @@ func (d *Datapath) newProxy(ctx context.Context, c *cluster.Cluster, n *node) er
 		if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 			release = strings.TrimSpace(string(b))
 		}
-		px, err := ipvs.NewProxier(d.h.IPVSWriters(kn, v), ipvs.ProxierConfig{Family: corev1.IPv4Protocol, Node: nc, Scheduler: d.info.Scheduler, KernelVersion: release})
+		w := d.h.IPVSWriters(kn, v)
+		w.Conntrack = n.ct
+		px, err := ipvs.NewProxier(w, ipvs.ProxierConfig{Family: corev1.IPv4Protocol, Node: nc, Scheduler: d.info.Scheduler, KernelVersion: release})
 		if err != nil {
 			return err
 		}
@@ -381,17 +392,75 @@ func (d *Datapath) Sync(ctx context.Context, c *cluster.Cluster) error {
 		}
 		d.podNode[pc.Name] = d.order[pc.Node].name
 	}
+	for _, p := range d.h.Pods {
+		ns, name, _ := strings.Cut(p.Name, "/")
+		if err := d.h.SetListening(p, c.PodListening(ns, name)); err != nil {
+			return err
+		}
+	}
 	for _, n := range d.order {
 		if err := d.applySettings(ctx, n, c.Node(n.name).Settings()); err != nil {
 			return fmt.Errorf("node %s: %w", n.name, err)
 		}
 	}
 	for _, n := range d.order {
-		if err := n.sync(ctx, c); err != nil {
+		if err := d.syncNode(ctx, c, n); err != nil {
 			return fmt.Errorf("kube-proxy (%s) sync on %s: %w", modeName(d.info.Mode), n.name, err)
 		}
 	}
 	return nil
+}
+
+// syncNode re-programs a node's rules when the simulated node's kube-proxy synced
+// since the last time (so that a paused proxy, a sync delay or a restart leave the
+// kernel's rules as they leave the simulation's: they change when the simulation's
+// do), holding the conntrack cleanup back as the step asked.
+func (d *Datapath) syncNode(ctx context.Context, c *cluster.Cluster, n *node) error {
+	if n.clean {
+		n.clean, n.holding = false, false
+		n.ct.hold = false
+		if err := n.ct.release(); err != nil {
+			return err
+		}
+	}
+	if n.rulesOnly {
+		n.ct.hold = true
+	}
+	defer func() { n.rulesOnly, n.ct.hold = false, n.holding }()
+	syncs := c.Node(n.name).ProxySyncs()
+	if syncs == n.synced {
+		return nil
+	}
+	n.synced = syncs
+	return n.sync(ctx, c)
+}
+
+// heldConntrack is kube-proxy's conntrack cleanup on a kernel node, which a step can
+// keep back (hold) and run later (release).
+type heldConntrack struct {
+	ct      *kernel.Conntrack
+	hold    bool
+	pending []proxy.ConntrackFilter
+}
+
+// Delete implements proxy.Conntrack.
+func (h *heldConntrack) Delete(f proxy.ConntrackFilter) (int, error) {
+	if h.hold {
+		h.pending = append(h.pending, f)
+		return 0, nil
+	}
+	return h.ct.Delete(f)
+}
+
+func (h *heldConntrack) release() error {
+	var errs []error
+	for _, f := range h.pending {
+		if _, err := h.ct.Delete(f); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	h.pending = nil
+	return errors.Join(errs...)
 }
 
 func samePorts(pc kernel.PodConfig, p *kernel.Pod) bool {

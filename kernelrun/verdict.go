@@ -8,13 +8,17 @@ import (
 )
 
 // Verdict implements scenario.Datapath: how the kernel back end takes each kind of step.
+// It is called once before each step, and notes what a sync step asks of the kernel's
+// kube-proxy (rules_only, hold_conntrack, clean_conntrack), which Sync does after it.
 //
 // Carried out on the kernel: connect and send (real sockets, the step's expectations),
 // check conntrack (`conntrack -L` of the node). Control-plane steps run in the
 // simulation and the kernel follows (pods started and stopped, rules re-programmed,
 // settings written): apply, delete, delete_pod, kill_pod, set_ready, scale, evict,
-// set_phase, update_status, restart_proxy, restart_apiserver, node_settings, sync now,
-// check endpoints. Adapted, with a message: advance and at (waited for up to MaxWait),
+// set_phase, update_status, restart_proxy, restart_apiserver, node_settings, check
+// endpoints, sync (the kernel's rules change when the simulated kube-proxy syncs, so a
+// pause or a delay holds them too; rules_only, hold_conntrack and clean_conntrack keep
+// back and run the kernel's conntrack cleanup), set_health (readiness follows, listening is mirrored). Adapted, with a message: advance and at (waited for up to MaxWait),
 // dns (answered by the simulation's DNS), trace (no rule-by-rule trace on a kernel).
 // Refused, with the reason: everything the kernel back end cannot do or mirror.
 func (d *Datapath) Verdict(st *scenario.Step) scenario.DatapathVerdict {
@@ -45,7 +49,7 @@ func (d *Datapath) Verdict(st *scenario.Step) scenario.DatapathVerdict {
 			// A send via netstack is a connection too: fine.
 		}
 		if e := st.Expect; e != nil && e.DecidedBy != nil {
-			return refuse("decided_by reads the simulation's rule-by-rule trace, which a kernel does not give")
+			notes = append(notes, "decided_by is not checked: it reads the simulation's rule-by-rule trace, which a kernel does not give")
 		}
 		if e := st.Expect; e != nil && e.Probabilities != nil {
 			return refuse("probabilities need all_branches, the simulation's")
@@ -62,7 +66,7 @@ func (d *Datapath) Verdict(st *scenario.Step) scenario.DatapathVerdict {
 	case st.Check != nil && st.Check.HealthCheck != nil:
 		return refuse("the health-check node port is served by the simulation's kube-proxy; no kube-proxy process runs on the kernel nodes")
 	case st.SetHealth != nil:
-		return refuse("set_health changes what the simulation's pod servers answer; the kernel's pods run fixed echo servers")
+		notes = append(notes, "the simulation's probes see the new health and decide readiness, which the kernel's rules follow; a pod that stops listening stops its echo servers on the kernel too")
 	case st.Fault != nil:
 		return refuse("faults (loss, latency, duplication, reordering) need tc netem on the kernel's links, which the kernel back end does not set up")
 	case st.Partition != nil:
@@ -71,8 +75,24 @@ func (d *Datapath) Verdict(st *scenario.Step) scenario.DatapathVerdict {
 		return refuse("heal undoes a partition, which the kernel back end does not make")
 	case st.KillNode != "":
 		return refuse("kill_node stops a node with its pods in the simulation; the kernel back end does not take node namespaces down")
-	case st.Sync != nil && !st.Sync.Now:
-		return refuse("the kernel's kube-proxy is synced after every step; pausing, delaying, or holding back its conntrack cleanup is the simulation's")
+	case st.Sync != nil:
+		// The kernel's rules follow the simulated kube-proxy's syncs (syncNode):
+		// pause, resume, delay and now need nothing more.
+		sy := st.Sync
+		for _, w := range []struct {
+			name string
+			set  func(n *node)
+		}{{sy.RulesOnly, func(n *node) { n.rulesOnly = true }}, {sy.HoldConntrack, func(n *node) { n.holding, n.ct.hold = true, true }},
+			{sy.CleanConntrack, func(n *node) { n.clean = true }}} {
+			if w.name == "" {
+				continue
+			}
+			for _, n := range d.order {
+				if w.name == "all" || w.name == n.name {
+					w.set(n)
+				}
+			}
+		}
 	case st.Advance != nil && st.Advance.D() > MaxWait:
 		notes = append(notes, fmt.Sprintf("a jump of %s is longer than the %v the kernel back end waits for", st.Advance, MaxWait))
 	}
