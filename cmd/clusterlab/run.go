@@ -86,6 +86,7 @@ type runOptions struct {
 	progress bool
 	backend  string
 	keep     string
+	prefix   string // namespace name prefix of the kernel back end (hidden; tests)
 }
 
 func init() { rootCmd.AddCommand(newRunCmd()) }
@@ -115,6 +116,8 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.mode, "mode", "", "run under this kube-proxy mode instead of the scenario's")
 	f.BoolVar(&o.progress, "progress", false, "print a progress line on stderr (default: only when stderr is a terminal)")
 	f.StringVar(&o.backend, "backend", "sim", "where the traffic runs: sim (the simulation), kernel (the real kernel in network namespaces; root) or both (and compare)")
+	f.StringVar(&o.prefix, "netns-prefix", "clk", "start of the kernel back end's namespace names (1-8 lower-case letters and digits)")
+	_ = f.MarkHidden("netns-prefix")
 	f.StringVar(&o.keep, "keep", "", "with --backend both: write the kernel's rules and conntrack table of each differing step under this directory")
 	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes(false))
 	_ = cmd.RegisterFlagCompletionFunc("modes", completeModes(true))

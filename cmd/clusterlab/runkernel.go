@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -33,7 +34,7 @@ func runKernel(cmd *cobra.Command, s *scenario.Scenario, o *runOptions) error {
 	defer stop()
 	prog := newProgress(cmd.ErrOrStderr(), o.progress)
 	out := cmd.OutOrStdout()
-	dp := kernelrun.New(kernelrun.Options{})
+	dp := kernelrun.New(kernelrun.Options{Prefix: o.prefix})
 	defer dp.Close()
 	kopts := scenario.Options{Mode: o.mode, Datapath: dp, DatapathState: o.backend == "both"}
 	kopts.Progress = func(i, n int, title string) { prog.step(i, n, "kernel: "+title) }
@@ -44,7 +45,7 @@ func runKernel(cmd *cobra.Command, s *scenario.Scenario, o *runOptions) error {
 			fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: removing the run's namespaces: %v\n", cerr)
 		}
 		if err != nil {
-			return scenarioErr(err)
+			return interrupted(ctx, err)
 		}
 		if err := writeResult(out, o.output, rep.JSON, rep.WriteText); err != nil {
 			return err
@@ -59,7 +60,7 @@ func runKernel(cmd *cobra.Command, s *scenario.Scenario, o *runOptions) error {
 	sim, err := scenario.Run(ctx, s, sopts)
 	if err != nil {
 		prog.done()
-		return scenarioErr(err)
+		return interrupted(ctx, err)
 	}
 	kern, err := scenario.Run(ctx, s, kopts)
 	prog.done()
@@ -67,7 +68,7 @@ func runKernel(cmd *cobra.Command, s *scenario.Scenario, o *runOptions) error {
 		fmt.Fprintf(cmd.ErrOrStderr(), "clusterlab: removing the run's namespaces: %v\n", cerr)
 	}
 	if err != nil {
-		return scenarioErr(err)
+		return interrupted(ctx, err)
 	}
 	cmp := scenario.CompareBackends(sim, kern, kernelrun.Explain(sim, kern))
 	if o.keep != "" {
@@ -82,6 +83,14 @@ func runKernel(cmd *cobra.Command, s *scenario.Scenario, o *runOptions) error {
 		return errors.New("scenario failed on at least one back end")
 	}
 	return nil
+}
+
+// interrupted turns the error of a run that a signal ended into one saying so.
+func interrupted(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return errors.New("interrupted: the run stopped and its network namespaces are removed")
+	}
+	return scenarioErr(err)
 }
 
 // keepStates writes each differing step's kernel state as DIR/step-N-NODE.rules and
