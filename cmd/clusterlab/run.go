@@ -30,6 +30,26 @@ With --versions the scenario runs once per kube-proxy version (1.22,1.28,1.33) i
 mode (or --mode's) and the output ends with where the versions differ, the same way.
 A version the mode is not modelled in is an error naming the releases it is.
 
+With --backend kernel (root) the traffic runs on the real Linux kernel: the scenario's
+cluster is built as network namespaces named after the run (clk<pid>-...): a node each
+(bridge, veths, uplink), a pod each (its address, echo servers on its containerPorts),
+and the outside world (the external hosts' addresses). Each node is programmed with the
+rules its kube-proxy mode and version generate (iptables via iptables-nft-restore,
+nftables via nft, IPVS where the kernel has ip_vs: otherwise the run is refused naming
+what is missing), re-programmed whenever the simulated kube-proxy syncs; node settings
+become sysctls and the bridge's hairpin mode. The simulation stays the control plane
+(API server, controllers, probes, DNS answers, the clock); connect and send steps make
+real connections, check conntrack reads conntrack -L, advance and at wait for real up
+to 3s (longer jumps move the simulation's clock only, and say so). Steps the kernel
+cannot do (crafted packets, all_branches, HTTP, faults, partitions, kill_node,
+conntrack_stats, health checks) are refused with the reason (status refused; they do
+not fail the run). With --backend both the scenario runs in the simulation and on the
+kernel and the output ends with the steps whose outcomes differ, each labelled with a
+by-design difference where one explains it; the kernel's rules and conntrack table
+after each differing step are in -o json (differences[].datapath_state) and, with
+--keep DIR, in DIR/step-N-NODE.rules and .conntrack. The namespaces are removed at the
+end, on Ctrl-C and SIGTERM, and, after a crash, by the next run.
+
 A scenario file is YAML:
 
   name: my-service answers
@@ -94,11 +114,12 @@ func init() { rootCmd.AddCommand(newRunCmd()) }
 func newRunCmd() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run FILE [-o text|json] [--modes iptables,ipvs,userspace | --versions 1.22,1.28,1.33]",
+		Use:   "run FILE [-o text|json] [--modes iptables,ipvs,userspace | --versions 1.22,1.28,1.33 | --backend kernel|both]",
 		Short: "Run a scenario file and check its expectations",
 		Long:  fmt.Sprintf(runLong, strings.Join(scenario.AvailableModes(), ", ")) + "\n\n" + scenario.VersionNotes(),
 		Example: `  clusterlab run testdata/scenarios/quickstart.yaml
   clusterlab run testdata/scenarios/session-affinity.yaml -o json
+  sudo clusterlab run --backend both testdata/scenarios/stale-udp-conntrack.yaml
   clusterlab run --modes iptables,ipvs,userspace testdata/scenarios/session-affinity.yaml
   clusterlab run --versions 1.31,1.32 testdata/scenarios/kube-proxy-restart.yaml`,
 		Args: func(cmd *cobra.Command, args []string) error {
