@@ -36,6 +36,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/dns"
 	"github.com/clusterlab/clusterlab/kernel"
 	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
@@ -77,6 +78,11 @@ type Datapath struct {
 	podNode map[string]string
 	ipvs    []*kernel.IPVS
 	once    sync.Once
+	// dnsSrv answers the DNS pods' queries (nil without kube-dns); dnsStops stops
+	// each DNS pod's server.
+	dnsSrv   *dns.Server
+	dnsStops map[string]func()
+	dnsPods  map[string]bool // the DNS pods' names
 }
 
 // node is a harness node and its kube-proxy.
@@ -108,7 +114,7 @@ func New(o Options) *Datapath {
 	if o.Backend == kernel.BackendAuto {
 		o.Backend = kernel.BackendNFT
 	}
-	return &Datapath{opts: o, nodes: map[string]*node{}, podNode: map[string]string{}}
+	return &Datapath{opts: o, nodes: map[string]*node{}, podNode: map[string]string{}, dnsStops: map[string]func(){}, dnsPods: map[string]bool{}}
 }
 
 // Name implements scenario.Datapath.
@@ -196,6 +202,9 @@ func (d *Datapath) Start(ctx context.Context, c *cluster.Cluster, info scenario.
 	if cfg.LoadBalancerCIDR.IsValid() {
 		hc.ExternalRoutes = append(hc.ExternalRoutes, cfg.LoadBalancerCIDR)
 	}
+	if err := d.startDNSServer(c); err != nil {
+		return err
+	}
 	pods, err := d.wantPods(c)
 	if err != nil {
 		return err
@@ -226,6 +235,11 @@ func (d *Datapath) Start(ctx context.Context, c *cluster.Cluster, info scenario.
 	}
 	for _, p := range h.Pods {
 		d.podNode[p.Name] = d.order[p.Node.Index].name
+		if d.dnsPods[p.Name] {
+			if err := d.serveDNS(p); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -337,6 +351,7 @@ func (d *Datapath) wantPods(c *cluster.Cluster) ([]kernel.PodConfig, error) {
 		if !ok {
 			continue
 		}
+		dnsPod := d.dnsSrv != nil && isDNSPod(obj.Namespace, obj.Labels)
 		ip := p.IP()
 		if !ip.Is4() {
 			return nil, fmt.Errorf("pod %s has an IPv6 address: the kernel back end builds IPv4 clusters only", p.Key())
@@ -345,6 +360,9 @@ func (d *Datapath) wantPods(c *cluster.Cluster) ([]kernel.PodConfig, error) {
 		for _, cts := range [][]corev1.Container{obj.Spec.InitContainers, obj.Spec.Containers} {
 			for _, ct := range cts {
 				for _, cp := range ct.Ports {
+					if dnsPod && cp.ContainerPort == 53 {
+						continue // the DNS server's (serveDNS)
+					}
 					switch cp.Protocol {
 					case corev1.ProtocolUDP:
 						pc.UDPPorts = append(pc.UDPPorts, uint16(cp.ContainerPort))
@@ -356,6 +374,9 @@ func (d *Datapath) wantPods(c *cluster.Cluster) ([]kernel.PodConfig, error) {
 			}
 		}
 		out = append(out, pc)
+		if dnsPod {
+			d.dnsPods[pc.Name] = true
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -378,6 +399,7 @@ func (d *Datapath) Sync(ctx context.Context, c *cluster.Cluster) error {
 			delete(byName, p.Name)
 			continue
 		}
+		d.stopDNS(p.Name)
 		if err := d.h.RemovePod(ctx, p.Name); err != nil {
 			return err
 		}
@@ -387,10 +409,16 @@ func (d *Datapath) Sync(ctx context.Context, c *cluster.Cluster) error {
 		if _, ok := byName[pc.Name]; !ok {
 			continue
 		}
-		if _, err := d.h.AddPod(ctx, pc); err != nil {
+		p, err := d.h.AddPod(ctx, pc)
+		if err != nil {
 			return fmt.Errorf("starting pod %s: %w", pc.Name, err)
 		}
 		d.podNode[pc.Name] = d.order[pc.Node].name
+		if d.dnsPods[pc.Name] {
+			if err := d.serveDNS(p); err != nil {
+				return err
+			}
+		}
 	}
 	for _, p := range d.h.Pods {
 		ns, name, _ := strings.Cut(p.Name, "/")
@@ -697,6 +725,12 @@ func (d *Datapath) Namespaces() []string {
 func (d *Datapath) Close() error {
 	var err error
 	d.once.Do(func() {
+		for name := range d.dnsStops {
+			d.stopDNS(name)
+		}
+		if d.dnsSrv != nil {
+			d.dnsSrv.Close()
+		}
 		for _, v := range d.ipvs {
 			v.Close()
 		}

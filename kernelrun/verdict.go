@@ -19,7 +19,9 @@ import (
 // endpoints, sync (the kernel's rules change when the simulated kube-proxy syncs, so a
 // pause or a delay holds them too; rules_only, hold_conntrack and clean_conntrack keep
 // back and run the kernel's conntrack cleanup), set_health (readiness follows, listening is mirrored). Adapted, with a message: advance and at (waited for up to MaxWait),
-// dns (answered by the simulation's DNS), trace (no rule-by-rule trace on a kernel).
+// dns with dns: direct (answered in-process; with kube-dns the query goes from the pod
+// to the CoreDNS pods' real servers through the kernel's rules), trace (no
+// rule-by-rule trace on a kernel).
 // Refused, with the reason: everything the kernel back end cannot do or mirror.
 func (d *Datapath) Verdict(st *scenario.Step) scenario.DatapathVerdict {
 	refuse := func(format string, args ...any) scenario.DatapathVerdict {
@@ -59,8 +61,10 @@ func (d *Datapath) Verdict(st *scenario.Step) scenario.DatapathVerdict {
 		}
 	}
 	switch {
-	case st.DNS != nil:
-		notes = append(notes, "the query is answered by the simulation's DNS (the kernel back end runs no DNS server in its namespaces yet)")
+	case st.DNS != nil && st.DNS.Together != nil:
+		return refuse("together holds DNS packets in flight together in chosen interleavings, which only the simulation can")
+	case st.DNS != nil && d.dnsSrv == nil:
+		notes = append(notes, "answered in-process by the simulation's DNS (dns: direct; the kernel runs a DNS server only for kube-dns)")
 	case st.Check != nil && st.Check.ConntrackStats != nil:
 		return refuse("conntrack_stats reads the simulation's conntrack counters (the kernel's per-namespace counters are not read yet)")
 	case st.Check != nil && st.Check.HealthCheck != nil:
@@ -114,7 +118,6 @@ var Differences = []Difference{
 	{"after-a-refused-step", "an earlier step that changes the cluster was refused on the kernel, so from there on the kernel's cluster is not the simulation's"},
 	{"random-draws", "which endpoint iptables' statistic match, IPVS or nftables' numgen picks is the kernel's random draw and the simulation's seeded one: which backends a few attempts reach, and their spread, differ between runs"},
 	{"clock-jump-not-waited", "an earlier advance (or at) was longer than the kernel back end waits for: the simulation's conntrack entries and affinity timed out, the kernel's did not"},
-	{"dns-answered-by-the-simulation", "DNS steps are answered by the simulation's DNS on both back ends"},
 }
 
 // Explain names the by-design difference that accounts for step i's differences in a

@@ -3,6 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -38,6 +39,10 @@ type Datapath interface {
 	// Advance is an advance step of d (or a step's at) on the data path: a short one
 	// is waited for for real; it returns a note for the step's details.
 	Advance(ctx context.Context, d time.Duration) string
+	// DNSDialer returns how a pod's resolver reaches its nameserver on the data path
+	// (a dial from the pod), or nil when the data path has no DNS of its own: the
+	// simulation's answers are used then.
+	DNSDialer(from string) func(ctx context.Context, network, addr string) (net.Conn, error)
 	// State is the data path's state for the report (each node's ruleset and
 	// conntrack table), by node.
 	State(ctx context.Context) []NodeState
@@ -175,6 +180,9 @@ func (r *runner) startDatapath(ctx context.Context, dp Datapath) error {
 	}
 	r.dp = dp
 	r.rep.Backend = dp.Name()
+	if r.res != nil && r.res.mode == "kube-dns" {
+		r.res.dpDial = dp.DNSDialer
+	}
 	return nil
 }
 
