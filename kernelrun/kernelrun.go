@@ -76,7 +76,7 @@ type Datapath struct {
 	order []*node
 	// podNode maps a harness pod (NS/NAME) to its node's name.
 	podNode map[string]string
-	ipvs    []*kernel.IPVS
+	ipvs    []*kernel.IPVSProxier
 	once    sync.Once
 	// dnsSrv answers the DNS pods' queries (nil without kube-dns); dnsStops stops
 	// each DNS pod's server.
@@ -275,13 +275,7 @@ func (d *Datapath) newProxy(ctx context.Context, c *cluster.Cluster, n *node) er
 	kn := n.kn
 	switch d.info.Mode {
 	case "", kubeproxy.IPTables:
-		nfacct := true
-		for _, name := range []string{"localhost_nps_accepted_pkts", "ct_state_invalid_dropped_pkts"} {
-			if kernel.EnsureNFAcct(kn.Netns.Name, name) != nil {
-				nfacct = false
-			}
-		}
-		px, err := iptables.NewProxier(kn.IPTables, n.ct, iptables.Config{Family: corev1.IPv4Protocol, Node: nc, NoNFAcct: !nfacct,
+		px, err := d.h.NewIPTablesProxier(kn, n.ct, iptables.Config{Family: corev1.IPv4Protocol, Node: nc,
 			ConntrackTCPBeLiberal: c.Node(n.name).Settings().Conntrack.TCPBeLiberal})
 		if err != nil {
 			return err
@@ -306,21 +300,11 @@ func (d *Datapath) newProxy(ctx context.Context, c *cluster.Cluster, n *node) er
 			return err
 		}
 	case kubeproxy.IPVS:
-		v, err := kernel.NewIPVS(kn.Netns.Name)
+		px, err := d.h.NewIPVSProxier(kn, n.ct, ipvs.ProxierConfig{Family: corev1.IPv4Protocol, Node: nc, Scheduler: d.info.Scheduler})
 		if err != nil {
 			return err
 		}
-		d.ipvs = append(d.ipvs, v)
-		release := ""
-		if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-			release = strings.TrimSpace(string(b))
-		}
-		w := d.h.IPVSWriters(kn, v)
-		w.Conntrack = n.ct
-		px, err := ipvs.NewProxier(w, ipvs.ProxierConfig{Family: corev1.IPv4Protocol, Node: nc, Scheduler: d.info.Scheduler, KernelVersion: release})
-		if err != nil {
-			return err
-		}
+		d.ipvs = append(d.ipvs, px)
 		n.sync = func(ctx context.Context, c *cluster.Cluster) error {
 			res, err := px.Sync(ctx, c.Store().ListServices(), c.Store().ListEndpointSlices())
 			if err == nil && len(res.Warnings) > 0 {
@@ -658,6 +642,11 @@ func (d *Datapath) Conntrack(ctx context.Context, name string) ([]netsim.Conn, e
 			c.Status |= netfilter.StatusSeenReply
 		}
 		c.Mark = e.Mark
+		for st := netsim.TCPNone; st.String() != "INVALID"; st++ {
+			if e.State != "" && st.String() == e.State {
+				c.TCPState = st
+			}
+		}
 		out = append(out, c)
 	}
 	return out, nil

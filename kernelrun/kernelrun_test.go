@@ -135,15 +135,20 @@ func failed(st scenario.StepResult) string {
 
 // runBoth runs s in the simulation and on the kernel and compares them.
 func runBoth(t *testing.T, s *scenario.Scenario) *scenario.Comparison {
+	return runBothMode(t, s, "")
+}
+
+// runBothMode is runBoth under a kube-proxy mode ("" the scenario's).
+func runBothMode(t *testing.T, s *scenario.Scenario, mode string) *scenario.Comparison {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sim, err := scenario.Run(ctx, s, scenario.Options{})
+	sim, err := scenario.Run(ctx, s, scenario.Options{Mode: mode})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dp := kernelrun.New(kernelrun.Options{Prefix: testPrefix})
-	kern, err := scenario.Run(ctx, s, scenario.Options{Datapath: dp, DatapathState: true})
+	kern, err := scenario.Run(ctx, s, scenario.Options{Mode: mode, Datapath: dp, DatapathState: true})
 	if cerr := dp.Close(); cerr != nil {
 		t.Errorf("close: %v", cerr)
 	}
@@ -265,5 +270,28 @@ steps:
 		if strings.Contains(det, "simulation") {
 			t.Errorf("the lookup says it was answered by the simulation: %s", det)
 		}
+	}
+}
+
+// TestNFTablesModeOnBothBackends: scenarios under kube-proxy's nftables mode (the
+// kernel's nodes programmed through nft) agree with the simulation step by step: the
+// ClusterIP spread, session affinity, the stale UDP entry, NodePort Local.
+func TestNFTablesModeOnBothBackends(t *testing.T) {
+	requireKernel(t, kubeproxy.NFTables)
+	for _, name := range []string{"quickstart", "session-affinity", "stale-udp-conntrack", "nodeport-local"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, err := scenario.Load("../testdata/scenarios/" + name + ".yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmp := runBothMode(t, s, string(kubeproxy.NFTables))
+			if cmp.Reports[1].Mode != string(kubeproxy.NFTables) {
+				t.Fatalf("kernel run in mode %q", cmp.Reports[1].Mode)
+			}
+			if len(cmp.Differences) > 0 || !cmp.Passed {
+				t.Errorf("nftables mode: the back ends differ:\n%s", cmp.DiffText())
+			}
+		})
 	}
 }
