@@ -140,6 +140,11 @@ func runBoth(t *testing.T, s *scenario.Scenario) *scenario.Comparison {
 
 // runBothMode is runBoth under a kube-proxy mode ("" the scenario's).
 func runBothMode(t *testing.T, s *scenario.Scenario, mode string) *scenario.Comparison {
+	return runBothWith(t, s, mode, kernelrun.Options{Prefix: testPrefix})
+}
+
+// runBothWith is runBothMode with the kernel back end's options.
+func runBothWith(t *testing.T, s *scenario.Scenario, mode string, o kernelrun.Options) *scenario.Comparison {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -147,7 +152,7 @@ func runBothMode(t *testing.T, s *scenario.Scenario, mode string) *scenario.Comp
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp := kernelrun.New(kernelrun.Options{Prefix: testPrefix})
+	dp := kernelrun.New(o)
 	kern, err := scenario.Run(ctx, s, scenario.Options{Mode: mode, Datapath: dp, DatapathState: true})
 	if cerr := dp.Close(); cerr != nil {
 		t.Errorf("close: %v", cerr)
@@ -293,5 +298,21 @@ func TestNFTablesModeOnBothBackends(t *testing.T) {
 				t.Errorf("nftables mode: the back ends differ:\n%s", cmp.DiffText())
 			}
 		})
+	}
+}
+
+// TestLegacyIPTables: the iptables mode through iptables-legacy agrees too, and the
+// kernel state kept is iptables-legacy-save's.
+func TestLegacyIPTables(t *testing.T) {
+	if err := kernelrun.Supported(kubeproxy.IPTables, kernel.BackendLegacy); err != nil {
+		t.Skip("kernel back end with iptables-legacy unavailable: " + err.Error())
+	}
+	s, err := scenario.Load("../testdata/scenarios/stale-udp-conntrack.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmp := runBothWith(t, s, "", kernelrun.Options{Prefix: testPrefix, Backend: kernel.BackendLegacy})
+	if len(cmp.Differences) > 0 || !cmp.Passed {
+		t.Errorf("iptables-legacy: the back ends differ:\n%s", cmp.DiffText())
 	}
 }

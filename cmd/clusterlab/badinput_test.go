@@ -96,6 +96,7 @@ func badInputRows() []badInputRow {
 		{cmd: "run", input: "`--mode nosuch`", args: []string{"run", "--mode", "nosuch", "{d}/s.yaml"}, files: map[string]string{"s.yaml": scen("", okStep)}, want: "nosuch", exit: 2},
 		{cmd: "run", input: "`--modes iptables,nosuch`", args: []string{"run", "--modes", "iptables,nosuch", "{d}/s.yaml"}, files: map[string]string{"s.yaml": scen("", okStep)}, want: "nosuch", exit: 2},
 		{cmd: "run", input: "`--backend nosuch`", args: []string{"run", "--backend", "nosuch", "{d}/s.yaml"}, files: map[string]string{"s.yaml": scen("", okStep)}, want: "--backend \"nosuch\": want sim, kernel or both", exit: 2},
+		{cmd: "run", input: "`--kernel-iptables nosuch`", args: []string{"run", "--backend", "kernel", "--kernel-iptables", "nosuch", "{d}/s.yaml"}, files: map[string]string{"s.yaml": scen("", okStep)}, want: "--kernel-iptables \"nosuch\": want nft or legacy", exit: 2},
 		{cmd: "run", input: "`--keep` without `--backend both`", args: []string{"run", "--keep", "{d}/kept", "{d}/s.yaml"}, files: map[string]string{"s.yaml": scen("", okStep)}, want: "--keep: only with --backend both", exit: 2},
 		{cmd: "run", input: "`--backend kernel` with `--modes`", args: []string{"run", "--backend", "kernel", "--modes", "iptables,ipvs", "{d}/s.yaml"}, files: map[string]string{"s.yaml": scen("", okStep)}, want: "give one", exit: 2},
 		{cmd: "run", input: "`--versions 9.99`", args: []string{"run", "--versions", "9.99", "{d}/s.yaml"}, files: map[string]string{"s.yaml": scen("", okStep)}, want: "9.99", exit: 2},

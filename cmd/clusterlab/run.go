@@ -34,8 +34,8 @@ With --backend kernel (root) the traffic runs on the real Linux kernel: the scen
 cluster is built as network namespaces named after the run (clk<pid>-...): a node each
 (bridge, veths, uplink), a pod each (its address, echo servers on its containerPorts),
 and the outside world (the external hosts' addresses). Each node is programmed with the
-rules its kube-proxy mode and version generate (iptables via iptables-nft-restore,
-nftables via nft, IPVS where the kernel has ip_vs: otherwise the run is refused naming
+rules its kube-proxy mode and version generate (iptables via iptables-nft-restore, or
+iptables-legacy-restore with --kernel-iptables legacy; nftables via nft; IPVS where the kernel has ip_vs: otherwise the run is refused naming
 what is missing), re-programmed whenever the simulated kube-proxy syncs; node settings
 become sysctls and the bridge's hairpin mode. The simulation stays the control plane
 (API server, controllers, probes, the clock); connect and send steps make real
@@ -109,6 +109,7 @@ type runOptions struct {
 	backend  string
 	keep     string
 	prefix   string // namespace name prefix of the kernel back end (hidden; tests)
+	iptables string // the kernel back end's iptables backend: nft or legacy
 }
 
 func init() { rootCmd.AddCommand(newRunCmd()) }
@@ -141,6 +142,7 @@ func newRunCmd() *cobra.Command {
 	f.StringVar(&o.backend, "backend", "sim", "where the traffic runs: sim (the simulation), kernel (the real kernel in network namespaces; root) or both (and compare)")
 	f.StringVar(&o.prefix, "netns-prefix", "clk", "start of the kernel back end's namespace names (1-8 lower-case letters and digits)")
 	_ = f.MarkHidden("netns-prefix")
+	f.StringVar(&o.iptables, "kernel-iptables", "nft", "with --backend kernel or both: the iptables backend of the kernel's nodes (nft or legacy; the iptables and ipvs modes)")
 	f.StringVar(&o.keep, "keep", "", "with --backend both: write the kernel's rules and conntrack table of each differing step under this directory")
 	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes(false))
 	_ = cmd.RegisterFlagCompletionFunc("modes", completeModes(true))
@@ -196,6 +198,9 @@ func runScenario(cmd *cobra.Command, file string, o *runOptions) error {
 		}
 	default:
 		return badInput(fmt.Errorf("--backend %q: want sim, kernel or both", o.backend))
+	}
+	if o.iptables != "nft" && o.iptables != "legacy" {
+		return badInput(fmt.Errorf("--kernel-iptables %q: want nft or legacy", o.iptables))
 	}
 	if o.keep != "" && o.backend != "both" {
 		return badInput(errors.New("--keep: only with --backend both"))

@@ -27,14 +27,14 @@ func runKernel(cmd *cobra.Command, s *scenario.Scenario, o *runOptions) error {
 	if mode == "" {
 		mode = s.Cluster.Proxy.Mode
 	}
-	if err := kernelrun.Supported(kubeproxy.Mode(mode), kernel.BackendNFT); err != nil {
+	if err := kernelrun.Supported(kubeproxy.Mode(mode), kernel.Backend(o.iptables)); err != nil {
 		return badInput(fmt.Errorf("--backend %s: %w", o.backend, err))
 	}
 	ctx, stop := signal.NotifyContext(cmdContext(cmd), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	prog := newProgress(cmd.ErrOrStderr(), o.progress)
 	out := cmd.OutOrStdout()
-	dp := kernelrun.New(kernelrun.Options{Prefix: o.prefix})
+	dp := kernelrun.New(kernelrun.Options{Prefix: o.prefix, Backend: kernel.Backend(o.iptables)})
 	defer dp.Close()
 	kopts := scenario.Options{Mode: o.mode, Datapath: dp, DatapathState: o.backend == "both"}
 	kopts.Progress = func(i, n int, title string) { prog.step(i, n, "kernel: "+title) }
