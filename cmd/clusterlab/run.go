@@ -33,18 +33,19 @@ A version the mode is not modelled in is an error naming the releases it is.
 With --backend kernel (root) the traffic runs on the real Linux kernel: the scenario's
 cluster is built as network namespaces named after the run (clk<pid>-...): a node each
 (bridge, veths, uplink), a pod each (its address, echo servers on its containerPorts),
-and the outside world (the external hosts' addresses). Each node is programmed with the
-rules its kube-proxy mode and version generate (iptables via iptables-nft-restore, or
-iptables-legacy-restore with --kernel-iptables legacy; nftables via nft; IPVS where the kernel has ip_vs: otherwise the run is refused naming
-what is missing), re-programmed whenever the simulated kube-proxy syncs; node settings
-become sysctls and the bridge's hairpin mode. The simulation stays the control plane
-(API server, controllers, probes, the clock); connect and send steps make real
-connections, dns steps and names send real queries from the pod's namespace to the
-kube-dns Service (the cluster DNS server runs in the CoreDNS pods' namespaces), check
-conntrack reads conntrack -L, advance and at wait for real up
-to 3s (longer jumps move the simulation's clock only, and say so). Steps the kernel
-cannot do (crafted packets, all_branches, DNS packets held together, HTTP, faults,
-partitions, kill_node, conntrack_stats, health checks) are refused with the reason (status refused; they do
+and the outside world (the external hosts' addresses). Each node is programmed with
+the rules its kube-proxy mode and version generate (iptables via iptables-nft-restore,
+or iptables-legacy-restore with --kernel-iptables legacy; nftables via nft; IPVS where
+the kernel has ip_vs: otherwise the run is refused naming what is missing), re-
+programmed whenever the simulated kube-proxy syncs; node settings become sysctls and
+the bridge's hairpin mode. The simulation stays the control plane (API server,
+controllers, probes, the clock); connect and send steps make real connections, dns
+steps and names send real queries from the pod's namespace to the kube-dns Service
+(the cluster DNS server runs in the CoreDNS pods' namespaces), check conntrack reads
+conntrack -L, advance and at wait for real up to 3s (longer jumps move the
+simulation's clock only, and say so). Steps the kernel cannot do (crafted packets,
+all_branches, DNS packets held together, HTTP, faults, partitions, kill_node,
+conntrack_stats, health checks) are refused with the reason (status refused; they do
 not fail the run). With --backend both the scenario runs in the simulation and on the
 kernel and the output ends with the steps whose outcomes differ, each labelled with a
 by-design difference where one explains it; the kernel's rules and conntrack table
