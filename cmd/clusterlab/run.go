@@ -36,9 +36,9 @@ cluster is built as network namespaces named after the run (clk<pid>-...): a nod
 and the outside world (the external hosts' addresses). Each node is programmed with
 the rules its kube-proxy mode and version generate (iptables via iptables-nft-restore,
 or iptables-legacy-restore with --kernel-iptables legacy; nftables via nft; IPVS where
-the kernel has ip_vs: otherwise the run is refused naming what is missing), re-
-programmed whenever the simulated kube-proxy syncs; node settings become sysctls and
-the bridge's hairpin mode. The simulation stays the control plane (API server,
+the kernel has ip_vs: otherwise the run is refused naming what is missing),
+re-programmed whenever the simulated kube-proxy syncs; node settings become sysctls
+and the bridge's hairpin mode. The simulation stays the control plane (API server,
 controllers, probes, the clock); connect and send steps make real connections, dns
 steps and names send real queries from the pod's namespace to the kube-dns Service
 (the cluster DNS server runs in the CoreDNS pods' namespaces), check conntrack reads
