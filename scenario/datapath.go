@@ -115,7 +115,8 @@ func (r *runner) datapathAttempts(ctx context.Context, tp *trafficPlan) []attemp
 	}
 	atts := make([]attempt, 0, tp.count)
 	drops := 0
-	for len(atts) < tp.count && drops < 2 {
+	// A fixed source port cannot be bound twice at once: those go one by one.
+	for len(atts) < tp.count && (drops < 2 || tp.t.SrcPort != 0) {
 		a := dial()
 		atts = append(atts, a)
 		if a.result == netsim.ResultDropped {
