@@ -1,6 +1,8 @@
 package kernel
 
 import (
+	corev1 "k8s.io/api/core/v1"
+
 	"fmt"
 	"os"
 	"strings"
@@ -71,4 +73,30 @@ func RunningRelease() string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// AddContainerPorts adds the containers' ports to the pod's echo server ports, TCP or
+// UDP by their protocol (SCTP has no echo server), leaving out those skip says (nil:
+// none). TCPPorts and UDPPorts become non-nil, so that only these are served.
+func (pc *PodConfig) AddContainerPorts(containers []corev1.Container, skip func(corev1.ContainerPort) bool) {
+	if pc.TCPPorts == nil {
+		pc.TCPPorts = []uint16{}
+	}
+	if pc.UDPPorts == nil {
+		pc.UDPPorts = []uint16{}
+	}
+	for _, ct := range containers {
+		for _, cp := range ct.Ports {
+			if skip != nil && skip(cp) {
+				continue
+			}
+			switch cp.Protocol {
+			case corev1.ProtocolUDP:
+				pc.UDPPorts = append(pc.UDPPorts, uint16(cp.ContainerPort))
+			case corev1.ProtocolSCTP:
+			default:
+				pc.TCPPorts = append(pc.TCPPorts, uint16(cp.ContainerPort))
+			}
+		}
+	}
 }

@@ -341,22 +341,11 @@ func (d *Datapath) wantPods(c *cluster.Cluster) ([]kernel.PodConfig, error) {
 			return nil, fmt.Errorf("pod %s has an IPv6 address: the kernel back end builds IPv4 clusters only", p.Key())
 		}
 		pc := kernel.PodConfig{Name: p.Key(), Node: idx[p.Node().Name()], IP: ip, TCPPorts: []uint16{}, UDPPorts: []uint16{}}
-		for _, cts := range [][]corev1.Container{obj.Spec.InitContainers, obj.Spec.Containers} {
-			for _, ct := range cts {
-				for _, cp := range ct.Ports {
-					if dnsPod && cp.ContainerPort == 53 {
-						continue // the DNS server's (serveDNS)
-					}
-					switch cp.Protocol {
-					case corev1.ProtocolUDP:
-						pc.UDPPorts = append(pc.UDPPorts, uint16(cp.ContainerPort))
-					case corev1.ProtocolSCTP:
-					default:
-						pc.TCPPorts = append(pc.TCPPorts, uint16(cp.ContainerPort))
-					}
-				}
-			}
-		}
+		// Port 53 of a DNS pod is its DNS server's (serveDNS); init containers' ports are
+		// sidecars'.
+		skipDNS := func(cp corev1.ContainerPort) bool { return dnsPod && cp.ContainerPort == 53 }
+		pc.AddContainerPorts(obj.Spec.InitContainers, skipDNS)
+		pc.AddContainerPorts(obj.Spec.Containers, skipDNS)
 		out = append(out, pc)
 		if dnsPod {
 			d.dnsPods[pc.Name] = true

@@ -171,19 +171,22 @@ func runBothWith(t *testing.T, s *scenario.Scenario, mode string, o kernelrun.Op
 	return scenario.CompareBackends(sim, kern, kernelrun.Explain(sim, kern))
 }
 
-// TestDifferenceIsReported: a scenario whose step the kernel refuses midway (a
-// partition) shows the refusal and the later step that differs because of it, with the
-// kernel's rules and conntrack kept for that step.
-func TestDifferenceIsReported(t *testing.T) {
-	requireKernel(t, kubeproxy.IPTables)
-	s, err := scenario.Parse("inline.yaml", []byte(`
+// twoNodes is a client on node-a and a Service web with one pod on node-b.
+const twoNodes = `
 cluster:
   nodes: [{name: node-a}, {name: node-b}]
 manifests:
   - {apiVersion: v1, kind: Pod, metadata: {name: client}, spec: {nodeName: node-a, containers: [{name: c, image: busybox}]}}
   - {apiVersion: v1, kind: Pod, metadata: {name: web, labels: {app: web}}, spec: {nodeName: node-b, containers: [{name: w, image: nginx, ports: [{containerPort: 8080}]}]}}
   - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {selector: {app: web}, ports: [{port: 80, targetPort: 8080}]}}
-steps:
+`
+
+// TestDifferenceIsReported: a scenario whose step the kernel refuses midway (a
+// partition) shows the refusal and the later step that differs because of it, with the
+// kernel's rules and conntrack kept for that step.
+func TestDifferenceIsReported(t *testing.T) {
+	requireKernel(t, kubeproxy.IPTables)
+	s, err := scenario.Parse("inline.yaml", []byte(twoNodes+`steps:
   - connect: {from: pod:default/client, to: web:80, count: 3}
     expect: {result: connected}
   - partition: [[node-a], [node-b]]
@@ -236,14 +239,7 @@ steps:
 // a connect step resolves the same way.
 func TestDNSOnTheKernel(t *testing.T) {
 	requireKernel(t, kubeproxy.IPTables)
-	s, err := scenario.Parse("inline.yaml", []byte(`
-cluster:
-  nodes: [{name: node-a}, {name: node-b}]
-manifests:
-  - {apiVersion: v1, kind: Pod, metadata: {name: client}, spec: {nodeName: node-a, containers: [{name: c, image: busybox}]}}
-  - {apiVersion: v1, kind: Pod, metadata: {name: web, labels: {app: web}}, spec: {nodeName: node-b, containers: [{name: w, image: nginx, ports: [{containerPort: 8080}]}]}}
-  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {selector: {app: web}, ports: [{port: 80, targetPort: 8080}]}}
-steps:
+	s, err := scenario.Parse("inline.yaml", []byte(twoNodes+`steps:
   - dns: {from: pod:default/client, name: web}
     expect: {rcode: NOERROR, answer: [service:default/web]}
   - dns: {from: pod:default/client, name: nosuch}

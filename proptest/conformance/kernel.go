@@ -302,17 +302,7 @@ func (k *KernelComparison) build(ctx context.Context, o KernelOptions) error {
 		}
 		pc := kernel.PodConfig{Name: p.Key(), Node: c.Cluster.NodeIndex(p.Node().Name()), IP: p.IP(),
 			TCPPorts: []uint16{}, UDPPorts: []uint16{}}
-		for _, ct := range obj.Spec.Containers {
-			for _, cp := range ct.Ports {
-				switch cp.Protocol {
-				case corev1.ProtocolUDP:
-					pc.UDPPorts = append(pc.UDPPorts, uint16(cp.ContainerPort))
-				case corev1.ProtocolSCTP:
-				default:
-					pc.TCPPorts = append(pc.TCPPorts, uint16(cp.ContainerPort))
-				}
-			}
-		}
+		pc.AddContainerPorts(obj.Spec.Containers, nil)
 		cfg.Pods = append(cfg.Pods, pc)
 	}
 	h, err := kernel.NewHarness(cfg)
