@@ -312,3 +312,33 @@ func TestLegacyIPTables(t *testing.T) {
 		t.Errorf("iptables-legacy: the back ends differ:\n%s", cmp.DiffText())
 	}
 }
+
+// TestNodeSettingsOnTheKernel: a node_settings step reaches the kernel: with the
+// bridge's hairpin mode off a pod cannot reach itself through its Service (dropped on
+// both back ends), on again it can.
+func TestNodeSettingsOnTheKernel(t *testing.T) {
+	requireKernel(t, kubeproxy.IPTables)
+	s, err := scenario.Parse("inline.yaml", []byte(`
+cluster:
+  nodes: [{name: node-a}]
+manifests:
+  - {apiVersion: v1, kind: Pod, metadata: {name: web, labels: {app: web}}, spec: {nodeName: node-a, containers: [{name: w, image: nginx, ports: [{containerPort: 8080}]}]}}
+  - {apiVersion: v1, kind: Service, metadata: {name: web}, spec: {selector: {app: web}, ports: [{port: 80, targetPort: 8080}]}}
+steps:
+  - connect: {from: pod:default/web, to: web:80, count: 2}
+    expect: {result: connected, seen_source: not-client}
+  - node_settings: {node: node-a, hairpin: false}
+  - connect: {from: pod:default/web, to: web:80, count: 2}
+    expect: {result: dropped}
+  - node_settings: {node: node-a, hairpin: true}
+  - connect: {from: pod:default/web, to: web:80, count: 2}
+    expect: {result: connected}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmp := runBoth(t, s)
+	if len(cmp.Differences) > 0 || !cmp.Passed {
+		t.Errorf("hairpin: the back ends differ or fail:\n%s", cmp.DiffText())
+	}
+}
