@@ -217,7 +217,7 @@ func TestReplyCacheFollowsChanges(t *testing.T) {
 // maxCachedReplySize bytes; the rest are packed per query.
 func TestReplyCacheBounded(t *testing.T) {
 	var c replyCache
-	for i := 0; i < maxCachedReplies+10; i++ {
+	for i := 0; i < int(maxCachedReplies)+10; i++ {
 		c.put(replyKey{name: fmt.Sprintf("n%d.", i), qtype: mdns.TypeA}, []byte{1})
 	}
 	if n := c.n.Load(); n != maxCachedReplies {

@@ -47,7 +47,24 @@ import (
 // x-bare = ours q/s ÷ bare q/s over all blocks (the goal: ≥ 0.9), x-bare-cpu = bare CPU
 // ÷ ours CPU per query, reply-B the mean reply size, load-start/load-end (1-minute load
 // average). b.N queries go to each server, in 2 × serveVsBareRounds blocks.
+//
+// cache=on is the server as it runs: after the first round of the mix every reply of
+// ours comes from its reply cache (replycache.go). cache=off sets maxCachedReplies to 0,
+// so every query of ours takes the whole path (parse, lookup, records, pack), as a
+// query does the first time it is asked after a change, or one that is never repeated.
 func BenchmarkServeVsBare(b *testing.B) {
+	for _, on := range []bool{true, false} {
+		b.Run("cache="+map[bool]string{true: "on", false: "off"}[on], func(b *testing.B) {
+			if !on {
+				defer func(n int32) { maxCachedReplies = n }(maxCachedReplies)
+				maxCachedReplies = 0
+			}
+			serveVsBare(b)
+		})
+	}
+}
+
+func serveVsBare(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ours := make(chan string, 1)
 	done := make(chan error, 1)
