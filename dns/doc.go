@@ -35,6 +35,13 @@
 //	     names keep the query's spelling; the OPT record is echoed and UDP
 //	     replies are truncated (TC) to 512 bytes or the EDNS0 buffer size
 //
+// ServeDNS keeps the packed replies that came from the index alone (replyCache,
+// hanging off the index, so a rebuild empties it) and answers a repeated query
+// with a copy whose ID is patched: no lookup, no records built, no packing. The
+// key is everything else such a reply depends on (question as spelled, RD, CD,
+// EDNS0 size and DO, transport, the client's right to recurse); replies through
+// the upstream and error replies are never cached.
+//
 // The server owns no socket: it is a miekg/dns Handler (ServeDNS), so it runs
 // under a dns.Server on UDP or TCP, and Handle/HandleWire answer a message
 // directly, which is how the simulated network (netsim) runs it behind the

@@ -69,6 +69,7 @@ type index struct {
 	ptrs    map[netip.Addr][]string
 	podNS   map[netip.Addr][]string // pod IP → lower-case namespaces of pods with it
 	nsAddrs []netip.Addr
+	replies replyCache // packed replies answered from this index (ServeDNS)
 }
 
 func svcKey(namespace, name string) string {

@@ -262,18 +262,40 @@ func (s *Server) matchZone(lname string) string {
 
 // ServeDNS implements mdns.Handler. Under a mdns.Server the default accept
 // function has already answered FORMERR/NOTIMP for malformed headers.
+//
+// Replies that depend only on the query and the index are kept packed, per index
+// (see replyCache), and sent again with the query's ID: no lookup, no records built,
+// no packing. A rebuilt index starts with an empty cache.
 func (s *Server) ServeDNS(w mdns.ResponseWriter, r *mdns.Msg) {
 	network := "udp"
 	if a := w.LocalAddr(); a != nil && strings.HasPrefix(a.Network(), "tcp") {
 		network = "tcp"
 	}
+	client := addrOfNet(w.RemoteAddr())
+	idx := s.index()
+	key, cacheable := s.replyKey(r, network, client)
+	if cacheable {
+		if b, ok := idx.replies.get(key); ok {
+			writeWithID(w, b, r.Id)
+			return
+		}
+	}
 	ctx := context.Background()
-	if c := addrOfNet(w.RemoteAddr()); c.IsValid() {
-		ctx = withClient(ctx, c) // for the recursion ACL and the per-client upstream cap
+	if client.IsValid() {
+		ctx = withClient(ctx, client) // for the recursion ACL and the per-client upstream cap
 	}
-	if resp := s.Handle(ctx, r, network); resp != nil {
-		_ = w.WriteMsg(resp)
+	resp, fromIndex := s.handle(ctx, r, network)
+	if resp == nil {
+		return
 	}
+	if cacheable && fromIndex {
+		if b, err := resp.Pack(); err == nil {
+			idx.replies.put(key, b)
+			_, _ = w.Write(b)
+			return
+		}
+	}
+	_ = w.WriteMsg(resp)
 }
 
 // Handle answers one parsed request that arrived over network ("udp" or
@@ -282,31 +304,39 @@ func (s *Server) ServeDNS(w mdns.ResponseWriter, r *mdns.Msg) {
 // client's size (512 bytes, or the EDNS0 buffer size), with TC set when
 // records had to be dropped.
 func (s *Server) Handle(ctx context.Context, req *mdns.Msg, network string) *mdns.Msg {
+	m, _ := s.handle(ctx, req, network)
+	return m
+}
+
+// handle is Handle, also saying whether the reply came from the index alone (no
+// upstream asked), so that the same query answered from the same index gets it again.
+func (s *Server) handle(ctx context.Context, req *mdns.Msg, network string) (*mdns.Msg, bool) {
 	if req == nil || req.Response {
-		return nil
+		return nil, false
 	}
 	if req.Opcode != mdns.OpcodeQuery {
-		return s.finish(req, errorReply(req, mdns.RcodeNotImplemented), network)
+		return s.finish(req, errorReply(req, mdns.RcodeNotImplemented), network), false
 	}
 	if len(req.Question) != 1 || countOPT(req) > 1 {
-		return s.finish(req, errorReply(req, mdns.RcodeFormatError), network)
+		return s.finish(req, errorReply(req, mdns.RcodeFormatError), network), false
 	}
 	if opt := req.IsEdns0(); opt != nil && opt.Version() != 0 {
 		m := errorReply(req, mdns.RcodeBadVers)
 		m.Question = req.Question
 		m.SetEdns0(uint16(ednsSize(req)), false)
-		return m
+		return m, false
 	}
 	q := req.Question[0]
 	if q.Qclass != mdns.ClassINET && q.Qclass != mdns.ClassANY {
 		m := new(mdns.Msg)
 		m.SetRcode(req, mdns.RcodeRefused)
-		return s.finish(req, m, network)
+		return s.finish(req, m, network), false
 	}
 	if _, ok := mdns.IsDomainName(q.Name); !ok || !mdns.IsFqdn(q.Name) {
-		return s.finish(req, errorReply(req, mdns.RcodeFormatError), network)
+		return s.finish(req, errorReply(req, mdns.RcodeFormatError), network), false
 	}
-	return s.finish(req, s.answer(ctx, req, network), network)
+	m, fromIndex := s.answer(ctx, req, network)
+	return s.finish(req, m, network), fromIndex
 }
 
 // errorReply is a bare reply with rcode and no question (what miekg/dns's
@@ -367,19 +397,20 @@ func (s *Server) finish(req, m *mdns.Msg, network string) *mdns.Msg {
 	return m
 }
 
-// answer produces the reply for a well-formed single-question query.
-func (s *Server) answer(ctx context.Context, req *mdns.Msg, network string) *mdns.Msg {
+// answer produces the reply for a well-formed single-question query, and whether it
+// came from the index alone (false when the upstream was asked).
+func (s *Server) answer(ctx context.Context, req *mdns.Msg, network string) (*mdns.Msg, bool) {
 	q := req.Question[0]
 	lname := strings.ToLower(q.Name)
 	zone := s.matchZone(lname)
 	if zone == "" {
-		return s.forward(ctx, req, network)
+		return s.forward(ctx, req, network), false
 	}
 	idx := s.index()
 	l := s.newLookup(ctx, idx, network, q.Name, zone)
 	rcode, answer, extra := l.run(q.Name, q.Qtype)
 	if rcode == mdns.RcodeNameError && s.fall[zone] && s.cfg.Upstream != nil && s.recursionAllowed(ctx) {
-		return s.forward(ctx, req, network)
+		return s.forward(ctx, req, network), false
 	}
 	if rcode == mdns.RcodeNameError && !idx.synced {
 		rcode = mdns.RcodeServerFailure
@@ -395,7 +426,7 @@ func (s *Server) answer(ctx context.Context, req *mdns.Msg, network string) *mdn
 	if rcode != mdns.RcodeRefused && len(answer) == 0 {
 		m.Ns = []mdns.RR{l.soa()}
 	}
-	return m
+	return m, !l.upstream
 }
 
 // forward sends an out-of-zone query to the upstream: REFUSED without one or

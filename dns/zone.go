@@ -38,6 +38,7 @@ type lookup struct {
 	zoneAsked string // the zone as the query spelled it
 	forward   bool   // zone is a forward (cluster domain) zone, not a reverse one
 	truncated bool   // an upstream answer used in this response was truncated
+	upstream  bool   // the upstream was asked: the answer is not the index's alone (not cached)
 }
 
 func (s *Server) newLookup(ctx context.Context, idx *index, network, qname, zone string) *lookup {
@@ -324,6 +325,7 @@ func (l *lookup) addresses(owner, lname string, qtype uint16, chain []mdns.RR) (
 			}
 			next, err := sub.addresses(it.target, ltarget, qtype, append(chain, cname))
 			l.truncated = l.truncated || sub.truncated
+			l.upstream = l.upstream || sub.upstream
 			if err == nil && len(next) > 0 {
 				out = append(out, cname)
 				out = append(out, next...)
@@ -334,6 +336,7 @@ func (l *lookup) addresses(owner, lname string, qtype uint16, chain []mdns.RR) (
 			out = append(out, cname)
 			continue
 		}
+		l.upstream = true
 		resp, err := l.s.askUpstream(l.ctx, it.target, qtype, l.network)
 		if err != nil {
 			continue

@@ -1,7 +1,9 @@
 // Command bench reruns the benchmarks of docs/PERFORMANCE.md that measure what users
 // run (proxy/kubeproxy's BenchmarkModes: ClusterIP connections, probes and bulk transfers
 // through every kube-proxy mode, each beside kernel loopback and a real kernel running the
-// same rules, measured in alternating blocks in one process), prints their tables as
+// same rules, measured in alternating blocks in one process; and dns's
+// BenchmarkServeVsBare: `clusterlab dns serve` beside a bare miekg/dns server giving the
+// same answers, on loopback UDP in alternating blocks), prints their tables as
 // markdown with the command, the machine and the load average, and with -check compares
 // the ratios to those committed in docs/bench-ratios.json: a ratio more than 20 % below
 // its committed value is a regression and fails the run. Only ratios are compared, never
@@ -10,6 +12,7 @@
 //	go run ./internal/bench                  # 10 and 10,000 services, one round (~10 min)
 //	go run ./internal/bench -short -check    # 10 services, what CI runs (about a minute)
 //	go run ./internal/bench -update          # rewrite docs/bench-ratios.json from this run
+//	go run ./internal/bench -only dns        # the DNS rows alone (-only modes: the others)
 package main
 
 import (
@@ -30,7 +33,7 @@ import (
 )
 
 // checked are the ratios -check compares (anchor time / subject time: higher is better).
-var checked = []string{"x-loopback", "x-loopback-cpu", "x-kernel", "x-kernel-cpu"}
+var checked = []string{"x-loopback", "x-loopback-cpu", "x-kernel", "x-kernel-cpu", "x-bare", "x-bare-cpu"}
 
 // Ratios is docs/bench-ratios.json.
 type Ratios struct {
@@ -48,6 +51,8 @@ func main() {
 	ops := flag.Int("ops", 0, "connections per row (default 400, 200 with -short)")
 	probeOps := flag.Int("probe-ops", 0, "probes per row (default 10 × -ops: a probe costs a tenth of a connection or less, and short blocks are noise)")
 	bulkOps := flag.Int("bulk-ops", 0, "bulk transfers per row (default 10, 8 with -short)")
+	dnsQueries := flag.Int("dns-queries", 0, "queries to each DNS server per round of BenchmarkServeVsBare (default 100000, 20000 with -short); 0 rounds of DNS with -dns-queries -1")
+	only := flag.String("only", "", "run only these benchmarks: modes or dns (default both)")
 	verbose := flag.Bool("v", false, "show go test's output")
 	flag.Parse()
 	if *ops == 0 {
@@ -62,15 +67,33 @@ func main() {
 	if *bulkOps == 0 {
 		*bulkOps = map[bool]int{false: 10, true: 8}[*short]
 	}
+	if *dnsQueries == 0 {
+		*dnsQueries = map[bool]int{false: 100000, true: 20000}[*short]
+	}
 	start := time.Now()
 	load0 := loadavg()
 	var out bytes.Buffer
 	var cmds []string
-	for _, r := range []struct {
-		re string
-		n  int
-	}{{"^BenchmarkModes$/kind=connect/", *ops}, {"^BenchmarkModes$/kind=probe/", *probeOps}, {"^BenchmarkModes$/kind=bulk/", *bulkOps}} {
-		args := []string{"test", "./proxy/kubeproxy/", "-run", "^$", "-bench", r.re, "-benchtime", fmt.Sprintf("%dx", r.n), "-count", strconv.Itoa(*count), "-timeout", "60m"}
+	type run struct {
+		pkg, re  string
+		n, count int
+	}
+	runs := []run{{"./proxy/kubeproxy/", "^BenchmarkModes$/kind=connect/", *ops, *count}, {"./proxy/kubeproxy/", "^BenchmarkModes$/kind=probe/", *probeOps, *count}, {"./proxy/kubeproxy/", "^BenchmarkModes$/kind=bulk/", *bulkOps, *count}}
+	switch *only {
+	case "", "modes", "dns":
+	default:
+		fmt.Fprintf(os.Stderr, "bench: -only %q: want modes or dns\n", *only)
+		os.Exit(2)
+	}
+	if *only == "dns" {
+		runs = nil
+	}
+	if *dnsQueries > 0 && *only != "modes" {
+		// At least 3 rounds: the DNS rows are cheap (seconds) and noisier than the modes'.
+		runs = append(runs, run{"./dns/", "^BenchmarkServeVsBare$", *dnsQueries, max(*count, 3)})
+	}
+	for _, r := range runs {
+		args := []string{"test", r.pkg, "-run", "^$", "-bench", r.re, "-benchtime", fmt.Sprintf("%dx", r.n), "-count", strconv.Itoa(r.count), "-timeout", "60m"}
 		if *short {
 			args = append(args, "-short")
 		}
@@ -94,11 +117,12 @@ func main() {
 		os.Exit(2)
 	}
 	med := medians(rows)
-	fmt.Printf("## Through the modes (BenchmarkModes)\n\n")
+	fmt.Printf("## Through the modes (BenchmarkModes) and DNS (BenchmarkServeVsBare)\n\n")
 	fmt.Printf("Commands: `%s`\n\n", strings.Join(cmds, "` then `"))
-	fmt.Printf("Machine: %s, %d CPUs (GOMAXPROCS %d), %s %s/%s; load average (1, 5, 15 min) %s at the start, %s at the end; %d round(s), each figure the median; %v.\n\n",
-		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, load0, loadavg(), *count, time.Since(start).Round(time.Second))
+	fmt.Printf("Machine: %s, %d CPUs (GOMAXPROCS %d), %s %s/%s; load average (1, 5, 15 min) %s at the start, %s at the end; %d round(s) (DNS: %d), each figure the median; %v.\n\n",
+		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, load0, loadavg(), *count, max(*count, 3), time.Since(start).Round(time.Second))
 	printTables(med)
+	printDNSTable(med)
 	if *update {
 		r := Ratios{Comment: "Ratios (anchor time / simulated time, higher is better) from `go run ./internal/bench`; -check fails when one falls more than tolerance below. Regenerate with -update after an intended change, and say so in the commit.", Tolerance: 0.2, Rows: map[string]map[string]float64{}}
 		if old, err := readRatios(*ratiosFile); err == nil {
@@ -201,24 +225,35 @@ func compare(want *Ratios, got map[string]map[string]float64, w io.Writer) int {
 }
 
 // parse reads go test -bench lines: BenchmarkModes/kind=K/mode=M/services=N-P  ops  v unit ...
-// and returns, per row "K/M/N", the metrics of every round.
+// and BenchmarkServeVsBare/cache=C-P ..., and returns, per row "K/M/N" or "dns/cache=C",
+// the metrics of every round.
 func parse(r io.Reader) map[string][]map[string]float64 {
 	rows := map[string][]map[string]float64{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) < 4 || !strings.HasPrefix(f[0], "BenchmarkModes/") {
+		if len(f) < 4 {
 			continue
 		}
-		name := strings.TrimPrefix(f[0], "BenchmarkModes/")
+		name, modes := strings.CutPrefix(f[0], "BenchmarkModes/")
+		if !modes {
+			var dns bool
+			if name, dns = strings.CutPrefix(f[0], "BenchmarkServeVsBare/"); !dns {
+				continue
+			}
+		}
 		if i := strings.LastIndexByte(name, '-'); i > 0 {
 			name = name[:i]
 		}
 		var parts []string
-		for _, p := range strings.Split(name, "/") {
-			_, v, _ := strings.Cut(p, "=")
-			parts = append(parts, v)
+		if modes {
+			for _, p := range strings.Split(name, "/") {
+				_, v, _ := strings.Cut(p, "=")
+				parts = append(parts, v)
+			}
+		} else {
+			parts = []string{"dns", name} // dns/cache=on
 		}
 		m := map[string]float64{}
 		for i := 2; i+1 < len(f); i += 2 {
@@ -307,6 +342,28 @@ func printTables(med map[string]map[string]float64) {
 		}
 		fmt.Println()
 	}
+}
+
+// printDNSTable prints the rows of BenchmarkServeVsBare.
+func printDNSTable(med map[string]map[string]float64) {
+	var keys []string
+	for _, key := range sortedKeys(med) {
+		if strings.HasPrefix(key, "dns/") {
+			keys = append(keys, key)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	fmt.Printf("### DNS: `clusterlab dns serve` beside a bare miekg/dns server with the same answers (loopback UDP, EDNS0 queries of the perfQueries mix)\n\n")
+	fmt.Printf("| row | ours q/s | bare q/s | × bare | ours CPU µs/query | bare CPU µs/query | × bare CPU | reply bytes | load |\n")
+	fmt.Printf("|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, key := range keys {
+		m := med[key]
+		fmt.Printf("| %s | %.0f | %.0f | %.3f | %.1f | %.1f | %.3f | %.1f | %.1f–%.1f |\n", strings.TrimPrefix(key, "dns/"),
+			m["queries/s"], m["bare-queries/s"], m["x-bare"], m["cpu-ns/unit"]/1000, m["bare-cpu-ns/query"]/1000, m["x-bare-cpu"], m["reply-B"], m["load-start"], m["load-end"])
+	}
+	fmt.Println()
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -12,13 +12,15 @@ BenchmarkModes/kind=connect/mode=iptables/services=10-2   200  359446 ns/op  364
 BenchmarkModes/kind=connect/mode=iptables/services=10-2   200  359446 ns/op  364915 cpu-ns/conn  924816 kern-ns/op  154111 lo-ns/op  14.27 load-end  14.27 load-start  352308 ns/conn  2.000 x-kernel  1.895 x-kernel-cpu  0.5 x-loopback  0.4386 x-loopback-cpu
 BenchmarkModes/kind=connect/mode=iptables/services=10-2   200  359446 ns/op  364915 cpu-ns/conn  924816 kern-ns/op  154111 lo-ns/op  14.27 load-end  14.27 load-start  352308 ns/conn  3.000 x-kernel  1.895 x-kernel-cpu  0.1 x-loopback  0.4386 x-loopback-cpu
 BenchmarkModes/kind=bulk/mode=ipvs/services=10000-2   4  38875170 ns/op  107.89 sim-MB/s  38213080 cpu-ns/conn  0.1032 x-loopback
+BenchmarkServeVsBare/cache=on-2         	  100000	     33342 bare-cpu-ns/query	     12467 bare-queries/s	     29261 cpu-ns/query	        14.33 load-end	        15.26 load-start	     15431 queries/s	       142.8 reply-B	         1.238 x-bare	         1.139 x-bare-cpu
+--- BENCH: BenchmarkServeVsBare/cache=on-2
 PASS
 `
 
 func TestParseAndMedians(t *testing.T) {
 	med := medians(parse(strings.NewReader(sample)))
-	if len(med) != 2 {
-		t.Fatalf("rows %v, want connect/iptables/10 and bulk/ipvs/10000", med)
+	if len(med) != 3 {
+		t.Fatalf("rows %v, want connect/iptables/10, bulk/ipvs/10000 and dns/cache=on", med)
 	}
 	c := med["connect/iptables/10"]
 	if c["x-kernel"] != 2.625 || c["x-loopback"] != 0.4374 || c["ns/unit"] != 352308 || c["cpu-ns/unit"] != 364915 {
@@ -26,6 +28,9 @@ func TestParseAndMedians(t *testing.T) {
 	}
 	if b := med["bulk/ipvs/10000"]; b["sim-MB/s"] != 107.89 || b["x-loopback"] != 0.1032 {
 		t.Errorf("bulk row: %v", b)
+	}
+	if d := med["dns/cache=on"]; d["x-bare"] != 1.238 || d["queries/s"] != 15431 || d["cpu-ns/unit"] != 29261 || d["bare-cpu-ns/query"] != 33342 {
+		t.Errorf("dns row: %v", d)
 	}
 }
 
