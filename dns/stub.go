@@ -135,6 +135,11 @@ type Stub struct {
 	// wall clock.
 	After func(d time.Duration) <-chan time.Time
 
+	// gate, set by LookupOnClock, tells RunOnClock when a UDP round's virtual
+	// timer is armed while the stub is not blocked reading its replies (sending
+	// the questions, handling a reply): the clock must not move then.
+	gate *clockGate
+
 	mu     sync.Mutex
 	nextID uint16
 	// glibc's RES_SNGLKUP and RES_SNGLKUPREOP, set by its fallback when one
@@ -499,13 +504,25 @@ type replyTimer struct {
 	deadline time.Time        // on the wall clock, without Stub.After
 	fired    <-chan time.Time // Stub.After's channel
 	expired  bool
+	gate     *clockGate // marked busy from arming to the end of the round but while blocked in read
 }
 
 func (s *Stub) newReplyTimer() *replyTimer {
 	if s.After != nil {
-		return &replyTimer{fired: s.After(s.timeout())}
+		s.mu.Lock()
+		g := s.gate
+		s.mu.Unlock()
+		g.add(1)
+		return &replyTimer{fired: s.After(s.timeout()), gate: g}
 	}
 	return &replyTimer{deadline: time.Now().Add(s.timeout())}
+}
+
+// release ends the round for the clock gate.
+func (t *replyTimer) release() {
+	if t.fired != nil {
+		t.gate.add(-1)
+	}
 }
 
 // longAgo is a read deadline that has passed: it wakes a blocked read.
@@ -532,7 +549,9 @@ func (t *replyTimer) read(conn *mdns.Conn) (*mdns.Msg, error) {
 		case <-done:
 		}
 	}()
+	t.gate.add(-1)
 	m, err := conn.ReadMsg()
+	t.gate.add(1)
 	close(done)
 	<-stopped
 	if err != nil && t.expired && isTimeout(err) {
@@ -671,6 +690,7 @@ func (s *Stub) udpRound(addr, fqdn string, qtypes []uint16, sequential, reopen b
 		entries[i] = e
 	}
 	timer := s.newReplyTimer()
+	defer timer.release()
 	// readFor waits for the replies to the outstanding queries.
 	readFor := func(pending map[uint16]int) {
 		for len(pending) > 0 {
