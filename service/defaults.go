@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -32,6 +33,8 @@ func Default(obj runtime.Object) {
 		defaultEndpoints(o)
 	case *discoveryv1.EndpointSlice:
 		defaultEndpointSlice(o)
+	case *networkingv1.NetworkPolicy:
+		DefaultNetworkPolicy(o)
 	}
 }
 

@@ -1,7 +1,9 @@
 // Package service is clusterlab's model of the Kubernetes objects that
 // Service networking depends on — core/v1 Service, Pod, Node, Namespace and
-// Endpoints, and discovery/v1 EndpointSlice — kept as the real k8s.io/api
-// types, and the small API server that holds them.
+// Endpoints, discovery/v1 EndpointSlice, and networking.k8s.io/v1
+// NetworkPolicy (stored, defaulted and validated here; its semantics are
+// package netpol's) — kept as the real k8s.io/api types, and the small API
+// server that holds them.
 //
 // Data flows in one direction:
 //

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,6 +21,7 @@ const (
 	KindNamespace     = "Namespace"
 	KindEndpoints     = "Endpoints"
 	KindEndpointSlice = "EndpointSlice"
+	KindNetworkPolicy = "NetworkPolicy"
 )
 
 // kindInfo describes one supported kind.
@@ -36,6 +38,7 @@ var kinds = map[string]kindInfo{
 	KindNamespace:     {corev1.SchemeGroupVersion.WithKind(KindNamespace), false, func() runtime.Object { return &corev1.Namespace{} }},
 	KindEndpoints:     {corev1.SchemeGroupVersion.WithKind(KindEndpoints), true, func() runtime.Object { return &corev1.Endpoints{} }},
 	KindEndpointSlice: {discoveryv1.SchemeGroupVersion.WithKind(KindEndpointSlice), true, func() runtime.Object { return &discoveryv1.EndpointSlice{} }},
+	KindNetworkPolicy: {networkingv1.SchemeGroupVersion.WithKind(KindNetworkPolicy), true, func() runtime.Object { return &networkingv1.NetworkPolicy{} }},
 }
 
 // supportedKinds lists the kinds for error messages, e.g.
@@ -65,6 +68,8 @@ func KindOf(obj runtime.Object) string {
 		return KindEndpoints
 	case *discoveryv1.EndpointSlice:
 		return KindEndpointSlice
+	case *networkingv1.NetworkPolicy:
+		return KindNetworkPolicy
 	}
 	return ""
 }
@@ -95,6 +100,8 @@ func objectMeta(obj runtime.Object) *metav1.ObjectMeta {
 	case *corev1.Endpoints:
 		return &o.ObjectMeta
 	case *discoveryv1.EndpointSlice:
+		return &o.ObjectMeta
+	case *networkingv1.NetworkPolicy:
 		return &o.ObjectMeta
 	}
 	return nil

@@ -28,8 +28,8 @@ import (
 // Manifest is one object read from a manifest file, with where it came from.
 type Manifest struct {
 	// Object is a *corev1.Service, *corev1.Pod, *corev1.Node,
-	// *corev1.Namespace, *corev1.Endpoints or *discoveryv1.EndpointSlice,
-	// with apiVersion and kind set. It is decoded only: not defaulted, not
+	// *corev1.Namespace, *corev1.Endpoints, *discoveryv1.EndpointSlice or
+	// *networkingv1.NetworkPolicy, with apiVersion and kind set. It is decoded only: not defaulted, not
 	// validated.
 	Object runtime.Object
 	// File is the file name as given to Load (or the path for LoadPaths).

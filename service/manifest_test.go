@@ -196,7 +196,7 @@ func TestLoadErrors(t *testing.T) {
 		{"syntax error", "apiVersion: v1\nkind: Service\nmetadata:\n  name: [a\n",
 			[]string{`x.yaml:`, `(document 1`, `invalid YAML: yaml: line`}},
 		{"unknown kind", "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n",
-			[]string{`x.yaml:2 (document 1 from line 1): unknown kind "Deployment" (apiVersion "apps/v1"); clusterlab reads discovery.k8s.io/v1 EndpointSlice, v1 Endpoints`}},
+			[]string{`x.yaml:2 (document 1 from line 1): unknown kind "Deployment" (apiVersion "apps/v1"); clusterlab reads discovery.k8s.io/v1 EndpointSlice, networking.k8s.io/v1 NetworkPolicy, v1 Endpoints`}},
 		{"wrong version", "apiVersion: discovery.k8s.io/v1beta1\nkind: EndpointSlice\nmetadata: {name: s}\naddressType: IPv4\n",
 			[]string{`unknown kind "EndpointSlice" (apiVersion "discovery.k8s.io/v1beta1")`}},
 		{"missing kind", "apiVersion: v1\nmetadata: {name: a}\n",

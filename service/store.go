@@ -15,6 +15,7 @@ import (
 	"github.com/clusterlab/clusterlab/alloc"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -329,7 +330,7 @@ func (s *Store) watch(fn func(Event), replay bool) func() {
 }
 
 // kindOrder is the order of kinds in replays, Apply and namespace deletion (reversed).
-var kindOrder = []string{KindNamespace, KindNode, KindService, KindEndpoints, KindEndpointSlice, KindPod}
+var kindOrder = []string{KindNamespace, KindNode, KindService, KindEndpoints, KindEndpointSlice, KindPod, KindNetworkPolicy}
 
 func resourceVersionOf(obj runtime.Object) uint64 {
 	rv, _ := strconv.ParseUint(objectMeta(obj).ResourceVersion, 10, 64)
@@ -443,6 +444,15 @@ func (s *Store) GetEndpointSlice(ns, name string) (*discoveryv1.EndpointSlice, b
 	return o.(*discoveryv1.EndpointSlice), true
 }
 
+// GetNetworkPolicy returns the stored NetworkPolicy (read-only).
+func (s *Store) GetNetworkPolicy(ns, name string) (*networkingv1.NetworkPolicy, bool) {
+	o, ok := s.get(KindNetworkPolicy, ns, name)
+	if !ok {
+		return nil, false
+	}
+	return o.(*networkingv1.NetworkPolicy), true
+}
+
 // Get returns any stored object by kind ("Service", ...), namespace and name.
 func (s *Store) Get(kind, ns, name string) (runtime.Object, bool) { return s.get(kind, ns, name) }
 
@@ -507,6 +517,11 @@ func (s *Store) ListEndpointSlices() []*discoveryv1.EndpointSlice {
 	return listAs[*discoveryv1.EndpointSlice](s, KindEndpointSlice)
 }
 
+// ListNetworkPolicies returns all NetworkPolicies sorted by namespace/name (read-only).
+func (s *Store) ListNetworkPolicies() []*networkingv1.NetworkPolicy {
+	return listAs[*networkingv1.NetworkPolicy](s, KindNetworkPolicy)
+}
+
 // EndpointSlicesFor returns the slices labelled kubernetes.io/service-name
 // = service in namespace ns (whoever wrote them), sorted by name.
 func (s *Store) EndpointSlicesFor(ns, service string) []*discoveryv1.EndpointSlice {
@@ -563,6 +578,7 @@ var resources = map[string]schema.GroupResource{
 	KindNamespace:     {Resource: "namespaces"},
 	KindEndpoints:     {Resource: "endpoints"},
 	KindEndpointSlice: {Group: discoveryv1.GroupName, Resource: "endpointslices"},
+	KindNetworkPolicy: {Group: networkingv1.GroupName, Resource: "networkpolicies"},
 }
 
 func notFound(kind, name string) error { return apierrors.NewNotFound(resources[kind], name) }
@@ -658,7 +674,7 @@ func (s *Store) deletePodLocked(namespace, name string, grace time.Duration) err
 // Apply creates or updates each object (by kind, namespace and name), all or
 // nothing: if one fails, the store is left as it was and no event is sent.
 // Objects are applied kinds first in this order — Namespace, Node, Service,
-// Endpoints, EndpointSlice, Pod — keeping the given order within a kind,
+// Endpoints, EndpointSlice, Pod, NetworkPolicy — keeping the given order within a kind,
 // so pods see the services applied with them (as Helm orders installs).
 func (s *Store) Apply(objs ...runtime.Object) error {
 	s.mu.Lock()

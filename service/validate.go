@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -63,6 +64,8 @@ func Validate(obj runtime.Object) field.ErrorList {
 		return ValidateEndpoints(o)
 	case *discoveryv1.EndpointSlice:
 		return ValidateEndpointSlice(o)
+	case *networkingv1.NetworkPolicy:
+		return ValidateNetworkPolicy(o)
 	}
 	return field.ErrorList{field.InternalError(nil, fmt.Errorf("clusterlab does not handle %T", obj))}
 }
