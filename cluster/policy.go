@@ -114,7 +114,7 @@ func (c *Cluster) policyEvent(ev service.Event) {
 		}
 		ns := ev.New.(*corev1.Namespace)
 		ix.SetNamespace(netpol.Namespace{Name: ns.Name, Labels: ns.Labels})
-	case kindNetworkPolicy:
+	case service.KindNetworkPolicy:
 		if ev.Type == service.Deleted {
 			old := ev.Old.(*networkingv1.NetworkPolicy)
 			ix.DeletePolicy(old.Namespace, old.Name)
@@ -126,9 +126,6 @@ func (c *Cluster) policyEvent(ev service.Event) {
 		c.installPolicy()
 	}
 }
-
-// kindNetworkPolicy is the store's kind of NetworkPolicies.
-const kindNetworkPolicy = "NetworkPolicy"
 
 // PolicyPod is a pod as NetworkPolicy sees it: labels, the IPs in its status (none once
 // it has ended), node, hostNetwork and its containers' ports (for named ports).

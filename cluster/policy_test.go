@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -13,6 +14,7 @@ import (
 	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netpol"
 	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/service"
 )
 
 func policyPod(name, node string, labels map[string]string) *corev1.Pod {
@@ -116,7 +118,7 @@ func TestNetworkPolicyIngressByPodSelector(t *testing.T) {
 		t.Errorf("node-b (another node, no rule): %s", r.Outcome)
 	}
 	// Deleting the policy lifts the isolation.
-	if err := c.Store().Delete(kindNetworkPolicy, "default", "allow-client"); err != nil {
+	if err := c.Store().Delete(service.KindNetworkPolicy, "default", "allow-client"); err != nil {
 		t.Fatal(err)
 	}
 	if r := polConnect(t, c, "pod:default/other", dst); r.Result != netsim.ResultConnected {
@@ -159,6 +161,7 @@ func TestNetworkPolicyEgressAndEstablished(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second)) // a stateless handler would drop the reply
 	denyEgress := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "deny-egress"},
 		Spec: networkingv1.NetworkPolicySpec{

@@ -19,7 +19,8 @@ import (
 
 // The engine of `clusterlab policy explain` and `clusterlab policy matrix`: both build
 // the cluster of a set of manifest files (as a scenario with those manifests and no
-// steps: three nodes, the pods placed by the scheduler, kube-proxy in the given mode)
+// steps: three nodes, the pods placed by the scheduler, kube-proxy in the given mode,
+// DNS answered in-process so that no DNS pods join the matrix)
 // and answer by probing through the simulated datapath, so the answer is the
 // simulation's: kube-proxy's DNAT (every backend a Service's rules can pick, each with
 // its probability) and the NetworkPolicy handler on the nodes, with the nodes'
@@ -44,9 +45,10 @@ func (q PolicyQuery) policyScenario() (*Scenario, error) {
 		return nil, &Error{Msg: err.Error()}
 	}
 	var b strings.Builder
-	b.WriteString("name: clusterlab policy\n")
+	// No DNS pods: the matrix is of the manifests' pods (names resolve in-process).
+	b.WriteString("name: clusterlab policy\ncluster:\n  dns: direct\n")
 	if q.Flavour != "" {
-		fmt.Fprintf(&b, "cluster:\n  node_settings: {network_policy: %s}\n", q.Flavour)
+		fmt.Fprintf(&b, "  node_settings: {network_policy: %s}\n", q.Flavour)
 	}
 	b.WriteString("manifests:\n")
 	for _, m := range q.Manifests {
@@ -494,10 +496,10 @@ func PolicyMatrices(q PolicyQuery, port int, proto string, other string) (*Polic
 	if other == "" {
 		return first, nil, nil
 	}
-	for _, obj := range c.Store().List(kindNetworkPolicy) {
+	for _, obj := range c.Store().List(service.KindNetworkPolicy) {
 		key := service.ObjectKey(obj)
 		ns, n, _ := strings.Cut(key, "/")
-		if err := c.Store().Delete(kindNetworkPolicy, ns, n); err != nil {
+		if err := c.Store().Delete(service.KindNetworkPolicy, ns, n); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -507,9 +509,6 @@ func PolicyMatrices(q PolicyQuery, port int, proto string, other string) (*Polic
 	c.SyncProxies()
 	return first, policyMatrix(c, uint16(port), pr), nil
 }
-
-// kindNetworkPolicy is the store's kind of NetworkPolicies.
-const kindNetworkPolicy = "NetworkPolicy"
 
 func policyMatrix(c *cluster.Cluster, port uint16, proto uint8) *PolicyMatrix {
 	m := &PolicyMatrix{Port: int(port), Protocol: strings.ToLower(netsim.ProtoName(proto))}

@@ -98,7 +98,7 @@ every policy isolating the pod, with rule empty: none of their rules allowed it)
 			if err != nil {
 				return scenarioErr(err)
 			}
-			js := func() ([]byte, error) { return json.MarshalIndent(ex, "", "  ") }
+			js := func() ([]byte, error) { return jsonLine(ex) }
 			return writeResult(cmd.OutOrStdout(), o.output, js, func(w io.Writer) error { return writeExplanation(w, ex) })
 		},
 	}
@@ -163,7 +163,7 @@ protocol, before, after}]}.`,
 			}
 			out := cmd.OutOrStdout()
 			if after == nil {
-				js := func() ([]byte, error) { return json.MarshalIndent(before.Cells, "", "  ") }
+				js := func() ([]byte, error) { return jsonLine(before.Cells) }
 				return writeResult(out, o.output, js, func(w io.Writer) error {
 					_, err := io.WriteString(w, before.Text())
 					return err
@@ -171,11 +171,11 @@ protocol, before, after}]}.`,
 			}
 			changed := matrixChanges(before, after)
 			js := func() ([]byte, error) {
-				return json.MarshalIndent(struct {
+				return jsonLine(struct {
 					Before  []scenario.MatrixCell `json:"before"`
 					After   []scenario.MatrixCell `json:"after"`
 					Changed []matrixChange        `json:"changed"`
-				}{before.Cells, after.Cells, changed}, "", "  ")
+				}{before.Cells, after.Cells, changed})
 			}
 			return writeResult(out, o.output, js, func(w io.Writer) error {
 				fmt.Fprintf(w, "before (--manifests):\n%s\nafter (--diff %s):\n%s\n", before.Text(), diff, after.Text())
@@ -224,3 +224,8 @@ func mark(allowed bool) string {
 	return "X"
 }
 
+// jsonLine is v as indented JSON ending in a newline.
+func jsonLine(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	return append(b, '\n'), err
+}
