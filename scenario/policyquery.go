@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,8 +59,16 @@ func (q PolicyQuery) policyScenario() (*Scenario, error) {
 		}
 		fmt.Fprintf(&b, "  - path: %s\n", strconv.Quote(abs))
 	}
-	return Parse("", []byte(b.String()))
+	s, err := Parse("", []byte(b.String()))
+	if err != nil && IsInputError(err) {
+		// The errors are the files' (file:line): not the generated scenario's lines.
+		return nil, &Error{Msg: generatedPrefix.ReplaceAllString(err.Error(), "")}
+	}
+	return s, err
 }
+
+// generatedPrefix is where an error of policyScenario's generated scenario names it.
+var generatedPrefix = regexp.MustCompile(`(?m)^line \d+: manifests\[\d+\](\.path)?: `)
 
 // start builds and starts the query's cluster.
 func (q PolicyQuery) start() (*Live, error) {
@@ -504,7 +513,7 @@ func PolicyMatrices(q PolicyQuery, port int, proto string, other string) (*Polic
 		}
 	}
 	if err := c.Store().ApplyManifests(otherMs); err != nil {
-		return nil, nil, &Error{File: other, Msg: err.Error()}
+		return nil, nil, &Error{Msg: "--diff: " + err.Error()}
 	}
 	c.SyncProxies()
 	return first, policyMatrix(c, uint16(port), pr), nil
