@@ -317,11 +317,39 @@ func (n *Node) policyVerdict(ctx *netsim.Context, p *netsim.Packet, d netpol.Dec
 		if !d.Allowed {
 			v = "DENY"
 		}
-		dd := d
-		ctx.Trace(netsim.TraceStep{Verdict: v, Packet: p.String(), Detail: d.String(), Decision: &dd})
+		ctx.Trace(netsim.TraceStep{Verdict: v, Packet: p.String(), Detail: d.String(), Decision: policyTraceOf(d)})
 	}
 	if d.Allowed {
 		return netsim.Verdict{}, false
 	}
 	return netsim.Verdict{Kind: netsim.Drop, Reason: d.String()}, true
+}
+
+// PolicyTrace is the NetworkPolicy handler's decision as its trace step carries it
+// (netsim.TraceStep.Decision), with JSON names for programs reading traces.
+type PolicyTrace struct {
+	Direction string `json:"direction"` // ingress or egress
+	Pod       string `json:"pod"`       // NS/NAME of the pod the policies are for
+	Isolated  bool   `json:"isolated"`
+	Allowed   bool   `json:"allowed"`
+	// Selecting are the policies isolating the pod for the direction (NS/NAME).
+	Selecting []string `json:"selecting,omitempty"`
+	// Policy, RuleIndex and Rule name the rule that allowed the packet.
+	Policy    string `json:"policy,omitempty"`
+	RuleIndex *int   `json:"rule_index,omitempty"`
+	Rule      string `json:"rule,omitempty"`
+	// Decision is netpol's own.
+	Decision netpol.Decision `json:"-"`
+}
+
+func policyTraceOf(d netpol.Decision) *PolicyTrace {
+	t := &PolicyTrace{Direction: d.Direction.String(), Pod: d.Pod, Isolated: d.Isolated, Allowed: d.Allowed, Decision: d}
+	for _, r := range d.Selecting {
+		t.Selecting = append(t.Selecting, r.String())
+	}
+	if d.Rule != nil {
+		i := d.Rule.Index
+		t.Policy, t.RuleIndex, t.Rule = d.Rule.Policy.String(), &i, d.Rule.Text
+	}
+	return t
 }

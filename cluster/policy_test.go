@@ -98,12 +98,13 @@ func TestNetworkPolicyIngressByPodSelector(t *testing.T) {
 	// The structured decision rides on the trace step.
 	var found bool
 	for _, s := range r.Trace.Steps {
-		if d, ok := s.Decision.(*netpol.Decision); ok && d.Pod == "default/web" && !d.Allowed && d.Direction == netpol.Ingress {
+		if pt, ok := s.Decision.(*PolicyTrace); ok && pt.Decision.Pod == "default/web" && !pt.Allowed && pt.Decision.Direction == netpol.Ingress &&
+			pt.Direction == "ingress" && len(pt.Selecting) == 1 && pt.Selecting[0] == "default/allow-client" {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("no denying netpol.Decision on the trace:\n%s", r.Trace)
+		t.Errorf("no denying PolicyTrace on the trace:\n%s", r.Trace)
 	}
 	// A named port matches only its number: 8081 is not "http".
 	if r := polConnect(t, c, "pod:default/client", netip.AddrPortFrom(web, 8081)); r.Result != netsim.ResultDropped {

@@ -40,7 +40,7 @@ type TraceStep struct {
 	Detail  string `json:"detail,omitempty"`
 
 	// Decision is a handler's structured verdict beside its text (the NetworkPolicy
-	// handler's netpol.Decision), for programs reading traces; netsim does not look at it.
+	// handler's cluster.PolicyTrace), for programs reading traces; netsim does not look at it.
 	Decision any `json:"decision,omitempty"`
 }
 

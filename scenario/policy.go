@@ -15,8 +15,8 @@ func policyDecisions(tr *netsim.Trace) []*netpol.Decision {
 	}
 	var out []*netpol.Decision
 	for _, s := range tr.Steps {
-		if d, ok := s.Decision.(*netpol.Decision); ok && s.Handler == cluster.PolicyHandlerName {
-			out = append(out, d)
+		if pt, ok := s.Decision.(*cluster.PolicyTrace); ok && s.Handler == cluster.PolicyHandlerName {
+			out = append(out, &pt.Decision)
 		}
 	}
 	return out
