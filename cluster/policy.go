@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -81,10 +82,10 @@ func CheckPolicyFlavour(name string) error {
 
 // policyState is the cluster's NetworkPolicy view.
 type policyState struct {
-	mu        sync.Mutex
 	ix        *netpol.Index
+	mu        sync.Mutex
 	installed bool
-	nodeAddrs map[netip.Addr]string // every node's local addresses → node name
+	nodeAddrs atomic.Pointer[map[netip.Addr]string] // every node's local addresses → node name
 }
 
 func (c *Cluster) initPolicy() {
@@ -152,23 +153,26 @@ func PolicyPod(p *corev1.Pod) netpol.Pod {
 }
 
 // installPolicy puts the policy handler on every node, once: a cluster without
-// NetworkPolicies has no handler (and no trace step) of it.
+// NetworkPolicies has no handler (and no trace step) of it. No lock of the cluster's is
+// held while it takes nodes' locks (the handler runs under a node's lock).
 func (c *Cluster) installPolicy() {
 	c.pol.mu.Lock()
-	defer c.pol.mu.Unlock()
-	if c.pol.installed {
+	done := c.pol.installed
+	c.pol.installed = true
+	c.pol.mu.Unlock()
+	if done {
 		return
 	}
-	c.pol.installed = true
-	c.refreshNodeAddrsLocked()
+	c.refreshNodeAddrs()
 	for _, n := range c.Nodes() {
 		n.addPolicyHandlers()
 	}
 }
 
-// refreshNodeAddrsLocked records every node's addresses (node IPs, bridge gateways):
-// the sources the policy handler treats as nodes.
-func (c *Cluster) refreshNodeAddrsLocked() {
+// refreshNodeAddrs records every node's addresses (node IPs, bridge gateways): the
+// sources the policy handler treats as nodes. The map is replaced whole, and read
+// without a lock.
+func (c *Cluster) refreshNodeAddrs() {
 	m := map[netip.Addr]string{}
 	for _, n := range c.Nodes() {
 		for _, i := range n.Interfaces() {
@@ -183,24 +187,27 @@ func (c *Cluster) refreshNodeAddrsLocked() {
 			m[a] = n.Name()
 		}
 	}
-	c.pol.nodeAddrs = m
+	c.pol.nodeAddrs.Store(&m)
 }
 
 // policyNodeAdded installs the handler on a node added after policies existed.
 func (c *Cluster) policyNodeAdded(n *Node) {
 	c.pol.mu.Lock()
-	defer c.pol.mu.Unlock()
-	if !c.pol.installed {
+	installed := c.pol.installed
+	c.pol.mu.Unlock()
+	if !installed {
 		return
 	}
-	c.refreshNodeAddrsLocked()
+	c.refreshNodeAddrs()
 	n.addPolicyHandlers()
 }
 
 func (c *Cluster) nodeOfAddr(a netip.Addr) (string, bool) {
-	c.pol.mu.Lock()
-	defer c.pol.mu.Unlock()
-	name, ok := c.pol.nodeAddrs[a.Unmap()]
+	m := c.pol.nodeAddrs.Load()
+	if m == nil {
+		return "", false
+	}
+	name, ok := (*m)[a.Unmap()]
 	return name, ok
 }
 
