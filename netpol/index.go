@@ -274,14 +274,18 @@ func (ix *Index) nsLabelsOf(name string) labels.Set {
 }
 
 // PodByIP returns the pod with that address: nil for no pod and for
-// hostNetwork pods (their address is their node's).
+// hostNetwork pods (their address is their node's). The pod is the index's
+// own: read-only.
 func (ix *Index) PodByIP(a netip.Addr) *Pod {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	return ix.byIP[a.Unmap()]
 }
 
-// Pods returns the pods sorted by key.
+// Pods returns the pods sorted by key. They are the index's own: read-only.
+// SetPod replaces a pod with a new one (a pointer held from before keeps the
+// old labels and is then decided as given, without the cache), so look pods
+// up again after updates.
 func (ix *Index) Pods() []*Pod {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
@@ -421,6 +425,34 @@ func (ix *Index) Verdict(src, dst Peer, port uint16, proto corev1.Protocol) Verd
 		in = &d
 	}
 	return verdictOf(src, dst, port, proto, eg, in)
+}
+
+// Allowed is Verdict(src, dst, port, proto).Allowed without building the
+// decisions and their text: what a datapath asks per new connection.
+func (ix *Index) Allowed(src, dst Peer, port uint16, proto corev1.Protocol) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	src, dst = ix.resolve(src), ix.resolve(dst)
+	if p := src.pod(); p != nil && !ix.allowedDir(Egress, p, dst, port, proto) {
+		return false
+	}
+	if p := dst.pod(); p != nil && !ix.allowedDir(Ingress, p, src, port, proto) {
+		return false
+	}
+	return true
+}
+
+func (ix *Index) allowedDir(dir Direction, pod *Pod, peer Peer, port uint16, proto corev1.Protocol) bool {
+	cs := ix.selecting(dir, pod)
+	if len(cs) == 0 {
+		return true
+	}
+	for _, c := range cs {
+		if c.allows(dir, pod, peer, port, proto, ix.nsLabelsOf) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func cloneMap(m map[string]string) map[string]string {

@@ -3,14 +3,16 @@ package service
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/clusterlab/clusterlab/netpol"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/clusterlab/clusterlab/netpol"
 )
 
 const goodPolicy = `apiVersion: networking.k8s.io/v1
@@ -267,4 +269,223 @@ func FuzzNetworkPolicy(f *testing.F) {
 			_ = netpol.RuleText(netpol.Ingress, nil, nil)
 		}
 	})
+}
+
+// TestValidateManifestsNetworkPolicy: the offline check (dns serve,
+// generate, scenario loading) refuses bad and duplicate policies with the
+// API server's words.
+func TestValidateManifestsNetworkPolicy(t *testing.T) {
+	text := goodPolicy + "---\n" + goodPolicy + "---\n" +
+		"apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: bad}\nspec:\n  podSelector: {}\n  egress:\n  - ports:\n    - {port: 80, endPort: 79}\n"
+	ms, err := Load("nps.yaml", []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ValidateManifests(ms)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range []string{
+		`nps.yaml:32 (document 2 from line 29, NetworkPolicy "shop/allow-client"): metadata.name: NetworkPolicy "shop/allow-client" is defined twice (first at nps.yaml:4)`,
+		`networkpolicies.networking.k8s.io "allow-client" already exists`,
+		"nps.yaml:64 (document 3 from line 57, NetworkPolicy \"default/bad\"): spec.egress[0].ports[0].endPort: Invalid value: 79: must be greater than or equal to `port`",
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error\n  %v\ndoes not contain\n  %s", err, w)
+		}
+	}
+}
+
+// TestNetworkPolicyDocsExamples: the examples of the Kubernetes
+// documentation's Network Policies page (kubernetes.io/docs/concepts/
+// services-networking/network-policies), loaded from YAML as written there,
+// defaulted and validated here, and evaluated by netpol with the outcomes
+// the page describes.
+func TestNetworkPolicyDocsExamples(t *testing.T) {
+	const docs = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: test-network-policy
+  namespace: default
+spec:
+  podSelector:
+    matchLabels:
+      role: db
+  policyTypes:
+  - Ingress
+  - Egress
+  ingress:
+  - from:
+    - ipBlock:
+        cidr: 172.17.0.0/16
+        except:
+        - 172.17.1.0/24
+    - namespaceSelector:
+        matchLabels:
+          project: myproject
+    - podSelector:
+        matchLabels:
+          role: frontend
+    ports:
+    - protocol: TCP
+      port: 6379
+  egress:
+  - to:
+    - ipBlock:
+        cidr: 10.0.0.0/24
+    ports:
+    - protocol: TCP
+      port: 5978
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: multi-port-egress
+  namespace: default
+spec:
+  podSelector:
+    matchLabels:
+      role: db
+  policyTypes:
+    - Egress
+  egress:
+    - to:
+        - ipBlock:
+            cidr: 10.0.0.0/24
+      ports:
+        - protocol: TCP
+          port: 32000
+          endPort: 32768
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: alice-and
+  namespace: shop
+spec:
+  podSelector: {}
+  ingress:
+  - from:
+    - namespaceSelector:
+        matchLabels:
+          user: alice
+      podSelector:
+        matchLabels:
+          role: client
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: alice-or
+  namespace: shop2
+spec:
+  podSelector: {}
+  ingress:
+  - from:
+    - namespaceSelector:
+        matchLabels:
+          user: alice
+    - podSelector:
+        matchLabels:
+          role: client
+`
+	ms, err := Load("docs.yaml", []byte(docs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ValidateManifests(ms); err != nil {
+		t.Fatal(err)
+	}
+	var pols []*networkingv1.NetworkPolicy
+	for _, m := range ms {
+		np := m.Object.(*networkingv1.NetworkPolicy).DeepCopy()
+		Default(np)
+		pols = append(pols, np)
+	}
+	nss := []netpol.Namespace{
+		{Name: "myproject", Labels: map[string]string{"project": "myproject"}},
+		{Name: "alice", Labels: map[string]string{"user": "alice"}},
+	}
+	mk := func(ns, name, ip string, labels ...string) netpol.Pod {
+		p := netpol.Pod{Namespace: ns, Name: name, Labels: map[string]string{}, IPs: []netip.Addr{netip.MustParseAddr(ip)}}
+		for i := 0; i+1 < len(labels); i += 2 {
+			p.Labels[labels[i]] = labels[i+1]
+		}
+		return p
+	}
+	pods := []netpol.Pod{
+		mk("default", "db", "10.244.0.10", "role", "db"),
+		mk("default", "frontend", "10.244.0.11", "role", "frontend"),
+		mk("default", "other", "10.244.0.12"),
+		mk("myproject", "any", "10.244.1.10"),
+		mk("alice", "client", "10.244.2.10", "role", "client"),
+		mk("alice", "other", "10.244.2.11"),
+		mk("shop", "server", "10.244.3.10"),
+		mk("shop", "client", "10.244.3.11", "role", "client"),
+		mk("shop2", "server", "10.244.4.10"),
+		mk("shop2", "client", "10.244.4.11", "role", "client"),
+	}
+	ix, err := netpol.NewIndex(pols, nss, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := func(s string) netpol.Peer {
+		if a, err := netip.ParseAddr(s); err == nil {
+			return netpol.IPPeer(a)
+		}
+		for _, p := range ix.Pods() {
+			if p.Key() == s {
+				return netpol.PodPeer(p)
+			}
+		}
+		t.Fatalf("no pod %s", s)
+		return netpol.Peer{}
+	}
+	for _, c := range []struct {
+		from, to string
+		port     uint16
+		proto    corev1.Protocol
+		want     bool
+		why      string
+	}{
+		{"default/frontend", "default/db", 6379, corev1.ProtocolTCP, true, "role=frontend pods in default"},
+		{"myproject/any", "default/db", 6379, corev1.ProtocolTCP, true, "any pod in a namespace labelled project=myproject"},
+		{"172.17.0.5", "default/db", 6379, corev1.ProtocolTCP, true, "172.17.0.0-172.17.0.255"},
+		{"172.17.2.5", "default/db", 6379, corev1.ProtocolTCP, true, "172.17.2.0-172.17.255.255"},
+		{"172.17.1.5", "default/db", 6379, corev1.ProtocolTCP, false, "except 172.17.1.0/24"},
+		{"default/other", "default/db", 6379, corev1.ProtocolTCP, false, "no rule for other pods"},
+		{"default/frontend", "default/db", 6380, corev1.ProtocolTCP, false, "port 6379 only"},
+		{"default/frontend", "default/db", 6379, corev1.ProtocolUDP, false, "TCP only"},
+		{"default/db", "10.0.0.5", 5978, corev1.ProtocolTCP, true, "egress to 10.0.0.0/24 on TCP 5978"},
+		{"default/db", "10.0.1.5", 5978, corev1.ProtocolTCP, false, "outside 10.0.0.0/24"},
+		{"default/db", "10.0.0.5", 32000, corev1.ProtocolTCP, true, "endPort range start"},
+		{"default/db", "10.0.0.5", 32768, corev1.ProtocolTCP, true, "endPort range end, inclusive"},
+		{"default/db", "10.0.0.5", 32769, corev1.ProtocolTCP, false, "past endPort"},
+		{"default/db", "default/frontend", 80, corev1.ProtocolTCP, false, "db's egress is isolated"},
+		{"default/other", "default/frontend", 80, corev1.ProtocolTCP, true, "frontend is not selected"},
+		{"alice/client", "shop/server", 80, corev1.ProtocolTCP, true, "AND: role=client in a user=alice namespace"},
+		{"alice/other", "shop/server", 80, corev1.ProtocolTCP, false, "AND: namespace matches, pod does not"},
+		{"shop/client", "shop/server", 80, corev1.ProtocolTCP, false, "AND: pod matches, namespace does not"},
+		{"alice/other", "shop2/server", 80, corev1.ProtocolTCP, true, "OR: any pod of a user=alice namespace"},
+		{"shop2/client", "shop2/server", 80, corev1.ProtocolTCP, true, "OR: role=client pods of the policy's namespace"},
+		{"shop/client", "shop2/server", 80, corev1.ProtocolTCP, false, "OR: role=client of another namespace"},
+	} {
+		src, dst := peer(c.from), peer(c.to)
+		v := ix.Verdict(src, dst, c.port, c.proto)
+		ref := netpol.Reference(pols, nss, pods, src, dst, c.port, c.proto)
+		if v.Allowed != c.want || ref != c.want {
+			t.Errorf("%s -> %s %s/%d (%s): Index %v (%s), Reference %v, want %v", c.from, c.to, c.proto, c.port, c.why, v.Allowed, v.Reason, ref, c.want)
+		}
+	}
+}
+
+func TestNetworkPolicyBadName(t *testing.T) {
+	ms, err := Load("n.yaml", []byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: Bad_Name\nspec: {podSelector: {}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = newStore(t, Config{}).ApplyManifests(ms)
+	if err == nil || !strings.Contains(err.Error(), `n.yaml:4 (document 1 from line 1, NetworkPolicy "default/Bad_Name"): metadata.name: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain`) {
+		t.Errorf("got %v", err)
+	}
 }
