@@ -107,14 +107,13 @@ func (c *Cluster) policyEvent(ev service.Event) {
 			ix.DeletePod(old.Namespace, old.Name)
 			return
 		}
-		ix.SetPod(PolicyPod(ev.New.(*corev1.Pod)))
+		ix.SetPod(policyView(ev.New.(*corev1.Pod)))
 	case service.KindNamespace:
 		if ev.Type == service.Deleted {
 			ix.DeleteNamespace(ev.Old.(*corev1.Namespace).Name)
 			return
 		}
-		ns := ev.New.(*corev1.Namespace)
-		ix.SetNamespace(netpol.Namespace{Name: ns.Name, Labels: ns.Labels})
+		ix.SetNamespace(netpol.NamespaceFromCore(ev.New.(*corev1.Namespace)))
 	case service.KindNetworkPolicy:
 		if ev.Type == service.Deleted {
 			old := ev.Old.(*networkingv1.NetworkPolicy)
@@ -128,26 +127,12 @@ func (c *Cluster) policyEvent(ev service.Event) {
 	}
 }
 
-// PolicyPod is a pod as NetworkPolicy sees it: labels, the IPs in its status (none once
-// it has ended), node, hostNetwork and its containers' ports (for named ports).
-func PolicyPod(p *corev1.Pod) netpol.Pod {
-	pp := netpol.Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, Node: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork}
-	if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-		for _, ip := range p.Status.PodIPs {
-			if a, err := netip.ParseAddr(ip.IP); err == nil {
-				pp.IPs = append(pp.IPs, a)
-			}
-		}
-		if len(pp.IPs) == 0 && p.Status.PodIP != "" {
-			if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
-				pp.IPs = append(pp.IPs, a)
-			}
-		}
-	}
-	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for _, ct := range cs {
-			pp.Ports = append(pp.Ports, ct.Ports...)
-		}
+// policyView is a pod as NetworkPolicy sees it (netpol.PodFromCore), without
+// addresses once it has ended: its network is gone and the addresses may be reused.
+func policyView(p *corev1.Pod) netpol.Pod {
+	pp := netpol.PodFromCore(p)
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		pp.IPs = nil
 	}
 	return pp
 }

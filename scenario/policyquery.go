@@ -452,27 +452,17 @@ func (m *PolicyMatrix) Cell(from, to string) MatrixCell {
 }
 
 // Text renders the matrix as the upstream network-policy e2e tests print their truth
-// tables: a header of the destinations, a row per source, "." allowed, "X" denied,
-// tab-separated.
+// tables (netpol.Matrix's String): a header of the destinations, a row per source, "."
+// allowed, "X" denied, tab-separated.
 func (m *PolicyMatrix) Text() string {
-	var b strings.Builder
-	b.WriteString("-")
-	for _, p := range m.Pods {
-		b.WriteString("\t" + p)
-	}
-	b.WriteString("\n")
-	for i, from := range m.Pods {
-		b.WriteString(from)
+	nm := netpol.Matrix{Port: uint16(m.Port), Proto: corev1.Protocol(strings.ToUpper(m.Protocol)), Pods: m.Pods, Allowed: make([][]bool, len(m.Pods))}
+	for i := range m.Pods {
+		nm.Allowed[i] = make([]bool, len(m.Pods))
 		for j := range m.Pods {
-			if m.Cells[i*len(m.Pods)+j].Allowed {
-				b.WriteString("\t.")
-			} else {
-				b.WriteString("\tX")
-			}
+			nm.Allowed[i][j] = m.Cells[i*len(m.Pods)+j].Allowed
 		}
-		b.WriteString("\n")
 	}
-	return b.String()
+	return nm.String()
 }
 
 // PolicyMatrices computes the reachability matrix of every pod pair of the query's
