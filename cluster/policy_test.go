@@ -234,3 +234,55 @@ func BenchmarkPolicyProbe(b *testing.B) {
 		})
 	}
 }
+
+// TestNetworkPolicyHostNetworkAndExternal: a hostNetwork pod is no pod for policy (its
+// traffic is its node's, which a podSelector does not match), and an egress ipBlock of
+// the external network is matched before the CNI's masquerade rewrites the source.
+func TestNetworkPolicyHostNetworkAndExternal(t *testing.T) {
+	c, web := policyCluster(t, "")
+	hn := policyPod("agent", "node-b", map[string]string{"app": "client"})
+	hn.Spec.HostNetwork = true
+	if _, err := c.CreatePod(hn); err != nil {
+		t.Fatal(err)
+	}
+	ext, err := c.AddExternalHost("api", netip.Addr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(allowFrom("allow-client", networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}})); err != nil {
+		t.Fatal(err)
+	}
+	if r := polConnect(t, c, "pod:default/agent", netip.AddrPortFrom(web, 8080)); r.Result != netsim.ResultDropped {
+		t.Errorf("hostNetwork pod labelled app=client (its node's address for policy): %s", r.Outcome)
+	}
+	egress := func(cidr string) *networkingv1.NetworkPolicy {
+		return &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "client-out"},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+				Egress:      []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: cidr}}}}},
+			},
+		}
+	}
+	dst := netip.AddrPortFrom(ext.IP(), 443)
+	if err := c.Apply(egress(netip.PrefixFrom(ext.IP(), 32).String())); err != nil {
+		t.Fatal(err)
+	}
+	packet := func() netsim.ProbeResult {
+		r, err := c.ProbeOne(netsim.Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: dst, Mode: netsim.ProbePacket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := packet(); r.Result != netsim.ResultDelivered || r.SeenSrc.Addr() != c.Node("node-b").IP() {
+		t.Errorf("client to the external host its ipBlock allows (masqueraded after the check): %s", r.Outcome)
+	}
+	if err := c.Apply(egress("192.0.2.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if r := packet(); r.Result != netsim.ResultDropped {
+		t.Errorf("client to an external host outside its ipBlock: %s", r.Outcome)
+	}
+}
