@@ -109,3 +109,28 @@ spec:
 		t.Errorf("diff: want the two web pods now reaching each other:\n%s", out)
 	}
 }
+
+// TestTraceShowsPolicy: clusterlab trace of a scenario shows the NetworkPolicy decision
+// and its drop; -o json carries it as a structured decision.
+func TestTraceShowsPolicy(t *testing.T) {
+	args := []string{"trace", "../../testdata/scenarios/networkpolicy-clusterip-ipblock.yaml", "--from", "pod:default/client", "--to", "service:default/web:80"}
+	out, _, err := runCmd(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"outcome: dropped (dropped by NetworkPolicy at POSTROUTING: pod default/client is isolated for egress (policies: default/client-egress-to-clusterip); no rule allows it",
+		"note NetworkPolicy: DENY (pod default/client is isolated for egress",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = runCmd(t, append(args, "-o", "json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `"decision": {`) || !strings.Contains(out, `"selecting": [`) || !strings.Contains(out, `"direction": "egress"`) {
+		t.Errorf("trace JSON lacks the structured decision:\n%.2000s", out)
+	}
+}
