@@ -141,7 +141,7 @@
 //	       | {health_check: {service: NS/NAME, node}}   the health-check node port's answer
 //	apply: [manifests]            create or update (Deployments roll out or scale)
 //	delete: [{kind, name}]
-//	      | [{kind: Service | Pod | Endpoints | EndpointSlice, selector: test=e2e,
+//	      | [{kind: Service | Pod | Endpoints | EndpointSlice | NetworkPolicy, selector: test=e2e,
 //	          namespace}]         every object of the kind in the namespace (default
 //	                              "default") whose labels match (DeleteCollection)
 //	delete_pod: {pod | selector [+ namespace], count, grace}

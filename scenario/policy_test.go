@@ -29,7 +29,8 @@ steps:
 `
 
 // TestPolicyDecidedBy: decided_by network_policy holds for the policy that decided and
-// fails, saying what decided, for another; its reasons kind is the policy's.
+// fails, saying what decided, for another; its reasons kind is the policy's; a delete
+// step lifts the isolation.
 func TestPolicyDecidedBy(t *testing.T) {
 	steps := `  - connect: {from: pod:default/client, to: "pod:default/web:8080"}
     expect: {result: connected, decided_by: {network_policy: default/web-from-client, rule: "ports: [TCP/http]"}}
@@ -41,6 +42,9 @@ func TestPolicyDecidedBy(t *testing.T) {
     expect: {result: connected}
   - connect: {from: node:node-a, to: "pod:default/web:8080"}
     expect: {result: dropped, decided_by: {network_policy: default/web-from-client}}
+  - delete: [{kind: NetworkPolicy, name: default/web-from-client}]
+  - connect: {from: node:node-a, to: "pod:default/web:8080"}
+    expect: {result: connected}
 `
 	s, err := Parse("policy.yaml", []byte(policyScenario+steps))
 	if err != nil {
@@ -50,7 +54,7 @@ func TestPolicyDecidedBy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ok", "failed", "failed", "ok", "ok"}
+	want := []string{"ok", "failed", "failed", "ok", "ok", "ok", "ok"}
 	for i, st := range rep.Steps {
 		if st.Status != want[i] {
 			var b strings.Builder

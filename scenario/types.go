@@ -465,7 +465,7 @@ type EndpointsCheck struct {
 
 // ObjectRef names an object: kind and NAMESPACE/NAME (or NAME for nodes and namespaces).
 // Instead of Name, Selector (a label selector, app=web) with Namespace (default
-// "default") names every Service, Pod, Endpoints or EndpointSlice of the kind that
+// "default") names every Service, Pod, Endpoints, EndpointSlice or NetworkPolicy of the kind that
 // matches (a collection delete, as kubectl delete -l or DeleteCollection; none
 // matching is no error).
 type ObjectRef struct {
