@@ -240,7 +240,10 @@ func policyProto(p uint8) corev1.Protocol {
 // policyHandle is the NetworkPolicy handler (see PolicyHandlerName).
 func (n *Node) policyHandle(ctx *netsim.Context, p *netsim.Packet) netsim.Verdict {
 	if p.Conn != nil && (p.CtState != netfilter.CtNew || p.CtReply) {
-		return netsim.VerdictContinue // established or related: allowed when it began
+		if ctx.Tracing() { // established or related: allowed when it began
+			return netsim.Verdict{Reason: "conntrack " + p.CtState.String() + ": decided when the connection began"}
+		}
+		return netsim.VerdictContinue
 	}
 	if p.IsICMPError() {
 		return netsim.VerdictContinue
@@ -258,6 +261,9 @@ func (n *Node) policyHandle(ctx *netsim.Context, p *netsim.Packet) netsim.Verdic
 		dst = local(p.Dst)
 	}
 	if src == nil && dst == nil {
+		if ctx.Tracing() {
+			return netsim.Verdict{Reason: "no pod of " + n.Name() + " at either end"}
+		}
 		return netsim.VerdictContinue
 	}
 	port, proto := p.DstPort, policyProto(p.Proto)
