@@ -652,3 +652,17 @@ func probeHandlerPort(spec *corev1.Probe) (intstr.IntOrString, bool) {
 	}
 	return intstr.IntOrString{}, false
 }
+
+// PodListening says whether the pod's built-in servers listen on its containers'
+// ports, as far as its health goes: false after SetPodHealth with NotListening (until
+// it listens again or a container restarts), true otherwise, and for a pod this
+// cluster does not run.
+func (c *Cluster) PodListening(ns, name string) bool {
+	pr := c.podRunFor(ns, name)
+	if pr == nil {
+		return true
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return !pr.health.NotListening
+}

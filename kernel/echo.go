@@ -21,6 +21,7 @@ import (
 // echoServer is a TCP listener and a UDP socket created inside a namespace.
 type echoServer struct {
 	name string
+	ns   *Netns
 	tcp  net.Listener
 	udp  net.PacketConn
 	wg   sync.WaitGroup
@@ -52,7 +53,7 @@ func (h *Harness) serve(ns *Netns, name string, bind netip.AddrPort, tcp, udp bo
 	if strings.ContainsAny(name, " \n") || name == "" {
 		return fmt.Errorf("serve: bad name %q", name)
 	}
-	s := &echoServer{name: name}
+	s := &echoServer{name: name, ns: ns}
 	err := ns.h.do(func() error {
 		var err error
 		if tcp {

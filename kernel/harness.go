@@ -68,6 +68,9 @@ type HarnessConfig struct {
 	PodPorts []uint16
 	// SecondNode adds node 1, with its own pod subnet, on the same node network.
 	SecondNode bool
+	// NodeCount, when above zero, is how many nodes the harness has (node i with the
+	// i-th /24 of ClusterCIDR), instead of one (or two with SecondNode); at most 50.
+	NodeCount int
 	// NodeNetwork is the network between the nodes and the external client (a /24 or
 	// bigger): node i gets host address i+1 (or NodeIPs[i]), the external client host
 	// address 100. Default 192.168.77.0/24.
@@ -139,6 +142,8 @@ type Node struct {
 	// namespace (its ApplyScript, ListRuleset and DeleteTable reach every table).
 	NFTables *NFTables
 	Pods     []*Pod
+	// HairpinOff says the node's pod ports on cbr0 have hairpin mode off (SetHairpin).
+	HairpinOff bool
 
 	// With HarnessConfig.IPv6 (zero otherwise):
 	IP6        netip.Addr
@@ -161,6 +166,8 @@ type Pod struct {
 	// or, for a pod given ports per protocol, TCPPorts and UDPPorts.
 	Ports              []uint16
 	TCPPorts, UDPPorts []uint16
+	// NotListening says its echo servers are stopped (SetListening).
+	NotListening bool
 }
 
 // Harness is a mini-cluster of network namespaces:
@@ -202,6 +209,8 @@ type Harness struct {
 
 	cfg       HarnessConfig
 	run       runner
+	next      []uint32 // per node, the next host number to try for a pod
+	podSeq    int      // pods made so far (names their namespaces and veths)
 	mu        sync.Mutex
 	created   []*Netns
 	servers   []*echoServer
@@ -271,9 +280,9 @@ func (c *HarnessConfig) setDefaults() error {
 		return fmt.Errorf("harness: ClusterCIDR %v: want an IPv4 /16 or bigger", c.ClusterCIDR)
 	}
 	c.NodeNetwork, c.ClusterCIDR = c.NodeNetwork.Masked(), c.ClusterCIDR.Masked()
-	nodes := 1
-	if c.SecondNode {
-		nodes = 2
+	nodes := c.nodeCount()
+	if nodes > 50 {
+		return fmt.Errorf("harness: NodeCount %d: at most 50 nodes", nodes)
 	}
 	if c.NodeIPs != nil {
 		if len(c.NodeIPs) != nodes {
@@ -313,6 +322,17 @@ func (c *HarnessConfig) setDefaults() error {
 		}
 	}
 	return nil
+}
+
+// nodeCount is how many nodes the configuration asks for.
+func (c *HarnessConfig) nodeCount() int {
+	switch {
+	case c.NodeCount > 0:
+		return c.NodeCount
+	case c.SecondNode:
+		return 2
+	}
+	return 1
 }
 
 // addOffset returns the address n after a (IPv4).
@@ -449,18 +469,15 @@ func (h *Harness) addNamespaces(ctx context.Context) error {
 	if cfg.IPv6 {
 		h.ExternalIP6 = addOffset6(cfg.NodeNetwork6.Addr(), 100)
 	}
-	nodeCount := 1
-	if cfg.SecondNode {
-		nodeCount = 2
-	}
+	nodeCount := cfg.nodeCount()
 	for i := 0; i < nodeCount; i++ {
 		if err := h.addNode(ctx, i); err != nil {
 			return err
 		}
 	}
-	next := make([]uint32, nodeCount) // per node, the next host number to try for a pod
-	for i, pc := range cfg.Pods {
-		if err := h.addPod(ctx, i, pc, next); err != nil {
+	h.next = make([]uint32, nodeCount) // per node, the next host number to try for a pod
+	for _, pc := range cfg.Pods {
+		if err := h.addPod(ctx, pc, h.next); err != nil {
 			return err
 		}
 	}
@@ -501,9 +518,11 @@ func (h *Harness) addNode(ctx context.Context, i int) error {
 // addPod makes the namespace of pod i and picks its addresses: the configured ones, or
 // the next free host of its node's subnet (next counts per node) and, with IPv6, the
 // same host number in the node's IPv6 subnet.
-func (h *Harness) addPod(ctx context.Context, i int, pc PodConfig, next []uint32) error {
+func (h *Harness) addPod(ctx context.Context, pc PodConfig, next []uint32) error {
 	cfg := h.cfg
 	node := h.Nodes[pc.Node]
+	i := h.podSeq
+	h.podSeq++
 	ns, err := h.addNetns(ctx, "p"+strconv.Itoa(i), "pod/"+pc.Name)
 	if err != nil {
 		return err
@@ -513,7 +532,8 @@ func (h *Harness) addPod(ctx context.Context, i int, pc PodConfig, next []uint32
 		for {
 			ip = addOffset(node.PodCIDR.Addr(), 2+next[pc.Node])
 			next[pc.Node]++
-			if !slices.ContainsFunc(cfg.Pods, func(o PodConfig) bool { return o.IP == ip }) {
+			if !slices.ContainsFunc(cfg.Pods, func(o PodConfig) bool { return o.IP == ip }) &&
+				!slices.ContainsFunc(h.Pods, func(o *Pod) bool { return o.IP == ip }) {
 				break
 			}
 		}
@@ -694,23 +714,7 @@ func (h *Harness) nodeLinks(n *Node) []string {
 		}
 	}
 	for _, p := range n.Pods {
-		lines = append(lines, fmt.Sprintf("link add %s type veth peer name eth0 netns %s", p.HostVeth, p.Netns.Name))
-		if h.Topology == TopologyBridge {
-			lines = append(lines,
-				fmt.Sprintf("link set %s master cbr0", p.HostVeth),
-				fmt.Sprintf("link set %s type bridge_slave hairpin on", p.HostVeth),
-				fmt.Sprintf("link set %s up", p.HostVeth))
-			continue
-		}
-		lines = append(lines,
-			fmt.Sprintf("addr add %s/32 dev %s", n.Gateway, p.HostVeth),
-			fmt.Sprintf("link set %s up", p.HostVeth),
-			fmt.Sprintf("route add %s/32 dev %s src %s", p.IP, p.HostVeth, n.Gateway))
-		if v6 {
-			lines = append(lines,
-				fmt.Sprintf("addr add %s/128 dev %s nodad", n.Gateway6, p.HostVeth),
-				fmt.Sprintf("route add %s/128 dev %s", p.IP6, p.HostVeth))
-		}
+		lines = append(lines, h.podHostLinks(p)...)
 	}
 	for _, o := range h.Nodes {
 		if o != n {
@@ -719,6 +723,32 @@ func (h *Harness) nodeLinks(n *Node) []string {
 				lines = append(lines, fmt.Sprintf("route add %s via %s dev eth0", o.PodCIDR6, o.IP6))
 			}
 		}
+	}
+	return lines
+}
+
+// podHostLinks are the `ip -batch` lines, in the pod's node's namespace, of the pod's
+// veth: on the bridge with hairpin on, or with the gateway address and a route to the
+// pod.
+func (h *Harness) podHostLinks(p *Pod) []string {
+	n, v6 := p.Node, h.cfg.IPv6
+	var lines []string
+	lines = append(lines, fmt.Sprintf("link add %s type veth peer name eth0 netns %s", p.HostVeth, p.Netns.Name))
+	if h.Topology == TopologyBridge {
+		lines = append(lines,
+			fmt.Sprintf("link set %s master cbr0", p.HostVeth),
+			fmt.Sprintf("link set %s type bridge_slave hairpin %s", p.HostVeth, onOff(!n.HairpinOff)),
+			fmt.Sprintf("link set %s up", p.HostVeth))
+		return lines
+	}
+	lines = append(lines,
+		fmt.Sprintf("addr add %s/32 dev %s", n.Gateway, p.HostVeth),
+		fmt.Sprintf("link set %s up", p.HostVeth),
+		fmt.Sprintf("route add %s/32 dev %s src %s", p.IP, p.HostVeth, n.Gateway))
+	if v6 {
+		lines = append(lines,
+			fmt.Sprintf("addr add %s/128 dev %s nodad", n.Gateway6, p.HostVeth),
+			fmt.Sprintf("route add %s/128 dev %s", p.IP6, p.HostVeth))
 	}
 	return lines
 }
@@ -769,28 +799,36 @@ func (h *Harness) externalRoutes() []string {
 // socket with IPv6): on each port of Ports over TCP and UDP, or on TCPPorts and
 // UDPPorts.
 func (h *Harness) startServers() error {
+	for _, p := range h.Pods {
+		if err := h.startPodServers(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startPodServers starts one pod's echo servers (see startServers).
+func (h *Harness) startPodServers(p *Pod) error {
 	wildcard := netip.IPv4Unspecified()
 	if h.cfg.IPv6 {
 		wildcard = netip.IPv6Unspecified() // a dual-stack socket
 	}
-	for _, p := range h.Pods {
-		if p.TCPPorts != nil || p.UDPPorts != nil {
-			for _, s := range []struct {
-				proto string
-				ports []uint16
-			}{{"tcp", p.TCPPorts}, {"udp", p.UDPPorts}} {
-				for _, port := range s.ports {
-					if err := h.ServeProto(p.Netns, p.Name, s.proto, netip.AddrPortFrom(wildcard, port)); err != nil {
-						return fmt.Errorf("pod %s: %w", p.Name, err)
-					}
+	if p.TCPPorts != nil || p.UDPPorts != nil {
+		for _, s := range []struct {
+			proto string
+			ports []uint16
+		}{{"tcp", p.TCPPorts}, {"udp", p.UDPPorts}} {
+			for _, port := range s.ports {
+				if err := h.ServeProto(p.Netns, p.Name, s.proto, netip.AddrPortFrom(wildcard, port)); err != nil {
+					return fmt.Errorf("pod %s: %w", p.Name, err)
 				}
 			}
-			continue
 		}
-		for _, port := range p.Ports {
-			if err := h.Serve(p.Netns, p.Name, netip.AddrPortFrom(wildcard, port)); err != nil {
-				return fmt.Errorf("pod %s: %w", p.Name, err)
-			}
+		return nil
+	}
+	for _, port := range p.Ports {
+		if err := h.Serve(p.Netns, p.Name, netip.AddrPortFrom(wildcard, port)); err != nil {
+			return fmt.Errorf("pod %s: %w", p.Name, err)
 		}
 	}
 	return nil
@@ -1080,4 +1118,166 @@ func removeStaleNetns(ctx context.Context, r runner, dir, prefix string) {
 		}
 		r.run(ctx, command{argv: []string{"ip", "netns", "del", e.Name()}})
 	}
+}
+
+// AddPod adds a pod to a built harness, as a kubelet starts one: its namespace, its
+// veth to its node (on cbr0, or routed), its addresses and routes, its sysctls, and its
+// echo servers (PodConfig.TCPPorts and UDPPorts, or HarnessConfig.PodPorts). The pod's
+// name must be new; its address, if not given, is the next free one of its node's
+// subnet (never one a live pod has). On failure, whatever was made for the pod is
+// removed again.
+func (h *Harness) AddPod(ctx context.Context, pc PodConfig) (p *Pod, err error) {
+	if h.Pod(pc.Name) != nil {
+		return nil, fmt.Errorf("harness: AddPod %s: a pod of that name exists", pc.Name)
+	}
+	if pc.Name == "" || strings.ContainsAny(pc.Name, " \n\t") {
+		return nil, fmt.Errorf("harness: AddPod: bad name %q", pc.Name)
+	}
+	if pc.Node < 0 || pc.Node >= len(h.Nodes) {
+		return nil, fmt.Errorf("harness: AddPod %s: node %d does not exist", pc.Name, pc.Node)
+	}
+	if pc.IP.IsValid() && slices.ContainsFunc(h.Pods, func(o *Pod) bool { return o.IP == pc.IP }) {
+		return nil, fmt.Errorf("harness: AddPod %s: IP %v belongs to another pod", pc.Name, pc.IP)
+	}
+	if pc.IP6.IsValid() && !h.cfg.IPv6 {
+		return nil, fmt.Errorf("harness: AddPod %s: IP6 set but IPv6 is off", pc.Name)
+	}
+	if err := h.addPod(ctx, pc, h.next); err != nil {
+		if len(h.Pods) > 0 && h.Pods[len(h.Pods)-1].Name == pc.Name {
+			_ = h.RemovePod(ctx, pc.Name)
+		}
+		return nil, err
+	}
+	p = h.Pods[len(h.Pods)-1]
+	defer func() {
+		if err != nil {
+			if rerr := h.RemovePod(ctx, pc.Name); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+	}()
+	if h.cfg.IPv6 {
+		if err := writeSysctls(p.Netns, ipv6Sysctls); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeSysctls(p.Netns, leafSysctls); err != nil {
+		return nil, err
+	}
+	if err := writeOptionalSysctls(p.Netns, optionalSysctls); err != nil {
+		return nil, err
+	}
+	if err := h.batch(ctx, p.Node.Netns, h.podHostLinks(p)); err != nil {
+		return nil, err
+	}
+	if err := h.batch(ctx, p.Netns, h.podLinks(p)); err != nil {
+		return nil, err
+	}
+	for _, ns := range []*Netns{p.Node.Netns, p.Netns} {
+		if err := ns.h.waitLinksUp(5 * time.Second); err != nil {
+			return nil, err
+		}
+	}
+	if err := h.startPodServers(p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// RemovePod stops a pod's echo servers and deletes its namespace (which deletes its
+// veth pair, and with it the node's routes through it).
+func (h *Harness) RemovePod(ctx context.Context, name string) error {
+	idx := slices.IndexFunc(h.Pods, func(p *Pod) bool { return p.Name == name })
+	if idx < 0 {
+		return fmt.Errorf("harness: RemovePod %s: no such pod", name)
+	}
+	p := h.Pods[idx]
+	h.StopServers(p.Netns)
+	h.Pods = slices.Delete(h.Pods, idx, idx+1)
+	if i := slices.Index(p.Node.Pods, p); i >= 0 {
+		p.Node.Pods = slices.Delete(p.Node.Pods, i, i+1)
+	}
+	return h.deleteNetns(ctx, p.Netns)
+}
+
+// StopServers stops the echo servers running in ns (a pod that no longer listens).
+func (h *Harness) StopServers(ns *Netns) {
+	h.mu.Lock()
+	var stop, keep []*echoServer
+	for _, s := range h.servers {
+		if s.ns == ns {
+			stop = append(stop, s)
+		} else {
+			keep = append(keep, s)
+		}
+	}
+	h.servers = keep
+	h.mu.Unlock()
+	for _, s := range stop {
+		s.close()
+	}
+}
+
+// deleteNetns deletes one namespace of the harness.
+func (h *Harness) deleteNetns(ctx context.Context, n *Netns) error {
+	h.mu.Lock()
+	if i := slices.Index(h.created, n); i >= 0 {
+		h.created = slices.Delete(h.created, i, i+1)
+	}
+	h.mu.Unlock()
+	if n.h != nil {
+		_ = n.h.close()
+	}
+	c := command{argv: []string{"ip", "netns", "del", n.Name}}
+	if ce := commandError(c, h.run.run(ctx, c)); ce != nil {
+		return ce
+	}
+	unregisterNetns(n.Name)
+	return nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// SetHairpin turns hairpin mode on or off on every pod port of node's bridge (and for
+// the pods added later): off, a pod's packet that the node sends back out of the port it
+// came in on (the pod reaching itself through a Service) is not forwarded. It changes
+// nothing in the routed topology, where no bridge decides.
+func (h *Harness) SetHairpin(ctx context.Context, node int, on bool) error {
+	n := h.Nodes[node]
+	n.HairpinOff = !on
+	if h.Topology != TopologyBridge {
+		return nil
+	}
+	var lines []string
+	for _, p := range n.Pods {
+		lines = append(lines, fmt.Sprintf("link set %s type bridge_slave hairpin %s", p.HostVeth, onOff(on)))
+	}
+	return h.batch(ctx, n.Netns, lines)
+}
+
+// WriteSysctls writes sysctls (keys as for sysctl(8), net.* only) in ns and reads each
+// back; a key the namespace does not have is an error.
+func (h *Harness) WriteSysctls(ns *Netns, m map[string]string) error { return writeSysctls(ns, m) }
+
+// SetListening stops a pod's echo servers (off: connections to its ports are refused,
+// as to an app that closed its sockets) or starts them again (on).
+func (h *Harness) SetListening(p *Pod, on bool) error {
+	if on == !p.NotListening {
+		return nil
+	}
+	if !on {
+		h.StopServers(p.Netns)
+		p.NotListening = true
+		return nil
+	}
+	if err := h.startPodServers(p); err != nil {
+		return err
+	}
+	p.NotListening = false
+	return nil
 }

@@ -13,8 +13,11 @@ import (
 // kube-proxy versions (RunVersions).
 type Comparison struct {
 	// Modes or Versions are the runs' labels, in order; one of them is set.
-	Modes    []string  `json:"modes,omitempty"`
-	Versions []string  `json:"versions,omitempty"`
+	Modes    []string `json:"modes,omitempty"`
+	Versions []string `json:"versions,omitempty"`
+	// Backends are the data paths of a run on several (CompareBackends): "sim" and
+	// "kernel".
+	Backends []string  `json:"backends,omitempty"`
 	Reports  []*Report `json:"reports"`
 	// Differences lists, step by step, the facts that differ between the runs.
 	Differences []StepDifference `json:"differences"`
@@ -30,6 +33,11 @@ type StepDifference struct {
 	// "seen_source", "answers", "count", "failed_expectations", "error") to its value
 	// per mode or version.
 	Facts []Fact `json:"facts"`
+	// ByDesign names the known difference between the back ends that accounts for
+	// this one, with why (CompareBackends); "" when none does.
+	ByDesign string `json:"by_design,omitempty"`
+	// DatapathState is the kernel's rules and conntrack after the step (CompareBackends).
+	DatapathState []NodeState `json:"datapath_state,omitempty"`
 }
 
 // Fact is one fact of a step and its value under each mode (ByMode) or each version
@@ -38,14 +46,66 @@ type Fact struct {
 	Name      string            `json:"name"`
 	ByMode    map[string]string `json:"by_mode,omitempty"`
 	ByVersion map[string]string `json:"by_version,omitempty"`
+	ByBackend map[string]string `json:"by_backend,omitempty"`
 }
 
 // values is the fact's value per label, whichever axis it is on.
 func (f *Fact) values() map[string]string {
-	if f.ByVersion != nil {
+	switch {
+	case f.ByVersion != nil:
 		return f.ByVersion
+	case f.ByBackend != nil:
+		return f.ByBackend
 	}
 	return f.ByMode
+}
+
+// Value is the fact's value under a label (a mode, version or back end).
+func (f *Fact) Value(label string) string { return f.values()[label] }
+
+// CompareBackends compares a run on the simulation with a run of the same scenario on
+// another data path (Options.Datapath), step by step as RunModes does. explain, when
+// set, names the known by-design difference that accounts for a step's differences
+// ("" for none). Each differing step keeps the data path's state after it (when the
+// run kept it: Options.DatapathState), in Differences; the reports' steps keep none.
+func CompareBackends(sim, other *Report, explain func(sim, other *StepResult, d *StepDifference) string) *Comparison {
+	labels := []string{"sim", other.Backend}
+	c := &Comparison{Backends: labels, Reports: []*Report{sim, other}}
+	c.compare(labels, false)
+	c.Backends = labels
+	// Why an attempt failed is the simulation's rule-by-rule account on one side and
+	// what the client's socket saw on the other: not comparable (results are).
+	kept := c.Differences[:0]
+	for _, d := range c.Differences {
+		facts := d.Facts[:0]
+		for _, f := range d.Facts {
+			if f.Name != "reasons" {
+				facts = append(facts, f)
+			}
+		}
+		if d.Facts = facts; len(facts) > 0 {
+			kept = append(kept, d)
+		}
+	}
+	c.Differences = kept
+	for i := range c.Differences {
+		d := &c.Differences[i]
+		for j := range d.Facts {
+			f := &d.Facts[j]
+			f.ByBackend, f.ByMode = f.ByMode, nil
+		}
+		k := d.Index - 1
+		if k < len(other.Steps) {
+			d.DatapathState = other.Steps[k].DatapathState
+			if explain != nil && k < len(sim.Steps) {
+				d.ByDesign = explain(&sim.Steps[k], &other.Steps[k], d)
+			}
+		}
+	}
+	for i := range other.Steps {
+		other.Steps[i].DatapathState = nil // the differing steps' are in Differences
+	}
+	return c
 }
 
 // RunModes runs the scenario under each mode, one after the other, and compares the
@@ -170,6 +230,9 @@ func (c *Comparison) labels() ([]string, string) {
 	if c.Versions != nil {
 		return c.Versions, "version"
 	}
+	if c.Backends != nil {
+		return c.Backends, "back end"
+	}
 	return c.Modes, "mode"
 }
 
@@ -288,6 +351,12 @@ func (c *Comparison) DiffText() string {
 				parts = append(parts, m+": "+v)
 			}
 			fmt.Fprintf(&b, "      %s: %s\n", strings.ReplaceAll(f.Name, "_", " "), strings.Join(parts, " | "))
+		}
+		if d.ByDesign != "" {
+			fmt.Fprintf(&b, "      by design: %s\n", d.ByDesign)
+		}
+		for _, ns := range d.DatapathState {
+			fmt.Fprintf(&b, "      %s state of %s kept (-o json: differences[].datapath_state; --keep DIR)\n", c.Reports[len(c.Reports)-1].Backend, ns.Node)
 		}
 	}
 	var verdicts []string

@@ -73,7 +73,7 @@ func (r *runner) glibcLookup(ctx context.Context, q *DNSQuery, typ string, dr *D
 		}
 	}
 	var result *dns.Result
-	if r.res.mode == "direct" {
+	if r.res.mode == "direct" || r.res.dpDial != nil { // real time on a data path
 		result, err = stub.Lookup(ctx, q.Name, fam)
 	} else {
 		result, err = dns.LookupOnClock(ctx, r.c, stub, q.Name, fam)

@@ -46,6 +46,9 @@ type resolver struct {
 	srv   *dns.Server     // direct mode
 	cd    *dns.ClusterDNS // kube-dns mode
 	dnsIP string          // the nameserver pods are given
+	// dpDial, with a data path of its own DNS (Datapath.DNSDialer), dials a pod's
+	// nameserver on the data path.
+	dpDial func(from string) func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func newDirectResolver(c *cluster.Cluster) (*resolver, error) {
@@ -113,6 +116,12 @@ func (r *resolver) podStub(from string) (*dns.Stub, error) {
 	obj, ok := r.c.Store().GetPod(ns, name)
 	if p == nil || !ok {
 		return nil, fmt.Errorf("no running pod %s", pl.name)
+	}
+	if r.dpDial != nil {
+		if dial := r.dpDial(from); dial != nil {
+			conf, _ := dns.PodResolvConf(obj, dns.KubeletDNS{ClusterDNS: []string{r.dnsIP}, ClusterDomain: clusterDomain, NodeIPs: p.Node().IPs()})
+			return dns.NewStub(conf, dial), nil
+		}
 	}
 	return r.stubFor(p, obj), nil
 }

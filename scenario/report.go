@@ -29,6 +29,10 @@ type Report struct {
 	// Failed counts the steps whose expectations failed or that could not run.
 	Failed int  `json:"failed"`
 	Passed bool `json:"passed"`
+	// Backend is the data path the traffic took when it was not the simulation's
+	// ("kernel": Options.Datapath); Refused counts the steps it refused.
+	Backend string `json:"backend,omitempty"`
+	Refused int    `json:"refused,omitempty"`
 }
 
 // NodeInfo describes a node.
@@ -78,6 +82,9 @@ type StepResult struct {
 	Expectations []Expectation  `json:"expectations,omitempty"`
 	// Trace is the rule-by-rule trace of the first attempt (trace: true).
 	Trace *netsim.Trace `json:"trace,omitempty"`
+	// DatapathState is each node's rules and conntrack table after the step, on a
+	// data path other than the simulation's (Options.DatapathState).
+	DatapathState []NodeState `json:"datapath_state,omitempty"`
 }
 
 // TrafficResult sums up the attempts of a connect or send step.
@@ -178,6 +185,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		mode += " (scheduler " + r.Scheduler + ")"
 	}
 	fmt.Fprintf(&b, "kube-proxy %s mode, version %s; dns %s; seed %d\n", mode, r.Version, r.DNS, r.Seed)
+	if r.Backend != "" {
+		fmt.Fprintf(&b, "back end: %s (the simulation is the control plane; traffic, conntrack and waits are the %s's)\n", r.Backend, r.Backend)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}
@@ -187,8 +197,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		r.Steps[i].writeText(&b)
 	}
 	b.WriteString("\n")
+	if r.Refused > 0 {
+		fmt.Fprintf(&b, "%d of %d steps refused on the %s\n", r.Refused, len(r.Steps), r.Backend)
+	}
 	if r.Passed {
-		fmt.Fprintf(&b, "PASS: %d steps, every expectation held\n", len(r.Steps))
+		fmt.Fprintf(&b, "PASS: %d steps, every expectation held\n", len(r.Steps)-r.Refused)
 	} else {
 		fmt.Fprintf(&b, "FAIL: %d of %d steps failed\n", r.Failed, len(r.Steps))
 	}
@@ -225,7 +238,7 @@ func (r *Report) writeCluster(b *strings.Builder) {
 }
 
 func (s *StepResult) writeText(b *strings.Builder) {
-	status := map[string]string{"ok": "ok", "failed": "FAILED", "error": "ERROR"}[s.Status]
+	status := map[string]string{"ok": "ok", "failed": "FAILED", "error": "ERROR", "refused": "REFUSED"}[s.Status]
 	fmt.Fprintf(b, "[%d] %-7s %s  ... %s\n", s.Index, "t="+s.Time, s.Title, status)
 	if s.Summary != "" {
 		fmt.Fprintf(b, "      %s\n", s.Summary)

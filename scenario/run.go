@@ -30,6 +30,12 @@ type Options struct {
 	Version string
 	// Progress, when set, is called before each step (for a progress line).
 	Progress func(step, total int, title string)
+	// Datapath, when set, carries the traffic instead of the simulation (see
+	// Datapath); Run starts it on the built cluster and closes it at the end.
+	Datapath Datapath
+	// DatapathState keeps the data path's state (Datapath.State) after each traffic
+	// and check step in the step's result.
+	DatapathState bool
 }
 
 // Run runs the scenario: it builds the cluster, applies the manifests, lets every proxy
@@ -47,6 +53,13 @@ func Run(ctx context.Context, s *Scenario, opts Options) (*Report, error) {
 		return nil, err
 	}
 	defer r.close()
+	if dp := opts.Datapath; dp != nil {
+		defer dp.Close()
+		if err := r.startDatapath(ctx, dp); err != nil {
+			return nil, err
+		}
+		r.keepState = opts.DatapathState
+	}
 	for i := range s.Steps {
 		if err := ctx.Err(); err != nil {
 			return r.rep, err
@@ -83,6 +96,10 @@ type runner struct {
 	liveTraffic bool
 	// relay carries host_services' connections to the real servers (nil: none).
 	relay *hostRelay
+	// dp carries the traffic when it is not the simulation's (Options.Datapath);
+	// keepState records its state after traffic and check steps.
+	dp        Datapath
+	keepState bool
 }
 
 func (p *plan) start() (*runner, error) {
@@ -225,6 +242,14 @@ func (r *runner) runStep(ctx context.Context, i int) {
 	sp := fmt.Sprintf("steps[%d]", i)
 	res := StepResult{Index: i + 1, Title: st.Title(), Action: st.Action(), Line: r.s.lineOf(sp), Status: "ok"}
 	res.Time = fmtElapsed(r.elapsed())
+	var dpNote string
+	if r.dp != nil {
+		var refused bool
+		if refused, dpNote = r.datapathRefused(st, &res); refused {
+			r.rep.Steps = append(r.rep.Steps, res)
+			return
+		}
+	}
 	if st.At != nil {
 		target := st.At.D()
 		now := r.elapsed()
@@ -237,6 +262,11 @@ func (r *runner) runStep(ctx context.Context, i int) {
 		}
 		r.c.Clock().Advance(target - now)
 		res.Time = fmtElapsed(r.elapsed())
+		if r.dp != nil {
+			if n := r.dp.Advance(ctx, target-now); n != "" {
+				res.Details = append(res.Details, n)
+			}
+		}
 	}
 	r.rememberPods()
 	defer r.rememberPods()
@@ -271,6 +301,11 @@ func (r *runner) runStep(ctx context.Context, i int) {
 	case st.Advance != nil:
 		r.c.Clock().Advance(st.Advance.D())
 		res.Summary = "the clock is now at t=" + fmtElapsed(r.elapsed())
+		if r.dp != nil {
+			if n := r.dp.Advance(ctx, st.Advance.D()); n != "" {
+				res.Details = append(res.Details, n)
+			}
+		}
 	case st.Fault != nil:
 		err = r.fault(st.Fault, &res)
 	case st.Partition != nil:
@@ -299,6 +334,9 @@ func (r *runner) runStep(ctx context.Context, i int) {
 			n.Conntrack().SetSettings(n.Settings().Conntrack)
 		})
 		res.Summary = "settings changed on " + st.NodeSettings.Node
+	}
+	if r.dp != nil {
+		err = r.datapathAfter(ctx, st, &res, dpNote, err)
 	}
 	if err != nil {
 		res.Status = "error"
@@ -974,7 +1012,17 @@ func (r *runner) checkConntrack(ct *ConntrackCheck, e *Expect, res *StepResult) 
 	count := 0
 	var lines []string
 	var entries []netsim.Conn
+	if r.dp != nil {
+		var err error
+		if entries, lines, err = r.datapathConntrack(ct.Node, f); err != nil {
+			return err
+		}
+		count = len(entries)
+	}
 	r.forNodes(ct.Node, func(n *cluster.Node) {
+		if r.dp != nil {
+			return
+		}
 		for _, c := range n.Conntrack().List(f) {
 			entries = append(entries, c)
 			count++

@@ -63,6 +63,9 @@ func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool
 		return err
 	}
 	tp.expect = st.Expect
+	if r.dp != nil {
+		tp.via, tp.autoNote = r.dp.Name(), ""
+	}
 	tr := &TrafficResult{From: t.From, Client: tp.client.String(), To: t.To, Dst: tp.dst.String(), Resolved: tp.how, Proto: tp.protoName, Via: tp.via, Attempts: tp.count,
 		Results: map[string]int{}}
 	if t.AllBranches {
@@ -72,9 +75,12 @@ func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool
 		return r.craft(st, tp, tr, res)
 	}
 	var atts []attempt
-	if tp.via == "probe" {
+	switch {
+	case r.dp != nil:
+		atts = r.datapathAttempts(ctx, tp)
+	case tp.via == "probe":
 		atts, err = r.probeAttempts(tp, res)
-	} else {
+	default:
 		atts, err = r.netstackAttempts(ctx, tp, res)
 	}
 	if err != nil {
@@ -86,7 +92,7 @@ func (r *runner) traffic(ctx context.Context, st *Step, t *Traffic, connect bool
 	describeTraffic(res, tr, tp)
 	if st.Expect != nil {
 		res.Expectations = r.checkTraffic(st.Expect, tr, atts, tp.client)
-		if st.Expect.DecidedBy != nil {
+		if st.Expect.DecidedBy != nil && r.dp == nil { // no trace on a data path (its Verdict says so)
 			res.Expectations = append(res.Expectations, checkDecision(st.Expect.DecidedBy, tp.firstTrace))
 		}
 	}

@@ -30,6 +30,29 @@ With --versions the scenario runs once per kube-proxy version (1.22,1.28,1.33) i
 mode (or --mode's) and the output ends with where the versions differ, the same way.
 A version the mode is not modelled in is an error naming the releases it is.
 
+With --backend kernel (root) the traffic runs on the real Linux kernel: the scenario's
+cluster is built as network namespaces named after the run (clk<pid>-...): a node each
+(bridge, veths, uplink), a pod each (its address, echo servers on its containerPorts),
+and the outside world (the external hosts' addresses). Each node is programmed with
+the rules its kube-proxy mode and version generate (iptables via iptables-nft-restore,
+or iptables-legacy-restore with --kernel-iptables legacy; nftables via nft; IPVS where
+the kernel has ip_vs: otherwise the run is refused naming what is missing),
+re-programmed whenever the simulated kube-proxy syncs; node settings become sysctls
+and the bridge's hairpin mode. The simulation stays the control plane (API server,
+controllers, probes, the clock); connect and send steps make real connections, dns
+steps and names send real queries from the pod's namespace to the kube-dns Service
+(the cluster DNS server runs in the CoreDNS pods' namespaces), check conntrack reads
+conntrack -L, advance and at wait for real up to 3s (longer jumps move the
+simulation's clock only, and say so). Steps the kernel cannot do (crafted packets,
+all_branches, DNS packets held together, HTTP, faults, partitions, kill_node,
+conntrack_stats, health checks) are refused with the reason (status refused; they do
+not fail the run). With --backend both the scenario runs in the simulation and on the
+kernel and the output ends with the steps whose outcomes differ, each labelled with a
+by-design difference where one explains it; the kernel's rules and conntrack table
+after each differing step are in -o json (differences[].datapath_state) and, with
+--keep DIR, in DIR/step-N-NODE.rules and .conntrack. The namespaces are removed at the
+end, on Ctrl-C and SIGTERM, and, after a crash, by the next run.
+
 A scenario file is YAML:
 
   name: my-service answers
@@ -84,6 +107,10 @@ type runOptions struct {
 	versions []string
 	mode     string
 	progress bool
+	backend  string
+	keep     string
+	prefix   string // namespace name prefix of the kernel back end (hidden; tests)
+	iptables string // the kernel back end's iptables backend: nft or legacy
 }
 
 func init() { rootCmd.AddCommand(newRunCmd()) }
@@ -91,11 +118,12 @@ func init() { rootCmd.AddCommand(newRunCmd()) }
 func newRunCmd() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run FILE [-o text|json] [--modes iptables,ipvs,userspace | --versions 1.22,1.28,1.33]",
+		Use:   "run FILE [-o text|json] [--modes iptables,ipvs,userspace | --versions 1.22,1.28,1.33 | --backend kernel|both]",
 		Short: "Run a scenario file and check its expectations",
 		Long:  fmt.Sprintf(runLong, strings.Join(scenario.AvailableModes(), ", ")) + "\n\n" + scenario.VersionNotes(),
 		Example: `  clusterlab run testdata/scenarios/quickstart.yaml
   clusterlab run testdata/scenarios/session-affinity.yaml -o json
+  sudo clusterlab run --backend both testdata/scenarios/stale-udp-conntrack.yaml
   clusterlab run --modes iptables,ipvs,userspace testdata/scenarios/session-affinity.yaml
   clusterlab run --versions 1.31,1.32 testdata/scenarios/kube-proxy-restart.yaml`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -112,6 +140,11 @@ func newRunCmd() *cobra.Command {
 	f.StringSliceVar(&o.versions, "versions", nil, "run under each of these kube-proxy versions and compare (comma-separated, 1.N)")
 	f.StringVar(&o.mode, "mode", "", "run under this kube-proxy mode instead of the scenario's")
 	f.BoolVar(&o.progress, "progress", false, "print a progress line on stderr (default: only when stderr is a terminal)")
+	f.StringVar(&o.backend, "backend", "sim", "where the traffic runs: sim (the simulation), kernel (the real kernel in network namespaces; root) or both (and compare)")
+	f.StringVar(&o.prefix, "netns-prefix", "clk", "start of the kernel back end's namespace names (1-8 lower-case letters and digits)")
+	_ = f.MarkHidden("netns-prefix")
+	f.StringVar(&o.iptables, "kernel-iptables", "nft", "with --backend kernel or both: the iptables backend of the kernel's nodes (nft or legacy; the iptables and ipvs modes)")
+	f.StringVar(&o.keep, "keep", "", "with --backend both: write the kernel's rules and conntrack table of each differing step under this directory")
 	_ = cmd.RegisterFlagCompletionFunc("mode", completeModes(false))
 	_ = cmd.RegisterFlagCompletionFunc("modes", completeModes(true))
 	return cmd
@@ -158,9 +191,27 @@ func runScenario(cmd *cobra.Command, file string, o *runOptions) error {
 	if err := checkModeFlag("--mode", o.mode); err != nil {
 		return err
 	}
+	switch o.backend {
+	case "sim", "":
+	case "kernel", "both":
+		if len(o.modes) > 0 || len(o.versions) > 0 {
+			return badInput(fmt.Errorf("--backend %s and --modes/--versions: give one (compare back ends in one mode and version)", o.backend))
+		}
+	default:
+		return badInput(fmt.Errorf("--backend %q: want sim, kernel or both", o.backend))
+	}
+	if o.iptables != "nft" && o.iptables != "legacy" {
+		return badInput(fmt.Errorf("--kernel-iptables %q: want nft or legacy", o.iptables))
+	}
+	if o.keep != "" && o.backend != "both" {
+		return badInput(errors.New("--keep: only with --backend both"))
+	}
 	s, err := scenario.Load(file)
 	if err != nil {
 		return badInput(err)
+	}
+	if o.backend == "kernel" || o.backend == "both" {
+		return runKernel(cmd, s, o)
 	}
 	opts := scenario.Options{Mode: o.mode}
 	prog := newProgress(cmd.ErrOrStderr(), o.progress)

@@ -30,7 +30,8 @@ var rules = map[string][]string{
 	"kernel":                  {"netsim", "cluster", "proxy/kubeproxy"},
 	"dns":                     {"proxy/kubeproxy", "scenario"},
 	"proxy/kubeproxy":         {"scenario", "proptest", "kernel"},
-	"scenario":                {"proptest", "hostlink"},
+	"scenario":                {"proptest", "hostlink", "kernel", "kernelrun"},
+	"kernelrun":               {"proptest", "hostlink"},
 	"hostlink":                {"proptest", "kernel"},
 }
 

@@ -302,17 +302,7 @@ func (k *KernelComparison) build(ctx context.Context, o KernelOptions) error {
 		}
 		pc := kernel.PodConfig{Name: p.Key(), Node: c.Cluster.NodeIndex(p.Node().Name()), IP: p.IP(),
 			TCPPorts: []uint16{}, UDPPorts: []uint16{}}
-		for _, ct := range obj.Spec.Containers {
-			for _, cp := range ct.Ports {
-				switch cp.Protocol {
-				case corev1.ProtocolUDP:
-					pc.UDPPorts = append(pc.UDPPorts, uint16(cp.ContainerPort))
-				case corev1.ProtocolSCTP:
-				default:
-					pc.TCPPorts = append(pc.TCPPorts, uint16(cp.ContainerPort))
-				}
-			}
-		}
+		pc.AddContainerPorts(obj.Spec.Containers, nil)
 		cfg.Pods = append(cfg.Pods, pc)
 	}
 	h, err := kernel.NewHarness(cfg)
@@ -348,13 +338,7 @@ func (k *KernelComparison) build(ctx context.Context, o KernelOptions) error {
 			}
 			continue
 		}
-		nfacct := true
-		for _, name := range []string{"localhost_nps_accepted_pkts", "ct_state_invalid_dropped_pkts"} {
-			if kernel.EnsureNFAcct(n.Netns.Name, name) != nil {
-				nfacct = false
-			}
-		}
-		px, err := iptables.NewProxier(n.IPTables, n.Conntrack, iptables.Config{Node: nc, NoNFAcct: !nfacct})
+		px, err := h.NewIPTablesProxier(n, nil, iptables.Config{Node: nc})
 		if err != nil {
 			return fmt.Errorf("conformance: kube-proxy for %s: %w", sim.Name(), err)
 		}
@@ -384,19 +368,11 @@ func (k *KernelComparison) build(ctx context.Context, o KernelOptions) error {
 // (generic netlink). The kernel's release is the proxier's kernel version, as
 // kube-proxy reads it.
 func (k *KernelComparison) programIPVS(ctx context.Context, n *kernel.Node, nc proxy.NodeConfig, services []*corev1.Service, slices []*discoveryv1.EndpointSlice) error {
-	v, err := kernel.NewIPVS(n.Netns.Name)
+	px, err := k.Harness.NewIPVSProxier(n, nil, ipvs.ProxierConfig{Family: corev1.IPv4Protocol, Node: nc})
 	if err != nil {
 		return err
 	}
-	k.ipvs = append(k.ipvs, v)
-	release := ""
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		release = strings.TrimSpace(string(b))
-	}
-	px, err := ipvs.NewProxier(k.Harness.IPVSWriters(n, v), ipvs.ProxierConfig{Family: corev1.IPv4Protocol, Node: nc, KernelVersion: release})
-	if err != nil {
-		return err
-	}
+	k.ipvs = append(k.ipvs, px.IPVS)
 	res, err := px.Sync(ctx, services, slices)
 	if err != nil {
 		return fmt.Errorf("sync into %s: %w", n.Netns, err)
