@@ -101,6 +101,9 @@ type NodeConfig struct {
 	// it the alternative proxy serving only the Services labelled with that name
 	// (proxy.NodeConfig.ProxyName).
 	ProxyName string
+	// NetworkPolicy is how the node's CNI enforces NetworkPolicy for node and
+	// hostNetwork traffic: PolicyCalico (default) or PolicyCilium.
+	NetworkPolicy string
 }
 
 func (nc NodeConfig) network() netsim.NodeConfig {
@@ -137,6 +140,11 @@ func (cfg *Config) network(serviceCIDRs []netip.Prefix) netsim.Config {
 func (cfg *Config) setDefaults() error {
 	if len(cfg.Nodes) == 0 {
 		cfg.Nodes = []NodeConfig{{Name: "node-a"}}
+	}
+	for _, n := range cfg.Nodes {
+		if err := CheckPolicyFlavour(n.NetworkPolicy); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
 	}
 	if !cfg.LoadBalancerCIDR.IsValid() {
 		cfg.LoadBalancerCIDR = netip.MustParsePrefix("198.51.100.0/24")
@@ -183,6 +191,8 @@ type Cluster struct {
 	nextLB  netip.Addr
 	checker *lbChecker // the health checker, made on first use
 	replies lbReplies  // the load balancers' reply bindings (nodeport mode)
+
+	pol policyState // NetworkPolicy enforcement (policy.go)
 }
 
 // New builds the cluster: the network with its nodes, the store (Config.Store or a new
@@ -218,6 +228,7 @@ func New(cfg Config) (*Cluster, error) {
 		runs:       map[string]*podRun{},
 		lbs:        map[string]*loadBalancer{},
 	}
+	c.initPolicy()
 	c.replies.c = c
 	c.replies.m = map[netfilter.Tuple]*lbFlow{}
 	for i, n := range nw.Nodes() {
@@ -234,7 +245,7 @@ func New(cfg Config) (*Cluster, error) {
 }
 
 func (c *Cluster) newNode(n *netsim.Node, nc NodeConfig) *Node {
-	return &Node{Node: n, c: c, cfg: nc}
+	return &Node{Node: n, c: c, cfg: nc, polFlavour: nc.NetworkPolicy}
 }
 
 // Config returns the cluster's configuration with defaults filled in (the network's
@@ -345,6 +356,9 @@ type Node struct {
 
 	healthMu sync.Mutex
 	health   HealthChecker
+
+	polMu      sync.Mutex
+	polFlavour string // NetworkPolicy flavour (policy.go)
 }
 
 // Cluster returns the cluster the node belongs to.

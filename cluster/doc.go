@@ -51,6 +51,20 @@
 // of Services, EndpointSlices or Nodes, Config.SyncDelay (or Node.SetSyncDelay) later,
 // never concurrently on one node; PauseProxy reproduces a hung kube-proxy.
 //
+// # NetworkPolicy
+//
+// The cluster enforces the store's NetworkPolicies (networking.k8s.io/v1) as a CNI plugin
+// does, with one more handler on each node's datapath (policy.go, PolicyHandlerName): after
+// kube-proxy's DNAT and before masquerade, egress on the source pod's node and ingress on
+// the destination pod's node, for a connection's first packets only (conntrack lets the
+// rest through), dropping what no rule allows. The decisions come from a netpol.Index the
+// cluster keeps in line with the store's policies, pods and namespaces
+// (NetworkPolicyIndex); each is traced with the pod, the direction and the policy and rule
+// (or the isolating policies), and carried on the trace step as a *netpol.Decision. How a
+// node's own traffic and other nodes' addresses count is the node's flavour
+// (NodeConfig.NetworkPolicy: PolicyCalico, PolicyCilium). The handler is installed when the
+// first NetworkPolicy arrives, so a cluster without policies has none.
+//
 // # The cloud load balancer
 //
 // Every LoadBalancer Service (without a loadBalancerClass) gets an ingress address from

@@ -157,6 +157,7 @@ func (c *Cluster) onEvent(ev service.Event) {
 	if closed {
 		return
 	}
+	c.policyEvent(ev)
 	switch ev.Kind {
 	case service.KindPod:
 		c.kubelet(ev)

@@ -23,6 +23,7 @@ func (c *Cluster) addNode(nc NodeConfig) (*Node, error) {
 	c.mu.Lock()
 	c.nodes[nc.Name] = n
 	c.mu.Unlock()
+	c.policyNodeAdded(n)
 	if _, err := c.store.Create(n.nodeObject()); err != nil {
 		return nil, fmt.Errorf("add node %s: %w", nc.Name, err)
 	}

@@ -38,6 +38,10 @@ type TraceStep struct {
 	Verdict string `json:"verdict,omitempty"`
 	Packet  string `json:"packet,omitempty"` // the packet as it is at this step
 	Detail  string `json:"detail,omitempty"`
+
+	// Decision is a handler's structured verdict beside its text (the NetworkPolicy
+	// handler's cluster.PolicyTrace), for programs reading traces; netsim does not look at it.
+	Decision any `json:"decision,omitempty"`
 }
 
 // Trace is the structured record of a packet's (or a probe's) way through the network.

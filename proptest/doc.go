@@ -120,4 +120,13 @@
 // Determinism: a case fixes the simulation's seed, probes are synchronous, and the
 // clock is virtual (Build makes a manual clock), so a case's outcome is a pure function
 // of the case and the proxy; rapid's -rapid.seed reproduces a run.
+//
+// # NetworkPolicy
+//
+// PolicyCases draws NetworkPolicy cases (namespaces x, y, z; pods with app labels a, b,
+// c, each behind a Service of its own; policies of every v1 feature) and
+// CheckPolicyReachability holds the datapath to netpol.Reference: every ordered pair of
+// pods, on each pod port, to the pod's IP and through its ClusterIP, is delivered exactly
+// when the direct evaluation of the semantics allows it (policy.go). PolicyModes are the
+// modes it holds for: those that do not terminate connections on the node.
 package proptest

@@ -342,7 +342,7 @@ func (c *stepCheck) delete() {
 			continue
 		}
 		switch r.Kind {
-		case "Service", "Pod", "Endpoints", "EndpointSlice", "Deployment", "ReplicaSet":
+		case "Service", "Pod", "Endpoints", "EndpointSlice", "Deployment", "ReplicaSet", "NetworkPolicy":
 			if ns, n, ok := strings.Cut(r.Name, "/"); !ok || ns == "" || n == "" {
 				c.fail(f+".name", "want NAMESPACE/NAME, got %q", r.Name)
 			}
@@ -351,7 +351,7 @@ func (c *stepCheck) delete() {
 				c.fail(f+".name", "want a %s name, got %q", r.Kind, r.Name)
 			}
 		default:
-			c.fail(f+".kind", "want Service, Pod, Endpoints, EndpointSlice, Deployment, ReplicaSet, Namespace or Node, got %q", r.Kind)
+			c.fail(f+".kind", "want Service, Pod, Endpoints, EndpointSlice, NetworkPolicy, Deployment, ReplicaSet, Namespace or Node, got %q", r.Kind)
 		}
 	}
 }
@@ -498,9 +498,9 @@ func (c *stepCheck) httpGet(f string, t *Traffic) {
 // deleteCollection validates a delete by label selector.
 func (c *stepCheck) deleteCollection(f string, r ObjectRef) {
 	switch r.Kind {
-	case "Service", "Pod", "Endpoints", "EndpointSlice":
+	case "Service", "Pod", "Endpoints", "EndpointSlice", "NetworkPolicy":
 	default:
-		c.fail(f+".kind", "a delete by selector deletes Services, Pods, Endpoints or EndpointSlices, got %q", r.Kind)
+		c.fail(f+".kind", "a delete by selector deletes Services, Pods, Endpoints, EndpointSlices or NetworkPolicies, got %q", r.Kind)
 	}
 	if r.Name != "" {
 		c.fail(f, "name and selector: give one")

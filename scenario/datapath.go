@@ -148,6 +148,11 @@ const datapathParallel = 8
 // as such (true); otherwise it returns the message of an adapted step ("" for none).
 func (r *runner) datapathRefused(st *Step, res *StepResult) (bool, string) {
 	v := r.dp.Verdict(st)
+	if !v.Refuse && (st.Connect != nil || st.Send != nil || st.DNS != nil) && len(r.c.NetworkPolicyIndex().Policies()) > 0 {
+		// The simulation's NetworkPolicy handler is not programmed into a data path
+		// (no CNI's rules there): traffic while policies exist would not be policed.
+		v = DatapathVerdict{Refuse: true, Message: "NetworkPolicy: the API server holds NetworkPolicies, which only the simulation enforces (no CNI programs them here)"}
+	}
 	if v.Refuse {
 		res.Status = "refused"
 		res.Summary = fmt.Sprintf("refused on the %s: %s", r.dp.Name(), v.Message)

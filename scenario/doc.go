@@ -68,7 +68,13 @@
 //	                              tcp_be_liberal, udp_timeout, udp_stream_timeout,
 //	                              kernel: {version: "5.4"} (the node's Linux; default
 //	                              current), ipvs: {conn_reuse_mode, expire_nodest_conn,
-//	                              expire_quiescent_template, conntrack} (over kube-proxy's)
+//	                              expire_quiescent_template, conntrack} (over kube-proxy's),
+//	                              network_policy: calico | cilium (how the CNI treats
+//	                              node traffic under NetworkPolicy: both let a node reach
+//	                              its own pods; calico: other nodes are plain addresses
+//	                              ipBlock matches; cilium: nodes are the host/remote-node
+//	                              identities, which ipBlock does not select; default
+//	                              calico; see cluster.PolicyCalico)
 //	  dns: kube-dns | direct | off
 //	                              kube-dns: a kube-system/kube-dns Service at the tenth
 //	                              service address with CoreDNS-like pods, every pod's
@@ -135,7 +141,7 @@
 //	       | {health_check: {service: NS/NAME, node}}   the health-check node port's answer
 //	apply: [manifests]            create or update (Deployments roll out or scale)
 //	delete: [{kind, name}]
-//	      | [{kind: Service | Pod | Endpoints | EndpointSlice, selector: test=e2e,
+//	      | [{kind: Service | Pod | Endpoints | EndpointSlice | NetworkPolicy, selector: test=e2e,
 //	          namespace}]         every object of the kind in the namespace (default
 //	                              "default") whose labels match (DeleteCollection)
 //	delete_pod: {pod | selector [+ namespace], count, grace}
@@ -217,7 +223,10 @@
 //	                              send with all_branches: each outcome's probability
 //	decided_by: {chain: filter/KUBE-SERVICES, rule: "has no endpoints", line: 9}
 //	          | {policy: filter/FORWARD} | {conntrack: true} | {ipvs_template: true}
-//	                              what decided the first attempt's fate (probes)
+//	          | {network_policy: NS/NAME, rule: "rule 0"}
+//	                              what decided the first attempt's fate (probes); a
+//	                              NetworkPolicy: one isolating the pod of a dropped
+//	                              packet, or the one whose rule let it through
 //	present: true, nat_destination: pod:NS/NAME[:PORT] | IP[:PORT]    check conntrack
 //	counters: {found, invalid, insert, insert_failed, drop, early_drop, clash_resolve}
 //	                              check conntrack_stats: conntrack -S counters

@@ -117,15 +117,22 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 // check validates a decision point: one kind, and Rule and Line only with Chain.
 func (d *DecisionPoint) check(fail func(f, format string, args ...any)) {
 	n := 0
-	for _, set := range []bool{d.Chain != "", d.Policy != "", d.Conntrack, d.IPVSTemplate} {
+	for _, set := range []bool{d.Chain != "", d.Policy != "", d.Conntrack, d.IPVSTemplate, d.NetworkPolicy != ""} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		fail("", "want one of chain (with rule or line), policy, conntrack, ipvs_template")
+		fail("", "want one of chain (with rule or line), policy, conntrack, ipvs_template, network_policy")
 	}
-	if (d.Rule != "" || d.Line != 0) && d.Chain == "" {
+	if d.NetworkPolicy != "" {
+		if ns, name, ok := strings.Cut(d.NetworkPolicy, "/"); !ok || ns == "" || name == "" {
+			fail("network_policy", "want NAMESPACE/NAME, got %q", d.NetworkPolicy)
+		}
+		if d.Line != 0 {
+			fail("line", "a NetworkPolicy rule is named by rule (a part of its text), not line")
+		}
+	} else if (d.Rule != "" || d.Line != 0) && d.Chain == "" {
 		fail("chain", "rule and line name a rule of a chain: give its chain")
 	}
 	if d.Line < 0 {
@@ -151,6 +158,12 @@ func (d *DecisionPoint) String() string {
 		return "an existing conntrack entry"
 	case d.IPVSTemplate:
 		return "an IPVS persistence template"
+	case d.NetworkPolicy != "":
+		s := "NetworkPolicy " + d.NetworkPolicy
+		if d.Rule != "" {
+			s += fmt.Sprintf(" (a rule containing %q)", d.Rule)
+		}
+		return s
 	}
 	return "?"
 }
@@ -263,6 +276,9 @@ func (d decision) matches(w *DecisionPoint) bool {
 
 // checkDecision is the decided_by expectation of a step whose first attempt's trace is tr.
 func checkDecision(w *DecisionPoint, tr *netsim.Trace) Expectation {
+	if w.NetworkPolicy != "" {
+		return checkPolicyDecision(w, tr)
+	}
 	d := decisionOf(tr)
 	return Expectation{Field: "decided_by", Want: w.String(), Got: d.text, OK: d.matches(w)}
 }

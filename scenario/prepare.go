@@ -86,6 +86,7 @@ type preparer struct {
 	version   string   // overrides cluster.proxy.version when not empty (--versions)
 	// clusterProxyName is cluster.proxy.name once checked, every node's default.
 	clusterProxyName string
+	policyFlavour    string // cluster.node_settings.network_policy
 	errs             []error
 }
 
@@ -220,6 +221,7 @@ func (pr *preparer) nodes() {
 	if c.NodeSettings != nil {
 		pr.add(c.NodeSettings.check(pr.s, "cluster.node_settings"))
 		c.NodeSettings.applyTo(&base)
+		pr.policyFlavour = c.NodeSettings.policyFlavour("")
 	}
 	if pr.proxyName("cluster.proxy.name", c.Proxy.Name) {
 		pr.clusterProxyName = c.Proxy.Name
@@ -227,7 +229,7 @@ func (pr *preparer) nodes() {
 	if len(c.Nodes) == 0 {
 		for _, n := range DefaultNodes {
 			st := base
-			p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n, Settings: &st, ProxyName: pr.clusterProxyName})
+			p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n, Settings: &st, ProxyName: pr.clusterProxyName, NetworkPolicy: pr.policyFlavour})
 			p.nodes = append(p.nodes, n)
 		}
 	}
@@ -266,7 +268,8 @@ func (pr *preparer) node(fp string, n Node, base netsim.NodeSettings) {
 	if n.ProxyName != nil && pr.proxyName(fp+".proxy_name", *n.ProxyName) {
 		proxyName = *n.ProxyName
 	}
-	p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n.Name, Zone: n.Zone, Labels: n.Labels, Settings: &st, ProxyName: proxyName})
+	p.cfg.Nodes = append(p.cfg.Nodes, cluster.NodeConfig{Name: n.Name, Zone: n.Zone, Labels: n.Labels, Settings: &st, ProxyName: proxyName,
+		NetworkPolicy: n.Settings.policyFlavour(pr.policyFlavour)})
 	p.nodes = append(p.nodes, n.Name)
 }
 
@@ -539,6 +542,11 @@ func (ns *NodeSettings) check(s *Scenario, path string) error {
 	if ns.RPFilter != nil && (*ns.RPFilter < 0 || *ns.RPFilter > 2) {
 		errs = append(errs, s.errorf(path+".rp_filter", "want 0 (off), 1 (strict) or 2 (loose), got %d", *ns.RPFilter))
 	}
+	if ns.NetworkPolicy != nil {
+		if err := cluster.CheckPolicyFlavour(*ns.NetworkPolicy); err != nil {
+			errs = append(errs, s.errorf(path+".network_policy", "want calico or cilium, got %q", *ns.NetworkPolicy))
+		}
+	}
 	if ns.Kernel != nil {
 		if _, err := netfilter.ParseKernelVersion(ns.Kernel.Version); err != nil {
 			errs = append(errs, s.errorf(path+".kernel.version", "%v", err))
@@ -561,6 +569,14 @@ func (ns *NodeSettings) check(s *Scenario, path string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// policyFlavour is the NetworkPolicy flavour the settings name, or def.
+func (ns *NodeSettings) policyFlavour(def string) string {
+	if ns == nil || ns.NetworkPolicy == nil {
+		return def
+	}
+	return *ns.NetworkPolicy
 }
 
 func (ns *NodeSettings) applyTo(st *netsim.NodeSettings) {

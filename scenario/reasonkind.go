@@ -19,6 +19,8 @@ func ReasonKind(reason string) string {
 	case strings.HasPrefix(r, "rejected ("):
 		with, _, _ := strings.Cut(strings.TrimPrefix(r, "rejected ("), ")")
 		return "a rule rejected it (" + with + ")"
+	case strings.HasPrefix(r, "dropped by NetworkPolicy "):
+		return "NetworkPolicy dropped it"
 	case strings.HasPrefix(r, "dropped by "):
 		return "a rule dropped it"
 	case strings.HasPrefix(r, "no route to "), strings.HasPrefix(r, "rerouted to a local address"):

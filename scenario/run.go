@@ -328,6 +328,9 @@ func (r *runner) runStep(ctx context.Context, i int) {
 	case st.NodeSettings != nil:
 		r.forNodes(st.NodeSettings.Node, func(n *cluster.Node) {
 			n.UpdateSettings(func(s *netsim.NodeSettings) { st.NodeSettings.NodeSettings.applyTo(s) })
+			if f := st.NodeSettings.NodeSettings.NetworkPolicy; f != nil {
+				_ = n.SetNetworkPolicy(*f) // checked when the file was loaded
+			}
 			n.Conntrack().SetSettings(n.Settings().Conntrack)
 		})
 		res.Summary = "settings changed on " + st.NodeSettings.Node

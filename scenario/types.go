@@ -174,6 +174,9 @@ type NodeSettings struct {
 	Kernel *KernelSettings `yaml:"kernel,omitempty"`
 	// IPVS are net.ipv4.vs sysctls set over what kube-proxy's IPVS mode writes.
 	IPVS *IPVSSettings `yaml:"ipvs,omitempty"`
+	// NetworkPolicy is how the node's CNI treats node and hostNetwork traffic under
+	// NetworkPolicy: calico (default) or cilium (cluster.PolicyCalico, PolicyCilium).
+	NetworkPolicy *string `yaml:"network_policy,omitempty"`
 }
 
 // KernelSettings name a node's kernel.
@@ -462,7 +465,7 @@ type EndpointsCheck struct {
 
 // ObjectRef names an object: kind and NAMESPACE/NAME (or NAME for nodes and namespaces).
 // Instead of Name, Selector (a label selector, app=web) with Namespace (default
-// "default") names every Service, Pod, Endpoints or EndpointSlice of the kind that
+// "default") names every Service, Pod, Endpoints, EndpointSlice or NetworkPolicy of the kind that
 // matches (a collection delete, as kubectl delete -l or DeleteCollection; none
 // matching is no error).
 type ObjectRef struct {
@@ -705,6 +708,11 @@ type DecisionPoint struct {
 	Conntrack bool `yaml:"conntrack,omitempty"`
 	// IPVSTemplate: an IPVS persistence template decided (the scheduler was not asked).
 	IPVSTemplate bool `yaml:"ipvs_template,omitempty"`
+	// NetworkPolicy is a NetworkPolicy, NAMESPACE/NAME, that decided: for a packet the
+	// NetworkPolicy handler dropped, one of the policies isolating the pod; for one it
+	// let through, the policy whose rule allowed it (egress or ingress); Rule then is a
+	// part of that rule's text ("rule 0" or "podSelector").
+	NetworkPolicy string `yaml:"network_policy,omitempty"`
 }
 
 // Duration is a time.Duration written as "30s", "1m30s", "250ms".

@@ -32,6 +32,34 @@ spec:
   ports: [{name: http, port: 80, targetPort: 8080}]
 `
 
+// policyYAML is a web pod behind a Service and a client, for the policy commands.
+const policyYAML = `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: default, labels: {app: web}}
+spec: {containers: [{name: web, image: nginx, ports: [{containerPort: 8080}]}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, namespace: default, labels: {app: client}}
+spec: {containers: [{name: c, image: busybox}]}
+`
+
+// denyYAML is a NetworkPolicy isolating web for ingress.
+const denyYAML = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny-web, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress: []
+`
+
 // scen is a scenario file: a Service, a Pod and the given steps (YAML list items).
 func scen(extraManifests, steps string) string {
 	return `name: bad
@@ -90,6 +118,22 @@ func badInputRows() []badInputRow {
 		{cmd: "ui", input: "a missing file", args: []string{"ui", "{d}/nope.yaml"}, want: "nope.yaml", exit: 2},
 		{cmd: "ui", input: "a scenario that does not parse", args: []string{"ui", "{d}/s.yaml"}, files: map[string]string{"s.yaml": "cluster:\n  nodes: 3\n"}, want: "s.yaml:2", exit: 2},
 		{cmd: "ui", input: "two scenarios", args: []string{"ui", "{d}/a.yaml", "{d}/b.yaml"}, want: "", exit: 2},
+		// policy explain and matrix.
+		{cmd: "policy explain", input: "no `--manifests`", args: []string{"policy", "explain", "--from", "pod:default/a", "--to", "pod:default/b:80"}, want: "--manifests", exit: 2},
+		{cmd: "policy explain", input: "no `--from`", args: []string{"policy", "explain", "--manifests", "{d}/m.yaml", "--to", "pod:default/b:80"}, files: map[string]string{"m.yaml": policyYAML}, want: "--from", exit: 2},
+		{cmd: "policy explain", input: "`--from host:10.0.0.1`", args: []string{"policy", "explain", "--manifests", "{d}/m.yaml", "--from", "host:10.0.0.1", "--to", "pod:default/web:8080"}, files: map[string]string{"m.yaml": policyYAML}, want: "want pod:NS/NAME or ip:ADDR", exit: 2},
+		{cmd: "policy explain", input: "`--to service:default/web` (no port)", args: []string{"policy", "explain", "--manifests", "{d}/m.yaml", "--from", "pod:default/client", "--to", "service:default/web"}, files: map[string]string{"m.yaml": policyYAML}, want: "want service:NS/NAME:PORT", exit: 2},
+		{cmd: "policy explain", input: "`--to service:default/nosuch:80`", args: []string{"policy", "explain", "--manifests", "{d}/m.yaml", "--from", "pod:default/client", "--to", "service:default/nosuch:80"}, files: map[string]string{"m.yaml": policyYAML}, want: "no Service default/nosuch", exit: 2},
+		{cmd: "policy explain", input: "`--from pod:default/nosuch`", args: []string{"policy", "explain", "--manifests", "{d}/m.yaml", "--from", "pod:default/nosuch", "--to", "service:default/web:80"}, files: map[string]string{"m.yaml": policyYAML}, want: "no running pod default/nosuch", exit: 2},
+		{cmd: "policy explain", input: "`--proto icmp`", args: []string{"policy", "explain", "--manifests", "{d}/m.yaml", "--from", "pod:default/client", "--to", "service:default/web:80", "--proto", "icmp"}, files: map[string]string{"m.yaml": policyYAML}, want: "want tcp, udp or sctp", exit: 2},
+		{cmd: "policy explain", input: "`--network-policy weave`", args: []string{"policy", "explain", "--manifests", "{d}/m.yaml", "--from", "pod:default/client", "--to", "service:default/web:80", "--network-policy", "weave"}, files: map[string]string{"m.yaml": policyYAML}, want: "want calico or cilium", exit: 2},
+		{cmd: "policy explain", input: "`-o xml`", args: []string{"policy", "explain", "--manifests", "{d}/m.yaml", "--from", "pod:default/client", "--to", "service:default/web:80", "-o", "xml"}, files: map[string]string{"m.yaml": policyYAML}, want: "xml", exit: 2},
+		{cmd: "policy matrix", input: "no `--port`", args: []string{"policy", "matrix", "--manifests", "{d}/m.yaml"}, files: map[string]string{"m.yaml": policyYAML}, want: "--port", exit: 2},
+		{cmd: "policy matrix", input: "`--port 70000`", args: []string{"policy", "matrix", "--manifests", "{d}/m.yaml", "--port", "70000"}, files: map[string]string{"m.yaml": policyYAML}, want: "want 1-65535", exit: 2},
+		{cmd: "policy matrix", input: "a missing `--diff` file", args: []string{"policy", "matrix", "--manifests", "{d}/m.yaml", "--port", "8080", "--diff", "{d}/nope.yaml"}, files: map[string]string{"m.yaml": policyYAML}, want: "nope.yaml", exit: 2},
+		{cmd: "policy matrix", input: "a NetworkPolicy whose ipBlock is no CIDR", args: []string{"policy", "matrix", "--manifests", "{d}/m.yaml", "--port", "8080"}, files: map[string]string{"m.yaml": policyYAML + "---\n" + strings.Replace(denyYAML, "ingress: []", "ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/33}}]}]", 1)}, want: "m.yaml:", exit: 2},
+		{cmd: "policy matrix", input: "a NetworkPolicy in `--diff` with `protocol: ICMP`", args: []string{"policy", "matrix", "--manifests", "{d}/m.yaml", "--port", "8080", "--diff", "{d}/d.yaml"}, files: map[string]string{"m.yaml": policyYAML, "d.yaml": strings.Replace(denyYAML, "ingress: []", "ingress: [{ports: [{protocol: ICMP}]}]", 1)}, want: "d.yaml", exit: 2},
+		{cmd: "run", input: "`node_settings: {network_policy: weave}`", args: []string{"run", "{d}/s.yaml"}, files: map[string]string{"s.yaml": strings.Replace(scen("", okStep), "  nodes: [{name: node-a}]\n", "  nodes: [{name: node-a}]\n  node_settings: {network_policy: weave}\n", 1)}, want: "cluster.node_settings.network_policy", exit: 2},
 		{cmd: "run", input: "no scenario", args: []string{"run"}, want: "", exit: 2},
 		{cmd: "run", input: "a missing file", args: []string{"run", "{d}/nope.yaml"}, want: "nope.yaml", exit: 2},
 		{cmd: "run", input: "an unknown flag", args: []string{"run", "--nosuch", "{d}/s.yaml"}, files: map[string]string{"s.yaml": scen("", okStep)}, want: "unknown flag: --nosuch", exit: 2},
@@ -244,6 +288,7 @@ func badInputRows() []badInputRow {
 			badInputRow{cmd: "generate iptables", input: "manifest: " + m.input, args: []string{"generate", "iptables", "--node", "n", "-f", "{d}/m.yaml"}, files: files, want: m.want, exit: 2},
 			badInputRow{cmd: "generate nftables", input: "manifest: " + m.input, args: []string{"generate", "nftables", "--node", "n", "-f", "{d}/m.yaml"}, files: files, want: m.want, exit: 2},
 			badInputRow{cmd: "dns serve", input: "manifest: " + m.input, args: []string{"dns", "serve", "--listen", "127.0.0.1:0", "--manifests", "{d}/m.yaml"}, files: files, want: m.want, exit: 2},
+			badInputRow{cmd: "policy matrix", input: "manifest: " + m.input, args: []string{"policy", "matrix", "--port", "80", "--manifests", "{d}/m.yaml"}, files: files, want: m.want, exit: 2},
 		)
 		if !strings.Contains(m.input, "NUL") && !strings.Contains(m.input, "tab indent") {
 			// In a scenario, as a list item of manifests.
