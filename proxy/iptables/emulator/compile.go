@@ -46,6 +46,7 @@ type chainProg struct {
 	ext   *progExt
 	name  string
 	ready bool // compiled; a chain jumped to gets its chainProg before it is compiled
+	gone  bool // its chain is gone (see Chain.gone): jumps here are resolved again
 }
 
 // progExt is what evaluation seldom needs.
@@ -244,7 +245,7 @@ func progOf(ch *Chain) *chainProg {
 		p.recs, x.reasons = s.r[:n:n], s.s[:n:n]
 	}
 	x.chain = ch
-	p.ext, p.name = x, ch.Name
+	p.ext, p.name, p.gone = x, ch.Name, ch.gone
 	ch.prog = p
 	return p
 }
