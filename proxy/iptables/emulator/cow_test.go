@@ -98,6 +98,24 @@ func genCowRestore(t *rapid.T) string {
 				}
 			}
 		}
+		if table == TableFilter && rapid.IntRange(0, 2).Draw(t, "long") == 0 {
+			// A long chain rewritten whole, as kube-proxy rewrites KUBE-SERVICES:
+			// lines drawn from a few, so that versions share most of them (the
+			// restore reuses the rules of equal lines).
+			b.WriteString(":LONG - [0:0]\n")
+			pool := []string{"-p tcp --dport 1 -j ACCEPT", "-p tcp --dport 2 -j U1", "-p tcp --dport 3 -g U2",
+				"-j U3", "-m addrtype --dst-type LOCAL -j RETURN", "-p tcp --dport 2 -j REJECT", "-s 10.1.0.0/16 -j U4", "-p tcp --dport 1 -j DROP"}
+			for n := rapid.IntRange(memoMinRules-2, memoMinRules+6).Draw(t, "long rules"); n > 0; n-- {
+				fmt.Fprintf(&b, "-A LONG %s\n", rapid.SampledFrom(pool).Draw(t, "long rule"))
+			}
+			if rapid.Bool().Draw(t, "enter long") {
+				fmt.Fprintf(&b, "-A %s -j LONG\n", rapid.SampledFrom(builtins).Draw(t, "from"))
+			}
+			if rapid.IntRange(0, 3).Draw(t, "delete in long") == 0 {
+				fmt.Fprintf(&b, "-X %s\n", rapid.SampledFrom(cowUsers).Draw(t, "deleted"))
+				fmt.Fprintf(&b, "-A LONG %s\n", rapid.SampledFrom(pool).Draw(t, "after delete"))
+			}
+		}
 		b.WriteString("COMMIT\n")
 	}
 	return b.String()
@@ -210,5 +228,83 @@ func TestCopyOnWriteReplacedJumpTarget(t *testing.T) {
 		if got := string(old.Save(false)); !strings.Contains(got, "-A U2 -j DROP") || strings.Contains(got, "-A U2 -j ACCEPT") {
 			t.Fatalf("noCompile %v: the first version changed:\n%s", noCompile, got)
 		}
+	}
+}
+
+// TestMemoizedRulesAreNewRules: a chain rewritten whole with the same lines (as
+// kube-proxy rewrites KUBE-SERVICES on every sync) reuses the parsed rules of its
+// version before, but as new rules: their origin is the new input's line, their
+// counters start at zero (the kernel's rules are new too), the version before keeps its
+// counters, and an nth counter starts again.
+func TestMemoizedRulesAreNewRules(t *testing.T) {
+	env := NewStaticEnv(1, netip.MustParseAddr("10.0.0.1"))
+	var b strings.Builder
+	b.WriteString("*filter\n:LONG - [0:0]\n:SINK - [0:0]\n-A INPUT -j LONG\n")
+	for i := range 20 {
+		fmt.Fprintf(&b, "-A LONG -p tcp --dport %d -j SINK\n", 100+i)
+	}
+	b.WriteString("-A LONG -p tcp --dport 80 -m statistic --mode nth --every 2 --packet 0 -j DROP\n-A LONG -p tcp --dport 80 -j ACCEPT\nCOMMIT\n")
+	text := b.String()
+	e := New(IPv4)
+	restore := func(file string) {
+		t.Helper()
+		if err := e.RestoreText([]byte(text), RestoreOptions{NoFlush: true, File: file}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eval := func(port uint16) Verdict {
+		p := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.1.0.2"), Dst: netip.MustParseAddr("10.0.0.1"),
+			SrcPort: 40000, DstPort: port, TCPFlags: netfilter.TCPSyn, Len: 60, InIface: "eth0"}
+		return e.EvalHook(env, netfilter.Input, &p, nil).Verdict
+	}
+	restore("first")
+	first := e.Ruleset()
+	eval(105)
+	if v := eval(80); v != Drop { // the nth rule's first match: every 2, packet 0
+		t.Fatalf("first packet to 80: %v, want DROP", v)
+	}
+	if v := eval(80); v != Accept {
+		t.Fatalf("second packet to 80: %v, want ACCEPT", v)
+	}
+	restore("second")
+	long := e.Ruleset().Chain(TableFilter, "LONG")
+	old := first.Chain(TableFilter, "LONG")
+	if long == old || long.src == nil || old.src == nil {
+		t.Fatalf("LONG does not keep its lines (new %p src %p, old %p src %p)", long, long.src, old, old.src)
+	}
+	for i, r := range long.Rules {
+		if r == old.Rules[i] {
+			t.Fatalf("rule %d is the version before's object", i+1)
+		}
+		if i < 20 && r.Target != old.Rules[i].Target {
+			t.Fatalf("rule %d was parsed again, not reused", i+1)
+		}
+		if r.File != "second" || r.Line != i+5 {
+			t.Fatalf("rule %d comes from %s:%d, want second:%d", i+1, r.File, r.Line, i+5)
+		}
+		if r.Counters != (Counters{}) {
+			t.Fatalf("rule %d kept counters %v", i+1, r.Counters)
+		}
+	}
+	if old.Rules[5].Counters.Packets != 1 {
+		t.Fatalf("the version before lost its counters: %v", old.Rules[5].Counters)
+	}
+	if !strings.Contains(string(e.SaveCounters(TableFilter)), "[0:0] -A LONG -p tcp -m tcp --dport 105 -j SINK") {
+		t.Fatalf("the new rule for port 105 does not start at zero:\n%s", e.SaveCounters(TableFilter))
+	}
+	// The nth rule is parsed again (its counter is per rule object): the first packet
+	// after the restore is the new rule's packet 0.
+	if long.Rules[20] == old.Rules[20] || long.Rules[20].Matches[0] == old.Rules[20].Matches[0] {
+		t.Fatal("the nth rule's match is shared with the version before")
+	}
+	if v := eval(80); v != Drop {
+		t.Fatalf("first packet to 80 after the restore: %v, want DROP (a fresh nth counter)", v)
+	}
+	// A line that jumps to a chain the restore deleted before it is refused, as when
+	// parsed.
+	bad := "*filter\n:LONG - [0:0]\n:SINK - [0:0]\n-X SINK\n" + strings.SplitN(text, "\n", 5)[4]
+	err := e.RestoreText([]byte(bad), RestoreOptions{NoFlush: true, File: "bad"})
+	if err == nil || !strings.Contains(err.Error(), "bad:5: -j SINK: jump to missing chain") {
+		t.Fatalf("jump to a deleted chain from a reused line: %v", err)
 	}
 }

@@ -351,6 +351,13 @@ type Chain struct {
 	// gone: a committed restore replaced or deleted this chain; cached jumps to it
 	// (jumps, prog) are resolved again by name.
 	gone bool
+	// src is the text the chain was built from (long chains built from empty by -A
+	// lines only): the next version of the chain reuses the rules of equal lines.
+	src *chainSrc
+	// clean: the transaction that owns the chain built it from empty with -A lines
+	// only (so far); build follows it when its version before has a src.
+	clean bool
+	build *chainBuild
 }
 
 // AddrSpec is -s or -d: a prefix, possibly negated. The zero value matches anything.

@@ -7,9 +7,95 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/clusterlab/clusterlab/netfilter"
 )
+
+// memoMinRules is the length from which a chain keeps the lines it was built from
+// (chainSrc): kube-proxy rewrites its long top-level chains (KUBE-SERVICES: a rule per
+// service port) whole on every sync, mostly with the same lines.
+const memoMinRules = 16
+
+// chainSrc is the text a chain's rules were parsed from: line i (an -A command)
+// gave Rules[first[i]:end[i]] (lines whose rules cannot be reused are left out).
+type chainSrc struct {
+	text       string
+	off        []int32
+	first, end []int32
+}
+
+func (s *chainSrc) lines() int        { return len(s.off) - 1 }
+func (s *chainSrc) line(i int) string { return s.text[s.off[i]:s.off[i+1]] }
+
+// chainBuild follows a chain a transaction builds from empty with -A lines only
+// (Chain.clean) whose version before it flushed has a chainSrc (memo): a line equal to
+// one of memo's reuses its rules.
+type chainBuild struct {
+	memo  *Chain
+	next  int // the line of memo expected next
+	index map[string]int32
+	// same counts the lines so far, all equal to memo's first lines in order
+	// (diverged: not so), when the chain keeps memo's chainSrc.
+	same     int
+	diverged bool
+	slab     []Rule // room for the rules copied from memo
+}
+
+// sourceOf returns the chainSrc of a chain the transaction built from empty with -A
+// lines only: its rules' lines (their Line numbers in the input), those whose rules
+// may be reused (memoizable), in one copy of their text.
+func (tx *txn) sourceOf(c *Chain) *chainSrc {
+	if tx.lineStart == nil {
+		tx.lineStart = make([]int32, 1, strings.Count(tx.text, "\n")+1)
+		for i := 0; ; {
+			j := strings.IndexByte(tx.text[i:], '\n')
+			if j < 0 {
+				break
+			}
+			i += j + 1
+			tx.lineStart = append(tx.lineStart, int32(i))
+		}
+	}
+	s := &chainSrc{}
+	var sb strings.Builder
+	if n := len(c.Rules); n > 0 {
+		// Room for lines as long as the last rule's (lines of a chain are alike).
+		if l := c.Rules[n-1].Line; c.Rules[n-1].File == tx.opts.File && l >= 1 && l < len(tx.lineStart) {
+			sb.Grow(n * int(tx.lineStart[l]-tx.lineStart[l-1]) * 9 / 8)
+		}
+	}
+	for i := 0; i < len(c.Rules); {
+		r := c.Rules[i]
+		j := i + 1
+		for j < len(c.Rules) && c.Rules[j].Line == r.Line && c.Rules[j].File == r.File {
+			j++
+		}
+		if r.File == tx.opts.File && r.Line >= 1 && r.Line <= len(tx.lineStart) && memoizable(c.Rules[i:j]) {
+			start, end := int(tx.lineStart[r.Line-1]), len(tx.text)
+			if r.Line < len(tx.lineStart) {
+				end = int(tx.lineStart[r.Line])
+			}
+			line := trimLine(tx.text[start:end])
+			s.off = append(s.off, int32(sb.Len()))
+			s.first, s.end = append(s.first, int32(i)), append(s.end, int32(j))
+			sb.WriteString(line)
+		}
+		i = j
+	}
+	if len(s.first) == 0 {
+		return nil
+	}
+	s.off = append(s.off, int32(sb.Len()))
+	s.text = sb.String()
+	return s
+}
+
+// trimLine is a restore line without its line end and surrounding blanks.
+func trimLine(line string) string {
+	line = strings.TrimRight(line, " \t\r\n")
+	return strings.TrimLeft(line, " \t")
+}
 
 // ParseError is an error in iptables-save / iptables-restore text: the file (or input
 // name), the line, the option at fault when there is one, and what is wrong.
@@ -108,7 +194,16 @@ func RestoreSkipping(rs *Ruleset, data []byte, opts RestoreOptions) (*Ruleset, [
 // what it changed).
 func restoreTxn(rs *Ruleset, data []byte, opts RestoreOptions) (*txn, error) {
 	tx := newTxn(rs, opts)
-	if err := tx.run(string(data)); err != nil {
+	text := ""
+	if opts.NoFlush && len(rs.Tables) > 0 {
+		// A restore into tables that exist (kube-proxy's syncs after the first) reads
+		// the input in place and copies only the lines it keeps: most of its long
+		// chains' lines are the version before's (memoRules).
+		text, tx.inPlace = unsafe.String(unsafe.SliceData(data), len(data)), true
+	} else {
+		text = string(data)
+	}
+	if err := tx.run(text); err != nil {
 		return nil, err
 	}
 	slices.SortStableFunc(tx.skipped, func(a, b SkippedLine) int { return a.Line - b.Line })
@@ -273,6 +368,13 @@ type txn struct {
 	// are skipped up to its COMMIT.
 	skipTable *string
 	family    Family
+	// inPlace: the text run reads is the caller's input (not a copy), so a line is
+	// copied before anything may keep it.
+	inPlace bool
+	// text is the input run reads; lineStart the offset of each line in it (made
+	// when first needed, by sourceOf).
+	text      string
+	lineStart []int32
 	orig      *Ruleset // the input ruleset
 	rs        *Ruleset
 	tables    map[string]*tableState
@@ -313,6 +415,7 @@ func (tx *txn) wrap(err error) error {
 }
 
 func (tx *txn) run(text string) error {
+	tx.text = text
 	lineNo := 0
 	for len(text) > 0 {
 		var line string
@@ -324,14 +427,15 @@ func (tx *txn) run(text string) error {
 		tx.rest = text
 		lineNo++
 		tx.line = lineNo
-		line = strings.TrimRight(line, " \t\r")
-		start := 0
-		for start < len(line) && (line[start] == ' ' || line[start] == '\t') {
-			start++
-		}
-		line = line[start:]
+		line = trimLine(line)
 		if line == "" || line[0] == '#' {
 			continue
+		}
+		if tx.skipTable == nil && tx.memoLine(line) {
+			continue
+		}
+		if tx.inPlace {
+			line = strings.Clone(line)
 		}
 		if tx.skipTable != nil {
 			tx.skip(line, fmt.Sprintf("in table %q, whose header was skipped", *tx.skipTable), *tx.skipTable)
@@ -428,6 +532,18 @@ func (tx *txn) commit() {
 			if t.Chain(c.Name) != c {
 				tx.gone = append(tx.gone, c)
 			}
+		}
+	}
+	for _, ts := range tx.tables {
+		for _, c := range ts.owned {
+			if c.clean && len(c.Rules) >= memoMinRules && ts.t.Chain(c.Name) == c {
+				if b := c.build; b != nil && !b.diverged && b.same == b.memo.src.lines() && len(c.Rules) == len(b.memo.Rules) {
+					c.src = b.memo.src // built from the same lines as the version before
+				} else {
+					c.src = tx.sourceOf(c)
+				}
+			}
+			c.build, c.clean = nil, false
 		}
 	}
 	for _, c := range tx.gone {
@@ -755,7 +871,9 @@ func (tx *txn) chainLine(rest string) error {
 		tx.flush(c)
 		return nil
 	}
-	tx.own(t.AddChain(name))
+	nc := t.AddChain(name)
+	nc.clean = true
+	tx.own(nc)
 	return nil
 }
 
@@ -769,9 +887,17 @@ func (tx *txn) flush(c *Chain) *Chain {
 			tx.cur.addRef(j.Chain, -1)
 		}
 	}
+	memo := c
+	if c.build != nil {
+		memo = c.build.memo
+	}
 	c = tx.mutEmpty(c)
 	c.Rules = nil
 	c.idx, c.jumps, c.prog = nil, nil, nil
+	c.build, c.clean = nil, true
+	if memo.src != nil {
+		c.build = &chainBuild{memo: memo}
+	}
 	return c
 }
 
@@ -851,7 +977,7 @@ func (tx *txn) commandLine(line string) error {
 	cmd, args := toks[0].val, toks[1:]
 	switch cmd {
 	case "-A", "--append", "-I", "--insert", "-R", "--replace", "-D", "--delete":
-		return tx.ruleCommand(cmd, args, ctr)
+		return tx.ruleCommand(cmd, args, ctr, line)
 	case "-N", "--new-chain", "--new":
 		return tx.newChainCommand(cmd, args)
 	case "-X", "--delete-chain":
@@ -895,7 +1021,7 @@ func (tx *txn) needArgs(cmd string, args []token, n int) error {
 
 // ruleCommand applies -A, -I, -R or -D: CHAIN, a rule number (-I, -R, -D) and a rule
 // spec (not with -D NUMBER). ctr holds the line's counters, if any.
-func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters) error {
+func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters, line string) error {
 	if err := tx.needArgs(cmd, args, 1); err != nil {
 		return err
 	}
@@ -903,6 +1029,7 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters) error {
 	if err != nil {
 		return err
 	}
+	appending := cmd == "-A" || cmd == "--append"
 	pos, args, err := tx.ruleNumber(cmd, args[1:])
 	if err != nil {
 		return err
@@ -929,7 +1056,101 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters) error {
 			tx.cur.addRef(j.Chain, 1)
 		}
 	}
+	if c = tx.cur.t.Chain(c.Name); !appending {
+		c.build, c.clean = nil, false
+	} else if c.build != nil {
+		c.build.diverged = true // a line of its own
+	}
 	return nil
+}
+
+// memoLine applies an -A line equal to one the version before of its chain was built
+// from, reusing that version's rules (chainSrc): no tokenizing or parsing. It reports
+// whether it did; the line is then not kept (it may be the caller's input).
+func (tx *txn) memoLine(line string) bool {
+	name, ok := strings.CutPrefix(line, "-A ")
+	if !ok || tx.cur == nil {
+		return false
+	}
+	i := strings.IndexByte(name, ' ')
+	if i <= 0 {
+		return false
+	}
+	c := tx.cur.t.Chain(name[:i])
+	return c != nil && c.build != nil && c.build.memo != nil && tx.memoRules(c, line)
+}
+
+// memoRules appends to c the rules of line when c's previous version (which the
+// transaction flushed) was built from the same line: copies of that version's rules,
+// with this line as their origin and zero counters, checked for c as a parse would
+// be. It reports false when there are none (the line is then parsed).
+func (tx *txn) memoRules(c *Chain, line string) bool {
+	b := c.build
+	src := b.memo.src
+	i := b.next
+	if i >= src.lines() || src.line(i) != line {
+		if b.index == nil {
+			b.index = make(map[string]int32, src.lines())
+			for j := src.lines() - 1; j >= 0; j-- {
+				b.index[src.line(j)] = int32(j)
+			}
+		}
+		j, ok := b.index[line]
+		if !ok {
+			return false
+		}
+		i = int(j)
+	}
+	old := b.memo.Rules[src.first[i]:src.end[i]]
+	// A jump's target existed when the line was parsed for the version before, and
+	// still does unless the transaction deleted a chain of that name (rule checks
+	// otherwise depend on the table and chain only, which are the same).
+	deleted := tx.cur.deleted
+	n := len(c.Rules)
+	for _, r := range old {
+		if len(b.slab) == 0 {
+			b.slab = make([]Rule, 256)
+		}
+		nr := &b.slab[0]
+		b.slab = b.slab[1:]
+		*nr = *r
+		nr.File, nr.Line, nr.Counters = tx.opts.File, tx.line, Counters{}
+		if j, ok := nr.Target.(*JumpTarget); ok && len(deleted) > 0 && slices.Contains(deleted, j.Chain) && tx.checkRule(c, nr) != nil {
+			c.Rules = c.Rules[:n]
+			return false // parsed, for the error
+		}
+		c.Rules = append(c.Rules, nr)
+	}
+	for _, r := range c.Rules[n:] {
+		if j, ok := r.Target.(*JumpTarget); ok {
+			tx.cur.addRef(j.Chain, 1)
+		}
+	}
+	c.idx, c.jumps, c.prog = nil, nil, nil
+	if i == b.next && !b.diverged {
+		b.same++ // still the version before, line for line
+	} else {
+		b.diverged = true
+	}
+	b.next = i + 1
+	return true
+}
+
+// memoizable reports whether rules parsed from a line may be reused for the same line
+// in a later version of their chain: they carry no counters and no match with state
+// kept per rule object (an nth counter).
+func memoizable(rules []*Rule) bool {
+	for _, r := range rules {
+		if r.Counters != (Counters{}) {
+			return false
+		}
+		for _, m := range r.Matches {
+			if s, ok := m.(*StatisticMatch); ok && s.Nth {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ruleNumber takes the rule number off the front of the arguments of -I, -R and -D;
@@ -993,6 +1214,7 @@ func (tx *txn) placeRules(c *Chain, rules []*Rule, pos int, cmd string) error {
 			return tx.errf(cmd, "index of insertion %d too big (chain %s has %d rules)", pos, c.Name, len(c.Rules))
 		}
 		c = tx.rules(c)
+		c.build, c.clean = nil, false
 		c.Rules = slices.Insert(c.Rules, pos-1, rules...)
 	case "-R", "--replace":
 		if len(rules) != 1 {
@@ -1036,7 +1258,9 @@ func (tx *txn) newChainCommand(cmd string, args []token) error {
 	if tx.cur.t.Chain(name) != nil {
 		return tx.errf(cmd, "%w: %s", ErrChainExists, name)
 	}
-	tx.own(tx.cur.t.AddChain(name))
+	nc := tx.cur.t.AddChain(name)
+	nc.clean = true
+	tx.own(nc)
 	return nil
 }
 
@@ -1088,6 +1312,7 @@ func (tx *txn) zeroCommand(cmd string, args []token) error {
 	}
 	for _, c := range chains {
 		c = tx.rules(c)
+		c.build, c.clean = nil, false
 		c.Counters = Counters{}
 		for i, r := range c.Rules {
 			nr := *r
@@ -1158,6 +1383,7 @@ func (tx *txn) deleteAt(c *Chain, pos int, cmd string) error {
 		return tx.errf(cmd, "index of deletion %d too big (chain %s has %d rules)", pos, c.Name, len(c.Rules))
 	}
 	c = tx.rules(c)
+	c.build, c.clean = nil, false
 	if j, ok := c.Rules[pos-1].Target.(*JumpTarget); ok {
 		tx.cur.addRef(j.Chain, -1)
 	}
@@ -1199,6 +1425,7 @@ func (tx *txn) rename(from, to, cmd string) error {
 	tx.cur.full, tx.cur.delta = true, nil
 	tx.cur.countRefs()
 	c = tx.mut(c)
+	c.build, c.clean = nil, false
 	t.setIndex(from, nil)
 	c.Name = to
 	t.setIndex(to, c)
@@ -1209,6 +1436,7 @@ func (tx *txn) rename(from, to, cmd string) error {
 		for i, r := range ch.Rules {
 			if j, ok := r.Target.(*JumpTarget); ok && j.Chain == from {
 				ch = tx.rules(ch)
+				ch.build, ch.clean = nil, false
 				nr := *r
 				nr.Target = &JumpTarget{Chain: to, Goto: j.Goto}
 				ch.Rules[i] = &nr
