@@ -308,3 +308,41 @@ func TestMemoizedRulesAreNewRules(t *testing.T) {
 		t.Fatalf("jump to a deleted chain from a reused line: %v", err)
 	}
 }
+
+// TestCopyOnWriteHookChecks: a restore that changes a few chains checks targets against
+// the hooks that reach them through new jumps, and a chain whose callers changed is not
+// refused for a hook that no longer reaches it (the superset of hooks kept per chain
+// falls back to a whole-table validation).
+func TestCopyOnWriteHookChecks(t *testing.T) {
+	e := New(IPv4)
+	restore := func(in string) error {
+		return e.RestoreText([]byte(in), RestoreOptions{NoFlush: true, File: "in"})
+	}
+	if err := restore("*nat\n:U1 - [0:0]\n:U2 - [0:0]\n:U3 - [0:0]\n-A PREROUTING -j U1\n-A U1 -p tcp -j DNAT --to-destination 10.9.0.1:80\n-A PREROUTING -j U3\nCOMMIT\n"); err != nil {
+		t.Fatal(err)
+	}
+	err := restore("*nat\n-A POSTROUTING -j U1\nCOMMIT\n")
+	if err == nil || !strings.Contains(err.Error(), "not valid in chain U1 of table nat, which is reached from POSTROUTING") {
+		t.Fatalf("DNAT newly reached from POSTROUTING: %v", err)
+	}
+	err = restore("*nat\n-A U2 -m addrtype --dst-type LOCAL --limit-iface-out -j RETURN\n-A PREROUTING -j U2\nCOMMIT\n")
+	if err == nil || !strings.Contains(err.Error(), "--limit-iface-out") {
+		t.Fatalf("--limit-iface-out newly reached from PREROUTING: %v", err)
+	}
+	// U3 was reached from PREROUTING; now only from POSTROUTING, where MASQUERADE is
+	// valid.
+	if err := restore("*nat\n-D PREROUTING 2\n-A POSTROUTING -j U3\n-A U3 -j MASQUERADE\nCOMMIT\n"); err != nil {
+		t.Fatalf("MASQUERADE in a chain reached only from POSTROUTING: %v", err)
+	}
+	if err := restore("*nat\n-A PREROUTING -j U3\nCOMMIT\n"); err == nil {
+		t.Fatal("MASQUERADE newly reached from PREROUTING was accepted")
+	}
+	// A new jump reaches a DNAT two chains down, through a jump that is not new.
+	if err := restore("*nat\n:U4 - [0:0]\n:U5 - [0:0]\n-A U5 -p tcp -j DNAT --to-destination 10.9.0.1:80\n-A U4 -j U5\n-A PREROUTING -j U4\nCOMMIT\n"); err != nil {
+		t.Fatal(err)
+	}
+	err = restore("*nat\n-A POSTROUTING -j U4\nCOMMIT\n")
+	if err == nil || !strings.Contains(err.Error(), "not valid in chain U5 of table nat, which is reached from POSTROUTING") {
+		t.Fatalf("DNAT newly reached from POSTROUTING through U4: %v", err)
+	}
+}

@@ -120,7 +120,15 @@ type Table struct {
 	// hooks that reach it, and each chain's hooks field covers those hooks), so that a
 	// restore based on it can validate only what it changes.
 	checked bool
+	// memo: a chain of this version (or of one it derives from) keeps its lines
+	// (Chain.src).
+	memo bool // lineage is shared by the versions of a table; its head is the latest a restore
+	// made. Only a restore based on the head validates incrementally (Chain.hooks
+	// describe the head's table).
+	lineage *lineage
 }
+
+type lineage struct{ head *Table }
 
 // NewTable returns a table with its built-in chains (policy ACCEPT), or an error for an
 // unknown table name.
@@ -248,7 +256,7 @@ func (t *Table) cow() *Table {
 	if t.byName == nil && t.base == nil {
 		t.reindex()
 	}
-	nt := &Table{Name: t.Name, Chains: slices.Clip(t.Chains), refs: t.refs}
+	nt := &Table{Name: t.Name, Chains: slices.Clip(t.Chains), refs: t.refs, memo: t.memo, lineage: t.lineage}
 	switch {
 	case t.base == nil:
 		nt.base = t.byName
@@ -344,9 +352,9 @@ type Chain struct {
 	// hint; exact during validation).
 	txn uint64
 	pos int32
-	// hooks covers the hooks that reach the chain in every validated table version
-	// holding it (a superset: a restore based on a version checks changed rules
-	// against it, and validates the whole table when that fails).
+	// hooks covers the hooks that reach the chain in the latest validated version of
+	// its table (a superset after incremental validations: a restore checks the rules
+	// of a changed chain against it, and validates the whole table when that fails).
 	hooks uint8
 	// gone: a committed restore replaced or deleted this chain; cached jumps to it
 	// (jumps, prog) are resolved again by name.

@@ -195,10 +195,11 @@ func RestoreSkipping(rs *Ruleset, data []byte, opts RestoreOptions) (*Ruleset, [
 func restoreTxn(rs *Ruleset, data []byte, opts RestoreOptions) (*txn, error) {
 	tx := newTxn(rs, opts)
 	text := ""
-	if opts.NoFlush && len(rs.Tables) > 0 {
-		// A restore into tables that exist (kube-proxy's syncs after the first) reads
-		// the input in place and copies only the lines it keeps: most of its long
-		// chains' lines are the version before's (memoRules).
+	if opts.NoFlush && slices.ContainsFunc(rs.Tables, func(t *Table) bool { return t.memo }) {
+		// A restore into tables with long chains it may rebuild from their lines
+		// (kube-proxy's syncs after the first) reads the input in place and copies
+		// only the lines it keeps: most of those chains' lines are the version
+		// before's (memoRules).
 		text, tx.inPlace = unsafe.String(unsafe.SliceData(data), len(data)), true
 	} else {
 		text = string(data)
@@ -487,7 +488,9 @@ func (tx *txn) run(text string) error {
 		if !ok {
 			continue
 		}
-		if ts.incremental() && tx.validateChanges(ts) {
+		// A restore that made most of a large table (a first sync into the few
+		// chains that exist) validates it whole: cheaper than following changes.
+		if ts.incremental() && (len(t.Chains) < 1024 || 4*len(ts.owned) <= len(t.Chains)) && tx.validateChanges(ts) {
 			t.refs = nil
 			if ts.base.refs != nil || ts.delta != nil {
 				ts.startDelta()
@@ -508,6 +511,12 @@ func (tx *txn) run(text string) error {
 		t.refs = nil
 		t.checked = true
 	}
+	for _, ts := range tx.tables {
+		if ts.t.lineage == nil {
+			ts.t.lineage = &lineage{}
+		}
+		ts.t.lineage.head = ts.t
+	}
 	tx.commit()
 	return nil
 }
@@ -520,7 +529,7 @@ func (tx *txn) commit() {
 			continue
 		}
 		t := ts.t
-		if ts.prev == ts.base && ts.incremental() {
+		if ts.prev == ts.base && ts.incremental() && len(ts.owned)+len(ts.deleted) < len(ts.prev.Chains) {
 			for _, name := range ts.touched() {
 				if c := ts.prev.Chain(name); c != nil && t.Chain(name) != c {
 					tx.gone = append(tx.gone, c)
@@ -542,6 +551,7 @@ func (tx *txn) commit() {
 				} else {
 					c.src = tx.sourceOf(c)
 				}
+				ts.t.memo = ts.t.memo || c.src != nil
 			}
 			c.build, c.clean = nil, false
 		}
@@ -555,13 +565,15 @@ func (tx *txn) commit() {
 }
 
 // validateChanges validates what an incremental restore changed in ts.t, which
-// derives from a validated version (ts.base): the jumps of the chains it changed lead
-// to chains that exist, the jumps that are new (not in base's version of the chain at
-// the same position) close no loop (a loop would need one), the hooks that reach a
-// chain are pushed along new jumps to the chains they reach, and the rules of the
-// changed chains and of the chains that new hooks reach are valid in them. It reports
-// false when it cannot decide (the hooks it keeps are a superset of those that reach
-// a chain, so a rule it finds invalid may not be): the table is then validated whole.
+// derives from the latest validated version of its table (ts.base): the jumps of the
+// chains it changed lead to chains that exist, the jumps that are new (not in base's
+// version of the chain at the same position) close no loop (a loop would need one),
+// the hooks of a new jump's chain are pushed along it to the chains it reaches, and
+// the rules of the changed chains (against the hooks they had, Chain.hooks, plus the
+// pushed ones) and of the unchanged chains new hooks reach (against those) are valid.
+// It reports false when it cannot decide (Chain.hooks is a superset of the hooks that
+// reach a chain, so a rule it finds invalid may not be): the table is then validated
+// whole, which sets every chain's hooks to those that reach it.
 func (tx *txn) validateChanges(ts *tableState) bool {
 	t, base := ts.t, ts.base
 	var owned []*Chain
@@ -570,12 +582,14 @@ func (tx *txn) validateChanges(ts *tableState) bool {
 			owned = append(owned, c)
 		}
 	}
-	check := make(map[*Chain]bool, len(owned))
+	// add holds the hooks new jumps bring to a chain (and on to the chains it
+	// reaches): an unchanged chain's rules are valid for the hooks that reached it
+	// before, and are checked against these.
+	add := make(map[*Chain]uint8, len(owned))
 	var queue, roots []*Chain
-	grow := func(from, to *Chain) {
-		if from.hooks&^to.hooks != 0 {
-			to.hooks |= from.hooks
-			check[to] = true
+	push := func(to *Chain, bits uint8) {
+		if nb := bits &^ add[to]; nb != 0 {
+			add[to] |= nb
 			queue = append(queue, to)
 		}
 	}
@@ -584,57 +598,68 @@ func (tx *txn) validateChanges(ts *tableState) bool {
 			h, _ := netfilter.ParseHook(u.Name)
 			u.hooks |= 1 << h
 		}
-		check[u] = true
+		if p := base.Chain(u.Name); p != nil {
+			u.hooks |= p.hooks
+		}
 	}
 	for _, u := range owned {
 		var old []*Rule
 		if p := base.Chain(u.Name); p != nil {
 			old = p.Rules
-			u.hooks |= p.hooks
 		}
 		for i, r := range u.Rules {
 			j, ok := r.Target.(*JumpTarget)
 			if !ok || (i < len(old) && jumpName(old[i]) == j.Chain) {
-				// Not a jump, or one base's version has: its target's hooks cover
-				// this chain's old ones (new ones are pushed below).
-				continue
+				continue // not a jump, or one base's version has at this position
 			}
 			v := t.Chain(j.Chain)
 			if v == nil || v.Builtin {
 				return false
 			}
 			roots = append(roots, v)
-			grow(u, v)
-		}
-		if p := base.Chain(u.Name); p == nil || u.hooks != p.hooks {
-			queue = append(queue, u)
+			push(v, u.hooks)
 		}
 	}
 	for len(queue) > 0 {
 		x := queue[len(queue)-1]
 		queue = queue[:len(queue)-1]
+		bits := add[x]
 		for _, r := range x.Rules {
 			if j, ok := r.Target.(*JumpTarget); ok {
 				v := t.Chain(j.Chain)
 				if v == nil {
 					return false
 				}
-				grow(x, v)
+				push(v, bits)
 			}
 		}
 	}
 	if hasLoop(t, roots) {
 		return false
 	}
-	for c := range check {
-		if c.hooks == 0 {
-			continue
+	valid := func(c *Chain, m uint8) bool {
+		if m == 0 {
+			return true
 		}
 		for _, r := range c.Rules {
-			if checkAddrTypeHooks(t, c, r, c.hooks) != nil || checkTargetHooks(t, c, r, c.hooks) != nil {
+			if checkAddrTypeHooks(t, c, r, m) != nil || checkTargetHooks(t, c, r, m) != nil {
 				return false
 			}
 		}
+		return true
+	}
+	for _, u := range owned {
+		if !valid(u, u.hooks|add[u]) {
+			return false
+		}
+	}
+	for c, m := range add {
+		if c.txn != tx.id && !valid(c, m) {
+			return false
+		}
+	}
+	for c, m := range add {
+		c.hooks |= m
 	}
 	return true
 }
@@ -756,7 +781,7 @@ func (tx *txn) tableLine(name string) error {
 		ts = &tableState{prev: tx.orig.Table(name)}
 		if tx.opts.NoFlush && old != nil {
 			t = old.cow()
-			if old.checked && !tx.opts.Lenient && !tx.opts.wholeTables {
+			if old.checked && old.lineage != nil && old.lineage.head == old && !tx.opts.Lenient && !tx.opts.wholeTables {
 				ts.base = old
 			}
 		} else {
@@ -1520,18 +1545,10 @@ func (tx *txn) validate(t *Table) error {
 			}
 		}
 	}
-	// Valid: each chain's hooks now cover the hooks that reach it here, and, pushed
-	// along every jump (callers before callees), cover its callers' hooks (what an
-	// incremental validation of a later version relies on).
+	// Valid: each chain's hooks are those that reach it here (what an incremental
+	// validation of the next version starts from).
 	for i, c := range t.Chains {
-		c.hooks |= mask[i]
-	}
-	for i := len(order) - 1; i >= 0; i-- {
-		c := order[i]
-		m := t.Chains[c].hooks
-		for _, d := range g.dst[g.start[c]:g.start[c+1]] {
-			t.Chains[d].hooks |= m
-		}
+		c.hooks = mask[i]
 	}
 	return nil
 }
