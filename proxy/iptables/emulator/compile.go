@@ -37,8 +37,9 @@ import (
 // Chains are compiled the first time an untraced evaluation enters them, together
 // with the short chains they reach (a KUBE-SVC chain with its KUBE-SEP chains, in one
 // allocation each for records and chainProgs), and stay valid while the chain's rules
-// and the table's chains are unchanged: restores give changed tables new Chain objects
-// (clone does not copy compiled state) and reset it where they reset the chain index.
+// are unchanged: a restore gives a chain it changes a new Chain object (without
+// compiled state) and shares the others with the table's new version; a compiled jump
+// to a chain the restore replaced or deleted (gone) is resolved again by name.
 
 type chainProg struct {
 	recs  []crec
