@@ -156,11 +156,17 @@ type generator struct {
 	natChains, natRules       lineBuf
 	skipChains, skipRules     lineBuf
 
-	active       map[string]bool // nat chains this sync writes or would write
+	active       map[string]bool // nat chains this sync writes or would write (trackActive)
 	largeCluster bool
-	numEndpoints int
-	out          []byte
-	sepNames     []string // scratch for endpointRules
+	// cleanupDue (set by the caller before services): a large cluster's stale-chain
+	// cleanup is due this sync. trackActive: this sync looks for stale chains (every
+	// sync below LargeClusterEndpointsThreshold endpoints, else when cleanupDue), so
+	// active is kept; a partial sync that does not skips the per-service chains of
+	// unchanged Services altogether (it writes none of them).
+	cleanupDue, trackActive bool
+	numEndpoints            int
+	out                     []byte
+	sepNames                []string // scratch for endpointRules
 }
 
 func newGenerator(r *resolved) *generator {
@@ -254,9 +260,14 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		g.nodePortRules(&p)
 		g.healthCheckRule(&p)
 
-		// The per-service chains: skipped for unchanged Services in a partial sync.
+		// The per-service chains: skipped for unchanged Services in a partial sync
+		// (computed only to note the chains they would declare, for the stale-chain
+		// cleanup).
 		nc, nr := &g.natChains, &g.natRules
 		if !full && !st.Changed(name.NamespacedName) {
+			if !g.trackActive {
+				continue
+			}
 			nc, nr = &g.skipChains, &g.skipRules
 		}
 		g.serviceChains(nc, nr, &p)
@@ -277,6 +288,7 @@ func (g *generator) reserve(st *proxy.SyncState, names []proxy.ServicePortName) 
 	}
 	g.numEndpoints = total
 	g.largeCluster = total > LargeClusterEndpointsThreshold
+	g.trackActive = !g.largeCluster || g.cleanupDue
 	head := 36*(total+4*len(names)+16) + 200*len(names) + 8192
 	est := 300*total + 600*len(names) + 1024
 	if nr := &g.natRules; nr.base < head || cap(nr.b)-len(nr.b) < est {
@@ -285,7 +297,10 @@ func (g *generator) reserve(st *proxy.SyncState, names []proxy.ServicePortName) 
 	}
 	g.natChains.b = slices.Grow(g.natChains.b, 32*(total+2*len(names)))
 	g.filterRules.b = slices.Grow(g.filterRules.b, 64*len(names))
-	g.active = make(map[string]bool, total+2*len(names))
+	g.active = nil
+	if g.trackActive {
+		g.active = make(map[string]bool, total+2*len(names))
+	}
 }
 
 // svcPlan is what one service port's rules are written from: its names, its endpoints
@@ -550,7 +565,9 @@ func (g *generator) serviceChains(nc, nr *lineBuf, p *svcPlan) {
 // writes it (it is not stale).
 func (g *generator) declare(nc *lineBuf, chain string) {
 	nc.chain(chain)
-	g.active[chain] = true
+	if g.trackActive {
+		g.active[chain] = true
+	}
 }
 
 // clusterIPMasqRule writes the masquerade rule for cluster IP traffic into chain (the

@@ -123,10 +123,12 @@ func (p *Proxier) Sync(ctx context.Context, services []*corev1.Service, slices [
 
 	g := p.gen
 	g.begin()
+	g.cleanupDue = now.Sub(p.lastCleanup) > p.r.syncPeriod
 	g.services(st, res.Full)
 	res.LargeCluster = g.largeCluster
 	res.ServicePorts, res.Endpoints = len(st.Services), g.numEndpoints
-	if !g.largeCluster || now.Sub(p.lastCleanup) > p.r.syncPeriod {
+	if g.trackActive { // not a large cluster, or its cleanup is due
+
 		saved, err := p.ipt.Save(ctx, TableNAT)
 		if err != nil {
 			res.Warnings = append(res.Warnings, fmt.Errorf("iptables-save nat failed, stale chains not deleted: %w", err))

@@ -37,8 +37,9 @@ import (
 // Chains are compiled the first time an untraced evaluation enters them, together
 // with the short chains they reach (a KUBE-SVC chain with its KUBE-SEP chains, in one
 // allocation each for records and chainProgs), and stay valid while the chain's rules
-// and the table's chains are unchanged: restores give changed tables new Chain objects
-// (clone does not copy compiled state) and reset it where they reset the chain index.
+// are unchanged: a restore gives a chain it changes a new Chain object (without
+// compiled state) and shares the others with the table's new version; a compiled jump
+// to a chain the restore replaced or deleted (gone) is resolved again by name.
 
 type chainProg struct {
 	recs  []crec
@@ -46,6 +47,7 @@ type chainProg struct {
 	ext   *progExt
 	name  string
 	ready bool // compiled; a chain jumped to gets its chainProg before it is compiled
+	gone  bool // its chain is gone (see Chain.gone): jumps here are resolved again
 }
 
 // progExt is what evaluation seldom needs.
@@ -244,7 +246,7 @@ func progOf(ch *Chain) *chainProg {
 		p.recs, x.reasons = s.r[:n:n], s.s[:n:n]
 	}
 	x.chain = ch
-	p.ext, p.name = x, ch.Name
+	p.ext, p.name, p.gone = x, ch.Name, ch.gone
 	ch.prog = p
 	return p
 }

@@ -89,6 +89,17 @@
 // table, an input applies whole or not at all. Errors are *ParseError values naming the
 // input, the line and the option.
 //
+// A --noflush restore costs what it changes, not the size of the table: the new table
+// version shares every chain it does not change with the version before (copy on
+// write; earlier versions stay as they were), and validates only what it changed when
+// the version before was validated — new jumps searched for loops, hooks pushed along
+// new jumps, changed rules checked against a per-chain superset of the hooks that reach
+// them, and the whole table validated when that check fails, so it refuses exactly what
+// a whole-table validation refuses. A long chain rewritten whole (kube-proxy's
+// KUBE-SERVICES, on every sync) reuses the parsed rules of lines equal to those its
+// version before was built from, as new rules (the new line as their origin, counters
+// at zero).
+//
 // # Walks, traces and the JSON outcome list
 //
 // Walk (and `clusterlab trace`) follows the first packet of a connection: it enters at

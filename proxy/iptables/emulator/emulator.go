@@ -109,15 +109,62 @@ func (e *Emulator) RestoreText(data []byte, opts RestoreOptions) error { return 
 func (e *Emulator) restore(data []byte, opts RestoreOptions) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	rs, skipped, err := RestoreSkipping(e.rs, data, opts)
+	tx, err := restoreTxn(e.rs, data, opts)
 	if err != nil {
 		return err
 	}
-	e.rs = rs
-	e.skipped = append(e.skipped, skipped...)
+	e.rs = tx.rs
+	e.skipped = append(e.skipped, tx.skipped...)
 	e.restores++
-	e.gc()
+	if !e.gcChanges(tx) {
+		e.gc()
+	}
 	return nil
+}
+
+// gcChanges is gc for a restore that changed its tables incrementally (see
+// validateChanges): when neither the chains it replaced or deleted nor those it made
+// hold a rule with state (an xt_recent list, an nth counter), the state stays as it
+// is, and only the nfacct objects the new rules name are created. It reports false
+// when the whole ruleset must be swept (gc).
+func (e *Emulator) gcChanges(tx *txn) bool {
+	var made []*Chain
+	for _, ts := range tx.tables {
+		if !ts.incremental() {
+			return false
+		}
+		for _, c := range ts.owned {
+			if ts.t.Chain(c.Name) == c {
+				made = append(made, c)
+			}
+		}
+	}
+	for _, cs := range [][]*Chain{tx.gone, made} {
+		for _, c := range cs {
+			for _, r := range c.Rules {
+				for _, m := range r.Matches {
+					switch m := m.(type) {
+					case *RecentMatch:
+						return false
+					case *StatisticMatch:
+						if m.Nth {
+							return false
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, c := range made {
+		for _, r := range c.Rules {
+			for _, m := range r.Matches {
+				if m, ok := m.(*NfacctMatch); ok && e.st.nfacct[m.Name] == nil {
+					e.st.nfacct[m.Name] = &Counters{}
+				}
+			}
+		}
+	}
+	return true
 }
 
 // gc drops the state of rules that are gone: xt_recent lists no rule names any more

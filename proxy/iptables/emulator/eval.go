@@ -480,7 +480,24 @@ func (c *Chain) jumpTarget(t *Table, i int) *Chain {
 			}
 		}
 	}
-	return c.jumps[i]
+	d := c.jumps[i]
+	if d != nil && d.gone {
+		// Replaced or deleted by a restore since it was resolved (tables share the
+		// chains a restore does not change).
+		d = t.Chain(c.Rules[i].Target.(*JumpTarget).Chain)
+		c.jumps[i] = d
+	}
+	return d
+}
+
+// regoProg resolves again a compiled jump whose destination is gone.
+func regoProg(t *Table, rec *crec) *chainProg {
+	var p *chainProg
+	if d := t.Chain(rec.rule.Target.(*JumpTarget).Chain); d != nil {
+		p = progOf(d)
+	}
+	rec.jump = p
+	return p
 }
 
 // push enters a chain: an indexed chain's candidate rules are computed here.
@@ -658,6 +675,9 @@ func (c *evalCtx) compiledStep(t *Table, f *frame, res *TableResult) flow {
 		return c.pop()
 	case tkJump, tkGoto:
 		dst := rec.jump
+		if dst != nil && dst.gone {
+			dst = regoProg(t, rec)
+		}
 		if dst == nil || len(c.stack) >= maxDepth {
 			return res.decide(Drop, cp.name, r)
 		}

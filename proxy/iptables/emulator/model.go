@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -96,11 +97,38 @@ func (rs *Ruleset) Rules() int {
 
 // Table is one iptables table: its built-in chains first (in hook order), then the
 // user-defined chains.
+//
+// A --noflush restore gives a table a new version that shares with the old one every
+// chain it does not change (copy on write): the chain index is layered (this version's
+// entries over a map shared with earlier versions), the chain list is copied only
+// when it changes, and counts and hook masks the validation keeps are carried over.
+// A table a restore took as its base must not be changed afterwards.
 type Table struct {
 	Name   string
 	Chains []*Chain
+	// byName is this version's chain index over base (a nil value: deleted here);
+	// the whole index when base is nil.
 	byName map[string]*Chain
+	// base is an index shared with the versions this one derives from; never written.
+	base map[string]*Chain
+	// ownChains: Chains is this version's own slice (not shared with another).
+	ownChains bool
+	// refs counts the jumps to each chain, nil until a restore needed it (to delete a
+	// chain); versions derived from this one keep it up to date.
+	refs *refIndex
+	// checked: a restore validated this version (no loops, every rule valid for the
+	// hooks that reach it, and each chain's hooks field covers those hooks), so that a
+	// restore based on it can validate only what it changes.
+	checked bool
+	// memo: a chain of this version (or of one it derives from) keeps its lines
+	// (Chain.src).
+	memo bool // lineage is shared by the versions of a table; its head is the latest a restore
+	// made. Only a restore based on the head validates incrementally (Chain.hooks
+	// describe the head's table).
+	lineage *lineage
 }
+
+type lineage struct{ head *Table }
 
 // NewTable returns a table with its built-in chains (policy ACCEPT), or an error for an
 // unknown table name.
@@ -109,7 +137,7 @@ func NewTable(name string) (*Table, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown table %q (want raw, mangle, nat, filter or security)", name)
 	}
-	t := &Table{Name: name, byName: make(map[string]*Chain)}
+	t := &Table{Name: name, byName: make(map[string]*Chain), ownChains: true}
 	for _, h := range def.hooks {
 		c := &Chain{Name: h.String(), Builtin: true, Policy: "ACCEPT"}
 		t.Chains = append(t.Chains, c)
@@ -120,22 +148,43 @@ func NewTable(name string) (*Table, error) {
 
 // Chain returns the named chain, or nil.
 func (t *Table) Chain(name string) *Chain {
-	if t.byName == nil {
+	if t.byName == nil && t.base == nil {
 		t.reindex()
 	}
-	return t.byName[name]
+	if c, ok := t.byName[name]; ok {
+		return c
+	}
+	return t.base[name]
 }
 
 func (t *Table) reindex() {
 	t.byName = make(map[string]*Chain, len(t.Chains))
+	t.base = nil
 	for _, c := range t.Chains {
 		t.byName[c.Name] = c
 	}
 }
 
+// setIndex points name at c (nil: the chain is deleted) in this version's index.
+func (t *Table) setIndex(name string, c *Chain) {
+	if t.byName == nil && t.base == nil {
+		t.reindex()
+	}
+	if t.byName == nil {
+		t.byName = make(map[string]*Chain)
+	}
+	if c == nil {
+		if _, inBase := t.base[name]; !inBase {
+			delete(t.byName, name)
+			return
+		}
+	}
+	t.byName[name] = c
+}
+
 // reserve makes room in the chain index for n chains.
 func (t *Table) reserve(n int) {
-	if n <= len(t.byName) {
+	if n <= len(t.byName) || t.base != nil {
 		return
 	}
 	m := make(map[string]*Chain, n+len(t.Chains))
@@ -145,26 +194,128 @@ func (t *Table) reserve(n int) {
 	t.byName = m
 }
 
+// writableChains makes Chains this version's own slice.
+func (t *Table) writableChains() {
+	if !t.ownChains {
+		t.Chains = slices.Clone(t.Chains)
+		t.ownChains = true
+	}
+}
+
+// indexOf returns c's position in Chains, or -1. c.pos is a hint: a chain only moves
+// towards the front (deletions), so the search goes backwards from it first.
+func (t *Table) indexOf(c *Chain) int {
+	p := min(int(c.pos), len(t.Chains)-1)
+	for i := p; i >= 0; i-- {
+		if t.Chains[i] == c {
+			c.pos = int32(i)
+			return i
+		}
+	}
+	for i := p + 1; i < len(t.Chains); i++ {
+		if t.Chains[i] == c {
+			c.pos = int32(i)
+			return i
+		}
+	}
+	return -1
+}
+
+// replaceChain puts nc where c is (same name).
+func (t *Table) replaceChain(c, nc *Chain) {
+	i := t.indexOf(c)
+	t.writableChains()
+	t.Chains[i] = nc
+	nc.pos = int32(i)
+	t.setIndex(nc.Name, nc)
+}
+
 // AddChain adds a user-defined chain (no check that the name is free).
 func (t *Table) AddChain(name string) *Chain {
-	if t.byName == nil {
-		t.reindex()
-	}
-	c := &Chain{Name: name}
+	c := &Chain{Name: name, pos: int32(len(t.Chains))}
+	t.writableChains()
 	t.Chains = append(t.Chains, c)
-	t.byName[name] = c
+	t.setIndex(name, c)
 	return c
 }
 
 // removeChain deletes a chain from the table.
 func (t *Table) removeChain(name string) {
-	for i, c := range t.Chains {
-		if c.Name == name {
+	if c := t.Chain(name); c != nil {
+		if i := t.indexOf(c); i >= 0 {
+			t.writableChains()
 			t.Chains = slices.Delete(t.Chains, i, i+1)
-			break
 		}
 	}
-	delete(t.byName, name)
+	t.setIndex(name, nil)
+}
+
+// cow returns a new version of t that shares its chains: changes to the new version
+// (through setIndex, replaceChain, AddChain, removeChain) leave t as it is.
+func (t *Table) cow() *Table {
+	if t.byName == nil && t.base == nil {
+		t.reindex()
+	}
+	nt := &Table{Name: t.Name, Chains: slices.Clip(t.Chains), refs: t.refs, memo: t.memo, lineage: t.lineage}
+	switch {
+	case t.base == nil:
+		nt.base = t.byName
+	case len(t.byName) > 1024+len(t.base)/32:
+		// Merge the layers (their chains changed often enough that a lookup would
+		// mostly find the upper one): every version until the next merge shares it.
+		m := maps.Clone(t.base)
+		for k, v := range t.byName {
+			if v == nil {
+				delete(m, k)
+			} else {
+				m[k] = v
+			}
+		}
+		nt.base = m
+	default:
+		nt.base, nt.byName = t.base, maps.Clone(t.byName)
+	}
+	if nt.byName == nil {
+		nt.byName = make(map[string]*Chain)
+	}
+	return nt
+}
+
+// refIndex counts the jumps to each chain of a table version, layered like the chain
+// index: over holds the counts this version changed.
+type refIndex struct {
+	base, over map[string]int32
+}
+
+func (r *refIndex) get(name string) int32 {
+	if v, ok := r.over[name]; ok {
+		return v
+	}
+	return r.base[name]
+}
+
+// derive returns a refIndex for a new version: r plus delta.
+func (r *refIndex) derive(delta map[string]int32) *refIndex {
+	nr := &refIndex{}
+	switch {
+	case r.base == nil:
+		nr.base, nr.over = r.over, make(map[string]int32, len(delta))
+	case len(r.over) > 1024+len(r.base)/32:
+		m := maps.Clone(r.base)
+		maps.Copy(m, r.over)
+		nr.base, nr.over = m, make(map[string]int32, len(delta))
+	default:
+		nr.base, nr.over = r.base, maps.Clone(r.over)
+	}
+	if nr.over == nil {
+		nr.over = make(map[string]int32, len(delta))
+	}
+	for k, d := range delta {
+		if d != 0 {
+			nr.over[k] = r.get(k) + d
+		}
+	}
+	return nr
 }
 
 // saveOrder returns the chains as iptables-save lists them: built-in chains in hook order,
@@ -192,15 +343,29 @@ type Chain struct {
 	Rules    []*Rule
 
 	idx   *chainIndex // built lazily by the evaluator; valid while Rules is unchanged
-	jumps []*Chain    // resolved jump targets, per ruleset version (not kept by clone)
-	prog  *chainProg  // compiled rules (compile.go), per ruleset version (not kept by clone)
+	jumps []*Chain    // resolved jump targets (a gone one is resolved again)
+	prog  *chainProg  // compiled rules (compile.go); jumps to gone chains resolved again
 
-	// Restore's scratch, for the chains of a table a transaction builds (clone and
-	// NewTable give it new Chain objects): txn is the transaction whose Rules slice
-	// this is (restore.go's own), pos the chain's position in the table during
-	// validation.
+	// Restore's scratch: txn is the transaction that owns this Chain object (a
+	// transaction copies a chain it changes that it does not own: versions of a table
+	// share the chains neither changed), pos the chain's position in its table (a
+	// hint; exact during validation).
 	txn uint64
 	pos int32
+	// hooks covers the hooks that reach the chain in the latest validated version of
+	// its table (a superset after incremental validations: a restore checks the rules
+	// of a changed chain against it, and validates the whole table when that fails).
+	hooks uint8
+	// gone: a committed restore replaced or deleted this chain; cached jumps to it
+	// (jumps, prog) are resolved again by name.
+	gone bool
+	// src is the text the chain was built from (long chains built from empty by -A
+	// lines only): the next version of the chain reuses the rules of equal lines.
+	src *chainSrc
+	// clean: the transaction that owns the chain built it from empty with -A lines
+	// only (so far); build follows it when its version before has a src.
+	clean bool
+	build *chainBuild
 }
 
 // AddrSpec is -s or -d: a prefix, possibly negated. The zero value matches anything.
@@ -325,20 +490,4 @@ func appendPrefix(b []byte, p netip.Prefix) []byte {
 	b = p.Addr().AppendTo(b)
 	b = append(b, '/')
 	return fmt.Appendf(b, "%d", p.Bits())
-}
-
-// clone returns a copy of the table whose chains can be changed without touching t's
-// (rules are shared: rules are replaced, never edited, by restores).
-func (t *Table) clone() *Table {
-	nt := &Table{Name: t.Name, Chains: make([]*Chain, len(t.Chains)), byName: make(map[string]*Chain, len(t.Chains))}
-	// One allocation for all the chains: a partial restore of a big table (kube-proxy's
-	// 100,000 chains) clones every chain, and touches few.
-	slab := make([]Chain, len(t.Chains))
-	for i, c := range t.Chains {
-		nc := &slab[i]
-		*nc = Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters, Rules: c.Rules, idx: c.idx}
-		nt.Chains[i] = nc
-		nt.byName[nc.Name] = nc
-	}
-	return nt
 }

@@ -7,9 +7,95 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/clusterlab/clusterlab/netfilter"
 )
+
+// memoMinRules is the length from which a chain keeps the lines it was built from
+// (chainSrc): kube-proxy rewrites its long top-level chains (KUBE-SERVICES: a rule per
+// service port) whole on every sync, mostly with the same lines.
+const memoMinRules = 16
+
+// chainSrc is the text a chain's rules were parsed from: line i (an -A command)
+// gave Rules[first[i]:end[i]] (lines whose rules cannot be reused are left out).
+type chainSrc struct {
+	text       string
+	off        []int32
+	first, end []int32
+}
+
+func (s *chainSrc) lines() int        { return len(s.off) - 1 }
+func (s *chainSrc) line(i int) string { return s.text[s.off[i]:s.off[i+1]] }
+
+// chainBuild follows a chain a transaction builds from empty with -A lines only
+// (Chain.clean) whose version before it flushed has a chainSrc (memo): a line equal to
+// one of memo's reuses its rules.
+type chainBuild struct {
+	memo  *Chain
+	next  int // the line of memo expected next
+	index map[string]int32
+	// same counts the lines so far, all equal to memo's first lines in order
+	// (diverged: not so), when the chain keeps memo's chainSrc.
+	same     int
+	diverged bool
+	slab     []Rule // room for the rules copied from memo
+}
+
+// sourceOf returns the chainSrc of a chain the transaction built from empty with -A
+// lines only: its rules' lines (their Line numbers in the input), those whose rules
+// may be reused (memoizable), in one copy of their text.
+func (tx *txn) sourceOf(c *Chain) *chainSrc {
+	if tx.lineStart == nil {
+		tx.lineStart = make([]int32, 1, strings.Count(tx.text, "\n")+1)
+		for i := 0; ; {
+			j := strings.IndexByte(tx.text[i:], '\n')
+			if j < 0 {
+				break
+			}
+			i += j + 1
+			tx.lineStart = append(tx.lineStart, int32(i))
+		}
+	}
+	s := &chainSrc{}
+	var sb strings.Builder
+	if n := len(c.Rules); n > 0 {
+		// Room for lines as long as the last rule's (lines of a chain are alike).
+		if l := c.Rules[n-1].Line; c.Rules[n-1].File == tx.opts.File && l >= 1 && l < len(tx.lineStart) {
+			sb.Grow(n * int(tx.lineStart[l]-tx.lineStart[l-1]) * 9 / 8)
+		}
+	}
+	for i := 0; i < len(c.Rules); {
+		r := c.Rules[i]
+		j := i + 1
+		for j < len(c.Rules) && c.Rules[j].Line == r.Line && c.Rules[j].File == r.File {
+			j++
+		}
+		if r.File == tx.opts.File && r.Line >= 1 && r.Line <= len(tx.lineStart) && memoizable(c.Rules[i:j]) {
+			start, end := int(tx.lineStart[r.Line-1]), len(tx.text)
+			if r.Line < len(tx.lineStart) {
+				end = int(tx.lineStart[r.Line])
+			}
+			line := trimLine(tx.text[start:end])
+			s.off = append(s.off, int32(sb.Len()))
+			s.first, s.end = append(s.first, int32(i)), append(s.end, int32(j))
+			sb.WriteString(line)
+		}
+		i = j
+	}
+	if len(s.first) == 0 {
+		return nil
+	}
+	s.off = append(s.off, int32(sb.Len()))
+	s.text = sb.String()
+	return s
+}
+
+// trimLine is a restore line without its line end and surrounding blanks.
+func trimLine(line string) string {
+	line = strings.TrimRight(line, " \t\r\n")
+	return strings.TrimLeft(line, " \t")
+}
 
 // ParseError is an error in iptables-save / iptables-restore text: the file (or input
 // name), the line, the option at fault when there is one, and what is wrong.
@@ -66,6 +152,9 @@ type RestoreOptions struct {
 	// keepOrder appends new tables in input order (loading a dump) instead of placing
 	// them in the nf_tables backend's order.
 	keepOrder bool
+	// wholeTables validates every table the input names whole, as a restore of an
+	// unvalidated ruleset does (tests compare it with the incremental validation).
+	wholeTables bool
 }
 
 // SkippedLine is a line a lenient load left out, and why.
@@ -94,12 +183,32 @@ func Restore(rs *Ruleset, data []byte, opts RestoreOptions) (*Ruleset, error) {
 // RestoreSkipping is Restore that also returns what a lenient restore
 // (opts.Lenient) left out.
 func RestoreSkipping(rs *Ruleset, data []byte, opts RestoreOptions) (*Ruleset, []SkippedLine, error) {
-	tx := newTxn(rs, opts)
-	if err := tx.run(string(data)); err != nil {
+	tx, err := restoreTxn(rs, data, opts)
+	if err != nil {
 		return nil, nil, err
 	}
-	slices.SortStableFunc(tx.skipped, func(a, b SkippedLine) int { return a.Line - b.Line })
 	return tx.rs, tx.skipped, nil
+}
+
+// restoreTxn runs a restore and returns its transaction (the result, what it skipped,
+// what it changed).
+func restoreTxn(rs *Ruleset, data []byte, opts RestoreOptions) (*txn, error) {
+	tx := newTxn(rs, opts)
+	text := ""
+	if opts.NoFlush && slices.ContainsFunc(rs.Tables, func(t *Table) bool { return t.memo }) {
+		// A restore into tables with long chains it may rebuild from their lines
+		// (kube-proxy's syncs after the first) reads the input in place and copies
+		// only the lines it keeps: most of those chains' lines are the version
+		// before's (memoRules).
+		text, tx.inPlace = unsafe.String(unsafe.SliceData(data), len(data)), true
+	} else {
+		text = string(data)
+	}
+	if err := tx.run(text); err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(tx.skipped, func(a, b SkippedLine) int { return a.Line - b.Line })
+	return tx, nil
 }
 
 // ParseDump parses iptables-save output (with or without -c counters) into a new
@@ -110,24 +219,133 @@ func ParseDump(data []byte, f Family, file string) (*Ruleset, error) {
 
 type tableState struct {
 	t *Table
-	// refs counts the references (jumps, gotos) to each user chain. It is built on
-	// first use (deleting or renaming a chain) from the table as it stands, then kept
-	// up to date by every rule added or removed; nil until then, so that a restore that
-	// deletes no chain does not count the references of a whole ruleset.
+	// prev is the table of the restore's input ruleset (nil when it has none): its
+	// chains that t no longer holds are gone at commit.
+	prev *Table
+	// base, when not nil, is the validated version t derives from (a --noflush
+	// restore): the restore then counts references and validates only what it
+	// changes (incremental). nil (or full set) when t is validated whole.
+	base *Table
+	full bool
+	// owned lists the chains the transaction made (copies of base's it changed, and
+	// new ones), deleted the names it deleted.
+	owned   []*Chain
+	deleted []string
+	// refs counts the references (jumps, gotos) to each user chain when t is
+	// validated whole. It is built on first use (deleting or renaming a chain) from
+	// the table as it stands, then kept up to date by every rule added or removed;
+	// nil until then, so that a restore that deletes no chain does not count the
+	// references of a whole ruleset.
 	refs map[string]int
+	// Incremental: baseRefs are base's counts, delta the changes since (nil until
+	// first needed, then kept up to date like refs).
+	baseRefs *refIndex
+	delta    map[string]int32
 }
+
+func (ts *tableState) incremental() bool { return ts.base != nil && !ts.full }
 
 // countRefs builds refs from the table's rules, if it is not built yet.
 func (ts *tableState) countRefs() {
 	if ts.refs != nil {
 		return
 	}
-	ts.refs = make(map[string]int)
-	for _, c := range ts.t.Chains {
+	ts.refs = countJumps[int](ts.t)
+}
+
+// countJumps counts the jumps to each chain of t.
+func countJumps[N int | int32](t *Table) map[string]N {
+	refs := make(map[string]N)
+	for _, c := range t.Chains {
 		for _, r := range c.Rules {
 			if j, ok := r.Target.(*JumpTarget); ok {
-				ts.refs[j.Chain]++
+				refs[j.Chain]++
 			}
+		}
+	}
+	return refs
+}
+
+// refCount returns the number of jumps to chain in the table as it stands.
+func (ts *tableState) refCount(chain string) int {
+	if !ts.incremental() {
+		ts.countRefs()
+		return ts.refs[chain]
+	}
+	ts.startDelta()
+	return int(ts.baseRefs.get(chain) + ts.delta[chain])
+}
+
+// startDelta makes the incremental counts: base's (counted once per table lineage,
+// then carried from version to version) and the changes the transaction made so far.
+func (ts *tableState) startDelta() {
+	if ts.delta != nil {
+		return
+	}
+	if ts.base.refs == nil {
+		ts.base.refs = &refIndex{over: countJumps[int32](ts.base)}
+	}
+	ts.baseRefs = ts.base.refs
+	ts.delta = make(map[string]int32)
+	for _, name := range ts.touched() {
+		var old, cur []*Rule
+		if c := ts.base.Chain(name); c != nil {
+			old = c.Rules
+		}
+		if c := ts.t.Chain(name); c != nil {
+			cur = c.Rules
+		}
+		jumpDelta(ts.delta, old, cur)
+	}
+}
+
+// touched returns the names of the chains the transaction changed, created or
+// deleted, each once.
+func (ts *tableState) touched() []string {
+	seen := make(map[string]bool, len(ts.owned)+len(ts.deleted))
+	out := make([]string, 0, len(ts.owned)+len(ts.deleted))
+	for _, c := range ts.owned {
+		if !seen[c.Name] {
+			seen[c.Name] = true
+			out = append(out, c.Name)
+		}
+	}
+	for _, n := range ts.deleted {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// jumpName is the chain a rule jumps or goes to, or "".
+func jumpName(r *Rule) string {
+	if j, ok := r.Target.(*JumpTarget); ok {
+		return j.Chain
+	}
+	return ""
+}
+
+// jumpDelta adds to delta the jumps of cur and subtracts those of old, pairing rules
+// by position (a chain rewritten with the same jumps costs no map update).
+func jumpDelta(delta map[string]int32, old, cur []*Rule) {
+	for i := range max(len(old), len(cur)) {
+		var a, b string
+		if i < len(old) {
+			a = jumpName(old[i])
+		}
+		if i < len(cur) {
+			b = jumpName(cur[i])
+		}
+		if a == b {
+			continue
+		}
+		if a != "" {
+			delta[a]--
+		}
+		if b != "" {
+			delta[b]++
 		}
 	}
 }
@@ -136,6 +354,9 @@ func (ts *tableState) countRefs() {
 func (ts *tableState) addRef(chain string, delta int) {
 	if ts.refs != nil {
 		ts.refs[chain] += delta
+	}
+	if ts.delta != nil {
+		ts.delta[chain] += int32(delta)
 	}
 }
 
@@ -148,12 +369,23 @@ type txn struct {
 	// are skipped up to its COMMIT.
 	skipTable *string
 	family    Family
+	// inPlace: the text run reads is the caller's input (not a copy), so a line is
+	// copied before anything may keep it.
+	inPlace bool
+	// text is the input run reads; lineStart the offset of each line in it (made
+	// when first needed, by sourceOf).
+	text      string
+	lineStart []int32
+	orig      *Ruleset // the input ruleset
 	rs        *Ruleset
 	tables    map[string]*tableState
-	cur       *tableState
-	line      int
-	sp        specParser
-	toks      []token
+	// gone lists, after a successful run, the chains of orig the result no longer
+	// holds (replaced by a changed copy, or deleted).
+	gone []*Chain
+	cur  *tableState
+	line int
+	sp   specParser
+	toks []token
 }
 
 // txnSeq numbers transactions.
@@ -164,6 +396,7 @@ func newTxn(rs *Ruleset, opts RestoreOptions) *txn {
 		id:     txnSeq.Add(1),
 		opts:   opts,
 		family: rs.Family,
+		orig:   rs,
 		rs:     &Ruleset{Family: rs.Family, Tables: slices.Clone(rs.Tables)},
 		tables: make(map[string]*tableState),
 		sp:     specParser{family: rs.Family},
@@ -183,6 +416,7 @@ func (tx *txn) wrap(err error) error {
 }
 
 func (tx *txn) run(text string) error {
+	tx.text = text
 	lineNo := 0
 	for len(text) > 0 {
 		var line string
@@ -194,14 +428,15 @@ func (tx *txn) run(text string) error {
 		tx.rest = text
 		lineNo++
 		tx.line = lineNo
-		line = strings.TrimRight(line, " \t\r")
-		start := 0
-		for start < len(line) && (line[start] == ' ' || line[start] == '\t') {
-			start++
-		}
-		line = line[start:]
+		line = trimLine(line)
 		if line == "" || line[0] == '#' {
 			continue
+		}
+		if tx.skipTable == nil && tx.memoLine(line) {
+			continue
+		}
+		if tx.inPlace {
+			line = strings.Clone(line)
 		}
 		if tx.skipTable != nil {
 			tx.skip(line, fmt.Sprintf("in table %q, whose header was skipped", *tx.skipTable), *tx.skipTable)
@@ -249,19 +484,231 @@ func (tx *txn) run(text string) error {
 		tx.cur = nil
 	}
 	for _, t := range tx.rs.Tables {
-		if _, ok := tx.tables[t.Name]; ok {
-			for tries := 0; ; tries++ {
-				err := tx.validate(t)
-				if err == nil {
-					break
+		ts, ok := tx.tables[t.Name]
+		if !ok {
+			continue
+		}
+		// A restore that made most of a large table (a first sync into the few
+		// chains that exist) validates it whole: cheaper than following changes.
+		if ts.incremental() && (len(t.Chains) < 1024 || 4*len(ts.owned) <= len(t.Chains)) && tx.validateChanges(ts) {
+			t.refs = nil
+			if ts.base.refs != nil || ts.delta != nil {
+				ts.startDelta()
+				t.refs = ts.baseRefs.derive(ts.delta)
+			}
+			t.checked = true
+			continue
+		}
+		for tries := 0; ; tries++ {
+			err := tx.validate(t)
+			if err == nil {
+				break
+			}
+			if !tx.opts.Lenient || tries > 10000 || !tx.dropRule(t, err) {
+				return err
+			}
+		}
+		t.refs = nil
+		t.checked = true
+	}
+	for _, ts := range tx.tables {
+		if ts.t.lineage == nil {
+			ts.t.lineage = &lineage{}
+		}
+		ts.t.lineage.head = ts.t
+	}
+	tx.commit()
+	return nil
+}
+
+// commit marks the chains of the input ruleset that the result replaced or deleted as
+// gone (evaluations then resolve cached jumps to them again) and lists them in tx.gone.
+func (tx *txn) commit() {
+	for _, ts := range tx.tables {
+		if ts.prev == nil {
+			continue
+		}
+		t := ts.t
+		if ts.prev == ts.base && ts.incremental() && len(ts.owned)+len(ts.deleted) < len(ts.prev.Chains) {
+			for _, name := range ts.touched() {
+				if c := ts.prev.Chain(name); c != nil && t.Chain(name) != c {
+					tx.gone = append(tx.gone, c)
 				}
-				if !tx.opts.Lenient || tries > 10000 || !tx.dropRule(t, err) {
-					return err
-				}
+			}
+			continue
+		}
+		for _, c := range ts.prev.Chains {
+			if t.Chain(c.Name) != c {
+				tx.gone = append(tx.gone, c)
 			}
 		}
 	}
-	return nil
+	for _, ts := range tx.tables {
+		for _, c := range ts.owned {
+			if c.clean && len(c.Rules) >= memoMinRules && ts.t.Chain(c.Name) == c {
+				if b := c.build; b != nil && !b.diverged && b.same == b.memo.src.lines() && len(c.Rules) == len(b.memo.Rules) {
+					c.src = b.memo.src // built from the same lines as the version before
+				} else {
+					c.src = tx.sourceOf(c)
+				}
+				ts.t.memo = ts.t.memo || c.src != nil
+			}
+			c.build, c.clean = nil, false
+		}
+	}
+	for _, c := range tx.gone {
+		c.gone = true
+		if c.prog != nil {
+			c.prog.gone = true
+		}
+	}
+}
+
+// validateChanges validates what an incremental restore changed in ts.t, which
+// derives from the latest validated version of its table (ts.base): the jumps of the
+// chains it changed lead to chains that exist, the jumps that are new (not in base's
+// version of the chain at the same position) close no loop (a loop would need one),
+// the hooks of a new jump's chain are pushed along it to the chains it reaches, and
+// the rules of the changed chains (against the hooks they had, Chain.hooks, plus the
+// pushed ones) and of the unchanged chains new hooks reach (against those) are valid.
+// It reports false when it cannot decide (Chain.hooks is a superset of the hooks that
+// reach a chain, so a rule it finds invalid may not be): the table is then validated
+// whole, which sets every chain's hooks to those that reach it.
+func (tx *txn) validateChanges(ts *tableState) bool {
+	t, base := ts.t, ts.base
+	var owned []*Chain
+	for _, c := range ts.owned {
+		if t.Chain(c.Name) == c {
+			owned = append(owned, c)
+		}
+	}
+	// add holds the hooks new jumps bring to a chain (and on to the chains it
+	// reaches): an unchanged chain's rules are valid for the hooks that reached it
+	// before, and are checked against these.
+	add := make(map[*Chain]uint8, len(owned))
+	var queue, roots []*Chain
+	push := func(to *Chain, bits uint8) {
+		if nb := bits &^ add[to]; nb != 0 {
+			add[to] |= nb
+			queue = append(queue, to)
+		}
+	}
+	for _, u := range owned {
+		if u.Builtin {
+			h, _ := netfilter.ParseHook(u.Name)
+			u.hooks |= 1 << h
+		}
+		if p := base.Chain(u.Name); p != nil {
+			u.hooks |= p.hooks
+		}
+	}
+	for _, u := range owned {
+		var old []*Rule
+		if p := base.Chain(u.Name); p != nil {
+			old = p.Rules
+		}
+		for i, r := range u.Rules {
+			j, ok := r.Target.(*JumpTarget)
+			if !ok || (i < len(old) && jumpName(old[i]) == j.Chain) {
+				continue // not a jump, or one base's version has at this position
+			}
+			v := t.Chain(j.Chain)
+			if v == nil || v.Builtin {
+				return false
+			}
+			roots = append(roots, v)
+			push(v, u.hooks)
+		}
+	}
+	for len(queue) > 0 {
+		x := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		bits := add[x]
+		for _, r := range x.Rules {
+			if j, ok := r.Target.(*JumpTarget); ok {
+				v := t.Chain(j.Chain)
+				if v == nil {
+					return false
+				}
+				push(v, bits)
+			}
+		}
+	}
+	if hasLoop(t, roots) {
+		return false
+	}
+	valid := func(c *Chain, m uint8) bool {
+		if m == 0 {
+			return true
+		}
+		for _, r := range c.Rules {
+			if checkAddrTypeHooks(t, c, r, m) != nil || checkTargetHooks(t, c, r, m) != nil {
+				return false
+			}
+		}
+		return true
+	}
+	for _, u := range owned {
+		if !valid(u, u.hooks|add[u]) {
+			return false
+		}
+	}
+	for c, m := range add {
+		if c.txn != tx.id && !valid(c, m) {
+			return false
+		}
+	}
+	for c, m := range add {
+		c.hooks |= m
+	}
+	return true
+}
+
+// hasLoop reports whether a chain loop is reachable from roots.
+func hasLoop(t *Table, roots []*Chain) bool {
+	const (
+		grey = iota + 1
+		black
+	)
+	color := make(map[*Chain]uint8)
+	type frame struct {
+		c *Chain
+		i int
+	}
+	var stack []frame
+	for _, root := range roots {
+		if color[root] != 0 {
+			continue
+		}
+		color[root] = grey
+		stack = append(stack[:0], frame{root, 0})
+		for len(stack) > 0 {
+			f := &stack[len(stack)-1]
+			if f.i >= len(f.c.Rules) {
+				color[f.c] = black
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			r := f.c.Rules[f.i]
+			f.i++
+			j, ok := r.Target.(*JumpTarget)
+			if !ok {
+				continue
+			}
+			d := t.Chain(j.Chain)
+			if d == nil {
+				return true // not decided here: the whole validation reports it
+			}
+			switch color[d] {
+			case grey:
+				return true
+			case 0:
+				color[d] = grey
+				stack = append(stack, frame{d, 0})
+			}
+		}
+	}
+	return false
 }
 
 // reasonOf is a load error without its FILE:LINE (a SkippedLine has them).
@@ -305,10 +752,11 @@ func (tx *txn) dropRule(t *Table, err error) bool {
 			if r.File != pe.File || r.Line != pe.Line {
 				continue
 			}
-			nc := *c
-			nc.Rules = append(slices.Clone(c.Rules[:ri]), c.Rules[ri+1:]...)
-			t.Chains[ci] = &nc
-			t.byName = nil // reindexed on the next lookup
+			nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters,
+				Rules: append(slices.Clone(c.Rules[:ri]), c.Rules[ri+1:]...), hooks: c.hooks, txn: c.txn}
+			t.writableChains()
+			t.Chains[ci], nc.pos = nc, int32(ci)
+			t.setIndex(nc.Name, nc)
 			if j, ok := r.Target.(*JumpTarget); ok && tx.tables[t.Name] != nil {
 				tx.tables[t.Name].addRef(j.Chain, -1)
 			}
@@ -330,17 +778,24 @@ func (tx *txn) tableLine(name string) error {
 	if !seen || !tx.opts.NoFlush {
 		var t *Table
 		old := tx.rs.Table(name)
+		ts = &tableState{prev: tx.orig.Table(name)}
 		if tx.opts.NoFlush && old != nil {
-			t = old.clone()
+			t = old.cow()
+			if old.checked && old.lineage != nil && old.lineage.head == old && !tx.opts.Lenient && !tx.opts.wholeTables {
+				ts.base = old
+			}
 		} else {
 			t, _ = NewTable(name)
+			for _, c := range t.Chains {
+				tx.own(c)
+			}
+			// Size the chain index for the chains the input declares when they
+			// outnumber the table's (a first load).
+			if n := tx.declaredChains(); n > len(t.Chains) {
+				t.reserve(n)
+			}
 		}
-		// Size the chain index for the chains the input declares when they outnumber
-		// the table's (a first load), not to rebuild it for a partial restore.
-		if n := tx.declaredChains(); n > len(t.Chains) {
-			t.reserve(n)
-		}
-		ts = &tableState{t: t}
+		ts.t = t
 		if i := slices.IndexFunc(tx.rs.Tables, func(x *Table) bool { return x.Name == name }); i >= 0 {
 			tx.rs.Tables[i] = t
 		} else if tx.opts.keepOrder {
@@ -417,9 +872,13 @@ func (tx *txn) chainLine(rest string) error {
 			if policy != "ACCEPT" && policy != "DROP" {
 				return tx.errf("", "bad policy %q for built-in chain %s (want ACCEPT, DROP or -)", policy, name)
 			}
-			c.Policy = policy
+			if c.Policy != policy {
+				c = tx.mut(c)
+				c.Policy = policy
+			}
 		}
-		if tx.opts.Counters {
+		if tx.opts.Counters && c.Counters != ctr {
+			c = tx.mut(c)
 			c.Counters = ctr
 		}
 		return nil
@@ -437,33 +896,75 @@ func (tx *txn) chainLine(rest string) error {
 		tx.flush(c)
 		return nil
 	}
-	tx.own(t.AddChain(name))
+	nc := t.AddChain(name)
+	nc.clean = true
+	tx.own(nc)
 	return nil
 }
 
-// flush empties a chain.
-func (tx *txn) flush(c *Chain) {
+// flush empties a chain; it returns the transaction's copy.
+func (tx *txn) flush(c *Chain) *Chain {
+	if len(c.Rules) == 0 {
+		return c
+	}
 	for _, r := range c.Rules {
 		if j, ok := r.Target.(*JumpTarget); ok {
 			tx.cur.addRef(j.Chain, -1)
 		}
 	}
+	memo := c
+	if c.build != nil {
+		memo = c.build.memo
+	}
+	c = tx.mutEmpty(c)
 	c.Rules = nil
 	c.idx, c.jumps, c.prog = nil, nil, nil
-	tx.own(c)
+	c.build, c.clean = nil, true
+	if memo.src != nil {
+		c.build = &chainBuild{memo: memo}
+	}
+	return c
 }
 
-// own marks c's Rules slice as private to the transaction.
-func (tx *txn) own(c *Chain) { c.txn = tx.id }
-
-// rules returns c's rule slice, made private to the transaction first.
-func (tx *txn) rules(c *Chain) []*Rule {
-	if c.txn != tx.id {
-		c.Rules = slices.Clone(c.Rules)
-		tx.own(c)
+// own marks c as the transaction's (its Rules slice private to it).
+func (tx *txn) own(c *Chain) {
+	c.txn = tx.id
+	if tx.cur != nil {
+		tx.cur.owned = append(tx.cur.owned, c)
 	}
+}
+
+// mut returns the transaction's own copy of c, which replaces c in the current table
+// (c itself when the transaction made it): table versions share the chains neither
+// changed.
+func (tx *txn) mut(c *Chain) *Chain {
+	if c.txn == tx.id {
+		return c
+	}
+	nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters,
+		Rules: slices.Clone(c.Rules), idx: c.idx, hooks: c.hooks}
+	tx.cur.t.replaceChain(c, nc)
+	tx.own(nc)
+	return nc
+}
+
+// mutEmpty is mut for a chain about to be flushed (its rules are not copied).
+func (tx *txn) mutEmpty(c *Chain) *Chain {
+	if c.txn == tx.id {
+		return c
+	}
+	nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters, hooks: c.hooks}
+	tx.cur.t.replaceChain(c, nc)
+	tx.own(nc)
+	return nc
+}
+
+// rules returns the transaction's copy of c (see mut), whose rules it may change; the
+// caches that depend on them are dropped.
+func (tx *txn) rules(c *Chain) *Chain {
+	c = tx.mut(c)
 	c.idx, c.jumps, c.prog = nil, nil, nil
-	return c.Rules
+	return c
 }
 
 func (tx *txn) chain(name, opt string) (*Chain, error) {
@@ -501,7 +1002,7 @@ func (tx *txn) commandLine(line string) error {
 	cmd, args := toks[0].val, toks[1:]
 	switch cmd {
 	case "-A", "--append", "-I", "--insert", "-R", "--replace", "-D", "--delete":
-		return tx.ruleCommand(cmd, args, ctr)
+		return tx.ruleCommand(cmd, args, ctr, line)
 	case "-N", "--new-chain", "--new":
 		return tx.newChainCommand(cmd, args)
 	case "-X", "--delete-chain":
@@ -545,7 +1046,7 @@ func (tx *txn) needArgs(cmd string, args []token, n int) error {
 
 // ruleCommand applies -A, -I, -R or -D: CHAIN, a rule number (-I, -R, -D) and a rule
 // spec (not with -D NUMBER). ctr holds the line's counters, if any.
-func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters) error {
+func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters, line string) error {
 	if err := tx.needArgs(cmd, args, 1); err != nil {
 		return err
 	}
@@ -553,6 +1054,7 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters) error {
 	if err != nil {
 		return err
 	}
+	appending := cmd == "-A" || cmd == "--append"
 	pos, args, err := tx.ruleNumber(cmd, args[1:])
 	if err != nil {
 		return err
@@ -579,7 +1081,101 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters) error {
 			tx.cur.addRef(j.Chain, 1)
 		}
 	}
+	if c = tx.cur.t.Chain(c.Name); !appending {
+		c.build, c.clean = nil, false
+	} else if c.build != nil {
+		c.build.diverged = true // a line of its own
+	}
 	return nil
+}
+
+// memoLine applies an -A line equal to one the version before of its chain was built
+// from, reusing that version's rules (chainSrc): no tokenizing or parsing. It reports
+// whether it did; the line is then not kept (it may be the caller's input).
+func (tx *txn) memoLine(line string) bool {
+	name, ok := strings.CutPrefix(line, "-A ")
+	if !ok || tx.cur == nil {
+		return false
+	}
+	i := strings.IndexByte(name, ' ')
+	if i <= 0 {
+		return false
+	}
+	c := tx.cur.t.Chain(name[:i])
+	return c != nil && c.build != nil && c.build.memo != nil && tx.memoRules(c, line)
+}
+
+// memoRules appends to c the rules of line when c's previous version (which the
+// transaction flushed) was built from the same line: copies of that version's rules,
+// with this line as their origin and zero counters, checked for c as a parse would
+// be. It reports false when there are none (the line is then parsed).
+func (tx *txn) memoRules(c *Chain, line string) bool {
+	b := c.build
+	src := b.memo.src
+	i := b.next
+	if i >= src.lines() || src.line(i) != line {
+		if b.index == nil {
+			b.index = make(map[string]int32, src.lines())
+			for j := src.lines() - 1; j >= 0; j-- {
+				b.index[src.line(j)] = int32(j)
+			}
+		}
+		j, ok := b.index[line]
+		if !ok {
+			return false
+		}
+		i = int(j)
+	}
+	old := b.memo.Rules[src.first[i]:src.end[i]]
+	// A jump's target existed when the line was parsed for the version before, and
+	// still does unless the transaction deleted a chain of that name (rule checks
+	// otherwise depend on the table and chain only, which are the same).
+	deleted := tx.cur.deleted
+	n := len(c.Rules)
+	for _, r := range old {
+		if len(b.slab) == 0 {
+			b.slab = make([]Rule, 256)
+		}
+		nr := &b.slab[0]
+		b.slab = b.slab[1:]
+		*nr = *r
+		nr.File, nr.Line, nr.Counters = tx.opts.File, tx.line, Counters{}
+		if j, ok := nr.Target.(*JumpTarget); ok && len(deleted) > 0 && slices.Contains(deleted, j.Chain) && tx.checkRule(c, nr) != nil {
+			c.Rules = c.Rules[:n]
+			return false // parsed, for the error
+		}
+		c.Rules = append(c.Rules, nr)
+	}
+	for _, r := range c.Rules[n:] {
+		if j, ok := r.Target.(*JumpTarget); ok {
+			tx.cur.addRef(j.Chain, 1)
+		}
+	}
+	c.idx, c.jumps, c.prog = nil, nil, nil
+	if i == b.next && !b.diverged {
+		b.same++ // still the version before, line for line
+	} else {
+		b.diverged = true
+	}
+	b.next = i + 1
+	return true
+}
+
+// memoizable reports whether rules parsed from a line may be reused for the same line
+// in a later version of their chain: they carry no counters and no match with state
+// kept per rule object (an nth counter).
+func memoizable(rules []*Rule) bool {
+	for _, r := range rules {
+		if r.Counters != (Counters{}) {
+			return false
+		}
+		for _, m := range r.Matches {
+			if s, ok := m.(*StatisticMatch); ok && s.Nth {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ruleNumber takes the rule number off the front of the arguments of -I, -R and -D;
@@ -633,16 +1229,18 @@ func (tx *txn) specRules(c *Chain, args []token, ctr *Counters) ([]*Rule, error)
 func (tx *txn) placeRules(c *Chain, rules []*Rule, pos int, cmd string) error {
 	switch cmd {
 	case "-A", "--append":
-		c.Rules = append(tx.rules(c), rules...)
+		c = tx.rules(c)
+		c.Rules = append(c.Rules, rules...)
 	case "-I", "--insert":
 		if pos < 0 {
 			pos = 1
 		}
-		rs := tx.rules(c)
-		if pos < 1 || pos > len(rs)+1 {
-			return tx.errf(cmd, "index of insertion %d too big (chain %s has %d rules)", pos, c.Name, len(rs))
+		if pos < 1 || pos > len(c.Rules)+1 {
+			return tx.errf(cmd, "index of insertion %d too big (chain %s has %d rules)", pos, c.Name, len(c.Rules))
 		}
-		c.Rules = slices.Insert(rs, pos-1, rules...)
+		c = tx.rules(c)
+		c.build, c.clean = nil, false
+		c.Rules = slices.Insert(c.Rules, pos-1, rules...)
 	case "-R", "--replace":
 		if len(rules) != 1 {
 			return tx.errf(cmd, "-R takes a single rule (no address lists)")
@@ -650,7 +1248,8 @@ func (tx *txn) placeRules(c *Chain, rules []*Rule, pos int, cmd string) error {
 		if err := tx.deleteAt(c, pos, cmd); err != nil {
 			return err
 		}
-		c.Rules = slices.Insert(tx.rules(c), pos-1, rules[0])
+		c = tx.rules(tx.cur.t.Chain(c.Name))
+		c.Rules = slices.Insert(c.Rules, pos-1, rules[0])
 	}
 	return nil
 }
@@ -660,6 +1259,7 @@ func (tx *txn) placeRules(c *Chain, rules []*Rule, pos int, cmd string) error {
 func (tx *txn) deleteRules(c *Chain, rules []*Rule, cmd string) error {
 	for _, r := range rules {
 		text := r.String()
+		c = tx.cur.t.Chain(c.Name) // deleteAt may have replaced it with the transaction's copy
 		i := slices.IndexFunc(c.Rules, func(x *Rule) bool { return x.String() == text })
 		if i < 0 {
 			return tx.errf(cmd, "bad rule (does a matching rule exist in chain %s?)", c.Name)
@@ -683,7 +1283,9 @@ func (tx *txn) newChainCommand(cmd string, args []token) error {
 	if tx.cur.t.Chain(name) != nil {
 		return tx.errf(cmd, "%w: %s", ErrChainExists, name)
 	}
-	tx.own(tx.cur.t.AddChain(name))
+	nc := tx.cur.t.AddChain(name)
+	nc.clean = true
+	tx.own(nc)
 	return nil
 }
 
@@ -709,7 +1311,7 @@ func (tx *txn) deleteChainCommand(cmd string, args []token) error {
 // flushCommand applies -F [CHAIN]: without a chain, every chain of the table.
 func (tx *txn) flushCommand(cmd string, args []token) error {
 	if len(args) == 0 {
-		for _, c := range tx.cur.t.Chains {
+		for _, c := range slices.Clone(tx.cur.t.Chains) {
 			tx.flush(c)
 		}
 		return nil
@@ -725,7 +1327,7 @@ func (tx *txn) flushCommand(cmd string, args []token) error {
 // zeroCommand applies -Z [CHAIN]: the counters of the chain (or of every chain of the
 // table) and of its rules are zeroed.
 func (tx *txn) zeroCommand(cmd string, args []token) error {
-	chains := tx.cur.t.Chains
+	chains := slices.Clone(tx.cur.t.Chains)
 	if len(args) > 0 {
 		c, err := tx.chain(args[0].val, cmd)
 		if err != nil {
@@ -734,12 +1336,13 @@ func (tx *txn) zeroCommand(cmd string, args []token) error {
 		chains = []*Chain{c}
 	}
 	for _, c := range chains {
+		c = tx.rules(c)
+		c.build, c.clean = nil, false
 		c.Counters = Counters{}
-		rs := tx.rules(c)
-		for i, r := range rs {
+		for i, r := range c.Rules {
 			nr := *r
 			nr.Counters = Counters{}
-			rs[i] = &nr
+			c.Rules[i] = &nr
 		}
 	}
 	return nil
@@ -760,7 +1363,10 @@ func (tx *txn) policyCommand(cmd string, args []token) error {
 	if p := args[1].val; p != "ACCEPT" && p != "DROP" {
 		return tx.errf(cmd, "bad policy %q (want ACCEPT or DROP)", p)
 	}
-	c.Policy = args[1].val
+	if c.Policy != args[1].val {
+		c = tx.mut(c)
+		c.Policy = args[1].val
+	}
 	return nil
 }
 
@@ -798,14 +1404,15 @@ func (tx *txn) checkRule(c *Chain, r *Rule) error {
 }
 
 func (tx *txn) deleteAt(c *Chain, pos int, cmd string) error {
-	rs := tx.rules(c)
-	if pos < 1 || pos > len(rs) {
-		return tx.errf(cmd, "index of deletion %d too big (chain %s has %d rules)", pos, c.Name, len(rs))
+	if pos < 1 || pos > len(c.Rules) {
+		return tx.errf(cmd, "index of deletion %d too big (chain %s has %d rules)", pos, c.Name, len(c.Rules))
 	}
-	if j, ok := rs[pos-1].Target.(*JumpTarget); ok {
+	c = tx.rules(c)
+	c.build, c.clean = nil, false
+	if j, ok := c.Rules[pos-1].Target.(*JumpTarget); ok {
 		tx.cur.addRef(j.Chain, -1)
 	}
-	c.Rules = slices.Delete(rs, pos-1, pos)
+	c.Rules = slices.Delete(c.Rules, pos-1, pos)
 	return nil
 }
 
@@ -813,12 +1420,14 @@ func (tx *txn) deleteChain(c *Chain, cmd string) error {
 	if c.Builtin {
 		return tx.errf(cmd, "cannot delete built-in chain %s", c.Name)
 	}
-	tx.cur.countRefs()
-	if len(c.Rules) > 0 || tx.cur.refs[c.Name] > 0 {
+	if len(c.Rules) > 0 || tx.cur.refCount(c.Name) > 0 {
 		return tx.errf(cmd, "%w: %s", ErrChainBusy, c.Name)
 	}
 	tx.cur.t.removeChain(c.Name)
-	delete(tx.cur.refs, c.Name)
+	tx.cur.deleted = append(tx.cur.deleted, c.Name)
+	if tx.cur.refs != nil {
+		delete(tx.cur.refs, c.Name)
+	}
 	return nil
 }
 
@@ -837,19 +1446,25 @@ func (tx *txn) rename(from, to, cmd string) error {
 	if t.Chain(to) != nil {
 		return tx.errf(cmd, "%w: %s", ErrChainExists, to)
 	}
+	// A rename is validated with the whole table (rare: kube-proxy does not rename).
+	tx.cur.full, tx.cur.delta = true, nil
 	tx.cur.countRefs()
-	delete(t.byName, from)
+	c = tx.mut(c)
+	c.build, c.clean = nil, false
+	t.setIndex(from, nil)
 	c.Name = to
-	t.byName[to] = c
+	t.setIndex(to, c)
+	tx.cur.deleted = append(tx.cur.deleted, from)
 	tx.cur.refs[to] = tx.cur.refs[from]
 	delete(tx.cur.refs, from)
-	for _, ch := range t.Chains {
+	for _, ch := range slices.Clone(t.Chains) {
 		for i, r := range ch.Rules {
 			if j, ok := r.Target.(*JumpTarget); ok && j.Chain == from {
-				rs := tx.rules(ch)
+				ch = tx.rules(ch)
+				ch.build, ch.clean = nil, false
 				nr := *r
 				nr.Target = &JumpTarget{Chain: to, Goto: j.Goto}
-				rs[i] = &nr
+				ch.Rules[i] = &nr
 			}
 		}
 	}
@@ -925,31 +1540,44 @@ func (tx *txn) validate(t *Table) error {
 			if err := checkAddrTypeHooks(t, c, r, m); err != nil {
 				return err
 			}
-			if r.Target == nil {
-				continue
-			}
-			if _, ok := r.Target.(*JumpTarget); ok {
-				continue // chain names cannot be target names (validChainName)
-			}
-			def := targets[r.Target.Name()]
-			if def == nil || def.hooks == nil {
-				continue
-			}
-			var allowed uint8
-			for _, h := range def.hooks {
-				allowed |= 1 << h
-			}
-			if bad := m &^ allowed; bad != 0 {
-				var hooks []string
-				for h := netfilter.Prerouting; h <= netfilter.Postrouting; h++ {
-					if bad&(1<<h) != 0 {
-						hooks = append(hooks, h.String())
-					}
-				}
-				return &ParseError{File: r.File, Line: r.Line, Option: "-j " + r.Target.Name(),
-					Err: fmt.Errorf("not valid in chain %s of table %s, which is reached from %s", c.Name, t.Name, strings.Join(hooks, ", "))}
+			if err := checkTargetHooks(t, c, r, m); err != nil {
+				return err
 			}
 		}
+	}
+	// Valid: each chain's hooks are those that reach it here (what an incremental
+	// validation of the next version starts from).
+	for i, c := range t.Chains {
+		c.hooks = mask[i]
+	}
+	return nil
+}
+
+// checkTargetHooks rejects a rule whose target is not valid in a hook of the mask.
+func checkTargetHooks(t *Table, c *Chain, r *Rule, m uint8) error {
+	if r.Target == nil {
+		return nil
+	}
+	if _, ok := r.Target.(*JumpTarget); ok {
+		return nil // chain names cannot be target names (validChainName)
+	}
+	def := targets[r.Target.Name()]
+	if def == nil || def.hooks == nil {
+		return nil
+	}
+	var allowed uint8
+	for _, h := range def.hooks {
+		allowed |= 1 << h
+	}
+	if bad := m &^ allowed; bad != 0 {
+		var hooks []string
+		for h := netfilter.Prerouting; h <= netfilter.Postrouting; h++ {
+			if bad&(1<<h) != 0 {
+				hooks = append(hooks, h.String())
+			}
+		}
+		return &ParseError{File: r.File, Line: r.Line, Option: "-j " + r.Target.Name(),
+			Err: fmt.Errorf("not valid in chain %s of table %s, which is reached from %s", c.Name, t.Name, strings.Join(hooks, ", "))}
 	}
 	return nil
 }
@@ -966,9 +1594,6 @@ type jumpGraph struct {
 // resolveJumps looks each jump's target up once (by name; the validation then works
 // on positions, without maps keyed by chain).
 func resolveJumps(t *Table) jumpGraph {
-	if t.byName == nil {
-		t.reindex()
-	}
 	n := 0
 	for i, c := range t.Chains {
 		c.pos = int32(i)
@@ -987,7 +1612,7 @@ func resolveJumps(t *Table) jumpGraph {
 				continue
 			}
 			d := int32(-1)
-			if dc := t.byName[j.Chain]; dc != nil {
+			if dc := t.Chain(j.Chain); dc != nil {
 				d = dc.pos
 			}
 			g.dst = append(g.dst, d)

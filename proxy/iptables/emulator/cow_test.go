@@ -1,0 +1,348 @@
+package emulator
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/clusterlab/clusterlab/netfilter"
+)
+
+// cowTables are the tables and built-in chains the copy-on-write property draws from.
+var cowTables = map[string][]string{
+	TableNAT:    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
+	TableFilter: {"INPUT", "FORWARD", "OUTPUT"},
+}
+
+var cowUsers = []string{"U1", "U2", "U3", "U4"}
+
+// genCowRule draws a rule spec (after "-A CHAIN") for a table: a port match or none,
+// and a verdict, a jump or goto to a user chain (loops included), or a target that is
+// valid only in some hooks.
+func genCowRule(t *rapid.T, table string) string {
+	var b strings.Builder
+	if rapid.Bool().Draw(t, "match") {
+		fmt.Fprintf(&b, "-p tcp --dport %d ", rapid.IntRange(1, 3).Draw(t, "port"))
+	}
+	if rapid.IntRange(0, 5).Draw(t, "addrtype") == 0 {
+		b.WriteString("-m addrtype --dst-type LOCAL " + rapid.SampledFrom([]string{"--limit-iface-in ", "--limit-iface-out ", ""}).Draw(t, "limit"))
+	}
+	kinds := []string{"ACCEPT", "DROP", "RETURN", "jump", "jump", "goto"}
+	if table == TableNAT {
+		kinds = append(kinds, "DNAT", "MASQUERADE")
+	} else {
+		kinds = append(kinds, "REJECT")
+	}
+	switch k := rapid.SampledFrom(kinds).Draw(t, "target"); k {
+	case "jump":
+		b.WriteString("-j " + rapid.SampledFrom(cowUsers).Draw(t, "to"))
+	case "goto":
+		b.WriteString("-g " + rapid.SampledFrom(cowUsers).Draw(t, "to"))
+	case "DNAT":
+		if !strings.Contains(b.String(), "-p tcp") {
+			b.WriteString("-p tcp ")
+		}
+		b.WriteString("-j DNAT --to-destination 10.9.0.1:80")
+	default:
+		b.WriteString("-j " + k)
+	}
+	return b.String()
+}
+
+// genCowRestore draws a --noflush restore input: for some tables, chain lines (which
+// create or flush), rules appended, inserted, replaced and deleted, chains created,
+// deleted, flushed and renamed, and policies.
+func genCowRestore(t *rapid.T) string {
+	var b strings.Builder
+	for _, table := range []string{TableNAT, TableFilter} {
+		if !rapid.Bool().Draw(t, "table "+table) {
+			continue
+		}
+		builtins := cowTables[table]
+		all := append(append([]string(nil), builtins...), cowUsers...)
+		fmt.Fprintf(&b, "*%s\n", table)
+		for _, u := range cowUsers {
+			if rapid.IntRange(0, 2).Draw(t, "declare") == 0 {
+				fmt.Fprintf(&b, ":%s - [0:0]\n", u)
+			}
+		}
+		if rapid.IntRange(0, 4).Draw(t, "policy") == 0 {
+			fmt.Fprintf(&b, ":%s %s [0:0]\n", rapid.SampledFrom(builtins).Draw(t, "builtin"), rapid.SampledFrom([]string{"ACCEPT", "DROP"}).Draw(t, "verdict"))
+		}
+		for n := rapid.IntRange(0, 6).Draw(t, "lines"); n > 0; n-- {
+			c := rapid.SampledFrom(all).Draw(t, "chain")
+			switch rapid.IntRange(0, 9).Draw(t, "command") {
+			case 0, 1, 2, 3:
+				fmt.Fprintf(&b, "-A %s %s\n", c, genCowRule(t, table))
+			case 4:
+				fmt.Fprintf(&b, "-I %s 1 %s\n", c, genCowRule(t, table))
+			case 5:
+				fmt.Fprintf(&b, "-R %s 1 %s\n", c, genCowRule(t, table))
+			case 6:
+				fmt.Fprintf(&b, "-D %s 1\n", c)
+			case 7:
+				fmt.Fprintf(&b, "-X %s\n", rapid.SampledFrom(cowUsers).Draw(t, "user"))
+			case 8:
+				fmt.Fprintf(&b, "-N %s\n", rapid.SampledFrom(cowUsers).Draw(t, "user"))
+			case 9:
+				switch rapid.IntRange(0, 2).Draw(t, "other") {
+				case 0:
+					fmt.Fprintf(&b, "-F %s\n", c)
+				case 1:
+					fmt.Fprintf(&b, "-E %s %s\n", rapid.SampledFrom(cowUsers).Draw(t, "from"), rapid.SampledFrom(cowUsers).Draw(t, "to"))
+				case 2:
+					fmt.Fprintf(&b, "-P %s DROP\n", rapid.SampledFrom(builtins).Draw(t, "builtin"))
+				}
+			}
+		}
+		if table == TableFilter && rapid.IntRange(0, 2).Draw(t, "long") == 0 {
+			// A long chain rewritten whole, as kube-proxy rewrites KUBE-SERVICES:
+			// lines drawn from a few, so that versions share most of them (the
+			// restore reuses the rules of equal lines).
+			b.WriteString(":LONG - [0:0]\n")
+			pool := []string{"-p tcp --dport 1 -j ACCEPT", "-p tcp --dport 2 -j U1", "-p tcp --dport 3 -g U2",
+				"-j U3", "-m addrtype --dst-type LOCAL -j RETURN", "-p tcp --dport 2 -j REJECT", "-s 10.1.0.0/16 -j U4", "-p tcp --dport 1 -j DROP"}
+			for n := rapid.IntRange(memoMinRules-2, memoMinRules+6).Draw(t, "long rules"); n > 0; n-- {
+				fmt.Fprintf(&b, "-A LONG %s\n", rapid.SampledFrom(pool).Draw(t, "long rule"))
+			}
+			if rapid.Bool().Draw(t, "enter long") {
+				fmt.Fprintf(&b, "-A %s -j LONG\n", rapid.SampledFrom(builtins).Draw(t, "from"))
+			}
+			if rapid.IntRange(0, 3).Draw(t, "delete in long") == 0 {
+				fmt.Fprintf(&b, "-X %s\n", rapid.SampledFrom(cowUsers).Draw(t, "deleted"))
+				fmt.Fprintf(&b, "-A LONG %s\n", rapid.SampledFrom(pool).Draw(t, "after delete"))
+			}
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return b.String()
+}
+
+// TestCopyOnWriteRestoreProperty: --noflush restores applied one after another to an
+// emulator, which shares the chains a restore does not change between versions and
+// validates only what it changed, accept and reject what restores of the same inputs
+// validated whole accept and reject, leave the same ruleset, leave earlier versions as
+// they were, and evaluate packets as a fresh load of the same ruleset does (cached
+// jumps to replaced chains resolved again).
+func TestCopyOnWriteRestoreProperty(t *testing.T) {
+	env := NewStaticEnv(1, netip.MustParseAddr("10.0.0.1"))
+	rapid.Check(t, func(t *rapid.T) {
+		e := New(IPv4)
+		whole := NewRuleset(IPv4)
+		for step := range rapid.IntRange(1, 6).Draw(t, "steps") {
+			in := genCowRestore(t)
+			before := e.Ruleset()
+			beforeText := string(before.Save(false))
+			err := e.RestoreText([]byte(in), RestoreOptions{NoFlush: true, File: "step"})
+			wrs, werr := Restore(whole, []byte(in), RestoreOptions{NoFlush: true, File: "step", wholeTables: true})
+			if (err == nil) != (werr == nil) {
+				t.Fatalf("step %d: incremental error %v, whole-table error %v, input:\n%s", step, err, werr, in)
+			}
+			if err == nil {
+				whole = wrs
+			} else if err.Error() != werr.Error() {
+				t.Fatalf("step %d: incremental error %q, whole-table error %q", step, err, werr)
+			}
+			if got := string(before.Save(false)); got != beforeText {
+				t.Fatalf("step %d: the restore changed the version before it:\n%s\nwas:\n%s", step, got, beforeText)
+			}
+			got, want := string(e.Ruleset().Save(false)), string(whole.Save(false))
+			if got != want {
+				t.Fatalf("step %d: incremental result\n%s\nwhole-table result\n%s", step, got, want)
+			}
+			fresh, ferr := Load([]byte(got), IPv4, "fresh")
+			if ferr != nil {
+				t.Fatalf("step %d: the result does not load: %v\n%s", step, ferr, got)
+			}
+			for _, hook := range []netfilter.Hook{netfilter.Prerouting, netfilter.Input, netfilter.Forward, netfilter.Output, netfilter.Postrouting} {
+				for port := uint16(1); port <= 3; port++ {
+					mk := func() Packet {
+						p := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.1.0.2"), Dst: netip.MustParseAddr("10.0.0.1"),
+							SrcPort: 40000, DstPort: port, TCPFlags: netfilter.TCPSyn, Len: 60}
+						if hook == netfilter.Prerouting || hook == netfilter.Input || hook == netfilter.Forward {
+							p.InIface = "eth0"
+						}
+						if hook == netfilter.Forward || hook == netfilter.Postrouting || hook == netfilter.Output {
+							p.OutIface = "eth1"
+						}
+						return p
+					}
+					p1, p2 := mk(), mk()
+					r1 := e.EvalHook(env, hook, &p1, nil)
+					r2 := fresh.EvalHook(env, hook, &p2, nil)
+					if r1.Verdict != r2.Verdict || r1.Decision.Chain != r2.Decision.Chain || p1 != p2 {
+						t.Fatalf("step %d, %s port %d: incremental %v in %s (%v), fresh load %v in %s (%v)\n%s", step, hook, port,
+							r1.Verdict, r1.Decision.Chain, p1, r2.Verdict, r2.Decision.Chain, p2, got)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestCopyOnWriteReplacedJumpTarget: a chain a restore does not change is shared with
+// the version before, and so are its compiled program and resolved jumps; a jump to a
+// chain the restore replaced follows the new chain, in compiled and rule-by-rule
+// evaluation, and a deleted chain can be created again.
+func TestCopyOnWriteReplacedJumpTarget(t *testing.T) {
+	env := NewStaticEnv(1, netip.MustParseAddr("10.0.0.1"))
+	for _, noCompile := range []bool{false, true} {
+		e := New(IPv4)
+		e.noCompile = noCompile
+		eval := func() Verdict {
+			p := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.1.0.2"), Dst: netip.MustParseAddr("10.0.0.1"),
+				SrcPort: 40000, DstPort: 80, TCPFlags: netfilter.TCPSyn, Len: 60, InIface: "eth0"}
+			return e.EvalHook(env, netfilter.Input, &p, nil).Verdict
+		}
+		restore := func(in string) {
+			t.Helper()
+			if err := e.RestoreText([]byte(in), RestoreOptions{NoFlush: true, File: "in"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		restore("*filter\n:U1 - [0:0]\n:U2 - [0:0]\n-A INPUT -j U1\n-A U1 -j U2\n-A U2 -j DROP\nCOMMIT\n")
+		if v := eval(); v != Drop {
+			t.Fatalf("noCompile %v: first ruleset: %v, want DROP", noCompile, v)
+		}
+		old := e.Ruleset()
+		u1 := old.Chain(TableFilter, "U1")
+		restore("*filter\n:U2 - [0:0]\n-A U2 -j ACCEPT\nCOMMIT\n")
+		if e.Ruleset().Chain(TableFilter, "U1") != u1 {
+			t.Fatalf("noCompile %v: U1 was not shared between versions", noCompile)
+		}
+		if !old.Chain(TableFilter, "U2").gone {
+			t.Fatalf("noCompile %v: the replaced U2 is not marked gone", noCompile)
+		}
+		if v := eval(); v != Accept {
+			t.Fatalf("noCompile %v: after U2 was replaced: %v, want ACCEPT (a cached jump to the old U2?)", noCompile, v)
+		}
+		// Delete U2 and create it again with other rules.
+		restore("*filter\n:U1 - [0:0]\n:U2 - [0:0]\n-A U1 -j RETURN\n-X U2\nCOMMIT\n")
+		restore("*filter\n:U2 - [0:0]\n-F U1\n-A U1 -j U2\n-A U2 -j DROP\nCOMMIT\n")
+		if v := eval(); v != Drop {
+			t.Fatalf("noCompile %v: after U2 was created again: %v, want DROP", noCompile, v)
+		}
+		if got := string(old.Save(false)); !strings.Contains(got, "-A U2 -j DROP") || strings.Contains(got, "-A U2 -j ACCEPT") {
+			t.Fatalf("noCompile %v: the first version changed:\n%s", noCompile, got)
+		}
+	}
+}
+
+// TestMemoizedRulesAreNewRules: a chain rewritten whole with the same lines (as
+// kube-proxy rewrites KUBE-SERVICES on every sync) reuses the parsed rules of its
+// version before, but as new rules: their origin is the new input's line, their
+// counters start at zero (the kernel's rules are new too), the version before keeps its
+// counters, and an nth counter starts again.
+func TestMemoizedRulesAreNewRules(t *testing.T) {
+	env := NewStaticEnv(1, netip.MustParseAddr("10.0.0.1"))
+	var b strings.Builder
+	b.WriteString("*filter\n:LONG - [0:0]\n:SINK - [0:0]\n-A INPUT -j LONG\n")
+	for i := range 20 {
+		fmt.Fprintf(&b, "-A LONG -p tcp --dport %d -j SINK\n", 100+i)
+	}
+	b.WriteString("-A LONG -p tcp --dport 80 -m statistic --mode nth --every 2 --packet 0 -j DROP\n-A LONG -p tcp --dport 80 -j ACCEPT\nCOMMIT\n")
+	text := b.String()
+	e := New(IPv4)
+	restore := func(file string) {
+		t.Helper()
+		if err := e.RestoreText([]byte(text), RestoreOptions{NoFlush: true, File: file}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eval := func(port uint16) Verdict {
+		p := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.1.0.2"), Dst: netip.MustParseAddr("10.0.0.1"),
+			SrcPort: 40000, DstPort: port, TCPFlags: netfilter.TCPSyn, Len: 60, InIface: "eth0"}
+		return e.EvalHook(env, netfilter.Input, &p, nil).Verdict
+	}
+	restore("first")
+	first := e.Ruleset()
+	eval(105)
+	if v := eval(80); v != Drop { // the nth rule's first match: every 2, packet 0
+		t.Fatalf("first packet to 80: %v, want DROP", v)
+	}
+	if v := eval(80); v != Accept {
+		t.Fatalf("second packet to 80: %v, want ACCEPT", v)
+	}
+	restore("second")
+	long := e.Ruleset().Chain(TableFilter, "LONG")
+	old := first.Chain(TableFilter, "LONG")
+	if long == old || long.src == nil || old.src == nil {
+		t.Fatalf("LONG does not keep its lines (new %p src %p, old %p src %p)", long, long.src, old, old.src)
+	}
+	for i, r := range long.Rules {
+		if r == old.Rules[i] {
+			t.Fatalf("rule %d is the version before's object", i+1)
+		}
+		if i < 20 && r.Target != old.Rules[i].Target {
+			t.Fatalf("rule %d was parsed again, not reused", i+1)
+		}
+		if r.File != "second" || r.Line != i+5 {
+			t.Fatalf("rule %d comes from %s:%d, want second:%d", i+1, r.File, r.Line, i+5)
+		}
+		if r.Counters != (Counters{}) {
+			t.Fatalf("rule %d kept counters %v", i+1, r.Counters)
+		}
+	}
+	if old.Rules[5].Counters.Packets != 1 {
+		t.Fatalf("the version before lost its counters: %v", old.Rules[5].Counters)
+	}
+	if !strings.Contains(string(e.SaveCounters(TableFilter)), "[0:0] -A LONG -p tcp -m tcp --dport 105 -j SINK") {
+		t.Fatalf("the new rule for port 105 does not start at zero:\n%s", e.SaveCounters(TableFilter))
+	}
+	// The nth rule is parsed again (its counter is per rule object): the first packet
+	// after the restore is the new rule's packet 0.
+	if long.Rules[20] == old.Rules[20] || long.Rules[20].Matches[0] == old.Rules[20].Matches[0] {
+		t.Fatal("the nth rule's match is shared with the version before")
+	}
+	if v := eval(80); v != Drop {
+		t.Fatalf("first packet to 80 after the restore: %v, want DROP (a fresh nth counter)", v)
+	}
+	// A line that jumps to a chain the restore deleted before it is refused, as when
+	// parsed.
+	bad := "*filter\n:LONG - [0:0]\n:SINK - [0:0]\n-X SINK\n" + strings.SplitN(text, "\n", 5)[4]
+	err := e.RestoreText([]byte(bad), RestoreOptions{NoFlush: true, File: "bad"})
+	if err == nil || !strings.Contains(err.Error(), "bad:5: -j SINK: jump to missing chain") {
+		t.Fatalf("jump to a deleted chain from a reused line: %v", err)
+	}
+}
+
+// TestCopyOnWriteHookChecks: a restore that changes a few chains checks targets against
+// the hooks that reach them through new jumps, and a chain whose callers changed is not
+// refused for a hook that no longer reaches it (the superset of hooks kept per chain
+// falls back to a whole-table validation).
+func TestCopyOnWriteHookChecks(t *testing.T) {
+	e := New(IPv4)
+	restore := func(in string) error {
+		return e.RestoreText([]byte(in), RestoreOptions{NoFlush: true, File: "in"})
+	}
+	if err := restore("*nat\n:U1 - [0:0]\n:U2 - [0:0]\n:U3 - [0:0]\n-A PREROUTING -j U1\n-A U1 -p tcp -j DNAT --to-destination 10.9.0.1:80\n-A PREROUTING -j U3\nCOMMIT\n"); err != nil {
+		t.Fatal(err)
+	}
+	err := restore("*nat\n-A POSTROUTING -j U1\nCOMMIT\n")
+	if err == nil || !strings.Contains(err.Error(), "not valid in chain U1 of table nat, which is reached from POSTROUTING") {
+		t.Fatalf("DNAT newly reached from POSTROUTING: %v", err)
+	}
+	err = restore("*nat\n-A U2 -m addrtype --dst-type LOCAL --limit-iface-out -j RETURN\n-A PREROUTING -j U2\nCOMMIT\n")
+	if err == nil || !strings.Contains(err.Error(), "--limit-iface-out") {
+		t.Fatalf("--limit-iface-out newly reached from PREROUTING: %v", err)
+	}
+	// U3 was reached from PREROUTING; now only from POSTROUTING, where MASQUERADE is
+	// valid.
+	if err := restore("*nat\n-D PREROUTING 2\n-A POSTROUTING -j U3\n-A U3 -j MASQUERADE\nCOMMIT\n"); err != nil {
+		t.Fatalf("MASQUERADE in a chain reached only from POSTROUTING: %v", err)
+	}
+	if err := restore("*nat\n-A PREROUTING -j U3\nCOMMIT\n"); err == nil {
+		t.Fatal("MASQUERADE newly reached from PREROUTING was accepted")
+	}
+	// A new jump reaches a DNAT two chains down, through a jump that is not new.
+	if err := restore("*nat\n:U4 - [0:0]\n:U5 - [0:0]\n-A U5 -p tcp -j DNAT --to-destination 10.9.0.1:80\n-A U4 -j U5\n-A PREROUTING -j U4\nCOMMIT\n"); err != nil {
+		t.Fatal(err)
+	}
+	err = restore("*nat\n-A POSTROUTING -j U4\nCOMMIT\n")
+	if err == nil || !strings.Contains(err.Error(), "not valid in chain U5 of table nat, which is reached from POSTROUTING") {
+		t.Fatalf("DNAT newly reached from POSTROUTING through U4: %v", err)
+	}
+}
