@@ -3,7 +3,6 @@ package dns
 import (
 	"context"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/clusterlab/clusterlab/netsim"
@@ -34,7 +33,7 @@ func clockAfter(clock *netsim.Clock) func(time.Duration) <-chan time.Time {
 // the virtual time spent on timeouts.
 func LookupOnClock(ctx context.Context, sim VirtualClock, s *Stub, name string, fam Family) (*Result, error) {
 	s.After = clockAfter(sim.Clock())
-	g := newClockGate()
+	g := netsim.NewGate()
 	s.mu.Lock()
 	s.gate = g
 	s.mu.Unlock()
@@ -49,54 +48,6 @@ func LookupOnClock(ctx context.Context, sim VirtualClock, s *Stub, name string, 
 	return res, err
 }
 
-// clockGate counts a stub's UDP rounds whose virtual timer is armed while the stub is
-// not blocked reading: between arming the timer and sending the questions, and between
-// a reply and the next read (sequential questions send the second after the first's
-// reply). The simulation is quiet then while the stub has work to do at the same
-// instant, so moving the clock would time the round out before its questions left (a
-// lookup that lost one query in the insert race waited 10 s instead of 5, about 1 run
-// in 30 of TestClusterDNSInsertRaceRate). A nil gate does nothing.
-type clockGate struct {
-	mu   sync.Mutex
-	busy int
-	gen  uint64
-	idle chan struct{} // closed when busy drops to 0; replaced when it rises
-}
-
-func newClockGate() *clockGate {
-	ch := make(chan struct{})
-	close(ch)
-	return &clockGate{idle: ch}
-}
-
-func (g *clockGate) add(d int) {
-	if g == nil {
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.gen++
-	was := g.busy
-	g.busy += d
-	switch {
-	case was == 0 && g.busy > 0:
-		g.idle = make(chan struct{})
-	case was > 0 && g.busy == 0:
-		close(g.idle)
-	}
-}
-
-// state returns whether the stub is idle (nothing to do before time passes), the
-// channel closed when it next is, and a generation that changes on every transition.
-func (g *clockGate) state() (bool, <-chan struct{}, uint64) {
-	if g == nil {
-		return true, nil, 0
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.busy == 0, g.idle, g.gen
-}
-
 // RunOnClock runs f (a lookup whose timeouts are on sim's clock: Stub.After,
 // ClusterDNSOptions.ClockTimeouts) and, whenever f waits and the simulation
 // is quiet, moves the virtual clock to its next timer if that is at most
@@ -109,7 +60,7 @@ func RunOnClock(ctx context.Context, sim VirtualClock, limit time.Duration, f fu
 // runOnClock is RunOnClock that also waits for g to be idle before moving the clock,
 // and moves it only if g stayed idle (no reply woke the stub) through a second quiet
 // simulation.
-func runOnClock(ctx context.Context, sim VirtualClock, limit time.Duration, g *clockGate, f func()) {
+func runOnClock(ctx context.Context, sim VirtualClock, limit time.Duration, g *netsim.Gate, f func()) {
 	clock := sim.Clock()
 	done := make(chan struct{})
 	go func() {
@@ -122,7 +73,7 @@ func runOnClock(ctx context.Context, sim VirtualClock, limit time.Duration, g *c
 			return
 		default:
 		}
-		idle, wake, gen := g.state()
+		idle, wake, gen := g.State()
 		if !idle {
 			select {
 			case <-done:
@@ -142,7 +93,7 @@ func runOnClock(ctx context.Context, sim VirtualClock, limit time.Duration, g *c
 			// later: give it the chance before the timer can fire.
 			runtime.Gosched()
 			sim.Quiesce()
-			if idle, _, now := g.state(); !idle || now != gen {
+			if idle, _, now := g.State(); !idle || now != gen {
 				continue
 			}
 		}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	mdns "github.com/miekg/dns"
+
+	"github.com/clusterlab/clusterlab/netsim"
 )
 
 // Family selects the address records a lookup asks for.
@@ -135,10 +137,10 @@ type Stub struct {
 	// wall clock.
 	After func(d time.Duration) <-chan time.Time
 
-	// gate, set by LookupOnClock, tells RunOnClock when a UDP round's virtual
+	// gate, set by LookupOnClock, tells RunOnClock (netsim.Gate) when a UDP round's virtual
 	// timer is armed while the stub is not blocked reading its replies (sending
 	// the questions, handling a reply): the clock must not move then.
-	gate *clockGate
+	gate *netsim.Gate
 
 	mu     sync.Mutex
 	nextID uint16
@@ -504,7 +506,7 @@ type replyTimer struct {
 	deadline time.Time        // on the wall clock, without Stub.After
 	fired    <-chan time.Time // Stub.After's channel
 	expired  bool
-	gate     *clockGate // marked busy from arming to the end of the round but while blocked in read
+	gate     *netsim.Gate // marked busy from arming to the end of the round but while blocked in read
 }
 
 func (s *Stub) newReplyTimer() *replyTimer {
@@ -512,7 +514,7 @@ func (s *Stub) newReplyTimer() *replyTimer {
 		s.mu.Lock()
 		g := s.gate
 		s.mu.Unlock()
-		g.add(1)
+		g.Add(1)
 		return &replyTimer{fired: s.After(s.timeout()), gate: g}
 	}
 	return &replyTimer{deadline: time.Now().Add(s.timeout())}
@@ -521,7 +523,7 @@ func (s *Stub) newReplyTimer() *replyTimer {
 // release ends the round for the clock gate.
 func (t *replyTimer) release() {
 	if t.fired != nil {
-		t.gate.add(-1)
+		t.gate.Add(-1)
 	}
 }
 
@@ -549,9 +551,9 @@ func (t *replyTimer) read(conn *mdns.Conn) (*mdns.Msg, error) {
 		case <-done:
 		}
 	}()
-	t.gate.add(-1)
+	t.gate.Add(-1)
 	m, err := conn.ReadMsg()
-	t.gate.add(1)
+	t.gate.Add(1)
 	close(done)
 	<-stopped
 	if err != nil && t.expired && isTimeout(err) {

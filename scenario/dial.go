@@ -90,8 +90,26 @@ func DialWhoami(ctx context.Context, c *cluster.Cluster, d WhoamiDial) Dialed {
 	defer cancel()
 	done := make(chan Dialed, 1)
 	conns := make(chan net.Conn, 1)
+	// The dialing goroutine is busy (the clock must not move) except while it waits on
+	// the network: a TCP handshake, the answer, an exchange. A UDP dial and the line's
+	// write do not wait, so the datagram has left before the clock can move.
+	gate := netsim.NewGate()
+	gate.Add(1)
 	go func() {
-		conn, err := d.Net.DialFrom(actx, d.Network, d.SrcPort, d.Dst.String())
+		defer gate.Add(-1)
+		blocking := func(f func()) {
+			gate.Add(-1)
+			f()
+			gate.Add(1)
+		}
+		var conn net.Conn
+		var err error
+		dial := func() { conn, err = d.Net.DialFrom(actx, d.Network, d.SrcPort, d.Dst.String()) }
+		if d.Network == "udp" {
+			dial()
+		} else {
+			blocking(dial)
+		}
 		if err != nil {
 			done <- fail(err)
 			return
@@ -99,7 +117,8 @@ func DialWhoami(ctx context.Context, c *cluster.Cluster, d WhoamiDial) Dialed {
 		conns <- conn
 		defer conn.Close()
 		if d.Exchange != nil {
-			a, err := d.Exchange(conn)
+			var a Dialed
+			blocking(func() { a, err = d.Exchange(conn) })
 			if err != nil {
 				a = fail(err)
 			}
@@ -110,7 +129,8 @@ func DialWhoami(ctx context.Context, c *cluster.Cluster, d WhoamiDial) Dialed {
 			done <- fail(err)
 			return
 		}
-		line, err := bufio.NewReader(conn).ReadString('\n')
+		var line string
+		blocking(func() { line, err = bufio.NewReader(conn).ReadString('\n') })
 		if err != nil {
 			done <- fail(err)
 			return
@@ -142,9 +162,21 @@ func DialWhoami(ctx context.Context, c *cluster.Cluster, d WhoamiDial) Dialed {
 			case <-time.After(d.QuickWait):
 			}
 		}
+		idle, wake, gen := gate.State()
+		if !idle {
+			select {
+			case a := <-done:
+				return a
+			case <-wake:
+			}
+			continue
+		}
 		c.Quiesce()
 		if a, ok := poll(); ok {
 			return a
+		}
+		if now, _, g := gate.State(); !now || g != gen {
+			continue // the dialer woke while the simulation settled
 		}
 		if waited >= d.Budget || steps > 10000 || ctx.Err() != nil {
 			cancel()
