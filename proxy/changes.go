@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 
 	corev1 "k8s.io/api/core/v1"
@@ -71,30 +72,85 @@ func NewSyncState(services []*corev1.Service, slices []*discoveryv1.EndpointSlic
 // SyncStates for one node and one IP family, as kube-proxy's ServiceChangeTracker and
 // EndpointsChangeTracker do from watch events. It keeps the previous view; the first
 // Update reports everything as changed.
+//
+// The work of an Update grows with what changed, not with the cluster: the lists are
+// compared with the previous ones entry by entry (pointer equality at the same index),
+// only the objects that differ are looked up, parsed and merged, and the view's maps
+// are kept from sync to sync, the changed Services' entries replaced.
 type ChangeTracker struct {
 	family corev1.IPFamily
 	node   NodeConfig
 
-	services  map[types.NamespacedName]ServicePortMap
-	objects   map[types.NamespacedName]*corev1.Service
-	slices    map[types.NamespacedName][]*discoveryv1.EndpointSlice
+	// svcIn and sliceIn are the previous Update's lists, as passed (before the watch
+	// filter): an entry equal to the previous one at the same index is unchanged.
+	svcIn   []*corev1.Service
+	sliceIn []*discoveryv1.EndpointSlice
+	// svcs and sliceRecs hold every watched object of the previous lists by
+	// namespace/name; each object's idx is its index in svcIn / sliceIn.
+	svcs      map[types.NamespacedName]*svcRec
+	sliceRecs map[types.NamespacedName]*sliceRec
+	// groups are the slices of this family of each Service, sorted by name;
+	// endpoints their merged endpoints.
+	groups    map[types.NamespacedName][]*discoveryv1.EndpointSlice
 	endpoints map[types.NamespacedName]EndpointsMap
+	// viewServices and viewEndpoints are the view: every SyncState's Services and
+	// Endpoints, changed in place by each Update.
+	viewServices  ServicePortMap
+	viewEndpoints EndpointsMap
+}
+
+type svcRec struct {
+	obj   *corev1.Service
+	idx   int
+	ports ServicePortMap // nil for unproxied Services
+}
+
+type sliceRec struct {
+	obj *discoveryv1.EndpointSlice
+	idx int
+	svc types.NamespacedName
+	ok  bool // of this family, with a service-name label
 }
 
 // NewChangeTracker returns a tracker for the node and family.
 func NewChangeTracker(family corev1.IPFamily, node NodeConfig) *ChangeTracker {
 	return &ChangeTracker{
-		family:    family,
-		node:      node,
-		services:  map[types.NamespacedName]ServicePortMap{},
-		objects:   map[types.NamespacedName]*corev1.Service{},
-		slices:    map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
-		endpoints: map[types.NamespacedName]EndpointsMap{},
+		family:        family,
+		node:          node,
+		svcs:          map[types.NamespacedName]*svcRec{},
+		sliceRecs:     map[types.NamespacedName]*sliceRec{},
+		groups:        map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
+		endpoints:     map[types.NamespacedName]EndpointsMap{},
+		viewServices:  ServicePortMap{},
+		viewEndpoints: EndpointsMap{},
 	}
 }
 
 // Family returns the tracker's IP family.
 func (t *ChangeTracker) Family() corev1.IPFamily { return t.family }
+
+// diffIndexes returns the indexes of cur whose entry differs from prev's at the same
+// index, and prev's entries that are not at the same index in cur.
+func diffIndexes[T comparable](prev, cur []T) (changed []int, gone []T) {
+	var zero T
+	for i, x := range cur {
+		if i < len(prev) {
+			if prev[i] == x {
+				continue
+			}
+			if prev[i] != zero {
+				gone = append(gone, prev[i])
+			}
+		}
+		changed = append(changed, i)
+	}
+	for i := len(cur); i < len(prev); i++ {
+		if prev[i] != zero {
+			gone = append(gone, prev[i])
+		}
+	}
+	return changed, gone
+}
 
 // Update takes the complete current lists and returns the new view and its changes. On
 // error (an object that does not parse) the tracker is left as it was. Objects the
@@ -105,23 +161,32 @@ func (t *ChangeTracker) Family() corev1.IPFamily { return t.family }
 // Objects are treated as immutable, as informer caches treat them: an object passed
 // again as the same pointer is taken to be unchanged, so a change must come as a new
 // object (a copy), not as an edit in place. Different pointers are compared by value.
+// The returned SyncState's Services and Endpoints are the tracker's own maps, as
+// kube-proxy's ServicePortMap and EndpointsMap are: valid until the next Update, which
+// changes them in place (copying 10,000 services' entries would cost more than the rest
+// of a partial sync); callers must not modify them.
 func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1.EndpointSlice) (*SyncState, error) {
-	// What the node's proxy does not watch (NodeConfig.WatchSelector) does not exist for it.
-	services, slices = t.node.watched(services, slices)
-	// Services.
-	newServices := make(map[types.NamespacedName]ServicePortMap, len(services))
-	newObjects := make(map[types.NamespacedName]*corev1.Service, len(services))
-	for _, svc := range services {
-		if svc == nil {
+	// Services: the entries that differ from the previous list's at the same index.
+	svcIdx, svcGone := diffIndexes(t.svcIn, services)
+	newSvcs := map[types.NamespacedName]*svcRec{} // watched Services at changed indexes
+	for _, i := range svcIdx {
+		svc := services[i]
+		// What the node's proxy does not watch (NodeConfig.WatchSelector) does not exist for it.
+		if svc == nil || !t.node.WatchesService(svc.Labels) {
 			continue
 		}
 		nn := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-		if _, dup := newServices[nn]; dup {
+		if _, dup := newSvcs[nn]; dup {
 			return nil, fmt.Errorf("service %s: listed twice", nn)
 		}
-		newObjects[nn] = svc
-		if old, ok := t.services[nn]; ok && t.objects[nn] == svc {
-			newServices[nn] = old
+		// The previous object of that name still at its index is listed too.
+		if old, ok := t.svcs[nn]; ok && old.idx < len(services) && services[old.idx] == old.obj {
+			return nil, fmt.Errorf("service %s: listed twice", nn)
+		}
+		rec := &svcRec{obj: svc, idx: i}
+		newSvcs[nn] = rec
+		if old, ok := t.svcs[nn]; ok && old.obj == svc {
+			rec.ports = old.ports // moved in the list, unchanged
 			continue
 		}
 		m, err := ServicePortsForService(svc, t.family)
@@ -129,20 +194,91 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 			return nil, err
 		}
 		t.node.selectServicePorts(m, []*corev1.Service{svc})
-		newServices[nn] = m // nil for unproxied Services: kept so duplicates are caught
+		rec.ports = m
 	}
-	// EndpointSlices.
-	groups, err := groupSlices(slices, t.family)
-	if err != nil {
-		return nil, err
+	goneSvcs := map[types.NamespacedName]bool{}
+	for _, svc := range svcGone {
+		nn := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+		if old, ok := t.svcs[nn]; ok && old.obj == svc {
+			if _, again := newSvcs[nn]; !again {
+				goneSvcs[nn] = true
+			}
+		}
 	}
-	newEndpoints := make(map[types.NamespacedName]EndpointsMap, len(groups))
-	newSlices := make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(groups))
+
+	// EndpointSlices, the same way.
+	sliceIdx, sliceGone := diffIndexes(t.sliceIn, slices)
+	want := AddressTypeForFamily(t.family)
+	newSlices := map[types.NamespacedName]*sliceRec{}
+	affected := map[types.NamespacedName]bool{} // Services whose slices changed
+	for _, i := range sliceIdx {
+		s := slices[i]
+		if s == nil || !t.node.WatchesEndpointSlice(s.Labels) {
+			continue
+		}
+		key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+		if _, dup := newSlices[key]; dup {
+			return nil, fmt.Errorf("endpointslice %s: listed twice", key)
+		}
+		if old, ok := t.sliceRecs[key]; ok && old.idx < len(slices) && slices[old.idx] == old.obj {
+			return nil, fmt.Errorf("endpointslice %s: listed twice", key)
+		}
+		rec := &sliceRec{obj: s, idx: i}
+		if s.AddressType == want {
+			rec.svc, rec.ok = SliceService(s)
+		}
+		newSlices[key] = rec
+		if old, ok := t.sliceRecs[key]; ok && old.obj == s {
+			continue // moved in the list, unchanged
+		}
+		if rec.ok {
+			affected[rec.svc] = true
+		}
+		if old, ok := t.sliceRecs[key]; ok && old.ok {
+			affected[old.svc] = true
+		}
+	}
+	goneSlices := map[types.NamespacedName]bool{}
+	for _, s := range sliceGone {
+		key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+		if old, ok := t.sliceRecs[key]; ok && old.obj == s {
+			if _, again := newSlices[key]; !again {
+				goneSlices[key] = true
+				if old.ok {
+					affected[old.svc] = true
+				}
+			}
+		}
+	}
+	added := make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(affected))
+	for _, rec := range newSlices {
+		if rec.ok {
+			added[rec.svc] = append(added[rec.svc], rec.obj)
+		}
+	}
+	newGroups := make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(affected))
+	newEndpoints := make(map[types.NamespacedName]EndpointsMap, len(affected))
 	endpointsChanged := map[types.NamespacedName]bool{}
-	for nn, list := range groups {
-		if old, ok := t.slices[nn]; ok && sameSlices(old, list) {
-			newEndpoints[nn] = t.endpoints[nn]
-			newSlices[nn] = old
+	for nn := range affected {
+		old := t.groups[nn]
+		var list []*discoveryv1.EndpointSlice
+		for _, s := range old {
+			key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+			if _, changed := newSlices[key]; changed || goneSlices[key] {
+				continue
+			}
+			list = append(list, s)
+		}
+		list = append(list, added[nn]...)
+		sortSlices(list)
+		if len(old) > 0 && sameSlices(old, list) {
+			continue
+		}
+		newGroups[nn] = list
+		if len(list) == 0 {
+			if len(old) > 0 {
+				endpointsChanged[nn] = true
+			}
 			continue
 		}
 		m, err := endpointsForService(nn, list, &t.node)
@@ -150,45 +286,59 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 			return nil, err
 		}
 		newEndpoints[nn] = m
-		newSlices[nn] = list
 		endpointsChanged[nn] = true
 	}
-	for nn := range t.slices {
-		if _, ok := groups[nn]; !ok {
-			endpointsChanged[nn] = true
-		}
-	}
 
+	// The new view: the previous one with the changed Services' entries replaced (no
+	// error can happen from here on).
 	st := &SyncState{
-		Services:         make(ServicePortMap),
-		Endpoints:        make(EndpointsMap),
+		Services:         t.viewServices,
+		Endpoints:        t.viewEndpoints,
 		ServicesChanged:  map[types.NamespacedName]bool{},
 		EndpointsChanged: endpointsChanged,
 		Node:             &t.node,
 	}
-	for nn, m := range newServices {
-		for k, v := range m {
+	for nn, rec := range newSvcs {
+		var old ServicePortMap
+		if o, ok := t.svcs[nn]; ok {
+			old = o.ports
+		}
+		if old, m := old, rec.ports; !(len(old) == 0 && len(m) == 0) && !sameServicePorts(old, m) {
+			st.ServicesChanged[nn] = true
+		}
+		for k := range old {
+			delete(st.Services, k)
+		}
+		for k, v := range rec.ports {
 			st.Services[k] = v
 		}
-		if old := t.services[nn]; !(len(old) == 0 && len(m) == 0) && !sameServicePorts(old, m) {
+	}
+	for nn := range goneSvcs {
+		old := t.svcs[nn].ports
+		if len(old) > 0 {
 			st.ServicesChanged[nn] = true
 		}
-	}
-	for nn, old := range t.services {
-		if _, ok := newServices[nn]; !ok && len(old) > 0 {
-			st.ServicesChanged[nn] = true
+		for k := range old {
+			delete(st.Services, k)
 		}
 	}
-	for _, m := range newEndpoints {
-		for k, v := range m {
+	for nn := range endpointsChanged {
+		for k := range t.endpoints[nn] {
+			delete(st.Endpoints, k)
+		}
+		for k, v := range newEndpoints[nn] {
 			st.Endpoints[k] = v
 		}
 	}
 
 	// Stale UDP state, for conntrack cleanup.
 	for nn := range st.ServicesChanged {
-		for spn, sp := range t.services[nn] {
-			if _, still := newServices[nn][spn]; !still && sp.Protocol == corev1.ProtocolUDP {
+		var now ServicePortMap
+		if rec, ok := newSvcs[nn]; ok {
+			now = rec.ports
+		}
+		for spn, sp := range t.svcs[nn].portsOrNil() {
+			if _, still := now[spn]; !still && sp.Protocol == corev1.ProtocolUDP {
 				st.DeletedUDPServicePorts = append(st.DeletedUDPServicePorts, sp)
 			}
 		}
@@ -220,11 +370,38 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	sortStale(st)
 
 	// Commit.
-	t.services = newServices
-	t.objects = newObjects
-	t.slices = newSlices
-	t.endpoints = newEndpoints
+	for nn := range goneSvcs {
+		delete(t.svcs, nn)
+	}
+	maps.Copy(t.svcs, newSvcs)
+	for key := range goneSlices {
+		delete(t.sliceRecs, key)
+	}
+	maps.Copy(t.sliceRecs, newSlices)
+	for nn, list := range newGroups {
+		if len(list) == 0 {
+			delete(t.groups, nn)
+		} else {
+			t.groups[nn] = list
+		}
+	}
+	for nn := range endpointsChanged {
+		if m, ok := newEndpoints[nn]; ok {
+			t.endpoints[nn] = m
+		} else {
+			delete(t.endpoints, nn)
+		}
+	}
+	t.svcIn = append(t.svcIn[:0], services...)
+	t.sliceIn = append(t.sliceIn[:0], slices...)
 	return st, nil
+}
+
+func (r *svcRec) portsOrNil() ServicePortMap {
+	if r == nil {
+		return nil
+	}
+	return r.ports
 }
 
 func sameSlices(a, b []*discoveryv1.EndpointSlice) bool {

@@ -47,7 +47,10 @@
 // when the tracker builds a service port, which endpoints CategorizeEndpoints may pick
 // (terminating fallback, internalTrafficPolicy, zone hints) and whether ipMode Proxy
 // ingress IPs are left alone. Objects passed to it are treated as immutable, as informer caches
-// treat them: a changed object must be a new object. NewSyncState builds a view once,
+// treat them: a changed object must be a new object. An Update's work grows with what
+// changed (entries compared with the previous lists by index, only differing objects
+// parsed); its view's maps are the tracker's own, changed in place by the next Update.
+// NewSyncState builds a view once,
 // without tracking.
 //
 // Orders are deterministic where kube-proxy's are not: service ports are walked in

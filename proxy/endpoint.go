@@ -310,17 +310,22 @@ func groupSlices(sliceList []*discoveryv1.EndpointSlice, family corev1.IPFamily)
 		out[nn] = append(out[nn], s)
 	}
 	for _, list := range out {
-		slices.SortFunc(list, func(a, b *discoveryv1.EndpointSlice) int {
-			switch {
-			case a.Name < b.Name:
-				return -1
-			case a.Name > b.Name:
-				return 1
-			}
-			return 0
-		})
+		sortSlices(list)
 	}
 	return out, nil
+}
+
+// sortSlices sorts one Service's slices by name.
+func sortSlices(list []*discoveryv1.EndpointSlice) {
+	slices.SortFunc(list, func(a, b *discoveryv1.EndpointSlice) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
 }
 
 // BuildEndpointsMap returns the endpoints of every service port found in the slices, for
