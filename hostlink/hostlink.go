@@ -88,9 +88,10 @@ func Open(l *scenario.Live, cfg Config) (k *Link, err error) {
 			mu.Unlock()
 		}
 	}
+	link := k
 	defer func() {
 		if err != nil {
-			k.Close()
+			link.Close() // k is nil here: the error returns set it
 			k = nil
 		}
 	}()
@@ -162,18 +163,31 @@ func (k *Link) openDNS(addr string, dial Dialer) error {
 	}
 	k.dnsSrv = netip.AddrPortFrom(server, 53)
 	f := &dnsForwarder{dial: dial, server: k.dnsSrv, logf: k.logf}
-	pc, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		return fmt.Errorf("--dns: %w", err)
+	// UDP and TCP on one port. With port 0 the kernel picks the UDP port, and the same
+	// TCP port can be taken by someone else: pick again a few times then.
+	_, port, _ := net.SplitHostPort(addr)
+	var pc net.PacketConn
+	var ln net.Listener
+	var bound netip.AddrPort
+	for try := 0; ; try++ {
+		var err error
+		pc, err = net.ListenPacket("udp", addr)
+		if err != nil {
+			return fmt.Errorf("--dns: %w", err)
+		}
+		bound, _ = netip.ParseAddrPort(pc.LocalAddr().String())
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(bound.Addr(), bound.Port()).String())
+		if err == nil {
+			break
+		}
+		pc.Close()
+		if port != "0" || try == 20 {
+			return fmt.Errorf("--dns (tcp): %w", err)
+		}
 	}
-	bound, _ := netip.ParseAddrPort(pc.LocalAddr().String())
 	k.mu.Lock()
 	k.closers = append(k.closers, pc)
 	k.mu.Unlock()
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(bound.Addr(), bound.Port()).String())
-	if err != nil {
-		return fmt.Errorf("--dns (tcp): %w", err)
-	}
 	k.addListener(ln)
 	k.DNSAddr = bound
 	k.wg.Add(1)
