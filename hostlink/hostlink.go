@@ -163,27 +163,9 @@ func (k *Link) openDNS(addr string, dial Dialer) error {
 	}
 	k.dnsSrv = netip.AddrPortFrom(server, 53)
 	f := &dnsForwarder{dial: dial, server: k.dnsSrv, logf: k.logf}
-	// UDP and TCP on one port. With port 0 the kernel picks the UDP port, and the same
-	// TCP port can be taken by someone else: pick again a few times then.
-	_, port, _ := net.SplitHostPort(addr)
-	var pc net.PacketConn
-	var ln net.Listener
-	var bound netip.AddrPort
-	for try := 0; ; try++ {
-		var err error
-		pc, err = net.ListenPacket("udp", addr)
-		if err != nil {
-			return fmt.Errorf("--dns: %w", err)
-		}
-		bound, _ = netip.ParseAddrPort(pc.LocalAddr().String())
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(bound.Addr(), bound.Port()).String())
-		if err == nil {
-			break
-		}
-		pc.Close()
-		if port != "0" || try == 20 {
-			return fmt.Errorf("--dns (tcp): %w", err)
-		}
+	pc, ln, bound, err := listenUDPTCP(addr, net.Listen)
+	if err != nil {
+		return err
 	}
 	k.mu.Lock()
 	k.closers = append(k.closers, pc)
@@ -287,4 +269,27 @@ func (k *Link) Close() {
 	}
 	k.mu.Unlock()
 	k.wg.Wait()
+}
+
+// listenUDPTCP binds UDP and TCP on one address (the DNS forwarder serves both). With
+// port 0 the kernel picks the UDP port, and the same TCP port can be taken by someone
+// else (another test package binding port 0 at the same time): pick again, up to 20
+// times. listenTCP is net.Listen (a parameter so a test can refuse ports).
+func listenUDPTCP(addr string, listenTCP func(network, address string) (net.Listener, error)) (net.PacketConn, net.Listener, netip.AddrPort, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	for try := 0; ; try++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, netip.AddrPort{}, fmt.Errorf("--dns: %w", err)
+		}
+		bound, _ := netip.ParseAddrPort(pc.LocalAddr().String())
+		ln, err := listenTCP("tcp", bound.String())
+		if err == nil {
+			return pc, ln, bound, nil
+		}
+		pc.Close()
+		if port != "0" || try == 20 {
+			return nil, nil, netip.AddrPort{}, fmt.Errorf("--dns (tcp): %w", err)
+		}
+	}
 }
