@@ -40,6 +40,41 @@ type SyncState struct {
 	// Node is the node the view was built for; its release decides how stale UDP
 	// entries are cleaned (StaleConntrackFilters). Nil means the newest release.
 	Node *NodeConfig
+
+	// tracker and seq: the ChangeTracker that built the view and the number of its
+	// Update (from 1); nil and 0 for NewSyncState.
+	tracker *ChangeTracker
+	seq     uint64
+}
+
+// Source returns the ChangeTracker that built the view and which of its successful
+// Updates did (counted from 1), or nil and 0 for a view from NewSyncState. A consumer
+// that caches per-Service work may trust ServicesChanged and EndpointsChanged to name
+// every Service that differs from the previous view only when the tracker is the same
+// and the number is one more than the view its cache was built from.
+func (s *SyncState) Source() (*ChangeTracker, uint64) { return s.tracker, s.seq }
+
+// ServicePortsOf returns the names of the Service's ports in the view, sorted
+// (ServicePortName.Less): from a ChangeTracker's view without looking at the other
+// Services (valid, like the view, until the tracker's next Update), else by scanning
+// Services.
+func (s *SyncState) ServicePortsOf(nn types.NamespacedName) []ServicePortName {
+	var names []ServicePortName
+	if s.tracker != nil {
+		if rec := s.tracker.svcs[nn]; rec != nil {
+			for n := range rec.ports {
+				names = append(names, n)
+			}
+		}
+	} else {
+		for n := range s.Services {
+			if n.NamespacedName == nn {
+				names = append(names, n)
+			}
+		}
+	}
+	sortNames(names)
+	return names
 }
 
 // Changed reports whether the Service's service ports or endpoints changed.
@@ -97,6 +132,8 @@ type ChangeTracker struct {
 	// Endpoints, changed in place by each Update.
 	viewServices  ServicePortMap
 	viewEndpoints EndpointsMap
+	// seq counts the successful Updates.
+	seq uint64
 }
 
 type svcRec struct {
@@ -297,6 +334,8 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		ServicesChanged:  map[types.NamespacedName]bool{},
 		EndpointsChanged: endpointsChanged,
 		Node:             &t.node,
+		tracker:          t,
+		seq:              t.seq + 1,
 	}
 	for nn, rec := range newSvcs {
 		var old ServicePortMap
@@ -394,6 +433,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	}
 	t.svcIn = append(t.svcIn[:0], services...)
 	t.sliceIn = append(t.sliceIn[:0], slices...)
+	t.seq = st.seq
 	return st, nil
 }
 
