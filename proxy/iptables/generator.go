@@ -157,6 +157,7 @@ type generator struct {
 	// entries is the last sync's view, sorted by name (see services); src and seq
 	// name the change tracker's view it was built from, labels the node labels then.
 	entries []*svcEntry
+	spare   []*svcEntry // the list before entries (updateEntries reuses it)
 	src     *proxy.ChangeTracker
 	seq     uint64
 	labels  map[string]string
@@ -328,27 +329,29 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 	}
 }
 
-// rebuildEntries makes a fresh entry for every service port of the view, in
-// ServicePortName order, keeping the svcInfo (its KUBE-SEP names) of the ports the
-// previous list had.
+// rebuildEntries makes every service port of the view a fresh entry, in
+// ServicePortName order, keeping the entries (their svcInfo, KUBE-SEP names and
+// buffers) of the ports the previous list had.
 func (g *generator) rebuildEntries(st *proxy.SyncState) {
 	names := st.Services.SortedNames()
 	old := g.entries
-	out := make([]*svcEntry, 0, len(names))
+	out := slices.Grow(g.spare[:0], len(names))
+	clear(out[:cap(out)])
 	j := 0
 	for _, name := range names {
 		for j < len(old) && old[j].name.Less(name) {
 			j++
 		}
-		var info *svcInfo
+		var e *svcEntry
 		if j < len(old) && old[j].name == name {
-			info = old[j].info
+			e = old[j]
 		} else {
-			info = newSvcInfo(name)
+			e = &svcEntry{name: name, info: newSvcInfo(name)}
 		}
-		out = append(out, &svcEntry{name: name, info: info, numEps: len(st.Endpoints[name]), fresh: true})
+		e.numEps, e.fresh = len(st.Endpoints[name]), true
+		out = append(out, e)
 	}
-	g.entries = out
+	g.entries, g.spare = out, old
 }
 
 // updateEntries replaces the entries of the Services the change tracker reports
@@ -369,7 +372,9 @@ func (g *generator) updateEntries(st *proxy.SyncState) {
 	}
 	slices.SortFunc(changed, compareNN)
 	old := g.entries
-	out := make([]*svcEntry, 0, len(old)+len(changed))
+	// The list before last is free: build into it.
+	out := slices.Grow(g.spare[:0], len(old)+len(changed))
+	clear(out[:cap(out)])
 	i := 0
 	for _, nn := range changed {
 		lo := i + sort.Search(len(old)-i, func(k int) bool { return compareNN(old[i+k].name.NamespacedName, nn) >= 0 })
@@ -392,7 +397,7 @@ func (g *generator) updateEntries(st *proxy.SyncState) {
 		}
 		i = hi
 	}
-	g.entries = append(out, old[i:]...)
+	g.entries, g.spare = append(out, old[i:]...), old
 }
 
 // compareNN orders Services as ServicePortName.Less orders their ports.
