@@ -171,7 +171,8 @@ var errSave = errors.New("save failed (test)")
 // random sequences of Services and endpoints added, changed and deleted (ports, types,
 // traffic policies, affinity, endpoint conditions and nodes, hints), large-cluster mode
 // switching on and off, stale-chain cleanups coming due, failed syncs, forced full
-// syncs, every release and several node configurations.
+// syncs, kube-proxy restarting with another release, every release and several node
+// configurations.
 func TestCachedSyncsMatchUncached(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx := context.Background()
@@ -194,18 +195,28 @@ func TestCachedSyncsMatchUncached(t *testing.T) {
 		cfg.Clock = clock.Now
 		ipts := [2]*fakeIPT{newFakeIPT(), newFakeIPT()}
 		var ps [2]*Proxier
-		for k := range ps {
-			p, err := NewProxier(ipts[k], nil, cfg)
-			if err != nil {
-				rt.Fatal(err)
+
+		newProxiers := func() {
+			for k := range ps {
+				p, err := NewProxier(ipts[k], nil, cfg)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				ps[k] = p
 			}
-			ps[k] = p
+			ps[1].gen.noCache = true
 		}
-		ps[1].gen.noCache = true
+		newProxiers()
 
 		var w cacheWorld
 		steps := rapid.IntRange(1, 8).Draw(rt, "steps")
 		for s := range steps {
+			if s > 0 && cfg.Node.LocalhostNodePorts == nil && rapid.IntRange(0, 7).Draw(rt, "restart") == 0 {
+				// kube-proxy restarted, upgraded or downgraded: new Proxiers on the
+				// same tables.
+				cfg.Node.Version = proxy.Version(rapid.IntRange(int(proxy.OldestVersion), int(proxy.NewestVersion)).Draw(rt, "newVersion"))
+				newProxiers()
+			}
 			w.step(rt)
 			services, sls := w.lists()
 			clock.Advance(time.Duration(rapid.IntRange(0, 40).Draw(rt, "seconds")) * time.Second)
