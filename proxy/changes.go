@@ -205,7 +205,7 @@ func diffIndexes[T comparable](prev, cur []T) (changed []int, gone []T) {
 func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1.EndpointSlice) (*SyncState, error) {
 	// Services: the entries that differ from the previous list's at the same index.
 	svcIdx, svcGone := diffIndexes(t.svcIn, services)
-	newSvcs := map[types.NamespacedName]*svcRec{} // watched Services at changed indexes
+	newSvcs := make(map[types.NamespacedName]*svcRec, len(svcIdx)) // watched Services at changed indexes
 	for _, i := range svcIdx {
 		svc := services[i]
 		// What the node's proxy does not watch (NodeConfig.WatchSelector) does not exist for it.
@@ -246,8 +246,8 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	// EndpointSlices, the same way.
 	sliceIdx, sliceGone := diffIndexes(t.sliceIn, slices)
 	want := AddressTypeForFamily(t.family)
-	newSlices := map[types.NamespacedName]*sliceRec{}
-	affected := map[types.NamespacedName]bool{} // Services whose slices changed
+	newSlices := make(map[types.NamespacedName]*sliceRec, len(sliceIdx))
+	affected := make(map[types.NamespacedName]bool, len(sliceIdx)) // Services whose slices changed
 	for _, i := range sliceIdx {
 		s := slices[i]
 		if s == nil || !t.node.WatchesEndpointSlice(s.Labels) {
@@ -295,7 +295,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	}
 	newGroups := make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(affected))
 	newEndpoints := make(map[types.NamespacedName]EndpointsMap, len(affected))
-	endpointsChanged := map[types.NamespacedName]bool{}
+	endpointsChanged := make(map[types.NamespacedName]bool, len(affected))
 	for nn := range affected {
 		old := t.groups[nn]
 		var list []*discoveryv1.EndpointSlice
@@ -327,11 +327,29 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	}
 
 	// The new view: the previous one with the changed Services' entries replaced (no
-	// error can happen from here on).
+	// error can happen from here on). A first Update sizes the maps it fills.
+	if len(t.svcs) == 0 && len(newSvcs) > 0 {
+		n := 0
+		for _, rec := range newSvcs {
+			n += len(rec.ports)
+		}
+		t.svcs = make(map[types.NamespacedName]*svcRec, len(newSvcs))
+		t.viewServices = make(ServicePortMap, n)
+	}
+	if len(t.sliceRecs) == 0 && len(newSlices) > 0 {
+		t.sliceRecs = make(map[types.NamespacedName]*sliceRec, len(newSlices))
+		t.groups = make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(newGroups))
+		t.endpoints = make(map[types.NamespacedName]EndpointsMap, len(newEndpoints))
+		n := 0
+		for _, m := range newEndpoints {
+			n += len(m)
+		}
+		t.viewEndpoints = make(EndpointsMap, n)
+	}
 	st := &SyncState{
 		Services:         t.viewServices,
 		Endpoints:        t.viewEndpoints,
-		ServicesChanged:  map[types.NamespacedName]bool{},
+		ServicesChanged:  make(map[types.NamespacedName]bool, len(newSvcs)),
 		EndpointsChanged: endpointsChanged,
 		Node:             &t.node,
 		tracker:          t,
