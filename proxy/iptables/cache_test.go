@@ -325,3 +325,51 @@ func sharedLines(data []byte) string {
 	}
 	return b.String()
 }
+
+// A change of the node's labels in place (its zone) between partial syncs changes
+// which endpoints topology hints select for every Service, not only the changed ones
+// (kube-proxy forces a full sync then; without one, the partial sync deletes the
+// unchanged Services' KUBE-SEP chains that their KUBE-SVC chains still jump to, and
+// fails): the cached path must write what the uncached one writes, and fail the same.
+func TestCachedSyncFollowsNodeLabels(t *testing.T) {
+	ctx := context.Background()
+	var outs [2][]byte
+	var errs [2]error
+	for k, noCache := range []bool{false, true} {
+		cfg := upstreamConfig(corev1.IPv4Protocol)
+		cfg.Node.Labels = map[string]string{corev1.LabelTopologyZone: "zone-a"}
+		var services []*corev1.Service
+		var sls []*discoveryv1.EndpointSlice
+		for i := range 3 {
+			name := fmt.Sprintf("svc%d", i)
+			services = append(services, mkService("ns", name, fmt.Sprintf("172.30.0.%d", 10+i), withPort("p80", 80, corev1.ProtocolTCP)))
+			sl := mkSlice("ns", name, 0, "p80", 8080, corev1.ProtocolTCP, fmt.Sprintf("10.0.%d.1", i), fmt.Sprintf("10.0.%d.2", i))
+			sl.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-a"}}}
+			sl.Endpoints[1].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: "zone-b"}}}
+			sls = append(sls, sl)
+		}
+		p, err := NewProxier(newFakeIPT(), nil, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.gen.noCache = noCache
+		if _, err := p.Sync(ctx, services, sls); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Node.Labels[corev1.LabelTopologyZone] = "zone-b"
+		sls = slices.Clone(sls)
+		sls[1] = sls[1].DeepCopy() // one Service changes
+		sls[1].Endpoints[1].Conditions.Serving = ptr.To(true)
+		res, err := p.Sync(ctx, services, sls)
+		if res == nil || res.Full {
+			t.Fatalf("second sync: %v (want a partial sync)", err)
+		}
+		outs[k], errs[k] = bytes.Clone(res.Data), err
+	}
+	if (errs[0] == nil) != (errs[1] == nil) {
+		t.Fatalf("errors differ: cached %v, uncached %v", errs[0], errs[1])
+	}
+	if !bytes.Equal(outs[0], outs[1]) {
+		t.Fatalf("restore input differs:\ncached:\n%s\nuncached:\n%s", outs[0], outs[1])
+	}
+}
