@@ -40,6 +40,41 @@ type SyncState struct {
 	// Node is the node the view was built for; its release decides how stale UDP
 	// entries are cleaned (StaleConntrackFilters). Nil means the newest release.
 	Node *NodeConfig
+
+	// tracker and seq: the ChangeTracker that built the view and the number of its
+	// Update (from 1); nil and 0 for NewSyncState.
+	tracker *ChangeTracker
+	seq     uint64
+}
+
+// Source returns the ChangeTracker that built the view and which of its successful
+// Updates did (counted from 1), or nil and 0 for a view from NewSyncState. A consumer
+// that caches per-Service work may trust ServicesChanged and EndpointsChanged to name
+// every Service that differs from the previous view only when the tracker is the same
+// and the number is one more than the view its cache was built from.
+func (s *SyncState) Source() (*ChangeTracker, uint64) { return s.tracker, s.seq }
+
+// ServicePortsOf returns the names of the Service's ports in the view, sorted
+// (ServicePortName.Less): from a ChangeTracker's view without looking at the other
+// Services (valid, like the view, until the tracker's next Update), else by scanning
+// Services.
+func (s *SyncState) ServicePortsOf(nn types.NamespacedName) []ServicePortName {
+	var names []ServicePortName
+	if s.tracker != nil {
+		if rec := s.tracker.svcs[nn]; rec != nil {
+			for n := range rec.ports {
+				names = append(names, n)
+			}
+		}
+	} else {
+		for n := range s.Services {
+			if n.NamespacedName == nn {
+				names = append(names, n)
+			}
+		}
+	}
+	sortNames(names)
+	return names
 }
 
 // Changed reports whether the Service's service ports or endpoints changed.
@@ -97,6 +132,8 @@ type ChangeTracker struct {
 	// Endpoints, changed in place by each Update.
 	viewServices  ServicePortMap
 	viewEndpoints EndpointsMap
+	// seq counts the successful Updates.
+	seq uint64
 }
 
 type svcRec struct {
@@ -168,7 +205,7 @@ func diffIndexes[T comparable](prev, cur []T) (changed []int, gone []T) {
 func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1.EndpointSlice) (*SyncState, error) {
 	// Services: the entries that differ from the previous list's at the same index.
 	svcIdx, svcGone := diffIndexes(t.svcIn, services)
-	newSvcs := map[types.NamespacedName]*svcRec{} // watched Services at changed indexes
+	newSvcs := make(map[types.NamespacedName]*svcRec, len(svcIdx)) // watched Services at changed indexes
 	for _, i := range svcIdx {
 		svc := services[i]
 		// What the node's proxy does not watch (NodeConfig.WatchSelector) does not exist for it.
@@ -209,8 +246,8 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	// EndpointSlices, the same way.
 	sliceIdx, sliceGone := diffIndexes(t.sliceIn, slices)
 	want := AddressTypeForFamily(t.family)
-	newSlices := map[types.NamespacedName]*sliceRec{}
-	affected := map[types.NamespacedName]bool{} // Services whose slices changed
+	newSlices := make(map[types.NamespacedName]*sliceRec, len(sliceIdx))
+	affected := make(map[types.NamespacedName]bool, len(sliceIdx)) // Services whose slices changed
 	for _, i := range sliceIdx {
 		s := slices[i]
 		if s == nil || !t.node.WatchesEndpointSlice(s.Labels) {
@@ -258,7 +295,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	}
 	newGroups := make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(affected))
 	newEndpoints := make(map[types.NamespacedName]EndpointsMap, len(affected))
-	endpointsChanged := map[types.NamespacedName]bool{}
+	endpointsChanged := make(map[types.NamespacedName]bool, len(affected))
 	for nn := range affected {
 		old := t.groups[nn]
 		var list []*discoveryv1.EndpointSlice
@@ -290,13 +327,33 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	}
 
 	// The new view: the previous one with the changed Services' entries replaced (no
-	// error can happen from here on).
+	// error can happen from here on). A first Update sizes the maps it fills.
+	if len(t.svcs) == 0 && len(newSvcs) > 0 {
+		n := 0
+		for _, rec := range newSvcs {
+			n += len(rec.ports)
+		}
+		t.svcs = make(map[types.NamespacedName]*svcRec, len(newSvcs))
+		t.viewServices = make(ServicePortMap, n)
+	}
+	if len(t.sliceRecs) == 0 && len(newSlices) > 0 {
+		t.sliceRecs = make(map[types.NamespacedName]*sliceRec, len(newSlices))
+		t.groups = make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(newGroups))
+		t.endpoints = make(map[types.NamespacedName]EndpointsMap, len(newEndpoints))
+		n := 0
+		for _, m := range newEndpoints {
+			n += len(m)
+		}
+		t.viewEndpoints = make(EndpointsMap, n)
+	}
 	st := &SyncState{
 		Services:         t.viewServices,
 		Endpoints:        t.viewEndpoints,
-		ServicesChanged:  map[types.NamespacedName]bool{},
+		ServicesChanged:  make(map[types.NamespacedName]bool, len(newSvcs)),
 		EndpointsChanged: endpointsChanged,
 		Node:             &t.node,
+		tracker:          t,
+		seq:              t.seq + 1,
 	}
 	for nn, rec := range newSvcs {
 		var old ServicePortMap
@@ -394,6 +451,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	}
 	t.svcIn = append(t.svcIn[:0], services...)
 	t.sliceIn = append(t.sliceIn[:0], slices...)
+	t.seq = st.seq
 	return st, nil
 }
 

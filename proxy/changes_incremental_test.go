@@ -354,22 +354,7 @@ func genSlice(rt *rapid.T, label string) *discoveryv1.EndpointSlice {
 // Service's EndpointSlice changed, with 10,000 Services × 10 endpoints in place (the
 // tracker's share of BenchmarkPartialSync10kServices in proxy/iptables).
 func BenchmarkChangeTrackerPartial10kServices(b *testing.B) {
-	var services []*corev1.Service
-	var slices []*discoveryv1.EndpointSlice
-	for i := range 10000 {
-		name := fmt.Sprintf("svc%05d", i)
-		ip := fmt.Sprintf("172.30.%d.%d", i/250, i%250+1)
-		services = append(services, svc("ns", name, func(s *corev1.Service) {
-			s.Spec.ClusterIP, s.Spec.ClusterIPs = ip, []string{ip}
-			s.Spec.Ports = []corev1.ServicePort{{Name: "p", Port: 80, Protocol: corev1.ProtocolTCP}}
-		}))
-		slices = append(slices, slice("ns", name, 0, func(s *discoveryv1.EndpointSlice) {
-			s.Ports = []discoveryv1.EndpointPort{port("p", 8080, corev1.ProtocolTCP)}
-			for j := range 10 {
-				s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1)}})
-			}
-		}))
-	}
+	services, slices := benchTrackerCluster()
 	tr := NewChangeTracker(corev1.IPv4Protocol, NodeConfig{Name: testNodeName})
 	if _, err := tr.Update(services, slices); err != nil {
 		b.Fatal(err)
@@ -393,4 +378,42 @@ func BenchmarkChangeTrackerPartial10kServices(b *testing.B) {
 			b.Fatalf("%d services changed, %d service ports", len(st.EndpointsChanged), len(st.Services))
 		}
 	}
+}
+
+// BenchmarkChangeTrackerFirst10kServices measures a new tracker's first Update of
+// 10,000 Services × 10 endpoints (the tracker's share of a Proxier's first full sync).
+func BenchmarkChangeTrackerFirst10kServices(b *testing.B) {
+	services, slices := benchTrackerCluster()
+	b.ReportAllocs()
+	for b.Loop() {
+		st, err := NewChangeTracker(corev1.IPv4Protocol, NodeConfig{Name: testNodeName}).Update(services, slices)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(st.Services) != 10000 || len(st.Endpoints) != 10000 {
+			b.Fatalf("%d service ports, %d endpoint lists", len(st.Services), len(st.Endpoints))
+		}
+	}
+}
+
+// benchTrackerCluster is 10,000 ClusterIP Services with one port and one
+// EndpointSlice of 10 endpoints each.
+func benchTrackerCluster() ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
+	var services []*corev1.Service
+	var slices []*discoveryv1.EndpointSlice
+	for i := range 10000 {
+		name := fmt.Sprintf("svc%05d", i)
+		ip := fmt.Sprintf("172.30.%d.%d", i/250, i%250+1)
+		services = append(services, svc("ns", name, func(s *corev1.Service) {
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = ip, []string{ip}
+			s.Spec.Ports = []corev1.ServicePort{{Name: "p", Port: 80, Protocol: corev1.ProtocolTCP}}
+		}))
+		slices = append(slices, slice("ns", name, 0, func(s *discoveryv1.EndpointSlice) {
+			s.Ports = []discoveryv1.EndpointPort{port("p", 8080, corev1.ProtocolTCP)}
+			for j := range 10 {
+				s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1)}})
+			}
+		}))
+	}
+	return services, slices
 }

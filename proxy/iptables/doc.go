@@ -23,7 +23,13 @@
 //
 // Render is the pure function (objects → full-sync text) for the CLI and tests;
 // Proxier keeps state between syncs and does partial syncs and stale-chain deletion as
-// kube-proxy does since 1.26. The hook jump rules (PREROUTING → KUBE-SERVICES and so
+// kube-proxy does since 1.26. The text kube-proxy writes on a partial sync still holds
+// KUBE-SERVICES and the other top-level chains whole; the generator keeps, per service
+// port, the lines it wrote into them and the chains it declared (generator.go:
+// svcEntry), and a partial sync that follows the previous one in the change tracker's
+// history computes only the Services the tracker reports changed, copying the other
+// ports' lines (the same bytes; TestCachedSyncsMatchUncached compares it with the
+// generator computing every port). The hook jump rules (PREROUTING → KUBE-SERVICES and so
 // on) are not part of the restore text in kube-proxy; JumpRules lists them, Proxier
 // inserts missing ones with a separate restore of "-I" lines on full syncs, and
 // RenderOptions.IncludeJumps writes them into the text for a fresh node.

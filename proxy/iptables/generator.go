@@ -1,11 +1,14 @@
 package iptables
 
 import (
+	"maps"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/clusterlab/clusterlab/proxy"
 )
@@ -150,7 +153,17 @@ func (s *svcInfo) chainsOf(eps []*proxy.Endpoint, out []string) []string {
 type generator struct {
 	r     *resolved
 	probs probabilities
-	cache map[proxy.ServicePortName]*svcInfo
+
+	// entries is the last sync's view, sorted by name (see services); src and seq
+	// name the change tracker's view it was built from, labels the node labels then.
+	entries []*svcEntry
+	spare   []*svcEntry // the list before entries (updateEntries reuses it)
+	src     *proxy.ChangeTracker
+	seq     uint64
+	labels  map[string]string
+	// noCache makes every sync compute every service port (tests compare the two).
+	noCache  bool
+	declared []string // the chains serviceChains declared (scratch)
 
 	filterChains, filterRules lineBuf
 	natChains, natRules       lineBuf
@@ -173,7 +186,6 @@ func newGenerator(r *resolved) *generator {
 	return &generator{
 		r:          r,
 		probs:      make(probabilities, 0, 1001),
-		cache:      map[proxy.ServicePortName]*svcInfo{},
 		skipChains: lineBuf{discard: true},
 		skipRules:  lineBuf{discard: true},
 	}
@@ -231,20 +243,61 @@ func (g *generator) begin() {
 	}
 }
 
-// services writes every service port's rules. In a partial sync (full false) the
-// per-service chains of Services that did not change are computed but not written.
-func (g *generator) services(st *proxy.SyncState, full bool) {
-	names := st.Services.SortedNames()
-	g.reserve(st, names)
+// svcEntry is one service port of the last sync's view, in the generator's sorted
+// list: its svcInfo, its endpoint count, and what its rules were the last time they
+// were computed: the lines it wrote into the shared chains (nat: KUBE-SERVICES,
+// KUBE-NODEPORTS; filter: KUBE-SERVICES, KUBE-EXTERNAL-SERVICES, KUBE-NODEPORTS,
+// KUBE-PROXY-FIREWALL) and the per-service chains it declared. These depend only on
+// the service port, its endpoints and the node (resolved, fixed for a generator), so
+// a partial sync reuses them for every Service the change tracker reports unchanged.
+type svcEntry struct {
+	name   proxy.ServicePortName
+	info   *svcInfo
+	numEps int
+	fresh  bool // to be computed this sync
+	nat    []byte
+	filter []byte
+	chains []string
+}
 
-	next := make(map[proxy.ServicePortName]*svcInfo, len(names))
-	for _, name := range names {
-		sp := st.Services[name]
-		info := g.cache[name]
-		if info == nil {
-			info = newSvcInfo(name)
+// services writes every service port's rules. In a partial sync (full false) the
+// per-service chains of Services that did not change are not written.
+//
+// A partial sync that directly follows the generator's previous sync in the change
+// tracker's history (proxy.SyncState.Source) computes only the service ports of the
+// Services the tracker reports changed; every other service port's shared-chain lines
+// are copied from its entry. A full sync, a Render, a sync after one the generator did
+// not see (an error before generation) or after the node's labels changed, and every
+// sync with noCache set computes every service port (the reference path the property
+// tests compare against).
+func (g *generator) services(st *proxy.SyncState, full bool) {
+	src, seq := st.Source()
+	incremental := !full && !g.noCache && src != nil && src == g.src && seq == g.seq+1 &&
+		maps.Equal(g.labels, g.r.nodeLabels)
+	if incremental {
+		g.updateEntries(st)
+	} else {
+		g.rebuildEntries(st)
+	}
+	g.src, g.seq = src, seq
+	g.labels = maps.Clone(g.r.nodeLabels)
+	g.reserve()
+
+	nr, fr := &g.natRules, &g.filterRules
+	for _, e := range g.entries {
+		if !e.fresh {
+			nr.b = append(nr.b, e.nat...)
+			fr.b = append(fr.b, e.filter...)
+			if g.trackActive {
+				for _, c := range e.chains {
+					g.active[c] = true
+				}
+			}
+			continue
 		}
-		next[name] = info
+		e.fresh = false
+		name, info := e.name, e.info
+		sp := st.Services[name]
 		c := proxy.CategorizeEndpoints(st.Endpoints[name], sp, g.r.nodeName, g.r.nodeLabels)
 		if sp.InternalPolicyLocal && !g.r.layout.svlChain {
 			sp, c = g.legacyInternalPolicy(st.Endpoints[name], sp, c)
@@ -254,25 +307,105 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		g.planRelease(&p)
 
 		// The rules of the shared chains, in kube-proxy's order.
+		n0, f0 := len(nr.b), len(fr.b)
 		g.clusterIPRule(&p)
 		g.externalIPRules(&p)
 		g.loadBalancerRules(&p)
 		g.nodePortRules(&p)
 		g.healthCheckRule(&p)
+		e.nat = append(e.nat[:0], nr.b[n0:]...)
+		e.filter = append(e.filter[:0], fr.b[f0:]...)
 
-		// The per-service chains: skipped for unchanged Services in a partial sync
-		// (computed only to note the chains they would declare, for the stale-chain
-		// cleanup).
-		nc, nr := &g.natChains, &g.natRules
+		// The per-service chains: not written for unchanged Services in a partial
+		// sync (computed only to note the chains they declare, for the stale-chain
+		// cleanup now or later).
+		nc, pr := &g.natChains, nr
 		if !full && !st.Changed(name.NamespacedName) {
-			if !g.trackActive {
-				continue
-			}
-			nc, nr = &g.skipChains, &g.skipRules
+			nc, pr = &g.skipChains, &g.skipRules
 		}
-		g.serviceChains(nc, nr, &p)
+		g.declared = g.declared[:0]
+		g.serviceChains(nc, pr, &p)
+		e.chains = append(e.chains[:0], g.declared...)
 	}
-	g.cache = next
+}
+
+// rebuildEntries makes every service port of the view a fresh entry, in
+// ServicePortName order, keeping the entries (their svcInfo, KUBE-SEP names and
+// buffers) of the ports the previous list had.
+func (g *generator) rebuildEntries(st *proxy.SyncState) {
+	names := st.Services.SortedNames()
+	old := g.entries
+	out := slices.Grow(g.spare[:0], len(names))
+	clear(out[:cap(out)])
+	j := 0
+	for _, name := range names {
+		for j < len(old) && old[j].name.Less(name) {
+			j++
+		}
+		var e *svcEntry
+		if j < len(old) && old[j].name == name {
+			e = old[j]
+		} else {
+			e = &svcEntry{name: name, info: newSvcInfo(name)}
+		}
+		e.numEps, e.fresh = len(st.Endpoints[name]), true
+		out = append(out, e)
+	}
+	g.entries, g.spare = out, old
+}
+
+// updateEntries replaces the entries of the Services the change tracker reports
+// changed (service ports or endpoints) by fresh ones for their current ports; the
+// entries of each Service are contiguous in the sorted list.
+func (g *generator) updateEntries(st *proxy.SyncState) {
+	changed := make([]types.NamespacedName, 0, len(st.ServicesChanged)+len(st.EndpointsChanged))
+	for nn := range st.ServicesChanged {
+		changed = append(changed, nn)
+	}
+	for nn := range st.EndpointsChanged {
+		if !st.ServicesChanged[nn] {
+			changed = append(changed, nn)
+		}
+	}
+	if len(changed) == 0 {
+		return
+	}
+	slices.SortFunc(changed, compareNN)
+	old := g.entries
+	// The list before last is free: build into it.
+	out := slices.Grow(g.spare[:0], len(old)+len(changed))
+	clear(out[:cap(out)])
+	i := 0
+	for _, nn := range changed {
+		lo := i + sort.Search(len(old)-i, func(k int) bool { return compareNN(old[i+k].name.NamespacedName, nn) >= 0 })
+		out = append(out, old[i:lo]...)
+		hi := lo
+		for hi < len(old) && old[hi].name.NamespacedName == nn {
+			hi++
+		}
+		for _, name := range st.ServicePortsOf(nn) {
+			var info *svcInfo
+			for _, e := range old[lo:hi] {
+				if e.name == name {
+					info = e.info
+				}
+			}
+			if info == nil {
+				info = newSvcInfo(name)
+			}
+			out = append(out, &svcEntry{name: name, info: info, numEps: len(st.Endpoints[name]), fresh: true})
+		}
+		i = hi
+	}
+	g.entries, g.spare = append(out, old[i:]...), old
+}
+
+// compareNN orders Services as ServicePortName.Less orders their ports.
+func compareNN(a, b types.NamespacedName) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
 }
 
 // reserve counts the sync's endpoints (more than LargeClusterEndpointsThreshold drops
@@ -281,25 +414,26 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 // growing them by copying. The nat rules buffer keeps room in front for everything that
 // precedes them in the output (filter section, nat chain lines: about 36 bytes per chain
 // and 200 bytes of filter rules per service port), so finish need not copy the rules.
-func (g *generator) reserve(st *proxy.SyncState, names []proxy.ServicePortName) {
+func (g *generator) reserve() {
 	total := 0
-	for _, n := range names {
-		total += len(st.Endpoints[n])
+	for _, e := range g.entries {
+		total += e.numEps
 	}
+	nSvc := len(g.entries)
 	g.numEndpoints = total
 	g.largeCluster = total > LargeClusterEndpointsThreshold
 	g.trackActive = !g.largeCluster || g.cleanupDue
-	head := 36*(total+4*len(names)+16) + 200*len(names) + 8192
-	est := 300*total + 600*len(names) + 1024
+	head := 36*(total+4*nSvc+16) + 200*nSvc + 8192
+	est := 300*total + 600*nSvc + 1024
 	if nr := &g.natRules; nr.base < head || cap(nr.b)-len(nr.b) < est {
 		b := make([]byte, head, head+len(nr.content())+est)
 		nr.b, nr.base = append(b, nr.content()...), head
 	}
-	g.natChains.b = slices.Grow(g.natChains.b, 32*(total+2*len(names)))
-	g.filterRules.b = slices.Grow(g.filterRules.b, 64*len(names))
+	g.natChains.b = slices.Grow(g.natChains.b, 32*(total+2*nSvc))
+	g.filterRules.b = slices.Grow(g.filterRules.b, 64*nSvc)
 	g.active = nil
 	if g.trackActive {
-		g.active = make(map[string]bool, total+2*len(names))
+		g.active = make(map[string]bool, total+2*nSvc)
 	}
 }
 
@@ -565,6 +699,7 @@ func (g *generator) serviceChains(nc, nr *lineBuf, p *svcPlan) {
 // writes it (it is not stale).
 func (g *generator) declare(nc *lineBuf, chain string) {
 	nc.chain(chain)
+	g.declared = append(g.declared, chain)
 	if g.trackActive {
 		g.active[chain] = true
 	}
