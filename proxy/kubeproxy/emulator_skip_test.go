@@ -18,9 +18,16 @@ import (
 // goes through RunTable. Two clusters built alike, one probed with traces and one
 // without, must reach the same backends and leave the same rule counters and conntrack
 // entries on every node, also after a restore adds a mangle rule that marks packets.
+// The IPVS mode's handler (which builds a forwarded packet's reason only for a trace)
+// must reach the same backends and leave the same IPVS connections with and without.
 func TestEmulatorHandlerSkipsAbsentTables(t *testing.T) {
+	t.Run("iptables", func(t *testing.T) { testTracedAndUntraced(t, IPTables) })
+	t.Run("ipvs", func(t *testing.T) { testTracedAndUntraced(t, IPVS) })
+}
+
+func testTracedAndUntraced(t *testing.T, mode Mode) {
 	build := func() (*cluster.Cluster, netsim.Probe) {
-		c := newCluster(t, IPTables)
+		c := newCluster(t, mode)
 		if err := c.Apply(service.NewService("default/my-service", service.Selector("app=MyApp"), service.Port("", 80, 9376))); err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +40,7 @@ func TestEmulatorHandlerSkipsAbsentTables(t *testing.T) {
 	plain, p := build()
 	traced, _ := build()
 	for round := range 2 {
-		if round == 1 {
+		if round == 1 && mode == IPTables {
 			for _, c := range []*cluster.Cluster{plain, traced} {
 				for _, n := range c.Nodes() {
 					if err := Emulator(n, netip.Addr{}).RestoreText([]byte("*mangle\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp -j MARK --set-xmark 0x10/0x10\nCOMMIT\n"), emulator.RestoreOptions{NoFlush: true}); err != nil {
@@ -63,10 +70,17 @@ func TestEmulatorHandlerSkipsAbsentTables(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"node-a", "node-b", "node-c"} {
-		ca := Emulator(plain.Node(name), netip.Addr{}).SaveCounters()
-		cb := Emulator(traced.Node(name), netip.Addr{}).SaveCounters()
-		if !bytes.Equal(ca, cb) {
-			t.Errorf("%s: counters differ:\nuntraced:\n%s\ntraced:\n%s", name, ca, cb)
+		if mode == IPTables {
+			ca := Emulator(plain.Node(name), netip.Addr{}).SaveCounters()
+			cb := Emulator(traced.Node(name), netip.Addr{}).SaveCounters()
+			if !bytes.Equal(ca, cb) {
+				t.Errorf("%s: counters differ:\nuntraced:\n%s\ntraced:\n%s", name, ca, cb)
+			}
+		} else {
+			la, lb := IPVSModel(plain.Node(name)).Listing(false), IPVSModel(traced.Node(name)).Listing(false)
+			if la != lb {
+				t.Errorf("%s: IPVS differs:\nuntraced:\n%s\ntraced:\n%s", name, la, lb)
+			}
 		}
 		ea, eb := plain.Node(name).Conntrack().Entries(), traced.Node(name).Conntrack().Entries()
 		if len(ea) != len(eb) {
