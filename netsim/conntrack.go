@@ -1,7 +1,6 @@
 package netsim
 
 import (
-	"container/heap"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
@@ -58,9 +57,8 @@ type Conn struct {
 	// two directions pass a node on different goroutines, often on different cores:
 	// each line they write moves between the cores' caches.) Fields before them are
 	// written rarely.
-	heapKey time.Time // the expiry this entry was queued for garbage collection with
-	heapIdx int       // position in the expiry queue; -1 when not queued
-	_       [24]byte
+	queued bool // in the expiry queue and not removed (a removed entry's item is skipped there)
+	_      [55]byte
 
 	Status   netfilter.CtStatus
 	TCPState TCPState
@@ -170,7 +168,8 @@ type Conntrack struct {
 	now      func() time.Time
 	nextID   uint64
 	expq     expiryQueue // confirmed entries by (possibly stale) expiry
-	gcAt     time.Time   // expq[0].heapKey when expq is not empty (every packet checks it)
+	expDead  int         // items of expq whose entry was removed (skipped when they come up)
+	gcAt     int64       // expq[0].at when expq is not empty (every packet checks it)
 	stats    CtStats
 }
 
@@ -267,52 +266,129 @@ func (t *Conntrack) lookupPacketLocked(p *Packet, now time.Time) (ctRef, bool) {
 }
 
 func (t *Conntrack) removeLocked(c *Conn) {
-	if c.heapIdx >= 0 && c.heapIdx < len(t.expq) && t.expq[c.heapIdx] == c {
-		heap.Remove(&t.expq, c.heapIdx)
-		t.queuedLocked()
+	if c.queued {
+		// Its queue item stays, skipped when it comes up; when such items outnumber
+		// the live ones the queue is rebuilt without them.
+		c.queued = false
+		if t.expDead++; t.expDead > 64 && 2*t.expDead > len(t.expq) {
+			t.compactQueueLocked()
+		}
 	}
 	t.table.delIf(c.Orig, c)
 	t.table.delIf(c.Reply, c)
+}
+
+// compactQueueLocked drops the items of removed entries from the expiry queue.
+func (t *Conntrack) compactQueueLocked() {
+	if t.expDead == 0 {
+		return
+	}
+	live := t.expq[:0]
+	for _, it := range t.expq {
+		if it.c.queued {
+			live = append(live, it)
+		}
+	}
+	clear(t.expq[len(live):])
+	t.expq = live
+	t.expDead = 0
+	t.expq.init()
+	t.queuedLocked()
 }
 
 // gcLocked drops expired entries. Entries sit in a queue keyed by the expiry they had
 // when queued; one found due whose expiry moved on is queued again, so a packet's refresh
 // costs nothing and collection is O(log n) per entry.
 func (t *Conntrack) gcLocked(now time.Time) {
-	for len(t.expq) > 0 && !t.gcAt.After(now) {
-		c := heap.Pop(&t.expq).(*Conn)
-		if now.Before(c.Expires) {
-			c.heapKey = c.Expires
-			heap.Push(&t.expq, c)
-			t.queuedLocked()
-			continue
+	if len(t.expq) == 0 {
+		return
+	}
+	ns := now.UnixNano()
+	for len(t.expq) > 0 && t.gcAt <= ns {
+		c := t.expq.pop()
+		switch {
+		case !c.queued: // removed already
+			t.expDead--
+		case now.Before(c.Expires):
+			t.expq.push(expItem{at: c.Expires.UnixNano(), c: c})
+		default:
+			c.queued = false // its item is gone
+			t.removeLocked(c)
 		}
 		t.queuedLocked()
-		t.removeLocked(c)
 	}
 }
 
 // queuedLocked notes the earliest expiry queued after the queue changed.
 func (t *Conntrack) queuedLocked() {
 	if len(t.expq) > 0 {
-		t.gcAt = t.expq[0].heapKey
+		t.gcAt = t.expq[0].at
 	}
 }
 
-// expiryQueue is a min-heap of entries by heapKey.
-type expiryQueue []*Conn
+// expiryQueue is a min-heap of entries by the expiry they were queued with (Unix
+// nanoseconds, held in the item: ordering the heap reads no entry). The sift-up and
+// sift-down are container/heap's.
+type expiryQueue []expItem
 
-func (q expiryQueue) Len() int           { return len(q) }
-func (q expiryQueue) Less(i, j int) bool { return q[i].heapKey.Before(q[j].heapKey) }
-func (q expiryQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i]; q[i].heapIdx = i; q[j].heapIdx = j }
-func (q *expiryQueue) Push(x any)        { c := x.(*Conn); c.heapIdx = len(*q); *q = append(*q, c) }
-func (q *expiryQueue) Pop() any {
+type expItem struct {
+	at int64
+	c  *Conn
+}
+
+func (q expiryQueue) init() {
+	n := len(q)
+	for i := n/2 - 1; i >= 0; i-- {
+		q.down(i, n)
+	}
+}
+
+func (q *expiryQueue) push(it expItem) {
+	*q = append(*q, it)
+	q.up(len(*q) - 1)
+}
+
+// pop removes and returns the entry with the earliest key.
+func (q *expiryQueue) pop() *Conn {
 	old := *q
-	c := old[len(old)-1]
-	old[len(old)-1] = nil
-	*q = old[:len(old)-1]
-	c.heapIdx = -1
+	n := len(old) - 1
+	old[0], old[n] = old[n], old[0]
+	old.down(0, n)
+	c := old[n].c
+	old[n] = expItem{}
+	*q = old[:n]
 	return c
+}
+
+func (q expiryQueue) up(j int) {
+	for {
+		i := (j - 1) / 2 // parent
+		if i == j || q[j].at >= q[i].at {
+			break
+		}
+		q[i], q[j] = q[j], q[i]
+		j = i
+	}
+}
+
+func (q expiryQueue) down(i0, n int) bool {
+	i := i0
+	for {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 { // j1 < 0 after int overflow
+			break
+		}
+		j := j1 // left child
+		if j2 := j1 + 1; j2 < n && q[j2].at < q[j1].at {
+			j = j2 // = 2*i + 2  // right child
+		}
+		if q[j].at >= q[i].at {
+			break
+		}
+		q[i], q[j] = q[j], q[i]
+		i = j
+	}
+	return i > i0
 }
 
 // ctResult is what the conntrack hook tells the datapath about a packet.
@@ -435,7 +511,7 @@ func (t *Conntrack) newLocked(p *Packet, tu netfilter.Tuple, now time.Time) ctRe
 		}
 	}
 	t.nextID++
-	c := &Conn{ID: t.nextID, Orig: tu, Reply: tu.Invert(), Created: now, heapIdx: -1}
+	c := &Conn{ID: t.nextID, Orig: tu, Reply: tu.Invert(), Created: now}
 	c.Packets[0] = 1
 	c.Bytes[0] = uint64(len(p.Data))
 	switch p.Proto {
@@ -575,8 +651,8 @@ func (t *Conntrack) insertLocked(c *Conn, orig bool) {
 		t.table.put(c.Orig, ctRef{c: c})
 	}
 	t.table.put(c.Reply, ctRef{c: c, reply: true})
-	c.heapKey = c.Expires
-	heap.Push(&t.expq, c)
+	c.queued = true
+	t.expq.push(expItem{at: c.Expires.UnixNano(), c: c})
 	t.queuedLocked()
 }
 
@@ -677,6 +753,7 @@ func (t *Conntrack) Delete(f CtFilter) int {
 			n++
 		}
 	}
+	t.compactQueueLocked()
 	t.table.release()
 	return n
 }

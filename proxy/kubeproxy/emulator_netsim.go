@@ -89,6 +89,14 @@ func (h *emulatorHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.V
 	var tr *emulator.Trace
 	if ctx.Tracing() {
 		tr = &emulator.Trace{}
+	} else if !e.HasChainAt(h.table, h.hook) {
+		// The ruleset lacks the table (kube-proxy writes no raw, mangle or security
+		// rules): RunTable would accept and change nothing. The one thing Handle
+		// would still do is the raw table's carrying of an untracked state over.
+		if h.table == emulator.TableRaw && p.Conn != nil && p.CtState == netfilter.CtUntracked {
+			p.SetNoTrack()
+		}
+		return netsim.VerdictContinue
 	}
 	q := &h.q
 	fromNetsim(q, p, ctx, h.table)

@@ -481,13 +481,18 @@ func (p *ipvsProxy) request(ctx *netsim.Context, pk *netsim.Packet, localOut boo
 
 // act turns a decision on a first packet into a verdict.
 func (p *ipvsProxy) act(ctx *netsim.Context, pk *netsim.Packet, d ipvsemu.Decision, localOut bool) netsim.Verdict {
-	reason := "IPVS " + serviceLabel(d.Service) + ": " + d.Reason
+	var reason string
+	if d.Verdict != ipvsemu.VerdictForward || ctx.Tracing() {
+		// A forwarded packet's reason shows only in a trace: the datapath reads a
+		// Continue's or Reroute's reason nowhere else.
+		reason = "IPVS " + serviceLabel(d.Service) + ": " + d.Reason
+	}
 	switch d.Verdict {
 	case ipvsemu.VerdictForward:
 		if !ctx.DryRun() {
 			p.count(func(s *ipvsHandlerStats) { s.scheduled++ })
 		}
-		if d.Forward != ipvs.Masquerade {
+		if d.Forward != ipvs.Masquerade && reason != "" {
 			// kube-proxy programs masquerading real servers only; a hand-made
 			// direct-routing or tunnel server is forwarded as if masquerading.
 			reason += " (forwarding method treated as masquerade)"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/proxy/iptables"
@@ -19,9 +20,12 @@ import (
 //
 // It is safe for concurrent use; evaluations are serialised.
 type Emulator struct {
-	fam      Family // fixed at New; read without mu
-	mu       sync.Mutex
-	rs       *Ruleset
+	fam Family // fixed at New; read without mu
+	mu  sync.Mutex
+	rs  *Ruleset
+	// chainsAt has bit chainAtBit(table, hook) set when rs has the table's built-in
+	// chain for the hook (read without mu: see HasChainAt).
+	chainsAt atomic.Uint64
 	st       *state
 	restores int
 	scratch  evalCtx // reused by evaluations (they hold mu)
@@ -113,13 +117,60 @@ func (e *Emulator) restore(data []byte, opts RestoreOptions) error {
 	if err != nil {
 		return err
 	}
-	e.rs = tx.rs
+	e.setRulesetLocked(tx.rs)
 	e.skipped = append(e.skipped, tx.skipped...)
 	e.restores++
 	if !e.gcChanges(tx) {
 		e.gc()
 	}
 	return nil
+}
+
+// setRulesetLocked makes rs the emulator's ruleset.
+func (e *Emulator) setRulesetLocked(rs *Ruleset) {
+	e.rs = rs
+	var bits uint64
+	for _, t := range rs.Tables {
+		for h := netfilter.Prerouting; h <= netfilter.Postrouting; h++ {
+			if b := chainAtBit(t.Name, h); b >= 0 && t.builtin(h) != nil {
+				bits |= 1 << b
+			}
+		}
+	}
+	e.chainsAt.Store(bits)
+}
+
+// chainAtBit is the bit of chainsAt for a table's chain at a hook, or -1 for a table
+// the emulator does not know.
+func chainAtBit(table string, h netfilter.Hook) int {
+	var i int
+	switch table {
+	case TableRaw:
+		i = 0
+	case TableMangle:
+		i = 1
+	case TableNAT:
+		i = 2
+	case TableFilter:
+		i = 3
+	case TableSecurity:
+		i = 4
+	default:
+		return -1
+	}
+	if h > netfilter.Postrouting {
+		return -1
+	}
+	return i*8 + int(h)
+}
+
+// HasChainAt reports whether the ruleset has the table's built-in chain for the hook,
+// without waiting for evaluations. When it has not, RunTable would change nothing and
+// accept: a datapath may skip the call (and building its packet). A restore running at
+// the same time may make the answer stale, as if the packet had come a moment earlier.
+func (e *Emulator) HasChainAt(table string, h netfilter.Hook) bool {
+	b := chainAtBit(table, h)
+	return b < 0 || e.chainsAt.Load()&(1<<b) != 0
 }
 
 // gcChanges is gc for a restore that changed its tables incrementally (see

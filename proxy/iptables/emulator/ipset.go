@@ -248,13 +248,16 @@ func (set *IPSet) test(p *Packet, dirs []bool) setResult {
 	if len(dirs) < len(set.dims) || FamilyOf(p.Dst) != set.Family {
 		return setMiss
 	}
-	var key strings.Builder
-	var addrs []netip.Addr
+	// The key is m.key's text, built in a buffer that stays on the stack (the map
+	// lookup by string(key) does not copy it).
+	var kbuf [96]byte
+	var abuf [4]netip.Addr
+	key, addrs := kbuf[:0], abuf[:0]
 	var proto uint8
 	var port uint16
 	for i, d := range set.dims {
 		if i > 0 {
-			key.WriteByte(',')
+			key = append(key, ',')
 		}
 		switch d {
 		case dimIP, dimNet:
@@ -263,7 +266,11 @@ func (set *IPSet) test(p *Packet, dirs []bool) setResult {
 				a = p.Dst
 			}
 			addrs = append(addrs, a)
-			key.WriteString(a.String())
+			if a.IsValid() {
+				key = a.AppendTo(key)
+			} else {
+				key = append(key, a.String()...)
+			}
 		case dimPort:
 			if !p.hasPorts() {
 				return setMiss
@@ -273,14 +280,14 @@ func (set *IPSet) test(p *Packet, dirs []bool) setResult {
 				port = p.DstPort
 			}
 			proto = p.Proto
-			if set.Type == "bitmap:port" {
-				key.WriteString(strconv.Itoa(int(port)))
-			} else {
-				key.WriteString(ProtoName(proto) + ":" + strconv.Itoa(int(port)))
+			if set.Type != "bitmap:port" {
+				key = append(key, ProtoName(proto)...)
+				key = append(key, ':')
 			}
+			key = strconv.AppendUint(key, uint64(port), 10)
 		}
 	}
-	if m, ok := set.members[key.String()]; ok {
+	if m, ok := set.members[string(key)]; ok {
 		if m.nomatch {
 			return setNomatch
 		}

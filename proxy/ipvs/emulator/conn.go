@@ -929,16 +929,19 @@ func (m *Model) ipvsSchedule(svc *service, p *Packet) (*conn, int, Decision) {
 			return nil, 1, Decision{Reason: "reply from a local real server of an existing connection"}
 		}
 	}
-	in := schedInput{saddr: p.Src.Addr(), daddr: p.Dst.Addr(), sport: cport, proto: p.Protocol}
+	// The scheduler's input is the model's scratch (it holds mu): passed to the
+	// scheduler's interface method, a local would move to the heap on every packet.
+	in := &m.schedIn
+	*in = schedInput{saddr: p.Src.Addr(), daddr: p.Dst.Addr(), sport: cport, proto: p.Protocol}
 	if svc.persistent() {
-		return m.schedPersist(svc, p, &in)
+		return m.schedPersist(svc, p, in)
 	}
 	if svc.key.fwmark == 0 && vport != svc.key.port {
 		return nil, 0, Decision{Reason: "port zero is only supported in persistent services"}
 	}
 	var d *dest
 	if svc.sched != nil {
-		d = svc.sched.schedule(m, svc, &in, false)
+		d = svc.sched.schedule(m, svc, in, false)
 	}
 	if d == nil {
 		m.stats.NoDest++
@@ -952,7 +955,33 @@ func (m *Model) ipvsSchedule(svc *service, p *Packet) (*conn, int, Decision) {
 	}
 	c := m.connNew(p.Protocol, p.Src.Addr(), cport, p.Dst.Addr(), vport, d.addr, dport, false, onePkt, d, p.Mark)
 	countConn(svc, d)
-	return c, 0, Decision{Via: ViaScheduler, Reason: "new connection scheduled by " + svc.schedName}
+	return c, 0, Decision{Via: ViaScheduler, Reason: scheduledBy(svc.schedName)}
+}
+
+// scheduledBy is the reason of a scheduler's decision, "new connection scheduled by
+// NAME", without building the text for the schedulers the model knows.
+func scheduledBy(name string) string {
+	switch name {
+	case "rr":
+		return "new connection scheduled by rr"
+	case "wrr":
+		return "new connection scheduled by wrr"
+	case "lc":
+		return "new connection scheduled by lc"
+	case "wlc":
+		return "new connection scheduled by wlc"
+	case "sed":
+		return "new connection scheduled by sed"
+	case "nq":
+		return "new connection scheduled by nq"
+	case "sh":
+		return "new connection scheduled by sh"
+	case "dh":
+		return "new connection scheduled by dh"
+	case "mh":
+		return "new connection scheduled by mh"
+	}
+	return "new connection scheduled by " + name
 }
 
 // templateParams is the template key of ip_vs_sched_persist().

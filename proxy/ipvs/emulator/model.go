@@ -135,6 +135,8 @@ type Model struct {
 	stats   Stats
 	k59     bool // Linux 5.9 or later (Config.Kernel)
 	picking bool // Pick is scheduling: its entry does not overload a destination
+	// schedIn is the scheduler input of the packet being scheduled (under mu).
+	schedIn schedInput
 }
 
 // Stats counts what the model did; useful in tests and benchmarks.
