@@ -129,6 +129,9 @@ type groDispatcher struct {
 }
 
 func (g groDispatcher) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	if g.l.closed.Load() {
+		return // the pod died with segments held
+	}
 	if pkt.RXChecksumValidated {
 		g.l.rxValidated.Store(true)
 		defer g.l.rxValidated.Store(false)
