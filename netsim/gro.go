@@ -1,9 +1,12 @@
 package netsim
 
 import (
+	"encoding/binary"
 	"sync"
 
+	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
+	gvchecksum "gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
@@ -12,12 +15,16 @@ import (
 // Segmentation offload. A pod's netstack sends and receives TCP as a Linux host with
 // GSO and GRO on its veth does, with nothing the datapath sees changed:
 //
-//   - Send (GSO): the pod's link reports gVisor software GSO (stackLink.SupportedGSO),
-//     so TCP keeps one segment of up to 64 KiB in its send queue and hands it to
-//     the IP layer, which cuts it into MSS-sized packets, each with its own IP header,
-//     ID and checksums, before they reach the link. The link, every hook, rule, conntrack
-//     entry, fault and capture see exactly the MTU-sized packets of a plain path; only the
-//     sender's per-segment bookkeeping is shared.
+//   - Send (GSO): the pod's link reports host GSO (stackLink.SupportedGSO), so TCP keeps
+//     segments of up to 64 KiB in its send queue and hands each to the link as one IP
+//     packet with a partial TCP checksum. The link cuts it (stackLink.segment) into the
+//     packets TCP sends without offload: MSS-sized payloads, the sequence number advanced,
+//     PSH only on the last (TCP clears it on a segment it splits at the MSS), the IP
+//     header copied with its own total length and checksum (TCP's packets carry DF and
+//     ID 0), full TCP checksums. Everything after the link, every hook, rule, conntrack
+//     entry, fault and capture, sees exactly the MTU-sized packets of a plain path.
+//     (gVisor's software GSO was not used: it puts the super-segment's PSH on every
+//     packet.)
 //   - Receive (GRO): packets a node's datapath goroutine delivers into a pod during one
 //     batch of its queue go through gVisor's GRO (stack/gro, as fdbased links use it):
 //     consecutive in-order TCP segments of one flow are merged into one segment before
@@ -28,6 +35,79 @@ import (
 //     netstack sends already depends on how many segments it finds queued at once).
 //
 // Config.NoOffload turns both off: every segment is built, sent and received alone.
+
+// segment cuts a TCP packet of up to 64 KiB handed over with GSO options into the packets
+// TCP sends without offload (see above) and hands them out; v holds the packet's bytes.
+func (l *stackLink) segment(v *buffer.View, g stack.GSO) {
+	b := v.AsSlice()
+	var l3 int
+	switch {
+	case len(b) >= header.IPv4MinimumSize && b[0]>>4 == 4:
+		l3 = int(b[0]&0x0f) * 4
+	case len(b) >= header.IPv6MinimumSize && b[0]>>4 == 6:
+		l3 = header.IPv6MinimumSize
+	}
+	if l3 == 0 || len(b) < l3+header.TCPMinimumSize {
+		l.out(frame{b: b, v: v}) // not a packet TCP built; as it is
+		return
+	}
+	thl := int(b[l3+12]>>4) * 4
+	hdr := l3 + thl
+	mss := int(g.MSS)
+	if hdr > len(b) || mss <= 0 {
+		l.out(frame{b: b, v: v})
+		return
+	}
+	if len(b)-hdr <= mss {
+		if g.NeedsCsum {
+			setTCPChecksum(b, l3)
+		}
+		l.out(frame{b: b, v: v})
+		return
+	}
+	seq := binary.BigEndian.Uint32(b[l3+4:])
+	flags := b[l3+13]
+	for off := hdr; off < len(b); off += mss {
+		n := min(mss, len(b)-off)
+		sv := buffer.NewView(hdr + n)
+		sv.Write(b[:hdr])
+		sv.Write(b[off : off+n])
+		s := sv.AsSlice()
+		if l3 == header.IPv6MinimumSize && s[0]>>4 == 6 {
+			binary.BigEndian.PutUint16(s[4:], uint16(thl+n))
+		} else {
+			ip := header.IPv4(s)
+			ip.SetTotalLength(uint16(hdr + n))
+			ip.SetChecksum(0)
+			ip.SetChecksum(^ip.CalculateChecksum())
+		}
+		binary.BigEndian.PutUint32(s[l3+4:], seq+uint32(off-hdr))
+		if off+n < len(b) {
+			s[l3+13] = flags &^ (uint8(header.TCPFlagPsh) | uint8(header.TCPFlagFin))
+		}
+		setTCPChecksum(s, l3)
+		l.out(frame{b: s, v: sv})
+	}
+	v.Release()
+}
+
+// setTCPChecksum computes the TCP checksum of an IPv4 or IPv6 packet whose TCP header
+// starts at l3.
+func setTCPChecksum(b []byte, l3 int) {
+	tcp := header.TCP(b[l3:])
+	var src, dst tcpip.Address
+	if b[0]>>4 == 6 {
+		ip := header.IPv6(b)
+		src, dst = ip.SourceAddress(), ip.DestinationAddress()
+	} else {
+		ip := header.IPv4(b)
+		src, dst = ip.SourceAddress(), ip.DestinationAddress()
+	}
+	tcp.SetChecksum(0)
+	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, src, dst, uint16(len(tcp)))
+	xsum = gvchecksum.Checksum(tcp, xsum)
+	tcp.SetChecksum(^xsum)
+}
 
 // groBatch is the set of pod links holding merged segments for one run of a node's
 // datapath goroutine. Only that goroutine touches it.

@@ -104,7 +104,11 @@ func (l *stackLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error)
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
 		v := copyOut(pkt)
-		l.out(frame{b: v.AsSlice(), v: v})
+		if pkt.GSOOptions.Type != stack.GSONone {
+			l.segment(v, pkt.GSOOptions)
+		} else {
+			l.out(frame{b: v.AsSlice(), v: v})
+		}
 		n++
 	}
 	return n, nil
@@ -155,12 +159,12 @@ func (l *stackLink) Capabilities() stack.LinkEndpointCapabilities {
 // GSOMaxSize implements stack.GSOEndpoint.
 func (l *stackLink) GSOMaxSize() uint32 { return stack.GVisorGSOMaxSize }
 
-// SupportedGSO implements stack.GSOEndpoint: with offload on, gVisor's software GSO (TCP
-// queues segments of up to 64 KiB, the IP layer cuts them into MSS-sized packets before
-// they reach the link; see gro.go).
+// SupportedGSO implements stack.GSOEndpoint: with offload on, host GSO (TCP hands the
+// link segments of up to 64 KiB with a partial checksum; segment cuts them into the
+// packets TCP would have sent; see gro.go).
 func (l *stackLink) SupportedGSO() stack.SupportedGSO {
 	if l.gso {
-		return stack.GVisorGSOSupported
+		return stack.HostGSOSupported
 	}
 	return stack.GSONotSupported
 }

@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/clusterlab/clusterlab/netfilter"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
 // offloadRun is one lockstep transfer through a ClusterIP (static DNAT) from a client
@@ -27,6 +30,7 @@ type offloadRun struct {
 	ctBytes     uint64
 	capSizes    []int    // TCP payload sizes of client→server data packets in the server pod's capture
 	firstSizes  []int    // the same without retransmissions (a sequence number seen before)
+	firstPSH    []bool   // whether each of those carries PSH
 	maxIPLen    int      // the largest packet in the capture, either direction
 	badCsum     int      // captured packets whose checksums do not verify
 	segsIn      uint64   // TCP segments the server's netstack received
@@ -133,7 +137,7 @@ func runOffload(t *testing.T, noOffload bool, faults LinkFaults) offloadRun {
 	stopCap()
 	mu.Lock()
 	defer mu.Unlock()
-	run.capSizes, run.firstSizes, run.maxIPLen, run.badCsum = captureSizes(t, capBuf.Bytes(), backend)
+	run.capSizes, run.firstSizes, run.firstPSH, run.maxIPLen, run.badCsum = captureSizes(t, capBuf.Bytes(), backend)
 	run.segsIn = server.stack.s.Stats().TCP.ValidSegmentsReceived.Value()
 	_, run.lost = c.Node("node-a").Uplink().Counters()
 	for _, e := range c.Node("node-b").Conntrack().Entries() {
@@ -160,7 +164,7 @@ func offloadPayload(n int) []byte {
 // and without the ones whose sequence number came before (retransmissions: a timer may
 // fire on either path when the machine is slow), the largest IP packet and the number of
 // packets whose checksums fail.
-func captureSizes(t *testing.T, b []byte, dst netip.AddrPort) (sizes, first []int, maxLen, bad int) {
+func captureSizes(t *testing.T, b []byte, dst netip.AddrPort) (sizes, first []int, psh []bool, maxLen, bad int) {
 	t.Helper()
 	le := binary.LittleEndian
 	seen := map[uint32]bool{}
@@ -179,11 +183,12 @@ func captureSizes(t *testing.T, b []byte, dst netip.AddrPort) (sizes, first []in
 			if seq := binary.BigEndian.Uint32(pk.Data[pk.l4off+4:]); !seen[seq] {
 				seen[seq] = true
 				first = append(first, len(pk.Payload()))
+				psh = append(psh, pk.TCPFlags&0x08 != 0)
 			}
 		}
 		off += 16 + n
 	}
-	return sizes, first, maxLen, bad
+	return sizes, first, psh, maxLen, bad
 }
 
 // Segmentation offload changes nothing the datapath or a capture sees. The same transfer
@@ -205,14 +210,17 @@ func TestOffloadObservablySame(t *testing.T) {
 		t.Errorf("largest segment %d bytes with offload, %d without", got, mss)
 	}
 	var want []int
+	var wantPSH []bool // PSH on a message's last segment only, as without offload
 	for _, m := range offloadMessages {
 		if m > 20000 {
 			break
 		}
 		for ; m > mss; m -= mss {
 			want = append(want, mss)
+			wantPSH = append(wantPSH, false)
 		}
 		want = append(want, m)
+		wantPSH = append(wantPSH, true)
 	}
 	for name, r := range map[string]offloadRun{"offload": on, "no offload": off} {
 		if r.maxIPLen > 1500 || r.badCsum != 0 {
@@ -226,6 +234,8 @@ func TestOffloadObservablySame(t *testing.T) {
 		}
 		if len(r.firstSizes) < len(want) || !slices.Equal(r.firstSizes[:len(want)], want) {
 			t.Errorf("%s: the first messages left as\n%v\nnot as\n%v", name, r.firstSizes[:min(len(want), len(r.firstSizes))], want)
+		} else if !slices.Equal(r.firstPSH[:len(want)], wantPSH) {
+			t.Errorf("%s: PSH on the first messages' segments\n%v\nnot\n%v", name, r.firstPSH[:len(want)], wantPSH)
 		}
 	}
 	if !slices.Equal(on.ctEntries, off.ctEntries) {
@@ -263,6 +273,104 @@ func TestOffloadFaultsPerSegment(t *testing.T) {
 		}
 		if sum < len(r.received) {
 			t.Errorf("no offload %v: %d payload bytes captured for %d delivered", noOffload, sum, len(r.received))
+		}
+	}
+}
+
+// segment cuts an IPv4 and an IPv6 TCP packet of 10,000 payload bytes handed over with
+// GSO options into MSS-sized packets: valid checksums (from a partial one), IP lengths,
+// sequence numbers advancing by the payload, PSH on the last only, the options on each,
+// and the payload in order; a packet within the MSS keeps its size and gets its checksum.
+func TestLinkSegmentsGSOPackets(t *testing.T) {
+	for _, v6 := range []bool{false, true} {
+		const mss, size = 1408, 10000
+		opts := []byte{1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2} // NOP NOP timestamps
+		payload := offloadPayload(size)
+		var pkt []byte
+		l3 := 20
+		if v6 {
+			l3 = 40
+			pkt = make([]byte, 40)
+			pkt[0] = 0x60
+			binary.BigEndian.PutUint16(pkt[4:], uint16(32+size))
+			pkt[6], pkt[7] = 6, 64
+			copy(pkt[8:], netip.MustParseAddr("fd00::1").AsSlice())
+			copy(pkt[24:], netip.MustParseAddr("fd00::2").AsSlice())
+		} else {
+			pkt = make([]byte, 20)
+			pkt[0] = 0x45
+			binary.BigEndian.PutUint16(pkt[2:], uint16(20+32+size))
+			pkt[6], pkt[8], pkt[9] = 0x40, 64, 6
+			copy(pkt[12:], netip.MustParseAddr("10.0.0.1").AsSlice())
+			copy(pkt[16:], netip.MustParseAddr("10.0.0.2").AsSlice())
+		}
+		tcp := make([]byte, 32)
+		binary.BigEndian.PutUint16(tcp[0:], 1000)
+		binary.BigEndian.PutUint16(tcp[2:], 80)
+		binary.BigEndian.PutUint32(tcp[4:], 0xfffff000) // wraps inside the packet
+		binary.BigEndian.PutUint32(tcp[8:], 77)
+		tcp[12], tcp[13] = 8<<4, 0x18 // ACK|PSH
+		binary.BigEndian.PutUint16(tcp[14:], 500)
+		binary.BigEndian.PutUint16(tcp[16:], 0x1234) // a partial checksum to be replaced
+		copy(tcp[20:], opts)
+		pkt = append(append(pkt, tcp...), payload...)
+		if !v6 {
+			ip := pkt[:20]
+			binary.BigEndian.PutUint16(ip[10:], 0)
+		}
+		var got []*Packet
+		l := &stackLink{out: func(f frame) {
+			pk, err := ParsePacket(append([]byte(nil), f.b...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, pk)
+		}}
+		run := func(b []byte) {
+			v := buffer.NewView(len(b))
+			v.Write(b)
+			l.segment(v, stack.GSO{Type: stack.GSOTCPv4, NeedsCsum: true, MSS: mss})
+		}
+		run(pkt)
+		if len(got) != (size+mss-1)/mss {
+			t.Fatalf("v6 %v: %d packets", v6, len(got))
+		}
+		var joined []byte
+		for i, pk := range got {
+			n := len(pk.Payload())
+			last := i == len(got)-1
+			if !pk.ChecksumsValid() || (!last && n != mss) || len(pk.Data) != l3+32+n {
+				t.Fatalf("v6 %v packet %d: %d payload bytes of %d, checksums valid %v", v6, i, n, len(pk.Data), pk.ChecksumsValid())
+			}
+			h := pk.Data[l3:]
+			if seq := binary.BigEndian.Uint32(h[4:]); seq != 0xfffff000+uint32(i*mss) {
+				t.Errorf("v6 %v packet %d: seq %#x", v6, i, seq)
+			}
+			if psh := h[13]&0x08 != 0; psh != last || h[13]&0x10 == 0 {
+				t.Errorf("v6 %v packet %d: flags %#x", v6, i, h[13])
+			}
+			if !bytes.Equal(h[20:32], opts) || binary.BigEndian.Uint32(h[8:]) != 77 {
+				t.Errorf("v6 %v packet %d: options or ACK changed", v6, i)
+			}
+			joined = append(joined, pk.Payload()...)
+		}
+		if !bytes.Equal(joined, payload) {
+			t.Errorf("v6 %v: payload not carried in order", v6)
+		}
+		// Within the MSS: one packet, its checksum completed.
+		got = nil
+		small := append([]byte(nil), pkt[:l3+32+100]...)
+		if v6 {
+			binary.BigEndian.PutUint16(small[4:], 32+100)
+		} else {
+			binary.BigEndian.PutUint16(small[2:], uint16(l3+32+100))
+			ip := header.IPv4(small)
+			ip.SetChecksum(0)
+			ip.SetChecksum(^ip.CalculateChecksum())
+		}
+		run(small)
+		if len(got) != 1 || len(got[0].Data) != len(small) || !got[0].ChecksumsValid() || got[0].Data[l3+13] != 0x18 {
+			t.Errorf("v6 %v: a packet within the MSS came out as %d packets", v6, len(got))
 		}
 	}
 }
