@@ -87,9 +87,9 @@
 // # Segmentation offload
 //
 // Pods' netstacks use TCP segmentation offload as a Linux host with GSO and GRO on its
-// veth does, invisibly to the datapath: the sending TCP keeps segments of up to 64 KiB
-// and its IP layer cuts them into MSS-sized packets before they reach the link (gVisor's
-// software GSO), and TCP segments a node's datapath goroutine delivers into a pod during
+// veth does, invisibly to the datapath: the sending TCP hands the pod's link segments of
+// up to 64 KiB and the link cuts each into the MSS-sized packets TCP sends without
+// offload (headers, PSH and checksums as TCP makes them), and TCP segments a node's datapath goroutine delivers into a pod during
 // one batch of its queue are merged by gVisor's GRO after every hook, fault and capture
 // has seen them one by one, then handed up when the batch ends. Rules, counters,
 // conntrack, link faults and pcap see the MTU-sized segments either way; only the

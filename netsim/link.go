@@ -40,7 +40,7 @@ func (f frame) payload() buffer.Buffer {
 type stackLink struct {
 	mtu      uint32
 	loopback bool        // report CapabilityLoopback (a host stack's lo)
-	gso      bool        // software GSO for the stack's TCP (see SupportedGSO)
+	gso      bool        // host GSO for the stack's TCP: the link cuts its segments (see segment)
 	gro      bool        // merge batched TCP segments on receipt (see injectBatched)
 	out      func(frame) // called on the writer's goroutine; must not block
 
