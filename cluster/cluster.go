@@ -46,6 +46,8 @@ type Config struct {
 	// (a pod started right after a deletion gets the deleted pod's address); default
 	// round robin, as host-local IPAM (see netsim.Config.LowestFreePodIP).
 	LowestFreePodIP bool
+	// NoOffload turns off the pods' TCP segmentation offload (see netsim.Config.NoOffload).
+	NoOffload bool
 	// NoAPIServer leaves default/kubernetes without an endpoint. By default the first
 	// node is the control plane: the Service's endpoint is its address, port 6443,
 	// where the API server (the built-in whoami server) answers, as on a kind cluster.
@@ -129,6 +131,7 @@ func (cfg *Config) network(serviceCIDRs []netip.Prefix) netsim.Config {
 		Replay:             cfg.Replay,
 		NonMasqueradeCIDRs: serviceCIDRs,
 		LowestFreePodIP:    cfg.LowestFreePodIP,
+		NoOffload:          cfg.NoOffload,
 	}
 	for _, n := range cfg.Nodes {
 		nc.Nodes = append(nc.Nodes, n.network())

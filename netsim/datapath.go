@@ -1029,6 +1029,10 @@ func (n *Node) execute(eg egress, tr *Trace, t time.Time) {
 		n.deliverHost(eg.pk)
 	case egPod:
 		n.capture(n.bridge.Name, eg.pk.Data)
+		if eg.pk.gro != nil && eg.port.pod != nil && eg.port.link.pass(1) {
+			eg.port.pod.receiveBatched(eg.pk.frame(), eg.pk.gro) // see gro.go
+			return
+		}
 		eg.port.link.sendBack(n.cluster, eg.pk.frame(), eg.port.toPod)
 	case egUplink:
 		n.capture(n.uplink.Name, eg.pk.Data)

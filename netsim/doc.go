@@ -84,6 +84,18 @@
 // goroutine hand-off. Config.Replay instead queues every packet and delivers them one at a
 // time (see Network.Run).
 //
+// # Segmentation offload
+//
+// Pods' netstacks use TCP segmentation offload as a Linux host with GSO and GRO on its
+// veth does, invisibly to the datapath: the sending TCP hands the pod's link segments of
+// up to 64 KiB and the link cuts each into the MSS-sized packets TCP sends without
+// offload (headers, PSH and checksums as TCP makes them), and TCP segments a node's datapath goroutine delivers into a pod during
+// one batch of its queue are merged by gVisor's GRO after every hook, fault and capture
+// has seen them one by one, then handed up when the batch ends. Rules, counters,
+// conntrack, link faults and pcap see the MTU-sized segments either way; only the
+// receiving TCP's ACKs are fewer (one per merged segment). Faulty links, replay mode and
+// non-TCP packets bypass GRO. Config.NoOffload turns both off (gro.go).
+//
 // # Time, randomness, determinism
 //
 // One virtual Clock drives conntrack timeouts, link latency and every netstack's timers;

@@ -40,12 +40,18 @@ func (f frame) payload() buffer.Buffer {
 type stackLink struct {
 	mtu      uint32
 	loopback bool        // report CapabilityLoopback (a host stack's lo)
+	gso      bool        // host GSO for the stack's TCP: the link cuts its segments (see segment)
+	gro      bool        // merge batched TCP segments on receipt (see injectBatched)
 	out      func(frame) // called on the writer's goroutine; must not block
 
 	// dispatcher is read once per inbound packet, without a lock (an RWMutex's read lock
 	// is a write to a line every delivering goroutine shares).
 	dispatcher atomic.Pointer[stack.NetworkDispatcher]
 	closed     atomic.Bool
+	groState   atomic.Pointer[groState] // made by the first batched delivery
+	// rxValidated: the packet being delivered had its checksums checked by GRO (see
+	// groDispatcher).
+	rxValidated atomic.Bool
 }
 
 var _ stack.LinkEndpoint = (*stackLink)(nil)
@@ -63,7 +69,21 @@ func (l *stackLink) inject(f frame) {
 	if dp == nil || *dp == nil || len(f.b) == 0 {
 		return
 	}
-	d := *dp
+	if gs := l.groState.Load(); gs != nil {
+		// Segments held for a batch go first.
+		gs.mu.Lock()
+		if gs.held {
+			gs.held = false
+			gs.g.Flush()
+		}
+		l.deliver(*dp, f)
+		gs.mu.Unlock()
+		return
+	}
+	l.deliver(*dp, f)
+}
+
+func (l *stackLink) deliver(d stack.NetworkDispatcher, f frame) {
 	proto := header.IPv4ProtocolNumber
 	if f.b[0]>>4 == 6 {
 		proto = header.IPv6ProtocolNumber
@@ -84,7 +104,11 @@ func (l *stackLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error)
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
 		v := copyOut(pkt)
-		l.out(frame{b: v.AsSlice(), v: v})
+		if pkt.GSOOptions.Type != stack.GSONone {
+			l.segment(v, pkt.GSOOptions)
+		} else {
+			l.out(frame{b: v.AsSlice(), v: v})
+		}
 		n++
 	}
 	return n, nil
@@ -126,8 +150,25 @@ func (l *stackLink) Capabilities() stack.LinkEndpointCapabilities {
 	if l.loopback {
 		return stack.CapabilityLoopback
 	}
+	if l.rxValidated.Load() {
+		return stack.CapabilityRXChecksumOffload
+	}
 	return 0
 }
+
+// GSOMaxSize implements stack.GSOEndpoint.
+func (l *stackLink) GSOMaxSize() uint32 { return stack.GVisorGSOMaxSize }
+
+// SupportedGSO implements stack.GSOEndpoint: with offload on, host GSO (TCP hands the
+// link segments of up to 64 KiB with a partial checksum; segment cuts them into the
+// packets TCP would have sent; see gro.go).
+func (l *stackLink) SupportedGSO() stack.SupportedGSO {
+	if l.gso {
+		return stack.HostGSOSupported
+	}
+	return stack.GSONotSupported
+}
+
 func (l *stackLink) MaxHeaderLength() uint16                 { return 0 }
 func (l *stackLink) LinkAddress() tcpip.LinkAddress          { return "" }
 func (l *stackLink) SetLinkAddress(tcpip.LinkAddress)        {}

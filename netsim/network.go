@@ -54,6 +54,12 @@ type Config struct {
 	// goes on after the last one, wrapping around at the end of the range), so a freed
 	// address is taken again only once the range has been gone through.
 	LowestFreePodIP bool
+	// NoOffload turns off the pods' segmentation offload (GSO when sending, GRO when
+	// receiving; see gro.go in package netsim): every TCP segment is then built and
+	// received alone. Offload changes nothing the datapath, its rules, counters, faults
+	// or captures see (they see the MTU-sized segments either way), only CPU time.
+	// Replay mode never uses it.
+	NoOffload bool
 }
 
 // NodeConfig describes a node.

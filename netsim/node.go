@@ -147,6 +147,7 @@ type Node struct {
 	uplinkLink *Link
 	hctx       Context     // reused for every handler call (under mu)
 	pkt        Packet      // reused by the datapath goroutine for each queued packet
+	gro        groBatch    // pod links holding merged segments until the batch ends (gro.go)
 	fromFabric func(frame) // takes a packet in from the cluster network (bound once)
 }
 
@@ -651,11 +652,13 @@ func (n *Node) run() {
 			}
 			n.handleQueued(it)
 		}
+		n.gro.flush()
 		clear(batch)
 	}
 }
 
 func (n *Node) handleQueued(it queued) {
+	n.pkt.gro = &n.gro
 	n.handle(it, &n.pkt)
 	n.pkt = Packet{} // for the next packet, and let go of what this one referred to
 }

@@ -84,6 +84,7 @@ type Packet struct {
 
 	inPort    *podPort     // the bridge port the packet came in on (hairpin check)
 	view      *buffer.View // the pooled buffer Data sits in, handed on with it (see frame)
+	gro       *groBatch    // the datapath goroutine's batch a delivery to a pod may join (gro.go)
 	notrack   bool         // raw-table NOTRACK
 	ctCreated bool         // Conn was created for this packet and awaits confirmation
 

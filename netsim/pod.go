@@ -82,6 +82,16 @@ func (p *Pod) receive(f frame) {
 	p.stack.link.inject(f)
 }
 
+// receiveBatched is receive for a packet delivered during a batch of a node's datapath
+// goroutine: TCP segments may wait in the pod link's GRO until the batch ends.
+func (p *Pod) receiveBatched(f frame, b *groBatch) {
+	if p.dead.Load() || p.stack == nil {
+		return
+	}
+	p.cluster.captureAt(p.capturePoint, f.b)
+	p.stack.link.injectBatched(f, b)
+}
+
 // kill stops the pod's network: its sockets die (connections reset locally, peers see
 // silence), its bridge port goes away.
 func (p *Pod) kill() {
@@ -165,6 +175,7 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 		addrs:    prefixes,
 		gateways: n.gateway,
 		loopback: true,
+		offload:  !c.cfg.NoOffload && !c.cfg.Replay,
 		out: func(f frame) {
 			if p.dead.Load() {
 				return

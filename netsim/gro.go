@@ -1,0 +1,238 @@
+package netsim
+
+import (
+	"encoding/binary"
+	"sync"
+
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	gvchecksum "gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
+)
+
+// Segmentation offload. A pod's netstack sends and receives TCP as a Linux host with
+// GSO and GRO on its veth does, with nothing the datapath sees changed:
+//
+//   - Send (GSO): the pod's link reports host GSO (stackLink.SupportedGSO), so TCP keeps
+//     segments of up to 64 KiB in its send queue and hands each to the link as one IP
+//     packet with a partial TCP checksum. The link cuts it (stackLink.segment) into the
+//     packets TCP sends without offload: MSS-sized payloads, the sequence number advanced,
+//     PSH only on the last (TCP clears it on a segment it splits at the MSS), the IP
+//     header copied with its own total length and checksum (TCP's packets carry DF and
+//     ID 0), full TCP checksums. Everything after the link, every hook, rule, conntrack
+//     entry, fault and capture, sees exactly the MTU-sized packets of a plain path.
+//     (gVisor's software GSO was not used: it puts the super-segment's PSH on every
+//     packet.)
+//   - Receive (GRO): packets a node's datapath goroutine delivers into a pod during one
+//     batch of its queue go through gVisor's GRO (stack/gro, as fdbased links use it):
+//     consecutive in-order TCP segments of one flow are merged into one segment before
+//     the pod's TCP sees them, and everything held is handed up when the batch ends
+//     (groBatch.flush). They have been through every hook, fault and the pod's capture
+//     one by one before that. Only the receiving TCP's own work changes: it acknowledges
+//     a merged segment once, as a Linux receiver behind GRO does (the number of ACKs a
+//     netstack sends already depends on how many segments it finds queued at once).
+//
+// Config.NoOffload turns both off: every segment is built, sent and received alone.
+
+// segment cuts a TCP packet of up to 64 KiB handed over with GSO options into the packets
+// TCP sends without offload (see above) and hands them out; v holds the packet's bytes.
+func (l *stackLink) segment(v *buffer.View, g stack.GSO) {
+	b := v.AsSlice()
+	var l3 int
+	switch {
+	case len(b) >= header.IPv4MinimumSize && b[0]>>4 == 4:
+		l3 = int(b[0]&0x0f) * 4
+	case len(b) >= header.IPv6MinimumSize && b[0]>>4 == 6:
+		l3 = header.IPv6MinimumSize
+	}
+	if l3 == 0 || len(b) < l3+header.TCPMinimumSize {
+		l.out(frame{b: b, v: v}) // not a packet TCP built; as it is
+		return
+	}
+	thl := int(b[l3+12]>>4) * 4
+	hdr := l3 + thl
+	mss := int(g.MSS)
+	if hdr > len(b) || mss <= 0 {
+		l.out(frame{b: b, v: v})
+		return
+	}
+	if len(b)-hdr <= mss {
+		if g.NeedsCsum {
+			setTCPChecksum(b, l3)
+		}
+		l.out(frame{b: b, v: v})
+		return
+	}
+	seq := binary.BigEndian.Uint32(b[l3+4:])
+	flags := b[l3+13]
+	for off := hdr; off < len(b); off += mss {
+		n := min(mss, len(b)-off)
+		sv := buffer.NewView(hdr + n)
+		sv.Write(b[:hdr])
+		sv.Write(b[off : off+n])
+		s := sv.AsSlice()
+		if l3 == header.IPv6MinimumSize && s[0]>>4 == 6 {
+			binary.BigEndian.PutUint16(s[4:], uint16(thl+n))
+		} else {
+			ip := header.IPv4(s)
+			ip.SetTotalLength(uint16(hdr + n))
+			ip.SetChecksum(0)
+			ip.SetChecksum(^ip.CalculateChecksum())
+		}
+		binary.BigEndian.PutUint32(s[l3+4:], seq+uint32(off-hdr))
+		if off+n < len(b) {
+			s[l3+13] = flags &^ (uint8(header.TCPFlagPsh) | uint8(header.TCPFlagFin))
+		}
+		setTCPChecksum(s, l3)
+		l.out(frame{b: s, v: sv})
+	}
+	v.Release()
+}
+
+// setTCPChecksum computes the TCP checksum of an IPv4 or IPv6 packet whose TCP header
+// starts at l3.
+func setTCPChecksum(b []byte, l3 int) {
+	tcp := header.TCP(b[l3:])
+	var src, dst tcpip.Address
+	if b[0]>>4 == 6 {
+		ip := header.IPv6(b)
+		src, dst = ip.SourceAddress(), ip.DestinationAddress()
+	} else {
+		ip := header.IPv4(b)
+		src, dst = ip.SourceAddress(), ip.DestinationAddress()
+	}
+	tcp.SetChecksum(0)
+	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, src, dst, uint16(len(tcp)))
+	xsum = gvchecksum.Checksum(tcp, xsum)
+	tcp.SetChecksum(^xsum)
+}
+
+// groBatch is the set of pod links holding merged segments for one run of a node's
+// datapath goroutine. Only that goroutine touches it.
+type groBatch struct {
+	links []*stackLink
+}
+
+// flush hands everything the batch's links hold to their stacks.
+func (b *groBatch) flush() {
+	for i, l := range b.links {
+		l.groFlush()
+		b.links[i] = nil
+	}
+	b.links = b.links[:0]
+}
+
+// groState is a link's receive offload state, made on its first batched packet.
+type groState struct {
+	mu   sync.Mutex
+	g    gro.GRO
+	held bool // packets wait in g for a flush
+}
+
+// groEligible reports whether a frame is an IPv4 or IPv6 TCP segment without IP options
+// or extension headers, the packets GRO merges. Anything else is delivered at once,
+// after what the link holds (so that nothing overtakes held segments).
+func groEligible(b []byte) bool {
+	if len(b) < header.IPv4MinimumSize {
+		return false
+	}
+	switch b[0] >> 4 {
+	case 4:
+		return b[0]&0x0f == 5 && b[9] == uint8(header.TCPProtocolNumber)
+	case 6:
+		return len(b) >= header.IPv6MinimumSize && b[6] == uint8(header.TCPProtocolNumber)
+	}
+	return false
+}
+
+// injectBatched delivers a frame into the stack as part of batch b: a TCP segment waits in
+// the link's GRO until b is flushed (or GRO hands it up earlier: a flow's next segment
+// does not follow on, a flag such as PSH or FIN, 64 KiB merged). b nil, or a link without
+// offload: at once.
+func (l *stackLink) injectBatched(f frame, b *groBatch) {
+	if b == nil || !l.gro {
+		l.inject(f)
+		return
+	}
+	if l.closed.Load() || len(f.b) == 0 {
+		return
+	}
+	dp := l.dispatcher.Load()
+	if dp == nil || *dp == nil {
+		return
+	}
+	gs := l.groState.Load()
+	if gs == nil {
+		gs = new(groState)
+		gs.g.Init(true)
+		gs.g.Dispatcher = groDispatcher{l: l, d: *dp}
+		if !l.groState.CompareAndSwap(nil, gs) {
+			gs = l.groState.Load()
+		}
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if !groEligible(f.b) {
+		if gs.held {
+			gs.held = false
+			gs.g.Flush()
+		}
+		l.deliver(*dp, f)
+		return
+	}
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: f.payload()})
+	pkt.NetworkProtocolNumber = header.IPv4ProtocolNumber
+	if f.b[0]>>4 == 6 {
+		pkt.NetworkProtocolNumber = header.IPv6ProtocolNumber
+	}
+	gs.g.Enqueue(pkt)
+	pkt.DecRef()
+	if !gs.held {
+		gs.held = true
+		b.links = append(b.links, l)
+	}
+}
+
+// groDispatcher hands GRO's packets to the stack. A merged packet's IP and TCP checksums
+// are not recomputed (GRO changes the IP total length and joins payloads): GRO checked
+// every segment's checksums before merging it and marked the packet RXChecksumValidated,
+// and a netstack NIC takes that mark from the link's capabilities, so the link reports
+// CapabilityRXChecksumOffload while it delivers such a packet (and only then: a packet
+// that failed GRO's check, a corrupted one, is still checked and dropped by the stack).
+// All deliveries into a link with GRO state hold groState.mu, so the flag is not seen by
+// another delivery.
+type groDispatcher struct {
+	l *stackLink
+	d stack.NetworkDispatcher
+}
+
+func (g groDispatcher) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	if g.l.closed.Load() {
+		return // the pod died with segments held
+	}
+	if pkt.RXChecksumValidated {
+		g.l.rxValidated.Store(true)
+		defer g.l.rxValidated.Store(false)
+	}
+	g.d.DeliverNetworkPacket(proto, pkt)
+}
+
+func (g groDispatcher) DeliverLinkPacket(proto tcpip.NetworkProtocolNumber, pkt *stack.PacketBuffer) {
+	g.d.DeliverLinkPacket(proto, pkt)
+}
+
+// groFlush hands up what the link's GRO holds.
+func (l *stackLink) groFlush() {
+	gs := l.groState.Load()
+	if gs == nil {
+		return
+	}
+	gs.mu.Lock()
+	if gs.held {
+		gs.held = false
+		gs.g.Flush()
+	}
+	gs.mu.Unlock()
+}
