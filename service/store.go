@@ -196,6 +196,14 @@ func NewStore(cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// Revision is the store's resourceVersion counter: equal revisions of one store hold
+// the same objects (a failed Apply restores the revision with the objects).
+func (s *Store) Revision() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rv
+}
+
 // Config returns the store's configuration with defaults filled in.
 func (s *Store) Config() Config {
 	s.mu.Lock()

@@ -27,6 +27,7 @@ func main() {
 	flag.IntVar(&cfg.Pods, "pods", 600, "pods, spread evenly over the nodes and the Services")
 	flag.StringVar(&mode, "mode", string(kubeproxy.IPTables), "kube-proxy mode")
 	flag.IntVar(&probes, "probes", 20000, "probes to time in each cluster")
+	flag.BoolVar(&cfg.ShareRules, "share", true, "share identical kube-proxy rules between nodes (iptables mode)")
 	flag.BoolVar(&cfg.Serve, "serve", false, "every pod serves TCP 8080 (a whoami server in its netstack)")
 	flag.Parse()
 	cfg.Mode = kubeproxy.Mode(mode)
@@ -45,7 +46,7 @@ func run(w io.Writer, cfg scale.Config, probes int) error {
 	}
 	defer b.Close()
 	_, peak := scale.RSS()
-	fmt.Fprintf(w, "cluster: %d nodes, %d services, %d pods, %s mode\n", cfg.Nodes, cfg.Services, cfg.Pods, cfg.Mode)
+	fmt.Fprintf(w, "cluster: %d nodes, %d services, %d pods, %s mode, shared rules %v\n", cfg.Nodes, cfg.Services, cfg.Pods, cfg.Mode, cfg.ShareRules)
 	fmt.Fprintf(w, "fill the API server: %.2f s\n", b.Fill.Seconds())
 	fmt.Fprintf(w, "start pods and first sync of every node: %.2f s (CPU %.2f s over both)\n", b.Start.Seconds(), b.CPU.Seconds())
 	fmt.Fprintf(w, "memory: heap %.1f MiB after GC (%.1f KiB a node), peak RSS %.1f MiB\n",

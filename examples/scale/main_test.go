@@ -12,11 +12,11 @@ import (
 // TestScale runs the example small: every line it prints is there, with figures.
 func TestScale(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(&out, scale.Config{Nodes: 4, Services: 20, Pods: 40, Seed: 1, Mode: kubeproxy.IPTables}, 400); err != nil {
+	if err := run(&out, scale.Config{Nodes: 4, Services: 20, Pods: 40, Seed: 1, Mode: kubeproxy.IPTables, ShareRules: true}, 400); err != nil {
 		t.Fatal(err)
 	}
 	for _, re := range []string{
-		`(?m)^cluster: 4 nodes, 20 services, 40 pods, iptables mode$`,
+		`(?m)^cluster: 4 nodes, 20 services, 40 pods, iptables mode, shared rules true$`,
 		`(?m)^start pods and first sync of every node: \d+\.\d\d s `,
 		`(?m)^memory: heap \d+\.\d MiB after GC \(\d+\.\d KiB a node\), peak RSS \d+\.\d MiB$`,
 		`(?m)^probes, warm: \d+/s through random nodes, \d+/s in 2 nodes`,

@@ -41,6 +41,8 @@ type Config struct {
 	// Serve makes every pod serve TCP 8080 (the kubelet's whoami server), so a probe is
 	// answered by the pod's netstack; without it a probe is refused by the pod.
 	Serve bool
+	// ShareRules shares identical kube-proxy rules between nodes (kubeproxy.Options).
+	ShareRules bool
 }
 
 // Validate checks the sizes.
@@ -143,7 +145,7 @@ func Build(cfg Config) (*Built, error) {
 	c, err := cluster.New(cluster.Config{Seed: cfg.Seed, ManualClock: true, Store: st, Nodes: nodes,
 		NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")},
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-		Proxy:        kubeproxy.Factory(kubeproxy.Options{Mode: cfg.Mode})})
+		Proxy:        kubeproxy.Factory(kubeproxy.Options{Mode: cfg.Mode, ShareRules: cfg.ShareRules})})
 	if err != nil {
 		return nil, err
 	}

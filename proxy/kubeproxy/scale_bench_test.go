@@ -14,7 +14,8 @@ import (
 // mode, once per size, and reports the build (every pod started, every node's first
 // full sync: s/build, CPU cpu-s/build), the live heap a node (KiB/node) and the warm
 // probe cost through random nodes (ns/probe, b.N probes). Sizes are sub-benchmarks;
-// CLUSTERLAB_SCALE="N/S/P[,N/S/P...]" replaces them (e.g. 5000/10000/150000).
+// CLUSTERLAB_SCALE="N/S/P[,N/S/P...]" replaces them (e.g. 5000/10000/150000);
+// CLUSTERLAB_SCALE_SHARE=0 turns Options.ShareRules off.
 func BenchmarkScale(b *testing.B) {
 	sizes := []string{"10/100/300", "50/1000/3000"}
 	if v := os.Getenv("CLUSTERLAB_SCALE"); v != "" {
@@ -26,6 +27,7 @@ func BenchmarkScale(b *testing.B) {
 			b.Fatalf("CLUSTERLAB_SCALE size %q: want nodes/services/pods: %v", sz, err)
 		}
 		cfg.Seed, cfg.Mode = 1, kubeproxy.IPTables
+		cfg.ShareRules = os.Getenv("CLUSTERLAB_SCALE_SHARE") != "0"
 		b.Run(sz, func(b *testing.B) {
 			bl, err := scale.Build(cfg)
 			if err != nil {
