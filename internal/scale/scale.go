@@ -138,13 +138,12 @@ func Build(cfg Config) (*Built, error) {
 	t1 := time.Now()
 	nodes := make([]cluster.NodeConfig, cfg.Nodes)
 	for i := range nodes {
-		// A /22 of pods a node (1,022 pods), 16,384 nodes in 10.0.0.0/8.
 		nodes[i].Name = NodeName(i)
-		nodes[i].PodCIDRs = []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 6), byte(i&63) << 2, 0}), 22)}
 	}
 	c, err := cluster.New(cluster.Config{Seed: cfg.Seed, ManualClock: true, Store: st, Nodes: nodes,
 		NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")},
-		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		// A /22 of pods a node (1,022 pods), 16,384 nodes in 10.0.0.0/8.
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, NodeCIDRMaskSize: 22,
 		Proxy:        kubeproxy.Factory(kubeproxy.Options{Mode: cfg.Mode, ShareRules: cfg.ShareRules})})
 	if err != nil {
 		return nil, err
