@@ -141,10 +141,10 @@ func Build(cfg Config) (*Built, error) {
 		nodes[i].Name = NodeName(i)
 	}
 	c, err := cluster.New(cluster.Config{Seed: cfg.Seed, ManualClock: true, Store: st, Nodes: nodes,
-		NodeCIDRs:    []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")},
+		NodeCIDRs: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")},
 		// A /22 of pods a node (1,022 pods), 16,384 nodes in 10.0.0.0/8.
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, NodeCIDRMaskSize: 22,
-		Proxy:        kubeproxy.Factory(kubeproxy.Options{Mode: cfg.Mode, ShareRules: cfg.ShareRules})})
+		Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: cfg.Mode, ShareRules: cfg.ShareRules})})
 	if err != nil {
 		return nil, err
 	}
