@@ -197,6 +197,8 @@ type Cluster struct {
 	replies lbReplies  // the load balancers' reply bindings (nodeport mode)
 
 	pol policyState // NetworkPolicy enforcement (policy.go)
+
+	proxiesUp atomic.Bool // the proxies have started: store changes request syncs
 }
 
 // New builds the cluster: the network with its nodes, the store (Config.Store or a new

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
@@ -127,7 +128,9 @@ func newIPTablesProxy(n *cluster.Node, cfg proxy.NodeConfig, share *shareRegistr
 // Sync implements cluster.Proxy: the rules of each family, then the health servers.
 func (p *iptablesProxy) Sync() error {
 	st := p.n.Cluster().Store()
-	svcs, slices := st.ListServices(), st.ListEndpointSlices()
+	var svcs []*corev1.Service
+	var slices []*discoveryv1.EndpointSlice
+	listed := false
 	var states []*proxy.SyncState
 	for _, f := range p.fams {
 		if f.g != nil && !f.leave {
@@ -145,6 +148,9 @@ func (p *iptablesProxy) Sync() error {
 				return err
 			}
 			f.px.ForceFullSync() // a restart's full sync, or the first of its own
+		}
+		if !listed { // a group's members sync without listing the store
+			svcs, slices, listed = st.ListServices(), st.ListEndpointSlices(), true
 		}
 		if _, err := f.px.Sync(context.Background(), svcs, slices); err != nil {
 			return err
