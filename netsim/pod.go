@@ -31,7 +31,7 @@ type Pod struct {
 	stackMu   sync.Mutex // held while the stack is made or closed
 	stack     atomic.Pointer[netStack]
 	podNet    atomic.Pointer[Net]
-	dead        atomic.Bool
+	dead      atomic.Bool
 	// capturePoint names the pod's veth for Network.Capture: "pod/<namespace>/<name>".
 	capturePoint string
 
