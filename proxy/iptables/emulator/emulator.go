@@ -173,25 +173,17 @@ func (e *Emulator) gc() {
 	names := make(map[string]bool)
 	nth := make(map[*StatisticMatch]bool)
 	conf := make(map[string]recentConf)
-	for _, t := range e.rs.Tables {
-		for _, c := range t.Chains {
-			for _, r := range c.Rules {
-				for _, m := range r.Matches {
-					switch m := m.(type) {
-					case *RecentMatch:
-						names[m.Name] = true
-						conf[m.Name] = e.st.recentConfig(conf, m)
-					case *StatisticMatch:
-						if m.Nth {
-							nth[m] = true
-						}
-					case *NfacctMatch:
-						if e.st.nfacct[m.Name] == nil {
-							e.st.nfacct[m.Name] = &Counters{}
-						}
-					}
-				}
-			}
+	refs := e.rs.stateRefsOf() // the walk over every rule, once per ruleset
+	for _, m := range refs.recent {
+		names[m.Name] = true
+		conf[m.Name] = e.st.recentConfig(conf, m)
+	}
+	for _, m := range refs.nth {
+		nth[m] = true
+	}
+	for _, name := range refs.nfacct {
+		if e.st.nfacct[name] == nil {
+			e.st.nfacct[name] = &Counters{}
 		}
 	}
 	for n := range e.st.recent {
