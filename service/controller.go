@@ -68,15 +68,9 @@ func (s *Store) afterChangeLocked(kind string, old, obj runtime.Object) {
 			return
 		}
 		affected := sets.New[string]()
-		for _, nsPods := range s.objs[KindPod] {
-			for _, o := range nsPods {
-				p := o.(*corev1.Pod)
-				if p.Spec.NodeName != m.Name {
-					continue
-				}
-				for _, name := range s.servicesSelectingLocked(p.Namespace, p, nil) {
-					affected.Insert(p.Namespace + "/" + name)
-				}
+		for _, p := range s.podsOn[m.Name] { // the pods bound to the node (an index, not a scan)
+			for _, name := range s.servicesSelectingLocked(p.Namespace, p, nil) {
+				affected.Insert(p.Namespace + "/" + name)
 			}
 		}
 		for _, key := range sets.List(affected) {

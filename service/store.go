@@ -132,6 +132,7 @@ type Store struct {
 	created map[string]uint64                                // kind/ns/name → resourceVersion at creation
 	slices  map[string]map[string]*discoveryv1.EndpointSlice // "ns/service-name label" → name → slice
 	podsBy  map[string]map[string]*corev1.Pod                // "ns/key=value" of each pod label → name → pod
+	podsOn  map[string]map[string]*corev1.Pod                // node name → "ns/name" → pod bound to it
 
 	// Delivery: committed events wait in queue (commit order) until the
 	// goroutine that is delivering (delivering) hands them to the watchers,
@@ -181,6 +182,7 @@ func NewStore(cfg Config) (*Store, error) {
 		created: map[string]uint64{},
 		slices:  map[string]map[string]*discoveryv1.EndpointSlice{},
 		podsBy:  map[string]map[string]*corev1.Pod{},
+		podsOn:  map[string]map[string]*corev1.Pod{},
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -578,6 +580,7 @@ func (s *Store) rebuildSliceIndex() {
 		}
 	}
 	s.podsBy = map[string]map[string]*corev1.Pod{}
+	s.podsOn = map[string]map[string]*corev1.Pod{}
 	for _, byName := range s.objs[KindPod] {
 		for _, o := range byName {
 			s.indexPod(o.(*corev1.Pod), true)
@@ -589,6 +592,20 @@ func (s *Store) rebuildSliceIndex() {
 // label, which the EndpointSlice controller reads instead of every pod of the
 // namespace.
 func (s *Store) indexPod(p *corev1.Pod, add bool) {
+	if node := p.Spec.NodeName; node != "" {
+		key := p.Namespace + "/" + p.Name
+		if add {
+			if s.podsOn[node] == nil {
+				s.podsOn[node] = map[string]*corev1.Pod{}
+			}
+			s.podsOn[node][key] = p
+		} else {
+			delete(s.podsOn[node], key)
+			if len(s.podsOn[node]) == 0 {
+				delete(s.podsOn, node)
+			}
+		}
+	}
 	for k, v := range p.Labels {
 		key := p.Namespace + "/" + k + "=" + v
 		if add {
