@@ -29,8 +29,11 @@ type Config struct {
 	// Default [172.18.0.0/16] (as kind uses); node i gets .2+i.
 	NodeCIDRs []netip.Prefix
 	// ClusterCIDRs are the pod networks, one per family. Default [10.244.0.0/16]; node i
-	// gets the i-th /24 (IPv4) or /64 (IPv6).
+	// gets the i-th /NodeCIDRMaskSize (IPv4) or /64 (IPv6).
 	ClusterCIDRs []netip.Prefix
+	// NodeCIDRMaskSize is the size of each node's IPv4 pod range (default 24: 256 nodes
+	// in the default cluster CIDR; see netsim.Config.NodeCIDRMaskSize).
+	NodeCIDRMaskSize int
 	// ExternalCIDR is the network of external hosts. Default 203.0.113.0/24.
 	ExternalCIDR netip.Prefix
 	// MTU of every link. Default 1500; 65536 gives the fast mode.
@@ -132,6 +135,7 @@ func (cfg *Config) network(serviceCIDRs []netip.Prefix) netsim.Config {
 		NonMasqueradeCIDRs: serviceCIDRs,
 		LowestFreePodIP:    cfg.LowestFreePodIP,
 		NoOffload:          cfg.NoOffload,
+		NodeCIDRMaskSize:   cfg.NodeCIDRMaskSize,
 	}
 	for _, n := range cfg.Nodes {
 		nc.Nodes = append(nc.Nodes, n.network())
@@ -196,6 +200,8 @@ type Cluster struct {
 	replies lbReplies  // the load balancers' reply bindings (nodeport mode)
 
 	pol policyState // NetworkPolicy enforcement (policy.go)
+
+	proxiesUp atomic.Bool // the proxies have started: store changes request syncs
 }
 
 // New builds the cluster: the network with its nodes, the store (Config.Store or a new
@@ -221,6 +227,7 @@ func New(cfg Config) (*Cluster, error) {
 	ncfg := nw.Config()
 	cfg.NodeCIDRs, cfg.ClusterCIDRs, cfg.ExternalCIDR = ncfg.NodeCIDRs, ncfg.ClusterCIDRs, ncfg.ExternalCIDR
 	cfg.MTU, cfg.ManualClock, cfg.QueueLen = ncfg.MTU, ncfg.ManualClock, ncfg.QueueLen
+	cfg.NodeCIDRMaskSize = ncfg.NodeCIDRMaskSize
 	c := &Cluster{
 		Network:    nw,
 		cfg:        cfg,

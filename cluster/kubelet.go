@@ -83,6 +83,7 @@ func (c *Cluster) start() error {
 	c.mu.Lock()
 	c.cancelWatch = cancel
 	c.mu.Unlock()
+	c.proxiesUp.Store(c.cfg.Proxy != nil)
 	for _, n := range c.Nodes() {
 		if err := n.startProxy(); err != nil {
 			return err

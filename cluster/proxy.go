@@ -82,6 +82,9 @@ func (n *Node) ProxySyncs() int {
 func (n *Node) Proxy() Proxy { return n.proxy }
 
 func (c *Cluster) requestSyncs() {
+	if !c.proxiesUp.Load() { // no proxy runs yet: nothing to tell (and no list of nodes to make)
+		return
+	}
 	for _, n := range c.Nodes() {
 		if n.proxy != nil && !n.Down() {
 			n.requestSync()

@@ -147,7 +147,7 @@ func (p *Pod) Serve(proto uint8, port uint16) error {
 // to it are refused). Calling it more than once is harmless.
 func (p *Pod) ServeStoppable(proto uint8, port uint16) (stop func(), err error) {
 	var stopServer func()
-	p.cluster.labeled(func() { stopServer, err = ServeWhoami(p.net, p.key(), p.node.name, proto, port) })
+	p.cluster.labeled(func() { stopServer, err = ServeWhoami(p.Net(), p.key(), p.node.name, proto, port) })
 	if err != nil {
 		return nil, fmt.Errorf("pod %s: serve %s/%d: %w", p.key(), ProtoName(proto), port, err)
 	}

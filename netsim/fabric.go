@@ -3,6 +3,7 @@ package netsim
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,12 +38,20 @@ type fabric struct {
 // addresses of exact are also in exact4, keyed by their four bytes (a shorter key to hash
 // than netip.Addr's 24 bytes), which lookups of IPv4 addresses use.
 type fabricRoutes struct {
-	exact     map[netip.Addr]fabricDest
-	exact4    map[uint32]fabricDest
-	podCIDRs  []cidrRoute
-	pod4      []cidr4Route // the IPv4 pod CIDRs, in podCIDRs' order
+	exact    map[netip.Addr]fabricDest
+	exact4   map[uint32]fabricDest
+	podCIDRs []cidrRoute
+	pod4     []cidr4Route // the IPv4 pod CIDRs, in podCIDRs' order
+	// pod4By indexes pod4 by mask and network when there are many (pod CIDRs do not
+	// overlap, so at most one holds an address): masks lists the distinct masks.
+	pod4By    map[prefix4]*Node
+	pod4Masks []uint32
 	partition map[string]int
 }
+
+// pod4IndexMin is the number of IPv4 pod CIDRs from which lookups use pod4By rather than
+// a scan of pod4.
+const pod4IndexMin = 32
 
 type cidr4Route struct {
 	p    prefix4
@@ -75,6 +84,15 @@ func (f *fabric) unlock() {
 	for _, cr := range r.podCIDRs {
 		if p4, ok := prefix4Of(cr.p); ok {
 			r.pod4 = append(r.pod4, cidr4Route{p: p4, node: cr.node})
+		}
+	}
+	if len(r.pod4) >= pod4IndexMin {
+		r.pod4By = make(map[prefix4]*Node, len(r.pod4))
+		for _, cr := range r.pod4 {
+			r.pod4By[cr.p] = cr.node
+			if !slices.Contains(r.pod4Masks, cr.p.mask) {
+				r.pod4Masks = append(r.pod4Masks, cr.p.mask)
+			}
 		}
 	}
 	r.exact4 = make(map[uint32]fabricDest, len(r.exact))
@@ -167,6 +185,14 @@ func (r *fabricRoutes) lookup(dst netip.Addr) fabricDest {
 	if k, ok := addr4(dst); ok {
 		if d, ok := r.exact4[k]; ok {
 			return d
+		}
+		if r.pod4By != nil {
+			for _, m := range r.pod4Masks {
+				if n := r.pod4By[prefix4{net: k & m, mask: m}]; n != nil {
+					return fabricDest{kind: hopNode, node: n}
+				}
+			}
+			return fabricDest{}
 		}
 		for _, cr := range r.pod4 {
 			if cr.p.contains(k) {

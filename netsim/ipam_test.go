@@ -1,7 +1,9 @@
 package netsim
 
 import (
+	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -65,5 +67,38 @@ func TestConntrackStats(t *testing.T) {
 	}
 	if got := ct.Stats(); got != (CtStats{Insert: 1, InsertFailed: 1, Drop: 1}) {
 		t.Errorf("stats %+v", got)
+	}
+}
+
+// NodeCIDRMaskSize sizes each node's IPv4 pod range: a /22 gives node 1 the second
+// /22, room for more than 256 nodes is there with a larger cluster CIDR, and a node
+// past the cluster CIDR's room is an error naming the fields that make room.
+func TestNodeCIDRMaskSize(t *testing.T) {
+	var nodes []NodeConfig
+	for i := 0; i < 300; i++ {
+		nodes = append(nodes, NodeConfig{Name: fmt.Sprintf("n%d", i)})
+	}
+	c, err := New(Config{Seed: 1, ManualClock: true, Nodes: nodes[:2], NodeCIDRMaskSize: 22})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Node("n1").PodCIDRs(); len(got) != 1 || got[0] != netip.MustParsePrefix("10.244.4.0/22") {
+		t.Errorf("n1's pod CIDRs %v, want [10.244.4.0/22]", got)
+	}
+	c.Close()
+	c, err = New(Config{Seed: 1, ManualClock: true, Nodes: nodes, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Node("n299").PodCIDRs(); len(got) != 1 || got[0] != netip.MustParsePrefix("10.1.43.0/24") {
+		t.Errorf("n299's pod CIDRs %v, want [10.1.43.0/24]", got)
+	}
+	c.Close()
+	_, err = New(Config{Seed: 1, ManualClock: true, Nodes: nodes})
+	if err == nil || !strings.Contains(err.Error(), "nodeCIDRMaskSize") {
+		t.Errorf("300 nodes in 10.244.0.0/16: %v", err)
+	}
+	if _, err := New(Config{Nodes: nodes[:1], NodeCIDRMaskSize: 31}); err == nil {
+		t.Error("a /31 a node was taken")
 	}
 }

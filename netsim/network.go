@@ -27,8 +27,13 @@ type Config struct {
 	// Default [172.18.0.0/16] (as kind uses); node i gets .2+i.
 	NodeCIDRs []netip.Prefix
 	// ClusterCIDRs are the pod networks, one per family. Default [10.244.0.0/16]; node i
-	// gets the i-th /24 (IPv4) or /64 (IPv6).
+	// gets the i-th /NodeCIDRMaskSize (IPv4) or /64 (IPv6).
 	ClusterCIDRs []netip.Prefix
+	// NodeCIDRMaskSize is the size of each node's IPv4 pod range carved from the
+	// cluster CIDR (kube-controller-manager's --node-cidr-mask-size-ipv4). Default 24:
+	// 254 pods a node, and 256 nodes in the default /16; a cluster of 5,000 nodes
+	// needs a larger cluster CIDR (10.0.0.0/8 holds 65,536 /24s) or a longer mask.
+	NodeCIDRMaskSize int
 	// ExternalCIDR is the network of external hosts. Default 203.0.113.0/24.
 	ExternalCIDR netip.Prefix
 	// MTU of every link. Default 1500; 65536 gives the fast mode.
@@ -94,6 +99,12 @@ func (cfg *Config) setDefaults() error {
 	}
 	if cfg.QueueLen == 0 {
 		cfg.QueueLen = 4096
+	}
+	if cfg.NodeCIDRMaskSize == 0 {
+		cfg.NodeCIDRMaskSize = 24
+	}
+	if cfg.NodeCIDRMaskSize < 1 || cfg.NodeCIDRMaskSize > 30 {
+		return fmt.Errorf("nodeCIDRMaskSize %d: must be between 1 and 30", cfg.NodeCIDRMaskSize)
 	}
 	if cfg.Replay {
 		cfg.ManualClock = true
@@ -313,13 +324,13 @@ func (c *Network) addNode(i int, nc NodeConfig) (*Node, error) {
 	n.podCIDR = nc.PodCIDRs
 	if len(n.podCIDR) == 0 {
 		for _, p := range c.cfg.ClusterCIDRs {
-			bits := 24
+			bits := c.cfg.NodeCIDRMaskSize
 			if p.Addr().Is6() {
 				bits = 64
 			}
 			sub, err := nthSubnet(p, bits, i)
 			if err != nil {
-				return nil, fmt.Errorf("node %s: pod CIDR: %w", nc.Name, err)
+				return nil, fmt.Errorf("node %s: pod CIDR: %w (a larger clusterCIDRs range or nodeCIDRMaskSize makes room)", nc.Name, err)
 			}
 			n.podCIDR = append(n.podCIDR, sub)
 		}

@@ -138,7 +138,7 @@ func runOffload(t *testing.T, noOffload bool, faults LinkFaults) offloadRun {
 	mu.Lock()
 	defer mu.Unlock()
 	run.capSizes, run.firstSizes, run.firstPSH, run.maxIPLen, run.badCsum = captureSizes(t, capBuf.Bytes(), backend)
-	run.segsIn = server.stack.s.Stats().TCP.ValidSegmentsReceived.Value()
+	run.segsIn = server.stack.Load().s.Stats().TCP.ValidSegmentsReceived.Value()
 	_, run.lost = c.Node("node-a").Uplink().Counters()
 	for _, e := range c.Node("node-b").Conntrack().Entries() {
 		s := fmt.Sprint(e.Orig, e.Reply, e.Status, e.TCPState)

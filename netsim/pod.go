@@ -11,6 +11,12 @@ import (
 // Pod is a pod of the simulated cluster at run time: its own gVisor netstack (one NIC,
 // eth0, plugged into its node's bridge, plus loopback), or, for hostNetwork pods, its
 // node's host stack.
+//
+// A pod's netstack is made when first needed: by Net (an app, a server, a dial) or by
+// the first packet that reaches the pod. Probes only ask whether something listens,
+// which nothing does in a stack not made yet, so a pod that only probes reach costs no
+// netstack. The stack is seeded from the pod's name and runs on the virtual clock, so
+// when it is made changes nothing it does.
 type Pod struct {
 	cluster     *Network
 	node        *Node
@@ -18,10 +24,14 @@ type Pod struct {
 	name        string
 	ips         []netip.Addr
 	hostNetwork bool
-	stack       *netStack
-	net         *Net
+	net         *Net // hostNetwork pods: the node's
 	port        *podPort
-	dead        atomic.Bool
+
+	stackOpts stackOptions
+	stackMu   sync.Mutex // held while the stack is made or closed
+	stack     atomic.Pointer[netStack]
+	podNet    atomic.Pointer[Net]
+	dead      atomic.Bool
 	// capturePoint names the pod's veth for Network.Capture: "pod/<namespace>/<name>".
 	capturePoint string
 
@@ -60,7 +70,49 @@ func (p *Pod) IP() netip.Addr { return p.ips[0] }
 func (p *Pod) HostNetwork() bool { return p.hostNetwork }
 
 // Net returns the pod's network: Dial, Listen, ListenPacket.
-func (p *Pod) Net() *Net { return p.net }
+func (p *Pod) Net() *Net {
+	if p.hostNetwork {
+		return p.net
+	}
+	if n := p.podNet.Load(); n != nil {
+		return n
+	}
+	n, err := p.startStack()
+	if err != nil {
+		panic(fmt.Sprintf("netsim: pod %s: netstack: %v", p.key(), err))
+	}
+	return n
+}
+
+// netIfStarted is the pod's network if its stack exists (hostNetwork pods: the node's),
+// else nil.
+func (p *Pod) netIfStarted() *Net {
+	if p.hostNetwork {
+		return p.net
+	}
+	return p.podNet.Load()
+}
+
+// startStack makes the pod's netstack if it has none yet (a dead pod's is closed at
+// once, as kill would have closed it).
+func (p *Pod) startStack() (*Net, error) {
+	p.stackMu.Lock()
+	defer p.stackMu.Unlock()
+	if n := p.podNet.Load(); n != nil {
+		return n, nil
+	}
+	st, err := newNetStack(p.stackOpts)
+	if err != nil {
+		return nil, err
+	}
+	n := newNet("pod "+p.namespace+"/"+p.name, st, p.ips)
+	p.stack.Store(st)
+	p.podNet.Store(n)
+	if p.dead.Load() {
+		st.close()
+	}
+	return n, nil
+}
 
 // Alive reports whether the pod has not been killed.
 func (p *Pod) Alive() bool { return !p.dead.Load() }
@@ -75,21 +127,35 @@ func (p *Pod) Link() *Link {
 
 // receive injects a packet from the node into the pod.
 func (p *Pod) receive(f frame) {
-	if p.dead.Load() || p.stack == nil {
+	if p.dead.Load() {
 		return
 	}
+	st := p.stack.Load()
+	if st == nil {
+		if _, err := p.startStack(); err != nil {
+			return
+		}
+		st = p.stack.Load()
+	}
 	p.cluster.captureAt(p.capturePoint, f.b)
-	p.stack.link.inject(f)
+	st.link.inject(f)
 }
 
 // receiveBatched is receive for a packet delivered during a batch of a node's datapath
 // goroutine: TCP segments may wait in the pod link's GRO until the batch ends.
 func (p *Pod) receiveBatched(f frame, b *groBatch) {
-	if p.dead.Load() || p.stack == nil {
+	if p.dead.Load() {
 		return
 	}
+	st := p.stack.Load()
+	if st == nil {
+		if _, err := p.startStack(); err != nil {
+			return
+		}
+		st = p.stack.Load()
+	}
 	p.cluster.captureAt(p.capturePoint, f.b)
-	p.stack.link.injectBatched(f, b)
+	st.link.injectBatched(f, b)
 }
 
 // kill stops the pod's network: its sockets die (connections reset locally, peers see
@@ -115,8 +181,11 @@ func (p *Pod) kill() {
 		}
 		n.mu.Unlock()
 	}
-	if p.stack != nil {
-		p.stack.close()
+	p.stackMu.Lock()
+	st := p.stack.Load()
+	p.stackMu.Unlock()
+	if st != nil {
+		st.close()
 	}
 }
 
@@ -167,7 +236,7 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 	if len(prefixes) != len(ips) {
 		return nil, fmt.Errorf("pod %s/%s: IPs %v are not all inside node %s's pod CIDRs %v", namespace, name, ips, n.name, n.podCIDR)
 	}
-	st, err := newNetStack(stackOptions{
+	p.stackOpts = stackOptions{
 		name:     "pod/" + namespace + "/" + name,
 		seed:     c.cfg.Seed,
 		clock:    c.clock,
@@ -183,13 +252,8 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 			c.captureAt(p.capturePoint, f.b)
 			port.link.send(c, f, port.toNode)
 		},
-	})
-	if err != nil {
-		return nil, err
 	}
-	p.stack = st
 	p.port = port
-	p.net = newNet("pod "+namespace+"/"+name, st, ips)
 	n.mu.Lock()
 	for _, ip := range ips {
 		n.setPortLocked(ip, port)

@@ -143,7 +143,7 @@ func (p place) same(q place) bool { return p.pod == q.pod && p.node == q.node &&
 func (p place) net() *Net {
 	switch {
 	case p.pod != nil:
-		return p.pod.net
+		return p.pod.netIfStarted() // nil: no stack yet, so nothing listens
 	case p.node != nil:
 		return p.node.hostNet
 	case p.ext != nil:

@@ -14,7 +14,6 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -69,15 +68,9 @@ func (s *Store) afterChangeLocked(kind string, old, obj runtime.Object) {
 			return
 		}
 		affected := sets.New[string]()
-		for _, nsPods := range s.objs[KindPod] {
-			for _, o := range nsPods {
-				p := o.(*corev1.Pod)
-				if p.Spec.NodeName != m.Name {
-					continue
-				}
-				for _, name := range s.servicesSelectingLocked(p.Namespace, p, nil) {
-					affected.Insert(p.Namespace + "/" + name)
-				}
+		for _, p := range s.podsOn[m.Name] { // the pods bound to the node (an index, not a scan)
+			for _, name := range s.servicesSelectingLocked(p.Namespace, p, nil) {
+				affected.Insert(p.Namespace + "/" + name)
 			}
 		}
 		for _, key := range sets.List(affected) {
@@ -106,8 +99,7 @@ func (s *Store) servicesSelectingLocked(ns string, a, b *corev1.Pod) []string {
 		if svc.Spec.Selector == nil {
 			continue
 		}
-		sel := labels.SelectorFromSet(svc.Spec.Selector)
-		if (a != nil && sel.Matches(labels.Set(a.Labels))) || (b != nil && sel.Matches(labels.Set(b.Labels))) {
+		if (a != nil && selects(svc.Spec.Selector, a.Labels)) || (b != nil && selects(svc.Spec.Selector, b.Labels)) {
 			out = append(out, name)
 		}
 	}
@@ -143,13 +135,13 @@ func (s *Store) desiredSlicesLocked(svc *corev1.Service) []*discoveryv1.Endpoint
 	if svc.Spec.Selector == nil || svc.Spec.Type == corev1.ServiceTypeExternalName {
 		return nil
 	}
-	sel := labels.SelectorFromSet(svc.Spec.Selector)
 	var pods []*corev1.Pod
-	for _, o := range s.objs[KindPod][svc.Namespace] {
-		p := o.(*corev1.Pod)
-		if sel.Matches(labels.Set(p.Labels)) {
-			pods = append(pods, p)
+	if len(svc.Spec.Selector) == 0 { // selects every pod
+		for _, o := range s.objs[KindPod][svc.Namespace] {
+			pods = append(pods, o.(*corev1.Pod))
 		}
+	} else {
+		pods = s.podsSelectedLocked(svc.Namespace, svc.Spec.Selector)
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 

@@ -141,7 +141,7 @@ func checkSlices(t *rapid.T, s *Store) {
 var (
 	genPodName  = rapid.SampledFrom([]string{"p0", "p1", "p2", "p3", "p4", "p5"})
 	genSvcName  = rapid.SampledFrom([]string{"a", "b", "c"})
-	genApp      = rapid.SampledFrom([]string{"app=a", "app=b"})
+	genApp      = rapid.SampledFrom([]string{"app=a", "app=b", "app=a,tier=x", "tier=x"})
 	genNodeName = rapid.SampledFrom([]string{"node-a", "node-b", "node-x"})
 )
 

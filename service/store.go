@@ -131,6 +131,8 @@ type Store struct {
 	objs    map[string]map[string]map[string]runtime.Object  // kind → namespace → name → object
 	created map[string]uint64                                // kind/ns/name → resourceVersion at creation
 	slices  map[string]map[string]*discoveryv1.EndpointSlice // "ns/service-name label" → name → slice
+	podsBy  map[string]map[string]*corev1.Pod                // "ns/key=value" of each pod label → name → pod
+	podsOn  map[string]map[string]*corev1.Pod                // node name → "ns/name" → pod bound to it
 
 	// Delivery: committed events wait in queue (commit order) until the
 	// goroutine that is delivering (delivering) hands them to the watchers,
@@ -179,6 +181,8 @@ func NewStore(cfg Config) (*Store, error) {
 		objs:    map[string]map[string]map[string]runtime.Object{},
 		created: map[string]uint64{},
 		slices:  map[string]map[string]*discoveryv1.EndpointSlice{},
+		podsBy:  map[string]map[string]*corev1.Pod{},
+		podsOn:  map[string]map[string]*corev1.Pod{},
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -194,6 +198,14 @@ func NewStore(cfg Config) (*Store, error) {
 	}
 	s.queue = nil // nobody can watch yet
 	return s, nil
+}
+
+// Revision is the store's resourceVersion counter: equal revisions of one store hold
+// the same objects (a failed Apply restores the revision with the objects).
+func (s *Store) Revision() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rv
 }
 
 // Config returns the store's configuration with defaults filled in.
@@ -567,6 +579,78 @@ func (s *Store) rebuildSliceIndex() {
 			s.indexSlice(o.(*discoveryv1.EndpointSlice), true)
 		}
 	}
+	s.podsBy = map[string]map[string]*corev1.Pod{}
+	s.podsOn = map[string]map[string]*corev1.Pod{}
+	for _, byName := range s.objs[KindPod] {
+		for _, o := range byName {
+			s.indexPod(o.(*corev1.Pod), true)
+		}
+	}
+}
+
+// indexPod adds a pod to (or removes it from) the index of pods by namespace and
+// label, which the EndpointSlice controller reads instead of every pod of the
+// namespace.
+func (s *Store) indexPod(p *corev1.Pod, add bool) {
+	if node := p.Spec.NodeName; node != "" {
+		key := p.Namespace + "/" + p.Name
+		if add {
+			if s.podsOn[node] == nil {
+				s.podsOn[node] = map[string]*corev1.Pod{}
+			}
+			s.podsOn[node][key] = p
+		} else {
+			delete(s.podsOn[node], key)
+			if len(s.podsOn[node]) == 0 {
+				delete(s.podsOn, node)
+			}
+		}
+	}
+	for k, v := range p.Labels {
+		key := p.Namespace + "/" + k + "=" + v
+		if add {
+			if s.podsBy[key] == nil {
+				s.podsBy[key] = map[string]*corev1.Pod{}
+			}
+			s.podsBy[key][p.Name] = p
+			continue
+		}
+		delete(s.podsBy[key], p.Name)
+		if len(s.podsBy[key]) == 0 {
+			delete(s.podsBy, key)
+		}
+	}
+}
+
+// podsSelectedLocked returns the pods of ns that a Service's selector (a label set,
+// not empty) selects, in no order: those of its rarest label, matched whole.
+func (s *Store) podsSelectedLocked(ns string, sel map[string]string) []*corev1.Pod {
+	var best map[string]*corev1.Pod
+	first := true
+	for k, v := range sel {
+		m := s.podsBy[ns+"/"+k+"="+v]
+		if first || len(m) < len(best) {
+			best, first = m, false
+		}
+	}
+	var out []*corev1.Pod
+	for _, p := range best {
+		if selects(sel, p.Labels) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// selects reports whether a label set selector (labels.SelectorFromSet) matches the
+// labels: every key present with its value.
+func selects(sel, lbls map[string]string) bool {
+	for k, v := range sel {
+		if lv, ok := lbls[k]; !ok || lv != v {
+			return false
+		}
+	}
+	return true
 }
 
 // --- errors ----------------------------------------------------------------
@@ -821,12 +905,20 @@ func createdKey(kind, ns, name string) string { return kind + "/" + ns + "/" + n
 // resourceVersion and queues the event.
 func (s *Store) commit(t EventType, kind string, old, obj runtime.Object) runtime.Object {
 	s.rv++
-	if kind == KindEndpointSlice {
+	switch kind {
+	case KindEndpointSlice:
 		if old != nil {
 			s.indexSlice(old.(*discoveryv1.EndpointSlice), false)
 		}
 		if obj != nil {
 			s.indexSlice(obj.(*discoveryv1.EndpointSlice), true)
+		}
+	case KindPod:
+		if old != nil {
+			s.indexPod(old.(*corev1.Pod), false)
+		}
+		if obj != nil {
+			s.indexPod(obj.(*corev1.Pod), true)
 		}
 	}
 	if obj != nil {

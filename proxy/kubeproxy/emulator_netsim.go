@@ -2,6 +2,7 @@ package kubeproxy
 
 import (
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/clusterlab/clusterlab/netfilter"
@@ -19,12 +20,18 @@ import (
 // EmulatorHandlers returns the handler specs that run the emulator's tables on a netsim
 // node, named "<name> <table>". Each spec has its own handler: attach them to one node.
 func EmulatorHandlers(e *emulator.Emulator, name string) []netsim.HandlerSpec {
+	return emulatorHandlers(e, nil, nil, name)
+}
+
+// emulatorHandlers is EmulatorHandlers with a lock each packet's evaluation holds (nil:
+// none), for emulators that share chains, and a function called under it first.
+func emulatorHandlers(e *emulator.Emulator, lock *sync.Mutex, prep func(), name string) []netsim.HandlerSpec {
 	var specs []netsim.HandlerSpec
 	for h := netfilter.Prerouting; h <= netfilter.Postrouting; h++ {
 		for _, table := range emulator.TablesAt(h) {
 			specs = append(specs, netsim.HandlerSpec{Name: name + " " + table, Hook: h,
 				Priority: emulator.TablePriority(table, h), NAT: table == emulator.TableNAT,
-				Handler: &emulatorHandler{e: e, table: table, hook: h}})
+				Handler: &emulatorHandler{e: e, lock: lock, prep: prep, table: table, hook: h}})
 		}
 	}
 	return specs
@@ -33,8 +40,12 @@ func EmulatorHandlers(e *emulator.Emulator, name string) []netsim.HandlerSpec {
 // AttachEmulator registers the emulator's handlers on a node and returns a function that
 // removes them.
 func AttachEmulator(e *emulator.Emulator, n *netsim.Node, name string) (detach func()) {
+	return attachEmulator(e, nil, nil, n, name)
+}
+
+func attachEmulator(e *emulator.Emulator, lock *sync.Mutex, prep func(), n *netsim.Node, name string) (detach func()) {
 	var removes []func()
-	for _, s := range EmulatorHandlers(e, name) {
+	for _, s := range emulatorHandlers(e, lock, prep, name) {
 		removes = append(removes, n.AddHandler(s))
 	}
 	return func() {
@@ -66,6 +77,8 @@ func (v emulatorEnv) AddrType(a netip.Addr, iface string) emulator.AddrType {
 // at a time, under the node's lock, so the packet buffer q is the handler's own.
 type emulatorHandler struct {
 	e     *emulator.Emulator
+	lock  *sync.Mutex // nil, or the lock of the emulators sharing e's chains
+	prep  func()      // called under lock before each evaluation (nil: none)
 	table string
 	hook  netfilter.Hook
 	q     emulator.Packet
@@ -100,7 +113,16 @@ func (h *emulatorHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.V
 	}
 	q := &h.q
 	fromNetsim(q, p, ctx, h.table)
+	if h.lock != nil {
+		h.lock.Lock()
+		if h.prep != nil {
+			h.prep()
+		}
+	}
 	v := e.RunTable(emulatorEnv{ctx}, h.table, h.hook, q, tr)
+	if h.lock != nil {
+		h.lock.Unlock()
+	}
 	if tr != nil {
 		traceRules(ctx, tr)
 	}

@@ -91,7 +91,7 @@ func ForceFullSync(n *cluster.Node) bool {
 	switch p := n.Proxy().(type) {
 	case *iptablesProxy:
 		for _, f := range p.fams {
-			f.px.ForceFullSync()
+			f.forceFullSync()
 		}
 		return true
 	case *nftablesProxy:

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netsim"
@@ -23,8 +25,8 @@ func init() {
 		Summary:   "kube-proxy's iptables mode: KUBE-SERVICES, KUBE-SVC and KUBE-SEP chains DNAT in the client's node",
 		Order:     1,
 		Reference: true,
-		New: func(n *cluster.Node, _ Options, cfg proxy.NodeConfig) (cluster.Proxy, error) {
-			return newIPTablesProxy(n, cfg)
+		New: func(n *cluster.Node, opts Options, cfg proxy.NodeConfig) (cluster.Proxy, error) {
+			return newIPTablesProxy(n, cfg, opts.share)
 		},
 		Families: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
 		Settings: func(cfg proxy.NodeConfig, s *netsim.NodeSettings) {
@@ -58,10 +60,33 @@ type iptablesProxy struct {
 type iptablesFamily struct {
 	family corev1.IPFamily
 	emu    *emulator.Emulator
-	px     *iptables.Proxier
+	px     *iptables.Proxier // nil while the family syncs through its group
+	ct     proxy.Conntrack
+
+	// Shared rulesets (iptables_share.go): the group while the node is in it, the
+	// node's flags, the round it last synced, and whether it must leave at its next sync.
+	g     *shareGroup
+	cfg   proxy.NodeConfig
+	icfg  iptables.Config
+	last  *shareRound
+	leave bool
+	// Under the group's lock (lock): the version the node holds, and whether its
+	// emulator runs compiled chains.
+	lock     *sync.Mutex
+	rs       *emulator.Ruleset
+	compiled bool
 }
 
-func newIPTablesProxy(n *cluster.Node, cfg proxy.NodeConfig) (*iptablesProxy, error) {
+// forceFullSync makes the family's next sync full, out of its group if in one.
+func (f *iptablesFamily) forceFullSync() {
+	if f.g != nil {
+		f.leave = true
+		return
+	}
+	f.px.ForceFullSync()
+}
+
+func newIPTablesProxy(n *cluster.Node, cfg proxy.NodeConfig, share *shareRegistry) (*iptablesProxy, error) {
 	p := &iptablesProxy{n: n}
 	seen := map[corev1.IPFamily]bool{}
 	for _, ip := range n.IPs() {
@@ -77,13 +102,24 @@ func newIPTablesProxy(n *cluster.Node, cfg proxy.NodeConfig) (*iptablesProxy, er
 		clock := n.Cluster().Clock()
 		// kube-proxy reads nf_conntrack_tcp_be_liberal at start: with it set, it does
 		// not drop ctstate INVALID packets in KUBE-FORWARD.
-		px, err := iptables.NewProxier(emu, Conntrack{T: n.Conntrack(), Family: fam}, iptables.Config{Family: fam, Node: cfg, Clock: clock.Now,
-			ConntrackTCPBeLiberal: n.Settings().Conntrack.TCPBeLiberal})
-		if err != nil {
-			return nil, fmt.Errorf("kube-proxy (iptables) on %s: %w", n.Name(), err)
+		ct := Conntrack{T: n.Conntrack(), Family: fam}
+		icfg := iptables.Config{Family: fam, Node: cfg, Clock: clock.Now,
+			ConntrackTCPBeLiberal: n.Settings().Conntrack.TCPBeLiberal}
+		f := &iptablesFamily{family: fam, emu: emu, ct: ct, cfg: cfg, icfg: icfg}
+		if share != nil {
+			if err := f.joinGroup(share, n, cfg, icfg); err != nil {
+				return nil, fmt.Errorf("kube-proxy (iptables) on %s: %w", n.Name(), err)
+			}
+			attachEmulator(emu, f.lock, f.evalMode, n.Node, "kube-proxy "+string(fam))
+		} else {
+			px, err := iptables.NewProxier(emu, ct, icfg)
+			if err != nil {
+				return nil, fmt.Errorf("kube-proxy (iptables) on %s: %w", n.Name(), err)
+			}
+			f.px = px
+			AttachEmulator(emu, n.Node, "kube-proxy "+string(fam))
 		}
-		AttachEmulator(emu, n.Node, "kube-proxy "+string(fam))
-		p.fams = append(p.fams, &iptablesFamily{family: fam, emu: emu, px: px})
+		p.fams = append(p.fams, f)
 	}
 	p.hs = newHealthServer(n)
 	return p, nil
@@ -92,15 +128,40 @@ func newIPTablesProxy(n *cluster.Node, cfg proxy.NodeConfig) (*iptablesProxy, er
 // Sync implements cluster.Proxy: the rules of each family, then the health servers.
 func (p *iptablesProxy) Sync() error {
 	st := p.n.Cluster().Store()
-	svcs, slices := st.ListServices(), st.ListEndpointSlices()
+	var svcs []*corev1.Service
+	var slices []*discoveryv1.EndpointSlice
+	listed := false
 	var states []*proxy.SyncState
 	for _, f := range p.fams {
+		if f.g != nil && !f.leave {
+			in, err := f.syncShared(p.n)
+			if err != nil {
+				return err
+			}
+			if in {
+				states = append(states, f.last.state)
+				continue
+			}
+		}
+		if f.g != nil {
+			if err := f.leaveGroup(); err != nil {
+				return err
+			}
+			f.px.ForceFullSync() // a restart's full sync, or the first of its own
+		}
+		if !listed { // a group's members sync without listing the store
+			svcs, slices, listed = st.ListServices(), st.ListEndpointSlices(), true
+		}
 		if _, err := f.px.Sync(context.Background(), svcs, slices); err != nil {
 			return err
 		}
 		states = append(states, f.px.State())
 	}
-	return p.hs.sync(healthState(states...))
+	ports, local, node := healthState(states...)
+	if node != nil && len(p.fams) > 0 {
+		node = &p.fams[0].cfg // a group's state is its leader's: the node is this one
+	}
+	return p.hs.sync(ports, local, node)
 }
 
 // ServesHealthCheckNodePorts implements cluster.HealthCheckServer.

@@ -52,6 +52,13 @@ type Options struct {
 	// UserspaceConfig for the userspace mode (ModeInfo.ConfigType). nil takes the
 	// mode's defaults; another mode's flags are an error.
 	ModeConfig any
+	// ShareRules shares kube-proxy's rules between nodes whose rules are the same
+	// (iptables mode; see iptables_share.go for when they are and what differs): one
+	// generation a change for all of them, and one copy of the rules in memory, instead
+	// of one a node. Other modes ignore it.
+	ShareRules bool
+
+	share *shareRegistry // the groups of the nodes a Factory built, with ShareRules
 }
 
 // NodeConfigFor fills a node's kube-proxy view of itself from the simulated node: name,

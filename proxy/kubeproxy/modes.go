@@ -256,6 +256,9 @@ func Minor(v string) (int, error) {
 // when empty): for each node it fills in the node's kube-proxy flags (NodeConfigFor,
 // then Options.Node), validates them and builds the mode with its descriptor's New.
 func Factory(opts Options) cluster.ProxyFactory {
+	if opts.ShareRules && opts.share == nil {
+		opts.share = &shareRegistry{}
+	}
 	return func(n *cluster.Node) (cluster.Proxy, error) {
 		mode := opts.Mode
 		if mode == "" {

@@ -224,25 +224,17 @@ func (e *Emulator) gc() {
 	names := make(map[string]bool)
 	nth := make(map[*StatisticMatch]bool)
 	conf := make(map[string]recentConf)
-	for _, t := range e.rs.Tables {
-		for _, c := range t.Chains {
-			for _, r := range c.Rules {
-				for _, m := range r.Matches {
-					switch m := m.(type) {
-					case *RecentMatch:
-						names[m.Name] = true
-						conf[m.Name] = e.st.recentConfig(conf, m)
-					case *StatisticMatch:
-						if m.Nth {
-							nth[m] = true
-						}
-					case *NfacctMatch:
-						if e.st.nfacct[m.Name] == nil {
-							e.st.nfacct[m.Name] = &Counters{}
-						}
-					}
-				}
-			}
+	refs := e.rs.stateRefsOf() // the walk over every rule, once per ruleset
+	for _, m := range refs.recent {
+		names[m.Name] = true
+		conf[m.Name] = e.st.recentConfig(conf, m)
+	}
+	for _, m := range refs.nth {
+		nth[m] = true
+	}
+	for _, name := range refs.nfacct {
+		if e.st.nfacct[name] == nil {
+			e.st.nfacct[name] = &Counters{}
 		}
 	}
 	for n := range e.st.recent {
@@ -293,6 +285,35 @@ func (e *Emulator) Ruleset() *Ruleset {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.rs
+}
+
+// Adopt makes rs the emulator's ruleset, as a restore that left the tables exactly so
+// would: rs is another emulator's of the same family (its Ruleset), which that
+// emulator's later restores leave as it is. The emulators then share rs's chains with
+// their rule counters and compiled programs, so every use of them (evaluations,
+// restores, saves) must be serialised by the caller. The emulator's own state stays
+// its own (xt_recent lists, nth and nfacct counters), swept as after a restore.
+func (e *Emulator) Adopt(rs *Ruleset) error {
+	if rs == nil || rs.Family != e.fam {
+		return fmt.Errorf("emulator: adopt: a ruleset of another family")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.rs = rs
+	e.restores++
+	e.gc()
+	return nil
+}
+
+// Interpret makes evaluations run on the rules themselves, resolving every jump by
+// name (true), or on compiled chains and cached jumps (false, the default). Compiled
+// chains and cached jumps link to the chains of the version that made them, which is
+// right only while no older version is evaluated: an emulator holding an older version
+// than another emulator whose chains it shares (Adopt) must interpret.
+func (e *Emulator) Interpret(on bool) {
+	e.mu.Lock()
+	e.noCompile = on
+	e.mu.Unlock()
 }
 
 // SetIPSets replaces the ipsets set matches read.

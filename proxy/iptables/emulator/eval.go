@@ -771,7 +771,12 @@ func (c *evalCtx) ruleTarget(t *Table, ch *Chain, ri int, r *Rule, name string, 
 			return c.pop()
 		}
 	case *JumpTarget:
-		dst := ch.jumpTarget(t, ri)
+		var dst *Chain
+		if c.noCompile { // maybe an older version's chains (Interpret): no cached jumps
+			dst = t.Chain(tg.Chain)
+		} else {
+			dst = ch.jumpTarget(t, ri)
+		}
 		if dst == nil || len(c.stack) >= maxDepth {
 			c.setVerdict(step, "DROP (bad jump)")
 			return res.decide(Drop, name, r)

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/clusterlab/clusterlab/netfilter"
 )
@@ -61,6 +62,46 @@ type Counters struct {
 type Ruleset struct {
 	Family Family
 	Tables []*Table
+
+	// stateOnce and state: the matches with state beside them (see stateRefsOf), found
+	// once: a ruleset a restore made is not changed afterwards.
+	stateOnce sync.Once
+	state     *stateRefs
+}
+
+// stateRefs are the matches of a ruleset that name state kept beside the rules, in
+// rule order: xt_recent lists, nth counters, nfacct objects.
+type stateRefs struct {
+	recent []*RecentMatch
+	nth    []*StatisticMatch
+	nfacct []string
+}
+
+// stateRefsOf returns the ruleset's stateRefs, found on first use.
+func (rs *Ruleset) stateRefsOf() *stateRefs {
+	rs.stateOnce.Do(func() {
+		r := &stateRefs{}
+		for _, t := range rs.Tables {
+			for _, c := range t.Chains {
+				for _, rl := range c.Rules {
+					for _, m := range rl.Matches {
+						switch m := m.(type) {
+						case *RecentMatch:
+							r.recent = append(r.recent, m)
+						case *StatisticMatch:
+							if m.Nth {
+								r.nth = append(r.nth, m)
+							}
+						case *NfacctMatch:
+							r.nfacct = append(r.nfacct, m.Name)
+						}
+					}
+				}
+			}
+		}
+		rs.state = r
+	})
+	return rs.state
 }
 
 // NewRuleset returns an empty ruleset.

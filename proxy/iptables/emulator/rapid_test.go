@@ -481,7 +481,7 @@ var modelCmp = []cmp.Option{
 	cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
 	cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
 	cmpopts.IgnoreFields(Rule{}, "File", "Line"),
-	cmpopts.IgnoreUnexported(Table{}, Chain{}, UnknownMatch{}, TCPMatch{}, ICMPMatch{}, StatisticMatch{}, RecentMatch{}, MarkTarget{},
+	cmpopts.IgnoreUnexported(Ruleset{}, Table{}, Chain{}, UnknownMatch{}, TCPMatch{}, ICMPMatch{}, StatisticMatch{}, RecentMatch{}, MarkTarget{},
 		ConnmarkTarget{}, NATTarget{}),
 }
 

@@ -1,0 +1,272 @@
+// Package scale builds large simulated clusters for kube-proxy's published scale limits
+// (5,000 nodes, 10,000 Services, 150,000 pods) and measures them: the time to build the
+// cluster and run every node's first full proxy sync, the memory it holds, and the cost
+// of a probe through a random node beside the same probe in a two-node cluster.
+// examples/scale prints these figures; proxy/kubeproxy's BenchmarkScale reports them.
+//
+// The cluster is built the way that costs least and matches a kube-proxy starting on a
+// cluster already full: the store is filled first (Services, then pods bound round robin
+// to the nodes), then cluster.New starts every pod and syncs every node's proxy once.
+// Service k (ClusterIP, TCP 80 → 8080) selects app=svc-k in namespace ns-(k/100); pod j
+// carries app=svc-(j mod services), so the pods spread evenly over the Services.
+package scale
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netfilter"
+	"github.com/clusterlab/clusterlab/netsim"
+	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+	"github.com/clusterlab/clusterlab/service"
+	corev1 "k8s.io/api/core/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+)
+
+// ServicesPerNamespace is how many Services share a namespace.
+const ServicesPerNamespace = 100
+
+// Config sizes a cluster.
+type Config struct {
+	Nodes, Services, Pods int
+	Mode                  kubeproxy.Mode // default iptables
+	Seed                  uint64
+	// Serve makes every pod serve TCP 8080 (the kubelet's whoami server), so a probe is
+	// answered by the pod's netstack; without it a probe is refused by the pod.
+	Serve bool
+	// ShareRules shares identical kube-proxy rules between nodes (kubeproxy.Options).
+	ShareRules bool
+}
+
+// Validate checks the sizes.
+func (c Config) Validate() error {
+	switch {
+	case c.Nodes < 1:
+		return fmt.Errorf("scale: nodes %d: want at least 1", c.Nodes)
+	case c.Services < 1:
+		return fmt.Errorf("scale: services %d: want at least 1", c.Services)
+	case c.Pods < 0:
+		return fmt.Errorf("scale: pods %d: must not be negative", c.Pods)
+	case c.Nodes > 16384:
+		return fmt.Errorf("scale: nodes %d: at most 16384 (a /22 of pods each in 10.0.0.0/8)", c.Nodes)
+	case c.Pods > 1000*c.Nodes:
+		return fmt.Errorf("scale: pods %d: at most 1000 a node", c.Pods)
+	}
+	return nil
+}
+
+// Built is a cluster built by Build with its figures.
+type Built struct {
+	*cluster.Cluster
+	Config Config
+	// Build is the wall time of filling the store; Start the wall time of cluster.New
+	// (every pod started, every node's first sync).
+	Fill, Start time.Duration
+	// CPU is the process's user+system CPU time over Fill and Start.
+	CPU time.Duration
+	// HeapAfter is the live heap after a GC once built; Sys the runtime's Sys.
+	HeapAfter, Sys uint64
+	// VIPs are the Services' cluster IPs, Clients one pod per node (the first bound to
+	// it), by node index.
+	VIPs    []netip.Addr
+	Clients []string
+}
+
+// NodeName is node i's name.
+func NodeName(i int) string { return fmt.Sprintf("node-%05d", i) }
+
+// Build builds the cluster. Close it when done.
+func Build(cfg Config) (*Built, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = kubeproxy.IPTables
+	}
+	b := &Built{Config: cfg}
+	cpu0 := CPUTime()
+	t0 := time.Now()
+	st, err := service.NewStore(service.Config{Seed: cfg.Seed, MasterService: false})
+	if err != nil {
+		return nil, err
+	}
+	var objs []k8sruntime.Object
+	nss := (cfg.Services + ServicesPerNamespace - 1) / ServicesPerNamespace
+	for i := 0; i < nss; i++ {
+		objs = append(objs, service.NewNamespace(fmt.Sprintf("ns-%d", i)))
+	}
+	for k := 0; k < cfg.Services; k++ {
+		objs = append(objs, service.NewService(fmt.Sprintf("ns-%d/svc-%d", k/ServicesPerNamespace, k),
+			service.Selector("app=svc-"+strconv.Itoa(k)), service.Port("http", 80, 8080)))
+	}
+	if err := applyAll(st, objs); err != nil {
+		return nil, err
+	}
+	objs = objs[:0]
+	b.Clients = make([]string, cfg.Nodes)
+	for j := 0; j < cfg.Pods; j++ {
+		k := j % cfg.Services
+		node := j % cfg.Nodes
+		key := fmt.Sprintf("ns-%d/pod-%d", k/ServicesPerNamespace, j)
+		opts := []service.Option{service.Labels("app=svc-" + strconv.Itoa(k)), service.OnNode(NodeName(node))}
+		if cfg.Serve {
+			opts = append(opts, service.ContainerPort("http", 8080, corev1.ProtocolTCP))
+		}
+		objs = append(objs, service.NewPod(key, opts...))
+		if b.Clients[node] == "" {
+			b.Clients[node] = "pod:" + key
+		}
+	}
+	if err := applyAll(st, objs); err != nil {
+		return nil, err
+	}
+	for k := 0; k < cfg.Services; k++ {
+		svc, ok := st.GetService(fmt.Sprintf("ns-%d", k/ServicesPerNamespace), "svc-"+strconv.Itoa(k))
+		if !ok {
+			return nil, fmt.Errorf("scale: service %d missing", k)
+		}
+		b.VIPs = append(b.VIPs, netip.MustParseAddr(svc.Spec.ClusterIP))
+	}
+	b.Fill = time.Since(t0)
+	t1 := time.Now()
+	nodes := make([]cluster.NodeConfig, cfg.Nodes)
+	for i := range nodes {
+		nodes[i].Name = NodeName(i)
+	}
+	c, err := cluster.New(cluster.Config{Seed: cfg.Seed, ManualClock: true, Store: st, Nodes: nodes,
+		NodeCIDRs: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/12")},
+		// A /22 of pods a node (1,022 pods), 16,384 nodes in 10.0.0.0/8.
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, NodeCIDRMaskSize: 22,
+		Proxy: kubeproxy.Factory(kubeproxy.Options{Mode: cfg.Mode, ShareRules: cfg.ShareRules})})
+	if err != nil {
+		return nil, err
+	}
+	b.Cluster = c
+	b.Start = time.Since(t1)
+	b.CPU = CPUTime() - cpu0
+	if errs := c.Errors(); len(errs) > 0 {
+		c.Close()
+		return nil, fmt.Errorf("scale: %d errors building the cluster, the first: %w", len(errs), errs[0])
+	}
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	b.HeapAfter, b.Sys = ms.HeapAlloc, ms.Sys
+	return b, nil
+}
+
+func applyAll(st *service.Store, objs []k8sruntime.Object) error {
+	const chunk = 5000
+	for len(objs) > 0 {
+		n := min(chunk, len(objs))
+		if err := st.Apply(objs[:n]...); err != nil {
+			return err
+		}
+		objs = objs[n:]
+	}
+	return nil
+}
+
+// Prober sends TCP SYN probes (netsim.ProbePacket) from a client pod on a random node to
+// a random Service, from a fixed seed.
+type Prober struct {
+	b   *Built
+	r   *rand.Rand
+	n   int
+	err error
+}
+
+// NewProber returns a prober over the built cluster.
+func (b *Built) NewProber(seed uint64) *Prober {
+	return &Prober{b: b, r: rand.New(rand.NewPCG(seed, 7))}
+}
+
+// Probe sends one probe and checks that it reached a pod of the Service (delivered, or
+// refused by a pod that does not serve): an error otherwise.
+func (p *Prober) Probe() error {
+	b := p.b
+	node := p.r.IntN(len(b.Clients))
+	for b.Clients[node] == "" { // a node without pods: another
+		node = p.r.IntN(len(b.Clients))
+	}
+	vip := b.VIPs[p.r.IntN(len(b.VIPs))]
+	p.n++
+	pr := netsim.Probe{From: b.Clients[node], Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(vip, 80),
+		SrcPort: uint16(1024 + p.n%60000)}
+	res, err := b.Probe(pr)
+	if err != nil {
+		return err
+	}
+	if len(res) != 1 {
+		return fmt.Errorf("scale: probe %s → %s: %d outcomes", pr.From, pr.Dst, len(res))
+	}
+	r := res[0]
+	ok := r.Result == netsim.ResultDelivered || r.Result == netsim.ResultRefused
+	if !ok || r.Addr.Port() != 8080 && r.Result == netsim.ResultDelivered {
+		return fmt.Errorf("scale: probe %s → %s: %v", pr.From, pr.Dst, r)
+	}
+	if p.n%50000 == 0 {
+		b.Clock().Advance(time.Hour) // conntrack entries expire as they would
+	}
+	return nil
+}
+
+// Rate sends n probes and returns the wall and CPU time per probe.
+func (p *Prober) Rate(n int) (wall, cpu time.Duration, err error) {
+	c0, t0 := CPUTime(), time.Now()
+	for i := 0; i < n; i++ {
+		if err := p.Probe(); err != nil {
+			return 0, 0, err
+		}
+	}
+	return time.Since(t0) / time.Duration(n), (CPUTime() - c0) / time.Duration(n), nil
+}
+
+// CPUTime is the process's user+system CPU time so far (0 where /proc is missing).
+func CPUTime() time.Duration {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+2:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	sy, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+sy) * (time.Second / 100) // USER_HZ is 100 on Linux
+}
+
+// RSS returns the process's resident set size and its peak (VmRSS, VmHWM), 0 where
+// /proc is missing.
+func RSS() (cur, peak uint64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseUint(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			cur = v << 10
+		case "VmHWM:":
+			peak = v << 10
+		}
+	}
+	return cur, peak
+}
