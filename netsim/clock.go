@@ -38,6 +38,11 @@ type Clock struct {
 	mu     sync.Mutex
 	timers []*clockTimer // pending timers, in no order; each knows its index
 	seq    uint64
+	// advancing counts the Advance calls under way, and advanceTo is the furthest
+	// target among them: in running mode a timer due by then is Advance's to fire
+	// (and wait for), not its wall-clock timer's.
+	advancing int
+	advanceTo time.Duration
 
 	labels context.Context // a cluster's pprof labels for timer goroutines; nil: none
 }
@@ -107,18 +112,35 @@ func (c *Clock) Advance(d time.Duration) {
 	if int64(d) > math.MaxInt64-c.offset.Load() {
 		panic("netsim: Clock.Advance past the largest time.Duration")
 	}
+	c.mu.Lock()
 	c.offset.Add(int64(d))
 	target := c.elapsed()
 	if !c.manual {
-		// Wall-clock timers were armed for the old offset: bring them forward.
-		c.mu.Lock()
+		// Wall-clock timers were armed for the old offset: bring forward those still
+		// in the future, and stop those now due, which the loop below fires and waits
+		// for. (Resetting a due one to fire at once let its wall-clock timer run the
+		// callback on a goroutine of its own, which Advance did not wait for: under
+		// load IPVS's graceful-termination check ran after Advance had returned.) A
+		// wall-clock timer that fires anyway leaves a due timer to Advance (fireReal).
+		c.advancing++
+		c.advanceTo = max(c.advanceTo, target)
+		defer func() {
+			c.mu.Lock()
+			c.advancing--
+			c.mu.Unlock()
+		}()
 		for _, t := range c.timers {
-			if t.real != nil {
-				t.real.Reset(max(0, t.deadline-target))
+			if t.real == nil {
+				continue
+			}
+			if t.deadline <= target {
+				t.real.Stop()
+			} else {
+				t.real.Reset(t.deadline - target)
 			}
 		}
-		c.mu.Unlock()
 	}
+	c.mu.Unlock()
 	for i := 0; i < 1_000_000; i++ {
 		c.mu.Lock()
 		var next *clockTimer
@@ -212,7 +234,8 @@ func (t *clockTimer) fireReal() {
 	c := t.c
 	c.label()
 	c.mu.Lock()
-	if !t.pending {
+	if !t.pending || c.advancing > 0 && t.deadline <= c.advanceTo {
+		// Gone, or due within an Advance under way, which fires it and waits for it.
 		c.mu.Unlock()
 		return
 	}

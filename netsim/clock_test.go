@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,4 +82,42 @@ func TestClockAdvanceOverflowPanics(t *testing.T) {
 		}
 	}()
 	c.Advance(math.MaxInt64/2 + 2)
+}
+
+// On a running clock too, Advance runs the timers it brings due one after the other, in
+// deadline order, and has waited for every one when it returns. It used to reset their
+// wall-clock timers to fire at once: a callback could then start on the wall-clock
+// timer's goroutine, while an earlier one ran, and still be running after Advance had
+// returned (IPVS's graceful-termination check, in proxy/kubeproxy's tests under load).
+// The callbacks take a few milliseconds, which was ample for that goroutine to start.
+func TestClockAdvanceRunningWaitsForDueTimers(t *testing.T) {
+	c := NewClock(false)
+	var mu sync.Mutex
+	var log []string
+	note := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		log = append(log, s)
+	}
+	slow := func(name string) func() {
+		return func() {
+			note(name + "+")
+			time.Sleep(5 * time.Millisecond) // a callback that takes a while
+			note(name + "-")
+		}
+	}
+	for i := 0; i < 4; i++ {
+		c.AfterFunc(time.Minute+time.Duration(i)*time.Second, slow(fmt.Sprint(i)))
+	}
+	c.AfterFunc(time.Hour, func() { note("late") })
+	c.Advance(2 * time.Minute)
+	mu.Lock()
+	got := strings.Join(log, " ")
+	mu.Unlock()
+	if want := "0+ 0- 1+ 1- 2+ 2- 3+ 3-"; got != want {
+		t.Errorf("callbacks when Advance returned: %q, want %q", got, want)
+	}
+	if d, ok := c.NextDeadline(); !ok || d > 58*time.Minute {
+		t.Errorf("the timer not yet due: next deadline %v %v", d, ok)
+	}
 }
