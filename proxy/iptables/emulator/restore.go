@@ -1131,6 +1131,10 @@ func (tx *txn) memoRules(c *Chain, line string) bool {
 	// still does unless the transaction deleted a chain of that name (rule checks
 	// otherwise depend on the table and chain only, which are the same).
 	deleted := tx.cur.deleted
+	if cap(c.Rules) < len(b.memo.Rules) {
+		// Room for as many rules as the version before had: no regrowing.
+		c.Rules = slices.Grow(c.Rules, len(b.memo.Rules)-len(c.Rules))
+	}
 	n := len(c.Rules)
 	for _, r := range old {
 		if len(b.slab) == 0 {
