@@ -92,7 +92,11 @@ func genCowRestore(t *rapid.T) string {
 				case 0:
 					fmt.Fprintf(&b, "-F %s\n", c)
 				case 1:
-					fmt.Fprintf(&b, "-E %s %s\n", rapid.SampledFrom(cowUsers).Draw(t, "from"), rapid.SampledFrom(cowUsers).Draw(t, "to"))
+					// Names no other line uses as well, so that renames succeed
+					// (and rewrite the jumps to the chain, some in rules whose
+					// Spec earlier versions share) and can be undone.
+					names := append([]string{"V1", "V2"}, cowUsers...)
+					fmt.Fprintf(&b, "-E %s %s\n", rapid.SampledFrom(names).Draw(t, "from"), rapid.SampledFrom(names).Draw(t, "to"))
 				case 2:
 					fmt.Fprintf(&b, "-P %s DROP\n", rapid.SampledFrom(builtins).Draw(t, "builtin"))
 				}
@@ -110,6 +114,12 @@ func genCowRestore(t *rapid.T) string {
 			}
 			if rapid.Bool().Draw(t, "enter long") {
 				fmt.Fprintf(&b, "-A %s -j LONG\n", rapid.SampledFrom(builtins).Draw(t, "from"))
+			}
+			if rapid.IntRange(0, 2).Draw(t, "rename after long") == 0 {
+				// A rename rewrites the jumps to the chain, in LONG's rules too,
+				// whose Specs the version before shares when they were reused.
+				u := rapid.SampledFrom(cowUsers).Draw(t, "renamed")
+				fmt.Fprintf(&b, "-E %s W%s\n", u, u)
 			}
 			if rapid.IntRange(0, 3).Draw(t, "delete in long") == 0 {
 				fmt.Fprintf(&b, "-X %s\n", rapid.SampledFrom(cowUsers).Draw(t, "deleted"))
@@ -132,10 +142,15 @@ func TestCopyOnWriteRestoreProperty(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		e := New(IPv4)
 		whole := NewRuleset(IPv4)
+		// Every version so far and its text: a restore changes none of them (rules
+		// share their Spec with the versions before).
+		var versions []*Ruleset
+		var texts []string
 		for step := range rapid.IntRange(1, 6).Draw(t, "steps") {
 			in := genCowRestore(t)
 			before := e.Ruleset()
 			beforeText := string(before.Save(false))
+			versions, texts = append(versions, before), append(texts, beforeText)
 			err := e.RestoreText([]byte(in), RestoreOptions{NoFlush: true, File: "step"})
 			wrs, werr := Restore(whole, []byte(in), RestoreOptions{NoFlush: true, File: "step", wholeTables: true})
 			if (err == nil) != (werr == nil) {
@@ -146,8 +161,10 @@ func TestCopyOnWriteRestoreProperty(t *testing.T) {
 			} else if err.Error() != werr.Error() {
 				t.Fatalf("step %d: incremental error %q, whole-table error %q", step, err, werr)
 			}
-			if got := string(before.Save(false)); got != beforeText {
-				t.Fatalf("step %d: the restore changed the version before it:\n%s\nwas:\n%s", step, got, beforeText)
+			for i, v := range versions {
+				if got := string(v.Save(false)); got != texts[i] {
+					t.Fatalf("step %d: the restore changed the version of step %d:\n%s\nwas:\n%s", step, i, got, texts[i])
+				}
 			}
 			got, want := string(e.Ruleset().Save(false)), string(whole.Save(false))
 			if got != want {
@@ -344,5 +361,53 @@ func TestCopyOnWriteHookChecks(t *testing.T) {
 	err = restore("*nat\n-A POSTROUTING -j U4\nCOMMIT\n")
 	if err == nil || !strings.Contains(err.Error(), "not valid in chain U5 of table nat, which is reached from POSTROUTING") {
 		t.Fatalf("DNAT newly reached from POSTROUTING through U4: %v", err)
+	}
+}
+
+// TestReusedRulesShareSpecs: a chain rewritten with the lines of its version before
+// gets new Rules over the version before's Specs (not copies), and what changes a
+// rule's match or target later (a rename rewriting the jumps to a chain) gives the
+// rule a Spec of its own: every earlier version saves as it did.
+func TestReusedRulesShareSpecs(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*filter\n:LONG - [0:0]\n:U1 - [0:0]\n:U2 - [0:0]\n-A INPUT -j LONG\n")
+	for i := range 20 {
+		fmt.Fprintf(&b, "-A LONG -p tcp --dport %d -j U%d\n", 100+i, 1+i%2)
+	}
+	long := b.String()
+	e := New(IPv4)
+	var versions []*Ruleset
+	var texts []string
+	restore := func(in string) {
+		t.Helper()
+		if err := e.RestoreText([]byte(in), RestoreOptions{NoFlush: true, File: "in"}); err != nil {
+			t.Fatal(err)
+		}
+		versions = append(versions, e.Ruleset())
+		texts = append(texts, string(e.Ruleset().Save(false)))
+	}
+	restore(long + "COMMIT\n")
+	restore(long + "COMMIT\n")
+	first, second := versions[0].Chain(TableFilter, "LONG"), versions[1].Chain(TableFilter, "LONG")
+	for i, r := range second.Rules {
+		if r == first.Rules[i] || r.Spec != first.Rules[i].Spec {
+			t.Fatalf("rule %d: new rule %v (spec %p), version before's %v (spec %p): want a new Rule over the same Spec",
+				i+1, r == first.Rules[i], r.Spec, first.Rules[i].Spec, first.Rules[i].Spec)
+		}
+	}
+	// The third rewrites LONG from the same lines again, then renames U1: the rules
+	// jumping to it (their Specs shared with both versions before) are rewritten.
+	restore(long + "-E U1 W1\n-A LONG -p tcp --dport 99 -j W1\nCOMMIT\n")
+	if got := string(versions[2].Save(false)); !strings.Contains(got, "-A LONG -p tcp -m tcp --dport 100 -j W1\n") || strings.Contains(got, "-j U1") {
+		t.Fatalf("the rename did not rewrite LONG's jumps:\n%s", got)
+	}
+	restore("*filter\n-E W1 U1\nCOMMIT\n")
+	for i, v := range versions {
+		if got := string(v.Save(false)); got != texts[i] {
+			t.Fatalf("version %d changed:\n%s\nwas:\n%s", i, got, texts[i])
+		}
+	}
+	if got := string(versions[3].Save(false)); strings.Contains(got, "W1") || !strings.Contains(got, "--dport 99 -j U1\n") {
+		t.Fatalf("renaming back:\n%s", got)
 	}
 }

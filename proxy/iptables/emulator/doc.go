@@ -11,7 +11,7 @@
 //	   │   --noflush), applied to a copy; validated at the end (jumps to missing chains,
 //	   │   busy chains, loops, NAT/REJECT outside their hooks) — all or nothing
 //	   ▼
-//	Ruleset (model: Table → Chain → Rule{header fields, []Match, Target})
+//	Ruleset (model: Table → Chain → Rule{*Spec{header fields, []Match, Target}, counters, line})
 //	   │ Save: the kernel's normalised spelling (iptables v1.8.9 nf_tables), so that
 //	   │ parse → save → parse is stable and a kernel dump saves back unchanged
 //	   ▼

@@ -444,20 +444,42 @@ const (
 	FragNone
 )
 
-// Rule is one rule: the built-in header matches, the match modules in order, and the
-// target (nil for a rule without one, which only counts).
+// Rule is one rule of one version of a chain: what it matches and does (its Spec,
+// whose fields it promotes: r.Src, r.Matches, r.Target...), its counters and the line
+// it was loaded from.
+//
+// A Spec is never changed once a rule holds it, and rules may share one: a restore
+// that rewrites a long chain with the lines of its version before (kube-proxy's
+// KUBE-SERVICES on every sync) gives the new version new Rules (their own counters,
+// starting at zero, and the new line numbers) over the Specs parsed for the old one.
+// Code that changes a rule's match or target gives the rule a new Spec.
 type Rule struct {
+	*Spec
+	Counters Counters
+
+	// Origin: the text and line the rule was loaded from.
+	File string
+	Line int
+}
+
+// Spec is what a rule matches and does: the built-in header matches, the match modules
+// in order, and the target (nil for a rule without one, which only counts).
+type Spec struct {
 	Src, Dst          AddrSpec
 	InIface, OutIface IfaceSpec
 	Proto             ProtoSpec
 	Fragment          Fragment
 	Matches           []Match
 	Target            Target
-	Counters          Counters
+}
 
-	// Origin: the text and line the rule was loaded from.
-	File string
-	Line int
+// withSpec returns a copy of r with its own copy of r's Spec, which the caller may
+// change.
+func (r *Rule) withSpec() *Rule {
+	nr := *r
+	sp := *r.Spec
+	nr.Spec = &sp
+	return &nr
 }
 
 // String renders the rule spec as iptables-save prints it, without "-A CHAIN".

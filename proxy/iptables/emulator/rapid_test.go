@@ -401,7 +401,7 @@ func genTarget(t *rapid.T, f Family, plan chainPlan, proto ProtoSpec) Target {
 }
 
 func genRule(t *rapid.T, f Family, plan chainPlan) *Rule {
-	r := &Rule{}
+	r := &Rule{Spec: &Spec{}}
 	if rapid.Bool().Draw(t, "src") {
 		r.Src = AddrSpec{genPrefix(f, 1).Draw(t, "s"), rapid.Bool().Draw(t, "sn")}
 	}

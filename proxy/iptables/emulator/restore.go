@@ -39,7 +39,7 @@ type chainBuild struct {
 	// (diverged: not so), when the chain keeps memo's chainSrc.
 	same     int
 	diverged bool
-	slab     []Rule // room for the rules copied from memo
+	slab     []Rule // room for the new rules over memo's Specs
 }
 
 // sourceOf returns the chainSrc of a chain the transaction built from empty with -A
@@ -1106,9 +1106,9 @@ func (tx *txn) memoLine(line string) bool {
 }
 
 // memoRules appends to c the rules of line when c's previous version (which the
-// transaction flushed) was built from the same line: copies of that version's rules,
-// with this line as their origin and zero counters, checked for c as a parse would
-// be. It reports false when there are none (the line is then parsed).
+// transaction flushed) was built from the same line: new rules over that version's
+// Specs (shared, not copied), with this line as their origin and zero counters,
+// checked for c as a parse would be. It reports false when there are none (the line is then parsed).
 func (tx *txn) memoRules(c *Chain, line string) bool {
 	b := c.build
 	src := b.memo.src
@@ -1131,10 +1131,16 @@ func (tx *txn) memoRules(c *Chain, line string) bool {
 	// still does unless the transaction deleted a chain of that name (rule checks
 	// otherwise depend on the table and chain only, which are the same).
 	deleted := tx.cur.deleted
+	if cap(c.Rules) < len(b.memo.Rules) {
+		// Room for as many rules as the version before had: no regrowing.
+		c.Rules = slices.Grow(c.Rules, len(b.memo.Rules)-len(c.Rules))
+	}
 	n := len(c.Rules)
 	for _, r := range old {
 		if len(b.slab) == 0 {
-			b.slab = make([]Rule, 256)
+			// Room for the rest of memo's rules (a chain is mostly rewritten
+			// with the lines of its version before): one allocation per chain.
+			b.slab = make([]Rule, max(64, len(b.memo.Rules)-int(src.first[i])))
 		}
 		nr := &b.slab[0]
 		b.slab = b.slab[1:]
@@ -1462,9 +1468,9 @@ func (tx *txn) rename(from, to, cmd string) error {
 			if j, ok := r.Target.(*JumpTarget); ok && j.Chain == from {
 				ch = tx.rules(ch)
 				ch.build, ch.clean = nil, false
-				nr := *r
+				nr := r.withSpec()
 				nr.Target = &JumpTarget{Chain: to, Goto: j.Goto}
-				ch.Rules[i] = &nr
+				ch.Rules[i] = nr
 			}
 		}
 	}

@@ -71,7 +71,13 @@ var protoModules = map[uint8]string{netfilter.ProtoTCP: "tcp", netfilter.ProtoUD
 
 // parse parses the tokens of a rule spec (everything after "-A CHAIN").
 func (sp *specParser) parse(toks []token) (*ruleSpec, error) {
-	out := &ruleSpec{rule: &Rule{}}
+	// A parsed rule and its Spec in one allocation.
+	both := &struct {
+		r Rule
+		s Spec
+	}{}
+	both.r.Spec = &both.s
+	out := &ruleSpec{rule: &both.r}
 	sp.rc = ruleCtx{family: sp.family, seen: sp.rc.seen[:0]}
 	sp.owners = sp.owners[:0]
 	neg := false
@@ -564,7 +570,7 @@ func (s *ruleSpec) expand() []*Rule {
 	var out []*Rule
 	for _, sa := range srcs {
 		for _, da := range dsts {
-			nr := *s.rule
+			nr := s.rule.withSpec()
 			if s.srcs != nil {
 				nr.Src = AddrSpec{Prefix: sa}
 				if sa.Bits() == 0 {
@@ -577,7 +583,7 @@ func (s *ruleSpec) expand() []*Rule {
 					nr.Dst = AddrSpec{}
 				}
 			}
-			out = append(out, &nr)
+			out = append(out, nr)
 		}
 	}
 	return out
