@@ -7,16 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/internal/benchutil"
 
 	mdns "github.com/miekg/dns"
 )
@@ -115,7 +114,7 @@ func serveVsBare(b *testing.B) {
 		rounds = 1
 	}
 	per := b.N / rounds
-	load0 := loadavg1()
+	load0 := benchutil.LoadAvg1()
 	var wall, cpu [2]time.Duration
 	var ratios []float64
 	b.ResetTimer()
@@ -128,14 +127,14 @@ func serveVsBare(b *testing.B) {
 		for k := 0; k < 2; k++ {
 			who := (r + k) % 2 // alternate which server goes first
 			addr := []string{oursAddr, bareAddr}[who]
-			c0 := cpuTime()
+			c0 := benchutil.CPUTime()
 			t0 := time.Now()
 			if err := loadBlock(addr, clients, n, queries, replies); err != nil {
 				b.Fatalf("%s server: %v", []string{"our", "the bare"}[who], err)
 			}
 			w[who] = time.Since(t0)
 			wall[who] += w[who]
-			cpu[who] += cpuTime() - c0
+			cpu[who] += benchutil.CPUTime() - c0
 		}
 		ratios = append(ratios, w[1].Seconds()/w[0].Seconds())
 	}
@@ -152,7 +151,7 @@ func serveVsBare(b *testing.B) {
 	b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "x-bare-cpu")
 	b.ReportMetric(float64(size)/float64(len(replies)), "reply-B")
 	b.ReportMetric(load0, "load-start")
-	b.ReportMetric(loadavg1(), "load-end")
+	b.ReportMetric(benchutil.LoadAvg1(), "load-end")
 }
 
 // serveVsBareRounds is how many alternating pairs of blocks BenchmarkServeVsBare runs.
@@ -302,30 +301,4 @@ func exchangeRaw(conn net.Conn, q, buf []byte, id uint16, want int) error {
 		}
 	}
 	return errors.New("no reply in 3 tries")
-}
-
-// cpuTime is the process's user + system CPU time (getrusage).
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// loadavg1 is the 1-minute load average, or -1.
-func loadavg1() float64 {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	f := strings.Fields(string(data))
-	if len(f) == 0 {
-		return -1
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return -1
-	}
-	return v
 }

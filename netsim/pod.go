@@ -127,32 +127,35 @@ func (p *Pod) Link() *Link {
 
 // receive injects a packet from the node into the pod.
 func (p *Pod) receive(f frame) {
-	if p.dead.Load() {
-		return
-	}
-	st := p.stack.Load()
+	st := p.receivingStack()
 	if st == nil {
-		if _, err := p.startStack(); err != nil {
-			return
-		}
-		st = p.stack.Load()
+		return
 	}
 	p.cluster.captureAt(p.capturePoint, f.b)
 	st.link.inject(f)
 }
 
+// receivingStack is the stack a packet reaching the pod goes into, made now if the pod
+// has none yet; nil for a dead pod (or one whose stack cannot be made).
+func (p *Pod) receivingStack() *netStack {
+	if p.dead.Load() {
+		return nil
+	}
+	if st := p.stack.Load(); st != nil {
+		return st
+	}
+	if _, err := p.startStack(); err != nil {
+		return nil
+	}
+	return p.stack.Load()
+}
+
 // receiveBatched is receive for a packet delivered during a batch of a node's datapath
 // goroutine: TCP segments may wait in the pod link's GRO until the batch ends.
 func (p *Pod) receiveBatched(f frame, b *groBatch) {
-	if p.dead.Load() {
-		return
-	}
-	st := p.stack.Load()
+	st := p.receivingStack()
 	if st == nil {
-		if _, err := p.startStack(); err != nil {
-			return
-		}
-		st = p.stack.Load()
+		return
 	}
 	p.cluster.captureAt(p.capturePoint, f.b)
 	st.link.injectBatched(f, b)

@@ -30,6 +30,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/clusterlab/clusterlab/internal/benchutil"
 )
 
 // checked are the ratios -check compares (anchor time / subject time: higher is better).
@@ -71,7 +73,7 @@ func main() {
 		*dnsQueries = map[bool]int{false: 100000, true: 20000}[*short]
 	}
 	start := time.Now()
-	load0 := loadavg()
+	load0 := benchutil.LoadAvg()
 	var out bytes.Buffer
 	var cmds []string
 	type run struct {
@@ -120,7 +122,7 @@ func main() {
 	fmt.Printf("## Through the modes (BenchmarkModes) and DNS (BenchmarkServeVsBare)\n\n")
 	fmt.Printf("Commands: `%s`\n\n", strings.Join(cmds, "` then `"))
 	fmt.Printf("Machine: %s, %d CPUs (GOMAXPROCS %d), %s %s/%s; load average (1, 5, 15 min) %s at the start, %s at the end; %d round(s) (DNS: %d), each figure the median; %v.\n\n",
-		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, load0, loadavg(), *count, max(*count, 3), time.Since(start).Round(time.Second))
+		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, load0, benchutil.LoadAvg(), *count, max(*count, 3), time.Since(start).Round(time.Second))
 	printTables(med)
 	printDNSTable(med)
 	if *update {
@@ -388,18 +390,6 @@ func sortedKeys[V any](m map[string]V) []string {
 		return len(a) < len(b)
 	})
 	return keys
-}
-
-func loadavg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], ", ")
 }
 
 func cpuModel() string {

@@ -21,6 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/clusterlab/clusterlab/internal/benchutil"
+
 	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/netfilter"
 	"github.com/clusterlab/clusterlab/netsim"
@@ -91,7 +93,7 @@ func Build(cfg Config) (*Built, error) {
 		cfg.Mode = kubeproxy.IPTables
 	}
 	b := &Built{Config: cfg}
-	cpu0 := CPUTime()
+	cpu0 := benchutil.CPUTime()
 	t0 := time.Now()
 	st, err := service.NewStore(service.Config{Seed: cfg.Seed, MasterService: false})
 	if err != nil {
@@ -150,7 +152,7 @@ func Build(cfg Config) (*Built, error) {
 	}
 	b.Cluster = c
 	b.Start = time.Since(t1)
-	b.CPU = CPUTime() - cpu0
+	b.CPU = benchutil.CPUTime() - cpu0
 	if errs := c.Errors(); len(errs) > 0 {
 		c.Close()
 		return nil, fmt.Errorf("scale: %d errors building the cluster, the first: %w", len(errs), errs[0])
@@ -220,32 +222,13 @@ func (p *Prober) Probe() error {
 
 // Rate sends n probes and returns the wall and CPU time per probe.
 func (p *Prober) Rate(n int) (wall, cpu time.Duration, err error) {
-	c0, t0 := CPUTime(), time.Now()
+	c0, t0 := benchutil.CPUTime(), time.Now()
 	for i := 0; i < n; i++ {
 		if err := p.Probe(); err != nil {
 			return 0, 0, err
 		}
 	}
-	return time.Since(t0) / time.Duration(n), (CPUTime() - c0) / time.Duration(n), nil
-}
-
-// CPUTime is the process's user+system CPU time so far (0 where /proc is missing).
-func CPUTime() time.Duration {
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 {
-		s = s[i+2:]
-	}
-	f := strings.Fields(s)
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	sy, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+sy) * (time.Second / 100) // USER_HZ is 100 on Linux
+	return time.Since(t0) / time.Duration(n), (benchutil.CPUTime() - c0) / time.Duration(n), nil
 }
 
 // RSS returns the process's resident set size and its peak (VmRSS, VmHWM), 0 where

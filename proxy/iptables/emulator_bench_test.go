@@ -2,9 +2,10 @@ package iptables_test
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/internal/benchutil"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -25,19 +26,9 @@ func (r *recordingIPT) Restore(ctx context.Context, data []byte, opts iptables.R
 	return r.Emulator.Restore(ctx, data, opts)
 }
 
-// cpuTime is the process's user + system CPU time so far (GC workers included): on a
-// shared machine it moves less with the load than the wall time does.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // cpuMetric reports the CPU time per iteration since start as "cpu-ms/op".
 func cpuMetric(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+	b.ReportMetric(float64(benchutil.CPUTime()-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 }
 
 // emulatorSync builds a Proxier writing into a new emulator and runs its first (full)
@@ -80,7 +71,7 @@ func BenchmarkEmulatorSync10kServices(b *testing.B) {
 	b.Run("full", func(b *testing.B) {
 		b.ReportAllocs()
 		var rec *recordingIPT
-		start := cpuTime()
+		start := benchutil.CPUTime()
 		for b.Loop() {
 			_, rec = emulatorSync(b, services, slices)
 		}
@@ -92,7 +83,7 @@ func BenchmarkEmulatorSync10kServices(b *testing.B) {
 		data := rec.last
 		b.SetBytes(int64(len(data)))
 		b.ReportAllocs()
-		start := cpuTime()
+		start := benchutil.CPUTime()
 		for b.Loop() {
 			e := emulator.New(emulator.IPv4)
 			if err := e.Restore(context.Background(), data, iptables.RestoreOptions{NoFlush: true, Counters: true}); err != nil {
@@ -110,7 +101,7 @@ func BenchmarkEmulatorSync10kServices(b *testing.B) {
 		ctx := context.Background()
 		b.ReportAllocs()
 		i := 0
-		start := cpuTime()
+		start := benchutil.CPUTime()
 		for b.Loop() {
 			in := slices
 			if i%2 == 0 {
@@ -148,7 +139,7 @@ func BenchmarkEmulatorSync10kServices(b *testing.B) {
 		opts := iptables.RestoreOptions{NoFlush: true, Counters: true}
 		b.ReportAllocs()
 		i := 0
-		start := cpuTime()
+		start := benchutil.CPUTime()
 		for b.Loop() {
 			if err := rec.Emulator.Restore(ctx, texts[i%2], opts); err != nil {
 				b.Fatal(err)

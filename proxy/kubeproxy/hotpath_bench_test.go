@@ -3,6 +3,8 @@ package kubeproxy
 import (
 	"fmt"
 	"testing"
+
+	"github.com/clusterlab/clusterlab/internal/benchutil"
 )
 
 // BenchmarkHotPath is BenchmarkModes's subject alone (no anchors): a probe
@@ -24,13 +26,13 @@ func BenchmarkHotPath(b *testing.B) {
 					op = mb.connect
 				}
 				b.ResetTimer()
-				cpu := cpuNow()
+				cpu := benchutil.CPUTime()
 				for range b.N {
 					if err := op(); err != nil {
 						b.Fatal(err)
 					}
 				}
-				b.ReportMetric(float64(cpuNow()-cpu)/float64(b.N), "cpu-ns/op")
+				b.ReportMetric(float64(benchutil.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 			})
 		}
 		if mb != nil {

@@ -13,11 +13,11 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/clusterlab/clusterlab/internal/benchutil"
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
@@ -392,20 +392,12 @@ type meter struct {
 	ops       int
 }
 
-func cpuNow() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // block times n ops, run by in (nil: in this goroutine).
 func (m *meter) block(b *testing.B, n int, in func(func() error) error, op func() error) {
 	if in == nil {
 		in = func(f func() error) error { return f() }
 	}
-	c0, t0 := cpuNow(), time.Now()
+	c0, t0 := benchutil.CPUTime(), time.Now()
 	err := in(func() error {
 		for range n {
 			if err := op(); err != nil {
@@ -418,7 +410,7 @@ func (m *meter) block(b *testing.B, n int, in func(func() error) error, op func(
 		b.Fatal(err)
 	}
 	m.wall += time.Since(t0)
-	m.cpu += cpuNow() - c0
+	m.cpu += benchutil.CPUTime() - c0
 	m.ops += n
 }
 
@@ -427,23 +419,6 @@ func (m *meter) perOp() (wall, cpu float64) {
 		return 0, 0
 	}
 	return float64(m.wall.Nanoseconds()) / float64(m.ops), float64(m.cpu.Nanoseconds()) / float64(m.ops)
-}
-
-// loadAvg1 reads the 1-minute load average (-1 where /proc/loadavg is missing).
-func loadAvg1() float64 {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return -1
-	}
-	f := strings.Fields(string(data))
-	if len(f) == 0 {
-		return -1
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil {
-		return -1
-	}
-	return v
 }
 
 func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy string) {
@@ -469,7 +444,7 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 			kern = func() error { return bulkOnce(loDialer.DialContext, kh.vip.String(), bulk) }
 		}
 	}
-	load0 := loadAvg1()
+	load0 := benchutil.LoadAvg1()
 	var ms, ml, mk meter
 	// Alternating blocks: subject, loopback, kernel, about 20 rounds whatever b.N.
 	blk := max(1, b.N/20)
@@ -520,5 +495,5 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 		b.Logf("no kernel anchor: %s", cmp.Or(kernelWhy, "kernel anchor not built"))
 	}
 	b.ReportMetric(load0, "load-start")
-	b.ReportMetric(loadAvg1(), "load-end")
+	b.ReportMetric(benchutil.LoadAvg1(), "load-end")
 }

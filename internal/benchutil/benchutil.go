@@ -1,0 +1,54 @@
+// Package benchutil holds what the benchmarks and the scale and bench reports measure
+// beside their figures: the process's CPU time and the machine's load average. On a
+// shared machine the CPU time per operation moves less with the load than the wall
+// time does, and the load average says how shared the machine was.
+package benchutil
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// CPUTime is the process's user + system CPU time so far (getrusage: every thread, GC
+// workers included), 0 where it cannot be read.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// LoadAvg1 is the 1-minute load average, -1 where /proc/loadavg cannot be read.
+func LoadAvg1() float64 {
+	f := loadFields()
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// LoadAvg is the 1, 5 and 15-minute load averages as /proc/loadavg gives them,
+// "1.00, 0.50, 0.25", or "unknown".
+func LoadAvg() string {
+	f := loadFields()
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], ", ")
+}
+
+func loadFields() []string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(data))
+}
