@@ -59,3 +59,27 @@ func TestHasChainAt(t *testing.T) {
 		t.Error("an unknown table must not be skipped (RunTable reports it)")
 	}
 }
+
+// TestHasChainAtAfterAdopt: an emulator that takes another's ruleset version (the nodes
+// sharing rules in proxy/kubeproxy) must also take its chains-at bits, or every packet
+// skips the adopted nat table (found in CI: shared nodes dropped ClusterIP traffic).
+func TestHasChainAtAfterAdopt(t *testing.T) {
+	src := New(IPv4)
+	data := "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -p tcp -j DNAT --to-destination 10.0.0.9:80\nCOMMIT\n"
+	if err := src.Restore(context.Background(), []byte(data), iptables.RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dst := New(IPv4)
+	if dst.HasChainAt(TableNAT, netfilter.Output) {
+		t.Fatal("an empty emulator has nat OUTPUT")
+	}
+	if err := dst.Adopt(src.Ruleset()); err != nil {
+		t.Fatal(err)
+	}
+	if !dst.HasChainAt(TableNAT, netfilter.Output) {
+		t.Fatal("after Adopt, HasChainAt(nat, OUTPUT) is false: the adopted rules would be skipped")
+	}
+	if dst.HasChainAt(TableFilter, netfilter.Input) {
+		t.Fatal("after Adopt, HasChainAt(filter, INPUT) is true: the ruleset has no filter table")
+	}
+}
