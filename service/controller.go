@@ -93,18 +93,31 @@ func (s *Store) afterChangeLocked(kind string, old, obj runtime.Object) {
 // servicesSelectingLocked returns (sorted) the services in ns whose selector
 // matches either pod.
 func (s *Store) servicesSelectingLocked(ns string, a, b *corev1.Pod) []string {
+	if a != nil && b != nil && maps.Equal(a.Labels, b.Labels) {
+		b = nil // a status update: one pod's labels to match
+	}
 	var out []string
-	for name, o := range s.objs[KindService][ns] {
-		svc := o.(*corev1.Service)
-		if svc.Spec.Selector == nil {
+	// The candidates: the Services whose selector's first key one of the pods carries
+	// with that value, and those with an empty selector (svcBy).
+	check := func(names map[string]struct{}) {
+		for name := range names {
+			svc := s.objs[KindService][ns][name].(*corev1.Service)
+			if (a != nil && selects(svc.Spec.Selector, a.Labels)) || (b != nil && selects(svc.Spec.Selector, b.Labels)) {
+				out = append(out, name)
+			}
+		}
+	}
+	check(s.svcBy[ns+"/"])
+	for _, p := range []*corev1.Pod{a, b} {
+		if p == nil {
 			continue
 		}
-		if (a != nil && selects(svc.Spec.Selector, a.Labels)) || (b != nil && selects(svc.Spec.Selector, b.Labels)) {
-			out = append(out, name)
+		for k, v := range p.Labels {
+			check(s.svcBy[ns+"/"+k+"="+v])
 		}
 	}
 	sort.Strings(out)
-	return out
+	return slices.Compact(out) // a Service found from both pods' labels
 }
 
 // --- EndpointSlice controller ---------------------------------------------
