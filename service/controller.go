@@ -60,6 +60,11 @@ func (s *Store) afterChangeLocked(kind string, old, obj runtime.Object) {
 		if obj != nil {
 			newPod = obj.(*corev1.Pod)
 		}
+		if !hasPodIP(oldPod) && !hasPodIP(newPod) {
+			// A pod without an IP is in no slice (podAddresses), before or after: the
+			// slices, which the controller keeps as desired after every change, stay.
+			return
+		}
 		for _, name := range s.servicesSelectingLocked(m.Namespace, oldPod, newPod) {
 			s.syncServiceLocked(m.Namespace, name)
 		}
@@ -88,6 +93,11 @@ func (s *Store) afterChangeLocked(kind string, old, obj runtime.Object) {
 	case KindEndpoints:
 		s.syncMirrorLocked(m.Namespace, m.Name)
 	}
+}
+
+// hasPodIP reports whether a pod (nil: none) has an IP in its status.
+func hasPodIP(p *corev1.Pod) bool {
+	return p != nil && (len(p.Status.PodIPs) > 0 || p.Status.PodIP != "")
 }
 
 // servicesSelectingLocked returns (sorted) the services in ns whose selector
