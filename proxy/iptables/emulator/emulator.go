@@ -299,7 +299,7 @@ func (e *Emulator) Adopt(rs *Ruleset) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.rs = rs
+	e.setRulesetLocked(rs) // HasChainAt answers for the adopted tables
 	e.restores++
 	e.gc()
 	return nil

@@ -59,3 +59,37 @@ func TestHasChainAt(t *testing.T) {
 		t.Error("an unknown table must not be skipped (RunTable reports it)")
 	}
 }
+
+// TestHasChainAtAfterAdopt: an emulator that adopts another's ruleset (kube-proxy's
+// shared rules) answers HasChainAt for the adopted tables, and for its own again after
+// a restore of its own. (Adopt once left the answers of the emulator's last restore, and
+// the datapath skipped the adopted nat table: every shared node dropped Service traffic.)
+func TestHasChainAtAfterAdopt(t *testing.T) {
+	leader, member := New(IPv4), New(IPv4)
+	nat := "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A PREROUTING -p tcp -j DNAT --to-destination 10.0.0.9:80\nCOMMIT\n"
+	if err := leader.Restore(context.Background(), []byte(nat), iptables.RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if member.HasChainAt(TableNAT, netfilter.Prerouting) {
+		t.Fatal("an empty emulator has a nat PREROUTING chain")
+	}
+	leader.mu.Lock()
+	rs := leader.rs
+	leader.mu.Unlock()
+	if err := member.Adopt(rs); err != nil {
+		t.Fatal(err)
+	}
+	if !member.HasChainAt(TableNAT, netfilter.Prerouting) || !member.HasChainAt(TableNAT, netfilter.Output) {
+		t.Fatal("after Adopt: no nat chains, though the adopted ruleset has them")
+	}
+	if member.HasChainAt(TableFilter, netfilter.Forward) {
+		t.Fatal("after Adopt: a filter chain the adopted ruleset lacks")
+	}
+	filter := "*filter\n:FORWARD ACCEPT [0:0]\nCOMMIT\n"
+	if err := member.Restore(context.Background(), []byte(filter), iptables.RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !member.HasChainAt(TableFilter, netfilter.Forward) {
+		t.Fatal("after its own restore: no filter FORWARD chain")
+	}
+}
