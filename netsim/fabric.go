@@ -25,6 +25,9 @@ type fabric struct {
 	extIP       map[netip.Addr]*Node
 	middleboxes map[netip.Addr]*attached
 	partition   map[string]int // node name (or "external") → group; 0: not partitioned
+	// deferPublish, while New adds the configured nodes, makes unlock leave publishing to
+	// the end of New (once, instead of once per node: O(nodes²) at thousands of nodes).
+	deferPublish bool
 	// nat rewrites packets from nodes before they are routed (SetFabricNAT); nil: none.
 	nat natPointer
 
@@ -61,6 +64,10 @@ type cidr4Route struct {
 // unlock publishes the routes as they now are and releases mu; every change of the routes
 // ends with it.
 func (f *fabric) unlock() {
+	if f.deferPublish {
+		f.mu.Unlock()
+		return
+	}
 	r := &fabricRoutes{
 		exact:     make(map[netip.Addr]fabricDest, len(f.nodeIPs)+len(f.hosts)+len(f.middleboxes)+len(f.extIP)),
 		podCIDRs:  append([]cidrRoute(nil), f.podCIDRs...),

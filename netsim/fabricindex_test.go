@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"testing"
 )
 
@@ -47,5 +48,47 @@ func TestFabricPodCIDRIndex(t *testing.T) {
 	}
 	if d := rt.lookup(nodes[5].PodCIDRs[0].Addr().Next()); d.node == nil || d.node.name != "n5" {
 		t.Fatalf("n5's pod address routed to %+v", d)
+	}
+}
+
+// New publishes the fabric's routes once, after every configured node is added
+// (deferPublish): the routes published are those a publish of the finished fabric makes,
+// and every node's IPs and pod range route to it.
+func TestFabricPublishedOnceAtNew(t *testing.T) {
+	var nodes []NodeConfig
+	for i := 0; i < 2*pod4IndexMin; i++ {
+		nodes = append(nodes, NodeConfig{Name: fmt.Sprintf("n%d", i)})
+	}
+	c, err := New(Config{Seed: 1, ManualClock: true, Nodes: nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := c.fabric.published.Load()
+	c.fabric.mu.Lock()
+	c.fabric.unlock() // publish again from the fabric as it is
+	if want := c.fabric.published.Load(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("routes published by New differ from the fabric's")
+	}
+	for _, nc := range nodes {
+		n := c.Node(nc.Name)
+		for _, ip := range n.IPs() {
+			if d := got.lookup(ip); d.node != n {
+				t.Fatalf("%s's IP %s routed to %+v", nc.Name, ip, d)
+			}
+		}
+		for _, p := range n.PodCIDRs() {
+			if d := got.lookup(p.Addr().Next()); d.node != n {
+				t.Fatalf("%s's pod range %s routed to %+v", nc.Name, p, d)
+			}
+		}
+	}
+	// A node added later is published at once.
+	n, err := c.AddNode(NodeConfig{Name: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.fabric.lookup(n.IPs()[0]); d.node != n {
+		t.Fatalf("the late node's IP routed to %+v", d)
 	}
 }

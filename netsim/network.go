@@ -192,12 +192,19 @@ func newCluster(cfg Config, labels context.Context, id string) (*Network, error)
 	// netstack.md: it halves their memory and goroutines).
 	prev := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(prev)
+	c.fabric.deferPublish = true // published once below, with every node
 	for i, nc := range cfg.Nodes {
 		if _, err := c.addNode(i, nc); err != nil {
+			c.fabric.mu.Lock()
+			c.fabric.deferPublish = false
+			c.fabric.unlock()
 			c.Close()
 			return nil, err
 		}
 	}
+	c.fabric.mu.Lock()
+	c.fabric.deferPublish = false
+	c.fabric.unlock()
 	runtime.GOMAXPROCS(prev)
 	c.nodeIndex = len(cfg.Nodes)
 	return c, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -134,6 +135,33 @@ type ChangeTracker struct {
 	viewEndpoints EndpointsMap
 	// seq counts the successful Updates.
 	seq uint64
+
+	// health memoizes HealthView for the view of Update seq health.seq.
+	health struct {
+		mu    sync.Mutex
+		seq   uint64
+		ports map[types.NamespacedName]uint16
+		local map[types.NamespacedName]int
+	}
+}
+
+// HealthView returns st.Services.HealthCheckNodePorts() and
+// st.Endpoints.LocalReadyEndpoints(). While st is its tracker's newest view (its maps
+// not changed since), they are computed once and the same maps returned to every
+// caller: nodes that share a view (kube-proxy's shared rules) ask for them once each.
+// The maps are read only.
+func (st *SyncState) HealthView() (map[types.NamespacedName]uint16, map[types.NamespacedName]int) {
+	t := st.tracker
+	if t == nil || st.seq != t.seq {
+		return st.Services.HealthCheckNodePorts(), st.Endpoints.LocalReadyEndpoints()
+	}
+	h := &t.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seq != st.seq || h.ports == nil {
+		h.seq, h.ports, h.local = st.seq, st.Services.HealthCheckNodePorts(), st.Endpoints.LocalReadyEndpoints()
+	}
+	return h.ports, h.local
 }
 
 type svcRec struct {

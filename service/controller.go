@@ -60,6 +60,11 @@ func (s *Store) afterChangeLocked(kind string, old, obj runtime.Object) {
 		if obj != nil {
 			newPod = obj.(*corev1.Pod)
 		}
+		if !hasPodIP(oldPod) && !hasPodIP(newPod) {
+			// A pod without an IP is in no slice (podAddresses), before or after: the
+			// slices, which the controller keeps as desired after every change, stay.
+			return
+		}
 		for _, name := range s.servicesSelectingLocked(m.Namespace, oldPod, newPod) {
 			s.syncServiceLocked(m.Namespace, name)
 		}
@@ -90,21 +95,39 @@ func (s *Store) afterChangeLocked(kind string, old, obj runtime.Object) {
 	}
 }
 
+// hasPodIP reports whether a pod (nil: none) has an IP in its status.
+func hasPodIP(p *corev1.Pod) bool {
+	return p != nil && (len(p.Status.PodIPs) > 0 || p.Status.PodIP != "")
+}
+
 // servicesSelectingLocked returns (sorted) the services in ns whose selector
 // matches either pod.
 func (s *Store) servicesSelectingLocked(ns string, a, b *corev1.Pod) []string {
+	if a != nil && b != nil && maps.Equal(a.Labels, b.Labels) {
+		b = nil // a status update: one pod's labels to match
+	}
 	var out []string
-	for name, o := range s.objs[KindService][ns] {
-		svc := o.(*corev1.Service)
-		if svc.Spec.Selector == nil {
+	// The candidates: the Services whose selector's first key one of the pods carries
+	// with that value, and those with an empty selector (svcBy).
+	check := func(names map[string]struct{}) {
+		for name := range names {
+			svc := s.objs[KindService][ns][name].(*corev1.Service)
+			if (a != nil && selects(svc.Spec.Selector, a.Labels)) || (b != nil && selects(svc.Spec.Selector, b.Labels)) {
+				out = append(out, name)
+			}
+		}
+	}
+	check(s.svcBy[ns+"/"])
+	for _, p := range []*corev1.Pod{a, b} {
+		if p == nil {
 			continue
 		}
-		if (a != nil && selects(svc.Spec.Selector, a.Labels)) || (b != nil && selects(svc.Spec.Selector, b.Labels)) {
-			out = append(out, name)
+		for k, v := range p.Labels {
+			check(s.svcBy[ns+"/"+k+"="+v])
 		}
 	}
 	sort.Strings(out)
-	return out
+	return slices.Compact(out) // a Service found from both pods' labels
 }
 
 // --- EndpointSlice controller ---------------------------------------------

@@ -132,7 +132,11 @@ type Store struct {
 	created map[string]uint64                                // kind/ns/name → resourceVersion at creation
 	slices  map[string]map[string]*discoveryv1.EndpointSlice // "ns/service-name label" → name → slice
 	podsBy  map[string]map[string]*corev1.Pod                // "ns/key=value" of each pod label → name → pod
-	podsOn  map[string]map[string]*corev1.Pod                // node name → "ns/name" → pod bound to it
+	// svcBy indexes the Services with a selector by "ns/key=value" of the selector's
+	// first key (sorted; "ns/" for an empty selector) → name: the Services a pod's
+	// change can concern are found from the pod's labels, not by a scan of the namespace.
+	svcBy  map[string]map[string]struct{}
+	podsOn map[string]map[string]*corev1.Pod // node name → "ns/name" → pod bound to it
 
 	// Delivery: committed events wait in queue (commit order) until the
 	// goroutine that is delivering (delivering) hands them to the watchers,
@@ -182,6 +186,7 @@ func NewStore(cfg Config) (*Store, error) {
 		created: map[string]uint64{},
 		slices:  map[string]map[string]*discoveryv1.EndpointSlice{},
 		podsBy:  map[string]map[string]*corev1.Pod{},
+		svcBy:   map[string]map[string]struct{}{},
 		podsOn:  map[string]map[string]*corev1.Pod{},
 	}
 	s.mu.Lock()
@@ -586,6 +591,49 @@ func (s *Store) rebuildSliceIndex() {
 			s.indexPod(o.(*corev1.Pod), true)
 		}
 	}
+	s.svcBy = map[string]map[string]struct{}{}
+	for _, byName := range s.objs[KindService] {
+		for _, o := range byName {
+			s.indexService(o.(*corev1.Service), true)
+		}
+	}
+}
+
+// svcIndexKey is a Service's key in svcBy, "" for a Service without a selector.
+func svcIndexKey(svc *corev1.Service) string {
+	sel := svc.Spec.Selector
+	if sel == nil {
+		return ""
+	}
+	if len(sel) == 0 {
+		return svc.Namespace + "/"
+	}
+	first := ""
+	for k := range sel {
+		if first == "" || k < first {
+			first = k
+		}
+	}
+	return svc.Namespace + "/" + first + "=" + sel[first]
+}
+
+// indexService adds a Service to (or removes it from) svcBy.
+func (s *Store) indexService(svc *corev1.Service, add bool) {
+	key := svcIndexKey(svc)
+	if key == "" {
+		return
+	}
+	if add {
+		if s.svcBy[key] == nil {
+			s.svcBy[key] = map[string]struct{}{}
+		}
+		s.svcBy[key][svc.Name] = struct{}{}
+		return
+	}
+	delete(s.svcBy[key], svc.Name)
+	if len(s.svcBy[key]) == 0 {
+		delete(s.svcBy, key)
+	}
 }
 
 // indexPod adds a pod to (or removes it from) the index of pods by namespace and
@@ -920,6 +968,13 @@ func (s *Store) commit(t EventType, kind string, old, obj runtime.Object) runtim
 		if obj != nil {
 			s.indexPod(obj.(*corev1.Pod), true)
 		}
+	case KindService:
+		if old != nil {
+			s.indexService(old.(*corev1.Service), false)
+		}
+		if obj != nil {
+			s.indexService(obj.(*corev1.Service), true)
+		}
 	}
 	if obj != nil {
 		m := objectMeta(obj)
@@ -1109,7 +1164,7 @@ func (s *Store) updateLocked(in runtime.Object, status bool) (runtime.Object, er
 		return nil, err
 	}
 	canonicalize(obj)
-	if apiequality.Semantic.DeepEqual(obj, oldObj) {
+	if unchanged(obj, oldObj) {
 		return oldObj, nil // nothing changed: no write, no event (and nothing allocated)
 	}
 	if tx != nil {
@@ -1118,6 +1173,18 @@ func (s *Store) updateLocked(in runtime.Object, status bool) (runtime.Object, er
 	s.commit(Modified, kind, oldObj, obj)
 	s.afterChangeLocked(kind, oldObj, obj)
 	return obj, nil
+}
+
+// unchanged reports whether an update leaves the object as it was (semantic equality).
+// A pod's status is compared first: a kubelet's status update differs there, and the
+// walk over the whole object (its defaulted spec) would find that last.
+func unchanged(obj, old runtime.Object) bool {
+	if p, ok := obj.(*corev1.Pod); ok {
+		if op, ok := old.(*corev1.Pod); ok && !apiequality.Semantic.DeepEqual(p.Status, op.Status) {
+			return false
+		}
+	}
+	return apiequality.Semantic.DeepEqual(obj, old)
 }
 
 // canonicalize normalizes a validated object as the API server's strategy

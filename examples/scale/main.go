@@ -13,6 +13,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"runtime/pprof"
 
 	"github.com/clusterlab/clusterlab/internal/scale"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
@@ -29,7 +30,18 @@ func main() {
 	flag.IntVar(&probes, "probes", 20000, "probes to time in each cluster")
 	flag.BoolVar(&cfg.ShareRules, "share", true, "share identical kube-proxy rules between nodes (iptables mode)")
 	flag.BoolVar(&cfg.Serve, "serve", false, "every pod serves TCP 8080 (a whoami server in its netstack)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the build (fill, start) to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		cfg.AfterBuild = func() { pprof.StopCPUProfile(); f.Close() }
+	}
 	cfg.Mode = kubeproxy.Mode(mode)
 	if err := run(os.Stdout, cfg, probes); err != nil {
 		log.Fatal(err)

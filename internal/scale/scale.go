@@ -45,6 +45,9 @@ type Config struct {
 	Serve bool
 	// ShareRules shares identical kube-proxy rules between nodes (kubeproxy.Options).
 	ShareRules bool
+	// AfterBuild, if set, is called once the cluster is built, before the heap is
+	// measured (examples/scale stops its CPU profile there).
+	AfterBuild func()
 }
 
 // Validate checks the sizes.
@@ -156,6 +159,9 @@ func Build(cfg Config) (*Built, error) {
 	if errs := c.Errors(); len(errs) > 0 {
 		c.Close()
 		return nil, fmt.Errorf("scale: %d errors building the cluster, the first: %w", len(errs), errs[0])
+	}
+	if cfg.AfterBuild != nil {
+		cfg.AfterBuild()
 	}
 	var ms runtime.MemStats
 	runtime.GC()

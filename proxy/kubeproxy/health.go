@@ -320,10 +320,11 @@ func healthState(states ...*proxy.SyncState) (map[types.NamespacedName]uint16, m
 		if node == nil {
 			node = st.Node
 		}
-		for nn, p := range st.Services.HealthCheckNodePorts() {
+		hcPorts, hcLocal := st.HealthView()
+		for nn, p := range hcPorts {
 			ports[nn] = p
 		}
-		for nn, k := range st.Endpoints.LocalReadyEndpoints() {
+		for nn, k := range hcLocal {
 			local[nn] = max(local[nn], k)
 		}
 	}
