@@ -66,14 +66,14 @@ func goals(med map[string]map[string]float64, cmds map[string][]string) []goalRo
 		}
 		out = append(out, goalRow{goal, fig, target, anchor, met(m[name] >= min), cmd(group)})
 	}
-	ratio("Connections through a ClusterIP, iptables mode, 10 services", "connect/iptables/10", "x-loopback", "kernel loopback connection", "lo-ns/op", "≥ 0.8× loopback", 0.8, "modes")
-	ratio("Connections through a ClusterIP, iptables mode, 10,000 services", "connect/iptables/10000", "x-kernel", "the kernel running the same rules", "kern-ns/op", "≥ 1× kernel", 1, "modes")
+	ratio("Connections through a ClusterIP, iptables mode, 10 services", "connect/iptables/10", "x-loopback", "kernel loopback connection", "lo-ns/op", "≥ 0.8× loopback", 0.8, "modes/connect")
+	ratio("Connections through a ClusterIP, iptables mode, 10,000 services", "connect/iptables/10000", "x-kernel", "the kernel running the same rules", "kern-ns/op", "≥ 1× kernel", 1, "modes/connect")
 	for _, n := range []string{"10", "10000"} {
 		goal := "Probes through the iptables mode, " + map[string]string{"10": "10", "10000": "10,000"}[n] + " services"
 		m, ok := med["probe/iptables/"+n]
 		if !ok || m["ns/unit"] == 0 {
 			if n == "10" {
-				out = append(out, missing(goal, "≥ 300k/s", "modes"))
+				out = append(out, missing(goal, "≥ 300k/s", "modes/probe"))
 			}
 			continue
 		}
@@ -83,13 +83,13 @@ func goals(med map[string]map[string]float64, cmds map[string][]string) []goalRo
 			cpu = fmt.Sprintf("%.0fk/s", 1e6/v)
 		}
 		out = append(out, goalRow{goal, fmt.Sprintf("%.0fk/s (per CPU second %s)", rate/1000, cpu), "≥ 300k/s",
-			fmt.Sprintf("a kernel loopback connection: %.1f µs", m["lo-ns/op"]/1000), met(rate >= 300e3), cmd("modes")})
+			fmt.Sprintf("a kernel loopback connection: %.1f µs", m["lo-ns/op"]/1000), met(rate >= 300e3), cmd("modes/probe")})
 	}
 	ratio("DNS: `clusterlab dns serve`, cache on", "dns/cache=on", "x-bare", "a bare miekg/dns server with the same answers", "", "≥ 0.9× bare", 0.9, "dns")
 	ratio("DNS: `clusterlab dns serve`, cache off", "dns/cache=off", "x-bare", "a bare miekg/dns server with the same answers", "", "≥ 0.9× bare", 0.9, "dns")
-	ratio("Bulk TCP through a ClusterIP at MTU 1500, iptables mode, 10 services", "bulk/iptables/10", "x-loopback", "kernel loopback, same transfer", "lo-ns/op", "≥ 0.5× loopback", 0.5, "modes")
+	ratio("Bulk TCP through a ClusterIP at MTU 1500, iptables mode, 10 services", "bulk/iptables/10", "x-loopback", "kernel loopback, same transfer", "lo-ns/op", "≥ 0.5× loopback", 0.5, "modes/bulk")
 	if _, ok := med["bulk/iptables/10000"]; ok {
-		ratio("Bulk TCP through a ClusterIP at MTU 1500, iptables mode, 10,000 services", "bulk/iptables/10000", "x-loopback", "kernel loopback, same transfer", "lo-ns/op", "≥ 0.5× loopback", 0.5, "modes")
+		ratio("Bulk TCP through a ClusterIP at MTU 1500, iptables mode, 10,000 services", "bulk/iptables/10000", "x-loopback", "kernel loopback, same transfer", "lo-ns/op", "≥ 0.5× loopback", 0.5, "modes/bulk")
 	}
 
 	// Scale: examples/scale.

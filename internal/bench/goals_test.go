@@ -56,7 +56,7 @@ func TestGoals(t *testing.T) {
 	}
 	med["scale/50/1000/3000"] = m
 	med["scale/5000/10000/150000"] = map[string]float64{"failed": 1}
-	rows := goals(med, map[string][]string{"sync": {"go test ./proxy/iptables/"}, "scale": {"go run ./examples/scale"}})
+	rows := goals(med, map[string][]string{"sync": {"go test ./proxy/iptables/"}, "modes/probe": {"go test ./proxy/kubeproxy/"}, "scale": {"go run ./examples/scale"}})
 	byGoal := map[string]goalRow{}
 	for _, r := range rows {
 		byGoal[r.Goal] = r
@@ -78,6 +78,11 @@ func TestGoals(t *testing.T) {
 		t.Errorf("full sync anchor %q, command %q", r.Anchor, r.Cmd)
 	}
 	check("Partial sync", "**no**", "26.9 ms")
+	for _, r := range rows {
+		if strings.HasPrefix(r.Goal, "Probes through") && r.Cmd != "`go test ./proxy/kubeproxy/`" {
+			t.Errorf("probe row command %q, want the probe benchmark's alone", r.Cmd)
+		}
+	}
 	check("Probes through the iptables mode, 10 services", "yes", "400k/s")
 	check("Connections through a ClusterIP, iptables mode, 10 services", "–", "not measured")
 	check("DNS: `clusterlab dns serve`, cache on", "–", "not measured")

@@ -119,6 +119,9 @@ func main() {
 	for _, r := range runs {
 		args := []string{"test", r.pkg, "-run", "^$", "-bench", r.re, "-benchtime", fmt.Sprintf("%dx", r.n), "-count", strconv.Itoa(r.count), "-timeout", "60m"}
 		group := map[string]string{"./proxy/kubeproxy/": "modes", "./dns/": "dns", "./proxy/iptables/": "sync"}[r.pkg]
+		if _, kind, ok := strings.Cut(r.re, "kind="); ok {
+			group += "/" + strings.TrimSuffix(kind, "/") // modes/connect
+		}
 		if *short {
 			args = append(args, "-short")
 		}
