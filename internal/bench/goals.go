@@ -126,8 +126,9 @@ func goals(med map[string]map[string]float64, cmds map[string][]string) []goalRo
 
 func printGoals(w io.Writer, rows []goalRow) {
 	fmt.Fprintf(w, "### Goals (issue 24)\n\n| goal | this run | goal | anchor | met | command |\n|---|---|---|---|---|---|\n")
+	esc := strings.NewReplacer("|", `\|`) // a regular expression's | would end the cell
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.Goal, r.Figure, r.Target, r.Anchor, r.Met, r.Cmd)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", r.Goal, r.Figure, r.Target, r.Anchor, r.Met, esc.Replace(r.Cmd))
 	}
 	fmt.Fprintln(w)
 }

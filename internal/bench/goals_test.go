@@ -98,6 +98,11 @@ func TestGoals(t *testing.T) {
 }
 
 func TestShellCmd(t *testing.T) {
+	var out strings.Builder
+	printGoals(&out, []goalRow{{Cmd: "`go test -bench '^B/(a|b)$'`"}})
+	if !strings.Contains(out.String(), `(a\|b)`) {
+		t.Errorf("a | in a command is not escaped in the table:\n%s", out.String())
+	}
 	if got := shellCmd([]string{"go", "test", "-bench", "^B$/x"}); got != "go test -bench '^B$/x'" {
 		t.Errorf("got %s", got)
 	}
