@@ -303,7 +303,7 @@ func TestNFTablesModeOnBothBackends(t *testing.T) {
 			if cmp.Reports[1].Mode != string(kubeproxy.NFTables) {
 				t.Fatalf("kernel run in mode %q", cmp.Reports[1].Mode)
 			}
-			if len(cmp.Differences) > 0 || !cmp.Passed {
+			if !cmp.Passed || len(notRandomDraws(cmp)) > 0 {
 				t.Errorf("nftables mode: the back ends differ:\n%s", cmp.DiffText())
 			}
 		})
@@ -321,7 +321,7 @@ func TestLegacyIPTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmp := runBothWith(t, s, "", kernelrun.Options{Prefix: testPrefix, Backend: kernel.BackendLegacy})
-	if len(cmp.Differences) > 0 || !cmp.Passed {
+	if !cmp.Passed || len(notRandomDraws(cmp)) > 0 {
 		t.Errorf("iptables-legacy: the back ends differ:\n%s", cmp.DiffText())
 	}
 }
@@ -351,7 +351,21 @@ steps:
 		t.Fatal(err)
 	}
 	cmp := runBoth(t, s)
-	if len(cmp.Differences) > 0 || !cmp.Passed {
+	if !cmp.Passed || len(notRandomDraws(cmp)) > 0 {
 		t.Errorf("hairpin: the back ends differ or fail:\n%s", cmp.DiffText())
 	}
+}
+
+// notRandomDraws are the comparison's differences other than "random-draws": with both
+// runs passing, which backends a few attempts happened to reach (the kernel's random
+// draw against the simulation's seeded one) is no disagreement; ten draws over three
+// backends miss one about one run in twenty.
+func notRandomDraws(cmp *scenario.Comparison) []scenario.StepDifference {
+	var out []scenario.StepDifference
+	for _, d := range cmp.Differences {
+		if !strings.HasPrefix(d.ByDesign, "random-draws:") {
+			out = append(out, d)
+		}
+	}
+	return out
 }
