@@ -82,21 +82,7 @@ func genCacheSlices(t *rapid.T, i int) []*discoveryv1.EndpointSlice {
 		sl := mkSlice("ns", fmt.Sprintf("svc%d", i), k, "p80", int32(rapid.SampledFrom([]int{8080, 8081}).Draw(t, "targetPort")), corev1.ProtocolTCP)
 		sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: ptr.To("dns"), Port: ptr.To[int32](5353), Protocol: ptr.To(rapid.SampledFrom([]corev1.Protocol{corev1.ProtocolUDP, corev1.ProtocolTCP}).Draw(t, "dnsProto"))})
 		for range rapid.IntRange(0, 4).Draw(t, "endpoints") {
-			ep := discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.0.%d.%d", i, rapid.IntRange(1, 6).Draw(t, "host"))}}
-			switch rapid.IntRange(0, 2).Draw(t, "node") {
-			case 0:
-				ep.NodeName = ptr.To(testNodeName)
-			case 1:
-				ep.NodeName = ptr.To("other")
-			}
-			switch rapid.IntRange(0, 3).Draw(t, "conditions") {
-			case 1:
-				ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}
-			case 2:
-				ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(true)}
-			case 3:
-				ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false)}
-			}
+			ep := drawEndpoint(t, i)
 			if rapid.Bool().Draw(t, "hints") {
 				ep.Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: rapid.SampledFrom([]string{"zone-a", "zone-b"}).Draw(t, "zone")}}}
 				if rapid.Bool().Draw(t, "nodeHint") {

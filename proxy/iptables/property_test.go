@@ -61,27 +61,33 @@ func genCluster(t *rapid.T) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 			sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: ptr.To("dns"), Port: ptr.To[int32](5353), Protocol: ptr.To(corev1.ProtocolUDP)})
 			nEps := rapid.IntRange(0, 4).Draw(t, "endpoints")
 			for e := 0; e < nEps; e++ {
-				ep := discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.0.%d.%d", i, rapid.IntRange(1, 6).Draw(t, "host"))}}
-				switch rapid.IntRange(0, 2).Draw(t, "node") {
-				case 0:
-					ep.NodeName = ptr.To(testNodeName)
-				case 1:
-					ep.NodeName = ptr.To("other")
-				}
-				switch rapid.IntRange(0, 3).Draw(t, "conditions") {
-				case 1:
-					ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}
-				case 2:
-					ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(true)}
-				case 3:
-					ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false)}
-				}
-				sl.Endpoints = append(sl.Endpoints, ep)
+				sl.Endpoints = append(sl.Endpoints, drawEndpoint(t, i))
 			}
 			slices = append(slices, sl)
 		}
 	}
 	return services, slices
+}
+
+// drawEndpoint draws an endpoint of Service i: one of six addresses, on this node,
+// another or none, ready, serving-terminating, terminating or not ready.
+func drawEndpoint(t *rapid.T, i int) discoveryv1.Endpoint {
+	ep := discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.0.%d.%d", i, rapid.IntRange(1, 6).Draw(t, "host"))}}
+	switch rapid.IntRange(0, 2).Draw(t, "node") {
+	case 0:
+		ep.NodeName = ptr.To(testNodeName)
+	case 1:
+		ep.NodeName = ptr.To("other")
+	}
+	switch rapid.IntRange(0, 3).Draw(t, "conditions") {
+	case 1:
+		ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}
+	case 2:
+		ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(true)}
+	case 3:
+		ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false)}
+	}
+	return ep
 }
 
 // Property: whatever sequence of states a node goes through, partial syncs leave it
