@@ -209,6 +209,14 @@ func (m *ctTable) del4(i int) {
 	}
 }
 
+// clear removes every mapping and keeps the slots (sweepLocked empties a table so, and
+// puts the few survivors back, rather than deleting tuple by tuple).
+func (m *ctTable) clear() {
+	clear(m.slots)
+	m.n4 = 0
+	clear(m.v6)
+}
+
 // release returns an empty table's slots (conntrack -F, or a Delete that emptied it).
 func (m *ctTable) release() {
 	if m.n4 == 0 {
