@@ -8,12 +8,14 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log"
 	"os"
 	"runtime/pprof"
+	"time"
 
 	"github.com/clusterlab/clusterlab/internal/scale"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
@@ -31,6 +33,7 @@ func main() {
 	flag.BoolVar(&cfg.ShareRules, "share", true, "share identical kube-proxy rules between nodes (iptables mode)")
 	flag.BoolVar(&cfg.Serve, "serve", false, "every pod serves TCP 8080 (a whoami server in its netstack)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the build (fill, start) to this file")
+	probeprofile := flag.String("probeprofile", "", "write a CPU profile of the warm probes (both clusters' blocks) to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -43,10 +46,21 @@ func main() {
 		cfg.AfterBuild = func() { pprof.StopCPUProfile(); f.Close() }
 	}
 	cfg.Mode = kubeproxy.Mode(mode)
+	if *probeprofile != "" {
+		f, err := os.Create(*probeprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer f.Close()
+		warmProfile = f
+	}
 	if err := run(os.Stdout, cfg, probes); err != nil {
 		log.Fatal(err)
 	}
 }
+
+// warmProfile, if set, receives a CPU profile of the warm probe blocks.
+var warmProfile io.Writer
 
 func run(w io.Writer, cfg scale.Config, probes int) error {
 	if _, ok := kubeproxy.Lookup(cfg.Mode); !ok {
@@ -64,15 +78,21 @@ func run(w io.Writer, cfg scale.Config, probes int) error {
 	fmt.Fprintf(w, "memory: heap %.1f MiB after GC (%.1f KiB a node), peak RSS %.1f MiB\n",
 		mib(b.HeapAfter), float64(b.HeapAfter)/1024/float64(cfg.Nodes), mib(peak))
 
-	// The same Services in a two-node cluster, probed in alternating blocks.
-	small := cfg
-	small.Nodes, small.Pods = 2, min(cfg.Pods, 2*cfg.Services, 2000)
+	// The same Services in a two-node cluster, probed in alternating blocks: in both,
+	// probes go to the Services that have as many pods as in the large cluster, from a
+	// node none of those pods is on.
+	small, probed := cfg.Twin()
 	s, err := scale.Build(small)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	pl, ps := b.NewProber(1), s.NewProber(1)
+	for _, p := range []*scale.Prober{pl, ps} {
+		p.Services, p.Remote = probed, true
+	}
+	fmt.Fprintf(w, "probes: to the first %d services (%d pods each in both clusters), each from a node without the service's pods\n",
+		probed, small.Pods/max(1, probed))
 	// The first pass: every node compiles what it meets first.
 	coldL, _, err := pl.Rate(probes)
 	if err != nil {
@@ -84,12 +104,26 @@ func run(w io.Writer, cfg scale.Config, probes int) error {
 	}
 	var wl, cl, ws, cs float64
 	const blocks = 4
+	if warmProfile != nil {
+		if err := pprof.StartCPUProfile(warmProfile); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	// The profile's samples carry the label cluster=large or cluster=small
+	// (go tool pprof -tagfocus cluster=large).
+	rate := func(p *scale.Prober, label string) (wall, cpu time.Duration, err error) {
+		pprof.Do(context.Background(), pprof.Labels("cluster", label), func(context.Context) {
+			wall, cpu, err = p.Rate(probes / blocks)
+		})
+		return wall, cpu, err
+	}
 	for i := 0; i < blocks; i++ {
-		a, b, err := pl.Rate(probes / blocks)
+		a, b, err := rate(pl, "large")
 		if err != nil {
 			return err
 		}
-		c, d, err := ps.Rate(probes / blocks)
+		c, d, err := rate(ps, "small")
 		if err != nil {
 			return err
 		}
