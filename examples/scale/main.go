@@ -30,6 +30,7 @@ func main() {
 	flag.IntVar(&cfg.Pods, "pods", 600, "pods, spread evenly over the nodes and the Services")
 	flag.StringVar(&mode, "mode", string(kubeproxy.IPTables), "kube-proxy mode")
 	flag.IntVar(&probes, "probes", 20000, "probes to time in each cluster")
+	flag.IntVar(&within, "within", 0, "also time probes kept within the large cluster's first N nodes (clients and the Services' pods)")
 	flag.BoolVar(&cfg.ShareRules, "share", true, "share identical kube-proxy rules between nodes (iptables mode)")
 	flag.BoolVar(&cfg.Serve, "serve", false, "every pod serves TCP 8080 (a whoami server in its netstack)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the build (fill, start) to this file")
@@ -61,6 +62,10 @@ func main() {
 
 // warmProfile, if set, receives a CPU profile of the warm probe blocks.
 var warmProfile io.Writer
+
+// within, if positive, adds a third prober in the large cluster kept within its first
+// within nodes (scale.Prober.Within).
+var within int
 
 func run(w io.Writer, cfg scale.Config, probes int) error {
 	if _, ok := kubeproxy.Lookup(cfg.Mode); !ok {
@@ -102,7 +107,15 @@ func run(w io.Writer, cfg scale.Config, probes int) error {
 	if err != nil {
 		return err
 	}
-	var wl, cl, ws, cs float64
+	var pw *scale.Prober
+	if within > 0 {
+		pw = b.NewProber(2)
+		pw.Services, pw.Remote, pw.Within = probed, true, within
+		if _, _, err := pw.Rate(probes); err != nil {
+			return err
+		}
+	}
+	var wl, cl, ws, cs, ww, cw float64
 	const blocks = 4
 	if warmProfile != nil {
 		if err := pprof.StartCPUProfile(warmProfile); err != nil {
@@ -128,10 +141,21 @@ func run(w io.Writer, cfg scale.Config, probes int) error {
 			return err
 		}
 		wl, cl, ws, cs = wl+a.Seconds(), cl+b.Seconds(), ws+c.Seconds(), cs+d.Seconds()
+		if pw != nil {
+			e, f, err := rate(pw, "within")
+			if err != nil {
+				return err
+			}
+			ww, cw = ww+e.Seconds(), cw+f.Seconds()
+		}
 	}
 	fmt.Fprintf(w, "probes, first pass: %.0f/s through random nodes, %.0f/s in 2 nodes\n", 1/coldL.Seconds(), 1/coldS.Seconds())
 	fmt.Fprintf(w, "probes, warm: %.0f/s through random nodes, %.0f/s in 2 nodes (%.2f× the wall time, %.2f× the CPU)\n",
 		blocks/wl, blocks/ws, wl/ws, cl/cs)
+	if pw != nil {
+		fmt.Fprintf(w, "probes, warm, within the large cluster's first %d nodes: %.0f/s (%.2f× the 2-node wall time, %.2f× the CPU)\n",
+			within, blocks/ww, ww/ws, cw/cs)
+	}
 	return nil
 }
 

@@ -245,6 +245,14 @@ type Prober struct {
 	// to another node: a 2-node cluster then takes the same path as a large one, where
 	// nearly every random node is remote.
 	Remote bool
+	// Within, if positive, keeps the probes within the first Within nodes: the client's
+	// node and every pod of the Service (a Service with pods elsewhere is not probed).
+	// It measures a large cluster's probe with the working set of a small one: what is
+	// left of the difference is then software that grows with the cluster, not the
+	// caches' misses on many nodes' state.
+	Within int
+
+	within []int // the Services Within allows
 }
 
 // NewProber returns a prober over the built cluster.
@@ -260,13 +268,32 @@ func (p *Prober) pick() (node, svc int) {
 		n = min(n, p.Services)
 	}
 	svc = p.r.IntN(n)
+	nodes := len(b.Clients)
+	if p.Within > 0 {
+		if p.within == nil {
+			for k := range n {
+				if pn := b.PodNodes[k]; len(pn) > 0 && int(pn[len(pn)-1]) < p.Within {
+					p.within = append(p.within, k)
+				}
+			}
+			if len(p.within) == 0 || !slices.ContainsFunc(b.Clients[:min(p.Within, len(b.Clients))], func(c string) bool { return c != "" }) {
+				p.Within, p.within = 0, nil // nothing within: the whole cluster
+				return p.pick()
+			}
+		}
+		svc = p.within[p.r.IntN(len(p.within))]
+		nodes = min(nodes, p.Within)
+	}
 	var avoid []int32
 	if p.Remote && p.remoteExists(svc) {
 		avoid = b.PodNodes[svc]
 	}
-	node = p.r.IntN(len(b.Clients))
+	if p.Within > 0 && p.Remote && len(avoid) >= nodes {
+		avoid = nil // no remote node within
+	}
+	node = p.r.IntN(nodes)
 	for b.Clients[node] == "" || slices.Contains(avoid, int32(node)) { // another
-		node = p.r.IntN(len(b.Clients))
+		node = p.r.IntN(nodes)
 	}
 	return node, svc
 }

@@ -112,3 +112,45 @@ func TestProberRemote(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestProberWithin: a Within prober's clients and the pods of the Services it probes are
+// on the first Within nodes, and a Remote one's client is on none of those pods' nodes.
+func TestProberWithin(t *testing.T) {
+	b, err := Build(Config{Nodes: 6, Services: 12, Pods: 24, Seed: 1, Mode: kubeproxy.IPTables, ShareRules: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p := b.NewProber(1)
+	p.Remote, p.Within = true, 3
+	seen := map[int]bool{}
+	for i := 0; i < 300; i++ {
+		node, svc := p.pick()
+		seen[svc] = true
+		if node >= 3 || b.PodNodes[svc][len(b.PodNodes[svc])-1] >= 3 {
+			t.Fatalf("probe from node %d to service %d (pods on %v): want both within 3 nodes", node, svc, b.PodNodes[svc])
+		}
+		if slices.Contains(b.PodNodes[svc], int32(node)) {
+			t.Fatalf("remote probe from node %d to service %d on %v", node, svc, b.PodNodes[svc])
+		}
+	}
+	// Service k's pods are on node k mod 6: those of 0-2 and 6-8 are within.
+	if len(seen) != 6 {
+		t.Errorf("services probed %v, want the 6 within", seen)
+	}
+	if _, _, err := p.Rate(100); err != nil {
+		t.Error(err)
+	}
+	q := b.NewProber(1)
+	q.Services, q.Within = 1, 6 // service 0 is on node 0: within
+	if _, svc := q.pick(); svc != 0 {
+		t.Errorf("service %d, want 0", svc)
+	}
+	r := b.NewProber(1)
+	r.Within = 1 // only services 0 and 6 are within node 0; from node 0 (not remote)
+	for i := 0; i < 50; i++ {
+		if node, svc := r.pick(); node != 0 || svc%6 != 0 {
+			t.Fatalf("within 1: node %d service %d", node, svc)
+		}
+	}
+}
