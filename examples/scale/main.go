@@ -107,15 +107,21 @@ func run(w io.Writer, cfg scale.Config, probes int) error {
 	if err != nil {
 		return err
 	}
-	var pw *scale.Prober
+	// With -within: a prober kept within the large cluster's first nodes, beside one
+	// in the 2-node cluster to the same Services.
+	var pw, pws *scale.Prober
 	if within > 0 {
 		pw = b.NewProber(2)
 		pw.Services, pw.Remote, pw.Within = probed, true, within
-		if _, _, err := pw.Rate(probes); err != nil {
-			return err
+		pws = s.NewProber(2)
+		pws.Among, pws.Remote = pw.WithinServices(), true
+		for _, p := range []*scale.Prober{pw, pws} {
+			if _, _, err := p.Rate(probes); err != nil {
+				return err
+			}
 		}
 	}
-	var wl, cl, ws, cs, ww, cw float64
+	var wl, cl, ws, cs, ww, cw, wws, cws float64
 	const blocks = 4
 	if warmProfile != nil {
 		if err := pprof.StartCPUProfile(warmProfile); err != nil {
@@ -146,15 +152,19 @@ func run(w io.Writer, cfg scale.Config, probes int) error {
 			if err != nil {
 				return err
 			}
-			ww, cw = ww+e.Seconds(), cw+f.Seconds()
+			g, h, err := rate(pws, "within-small")
+			if err != nil {
+				return err
+			}
+			ww, cw, wws, cws = ww+e.Seconds(), cw+f.Seconds(), wws+g.Seconds(), cws+h.Seconds()
 		}
 	}
 	fmt.Fprintf(w, "probes, first pass: %.0f/s through random nodes, %.0f/s in 2 nodes\n", 1/coldL.Seconds(), 1/coldS.Seconds())
 	fmt.Fprintf(w, "probes, warm: %.0f/s through random nodes, %.0f/s in 2 nodes (%.2f× the wall time, %.2f× the CPU)\n",
 		blocks/wl, blocks/ws, wl/ws, cl/cs)
 	if pw != nil {
-		fmt.Fprintf(w, "probes, warm, within the large cluster's first %d nodes: %.0f/s (%.2f× the 2-node wall time, %.2f× the CPU)\n",
-			within, blocks/ww, ww/ws, cw/cs)
+		fmt.Fprintf(w, "probes, warm, within the large cluster's first %d nodes (%d services): %.0f/s, %.0f/s in 2 nodes to the same services (%.2f× the wall time, %.2f× the CPU)\n",
+			within, len(pw.WithinServices()), blocks/ww, blocks/wws, ww/wws, cw/cws)
 	}
 	return nil
 }

@@ -240,6 +240,9 @@ type Prober struct {
 	n int
 	// Services, if positive, limits the probes to the first Services Services.
 	Services int
+	// Among, if not empty, limits the probes to these Services (indexes); Within
+	// ignores it.
+	Among []int
 	// Remote sends each probe from a node none of the Service's pods is on (where there
 	// is such a node with a client pod), so the probe always crosses the cluster network
 	// to another node: a 2-node cluster then takes the same path as a large one, where
@@ -253,11 +256,22 @@ type Prober struct {
 	Within int
 
 	within []int // the Services Within allows
+	seed   uint64
 }
 
 // NewProber returns a prober over the built cluster.
 func (b *Built) NewProber(seed uint64) *Prober {
-	return &Prober{b: b, r: rand.New(rand.NewPCG(seed, 7))}
+	return &Prober{b: b, r: rand.New(rand.NewPCG(seed, 7)), seed: seed}
+}
+
+// WithinServices returns the indexes of the Services a Within prober probes (nil
+// without Within), ascending.
+func (p *Prober) WithinServices() []int {
+	if p.Within > 0 && p.within == nil {
+		p.pick() // fills p.within
+		p.r = rand.New(rand.NewPCG(p.seed, 7))
+	}
+	return p.within
 }
 
 // pick draws the next probe's client node and Service index.
@@ -268,6 +282,9 @@ func (p *Prober) pick() (node, svc int) {
 		n = min(n, p.Services)
 	}
 	svc = p.r.IntN(n)
+	if len(p.Among) > 0 {
+		svc = p.Among[p.r.IntN(len(p.Among))]
+	}
 	nodes := len(b.Clients)
 	if p.Within > 0 {
 		if p.within == nil {

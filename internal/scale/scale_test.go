@@ -100,6 +100,13 @@ func TestProberRemote(t *testing.T) {
 			t.Errorf("remote %v: %v", remote, err)
 		}
 	}
+	am := b.NewProber(1)
+	am.Among = []int{1, 3}
+	for i := 0; i < 100; i++ {
+		if _, svc := am.pick(); svc != 1 && svc != 3 {
+			t.Fatalf("Among [1 3]: service %d", svc)
+		}
+	}
 	// One node: no remote node exists; the prober uses the one there is.
 	one, err := Build(Config{Nodes: 1, Services: 2, Pods: 2, Seed: 1, Mode: kubeproxy.IPTables})
 	if err != nil {
