@@ -3,8 +3,9 @@
 // -pods 150000 — and prints what it cost: the time to fill the API server, to start every
 // pod and run every node's first full kube-proxy sync, the memory held (live heap after
 // a GC, the process's peak RSS) per node, and the cost of a probe (one TCP SYN from a
-// pod on a random node to a random Service, through that node's kube-proxy rules) beside
-// the same probe in a two-node cluster with the same Services.
+// pod on a random node to a random Service whose pods are on other nodes, through that
+// node's kube-proxy rules) beside the same probe in a two-node cluster with the same
+// Services, as many pods each (scale.Config.Twin).
 package main
 
 import (

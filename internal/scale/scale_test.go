@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 )
@@ -159,5 +160,27 @@ func TestProberWithin(t *testing.T) {
 		if node, svc := r.pick(); node != 0 || svc%6 != 0 {
 			t.Fatalf("within 1: node %d service %d", node, svc)
 		}
+	}
+}
+
+// TestProberAdvance: every expireEvery probes the prober advances the cluster's clock by
+// an hour (conntrack entries expire), and Rate counts that time apart.
+func TestProberAdvance(t *testing.T) {
+	b, err := Build(Config{Nodes: 2, Services: 2, Pods: 2, Seed: 1, Mode: kubeproxy.IPTables, ShareRules: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p := b.NewProber(1)
+	p.expireEvery = 10
+	t0 := b.Clock().Now()
+	if _, _, err := p.Rate(25); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Clock().Now().Sub(t0); got < 2*time.Hour || p.advances != 2 {
+		t.Errorf("after 25 probes: clock moved %v in %d advances, want 2h in 2", got, p.advances)
+	}
+	if p.advWall <= 0 {
+		t.Errorf("advances took %v of wall time, want it counted", p.advWall)
 	}
 }
