@@ -123,7 +123,8 @@ func run(w io.Writer, cfg scale.Config, probes int) error {
 		}
 	}
 	var wl, cl, ws, cs, ww, cw, wws, cws float64
-	const blocks = 4
+	// Many short blocks, so that both clusters see the same load on a shared machine.
+	const blocks = 16
 	if warmProfile != nil {
 		if err := pprof.StartCPUProfile(warmProfile); err != nil {
 			return err
