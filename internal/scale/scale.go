@@ -12,11 +12,13 @@
 package scale
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +47,11 @@ type Config struct {
 	Serve bool
 	// ShareRules shares identical kube-proxy rules between nodes (kubeproxy.Options).
 	ShareRules bool
+	// Served, if positive, makes the pods select only the first Served Services (pod j
+	// carries app=svc-(j mod Served)); the rest have no endpoints. 0 means all Services.
+	// examples/scale's 2-node cluster uses it to give the Services it probes as many
+	// endpoints as the large cluster's, within the pods two nodes hold.
+	Served int
 	// AfterBuild, if set, is called once the cluster is built, before the heap is
 	// measured (examples/scale stops its CPU profile there).
 	AfterBuild func()
@@ -63,6 +70,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("scale: nodes %d: at most 16384 (a /22 of pods each in 10.0.0.0/8)", c.Nodes)
 	case c.Pods > 1000*c.Nodes:
 		return fmt.Errorf("scale: pods %d: at most 1000 a node", c.Pods)
+	case c.Served < 0 || c.Served > c.Services:
+		return fmt.Errorf("scale: served %d: want 0 (all) to services (%d)", c.Served, c.Services)
 	}
 	return nil
 }
@@ -82,6 +91,41 @@ type Built struct {
 	// it), by node index.
 	VIPs    []netip.Addr
 	Clients []string
+	// PodNodes are, by Service index, the indexes of the nodes its pods are bound to
+	// (each node once, ascending); empty for a Service without pods.
+	PodNodes [][]int32
+
+	clientNodes int // nodes with a pod
+}
+
+// served is the number of Services the pods select.
+func (c Config) served() int {
+	if c.Served > 0 {
+		return c.Served
+	}
+	return c.Services
+}
+
+// Twin returns the 2-node configuration examples/scale compares c with, and the number
+// of Services to probe in both: the same Services, each of the first probed ones with as
+// many pods as in c (c.Pods/c.Services; with fewer pods than Services, the first c.Pods
+// Services, one each), within the pods two nodes hold (2,000); the other Services have
+// none in the 2-node cluster.
+func (c Config) Twin() (Config, int) {
+	per, probed := c.Pods/c.Services, c.Services
+	switch {
+	case c.Pods == 0: // no endpoints anywhere
+	case per == 0: // the first Pods Services have one pod each
+		per, probed = 1, min(c.Pods, 2000)
+	default:
+		probed = min(c.Services, 2000/per)
+	}
+	t := c
+	t.Nodes, t.Pods, t.Served = 2, probed*per, probed
+	if t.Pods == 0 {
+		t.Served = 0
+	}
+	return t, probed
 }
 
 // NodeName is node i's name.
@@ -116,9 +160,15 @@ func Build(cfg Config) (*Built, error) {
 	}
 	objs = objs[:0]
 	b.Clients = make([]string, cfg.Nodes)
+	b.PodNodes = make([][]int32, cfg.Services)
+	served := cfg.served()
 	for j := 0; j < cfg.Pods; j++ {
-		k := j % cfg.Services
+		k := j % served
 		node := j % cfg.Nodes
+		if pn := b.PodNodes[k]; !slices.Contains(pn, int32(node)) {
+			b.PodNodes[k] = append(pn, int32(node))
+			slices.Sort(b.PodNodes[k])
+		}
 		key := fmt.Sprintf("ns-%d/pod-%d", k/ServicesPerNamespace, j)
 		opts := []service.Option{service.Labels("app=svc-" + strconv.Itoa(k)), service.OnNode(NodeName(node))}
 		if cfg.Serve {
@@ -127,6 +177,7 @@ func Build(cfg Config) (*Built, error) {
 		objs = append(objs, service.NewPod(key, opts...))
 		if b.Clients[node] == "" {
 			b.Clients[node] = "pod:" + key
+			b.clientNodes++
 		}
 	}
 	if err := applyAll(st, objs); err != nil {
@@ -185,26 +236,102 @@ func applyAll(st *service.Store, objs []k8sruntime.Object) error {
 // Prober sends TCP SYN probes (netsim.ProbePacket) from a client pod on a random node to
 // a random Service, from a fixed seed.
 type Prober struct {
-	b   *Built
-	r   *rand.Rand
-	n   int
-	err error
+	b *Built
+	r *rand.Rand
+	n int
+	// Services, if positive, limits the probes to the first Services Services.
+	Services int
+	// Among, if not empty, limits the probes to these Services (indexes); Within
+	// ignores it.
+	Among []int
+	// Remote sends each probe from a node none of the Service's pods is on (where there
+	// is such a node with a client pod), so the probe always crosses the cluster network
+	// to another node: a 2-node cluster then takes the same path as a large one, where
+	// nearly every random node is remote.
+	Remote bool
+	// Within, if positive, keeps the probes within the first Within nodes: the client's
+	// node and every pod of the Service (a Service with pods elsewhere is not probed).
+	// It measures a large cluster's probe with the working set of a small one: what is
+	// left of the difference is then software that grows with the cluster, not the
+	// caches' misses on many nodes' state.
+	Within int
+
+	within []int // the Services Within allows
+	seed   uint64
+	// advWall and advCPU add up the time the clock's advances took (Probe).
+	advWall, advCPU time.Duration
+	advances        int
+	expireEvery     int // probes between advances; 0: 50,000
 }
 
 // NewProber returns a prober over the built cluster.
 func (b *Built) NewProber(seed uint64) *Prober {
-	return &Prober{b: b, r: rand.New(rand.NewPCG(seed, 7))}
+	return &Prober{b: b, r: rand.New(rand.NewPCG(seed, 7)), seed: seed}
+}
+
+// WithinServices returns the indexes of the Services a Within prober probes (nil
+// without Within), ascending.
+func (p *Prober) WithinServices() []int {
+	if p.Within > 0 && p.within == nil {
+		p.pick() // fills p.within
+		p.r = rand.New(rand.NewPCG(p.seed, 7))
+	}
+	return p.within
+}
+
+// pick draws the next probe's client node and Service index.
+func (p *Prober) pick() (node, svc int) {
+	b := p.b
+	n := len(b.VIPs)
+	if p.Services > 0 {
+		n = min(n, p.Services)
+	}
+	svc = p.r.IntN(n)
+	if len(p.Among) > 0 {
+		svc = p.Among[p.r.IntN(len(p.Among))]
+	}
+	nodes := len(b.Clients)
+	if p.Within > 0 {
+		if p.within == nil {
+			for k := range n {
+				if pn := b.PodNodes[k]; len(pn) > 0 && int(pn[len(pn)-1]) < p.Within {
+					p.within = append(p.within, k)
+				}
+			}
+			if len(p.within) == 0 || !slices.ContainsFunc(b.Clients[:min(p.Within, len(b.Clients))], func(c string) bool { return c != "" }) {
+				p.Within, p.within = 0, nil // nothing within: the whole cluster
+				return p.pick()
+			}
+		}
+		svc = p.within[p.r.IntN(len(p.within))]
+		nodes = min(nodes, p.Within)
+	}
+	var avoid []int32
+	if p.Remote && p.remoteExists(svc) {
+		avoid = b.PodNodes[svc]
+	}
+	if p.Within > 0 && p.Remote && len(avoid) >= nodes {
+		avoid = nil // no remote node within
+	}
+	node = p.r.IntN(nodes)
+	for b.Clients[node] == "" || slices.Contains(avoid, int32(node)) { // another
+		node = p.r.IntN(nodes)
+	}
+	return node, svc
+}
+
+// remoteExists reports whether a node with a client pod holds none of svc's pods (a
+// node with one of its pods has a client pod).
+func (p *Prober) remoteExists(svc int) bool {
+	return len(p.b.PodNodes[svc]) < p.b.clientNodes
 }
 
 // Probe sends one probe and checks that it reached a pod of the Service (delivered, or
 // refused by a pod that does not serve): an error otherwise.
 func (p *Prober) Probe() error {
 	b := p.b
-	node := p.r.IntN(len(b.Clients))
-	for b.Clients[node] == "" { // a node without pods: another
-		node = p.r.IntN(len(b.Clients))
-	}
-	vip := b.VIPs[p.r.IntN(len(b.VIPs))]
+	node, svc := p.pick()
+	vip := b.VIPs[svc]
 	p.n++
 	pr := netsim.Probe{From: b.Clients[node], Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(vip, 80),
 		SrcPort: uint16(1024 + p.n%60000)}
@@ -220,21 +347,31 @@ func (p *Prober) Probe() error {
 	if !ok || r.Addr.Port() != 8080 && r.Result == netsim.ResultDelivered {
 		return fmt.Errorf("scale: probe %s → %s: %v", pr.From, pr.Dst, r)
 	}
-	if p.n%50000 == 0 {
-		b.Clock().Advance(time.Hour) // conntrack entries expire as they would
+	if every := cmp.Or(p.expireEvery, 50000); p.n%every == 0 {
+		// Conntrack entries expire as they would. The hour also fires every node's
+		// timers (kube-proxy's periodic syncs, the kubelet's): work that is not the
+		// probes', which Rate leaves out of its times.
+		c0, t0 := benchutil.CPUTime(), time.Now()
+		b.Clock().Advance(time.Hour)
+		p.advWall, p.advCPU = p.advWall+time.Since(t0), p.advCPU+benchutil.CPUTime()-c0
+		p.advances++
 	}
 	return nil
 }
 
-// Rate sends n probes and returns the wall and CPU time per probe.
+// Rate sends n probes and returns the wall and CPU time per probe, without the clock's
+// advances (see Probe).
 func (p *Prober) Rate(n int) (wall, cpu time.Duration, err error) {
+	aw, ac := p.advWall, p.advCPU
 	c0, t0 := benchutil.CPUTime(), time.Now()
 	for i := 0; i < n; i++ {
 		if err := p.Probe(); err != nil {
 			return 0, 0, err
 		}
 	}
-	return time.Since(t0) / time.Duration(n), (benchutil.CPUTime() - c0) / time.Duration(n), nil
+	wall = time.Since(t0) - (p.advWall - aw)
+	cpu = benchutil.CPUTime() - c0 - (p.advCPU - ac)
+	return wall / time.Duration(n), cpu / time.Duration(n), nil
 }
 
 // RSS returns the process's resident set size and its peak (VmRSS, VmHWM), 0 where
