@@ -2,7 +2,9 @@ package emulator
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -102,6 +104,22 @@ func genCowRestore(t *rapid.T) string {
 				}
 			}
 		}
+		if rapid.IntRange(0, 2).Draw(t, "pad") == 0 {
+			// Many chains, so that the table spans several chunks of its chain list
+			// (chainChunkSize): a run of them declared (created at the end, or
+			// flushed where they are) and some deleted again, which empties,
+			// shrinks and merges chunks in the middle of the list.
+			lo := rapid.IntRange(0, 700).Draw(t, "pad from")
+			hi := lo + rapid.IntRange(1, 600).Draw(t, "pad count")
+			for i := lo; i < hi; i++ {
+				fmt.Fprintf(&b, ":PAD%d - [0:0]\n", i)
+			}
+			if every := rapid.IntRange(0, 4).Draw(t, "pad delete every"); every > 0 {
+				for i := lo + rapid.IntRange(0, every-1).Draw(t, "pad delete first"); i < hi; i += every {
+					fmt.Fprintf(&b, "-X PAD%d\n", i)
+				}
+			}
+		}
 		if table == TableFilter && rapid.IntRange(0, 2).Draw(t, "long") == 0 {
 			// A long chain rewritten whole, as kube-proxy rewrites KUBE-SERVICES:
 			// lines drawn from a few, so that versions share most of them (the
@@ -146,11 +164,15 @@ func TestCopyOnWriteRestoreProperty(t *testing.T) {
 		// share their Spec with the versions before).
 		var versions []*Ruleset
 		var texts []string
+		// lists: each version's chains, per table, in order (Save sorts user chains
+		// by name; the list order is kept too).
+		var lists []map[string][]*Chain
 		for step := range rapid.IntRange(1, 6).Draw(t, "steps") {
 			in := genCowRestore(t)
 			before := e.Ruleset()
 			beforeText := string(before.Save(false))
 			versions, texts = append(versions, before), append(texts, beforeText)
+			lists = append(lists, chainLists(before))
 			err := e.RestoreText([]byte(in), RestoreOptions{NoFlush: true, File: "step"})
 			wrs, werr := Restore(whole, []byte(in), RestoreOptions{NoFlush: true, File: "step", wholeTables: true})
 			if (err == nil) != (werr == nil) {
@@ -164,6 +186,26 @@ func TestCopyOnWriteRestoreProperty(t *testing.T) {
 			for i, v := range versions {
 				if got := string(v.Save(false)); got != texts[i] {
 					t.Fatalf("step %d: the restore changed the version of step %d:\n%s\nwas:\n%s", step, i, got, texts[i])
+				}
+				if got := chainLists(v); !maps.EqualFunc(got, lists[i], slices.Equal) {
+					t.Fatalf("step %d: the restore changed the chain list of the version of step %d", step, i)
+				}
+			}
+			if err == nil {
+				// The incremental version's chain order is the whole-table one's
+				// (creation order, deletions closing up).
+				for name, cs := range chainLists(e.Ruleset()) {
+					var wn []string
+					for _, c := range whole.Table(name).AllChains() {
+						wn = append(wn, c.Name)
+					}
+					var gn []string
+					for _, c := range cs {
+						gn = append(gn, c.Name)
+					}
+					if !slices.Equal(gn, wn) {
+						t.Fatalf("step %d: table %s chain order %v, whole-table %v", step, name, gn, wn)
+					}
 				}
 			}
 			got, want := string(e.Ruleset().Save(false)), string(whole.Save(false))
@@ -198,6 +240,24 @@ func TestCopyOnWriteRestoreProperty(t *testing.T) {
 			}
 		}
 	})
+}
+
+// chainLists returns each table's chains in order, checking that the accessors agree.
+func chainLists(rs *Ruleset) map[string][]*Chain {
+	out := make(map[string][]*Chain)
+	for _, tb := range rs.Tables {
+		cs := tb.Chains()
+		for i, c := range tb.AllChains() {
+			if cs[i] != c || tb.ChainAt(i) != c || tb.Chain(c.Name) != c {
+				panic(fmt.Sprintf("table %s: chain %d (%s): Chains, AllChains, ChainAt and Chain disagree", tb.Name, i, c.Name))
+			}
+		}
+		if len(cs) != tb.NumChains() {
+			panic(fmt.Sprintf("table %s: %d chains, NumChains %d", tb.Name, len(cs), tb.NumChains()))
+		}
+		out[tb.Name] = cs
+	}
+	return out
 }
 
 // TestCopyOnWriteReplacedJumpTarget: a chain a restore does not change is shared with
