@@ -471,3 +471,98 @@ func TestReusedRulesShareSpecs(t *testing.T) {
 		t.Fatalf("renaming back:\n%s", got)
 	}
 }
+
+// TestIncrementalRestoreDropsGoneState: the state beside rules (an xt_recent list, an
+// nfacct object) follows --noflush restores that change one chain at a time, whether
+// the chain that held the rule was made by a restore validated whole or by an
+// incremental one (whose scan gcChanges keeps): a list goes with the last rule that
+// names it, an nfacct object comes with the first.
+func TestIncrementalRestoreDropsGoneState(t *testing.T) {
+	e := New(IPv4)
+	env := NewStaticEnv(1)
+	restore := func(text string) {
+		t.Helper()
+		if err := e.RestoreText([]byte(text), RestoreOptions{NoFlush: true}); err != nil {
+			t.Fatalf("restore: %v\n%s", err, text)
+		}
+	}
+	hit := func() {
+		e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
+	}
+	hasList := func() bool { return slices.Contains(e.RecentLists(), "L") }
+	restore("*nat\n:U - [0:0]\n-A PREROUTING -j U\n-A U -m recent --name L --set\nCOMMIT\n")
+	hit()
+	if !hasList() {
+		t.Fatal("list L not filled by the rule that sets it")
+	}
+	// Incremental: U (made by the restore validated whole) replaced by a version
+	// without the rule.
+	restore("*nat\n:U - [0:0]\n-A U -j RETURN\nCOMMIT\n")
+	if hasList() {
+		t.Fatal("list L kept after an incremental restore replaced the last rule that names it (a chain loaded whole)")
+	}
+	// U replaced by versions with the rule (made incrementally), then by one without.
+	restore("*nat\n:U - [0:0]\n-A U -m recent --name L --set\nCOMMIT\n")
+	hit()
+	restore("*nat\n:U - [0:0]\n-A U -m recent --name L --set\n-A U -j RETURN\nCOMMIT\n")
+	hit()
+	if !hasList() {
+		t.Fatal("list L dropped while a rule still names it")
+	}
+	restore("*nat\n:U - [0:0]\n-A U -j RETURN\nCOMMIT\n")
+	if hasList() {
+		t.Fatal("list L kept after an incremental restore replaced the last rule that names it")
+	}
+	if _, ok := e.Nfacct("A"); ok {
+		t.Fatal("nfacct object A before any rule names it")
+	}
+	restore("*nat\n:U - [0:0]\n-A U -m nfacct --nfacct-name A\nCOMMIT\n")
+	if _, ok := e.Nfacct("A"); !ok {
+		t.Fatal("nfacct object A not created by the incremental restore that names it")
+	}
+	restore("*nat\n:V - [0:0]\n-A V -m recent --name L --set\n-A PREROUTING -j V\nCOMMIT\n")
+	hit()
+	if !hasList() {
+		t.Fatal("list L not filled by the rule of V")
+	}
+	restore("*nat\n-D PREROUTING -j V\n-F V\n-X V\nCOMMIT\n")
+	if hasList() {
+		t.Fatal("list L kept after an incremental restore deleted the chain that named it")
+	}
+}
+
+// TestIncrementalValidationOfReusedRules: a long chain rewritten with the lines of its
+// version before reuses their Specs, whose checks an incremental validation skips
+// only while the hooks that reach the chain are those that reached it: a new jump
+// that brings a hook where a reused rule is invalid fails the restore, as loading the
+// same text whole does.
+func TestIncrementalValidationOfReusedRules(t *testing.T) {
+	var long strings.Builder
+	long.WriteString(":LONG - [0:0]\n")
+	for i := range memoMinRules + 4 {
+		fmt.Fprintf(&long, "-A LONG -p tcp --dport %d -j ACCEPT\n", i+1)
+	}
+	long.WriteString("-A LONG -m addrtype --dst-type LOCAL --limit-iface-in -j RETURN\n")
+	e := New(IPv4)
+	whole := NewRuleset(IPv4)
+	for step, in := range []string{
+		"*filter\n" + long.String() + "-A INPUT -j LONG\nCOMMIT\n",
+		"*filter\n" + long.String() + "COMMIT\n", // the same lines: rules reused, valid
+		"*filter\n" + long.String() + "-A OUTPUT -j LONG\nCOMMIT\n",
+	} {
+		err := e.RestoreText([]byte(in), RestoreOptions{NoFlush: true, File: "step"})
+		wrs, werr := Restore(whole, []byte(in), RestoreOptions{NoFlush: true, File: "step", wholeTables: true})
+		if werr == nil {
+			whole = wrs
+		}
+		if (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) {
+			t.Fatalf("step %d: incremental error %v, whole-table error %v", step, err, werr)
+		}
+		if wantErr := step == 2; (err != nil) != wantErr {
+			t.Fatalf("step %d: error %v, want one: %v", step, err, wantErr)
+		}
+		if got, want := string(e.Ruleset().Save(false)), string(whole.Save(false)); got != want {
+			t.Fatalf("step %d: incremental result\n%s\nwhole-table result\n%s", step, got, want)
+		}
+	}
+}

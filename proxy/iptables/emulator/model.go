@@ -417,6 +417,9 @@ type Chain struct {
 	// only (so far); build follows it when its version before has a src.
 	clean bool
 	build *chainBuild
+	// scan: what the rules hold (chainScanned, chainHasState, chainHasNfacct), set by
+	// gcChanges for the chains a restore made (0: not scanned).
+	scan uint8
 }
 
 // AddrSpec is -s or -d: a prefix, possibly negated. The zero value matches anything.

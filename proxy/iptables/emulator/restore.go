@@ -649,7 +649,22 @@ func (tx *txn) validateChanges(ts *tableState) bool {
 		return true
 	}
 	for _, u := range owned {
-		if !valid(u, u.hooks|add[u]) {
+		m := u.hooks | add[u]
+		if p := base.Chain(u.Name); p != nil && m&^p.hooks == 0 {
+			// A rule over the Spec base's version of the chain has at the same
+			// position (a long chain rewritten with the same lines: memoRules) was
+			// valid for base's hooks, which cover m: only the others are checked.
+			for i, r := range u.Rules {
+				if i < len(p.Rules) && p.Rules[i].Spec == r.Spec {
+					continue
+				}
+				if checkAddrTypeHooks(t, u, r, m) != nil || checkTargetHooks(t, u, r, m) != nil {
+					return false
+				}
+			}
+			continue
+		}
+		if !valid(u, m) {
 			return false
 		}
 	}
