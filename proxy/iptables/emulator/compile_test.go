@@ -35,7 +35,7 @@ func pktAddrs(f Family) []netip.Addr {
 func genPacket(t *rapid.T, f Family, rs *Ruleset) Packet {
 	var addrs []netip.Addr
 	for _, tb := range rs.Tables {
-		for _, c := range tb.Chains {
+		for _, c := range tb.AllChains() {
 			for _, r := range c.Rules {
 				for _, a := range []AddrSpec{r.Src, r.Dst} {
 					if a.IsSet() {

@@ -2,7 +2,9 @@ package emulator
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -102,6 +104,22 @@ func genCowRestore(t *rapid.T) string {
 				}
 			}
 		}
+		if rapid.IntRange(0, 2).Draw(t, "pad") == 0 {
+			// Many chains, so that the table spans several chunks of its chain list
+			// (chainChunkSize): a run of them declared (created at the end, or
+			// flushed where they are) and some deleted again, which empties,
+			// shrinks and merges chunks in the middle of the list.
+			lo := rapid.IntRange(0, 700).Draw(t, "pad from")
+			hi := lo + rapid.IntRange(1, 600).Draw(t, "pad count")
+			for i := lo; i < hi; i++ {
+				fmt.Fprintf(&b, ":PAD%d - [0:0]\n", i)
+			}
+			if every := rapid.IntRange(0, 4).Draw(t, "pad delete every"); every > 0 {
+				for i := lo + rapid.IntRange(0, every-1).Draw(t, "pad delete first"); i < hi; i += every {
+					fmt.Fprintf(&b, "-X PAD%d\n", i)
+				}
+			}
+		}
 		if table == TableFilter && rapid.IntRange(0, 2).Draw(t, "long") == 0 {
 			// A long chain rewritten whole, as kube-proxy rewrites KUBE-SERVICES:
 			// lines drawn from a few, so that versions share most of them (the
@@ -146,11 +164,15 @@ func TestCopyOnWriteRestoreProperty(t *testing.T) {
 		// share their Spec with the versions before).
 		var versions []*Ruleset
 		var texts []string
+		// lists: each version's chains, per table, in order (Save sorts user chains
+		// by name; the list order is kept too).
+		var lists []map[string][]*Chain
 		for step := range rapid.IntRange(1, 6).Draw(t, "steps") {
 			in := genCowRestore(t)
 			before := e.Ruleset()
 			beforeText := string(before.Save(false))
 			versions, texts = append(versions, before), append(texts, beforeText)
+			lists = append(lists, chainLists(before))
 			err := e.RestoreText([]byte(in), RestoreOptions{NoFlush: true, File: "step"})
 			wrs, werr := Restore(whole, []byte(in), RestoreOptions{NoFlush: true, File: "step", wholeTables: true})
 			if (err == nil) != (werr == nil) {
@@ -164,6 +186,26 @@ func TestCopyOnWriteRestoreProperty(t *testing.T) {
 			for i, v := range versions {
 				if got := string(v.Save(false)); got != texts[i] {
 					t.Fatalf("step %d: the restore changed the version of step %d:\n%s\nwas:\n%s", step, i, got, texts[i])
+				}
+				if got := chainLists(v); !maps.EqualFunc(got, lists[i], slices.Equal) {
+					t.Fatalf("step %d: the restore changed the chain list of the version of step %d", step, i)
+				}
+			}
+			if err == nil {
+				// The incremental version's chain order is the whole-table one's
+				// (creation order, deletions closing up).
+				for name, cs := range chainLists(e.Ruleset()) {
+					var wn []string
+					for _, c := range whole.Table(name).AllChains() {
+						wn = append(wn, c.Name)
+					}
+					var gn []string
+					for _, c := range cs {
+						gn = append(gn, c.Name)
+					}
+					if !slices.Equal(gn, wn) {
+						t.Fatalf("step %d: table %s chain order %v, whole-table %v", step, name, gn, wn)
+					}
 				}
 			}
 			got, want := string(e.Ruleset().Save(false)), string(whole.Save(false))
@@ -198,6 +240,24 @@ func TestCopyOnWriteRestoreProperty(t *testing.T) {
 			}
 		}
 	})
+}
+
+// chainLists returns each table's chains in order, checking that the accessors agree.
+func chainLists(rs *Ruleset) map[string][]*Chain {
+	out := make(map[string][]*Chain)
+	for _, tb := range rs.Tables {
+		cs := tb.Chains()
+		for i, c := range tb.AllChains() {
+			if cs[i] != c || tb.ChainAt(i) != c || tb.Chain(c.Name) != c {
+				panic(fmt.Sprintf("table %s: chain %d (%s): Chains, AllChains, ChainAt and Chain disagree", tb.Name, i, c.Name))
+			}
+		}
+		if len(cs) != tb.NumChains() {
+			panic(fmt.Sprintf("table %s: %d chains, NumChains %d", tb.Name, len(cs), tb.NumChains()))
+		}
+		out[tb.Name] = cs
+	}
+	return out
 }
 
 // TestCopyOnWriteReplacedJumpTarget: a chain a restore does not change is shared with
@@ -409,5 +469,100 @@ func TestReusedRulesShareSpecs(t *testing.T) {
 	}
 	if got := string(versions[3].Save(false)); strings.Contains(got, "W1") || !strings.Contains(got, "--dport 99 -j U1\n") {
 		t.Fatalf("renaming back:\n%s", got)
+	}
+}
+
+// TestIncrementalRestoreDropsGoneState: the state beside rules (an xt_recent list, an
+// nfacct object) follows --noflush restores that change one chain at a time, whether
+// the chain that held the rule was made by a restore validated whole or by an
+// incremental one (whose scan gcChanges keeps): a list goes with the last rule that
+// names it, an nfacct object comes with the first.
+func TestIncrementalRestoreDropsGoneState(t *testing.T) {
+	e := New(IPv4)
+	env := NewStaticEnv(1)
+	restore := func(text string) {
+		t.Helper()
+		if err := e.RestoreText([]byte(text), RestoreOptions{NoFlush: true}); err != nil {
+			t.Fatalf("restore: %v\n%s", err, text)
+		}
+	}
+	hit := func() {
+		e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
+	}
+	hasList := func() bool { return slices.Contains(e.RecentLists(), "L") }
+	restore("*nat\n:U - [0:0]\n-A PREROUTING -j U\n-A U -m recent --name L --set\nCOMMIT\n")
+	hit()
+	if !hasList() {
+		t.Fatal("list L not filled by the rule that sets it")
+	}
+	// Incremental: U (made by the restore validated whole) replaced by a version
+	// without the rule.
+	restore("*nat\n:U - [0:0]\n-A U -j RETURN\nCOMMIT\n")
+	if hasList() {
+		t.Fatal("list L kept after an incremental restore replaced the last rule that names it (a chain loaded whole)")
+	}
+	// U replaced by versions with the rule (made incrementally), then by one without.
+	restore("*nat\n:U - [0:0]\n-A U -m recent --name L --set\nCOMMIT\n")
+	hit()
+	restore("*nat\n:U - [0:0]\n-A U -m recent --name L --set\n-A U -j RETURN\nCOMMIT\n")
+	hit()
+	if !hasList() {
+		t.Fatal("list L dropped while a rule still names it")
+	}
+	restore("*nat\n:U - [0:0]\n-A U -j RETURN\nCOMMIT\n")
+	if hasList() {
+		t.Fatal("list L kept after an incremental restore replaced the last rule that names it")
+	}
+	if _, ok := e.Nfacct("A"); ok {
+		t.Fatal("nfacct object A before any rule names it")
+	}
+	restore("*nat\n:U - [0:0]\n-A U -m nfacct --nfacct-name A\nCOMMIT\n")
+	if _, ok := e.Nfacct("A"); !ok {
+		t.Fatal("nfacct object A not created by the incremental restore that names it")
+	}
+	restore("*nat\n:V - [0:0]\n-A V -m recent --name L --set\n-A PREROUTING -j V\nCOMMIT\n")
+	hit()
+	if !hasList() {
+		t.Fatal("list L not filled by the rule of V")
+	}
+	restore("*nat\n-D PREROUTING -j V\n-F V\n-X V\nCOMMIT\n")
+	if hasList() {
+		t.Fatal("list L kept after an incremental restore deleted the chain that named it")
+	}
+}
+
+// TestIncrementalValidationOfReusedRules: a long chain rewritten with the lines of its
+// version before reuses their Specs, whose checks an incremental validation skips
+// only while the hooks that reach the chain are those that reached it: a new jump
+// that brings a hook where a reused rule is invalid fails the restore, as loading the
+// same text whole does.
+func TestIncrementalValidationOfReusedRules(t *testing.T) {
+	var long strings.Builder
+	long.WriteString(":LONG - [0:0]\n")
+	for i := range memoMinRules + 4 {
+		fmt.Fprintf(&long, "-A LONG -p tcp --dport %d -j ACCEPT\n", i+1)
+	}
+	long.WriteString("-A LONG -m addrtype --dst-type LOCAL --limit-iface-in -j RETURN\n")
+	e := New(IPv4)
+	whole := NewRuleset(IPv4)
+	for step, in := range []string{
+		"*filter\n" + long.String() + "-A INPUT -j LONG\nCOMMIT\n",
+		"*filter\n" + long.String() + "COMMIT\n", // the same lines: rules reused, valid
+		"*filter\n" + long.String() + "-A OUTPUT -j LONG\nCOMMIT\n",
+	} {
+		err := e.RestoreText([]byte(in), RestoreOptions{NoFlush: true, File: "step"})
+		wrs, werr := Restore(whole, []byte(in), RestoreOptions{NoFlush: true, File: "step", wholeTables: true})
+		if werr == nil {
+			whole = wrs
+		}
+		if (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) {
+			t.Fatalf("step %d: incremental error %v, whole-table error %v", step, err, werr)
+		}
+		if wantErr := step == 2; (err != nil) != wantErr {
+			t.Fatalf("step %d: error %v, want one: %v", step, err, wantErr)
+		}
+		if got, want := string(e.Ruleset().Save(false)), string(whole.Save(false)); got != want {
+			t.Fatalf("step %d: incremental result\n%s\nwhole-table result\n%s", step, got, want)
+		}
 	}
 }

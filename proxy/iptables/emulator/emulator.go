@@ -190,23 +190,30 @@ func (e *Emulator) gcChanges(tx *txn) bool {
 			}
 		}
 	}
-	for _, cs := range [][]*Chain{tx.gone, made} {
-		for _, c := range cs {
-			for _, r := range c.Rules {
-				for _, m := range r.Matches {
-					switch m := m.(type) {
-					case *RecentMatch:
-						return false
-					case *StatisticMatch:
-						if m.Nth {
-							return false
-						}
-					}
-				}
-			}
+	// A chain this restore made is scanned once, and keeps what it holds
+	// (Chain.scan): when a later restore replaces it (kube-proxy's KUBE-SERVICES,
+	// rewritten on every sync), it is not scanned again.
+	for _, c := range made {
+		c.scan = scanChain(c)
+	}
+	for _, c := range tx.gone {
+		f := c.scan
+		if f == 0 {
+			f = scanChain(c) // made by a restore validated whole (gc swept after it)
+		}
+		if f&chainHasState != 0 {
+			return false
 		}
 	}
 	for _, c := range made {
+		if c.scan&chainHasState != 0 {
+			return false
+		}
+	}
+	for _, c := range made {
+		if c.scan&chainHasNfacct == 0 {
+			continue
+		}
 		for _, r := range c.Rules {
 			for _, m := range r.Matches {
 				if m, ok := m.(*NfacctMatch); ok && e.st.nfacct[m.Name] == nil {
@@ -216,6 +223,33 @@ func (e *Emulator) gcChanges(tx *txn) bool {
 		}
 	}
 	return true
+}
+
+// Bits of Chain.scan.
+const (
+	chainScanned   = 1 << iota
+	chainHasState  // a rule with state beside it: an xt_recent list, an nth counter
+	chainHasNfacct // a rule with an nfacct match
+)
+
+// scanChain returns what c's rules hold, as Chain.scan bits.
+func scanChain(c *Chain) uint8 {
+	f := uint8(chainScanned)
+	for _, r := range c.Rules {
+		for _, m := range r.Matches {
+			switch m := m.(type) {
+			case *RecentMatch:
+				f |= chainHasState
+			case *StatisticMatch:
+				if m.Nth {
+					f |= chainHasState
+				}
+			case *NfacctMatch:
+				f |= chainHasNfacct
+			}
+		}
+	}
+	return f
 }
 
 // gc drops the state of rules that are gone: xt_recent lists no rule names any more

@@ -455,10 +455,10 @@ func (f *frame) next() (int, bool) {
 
 const maxDepth = 256
 
-// builtin returns a table's built-in chain for a hook (they come first in Chains).
+// builtin returns a table's built-in chain for a hook (they come first).
 func (t *Table) builtin(h netfilter.Hook) *Chain {
 	name := h.String()
-	for _, c := range t.Chains {
+	for _, c := range t.AllChains() {
 		if !c.Builtin {
 			break
 		}

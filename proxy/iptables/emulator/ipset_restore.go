@@ -56,7 +56,7 @@ func (e *Emulator) IPSets() *IPSets {
 // setInUse reports whether a rule names the set in a set match.
 func (rs *Ruleset) setInUse(name string) bool {
 	for _, t := range rs.Tables {
-		for _, c := range t.Chains {
+		for _, c := range t.AllChains() {
 			for _, r := range c.Rules {
 				for _, m := range r.Matches {
 					if sm, ok := m.(*SetMatch); ok && sm.Name == name {

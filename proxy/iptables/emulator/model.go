@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -82,7 +83,7 @@ func (rs *Ruleset) stateRefsOf() *stateRefs {
 	rs.stateOnce.Do(func() {
 		r := &stateRefs{}
 		for _, t := range rs.Tables {
-			for _, c := range t.Chains {
+			for _, c := range t.AllChains() {
 				for _, rl := range c.Rules {
 					for _, m := range rl.Matches {
 						switch m := m.(type) {
@@ -129,7 +130,7 @@ func (rs *Ruleset) Chain(table, chain string) *Chain {
 func (rs *Ruleset) Rules() int {
 	n := 0
 	for _, t := range rs.Tables {
-		for _, c := range t.Chains {
+		for _, c := range t.AllChains() {
 			n += len(c.Rules)
 		}
 	}
@@ -139,21 +140,24 @@ func (rs *Ruleset) Rules() int {
 // Table is one iptables table: its built-in chains first (in hook order), then the
 // user-defined chains.
 //
+// The chains are read through NumChains, ChainAt, AllChains (an iterator, the cheap
+// way to visit them all), Chains (a new slice) and Chain (by name); AddChain adds one.
+//
 // A --noflush restore gives a table a new version that shares with the old one every
 // chain it does not change (copy on write): the chain index is layered (this version's
-// entries over a map shared with earlier versions), the chain list is copied only
-// when it changes, and counts and hook masks the validation keeps are carried over.
+// entries over a map shared with earlier versions), the chain list is kept in chunks
+// of 256 chains of which a version copies only those it changes (and the list of
+// chunks), and counts and hook masks the validation keeps are carried over.
 // A table a restore took as its base must not be changed afterwards.
 type Table struct {
-	Name   string
-	Chains []*Chain
+	Name string
+	// chains in order: built-in chains first, then user chains in creation order.
+	chains chainList
 	// byName is this version's chain index over base (a nil value: deleted here);
 	// the whole index when base is nil.
 	byName map[string]*Chain
 	// base is an index shared with the versions this one derives from; never written.
 	base map[string]*Chain
-	// ownChains: Chains is this version's own slice (not shared with another).
-	ownChains bool
 	// refs counts the jumps to each chain, nil until a restore needed it (to delete a
 	// chain); versions derived from this one keep it up to date.
 	refs *refIndex
@@ -178,14 +182,33 @@ func NewTable(name string) (*Table, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown table %q (want raw, mangle, nat, filter or security)", name)
 	}
-	t := &Table{Name: name, byName: make(map[string]*Chain), ownChains: true}
+	t := &Table{Name: name, byName: make(map[string]*Chain), chains: newChainList()}
 	for _, h := range def.hooks {
 		c := &Chain{Name: h.String(), Builtin: true, Policy: "ACCEPT"}
-		t.Chains = append(t.Chains, c)
+		t.chains.append(c)
 		t.byName[c.Name] = c
 	}
 	return t, nil
 }
+
+// NumChains returns the number of chains in the table.
+func (t *Table) NumChains() int { return t.chains.len() }
+
+// ChainAt returns the chain at position i (0 <= i < NumChains): built-in chains come
+// first, in hook order, then user chains in the order they were created. It panics
+// when i is out of range.
+func (t *Table) ChainAt(i int) *Chain { return t.chains.at(i) }
+
+// AllChains yields each chain of the table with its position, in ChainAt's order:
+//
+//	for i, c := range t.AllChains() { ... }
+//
+// It reads the table in place (no copy); the table must not change during the loop.
+func (t *Table) AllChains() iter.Seq2[int, *Chain] { return t.chains.all() }
+
+// Chains returns the table's chains in a new slice, in ChainAt's order (AllChains
+// visits them without the copy).
+func (t *Table) Chains() []*Chain { return t.chains.slice() }
 
 // Chain returns the named chain, or nil.
 func (t *Table) Chain(name string) *Chain {
@@ -199,9 +222,9 @@ func (t *Table) Chain(name string) *Chain {
 }
 
 func (t *Table) reindex() {
-	t.byName = make(map[string]*Chain, len(t.Chains))
+	t.byName = make(map[string]*Chain, t.NumChains())
 	t.base = nil
-	for _, c := range t.Chains {
+	for _, c := range t.AllChains() {
 		t.byName[c.Name] = c
 	}
 }
@@ -228,54 +251,42 @@ func (t *Table) reserve(n int) {
 	if n <= len(t.byName) || t.base != nil {
 		return
 	}
-	m := make(map[string]*Chain, n+len(t.Chains))
-	for _, c := range t.Chains {
+	m := make(map[string]*Chain, n+t.NumChains())
+	for _, c := range t.AllChains() {
 		m[c.Name] = c
 	}
 	t.byName = m
 }
 
-// writableChains makes Chains this version's own slice.
-func (t *Table) writableChains() {
-	if !t.ownChains {
-		t.Chains = slices.Clone(t.Chains)
-		t.ownChains = true
-	}
-}
-
-// indexOf returns c's position in Chains, or -1. c.pos is a hint: a chain only moves
-// towards the front (deletions), so the search goes backwards from it first.
+// indexOf returns c's position in the table, or -1. c.pos is a hint: a chain only
+// moves towards the front (deletions), so the search goes backwards from it first.
 func (t *Table) indexOf(c *Chain) int {
-	p := min(int(c.pos), len(t.Chains)-1)
-	for i := p; i >= 0; i-- {
-		if t.Chains[i] == c {
-			c.pos = int32(i)
-			return i
-		}
+	i := t.chains.indexOf(c, int(c.pos))
+	if i >= 0 {
+		c.pos = int32(i)
 	}
-	for i := p + 1; i < len(t.Chains); i++ {
-		if t.Chains[i] == c {
-			c.pos = int32(i)
-			return i
-		}
-	}
-	return -1
+	return i
 }
 
 // replaceChain puts nc where c is (same name).
 func (t *Table) replaceChain(c, nc *Chain) {
-	i := t.indexOf(c)
-	t.writableChains()
-	t.Chains[i] = nc
-	nc.pos = int32(i)
-	t.setIndex(nc.Name, nc)
+	t.setChainAt(t.indexOf(c), nc)
 }
 
-// AddChain adds a user-defined chain (no check that the name is free).
+// setChainAt puts c at position i (in place of a chain of the same name).
+func (t *Table) setChainAt(i int, c *Chain) {
+	t.chains.set(i, c)
+	c.pos = int32(i)
+	t.setIndex(c.Name, c)
+}
+
+// AddChain adds a user-defined chain at the end (no check that the name is free).
 func (t *Table) AddChain(name string) *Chain {
-	c := &Chain{Name: name, pos: int32(len(t.Chains))}
-	t.writableChains()
-	t.Chains = append(t.Chains, c)
+	if t.chains.id == 0 {
+		t.chains = newChainList() // a Table made without NewTable
+	}
+	c := &Chain{Name: name, pos: int32(t.NumChains())}
+	t.chains.append(c)
 	t.setIndex(name, c)
 	return c
 }
@@ -284,8 +295,7 @@ func (t *Table) AddChain(name string) *Chain {
 func (t *Table) removeChain(name string) {
 	if c := t.Chain(name); c != nil {
 		if i := t.indexOf(c); i >= 0 {
-			t.writableChains()
-			t.Chains = slices.Delete(t.Chains, i, i+1)
+			t.chains.delete(i)
 		}
 	}
 	t.setIndex(name, nil)
@@ -297,7 +307,7 @@ func (t *Table) cow() *Table {
 	if t.byName == nil && t.base == nil {
 		t.reindex()
 	}
-	nt := &Table{Name: t.Name, Chains: slices.Clip(t.Chains), refs: t.refs, memo: t.memo, lineage: t.lineage}
+	nt := &Table{Name: t.Name, chains: t.chains.clone(), refs: t.refs, memo: t.memo, lineage: t.lineage}
 	switch {
 	case t.base == nil:
 		nt.base = t.byName
@@ -362,9 +372,9 @@ func (r *refIndex) derive(delta map[string]int32) *refIndex {
 // saveOrder returns the chains as iptables-save lists them: built-in chains in hook order,
 // then user-defined chains sorted by name.
 func (t *Table) saveOrder() []*Chain {
-	out := make([]*Chain, 0, len(t.Chains))
+	out := make([]*Chain, 0, t.NumChains())
 	var user []*Chain
-	for _, c := range t.Chains {
+	for _, c := range t.AllChains() {
 		if c.Builtin {
 			out = append(out, c)
 		} else {
@@ -407,6 +417,9 @@ type Chain struct {
 	// only (so far); build follows it when its version before has a src.
 	clean bool
 	build *chainBuild
+	// scan: what the rules hold (chainScanned, chainHasState, chainHasNfacct), set by
+	// gcChanges for the chains a restore made (0: not scanned).
+	scan uint8
 }
 
 // AddrSpec is -s or -d: a prefix, possibly negated. The zero value matches anything.

@@ -112,7 +112,7 @@ func TestLoadDumps(t *testing.T) {
 			}
 			var verbatim []string
 			for _, tb := range rs.Tables {
-				for _, c := range tb.Chains {
+				for _, c := range tb.AllChains() {
 					for _, r := range c.Rules {
 						for _, m := range r.Matches {
 							if _, ok := m.(*UnknownMatch); ok {

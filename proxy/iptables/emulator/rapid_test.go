@@ -447,7 +447,7 @@ func genRulesetWith(f Family, maxRules int, rule func(*rapid.T, Family, chainPla
 				continue
 			}
 			tb, _ := NewTable(name)
-			for _, c := range tb.Chains {
+			for _, c := range tb.AllChains() {
 				c.Policy = rapid.SampledFrom([]string{"ACCEPT", "ACCEPT", "DROP"}).Draw(t, "policy")
 			}
 			var users []string
@@ -459,7 +459,7 @@ func genRulesetWith(f Family, maxRules int, rule func(*rapid.T, Family, chainPla
 			for _, u := range users {
 				tb.AddChain(u)
 			}
-			for _, c := range tb.Chains {
+			for _, c := range tb.AllChains() {
 				plan := chainPlan{table: tb, chain: c}
 				if c.Builtin {
 					plan.users = users
@@ -477,10 +477,23 @@ func genRulesetWith(f Family, maxRules int, rule func(*rapid.T, Family, chainPla
 	})
 }
 
+// tableModel is what modelCmp compares of a Table.
+type tableModel struct {
+	Name   string
+	Chains []*Chain
+}
+
 var modelCmp = []cmp.Option{
 	cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
 	cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
 	cmpopts.IgnoreFields(Rule{}, "File", "Line"),
+	// A table's chains are unexported (chainList): compare them through Chains.
+	cmp.Transformer("Table", func(t *Table) *tableModel {
+		if t == nil {
+			return nil
+		}
+		return &tableModel{Name: t.Name, Chains: t.Chains()}
+	}),
 	cmpopts.IgnoreUnexported(Ruleset{}, Table{}, Chain{}, UnknownMatch{}, TCPMatch{}, ICMPMatch{}, StatisticMatch{}, RecentMatch{}, MarkTarget{},
 		ConnmarkTarget{}, NATTarget{}),
 }

@@ -256,7 +256,7 @@ func (ts *tableState) countRefs() {
 // countJumps counts the jumps to each chain of t.
 func countJumps[N int | int32](t *Table) map[string]N {
 	refs := make(map[string]N)
-	for _, c := range t.Chains {
+	for _, c := range t.AllChains() {
 		for _, r := range c.Rules {
 			if j, ok := r.Target.(*JumpTarget); ok {
 				refs[j.Chain]++
@@ -490,7 +490,7 @@ func (tx *txn) run(text string) error {
 		}
 		// A restore that made most of a large table (a first sync into the few
 		// chains that exist) validates it whole: cheaper than following changes.
-		if ts.incremental() && (len(t.Chains) < 1024 || 4*len(ts.owned) <= len(t.Chains)) && tx.validateChanges(ts) {
+		if ts.incremental() && (t.NumChains() < 1024 || 4*len(ts.owned) <= t.NumChains()) && tx.validateChanges(ts) {
 			t.refs = nil
 			if ts.base.refs != nil || ts.delta != nil {
 				ts.startDelta()
@@ -529,7 +529,7 @@ func (tx *txn) commit() {
 			continue
 		}
 		t := ts.t
-		if ts.prev == ts.base && ts.incremental() && len(ts.owned)+len(ts.deleted) < len(ts.prev.Chains) {
+		if ts.prev == ts.base && ts.incremental() && len(ts.owned)+len(ts.deleted) < ts.prev.NumChains() {
 			for _, name := range ts.touched() {
 				if c := ts.prev.Chain(name); c != nil && t.Chain(name) != c {
 					tx.gone = append(tx.gone, c)
@@ -537,7 +537,7 @@ func (tx *txn) commit() {
 			}
 			continue
 		}
-		for _, c := range ts.prev.Chains {
+		for _, c := range ts.prev.AllChains() {
 			if t.Chain(c.Name) != c {
 				tx.gone = append(tx.gone, c)
 			}
@@ -649,7 +649,22 @@ func (tx *txn) validateChanges(ts *tableState) bool {
 		return true
 	}
 	for _, u := range owned {
-		if !valid(u, u.hooks|add[u]) {
+		m := u.hooks | add[u]
+		if p := base.Chain(u.Name); p != nil && m&^p.hooks == 0 {
+			// A rule over the Spec base's version of the chain has at the same
+			// position (a long chain rewritten with the same lines: memoRules) was
+			// valid for base's hooks, which cover m: only the others are checked.
+			for i, r := range u.Rules {
+				if i < len(p.Rules) && p.Rules[i].Spec == r.Spec {
+					continue
+				}
+				if checkAddrTypeHooks(t, u, r, m) != nil || checkTargetHooks(t, u, r, m) != nil {
+					return false
+				}
+			}
+			continue
+		}
+		if !valid(u, m) {
 			return false
 		}
 	}
@@ -747,16 +762,14 @@ func (tx *txn) dropRule(t *Table, err error) bool {
 	if !errors.As(err, &pe) || pe.Line == 0 {
 		return false
 	}
-	for ci, c := range t.Chains {
+	for ci, c := range t.AllChains() {
 		for ri, r := range c.Rules {
 			if r.File != pe.File || r.Line != pe.Line {
 				continue
 			}
 			nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters,
 				Rules: append(slices.Clone(c.Rules[:ri]), c.Rules[ri+1:]...), hooks: c.hooks, txn: c.txn}
-			t.writableChains()
-			t.Chains[ci], nc.pos = nc, int32(ci)
-			t.setIndex(nc.Name, nc)
+			t.setChainAt(ci, nc)
 			if j, ok := r.Target.(*JumpTarget); ok && tx.tables[t.Name] != nil {
 				tx.tables[t.Name].addRef(j.Chain, -1)
 			}
@@ -786,12 +799,12 @@ func (tx *txn) tableLine(name string) error {
 			}
 		} else {
 			t, _ = NewTable(name)
-			for _, c := range t.Chains {
+			for _, c := range t.AllChains() {
 				tx.own(c)
 			}
 			// Size the chain index for the chains the input declares when they
 			// outnumber the table's (a first load).
-			if n := tx.declaredChains(); n > len(t.Chains) {
+			if n := tx.declaredChains(); n > t.NumChains() {
 				t.reserve(n)
 			}
 		}
@@ -1298,7 +1311,7 @@ func (tx *txn) newChainCommand(cmd string, args []token) error {
 // deleteChainCommand applies -X [CHAIN]: without a chain, every user chain of the table.
 func (tx *txn) deleteChainCommand(cmd string, args []token) error {
 	if len(args) == 0 {
-		for _, c := range slices.Clone(tx.cur.t.Chains) {
+		for _, c := range tx.cur.t.Chains() {
 			if !c.Builtin {
 				if err := tx.deleteChain(c, cmd); err != nil {
 					return err
@@ -1317,7 +1330,7 @@ func (tx *txn) deleteChainCommand(cmd string, args []token) error {
 // flushCommand applies -F [CHAIN]: without a chain, every chain of the table.
 func (tx *txn) flushCommand(cmd string, args []token) error {
 	if len(args) == 0 {
-		for _, c := range slices.Clone(tx.cur.t.Chains) {
+		for _, c := range tx.cur.t.Chains() {
 			tx.flush(c)
 		}
 		return nil
@@ -1333,7 +1346,7 @@ func (tx *txn) flushCommand(cmd string, args []token) error {
 // zeroCommand applies -Z [CHAIN]: the counters of the chain (or of every chain of the
 // table) and of its rules are zeroed.
 func (tx *txn) zeroCommand(cmd string, args []token) error {
-	chains := slices.Clone(tx.cur.t.Chains)
+	chains := tx.cur.t.Chains()
 	if len(args) > 0 {
 		c, err := tx.chain(args[0].val, cmd)
 		if err != nil {
@@ -1463,7 +1476,7 @@ func (tx *txn) rename(from, to, cmd string) error {
 	tx.cur.deleted = append(tx.cur.deleted, from)
 	tx.cur.refs[to] = tx.cur.refs[from]
 	delete(tx.cur.refs, from)
-	for _, ch := range slices.Clone(t.Chains) {
+	for _, ch := range t.Chains() {
 		for i, r := range ch.Rules {
 			if j, ok := r.Target.(*JumpTarget); ok && j.Chain == from {
 				ch = tx.rules(ch)
@@ -1487,11 +1500,11 @@ func (tx *txn) validate(t *Table) error {
 		grey
 		black
 	)
-	color := make([]uint8, len(t.Chains))
-	order := make([]int32, 0, len(t.Chains)) // post-order
+	color := make([]uint8, t.NumChains())
+	order := make([]int32, 0, t.NumChains()) // post-order
 	type frame struct{ c, i int32 }
 	var stack []frame
-	for s := range t.Chains {
+	for s := range t.NumChains() {
 		if color[s] != white {
 			continue
 		}
@@ -1523,8 +1536,8 @@ func (tx *txn) validate(t *Table) error {
 		}
 	}
 	// Propagate hook masks from the built-in chains, callers before callees.
-	mask := make([]uint8, len(t.Chains))
-	for i, c := range t.Chains {
+	mask := make([]uint8, t.NumChains())
+	for i, c := range t.AllChains() {
 		if c.Builtin {
 			h, _ := netfilter.ParseHook(c.Name)
 			mask[i] |= 1 << h
@@ -1537,7 +1550,7 @@ func (tx *txn) validate(t *Table) error {
 			mask[d] |= m
 		}
 	}
-	for i, c := range t.Chains {
+	for i, c := range t.AllChains() {
 		m := mask[i]
 		if m == 0 {
 			continue
@@ -1553,7 +1566,7 @@ func (tx *txn) validate(t *Table) error {
 	}
 	// Valid: each chain's hooks are those that reach it here (what an incremental
 	// validation of the next version starts from).
-	for i, c := range t.Chains {
+	for i, c := range t.AllChains() {
 		c.hooks = mask[i]
 	}
 	return nil
@@ -1589,7 +1602,7 @@ func checkTargetHooks(t *Table, c *Chain, r *Rule, m uint8) error {
 }
 
 // jumpGraph is a table's jumps with their targets resolved to chain positions (in
-// t.Chains): chain i's jump rules, in rule order, are rule[start[i]:start[i+1]] and
+// the table, as ChainAt numbers them): chain i's jump rules, in rule order, are rule[start[i]:start[i+1]] and
 // their targets dst[...] (-1 for a chain that does not exist).
 type jumpGraph struct {
 	start []int32
@@ -1601,7 +1614,7 @@ type jumpGraph struct {
 // on positions, without maps keyed by chain).
 func resolveJumps(t *Table) jumpGraph {
 	n := 0
-	for i, c := range t.Chains {
+	for i, c := range t.AllChains() {
 		c.pos = int32(i)
 		for _, r := range c.Rules {
 			if _, ok := r.Target.(*JumpTarget); ok {
@@ -1609,8 +1622,8 @@ func resolveJumps(t *Table) jumpGraph {
 			}
 		}
 	}
-	g := jumpGraph{start: make([]int32, len(t.Chains)+1), dst: make([]int32, 0, n), rule: make([]*Rule, 0, n)}
-	for i, c := range t.Chains {
+	g := jumpGraph{start: make([]int32, t.NumChains()+1), dst: make([]int32, 0, n), rule: make([]*Rule, 0, n)}
+	for i, c := range t.AllChains() {
 		g.start[i] = int32(len(g.dst))
 		for _, r := range c.Rules {
 			j, ok := r.Target.(*JumpTarget)
@@ -1625,7 +1638,7 @@ func resolveJumps(t *Table) jumpGraph {
 			g.rule = append(g.rule, r)
 		}
 	}
-	g.start[len(t.Chains)] = int32(len(g.dst))
+	g.start[t.NumChains()] = int32(len(g.dst))
 	return g
 }
 
@@ -1666,7 +1679,7 @@ func checkAddrTypeHooks(t *Table, c *Chain, r *Rule, hooks uint8) error {
 func (rs *Ruleset) Save(counters bool, tables ...string) []byte {
 	n := 0
 	for _, t := range rs.Tables {
-		for _, c := range t.Chains {
+		for _, c := range t.AllChains() {
 			n += 32 + 160*len(c.Rules)
 		}
 	}
