@@ -1217,7 +1217,7 @@ func (tx *txn) specRules(c *Chain, args []token, ctr *Counters) ([]*Rule, error)
 	if spec.counters != nil {
 		ctr = spec.counters
 	}
-	rules := spec.expand()
+	rules := spec.expand(tx.sp.one[:0])
 	for _, r := range rules {
 		if err := tx.checkRule(c, r); err != nil {
 			return nil, err

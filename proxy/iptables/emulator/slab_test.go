@@ -1,0 +1,71 @@
+package emulator
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// TestParsedRulesShareNoStorage checks that the rules one restore parses, carved from
+// the parser's slabs (specParser.newRule, newMatches, newJump), share no storage:
+// appending a match to every rule's match list, in load order, and changing every
+// jump's chain leaves every other rule as it was. Enough rules to cross several chunks,
+// with 0 to 3 -m options each and implicit protocol matches (which grow a list past the
+// room counted for it).
+func TestParsedRulesShareNoStorage(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*filter\n:A - [0:0]\n:B - [0:0]\n")
+	const n = 5000
+	for i := range n {
+		fmt.Fprintf(&b, "-A A")
+		switch i % 5 {
+		case 1:
+			fmt.Fprintf(&b, " -m comment --comment \"r%d\"", i)
+		case 2:
+			fmt.Fprintf(&b, " -m comment --comment \"r%d\" -m mark --mark 0x%x", i, i)
+		case 3:
+			fmt.Fprintf(&b, " -m comment --comment \"r%d\" -m tcp -p tcp --dport %d -m mark --mark 0x%x", i, i%65535+1, i)
+		case 4:
+			fmt.Fprintf(&b, " -p udp --dport %d", i%65535+1) // implicit -m udp
+		}
+		if i%2 == 0 {
+			fmt.Fprintf(&b, " -j B\n")
+		} else {
+			fmt.Fprintf(&b, " -s 10.%d.%d.0/24 -j ACCEPT\n", i/256%256, i%256)
+		}
+	}
+	b.WriteString("COMMIT\n")
+	rs, err := Restore(NewRuleset(IPv4), []byte(b.String()), RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := rs.Table("filter").Chain("A").Rules
+	if len(rules) != n {
+		t.Fatalf("loaded %d rules, want %d", len(rules), n)
+	}
+	before := make([]string, n)
+	for i, r := range rules {
+		before[i] = r.String()
+	}
+	for _, r := range rules {
+		r.Matches = append(r.Matches, &UnknownMatch{Name: "x"})
+		if j, ok := r.Target.(*JumpTarget); ok {
+			j.Chain = "C"
+		}
+	}
+	for i, r := range rules {
+		want := " " + before[i]
+		if strings.HasSuffix(want, " -j B") {
+			want = strings.TrimSuffix(want, " -j B")
+		} else {
+			want = strings.TrimSuffix(want, " -j ACCEPT")
+		}
+		got := " " + r.String()
+		if !strings.HasPrefix(got, want+" -m x ") || strings.Count(got, " -m x") != 1 {
+			t.Fatalf("rule %d after changing every rule: %q, want %q with one -m x appended", i, got, before[i])
+		}
+		if strings.HasSuffix(" "+before[i], " -j B") != strings.HasSuffix(got, " -j C") {
+			t.Fatalf("rule %d: target %q, was %q", i, got, before[i])
+		}
+	}
+}
