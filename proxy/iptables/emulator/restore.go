@@ -386,7 +386,28 @@ type txn struct {
 	line int
 	sp   specParser
 	toks []token
+	// hit is the chain the last rule line named in table hitT (see ruleChain);
+	// every change to which Chain a name stands for forgets it.
+	hit  *Chain
+	hitT *Table
 }
+
+// ruleChain returns the chain called name in the current table, or nil. Consecutive
+// rule lines mostly name the same chain, and a line looks it up several times (memo,
+// command, after placing the rules): the last chain found is kept, saving lookups in
+// an index of up to 100,000s of chains.
+func (tx *txn) ruleChain(name string) *Chain {
+	t := tx.cur.t
+	if c := tx.hit; c != nil && tx.hitT == t && c.Name == name {
+		return c
+	}
+	c := t.Chain(name)
+	tx.hit, tx.hitT = c, t
+	return c
+}
+
+// forget drops the chain ruleChain keeps (a chain was replaced, removed or renamed).
+func (tx *txn) forget() { tx.hit, tx.hitT = nil, nil }
 
 // txnSeq numbers transactions.
 var txnSeq atomic.Uint64
@@ -757,6 +778,7 @@ func (tx *txn) dropRule(t *Table, err error) bool {
 			t.writableChains()
 			t.Chains[ci], nc.pos = nc, int32(ci)
 			t.setIndex(nc.Name, nc)
+			tx.forget()
 			if j, ok := r.Target.(*JumpTarget); ok && tx.tables[t.Name] != nil {
 				tx.tables[t.Name].addRef(j.Chain, -1)
 			}
@@ -944,6 +966,7 @@ func (tx *txn) mut(c *Chain) *Chain {
 	nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters,
 		Rules: slices.Clone(c.Rules), idx: c.idx, hooks: c.hooks}
 	tx.cur.t.replaceChain(c, nc)
+	tx.forget()
 	tx.own(nc)
 	return nc
 }
@@ -955,6 +978,7 @@ func (tx *txn) mutEmpty(c *Chain) *Chain {
 	}
 	nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters, hooks: c.hooks}
 	tx.cur.t.replaceChain(c, nc)
+	tx.forget()
 	tx.own(nc)
 	return nc
 }
@@ -968,7 +992,7 @@ func (tx *txn) rules(c *Chain) *Chain {
 }
 
 func (tx *txn) chain(name, opt string) (*Chain, error) {
-	c := tx.cur.t.Chain(name)
+	c := tx.ruleChain(name)
 	if c == nil {
 		return nil, &ParseError{File: tx.opts.File, Line: tx.line, Option: opt,
 			Err: fmt.Errorf("%w: %s in table %s", ErrChainNotFound, name, tx.cur.t.Name)}
@@ -1081,7 +1105,7 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters, line string)
 			tx.cur.addRef(j.Chain, 1)
 		}
 	}
-	if c = tx.cur.t.Chain(c.Name); !appending {
+	if c = tx.ruleChain(c.Name); !appending {
 		c.build, c.clean = nil, false
 	} else if c.build != nil {
 		c.build.diverged = true // a line of its own
@@ -1101,7 +1125,7 @@ func (tx *txn) memoLine(line string) bool {
 	if i <= 0 {
 		return false
 	}
-	c := tx.cur.t.Chain(name[:i])
+	c := tx.ruleChain(name[:i])
 	return c != nil && c.build != nil && c.build.memo != nil && tx.memoRules(c, line)
 }
 
@@ -1430,6 +1454,7 @@ func (tx *txn) deleteChain(c *Chain, cmd string) error {
 		return tx.errf(cmd, "%w: %s", ErrChainBusy, c.Name)
 	}
 	tx.cur.t.removeChain(c.Name)
+	tx.forget()
 	tx.cur.deleted = append(tx.cur.deleted, c.Name)
 	if tx.cur.refs != nil {
 		delete(tx.cur.refs, c.Name)
@@ -1458,6 +1483,7 @@ func (tx *txn) rename(from, to, cmd string) error {
 	c = tx.mut(c)
 	c.build, c.clean = nil, false
 	t.setIndex(from, nil)
+	tx.forget()
 	c.Name = to
 	t.setIndex(to, c)
 	tx.cur.deleted = append(tx.cur.deleted, from)

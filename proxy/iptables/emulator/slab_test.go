@@ -69,3 +69,36 @@ func TestParsedRulesShareNoStorage(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleChainCacheFollowsChanges checks the restore's cache of the last chain a rule
+// line named (txn.ruleChain) against chains deleted, recreated, renamed and flushed in
+// the same transaction and in the next one (which copies the chains it changes).
+func TestRuleChainCacheFollowsChanges(t *testing.T) {
+	steps := []struct{ in, want string }{{
+		in: "*filter\n:X - [0:0]\n-A X -j ACCEPT\n-F X\n-X X\n-N X\n-A X -j DROP\n-E X Y\n-N X\n-A X -j RETURN\n-A Y -s 10.0.0.1/32 -j DROP\n-A X -s 10.0.0.2/32 -j ACCEPT\nCOMMIT\n",
+		want: "-A X -j RETURN\n-A X -s 10.0.0.2/32 -j ACCEPT\n-A Y -j DROP\n-A Y -s 10.0.0.1/32 -j DROP\n",
+	}, {
+		in:   "*filter\n-A X -j DROP\n-A X -s 10.0.0.3/32 -j DROP\n-A Y -j ACCEPT\n-D Y 1\n-A Y -j RETURN\n-E Y Z\n-N Y\n-A Y -j DROP\n-A Z -j ACCEPT\nCOMMIT\n",
+		want: "-A X -j RETURN\n-A X -s 10.0.0.2/32 -j ACCEPT\n-A X -j DROP\n-A X -s 10.0.0.3/32 -j DROP\n-A Y -j DROP\n-A Z -s 10.0.0.1/32 -j DROP\n-A Z -j ACCEPT\n-A Z -j RETURN\n-A Z -j ACCEPT\n",
+	}, {
+		in:   "*filter\n-F X\n-A X -j ACCEPT\nCOMMIT\n",
+		want: "-A X -j ACCEPT\n-A Y -j DROP\n-A Z -s 10.0.0.1/32 -j DROP\n-A Z -j ACCEPT\n-A Z -j RETURN\n-A Z -j ACCEPT\n",
+	}}
+	rs := NewRuleset(IPv4)
+	for i, s := range steps {
+		next, err := Restore(rs, []byte(s.in), RestoreOptions{NoFlush: true})
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		rs = next
+		var got strings.Builder
+		for _, line := range strings.Split(string(rs.Save(false, "filter")), "\n") {
+			if strings.HasPrefix(line, "-A ") {
+				got.WriteString(line + "\n")
+			}
+		}
+		if got.String() != s.want {
+			t.Fatalf("step %d: rules\n%s\nwant\n%s", i, got.String(), s.want)
+		}
+	}
+}
