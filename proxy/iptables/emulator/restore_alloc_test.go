@@ -75,7 +75,7 @@ func TestParsedRulesShareNoStorage(t *testing.T) {
 // the same transaction and in the next one (which copies the chains it changes).
 func TestRuleChainCacheFollowsChanges(t *testing.T) {
 	steps := []struct{ in, want string }{{
-		in: "*filter\n:X - [0:0]\n-A X -j ACCEPT\n-F X\n-X X\n-N X\n-A X -j DROP\n-E X Y\n-N X\n-A X -j RETURN\n-A Y -s 10.0.0.1/32 -j DROP\n-A X -s 10.0.0.2/32 -j ACCEPT\nCOMMIT\n",
+		in:   "*filter\n:X - [0:0]\n-A X -j ACCEPT\n-F X\n-X X\n-N X\n-A X -j DROP\n-E X Y\n-N X\n-A X -j RETURN\n-A Y -s 10.0.0.1/32 -j DROP\n-A X -s 10.0.0.2/32 -j ACCEPT\nCOMMIT\n",
 		want: "-A X -j RETURN\n-A X -s 10.0.0.2/32 -j ACCEPT\n-A Y -j DROP\n-A Y -s 10.0.0.1/32 -j DROP\n",
 	}, {
 		in:   "*filter\n-A X -j DROP\n-A X -s 10.0.0.3/32 -j DROP\n-A Y -j ACCEPT\n-D Y 1\n-A Y -j RETURN\n-E Y Z\n-N Y\n-A Y -j DROP\n-A Z -j ACCEPT\nCOMMIT\n",
