@@ -390,6 +390,8 @@ type txn struct {
 	// every change to which Chain a name stands for forgets it.
 	hit  *Chain
 	hitT *Table
+	// jump is the chain the last jump checked went to, in table hitT (see jumpChain).
+	jump *Chain
 }
 
 // ruleChain returns the chain called name in the current table, or nil. Consecutive
@@ -402,12 +404,31 @@ func (tx *txn) ruleChain(name string) *Chain {
 		return c
 	}
 	c := t.Chain(name)
+	if tx.hitT != t {
+		tx.jump = nil
+	}
 	tx.hit, tx.hitT = c, t
 	return c
 }
 
-// forget drops the chain ruleChain keeps (a chain was replaced, removed or renamed).
-func (tx *txn) forget() { tx.hit, tx.hitT = nil, nil }
+// jumpChain is ruleChain for the chain a jump goes to (kube-proxy's rules jump to
+// KUBE-MARK-MASQ again and again).
+func (tx *txn) jumpChain(name string) *Chain {
+	t := tx.cur.t
+	if c := tx.jump; c != nil && tx.hitT == t && c.Name == name {
+		return c
+	}
+	c := t.Chain(name)
+	if tx.hitT != t {
+		tx.hit, tx.hitT = nil, t
+	}
+	tx.jump = c
+	return c
+}
+
+// forget drops the chains ruleChain and jumpChain keep (a chain was replaced, removed
+// or renamed).
+func (tx *txn) forget() { tx.hit, tx.jump, tx.hitT = nil, nil, nil }
 
 // txnSeq numbers transactions.
 var txnSeq atomic.Uint64
@@ -1409,7 +1430,7 @@ func (tx *txn) checkRule(c *Chain, r *Rule) error {
 		if tg.Goto {
 			opt = "-g"
 		}
-		dst := t.Chain(tg.Chain)
+		dst := tx.jumpChain(tg.Chain)
 		if dst == nil {
 			return &ParseError{File: tx.opts.File, Line: tx.line, Option: opt + " " + tg.Chain,
 				Err: fmt.Errorf("jump to missing chain: %w: %s in table %s", ErrChainNotFound, tg.Chain, t.Name)}

@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -100,5 +101,21 @@ func TestRuleChainCacheFollowsChanges(t *testing.T) {
 		if got.String() != s.want {
 			t.Fatalf("step %d: rules\n%s\nwant\n%s", i, got.String(), s.want)
 		}
+	}
+	// A jump to a chain deleted since the last jump to it fails; to one re-created,
+	// it goes to the new chain.
+	if _, err := Restore(rs, []byte("*filter\n-N W\n-A X -j W\n-D X -j W\n-X W\n-A X -j W\nCOMMIT\n"), RestoreOptions{NoFlush: true}); !errors.Is(err, ErrChainNotFound) {
+		t.Fatalf("jump to a deleted chain: %v, want %v", err, ErrChainNotFound)
+	}
+	next, err := Restore(rs, []byte("*filter\n-N W\n-A X -j W\n-D X -j W\n-X W\n-N W\n-A X -j W\n-A W -j DROP\nCOMMIT\n"), RestoreOptions{NoFlush: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x, w := next.Table("filter").Chain("X"), next.Table("filter").Chain("W"); x.Rules[len(x.Rules)-1].Target.(*JumpTarget).Chain != "W" || len(w.Rules) != 1 {
+		t.Fatalf("after re-creating W: X %v, W %v", x.Rules, w.Rules)
+	}
+	out := string(next.Save(false, "filter"))
+	if !strings.Contains(out, "-A X -j W\n") || !strings.Contains(out, "-A W -j DROP\n") {
+		t.Fatalf("after re-creating W:\n%s", out)
 	}
 }
