@@ -386,7 +386,49 @@ type txn struct {
 	line int
 	sp   specParser
 	toks []token
+	// hit is the chain the last rule line named in table hitT (see ruleChain);
+	// every change to which Chain a name stands for forgets it.
+	hit  *Chain
+	hitT *Table
+	// jump is the chain the last jump checked went to, in table hitT (see jumpChain).
+	jump *Chain
 }
+
+// ruleChain returns the chain called name in the current table, or nil. Consecutive
+// rule lines mostly name the same chain, and a line looks it up several times (memo,
+// command, after placing the rules): the last chain found is kept, saving lookups in
+// an index of up to 100,000s of chains.
+func (tx *txn) ruleChain(name string) *Chain {
+	t := tx.cur.t
+	if c := tx.hit; c != nil && tx.hitT == t && c.Name == name {
+		return c
+	}
+	c := t.Chain(name)
+	if tx.hitT != t {
+		tx.jump = nil
+	}
+	tx.hit, tx.hitT = c, t
+	return c
+}
+
+// jumpChain is ruleChain for the chain a jump goes to (kube-proxy's rules jump to
+// KUBE-MARK-MASQ again and again).
+func (tx *txn) jumpChain(name string) *Chain {
+	t := tx.cur.t
+	if c := tx.jump; c != nil && tx.hitT == t && c.Name == name {
+		return c
+	}
+	c := t.Chain(name)
+	if tx.hitT != t {
+		tx.hit, tx.hitT = nil, t
+	}
+	tx.jump = c
+	return c
+}
+
+// forget drops the chains ruleChain and jumpChain keep (a chain was replaced, removed
+// or renamed).
+func (tx *txn) forget() { tx.hit, tx.jump, tx.hitT = nil, nil, nil }
 
 // txnSeq numbers transactions.
 var txnSeq atomic.Uint64
@@ -770,6 +812,7 @@ func (tx *txn) dropRule(t *Table, err error) bool {
 			nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters,
 				Rules: append(slices.Clone(c.Rules[:ri]), c.Rules[ri+1:]...), hooks: c.hooks, txn: c.txn}
 			t.setChainAt(ci, nc)
+			tx.forget()
 			if j, ok := r.Target.(*JumpTarget); ok && tx.tables[t.Name] != nil {
 				tx.tables[t.Name].addRef(j.Chain, -1)
 			}
@@ -957,6 +1000,7 @@ func (tx *txn) mut(c *Chain) *Chain {
 	nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters,
 		Rules: slices.Clone(c.Rules), idx: c.idx, hooks: c.hooks}
 	tx.cur.t.replaceChain(c, nc)
+	tx.forget()
 	tx.own(nc)
 	return nc
 }
@@ -968,6 +1012,7 @@ func (tx *txn) mutEmpty(c *Chain) *Chain {
 	}
 	nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters, hooks: c.hooks}
 	tx.cur.t.replaceChain(c, nc)
+	tx.forget()
 	tx.own(nc)
 	return nc
 }
@@ -981,7 +1026,7 @@ func (tx *txn) rules(c *Chain) *Chain {
 }
 
 func (tx *txn) chain(name, opt string) (*Chain, error) {
-	c := tx.cur.t.Chain(name)
+	c := tx.ruleChain(name)
 	if c == nil {
 		return nil, &ParseError{File: tx.opts.File, Line: tx.line, Option: opt,
 			Err: fmt.Errorf("%w: %s in table %s", ErrChainNotFound, name, tx.cur.t.Name)}
@@ -1094,7 +1139,7 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters, line string)
 			tx.cur.addRef(j.Chain, 1)
 		}
 	}
-	if c = tx.cur.t.Chain(c.Name); !appending {
+	if c = tx.ruleChain(c.Name); !appending {
 		c.build, c.clean = nil, false
 	} else if c.build != nil {
 		c.build.diverged = true // a line of its own
@@ -1114,7 +1159,7 @@ func (tx *txn) memoLine(line string) bool {
 	if i <= 0 {
 		return false
 	}
-	c := tx.cur.t.Chain(name[:i])
+	c := tx.ruleChain(name[:i])
 	return c != nil && c.build != nil && c.build.memo != nil && tx.memoRules(c, line)
 }
 
@@ -1230,7 +1275,7 @@ func (tx *txn) specRules(c *Chain, args []token, ctr *Counters) ([]*Rule, error)
 	if spec.counters != nil {
 		ctr = spec.counters
 	}
-	rules := spec.expand()
+	rules := spec.expand(tx.sp.one[:0])
 	for _, r := range rules {
 		if err := tx.checkRule(c, r); err != nil {
 			return nil, err
@@ -1398,7 +1443,7 @@ func (tx *txn) checkRule(c *Chain, r *Rule) error {
 		if tg.Goto {
 			opt = "-g"
 		}
-		dst := t.Chain(tg.Chain)
+		dst := tx.jumpChain(tg.Chain)
 		if dst == nil {
 			return &ParseError{File: tx.opts.File, Line: tx.line, Option: opt + " " + tg.Chain,
 				Err: fmt.Errorf("jump to missing chain: %w: %s in table %s", ErrChainNotFound, tg.Chain, t.Name)}
@@ -1443,6 +1488,7 @@ func (tx *txn) deleteChain(c *Chain, cmd string) error {
 		return tx.errf(cmd, "%w: %s", ErrChainBusy, c.Name)
 	}
 	tx.cur.t.removeChain(c.Name)
+	tx.forget()
 	tx.cur.deleted = append(tx.cur.deleted, c.Name)
 	if tx.cur.refs != nil {
 		delete(tx.cur.refs, c.Name)
@@ -1471,6 +1517,7 @@ func (tx *txn) rename(from, to, cmd string) error {
 	c = tx.mut(c)
 	c.build, c.clean = nil, false
 	t.setIndex(from, nil)
+	tx.forget()
 	c.Name = to
 	t.setIndex(to, c)
 	tx.cur.deleted = append(tx.cur.deleted, from)

@@ -49,6 +49,82 @@ type specParser struct {
 	family Family
 	rc     ruleCtx
 	owners []owner
+
+	// Slabs the parsed rules are carved from (a full load parses hundreds of thousands
+	// of rules: one allocation per chunk instead of several per rule, and less for the
+	// garbage collector to track). Each rule gets its own elements, never shared; a
+	// chunk lives as long as any rule carved from it. Chunks grow from small (a partial
+	// restore parses a few rules) to slabMax elements.
+	rules   []ruleAndSpec
+	matches []Match
+	jumps   []JumpTarget
+	nRules  int // size of the last chunk of each slab
+	nMatch  int
+	nJumps  int
+	spec    ruleSpec // the result of parse, valid until the next parse
+	one     [1]*Rule // expand's result for a rule without address lists
+}
+
+// ruleAndSpec is a parsed rule and its Spec, allocated together.
+type ruleAndSpec struct {
+	r Rule
+	s Spec
+}
+
+// slabMax is the largest chunk of a parser's slabs.
+const slabMax = 1024
+
+func nextChunk(last, least int) int { return max(min(2*last, slabMax), 16, least) }
+
+// newRule returns a zero Rule with its own zero Spec.
+func (sp *specParser) newRule() *Rule {
+	if len(sp.rules) == 0 {
+		sp.nRules = nextChunk(sp.nRules, 1)
+		sp.rules = make([]ruleAndSpec, sp.nRules)
+	}
+	b := &sp.rules[0]
+	sp.rules = sp.rules[1:]
+	b.r.Spec = &b.s
+	return &b.r
+}
+
+// newMatches returns an empty match list with room for n matches (appending more
+// reallocates it: the capacity is the rule's own).
+func (sp *specParser) newMatches(n int) []Match {
+	if n == 0 {
+		return nil
+	}
+	if len(sp.matches) < n {
+		sp.nMatch = nextChunk(sp.nMatch, n)
+		sp.matches = make([]Match, sp.nMatch)
+	}
+	m := sp.matches[:0:n]
+	sp.matches = sp.matches[n:]
+	return m
+}
+
+// newJump returns a jump to chain (a goto with gotoChain).
+func (sp *specParser) newJump(chain string, gotoChain bool) *JumpTarget {
+	if len(sp.jumps) == 0 {
+		sp.nJumps = nextChunk(sp.nJumps, 1)
+		sp.jumps = make([]JumpTarget, sp.nJumps)
+	}
+	j := &sp.jumps[0]
+	sp.jumps = sp.jumps[1:]
+	j.Chain, j.Goto = chain, gotoChain
+	return j
+}
+
+// countMatches counts the -m options among toks (an upper bound of the rule's matches
+// but for the ones a protocol option loads implicitly).
+func countMatches(toks []token) int {
+	n := 0
+	for _, t := range toks {
+		if !t.quoted && (t.val == "-m" || t.val == "--match") {
+			n++
+		}
+	}
+	return n
 }
 
 func isGenericOpt(s string) bool {
@@ -71,13 +147,10 @@ var protoModules = map[uint8]string{netfilter.ProtoTCP: "tcp", netfilter.ProtoUD
 
 // parse parses the tokens of a rule spec (everything after "-A CHAIN").
 func (sp *specParser) parse(toks []token) (*ruleSpec, error) {
-	// A parsed rule and its Spec in one allocation.
-	both := &struct {
-		r Rule
-		s Spec
-	}{}
-	both.r.Spec = &both.s
-	out := &ruleSpec{rule: &both.r}
+	r := sp.newRule()
+	r.Matches = sp.newMatches(countMatches(toks))
+	sp.spec = ruleSpec{rule: r}
+	out := &sp.spec
 	sp.rc = ruleCtx{family: sp.family, seen: sp.rc.seen[:0]}
 	sp.owners = sp.owners[:0]
 	neg := false
@@ -317,7 +390,7 @@ func (sp *specParser) targetOption(r *Rule, toks []token, i *int, opt string, ne
 		if err := validChainName(name); err != nil {
 			return &optError{opt, err}
 		}
-		r.Target = &JumpTarget{Chain: name, Goto: true}
+		r.Target = sp.newJump(name, true)
 		return nil
 	}
 	switch {
@@ -337,7 +410,7 @@ func (sp *specParser) targetOption(r *Rule, toks []token, i *int, opt string, ne
 		if err := validChainName(name); err != nil {
 			return &optError{opt, err}
 		}
-		r.Target = &JumpTarget{Chain: name}
+		r.Target = sp.newJump(name, false)
 	}
 	return nil
 }
@@ -554,10 +627,12 @@ func (sp *specParser) give(o owner, spec optSpec, toks []token, i *int, opt stri
 	return nil
 }
 
-// expand returns the rules a spec stands for (more than one for comma lists).
-func (s *ruleSpec) expand() []*Rule {
+// expand returns the rules a spec stands for (more than one for comma lists),
+// appended to out[:0].
+func (s *ruleSpec) expand(out []*Rule) []*Rule {
+	out = out[:0]
 	if s.srcs == nil && s.dsts == nil {
-		return []*Rule{s.rule}
+		return append(out, s.rule)
 	}
 	srcs := s.srcs
 	if srcs == nil {
@@ -567,7 +642,6 @@ func (s *ruleSpec) expand() []*Rule {
 	if dsts == nil {
 		dsts = []netip.Prefix{s.rule.Dst.Prefix}
 	}
-	var out []*Rule
 	for _, sa := range srcs {
 		for _, da := range dsts {
 			nr := s.rule.withSpec()
