@@ -11,6 +11,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
 	"pgregory.net/rapid"
+
+	"github.com/clusterlab/clusterlab/internal/rapiddraw"
 )
 
 // genCluster draws a small cluster: up to five Services of every type and policy, and
@@ -73,20 +75,7 @@ func genCluster(t *rapid.T) ([]*corev1.Service, []*discoveryv1.EndpointSlice) {
 // another or none, ready, serving-terminating, terminating or not ready.
 func drawEndpoint(t *rapid.T, i int) discoveryv1.Endpoint {
 	ep := discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.0.%d.%d", i, rapid.IntRange(1, 6).Draw(t, "host"))}}
-	switch rapid.IntRange(0, 2).Draw(t, "node") {
-	case 0:
-		ep.NodeName = ptr.To(testNodeName)
-	case 1:
-		ep.NodeName = ptr.To("other")
-	}
-	switch rapid.IntRange(0, 3).Draw(t, "conditions") {
-	case 1:
-		ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}
-	case 2:
-		ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(true)}
-	case 3:
-		ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false)}
-	}
+	rapiddraw.EndpointPlacement(t, &ep, testNodeName)
 	return ep
 }
 

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"pgregory.net/rapid"
+
+	"github.com/clusterlab/clusterlab/internal/rapiddraw"
 )
 
 // drawCluster draws up to six Services of one family (every type, both traffic
@@ -95,20 +97,7 @@ func drawSlice(t *rapid.T, family corev1.IPFamily, i, k int, svc string, nPorts 
 			a = fmt.Sprintf("fd00:10:%x:%x::%x", i, k, host)
 		}
 		ep := discoveryv1.Endpoint{Addresses: []string{a}}
-		switch rapid.IntRange(0, 2).Draw(t, "node") {
-		case 0:
-			ep.NodeName = ptr.To(testNodeName)
-		case 1:
-			ep.NodeName = ptr.To("other")
-		}
-		switch rapid.IntRange(0, 3).Draw(t, "conditions") {
-		case 1:
-			ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}
-		case 2:
-			ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(false), Terminating: ptr.To(true)}
-		case 3:
-			ep.Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(false)}
-		}
+		rapiddraw.EndpointPlacement(t, &ep, testNodeName)
 		sl.Endpoints = append(sl.Endpoints, ep)
 	}
 	return sl
