@@ -62,3 +62,34 @@ func TestInAtSameAsIn(t *testing.T) {
 		t.Fatalf("stats: In/Out %s, InAt/OutAt %s", sa, sb)
 	}
 }
+
+// wallClock is a running clock (as netsim's is outside tests): each read is a real clock
+// read.
+type wallClock struct{ start time.Time }
+
+func (c wallClock) Now() time.Time { return Epoch.Add(time.Since(c.start)) }
+
+// BenchmarkInEstablished is one established connection's packet through the model with a
+// running clock, as the netsim datapath handles it: the datapath reads the packet's time
+// (one clock read per op on both paths), then path=In has the model read the clock again,
+// path=InAt passes it the packet's time.
+func BenchmarkInEstablished(b *testing.B) {
+	for _, path := range []string{"In", "InAt"} {
+		b.Run("path="+path, func(b *testing.B) {
+			tm := newTM(&testing.T{}, Config{}, svcLines("rr", "A", "B")...)
+			clock := wallClock{start: time.Now()}
+			tm.Model.clock = clock
+			p := Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort("192.0.2.1:40000"), Dst: netip.MustParseAddrPort(vip), TCPFlags: netfilter.TCPSyn}
+			tm.In(p)
+			p.TCPFlags = netfilter.TCPAck
+			for b.Loop() {
+				now := clock.Now() // the datapath's read for the packet
+				if path == "In" {
+					tm.In(p)
+				} else {
+					tm.InAt(p, now)
+				}
+			}
+		})
+	}
+}
