@@ -65,30 +65,133 @@ func (l *stackLink) segment(v *buffer.View, g stack.GSO) {
 		l.out(frame{b: b, v: v})
 		return
 	}
-	seq := binary.BigEndian.Uint32(b[l3+4:])
-	flags := b[l3+13]
 	for off := hdr; off < len(b); off += mss {
 		n := min(mss, len(b)-off)
 		sv := buffer.NewView(hdr + n)
 		sv.Write(b[:hdr])
 		sv.Write(b[off : off+n])
-		s := sv.AsSlice()
-		if l3 == header.IPv6MinimumSize && s[0]>>4 == 6 {
-			binary.BigEndian.PutUint16(s[4:], uint16(thl+n))
-		} else {
-			ip := header.IPv4(s)
-			ip.SetTotalLength(uint16(hdr + n))
-			ip.SetChecksum(0)
-			ip.SetChecksum(^ip.CalculateChecksum())
-		}
-		binary.BigEndian.PutUint32(s[l3+4:], seq+uint32(off-hdr))
-		if off+n < len(b) {
-			s[l3+13] = flags &^ (uint8(header.TCPFlagPsh) | uint8(header.TCPFlagFin))
-		}
-		setTCPChecksum(s, l3)
-		l.out(frame{b: s, v: sv})
+		l.outSegment(sv, b[:hdr], l3, off-hdr, off+n == len(b))
 	}
 	v.Release()
+}
+
+// outSegment completes one cut segment and hands it out: sv holds the super-packet's
+// headers (orig, l3 bytes of IP header) followed by the payload from byte at of the
+// super-packet's payload; last: the super-packet's last segment.
+func (l *stackLink) outSegment(sv *buffer.View, orig []byte, l3, at int, last bool) {
+	s := sv.AsSlice()
+	hdr := len(orig)
+	n := len(s) - hdr
+	if l3 == header.IPv6MinimumSize && s[0]>>4 == 6 {
+		binary.BigEndian.PutUint16(s[4:], uint16(hdr-l3+n))
+	} else {
+		ip := header.IPv4(s)
+		ip.SetTotalLength(uint16(hdr + n))
+		ip.SetChecksum(0)
+		ip.SetChecksum(^ip.CalculateChecksum())
+	}
+	binary.BigEndian.PutUint32(s[l3+4:], binary.BigEndian.Uint32(orig[l3+4:])+uint32(at))
+	if !last {
+		s[l3+13] = orig[l3+13] &^ (uint8(header.TCPFlagPsh) | uint8(header.TCPFlagFin))
+	}
+	setTCPChecksum(s, l3)
+	l.out(frame{b: s, v: sv})
+}
+
+// maxSegHeaders is the most header bytes a segment can carry: an IPv4 header with options
+// (60) or IPv6's fixed header (40), and a TCP header with options (60).
+const maxSegHeaders = 60 + 60
+
+// segmentPacket is segment for a packet still in the stack's buffer: it cuts the segments
+// straight from the packet's views, so that the payload is copied once (into each
+// segment's buffer) rather than twice (copyOut into a 64 KiB buffer, then into each
+// segment's), and the 64 KiB buffer is neither cleared nor filled. The segments are
+// byte for byte those of copyOut then segment (TestSegmentPacketSameAsCopy). A packet
+// that is not cut (within the MSS, or not a TCP packet TCP built) goes that way.
+func (l *stackLink) segmentPacket(pkt *stack.PacketBuffer, g stack.GSO) {
+	size := pkt.Size()
+	vl, off := pkt.AsViewList()
+	var hb [maxSegHeaders]byte
+	c := viewCursor{e: vl.Front(), off: off}
+	hn := c.read(hb[:min(size, len(hb))])
+	b := hb[:hn]
+	var l3 int
+	switch {
+	case len(b) >= header.IPv4MinimumSize && b[0]>>4 == 4:
+		l3 = int(b[0]&0x0f) * 4
+	case len(b) >= header.IPv6MinimumSize && b[0]>>4 == 6:
+		l3 = header.IPv6MinimumSize
+	}
+	mss := int(g.MSS)
+	if l3 == 0 || len(b) < l3+header.TCPMinimumSize || mss <= 0 {
+		l.segment(copyOut(pkt), g)
+		return
+	}
+	hdr := l3 + int(b[l3+12]>>4)*4
+	if hdr > len(b) || size-hdr <= mss {
+		l.segment(copyOut(pkt), g)
+		return
+	}
+	c = viewCursor{e: vl.Front(), off: off}
+	c.skip(hdr)
+	for at := 0; at < size-hdr; at += mss {
+		n := min(mss, size-hdr-at)
+		sv := buffer.NewView(hdr + n)
+		sv.Write(b[:hdr])
+		c.writeTo(sv, n)
+		l.outSegment(sv, b[:hdr], l3, at, hdr+at+n == size)
+	}
+}
+
+// viewCursor reads a view list from a position on.
+type viewCursor struct {
+	e   *buffer.View
+	off int // into e's bytes
+}
+
+// read copies up to len(p) bytes into p and returns how many.
+func (c *viewCursor) read(p []byte) int {
+	n := 0
+	for n < len(p) && c.e != nil {
+		b := c.e.AsSlice()
+		if c.off >= len(b) {
+			c.e, c.off = c.e.Next(), 0
+			continue
+		}
+		k := copy(p[n:], b[c.off:])
+		n += k
+		c.off += k
+	}
+	return n
+}
+
+// skip moves the cursor n bytes on.
+func (c *viewCursor) skip(n int) {
+	for n > 0 && c.e != nil {
+		b := c.e.AsSlice()
+		if c.off >= len(b) {
+			c.e, c.off = c.e.Next(), 0
+			continue
+		}
+		k := min(n, len(b)-c.off)
+		n -= k
+		c.off += k
+	}
+}
+
+// writeTo appends the next n bytes to v.
+func (c *viewCursor) writeTo(v *buffer.View, n int) {
+	for n > 0 && c.e != nil {
+		b := c.e.AsSlice()
+		if c.off >= len(b) {
+			c.e, c.off = c.e.Next(), 0
+			continue
+		}
+		k := min(n, len(b)-c.off)
+		v.Write(b[c.off : c.off+k])
+		n -= k
+		c.off += k
+	}
 }
 
 // setTCPChecksum computes the TCP checksum of an IPv4 or IPv6 packet whose TCP header

@@ -103,10 +103,10 @@ func (l *stackLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error)
 	}
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
-		v := copyOut(pkt)
 		if pkt.GSOOptions.Type != stack.GSONone {
-			l.segment(v, pkt.GSOOptions)
+			l.segmentPacket(pkt, pkt.GSOOptions)
 		} else {
+			v := copyOut(pkt)
 			l.out(frame{b: v.AsSlice(), v: v})
 		}
 		n++

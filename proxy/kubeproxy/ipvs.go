@@ -528,7 +528,7 @@ func (p *ipvsProxy) established(ctx *netsim.Context, pk *netsim.Packet, localOut
 		return netsim.VerdictContinue
 	}
 	q := ipvsPacket(pk, netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort), netip.AddrPortFrom(c.Orig.Dst, c.Orig.DstPort), localOut)
-	d := p.model.In(q)
+	d := p.model.InAt(q, ctx.Now()) // the packet's time: the model need not read the clock again
 	switch d.Verdict {
 	case ipvsemu.VerdictForward:
 		if d.Dest == netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort) {
@@ -564,7 +564,7 @@ func (p *ipvsProxy) reply(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict
 		return netsim.VerdictContinue
 	}
 	q := ipvsPacket(pk, netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort), netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort), false)
-	d := p.model.Out(q)
+	d := p.model.OutAt(q, ctx.Now())
 	if ctx.Tracing() && d.Verdict == ipvsemu.VerdictForward && d.Conn != nil {
 		ctx.Trace(netsim.TraceStep{Kind: netsim.StepNote, Detail: fmt.Sprintf("IPVS reply of %s: connection %s -> %s -> %s now %s",
 			serviceLabel(d.Service), d.Conn.Client, d.Conn.Virtual, d.Conn.Dest, d.Conn.State)})

@@ -536,6 +536,17 @@ func (m *Model) In(p Packet) Decision {
 	return m.in(&p)
 }
 
+// InAt is In for a packet whose time the caller has already read from the model's clock
+// (a datapath reads it once per packet): the model does not read its clock again. now
+// before the model's time counts as the model's time, as in In.
+func (m *Model) InAt(p Packet, now time.Time) Decision {
+	p.unmap()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.syncAt(now)
+	return m.in(&p)
+}
+
 // unmap turns IPv4-mapped IPv6 addresses into IPv4 ones.
 func (p *Packet) unmap() {
 	if p.Src.Addr().Is4In6() {
@@ -551,10 +562,20 @@ func (p *Packet) unmap() {
 // address the reply's source is rewritten to (VerdictForward), or VerdictAccept when the
 // packet belongs to no connection.
 func (m *Model) Out(p Packet) Decision {
+	return m.OutAt(p, time.Time{})
+}
+
+// OutAt is Out for a packet whose time the caller has already read from the model's
+// clock (see InAt); the zero time: read the clock.
+func (m *Model) OutAt(p Packet, now time.Time) Decision {
 	p.unmap()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.sync()
+	if now.IsZero() {
+		m.sync()
+	} else {
+		m.syncAt(now)
+	}
 	c := m.connOutGet(p.Protocol, p.Src, p.Dst)
 	if c == nil {
 		return Decision{Verdict: VerdictAccept, Reason: "no IPVS connection for this reply"}

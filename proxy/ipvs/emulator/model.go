@@ -263,8 +263,10 @@ func (m *Model) Now() time.Time {
 }
 
 // sync runs the events that fell due since the last call. Called with mu held.
-func (m *Model) sync() {
-	now := m.clock.Now()
+func (m *Model) sync() { m.syncAt(m.clock.Now()) }
+
+// syncAt is sync at time now, read from the model's clock by the caller.
+func (m *Model) syncAt(now time.Time) {
 	if now.Before(m.now) {
 		now = m.now
 	}
