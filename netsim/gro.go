@@ -166,20 +166,9 @@ func (c *viewCursor) read(p []byte) int {
 }
 
 // skip moves the cursor n bytes on.
-func (c *viewCursor) skip(n int) {
-	for n > 0 && c.e != nil {
-		b := c.e.AsSlice()
-		if c.off >= len(b) {
-			c.e, c.off = c.e.Next(), 0
-			continue
-		}
-		k := min(n, len(b)-c.off)
-		n -= k
-		c.off += k
-	}
-}
+func (c *viewCursor) skip(n int) { c.writeTo(nil, n) }
 
-// writeTo appends the next n bytes to v.
+// writeTo appends the next n bytes to v (moves past them when v is nil).
 func (c *viewCursor) writeTo(v *buffer.View, n int) {
 	for n > 0 && c.e != nil {
 		b := c.e.AsSlice()
@@ -188,7 +177,9 @@ func (c *viewCursor) writeTo(v *buffer.View, n int) {
 			continue
 		}
 		k := min(n, len(b)-c.off)
-		v.Write(b[c.off : c.off+k])
+		if v != nil {
+			v.Write(b[c.off : c.off+k])
+		}
 		n -= k
 		c.off += k
 	}
