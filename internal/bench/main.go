@@ -190,6 +190,7 @@ func main() {
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, load0, benchutil.LoadAvg(), *count, max(*count, 3), time.Since(start).Round(time.Second))
 	printGoals(os.Stdout, goals(med, groupCmds))
 	printTables(med)
+	printSlowOps(os.Stdout, rows)
 	printDNSTable(med)
 	if *update {
 		r := Ratios{Comment: "Ratios (anchor time / simulated time, higher is better) from `go run ./internal/bench`; -check fails when one falls more than tolerance below. Regenerate with -update after an intended change, and say so in the commit.", Tolerance: 0.2, Rows: map[string]map[string]float64{}}
@@ -423,6 +424,38 @@ func printTables(med map[string]map[string]float64) {
 		}
 		fmt.Println()
 	}
+}
+
+// printSlowOps lists the rows in which an op (the subject's or an anchor's) took over
+// 100 ms in some round: a kernel connection whose SYN was lost or refused waits a
+// second for the retransmission, which moves a row's mean by milliseconds and says
+// nothing about the work measured. Nothing is printed when no op was slow.
+func printSlowOps(w io.Writer, rows map[string][]map[string]float64) {
+	var lines []string
+	for _, key := range sortedKeys(rows) {
+		var n [3]float64
+		var slowest [3]float64
+		for _, m := range rows[key] {
+			for i, p := range []string{"", "lo-", "kern-"} {
+				n[i] += m[p+"slow-ops"]
+				slowest[i] = max(slowest[i], m[p+"slowest-us"])
+			}
+		}
+		if n[0]+n[1]+n[2] == 0 {
+			continue
+		}
+		var parts []string
+		for i, who := range []string{"simulated", "loopback", "kernel"} {
+			if n[i] > 0 {
+				parts = append(parts, fmt.Sprintf("%s %.0f (slowest %.0f ms)", who, n[i], slowest[i]/1000))
+			}
+		}
+		lines = append(lines, fmt.Sprintf("- %s, %d round(s): %s", key, len(rows[key]), strings.Join(parts, ", ")))
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Ops over 100 ms (a retransmission wait, not the work measured; the row's mean includes them):\n\n%s\n\n", strings.Join(lines, "\n"))
 }
 
 // printDNSTable prints the rows of BenchmarkServeVsBare.

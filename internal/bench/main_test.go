@@ -74,3 +74,24 @@ func TestCommittedRatios(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestPrintSlowOps(t *testing.T) {
+	const in = `BenchmarkModes/kind=probe/mode=userspace/services=10-2   2000  503047 ns/op  5424 cpu-ns/probe  2126000 kern-ns/op  0 slow-ops  0 lo-slow-ops  2 kern-slow-ops  1012000 kern-slowest-us  80 slowest-us  400 lo-slowest-us
+BenchmarkModes/kind=probe/mode=userspace/services=10-2   2000  503047 ns/op  5424 cpu-ns/probe  300000 kern-ns/op  0 slow-ops  0 lo-slow-ops  1 kern-slow-ops  1005000 kern-slowest-us  90 slowest-us  300 lo-slowest-us
+BenchmarkModes/kind=probe/mode=iptables/services=10-2   2000  503047 ns/op  12000 cpu-ns/probe  300000 kern-ns/op  0 slow-ops  0 lo-slow-ops  0 kern-slow-ops  900 kern-slowest-us  90 slowest-us  300 lo-slowest-us
+`
+	var out strings.Builder
+	printSlowOps(&out, parse(strings.NewReader(in)))
+	got := out.String()
+	if want := "- probe/userspace/10, 2 round(s): kernel 3 (slowest 1012 ms)"; !strings.Contains(got, want) {
+		t.Errorf("slow ops:\n%s\nwant a line %q", got, want)
+	}
+	if strings.Contains(got, "iptables") {
+		t.Errorf("a row without slow ops is listed:\n%s", got)
+	}
+	out.Reset()
+	printSlowOps(&out, parse(strings.NewReader(sample)))
+	if out.Len() != 0 {
+		t.Errorf("rows without slow-op metrics printed %q", out.String())
+	}
+}

@@ -1,6 +1,7 @@
 package kubeproxy
 
 import (
+	"flag"
 	"fmt"
 	"testing"
 
@@ -13,13 +14,16 @@ import (
 // process's CPU time (getrusage) per op.
 //
 //	go test ./proxy/kubeproxy/ -run '^$' -bench '^BenchmarkHotPath$/kind=probe/mode=iptables' -benchmem -cpuprofile cpu.out
+//
+// -hotpath.services sets the Service count (10 by default), to compare with
+// BenchmarkModes's 10,000-Service rows.
 func BenchmarkHotPath(b *testing.B) {
 	for _, mode := range Modes() {
 		var mb *modeBench
 		for _, kind := range []string{"probe", "connect"} {
 			b.Run(fmt.Sprintf("kind=%s/mode=%s", kind, mode), func(b *testing.B) {
 				if mb == nil {
-					mb = newModeBench(b, mode, 10)
+					mb = newModeBench(b, mode, *hotServices)
 				}
 				op := mb.probeOnce
 				if kind == "connect" {
@@ -40,3 +44,5 @@ func BenchmarkHotPath(b *testing.B) {
 		}
 	}
 }
+
+var hotServices = flag.Int("hotpath.services", 10, "BenchmarkHotPath's Service count")

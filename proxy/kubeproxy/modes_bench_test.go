@@ -390,7 +390,13 @@ func (ka *kernelAnchor) close() {
 type meter struct {
 	wall, cpu time.Duration
 	ops       int
+	slow      int           // ops that took over slowOp
+	slowest   time.Duration // the longest op
 }
+
+// slowOp is an op's time counted as slow: a kernel connection that took this long
+// waited for a retransmission (a lost or refused SYN), not for the work measured.
+const slowOp = 100 * time.Millisecond
 
 // block times n ops, run by in (nil: in this goroutine).
 func (m *meter) block(b *testing.B, n int, in func(func() error) error, op func() error) {
@@ -400,8 +406,14 @@ func (m *meter) block(b *testing.B, n int, in func(func() error) error, op func(
 	c0, t0 := benchutil.CPUTime(), time.Now()
 	err := in(func() error {
 		for range n {
+			t := time.Now()
 			if err := op(); err != nil {
 				return err
+			}
+			d := time.Since(t)
+			m.slowest = max(m.slowest, d)
+			if d > slowOp {
+				m.slow++
 			}
 		}
 		return nil
@@ -494,6 +506,16 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 	} else {
 		b.Logf("no kernel anchor: %s", cmp.Or(kernelWhy, "kernel anchor not built"))
 	}
+	// Ops over slowOp, reported so that a figure moved by a few retransmission waits
+	// (a kernel connection's lost SYN waits a second) is seen as such, not as a cost.
+	b.ReportMetric(float64(ms.slow), "slow-ops")
+	b.ReportMetric(float64(ml.slow), "lo-slow-ops")
+	if kern != nil {
+		b.ReportMetric(float64(mk.slow), "kern-slow-ops")
+		b.ReportMetric(float64(mk.slowest.Microseconds()), "kern-slowest-us")
+	}
+	b.ReportMetric(float64(ms.slowest.Microseconds()), "slowest-us")
+	b.ReportMetric(float64(ml.slowest.Microseconds()), "lo-slowest-us")
 	b.ReportMetric(load0, "load-start")
 	b.ReportMetric(benchutil.LoadAvg1(), "load-end")
 }
