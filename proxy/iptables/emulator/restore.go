@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"unicode"
 	"unsafe"
 
 	"github.com/clusterlab/clusterlab/netfilter"
@@ -392,6 +393,37 @@ type txn struct {
 	hitT *Table
 	// jump is the chain the last jump checked went to, in table hitT (see jumpChain).
 	jump *Chain
+	// ruleSlab holds the rule lists of chains appended to one after the other (see
+	// appendRules); slabStart is where the last such chain's list starts in it.
+	ruleSlab  []*Rule
+	slabStart int
+}
+
+// appendRules appends rules to c's list (c belongs to the transaction). A restore
+// appends each chain's rules line by line, mostly one chain after the other: the
+// lists of such chains are carved from one slab, the last chain's growing in place,
+// rather than each list growing through its own reallocations. Every list carved
+// keeps its capacity equal to its length, so an append made anywhere else copies.
+func (tx *txn) appendRules(c *Chain, rules []*Rule) {
+	slab := tx.ruleSlab
+	switch {
+	case len(c.Rules) > 0 && len(slab) > tx.slabStart && &c.Rules[0] == &slab[tx.slabStart] && len(c.Rules) == len(slab)-tx.slabStart:
+		// c's list is the slab's last: grow it in place.
+	case len(c.Rules) == 0:
+		tx.slabStart = len(slab)
+	default:
+		c.Rules = append(c.Rules, rules...)
+		return
+	}
+	if cap(slab)-len(slab) < len(rules) {
+		// A new slab; c's rules so far move with it.
+		n := max(4096, 2*(len(c.Rules)+len(rules)))
+		slab = append(make([]*Rule, 0, n), c.Rules...)
+		tx.slabStart = 0
+	}
+	slab = append(slab, rules...)
+	tx.ruleSlab = slab
+	c.Rules = slab[tx.slabStart:len(slab):len(slab)]
 }
 
 // ruleChain returns the chain called name in the current table, or nil. Consecutive
@@ -429,6 +461,18 @@ func (tx *txn) jumpChain(name string) *Chain {
 // forget drops the chains ruleChain and jumpChain keep (a chain was replaced, removed
 // or renamed).
 func (tx *txn) forget() { tx.hit, tx.jump, tx.hitT = nil, nil, nil }
+
+// cutSpace returns the first field of s (a run of bytes other than ASCII and Unicode
+// white space, as strings.Fields splits) and what follows it; field is "" when s
+// holds only white space.
+func cutSpace(s string) (field, rest string) {
+	s = strings.TrimLeftFunc(s, unicode.IsSpace)
+	i := strings.IndexFunc(s, unicode.IsSpace)
+	if i < 0 {
+		return s, ""
+	}
+	return s[:i], s[i:]
+}
 
 // txnSeq numbers transactions.
 var txnSeq atomic.Uint64
@@ -909,13 +953,25 @@ func (tx *txn) chainLine(rest string) error {
 	if tx.cur == nil {
 		return tx.errf("", "chain line outside a table (missing *table line)")
 	}
-	f := strings.Fields(rest)
-	if len(f) < 2 || len(f) > 3 {
+	var f [3]string // the fields of rest, as strings.Fields splits them (without a slice per line)
+	n := 0
+	for rest != "" {
+		field, more := cutSpace(rest)
+		if field == "" {
+			break
+		}
+		if n == len(f) {
+			n++ // too many
+			break
+		}
+		f[n], n, rest = field, n+1, more
+	}
+	if n < 2 || n > 3 {
 		return tx.errf("", "bad chain line: want \":CHAIN POLICY [packets:bytes]\"")
 	}
 	name, policy := f[0], f[1]
 	var ctr Counters
-	if len(f) == 3 {
+	if n == 3 {
 		var ok bool
 		if ctr, ok = parseCounters(f[2]); !ok {
 			return tx.errf("", "bad counters %q in chain line", f[2])
@@ -1294,7 +1350,7 @@ func (tx *txn) placeRules(c *Chain, rules []*Rule, pos int, cmd string) error {
 	switch cmd {
 	case "-A", "--append":
 		c = tx.rules(c)
-		c.Rules = append(c.Rules, rules...)
+		tx.appendRules(c, rules)
 	case "-I", "--insert":
 		if pos < 0 {
 			pos = 1

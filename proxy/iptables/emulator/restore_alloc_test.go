@@ -119,3 +119,83 @@ func TestRuleChainCacheFollowsChanges(t *testing.T) {
 		t.Fatalf("after re-creating W:\n%s", out)
 	}
 }
+
+// TestRuleListsFromSlab checks the rule lists a restore carves from one slab
+// (txn.appendRules): chains appended to in runs and interleaved, lists crossing slab
+// boundaries, inserts and appends into a carved list in the same transaction and the
+// next, each chain's rules compared with a model of what was appended where.
+func TestRuleListsFromSlab(t *testing.T) {
+	model := map[string][]string{}
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	names := []string{"A", "B", "C", "D"}
+	for _, c := range names {
+		fmt.Fprintf(&b, ":%s - [0:0]\n", c)
+	}
+	add := func(chain, spec string, insert bool) {
+		if insert {
+			fmt.Fprintf(&b, "-I %s 1 %s\n", chain, spec)
+			model[chain] = append([]string{spec}, model[chain]...)
+			return
+		}
+		fmt.Fprintf(&b, "-A %s %s\n", chain, spec)
+		model[chain] = append(model[chain], spec)
+	}
+	n := 0
+	rule := func() string { n++; return fmt.Sprintf("-s 10.%d.%d.%d/32 -j ACCEPT", n>>16&255, n>>8&255, n&255) }
+	// Runs of growing length (the longest cross the 4096-entry slab), interleaved
+	// single lines, and inserts into a chain whose list is the slab's last.
+	for run := 1; run <= 9000; run *= 3 {
+		for _, c := range names {
+			for range run {
+				add(c, rule(), false)
+			}
+			add("A", rule(), false)
+			add(c, rule(), true)
+			add(c, rule(), false)
+		}
+	}
+	b.WriteString("COMMIT\n")
+	check := func(rs *Ruleset, when string) {
+		t.Helper()
+		for _, c := range names {
+			var got []string
+			for _, r := range rs.Table("filter").Chain(c).Rules {
+				got = append(got, r.String())
+			}
+			if len(got) != len(model[c]) {
+				t.Fatalf("%s: chain %s has %d rules, want %d", when, c, len(got), len(model[c]))
+			}
+			for i := range got {
+				if got[i] != model[c][i] {
+					t.Fatalf("%s: chain %s rule %d = %q, want %q", when, c, i+1, got[i], model[c][i])
+				}
+			}
+		}
+	}
+	rs, err := Restore(NewRuleset(IPv4), []byte(b.String()), RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(rs, "first restore")
+	first := map[string][]string{}
+	for k, v := range model {
+		first[k] = append([]string(nil), v...)
+	}
+	// The next transaction appends to and inserts into the carved lists.
+	b.Reset()
+	b.WriteString("*filter\n")
+	for _, c := range names {
+		add(c, rule(), false)
+		add("B", rule(), true)
+		add(c, rule(), false)
+	}
+	b.WriteString("COMMIT\n")
+	rs2, err := Restore(rs, []byte(b.String()), RestoreOptions{NoFlush: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(rs2, "second restore")
+	model = first
+	check(rs, "the first version after the second restore")
+}
