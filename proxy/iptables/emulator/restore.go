@@ -397,6 +397,7 @@ type txn struct {
 	// appendRules); slabStart is where the last such chain's list starts in it.
 	ruleSlab  []*Rule
 	slabStart int
+	nSlab     int // the last slab's size
 }
 
 // appendRules appends rules to c's list (c belongs to the transaction). A restore
@@ -417,8 +418,10 @@ func (tx *txn) appendRules(c *Chain, rules []*Rule) {
 	}
 	if cap(slab)-len(slab) < len(rules) {
 		// A new slab; c's rules so far move with it.
-		n := max(4096, 2*(len(c.Rules)+len(rules)))
-		slab = append(make([]*Rule, 0, n), c.Rules...)
+		// Chunks grow from 16 entries to 4096 (a partial restore appending a few
+		// rules allocates little), or twice c's list when that is longer.
+		tx.nSlab = max(min(2*tx.nSlab, 4096), 16, 2*(len(c.Rules)+len(rules)))
+		slab = append(make([]*Rule, 0, tx.nSlab), c.Rules...)
 		tx.slabStart = 0
 	}
 	slab = append(slab, rules...)
