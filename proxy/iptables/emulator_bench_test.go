@@ -17,7 +17,7 @@ import (
 
 // recordingIPT is an emulator that keeps the last restore input it was given: the
 // Proxier's own buffer, valid until its next sync (readers that keep a text across
-// syncs copy it). Not a copy: copying the 11.5 MiB full-sync text took 3-5 % of the
+// syncs copy it). Not a copy: copying the 32 MB full-sync text took 3-5 % of the
 // full benchmark's time, the harness's cost, not kube-proxy's or the emulator's.
 type recordingIPT struct {
 	*emulator.Emulator
