@@ -461,6 +461,17 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 	var ms, ml, mk meter
 	// Alternating blocks: subject, loopback, kernel, about 20 rounds whatever b.N.
 	blk := max(1, b.N/20)
+	// rounds runs n ops of each in alternating blocks of blk, measured by s, l and k.
+	rounds := func(n int, s, l, k *meter) {
+		for done := 0; done < n; done += blk {
+			c := min(blk, n-done)
+			s.block(b, c, nil, subject)
+			l.block(b, c, nil, lo)
+			if kern != nil {
+				k.block(b, c, kh.in, kern)
+			}
+		}
+	}
 	// ns/op is the whole round, subject and anchors (stopping the timer between blocks
 	// would read the memory statistics each time, a pause that grows with the heap of a
 	// 10,000-Service cluster); the figures are ns/conn (or ns/probe) and the anchors'.
@@ -477,14 +488,7 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 			warm = max(b.N/4, 2)
 		}
 		var ws, wl, wk meter
-		for done := 0; done < warm; done += blk {
-			k := min(blk, warm-done)
-			ws.block(b, k, nil, subject)
-			wl.block(b, k, nil, lo)
-			if kern != nil {
-				wk.block(b, k, kh.in, kern)
-			}
-		}
+		rounds(warm, &ws, &wl, &wk)
 		if mb.warm == nil {
 			mb.warm = map[string]bool{}
 		}
@@ -492,14 +496,7 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 	}
 	runtime.GC() // the build's garbage is not the benchmark's
 	b.ResetTimer()
-	for done := 0; done < b.N; done += blk {
-		k := min(blk, b.N-done)
-		ms.block(b, k, nil, subject)
-		ml.block(b, k, nil, lo)
-		if kern != nil {
-			mk.block(b, k, kh.in, kern)
-		}
-	}
+	rounds(b.N, &ms, &ml, &mk)
 	b.StopTimer()
 	unit := "op"
 	switch kind {
