@@ -35,3 +35,55 @@ func FuzzCutSpace(f *testing.F) {
 		}
 	})
 }
+
+// trimLine trims as strings.TrimRight(" \t\r\n") then strings.TrimLeft(" \t") do.
+func TestTrimLineAsTrim(t *testing.T) {
+	for _, s := range []string{"", " ", "\t\r\n", "a", " -A X \r\n", "\t:KUBE-SVC-X - [0:0]\n", "x\n\r \t", "\n x", " \u00a0a\u00a0 "} {
+		if got, want := trimLine(s), strings.TrimLeft(strings.TrimRight(s, " \t\r\n"), " \t"); got != want {
+			t.Errorf("trimLine(%q) = %q, want %q", s, got, want)
+		}
+	}
+}
+
+func FuzzTrimLine(f *testing.F) {
+	f.Add(" -A X -j ACCEPT \r\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := trimLine(s), strings.TrimLeft(strings.TrimRight(s, " \t\r\n"), " \t"); got != want {
+			t.Fatalf("trimLine(%q) = %q, want %q", s, got, want)
+		}
+	})
+}
+
+// isTargetName's length filter passes every target name and changes no answer.
+func TestIsTargetNameFilter(t *testing.T) {
+	slow := func(s string) bool {
+		switch s {
+		case "ACCEPT", "DROP", "RETURN", "QUEUE":
+			return true
+		}
+		return targets[s] != nil || passTargets[s] || stopTargets[s]
+	}
+	names := []string{"ACCEPT", "DROP", "RETURN", "QUEUE", "", "KUBE-SEP-ABCDEFGHIJKLMNOP", "KUBE-MARK-MASQ", "DNAT2", "dnat"}
+	for n := range targets {
+		names = append(names, n, n+"X", n[1:])
+	}
+	for _, m := range []map[string]bool{passTargets, stopTargets} {
+		for n := range m {
+			names = append(names, n, n+"X", n[1:])
+		}
+	}
+	for _, s := range names {
+		if got, want := isTargetName(s), slow(s); got != want {
+			t.Errorf("isTargetName(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// containsChainNameBreak is strings.ContainsAny(s, " \t\"'").
+func TestContainsChainNameBreak(t *testing.T) {
+	for _, s := range []string{"", "KUBE-X", "a b", "a\tb", `a"b`, "a'b", "é", "a\nb"} {
+		if got, want := containsChainNameBreak(s), strings.ContainsAny(s, " \t\"'"); got != want {
+			t.Errorf("containsChainNameBreak(%q) = %v, want %v", s, got, want)
+		}
+	}
+}

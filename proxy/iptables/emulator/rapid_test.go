@@ -495,7 +495,7 @@ var modelCmp = []cmp.Option{
 		return &tableModel{Name: t.Name, Chains: t.Chains()}
 	}),
 	cmpopts.IgnoreUnexported(Ruleset{}, Table{}, Chain{}, UnknownMatch{}, TCPMatch{}, ICMPMatch{}, StatisticMatch{}, RecentMatch{}, MarkTarget{},
-		ConnmarkTarget{}, NATTarget{}),
+		ConnmarkTarget{}, NATTarget{}, JumpTarget{}),
 }
 
 // TestRoundTripProperty: for generated rulesets, save → parse gives the same model, and

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/clusterlab/clusterlab/netfilter"
@@ -20,6 +21,8 @@ const memoMinRules = 16
 
 // chainSrc is the text a chain's rules were parsed from: line i (an -A command)
 // gave Rules[first[i]:end[i]] (lines whose rules cannot be reused are left out).
+// The lines are in text one after the other, each ended by '\n' as in a restore's
+// input, so that a run of them can be compared with the input at once.
 type chainSrc struct {
 	text       string
 	off        []int32
@@ -27,7 +30,7 @@ type chainSrc struct {
 }
 
 func (s *chainSrc) lines() int        { return len(s.off) - 1 }
-func (s *chainSrc) line(i int) string { return s.text[s.off[i]:s.off[i+1]] }
+func (s *chainSrc) line(i int) string { return s.text[s.off[i] : s.off[i+1]-1] }
 
 // chainBuild follows a chain a transaction builds from empty with -A lines only
 // (Chain.clean) whose version before it flushed has a chainSrc (memo): a line equal to
@@ -81,6 +84,7 @@ func (tx *txn) sourceOf(c *Chain) *chainSrc {
 			s.off = append(s.off, int32(sb.Len()))
 			s.first, s.end = append(s.first, int32(i)), append(s.end, int32(j))
 			sb.WriteString(line)
+			sb.WriteByte('\n')
 		}
 		i = j
 	}
@@ -94,8 +98,15 @@ func (tx *txn) sourceOf(c *Chain) *chainSrc {
 
 // trimLine is a restore line without its line end and surrounding blanks.
 func trimLine(line string) string {
-	line = strings.TrimRight(line, " \t\r\n")
-	return strings.TrimLeft(line, " \t")
+	j := len(line)
+	for j > 0 && (line[j-1] == ' ' || line[j-1] == '\t' || line[j-1] == '\r' || line[j-1] == '\n') {
+		j--
+	}
+	i := 0
+	for i < j && (line[i] == ' ' || line[i] == '\t') {
+		i++
+	}
+	return line[i:j]
 }
 
 // ParseError is an error in iptables-save / iptables-restore text: the file (or input
@@ -156,6 +167,9 @@ type RestoreOptions struct {
 	// wholeTables validates every table the input names whole, as a restore of an
 	// unvalidated ruleset does (tests compare it with the incremental validation).
 	wholeTables bool
+	// noMemo parses every line, reusing no rules of a chain's version before (tests
+	// compare it with the reuse, memoLine).
+	noMemo bool
 }
 
 // SkippedLine is a line a lenient load left out, and why.
@@ -469,6 +483,33 @@ func (tx *txn) forget() { tx.hit, tx.jump, tx.hitT = nil, nil, nil }
 // white space, as strings.Fields splits) and what follows it; field is "" when s
 // holds only white space.
 func cutSpace(s string) (field, rest string) {
+	// ASCII first (the lines a restore reads); the first byte of a multi-byte
+	// character hands the rest to the Unicode-aware split.
+	i := 0
+	for i < len(s) && asciiSpace(s[i]) {
+		i++
+	}
+	j := i
+	for j < len(s) && s[j] < utf8.RuneSelf && !asciiSpace(s[j]) {
+		j++
+	}
+	if j == len(s) {
+		return s[i:], ""
+	}
+	if s[j] < utf8.RuneSelf {
+		return s[i:j], s[j:] // an ASCII space ends a field of ASCII bytes (j > i)
+	}
+	return cutSpaceUnicode(s)
+}
+
+// asciiSpace reports whether c is one of the ASCII white space bytes unicode.IsSpace
+// accepts.
+func asciiSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'
+}
+
+// cutSpaceUnicode is cutSpace for a string with multi-byte characters.
+func cutSpaceUnicode(s string) (field, rest string) {
 	s = strings.TrimLeftFunc(s, unicode.IsSpace)
 	i := strings.IndexFunc(s, unicode.IsSpace)
 	if i < 0 {
@@ -505,6 +546,7 @@ func (tx *txn) wrap(err error) error {
 }
 
 func (tx *txn) run(text string) error {
+	defer tx.dropHints()
 	tx.text = text
 	lineNo := 0
 	for len(text) > 0 {
@@ -522,6 +564,7 @@ func (tx *txn) run(text string) error {
 			continue
 		}
 		if tx.skipTable == nil && tx.memoLine(line) {
+			text, lineNo = tx.rest, tx.line // memoLine may have taken the lines after this one
 			continue
 		}
 		if tx.inPlace {
@@ -608,6 +651,18 @@ func (tx *txn) run(text string) error {
 	}
 	tx.commit()
 	return nil
+}
+
+// dropHints clears the hints of the jumps the transaction parsed (JumpTarget.to):
+// their rules may outlive it, shared by later versions, and must not keep the chains
+// of this one alive.
+func (tx *txn) dropHints() {
+	for _, chunk := range tx.sp.jumpChunks {
+		for i := range chunk {
+			chunk[i].to = nil
+		}
+	}
+	tx.sp.jumpChunks = nil
 }
 
 // commit marks the chains of the input ruleset that the result replaced or deleted as
@@ -1211,7 +1266,7 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters, line string)
 // whether it did; the line is then not kept (it may be the caller's input).
 func (tx *txn) memoLine(line string) bool {
 	name, ok := strings.CutPrefix(line, "-A ")
-	if !ok || tx.cur == nil {
+	if !ok || tx.cur == nil || tx.opts.noMemo {
 		return false
 	}
 	i := strings.IndexByte(name, ' ')
@@ -1226,6 +1281,8 @@ func (tx *txn) memoLine(line string) bool {
 // transaction flushed) was built from the same line: new rules over that version's
 // Specs (shared, not copied), with this line as their origin and zero counters,
 // checked for c as a parse would be. It reports false when there are none (the line is then parsed).
+// When the line is the one expected next, the lines that follow it in the input and
+// are equal to the version before's next lines are taken too (memoRun).
 func (tx *txn) memoRules(c *Chain, line string) bool {
 	b := c.build
 	src := b.memo.src
@@ -1243,15 +1300,30 @@ func (tx *txn) memoRules(c *Chain, line string) bool {
 		}
 		i = int(j)
 	}
+	if cap(c.Rules) < len(b.memo.Rules) {
+		// Room for as many rules as the version before had: no regrowing.
+		c.Rules = slices.Grow(c.Rules, len(b.memo.Rules)-len(c.Rules))
+	}
+	if !tx.memoApply(c, i) {
+		return false
+	}
+	if !b.diverged {
+		tx.memoRun(c)
+	}
+	return true
+}
+
+// memoApply appends to c the rules of memo's line i for the input's current line
+// (tx.line); false when one of them jumps to a chain the transaction deleted (the line
+// is then parsed, for the error).
+func (tx *txn) memoApply(c *Chain, i int) bool {
+	b := c.build
+	src := b.memo.src
 	old := b.memo.Rules[src.first[i]:src.end[i]]
 	// A jump's target existed when the line was parsed for the version before, and
 	// still does unless the transaction deleted a chain of that name (rule checks
 	// otherwise depend on the table and chain only, which are the same).
 	deleted := tx.cur.deleted
-	if cap(c.Rules) < len(b.memo.Rules) {
-		// Room for as many rules as the version before had: no regrowing.
-		c.Rules = slices.Grow(c.Rules, len(b.memo.Rules)-len(c.Rules))
-	}
 	n := len(c.Rules)
 	for _, r := range old {
 		if len(b.slab) == 0 {
@@ -1282,6 +1354,52 @@ func (tx *txn) memoRules(c *Chain, line string) bool {
 	}
 	b.next = i + 1
 	return true
+}
+
+// memoRun takes the input lines after the current one (tx.rest) that are, byte for
+// byte with their line ends, memo's lines from b.next on: each is what memoLine would
+// take on its own (an -A line of c equal to the line expected next), so they are
+// applied here in order without splitting, trimming or comparing them one by one.
+// kube-proxy rewrites KUBE-SERVICES whole on every sync, mostly unchanged. It
+// advances tx.rest and tx.line past the lines it takes.
+func (tx *txn) memoRun(c *Chain) {
+	b := c.build
+	src := b.memo.src
+	k := b.next
+	if k >= src.lines() {
+		return
+	}
+	same := commonPrefix(tx.rest, src.text[src.off[k]:])
+	// Whole lines (with their '\n') among the bytes in common: lines k..m-1.
+	base := src.off[k]
+	m, _ := slices.BinarySearch(src.off[k:], base+int32(same)+1)
+	m = k + m - 1
+	for i := k; i < m; i++ {
+		tx.line++
+		if !tx.memoApply(c, i) {
+			tx.line--
+			break // parsed by the caller's loop
+		}
+		tx.rest = tx.rest[src.off[i+1]-src.off[i]:]
+	}
+}
+
+// commonPrefix returns the length of the longest common prefix of a and b, comparing
+// them in blocks first.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	i := 0
+	const block = 4096
+	for i+block <= n && a[i:i+block] == b[i:i+block] {
+		i += block
+	}
+	for i+64 <= n && a[i:i+64] == b[i:i+64] {
+		i += 64
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
 }
 
 // memoizable reports whether rules parsed from a line may be reused for the same line
@@ -1338,6 +1456,9 @@ func (tx *txn) specRules(c *Chain, args []token, ctr *Counters) ([]*Rule, error)
 	for _, r := range rules {
 		if err := tx.checkRule(c, r); err != nil {
 			return nil, err
+		}
+		if j, ok := r.Target.(*JumpTarget); ok {
+			j.to = tx.jump // the chain checkRule found (jumpChain); j is from tx.sp's slab
 		}
 		r.File, r.Line = tx.opts.File, tx.line
 		if ctr != nil && tx.opts.Counters {
@@ -1737,7 +1858,9 @@ func resolveJumps(t *Table) jumpGraph {
 				continue
 			}
 			d := int32(-1)
-			if dc := t.Chain(j.Chain); dc != nil {
+			if h := j.to; h != nil && int(h.pos) < t.NumChains() && t.ChainAt(int(h.pos)) == h && h.Name == j.Chain {
+				d = h.pos // the chain its parse found is still the table's chain of that name
+			} else if dc := t.Chain(j.Chain); dc != nil {
 				d = dc.pos
 			}
 			g.dst = append(g.dst, d)

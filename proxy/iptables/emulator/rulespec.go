@@ -61,8 +61,11 @@ type specParser struct {
 	nRules  int // size of the last chunk of each slab
 	nMatch  int
 	nJumps  int
-	spec    ruleSpec // the result of parse, valid until the next parse
-	one     [1]*Rule // expand's result for a rule without address lists
+	// jumpChunks are the chunks jumps were carved from (every JumpTarget this parser
+	// made): the transaction clears their hints (JumpTarget.to) when it ends.
+	jumpChunks [][]JumpTarget
+	spec       ruleSpec // the result of parse, valid until the next parse
+	one        [1]*Rule // expand's result for a rule without address lists
 }
 
 // ruleAndSpec is a parsed rule and its Spec, allocated together.
@@ -108,6 +111,7 @@ func (sp *specParser) newJump(chain string, gotoChain bool) *JumpTarget {
 	if len(sp.jumps) == 0 {
 		sp.nJumps = nextChunk(sp.nJumps, 1)
 		sp.jumps = make([]JumpTarget, sp.nJumps)
+		sp.jumpChunks = append(sp.jumpChunks, sp.jumps)
 	}
 	j := &sp.jumps[0]
 	sp.jumps = sp.jumps[1:]

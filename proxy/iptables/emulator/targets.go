@@ -74,7 +74,20 @@ func init() {
 			func() targetBuilder { return &LogTarget{Level: 4} }, "", nil},
 		"NOTRACK": {opts(), func() targetBuilder { return &NotrackTarget{} }, TableRaw, nil},
 	}
+	for _, m := range []map[string]bool{passTargets, stopTargets, {"ACCEPT": true, "DROP": true, "RETURN": true, "QUEUE": true}} {
+		for name := range m {
+			targetLens |= 1 << min(len(name), 63)
+		}
+	}
+	for name := range targets {
+		targetLens |= 1 << min(len(name), 63)
+	}
 }
+
+// targetLens has bit n set when some target name (isTargetName) is n bytes long (63:
+// 63 or more): most chain names (KUBE-SEP-..., 25 bytes) are told apart from target
+// names without a map lookup.
+var targetLens uint64
 
 // ---------------------------------------------------------------------------------
 
@@ -94,6 +107,12 @@ func (t *VerdictTarget) appendTarget(b []byte) []byte {
 type JumpTarget struct {
 	Chain string
 	Goto  bool
+
+	// to is the chain called Chain that the restore which parsed the rule found, a
+	// hint for that restore's validation (resolveJumps), which checks that it is still
+	// its table's chain of that name before using it. Written only while the rule is
+	// the parsing transaction's own.
+	to *Chain
 }
 
 // Name implements Target.
