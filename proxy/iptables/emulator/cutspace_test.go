@@ -87,3 +87,18 @@ func TestContainsChainNameBreak(t *testing.T) {
 		}
 	}
 }
+
+// lookupModule answers as the modules map does, for the names it switches on too.
+func TestLookupModule(t *testing.T) {
+	names := []string{"", "nosuch", "comment", "tcp", "udp", "statistic", "mark", "Comment"}
+	for n := range modules {
+		names = append(names, n)
+	}
+	for _, n := range names {
+		d, ok := lookupModule(n)
+		want, wantOK := modules[n]
+		if d != want || ok != wantOK {
+			t.Errorf("lookupModule(%q) = %p, %v; modules has %p, %v", n, d, ok, want, wantOK)
+		}
+	}
+}

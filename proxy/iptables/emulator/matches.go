@@ -86,6 +86,31 @@ func opts(specs ...any) map[string]optSpec {
 
 var modules map[string]*moduleDef
 
+// The modules kube-proxy's rules load on nearly every line, looked up without hashing
+// (lookupModule).
+var modComment, modTCP, modUDP, modStatistic, modMark *moduleDef
+
+// lookupModule is modules[name].
+func lookupModule(name string) (*moduleDef, bool) {
+	var d *moduleDef
+	switch name {
+	case "comment":
+		d = modComment
+	case "tcp":
+		d = modTCP
+	case "udp":
+		d = modUDP
+	case "statistic":
+		d = modStatistic
+	case "mark":
+		d = modMark
+	default:
+		d, ok := modules[name]
+		return d, ok
+	}
+	return d, d != nil
+}
+
 func init() {
 	portOpts := opts("--sport|--source-port", 1, true, "--dport|--destination-port", 1, true)
 	modules = map[string]*moduleDef{
@@ -118,6 +143,7 @@ func init() {
 		"nfacct":  {opts("--nfacct-name", 1, false), func() matchBuilder { return &NfacctMatch{} }},
 		"iprange": {opts("--src-range", 1, true, "--dst-range", 1, true), func() matchBuilder { return &IPRangeMatch{} }},
 	}
+	modComment, modTCP, modUDP, modStatistic, modMark = modules["comment"], modules["tcp"], modules["udp"], modules["statistic"], modules["mark"]
 }
 
 // ruleCtx is what builders may look at: the family and the rule's -p.

@@ -752,6 +752,9 @@ func (tx *txn) validateChanges(ts *tableState) bool {
 			old = p.Rules
 		}
 		for i, r := range u.Rules {
+			if i < len(old) && old[i].Spec == r.Spec {
+				continue // base's rule at this position, reused (memoRules): its jump if any
+			}
 			j, ok := r.Target.(*JumpTarget)
 			if !ok || (i < len(old) && jumpName(old[i]) == j.Chain) {
 				continue // not a jump, or one base's version has at this position
@@ -1335,18 +1338,24 @@ func (tx *txn) memoApply(c *Chain, i int) bool {
 		b.slab = b.slab[1:]
 		*nr = *r
 		nr.File, nr.Line, nr.Counters = tx.opts.File, tx.line, Counters{}
-		if j, ok := nr.Target.(*JumpTarget); ok && len(deleted) > 0 && slices.Contains(deleted, j.Chain) && tx.checkRule(c, nr) != nil {
-			c.Rules = c.Rules[:n]
-			return false // parsed, for the error
+		if len(deleted) > 0 {
+			if j, ok := nr.Target.(*JumpTarget); ok && slices.Contains(deleted, j.Chain) && tx.checkRule(c, nr) != nil {
+				c.Rules = c.Rules[:n]
+				return false // parsed, for the error
+			}
 		}
 		c.Rules = append(c.Rules, nr)
 	}
-	for _, r := range c.Rules[n:] {
-		if j, ok := r.Target.(*JumpTarget); ok {
-			tx.cur.addRef(j.Chain, 1)
+	if ts := tx.cur; ts.refs != nil || ts.delta != nil {
+		for _, r := range c.Rules[n:] {
+			if j, ok := r.Target.(*JumpTarget); ok {
+				ts.addRef(j.Chain, 1)
+			}
 		}
 	}
-	c.idx, c.jumps, c.prog = nil, nil, nil
+	if c.idx != nil || c.jumps != nil || c.prog != nil {
+		c.idx, c.jumps, c.prog = nil, nil, nil
+	}
 	if i == b.next && !b.diverged {
 		b.same++ // still the version before, line for line
 	} else {

@@ -360,7 +360,7 @@ func (sp *specParser) matchOption(r *Rule, toks []token, i *int, opt string, neg
 	if neg {
 		return optErr(opt, "! is not allowed before -m")
 	}
-	if def, ok := modules[a.val]; ok {
+	if def, ok := lookupModule(a.val); ok {
 		b := def.new()
 		r.Matches = append(r.Matches, b)
 		sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
@@ -397,16 +397,22 @@ func (sp *specParser) targetOption(r *Rule, toks []token, i *int, opt string, ne
 		r.Target = sp.newJump(name, true)
 		return nil
 	}
+	// A name of a length no target name has (KUBE-SEP-...) is a chain, or an
+	// extension target the emulator does not know: no map lookups.
+	known := targetLens&(1<<min(len(name), 63)) != 0
+	var def *targetDef
+	if known {
+		def = targets[name]
+	}
 	switch {
 	case name == "ACCEPT" || name == "DROP" || name == "RETURN":
 		r.Target = &VerdictTarget{Verdict: name}
 		sp.owners = append(sp.owners, owner{opts: noOpts})
-	case targets[name] != nil:
-		def := targets[name]
+	case def != nil:
 		b := def.new()
 		r.Target = b
 		sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
-	case passTargets[name] || stopTargets[name] || sp.looksLikeExtension(toks, toks[*i:]):
+	case known && (passTargets[name] || stopTargets[name]) || sp.looksLikeExtension(toks, toks[*i:]):
 		u := &UnknownTarget{Target: name}
 		r.Target = u
 		sp.owners = append(sp.owners, owner{unknown: &u.Args})

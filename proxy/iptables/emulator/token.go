@@ -12,6 +12,9 @@ type token struct {
 	quoted bool   // some part was inside double quotes
 }
 
+// wordEnd marks the bytes that end a plain word: blanks, line ends and a quote.
+var wordEnd = [256]bool{' ': true, '\t': true, '"': true, '\n': true, '\r': true}
+
 // tokenize splits a line as iptables-restore does: words are separated by spaces and
 // tabs; a double quote opens a quoted part in which spaces are kept and a backslash
 // escapes the next character; a closing quote ends the word. Single quotes and
@@ -28,7 +31,7 @@ func tokenize(line string, toks []token) ([]token, error) {
 		start := i
 		// Fast path: a plain word.
 		j := i
-		for j < n && line[j] != ' ' && line[j] != '\t' && line[j] != '"' && line[j] != '\n' && line[j] != '\r' {
+		for j < n && !wordEnd[line[j]] {
 			j++
 		}
 		if j == n || line[j] != '"' {
