@@ -1,6 +1,12 @@
 package emulator
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+)
 
 // resolveJumps uses a jump's parse-time hint (JumpTarget.to) only while it is still
 // the table's chain of that name: a hint to a replaced chain, or to one whose position
@@ -63,4 +69,88 @@ func TestRestoreDropsHints(t *testing.T) {
 	if jumps != 4 {
 		t.Fatalf("%d jumps, want 4", jumps)
 	}
+}
+
+// A chain that exists empty and is declared again and filled with -A lines (kube-proxy's
+// first sync into the chains its setup made) keeps its lines for the next version to
+// reuse, as a chain created by the restore does.
+func TestEmptyChainFilledKeepsLines(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*nat\n:KUBE-SERVICES - [0:0]\n")
+	for i := range memoMinRules + 4 {
+		fmt.Fprintf(&b, "-A KUBE-SERVICES -d 10.96.0.%d/32 -p tcp -m tcp --dport 80 -j ACCEPT\n", i+1)
+	}
+	b.WriteString("COMMIT\n")
+	e := New(IPv4)
+	for _, text := range []string{"*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n", b.String(), b.String()} {
+		if err := e.RestoreText([]byte(text), RestoreOptions{NoFlush: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.Ruleset().Chain(TableNAT, "KUBE-SERVICES")
+	if c.src == nil {
+		t.Fatal("the chain filled from empty keeps no lines")
+	}
+	// The second fill reused the first's rules: same Specs.
+	e2 := New(IPv4)
+	if err := e2.RestoreText([]byte("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n"), RestoreOptions{NoFlush: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.RestoreText([]byte(b.String()), RestoreOptions{NoFlush: true}); err != nil {
+		t.Fatal(err)
+	}
+	first := e2.Ruleset().Chain(TableNAT, "KUBE-SERVICES")
+	if err := e2.RestoreText([]byte(b.String()), RestoreOptions{NoFlush: true}); err != nil {
+		t.Fatal(err)
+	}
+	second := e2.Ruleset().Chain(TableNAT, "KUBE-SERVICES")
+	for i, r := range second.Rules {
+		if r.Spec != first.Rules[i].Spec {
+			t.Fatalf("rule %d was parsed again, not reused from the version filled from empty", i+1)
+		}
+	}
+}
+
+// mergeLayers is the layered index flattened, whichever layer is larger.
+func TestMergeLayers(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		names := []string{"A", "B", "C", "D", "E", "F", "G", "H"}
+		chains := map[string]*Chain{}
+		for _, n := range names {
+			chains[n] = &Chain{Name: n}
+		}
+		base, over := map[string]*Chain{}, map[string]*Chain{}
+		for _, n := range names {
+			switch rapid.IntRange(0, 5).Draw(t, "base "+n) {
+			case 0, 1, 2:
+				base[n] = chains[n]
+			}
+			switch rapid.IntRange(0, 5).Draw(t, "over "+n) {
+			case 0, 1:
+				over[n] = &Chain{Name: n}
+			case 2:
+				over[n] = nil // deleted in the upper layer
+			}
+		}
+		want := map[string]*Chain{}
+		for k, v := range base {
+			want[k] = v
+		}
+		for k, v := range over {
+			if v == nil {
+				delete(want, k)
+			} else {
+				want[k] = v
+			}
+		}
+		got := mergeLayers(base, over)
+		if len(got) != len(want) {
+			t.Fatalf("merged %d names, want %d (base %v, over %v)", len(got), len(want), base, over)
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Fatalf("%s: %p, want %p", k, got[k], v)
+			}
+		}
+	})
 }

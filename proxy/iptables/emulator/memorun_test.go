@@ -70,7 +70,13 @@ func TestMemoRunAsParsing(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		lines := genMemoChain(t)
 		first := "*filter\n:LONG - [0:0]\n:U1 - [0:0]\n:U2 - [0:0]\n-A INPUT -j LONG\n" + strings.Join(lines, "\n") + "\nCOMMIT\n"
-		texts := []string{first}
+		var texts []string
+		if rapid.Bool().Draw(t, "chains made empty first") {
+			// As kube-proxy's setup does before its first sync (flush of an empty
+			// chain, then -A lines: clean).
+			texts = append(texts, "*filter\n:LONG - [0:0]\n:U1 - [0:0]\n:U2 - [0:0]\nCOMMIT\n")
+		}
+		texts = append(texts, first)
 		for n := rapid.IntRange(1, 3).Draw(t, "versions"); n > 0; n-- {
 			texts = append(texts, editMemoChain(t, lines))
 		}

@@ -314,15 +314,7 @@ func (t *Table) cow() *Table {
 	case len(t.byName) > 1024+len(t.base)/32:
 		// Merge the layers (their chains changed often enough that a lookup would
 		// mostly find the upper one): every version until the next merge shares it.
-		m := maps.Clone(t.base)
-		for k, v := range t.byName {
-			if v == nil {
-				delete(m, k)
-			} else {
-				m[k] = v
-			}
-		}
-		nt.base = m
+		nt.base = mergeLayers(t.base, t.byName)
 	default:
 		nt.base, nt.byName = t.base, maps.Clone(t.byName)
 	}
@@ -330,6 +322,35 @@ func (t *Table) cow() *Table {
 		nt.byName = make(map[string]*Chain)
 	}
 	return nt
+}
+
+// mergeLayers returns one index of a layered one: base with over's names on top (a
+// nil value in over: deleted). It copies the larger layer whole (a first sync puts
+// 100,000s of chains over a base of a few) and adds the other's names to it.
+func mergeLayers(base, over map[string]*Chain) map[string]*Chain {
+	if len(over) <= len(base) {
+		m := maps.Clone(base)
+		for k, v := range over {
+			if v == nil {
+				delete(m, k)
+			} else {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	m := maps.Clone(over)
+	for k, v := range over {
+		if v == nil {
+			delete(m, k)
+		}
+	}
+	for k, v := range base {
+		if _, ok := over[k]; !ok {
+			m[k] = v
+		}
+	}
+	return m
 }
 
 // refIndex counts the jumps to each chain of a table version, layered like the chain

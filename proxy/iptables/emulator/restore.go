@@ -407,6 +407,9 @@ type txn struct {
 	hitT *Table
 	// jump is the chain the last jump checked went to, in table hitT (see jumpChain).
 	jump *Chain
+	// emptyFlushed are chains of the table before the transaction that it flushed
+	// while they were empty (flush): a copy mut makes of one is clean.
+	emptyFlushed []*Chain
 	// ruleSlab holds the rule lists of chains appended to one after the other (see
 	// appendRules); slabStart is where the last such chain's list starts in it.
 	ruleSlab  []*Rule
@@ -1078,6 +1081,17 @@ func (tx *txn) chainLine(rest string) error {
 // flush empties a chain; it returns the transaction's copy.
 func (tx *txn) flush(c *Chain) *Chain {
 	if len(c.Rules) == 0 {
+		// Empty already. What the transaction appends to it next builds it from
+		// empty (clean), which lets the next version reuse its lines (memoRules):
+		// kube-proxy's first sync fills KUBE-SERVICES, which its setup made empty.
+		if c.txn == tx.id {
+			c.clean = true
+			if c.build != nil {
+				c.build = &chainBuild{memo: c.build.memo}
+			}
+		} else if !slices.Contains(tx.emptyFlushed, c) {
+			tx.emptyFlushed = append(tx.emptyFlushed, c) // mut's copy will be clean
+		}
 		return c
 	}
 	for _, r := range c.Rules {
@@ -1116,6 +1130,7 @@ func (tx *txn) mut(c *Chain) *Chain {
 	}
 	nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters,
 		Rules: slices.Clone(c.Rules), idx: c.idx, hooks: c.hooks}
+	nc.clean = len(c.Rules) == 0 && slices.Contains(tx.emptyFlushed, c)
 	tx.cur.t.replaceChain(c, nc)
 	tx.forget()
 	tx.own(nc)
