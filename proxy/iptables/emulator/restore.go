@@ -409,7 +409,7 @@ type txn struct {
 	jump *Chain
 	// emptyFlushed are chains of the table before the transaction that it flushed
 	// while they were empty (flush): a copy mut makes of one is clean.
-	emptyFlushed []*Chain
+	emptyFlushed map[*Chain]bool
 	// ruleSlab holds the rule lists of chains appended to one after the other (see
 	// appendRules); slabStart is where the last such chain's list starts in it.
 	ruleSlab  []*Rule
@@ -1089,8 +1089,11 @@ func (tx *txn) flush(c *Chain) *Chain {
 			if c.build != nil {
 				c.build = &chainBuild{memo: c.build.memo}
 			}
-		} else if !slices.Contains(tx.emptyFlushed, c) {
-			tx.emptyFlushed = append(tx.emptyFlushed, c) // mut's copy will be clean
+		} else {
+			if tx.emptyFlushed == nil {
+				tx.emptyFlushed = make(map[*Chain]bool)
+			}
+			tx.emptyFlushed[c] = true // mut's copy will be clean
 		}
 		return c
 	}
@@ -1130,7 +1133,7 @@ func (tx *txn) mut(c *Chain) *Chain {
 	}
 	nc := &Chain{Name: c.Name, Builtin: c.Builtin, Policy: c.Policy, Counters: c.Counters,
 		Rules: slices.Clone(c.Rules), idx: c.idx, hooks: c.hooks}
-	nc.clean = len(c.Rules) == 0 && slices.Contains(tx.emptyFlushed, c)
+	nc.clean = len(c.Rules) == 0 && tx.emptyFlushed[c]
 	tx.cur.t.replaceChain(c, nc)
 	tx.forget()
 	tx.own(nc)
