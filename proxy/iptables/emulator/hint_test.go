@@ -82,28 +82,19 @@ func TestEmptyChainFilledKeepsLines(t *testing.T) {
 	}
 	b.WriteString("COMMIT\n")
 	e := New(IPv4)
-	for _, text := range []string{"*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n", b.String(), b.String()} {
+	restore := func(text string) *Chain {
+		t.Helper()
 		if err := e.RestoreText([]byte(text), RestoreOptions{NoFlush: true}); err != nil {
 			t.Fatal(err)
 		}
+		return e.Ruleset().Chain(TableNAT, "KUBE-SERVICES")
 	}
-	c := e.Ruleset().Chain(TableNAT, "KUBE-SERVICES")
-	if c.src == nil {
+	restore("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n")
+	first := restore(b.String())
+	if first.src == nil {
 		t.Fatal("the chain filled from empty keeps no lines")
 	}
-	// The second fill reused the first's rules: same Specs.
-	e2 := New(IPv4)
-	if err := e2.RestoreText([]byte("*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n"), RestoreOptions{NoFlush: true}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e2.RestoreText([]byte(b.String()), RestoreOptions{NoFlush: true}); err != nil {
-		t.Fatal(err)
-	}
-	first := e2.Ruleset().Chain(TableNAT, "KUBE-SERVICES")
-	if err := e2.RestoreText([]byte(b.String()), RestoreOptions{NoFlush: true}); err != nil {
-		t.Fatal(err)
-	}
-	second := e2.Ruleset().Chain(TableNAT, "KUBE-SERVICES")
+	second := restore(b.String()) // its rules reuse the first's: the same Specs
 	for i, r := range second.Rules {
 		if r.Spec != first.Rules[i].Spec {
 			t.Fatalf("rule %d was parsed again, not reused from the version filled from empty", i+1)
