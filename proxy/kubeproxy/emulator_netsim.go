@@ -93,6 +93,17 @@ func fromNetsim(q *emulator.Packet, p *netsim.Packet, ctx *netsim.Context, table
 	q.CT = emulator.Conntrack{State: v.State, Status: v.Status, Reply: v.Reply, Orig: v.Orig, ReplyTuple: v.ReplyTuple, Mark: v.Mark, Expire: v.Expire}
 }
 
+// Idle implements netsim.IdleHandler: the cases where Handle returns Continue at once
+// without touching the packet (untraced): a packet of the other family, or a table the
+// ruleset lacks, except for the raw table's carrying of an untracked state over.
+func (h *emulatorHandler) Idle(p *netsim.Packet) bool {
+	e := h.e
+	if p.IPv6 != (e.Family() == emulator.IPv6) {
+		return true
+	}
+	return !e.HasChainAt(h.table, h.hook) && !(h.table == emulator.TableRaw && p.Conn != nil && p.CtState == netfilter.CtUntracked)
+}
+
 // Handle implements netsim.Handler.
 func (h *emulatorHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.Verdict {
 	e := h.e
