@@ -324,12 +324,12 @@ func (c *Network) runProbe(p Probe, from place, src netip.Addr, sport uint16, en
 // runProbeWalks plays the packets of one probe along one path; the delay on links adds
 // up in env.delay until the outcome is known at the client.
 func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint16, env *penv, ch chooser) ProbeResult {
+	pp := new(probePacket)
 	if env.delay == nil {
-		env.delay = new(time.Duration)
+		env.delay = &pp.delay
 	}
 	nodeEnv := nodeEnvs{base: env, nodeCh: ch == nil}
 	var data []byte
-	pp := new(probePacket)
 	dst := p.Dst
 	srcAP := netip.AddrPortFrom(src, sport)
 	var isn uint32
@@ -435,11 +435,12 @@ func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 	return ProbeResult{Outcome: out}
 }
 
-// probePacket is a probe's first packet and, when they fit, its bytes: one allocation
-// instead of two.
+// probePacket is a probe's first packet, its bytes when they fit, and the probe's delay
+// counter (penv.delay): one allocation instead of three.
 type probePacket struct {
-	pk  Packet
-	buf [64]byte // an IPv4 TCP SYN with the probe's options is 52 bytes
+	pk    Packet
+	buf   [64]byte // an IPv4 TCP SYN with the probe's options is 52 bytes
+	delay time.Duration
 }
 
 // nodeEnvs makes the environment a probe's packet has at each node it enters: a copy
