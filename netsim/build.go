@@ -21,7 +21,10 @@ type TCPSegment struct {
 }
 
 // BuildTCP returns an IPv4 or IPv6 packet carrying the segment, with valid checksums.
-func BuildTCP(s TCPSegment) []byte {
+func BuildTCP(s TCPSegment) []byte { return buildTCP(nil, s) }
+
+// buildTCP is BuildTCP into the array of into when it has room (see buildIP).
+func buildTCP(into []byte, s TCPSegment) []byte {
 	var opts []byte
 	if s.Flags&netfilter.TCPSyn != 0 {
 		if s.MSS != 0 {
@@ -52,17 +55,22 @@ func BuildTCP(s TCPSegment) []byte {
 	binary.BigEndian.PutUint16(l4[14:], win)
 	copy(l4[20:], opts)
 	copy(l4[hl:], s.Payload)
-	return buildIP(s.Src.Addr(), s.Dst.Addr(), netfilter.ProtoTCP, s.TTL, l4, 16)
+	return buildIP(into, s.Src.Addr(), s.Dst.Addr(), netfilter.ProtoTCP, s.TTL, l4, 16)
 }
 
 // BuildUDP returns an IPv4 or IPv6 UDP packet with valid checksums.
 func BuildUDP(src, dst netip.AddrPort, payload []byte) []byte {
+	return buildUDP(nil, src, dst, payload)
+}
+
+// buildUDP is BuildUDP into the array of into when it has room (see buildIP).
+func buildUDP(into []byte, src, dst netip.AddrPort, payload []byte) []byte {
 	l4 := make([]byte, 8+len(payload))
 	binary.BigEndian.PutUint16(l4[0:], src.Port())
 	binary.BigEndian.PutUint16(l4[2:], dst.Port())
 	binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
 	copy(l4[8:], payload)
-	return buildIP(src.Addr(), dst.Addr(), netfilter.ProtoUDP, 0, l4, 6)
+	return buildIP(into, src.Addr(), dst.Addr(), netfilter.ProtoUDP, 0, l4, 6)
 }
 
 // BuildSCTPInit returns a minimal SCTP INIT packet (the checksum is CRC32c in real SCTP;
@@ -73,7 +81,7 @@ func BuildSCTPInit(src, dst netip.AddrPort) []byte {
 	binary.BigEndian.PutUint16(l4[2:], dst.Port())
 	l4[12] = 1 // INIT chunk
 	binary.BigEndian.PutUint16(l4[14:], 20)
-	return buildIP(src.Addr(), dst.Addr(), netfilter.ProtoSCTP, 0, l4, -1)
+	return buildIP(nil, src.Addr(), dst.Addr(), netfilter.ProtoSCTP, 0, l4, -1)
 }
 
 // BuildICMPEcho returns an ICMP (or ICMPv6) echo request or reply.
@@ -93,7 +101,7 @@ func BuildICMPEcho(src, dst netip.Addr, reply bool, id, seq uint16, payload []by
 	binary.BigEndian.PutUint16(l4[4:], id)
 	binary.BigEndian.PutUint16(l4[6:], seq)
 	copy(l4[8:], payload)
-	return buildIP(src, dst, proto, 0, l4, 2)
+	return buildIP(nil, src, dst, proto, 0, l4, 2)
 }
 
 // BuildICMPError returns the ICMP error (type/code) that src sends about the offending
@@ -117,16 +125,27 @@ func BuildICMPError(src netip.Addr, orig []byte, typ, code uint8) []byte {
 	l4 := make([]byte, 8+len(q))
 	l4[0], l4[1] = typ, code
 	copy(l4[8:], q)
-	return buildIP(src, origPkt.Src, proto, 0, l4, 2)
+	return buildIP(nil, src, origPkt.Src, proto, 0, l4, 2)
 }
 
-func buildIP(src, dst netip.Addr, proto, ttl uint8, l4 []byte, csOff int) []byte {
+// buildIP returns the IP packet carrying l4. It is built in into's array when that has
+// room (a probe's packet and its bytes are then one allocation), else in a new slice;
+// either way its capacity is its length, so an append never writes past it.
+func buildIP(into []byte, src, dst netip.Addr, proto, ttl uint8, l4 []byte, csOff int) []byte {
 	if ttl == 0 {
 		ttl = 64
 	}
+	sized := func(n int) []byte {
+		if cap(into) >= n {
+			b := into[:n:n]
+			clear(b)
+			return b
+		}
+		return make([]byte, n)
+	}
 	var b []byte
 	if src.Is4() {
-		b = make([]byte, 20+len(l4))
+		b = sized(20 + len(l4))
 		b[0] = 0x45
 		binary.BigEndian.PutUint16(b[2:], uint16(len(b)))
 		b[6] = 0x40 // DF
@@ -138,7 +157,7 @@ func buildIP(src, dst netip.Addr, proto, ttl uint8, l4 []byte, csOff int) []byte
 		binary.BigEndian.PutUint16(b[10:], checksum(b[:20], 0))
 		copy(b[20:], l4)
 	} else {
-		b = make([]byte, 40+len(l4))
+		b = sized(40 + len(l4))
 		b[0] = 0x60
 		binary.BigEndian.PutUint16(b[4:], uint16(len(l4)))
 		b[6] = proto

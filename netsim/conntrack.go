@@ -349,8 +349,21 @@ const ctSweepMin = 256
 // table once in order and, when most entries go, clears it in place (it keeps its
 // slots, as deletions do).
 func (t *Conntrack) sweepLocked(now time.Time) {
+	// Count first (one queue item per entry: the expired are those that go), so that
+	// the pass below removes the few that go as it meets them, or leaves the table to
+	// be rebuilt, without a list of them (a sweep of 50,000 entries built one of 400 KB).
+	nGone, nLive := 0, 0
+	for _, it := range t.expq {
+		switch c := it.c; {
+		case !c.queued: // removed already
+		case now.Before(c.Expires):
+			nLive++
+		default:
+			nGone++
+		}
+	}
+	few := nGone <= nLive
 	live := t.expq[:0]
-	var gone []*Conn
 	var maxAt int64
 	for _, it := range t.expq {
 		c := it.c
@@ -361,8 +374,12 @@ func (t *Conntrack) sweepLocked(now time.Time) {
 			live = append(live, expItem{at: at, c: c})
 			maxAt = max(maxAt, at)
 		default:
-			c.queued = false // marks it for removal below
-			gone = append(gone, c)
+			c.queued = false
+			if few {
+				// Few go: remove them one by one, as collection would.
+				t.table.delIf(c.Orig, c)
+				t.table.delIf(c.Reply, c)
+			}
 		}
 	}
 	clear(t.expq[len(live):])
@@ -371,16 +388,11 @@ func (t *Conntrack) sweepLocked(now time.Time) {
 	t.expMax = maxAt
 	t.expq.init()
 	t.queuedLocked()
-	if len(gone) == 0 {
+	if nGone == 0 {
 		return
 	}
-	if len(gone) <= len(live) {
-		// Few go: remove them one by one, as collection would.
+	if few {
 		t.sweepFew++
-		for _, c := range gone {
-			t.table.delIf(c.Orig, c)
-			t.table.delIf(c.Reply, c)
-		}
 		return
 	}
 	// Most go: set the survivors' mappings aside, empty the table in place (no entry

@@ -412,9 +412,12 @@ func (n *Node) runHookLocked(h netfilter.Hook, pk *Packet, env *penv, out *egres
 	for i := range plan {
 		st := &plan[i]
 		var r hookResult
-		if st.spec == nil {
+		switch {
+		case st.spec == nil:
 			r = n.builtinLocked(h, st.builtin, pk, env, out)
-		} else {
+		case st.idle != nil && env.trace == nil && st.idle.Idle(pk):
+			// Handle would return Continue and change nothing (IdleHandler).
+		default:
 			r = n.callLocked(h, st.spec, pk, env, out)
 		}
 		if r != hookContinue {

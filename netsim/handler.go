@@ -22,6 +22,19 @@ type Handler interface {
 	Handle(ctx *Context, p *Packet) Verdict
 }
 
+// IdleHandler is a Handler that can tell at once that it would let a packet pass
+// untouched: when Idle(p) is true, Handle(ctx, p) would return Continue (with no
+// reason) and change nothing, neither the packet nor any state of its own (counters,
+// lists, connections). A node then skips the call for an untraced packet: it builds no
+// Context for it. (The iptables emulator's handlers of tables the ruleset lacks are
+// idle: kube-proxy writes no raw, mangle or security rules, and those handlers are most
+// of a packet's handler calls.) A traced packet's handlers are always called, so that
+// the trace shows each of them.
+type IdleHandler interface {
+	Handler
+	Idle(p *Packet) bool
+}
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx *Context, p *Packet) Verdict
 

@@ -119,7 +119,7 @@ func (c *Network) middleboxIn(m Middlebox, f frame) {
 }
 
 // middleboxProbe carries a probe's packet through a middlebox.
-func (c *Network) middleboxProbe(m Middlebox, pk *Packet, env *penv, nodeEnv func(*Node) *penv) walkEnd {
+func (c *Network) middleboxProbe(m Middlebox, pk *Packet, env *penv, nodeEnv nodeEnvs) walkEnd {
 	v := m.Forward(pk, env.trace != nil)
 	if v.To == nil {
 		if env.trace != nil {
@@ -134,8 +134,9 @@ func (c *Network) middleboxProbe(m Middlebox, pk *Packet, env *penv, nodeEnv fun
 	if n.down.Load() {
 		return walkEnd{kind: endDropped, pk: pk, node: n, reason: "node " + n.name + " is down"}
 	}
-	e := nodeEnv(n)
-	return c.follow(n, n.ingress(pk, n.uplink, nil, e), e, nodeEnv)
+	var e penv
+	nodeEnv.at(n, &e)
+	return c.follow(n, n.ingress(pk, n.uplink, nil, &e), &e, nodeEnv)
 }
 
 // Tuple returns the packet's tuple as it is now: protocol, addresses and ports.

@@ -317,6 +317,7 @@ func (n *Node) AddHandler(spec HandlerSpec) (remove func()) {
 type hookStep struct {
 	builtin int
 	spec    *HandlerSpec
+	idle    IdleHandler // spec's handler when it is an IdleHandler
 }
 
 // planLocked lays out the steps of hook h in the order runHookLocked takes them: the
@@ -337,7 +338,8 @@ func (n *Node) planLocked(h netfilter.Hook) {
 		for ; bi < len(bs) && bs[bi].prio <= spec.Priority; bi++ {
 			plan = append(plan, hookStep{builtin: bs[bi].kind})
 		}
-		plan = append(plan, hookStep{spec: spec})
+		idle, _ := spec.Handler.(IdleHandler)
+		plan = append(plan, hookStep{spec: spec, idle: idle})
 	}
 	for ; bi < len(bs); bi++ {
 		plan = append(plan, hookStep{builtin: bs[bi].kind})

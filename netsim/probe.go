@@ -324,16 +324,11 @@ func (c *Network) runProbe(p Probe, from place, src netip.Addr, sport uint16, en
 // runProbeWalks plays the packets of one probe along one path; the delay on links adds
 // up in env.delay until the outcome is known at the client.
 func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint16, env *penv, ch chooser) ProbeResult {
+	pp := new(probePacket)
 	if env.delay == nil {
-		env.delay = new(time.Duration)
+		env.delay = &pp.delay
 	}
-	nodeEnv := func(n *Node) *penv {
-		e := *env
-		if ch == nil {
-			e.ch = randChooser{n.rng}
-		}
-		return &e
-	}
+	nodeEnv := nodeEnvs{base: env, nodeCh: ch == nil}
 	var data []byte
 	dst := p.Dst
 	srcAP := netip.AddrPortFrom(src, sport)
@@ -343,16 +338,16 @@ func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 		c.mu.Lock()
 		isn = c.rng.Uint32()
 		c.mu.Unlock()
-		data = BuildTCP(TCPSegment{Src: srcAP, Dst: dst, Flags: netfilter.TCPSyn, Seq: isn, MSS: uint16(c.cfg.MTU - 40), WindowScale: 7, SACKPermitted: true})
+		data = buildTCP(pp.buf[:0], TCPSegment{Src: srcAP, Dst: dst, Flags: netfilter.TCPSyn, Seq: isn, MSS: uint16(c.cfg.MTU - 40), WindowScale: 7, SACKPermitted: true})
 	case netfilter.ProtoUDP:
-		data = BuildUDP(srcAP, dst, p.Payload)
+		data = buildUDP(pp.buf[:0], srcAP, dst, p.Payload)
 	case netfilter.ProtoSCTP:
 		data = BuildSCTPInit(srcAP, dst)
 	case netfilter.ProtoICMP, netfilter.ProtoICMPv6:
 		data = BuildICMPEcho(src, dst.Addr(), false, sport, 1, p.Payload)
 	}
-	pk, err := ParsePacket(data)
-	if err != nil {
+	pk := &pp.pk // ParsePacket(data), in pp
+	if err := pk.parse(data); err != nil {
 		return ProbeResult{Outcome: Outcome{Result: ResultDropped, Reason: "bad probe packet: " + err.Error()}}
 	}
 	end := c.walk(from, pk, env, nodeEnv)
@@ -440,12 +435,40 @@ func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 	return ProbeResult{Outcome: out}
 }
 
+// probePacket is a probe's first packet, its bytes when they fit, and the probe's delay
+// counter (penv.delay): one allocation instead of three.
+type probePacket struct {
+	pk    Packet
+	buf   [64]byte // an IPv4 TCP SYN with the probe's options is 52 bytes
+	delay time.Duration
+}
+
+// nodeEnvs makes the environment a probe's packet has at each node it enters: a copy
+// of the probe's environment as it is then (so the node reads the virtual time anew),
+// with the node's seeded chooser unless the probe resolves choices itself (nodeCh
+// false: AllBranches). The copy is the caller's variable, not a heap object: a probe
+// made two such allocations (one per node) when this was a closure returning a
+// pointer.
+type nodeEnvs struct {
+	base   *penv
+	nodeCh bool
+}
+
+// at fills e with the environment of a packet entering n.
+func (m nodeEnvs) at(n *Node, e *penv) {
+	*e = *m.base
+	if m.nodeCh {
+		e.ch = randChooser{n.rng}
+	}
+}
+
 // followBack carries a refusal (RST, ICMP error) the network generated back toward the
 // probe's source.
-func (c *Network) followBack(from place, end walkEnd, env *penv, nodeEnv func(*Node) *penv, out Outcome) ProbeResult {
-	e := nodeEnv(end.node)
-	eg := end.node.output(end.reply, e)
-	back := c.follow(end.node, eg, e, nodeEnv)
+func (c *Network) followBack(from place, end walkEnd, env *penv, nodeEnv nodeEnvs, out Outcome) ProbeResult {
+	var e penv
+	nodeEnv.at(end.node, &e)
+	eg := end.node.output(end.reply, &e)
+	back := c.follow(end.node, eg, &e, nodeEnv)
 	if back.kind != endDelivered || !back.at.same(from) {
 		out.Result = ResultDropped
 		out.Reason += "; the refusal did not come back: " + back.describe()
@@ -541,7 +564,7 @@ func (w walkEnd) outcome(proto uint8, orig *Packet) Outcome {
 }
 
 // walk carries a packet from a place until it is delivered somewhere or ends.
-func (c *Network) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *penv) walkEnd {
+func (c *Network) walk(from place, pk *Packet, env *penv, nodeEnv nodeEnvs) walkEnd {
 	switch {
 	case from.pod != nil:
 		pod := from.pod
@@ -569,15 +592,17 @@ func (c *Network) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *p
 		if n.down.Load() {
 			return walkEnd{kind: endDropped, pk: pk, node: n, reason: "node " + n.name + " is down"}
 		}
-		e := nodeEnv(n)
-		return c.follow(n, n.ingress(pk, n.bridge, pod.port, e), e, nodeEnv)
+		var e penv
+		nodeEnv.at(n, &e)
+		return c.follow(n, n.ingress(pk, n.bridge, pod.port, &e), &e, nodeEnv)
 	case from.node != nil:
 		n := from.node
 		if n.down.Load() {
 			return walkEnd{kind: endDropped, pk: pk, node: n, reason: "node " + n.name + " is down"}
 		}
-		e := nodeEnv(n)
-		return c.follow(n, n.output(pk, e), e, nodeEnv)
+		var e penv
+		nodeEnv.at(n, &e)
+		return c.follow(n, n.output(pk, &e), &e, nodeEnv)
 	case from.ext != nil:
 		if from.ext.link.probeLost(env) {
 			return walkEnd{kind: endDropped, pk: pk, reason: "lost on link " + from.ext.link.name}
@@ -588,7 +613,7 @@ func (c *Network) walk(from place, pk *Packet, env *penv, nodeEnv func(*Node) *p
 }
 
 // fromFabric routes a packet through the cluster network.
-func (c *Network) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv func(*Node) *penv) walkEnd {
+func (c *Network) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv nodeEnvs) walkEnd {
 	if fromName != "external" {
 		var before string
 		if env.trace != nil { // the packet's text costs six allocations: only for traces
@@ -619,8 +644,9 @@ func (c *Network) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv fun
 		if d.node.down.Load() {
 			return walkEnd{kind: endDropped, pk: pk, node: d.node, reason: "node " + d.node.name + " is down"}
 		}
-		e := nodeEnv(d.node)
-		return c.follow(d.node, d.node.ingress(pk, d.node.uplink, nil, e), e, nodeEnv)
+		var e penv
+		nodeEnv.at(d.node, &e)
+		return c.follow(d.node, d.node.ingress(pk, d.node.uplink, nil, &e), &e, nodeEnv)
 	case hopExternal:
 		if env.trace != nil {
 			env.step(TraceStep{Kind: StepEnd, Verdict: "DELIVERED", Detail: "external host " + d.host.name, Packet: pk.String()})
@@ -633,7 +659,7 @@ func (c *Network) fromFabric(pk *Packet, fromName string, env *penv, nodeEnv fun
 }
 
 // follow continues from a node's egress decision.
-func (c *Network) follow(n *Node, eg egress, env *penv, nodeEnv func(*Node) *penv) walkEnd {
+func (c *Network) follow(n *Node, eg egress, env *penv, nodeEnv nodeEnvs) walkEnd {
 	for hops := 0; hops < 64; hops++ {
 		switch eg.kind {
 		case egDrop:
@@ -694,11 +720,7 @@ func (c *Network) inject(from string, data []byte, trace bool) (ProbeResult, wal
 	if trace {
 		env.trace = &Trace{}
 	}
-	nodeEnv := func(n *Node) *penv {
-		e := *env
-		e.ch = randChooser{n.rng}
-		return &e
-	}
+	nodeEnv := nodeEnvs{base: env, nodeCh: true}
 	end := c.walk(pl, pk, env, nodeEnv)
 	out := end.outcome(pk.Proto, pk)
 	if end.kind == endRefused && end.reply != nil {

@@ -89,8 +89,18 @@ func fromNetsim(q *emulator.Packet, p *netsim.Packet, ctx *netsim.Context, table
 	*q = emulator.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
 		TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL,
 		InIface: p.InIface, OutIface: p.OutIface, Mark: p.Mark, Len: len(p.Data)}
-	v := conntrackOf(p, ctx, table == emulator.TableRaw) // the raw table runs before conntrack
-	q.CT = emulator.Conntrack{State: v.State, Status: v.Status, Reply: v.Reply, Orig: v.Orig, ReplyTuple: v.ReplyTuple, Mark: v.Mark, Expire: v.Expire}
+	conntrackInto((*ctView)(&q.CT), p, ctx, table == emulator.TableRaw) // the raw table runs before conntrack
+}
+
+// Idle implements netsim.IdleHandler: the cases where Handle returns Continue at once
+// without touching the packet (untraced): a packet of the other family, or a table the
+// ruleset lacks, except for the raw table's carrying of an untracked state over.
+func (h *emulatorHandler) Idle(p *netsim.Packet) bool {
+	e := h.e
+	if p.IPv6 != (e.Family() == emulator.IPv6) {
+		return true
+	}
+	return !e.HasChainAt(h.table, h.hook) && !(h.table == emulator.TableRaw && p.Conn != nil && p.CtState == netfilter.CtUntracked)
 }
 
 // Handle implements netsim.Handler.

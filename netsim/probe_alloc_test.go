@@ -1,0 +1,100 @@
+package netsim
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/clusterlab/clusterlab/netfilter"
+)
+
+// TestProbeAllocations: an untraced probe through a DNAT handler allocates its result,
+// its packet with the packet's bytes and the delay counter (one object) and the two
+// nodes' conntrack entries, and nothing per node it crosses (each node's copy of the
+// probe's environment lives in the walk's frames). A probe made 7 allocations when the
+// environment copies were heap objects, and the packet's bytes and the delay counter
+// separate ones.
+func TestProbeAllocations(t *testing.T) {
+	c := newTestCluster(t, Config{Seed: 1, ManualClock: true, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+	server, _ := c.StartPod("node-b", "default", "server", nil, false)
+	c.StartPod("node-a", "default", "client", nil, false)
+	vip := netip.MustParseAddrPort("10.96.0.1:80")
+	backend := netip.AddrPortFrom(server.IP(), 8080)
+	dnat := HandlerFunc(func(ctx *Context, p *Packet) Verdict { // staticDNAT without its reason's text
+		if p.Dst != vip.Addr() || p.DstPort != vip.Port() {
+			return VerdictContinue
+		}
+		return DNATTo(backend, "")
+	})
+	c.Node("node-a").AddHandler(HandlerSpec{Name: "dnat", Hook: netfilter.Prerouting, Priority: netfilter.PriorityNATDst, NAT: true, Handler: dnat})
+	for _, proto := range []uint8{netfilter.ProtoTCP, netfilter.ProtoUDP} {
+		p := Probe{From: "pod:default/client", Proto: proto, Dst: vip}
+		port := 1024
+		probe := func() {
+			port++
+			p.SrcPort = uint16(port)
+			r, err := c.ProbeOne(p)
+			if err != nil || r.Result != ResultDelivered || r.Pod != "default/server" {
+				t.Fatalf("probe from port %d: %v %v", port, r.Outcome, err)
+			}
+		}
+		for range 2000 { // the conntrack tables' growth, out of the count
+			probe()
+		}
+		// ProbeOne's result slice, the packet, two entries.
+		if got := testing.AllocsPerRun(1000, probe); got > 4 {
+			t.Errorf("%s probe: %v allocations, want at most 4", ProtoName(proto), got)
+		}
+	}
+}
+
+// idleCounter is an IdleHandler that counts its calls.
+type idleCounter struct {
+	idle          bool
+	handles, asks int
+}
+
+func (h *idleCounter) Handle(ctx *Context, p *Packet) Verdict {
+	h.handles++
+	return VerdictContinue
+}
+
+func (h *idleCounter) Idle(p *Packet) bool {
+	h.asks++
+	return h.idle
+}
+
+// TestIdleHandlerSkipped: a node does not call an IdleHandler for an untraced packet it
+// says it is idle for; it calls it when it is not idle, and for a traced packet, which
+// shows the handler; the outcome is the same either way.
+func TestIdleHandlerSkipped(t *testing.T) {
+	c := newTestCluster(t, Config{Seed: 1, ManualClock: true, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+	server, _ := c.StartPod("node-b", "default", "server", nil, false)
+	c.StartPod("node-a", "default", "client", nil, false)
+	h := &idleCounter{idle: true}
+	c.Node("node-a").AddHandler(HandlerSpec{Name: "idle-forward", Hook: netfilter.Forward, Priority: 0, Handler: h})
+	p := Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: netip.AddrPortFrom(server.IP(), 8080)}
+	var first Outcome
+	for i, tc := range []struct {
+		idle, trace bool
+		handles     int
+	}{{true, false, 0}, {false, false, 1}, {true, true, 1}, {false, true, 1}} {
+		h.idle, h.handles, h.asks = tc.idle, 0, 0
+		p.SrcPort, p.Trace = uint16(2000+i), tc.trace
+		r, err := c.ProbeOne(p)
+		if err != nil || r.Result != ResultDelivered {
+			t.Fatalf("case %d: %v %v", i, r.Outcome, err)
+		}
+		if i == 0 {
+			first = r.Outcome
+		} else if r.SeenSrc.Port() != p.SrcPort || r.Pod != first.Pod || r.Addr != first.Addr {
+			t.Errorf("case %d: %v, first %v", i, r.Outcome, first)
+		}
+		if h.handles != tc.handles {
+			t.Errorf("case %d (idle %v, trace %v): Handle called %d times, want %d (Idle asked %d times)", i, tc.idle, tc.trace, h.handles, tc.handles, h.asks)
+		}
+		if tc.trace && !strings.Contains(r.Trace.String(), "idle-forward") {
+			t.Errorf("case %d: the trace does not show the handler:\n%s", i, r.Trace)
+		}
+	}
+}
