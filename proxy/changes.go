@@ -126,9 +126,10 @@ type ChangeTracker struct {
 	svcs      map[types.NamespacedName]*svcRec
 	sliceRecs map[types.NamespacedName]*sliceRec
 	// groups are the slices of this family of each Service, sorted by name;
-	// endpoints their merged endpoints.
+	// endpoints their merged endpoints, per service port (a list: a Service has few
+	// ports, and a map per Service cost 10,000 maps in a first Update).
 	groups    map[types.NamespacedName][]*discoveryv1.EndpointSlice
-	endpoints map[types.NamespacedName]EndpointsMap
+	endpoints map[types.NamespacedName][]portEndpoints
 	// viewServices and viewEndpoints are the view: every SyncState's Services and
 	// Endpoints, changed in place by each Update.
 	viewServices  ServicePortMap
@@ -185,7 +186,7 @@ func NewChangeTracker(family corev1.IPFamily, node NodeConfig) *ChangeTracker {
 		svcs:          map[types.NamespacedName]*svcRec{},
 		sliceRecs:     map[types.NamespacedName]*sliceRec{},
 		groups:        map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
-		endpoints:     map[types.NamespacedName]EndpointsMap{},
+		endpoints:     map[types.NamespacedName][]portEndpoints{},
 		viewServices:  ServicePortMap{},
 		viewEndpoints: EndpointsMap{},
 	}
@@ -234,6 +235,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	// Services: the entries that differ from the previous list's at the same index.
 	svcIdx, svcGone := diffIndexes(t.svcIn, services)
 	newSvcs := make(map[types.NamespacedName]*svcRec, len(svcIdx)) // watched Services at changed indexes
+	var flags *selectFlags                                         // the node's selectFlags, asked once
 	for _, i := range svcIdx {
 		svc := services[i]
 		// What the node's proxy does not watch (NodeConfig.WatchSelector) does not exist for it.
@@ -258,7 +260,15 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		if err != nil {
 			return nil, err
 		}
-		t.node.selectServicePorts(m, []*corev1.Service{svc})
+		if len(m) > 0 {
+			if flags == nil {
+				f := t.node.selectFlags()
+				flags = &f
+			}
+			for _, sp := range m {
+				flags.selectServicePort(sp, svc)
+			}
+		}
 		rec.ports = m
 	}
 	goneSvcs := map[types.NamespacedName]bool{}
@@ -322,7 +332,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		}
 	}
 	newGroups := make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(affected))
-	newEndpoints := make(map[types.NamespacedName]EndpointsMap, len(affected))
+	newEndpoints := make(map[types.NamespacedName][]portEndpoints, len(affected))
 	endpointsChanged := make(map[types.NamespacedName]bool, len(affected))
 	for nn := range affected {
 		old := t.groups[nn]
@@ -346,7 +356,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 			}
 			continue
 		}
-		m, err := endpointsForService(nn, list, &t.node)
+		m, err := portEndpointsForService(nn, list, &t.node)
 		if err != nil {
 			return nil, err
 		}
@@ -367,7 +377,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	if len(t.sliceRecs) == 0 && len(newSlices) > 0 {
 		t.sliceRecs = make(map[types.NamespacedName]*sliceRec, len(newSlices))
 		t.groups = make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(newGroups))
-		t.endpoints = make(map[types.NamespacedName]EndpointsMap, len(newEndpoints))
+		t.endpoints = make(map[types.NamespacedName][]portEndpoints, len(newEndpoints))
 		n := 0
 		for _, m := range newEndpoints {
 			n += len(m)
@@ -408,11 +418,11 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		}
 	}
 	for nn := range endpointsChanged {
-		for k := range t.endpoints[nn] {
-			delete(st.Endpoints, k)
+		for _, pl := range t.endpoints[nn] {
+			delete(st.Endpoints, pl.name)
 		}
-		for k, v := range newEndpoints[nn] {
-			st.Endpoints[k] = v
+		for _, pl := range newEndpoints[nn] {
+			st.Endpoints[pl.name] = pl.eps
 		}
 	}
 
@@ -429,25 +439,27 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		}
 	}
 	for nn := range endpointsChanged {
-		oldMap, newMap := t.endpoints[nn], newEndpoints[nn]
-		for spn, oldList := range oldMap {
+		oldLists, newLists := t.endpoints[nn], newEndpoints[nn]
+		for _, old := range oldLists {
+			spn := old.name
 			if spn.Protocol != corev1.ProtocolUDP {
 				continue
 			}
-			for _, ep := range oldList {
+			for _, ep := range old.eps {
 				if !ep.Serving {
 					continue
 				}
-				if !hasServing(newMap[spn], ep.String()) {
+				if !hasServing(portEndpointsOf(newLists, spn), ep.String()) {
 					st.DeletedUDPEndpoints = append(st.DeletedUDPEndpoints, ServiceEndpoint{Endpoint: ep.String(), ServicePortName: spn})
 				}
 			}
 		}
-		for spn, newList := range newMap {
+		for _, cur := range newLists {
+			spn := cur.name
 			if spn.Protocol != corev1.ProtocolUDP {
 				continue
 			}
-			if t.node.newlyActive(oldMap[spn], newList) {
+			if t.node.newlyActive(portEndpointsOf(oldLists, spn), cur.eps) {
 				st.NewlyActiveUDPServices = append(st.NewlyActiveUDPServices, spn)
 			}
 		}
@@ -488,6 +500,16 @@ func (r *svcRec) portsOrNil() ServicePortMap {
 		return nil
 	}
 	return r.ports
+}
+
+// portEndpointsOf returns the endpoints of the service port in lists, nil if none.
+func portEndpointsOf(lists []portEndpoints, spn ServicePortName) []*Endpoint {
+	for _, pl := range lists {
+		if pl.name == spn {
+			return pl.eps
+		}
+	}
+	return nil
 }
 
 func sameSlices(a, b []*discoveryv1.EndpointSlice) bool {
