@@ -336,15 +336,18 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	endpointsChanged := make(map[types.NamespacedName]bool, len(affected))
 	for nn := range affected {
 		old := t.groups[nn]
-		var list []*discoveryv1.EndpointSlice
-		for _, s := range old {
-			key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
-			if _, changed := newSlices[key]; changed || goneSlices[key] {
-				continue
+		list := added[nn] // a list of this Update's own: kept as it is when old is empty
+		if len(old) > 0 {
+			list = nil
+			for _, s := range old {
+				key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+				if _, changed := newSlices[key]; changed || goneSlices[key] {
+					continue
+				}
+				list = append(list, s)
 			}
-			list = append(list, s)
+			list = append(list, added[nn]...)
 		}
-		list = append(list, added[nn]...)
 		sortSlices(list)
 		if len(old) > 0 && sameSlices(old, list) {
 			continue
@@ -365,19 +368,16 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	}
 
 	// The new view: the previous one with the changed Services' entries replaced (no
-	// error can happen from here on). A first Update sizes the maps it fills.
+	// error can happen from here on). A first Update sizes the maps it fills (and
+	// takes this Update's maps as the tracker's: see Commit).
 	if len(t.svcs) == 0 && len(newSvcs) > 0 {
 		n := 0
 		for _, rec := range newSvcs {
 			n += len(rec.ports)
 		}
-		t.svcs = make(map[types.NamespacedName]*svcRec, len(newSvcs))
 		t.viewServices = make(ServicePortMap, n)
 	}
 	if len(t.sliceRecs) == 0 && len(newSlices) > 0 {
-		t.sliceRecs = make(map[types.NamespacedName]*sliceRec, len(newSlices))
-		t.groups = make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(newGroups))
-		t.endpoints = make(map[types.NamespacedName][]portEndpoints, len(newEndpoints))
 		n := 0
 		for _, m := range newEndpoints {
 			n += len(m)
@@ -466,15 +466,28 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	}
 	sortStale(st)
 
-	// Commit.
-	for nn := range goneSvcs {
-		delete(t.svcs, nn)
+	// Commit. Into an empty map (a first Update) this Update's map is taken whole
+	// rather than copied: nothing is gone then, and newEndpoints has no key outside
+	// endpointsChanged.
+	if len(t.svcs) == 0 {
+		t.svcs = newSvcs
+	} else {
+		for nn := range goneSvcs {
+			delete(t.svcs, nn)
+		}
+		maps.Copy(t.svcs, newSvcs)
 	}
-	maps.Copy(t.svcs, newSvcs)
-	for key := range goneSlices {
-		delete(t.sliceRecs, key)
+	if len(t.sliceRecs) == 0 {
+		t.sliceRecs = newSlices
+	} else {
+		for key := range goneSlices {
+			delete(t.sliceRecs, key)
+		}
+		maps.Copy(t.sliceRecs, newSlices)
 	}
-	maps.Copy(t.sliceRecs, newSlices)
+	if len(t.groups) == 0 {
+		t.groups = newGroups
+	}
 	for nn, list := range newGroups {
 		if len(list) == 0 {
 			delete(t.groups, nn)
@@ -482,11 +495,15 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 			t.groups[nn] = list
 		}
 	}
-	for nn := range endpointsChanged {
-		if m, ok := newEndpoints[nn]; ok {
-			t.endpoints[nn] = m
-		} else {
-			delete(t.endpoints, nn)
+	if len(t.endpoints) == 0 {
+		t.endpoints = newEndpoints
+	} else {
+		for nn := range endpointsChanged {
+			if m, ok := newEndpoints[nn]; ok {
+				t.endpoints[nn] = m
+			} else {
+				delete(t.endpoints, nn)
+			}
 		}
 	}
 	t.svcIn = append(t.svcIn[:0], services...)

@@ -771,7 +771,7 @@ func (g *generator) clusterIPMasqRule(nr *lineBuf, p *svcPlan, chain string) {
 		nr.w("-A", chain, "-m", "comment", "--comment")
 		nr.q(p.name, " cluster IP")
 		nr.w("-m", p.proto, "-p", p.proto, "-d", p.clusterIP, "--dport", p.port)
-		nr.w(r.detector.IfNotLocal()...)
+		nr.w(r.ifNotLocal...)
 		nr.w("-j", ChainMarkMasq)
 		nr.end()
 	}
@@ -1021,7 +1021,26 @@ func (g *generator) finish(jumps bool) []byte {
 		g.legacyForwardRules()
 	}
 
-	// Everything before the nat rules.
+	// Everything before the nat rules: without jumps, written straight into the room
+	// left before the rules.
+	nat := &g.natRules
+	if !jumps {
+		n := len("*filter\n") + len(g.filterChains.b) + len(g.filterRules.b) + len("COMMIT\n*nat\n") + len(g.natChains.b)
+		if n <= nat.base {
+			start := nat.base - n
+			hdr := nat.b[start:start]
+			hdr = append(hdr, "*filter\n"...)
+			hdr = append(hdr, g.filterChains.b...)
+			hdr = append(hdr, g.filterRules.b...)
+			hdr = append(hdr, "COMMIT\n*nat\n"...)
+			hdr = append(hdr, g.natChains.b...)
+			if len(hdr) != n {
+				panic("iptables: header length")
+			}
+			nat.b = append(nat.b, "COMMIT\n"...)
+			return nat.b[start:]
+		}
+	}
 	hdr := g.out[:0]
 	hdr = append(hdr, "*filter\n"...)
 	hdr = append(hdr, g.filterChains.b...)
@@ -1038,7 +1057,6 @@ func (g *generator) finish(jumps bool) []byte {
 		hdr = appendJumps(hdr, TableNAT, r.jumpRules())
 	}
 	g.out = hdr
-	nat := &g.natRules
 	if len(hdr) <= nat.base {
 		// Put the header in the room left before the rules: no copy of the rules.
 		start := nat.base - len(hdr)
