@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"fmt"
-	"maps"
 	"reflect"
 	"sync"
 
@@ -236,6 +235,9 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	svcIdx, svcGone := diffIndexes(t.svcIn, services)
 	newSvcs := make(map[types.NamespacedName]*svcRec, len(svcIdx)) // watched Services at changed indexes
 	var flags *selectFlags                                         // the node's selectFlags, asked once
+	// The records come from one slab sized for the changed indexes (it never grows, so
+	// the pointers stay valid).
+	svcSlab := make([]svcRec, 0, len(svcIdx))
 	for _, i := range svcIdx {
 		svc := services[i]
 		// What the node's proxy does not watch (NodeConfig.WatchSelector) does not exist for it.
@@ -250,7 +252,8 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		if old, ok := t.svcs[nn]; ok && old.idx < len(services) && services[old.idx] == old.obj {
 			return nil, fmt.Errorf("service %s: listed twice", nn)
 		}
-		rec := &svcRec{obj: svc, idx: i}
+		svcSlab = append(svcSlab, svcRec{obj: svc, idx: i})
+		rec := &svcSlab[len(svcSlab)-1]
 		newSvcs[nn] = rec
 		if old, ok := t.svcs[nn]; ok && old.obj == svc {
 			rec.ports = old.ports // moved in the list, unchanged
@@ -285,6 +288,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	sliceIdx, sliceGone := diffIndexes(t.sliceIn, slices)
 	want := AddressTypeForFamily(t.family)
 	newSlices := make(map[types.NamespacedName]*sliceRec, len(sliceIdx))
+	sliceSlab := make([]sliceRec, 0, len(sliceIdx))                // as svcSlab
 	affected := make(map[types.NamespacedName]bool, len(sliceIdx)) // Services whose slices changed
 	for _, i := range sliceIdx {
 		s := slices[i]
@@ -298,7 +302,8 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		if old, ok := t.sliceRecs[key]; ok && old.idx < len(slices) && slices[old.idx] == old.obj {
 			return nil, fmt.Errorf("endpointslice %s: listed twice", key)
 		}
-		rec := &sliceRec{obj: s, idx: i}
+		sliceSlab = append(sliceSlab, sliceRec{obj: s, idx: i})
+		rec := &sliceSlab[len(sliceSlab)-1]
 		if s.AddressType == want {
 			rec.svc, rec.ok = SliceService(s)
 		}
@@ -469,21 +474,35 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	// Commit. Into an empty map (a first Update) this Update's map is taken whole
 	// rather than copied: nothing is gone then, and newEndpoints has no key outside
 	// endpointsChanged.
+	// The records replaced or gone are zeroed: they sit in a slab with others still in
+	// use, and must not keep their objects alive.
 	if len(t.svcs) == 0 {
 		t.svcs = newSvcs
 	} else {
 		for nn := range goneSvcs {
+			*t.svcs[nn] = svcRec{}
 			delete(t.svcs, nn)
 		}
-		maps.Copy(t.svcs, newSvcs)
+		for nn, rec := range newSvcs {
+			if old := t.svcs[nn]; old != nil {
+				*old = svcRec{}
+			}
+			t.svcs[nn] = rec
+		}
 	}
 	if len(t.sliceRecs) == 0 {
 		t.sliceRecs = newSlices
 	} else {
 		for key := range goneSlices {
+			*t.sliceRecs[key] = sliceRec{}
 			delete(t.sliceRecs, key)
 		}
-		maps.Copy(t.sliceRecs, newSlices)
+		for key, rec := range newSlices {
+			if old := t.sliceRecs[key]; old != nil {
+				*old = sliceRec{}
+			}
+			t.sliceRecs[key] = rec
+		}
 	}
 	if len(t.groups) == 0 {
 		t.groups = newGroups
