@@ -212,7 +212,7 @@ type generator struct {
 	labels  map[string]string
 	// noCache makes every sync compute every service port (tests compare the two).
 	noCache  bool
-	declared []string // the chains serviceChains declared (scratch)
+	declared chainKinds // the service port's own chains serviceChains declared (scratch)
 
 	filterChains, filterRules lineBuf
 	natChains, natRules       lineBuf
@@ -296,7 +296,8 @@ func (g *generator) begin() {
 // list: its svcInfo, its endpoint count, and what its rules were the last time they
 // were computed: the lines it wrote into the shared chains (nat: KUBE-SERVICES,
 // KUBE-NODEPORTS; filter: KUBE-SERVICES, KUBE-EXTERNAL-SERVICES, KUBE-NODEPORTS,
-// KUBE-PROXY-FIREWALL) and the per-service chains it declared. These depend only on
+// KUBE-PROXY-FIREWALL) and the per-service chains it declared (the kinds of its own
+// chains, and a KUBE-SEP chain for each of info.epNames). These depend only on
 // the service port, its endpoints and the node (resolved, fixed for a generator), so
 // a partial sync reuses them for every Service the change tracker reports unchanged.
 type svcEntry struct {
@@ -306,7 +307,36 @@ type svcEntry struct {
 	fresh  bool // to be computed this sync
 	nat    []byte
 	filter []byte
-	chains []string
+	kinds  chainKinds
+}
+
+// chainKinds are the service port's own chains (svcInfo.chains) a sync declared, one
+// bit each; its KUBE-SEP chains are always those of svcInfo.epNames.
+type chainKinds uint8
+
+const (
+	kindEndpoint chainKinds = 0 // a KUBE-SEP chain: not a bit
+	kindCluster  chainKinds = 1 << iota
+	kindLocal
+	kindExternal
+	kindFirewall
+	kindLegacyExternal
+)
+
+// declaredChains calls f with each chain the entry declared when it was last computed.
+func (e *svcEntry) declaredChains(f func(string)) {
+	ch := &e.info.chains
+	for _, k := range [...]struct {
+		kind chainKinds
+		name string
+	}{{kindCluster, ch.Cluster}, {kindLocal, ch.Local}, {kindExternal, ch.External}, {kindFirewall, ch.Firewall}, {kindLegacyExternal, ch.LegacyExternal}} {
+		if e.kinds&k.kind != 0 {
+			f(k.name)
+		}
+	}
+	for _, sep := range e.info.epNames {
+		f(sep)
+	}
 }
 
 // services writes every service port's rules. In a partial sync (full false) the
@@ -367,9 +397,9 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		if !full && !st.Changed(name.NamespacedName) {
 			nc, pr = &g.skipChains, &g.skipRules
 		}
-		g.declared = g.declared[:0]
+		g.declared = 0
 		g.serviceChains(nc, pr, &p)
-		e.chains = append(e.chains[:0], g.declared...)
+		e.kinds = g.declared
 	}
 }
 
@@ -742,21 +772,22 @@ func (g *generator) serviceChains(nc, nr *lineBuf, p *svcPlan) {
 	}
 	ch := &p.info.chains
 	if p.usesClusterChain {
-		g.declare(nc, ch.Cluster)
+		g.declare(nc, ch.Cluster, kindCluster)
 		g.endpointRules(nr, p.info, p.sp, ch.Cluster, p.c.Cluster)
 	}
 	if p.usesLocalChain {
-		g.declare(nc, ch.Local)
+		g.declare(nc, ch.Local, kindLocal)
 		g.endpointRules(nr, p.info, p.sp, ch.Local, p.c.Local)
 	}
 	g.endpointChains(nc, nr, p)
 }
 
 // declare writes the line declaring a per-service chain and notes that this sync
-// writes it (it is not stale: see staleChains).
-func (g *generator) declare(nc *lineBuf, chain string) {
+// writes it (it is not stale: see staleChains). A KUBE-SEP chain (kindEndpoint) needs
+// no note: every one of svcInfo.epNames is declared.
+func (g *generator) declare(nc *lineBuf, chain string, kind chainKinds) {
 	nc.chain(chain)
-	g.declared = append(g.declared, chain)
+	g.declared |= kind
 }
 
 // clusterIPMasqRule writes the masquerade rule for cluster IP traffic into chain (the
@@ -783,7 +814,7 @@ func (g *generator) clusterIPMasqRule(nr *lineBuf, p *svcPlan, chain string) {
 // external policy has endpoints, a jump to its chain.
 func (g *generator) externalChain(nc, nr *lineBuf, p *svcPlan) {
 	extChain, clusterChain := p.info.chains.External, p.info.chains.Cluster
-	g.declare(nc, extChain)
+	g.declare(nc, extChain, kindExternal)
 	if !p.sp.ExternalPolicyLocal {
 		nr.w("-A", extChain, "-m", "comment", "--comment")
 		nr.q("masquerade traffic for ", p.name, " external destinations")
@@ -822,7 +853,7 @@ func (g *generator) externalChain(nc, nr *lineBuf, p *svcPlan) {
 // what falls through is dropped by KUBE-PROXY-FIREWALL.
 func (g *generator) firewallChain(nc, nr *lineBuf, p *svcPlan) {
 	fwChain, extChain := p.info.chains.Firewall, p.extDest
-	g.declare(nc, fwChain)
+	g.declare(nc, fwChain, kindFirewall)
 	if p.inlineMasq {
 		nr.w("-A", fwChain, "-m", "comment", "--comment")
 		nr.q(p.name, " loadbalancer IP")
@@ -882,7 +913,7 @@ func (g *generator) endpointChains(nc, nr *lineBuf, p *svcPlan) {
 	for i, ep := range p.c.AllReachable {
 		epStr := ep.String()
 		sep := p.info.epNames[i]
-		g.declare(nc, sep)
+		g.declare(nc, sep, kindEndpoint)
 		nr.line("-A ", sep, cm, name, " -s ", ep.IPString(), " -j "+ChainMarkMasq)
 		if affinity {
 			nr.line("-A ", sep, cm, name, " -m recent --name ", sep, " --set -m ", proto, " -p ", proto, " -j DNAT --to-destination ", epStr)
@@ -946,10 +977,9 @@ func (g *generator) staleChains(existing []string) []string {
 	if len(cand) == 0 {
 		return nil
 	}
+	drop := func(c string) { delete(cand, c) }
 	for _, e := range g.entries {
-		for _, c := range e.chains {
-			delete(cand, c)
-		}
+		e.declaredChains(drop)
 	}
 	if len(cand) == 0 {
 		return nil

@@ -23,7 +23,7 @@ func wordEndpointChains(g *generator, nc, nr *lineBuf, p *svcPlan) {
 	for i, ep := range p.c.AllReachable {
 		epStr := ep.String()
 		sep := p.info.epNames[i]
-		g.declare(nc, sep)
+		g.declare(nc, sep, kindEndpoint)
 		nr.w("-A", sep)
 		if !g.largeCluster {
 			nr.w("-m", "comment", "--comment", p.name)
@@ -134,7 +134,7 @@ func TestLineWritersMatchWords(t *testing.T) {
 		large := rapid.Bool().Draw(t, "large")
 		discard := rapid.Bool().Draw(t, "discard")
 
-		write := func(ref bool) (nc, nr lineBuf, declared []string) {
+		write := func(ref bool) (nc, nr lineBuf, declared chainKinds) {
 			g := newGenerator(nil)
 			g.largeCluster = large
 			nc.discard, nr.discard = discard, discard
