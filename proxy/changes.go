@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"fmt"
-	"maps"
 	"reflect"
 	"sync"
 
@@ -126,9 +125,10 @@ type ChangeTracker struct {
 	svcs      map[types.NamespacedName]*svcRec
 	sliceRecs map[types.NamespacedName]*sliceRec
 	// groups are the slices of this family of each Service, sorted by name;
-	// endpoints their merged endpoints.
+	// endpoints their merged endpoints, per service port (a list: a Service has few
+	// ports, and a map per Service cost 10,000 maps in a first Update).
 	groups    map[types.NamespacedName][]*discoveryv1.EndpointSlice
-	endpoints map[types.NamespacedName]EndpointsMap
+	endpoints map[types.NamespacedName][]portEndpoints
 	// viewServices and viewEndpoints are the view: every SyncState's Services and
 	// Endpoints, changed in place by each Update.
 	viewServices  ServicePortMap
@@ -185,7 +185,7 @@ func NewChangeTracker(family corev1.IPFamily, node NodeConfig) *ChangeTracker {
 		svcs:          map[types.NamespacedName]*svcRec{},
 		sliceRecs:     map[types.NamespacedName]*sliceRec{},
 		groups:        map[types.NamespacedName][]*discoveryv1.EndpointSlice{},
-		endpoints:     map[types.NamespacedName]EndpointsMap{},
+		endpoints:     map[types.NamespacedName][]portEndpoints{},
 		viewServices:  ServicePortMap{},
 		viewEndpoints: EndpointsMap{},
 	}
@@ -234,6 +234,10 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	// Services: the entries that differ from the previous list's at the same index.
 	svcIdx, svcGone := diffIndexes(t.svcIn, services)
 	newSvcs := make(map[types.NamespacedName]*svcRec, len(svcIdx)) // watched Services at changed indexes
+	var flags *selectFlags                                         // the node's selectFlags, asked once
+	// The records come from one slab sized for the changed indexes (it never grows, so
+	// the pointers stay valid).
+	svcSlab := make([]svcRec, 0, len(svcIdx))
 	for _, i := range svcIdx {
 		svc := services[i]
 		// What the node's proxy does not watch (NodeConfig.WatchSelector) does not exist for it.
@@ -248,7 +252,8 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		if old, ok := t.svcs[nn]; ok && old.idx < len(services) && services[old.idx] == old.obj {
 			return nil, fmt.Errorf("service %s: listed twice", nn)
 		}
-		rec := &svcRec{obj: svc, idx: i}
+		svcSlab = append(svcSlab, svcRec{obj: svc, idx: i})
+		rec := &svcSlab[len(svcSlab)-1]
 		newSvcs[nn] = rec
 		if old, ok := t.svcs[nn]; ok && old.obj == svc {
 			rec.ports = old.ports // moved in the list, unchanged
@@ -258,7 +263,15 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		if err != nil {
 			return nil, err
 		}
-		t.node.selectServicePorts(m, []*corev1.Service{svc})
+		if len(m) > 0 {
+			if flags == nil {
+				f := t.node.selectFlags()
+				flags = &f
+			}
+			for _, sp := range m {
+				flags.selectServicePort(sp, svc)
+			}
+		}
 		rec.ports = m
 	}
 	goneSvcs := map[types.NamespacedName]bool{}
@@ -275,6 +288,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	sliceIdx, sliceGone := diffIndexes(t.sliceIn, slices)
 	want := AddressTypeForFamily(t.family)
 	newSlices := make(map[types.NamespacedName]*sliceRec, len(sliceIdx))
+	sliceSlab := make([]sliceRec, 0, len(sliceIdx))                // as svcSlab
 	affected := make(map[types.NamespacedName]bool, len(sliceIdx)) // Services whose slices changed
 	for _, i := range sliceIdx {
 		s := slices[i]
@@ -288,7 +302,8 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		if old, ok := t.sliceRecs[key]; ok && old.idx < len(slices) && slices[old.idx] == old.obj {
 			return nil, fmt.Errorf("endpointslice %s: listed twice", key)
 		}
-		rec := &sliceRec{obj: s, idx: i}
+		sliceSlab = append(sliceSlab, sliceRec{obj: s, idx: i})
+		rec := &sliceSlab[len(sliceSlab)-1]
 		if s.AddressType == want {
 			rec.svc, rec.ok = SliceService(s)
 		}
@@ -322,19 +337,22 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		}
 	}
 	newGroups := make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(affected))
-	newEndpoints := make(map[types.NamespacedName]EndpointsMap, len(affected))
+	newEndpoints := make(map[types.NamespacedName][]portEndpoints, len(affected))
 	endpointsChanged := make(map[types.NamespacedName]bool, len(affected))
 	for nn := range affected {
 		old := t.groups[nn]
-		var list []*discoveryv1.EndpointSlice
-		for _, s := range old {
-			key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
-			if _, changed := newSlices[key]; changed || goneSlices[key] {
-				continue
+		list := added[nn] // a list of this Update's own: kept as it is when old is empty
+		if len(old) > 0 {
+			list = nil
+			for _, s := range old {
+				key := types.NamespacedName{Namespace: s.Namespace, Name: s.Name}
+				if _, changed := newSlices[key]; changed || goneSlices[key] {
+					continue
+				}
+				list = append(list, s)
 			}
-			list = append(list, s)
+			list = append(list, added[nn]...)
 		}
-		list = append(list, added[nn]...)
 		sortSlices(list)
 		if len(old) > 0 && sameSlices(old, list) {
 			continue
@@ -346,7 +364,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 			}
 			continue
 		}
-		m, err := endpointsForService(nn, list, &t.node)
+		m, err := portEndpointsForService(nn, list, &t.node)
 		if err != nil {
 			return nil, err
 		}
@@ -355,19 +373,16 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	}
 
 	// The new view: the previous one with the changed Services' entries replaced (no
-	// error can happen from here on). A first Update sizes the maps it fills.
+	// error can happen from here on). A first Update sizes the maps it fills (and
+	// takes this Update's maps as the tracker's: see Commit).
 	if len(t.svcs) == 0 && len(newSvcs) > 0 {
 		n := 0
 		for _, rec := range newSvcs {
 			n += len(rec.ports)
 		}
-		t.svcs = make(map[types.NamespacedName]*svcRec, len(newSvcs))
 		t.viewServices = make(ServicePortMap, n)
 	}
 	if len(t.sliceRecs) == 0 && len(newSlices) > 0 {
-		t.sliceRecs = make(map[types.NamespacedName]*sliceRec, len(newSlices))
-		t.groups = make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(newGroups))
-		t.endpoints = make(map[types.NamespacedName]EndpointsMap, len(newEndpoints))
 		n := 0
 		for _, m := range newEndpoints {
 			n += len(m)
@@ -408,11 +423,11 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		}
 	}
 	for nn := range endpointsChanged {
-		for k := range t.endpoints[nn] {
-			delete(st.Endpoints, k)
+		for _, pl := range t.endpoints[nn] {
+			delete(st.Endpoints, pl.name)
 		}
-		for k, v := range newEndpoints[nn] {
-			st.Endpoints[k] = v
+		for _, pl := range newEndpoints[nn] {
+			st.Endpoints[pl.name] = pl.eps
 		}
 	}
 
@@ -429,40 +444,69 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 		}
 	}
 	for nn := range endpointsChanged {
-		oldMap, newMap := t.endpoints[nn], newEndpoints[nn]
-		for spn, oldList := range oldMap {
+		oldLists, newLists := t.endpoints[nn], newEndpoints[nn]
+		for _, old := range oldLists {
+			spn := old.name
 			if spn.Protocol != corev1.ProtocolUDP {
 				continue
 			}
-			for _, ep := range oldList {
+			for _, ep := range old.eps {
 				if !ep.Serving {
 					continue
 				}
-				if !hasServing(newMap[spn], ep.String()) {
+				if !hasServing(portEndpointsOf(newLists, spn), ep.String()) {
 					st.DeletedUDPEndpoints = append(st.DeletedUDPEndpoints, ServiceEndpoint{Endpoint: ep.String(), ServicePortName: spn})
 				}
 			}
 		}
-		for spn, newList := range newMap {
+		for _, cur := range newLists {
+			spn := cur.name
 			if spn.Protocol != corev1.ProtocolUDP {
 				continue
 			}
-			if t.node.newlyActive(oldMap[spn], newList) {
+			if t.node.newlyActive(portEndpointsOf(oldLists, spn), cur.eps) {
 				st.NewlyActiveUDPServices = append(st.NewlyActiveUDPServices, spn)
 			}
 		}
 	}
 	sortStale(st)
 
-	// Commit.
-	for nn := range goneSvcs {
-		delete(t.svcs, nn)
+	// Commit. Into an empty map (a first Update) this Update's map is taken whole
+	// rather than copied: nothing is gone then, and newEndpoints has no key outside
+	// endpointsChanged.
+	// The records replaced or gone are zeroed: they sit in a slab with others still in
+	// use, and must not keep their objects alive.
+	if len(t.svcs) == 0 {
+		t.svcs = newSvcs
+	} else {
+		for nn := range goneSvcs {
+			*t.svcs[nn] = svcRec{}
+			delete(t.svcs, nn)
+		}
+		for nn, rec := range newSvcs {
+			if old := t.svcs[nn]; old != nil {
+				*old = svcRec{}
+			}
+			t.svcs[nn] = rec
+		}
 	}
-	maps.Copy(t.svcs, newSvcs)
-	for key := range goneSlices {
-		delete(t.sliceRecs, key)
+	if len(t.sliceRecs) == 0 {
+		t.sliceRecs = newSlices
+	} else {
+		for key := range goneSlices {
+			*t.sliceRecs[key] = sliceRec{}
+			delete(t.sliceRecs, key)
+		}
+		for key, rec := range newSlices {
+			if old := t.sliceRecs[key]; old != nil {
+				*old = sliceRec{}
+			}
+			t.sliceRecs[key] = rec
+		}
 	}
-	maps.Copy(t.sliceRecs, newSlices)
+	if len(t.groups) == 0 {
+		t.groups = newGroups
+	}
 	for nn, list := range newGroups {
 		if len(list) == 0 {
 			delete(t.groups, nn)
@@ -470,11 +514,15 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 			t.groups[nn] = list
 		}
 	}
-	for nn := range endpointsChanged {
-		if m, ok := newEndpoints[nn]; ok {
-			t.endpoints[nn] = m
-		} else {
-			delete(t.endpoints, nn)
+	if len(t.endpoints) == 0 {
+		t.endpoints = newEndpoints
+	} else {
+		for nn := range endpointsChanged {
+			if m, ok := newEndpoints[nn]; ok {
+				t.endpoints[nn] = m
+			} else {
+				delete(t.endpoints, nn)
+			}
 		}
 	}
 	t.svcIn = append(t.svcIn[:0], services...)
@@ -488,6 +536,16 @@ func (r *svcRec) portsOrNil() ServicePortMap {
 		return nil
 	}
 	return r.ports
+}
+
+// portEndpointsOf returns the endpoints of the service port in lists, nil if none.
+func portEndpointsOf(lists []portEndpoints, spn ServicePortName) []*Endpoint {
+	for _, pl := range lists {
+		if pl.name == spn {
+			return pl.eps
+		}
+	}
+	return nil
 }
 
 func sameSlices(a, b []*discoveryv1.EndpointSlice) bool {

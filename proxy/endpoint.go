@@ -50,23 +50,54 @@ func NewEndpoint(ip netip.Addr, port int) *Endpoint {
 // the address being a substring of it.
 func (e *Endpoint) cache() {
 	var buf [64]byte
-	b := buf[:0]
+	b, ip0, ip1 := e.appendString(buf[:0])
+	e.str = string(b)
+	e.ipStr = e.str[ip0:ip1]
+}
+
+// appendString appends "ip:port" or "[ip]:port" to b and returns where the address
+// is in it.
+func (e *Endpoint) appendString(b []byte) (out []byte, ipStart, ipEnd int) {
 	v6 := e.IP.Is6()
 	if v6 {
 		b = append(b, '[')
 	}
+	ipStart = len(b)
 	b = e.IP.AppendTo(b)
-	n := len(b)
+	ipEnd = len(b)
 	if v6 {
 		b = append(b, ']')
 	}
 	b = append(b, ':')
 	b = strconv.AppendInt(b, int64(e.Port), 10)
-	e.str = string(b)
-	if v6 {
-		e.ipStr = e.str[1:n]
-	} else {
-		e.ipStr = e.str[:n]
+	return b, ipStart, ipEnd
+}
+
+// cacheEndpoints is cache for each of eps, with one allocation for all of their
+// strings (one slice's endpoints of one port).
+func cacheEndpoints(eps []Endpoint) {
+	const max = 64
+	if len(eps) > max {
+		for i := range eps {
+			eps[i].cache()
+		}
+		return
+	}
+	var spans [max][3]int // where each endpoint's address starts and ends, and where it ends
+	var sb strings.Builder
+	sb.Grow(24 * len(eps))
+	var buf [64]byte
+	for i := range eps {
+		b, ip0, ip1 := eps[i].appendString(buf[:0])
+		n := sb.Len()
+		sb.Write(b)
+		spans[i] = [3]int{n + ip0, n + ip1, sb.Len()}
+	}
+	all, start := sb.String(), 0
+	for i := range eps {
+		sp := spans[i]
+		eps[i].str, eps[i].ipStr = all[start:sp[2]], all[sp[0]:sp[1]]
+		start = sp[2]
 	}
 }
 
@@ -229,9 +260,9 @@ func portEndpointsForService(nn types.NamespacedName, sliceList []*discoveryv1.E
 						}
 					}
 				}
-				ep.cache()
 				list = append(list, ep)
 			}
+			cacheEndpoints(slab)
 			lists[idx].eps = list
 		}
 	}

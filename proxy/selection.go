@@ -26,6 +26,26 @@ type selection struct {
 	ignoreZoneHints bool
 }
 
+// selectFlags are the node's answers to the behaviour changes selectServicePorts
+// depends on, asked once per call (or once per ChangeTracker.Update) rather than once
+// per service port.
+type selectFlags struct {
+	terminatingFallback, terminatingAllPolicy, internalTrafficPolicy, lbIPModeProxy bool
+	topologyHints, trafficDistribution, topologyModeAnnot                           bool
+}
+
+func (c *NodeConfig) selectFlags() selectFlags {
+	return selectFlags{
+		terminatingFallback:   c.Has(chTerminatingFallback),
+		terminatingAllPolicy:  c.Has(chTerminatingAllPolicy),
+		internalTrafficPolicy: c.Has(chInternalTrafficPolicy),
+		lbIPModeProxy:         c.Has(chLBIPModeProxy),
+		topologyHints:         c.Has(chTopologyHints),
+		trafficDistribution:   c.Has(chTrafficDistribution),
+		topologyModeAnnot:     c.Has(chTopologyModeAnnot),
+	}
+}
+
 // selectServicePorts applies the node's release and gates to service ports freshly built
 // from the Services (the parts of kube-proxy's ServicePort construction and
 // CategorizeEndpoints that changed between releases).
@@ -39,38 +59,41 @@ func (c *NodeConfig) selectServicePorts(m ServicePortMap, services []*corev1.Ser
 			byName[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}] = svc
 		}
 	}
-	fallback := c.Has(chTerminatingFallback)
+	f := c.selectFlags()
 	for _, sp := range m {
-		svc := byName[sp.Name.NamespacedName]
-		if svc == nil {
-			continue
+		if svc := byName[sp.Name.NamespacedName]; svc != nil {
+			f.selectServicePort(sp, svc)
 		}
-		sp.selection = selection{
-			noTerminatingFallback:      !fallback || !c.Has(chTerminatingAllPolicy),
-			noLocalTerminatingFallback: !fallback,
-			ignoreZoneHints:            !c.zoneHintsAllowed(svc),
-		}
-		if !c.Has(chInternalTrafficPolicy) {
-			sp.InternalPolicyLocal = false
-		}
-		if !c.Has(chLBIPModeProxy) {
-			sp.LoadBalancerVIPs = ingressIPsIgnoringMode(svc, familyOf(sp.ClusterIP))
-		}
+	}
+}
+
+// selectServicePort is selectServicePorts for one service port of svc.
+func (f *selectFlags) selectServicePort(sp *ServicePort, svc *corev1.Service) {
+	sp.selection = selection{
+		noTerminatingFallback:      !f.terminatingFallback || !f.terminatingAllPolicy,
+		noLocalTerminatingFallback: !f.terminatingFallback,
+		ignoreZoneHints:            !f.zoneHintsAllowed(svc),
+	}
+	if !f.internalTrafficPolicy {
+		sp.InternalPolicyLocal = false
+	}
+	if !f.lbIPModeProxy {
+		sp.LoadBalancerVIPs = ingressIPsIgnoringMode(svc, familyOf(sp.ClusterIP))
 	}
 }
 
 // zoneHintsAllowed is kube-proxy's canUseTopology before its zone test: the
 // TopologyAwareHints gate, and either the ServiceTrafficDistribution gate or the
 // Service's opt-in annotation ("Auto").
-func (c *NodeConfig) zoneHintsAllowed(svc *corev1.Service) bool {
-	if !c.Has(chTopologyHints) {
+func (f *selectFlags) zoneHintsAllowed(svc *corev1.Service) bool {
+	if !f.topologyHints {
 		return false
 	}
-	if c.Has(chTrafficDistribution) {
+	if f.trafficDistribution {
 		return true
 	}
 	v := svc.Annotations[AnnotationTopologyAwareHints]
-	if m, ok := svc.Annotations[AnnotationTopologyMode]; ok && c.Has(chTopologyModeAnnot) {
+	if m, ok := svc.Annotations[AnnotationTopologyMode]; ok && f.topologyModeAnnot {
 		v = m
 	}
 	return v == "Auto" || v == "auto"

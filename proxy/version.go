@@ -153,9 +153,9 @@ func Changes() []Change {
 
 // LookupChange returns the change of that name.
 func LookupChange(name string) (Change, bool) {
-	for _, c := range changes {
-		if c.Name == name {
-			return c, true
+	for i := range changes { // by index: a Change is too large to copy per step
+		if changes[i].Name == name {
+			return changes[i], true
 		}
 	}
 	return Change{}, false

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
+	"github.com/clusterlab/clusterlab/internal/benchutil"
 	"github.com/clusterlab/clusterlab/proxy"
 )
 
@@ -71,6 +73,34 @@ func BenchmarkGenerate10kServices10Endpoints(b *testing.B) {
 		g.services(st, true)
 		g.finish(false)
 	}
+}
+
+// BenchmarkFirstSync10kServices is the generator's and the change tracker's share of
+// BenchmarkEmulatorSync10kServices/full: a new Proxier's first (full) sync of 10,000
+// services × 10 endpoints into an Interface that discards the restore input (change
+// tracking, the stale-chain check, generation; no emulator). It reports the process's
+// CPU time per sync (GC workers included) as cpu-ms/op.
+func BenchmarkFirstSync10kServices(b *testing.B) {
+	services, slices := benchCluster(10000, 10)
+	cfg := upstreamConfig(corev1.IPv4Protocol)
+	cfg.NoNFAcct = true
+	ctx := context.Background()
+	b.ReportAllocs()
+	start := benchutil.CPUTime()
+	for b.Loop() {
+		p, err := NewProxier(discardIPT{}, nil, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := p.Sync(ctx, services, slices)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !res.Full {
+			b.Fatal("first sync is not full")
+		}
+	}
+	b.ReportMetric(float64(benchutil.CPUTime()-start)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 }
 
 // BenchmarkPartialSync10kServices measures a Proxier sync after one Service's

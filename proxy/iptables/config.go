@@ -52,6 +52,7 @@ type resolved struct {
 	mark        string     // "0x00004000"
 	markMask    string     // "0x00004000/0x00004000"
 	detector    proxy.LocalTrafficDetector
+	ifNotLocal  []string // detector.IfNotLocal(), asked once (it allocates)
 	masqAll     bool
 	localhostNP bool // localhost NodePorts in effect (IPv4 only)
 	matchAll    bool
@@ -149,6 +150,7 @@ func resolve(c Config) (*resolved, error) {
 		layout:     resolveLayout(&c.Node),
 		itpGate:    c.Node.GateEnabled("ServiceInternalTrafficPolicy"),
 	}
+	r.ifNotLocal = r.detector.IfNotLocal()
 	if ip, ok := c.Node.PrimaryIP(family); ok {
 		r.primaryIP = ip
 	}

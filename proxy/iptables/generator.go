@@ -60,6 +60,18 @@ func (l *lineBuf) q(parts ...string) {
 	l.mid = true
 }
 
+// line writes one whole line: the parts as they are (they carry their own spaces), then
+// the newline. Nothing of the line may have been written with w or q before.
+func (l *lineBuf) line(parts ...string) {
+	if !l.discard {
+		for _, s := range parts {
+			l.b = append(l.b, s...)
+		}
+		l.b = append(l.b, '\n')
+	}
+	l.lines++
+}
+
 // chain writes the line declaring a chain, ":CHAIN - [0:0]".
 func (l *lineBuf) chain(name string) {
 	if !l.discard {
@@ -91,13 +103,33 @@ type svcInfo struct {
 }
 
 func newSvcInfo(n proxy.ServicePortName) *svcInfo {
-	s := &svcInfo{name: n.String(), proto: strings.ToLower(string(n.Protocol))}
+	s := makeSvcInfo(n)
+	return &s
+}
+
+// lowerProtocol is strings.ToLower of the protocol, without an allocation for the
+// three protocols a Service port has.
+func lowerProtocol(p corev1.Protocol) string {
+	switch p {
+	case corev1.ProtocolTCP:
+		return "tcp"
+	case corev1.ProtocolUDP:
+		return "udp"
+	case corev1.ProtocolSCTP:
+		return "sctp"
+	}
+	return strings.ToLower(string(p))
+}
+
+func makeSvcInfo(n proxy.ServicePortName) svcInfo {
+	s := svcInfo{name: n.String(), proto: lowerProtocol(n.Protocol)}
 	s.chains = ServiceChains(s.name, s.proto)
 	return s
 }
 
 // setEndpoints makes epStrs/epNames describe reach (sorted by string), reusing the
-// names already computed.
+// names already computed. The two lists share one allocation, and so do the names
+// computed anew.
 func (s *svcInfo) setEndpoints(reach []*proxy.Endpoint) {
 	if len(reach) == len(s.epStrs) {
 		same := true
@@ -111,10 +143,11 @@ func (s *svcInfo) setEndpoints(reach []*proxy.Endpoint) {
 			return
 		}
 	}
-	strs := make([]string, len(reach))
-	names := make([]string, len(reach))
-	j := 0
-	var buf [128]byte
+	both := make([]string, 2*len(reach))
+	strs, names := both[:len(reach):len(reach)], both[len(reach):]
+	// First the names already known; fresh marks the endpoints that need one.
+	const nameLen = len(PrefixEndpoint) + 16
+	j, fresh := 0, 0
 	for i, ep := range reach {
 		str := ep.String()
 		for j < len(s.epStrs) && s.epStrs[j] < str {
@@ -124,7 +157,23 @@ func (s *svcInfo) setEndpoints(reach []*proxy.Endpoint) {
 		if j < len(s.epStrs) && s.epStrs[j] == str {
 			names[i] = s.epNames[j]
 		} else {
-			names[i] = string(hash16(buf[:0], PrefixEndpoint, s.name, s.proto, str))
+			fresh++
+		}
+	}
+	if fresh > 0 {
+		var sb strings.Builder
+		sb.Grow(fresh * nameLen)
+		var buf [128]byte
+		for i, str := range strs {
+			if names[i] == "" {
+				sb.Write(hash16(buf[:0], PrefixEndpoint, s.name, s.proto, str))
+			}
+		}
+		all := sb.String()
+		for i := range names {
+			if names[i] == "" {
+				names[i], all = all[:nameLen], all[nameLen:]
+			}
 		}
 	}
 	s.epStrs, s.epNames = strs, names
@@ -163,19 +212,19 @@ type generator struct {
 	labels  map[string]string
 	// noCache makes every sync compute every service port (tests compare the two).
 	noCache  bool
-	declared []string // the chains serviceChains declared (scratch)
+	declared chainKinds // the service port's own chains serviceChains declared (scratch)
 
 	filterChains, filterRules lineBuf
 	natChains, natRules       lineBuf
 	skipChains, skipRules     lineBuf
 
-	active       map[string]bool // nat chains this sync writes or would write (trackActive)
 	largeCluster bool
 	// cleanupDue (set by the caller before services): a large cluster's stale-chain
 	// cleanup is due this sync. trackActive: this sync looks for stale chains (every
-	// sync below LargeClusterEndpointsThreshold endpoints, else when cleanupDue), so
-	// active is kept; a partial sync that does not skips the per-service chains of
-	// unchanged Services altogether (it writes none of them).
+	// sync below LargeClusterEndpointsThreshold endpoints, else when cleanupDue:
+	// staleChains then compares the existing chains with the entries' chains); a
+	// partial sync that does not skips the per-service chains of unchanged Services
+	// altogether (it writes none of them).
 	cleanupDue, trackActive bool
 	numEndpoints            int
 	out                     []byte
@@ -247,7 +296,8 @@ func (g *generator) begin() {
 // list: its svcInfo, its endpoint count, and what its rules were the last time they
 // were computed: the lines it wrote into the shared chains (nat: KUBE-SERVICES,
 // KUBE-NODEPORTS; filter: KUBE-SERVICES, KUBE-EXTERNAL-SERVICES, KUBE-NODEPORTS,
-// KUBE-PROXY-FIREWALL) and the per-service chains it declared. These depend only on
+// KUBE-PROXY-FIREWALL) and the per-service chains it declared (the kinds of its own
+// chains, and a KUBE-SEP chain for each of info.epNames). These depend only on
 // the service port, its endpoints and the node (resolved, fixed for a generator), so
 // a partial sync reuses them for every Service the change tracker reports unchanged.
 type svcEntry struct {
@@ -257,7 +307,36 @@ type svcEntry struct {
 	fresh  bool // to be computed this sync
 	nat    []byte
 	filter []byte
-	chains []string
+	kinds  chainKinds
+}
+
+// chainKinds are the service port's own chains (svcInfo.chains) a sync declared, one
+// bit each; its KUBE-SEP chains are always those of svcInfo.epNames.
+type chainKinds uint8
+
+const (
+	kindEndpoint chainKinds = 0 // a KUBE-SEP chain: not a bit
+	kindCluster  chainKinds = 1 << iota
+	kindLocal
+	kindExternal
+	kindFirewall
+	kindLegacyExternal
+)
+
+// declaredChains calls f with each chain the entry declared when it was last computed.
+func (e *svcEntry) declaredChains(f func(string)) {
+	ch := &e.info.chains
+	for _, k := range [...]struct {
+		kind chainKinds
+		name string
+	}{{kindCluster, ch.Cluster}, {kindLocal, ch.Local}, {kindExternal, ch.External}, {kindFirewall, ch.Firewall}, {kindLegacyExternal, ch.LegacyExternal}} {
+		if e.kinds&k.kind != 0 {
+			f(k.name)
+		}
+	}
+	for _, sep := range e.info.epNames {
+		f(sep)
+	}
 }
 
 // services writes every service port's rules. In a partial sync (full false) the
@@ -288,11 +367,6 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		if !e.fresh {
 			nr.b = append(nr.b, e.nat...)
 			fr.b = append(fr.b, e.filter...)
-			if g.trackActive {
-				for _, c := range e.chains {
-					g.active[c] = true
-				}
-			}
 			continue
 		}
 		e.fresh = false
@@ -323,9 +397,9 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 		if !full && !st.Changed(name.NamespacedName) {
 			nc, pr = &g.skipChains, &g.skipRules
 		}
-		g.declared = g.declared[:0]
+		g.declared = 0
 		g.serviceChains(nc, pr, &p)
-		e.chains = append(e.chains[:0], g.declared...)
+		e.kinds = g.declared
 	}
 }
 
@@ -337,19 +411,39 @@ func (g *generator) rebuildEntries(st *proxy.SyncState) {
 	old := g.entries
 	out := slices.Grow(g.spare[:0], len(names))
 	clear(out[:cap(out)])
-	j := 0
-	for _, name := range names {
-		for j < len(old) && old[j].name.Less(name) {
-			j++
+	// The ports the previous list does not have get their entry and svcInfo from one
+	// slab, counted first (a first sync: one allocation instead of 20,000).
+	type newEntry struct {
+		e    svcEntry
+		info svcInfo
+	}
+	var slab []newEntry
+	for pass := 0; pass < 2; pass++ {
+		j, n := 0, 0
+		for _, name := range names {
+			for j < len(old) && old[j].name.Less(name) {
+				j++
+			}
+			if j < len(old) && old[j].name == name {
+				if pass == 1 {
+					out = append(out, old[j])
+				}
+				continue
+			}
+			if pass == 1 {
+				ne := &slab[n]
+				ne.info = makeSvcInfo(name)
+				ne.e = svcEntry{name: name, info: &ne.info}
+				out = append(out, &ne.e)
+			}
+			n++
 		}
-		var e *svcEntry
-		if j < len(old) && old[j].name == name {
-			e = old[j]
-		} else {
-			e = &svcEntry{name: name, info: newSvcInfo(name)}
+		if pass == 0 {
+			slab = make([]newEntry, n)
 		}
-		e.numEps, e.fresh = len(st.Endpoints[name]), true
-		out = append(out, e)
+	}
+	for _, e := range out {
+		e.numEps, e.fresh = len(st.Endpoints[e.name]), true
 	}
 	g.entries, g.spare = out, old
 }
@@ -429,12 +523,8 @@ func (g *generator) reserve() {
 		b := make([]byte, head, head+len(nr.content())+est)
 		nr.b, nr.base = append(b, nr.content()...), head
 	}
-	g.natChains.b = slices.Grow(g.natChains.b, 32*(total+2*nSvc))
+	g.natChains.b = slices.Grow(g.natChains.b, 36*(total+2*nSvc)) // ":KUBE-SEP-<16> - [0:0]\n" is 35 bytes
 	g.filterRules.b = slices.Grow(g.filterRules.b, 64*nSvc)
-	g.active = nil
-	if g.trackActive {
-		g.active = make(map[string]bool, total+2*nSvc)
-	}
 }
 
 // svcPlan is what one service port's rules are written from: its names, its endpoints
@@ -558,10 +648,7 @@ func (g *generator) planRelease(p *svcPlan) {
 //
 //	-A CHAIN -m comment --comment "ns/svc:port WHY" -m PROTO -p PROTO -d DST --dport PORT -j TARGET
 func (p *svcPlan) vipRule(b *lineBuf, chain, why, dst, target string) {
-	b.w("-A", chain, "-m", "comment", "--comment")
-	b.q(p.name, why)
-	b.w("-m", p.proto, "-p", p.proto, "-d", dst, "--dport", p.port, "-j", target)
-	b.end()
+	b.line("-A ", chain, ` -m comment --comment "`, p.name, why, `" -m `, p.proto, " -p ", p.proto, " -d ", dst, " --dport ", p.port, " -j ", target)
 }
 
 // clusterIPRule writes the cluster IP's rule: a jump to the internal-policy chain in
@@ -685,24 +772,22 @@ func (g *generator) serviceChains(nc, nr *lineBuf, p *svcPlan) {
 	}
 	ch := &p.info.chains
 	if p.usesClusterChain {
-		g.declare(nc, ch.Cluster)
+		g.declare(nc, ch.Cluster, kindCluster)
 		g.endpointRules(nr, p.info, p.sp, ch.Cluster, p.c.Cluster)
 	}
 	if p.usesLocalChain {
-		g.declare(nc, ch.Local)
+		g.declare(nc, ch.Local, kindLocal)
 		g.endpointRules(nr, p.info, p.sp, ch.Local, p.c.Local)
 	}
 	g.endpointChains(nc, nr, p)
 }
 
 // declare writes the line declaring a per-service chain and notes that this sync
-// writes it (it is not stale).
-func (g *generator) declare(nc *lineBuf, chain string) {
+// writes it (it is not stale: see staleChains). A KUBE-SEP chain (kindEndpoint) needs
+// no note: every one of svcInfo.epNames is declared.
+func (g *generator) declare(nc *lineBuf, chain string, kind chainKinds) {
 	nc.chain(chain)
-	g.declared = append(g.declared, chain)
-	if g.trackActive {
-		g.active[chain] = true
-	}
+	g.declared |= kind
 }
 
 // clusterIPMasqRule writes the masquerade rule for cluster IP traffic into chain (the
@@ -717,7 +802,7 @@ func (g *generator) clusterIPMasqRule(nr *lineBuf, p *svcPlan, chain string) {
 		nr.w("-A", chain, "-m", "comment", "--comment")
 		nr.q(p.name, " cluster IP")
 		nr.w("-m", p.proto, "-p", p.proto, "-d", p.clusterIP, "--dport", p.port)
-		nr.w(r.detector.IfNotLocal()...)
+		nr.w(r.ifNotLocal...)
 		nr.w("-j", ChainMarkMasq)
 		nr.end()
 	}
@@ -729,7 +814,7 @@ func (g *generator) clusterIPMasqRule(nr *lineBuf, p *svcPlan, chain string) {
 // external policy has endpoints, a jump to its chain.
 func (g *generator) externalChain(nc, nr *lineBuf, p *svcPlan) {
 	extChain, clusterChain := p.info.chains.External, p.info.chains.Cluster
-	g.declare(nc, extChain)
+	g.declare(nc, extChain, kindExternal)
 	if !p.sp.ExternalPolicyLocal {
 		nr.w("-A", extChain, "-m", "comment", "--comment")
 		nr.q("masquerade traffic for ", p.name, " external destinations")
@@ -768,7 +853,7 @@ func (g *generator) externalChain(nc, nr *lineBuf, p *svcPlan) {
 // what falls through is dropped by KUBE-PROXY-FIREWALL.
 func (g *generator) firewallChain(nc, nr *lineBuf, p *svcPlan) {
 	fwChain, extChain := p.info.chains.Firewall, p.extDest
-	g.declare(nc, fwChain)
+	g.declare(nc, fwChain, kindFirewall)
 	if p.inlineMasq {
 		nr.w("-A", fwChain, "-m", "comment", "--comment")
 		nr.q(p.name, " loadbalancer IP")
@@ -816,77 +901,95 @@ func (g *generator) firewallChain(nc, nr *lineBuf, p *svcPlan) {
 // endpointChains writes a KUBE-SEP chain per reachable endpoint: mark hairpin traffic
 // (a pod reaching itself through the Service) for masquerade, then DNAT to the
 // endpoint, with ClientIP affinity recording the client in the chain's recent list.
+// Each rule is written as one line of pre-joined words (what w would write).
 func (g *generator) endpointChains(nc, nr *lineBuf, p *svcPlan) {
 	proto := p.proto
+	// " -m comment --comment NAME", left out in a large cluster.
+	cm, name := " -m comment --comment ", p.name
+	if g.largeCluster {
+		cm, name = "", ""
+	}
+	affinity := p.sp.SessionAffinity == corev1.ServiceAffinityClientIP
 	for i, ep := range p.c.AllReachable {
 		epStr := ep.String()
 		sep := p.info.epNames[i]
-		g.declare(nc, sep)
-		nr.w("-A", sep)
-		if !g.largeCluster {
-			nr.w("-m", "comment", "--comment", p.name)
+		g.declare(nc, sep, kindEndpoint)
+		nr.line("-A ", sep, cm, name, " -s ", ep.IPString(), " -j "+ChainMarkMasq)
+		if affinity {
+			nr.line("-A ", sep, cm, name, " -m recent --name ", sep, " --set -m ", proto, " -p ", proto, " -j DNAT --to-destination ", epStr)
+		} else {
+			nr.line("-A ", sep, cm, name, " -m ", proto, " -p ", proto, " -j DNAT --to-destination ", epStr)
 		}
-		nr.w("-s", ep.IPString(), "-j", ChainMarkMasq)
-		nr.end()
-		nr.w("-A", sep)
-		if !g.largeCluster {
-			nr.w("-m", "comment", "--comment", p.name)
-		}
-		if p.sp.SessionAffinity == corev1.ServiceAffinityClientIP {
-			nr.w("-m", "recent", "--name", sep, "--set")
-		}
-		nr.w("-m", proto, "-p", proto, "-j", "DNAT", "--to-destination", epStr)
-		nr.end()
 	}
 }
 
 // endpointRules writes a KUBE-SVC/KUBE-SVL chain: the ClientIP affinity checks, then
-// the probability ladder (1/n, 1/(n-1), ... , the last rule unconditional).
+// the probability ladder (1/n, 1/(n-1), ... , the last rule unconditional). Each rule
+// is written as one line of pre-joined words (what w and q would write).
 func (g *generator) endpointRules(nr *lineBuf, info *svcInfo, sp *proxy.ServicePort, chain string, eps []*proxy.Endpoint) {
 	g.sepNames = info.chainsOf(eps, g.sepNames)
+	// ` -m comment --comment "NAME -> EP"`, left out in a large cluster.
+	cm, name, arrow, cmEnd := ` -m comment --comment "`, info.name, " -> ", `"`
+	if g.largeCluster {
+		cm, name, arrow, cmEnd = "", "", "", ""
+	}
 	if sp.SessionAffinity == corev1.ServiceAffinityClientIP {
 		seconds := strconv.Itoa(sp.StickyMaxAgeSeconds)
 		for i, ep := range eps {
 			epStr := ep.String()
-			sep := g.sepNames[i]
-			nr.w("-A", chain)
-			if !g.largeCluster {
-				nr.w("-m", "comment", "--comment")
-				nr.q(info.name, " -> ", epStr)
+			if g.largeCluster {
+				epStr = ""
 			}
-			nr.w("-m", "recent", "--name", sep, "--rcheck", "--seconds", seconds, "--reap", "-j", sep)
-			nr.end()
+			sep := g.sepNames[i]
+			nr.line("-A ", chain, cm, name, arrow, epStr, cmEnd, " -m recent --name ", sep, " --rcheck --seconds ", seconds, " --reap -j ", sep)
 		}
 	}
 	n := len(eps)
 	for i, ep := range eps {
 		epStr := ep.String()
-		nr.w("-A", chain)
-		if !g.largeCluster {
-			nr.w("-m", "comment", "--comment")
-			nr.q(info.name, " -> ", epStr)
+		if g.largeCluster {
+			epStr = ""
 		}
 		if i < n-1 {
-			nr.w("-m", "statistic", "--mode", "random", "--probability", g.probs.get(n-i))
+			nr.line("-A ", chain, cm, name, arrow, epStr, cmEnd, " -m statistic --mode random --probability ", g.probs.get(n-i), " -j ", g.sepNames[i])
+		} else {
+			nr.line("-A ", chain, cm, name, arrow, epStr, cmEnd, " -j ", g.sepNames[i])
 		}
-		nr.w("-j", g.sepNames[i])
-		nr.end()
 	}
 }
 
 // staleChains returns the kube-proxy service chains among existing that this sync
-// does not write (or would not write, for unchanged Services), sorted.
+// does not write (or would not write, for unchanged Services), sorted: the candidates
+// among existing, less every chain an entry of this sync declared. A first sync finds
+// no candidate and looks at no entry.
 func (g *generator) staleChains(existing []string) []string {
-	var out []string
+	var cand map[string]bool
 	for _, c := range existing {
 		// Releases before 1.24 delete their KUBE-XLB chains too; later ones leave them.
 		legacy := !g.r.layout.extChain && strings.HasPrefix(c, PrefixLegacyExternal)
-		if !g.active[c] && (IsServiceChain(c) || legacy) {
-			out = append(out, c)
+		if IsServiceChain(c) || legacy {
+			if cand == nil {
+				cand = make(map[string]bool, len(existing))
+			}
+			cand[c] = true
 		}
 	}
+	if len(cand) == 0 {
+		return nil
+	}
+	drop := func(c string) { delete(cand, c) }
+	for _, e := range g.entries {
+		e.declaredChains(drop)
+	}
+	if len(cand) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(cand))
+	for c := range cand {
+		out = append(out, c)
+	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }
 
 // deleteChains flushes and deletes chains (a chain line, then -X).
@@ -948,7 +1051,26 @@ func (g *generator) finish(jumps bool) []byte {
 		g.legacyForwardRules()
 	}
 
-	// Everything before the nat rules.
+	// Everything before the nat rules: without jumps, written straight into the room
+	// left before the rules.
+	nat := &g.natRules
+	if !jumps {
+		n := len("*filter\n") + len(g.filterChains.b) + len(g.filterRules.b) + len("COMMIT\n*nat\n") + len(g.natChains.b)
+		if n <= nat.base {
+			start := nat.base - n
+			hdr := nat.b[start:start]
+			hdr = append(hdr, "*filter\n"...)
+			hdr = append(hdr, g.filterChains.b...)
+			hdr = append(hdr, g.filterRules.b...)
+			hdr = append(hdr, "COMMIT\n*nat\n"...)
+			hdr = append(hdr, g.natChains.b...)
+			if len(hdr) != n {
+				panic("iptables: header length")
+			}
+			nat.b = append(nat.b, "COMMIT\n"...)
+			return nat.b[start:]
+		}
+	}
 	hdr := g.out[:0]
 	hdr = append(hdr, "*filter\n"...)
 	hdr = append(hdr, g.filterChains.b...)
@@ -965,7 +1087,6 @@ func (g *generator) finish(jumps bool) []byte {
 		hdr = appendJumps(hdr, TableNAT, r.jumpRules())
 	}
 	g.out = hdr
-	nat := &g.natRules
 	if len(hdr) <= nat.base {
 		// Put the header in the room left before the rules: no copy of the rules.
 		start := nat.base - len(hdr)

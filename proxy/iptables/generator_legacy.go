@@ -72,7 +72,7 @@ func (g *generator) legacyNodePortMasq(p *svcPlan, np string) {
 // KUBE-SVL from 1.24) or, with none, marked for KUBE-FIREWALL to drop.
 func (g *generator) legacyExternalChain(nc, nr *lineBuf, p *svcPlan) {
 	xlb, clusterChain := p.info.chains.LegacyExternal, p.info.chains.Cluster
-	g.declare(nc, xlb)
+	g.declare(nc, xlb, kindLegacyExternal)
 	if g.r.detector.IsImplemented() {
 		nr.w("-A", xlb, "-m", "comment", "--comment")
 		nr.q("Redirect pods trying to reach external loadbalancer VIP to clusterIP")

@@ -87,16 +87,27 @@ type ServiceChainNames struct {
 	LegacyExternal string
 }
 
-// ServiceChains returns the chain names of a service port.
+// ServiceChains returns the chain names of a service port (the five names share one
+// allocation).
 func ServiceChains(servicePortName, protocol string) ServiceChainNames {
-	h := PortProtoHash(servicePortName, protocol)
+	var buf [128]byte
+	h := hash16(buf[:0], "", servicePortName, protocol, "")
+	var names [5*9 + 5*16]byte
+	b := names[:0]
+	var end [5]int
+	for i, prefix := range [5]string{PrefixServiceCluster, PrefixServiceLocal, PrefixExternal, PrefixFirewall, PrefixLegacyExternal} {
+		b = append(b, prefix...)
+		b = append(b, h...)
+		end[i] = len(b)
+	}
+	all := string(b)
 	return ServiceChainNames{
-		Cluster:  PrefixServiceCluster + h,
-		Local:    PrefixServiceLocal + h,
-		External: PrefixExternal + h,
-		Firewall: PrefixFirewall + h,
+		Cluster:  all[:end[0]],
+		Local:    all[end[0]:end[1]],
+		External: all[end[1]:end[2]],
+		Firewall: all[end[2]:end[3]],
 
-		LegacyExternal: PrefixLegacyExternal + h,
+		LegacyExternal: all[end[3]:end[4]],
 	}
 }
 
