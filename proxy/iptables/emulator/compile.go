@@ -630,6 +630,9 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 		default:
 			m := cp.ext.gen[cp.word(rec, o)]
 			o++
+			if !pureMatch(m) {
+				c.impure = true
+			}
 			res := m.eval(c)
 			if res == unknown {
 				c.chain = cp.name
