@@ -281,3 +281,43 @@ func TestFlowCacheEstablished(t *testing.T) {
 		t.Fatalf("counters differ:\ncached:\n%s\ntraversed:\n%s", a, b)
 	}
 }
+
+// BenchmarkRunTableForward: one packet through kube-proxy's filter FORWARD by RunTable
+// (the netsim handler's call), with the flow cache and without: "established" is one
+// stream's segments (the same key, Len and CT.Expire changing: hits), "new" a new
+// connection's first packet each time (another source port: misses, each filling an
+// entry).
+func BenchmarkRunTableForward(b *testing.B) {
+	e, err := Load(emutest.KubeDump(10, 3), IPv4, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	env := NewStaticEnv(1)
+	seg := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.0.0.2"), Dst: netip.MustParseAddr("10.1.2.3"),
+		SrcPort: 40000, DstPort: 80, TCPFlags: netfilter.TCPAck, TTL: 63, InIface: "eth0", OutIface: "veth1",
+		CT: Conntrack{State: netfilter.CtEstablished, Status: netfilter.StatusConfirmed | netfilter.StatusSeenReply}}
+	seg.CT.Orig = netfilter.Tuple{Proto: seg.Proto, Src: seg.Src, Dst: seg.Dst, SrcPort: seg.SrcPort, DstPort: seg.DstPort}
+	seg.CT.ReplyTuple = seg.CT.Orig.Invert()
+	for _, kind := range []string{"established", "new"} {
+		for _, cache := range []bool{true, false} {
+			b.Run(fmt.Sprintf("kind=%s/cache=%t", kind, cache), func(b *testing.B) {
+				e.FlowCache(cache)
+				b.ReportAllocs()
+				p := new(Packet) // the handler's own, as in netsim
+				for i := 0; b.Loop(); i++ {
+					*p = seg
+					p.Len = 52 + i%1449
+					p.CT.Expire = time.Duration(432000-i%1000) * time.Second
+					if kind == "new" {
+						p.SrcPort = uint16(1024 + i%60000)
+						p.TCPFlags, p.CT.State, p.CT.Status = netfilter.TCPSyn, netfilter.CtNew, 0
+						p.CT.Orig.SrcPort, p.CT.ReplyTuple.DstPort = p.SrcPort, p.SrcPort
+					}
+					if v := e.RunTable(env, TableFilter, netfilter.Forward, p, nil); v.Decided() {
+						b.Fatalf("%+v", v)
+					}
+				}
+			})
+		}
+	}
+}
