@@ -88,9 +88,9 @@ type emulatorHandler struct {
 func fromNetsim(q *emulator.Packet, p *netsim.Packet, ctx *netsim.Context, table string) {
 	*q = emulator.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
 		TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL,
-		InIface: p.InIface, OutIface: p.OutIface, Mark: p.Mark, Len: len(p.Data),
-		// The raw table runs before conntrack. (ctView has Conntrack's fields.)
-		CT: emulator.Conntrack(conntrackOf(p, ctx, table == emulator.TableRaw))}
+		InIface: p.InIface, OutIface: p.OutIface, Mark: p.Mark, Len: len(p.Data)}
+	v := conntrackOf(p, ctx, table == emulator.TableRaw) // the raw table runs before conntrack
+	q.CT = emulator.Conntrack{State: v.State, Status: v.Status, Reply: v.Reply, Orig: v.Orig, ReplyTuple: v.ReplyTuple, Mark: v.Mark, Expire: v.Expire}
 }
 
 // Handle implements netsim.Handler.
