@@ -66,12 +66,17 @@ func (e *Emulator) RunTable(env Env, table string, hook netfilter.Hook, q *Packe
 	var ent *flowEnt
 	if tr == nil && !e.noCompile && !e.noFlowCache && table != TableNAT && !isDryRun(env) {
 		if b := chainAtBit(table, hook); b >= 0 {
-			ent = e.flowSlot(q, b)
+			var h uint64
+			ent, h = e.flowSlot(q, b)
 			if ent.hit(e.gen, b, q) {
 				e.flowHits++
 				return ent.replay(q)
 			}
-			ent.start(b, q)
+			if ent.seen == h {
+				ent.start(b, q) // seen twice: this traversal may fill the entry
+			} else {
+				ent.seen, ent = h, nil
+			}
 		}
 	}
 	res, c := e.evalTableLocked(env, table, hook, q, tr, &e.nat)

@@ -28,7 +28,8 @@ import (
 // IPVS lookup, though traversals that read the last two are never kept) starts a new
 // one. Traversals with a trace, dry runs, interpreted traversals (Interpret: they count
 // as they go, not through the list the cache keeps) and the nat table (first packets
-// only, whose keys do not repeat) neither use nor fill the cache.
+// only, whose keys do not repeat) neither use nor fill the cache. A packet fills an
+// entry only the second time in a row its hash misses there (flowEnt.seen).
 
 // flowCacheSize is the number of cache entries per emulator (direct-mapped, shared by
 // its tables and hooks).
@@ -37,6 +38,11 @@ const flowCacheSize = 16
 type flowEnt struct {
 	gen uint64 // the emulator's gen when filled; 0: empty
 	bit int    // chainAtBit of the table and hook
+	// seen is the hash of the last packet that missed here: a packet fills the entry
+	// only when it is seen a second time in a row, so that packets that do not repeat
+	// (first packets, probes) cost a hash, not a copy of their key and of the outcome,
+	// and do not evict an entry that is in use.
+	seen uint64
 	// key is the packet as it entered the table, Len and CT.Expire zero.
 	key Packet
 	// What the traversal left in the packet: nothing else changes without NAT.
@@ -55,8 +61,8 @@ type flowEnt struct {
 
 type flowCache [flowCacheSize]flowEnt
 
-// flowSlot returns the cache entry for q at table and hook bit b.
-func (e *Emulator) flowSlot(q *Packet, b int) *flowEnt {
+// flowSlot returns the cache entry for q at table and hook bit b, and q's hash.
+func (e *Emulator) flowSlot(q *Packet, b int) (*flowEnt, uint64) {
 	if e.flows == nil {
 		e.flows = new(flowCache)
 	}
@@ -65,7 +71,7 @@ func (e *Emulator) flowSlot(q *Packet, b int) *flowEnt {
 	h ^= binary.LittleEndian.Uint64(s[8:]) * 0x9e3779b97f4a7c15
 	h ^= binary.LittleEndian.Uint64(d[8:]) * 0xc2b2ae3d27d4eb4f
 	h *= 0xff51afd7ed558ccd
-	return &e.flows[h>>60&(flowCacheSize-1)]
+	return &e.flows[h>>60&(flowCacheSize-1)], h
 }
 
 // hit reports whether the entry holds q's traversal at table and hook bit b.
