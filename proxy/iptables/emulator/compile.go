@@ -125,6 +125,7 @@ const (
 	oTCPFlags
 	oNeg // tcp flags, statistic, mark: the match is negated
 	oConn
+	oImpure // generic: the match is not pure (pureMatch; the flow cache)
 )
 
 // DNAT flags (third target word).
@@ -505,6 +506,9 @@ func (cp *chainProg) compileMatch(m Match) opCode {
 	}
 	x := cp.ext
 	o = opCode{op: opGeneric}
+	if !pureMatch(m) {
+		o.op |= oImpure
+	}
 	o.arg(uint32(len(x.gen)))
 	x.gen = append(x.gen, m)
 	return o
@@ -630,6 +634,9 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 		default:
 			m := cp.ext.gen[cp.word(rec, o)]
 			o++
+			if op&oImpure != 0 {
+				c.impure = true
+			}
 			res := m.eval(c)
 			if res == unknown {
 				c.chain = cp.name

@@ -57,10 +57,28 @@ func (v TableVerdict) Decided() bool {
 // its conntrack state (CtUntracked), NAT targets its addresses. tr, if not nil, receives
 // the table's rule steps. The caller owns q (the emulator keeps no reference to it) and
 // must not share it with another goroutine during the call; the emulator locks its own
-// state. A packet the compiled chains decide costs no allocation.
+// state. A packet the compiled chains decide costs no allocation. A packet whose
+// traversal the flow cache holds (flowcache.go) gets its outcome, counters included,
+// without the traversal.
 func (e *Emulator) RunTable(env Env, table string, hook netfilter.Hook, q *Packet, tr *Trace) TableVerdict {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	var ent *flowEnt
+	if tr == nil && !e.noCompile && !e.noFlowCache && table != TableNAT && !isDryRun(env) {
+		if b := chainAtBit(table, hook); b >= 0 {
+			var h uint64
+			ent, h = e.flowSlot(q, b)
+			if ent.hit(e.gen, b, q) {
+				e.flowHits++
+				return ent.replay(q)
+			}
+			if ent.seen == h {
+				ent.start(b, q) // seen twice: this traversal may fill the entry
+			} else {
+				ent.seen, ent = h, nil
+			}
+		}
+	}
 	res, c := e.evalTableLocked(env, table, hook, q, tr, &e.nat)
 	v := TableVerdict{Verdict: res.Verdict, RejectWith: res.RejectWith}
 	if v.Verdict == Reject {
@@ -72,7 +90,16 @@ func (e *Emulator) RunTable(env Env, table string, hook netfilter.Hook, q *Packe
 	if v.Decided() {
 		v.Reason = c.decisionReason(res.Decision)
 	}
+	if ent != nil {
+		ent.fill(e.gen, c, q, &v)
+	}
 	return v
+}
+
+// isDryRun reports whether env's packets are what-ifs (DryRunner).
+func isDryRun(env Env) bool {
+	d, ok := env.(DryRunner)
+	return ok && d.DryRun()
 }
 
 // decisionReason names the rule or policy that decided, for a datapath's verdict.

@@ -34,6 +34,14 @@ type Emulator struct {
 	nat NAT
 	// noCompile makes evaluations without a trace run on the Rules too (tests).
 	noCompile bool
+	// gen is the ruleset generation the flow cache's entries are valid for: every
+	// change of what a traversal reads besides the packet makes a new one
+	// (flowcache.go). flows is the cache (nil until first used); noFlowCache turns
+	// it off (tests).
+	gen         uint64
+	flows       *flowCache
+	noFlowCache bool
+	flowHits    uint64 // packets the flow cache answered (tests)
 	// lenient loads skip what does not load (Lenient); skipped is what they left out.
 	lenient bool
 	skipped []SkippedLine
@@ -64,7 +72,7 @@ func WithIPSets(s *IPSets) Option { return func(e *Emulator) { e.st.ipsets = s }
 
 // New returns an empty emulator for a family.
 func New(f Family, opts ...Option) *Emulator {
-	e := &Emulator{fam: f, rs: NewRuleset(f), st: newState()}
+	e := &Emulator{fam: f, rs: NewRuleset(f), st: newState(), gen: 1}
 	for _, o := range opts {
 		o(e)
 	}
@@ -129,6 +137,7 @@ func (e *Emulator) restore(data []byte, opts RestoreOptions) error {
 // setRulesetLocked makes rs the emulator's ruleset.
 func (e *Emulator) setRulesetLocked(rs *Ruleset) {
 	e.rs = rs
+	e.gen++
 	var bits uint64
 	for _, t := range rs.Tables {
 		for h := netfilter.Prerouting; h <= netfilter.Postrouting; h++ {
@@ -346,7 +355,10 @@ func (e *Emulator) Adopt(rs *Ruleset) error {
 // than another emulator whose chains it shares (Adopt) must interpret.
 func (e *Emulator) Interpret(on bool) {
 	e.mu.Lock()
-	e.noCompile = on
+	if e.noCompile != on {
+		e.noCompile = on
+		e.gen++
+	}
 	e.mu.Unlock()
 }
 
@@ -354,6 +366,7 @@ func (e *Emulator) Interpret(on bool) {
 func (e *Emulator) SetIPSets(s *IPSets) {
 	e.mu.Lock()
 	e.st.ipsets = s
+	e.gen++
 	e.mu.Unlock()
 }
 

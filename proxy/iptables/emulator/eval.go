@@ -245,6 +245,11 @@ type evalCtx struct {
 	// walk's path together); steps counts them; limited says the bound stopped it.
 	maxSteps, steps int
 	limited         bool
+	// impure: the traversal evaluated a match that reads more than the packet and
+	// its rule, drew from the chooser or changed state (the flow cache may not keep
+	// it); policyHit is the built-in chain whose policy decided and was counted.
+	impure    bool
+	policyHit *Chain
 }
 
 // Assumption records how an undecidable match was resolved on a path.
@@ -263,6 +268,7 @@ type Assumption struct {
 }
 
 func (c *evalCtx) chance(p float64) bool {
+	c.impure = true
 	v := c.ch.chance(p)
 	if c.tr != nil && p > 0 && p < 1 {
 		word := "not taken"
@@ -276,6 +282,7 @@ func (c *evalCtx) chance(p float64) bool {
 
 // nth advances (or, in a dry run, pretends to advance) an nth-mode counter.
 func (c *evalCtx) nth(m *StatisticMatch) bool {
+	c.impure = true
 	every := m.Every - 1
 	cur, ok := c.ov.nth[m]
 	if !ok {
@@ -304,6 +311,7 @@ func (c *evalCtx) nth(m *StatisticMatch) bool {
 }
 
 func (c *evalCtx) countNfacct(name string) {
+	c.impure = true
 	if c.dry {
 		return
 	}
@@ -354,6 +362,9 @@ func (c *evalCtx) matchRule(r *Rule) bool {
 		}
 	}
 	for i, m := range r.Matches {
+		if !pureMatch(m) {
+			c.impure = true
+		}
 		res := m.eval(c)
 		if res == unknown {
 			res = c.assumeUnknown(r, i, m)
@@ -368,6 +379,7 @@ func (c *evalCtx) matchRule(r *Rule) bool {
 // assumeUnknown resolves match i (m) of r, which the emulator cannot decide, through
 // the chooser and records the assumption.
 func (c *evalCtx) assumeUnknown(r *Rule, i int, m Match) tri {
+	c.impure = true
 	cond, neg := c.condition(m)
 	v := c.ch.unknown(cond, FormatMatch(m), neg)
 	a := Assumption{Hook: c.hook, Table: c.table, Chain: c.chain, Rule: r, Match: FormatMatch(m), Matched: v, Condition: cond, Holds: v != neg}
@@ -541,6 +553,7 @@ func (c *evalCtx) policy(base *Chain, res TableResult) TableResult {
 	if !c.dry {
 		base.Counters.Packets++
 		base.Counters.Bytes += uint64(c.pkt.Len)
+		c.policyHit = base
 	}
 	if c.tr != nil {
 		c.tr.add(Step{Kind: StepPolicy, Hook: c.hook.String(), Table: c.table, Chain: base.Name, Verdict: base.Policy}, c)
@@ -861,6 +874,7 @@ func (c *evalCtx) unknownTarget(tg *UnknownTarget, r *Rule, name string, step in
 
 // nat computes and applies a NAT target.
 func (c *evalCtx) nat(r *Rule, hook netfilter.Hook, chain string) *NAT {
+	c.impure = true
 	if tg, ok := r.Target.(*NATTarget); ok {
 		return c.natTarget(r, hook, chain, tg)
 	}
@@ -896,6 +910,7 @@ func (c *evalCtx) nat(r *Rule, hook netfilter.Hook, chain string) *NAT {
 // natTarget computes and applies a DNAT or SNAT target (tg need not be r's own: the
 // compiled path passes a copy rebuilt from its code).
 func (c *evalCtx) natTarget(r *Rule, hook netfilter.Hook, chain string, tg *NATTarget) *NAT {
+	c.impure = true
 	p := c.pkt
 	n := c.newNAT(tg.Kind, r, hook, chain)
 	n.Random, n.RandomFully, n.Persistent = tg.Random, tg.RandomFully, tg.Persistent

@@ -29,6 +29,7 @@ func (e *Emulator) RestoreIPSets(ctx context.Context, data []byte) error {
 	}
 	e.st.ipsets = next
 	e.restores++
+	e.gen++
 	return nil
 }
 

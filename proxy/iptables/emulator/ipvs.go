@@ -47,6 +47,7 @@ type IPVSLookup func(p *Packet, hook netfilter.Hook, table string) *IPVSConn
 func (e *Emulator) SetIPVSLookup(f IPVSLookup) {
 	e.mu.Lock()
 	e.st.ipvs = f
+	e.gen++
 	e.mu.Unlock()
 }
 
