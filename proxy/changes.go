@@ -217,6 +217,28 @@ func diffIndexes[T comparable](prev, cur []T) (changed []int, gone []T) {
 	return changed, gone
 }
 
+// commitRecs applies an Update's records to cur and returns it: the gone keys are
+// deleted, the new records put in. A record replaced or gone is zeroed: it sits in a
+// slab with others still in use and must not keep its objects alive. Into an empty map
+// (a first Update) next is taken whole rather than copied (nothing is gone then).
+func commitRecs[R any](cur, next map[types.NamespacedName]*R, gone map[types.NamespacedName]bool) map[types.NamespacedName]*R {
+	if len(cur) == 0 {
+		return next
+	}
+	var zero R
+	for k := range gone {
+		*cur[k] = zero
+		delete(cur, k)
+	}
+	for k, rec := range next {
+		if old := cur[k]; old != nil {
+			*old = zero
+		}
+		cur[k] = rec
+	}
+	return cur
+}
+
 // Update takes the complete current lists and returns the new view and its changes. On
 // error (an object that does not parse) the tracker is left as it was. Objects the
 // node's proxy does not watch (NodeConfig.Watches: the service-proxy-name and headless
@@ -476,34 +498,8 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	// endpointsChanged.
 	// The records replaced or gone are zeroed: they sit in a slab with others still in
 	// use, and must not keep their objects alive.
-	if len(t.svcs) == 0 {
-		t.svcs = newSvcs
-	} else {
-		for nn := range goneSvcs {
-			*t.svcs[nn] = svcRec{}
-			delete(t.svcs, nn)
-		}
-		for nn, rec := range newSvcs {
-			if old := t.svcs[nn]; old != nil {
-				*old = svcRec{}
-			}
-			t.svcs[nn] = rec
-		}
-	}
-	if len(t.sliceRecs) == 0 {
-		t.sliceRecs = newSlices
-	} else {
-		for key := range goneSlices {
-			*t.sliceRecs[key] = sliceRec{}
-			delete(t.sliceRecs, key)
-		}
-		for key, rec := range newSlices {
-			if old := t.sliceRecs[key]; old != nil {
-				*old = sliceRec{}
-			}
-			t.sliceRecs[key] = rec
-		}
-	}
+	t.svcs = commitRecs(t.svcs, newSvcs, goneSvcs)
+	t.sliceRecs = commitRecs(t.sliceRecs, newSlices, goneSlices)
 	if len(t.groups) == 0 {
 		t.groups = newGroups
 	}
