@@ -1184,8 +1184,11 @@ func (h *Harness) AddPod(ctx context.Context, pc PodConfig) (p *Pod, err error) 
 	return p, nil
 }
 
-// RemovePod stops a pod's echo servers and deletes its namespace (which deletes its
-// veth pair, and with it the node's routes through it).
+// RemovePod stops a pod's echo servers, deletes its veth pair (and with it the node's
+// routes through it) and then its namespace. The veth goes first, by name: deleting a
+// namespace only drops its name, and the kernel tears the namespace down later, from a
+// work queue (on 6.18 kernels, long enough for packets to the pod's address to reach its
+// dying stack and be refused there, where a deleted pod's are dropped).
 func (h *Harness) RemovePod(ctx context.Context, name string) error {
 	idx := slices.IndexFunc(h.Pods, func(p *Pod) bool { return p.Name == name })
 	if idx < 0 {
@@ -1196,6 +1199,9 @@ func (h *Harness) RemovePod(ctx context.Context, name string) error {
 	h.Pods = slices.Delete(h.Pods, idx, idx+1)
 	if i := slices.Index(p.Node.Pods, p); i >= 0 {
 		p.Node.Pods = slices.Delete(p.Node.Pods, i, i+1)
+	}
+	if err := h.batch(ctx, p.Node.Netns, []string{"link del " + p.HostVeth}); err != nil {
+		return err
 	}
 	return h.deleteNetns(ctx, p.Netns)
 }
