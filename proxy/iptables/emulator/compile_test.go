@@ -81,15 +81,7 @@ func TestCompiledMatchesRules(t *testing.T) {
 		t.Run(f.String(), func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
 				text := genLongRuleset(f).Draw(t, "ruleset").Save(false)
-				var es [2]*Emulator
-				var envs [2]*StaticEnv
-				for i := range es {
-					es[i] = New(f)
-					if err := es[i].RestoreText(text, RestoreOptions{}); err != nil {
-						t.Fatalf("restore: %v\n%s", err, text)
-					}
-					envs[i] = NewStaticEnv(7, pktAddrs(f)[1])
-				}
+				es, envs := restoredTwins(t, f, text)
 				es[1].noCompile = true
 				for n := rapid.IntRange(1, 8).Draw(t, "packets"); n > 0; n-- {
 					p0 := genPacket(t, f, es[0].Ruleset())
@@ -141,13 +133,7 @@ func describeTables(ts []TableResult) string {
 // handler's verdict reasons.
 func TestCompiledKubeLayout(t *testing.T) {
 	data := emutest.KubeDump(40, 5)
-	var es [2]*Emulator
-	for i := range es {
-		var err error
-		if es[i], err = Load(data, IPv4, "kube"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	es := loadedTwins(t, data)
 	es[1].noCompile = true
 	envs := [2]*StaticEnv{NewStaticEnv(3, netip.MustParseAddr("192.168.0.2")), NewStaticEnv(3, netip.MustParseAddr("192.168.0.2"))}
 	for i := 0; i < 2000; i++ {
@@ -172,4 +158,33 @@ func TestCompiledKubeLayout(t *testing.T) {
 	if a, b := string(es[0].SaveCounters()), string(es[1].SaveCounters()); a != b {
 		t.Fatal("counters differ")
 	}
+}
+
+// restoredTwins returns two emulators restored from the same text (a test then makes
+// them differ in one setting and compares them), each with its own environment.
+func restoredTwins(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, f Family, text []byte) (es [2]*Emulator, envs [2]*StaticEnv) {
+	t.Helper()
+	for i := range es {
+		es[i] = New(f)
+		if err := es[i].RestoreText(text, RestoreOptions{}); err != nil {
+			t.Fatalf("restore: %v\n%s", err, text)
+		}
+		envs[i] = NewStaticEnv(7, pktAddrs(f)[1])
+	}
+	return es, envs
+}
+
+// loadedTwins returns two emulators loaded from the same IPv4 dump.
+func loadedTwins(t *testing.T, data []byte) (es [2]*Emulator) {
+	t.Helper()
+	for i := range es {
+		var err error
+		if es[i], err = Load(data, IPv4, "kube"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return es
 }

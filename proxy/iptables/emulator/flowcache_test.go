@@ -96,15 +96,7 @@ func TestFlowCacheSameAsTraversal(t *testing.T) {
 		t.Run(f.String(), func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
 				text := genCacheRuleset(t, f)
-				var es [2]*Emulator
-				var envs [2]*StaticEnv
-				for i := range es {
-					es[i] = New(f)
-					if err := es[i].RestoreText(text, RestoreOptions{}); err != nil {
-						t.Fatalf("restore: %v\n%s", err, text)
-					}
-					envs[i] = NewStaticEnv(7, pktAddrs(f)[1])
-				}
+				es, envs := restoredTwins(t, f, text)
 				es[1].FlowCache(false)
 				// The pool: packets, each with the table and hook it meets.
 				type entry struct {
@@ -239,13 +231,7 @@ func TestFlowCacheSameAsTraversal(t *testing.T) {
 // the same rules the next segment traverses and fills again.
 func TestFlowCacheEstablished(t *testing.T) {
 	data := emutest.KubeDump(20, 3)
-	var es [2]*Emulator
-	for i := range es {
-		var err error
-		if es[i], err = Load(data, IPv4, "kube"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	es := loadedTwins(t, data)
 	es[1].FlowCache(false)
 	env := NewStaticEnv(1)
 	seg := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.0.0.2"), Dst: netip.MustParseAddr("10.1.2.3"),
