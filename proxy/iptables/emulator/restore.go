@@ -170,6 +170,8 @@ type RestoreOptions struct {
 	// noMemo parses every line, reusing no rules of a chain's version before (tests
 	// compare it with the reuse, memoLine).
 	noMemo bool
+	// noPreParse parses every line in the transaction's goroutine (tests compare).
+	noPreParse bool
 }
 
 // SkippedLine is a line a lenient load left out, and why.
@@ -415,6 +417,9 @@ type txn struct {
 	ruleSlab  []*Rule
 	slabStart int
 	nSlab     int // the last slab's size
+	// pre parses -A lines ahead of run in other goroutines (see preparse.go).
+	pre     *preParser
+	preUsed int // the lines pre parsed that run applied (tests)
 }
 
 // appendRules appends rules to c's list (c belongs to the transaction). A restore
@@ -551,6 +556,8 @@ func (tx *txn) wrap(err error) error {
 func (tx *txn) run(text string) error {
 	defer tx.dropHints()
 	tx.text = text
+	tx.startPreParse(text)
+	defer tx.finishPreParse()
 	lineNo := 0
 	for len(text) > 0 {
 		var line string
@@ -596,7 +603,11 @@ func (tx *txn) run(text string) error {
 			}
 			tx.cur = nil
 		default:
-			err = tx.commandLine(line)
+			if spec, chain := tx.preParsed(lineNo); spec != nil {
+				err = tx.preRuleCommand(spec, chain)
+			} else {
+				err = tx.commandLine(line)
+			}
 		}
 		if err != nil {
 			if !tx.opts.Lenient {
@@ -1247,7 +1258,6 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters, line string)
 	if err != nil {
 		return err
 	}
-	appending := cmd == "-A" || cmd == "--append"
 	pos, args, err := tx.ruleNumber(cmd, args[1:])
 	if err != nil {
 		return err
@@ -1259,11 +1269,39 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters, line string)
 		}
 		return tx.deleteAt(c, pos, cmd)
 	}
-	rules, err := tx.specRules(c, args, ctr)
+	spec, err := tx.sp.parse(args)
+	if err != nil {
+		return tx.wrap(err)
+	}
+	return tx.applySpec(c, spec, cmd, pos, ctr)
+}
+
+// preParsed returns a pre-parser's result for line lineNo (an -A command's spec and
+// chain), or nil.
+func (tx *txn) preParsed(lineNo int) (*ruleSpec, string) {
+	if tx.pre == nil || tx.cur == nil {
+		return nil, ""
+	}
+	return tx.pre.lookup(lineNo)
+}
+
+// preRuleCommand applies an -A line a pre-parser parsed: ruleCommand after the parse.
+func (tx *txn) preRuleCommand(spec *ruleSpec, chain string) error {
+	c, err := tx.chain(chain, "-A")
+	if err != nil {
+		return err
+	}
+	return tx.applySpec(c, spec, "-A", -1, nil)
+}
+
+// applySpec applies command cmd (-A, -I, -R or -D with a rule spec) of a parsed spec to
+// chain c, at rule number pos (-1: none given); ctr holds the line's counters, if any.
+func (tx *txn) applySpec(c *Chain, spec *ruleSpec, cmd string, pos int, ctr *Counters) error {
+	rules, err := tx.specRules(c, spec, ctr)
 	if err != nil || rules == nil {
 		return err
 	}
-	if del {
+	if cmd == "-D" || cmd == "--delete" {
 		return tx.deleteRules(c, rules, cmd)
 	}
 	if err := tx.placeRules(c, rules, pos, cmd); err != nil {
@@ -1274,7 +1312,7 @@ func (tx *txn) ruleCommand(cmd string, args []token, ctr *Counters, line string)
 			tx.cur.addRef(j.Chain, 1)
 		}
 	}
-	if c = tx.ruleChain(c.Name); !appending {
+	if c = tx.ruleChain(c.Name); cmd != "-A" && cmd != "--append" {
 		c.build, c.clean = nil, false
 	} else if c.build != nil {
 		c.build.diverged = true // a line of its own
@@ -1464,15 +1502,11 @@ func (tx *txn) ruleNumber(cmd string, args []token) (int, []token, error) {
 	return pos, args, nil
 }
 
-// specRules parses a rule spec into the rules it stands for (one per address of
+// specRules returns the rules a parsed rule spec stands for (one per address of
 // comma lists), checked for chain c and stamped with the line they come from and, with
 // --counters, the line's counters or the spec's -c. They are nil when the spec is for
 // the other family (-4 or -6).
-func (tx *txn) specRules(c *Chain, args []token, ctr *Counters) ([]*Rule, error) {
-	spec, err := tx.sp.parse(args)
-	if err != nil {
-		return nil, tx.wrap(err)
-	}
+func (tx *txn) specRules(c *Chain, spec *ruleSpec, ctr *Counters) ([]*Rule, error) {
 	if spec.skip {
 		return nil, nil
 	}
