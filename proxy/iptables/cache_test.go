@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -159,8 +160,16 @@ var errSave = errors.New("save failed (test)")
 // switching on and off, stale-chain cleanups coming due, failed syncs, forced full
 // syncs, kube-proxy restarting with another release, every release and several node
 // configurations.
+//
+// The cached Proxier's generator also shares the service ports to compute among
+// goroutines (servicesSharded) whenever there are at least a drawn few, the uncached
+// one never does: the sharded output is the same bytes.
 func TestCachedSyncsMatchUncached(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4)) // up to four shards
+	defer func(n int) { shardMinFresh = n }(shardMinFresh)
+	sharded := 0
 	rapid.Check(t, func(rt *rapid.T) {
+		shardMinFresh = rapid.SampledFrom([]int{1, 2, 3, 5, 8, 1 << 30}).Draw(rt, "shardMinFresh")
 		ctx := context.Background()
 		cfg := upstreamConfig(corev1.IPv4Protocol)
 		if rapid.IntRange(0, 2).Draw(rt, "oldRelease") == 0 {
@@ -190,7 +199,7 @@ func TestCachedSyncsMatchUncached(t *testing.T) {
 				}
 				ps[k] = p
 			}
-			ps[1].gen.noCache = true
+			ps[1].gen.noCache, ps[1].gen.noShard = true, true
 		}
 		newProxiers()
 
@@ -220,6 +229,8 @@ func TestCachedSyncsMatchUncached(t *testing.T) {
 				}
 				res[k], errs[k] = p.Sync(ctx, services, sls)
 			}
+			sharded += ps[0].gen.sharded
+			ps[0].gen.sharded = 0
 			if (errs[0] == nil) != (errs[1] == nil) {
 				rt.Fatalf("step %d: errors differ: cached %v, uncached %v", s, errs[0], errs[1])
 			}
@@ -246,6 +257,9 @@ func TestCachedSyncsMatchUncached(t *testing.T) {
 			}
 		}
 	})
+	if sharded == 0 {
+		t.Fatal("no sync shared its service ports among goroutines")
+	}
 }
 
 // The cached path is taken: after a partial sync of one changed Service, only that

@@ -2,10 +2,12 @@ package iptables
 
 import (
 	"maps"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -80,6 +82,12 @@ func (l *lineBuf) chain(name string) {
 		l.b = append(l.b, " - [0:0]\n"...)
 	}
 	l.lines++
+}
+
+// appendBuf appends what o holds (whole lines) to l.
+func (l *lineBuf) appendBuf(o *lineBuf) {
+	l.b = append(l.b, o.content()...)
+	l.lines += o.lines
 }
 
 // end finishes the line.
@@ -210,9 +218,10 @@ type generator struct {
 	src     *proxy.ChangeTracker
 	seq     uint64
 	labels  map[string]string
-	// noCache makes every sync compute every service port (tests compare the two).
-	noCache  bool
-	declared chainKinds // the service port's own chains serviceChains declared (scratch)
+	// noCache makes every sync compute every service port (tests compare the two);
+	// noShard computes them all in the caller's goroutine (servicesSharded).
+	noCache, noShard bool
+	declared         chainKinds // the service port's own chains serviceChains declared (scratch)
 
 	filterChains, filterRules lineBuf
 	natChains, natRules       lineBuf
@@ -229,6 +238,11 @@ type generator struct {
 	numEndpoints            int
 	out                     []byte
 	sepNames                []string // scratch for endpointRules
+	// shards are the generators that share a large sync's service ports with this
+	// one (servicesSharded), kept for their buffers; sharded counts the syncs that
+	// did (tests).
+	shards  []*generator
+	sharded int
 }
 
 func newGenerator(r *resolved) *generator {
@@ -362,44 +376,118 @@ func (g *generator) services(st *proxy.SyncState, full bool) {
 	g.labels = maps.Clone(g.r.nodeLabels)
 	g.reserve()
 
-	nr, fr := &g.natRules, &g.filterRules
+	if n := g.shardCount(); n > 1 {
+		g.servicesSharded(st, full, n)
+		return
+	}
 	for _, e := range g.entries {
-		if !e.fresh {
-			nr.b = append(nr.b, e.nat...)
-			fr.b = append(fr.b, e.filter...)
-			continue
-		}
-		e.fresh = false
-		name, info := e.name, e.info
-		sp := st.Services[name]
-		c := proxy.CategorizeEndpoints(st.Endpoints[name], sp, g.r.nodeName, g.r.nodeLabels)
-		if sp.InternalPolicyLocal && !g.r.layout.svlChain {
-			sp, c = g.legacyInternalPolicy(st.Endpoints[name], sp, c)
-		}
-		info.setEndpoints(c.AllReachable)
-		p := planService(info, sp, c)
-		g.planRelease(&p)
+		g.entry(st, e, full)
+	}
+}
 
-		// The rules of the shared chains, in kube-proxy's order.
-		n0, f0 := len(nr.b), len(fr.b)
-		g.clusterIPRule(&p)
-		g.externalIPRules(&p)
-		g.loadBalancerRules(&p)
-		g.nodePortRules(&p)
-		g.healthCheckRule(&p)
-		e.nat = append(e.nat[:0], nr.b[n0:]...)
-		e.filter = append(e.filter[:0], fr.b[f0:]...)
+// entry writes one service port's rules into the generator's buffers: a fresh entry
+// computed, another copied.
+func (g *generator) entry(st *proxy.SyncState, e *svcEntry, full bool) {
+	nr, fr := &g.natRules, &g.filterRules
+	if !e.fresh {
+		nr.b = append(nr.b, e.nat...)
+		fr.b = append(fr.b, e.filter...)
+		return
+	}
+	e.fresh = false
+	name, info := e.name, e.info
+	sp := st.Services[name]
+	c := proxy.CategorizeEndpoints(st.Endpoints[name], sp, g.r.nodeName, g.r.nodeLabels)
+	if sp.InternalPolicyLocal && !g.r.layout.svlChain {
+		sp, c = g.legacyInternalPolicy(st.Endpoints[name], sp, c)
+	}
+	info.setEndpoints(c.AllReachable)
+	p := planService(info, sp, c)
+	g.planRelease(&p)
 
-		// The per-service chains: not written for unchanged Services in a partial
-		// sync (computed only to note the chains they declare, for the stale-chain
-		// cleanup now or later).
-		nc, pr := &g.natChains, nr
-		if !full && !st.Changed(name.NamespacedName) {
-			nc, pr = &g.skipChains, &g.skipRules
+	// The rules of the shared chains, in kube-proxy's order.
+	n0, f0 := len(nr.b), len(fr.b)
+	g.clusterIPRule(&p)
+	g.externalIPRules(&p)
+	g.loadBalancerRules(&p)
+	g.nodePortRules(&p)
+	g.healthCheckRule(&p)
+	e.nat = append(e.nat[:0], nr.b[n0:]...)
+	e.filter = append(e.filter[:0], fr.b[f0:]...)
+
+	// The per-service chains: not written for unchanged Services in a partial
+	// sync (computed only to note the chains they declare, for the stale-chain
+	// cleanup now or later).
+	nc, pr := &g.natChains, nr
+	if !full && !st.Changed(name.NamespacedName) {
+		nc, pr = &g.skipChains, &g.skipRules
+	}
+	g.declared = 0
+	g.serviceChains(nc, pr, &p)
+	e.kinds = g.declared
+}
+
+// shardMinFresh is the least number of service ports to compute that other
+// goroutines share (a first sync of a large cluster). A variable for tests.
+var shardMinFresh = 4096
+
+// shardCount returns the number of goroutines to share this sync's service ports
+// among: one but for a sync that computes many on a machine with more than one CPU.
+func (g *generator) shardCount() int {
+	procs := runtime.GOMAXPROCS(0)
+	if procs < 2 || g.noShard || len(g.entries) < shardMinFresh {
+		return 1
+	}
+	fresh := 0
+	for _, e := range g.entries {
+		if e.fresh {
+			fresh++
 		}
-		g.declared = 0
-		g.serviceChains(nc, pr, &p)
-		e.kinds = g.declared
+	}
+	if fresh < shardMinFresh {
+		return 1
+	}
+	return min(procs, 8, fresh/max(shardMinFresh/2, 1))
+}
+
+// servicesSharded writes the entries as entry does, n goroutines each taking a run of
+// them into buffers of its own (a shard generator's), appended in order: the same
+// bytes. Everything a service port's rules depend on is its entry's, the sync state
+// (read only) and the node's resolved configuration (read only); the scratch
+// (declared, sepNames, probs) is each shard's.
+func (g *generator) servicesSharded(st *proxy.SyncState, full bool, n int) {
+	g.sharded++
+	for len(g.shards) < n-1 {
+		g.shards = append(g.shards, &generator{skipChains: lineBuf{discard: true}, skipRules: lineBuf{discard: true}})
+	}
+	per := (len(g.entries) + n - 1) / n
+	var wg sync.WaitGroup
+	for i, sh := range g.shards[:n-1] {
+		sh.r, sh.largeCluster, sh.trackActive = g.r, g.largeCluster, g.trackActive
+		if len(sh.probs) < len(g.probs) {
+			sh.probs = slices.Clone(g.probs)
+		}
+		for _, b := range []*lineBuf{&sh.filterChains, &sh.filterRules, &sh.natChains, &sh.natRules, &sh.skipChains, &sh.skipRules} {
+			b.reset()
+		}
+		entries := g.entries[min((i+1)*per, len(g.entries)):min((i+2)*per, len(g.entries))]
+		wg.Go(func() {
+			for _, e := range entries {
+				sh.entry(st, e, full)
+			}
+		})
+	}
+	for _, e := range g.entries[:min(per, len(g.entries))] {
+		g.entry(st, e, full)
+	}
+	wg.Wait()
+	for _, sh := range g.shards[:n-1] {
+		g.filterChains.appendBuf(&sh.filterChains)
+		g.filterRules.appendBuf(&sh.filterRules)
+		g.natChains.appendBuf(&sh.natChains)
+		g.natRules.appendBuf(&sh.natRules)
+		g.skipChains.appendBuf(&sh.skipChains)
+		g.skipRules.appendBuf(&sh.skipRules)
 	}
 }
 
