@@ -101,9 +101,10 @@
 // clients, real servers) agree. One difference it found is a kernel fix rather than a release: an
 // edit of a real server recomputes OVERLOAD from its connections and new thresholds
 // (ip_vs_dest_update_overload; a Fixes: patch that stable releases took, Debian's
-// 6.1.0-56 among them), where older builds only cleared it on an edit; the model does
-// what the fix does, and Config.LegacyThresholdEdit gives the old behaviour
-// (TestThresholdEditUpdatesOverload).
+// 6.1.0-56 among them, 6.1.0-48 not), where older builds only cleared it on an edit;
+// the model does what the fix does, and Config.LegacyThresholdEdit gives the old
+// behaviour (TestThresholdEditUpdatesOverload; the VM differential sets it for Debian
+// 6.1.0-N before 56).
 //
 // The same boot runs the connection-handling cases (vm_conn_test.go): a client tuple
 // reused under conn_reuse_mode 0 and 1 with expire_nodest_conn 0 and 1 after its real

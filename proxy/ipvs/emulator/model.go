@@ -80,8 +80,8 @@ type Config struct {
 	// LegacyThresholdEdit: kernels without the fix that makes an edit of a real server
 	// recompute OVERLOAD from its connections and new thresholds
 	// (ip_vs_dest_update_overload, "properly update the dest overload flag", tagged
-	// Fixes: Linux-2.6.12-rc2 and so taken by stable releases: Debian's 6.1.0-56 has it,
-	// as the VM differential shows). Without it an edit only clears OVERLOAD, when the
+	// Fixes: Linux-2.6.12-rc2 and so taken by stable releases: Debian's 6.1.0-56 has it
+	// and 6.1.0-48 does not, as the VM differential shows). Without it an edit only clears OVERLOAD, when the
 	// new upper threshold is 0 or higher than the old one, so a server already past a
 	// new -x keeps getting connections until the next one binds to it.
 	LegacyThresholdEdit bool
