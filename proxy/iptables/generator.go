@@ -471,6 +471,14 @@ func (g *generator) servicesSharded(st *proxy.SyncState, full bool, n int) {
 			b.reset()
 		}
 		entries := g.entries[min((i+1)*per, len(g.entries)):min((i+2)*per, len(g.entries))]
+		// Room for the run's rules as reserve sizes the whole (no growth by doubling).
+		eps := 0
+		for _, e := range entries {
+			eps += e.numEps
+		}
+		sh.natRules.b = slices.Grow(sh.natRules.b, 300*eps+600*len(entries))
+		sh.natChains.b = slices.Grow(sh.natChains.b, 36*(eps+2*len(entries)))
+		sh.filterRules.b = slices.Grow(sh.filterRules.b, 64*len(entries))
 		wg.Go(func() {
 			for _, e := range entries {
 				sh.entry(st, e, full)
