@@ -6,17 +6,10 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/clusterlab/clusterlab/internal/walkpath"
 	ipt "github.com/clusterlab/clusterlab/proxy/iptables/emulator"
 	nftemu "github.com/clusterlab/clusterlab/proxy/nftables/emulator"
 )
-
-// choice is one resolved choice point on a path.
-type choice struct {
-	alt, n int
-	p      float64 // the probability of the alternative taken (1 for assumptions)
-	step   int     // the trace step it belongs to
-	label  string
-}
 
 // path resolves one path's choice points, for both emulators: replaying forced
 // alternatives and recording new ones (all branches), or drawing from the seed.
@@ -25,7 +18,7 @@ type path struct {
 	rng    *rand.Rand
 	forced []int
 	pos    int
-	taken  []choice
+	taken  []walkpath.Choice
 	prob   float64
 	steps  *[]Step
 	memo   map[string]bool // condition -> the value assumed on this path
@@ -61,7 +54,7 @@ func (p *path) chance(q float64) bool {
 		pr, label, alt = 1-q, fmt.Sprintf("statistic p=%.11f: not taken", q), 1
 	}
 	p.prob *= pr
-	p.taken = append(p.taken, choice{alt: alt, n: 2, p: pr, step: p.step(), label: label})
+	p.taken = append(p.taken, walkpath.Choice{Alt: alt, N: 2, P: pr, Step: p.step(), Label: label})
 	return v
 }
 
@@ -78,7 +71,7 @@ func (p *path) pick(n int, what string) int {
 	}
 	pr := 1 / float64(n)
 	p.prob *= pr
-	p.taken = append(p.taken, choice{alt: alt, n: n, p: pr, step: p.step(), label: fmt.Sprintf("%s mod %d = %d", what, n, alt)})
+	p.taken = append(p.taken, walkpath.Choice{Alt: alt, N: n, P: pr, Step: p.step(), Label: fmt.Sprintf("%s mod %d = %d", what, n, alt)})
 	return alt
 }
 
@@ -97,7 +90,7 @@ func (p *path) assume(cond, label string, neg bool) bool {
 		if matches {
 			text = fmt.Sprintf("assume %q matches", label)
 		}
-		p.taken = append(p.taken, choice{alt: alt, n: 2, p: 1, step: p.step(), label: text})
+		p.taken = append(p.taken, walkpath.Choice{Alt: alt, N: 2, P: 1, Step: p.step(), Label: text})
 	}
 	if p.memo == nil {
 		p.memo = map[string]bool{}
@@ -108,19 +101,7 @@ func (p *path) assume(cond, label string, neg bool) bool {
 
 // nextPath is the forced prefix of the next path to explore, false when every path
 // was.
-func (p *path) nextPath() ([]int, bool) {
-	for i := len(p.taken) - 1; i >= 0; i-- {
-		if p.taken[i].alt+1 < p.taken[i].n {
-			seq := make([]int, i+1)
-			for j := 0; j < i; j++ {
-				seq[j] = p.taken[j].alt
-			}
-			seq[i] = p.taken[i].alt + 1
-			return seq, true
-		}
-	}
-	return nil, false
-}
+func (p *path) nextPath() ([]int, bool) { return walkpath.Next(p.taken) }
 
 // iptEnv is the iptables emulator's Env on a walk: the node's addresses, a dry run,
 // its choices the path's.

@@ -1,12 +1,11 @@
 package nodewalk
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/clusterlab/clusterlab/internal/walkpath"
 	"github.com/clusterlab/clusterlab/netfilter"
 )
 
@@ -86,8 +85,8 @@ type Outcome struct {
 	Names map[string]string `json:"names,omitempty"`
 
 	// Trace is the (first merged) path's trace.
-	Trace   []Step   `json:"-"`
-	choices []choice // the path's choices, for the tree rendering
+	Trace   []Step            `json:"-"`
+	choices []walkpath.Choice // the path's choices, for the tree rendering
 	key     string
 }
 
@@ -126,20 +125,7 @@ func outcomeKey(o *Outcome) string {
 }
 
 // JSON renders the merged outcomes as a JSON array.
-func (r *Result) JSON() ([]byte, error) {
-	out := r.Outcomes
-	if out == nil {
-		out = []*Outcome{}
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(out); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
+func (r *Result) JSON() ([]byte, error) { return walkpath.JSON(r.Outcomes) }
 
 // Text renders the walk: the packet, every step (a tree of branches when all branches
 // were followed), and the outcomes with their probabilities.
@@ -148,16 +134,13 @@ func (r *Result) Text() string {
 	p := r.Input.Packet
 	ct := ""
 	if c := r.Input.Conntrack; c != nil {
-		ct = fmt.Sprintf(" (ctstate %s)", c.State)
-		if c.Reply {
-			ct = fmt.Sprintf(" (ctstate %s, reply direction)", c.State)
-		}
+		ct = walkpath.CtNote(c.State, c.Reply)
 	}
 	fmt.Fprintf(&b, "packet %s enters at %s%s; iptables tables and nftables base chains by priority\n", p.String(), r.Start, ct)
 	if len(r.Paths) == 1 {
 		writeSteps(&b, r.Paths[0].Trace, "")
 	} else {
-		writeTree(&b, r.Paths, 0, 0, "")
+		pathTree.Write(&b, r.Paths, 0, 0, "")
 	}
 	b.WriteString("\noutcomes:\n")
 	for i, o := range r.Outcomes {
@@ -222,38 +205,17 @@ func writeSteps(b *strings.Builder, steps []Step, prefix string) {
 	}
 }
 
-// writeTree renders paths that share their first k choices (and so their steps up to
-// step from) as a tree: the shared steps, then one branch per alternative of choice k.
-func writeTree(b *strings.Builder, paths []*Outcome, k, from int, prefix string) {
-	first := paths[0]
-	if len(paths) == 1 || k >= len(first.choices) {
-		writeSteps(b, first.Trace[from:], prefix)
-		if len(paths) == 1 {
-			fmt.Fprintf(b, "%s   p=%.6f %s\n", prefix, first.Probability, first.summary())
+// pathTree renders an all-branches walk's paths as a tree: a choice's alternatives
+// share the steps up to its own.
+var pathTree = walkpath.Tree[*Outcome]{
+	Choices: func(o *Outcome) []walkpath.Choice { return o.choices },
+	Shared:  1,
+	Steps: func(b *strings.Builder, o *Outcome, from, to int, prefix string) {
+		writeSteps(b, walkpath.Span(o.Trace, from, to), prefix)
+	},
+	Leaf: func(b *strings.Builder, o *Outcome, prefix string, only bool) {
+		if only {
+			fmt.Fprintf(b, "%s   p=%.6f %s\n", prefix, o.Probability, o.summary())
 		}
-		return
-	}
-	div := first.choices[k].step + 1
-	writeSteps(b, first.Trace[from:div], prefix)
-	var groups [][]*Outcome
-	for _, p := range paths {
-		if len(groups) > 0 && groups[len(groups)-1][0].choices[k].alt == p.choices[k].alt {
-			groups[len(groups)-1] = append(groups[len(groups)-1], p)
-			continue
-		}
-		groups = append(groups, []*Outcome{p})
-	}
-	for gi, g := range groups {
-		c := g[0].choices[k]
-		branch, next := "├─", "│  "
-		if gi == len(groups)-1 {
-			branch, next = "└─", "   "
-		}
-		prob := ""
-		if c.p != 1 {
-			prob = fmt.Sprintf(" (p=%.6f)", c.p)
-		}
-		fmt.Fprintf(b, "%s%s %s%s\n", prefix, branch, c.label, prob)
-		writeTree(b, g, k+1, div, prefix+next)
-	}
+	},
 }

@@ -233,8 +233,29 @@ COMMIT
 			t.Errorf("outcome %s: p=%v, want %v (all: %v)", k, got[k], p, got)
 		}
 	}
-	if !strings.Contains(res.Text(), "numgen random mod 2 = 1") || !strings.Contains(res.Text(), "statistic p=0.25") {
-		t.Errorf("the tree does not name both choice points:\n%s", res.Text())
+	// The tree: both choice points as branches, each after the steps all its paths
+	// share (the unit a choice is made in before it, the rule that made it after),
+	// each path's outcome at its leaf.
+	text := res.Text()
+	at := 0
+	for _, want := range []string{
+		"\n  [nft] ip kube-proxy nat-prerouting (priority -100)\n",
+		"\n├─ numgen random mod 2 = 0 (p=0.500000)\n",
+		"\n│        ✓ line 4: ip daddr 10.96.0.10",
+		"\n│    [iptables] mangle FORWARD (priority -150)\n",
+		"\n│  ├─ statistic p=0.25000000000: taken (p=0.250000)\n",
+		"\n│  │        ✓ line 7: -A FORWARD",
+		"\n│  │     p=0.125000 ACCEPT dnat 10.244.1.5:80 by policy\n",
+		"\n│  └─ statistic p=0.25000000000: not taken (p=0.750000)\n",
+		"\n│        p=0.375000 ACCEPT dnat 10.244.1.5:80 by policy\n",
+		"\n└─ numgen random mod 2 = 1 (p=0.500000)\n",
+		"\n   └─ statistic p=0.25000000000: not taken (p=0.750000)\n",
+	} {
+		i := strings.Index(text[at:], want)
+		if i < 0 {
+			t.Fatalf("the tree lacks %q after byte %d:\n%s", want, at, text)
+		}
+		at += i + 1
 	}
 }
 

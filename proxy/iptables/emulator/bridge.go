@@ -138,7 +138,7 @@ func (c *evalCtx) bridgeSetting(known *bool, cond, label string, def bool) bool 
 		n := len(pc.taken)
 		v = pc.unknown(cond, label, false)
 		if len(pc.taken) > n { // a new choice: name the branch by the value assumed
-			pc.taken[n].label = fmt.Sprintf("assume %s %s", label, onOff(v))
+			pc.taken[n].Label = fmt.Sprintf("assume %s %s", label, onOff(v))
 		}
 	}
 	c.assume = append(c.assume, Assumption{Hook: c.hook, Match: label, Matched: v, Condition: cond, Holds: v})

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/clusterlab/clusterlab/internal/walkpath"
 	"github.com/clusterlab/clusterlab/netfilter"
 )
 
@@ -190,9 +191,9 @@ type Outcome struct {
 	Names map[string]string `json:"names,omitempty"`
 
 	// Trace is the (first merged) path's trace.
-	Trace   *Trace      `json:"-"`
-	choices []choiceRec // the path's choices, for the tree rendering
-	key     string      // identity for merging
+	Trace   *Trace            `json:"-"`
+	choices []walkpath.Choice // the path's choices, for the tree rendering
+	key     string            // identity for merging
 }
 
 // WalkResult is a walk's outcomes: merged (identical outcomes summed) and per path.
@@ -204,19 +205,11 @@ type WalkResult struct {
 	Truncated bool
 }
 
-// choiceRec is one resolved choice point on a path.
-type choiceRec struct {
-	alt, n int
-	p      float64 // probability of the alternative taken (1 for assumptions)
-	step   int     // index of the trace step the choice belongs to
-	label  string
-}
-
 // pathChooser replays forced choices and records new ones (all-branches exploration).
 type pathChooser struct {
 	forced []int
 	pos    int
-	taken  []choiceRec
+	taken  []walkpath.Choice
 	prob   float64
 	tr     *Trace
 	memo   map[string]bool // condition -> the value assumed on this path
@@ -247,7 +240,7 @@ func (c *pathChooser) chance(p float64) bool {
 		label = fmt.Sprintf("statistic p=%.11f: not taken", p)
 	}
 	c.prob *= q
-	c.taken = append(c.taken, choiceRec{alt: alt, n: 2, p: q, step: len(c.tr.Steps), label: label})
+	c.taken = append(c.taken, walkpath.Choice{Alt: alt, N: 2, P: q, Step: len(c.tr.Steps), Label: label})
 	return v
 }
 
@@ -266,7 +259,7 @@ func (c *pathChooser) unknown(cond, label string, neg bool) bool {
 	if v {
 		text = fmt.Sprintf("assume %q matches", label)
 	}
-	c.taken = append(c.taken, choiceRec{alt: alt, n: 2, p: 1, step: len(c.tr.Steps), label: text})
+	c.taken = append(c.taken, walkpath.Choice{Alt: alt, N: 2, P: 1, Step: len(c.tr.Steps), Label: text})
 	if c.memo == nil {
 		c.memo = make(map[string]bool)
 	}
@@ -274,25 +267,11 @@ func (c *pathChooser) unknown(cond, label string, neg bool) bool {
 	return v
 }
 
-func nextPath(taken []choiceRec) ([]int, bool) {
-	for i := len(taken) - 1; i >= 0; i-- {
-		if taken[i].alt+1 < taken[i].n {
-			seq := make([]int, i+1)
-			for j := 0; j < i; j++ {
-				seq[j] = taken[j].alt
-			}
-			seq[i] = taken[i].alt + 1
-			return seq, true
-		}
-	}
-	return nil, false
-}
-
 // recordingChooser draws from an Env and records the choices (single-path walks).
 type recordingChooser struct {
 	envChooser
 	prob  float64
-	taken []choiceRec
+	taken []walkpath.Choice
 	tr    *Trace
 }
 
@@ -304,7 +283,7 @@ func (c *recordingChooser) chance(p float64) bool {
 			q = 1 - p
 		}
 		c.prob *= q
-		c.taken = append(c.taken, choiceRec{n: 2, p: q, step: len(c.tr.Steps)})
+		c.taken = append(c.taken, walkpath.Choice{N: 2, P: q, Step: len(c.tr.Steps)})
 	}
 	return v
 }
@@ -379,7 +358,7 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 			merged[o.key] = &c
 			res.Outcomes = append(res.Outcomes, &c)
 		}
-		next, ok := nextPath(ch.taken)
+		next, ok := walkpath.Next(ch.taken)
 		if !ok {
 			break
 		}

@@ -109,7 +109,7 @@ func checkWalkResult(t *testing.T, res *WalkResult, maxPaths int) {
 		}
 		w := o.Probability
 		for _, c := range o.choices {
-			if c.p == 1 && c.n == 2 {
+			if c.P == 1 && c.N == 2 {
 				w /= 2 // an assumption: both values explored
 			}
 		}

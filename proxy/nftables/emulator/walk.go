@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/clusterlab/clusterlab/internal/walkpath"
 	"github.com/clusterlab/clusterlab/netfilter"
 )
 
@@ -134,8 +135,8 @@ type Outcome struct {
 	Paths           int             `json:"paths"`
 
 	// Trace is the (first merged) path's trace.
-	Trace   *Trace      `json:"-"`
-	choices []choiceRec // the path's choices, for the tree rendering
+	Trace   *Trace            `json:"-"`
+	choices []walkpath.Choice // the path's choices, for the tree rendering
 	key     string
 }
 
@@ -148,14 +149,6 @@ type WalkResult struct {
 	Truncated bool
 }
 
-// choiceRec is one resolved choice point on a path.
-type choiceRec struct {
-	alt, n int
-	p      float64
-	step   int
-	label  string
-}
-
 // walkEnv is a walk's Env: a dry run on a fixed clock, its numgen choices replayed
 // (all branches) or drawn from the seed, assumptions recorded.
 type walkEnv struct {
@@ -165,7 +158,7 @@ type walkEnv struct {
 	rng    *rand.Rand
 	forced []int
 	pos    int
-	taken  []choiceRec
+	taken  []walkpath.Choice
 	prob   float64
 	tr     *Trace
 	memo   map[*UnknownStmt]bool
@@ -206,8 +199,8 @@ func (w *walkEnv) Pick(n int) int {
 	}
 	p := 1 / float64(n)
 	w.prob *= p
-	w.taken = append(w.taken, choiceRec{alt: alt, n: n, p: p, step: max(len(w.tr.Steps)-1, 0),
-		label: fmt.Sprintf("numgen random mod %d = %d", n, alt)})
+	w.taken = append(w.taken, walkpath.Choice{Alt: alt, N: n, P: p, Step: max(len(w.tr.Steps)-1, 0),
+		Label: fmt.Sprintf("numgen random mod %d = %d", n, alt)})
 	return alt
 }
 
@@ -224,7 +217,7 @@ func (w *walkEnv) Assume(r *Rule, u *UnknownStmt) bool {
 		if v {
 			label = fmt.Sprintf("assume %q matches", u.Text)
 		}
-		w.taken = append(w.taken, choiceRec{alt: map[bool]int{false: 0, true: 1}[v], n: 2, p: 1, step: max(len(w.tr.Steps)-1, 0), label: label})
+		w.taken = append(w.taken, walkpath.Choice{Alt: map[bool]int{false: 0, true: 1}[v], N: 2, P: 1, Step: max(len(w.tr.Steps)-1, 0), Label: label})
 	}
 	if w.memo == nil {
 		w.memo = map[*UnknownStmt]bool{}
@@ -237,20 +230,6 @@ func (w *walkEnv) Assume(r *Rule, u *UnknownStmt) bool {
 	}
 	w.assume = append(w.assume, AssumptionRef{RuleRef: ref, Match: u.Text, Matched: v})
 	return v
-}
-
-func nextPath(taken []choiceRec) ([]int, bool) {
-	for i := len(taken) - 1; i >= 0; i-- {
-		if taken[i].alt+1 < taken[i].n {
-			seq := make([]int, i+1)
-			for j := 0; j < i; j++ {
-				seq[j] = taken[j].alt
-			}
-			seq[i] = taken[i].alt + 1
-			return seq, true
-		}
-	}
-	return nil, false
 }
 
 // Walk follows the first packet of a connection through the node as the kernel routes
@@ -310,7 +289,7 @@ func (e *Emulator) Walk(in WalkInput) (*WalkResult, error) {
 		if !in.AllBranches {
 			break
 		}
-		next, ok := nextPath(env.taken)
+		next, ok := walkpath.Next(env.taken)
 		if !ok {
 			break
 		}
