@@ -116,7 +116,7 @@ type modeBench struct {
 	loAddr string
 	probe  netsim.Probe
 	probes int
-	warm   map[string]bool // the kinds of op warmed up (see run)
+	warm   map[string]int // the largest b.N each kind of op was warmed up for (see run)
 }
 
 const benchBackendPort = 9376
@@ -391,8 +391,9 @@ func (ka *kernelAnchor) close() {
 type meter struct {
 	wall, cpu time.Duration
 	ops       int
-	slow      int           // ops that took over slowOp
-	slowest   time.Duration // the longest op
+	slow      int             // ops that took over slowOp
+	slowest   time.Duration   // the longest op
+	use       benchutil.Usage // user and system time, minor faults, GC cycles
 }
 
 // slowOp is an op's time counted as slow: a kernel connection that took this long
@@ -404,7 +405,7 @@ func (m *meter) block(b *testing.B, n int, in func(func() error) error, op func(
 	if in == nil {
 		in = func(f func() error) error { return f() }
 	}
-	c0, t0 := benchutil.CPUTime(), time.Now()
+	u0, t0 := benchutil.ReadUsage(), time.Now()
 	err := in(func() error {
 		for range n {
 			t := time.Now()
@@ -423,7 +424,9 @@ func (m *meter) block(b *testing.B, n int, in func(func() error) error, op func(
 		b.Fatal(err)
 	}
 	m.wall += time.Since(t0)
-	m.cpu += benchutil.CPUTime() - c0
+	u := benchutil.ReadUsage().Sub(u0)
+	m.cpu += u.User + u.Sys
+	m.use = m.use.Add(u)
 	m.ops += n
 }
 
@@ -487,14 +490,19 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 	// ns/op is the whole round, subject and anchors (stopping the timer between blocks
 	// would read the memory statistics each time, a pause that grows with the heap of a
 	// 10,000-Service cluster); the figures are ns/conn (or ns/probe) and the anchors'.
-	if !mb.warm[kind] {
-		// Warm-up, untimed, once per row: the same ops in the same alternation. A
-		// process's first few thousand connections fault in its heap's pages (3 minor
-		// faults a round, tens of µs each in this VM, 0.2-0.4 a round after 3,000
-		// connections), a cost a running simulation has already paid and the
-		// 10,000-Service rows never saw (their build's garbage, collected below, leaves
-		// pages faulted in): without it the 10-Service connect row measured 214-228 µs
-		// against 156-194 µs warm.
+	if b.N > mb.warm[kind] {
+		// Warm-up, untimed, for each larger b.N of a row (the testing package calls a
+		// benchmark with b.N = 1 before the -benchtime count: a warm-up sized on the
+		// first call alone was 2,000 ops before 4,000 timed): the same ops in the
+		// same alternation, at least as many as will be timed. A process's first few
+		// thousand connections fault in its heap's pages (3 minor faults a round,
+		// tens of µs each in this VM, 0.2-0.4 a round after 3,000 connections), a
+		// cost a running simulation has already paid and the 10,000-Service rows
+		// never saw (their build's garbage, collected below, leaves pages faulted
+		// in): without it the 10-Service connect row measured 214-228 µs against
+		// 156-194 µs warm. Probes likewise: the timed probes reuse the pages that the
+		// warm-up's garbage, collected below, leaves (faults/probe reports what is
+		// left).
 		warm := max(b.N, 2000)
 		if kind == "bulk" {
 			warm = max(b.N/4, 2)
@@ -502,9 +510,9 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 		var ws, wl, wk meter
 		rounds(warm, &ws, &wl, &wk)
 		if mb.warm == nil {
-			mb.warm = map[string]bool{}
+			mb.warm = map[string]int{}
 		}
-		mb.warm[kind] = true
+		mb.warm[kind] = b.N
 	}
 	runtime.GC() // the build's garbage is not the benchmark's
 	b.ResetTimer()
@@ -521,6 +529,13 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 	lw, lc := ml.perOp()
 	b.ReportMetric(sw, "ns/"+unit)
 	b.ReportMetric(sc, "cpu-ns/"+unit)
+	// Where the subject's CPU went besides its own work: system time (page faults
+	// of fresh memory, madvise), minor faults and GC cycles per op.
+	if ms.ops > 0 {
+		b.ReportMetric(float64(ms.use.Sys.Nanoseconds())/float64(ms.ops), "sys-ns/"+unit)
+		b.ReportMetric(float64(ms.use.MinFlt)/float64(ms.ops), "faults/"+unit)
+		b.ReportMetric(float64(ms.use.GCs)*1000/float64(ms.ops), "gcs/1k"+unit)
+	}
 	b.ReportMetric(lw, "lo-ns/op")
 	b.ReportMetric(lc, "lo-cpu-ns/op")
 	b.ReportMetric(lw/sw, "x-loopback")
