@@ -176,7 +176,10 @@ type Conntrack struct {
 	// entries one by one or rebuilding the table without many (tests read them).
 	sweepFew, sweepRebuilt int
 	sweepMin               int // tests: ctSweepMin's value for this table (0: ctSweepMin)
-	stats                  CtStats
+	// oneProbeOff (tests) confirms every entry by separate lookups and puts, as
+	// before ctTable.putNew4.
+	oneProbeOff bool
+	stats       CtStats
 }
 
 // CtStats are the counters of conntrack -S the simulation keeps: tuples NAT found taken
@@ -705,6 +708,13 @@ func (t *Conntrack) confirmKernelLocked(c *Conn, now time.Time, k netfilter.Kern
 	if c.Has(netfilter.StatusConfirmed) {
 		return ctInserted, c
 	}
+	// The common case, an IPv4 entry whose tuples no entry holds: both looked up and
+	// put with one probe each (ctTable.putNew4). Otherwise, or with oneProbeOff, each
+	// tuple is looked up (expired holders removed) and then put on its own.
+	if !t.oneProbeOff && t.table.putNew4(c.Orig, c.Reply, c) {
+		t.queueNewLocked(c)
+		return ctInserted, c
+	}
 	ro, okO := t.lookupLocked(c.Orig, now)
 	okO = okO && ro.c != c
 	rr, okR := t.lookupLocked(c.Reply, now)
@@ -744,12 +754,18 @@ func allowClash(proto uint8) bool { return proto == netfilter.ProtoUDP }
 // insertLocked puts a new entry into the table (by its original tuple too when orig)
 // and queues it for collection.
 func (t *Conntrack) insertLocked(c *Conn, orig bool) {
-	t.stats.Insert++
-	c.Status |= netfilter.StatusConfirmed
 	if orig {
 		t.table.put(c.Orig, ctRef{c: c})
 	}
 	t.table.put(c.Reply, ctRef{c: c, reply: true})
+	t.queueNewLocked(c)
+}
+
+// queueNewLocked is the rest of an insertion once the table maps the entry's tuples:
+// it counts it, marks it confirmed and queues it for collection.
+func (t *Conntrack) queueNewLocked(c *Conn) {
+	t.stats.Insert++
+	c.Status |= netfilter.StatusConfirmed
 	c.queued = true
 	at := c.Expires.UnixNano()
 	t.expq.push(expItem{at: at, c: c})

@@ -144,6 +144,55 @@ func (m *ctTable) put4(k ctKey4, r ctRef) {
 	m.n4++
 }
 
+// slot4 returns the slot holding k and true or, when k is absent, the empty slot that
+// ends k's run (where put4 would place it, the table not growing) and false. The table
+// must have slots.
+func (m *ctTable) slot4(k ctKey4) (int, bool) {
+	mask := len(m.slots) - 1
+	i := m.home(k)
+	for ; m.slots[i].c != nil; i = (i + 1) & mask {
+		if m.slots[i].k == k {
+			return i, true
+		}
+	}
+	return i, false
+}
+
+// putNew4 maps an entry's original tuple o and reply tuple r, two distinct IPv4 keys the
+// table lacks, with one probe of each key, and reports whether it did: it does not
+// when a key is not IPv4, the two are equal, either is mapped already, or the table
+// must grow first (the caller then looks up and puts each tuple on its own). The slots
+// and count it leaves are put4(o)'s then put4(r)'s: o goes where its run ends; r where
+// its run ended before o took a slot, or, when that was the same slot, in the next
+// empty one (r's run then crossed o's slot).
+func (m *ctTable) putNew4(o, r netfilter.Tuple, c *Conn) bool {
+	ko, ok := key4Of(o)
+	if !ok {
+		return false
+	}
+	kr, ok := key4Of(r)
+	if !ok || ko == kr || len(m.slots) == 0 || (m.n4+2)*8 > len(m.slots)*5 {
+		return false
+	}
+	io, found := m.slot4(ko)
+	if found {
+		return false
+	}
+	ir, found := m.slot4(kr)
+	if found {
+		return false
+	}
+	m.slots[io] = ctSlot{k: ko, c: c}
+	if ir == io {
+		mask := len(m.slots) - 1
+		for ir = (io + 1) & mask; m.slots[ir].c != nil; ir = (ir + 1) & mask {
+		}
+	}
+	m.slots[ir] = ctSlot{k: kr, c: c, reply: true}
+	m.n4 += 2
+	return true
+}
+
 // resize rehashes the IPv4 table into size slots (a power of two).
 func (m *ctTable) resize(size int) {
 	old := m.slots

@@ -3,6 +3,7 @@ package netsim
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/clusterlab/clusterlab/netfilter"
 )
@@ -46,6 +47,47 @@ func BenchmarkCtTableGrowth(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(tus)), "ns/tuple")
+		})
+	}
+}
+
+// BenchmarkConntrackConfirm confirms new entries (a probe's: a TCP tuple DNATed to a
+// backend) into a table that already holds 30,000 entries, sized and touched before the
+// timer starts, per entry: the common way (path=one-probe: ctTable.putNew4, one probe of
+// the table per tuple) and with oneProbeOff (path=lookups: each tuple looked up, then
+// put). At most 20,000 entries are confirmed a run, so the table does not grow.
+//
+//	go test ./netsim -run '^$' -bench ConntrackConfirm -benchtime 20000x
+func BenchmarkConntrackConfirm(b *testing.B) {
+	const base, most = 30000, 20000
+	entry := func(i int) *Conn {
+		t := netfilter.Tuple{Proto: netfilter.ProtoTCP, Src: netip.AddrFrom4([4]byte{10, 244, byte(i >> 16), byte(i >> 8)}), Dst: netip.AddrFrom4([4]byte{10, 96, 0, 10}),
+			SrcPort: uint16(i), DstPort: 80}
+		r := t.Invert()
+		r.Src, r.SrcPort = netip.AddrFrom4([4]byte{10, 244, 1, byte(2 + i%3)}), 9376
+		return &Conn{Orig: t, Reply: r, Expires: Epoch.Add(time.Hour)}
+	}
+	for _, path := range []string{"one-probe", "lookups"} {
+		b.Run("path="+path, func(b *testing.B) {
+			if b.N > most {
+				b.Fatalf("at most %d entries a run (-benchtime %dx)", most, most)
+			}
+			ct := NewConntrack(func() time.Time { return Epoch }, ConntrackSettings{})
+			ct.oneProbeOff = path == "lookups"
+			ct.table.resize(262144)
+			for i := range base {
+				ct.confirmKernelLocked(entry(i), Epoch, netfilter.KernelVersion{})
+			}
+			conns := make([]*Conn, b.N)
+			for i := range conns {
+				conns[i] = entry(base + i)
+			}
+			b.ResetTimer()
+			for _, c := range conns {
+				if r, _ := ct.confirmKernelLocked(c, Epoch, netfilter.KernelVersion{}); r != ctInserted {
+					b.Fatal("not inserted")
+				}
+			}
 		})
 	}
 }

@@ -52,3 +52,32 @@ func loadFields() []string {
 	}
 	return strings.Fields(string(data))
 }
+
+// Usage is what getrusage and the runtime say of the process so far: user and system
+// CPU time, minor page faults (first touches of fresh memory) and completed GC cycles.
+type Usage struct {
+	User, Sys time.Duration
+	MinFlt    int64
+	GCs       uint32
+}
+
+// ReadUsage reads the process's Usage (zero where getrusage fails).
+func ReadUsage() Usage {
+	var u Usage
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		u.User, u.Sys, u.MinFlt = time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano()), int64(ru.Minflt)
+	}
+	u.GCs = gcCycles()
+	return u
+}
+
+// Sub is u - v.
+func (u Usage) Sub(v Usage) Usage {
+	return Usage{User: u.User - v.User, Sys: u.Sys - v.Sys, MinFlt: u.MinFlt - v.MinFlt, GCs: u.GCs - v.GCs}
+}
+
+// Add is u + v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{User: u.User + v.User, Sys: u.Sys + v.Sys, MinFlt: u.MinFlt + v.MinFlt, GCs: u.GCs + v.GCs}
+}

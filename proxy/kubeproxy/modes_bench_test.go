@@ -116,7 +116,9 @@ type modeBench struct {
 	loAddr string
 	probe  netsim.Probe
 	probes int
-	warm   map[string]bool // the kinds of op warmed up (see run)
+	// sinceJump counts the probes since the clock last jumped an hour (expireAll).
+	sinceJump int
+	warm      map[string]int // the largest b.N each kind of op was warmed up for (see run)
 }
 
 const benchBackendPort = 9376
@@ -282,10 +284,17 @@ func (mb *modeBench) probeOnce() error {
 	if mb.mode != Userspace && (!slices.Contains(mb.backs, res[0].Addr.Addr()) || res[0].Addr.Port() != benchBackendPort) {
 		return fmt.Errorf("probe to %v ended at %v, not at a backend", mb.probe.Dst, res[0].Addr)
 	}
-	if mb.probes%50000 == 49999 {
-		mb.c.Clock().Advance(time.Hour) // let conntrack entries expire as they would
+	if mb.sinceJump++; mb.sinceJump == 50000 {
+		mb.expireAll() // let conntrack entries expire as they would
 	}
 	return nil
+}
+
+// expireAll moves the cluster's clock on an hour: every probe's conntrack entry
+// expires (the next packet through each node collects them; a table keeps its slots).
+func (mb *modeBench) expireAll() {
+	mb.c.Clock().Advance(time.Hour)
+	mb.sinceJump = 0
 }
 
 var loDialer net.Dialer
@@ -391,8 +400,9 @@ func (ka *kernelAnchor) close() {
 type meter struct {
 	wall, cpu time.Duration
 	ops       int
-	slow      int           // ops that took over slowOp
-	slowest   time.Duration // the longest op
+	slow      int             // ops that took over slowOp
+	slowest   time.Duration   // the longest op
+	use       benchutil.Usage // user and system time, minor faults, GC cycles
 }
 
 // slowOp is an op's time counted as slow: a kernel connection that took this long
@@ -404,7 +414,7 @@ func (m *meter) block(b *testing.B, n int, in func(func() error) error, op func(
 	if in == nil {
 		in = func(f func() error) error { return f() }
 	}
-	c0, t0 := benchutil.CPUTime(), time.Now()
+	u0, t0 := benchutil.ReadUsage(), time.Now()
 	err := in(func() error {
 		for range n {
 			t := time.Now()
@@ -423,7 +433,9 @@ func (m *meter) block(b *testing.B, n int, in func(func() error) error, op func(
 		b.Fatal(err)
 	}
 	m.wall += time.Since(t0)
-	m.cpu += benchutil.CPUTime() - c0
+	u := benchutil.ReadUsage().Sub(u0)
+	m.cpu += u.User + u.Sys
+	m.use = m.use.Add(u)
 	m.ops += n
 }
 
@@ -487,24 +499,50 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 	// ns/op is the whole round, subject and anchors (stopping the timer between blocks
 	// would read the memory statistics each time, a pause that grows with the heap of a
 	// 10,000-Service cluster); the figures are ns/conn (or ns/probe) and the anchors'.
-	if !mb.warm[kind] {
-		// Warm-up, untimed, once per row: the same ops in the same alternation. A
-		// process's first few thousand connections fault in its heap's pages (3 minor
-		// faults a round, tens of µs each in this VM, 0.2-0.4 a round after 3,000
-		// connections), a cost a running simulation has already paid and the
-		// 10,000-Service rows never saw (their build's garbage, collected below, leaves
-		// pages faulted in): without it the 10-Service connect row measured 214-228 µs
-		// against 156-194 µs warm.
+	if b.N > mb.warm[kind] || kind == "probe" {
+		// Warm-up, untimed, for each larger b.N of a row (the testing package calls a
+		// benchmark with b.N = 1 before the -benchtime count: a warm-up sized on the
+		// first call alone was 2,000 ops before 4,000 timed): the same ops in the
+		// same alternation, at least as many as will be timed. A process's first few
+		// thousand connections fault in its heap's pages (3 minor faults a round,
+		// tens of µs each in this VM, 0.2-0.4 a round after 3,000 connections), a
+		// cost a running simulation has already paid and the 10,000-Service rows
+		// never saw (their build's garbage, collected below, leaves pages faulted
+		// in): without it the 10-Service connect row measured 214-228 µs against
+		// 156-194 µs warm.
 		warm := max(b.N, 2000)
 		if kind == "bulk" {
 			warm = max(b.N/4, 2)
 		}
+		if kind == "probe" {
+			// Every round of a probe row measures the same state. The testing
+			// package runs a row's -count rounds on this one cluster, and each
+			// probe leaves a conntrack entry per node (until the clock moves): the
+			// k-th round probed a table 4,000 k entries larger than the first,
+			// doubling it in some rounds (fresh pages: 0.8-1.25 minor faults per
+			// probe), and only the first round probed it in a process whose heap
+			// was fresh (0.55 faults per probe, against 0.2 later). So each round
+			// first rehearses (its probes grow the table to the size this round
+			// reaches and fault its pages in), then the clock jumps (the entries
+			// expire; the table keeps its slots and the next collection frees
+			// their memory for the probes to come), then warms up as above: the
+			// timed probes meet a table sized for them and recycled memory, as a
+			// long-running simulation's do. A table's growth is measured apart
+			// (netsim's BenchmarkCtTableGrowth); faults/probe says what is left.
+			mb.expireAll()
+			for range warm + b.N {
+				if err := subject(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			mb.expireAll()
+		}
 		var ws, wl, wk meter
 		rounds(warm, &ws, &wl, &wk)
 		if mb.warm == nil {
-			mb.warm = map[string]bool{}
+			mb.warm = map[string]int{}
 		}
-		mb.warm[kind] = true
+		mb.warm[kind] = b.N
 	}
 	runtime.GC() // the build's garbage is not the benchmark's
 	b.ResetTimer()
@@ -521,6 +559,13 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 	lw, lc := ml.perOp()
 	b.ReportMetric(sw, "ns/"+unit)
 	b.ReportMetric(sc, "cpu-ns/"+unit)
+	// Where the subject's CPU went besides its own work: system time (page faults
+	// of fresh memory, madvise), minor faults and GC cycles per op.
+	if ms.ops > 0 {
+		b.ReportMetric(float64(ms.use.Sys.Nanoseconds())/float64(ms.ops), "sys-ns/"+unit)
+		b.ReportMetric(float64(ms.use.MinFlt)/float64(ms.ops), "faults/"+unit)
+		b.ReportMetric(float64(ms.use.GCs)*1000/float64(ms.ops), "gcs/1k"+unit)
+	}
 	b.ReportMetric(lw, "lo-ns/op")
 	b.ReportMetric(lc, "lo-cpu-ns/op")
 	b.ReportMetric(lw/sw, "x-loopback")

@@ -79,7 +79,8 @@ func (e *Emulator) RunTable(env Env, table string, hook netfilter.Hook, q *Packe
 			}
 		}
 	}
-	res, c := e.evalTableLocked(env, table, hook, q, tr, &e.nat)
+	var res TableResult
+	c := e.evalTableLockedInto(env, table, hook, q, tr, &e.nat, &res)
 	v := TableVerdict{Verdict: res.Verdict, RejectWith: res.RejectWith}
 	if v.Verdict == Reject {
 		v.Reject, _ = netfilter.RejectWithName(res.RejectWith)

@@ -462,14 +462,27 @@ func (e *Emulator) HasTable(name string) bool {
 // (nil when the ruleset lacks the table or the chain), valid until mu is released. A
 // NAT result goes into natInto when that is not nil.
 func (e *Emulator) evalTableLocked(env Env, table string, hook netfilter.Hook, pkt *Packet, tr *Trace, natInto *NAT) (TableResult, *evalCtx) {
+	var res TableResult
+	c := e.evalTableLockedInto(env, table, hook, pkt, tr, natInto, &res)
+	return res, c
+}
+
+// evalTableLockedInto is evalTableLocked writing the result into *res.
+func (e *Emulator) evalTableLockedInto(env Env, table string, hook netfilter.Hook, pkt *Packet, tr *Trace, natInto *NAT, res *TableResult) *evalCtx {
 	t := e.rs.Table(table)
-	if t == nil || t.builtin(hook) == nil {
-		return TableResult{Decision: Decision{Hook: hook, Table: table, Chain: hook.String(), Policy: "ACCEPT"}}, nil
+	var base *Chain
+	if t != nil {
+		base = t.builtin(hook)
+	}
+	if base == nil {
+		*res = TableResult{Decision: Decision{Hook: hook, Table: table, Chain: hook.String(), Policy: "ACCEPT"}}
+		return nil
 	}
 	c := e.newCtx(env, pkt, tr)
 	c.natInto = natInto
 	if tr != nil {
 		tr.add(Step{Kind: StepTable, Hook: hook.String(), Table: table, Chain: hook.String(), Packet: pkt.String()}, c)
 	}
-	return c.evalTable(t, hook), c
+	c.evalTableInto(t, base, hook, res)
+	return c
 }

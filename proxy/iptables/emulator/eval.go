@@ -545,7 +545,7 @@ func (c *evalCtx) pushProg(t *Table, cp *chainProg) {
 }
 
 // policy ends a traversal with the built-in chain's policy.
-func (c *evalCtx) policy(base *Chain, res TableResult) TableResult {
+func (c *evalCtx) policy(base *Chain, res *TableResult) {
 	res.Decision.Chain, res.Decision.Policy, res.Decision.Rule = base.Name, base.Policy, nil
 	if base.Policy == "DROP" {
 		res.Verdict = Drop
@@ -558,7 +558,6 @@ func (c *evalCtx) policy(base *Chain, res TableResult) TableResult {
 	if c.tr != nil {
 		c.tr.add(Step{Kind: StepPolicy, Hook: c.hook.String(), Table: c.table, Chain: base.Name, Verdict: base.Policy}, c)
 	}
-	return res
 }
 
 func (c *evalCtx) setVerdict(step int, s string) {
@@ -571,8 +570,17 @@ func (c *evalCtx) setVerdict(step int, s string) {
 // trace it runs on the chains' compiled code (compile.go); with one, on the Rules,
 // recording each step.
 func (c *evalCtx) evalTable(t *Table, hook netfilter.Hook) TableResult {
+	var res TableResult
+	c.evalTableInto(t, t.builtin(hook), hook, &res)
+	return res
+}
+
+// evalTableInto is evalTable writing into *res, which it overwrites (a datapath's table
+// call keeps its result in its frame: the result is not copied from callee to caller at
+// each level).
+func (c *evalCtx) evalTableInto(t *Table, base *Chain, hook netfilter.Hook, res *TableResult) {
 	c.counted = c.counted[:0]
-	res := c.traverse(t, hook)
+	c.traverse(t, base, hook, res)
 	// A compiled traversal counts its matched rules here, all at once: each is a
 	// Rule the traversal did not otherwise read, and, at 10,000 services, a cache
 	// miss; together the misses overlap instead of each stalling the traversal.
@@ -580,17 +588,15 @@ func (c *evalCtx) evalTable(t *Table, hook netfilter.Hook) TableResult {
 		r.Counters.Packets++
 		r.Counters.Bytes += uint64(c.pkt.Len)
 	}
-	return res
 }
 
-// traverse runs the packet through a table's built-in chain for hook: rule after rule,
-// through jumps, gotos and returns, to a verdict or the built-in chain's policy.
-// Without a trace it runs the chains' compiled code (compiledStep); with one, or with
-// compiling off, the Rules (ruleStep).
-func (c *evalCtx) traverse(t *Table, hook netfilter.Hook) TableResult {
+// traverse runs the packet through a table's built-in chain base for hook, rule after
+// rule, through jumps, gotos and returns, to a verdict or the built-in chain's policy,
+// written into *res. Without a trace it runs the chains' compiled code (compiledStep);
+// with one, or with compiling off, the Rules (ruleStep).
+func (c *evalCtx) traverse(t *Table, base *Chain, hook netfilter.Hook, res *TableResult) {
 	c.hook, c.table = hook, t.Name
-	base := t.builtin(hook)
-	res := TableResult{Decision: Decision{Hook: hook, Table: t.Name, Chain: base.Name}}
+	*res = TableResult{Decision: Decision{Hook: hook, Table: t.Name, Chain: base.Name}}
 	c.stack = c.stack[:0]
 	c.buf = c.buf[:0]
 	c.cbuf = c.cbuf[:0]
@@ -605,15 +611,16 @@ func (c *evalCtx) traverse(t *Table, hook netfilter.Hook) TableResult {
 		f := &c.stack[len(c.stack)-1]
 		var fl flow
 		if c.compiled {
-			fl = c.compiledStep(t, f, &res)
+			fl = c.compiledStep(t, f, res)
 		} else {
-			fl = c.ruleStep(t, f, &res)
+			fl = c.ruleStep(t, f, res)
 		}
 		switch fl {
 		case flowDecided:
-			return res
+			return
 		case flowPolicy:
-			return c.policy(base, res)
+			c.policy(base, res)
+			return
 		}
 	}
 }
