@@ -25,7 +25,18 @@ func TestSegmentPacketSameAsCopy(t *testing.T) {
 			}
 		}}
 	}
-	cut := 0
+	// The reference path hands out each frame alone (out); the path under test gives the
+	// segments of a cut to outMany, in batches of up to 64, and must hand out the same.
+	collectMany := func(out *[][]byte) *stackLink {
+		l := collect(out)
+		l.outMany = func(fs []frame) {
+			for _, f := range fs {
+				l.out(f)
+			}
+		}
+		return l
+	}
+	cut, many := 0, 0
 	for i := range 400 {
 		v6 := r.IntN(2) == 0
 		l3 := 20 + 4*r.IntN(11) // IPv4: 20..60
@@ -46,8 +57,11 @@ func TestSegmentPacketSameAsCopy(t *testing.T) {
 			size = 65535 - l3 - thl
 		}
 		mss := 536 + r.IntN(9000)
-		if r.IntN(20) == 0 {
+		switch r.IntN(20) {
+		case 0:
 			mss = 0
+		case 1, 2, 3: // small: more than the 64 segments of one outMany batch
+			mss = 536 + r.IntN(300)
 		}
 		ip := make([]byte, l3)
 		tcp := make([]byte, thl)
@@ -102,10 +116,13 @@ func TestSegmentPacketSameAsCopy(t *testing.T) {
 		collect(&want).segment(copyOut(pkt), g)
 		pkt.DecRef()
 		pkt = build()
-		collect(&got).segmentPacket(pkt, g)
+		collectMany(&got).segmentPacket(pkt, g)
 		pkt.DecRef()
 		if len(want) > 1 {
 			cut++
+		}
+		if len(want) > 64 {
+			many++
 		}
 		if len(got) != len(want) {
 			t.Fatalf("case %d (v6 %v, l3 %d, thl %d, size %d, mss %d): %d frames, the reference path %d", i, v6, l3, thl, size, mss, len(got), len(want))
@@ -116,8 +133,8 @@ func TestSegmentPacketSameAsCopy(t *testing.T) {
 			}
 		}
 	}
-	if cut < 200 {
-		t.Fatalf("only %d of 400 cases were cut into segments", cut)
+	if cut < 200 || many < 15 {
+		t.Fatalf("only %d of 400 cases were cut into segments, %d into more than one batch", cut, many)
 	}
 }
 

@@ -156,3 +156,46 @@ func TestGROChecksUnmarkedSegments(t *testing.T) {
 		t.Fatalf("a marked segment was checked (%d checksum errors): the shortcut does not act", got)
 	}
 }
+
+// pushMany queues what push would, one frame after another, into a queue that nothing
+// drains meanwhile: the same items in the same order, the same number dropped at the
+// limit (fixed-seed queue limits, fill levels and batch sizes).
+func TestPushManySameAsPush(t *testing.T) {
+	r := rand.New(rand.NewPCG(36, 2))
+	for i := range 500 {
+		limit := 1 + r.IntN(200)
+		fill := r.IntN(limit + 2)
+		fs := make([]frame, r.IntN(130))
+		for j := range fs {
+			fs[j] = plainFrame([]byte{byte(i), byte(j)})
+		}
+		src := queueSource{kind: fromPort}
+		one := packetQueue{wake: make(chan struct{}, 1), limit: limit}
+		many := packetQueue{wake: make(chan struct{}, 1), limit: limit}
+		for j := range fill {
+			one.push(plainFrame([]byte{0xff, byte(j)}), src)
+			many.push(plainFrame([]byte{0xff, byte(j)}), src)
+		}
+		dropped := 0
+		for _, f := range fs {
+			if !one.push(f, src) {
+				dropped++
+			}
+		}
+		if got := many.pushMany(fs, src); got != dropped {
+			t.Fatalf("case %d (limit %d, %d queued, %d pushed): pushMany dropped %d, push %d", i, limit, fill, len(fs), got, dropped)
+		}
+		a, b := one.take(nil), many.take(nil)
+		if len(a) != len(b) {
+			t.Fatalf("case %d: %d queued by pushMany, %d by push", i, len(b), len(a))
+		}
+		for j := range a {
+			if string(a[j].data.b) != string(b[j].data.b) || a[j].from != b[j].from {
+				t.Fatalf("case %d: item %d differs", i, j)
+			}
+		}
+		if len(fs) > dropped && len(many.wake) != 1 {
+			t.Fatalf("case %d: pushMany queued %d without a wake-up", i, len(fs)-dropped)
+		}
+	}
+}
