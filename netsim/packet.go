@@ -50,7 +50,9 @@ func ParseProto(s string) (uint8, error) {
 //
 // Handlers read the fields freely. They change addresses and ports only through the
 // datapath's NAT verdicts or through SetSrc/SetDst, which keep Data, the fields and every
-// checksum in step (incrementally, as the kernel does).
+// checksum in step (incrementally, as the kernel does). They never write Data otherwise:
+// a segment a pod's link cut reaches the receiving pod without its checksums checked a
+// second time on the strength of that (frame.sumsOK).
 type Packet struct {
 	// Data is the whole IP packet, header included.
 	Data []byte
