@@ -123,18 +123,6 @@ func (l *Link) pass(dir int) bool {
 	return false
 }
 
-// passN is pass for k packets at once.
-func (l *Link) passN(dir, k int) bool {
-	if l == nil {
-		return true
-	}
-	if l.clean.Load() {
-		l.fast[dir].n.Add(uint64(k))
-		return true
-	}
-	return false
-}
-
 // sendFaulty is send for a link with faults or packets held back.
 func (l *Link) sendFaulty(c *Network, data frame, deliver func(frame)) {
 	if l == nil {

@@ -68,52 +68,20 @@ func (l *stackLink) segment(v *buffer.View, g stack.GSO) {
 		l.out(frame{b: b, v: v, sumsOK: ok})
 		return
 	}
-	var cut segBatch
 	for off := hdr; off < len(b); off += mss {
 		n := min(mss, len(b)-off)
 		sv := buffer.NewView(hdr + n)
 		sv.Write(b[:hdr])
 		sv.Write(b[off : off+n])
-		l.outSegment(&cut, sv, b[:hdr], l3, off-hdr, off+n == len(b))
+		l.outSegment(sv, b[:hdr], l3, off-hdr, off+n == len(b))
 	}
-	cut.flush(l)
 	v.Release()
-}
-
-// segBatch gathers the segments of one cut for the link's outMany (on the cutting
-// goroutine's stack: a link's stack may send on several goroutines at once).
-type segBatch struct {
-	n  int
-	fs [64]frame
-}
-
-// add hands f out through the batch: kept for outMany, or at once when l has none.
-func (s *segBatch) add(l *stackLink, f frame) {
-	if l.outMany == nil {
-		l.out(f)
-		return
-	}
-	if s.n == len(s.fs) {
-		s.flush(l)
-	}
-	s.fs[s.n] = f
-	s.n++
-}
-
-// flush hands out what the batch holds.
-func (s *segBatch) flush(l *stackLink) {
-	if s.n == 0 {
-		return
-	}
-	l.outMany(s.fs[:s.n])
-	clear(s.fs[:s.n])
-	s.n = 0
 }
 
 // outSegment completes one cut segment and hands it out: sv holds the super-packet's
 // headers (orig, l3 bytes of IP header) followed by the payload from byte at of the
 // super-packet's payload; last: the super-packet's last segment.
-func (l *stackLink) outSegment(cut *segBatch, sv *buffer.View, orig []byte, l3, at int, last bool) {
+func (l *stackLink) outSegment(sv *buffer.View, orig []byte, l3, at int, last bool) {
 	s := sv.AsSlice()
 	hdr := len(orig)
 	n := len(s) - hdr
@@ -130,7 +98,7 @@ func (l *stackLink) outSegment(cut *segBatch, sv *buffer.View, orig []byte, l3, 
 		s[l3+13] = orig[l3+13] &^ (uint8(header.TCPFlagPsh) | uint8(header.TCPFlagFin))
 	}
 	setTCPChecksum(s, l3)
-	cut.add(l, frame{b: s, v: sv, sumsOK: true})
+	l.out(frame{b: s, v: sv, sumsOK: true})
 }
 
 // maxSegHeaders is the most header bytes a segment can carry: an IPv4 header with options
@@ -169,15 +137,13 @@ func (l *stackLink) segmentPacket(pkt *stack.PacketBuffer, g stack.GSO) {
 	}
 	c = viewCursor{e: vl.Front(), off: off}
 	c.skip(hdr)
-	var cut segBatch
 	for at := 0; at < size-hdr; at += mss {
 		n := min(mss, size-hdr-at)
 		sv := buffer.NewView(hdr + n)
 		sv.Write(b[:hdr])
 		c.writeTo(sv, n)
-		l.outSegment(&cut, sv, b[:hdr], l3, at, hdr+at+n == size)
+		l.outSegment(sv, b[:hdr], l3, at, hdr+at+n == size)
 	}
-	cut.flush(l)
 }
 
 // viewCursor reads a view list from a position on.

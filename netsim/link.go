@@ -50,10 +50,6 @@ type stackLink struct {
 	gso      bool        // host GSO for the stack's TCP: the link cuts its segments (see segment)
 	gro      bool        // merge batched TCP segments on receipt (see injectBatched)
 	out      func(frame) // called on the writer's goroutine; must not block
-	// outMany, when set, takes the segments cut from one super-packet together, in
-	// order, as out would take them one by one (a pod's link: one hand-over, one lock
-	// of the node's queue and one wake-up of its goroutine for the lot); nil: out each.
-	outMany func([]frame)
 
 	// dispatcher is read once per inbound packet, without a lock (an RWMutex's read lock
 	// is a write to a line every delivering goroutine shares).

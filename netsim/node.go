@@ -613,25 +613,6 @@ func (q *packetQueue) push(d frame, from queueSource) bool {
 	return true
 }
 
-// pushMany is push for several packets from one place, in order, with one lock and one
-// wake-up; it returns how many did not fit (the last ones, as pushing them one by one
-// into a queue that nothing drains meanwhile would drop them).
-func (q *packetQueue) pushMany(fs []frame, from queueSource) int {
-	q.mu.Lock()
-	k := min(len(fs), max(0, q.limit-len(q.items)))
-	for _, f := range fs[:k] {
-		q.items = append(q.items, queued{data: f, from: from})
-	}
-	q.mu.Unlock()
-	if k > 0 {
-		select {
-		case q.wake <- struct{}{}:
-		default:
-		}
-	}
-	return len(fs) - k
-}
-
 func (q *packetQueue) take(buf []queued) []queued {
 	q.mu.Lock()
 	buf = append(buf[:0], q.items...)
@@ -639,22 +620,6 @@ func (q *packetQueue) take(buf []queued) []queued {
 	q.items = q.items[:0]
 	q.mu.Unlock()
 	return buf
-}
-
-// enqueueMany is enqueue for several packets from one place, in order.
-func (n *Node) enqueueMany(fs []frame, from queueSource) {
-	if n.down.Load() {
-		return
-	}
-	if n.cluster.cfg.Replay {
-		for _, f := range fs {
-			n.cluster.replayQ.push(n, queued{data: f, from: from})
-		}
-		return
-	}
-	if d := n.q.pushMany(fs, from); d > 0 {
-		atomic.AddUint64(&n.hot.stats.QueueDrops, uint64(d))
-	}
 }
 
 // enqueue hands a packet to the node's datapath goroutine.

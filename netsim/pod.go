@@ -255,22 +255,6 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 			c.captureAt(p.capturePoint, f.b)
 			port.link.send(c, f, port.toNode)
 		},
-		// out for each, but a clean veth queues the lot with one lock and one wake-up.
-		outMany: func(fs []frame) {
-			if p.dead.Load() {
-				return
-			}
-			for _, f := range fs {
-				c.captureAt(p.capturePoint, f.b)
-			}
-			if port.link.passN(0, len(fs)) {
-				n.enqueueMany(fs, queueSource{kind: fromPort, port: port})
-				return
-			}
-			for _, f := range fs {
-				port.link.send(c, f, port.toNode)
-			}
-		},
 	}
 	p.port = port
 	n.mu.Lock()

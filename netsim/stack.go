@@ -131,10 +131,7 @@ type stackOptions struct {
 	gateways []netip.Addr // default route next hops per family; empty: on-link
 	loopback bool         // add a loopback NIC with 127.0.0.1/8 and ::1 (pods)
 	out      func(frame)
-	// outMany, when set, hands over the segments of one cut super-packet at once, in
-	// order (see stackLink.outMany); nil: one out call each.
-	outMany func([]frame)
-	offload bool // GSO on the main NIC, and GRO for batched deliveries (gro.go)
+	offload  bool // GSO on the main NIC, and GRO for batched deliveries (gro.go)
 	// loopOut, when set, adds a loopback NIC whose packets go to the datapath instead of
 	// straight back into the stack (a node's host stack: its localhost traffic must pass
 	// the OUTPUT hooks, for localhost NodePorts).
@@ -176,7 +173,6 @@ func newNetStack(o stackOptions) (*netStack, error) {
 	sack := tcpip.TCPSACKEnabled(true)
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
 	link := newStackLink(o.mtu, o.out)
-	link.outMany = o.outMany
 	link.gso, link.gro = o.offload, o.offload
 	if err := s.CreateNIC(nicMain, link); err != nil {
 		s.Close()
