@@ -21,6 +21,13 @@ import (
 type frame struct {
 	b []byte
 	v *buffer.View // nil: b is ordinary memory
+	// sumsOK: b's IP and TCP checksums are right. Set only on the segments a pod's link
+	// cuts (stackLink.segment), whose checksums netsim computed itself; carried with the
+	// bytes through the datapath (Packet.sumsOK), whose only writers of a packet's bytes
+	// (SetSrc, SetDst, NAT, the TTL) update every checksum incrementally, so that a
+	// right checksum stays right. GRO then need not sum the payload again
+	// (injectBatched). A frame built any other way leaves it false and is checked.
+	sumsOK bool
 }
 
 func plainFrame(b []byte) frame { return frame{b: b} }

@@ -34,6 +34,8 @@ type offloadRun struct {
 	maxIPLen    int      // the largest packet in the capture, either direction
 	badCsum     int      // captured packets whose checksums do not verify
 	segsIn      uint64   // TCP segments the server's netstack received
+	trusted     uint64   // segments the server pod's GRO took as checked (frame.sumsOK)
+	csumErrs    uint64   // TCP checksum errors the server's netstack counted
 	lost        uint64   // packets node-a's uplink lost
 	ctEntries   []string // every conntrack entry of node-b, rendered
 }
@@ -139,6 +141,12 @@ func runOffload(t *testing.T, noOffload bool, faults LinkFaults) offloadRun {
 	defer mu.Unlock()
 	run.capSizes, run.firstSizes, run.firstPSH, run.maxIPLen, run.badCsum = captureSizes(t, capBuf.Bytes(), backend)
 	run.segsIn = server.stack.Load().s.Stats().TCP.ValidSegmentsReceived.Value()
+	run.csumErrs = server.stack.Load().s.Stats().TCP.ChecksumErrors.Value()
+	if gs := server.stack.Load().link.groState.Load(); gs != nil {
+		gs.mu.Lock()
+		run.trusted = gs.trusted
+		gs.mu.Unlock()
+	}
 	_, run.lost = c.Node("node-a").Uplink().Counters()
 	for _, e := range c.Node("node-b").Conntrack().Entries() {
 		s := fmt.Sprint(e.Orig, e.Reply, e.Status, e.TCPState)
@@ -244,6 +252,13 @@ func TestOffloadObservablySame(t *testing.T) {
 	data := uint64(len(on.capSizes))
 	if on.segsIn >= data {
 		t.Errorf("with offload the server's stack received %d segments for %d data packets: nothing merged", on.segsIn, data)
+	}
+	// The segments the client's link cut reach the server's GRO with their checksums
+	// known right (through node-a's DNAT and both nodes' TTL updates), so GRO does not
+	// sum them again (pure ACKs too: TCP hands the link every packet of a GSO
+	// connection with a partial checksum); never more than node-b forwarded.
+	if on.trusted < data || on.trusted > on.hookPackets || off.trusted != 0 || on.csumErrs != 0 || off.csumErrs != 0 {
+		t.Errorf("segments taken as checked by the server's GRO: %d (data packets %d, all %d) with offload, %d without; checksum errors %d and %d", on.trusted, data, on.hookPackets, off.trusted, on.csumErrs, off.csumErrs)
 	}
 	if off.segsIn < uint64(len(off.capSizes)) {
 		t.Errorf("without offload the server's stack received %d segments for %d data packets", off.segsIn, len(off.capSizes))

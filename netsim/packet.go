@@ -50,7 +50,9 @@ func ParseProto(s string) (uint8, error) {
 //
 // Handlers read the fields freely. They change addresses and ports only through the
 // datapath's NAT verdicts or through SetSrc/SetDst, which keep Data, the fields and every
-// checksum in step (incrementally, as the kernel does).
+// checksum in step (incrementally, as the kernel does). They never write Data otherwise:
+// a segment a pod's link cut reaches the receiving pod without its checksums checked a
+// second time on the strength of that (frame.sumsOK).
 type Packet struct {
 	// Data is the whole IP packet, header included.
 	Data []byte
@@ -85,6 +87,7 @@ type Packet struct {
 	inPort    *podPort     // the bridge port the packet came in on (hairpin check)
 	view      *buffer.View // the pooled buffer Data sits in, handed on with it (see frame)
 	gro       *groBatch    // the datapath goroutine's batch a delivery to a pod may join (gro.go)
+	sumsOK    bool         // the IP and TCP checksums are known right (frame.sumsOK)
 	notrack   bool         // raw-table NOTRACK
 	ctCreated bool         // Conn was created for this packet and awaits confirmation
 
@@ -351,7 +354,7 @@ func (p *Packet) resetMeta() {
 }
 
 // frame hands the packet's bytes on, with the pooled buffer they sit in.
-func (p *Packet) frame() frame { return frame{b: p.Data, v: p.view} }
+func (p *Packet) frame() frame { return frame{b: p.Data, v: p.view, sumsOK: p.sumsOK} }
 
 // SetNoTrack exempts the packet from connection tracking (the raw table's CT --notrack).
 // It only has an effect before the conntrack hook, i.e. at PriorityRaw.
