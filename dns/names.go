@@ -28,39 +28,52 @@ type request struct {
 }
 
 // parseRequest parses base, the part of a lower-case query name in front of
-// the zone (no trailing dot; "" for the apex). Anything that cannot be a
-// cluster name is errNameError.
-func parseRequest(base string) (request, error) {
-	var r request
+// the zone (no trailing dot; "" for the apex), into r. Anything that cannot be
+// a cluster name is errNameError.
+func parseRequest(base string, r *request) error {
+	*r = request{}
 	if base == "" || base == "svc" || base == "pod" {
-		return r, nil
+		return nil
 	}
-	segs := strings.Split(base, ".")
-	last := len(segs) - 1
-	r.podOrSvc = segs[last]
+	// Labels are taken from the right, without splitting the name into a slice.
+	rest, more := "", false
+	rest, r.podOrSvc, more = lastLabel(base)
 	if r.podOrSvc != "svc" && r.podOrSvc != "pod" {
-		return r, errNameError
+		return errNameError
 	}
-	last--
-	r.namespace = segs[last]
-	last--
-	if last < 0 {
-		return r, nil
+	if !more {
+		return nil // not reached: a lone "svc" or "pod" is the apex case above
 	}
-	r.service = segs[last]
-	last--
-	switch last {
-	case -1:
-	case 0:
-		r.endpoint = segs[0]
-	case 1:
-		r.port = strings.TrimPrefix(segs[0], "_")
-		r.protocol = strings.TrimPrefix(segs[1], "_")
+	rest, r.namespace, more = lastLabel(rest)
+	if !more {
+		return nil
+	}
+	rest, r.service, more = lastLabel(rest)
+	if !more {
+		return nil
+	}
+	first, second, two := strings.Cut(rest, ".")
+	switch {
+	case !two:
+		r.endpoint = rest
+	case strings.IndexByte(second, '.') < 0:
+		r.port = strings.TrimPrefix(first, "_")
+		r.protocol = strings.TrimPrefix(second, "_")
 		r.portSet = true
 	default:
-		return r, errNameError
+		return errNameError
 	}
-	return r, nil
+	return nil
+}
+
+// lastLabel splits name at its last dot into what comes before it and the label after
+// it; more is false when name has no dot (label is then the whole name).
+func lastLabel(name string) (rest, label string, more bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 {
+		return "", name, false
+	}
+	return name[:i], name[i+1:], true
 }
 
 // matchPortProto reports whether a service or endpoint port (name, protocol)
