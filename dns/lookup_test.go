@@ -294,6 +294,48 @@ func TestParseRequestAsBefore(t *testing.T) {
 	})
 }
 
+// TestAddrFromReverseAsBefore: addrFromReverse, which reads the labels in place,
+// gives the address the Split-and-ParseAddr one gave for every name, including labels
+// with leading zeros, values over 255, colons and empty labels.
+func TestAddrFromReverseAsBefore(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		labels := rapid.SliceOfN(rapid.SampledFrom([]string{"", "0", "00", "01", "1", "9", "10", "99", "255", "256",
+			"1000", "a", "f", "F", "g", "ab", "a:b::1", "::ffff:1", "%1", "1%2"}), 0, 33).Draw(t, "labels")
+		suffixes := []string{".in-addr.arpa.", ".ip6.arpa.", "in-addr.arpa.", ".arpa."}
+		switch rapid.IntRange(0, 3).Draw(t, "shape") {
+		case 2: // 4 labels that netip.ParseAddr may read as IPv6 (the last label comes first)
+			labels = labels[:0]
+			for i := 0; i < 3; i++ {
+				labels = append(labels, rapid.SampledFrom([]string{"1", "20", "1%2"}).Draw(t, "v6ish octet"))
+			}
+			labels = append(labels, rapid.SampledFrom([]string{"1", "a:b::1", "::ffff:1", "1%2", "fd00:"}).Draw(t, "v6ish"))
+			suffixes = []string{".in-addr.arpa."}
+		case 0: // 32 nibbles, as under ip6.arpa (a bad one: garble below)
+			labels = labels[:0]
+			for i := 0; i < 32; i++ {
+				labels = append(labels, rapid.SampledFrom([]string{"0", "1", "a", "F", "9"}).Draw(t, "nibble"))
+			}
+			suffixes = []string{".ip6.arpa.", ".ip6.arpa.", ".ip6.arpa.", ".in-addr.arpa."}
+		case 1: // 4 numbers, as under in-addr.arpa
+			labels = labels[:0]
+			for i := 0; i < 4; i++ {
+				labels = append(labels, rapid.SampledFrom([]string{"0", "00", "01", "1", "7", "10", "99", "200", "255", "256", "999"}).Draw(t, "octet"))
+			}
+			suffixes = []string{".in-addr.arpa.", ".in-addr.arpa.", ".in-addr.arpa.", ".ip6.arpa."}
+		}
+		rest := []byte(strings.Join(labels, "."))
+		if len(rest) > 0 && rapid.Bool().Draw(t, "garble") { // one character replaced
+			rest[rapid.IntRange(0, len(rest)-1).Draw(t, "at")] = rapid.SampledFrom([]byte("x0.:g")).Draw(t, "by")
+		}
+		name := string(rest) + rapid.SampledFrom(suffixes).Draw(t, "suffix")
+		gotIP, gotOK := addrFromReverse(name)
+		wantIP, wantOK := oldAddrFromReverse(name)
+		if gotIP != wantIP || gotOK != wantOK {
+			t.Fatalf("addrFromReverse(%q) = %v, %v; want %v, %v", name, gotIP, gotOK, wantIP, wantOK)
+		}
+	})
+}
+
 // TestLookupStackDepth: every query of the benchmark mix is answered, without the
 // reply cache, within the 4 KiB stack that miekg/dns's fresh goroutine per UDP packet
 // has once unpacking the query grew it, so the lookup costs no second stack copy
@@ -368,4 +410,63 @@ func stackChild(t *testing.T, lim string) {
 	prev := debug.SetMaxStack(limit)
 	exchange(wires[q])
 	debug.SetMaxStack(prev)
+}
+
+// TestLookupAsBeforeLarge: the same comparison as TestLookupAsBefore on a headless
+// service with more endpoints than maxLinearDedup and than the additional section
+// finish allocates with the OPT record, each endpoint listed twice (two slices) and
+// under two ports, asked A, SRV and PTR with and without EDNS0, over UDP and TCP.
+func TestLookupAsBeforeLarge(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "ns1"},
+		Spec: corev1.ServiceSpec{ClusterIPs: []string{corev1.ClusterIPNone}}}
+	objs := []runtime.Object{svc}
+	for j := 0; j < 2; j++ {
+		sl := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: fmt.Sprintf("big-%d", j), Namespace: "ns1", Labels: map[string]string{discoveryv1.LabelServiceName: "big"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+		}
+		for _, name := range []string{"http", "dns"} {
+			port := int32(80)
+			sl.Ports = append(sl.Ports, discoveryv1.EndpointPort{Name: &name, Port: &port})
+		}
+		for k := 0; k < 2*maxLinearDedup; k++ {
+			host := fmt.Sprintf("h-%d", k%(maxLinearDedup+3))
+			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.2.0.%d", k+1)}, Hostname: &host})
+		}
+		objs = append(objs, sl)
+	}
+	s, err := New(NewStaticSource(objs...), Config{Zones: []string{"cluster.local"}, TTL: 5, Now: testClock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := oldBuildIndex(s.src, false, nil)
+	old.serial = s.Serial()
+	ctx := context.Background()
+	n := 0
+	for _, name := range []string{"big.ns1.svc.cluster.local.", "_http._tcp.big.ns1.svc.cluster.local.", "h-3.big.ns1.svc.cluster.local.", "BIG.ns1.svc.cluster.local.", "2.0.2.10.in-addr.arpa."} {
+		for _, qtype := range []uint16{mdns.TypeA, mdns.TypeSRV, mdns.TypePTR} {
+			for _, size := range []uint16{0, 512, 4096} {
+				for _, network := range []string{"udp", "tcp"} {
+					req := new(mdns.Msg)
+					req.SetQuestion(name, qtype)
+					if size > 0 {
+						req.SetEdns0(size, false)
+					}
+					got, _ := s.handle(ctx, req, network)
+					want, _ := oldHandle(s, old, ctx, req, network)
+					gb, err1 := got.Pack()
+					wb, err2 := want.Pack()
+					if err1 != nil || err2 != nil || !bytes.Equal(gb, wb) {
+						t.Fatalf("%s %s EDNS %d over %s: %v, %v\n%v\nwant\n%v", name, mdns.TypeToString[qtype], size, network, err1, err2, got, want)
+					}
+					if len(got.Extra) > len(optBox{}.extra) {
+						n++
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no reply had a larger additional section than optBox holds")
+	}
 }

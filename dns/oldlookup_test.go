@@ -1,7 +1,7 @@
 package dns
 
 // The lookup as it was before branch dns36 (commit 51c7efc: dns/zone.go, the reply's
-// construction in dns/server.go, parseRequest in dns/names.go, buildIndex in
+// construction in dns/server.go, parseRequest and addrFromReverse in dns/names.go, buildIndex in
 // dns/index.go), kept verbatim but for the names (old*) as the oracle of
 // TestLookupAsBefore: names built per query with Split and concatenation, records one
 // allocation each, PTR targets joined to the zone per query. Do not "fix" this copy.
@@ -147,7 +147,7 @@ func (l *oldLookup) exists(lname string) error {
 		if lname == l.zone {
 			return nil
 		}
-		ip, ok := addrFromReverse(lname)
+		ip, ok := oldAddrFromReverse(lname)
 		if !ok || len(l.idx.ptrs[ip]) == 0 {
 			return errNameError
 		}
@@ -398,7 +398,7 @@ func (l *oldLookup) ptr(qname, lname string) ([]mdns.RR, error) {
 	if lname == l.zone {
 		return nil, nil
 	}
-	ip, ok := addrFromReverse(lname)
+	ip, ok := oldAddrFromReverse(lname)
 	if !ok {
 		return nil, errNameError
 	}
@@ -652,4 +652,42 @@ func oldBuildIndex(src Source, endpointPodNames bool, fallbackNS []netip.Addr) *
 		idx.nsAddrs = fallbackNS
 	}
 	return idx
+}
+
+func oldAddrFromReverse(name string) (netip.Addr, bool) {
+	switch {
+	case strings.HasSuffix(name, "."+reverseV4):
+		labels := strings.Split(strings.TrimSuffix(name, "."+reverseV4), ".")
+		if len(labels) != 4 {
+			return netip.Addr{}, false
+		}
+		ip, err := netip.ParseAddr(labels[3] + "." + labels[2] + "." + labels[1] + "." + labels[0])
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		return ip, true
+	case strings.HasSuffix(name, "."+reverseV6):
+		labels := strings.Split(strings.TrimSuffix(name, "."+reverseV6), ".")
+		if len(labels) != 32 {
+			return netip.Addr{}, false
+		}
+		var b [16]byte
+		for i, l := range labels {
+			if len(l) != 1 {
+				return netip.Addr{}, false
+			}
+			v, ok := hexNibble(l[0])
+			if !ok {
+				return netip.Addr{}, false
+			}
+			pos := 31 - i // labels run from the last nibble to the first
+			if pos%2 == 0 {
+				b[pos/2] |= v << 4
+			} else {
+				b[pos/2] |= v
+			}
+		}
+		return netip.AddrFrom16(b), true
+	}
+	return netip.Addr{}, false
 }

@@ -385,17 +385,26 @@ func (s *Server) finish(req, m *mdns.Msg, network string) *mdns.Msg {
 		}
 	}
 	var extra []mdns.RR // nil when there is nothing to add, as before
-	if n > 0 || ro != nil {
-		extra = make([]mdns.RR, 0, n+1) // one allocation, the OPT included
-		for _, rr := range m.Extra {
-			if rr.Header().Rrtype != mdns.TypeOPT {
-				extra = append(extra, rr)
-			}
+	var o *mdns.OPT
+	switch {
+	case ro != nil && n < len(optBox{}.extra):
+		// The OPT record and the additional section in one allocation.
+		box := new(optBox)
+		extra, o = box.extra[:0:n+1], &box.opt
+	case n > 0 || ro != nil:
+		extra = make([]mdns.RR, 0, n+1)
+		if ro != nil {
+			o = new(mdns.OPT)
+		}
+	}
+	for _, rr := range m.Extra {
+		if rr.Header().Rrtype != mdns.TypeOPT {
+			extra = append(extra, rr)
 		}
 	}
 	m.Extra = extra
 	if ro != nil {
-		o := &mdns.OPT{Hdr: mdns.RR_Header{Name: ".", Rrtype: mdns.TypeOPT}}
+		o.Hdr = mdns.RR_Header{Name: ".", Rrtype: mdns.TypeOPT}
 		o.SetUDPSize(uint16(ednsSize(req)))
 		if ro.Do() {
 			o.SetDo()
@@ -409,6 +418,12 @@ func (s *Server) finish(req, m *mdns.Msg, network string) *mdns.Msg {
 	m.Truncate(size)
 	m.Compress = true
 	return m
+}
+
+// optBox holds a reply's OPT record and an additional section of up to 8 records.
+type optBox struct {
+	opt   mdns.OPT
+	extra [8]mdns.RR
 }
 
 // answer produces the reply for a well-formed single-question query, and whether it
