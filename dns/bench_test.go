@@ -146,7 +146,7 @@ func BenchmarkIndexBuild(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		buildIndex(src, false, nil)
+		buildIndex(src, "cluster.local.", false, nil)
 	}
 }
 

@@ -42,6 +42,9 @@ type endpointAddr struct {
 	label string // the DNS label: hostname, pod name or dashed IP (lower case)
 	addr  netip.Addr
 	ports []portInfo // from the endpoint's slice; [{port: noPort}] when it has none
+	// fqdn is label.<service's fqdn>: the endpoint's name in the cluster domain as a
+	// query spelled in lower case gets it (see svcRecord.fqdn).
+	fqdn string
 }
 
 // svcRecord is what the index keeps of one Service.
@@ -54,6 +57,10 @@ type svcRecord struct {
 	// service has none we can serve (empty, or shaped like an IP address).
 	externalName string
 	endpoints    []endpointAddr
+	// fqdn is name.namespace.svc.<cluster domain>, the name the lookup gives the
+	// service's records when the query spells the zone as the cluster domain (lower
+	// case): built once here rather than per query.
+	fqdn string
 }
 
 // index is an immutable snapshot of the Source, shaped for lookups. A new one
@@ -63,9 +70,9 @@ type index struct {
 	synced     bool
 	namespaces map[string]struct{}
 	services   map[string]*svcRecord // key: lower(namespace) + "/" + lower(name)
-	// ptrs maps an IP to the names that point back at it, relative to the
-	// primary zone ("svc.ns.svc" or "host.svc.ns.svc"); a cluster IP match
-	// replaces endpoint matches, as in CoreDNS.
+	// ptrs maps an IP to the names that point back at it, FQDNs in the
+	// primary zone ("svc.ns.svc.<zone>" or "host.svc.ns.svc.<zone>"); a
+	// cluster IP match replaces endpoint matches, as in CoreDNS.
 	ptrs    map[netip.Addr][]string
 	podNS   map[netip.Addr][]string // pod IP → lower-case namespaces of pods with it
 	nsAddrs []netip.Addr
@@ -76,10 +83,10 @@ func svcKey(namespace, name string) string {
 	return strings.ToLower(namespace) + "/" + strings.ToLower(name)
 }
 
-// buildIndex snapshots src. endpointPodNames selects CoreDNS's
-// endpoint_pod_names behaviour (pod name as the endpoint label when the
-// endpoint has no hostname).
-func buildIndex(src Source, endpointPodNames bool, fallbackNS []netip.Addr) *index {
+// buildIndex snapshots src. primary is the cluster domain (lower-case FQDN);
+// endpointPodNames selects CoreDNS's endpoint_pod_names behaviour (pod name as
+// the endpoint label when the endpoint has no hostname).
+func buildIndex(src Source, primary string, endpointPodNames bool, fallbackNS []netip.Addr) *index {
 	idx := &index{
 		synced:     true,
 		namespaces: map[string]struct{}{},
@@ -156,6 +163,10 @@ func buildIndex(src Source, endpointPodNames bool, fallbackNS []netip.Addr) *ind
 		}
 	}
 
+	for _, rec := range ordered {
+		rec.setFQDNs(primary)
+	}
+
 	// Reverse records: cluster IPs first (first service in namespace/name
 	// order wins), then ready endpoint addresses for IPs that are no cluster IP.
 	clusterIP := map[netip.Addr]bool{}
@@ -168,15 +179,19 @@ func buildIndex(src Source, endpointPodNames bool, fallbackNS []netip.Addr) *ind
 				continue
 			}
 			clusterIP[ip] = true
-			idx.ptrs[ip] = []string{strings.ToLower(rec.name + "." + rec.namespace + ".svc")}
+			idx.ptrs[ip] = []string{strings.ToLower(rec.fqdn)} // rec.fqdn itself when lower case, as Kubernetes names are
 		}
 	}
 	for _, rec := range ordered {
+		lower := strings.ToLower(rec.fqdn)
 		for _, ep := range rec.endpoints {
 			if clusterIP[ep.addr] {
 				continue
 			}
-			name := ep.label + "." + strings.ToLower(rec.name+"."+rec.namespace) + ".svc"
+			name := ep.fqdn // label.<rec.fqdn>, the label lower case already
+			if lower != rec.fqdn {
+				name = ep.label + "." + lower
+			}
 			if !containsString(idx.ptrs[ep.addr], name) {
 				idx.ptrs[ep.addr] = append(idx.ptrs[ep.addr], name)
 			}
@@ -202,6 +217,37 @@ func buildIndex(src Source, endpointPodNames bool, fallbackNS []netip.Addr) *ind
 		idx.nsAddrs = fallbackNS
 	}
 	return idx
+}
+
+// setFQDNs sets the names of the service and of its endpoints in the cluster domain
+// primary (see svcRecord.fqdn), all in one string.
+func (rec *svcRecord) setFQDNs(primary string) {
+	svcLen := len(rec.name) + 1 + len(rec.namespace) + len(".svc.") + len(primary)
+	n := svcLen
+	for i := range rec.endpoints {
+		n += len(rec.endpoints[i].label) + 1 + svcLen
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i := -1; i < len(rec.endpoints); i++ {
+		if i >= 0 {
+			b.WriteString(rec.endpoints[i].label)
+			b.WriteByte('.')
+		}
+		b.WriteString(rec.name)
+		b.WriteByte('.')
+		b.WriteString(rec.namespace)
+		b.WriteString(".svc.")
+		b.WriteString(primary)
+	}
+	all := b.String()
+	rec.fqdn = all[:svcLen]
+	off := svcLen
+	for i := range rec.endpoints {
+		end := off + len(rec.endpoints[i].label) + 1 + svcLen
+		rec.endpoints[i].fqdn = all[off:end]
+		off = end
+	}
 }
 
 func containsString(list []string, s string) bool {

@@ -28,39 +28,52 @@ type request struct {
 }
 
 // parseRequest parses base, the part of a lower-case query name in front of
-// the zone (no trailing dot; "" for the apex). Anything that cannot be a
-// cluster name is errNameError.
-func parseRequest(base string) (request, error) {
-	var r request
+// the zone (no trailing dot; "" for the apex), into r. Anything that cannot be
+// a cluster name is errNameError.
+func parseRequest(base string, r *request) error {
+	*r = request{}
 	if base == "" || base == "svc" || base == "pod" {
-		return r, nil
+		return nil
 	}
-	segs := strings.Split(base, ".")
-	last := len(segs) - 1
-	r.podOrSvc = segs[last]
+	// Labels are taken from the right, without splitting the name into a slice.
+	rest, more := "", false
+	rest, r.podOrSvc, more = lastLabel(base)
 	if r.podOrSvc != "svc" && r.podOrSvc != "pod" {
-		return r, errNameError
+		return errNameError
 	}
-	last--
-	r.namespace = segs[last]
-	last--
-	if last < 0 {
-		return r, nil
+	if !more {
+		return nil // not reached: a lone "svc" or "pod" is the apex case above
 	}
-	r.service = segs[last]
-	last--
-	switch last {
-	case -1:
-	case 0:
-		r.endpoint = segs[0]
-	case 1:
-		r.port = strings.TrimPrefix(segs[0], "_")
-		r.protocol = strings.TrimPrefix(segs[1], "_")
+	rest, r.namespace, more = lastLabel(rest)
+	if !more {
+		return nil
+	}
+	rest, r.service, more = lastLabel(rest)
+	if !more {
+		return nil
+	}
+	first, second, two := strings.Cut(rest, ".")
+	switch {
+	case !two:
+		r.endpoint = rest
+	case strings.IndexByte(second, '.') < 0:
+		r.port = strings.TrimPrefix(first, "_")
+		r.protocol = strings.TrimPrefix(second, "_")
 		r.portSet = true
 	default:
-		return r, errNameError
+		return errNameError
 	}
-	return r, nil
+	return nil
+}
+
+// lastLabel splits name at its last dot into what comes before it and the label after
+// it; more is false when name has no dot (label is then the whole name).
+func lastLabel(name string) (rest, label string, more bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 {
+		return "", name, false
+	}
+	return name[:i], name[i+1:], true
 }
 
 // matchPortProto reports whether a service or endpoint port (name, protocol)
@@ -102,28 +115,41 @@ func isReverseZone(zone string) bool {
 // (d.c.b.a.in-addr.arpa. or 32 nibbles under ip6.arpa.); ok is false for
 // anything else, including partial names.
 func addrFromReverse(name string) (netip.Addr, bool) {
+	// Labels are read in place (no strings.Split): this runs on every PTR query.
 	switch {
 	case strings.HasSuffix(name, "."+reverseV4):
-		labels := strings.Split(strings.TrimSuffix(name, "."+reverseV4), ".")
-		if len(labels) != 4 {
-			return netip.Addr{}, false
+		rest := name[:len(name)-len(reverseV4)-1]
+		if !digitsAndDots(rest) {
+			return addrFromReverseV4Text(rest)
 		}
-		ip, err := netip.ParseAddr(labels[3] + "." + labels[2] + "." + labels[1] + "." + labels[0])
-		if err != nil {
-			return netip.Addr{}, false
+		var b [4]byte
+		for i := 3; i >= 0; i-- { // d.c.b.a: the first label is the last byte
+			label := rest
+			if i > 0 {
+				dot := strings.IndexByte(rest, '.')
+				if dot < 0 {
+					return netip.Addr{}, false
+				}
+				label, rest = rest[:dot], rest[dot+1:]
+			}
+			v, ok := decimalOctet(label)
+			if !ok {
+				return netip.Addr{}, false
+			}
+			b[i] = v
 		}
-		return ip, true
+		return netip.AddrFrom4(b), true
 	case strings.HasSuffix(name, "."+reverseV6):
-		labels := strings.Split(strings.TrimSuffix(name, "."+reverseV6), ".")
-		if len(labels) != 32 {
+		rest := name[:len(name)-len(reverseV6)-1]
+		if len(rest) != 2*32-1 { // 32 one-character labels
 			return netip.Addr{}, false
 		}
 		var b [16]byte
-		for i, l := range labels {
-			if len(l) != 1 {
+		for i := 0; i < 32; i++ {
+			if i > 0 && rest[2*i-1] != '.' {
 				return netip.Addr{}, false
 			}
-			v, ok := hexNibble(l[0])
+			v, ok := hexNibble(rest[2*i])
 			if !ok {
 				return netip.Addr{}, false
 			}
@@ -137,6 +163,50 @@ func addrFromReverse(name string) (netip.Addr, bool) {
 		return netip.AddrFrom16(b), true
 	}
 	return netip.Addr{}, false
+}
+
+// digitsAndDots reports whether s holds nothing but decimal digits and dots.
+func digitsAndDots(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if (s[i] < '0' || s[i] > '9') && s[i] != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// addrFromReverseV4Text is addrFromReverse for labels under in-addr.arpa that are not
+// all digits: the four labels, reversed, as netip.ParseAddr reads them (which takes
+// "1.2.3.a:b::1" as an IPv6 address with an embedded IPv4 one; kept as it was).
+func addrFromReverseV4Text(rest string) (netip.Addr, bool) {
+	labels := strings.Split(rest, ".")
+	if len(labels) != 4 {
+		return netip.Addr{}, false
+	}
+	ip, err := netip.ParseAddr(labels[3] + "." + labels[2] + "." + labels[1] + "." + labels[0])
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ip, true
+}
+
+// decimalOctet parses one field of a dotted IPv4 address as netip.ParseAddr accepts
+// it: 1 to 3 decimal digits, no leading zero, at most 255.
+func decimalOctet(s string) (byte, bool) {
+	if len(s) == 0 || len(s) > 3 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	v := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		v = v*10 + int(s[i]-'0')
+	}
+	if v > 255 {
+		return 0, false
+	}
+	return byte(v), true
 }
 
 func hexNibble(c byte) (byte, bool) {

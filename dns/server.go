@@ -113,7 +113,10 @@ type Server struct {
 	ttl     uint32
 	zones   []string // lower-case FQDNs
 	primary string   // the cluster domain, lower-case FQDN
-	fall    map[string]bool
+	// The SOA's names in the cluster domain as spelled in lower case:
+	// "ns.dns." and "hostmaster." + primary.
+	primaryNS, primaryMbox string
+	fall                   map[string]bool
 
 	cur        atomic.Pointer[index]
 	gen        atomic.Uint64 // bumped by every Invalidate
@@ -163,6 +166,7 @@ func New(src Source, cfg Config) (*Server, error) {
 		s.zones = append(s.zones, nz)
 	}
 	s.primary = s.zones[0]
+	s.primaryNS, s.primaryMbox = "ns.dns."+s.primary, "hostmaster."+s.primary
 	if !haveReverse {
 		s.zones = append(s.zones, reverseV4, reverseV6)
 		if cfg.Fallthrough == nil {
@@ -237,7 +241,7 @@ func (s *Server) rebuild() {
 	if s.built.Load() == g {
 		return
 	}
-	idx := buildIndex(s.src, s.cfg.EndpointPodNames, s.cfg.NSAddrs)
+	idx := buildIndex(s.src, s.primary, s.cfg.EndpointPodNames, s.cfg.NSAddrs)
 	serial := uint32(s.cfg.Now().Unix())
 	if serial <= s.lastSerial {
 		serial = s.lastSerial + 1
@@ -281,8 +285,8 @@ func (s *Server) ServeDNS(w mdns.ResponseWriter, r *mdns.Msg) {
 		}
 	}
 	ctx := context.Background()
-	if client.IsValid() {
-		ctx = withClient(ctx, client) // for the recursion ACL and the per-client upstream cap
+	if client.IsValid() && (s.cfg.AllowRecursion != nil || s.cfg.Upstream != nil) {
+		ctx = withClient(ctx, client) // for the recursion ACL and the per-client upstream cap (nothing else reads it)
 	}
 	resp, fromIndex := s.handle(ctx, r, network)
 	if resp == nil {
@@ -373,15 +377,34 @@ func ednsSize(req *mdns.Msg) int {
 // finish applies the transport rules to a reply: echo OPT (or drop one the
 // client did not ask for), then truncate to the client's size.
 func (s *Server) finish(req, m *mdns.Msg, network string) *mdns.Msg {
-	var extra []mdns.RR
+	ro := req.IsEdns0()
+	n := 0
+	for _, rr := range m.Extra {
+		if rr.Header().Rrtype != mdns.TypeOPT {
+			n++
+		}
+	}
+	var extra []mdns.RR // nil when there is nothing to add, as before
+	var o *mdns.OPT
+	switch {
+	case ro != nil && n < len(optBox{}.extra):
+		// The OPT record and the additional section in one allocation.
+		box := new(optBox)
+		extra, o = box.extra[:0:n+1], &box.opt
+	case n > 0 || ro != nil:
+		extra = make([]mdns.RR, 0, n+1)
+		if ro != nil {
+			o = new(mdns.OPT)
+		}
+	}
 	for _, rr := range m.Extra {
 		if rr.Header().Rrtype != mdns.TypeOPT {
 			extra = append(extra, rr)
 		}
 	}
 	m.Extra = extra
-	if ro := req.IsEdns0(); ro != nil {
-		o := &mdns.OPT{Hdr: mdns.RR_Header{Name: ".", Rrtype: mdns.TypeOPT}}
+	if ro != nil {
+		o.Hdr = mdns.RR_Header{Name: ".", Rrtype: mdns.TypeOPT}
 		o.SetUDPSize(uint16(ednsSize(req)))
 		if ro.Do() {
 			o.SetDo()
@@ -397,6 +420,12 @@ func (s *Server) finish(req, m *mdns.Msg, network string) *mdns.Msg {
 	return m
 }
 
+// optBox holds a reply's OPT record and an additional section of up to 8 records.
+type optBox struct {
+	opt   mdns.OPT
+	extra [8]mdns.RR
+}
+
 // answer produces the reply for a well-formed single-question query, and whether it
 // came from the index alone (false when the upstream was asked).
 func (s *Server) answer(ctx context.Context, req *mdns.Msg, network string) (*mdns.Msg, bool) {
@@ -409,14 +438,30 @@ func (s *Server) answer(ctx context.Context, req *mdns.Msg, network string) (*md
 	idx := s.index()
 	l := s.newLookup(ctx, idx, network, q.Name, zone)
 	rcode, answer, extra := l.run(q.Name, q.Qtype)
-	if rcode == mdns.RcodeNameError && s.fall[zone] && s.cfg.Upstream != nil && s.recursionAllowed(ctx) {
-		return s.forward(ctx, req, network), false
+	return s.indexReply(ctx, req, &l, rcode, answer, extra)
+}
+
+// indexReply is answer's reply from what the lookup l found (a function of its own so
+// that its frame is not on the stack while the lookup runs).
+func (s *Server) indexReply(ctx context.Context, req *mdns.Msg, l *lookup, rcode int, answer, extra []mdns.RR) (*mdns.Msg, bool) {
+	if rcode == mdns.RcodeNameError && s.fall[l.zone] && s.cfg.Upstream != nil && s.recursionAllowed(ctx) {
+		return s.forward(ctx, req, l.network), false
 	}
-	if rcode == mdns.RcodeNameError && !idx.synced {
+	if rcode == mdns.RcodeNameError && !l.idx.synced {
 		rcode = mdns.RcodeServerFailure
 	}
-	m := new(mdns.Msg)
-	m.SetReply(req)
+	// The reply, its question and its authority section in one allocation.
+	box := new(replyBox)
+	m := &box.msg
+	m.Id = req.Id // what SetReply sets, with the question in box
+	m.Response = true
+	m.Opcode = req.Opcode
+	if m.Opcode == mdns.OpcodeQuery {
+		m.RecursionDesired = req.RecursionDesired
+		m.CheckingDisabled = req.CheckingDisabled
+	}
+	box.question[0] = req.Question[0]
+	m.Question = box.question[:]
 	m.Authoritative = true
 	m.RecursionAvailable = s.cfg.Upstream != nil && s.recursionAllowed(ctx)
 	m.Rcode = rcode
@@ -424,9 +469,19 @@ func (s *Server) answer(ctx context.Context, req *mdns.Msg, network string) (*md
 	m.Answer = answer
 	m.Extra = extra
 	if rcode != mdns.RcodeRefused && len(answer) == 0 {
-		m.Ns = []mdns.RR{l.soa()}
+		l.fillSOA(&box.soa)
+		box.ns[0] = &box.soa
+		m.Ns = box.ns[:]
 	}
 	return m, !l.upstream
+}
+
+// replyBox holds a reply from the index with the parts every reply has, allocated together.
+type replyBox struct {
+	msg      mdns.Msg
+	question [1]mdns.Question
+	ns       [1]mdns.RR
+	soa      mdns.SOA
 }
 
 // forward sends an out-of-zone query to the upstream: REFUSED without one or
