@@ -331,6 +331,11 @@ func TestAddrFromReverseAsBefore(t *testing.T) {
 		name := string(rest) + rapid.SampledFrom(suffixes).Draw(t, "suffix")
 		gotIP, gotOK := addrFromReverse(name)
 		wantIP, wantOK := oldAddrFromReverse(name)
+		if wantOK && wantIP.Is6() && strings.HasSuffix(name, ".in-addr.arpa.") {
+			// The old lookup read "1.20.1.a:b::1" under in-addr.arpa as an IPv6
+			// address; no name under in-addr.arpa names one.
+			wantIP, wantOK = netip.Addr{}, false
+		}
 		if gotIP != wantIP || gotOK != wantOK {
 			t.Fatalf("addrFromReverse(%q) = %v, %v; want %v, %v", name, gotIP, gotOK, wantIP, wantOK)
 		}
@@ -473,5 +478,32 @@ func TestLookupAsBeforeLarge(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no reply had a larger additional section than optBox holds")
+	}
+}
+
+// TestAddrFromReverseNames: full reverse names give their address; anything else,
+// including a name under in-addr.arpa whose labels read as an IPv6 address with an
+// embedded IPv4 one, gives none.
+func TestAddrFromReverseNames(t *testing.T) {
+	for name, want := range map[string]string{
+		"10.0.96.10.in-addr.arpa.":      "10.96.0.10",
+		"1.20.1.a:b::1.in-addr.arpa.":   "",
+		"1.20.1.::ffff:1.in-addr.arpa.": "",
+		"0.96.10.in-addr.arpa.":         "",
+		"01.0.96.10.in-addr.arpa.":      "",
+		"256.0.96.10.in-addr.arpa.":     "",
+		"1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.": "fd00::1",
+		"1.0.0.ip6.arpa.": "",
+	} {
+		got, ok := addrFromReverse(name)
+		if want == "" {
+			if ok {
+				t.Errorf("addrFromReverse(%q) = %v, want none", name, got)
+			}
+			continue
+		}
+		if !ok || got != netip.MustParseAddr(want) {
+			t.Errorf("addrFromReverse(%q) = %v, %v; want %s", name, got, ok, want)
+		}
 	}
 }

@@ -120,7 +120,11 @@ func addrFromReverse(name string) (netip.Addr, bool) {
 	case strings.HasSuffix(name, "."+reverseV4):
 		rest := name[:len(name)-len(reverseV4)-1]
 		if !digitsAndDots(rest) {
-			return addrFromReverseV4Text(rest)
+			// Only decimal labels name an IPv4 address. (The lookup used to read the
+			// reversed labels with netip.ParseAddr, which takes "1.20.1.a:b::1" as an
+			// IPv6 address with an embedded IPv4 one: a PTR query for
+			// 1.20.1.a:b::1.in-addr.arpa. was answered for a:b::1.20.1.1.)
+			return netip.Addr{}, false
 		}
 		var b [4]byte
 		for i := 3; i >= 0; i-- { // d.c.b.a: the first label is the last byte
@@ -173,21 +177,6 @@ func digitsAndDots(s string) bool {
 		}
 	}
 	return true
-}
-
-// addrFromReverseV4Text is addrFromReverse for labels under in-addr.arpa that are not
-// all digits: the four labels, reversed, as netip.ParseAddr reads them (which takes
-// "1.2.3.a:b::1" as an IPv6 address with an embedded IPv4 one; kept as it was).
-func addrFromReverseV4Text(rest string) (netip.Addr, bool) {
-	labels := strings.Split(rest, ".")
-	if len(labels) != 4 {
-		return netip.Addr{}, false
-	}
-	ip, err := netip.ParseAddr(labels[3] + "." + labels[2] + "." + labels[1] + "." + labels[0])
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return ip, true
 }
 
 // decimalOctet parses one field of a dotted IPv4 address as netip.ParseAddr accepts
