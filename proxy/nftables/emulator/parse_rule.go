@@ -286,12 +286,18 @@ func (p *ruleParser) parseLog() (Stmt, error) {
 	p.next()
 	for !p.eof() {
 		switch t := p.peek(); t.s {
-		case "prefix", "level", "group", "snaplen", "queue-threshold":
-			p.i += 2
-		case "flags":
-			p.i += 2
-			for p.peek().is(",") {
-				p.i += 2
+		case "prefix", "level", "group", "snaplen", "queue-threshold", "flags":
+			p.next()
+			if p.eof() {
+				return nil, p.errf(t, "log %s: missing value", t.s)
+			}
+			p.next()
+			for t.s == "flags" && p.peek().is(",") {
+				p.next()
+				if p.eof() {
+					return nil, p.errf(t, "log flags: missing flag after \",\"")
+				}
+				p.next()
 			}
 		default:
 			return &LogStmt{Text: span(p.src, p.toks[start:p.i])}, nil
@@ -804,6 +810,9 @@ func (p *ruleParser) parseElemOpts(el *Element) error {
 		case t.is("counter"):
 			p.next()
 			if p.peek().is("packets") {
+				if p.i+4 > len(p.toks) {
+					return p.errf(t, "counter: expected packets N bytes N")
+				}
 				p.i += 4
 			}
 		default:

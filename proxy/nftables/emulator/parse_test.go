@@ -301,3 +301,23 @@ func TestIPTablesNFT(t *testing.T) {
 		t.Errorf("xt target: %+v, want UNKNOWN by line 4", v)
 	}
 }
+
+// TestTruncatedStatements: a statement cut short before its option's value is a load
+// error naming it, not a panic (FuzzLoadListing found "log level" at a rule's end).
+func TestTruncatedStatements(t *testing.T) {
+	for text, want := range map[string]string{
+		"table inet t {chain c {log level}}":                                            "log level: missing value",
+		"table inet t {chain c {log prefix}}":                                           "log prefix: missing value",
+		"table inet t {chain c {log flags}}":                                            "log flags: missing value",
+		"table inet t {chain c {log flags tcp,}}":                                       "log flags: missing flag",
+		"table ip t {set s {type ipv4_addr; elements = { 1.2.3.4 counter packets 1 }}}": "counter: expected packets N bytes N",
+	} {
+		_, err := Load([]byte(text), "cut.nft")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Load(%q): %v, want an error containing %q", text, err, want)
+		}
+	}
+	if _, err := Load([]byte("table inet t {chain c {log level warn flags tcp,ip}}"), "ok.nft"); err != nil {
+		t.Errorf("a whole log statement: %v", err)
+	}
+}
