@@ -53,7 +53,7 @@ func lex(src string, file string) ([]token, error) {
 				j = len(src) - i
 			}
 			f := strings.Fields(src[i+1 : i+j])
-			if len(f) == 2 && f[0] == "handle" {
+			if len(f) == 2 && f[0] == "handle" && f[1] != "" && strings.Trim(f[1], "0123456789") == "" {
 				toks = append(toks, token{s: "handle", line: line, pos: i, end: i, hc: true},
 					token{s: f[1], line: line, pos: i, end: i + j, hc: true})
 			}
@@ -83,6 +83,12 @@ func lex(src string, file string) ([]token, error) {
 				if src[j] == '\\' && j+1 < len(src) && src[j+1] == '\n' {
 					break
 				}
+				if src[j] < 0x20 || src[j] == 0x7f || src[j] == '\\' {
+					// nft's scanner has no rule for other control characters (a
+					// form feed is not a blank to it) nor for a backslash but
+					// before a line end: "unexpected junk".
+					return nil, fmt.Errorf("%s:%d: invalid character %q", file, line, src[j])
+				}
 				j++
 			}
 			toks = append(toks, token{s: src[i:j], line: line, pos: i, end: j})
@@ -100,8 +106,38 @@ func span(src string, toks []token) string {
 	}
 	s := src[toks[0].pos:toks[len(toks)-1].end]
 	if strings.ContainsAny(s, "\n\\") {
+		if strings.IndexByte(s, '#') >= 0 {
+			s = dropComments(s) // folded onto one line, a comment would swallow the rest
+		}
 		s = strings.ReplaceAll(s, "\\\n", " ")
 		s = strings.Join(strings.Fields(s), " ")
 	}
 	return s
+}
+
+// dropComments removes the comments of s: from a '#' outside a string to the line's end.
+func dropComments(s string) string {
+	var b strings.Builder
+	inStr := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inStr && c == '\\' && i+1 < len(s):
+			b.WriteByte(c)
+			i++
+			c = s[i]
+		case c == '"':
+			inStr = !inStr
+		case c == '#' && !inStr:
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+			if i == len(s) {
+				return b.String()
+			}
+			c = '\n'
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }

@@ -130,7 +130,8 @@ func (p *parser) name(toks []token, what string, after token) (string, []token, 
 		}
 		return "", nil, p.errf(t, "expected a %s name after %q", what, after.s)
 	}
-	if n := toks[0].s; n == "" || strings.ContainsAny(n, " \t{};,#\"\\") || strings.HasPrefix(n, "@") || strings.HasPrefix(n, "$") {
+	if n := toks[0].s; n == "" || strings.ContainsAny(n, " \t{};,#\"\\") || strings.HasPrefix(n, "@") || strings.HasPrefix(n, "$") ||
+		strings.ContainsFunc(n, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return "", nil, p.errf(toks[0], "bad %s name %q", what, n)
 	}
 	if len(toks[0].s) > 255 {

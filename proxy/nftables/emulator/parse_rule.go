@@ -184,6 +184,9 @@ func (p *ruleParser) parseStmt() (Stmt, error) {
 	}
 	if x == nil {
 		p.i = start
+		if t := p.peek(); !t.quoted && (t.is(",") || t.is(";") || t.is("}")) {
+			return nil, p.errf(t, "syntax error: unexpected %q", t.s)
+		}
 		return p.parseUnknown(), nil
 	}
 	return p.parseMatchRest(x)
@@ -953,14 +956,16 @@ func (p *ruleParser) parseNATAddr(n *NATStmt, addrT dtype, t token) error {
 func natWord(k netfilter.NATKind) string { return strings.ToLower(k.String()) }
 
 func (p *ruleParser) parseNATFlags(n *NATStmt) {
+	isFlag := func(t token) bool { return t.is("random") || t.is("fully-random") || t.is("persistent") }
 	for {
 		t := p.peek()
 		switch {
-		case t.is("random"), t.is("fully-random"), t.is("persistent"):
+		case isFlag(t):
 			n.Flags = append(n.Flags, t.s)
 			p.next()
-		case t.is(","):
-			p.next()
+			if p.peek().is(",") && isFlag(p.peekN(1)) { // a comma only between flags
+				p.next()
+			}
 		case t.is("to") && n.Kind == netfilter.Masquerade:
 			p.next()
 			_ = p.parseNATAddr(n, tIPv4, p.next())

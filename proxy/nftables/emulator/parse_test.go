@@ -321,3 +321,28 @@ func TestTruncatedStatements(t *testing.T) {
 		t.Errorf("a whole log statement: %v", err)
 	}
 }
+
+// TestControlCharacters: a control character outside a string is a syntax error, as
+// nft's scanner makes it ("unexpected junk" for a form feed, checked against nft 1.0);
+// the loader took "\ftype" for a word, and the listing it printed did not load again
+// (FuzzLoadListing).
+func TestControlCharacters(t *testing.T) {
+	for _, text := range []string{
+		"table ip t {\n\tchain c {\n\t\f\tcounter\n\t}\n}\n",
+		"table 0{chain 0{\ftype {\n}}}",
+		"table ip t {\n\tchain c {\n\t\tcoun\x01ter\n\t}\n}\n",
+		"table ip t {\x7f}\n",
+		"table ip t {\n\tchain c {\n\t\tcounter a\\\\b\n\t}\n}\n",
+		"table 0{chain 0{\\\\}}",
+	} {
+		if _, err := Load([]byte(text), "cc.nft"); err == nil || !strings.Contains(err.Error(), "invalid character") {
+			t.Errorf("Load(%q): %v, want an invalid character error", text, err)
+		}
+	}
+	if _, err := Load([]byte("table ip t {\r\n\tchain c {\r\n\t\tcounter comment \"a\tb\"\r\n\t}\r\n}\r\n"), "ok.nft"); err != nil {
+		t.Errorf("tabs, CRLF and a tab in a string: %v", err)
+	}
+	if _, err := Load([]byte("table ip t {\n\tchain c {\n\t\tcounter \\\n accept\n\t}\n}\n"), "ok.nft"); err != nil {
+		t.Errorf("a line continued with a backslash: %v", err)
+	}
+}
