@@ -221,6 +221,7 @@ type generator struct {
 	// noCache makes every sync compute every service port (tests compare the two);
 	// noShard computes them all in the caller's goroutine (servicesSharded).
 	noCache, noShard bool
+	fresh            int        // the entries this sync computes (rebuildEntries, updateEntries)
 	declared         chainKinds // the service port's own chains serviceChains declared (scratch)
 
 	filterChains, filterRules lineBuf
@@ -435,19 +436,10 @@ var shardMinFresh = 4096
 // among: one but for a sync that computes many on a machine with more than one CPU.
 func (g *generator) shardCount() int {
 	procs := runtime.GOMAXPROCS(0)
-	if procs < 2 || g.noShard || len(g.entries) < shardMinFresh {
+	if procs < 2 || g.noShard || g.fresh < shardMinFresh {
 		return 1
 	}
-	fresh := 0
-	for _, e := range g.entries {
-		if e.fresh {
-			fresh++
-		}
-	}
-	if fresh < shardMinFresh {
-		return 1
-	}
-	return min(procs, 8, fresh/max(shardMinFresh/2, 1))
+	return min(procs, 8, g.fresh/max(shardMinFresh/2, 1))
 }
 
 // servicesSharded writes the entries as entry does, n goroutines each taking a run of
@@ -541,7 +533,7 @@ func (g *generator) rebuildEntries(st *proxy.SyncState) {
 	for _, e := range out {
 		e.numEps, e.fresh = len(st.Endpoints[e.name]), true
 	}
-	g.entries, g.spare = out, old
+	g.entries, g.spare, g.fresh = out, old, len(out)
 }
 
 // updateEntries replaces the entries of the Services the change tracker reports
@@ -557,6 +549,7 @@ func (g *generator) updateEntries(st *proxy.SyncState) {
 			changed = append(changed, nn)
 		}
 	}
+	g.fresh = 0
 	if len(changed) == 0 {
 		return
 	}
@@ -584,6 +577,7 @@ func (g *generator) updateEntries(st *proxy.SyncState) {
 				info = newSvcInfo(name)
 			}
 			out = append(out, &svcEntry{name: name, info: info, numEps: len(st.Endpoints[name]), fresh: true})
+			g.fresh++
 		}
 		i = hi
 	}
