@@ -210,7 +210,7 @@ func (n *Net) dialTCP(ctx context.Context, network string, localPort uint16, ap 
 		ep.Close()
 		return nil, opError("dial", network, ap, "connect", terr)
 	}
-	return gonet.NewTCPConn(&wq, ep), nil
+	return newTCPConn(gonet.NewTCPConn(&wq, ep)), nil
 }
 
 // startTCP opens a TCP socket, binds it when asked (or when the owner picks sources),
@@ -378,6 +378,15 @@ type trackedListener struct {
 	once sync.Once
 }
 
+// Accept waits for the next connection.
+func (l *trackedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return newTCPConn(c.(*gonet.TCPConn)), nil
+}
+
 func (l *trackedListener) Close() error {
 	l.once.Do(func() { l.n.track(netfilter.ProtoTCP, l.port, -1) })
 	return l.Listener.Close()
@@ -408,7 +417,7 @@ func newMultiListener(lns []*gonet.TCPListener, n *Net, port uint16) *multiListe
 					return
 				}
 				select {
-				case m.conns <- c:
+				case m.conns <- newTCPConn(c.(*gonet.TCPConn)):
 				case <-m.closed:
 					c.Close()
 					return
