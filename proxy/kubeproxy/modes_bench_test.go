@@ -534,8 +534,9 @@ func (mb *modeBench) run(b *testing.B, kind string, kh *kernelAnchor, kernelWhy 
 			// node in TIME_WAIT (2 minutes) and, the backend closing first, the
 			// backend's netstack endpoint in TIME_WAIT (its port reservation, its
 			// timer on the cluster's clock) for a minute of a clock that follows
-			// the wall: a connect row's k-th round ran beside about 2,400 k of
-			// each. The jump fires the endpoints' timers (they close) and expires
+			// the wall: a connect row's 400-op call ran beside the 4,000 of the
+			// two warm-ups before it, each further round beside 400 more. The
+			// jump fires the endpoints' timers (they close) and expires
 			// the entries. A connect round jumps before its rehearsal only: the
 			// jump frees the endpoints' memory (megabytes), which the runtime's
 			// scavenger hands back to the OS within the next second, so a jump
