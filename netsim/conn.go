@@ -12,13 +12,13 @@ import (
 // before entering them.
 //
 // Why: a program's write runs netstack's whole send path (TCP, IP, the NIC's queue, our
-// link) on the program's own goroutine, some forty frames and 10-16 KiB of stack, where
+// link) on the program's own goroutine, dozens of frames and 10-16 KiB of stack, where
 // a kernel socket's write runs on the kernel's stack. A goroutine made per connection (a
 // server's handler, an HTTP transport's dial) starts with the runtime's average stack
 // size, which the many idle goroutines of a simulation (TCP processors, listeners,
 // timers) keep small, so its first write grew the stack two or three times, each
 // growth copying the deep stack frame by frame (runtime.copystack: 5 % of a ClusterIP
-// connection's CPU, 11 % of two bare stacks'). Growing it once, from a shallow frame,
+// connection's CPU, 12 % of two bare stacks'). Growing it once, from a shallow frame,
 // copies a few frames instead. The bytes, the packets and every hook see nothing of it.
 type tcpConn struct {
 	*gonet.TCPConn
