@@ -82,6 +82,11 @@ func (l *stackLink) segment(v *buffer.View, g stack.GSO) {
 // headers (orig, l3 bytes of IP header) followed by the payload from byte at of the
 // super-packet's payload; last: the super-packet's last segment.
 func (l *stackLink) outSegment(sv *buffer.View, orig []byte, l3, at int, last bool) {
+	l.out(cutSegment(sv, orig, l3, at, last))
+}
+
+// cutSegment completes one cut segment in sv (see outSegment) and returns it as a frame.
+func cutSegment(sv *buffer.View, orig []byte, l3, at int, last bool) frame {
 	s := sv.AsSlice()
 	hdr := len(orig)
 	n := len(s) - hdr
@@ -98,7 +103,7 @@ func (l *stackLink) outSegment(sv *buffer.View, orig []byte, l3, at int, last bo
 		s[l3+13] = orig[l3+13] &^ (uint8(header.TCPFlagPsh) | uint8(header.TCPFlagFin))
 	}
 	setTCPChecksum(s, l3)
-	l.out(frame{b: s, v: sv, sumsOK: true})
+	return frame{b: s, v: sv, sumsOK: true}
 }
 
 // maxSegHeaders is the most header bytes a segment can carry: an IPv4 header with options

@@ -145,9 +145,12 @@ type Node struct {
 	q          packetQueue
 	stopped    chan struct{}
 	uplinkLink *Link
-	hctx       Context     // reused for every handler call (under mu)
-	pkt        Packet      // reused by the datapath goroutine for each queued packet
-	gro        groBatch    // pod links holding merged segments until the batch ends (gro.go)
+	hctx       Context  // reused for every handler call (under mu)
+	pkt        Packet   // reused by the datapath goroutine for each queued packet
+	gro        groBatch // pod links holding merged segments until the batch ends (gro.go)
+	train      trainRun // the train passing the datapath (train.go; under mu)
+	// trains counts the trains the node passed whole [0] and cut at its entry [1] (tests).
+	trains     [2]atomic.Uint64
 	fromFabric func(frame) // takes a packet in from the cluster network (bound once)
 }
 
@@ -559,6 +562,7 @@ func (n *Node) setPortLocked(a netip.Addr, port *podPort) {
 type packetQueue struct {
 	mu    sync.Mutex
 	items []queued
+	segs  int // packets in items, a train counting its segments
 	wake  chan struct{}
 	limit int
 }
@@ -598,12 +602,17 @@ const (
 	fromUplink
 )
 
-func (q *packetQueue) push(d frame, from queueSource) bool {
+func (q *packetQueue) push(d frame, from queueSource) bool { return q.pushN(d, from, 1) }
+
+// pushN is push for a frame that counts as k packets (a train's segments): it is queued
+// only when all of them fit.
+func (q *packetQueue) pushN(d frame, from queueSource, k int) bool {
 	q.mu.Lock()
-	if len(q.items) >= q.limit {
+	if q.segs+k > q.limit {
 		q.mu.Unlock()
 		return false
 	}
+	q.segs += k
 	q.items = append(q.items, queued{data: d, from: from})
 	q.mu.Unlock()
 	select {
@@ -618,6 +627,7 @@ func (q *packetQueue) take(buf []queued) []queued {
 	buf = append(buf[:0], q.items...)
 	clear(q.items)
 	q.items = q.items[:0]
+	q.segs = 0
 	q.mu.Unlock()
 	return buf
 }
@@ -629,6 +639,13 @@ func (n *Node) enqueue(d frame, from queueSource) {
 	}
 	if n.cluster.cfg.Replay {
 		n.cluster.replayQ.push(n, queued{data: d, from: from})
+		return
+	}
+	if d.mss != 0 {
+		if k := d.segments(); !n.q.pushN(d, from, k) {
+			// Not room for all: the segments one by one, as they would have come.
+			cutTrain(d, func(s frame) { n.enqueue(s, from) })
+		}
 		return
 	}
 	if !n.q.push(d, from) {
@@ -697,6 +714,10 @@ func (n *Node) fromUplinkNow(f frame, tr *Trace) {
 // handle runs a packet through the node at virtual time t (zero: read the clock when the
 // packet first needs it). pk is the Packet to parse it into, zero.
 func (n *Node) handle(it queued, pk *Packet, t time.Time) {
+	if it.data.mss != 0 {
+		n.handleTrain(it, pk, t)
+		return
+	}
 	if err := pk.parse(it.data.b); err != nil {
 		atomic.AddUint64(&n.hot.stats.Dropped, 1)
 		return
@@ -736,6 +757,10 @@ func (n *Node) handle(it queued, pk *Packet, t time.Time) {
 // cross a wire, and it arrives at the virtual time t the sender read for it.
 func (n *Node) fromUplinkPacket(pk *Packet, tr *Trace, t time.Time) {
 	pk.resetMeta()
+	if pk.trainMSS != 0 {
+		n.trainFromUplink(pk, tr, t)
+		return
+	}
 	if g := n.gather.Load(); g != nil && g.hold(pk, queueSource{kind: fromUplink, trace: tr}) {
 		return
 	}

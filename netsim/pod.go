@@ -248,13 +248,23 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 		gateways: n.gateway,
 		loopback: true,
 		offload:  !c.cfg.NoOffload && !c.cfg.Replay,
-		out: func(f frame) {
-			if p.dead.Load() {
-				return
+		trains:   !c.cfg.NoTrains,
+	}
+	p.stackOpts.out = func(f frame) {
+		if p.dead.Load() {
+			return
+		}
+		if f.mss != 0 {
+			// A train: on whole while nothing here sees single segments, else cut now.
+			if !c.trainBlocked() && port.link.passN(0, f.segments()) {
+				port.toNode(f)
+			} else {
+				cutTrain(f, p.stackOpts.out)
 			}
-			c.captureAt(p.capturePoint, f.b)
-			port.link.send(c, f, port.toNode)
-		},
+			return
+		}
+		c.captureAt(p.capturePoint, f.b)
+		port.link.send(c, f, port.toNode)
 	}
 	p.port = port
 	n.mu.Lock()
