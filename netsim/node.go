@@ -149,6 +149,10 @@ type Node struct {
 	pkt        Packet   // reused by the datapath goroutine for each queued packet
 	gro        groBatch // pod links holding merged segments until the batch ends (gro.go)
 	train      trainRun // the train passing the datapath (train.go; under mu)
+	// noTrains: a handler at PREROUTING, FORWARD or POSTROUTING (NAT handlers aside) is
+	// no TrainHandler, so a train would be cut at once: its pods' links make none
+	// (planLocked keeps it).
+	noTrains atomic.Bool
 	// trains counts the trains the node passed whole [0] and cut at its entry [1] (tests).
 	trains     [2]atomic.Uint64
 	fromFabric func(frame) // takes a packet in from the cluster network (bound once)
@@ -349,6 +353,18 @@ func (n *Node) planLocked(h netfilter.Hook) {
 	}
 	n.plans[h] = plan
 	n.bare[h] = len(plan) == len(bs)
+	no := false
+	for _, h := range []netfilter.Hook{netfilter.Prerouting, netfilter.Forward, netfilter.Postrouting} {
+		for _, st := range n.plans[h] {
+			if st.spec == nil {
+				continue
+			}
+			if _, is := st.spec.Handler.(TrainHandler); !is {
+				no = true
+			}
+		}
+	}
+	n.noTrains.Store(no)
 }
 
 // AddInterface adds a dummy interface (e.g. kube-ipvs0), or returns the existing one.

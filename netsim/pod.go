@@ -249,6 +249,7 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 		loopback: true,
 		offload:  !c.cfg.NoOffload && !c.cfg.Replay,
 		trains:   !c.cfg.NoTrains,
+		noTrains: &n.noTrains,
 	}
 	p.stackOpts.out = func(f frame) {
 		if p.dead.Load() {
