@@ -199,7 +199,7 @@ func (w *trainWorld) run(t *testing.T, seed uint64) string {
 		}
 	}
 	for _, n := range w.c.Nodes() {
-		fmt.Fprintf(&out, "%s stats %+v\n", n.Name(), n.Stats())
+		fmt.Fprintf(&out, "%s stats %+v conntrack %+v\n", n.Name(), n.Stats(), n.Conntrack().Stats())
 		for _, e := range n.Conntrack().Entries() {
 			fmt.Fprintf(&out, "  ct %+v\n", e)
 		}
@@ -251,7 +251,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // Trains against the link's cut: the same fixed-seed exchange (a DNATed connection,
 // 120 super-packets both ways of up to 64,000 bytes, some out of window, ACKs between)
 // with trains and with every GSO packet cut at the link delivers the same frames byte
-// for byte, and leaves the same node counters, conntrack entries (packets, bytes,
+// for byte, and leaves the same node counters, conntrack statistics and entries (packets, bytes,
 // state, window tracking, expiry), link counters, handler counts (per flags and
 // conntrack state), pcap output and flow traces; with trains, the variants that allow
 // them pass trains whole, and those that do not cut every one.
