@@ -101,8 +101,9 @@
 // it through their hooks once for all its segments, with the counters, conntrack
 // entries and rewrites its segments would have given; it is cut into those segments at
 // a node's entry whenever something cannot answer for all of them, before anything
-// observes single segments (captures, traces, faults), and just before the receiving
-// pod's GRO. Config.NoTrains cuts every GSO packet at the link.
+// observes single segments (captures, traces, faults); the receiving pod takes it
+// whole, as the segment GRO would have merged. Config.NoTrains cuts every GSO packet
+// at the link.
 //
 // # Time, randomness, determinism
 //

@@ -154,7 +154,8 @@ type Node struct {
 	// (planLocked keeps it).
 	noTrains atomic.Bool
 	// trains counts the trains the node passed whole [0] and cut at its entry [1] (tests).
-	trains     [2]atomic.Uint64
+	// [2]: trains delivered into its pods whole (injectTrain).
+	trains     [3]atomic.Uint64
 	fromFabric func(frame) // takes a packet in from the cluster network (bound once)
 }
 

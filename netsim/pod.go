@@ -161,6 +161,16 @@ func (p *Pod) receiveBatched(f frame, b *groBatch) {
 	st.link.injectBatched(f, b)
 }
 
+// receiveTrain delivers a train into the pod whole (stackLink.injectTrain); false: the
+// pod's link cannot take it so (the caller cuts it), nothing done.
+func (p *Pod) receiveTrain(f frame, b *groBatch) bool {
+	st := p.receivingStack()
+	if st == nil {
+		return true
+	}
+	return st.link.injectTrain(f, b)
+}
+
 // kill stops the pod's network: its sockets die (connections reset locally, peers see
 // silence), its bridge port goes away.
 func (p *Pod) kill() {

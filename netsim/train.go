@@ -42,8 +42,10 @@ import (
 // single segments: a capture anywhere in the cluster (pcap shows the segments), a flow
 // trace or traced packet, packets held together (HoldTogether), a link with faults or
 // packets held back, the fabric's NAT, replay mode, a queue with less room than the
-// train's segments. The receiving pod's link takes the segments cut from the train
-// just before its GRO, one by one, as before. Config.NoTrains cuts every GSO packet at
+// train's segments. The receiving pod takes the train whole, as the one segment its
+// link's GRO would have merged the segments into (stackLink.injectTrain), after what
+// the GRO holds; with a capture running or a faulty veth it takes the cut segments
+// through GRO one by one, as before. Config.NoTrains cuts every GSO packet at
 // the link, as before trains (the differential test compares the two).
 
 // Train describes a train's segments to a TrainHandler: Segments segments (at least
@@ -447,14 +449,27 @@ func (n *Node) trainConntrackLocked(pk *Packet, env *penv, tr *trainRun) bool {
 	return true
 }
 
-// executeTrain carries out a train's egress: into a pod, cut into its segments just
-// before the pod's link (each through the bridge's capture, the veth and GRO as
-// before); over the cluster network, whole (fabric.trainFromNode).
+// executeTrain carries out a train's egress: into a pod whole, as the one segment its
+// link's GRO would have merged its segments into (stackLink.injectTrain), when nothing
+// captures and the veth is clean, else cut into its segments just before the pod's
+// link (each through the bridge's capture, the veth and GRO as before); over the
+// cluster network, whole (fabric.trainFromNode).
 func (n *Node) executeTrain(eg egress, t time.Time) {
 	pk := eg.pk
 	switch eg.kind {
 	case egPod:
 		g, port := pk.gro, eg.port
+		if g != nil && port.pod != nil && n.cluster.caps.n.Load() == 0 {
+			if _, _, segs, ok := trainGeometry(pk.Data, int(pk.trainMSS)); ok && port.link.passN(1, segs) {
+				if port.pod.receiveTrain(pk.frame(), g) {
+					n.trains[2].Add(1)
+					return
+				}
+				// Counted on the link already: cut without counting again.
+				cutTrain(pk.frame(), func(s frame) { port.pod.receiveBatched(s, g) })
+				return
+			}
+		}
 		cutTrain(pk.frame(), func(s frame) {
 			n.capture(n.bridge.Name, s.b)
 			if g != nil && port.pod != nil && port.link.pass(1) {
@@ -512,3 +527,7 @@ func (f *fabric) trainFromNode(n *Node, pk *Packet, tr *Trace, t time.Time) {
 // TrainCounts returns how many trains the node passed whole and how many it cut at its
 // entry (tests and benchmarks read them).
 func (n *Node) TrainCounts() (whole, cut uint64) { return n.trains[0].Load(), n.trains[1].Load() }
+
+// TrainsIntoPods returns how many trains the node delivered into its pods whole
+// (tests and benchmarks read it).
+func (n *Node) TrainsIntoPods() uint64 { return n.trains[2].Load() }

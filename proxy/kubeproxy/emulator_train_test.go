@@ -116,7 +116,11 @@ func TestTrainsThroughIPTables(t *testing.T) {
 					t.Errorf("%s: conntrack counted %d packets for %d bytes", name, pkts, total)
 				}
 			}
-			t.Logf("trains passed whole: %d", whole)
+			into := c.Node("node-b").TrainsIntoPods()
+			t.Logf("trains passed whole: %d; delivered whole into the backend: %d", whole, into)
+			if noTrains != (into == 0) {
+				t.Errorf("NoTrains=%v: %d trains delivered whole into the backend", noTrains, into)
+			}
 			if noTrains != (whole == 0) || !noTrains && whole < 20 {
 				t.Errorf("NoTrains=%v: %d trains passed whole", noTrains, whole)
 			}
