@@ -51,6 +51,8 @@ type Config struct {
 	LowestFreePodIP bool
 	// NoOffload turns off the pods' TCP segmentation offload (see netsim.Config.NoOffload).
 	NoOffload bool
+	// NoTrains cuts every GSO packet at the pod's link (see netsim.Config.NoTrains).
+	NoTrains bool
 	// NoAPIServer leaves default/kubernetes without an endpoint. By default the first
 	// node is the control plane: the Service's endpoint is its address, port 6443,
 	// where the API server (the built-in whoami server) answers, as on a kind cluster.
@@ -135,6 +137,7 @@ func (cfg *Config) network(serviceCIDRs []netip.Prefix) netsim.Config {
 		NonMasqueradeCIDRs: serviceCIDRs,
 		LowestFreePodIP:    cfg.LowestFreePodIP,
 		NoOffload:          cfg.NoOffload,
+		NoTrains:           cfg.NoTrains,
 		NodeCIDRMaskSize:   cfg.NodeCIDRMaskSize,
 	}
 	for _, n := range cfg.Nodes {

@@ -949,7 +949,29 @@ func seqAfter(a, b uint32) bool  { return seqBefore(b, a) }
 // direction dir. It returns the new state, whether the packet is valid (not INVALID), and
 // whether the packet reopens a closed connection (the caller then starts a new entry).
 func (t *Conntrack) tcpPacketLocked(c *Conn, dir int, p *Packet, now time.Time) (TCPState, bool, bool) {
-	idx := tcpIndex(p.TCPFlags)
+	return t.tcpSegmentLocked(c, dir, p, segOf(p), now)
+}
+
+// tcpSeg is what the TCP state machine and window check read of a segment besides its
+// options: flags, sequence and acknowledgement numbers, window, and the sequence numbers
+// it uses (payload, SYN, FIN).
+type tcpSeg struct {
+	flags    uint8
+	seq, ack uint32
+	win      uint16
+	seqLen   uint32
+}
+
+func segOf(p *Packet) tcpSeg {
+	seq, ack, win := p.TCPSeq()
+	return tcpSeg{flags: p.TCPFlags, seq: seq, ack: ack, win: win, seqLen: p.tcpSeqLen()}
+}
+
+// tcpSegmentLocked is tcpPacketLocked for segment s, whose header (read for its options
+// only when s is a SYN) is p's: a train's segments (train.go) are walked through it one
+// by one without being built.
+func (t *Conntrack) tcpSegmentLocked(c *Conn, dir int, p *Packet, s tcpSeg, now time.Time) (TCPState, bool, bool) {
+	idx := tcpIndex(s.flags)
 	old := c.TCPState
 	next := tcpTransitions[dir][idx][old]
 	switch next {
@@ -964,7 +986,7 @@ func (t *Conntrack) tcpPacketLocked(c *Conn, dir int, p *Packet, now time.Time) 
 	case sIV:
 		return old, false, false
 	}
-	if !t.tcpInWindow(c, dir, p) {
+	if !t.tcpInWindow(c, dir, p, s) {
 		return old, false, false
 	}
 	if idx == tcpRstSet || idx == tcpFinSet {
@@ -988,15 +1010,16 @@ func (t *Conntrack) tcpPacketLocked(c *Conn, dir int, p *Packet, now time.Time) 
 }
 
 // tcpInWindow is the kernel's tcp_in_window, without SACK blocks and NAT sequence offsets.
-func (t *Conntrack) tcpInWindow(c *Conn, dir int, p *Packet) bool {
+// s is the segment (segOf(p) but for a train's); p's header is read for SYN options.
+func (t *Conntrack) tcpInWindow(c *Conn, dir int, p *Packet, s tcpSeg) bool {
 	sender, receiver := &c.tcp[dir], &c.tcp[1-dir]
-	seq, ack, win16 := p.TCPSeq()
-	win := uint32(win16)
+	seq, ack := s.seq, s.ack
+	win := uint32(s.win)
 	sack := ack
-	end := seq + p.tcpSeqLen()
-	syn := p.TCPFlags&netfilter.TCPSyn != 0
-	hasAck := p.TCPFlags&netfilter.TCPAck != 0
-	rst := p.TCPFlags&netfilter.TCPRst != 0
+	end := seq + s.seqLen
+	syn := s.flags&netfilter.TCPSyn != 0
+	hasAck := s.flags&netfilter.TCPAck != 0
+	rst := s.flags&netfilter.TCPRst != 0
 
 	if sender.maxwin == 0 {
 		// First packet seen in this direction.

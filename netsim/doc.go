@@ -96,6 +96,15 @@
 // receiving TCP's ACKs are fewer (one per merged segment). Faulty links, replay mode and
 // non-TCP packets bypass GRO. Config.NoOffload turns both off (gro.go).
 //
+// Trains (train.go): where every handler on a node's forwarding hooks is a TrainHandler
+// (the iptables emulator's are), a pod's link hands a GSO packet on uncut and nodes pass
+// it through their hooks once for all its segments, with the counters, conntrack
+// entries and rewrites its segments would have given; it is cut into those segments at
+// a node's entry whenever something cannot answer for all of them, before anything
+// observes single segments (captures, traces, faults); the receiving pod takes it
+// whole, as the segment GRO would have merged. Config.NoTrains cuts every GSO packet
+// at the link.
+//
 // # Time, randomness, determinism
 //
 // One virtual Clock drives conntrack timeouts, link latency and every netstack's timers;

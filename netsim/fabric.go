@@ -254,6 +254,10 @@ func (d fabricDest) String() string {
 // To another node over a link without faults it hands the parsed packet on at once
 // (fromUplinkPacket); otherwise the receiver takes the packet's bytes.
 func (f *fabric) fromNode(n *Node, pk *Packet, tr *Trace, t time.Time) {
+	if pk.trainMSS != 0 {
+		f.trainFromNode(n, pk, tr, t)
+		return
+	}
 	if f.nat.Load() != nil {
 		f.fabricNAT(pk)
 	}

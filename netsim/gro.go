@@ -82,6 +82,11 @@ func (l *stackLink) segment(v *buffer.View, g stack.GSO) {
 // headers (orig, l3 bytes of IP header) followed by the payload from byte at of the
 // super-packet's payload; last: the super-packet's last segment.
 func (l *stackLink) outSegment(sv *buffer.View, orig []byte, l3, at int, last bool) {
+	l.out(cutSegment(sv, orig, l3, at, last))
+}
+
+// cutSegment completes one cut segment in sv (see outSegment) and returns it as a frame.
+func cutSegment(sv *buffer.View, orig []byte, l3, at int, last bool) frame {
 	s := sv.AsSlice()
 	hdr := len(orig)
 	n := len(s) - hdr
@@ -98,7 +103,7 @@ func (l *stackLink) outSegment(sv *buffer.View, orig []byte, l3, at int, last bo
 		s[l3+13] = orig[l3+13] &^ (uint8(header.TCPFlagPsh) | uint8(header.TCPFlagFin))
 	}
 	setTCPChecksum(s, l3)
-	l.out(frame{b: s, v: sv, sumsOK: true})
+	return frame{b: s, v: sv, sumsOK: true}
 }
 
 // maxSegHeaders is the most header bytes a segment can carry: an IPv4 header with options
@@ -229,6 +234,8 @@ type groState struct {
 	// trusted counts the segments handed to GRO with their checksums known right
 	// (frame.sumsOK), which GRO does not check again; tests read it.
 	trusted uint64
+	// trains counts the trains delivered whole (injectTrain); tests read it.
+	trains uint64
 }
 
 // groEligible reports whether a frame is an IPv4 or IPv6 TCP segment without IP options
@@ -263,15 +270,7 @@ func (l *stackLink) injectBatched(f frame, b *groBatch) {
 	if dp == nil || *dp == nil {
 		return
 	}
-	gs := l.groState.Load()
-	if gs == nil {
-		gs = new(groState)
-		gs.g.Init(true)
-		gs.g.Dispatcher = groDispatcher{l: l, d: *dp}
-		if !l.groState.CompareAndSwap(nil, gs) {
-			gs = l.groState.Load()
-		}
-	}
+	gs := l.groStateFor(*dp)
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	if !groEligible(f.b) {
@@ -299,6 +298,60 @@ func (l *stackLink) injectBatched(f frame, b *groBatch) {
 		gs.held = true
 		b.links = append(b.links, l)
 	}
+}
+
+// groStateFor returns the link's GRO state, made on first use.
+func (l *stackLink) groStateFor(d stack.NetworkDispatcher) *groState {
+	gs := l.groState.Load()
+	if gs == nil {
+		gs = new(groState)
+		gs.g.Init(true)
+		gs.g.Dispatcher = groDispatcher{l: l, d: d}
+		if !l.groState.CompareAndSwap(nil, gs) {
+			gs = l.groState.Load()
+		}
+	}
+	return gs
+}
+
+// injectTrain delivers a train (train.go) into the stack whole, as the one segment GRO
+// would have merged its segments into (payloads joined in order, the first segment's
+// header, the last's PSH), after whatever the link's GRO holds (so that nothing is
+// overtaken). Its checksums are not checked (a train's TCP checksum is the partial sum
+// GSO left; every writer since kept the IP header's right): the stack takes it as GRO's
+// merged packets are taken, RXChecksumValidated. It reports false, having done nothing,
+// for a link without GRO or a batch: the caller then cuts the train.
+func (l *stackLink) injectTrain(f frame, b *groBatch) bool {
+	if b == nil || !l.gro {
+		return false
+	}
+	if l.closed.Load() || len(f.b) == 0 {
+		return true
+	}
+	dp := l.dispatcher.Load()
+	if dp == nil || *dp == nil {
+		return true
+	}
+	gs := l.groStateFor(*dp)
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	if gs.held {
+		gs.held = false
+		gs.g.Flush()
+	}
+	proto := header.IPv4ProtocolNumber
+	if f.b[0]>>4 == 6 {
+		proto = header.IPv6ProtocolNumber
+	}
+	f.mss = 0
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: f.payload()})
+	pkt.RXChecksumValidated = true
+	l.rxValidated.Store(true)
+	(*dp).DeliverNetworkPacket(proto, pkt)
+	l.rxValidated.Store(false)
+	pkt.DecRef()
+	gs.trains++
+	return true
 }
 
 // groDispatcher hands GRO's packets to the stack. A merged packet's IP and TCP checksums

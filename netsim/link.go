@@ -28,6 +28,9 @@ type frame struct {
 	// right checksum stays right. GRO then need not sum the payload again
 	// (injectBatched). A frame built any other way leaves it false and is checked.
 	sumsOK bool
+	// mss, when not 0: b is a train, a GSO super-packet carried whole, whose segments
+	// are cut at mss (train.go).
+	mss uint16
 }
 
 func plainFrame(b []byte) frame { return frame{b: b} }
@@ -46,9 +49,13 @@ func (f frame) payload() buffer.Buffer {
 // frames; inbound frames are injected with inject. It plays the part of a veth.
 type stackLink struct {
 	mtu      uint32
-	loopback bool        // report CapabilityLoopback (a host stack's lo)
-	gso      bool        // host GSO for the stack's TCP: the link cuts its segments (see segment)
-	gro      bool        // merge batched TCP segments on receipt (see injectBatched)
+	loopback bool // report CapabilityLoopback (a host stack's lo)
+	gso      bool // host GSO for the stack's TCP: the link cuts its segments (see segment)
+	gro      bool // merge batched TCP segments on receipt (see injectBatched)
+	trains   bool // hand GSO packets on whole, as trains (train.go)
+	// noTrains (nil: false) says whether the next hop would cut trains at once
+	// (Node.noTrains): one made then costs a copy of the super-packet for nothing.
+	noTrains *atomic.Bool
 	out      func(frame) // called on the writer's goroutine; must not block
 
 	// dispatcher is read once per inbound packet, without a lock (an RWMutex's read lock
@@ -111,7 +118,9 @@ func (l *stackLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error)
 	n := 0
 	for _, pkt := range pkts.AsSlice() {
 		if pkt.GSOOptions.Type != stack.GSONone {
-			l.segmentPacket(pkt, pkt.GSOOptions)
+			if !l.trains || l.noTrains != nil && l.noTrains.Load() || !l.trainPacket(pkt, pkt.GSOOptions) {
+				l.segmentPacket(pkt, pkt.GSOOptions)
+			}
 		} else {
 			v := copyOut(pkt)
 			l.out(frame{b: v.AsSlice(), v: v})

@@ -65,6 +65,11 @@ type Config struct {
 	// or captures see (they see the MTU-sized segments either way), only CPU time.
 	// Replay mode never uses it.
 	NoOffload bool
+	// NoTrains makes the pods' links cut every GSO packet into its segments at once, as
+	// before trains (train.go in package netsim): with trains a super-packet crosses the
+	// datapath whole where every hook can answer for all its segments, with the same
+	// counters, conntrack entries, captures and traces as its segments.
+	NoTrains bool
 }
 
 // NodeConfig describes a node.

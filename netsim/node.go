@@ -145,9 +145,17 @@ type Node struct {
 	q          packetQueue
 	stopped    chan struct{}
 	uplinkLink *Link
-	hctx       Context     // reused for every handler call (under mu)
-	pkt        Packet      // reused by the datapath goroutine for each queued packet
-	gro        groBatch    // pod links holding merged segments until the batch ends (gro.go)
+	hctx       Context  // reused for every handler call (under mu)
+	pkt        Packet   // reused by the datapath goroutine for each queued packet
+	gro        groBatch // pod links holding merged segments until the batch ends (gro.go)
+	train      trainRun // the train passing the datapath (train.go; under mu)
+	// noTrains: a handler at PREROUTING, FORWARD or POSTROUTING (NAT handlers aside) is
+	// no TrainHandler, so a train would be cut at once: its pods' links make none
+	// (planLocked keeps it).
+	noTrains atomic.Bool
+	// trains counts the trains the node passed whole [0] and cut at its entry [1] (tests).
+	// [2]: trains delivered into its pods whole (injectTrain).
+	trains     [3]atomic.Uint64
 	fromFabric func(frame) // takes a packet in from the cluster network (bound once)
 }
 
@@ -346,6 +354,18 @@ func (n *Node) planLocked(h netfilter.Hook) {
 	}
 	n.plans[h] = plan
 	n.bare[h] = len(plan) == len(bs)
+	no := false
+	for _, h := range []netfilter.Hook{netfilter.Prerouting, netfilter.Forward, netfilter.Postrouting} {
+		for _, st := range n.plans[h] {
+			if st.spec == nil {
+				continue
+			}
+			if _, is := st.spec.Handler.(TrainHandler); !is {
+				no = true
+			}
+		}
+	}
+	n.noTrains.Store(no)
 }
 
 // AddInterface adds a dummy interface (e.g. kube-ipvs0), or returns the existing one.
@@ -559,6 +579,7 @@ func (n *Node) setPortLocked(a netip.Addr, port *podPort) {
 type packetQueue struct {
 	mu    sync.Mutex
 	items []queued
+	segs  int // packets in items, a train counting its segments
 	wake  chan struct{}
 	limit int
 }
@@ -598,12 +619,17 @@ const (
 	fromUplink
 )
 
-func (q *packetQueue) push(d frame, from queueSource) bool {
+func (q *packetQueue) push(d frame, from queueSource) bool { return q.pushN(d, from, 1) }
+
+// pushN is push for a frame that counts as k packets (a train's segments): it is queued
+// only when all of them fit.
+func (q *packetQueue) pushN(d frame, from queueSource, k int) bool {
 	q.mu.Lock()
-	if len(q.items) >= q.limit {
+	if q.segs+k > q.limit {
 		q.mu.Unlock()
 		return false
 	}
+	q.segs += k
 	q.items = append(q.items, queued{data: d, from: from})
 	q.mu.Unlock()
 	select {
@@ -618,6 +644,7 @@ func (q *packetQueue) take(buf []queued) []queued {
 	buf = append(buf[:0], q.items...)
 	clear(q.items)
 	q.items = q.items[:0]
+	q.segs = 0
 	q.mu.Unlock()
 	return buf
 }
@@ -629,6 +656,13 @@ func (n *Node) enqueue(d frame, from queueSource) {
 	}
 	if n.cluster.cfg.Replay {
 		n.cluster.replayQ.push(n, queued{data: d, from: from})
+		return
+	}
+	if d.mss != 0 {
+		if k := d.segments(); !n.q.pushN(d, from, k) {
+			// Not room for all: the segments one by one, as they would have come.
+			cutTrain(d, func(s frame) { n.enqueue(s, from) })
+		}
 		return
 	}
 	if !n.q.push(d, from) {
@@ -697,6 +731,10 @@ func (n *Node) fromUplinkNow(f frame, tr *Trace) {
 // handle runs a packet through the node at virtual time t (zero: read the clock when the
 // packet first needs it). pk is the Packet to parse it into, zero.
 func (n *Node) handle(it queued, pk *Packet, t time.Time) {
+	if it.data.mss != 0 {
+		n.handleTrain(it, pk, t)
+		return
+	}
 	if err := pk.parse(it.data.b); err != nil {
 		atomic.AddUint64(&n.hot.stats.Dropped, 1)
 		return
@@ -736,6 +774,10 @@ func (n *Node) handle(it queued, pk *Packet, t time.Time) {
 // cross a wire, and it arrives at the virtual time t the sender read for it.
 func (n *Node) fromUplinkPacket(pk *Packet, tr *Trace, t time.Time) {
 	pk.resetMeta()
+	if pk.trainMSS != 0 {
+		n.trainFromUplink(pk, tr, t)
+		return
+	}
 	if g := n.gather.Load(); g != nil && g.hold(pk, queueSource{kind: fromUplink, trace: tr}) {
 		return
 	}

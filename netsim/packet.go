@@ -88,6 +88,7 @@ type Packet struct {
 	view      *buffer.View // the pooled buffer Data sits in, handed on with it (see frame)
 	gro       *groBatch    // the datapath goroutine's batch a delivery to a pod may join (gro.go)
 	sumsOK    bool         // the IP and TCP checksums are known right (frame.sumsOK)
+	trainMSS  uint16       // not 0: Data is a train's (frame.mss, train.go)
 	notrack   bool         // raw-table NOTRACK
 	ctCreated bool         // Conn was created for this packet and awaits confirmation
 
@@ -354,7 +355,9 @@ func (p *Packet) resetMeta() {
 }
 
 // frame hands the packet's bytes on, with the pooled buffer they sit in.
-func (p *Packet) frame() frame { return frame{b: p.Data, v: p.view, sumsOK: p.sumsOK} }
+func (p *Packet) frame() frame {
+	return frame{b: p.Data, v: p.view, sumsOK: p.sumsOK, mss: p.trainMSS}
+}
 
 // SetNoTrack exempts the packet from connection tracking (the raw table's CT --notrack).
 // It only has an effect before the conntrack hook, i.e. at PriorityRaw.

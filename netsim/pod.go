@@ -161,6 +161,16 @@ func (p *Pod) receiveBatched(f frame, b *groBatch) {
 	st.link.injectBatched(f, b)
 }
 
+// receiveTrain delivers a train into the pod whole (stackLink.injectTrain); false: the
+// pod's link cannot take it so (the caller cuts it), nothing done.
+func (p *Pod) receiveTrain(f frame, b *groBatch) bool {
+	st := p.receivingStack()
+	if st == nil {
+		return true
+	}
+	return st.link.injectTrain(f, b)
+}
+
 // kill stops the pod's network: its sockets die (connections reset locally, peers see
 // silence), its bridge port goes away.
 func (p *Pod) kill() {
@@ -248,13 +258,24 @@ func (n *Node) newPod(namespace, name string, ips []netip.Addr, hostNetwork bool
 		gateways: n.gateway,
 		loopback: true,
 		offload:  !c.cfg.NoOffload && !c.cfg.Replay,
-		out: func(f frame) {
-			if p.dead.Load() {
-				return
+		trains:   !c.cfg.NoTrains,
+		noTrains: &n.noTrains,
+	}
+	p.stackOpts.out = func(f frame) {
+		if p.dead.Load() {
+			return
+		}
+		if f.mss != 0 {
+			// A train: on whole while nothing here sees single segments, else cut now.
+			if !c.trainBlocked() && port.link.passN(0, f.segments()) {
+				port.toNode(f)
+			} else {
+				cutTrain(f, p.stackOpts.out)
 			}
-			c.captureAt(p.capturePoint, f.b)
-			port.link.send(c, f, port.toNode)
-		},
+			return
+		}
+		c.captureAt(p.capturePoint, f.b)
+		port.link.send(c, f, port.toNode)
 	}
 	p.port = port
 	n.mu.Lock()

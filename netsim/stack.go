@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/link/loopback"
@@ -132,6 +133,9 @@ type stackOptions struct {
 	loopback bool         // add a loopback NIC with 127.0.0.1/8 and ::1 (pods)
 	out      func(frame)
 	offload  bool // GSO on the main NIC, and GRO for batched deliveries (gro.go)
+	trains   bool // GSO packets handed on whole, as trains (train.go); with offload only
+	// noTrains, when set and true, stops trains being made (Node.noTrains).
+	noTrains *atomic.Bool
 	// loopOut, when set, adds a loopback NIC whose packets go to the datapath instead of
 	// straight back into the stack (a node's host stack: its localhost traffic must pass
 	// the OUTPUT hooks, for localhost NodePorts).
@@ -174,6 +178,7 @@ func newNetStack(o stackOptions) (*netStack, error) {
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
 	link := newStackLink(o.mtu, o.out)
 	link.gso, link.gro = o.offload, o.offload
+	link.trains, link.noTrains = o.offload && o.trains, o.noTrains
 	if err := s.CreateNIC(nicMain, link); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("netstack %s: create NIC: %s", o.name, err)

@@ -38,6 +38,15 @@ func BenchmarkHotPathBulk(b *testing.B) {
 			}
 			b.ReportMetric(float64(benchutil.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64(size)/(float64(b.Elapsed().Nanoseconds())/float64(b.N))*1e3, "MB/s")
+			// Trains (netsim's train.go) passed whole and cut at a node's entry, per op,
+			// both nodes and the warm-up included.
+			var whole, cut uint64
+			for _, n := range mb.c.Nodes() {
+				w, k := n.TrainCounts()
+				whole, cut = whole+w, cut+k
+			}
+			b.ReportMetric(float64(whole)/float64(b.N), "trains-whole/op")
+			b.ReportMetric(float64(cut)/float64(b.N), "trains-cut/op")
 		})
 	}
 }

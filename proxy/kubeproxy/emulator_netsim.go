@@ -82,6 +82,7 @@ type emulatorHandler struct {
 	table string
 	hook  netfilter.Hook
 	q     emulator.Packet
+	train *emulatorTrain // PeekTrain's state (emulator_train.go); nil until the first
 }
 
 // fromNetsim builds the emulator's view of a netsim packet in q.

@@ -1,0 +1,129 @@
+package kubeproxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/service"
+)
+
+// Trains through the iptables mode: 2 MiB over one connection through a ClusterIP,
+// client on node-a, backend on node-b, with trains and with every GSO packet cut at the
+// link (NoTrains). The bytes arrive intact; with trains most of them cross both nodes as
+// trains; and on both nodes, either way, the filter table's FORWARD jump to
+// KUBE-FORWARD (which every forwarded packet takes) counts exactly the packets and
+// bytes conntrack counted for the connection in both directions: the emulator's
+// counters advance by a train's segments and their bytes (emulator_train.go), as
+// conntrack's do.
+func TestTrainsThroughIPTables(t *testing.T) {
+	for _, noTrains := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoTrains=%v", noTrains), func(t *testing.T) {
+			c, err := cluster.New(cluster.Config{Seed: 11, NoTrains: noTrains, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}}, Proxy: Factory(Options{Mode: IPTables})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			if err := c.Apply(service.NewService("default/bulk", service.Selector("app=bulk"), service.Port("", 80, 9000))); err != nil {
+				t.Fatal(err)
+			}
+			srv, err := c.CreatePod(service.NewPod("default/srv", service.Labels("app=bulk"), service.OnNode("node-b")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cli, err := c.CreatePod(service.NewPod("default/cli", service.OnNode("node-a")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln, err := srv.Net().Listen("tcp", ":9000")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			const total = 2 << 20
+			got := make(chan []byte, 1)
+			go func() {
+				conn, err := ln.Accept()
+				if err != nil {
+					got <- nil
+					return
+				}
+				b, _ := io.ReadAll(conn)
+				conn.Write([]byte{1})
+				conn.Close()
+				got <- b
+			}()
+			want := make([]byte, total)
+			for i := range want {
+				want[i] = byte(i*7 + i>>11)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var conn interface {
+				io.ReadWriteCloser
+				CloseWrite() error
+			}
+			vip := vipOf(t, c, "bulk", 80)
+			for conn == nil { // the rules may not be synced yet
+				cc, err := cli.Net().DialContext(ctx, "tcp", vip.String())
+				if err == nil {
+					conn = cc.(interface {
+						io.ReadWriteCloser
+						CloseWrite() error
+					})
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := conn.Write(want); err != nil {
+				t.Fatal(err)
+			}
+			conn.CloseWrite()
+			io.ReadFull(conn, make([]byte, 1))
+			conn.Close()
+			if b := <-got; string(b) != string(want) {
+				t.Fatalf("received %d bytes, not the %d sent", len(b), len(want))
+			}
+			var whole uint64
+			for _, name := range []string{"node-a", "node-b"} {
+				n := c.Node(name)
+				w, _ := n.TrainCounts()
+				whole += w
+				var pkts, bytes uint64
+				for _, e := range n.Conntrack().Entries() {
+					if e.Orig.Src == cli.IP() {
+						pkts += e.Packets[0] + e.Packets[1]
+						bytes += e.Bytes[0] + e.Bytes[1]
+					}
+				}
+				jump := ""
+				for _, l := range strings.Split(string(Emulator(n, netip.Addr{}).SaveCounters("filter")), "\n") {
+					if strings.Contains(l, "-A FORWARD") && strings.Contains(l, "-j KUBE-FORWARD") {
+						jump = l
+					}
+				}
+				if want := fmt.Sprintf("[%d:%d] ", pkts, bytes); !strings.HasPrefix(jump, want) {
+					t.Errorf("%s: FORWARD's jump to KUBE-FORWARD counts %q, conntrack %s", name, jump, want)
+				}
+				if pkts < total/1448 {
+					t.Errorf("%s: conntrack counted %d packets for %d bytes", name, pkts, total)
+				}
+			}
+			into := c.Node("node-b").TrainsIntoPods()
+			t.Logf("trains passed whole: %d; delivered whole into the backend: %d", whole, into)
+			if noTrains != (into == 0) {
+				t.Errorf("NoTrains=%v: %d trains delivered whole into the backend", noTrains, into)
+			}
+			if noTrains != (whole == 0) || !noTrains && whole < 20 {
+				t.Errorf("NoTrains=%v: %d trains passed whole", noTrains, whole)
+			}
+		})
+	}
+}
