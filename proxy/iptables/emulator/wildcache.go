@@ -119,7 +119,8 @@ func (k *wkey) keyIn(q *Packet, mask uint16) {
 // hash returns k's hash, for the slot (b: the table and hook's bit).
 func (k *wkey) hash(b int) uint64 {
 	h := uint64(b) | uint64(k.mask)<<8 | uint64(k.proto)<<24 | uint64(k.ctState)<<32 | uint64(k.dport)<<40 | uint64(k.flags)<<56
-	h ^= uint64(k.mark)*0x9e3779b97f4a7c15 ^ uint64(k.sport)<<16 ^ uint64(k.ctMark)<<32
+	h ^= (uint64(k.mark) | uint64(k.ctMark)<<32) * 0x9e3779b97f4a7c15
+	h ^= (uint64(k.sport) | uint64(k.ctStatus)<<16 | uint64(k.icmpT)<<32 | uint64(k.icmpC)<<40 | uint64(k.ttl)<<48 | uint64(b2i(k.ctReply))<<56 | uint64(b2i(k.frag))<<57) * 0xd6e8feb86659fd93
 	if k.src.IsValid() {
 		s := k.src.As16()
 		h ^= (uint64(s[8])<<56 | uint64(s[9])<<48 | uint64(s[10])<<40 | uint64(s[11])<<32 | uint64(s[12])<<24 | uint64(s[13])<<16 | uint64(s[14])<<8 | uint64(s[15])) * 0xc2b2ae3d27d4eb4f

@@ -380,3 +380,37 @@ func TestWildCacheSameAsTraversal(t *testing.T) {
 	}
 	t.Logf("%d packets answered by the wildcard cache (per ruleset kind %v), %d of them after draws", hits, kindHits, drawHits)
 }
+
+// TestWildCacheDirections: first packets in both directions of kube-proxy's filter
+// FORWARD, each with another source port (the flow cache misses every one), whose keys
+// differ only in the conntrack direction and status: after the first of each kind the
+// wildcard cache answers every one (keys that differ in those fields must not evict one
+// another), with the counters full traversals give.
+func TestWildCacheDirections(t *testing.T) {
+	es := loadedTwins(t, emutest.KubeDump(20, 3))
+	es[1].FlowCache(false)
+	env := NewStaticEnv(1)
+	a, b := netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("10.1.2.3")
+	const n = 200
+	for i := 0; i < n; i++ {
+		p := Packet{Proto: netfilter.ProtoTCP, Src: a, Dst: b, SrcPort: uint16(20000 + i), DstPort: 80, TCPFlags: netfilter.TCPAck, TTL: 63,
+			InIface: "eth0", OutIface: "veth1", Len: 52,
+			CT: Conntrack{State: netfilter.CtEstablished, Status: netfilter.StatusConfirmed}}
+		if i%2 == 1 {
+			p.Src, p.Dst, p.SrcPort, p.DstPort = b, a, 80, uint16(20000+i)
+			p.CT.Reply, p.CT.Status = true, netfilter.StatusConfirmed|netfilter.StatusSeenReply
+		}
+		for _, e := range es {
+			q := p
+			if v := e.RunTable(env, TableFilter, netfilter.Forward, &q, nil); v.Decided() {
+				t.Fatalf("packet %d: %+v", i, v)
+			}
+		}
+	}
+	if es[0].wildHits != n-2 {
+		t.Fatalf("the wildcard cache answered %d of %d packets, want %d", es[0].wildHits, n, n-2)
+	}
+	if a, b := string(es[0].SaveCounters("filter")), string(es[1].SaveCounters("filter")); a != b {
+		t.Fatalf("counters differ:\ncached:\n%s\ntraversed:\n%s", a, b)
+	}
+}
