@@ -63,8 +63,14 @@ const (
 // wildSize is the number of wildcard cache entries per emulator (direct-mapped).
 const wildSize = 64
 
-// wkey is a packet as an entry's key holds it: the fields outside mask are zero.
+// wkey is a packet as an entry's key holds it: the fields outside mask are zero, and
+// ext, the fields few traversals read, counts only when mask has one of them (rdExt).
 type wkey struct {
+	wcore
+	ext wext
+}
+
+type wcore struct {
 	mask                       uint16
 	proto, flags, icmpT, icmpC uint8
 	ttl                        uint8
@@ -74,13 +80,24 @@ type wkey struct {
 	sport, dport               uint16
 	mark, ctMark               uint32
 	src, dst                   netip.Addr
-	in, out                    string
-	orig, reply                netfilter.Tuple
+}
+
+type wext struct {
+	in, out     string
+	orig, reply netfilter.Tuple
+}
+
+// rdExt are the reads whose fields are in wkey.ext.
+const rdExt = rdIn | rdOut | rdTuples
+
+// equal reports whether k and o are the same key.
+func (k *wkey) equal(o *wkey) bool {
+	return k.wcore == o.wcore && (k.mask&rdExt == 0 || k.ext == o.ext)
 }
 
 // keyIn fills k with q's fields under mask.
 func (k *wkey) keyIn(q *Packet, mask uint16) {
-	*k = wkey{mask: mask, proto: q.Proto, frag: q.Fragment, ctReply: q.CT.Reply, ctState: q.CT.State,
+	k.wcore = wcore{mask: mask, proto: q.Proto, frag: q.Fragment, ctReply: q.CT.Reply, ctState: q.CT.State,
 		ctStatus: q.CT.Status, mark: q.Mark, ctMark: q.CT.Mark}
 	if mask&rdSrc != 0 {
 		k.src = q.Src
@@ -103,16 +120,17 @@ func (k *wkey) keyIn(q *Packet, mask uint16) {
 	if mask&rdTTL != 0 {
 		k.ttl = q.TTL
 	}
-	if mask&(rdIn|rdOut) != 0 {
+	if mask&rdExt != 0 {
+		k.ext = wext{}
 		if mask&rdIn != 0 {
-			k.in = q.InIface
+			k.ext.in = q.InIface
 		}
 		if mask&rdOut != 0 {
-			k.out = q.OutIface
+			k.ext.out = q.OutIface
 		}
-	}
-	if mask&rdTuples != 0 {
-		k.orig, k.reply = q.CT.Orig, q.CT.ReplyTuple
+		if mask&rdTuples != 0 {
+			k.ext.orig, k.ext.reply = q.CT.Orig, q.CT.ReplyTuple
+		}
 	}
 }
 
@@ -129,7 +147,9 @@ func (k *wkey) hash(b int) uint64 {
 		d := k.dst.As16()
 		h ^= (uint64(d[8])<<56 | uint64(d[9])<<48 | uint64(d[10])<<40 | uint64(d[11])<<32 | uint64(d[12])<<24 | uint64(d[13])<<16 | uint64(d[14])<<8 | uint64(d[15])) * 0x165667b19e3779f9
 	}
-	h ^= uint64(len(k.in))<<3 ^ uint64(len(k.out))<<11
+	if k.mask&rdExt != 0 {
+		h ^= uint64(len(k.ext.in))<<3 ^ uint64(len(k.ext.out))<<11
+	}
 	h *= 0xff51afd7ed558ccd
 	return h ^ h>>31
 }
@@ -237,7 +257,7 @@ func (e *Emulator) wildLookup(env Env, b int, q *Packet, m *wildMiss) (TableVerd
 	k.keyIn(q, w.wildMask(e.gen, b))
 	ent := &w.ents[k.hash(b)>>58&(wildSize-1)]
 	m.b, m.ent, m.pre = b, nil, w.pre[:0]
-	if ent.gen == e.gen && ent.bit == b && ent.key == k {
+	if ent.gen == e.gen && ent.bit == b && ent.key.equal(&k) {
 		for n := &ent.nodes[0]; ; {
 			if n.leaf > 0 {
 				e.wildHits++
@@ -312,7 +332,7 @@ func (e *Emulator) wildFill(c *evalCtx, m *wildMiss, q *Packet, v *TableVerdict)
 		var k wkey
 		k.keyIn(&m.in, mask)
 		ent = &w.ents[k.hash(m.b)>>58&(wildSize-1)]
-		if ent.gen != e.gen || ent.bit != m.b || ent.key != k {
+		if ent.gen != e.gen || ent.bit != m.b || !ent.key.equal(&k) {
 			ent.gen, ent.bit, ent.key = e.gen, m.b, k
 			ent.nodes, ent.leaves = ent.nodes[:0], ent.leaves[:0]
 		}
