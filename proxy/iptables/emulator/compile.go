@@ -556,6 +556,7 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 	}
 	o := 0
 	if w0&fSrc != 0 {
+		c.reads |= rdSrc
 		six := w0&fSrc6 != 0
 		if cp.contains(rec, o, six, &c.keys.src) == (w0&fSrcNeg != 0) {
 			return false
@@ -566,6 +567,7 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 		}
 	}
 	if w0&fDst != 0 {
+		c.reads |= rdDst
 		six := w0&fDst6 != 0
 		if cp.contains(rec, o, six, &c.keys.dst) == (w0&fDstNeg != 0) {
 			return false
@@ -596,18 +598,21 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 				return false
 			}
 			if op&oSport != 0 {
+				c.reads |= rdSport
 				if portIn(cp.word(rec, o), p.SrcPort) == (op&oSportNeg != 0) {
 					return false
 				}
 				o++
 			}
 			if op&oDport != 0 {
+				c.reads |= rdDport
 				if portIn(cp.word(rec, o), p.DstPort) == (op&oDportNeg != 0) {
 					return false
 				}
 				o++
 			}
 			if op&oTCPFlags != 0 {
+				c.reads |= rdFlags
 				f := cp.word(rec, o)
 				if ((p.TCPFlags & uint8(f>>8)) == uint8(f)) == (op&oNeg != 0) {
 					return false
@@ -636,6 +641,13 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 			o++
 			if op&oImpure != 0 {
 				c.impure = true
+			}
+			if c.wild {
+				rd, ok := matchReads(m)
+				c.reads |= rd
+				if !ok {
+					c.wildNo = true
+				}
 			}
 			res := m.eval(c)
 			if res == unknown {

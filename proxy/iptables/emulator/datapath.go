@@ -64,8 +64,10 @@ func (e *Emulator) RunTable(env Env, table string, hook netfilter.Hook, q *Packe
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var ent *flowEnt
-	if tr == nil && !e.noCompile && !e.noFlowCache && table != TableNAT && !isDryRun(env) {
-		if b := chainAtBit(table, hook); b >= 0 {
+	var wm *wildMiss
+	if tr == nil && !e.noCompile && !e.noFlowCache && !isDryRun(env) {
+		b := chainAtBit(table, hook)
+		if b >= 0 && table != TableNAT {
 			var h uint64
 			ent, h = e.flowSlot(q, b)
 			if ent.hit(e.gen, b, q) {
@@ -78,9 +80,19 @@ func (e *Emulator) RunTable(env Env, table string, hook netfilter.Hook, q *Packe
 				ent.seen, ent = h, nil
 			}
 		}
+		// A packet seen twice in a row (ent: it fills the flow cache) traverses;
+		// any other may be one the wildcard cache holds.
+		if b >= 0 && ent == nil && !e.noWild {
+			wm = &e.wildMissBuf
+			if v, ok := e.wildLookup(env, b, q, wm); ok {
+				return v
+			}
+			e.wildArm = wm
+		}
 	}
 	var res TableResult
 	c := e.evalTableLockedInto(env, table, hook, q, tr, &e.nat, &res)
+	e.wildArm = nil
 	v := TableVerdict{Verdict: res.Verdict, RejectWith: res.RejectWith}
 	if v.Verdict == Reject {
 		v.Reject, _ = netfilter.RejectWithName(res.RejectWith)
@@ -93,6 +105,9 @@ func (e *Emulator) RunTable(env Env, table string, hook netfilter.Hook, q *Packe
 	}
 	if ent != nil {
 		ent.fill(e.gen, c, q, &v)
+	}
+	if wm != nil {
+		e.wildFill(c, wm, q, &v)
 	}
 	return v
 }

@@ -42,6 +42,18 @@ type Emulator struct {
 	flows       *flowCache
 	noFlowCache bool
 	flowHits    uint64 // packets the flow cache answered (tests)
+	// wild is the wildcard cache (wildcache.go; nil until first used), noWild turns
+	// it off (tests), wildHits counts the packets it answered (tests); wildArm, set
+	// by RunTable around a traversal that may fill it, is what newCtx gives the
+	// traversal (its recording on, the draws a lookup made).
+	wild     *wildCache
+	noWild   bool
+	wildHits uint64
+	// wildDrawHits counts those of them that drew (tests).
+	wildDrawHits uint64
+	wildArm      *wildMiss
+	// wildMissBuf is RunTable's wildMiss (a lookup's packet copy and draws).
+	wildMissBuf wildMiss
 	// lenient loads skip what does not load (Lenient); skipped is what they left out.
 	lenient bool
 	skipped []SkippedLine
@@ -419,9 +431,14 @@ func (e *Emulator) newCtx(env Env, pkt *Packet, tr *Trace) *evalCtx {
 	}
 	c := &e.scratch
 	*c = evalCtx{pkt: pkt, env: env, st: e.st, dry: dry, tr: tr,
-		buf: c.buf[:0], cbuf: c.cbuf[:0], counted: c.counted[:0], stack: c.stack[:0], notes: c.notes[:0], assume: c.assume[:0], noCompile: e.noCompile}
+		buf: c.buf[:0], cbuf: c.cbuf[:0], counted: c.counted[:0], stack: c.stack[:0], notes: c.notes[:0], assume: c.assume[:0], noCompile: e.noCompile,
+		draws: c.draws}
 	c.envCh = envChooser{env}
 	c.ch = &c.envCh
+	c.draws = c.draws[:0]
+	if m := e.wildArm; m != nil {
+		c.wild, c.pre = true, m.pre
+	}
 	return c
 }
 

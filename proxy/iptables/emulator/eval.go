@@ -250,6 +250,16 @@ type evalCtx struct {
 	// it); policyHit is the built-in chain whose policy decided and was counted.
 	impure    bool
 	policyHit *Chain
+	// The wildcard cache (wildcache.go): reads are the packet's fields the traversal
+	// read (rd*); wildNo says it read something a key cannot hold; when wild, draws
+	// records its draws from the random source, the first of which are pre's
+	// (npre of them used so far) rather than the source's.
+	reads  uint16
+	wildNo bool
+	wild   bool
+	draws  []wdraw
+	pre    []wdraw
+	npre   int
 }
 
 // Assumption records how an undecidable match was resolved on a path.
@@ -269,7 +279,20 @@ type Assumption struct {
 
 func (c *evalCtx) chance(p float64) bool {
 	c.impure = true
-	v := c.ch.chance(p)
+	var v bool
+	if c.npre < len(c.pre) {
+		d := c.pre[c.npre]
+		c.npre++
+		v = d.v
+		if d.kind != drawChance || d.p != p {
+			c.wildNo = true // cannot happen: the key holds all that led here
+		}
+	} else {
+		v = c.ch.chance(p)
+	}
+	if c.wild {
+		c.draws = append(c.draws, wdraw{p: p, v: v})
+	}
 	if c.tr != nil && p > 0 && p < 1 {
 		word := "not taken"
 		if v {
@@ -282,7 +305,7 @@ func (c *evalCtx) chance(p float64) bool {
 
 // nth advances (or, in a dry run, pretends to advance) an nth-mode counter.
 func (c *evalCtx) nth(m *StatisticMatch) bool {
-	c.impure = true
+	c.impure, c.wildNo = true, true
 	every := m.Every - 1
 	cur, ok := c.ov.nth[m]
 	if !ok {
@@ -311,7 +334,7 @@ func (c *evalCtx) nth(m *StatisticMatch) bool {
 }
 
 func (c *evalCtx) countNfacct(name string) {
-	c.impure = true
+	c.impure, c.wildNo = true, true
 	if c.dry {
 		return
 	}
@@ -335,6 +358,9 @@ func ifaceMatch(pattern, name string) bool {
 // and then each match module in order (stopping at the first that fails, as the kernel
 // does, so later modules' side effects do not happen).
 func (c *evalCtx) matchRule(r *Rule) bool {
+	if c.wild {
+		c.ruleReads(r)
+	}
 	p := c.pkt
 	if r.Src.IsSet() && r.Src.Prefix.Contains(p.Src) == r.Src.Neg {
 		return false
@@ -379,7 +405,7 @@ func (c *evalCtx) matchRule(r *Rule) bool {
 // assumeUnknown resolves match i (m) of r, which the emulator cannot decide, through
 // the chooser and records the assumption.
 func (c *evalCtx) assumeUnknown(r *Rule, i int, m Match) tri {
-	c.impure = true
+	c.impure, c.wildNo = true, true
 	cond, neg := c.condition(m)
 	v := c.ch.unknown(cond, FormatMatch(m), neg)
 	a := Assumption{Hook: c.hook, Table: c.table, Chain: c.chain, Rule: r, Match: FormatMatch(m), Matched: v, Condition: cond, Holds: v != neg}
@@ -538,6 +564,7 @@ func (c *evalCtx) pushProg(t *Table, cp *chainProg) {
 	f := frame{prog: cp}
 	if cp.idx != nil && !c.noIndex {
 		start := len(c.cbuf)
+		c.reads |= rdDst | rdDport
 		c.cbuf = cp.idx.candidates(c.pkt, &c.keys.dst, c.cbuf)
 		f.ccand, f.indexed = c.cbuf[start:len(c.cbuf):len(c.cbuf)], true
 	}
@@ -886,6 +913,7 @@ func (c *evalCtx) nat(r *Rule, hook netfilter.Hook, chain string) *NAT {
 		return c.natTarget(r, hook, chain, tg)
 	}
 	p := c.pkt
+	c.wildNo = true // MASQUERADE and REDIRECT read the host's addresses
 	n := c.newNAT(r.Target.Name(), r, hook, chain)
 	switch tg := r.Target.(type) {
 	case *MasqueradeTarget:
@@ -918,6 +946,7 @@ func (c *evalCtx) nat(r *Rule, hook netfilter.Hook, chain string) *NAT {
 // compiled path passes a copy rebuilt from its code).
 func (c *evalCtx) natTarget(r *Rule, hook netfilter.Hook, chain string, tg *NATTarget) *NAT {
 	c.impure = true
+	c.reads |= rdSrc | rdDst | rdDport // it reads and writes them
 	p := c.pkt
 	n := c.newNAT(tg.Kind, r, hook, chain)
 	n.Random, n.RandomFully, n.Persistent = tg.Random, tg.RandomFully, tg.Persistent
@@ -925,6 +954,7 @@ func (c *evalCtx) natTarget(r *Rule, hook netfilter.Hook, chain string, tg *NATT
 		n.Addr = tg.AddrMin
 		if tg.AddrMax != tg.AddrMin {
 			if size, ok := rangeSize(tg.AddrMin, tg.AddrMax); ok {
+				c.wildNo = true // a pick (not kept by the wildcard cache)
 				if i := c.ch.pickRange(size); i >= 0 {
 					n.Addr = addrAdd(tg.AddrMin, i)
 				} else {
@@ -972,6 +1002,7 @@ func (c *evalCtx) pickPort(lo, hi uint16, keep uint16) (uint16, uint16) {
 	if hi == lo {
 		return lo, 0
 	}
+	c.wildNo = true // a pick (not kept by the wildcard cache)
 	if i := c.ch.pickRange(int(hi-lo) + 1); i >= 0 {
 		return lo + uint16(i), 0
 	}

@@ -98,14 +98,11 @@ func (m *AddrTypeMatch) eval(c *evalCtx) tri {
 	} else if m.LimitOut {
 		iface = c.pkt.OutIface
 	}
-	match := addrTypeMatch
-	if c.pkt.Family() == IPv6 {
-		match = addrTypeMatch6
-	}
-	if m.Src != 0 && match(c.env, c.pkt.Src, iface, m.Src) == m.SrcNeg {
+	six := c.pkt.Family() == IPv6
+	if m.Src != 0 && c.addrType(six, c.pkt.Src, rdSrc, iface, m.Src) == m.SrcNeg {
 		return no
 	}
-	if m.Dst != 0 && match(c.env, c.pkt.Dst, iface, m.Dst) == m.DstNeg {
+	if m.Dst != 0 && c.addrType(six, c.pkt.Dst, rdDst, iface, m.Dst) == m.DstNeg {
 		return no
 	}
 	return yes

@@ -1,0 +1,497 @@
+package emulator
+
+import (
+	"net/netip"
+
+	"github.com/clusterlab/clusterlab/netfilter"
+)
+
+// The wildcard cache: RunTable's shortcut for a packet whose traversal differs from one
+// it has seen only in fields no rule on the way read.
+//
+// The flow cache (flowcache.go) keys a traversal by the whole packet, so a connection's
+// first packet (a probe: a new source port each time) always misses it. A traversal
+// reads far less: kube-proxy's nat PREROUTING reads the destination address and port,
+// the protocol, the source address (the masquerade checks) and the marks, never the
+// source port. The wildcard cache records, during a compiled traversal, which of the
+// packet's fields it read (evalCtx.reads: the rules' -s/-d, the ports and TCP flags
+// their matches test, the interfaces of the rules that name one, a chain index's
+// destination and port, a NAT target's addresses and port) and keys the outcome by the
+// packet with the other fields left out. A packet that agrees with the key on every
+// field in it meets the same rules in the same order, each deciding the same way, so it
+// gets the same outcome: verdict, NAT, marks, conntrack state, counters.
+//
+// Always in the key, whatever was read: the protocol, the fragment flag, the mark, the
+// conntrack state, status, direction and mark (targets write them, and they are cheap
+// to compare). Never: Len (counters only) and, among the fields a traversal may read,
+// none that the key leaves out: a traversal that reads anything the key cannot hold
+// (xt_recent, sets, addrtype, ipvs, nfacct, an nth counter, --ctexpire, an unknown
+// match's assumption, MASQUERADE and REDIRECT, which read the host's addresses, a NAT
+// that picks from a range) sets wildNo and is not kept.
+//
+// Draws from the random source (-m statistic --mode random) are kept as a tree: an
+// entry holds, for its key, the probabilities the traversal drew with, in order, and
+// for each outcome of each draw what came next (another draw, or the outcome). A hit
+// draws from the same source with the same probabilities in the same order, as the
+// traversal would have, and follows the tree; when it reaches a branch the entry has
+// not seen, the traversal runs with those draws given (evalCtx.pre: the source is not
+// drawn from twice) and the branch is added. So seeded runs are unchanged.
+//
+// One key mask per table and hook (wildCache.masks): the union of what the traversals
+// there read since the ruleset's generation began (a key with more fields than needed
+// is still exact). An entry recorded under a smaller mask is not found under the
+// larger one; it is replaced when its slot fills again.
+//
+// Like the flow cache, entries are valid for one ruleset generation (Emulator.gen), and
+// traversals with a trace, dry runs and interpreted traversals neither use nor fill the
+// cache.
+
+// Fields a traversal may read besides those always in the key (evalCtx.reads).
+const (
+	rdSrc uint16 = 1 << iota
+	rdDst
+	rdSport
+	rdDport
+	rdFlags
+	rdICMP // type and code
+	rdIn
+	rdOut
+	rdTTL
+	rdTuples // the conntrack tuples
+)
+
+// wildSize is the number of wildcard cache entries per emulator (direct-mapped).
+const wildSize = 64
+
+// wkey is a packet as an entry's key holds it: the fields outside mask are zero, and
+// ext, the fields few traversals read, counts only when mask has one of them (rdExt).
+type wkey struct {
+	wcore
+	ext wext
+}
+
+type wcore struct {
+	mask                       uint16
+	proto, flags, icmpT, icmpC uint8
+	ttl                        uint8
+	frag, ctReply              bool
+	ctState                    netfilter.CtState
+	ctStatus                   netfilter.CtStatus
+	sport, dport               uint16
+	mark, ctMark               uint32
+	src, dst                   netip.Addr
+}
+
+type wext struct {
+	in, out     string
+	orig, reply netfilter.Tuple
+}
+
+// rdExt are the reads whose fields are in wkey.ext.
+const rdExt = rdIn | rdOut | rdTuples
+
+// equal reports whether k and o are the same key.
+func (k *wkey) equal(o *wkey) bool {
+	return k.wcore == o.wcore && (k.mask&rdExt == 0 || k.ext == o.ext)
+}
+
+// keyIn fills k with q's fields under mask.
+func (k *wkey) keyIn(q *Packet, mask uint16) {
+	k.wcore = wcore{mask: mask, proto: q.Proto, frag: q.Fragment, ctReply: q.CT.Reply, ctState: q.CT.State,
+		ctStatus: q.CT.Status, mark: q.Mark, ctMark: q.CT.Mark}
+	if mask&rdSrc != 0 {
+		k.src = q.Src
+	}
+	if mask&rdDst != 0 {
+		k.dst = q.Dst
+	}
+	if mask&rdSport != 0 {
+		k.sport = q.SrcPort
+	}
+	if mask&rdDport != 0 {
+		k.dport = q.DstPort
+	}
+	if mask&rdFlags != 0 {
+		k.flags = q.TCPFlags
+	}
+	if mask&rdICMP != 0 {
+		k.icmpT, k.icmpC = q.ICMPType, q.ICMPCode
+	}
+	if mask&rdTTL != 0 {
+		k.ttl = q.TTL
+	}
+	if mask&rdExt != 0 {
+		k.ext = wext{}
+		if mask&rdIn != 0 {
+			k.ext.in = q.InIface
+		}
+		if mask&rdOut != 0 {
+			k.ext.out = q.OutIface
+		}
+		if mask&rdTuples != 0 {
+			k.ext.orig, k.ext.reply = q.CT.Orig, q.CT.ReplyTuple
+		}
+	}
+}
+
+// hash returns k's hash, for the slot (b: the table and hook's bit).
+func (k *wkey) hash(b int) uint64 {
+	h := uint64(b) | uint64(k.mask)<<8 | uint64(k.proto)<<24 | uint64(k.ctState)<<32 | uint64(k.dport)<<40 | uint64(k.flags)<<56
+	h ^= (uint64(k.mark) | uint64(k.ctMark)<<32) * 0x9e3779b97f4a7c15
+	h ^= (uint64(k.sport) | uint64(k.ctStatus)<<16 | uint64(k.icmpT)<<32 | uint64(k.icmpC)<<40 | uint64(k.ttl)<<48 | uint64(b2i(k.ctReply))<<56 | uint64(b2i(k.frag))<<57) * 0xd6e8feb86659fd93
+	if k.src.IsValid() {
+		s := k.src.As16()
+		h ^= (uint64(s[8])<<56 | uint64(s[9])<<48 | uint64(s[10])<<40 | uint64(s[11])<<32 | uint64(s[12])<<24 | uint64(s[13])<<16 | uint64(s[14])<<8 | uint64(s[15])) * 0xc2b2ae3d27d4eb4f
+	}
+	if k.dst.IsValid() {
+		d := k.dst.As16()
+		h ^= (uint64(d[8])<<56 | uint64(d[9])<<48 | uint64(d[10])<<40 | uint64(d[11])<<32 | uint64(d[12])<<24 | uint64(d[13])<<16 | uint64(d[14])<<8 | uint64(d[15])) * 0x165667b19e3779f9
+	}
+	if k.mask&rdExt != 0 {
+		h ^= uint64(len(k.ext.in))<<3 ^ uint64(len(k.ext.out))<<11
+	}
+	h *= 0xff51afd7ed558ccd
+	return h ^ h>>31
+}
+
+// wnode is a node of an entry's draw tree: a draw with probability p whose outcomes
+// lead to kid[0] (not taken) and kid[1] (taken), each a node's index+1 (0: not seen
+// yet), or, when leaf > 0, the outcome leaves[leaf-1].
+type wnode struct {
+	d    wdraw // the draw (its v unused)
+	kid  [2]int32
+	leaf int32
+}
+
+// wleaf is one traversal's outcome.
+type wleaf struct {
+	v            TableVerdict
+	mark, ctMark uint32
+	ctState      netfilter.CtState
+	ctStatus     netfilter.CtStatus
+	src, dst     netip.Addr
+	dport        uint16
+	rules        []*Rule // the rules it matched (counted)
+	policy       *Chain  // the built-in chain whose policy decided (nil: a rule)
+}
+
+type wildEnt struct {
+	gen    uint64 // 0: empty
+	bit    int
+	key    wkey
+	nodes  []wnode // nodes[0] is the root
+	leaves []wleaf
+}
+
+// wdraw is one of a traversal's questions whose answer is not in the packet, with the
+// answer v: a draw from the random source with probability p (kind drawChance), or an
+// addrtype test (drawAddr4, drawAddr6: is a of a type in mask, on iface), whose
+// answer is the host's.
+type wdraw struct {
+	p     float64
+	a     netip.Addr
+	iface string
+	mask  AddrType
+	kind  uint8
+	v     bool
+}
+
+// The kinds of draws.
+const (
+	drawChance uint8 = iota
+	drawAddr4
+	drawAddr6
+)
+
+// same reports whether d and o ask the same question.
+func (d *wdraw) same(o *wdraw) bool {
+	return d.kind == o.kind && d.p == o.p && d.a == o.a && d.iface == o.iface && d.mask == o.mask
+}
+
+// ask answers the question d asks, as a traversal would: the random source is drawn
+// from as evalCtx.chance draws, the host asked as AddrTypeMatch.eval asks.
+func (d *wdraw) ask(env Env) bool {
+	switch d.kind {
+	case drawAddr4:
+		return addrTypeMatch(env, d.a, d.iface, d.mask)
+	case drawAddr6:
+		return addrTypeMatch6(env, d.a, d.iface, d.mask)
+	}
+	ch := envChooser{env}
+	return ch.chance(d.p)
+}
+
+type wildCache struct {
+	ents  [wildSize]wildEnt
+	masks [40]uint16 // per table and hook bit: the key mask (valid for mgen)
+	mgen  [40]uint64
+	pre   []wdraw // a lookup's draws (the traversal after a partial hit replays them)
+}
+
+// wildMiss is what RunTable keeps of a missed lookup for filling the cache after the
+// traversal.
+type wildMiss struct {
+	b   int
+	in  Packet   // the packet as it entered
+	ent *wildEnt // the entry whose tree the lookup followed (nil: no entry for the key)
+	pre []wdraw  // the draws the lookup made (given to the traversal)
+}
+
+// wildMask returns the key mask of table and hook bit b for the current generation.
+func (w *wildCache) wildMask(gen uint64, b int) uint16 {
+	if w.mgen[b] != gen {
+		w.mgen[b], w.masks[b] = gen, 0
+	}
+	return w.masks[b]
+}
+
+// wildLookup looks q up at table and hook bit b. On a hit it replays the outcome (the
+// counters, the packet's changes) and returns it with true. On a miss it fills m for
+// wildFill; the draws it made are in m.pre.
+func (e *Emulator) wildLookup(env Env, b int, q *Packet, m *wildMiss) (TableVerdict, bool) {
+	if e.wild == nil {
+		e.wild = new(wildCache)
+	}
+	w := e.wild
+	var k wkey
+	k.keyIn(q, w.wildMask(e.gen, b))
+	ent := &w.ents[k.hash(b)>>58&(wildSize-1)]
+	m.b, m.ent, m.pre = b, nil, w.pre[:0]
+	if ent.gen == e.gen && ent.bit == b && ent.key.equal(&k) {
+		for n := &ent.nodes[0]; ; {
+			if n.leaf > 0 {
+				e.wildHits++
+				if len(m.pre) > 0 {
+					e.wildDrawHits++
+				}
+				w.pre = m.pre // its storage, grown
+				return ent.leaves[n.leaf-1].replay(q, k.mask), true
+			}
+			d := n.d
+			d.v = d.ask(env)
+			v := d.v
+			m.pre = append(m.pre, d)
+			next := n.kid[b2i(v)]
+			if next == 0 {
+				m.ent = ent
+				break
+			}
+			n = &ent.nodes[next-1]
+		}
+	}
+	w.pre = m.pre
+	m.in = *q
+	return TableVerdict{}, false
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// replay applies the outcome to q, as the traversal would, and returns its verdict.
+func (l *wleaf) replay(q *Packet, mask uint16) TableVerdict {
+	n := uint64(q.Len)
+	for _, r := range l.rules {
+		r.Counters.Packets++
+		r.Counters.Bytes += n
+	}
+	if p := l.policy; p != nil {
+		p.Counters.Packets++
+		p.Counters.Bytes += n
+	}
+	q.Mark, q.CT.Mark, q.CT.State, q.CT.Status = l.mark, l.ctMark, l.ctState, l.ctStatus
+	// A NAT target reads and writes these (so they are in the mask when one ran);
+	// when they are in the mask and nothing wrote them, the leaf holds the key's.
+	if mask&rdSrc != 0 {
+		q.Src = l.src
+	}
+	if mask&rdDst != 0 {
+		q.Dst = l.dst
+	}
+	if mask&rdDport != 0 {
+		q.DstPort = l.dport
+	}
+	return l.v
+}
+
+// wildFill keeps the traversal c just ran for m.in (which left q and gave v) when
+// nothing it read is outside what a key holds.
+func (e *Emulator) wildFill(c *evalCtx, m *wildMiss, q *Packet, v *TableVerdict) {
+	if c == nil || !c.compiled || c.dry || c.wildNo || c.tr != nil {
+		return
+	}
+	w := e.wild
+	mask := w.wildMask(e.gen, m.b) | c.reads
+	w.masks[m.b] = mask
+	ent := m.ent
+	if ent == nil || ent.key.mask != mask || ent.gen != e.gen || ent.bit != m.b {
+		// A new entry (or one whose key needs more fields now: it starts again).
+		var k wkey
+		k.keyIn(&m.in, mask)
+		ent = &w.ents[k.hash(m.b)>>58&(wildSize-1)]
+		if ent.gen != e.gen || ent.bit != m.b || !ent.key.equal(&k) {
+			ent.gen, ent.bit, ent.key = e.gen, m.b, k
+			ent.nodes, ent.leaves = ent.nodes[:0], ent.leaves[:0]
+		}
+	}
+	if !ent.add(c.draws) {
+		return // the path is there already
+	}
+	// The new leaf is the last node added.
+	l := ent.newLeaf()
+	ent.nodes[len(ent.nodes)-1].leaf = int32(len(ent.leaves))
+	l.v = *v
+	l.mark, l.ctMark, l.ctState, l.ctStatus = q.Mark, q.CT.Mark, q.CT.State, q.CT.Status
+	l.src, l.dst, l.dport = q.Src, q.Dst, q.DstPort
+	l.rules = append(l.rules[:0], c.counted...)
+	l.policy = c.policyHit
+}
+
+// newLeaf appends a leaf, reusing an old one's rules slice.
+func (ent *wildEnt) newLeaf() *wleaf {
+	if len(ent.leaves) < cap(ent.leaves) {
+		ent.leaves = ent.leaves[:len(ent.leaves)+1]
+		l := &ent.leaves[len(ent.leaves)-1]
+		rules := l.rules
+		*l = wleaf{rules: rules[:0]}
+		return l
+	}
+	ent.leaves = append(ent.leaves, wleaf{})
+	return &ent.leaves[len(ent.leaves)-1]
+}
+
+// add adds the path of draws d to the entry's tree, ending at a new node the caller
+// makes a leaf; false when the tree holds the path already. A tree that disagrees
+// with d (a leaf where d draws, another probability) cannot come from traversals of
+// packets agreeing on the key; it is emptied and holds d alone.
+func (ent *wildEnt) add(d []wdraw) bool {
+	if len(ent.nodes) == 0 {
+		ent.chain(d)
+		return true
+	}
+	n := int32(0)
+	for i, dr := range d {
+		nd := &ent.nodes[n]
+		if nd.leaf > 0 || !nd.d.same(&dr) {
+			ent.nodes, ent.leaves = ent.nodes[:0], ent.leaves[:0]
+			ent.chain(d)
+			return true
+		}
+		next := nd.kid[b2i(dr.v)]
+		if next == 0 {
+			nd.kid[b2i(dr.v)] = int32(len(ent.nodes)) + 1
+			ent.chain(d[i+1:])
+			return true
+		}
+		n = next - 1
+	}
+	if ent.nodes[n].leaf == 0 {
+		ent.nodes, ent.leaves = ent.nodes[:0], ent.leaves[:0]
+		ent.chain(d)
+		return true
+	}
+	return false
+}
+
+// chain appends a node per draw of d, each the previous one's child on its outcome,
+// and a last node (the leaf's).
+func (ent *wildEnt) chain(d []wdraw) {
+	for _, dr := range d {
+		nd := wnode{d: dr}
+		nd.kid[b2i(dr.v)] = int32(len(ent.nodes)) + 2
+		ent.nodes = append(ent.nodes, nd)
+	}
+	ent.nodes = append(ent.nodes, wnode{})
+}
+
+// matchReads returns the packet fields a pure match module reads beyond those always
+// in a key, and false for a module whose outcome the key cannot hold.
+func matchReads(m Match) (uint16, bool) {
+	switch m := m.(type) {
+	case *CommentMatch, *StateMatch, *MarkMatch, *AddrTypeMatch: // addrtype: reads and draws in evalCtx.addrType
+		return 0, true
+	case *ICMPMatch:
+		return rdICMP, true
+	case *IPRangeMatch:
+		return rdSrc | rdDst, true
+	case *MultiportMatch, *UDPMatch, *SCTPMatch:
+		return rdSport | rdDport, true
+	case *TCPMatch:
+		return rdSport | rdDport | rdFlags, true
+	case *StatisticMatch:
+		return 0, !m.Nth // random: a draw (the tree); nth: a counter
+	case *ConntrackMatch:
+		if m.Expire != nil {
+			return 0, false
+		}
+		if m.OrigSrc != nil || m.OrigDst != nil || m.ReplSrc != nil || m.ReplDst != nil ||
+			m.OrigSrcPort != nil || m.OrigDstPort != nil || m.ReplSrcPort != nil || m.ReplDstPort != nil {
+			// A first packet's tuples are its own (Packet.origTuple).
+			return rdTuples | rdSrc | rdDst | rdSport | rdDport, true
+		}
+		return 0, true
+	}
+	return 0, false
+}
+
+// ruleReads returns what matchRule reads of the packet for r's header and matches
+// (all of them: a superset of what one evaluation reads).
+func (c *evalCtx) ruleReads(r *Rule) {
+	if r.Src.IsSet() {
+		c.reads |= rdSrc
+	}
+	if r.Dst.IsSet() {
+		c.reads |= rdDst
+	}
+	if r.InIface.Name != "" {
+		c.reads |= rdIn
+	}
+	if r.OutIface.Name != "" {
+		c.reads |= rdOut
+	}
+	for _, m := range r.Matches {
+		rd, ok := matchReads(m)
+		c.reads |= rd
+		if !ok {
+			c.wildNo = true
+		}
+	}
+}
+
+// WildCache turns RunTable's wildcard cache on (the default) or off (tests compare).
+func (e *Emulator) WildCache(on bool) {
+	e.mu.Lock()
+	e.noWild = !on
+	e.gen++
+	e.mu.Unlock()
+}
+
+// addrType is AddrTypeMatch's test of a (the packet's field rd) against mask on iface,
+// recorded for the wildcard cache as a draw whose answer is the host's.
+func (c *evalCtx) addrType(six bool, a netip.Addr, rd uint16, iface string, mask AddrType) bool {
+	c.reads |= rd | rdDst // rdDst: the family (Packet.Family)
+	if iface != "" {
+		c.reads |= rdIn | rdOut
+	}
+	d := wdraw{a: a, iface: iface, mask: mask, kind: drawAddr4}
+	if six {
+		d.kind = drawAddr6
+	}
+	if c.npre < len(c.pre) {
+		p := &c.pre[c.npre]
+		c.npre++
+		if !p.same(&d) {
+			c.wildNo = true // cannot happen: the key holds all that led here
+		}
+		d.v = p.v
+	} else {
+		d.v = d.ask(c.env)
+	}
+	if c.wild {
+		c.draws = append(c.draws, d)
+	}
+	return d.v
+}
