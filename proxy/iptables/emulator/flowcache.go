@@ -89,15 +89,7 @@ func (f *flowEnt) hit(gen uint64, b int, q *Packet) bool {
 // replay applies the entry's outcome to q, as the traversal would, and returns its
 // verdict.
 func (f *flowEnt) replay(q *Packet) TableVerdict {
-	n := uint64(q.Len)
-	for _, r := range f.rules {
-		r.Counters.Packets++
-		r.Counters.Bytes += n
-	}
-	if p := f.policy; p != nil {
-		p.Counters.Packets++
-		p.Counters.Bytes += n
-	}
+	countReplay(f.rules, f.policy, uint64(q.Len))
 	q.Mark, q.CT.Mark, q.CT.State = f.mark, f.ctMark, f.ctState
 	return TableVerdict{Verdict: f.verdict, RejectWith: f.rejectWith, Reject: f.reject, Reason: f.reason}
 }
@@ -147,4 +139,18 @@ func (e *Emulator) FlowCache(on bool) {
 	e.noFlowCache = !on
 	e.gen++
 	e.mu.Unlock()
+}
+
+// countReplay bumps the counters a cached traversal matched, rules and the built-in
+// chain whose policy decided (nil: a rule decided), by one packet of n bytes, as the
+// traversal would have.
+func countReplay(rules []*Rule, policy *Chain, n uint64) {
+	for _, r := range rules {
+		r.Counters.Packets++
+		r.Counters.Bytes += n
+	}
+	if policy != nil {
+		policy.Counters.Packets++
+		policy.Counters.Bytes += n
+	}
 }

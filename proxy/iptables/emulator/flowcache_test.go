@@ -23,25 +23,31 @@ func (dryStaticEnv) DryRun() bool { return true }
 // probability that draws from the random source, nth every 2 or 3 packets, --ctexpire
 // with a range that some of the packets' CT.Expire values are in and others are not.
 func genCacheRule(t *rapid.T, f Family, plan chainPlan) *Rule {
+	return genRuleKeeping(t, f, plan, func(m Match) bool {
+		c, ok := m.(*ConntrackMatch)
+		if ok && c.Expire != nil {
+			c.Expire.Min, c.Expire.Max = 60, 100000
+		}
+		return ok
+	})
+}
+
+// genRuleKeeping is genRule with only its pure matches (pureMatch), its statistic
+// matches (nth every 2 or 3 packets; random with a probability that draws) and the
+// matches keep keeps (keep may adjust them).
+func genRuleKeeping(t *rapid.T, f Family, plan chainPlan, keep func(Match) bool) *Rule {
 	r := genRule(t, f, plan)
 	var ms []Match
 	for _, m := range r.Matches {
-		switch m := m.(type) {
-		case *StatisticMatch:
-			if m.Nth {
-				m.Every = rapid.Uint32Range(2, 3).Draw(t, "every")
-				m.Packet = rapid.Uint32Range(0, m.Every-1).Draw(t, "packet")
+		if s, ok := m.(*StatisticMatch); ok {
+			if s.Nth {
+				s.Every = rapid.Uint32Range(2, 3).Draw(t, "every")
+				s.Packet = rapid.Uint32Range(0, s.Every-1).Draw(t, "packet")
 			} else {
-				m.Probability = rapid.SampledFrom([]uint32{1 << 29, 1 << 30, 3 << 29}).Draw(t, "probability")
+				s.Probability = rapid.SampledFrom([]uint32{1 << 29, 1 << 30, 3 << 29}).Draw(t, "probability")
 			}
-		case *ConntrackMatch:
-			if m.Expire != nil {
-				m.Expire.Min, m.Expire.Max = 60, 100000
-			}
-		default:
-			if !pureMatch(m) {
-				continue
-			}
+		} else if !keep(m) && !pureMatch(m) {
+			continue
 		}
 		ms = append(ms, m)
 	}

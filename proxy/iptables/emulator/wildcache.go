@@ -293,15 +293,7 @@ func b2i(v bool) int {
 
 // replay applies the outcome to q, as the traversal would, and returns its verdict.
 func (l *wleaf) replay(q *Packet, mask uint16) TableVerdict {
-	n := uint64(q.Len)
-	for _, r := range l.rules {
-		r.Counters.Packets++
-		r.Counters.Bytes += n
-	}
-	if p := l.policy; p != nil {
-		p.Counters.Packets++
-		p.Counters.Bytes += n
-	}
+	countReplay(l.rules, l.policy, uint64(q.Len))
 	q.Mark, q.CT.Mark, q.CT.State, q.CT.Status = l.mark, l.ctMark, l.ctState, l.ctStatus
 	// A NAT target reads and writes these (so they are in the mask when one ran);
 	// when they are in the mask and nothing wrote them, the leaf holds the key's.

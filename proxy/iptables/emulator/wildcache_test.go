@@ -17,27 +17,10 @@ import (
 // evaluated (pure ones, statistic in random mode, addrtype) and, of the others, nth
 // (which a cached traversal must not have evaluated), with probabilities that draw.
 func genWildRule(t *rapid.T, f Family, plan chainPlan) *Rule {
-	r := genRule(t, f, plan)
-	var ms []Match
-	for _, m := range r.Matches {
-		switch m := m.(type) {
-		case *StatisticMatch:
-			if m.Nth {
-				m.Every = rapid.Uint32Range(2, 3).Draw(t, "every")
-				m.Packet = rapid.Uint32Range(0, m.Every-1).Draw(t, "packet")
-			} else {
-				m.Probability = rapid.SampledFrom([]uint32{1 << 29, 1 << 30, 3 << 29}).Draw(t, "probability")
-			}
-		case *AddrTypeMatch:
-		default:
-			if !pureMatch(m) {
-				continue
-			}
-		}
-		ms = append(ms, m)
-	}
-	r.Matches = ms
-	return r
+	return genRuleKeeping(t, f, plan, func(m Match) bool {
+		_, ok := m.(*AddrTypeMatch)
+		return ok
+	})
 }
 
 // genFieldRuleset draws the text of a ruleset whose rules each test one packet field
