@@ -119,19 +119,8 @@ func TestFlowCacheSameAsTraversal(t *testing.T) {
 						p.CT.Orig = netfilter.Tuple{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort}
 						p.CT.ReplyTuple = p.CT.Orig.Invert()
 					}
-					// Mostly a table the ruleset has (one it lacks accepts at once).
 					h := rapid.SampledFrom(hooks).Draw(t, "hook")
-					tables := TablesAt(h)
-					var has []string
-					for _, name := range tables {
-						if es[0].HasTable(name) {
-							has = append(has, name)
-						}
-					}
-					if len(has) > 0 && rapid.IntRange(0, 9).Draw(t, "absent table") != 5 {
-						tables = has
-					}
-					pool = append(pool, entry{p, rapid.SampledFrom(tables).Draw(t, "table"), h})
+					pool = append(pool, entry{p, drawTable(t, es[0], h, true), h})
 				}
 				compare := func(when string) {
 					if a, b := string(es[0].SaveCounters()), string(es[1].SaveCounters()); a != b {
@@ -191,16 +180,7 @@ func TestFlowCacheSameAsTraversal(t *testing.T) {
 							p0.CT.Mark ^= 1
 						}
 						dry := rapid.IntRange(0, 19).Draw(t, "dry") == 10
-						var got [2]string
-						for i, e := range es {
-							p := p0
-							var env Env = envs[i]
-							if dry {
-								env = dryStaticEnv{envs[i]}
-							}
-							v := e.RunTable(env, table, h, &p, nil)
-							got[i] = fmt.Sprintf("%s|%+v|next draw %d", describeVerdict(v), p, envs[i].Rand.Uint64())
-						}
+						got := runTwins(es, envs, dry, table, h, p0)
 						if got[0] != got[1] {
 							t.Fatalf("step %d: %s %s, packet %+v:\ncached:    %s\ntraversed: %s", step, table, h, p0, got[0], got[1])
 						}
@@ -313,4 +293,37 @@ func BenchmarkRunTableForward(b *testing.B) {
 			})
 		}
 	}
+}
+
+// drawTable draws a table at hook h, mostly one e has (one it lacks accepts at once);
+// with absent, one in ten draws may be any of the hook's tables.
+func drawTable(t *rapid.T, e *Emulator, h netfilter.Hook, absent bool) string {
+	tables := TablesAt(h)
+	var has []string
+	for _, name := range tables {
+		if e.HasTable(name) {
+			has = append(has, name)
+		}
+	}
+	if len(has) > 0 && (!absent || rapid.IntRange(0, 9).Draw(t, "absent table") != 5) {
+		tables = has
+	}
+	return rapid.SampledFrom(tables).Draw(t, "table")
+}
+
+// runTwins runs table at hook h on a copy of p0 in both twins (cached, traversed),
+// as what-ifs when dry, and returns what each answered: the verdict, the packet as
+// the table left it and the next number of its random source.
+func runTwins(es [2]*Emulator, envs [2]*StaticEnv, dry bool, table string, h netfilter.Hook, p0 Packet) [2]string {
+	var got [2]string
+	for i, e := range es {
+		p := p0
+		var env Env = envs[i]
+		if dry {
+			env = dryStaticEnv{envs[i]}
+		}
+		v := e.RunTable(env, table, h, &p, nil)
+		got[i] = fmt.Sprintf("%s|%+v|next draw %d", describeVerdict(v), p, envs[i].Rand.Uint64())
+	}
+	return got
 }

@@ -248,17 +248,7 @@ func TestWildCacheSameAsTraversal(t *testing.T) {
 						}
 					}
 					h := rapid.SampledFrom(hooks).Draw(t, "hook")
-					tables := TablesAt(h)
-					var has []string
-					for _, name := range tables {
-						if es[0].HasTable(name) {
-							has = append(has, name)
-						}
-					}
-					if len(has) > 0 {
-						tables = has
-					}
-					pool = append(pool, entry{p, rapid.SampledFrom(tables).Draw(t, "table"), h})
+					pool = append(pool, entry{p, drawTable(t, es[0], h, false), h})
 				}
 				compare := func(when string) {
 					if a, b := string(es[0].SaveCounters()), string(es[1].SaveCounters()); a != b {
@@ -329,16 +319,7 @@ func TestWildCacheSameAsTraversal(t *testing.T) {
 						dry := rapid.IntRange(0, 29).Draw(t, "dry") == 10
 						before := es[0].wildHits
 						beforeDraws := es[0].wildDrawHits
-						var got [2]string
-						for i, e := range es {
-							p := p0
-							var env Env = envs[i]
-							if dry {
-								env = dryStaticEnv{envs[i]}
-							}
-							v := e.RunTable(env, table, h, &p, nil)
-							got[i] = fmt.Sprintf("%s|%+v|next draw %d", describeVerdict(v), p, envs[i].Rand.Uint64())
-						}
+						got := runTwins(es, envs, dry, table, h, p0)
 						if got[0] != got[1] {
 							t.Fatalf("step %d: %s %s, packet %+v (answered by the wildcard cache: %t):\ncached:    %s\ntraversed: %s",
 								step, table, h, p0, es[0].wildHits != before, got[0], got[1])
