@@ -89,7 +89,7 @@ func (f *flowEnt) hit(gen uint64, b int, q *Packet) bool {
 // replay applies the entry's outcome to q, as the traversal would, and returns its
 // verdict.
 func (f *flowEnt) replay(q *Packet) TableVerdict {
-	countReplay(f.rules, f.policy, uint64(q.Len))
+	countReplay(f.rules, f.policy, 1, uint64(q.Len))
 	q.Mark, q.CT.Mark, q.CT.State = f.mark, f.ctMark, f.ctState
 	return TableVerdict{Verdict: f.verdict, RejectWith: f.rejectWith, Reject: f.reject, Reason: f.reason}
 }
@@ -142,15 +142,15 @@ func (e *Emulator) FlowCache(on bool) {
 }
 
 // countReplay bumps the counters a cached traversal matched, rules and the built-in
-// chain whose policy decided (nil: a rule decided), by one packet of n bytes, as the
-// traversal would have.
-func countReplay(rules []*Rule, policy *Chain, n uint64) {
+// chain whose policy decided (nil: a rule decided), by packets packets of bytes bytes
+// in all, as the traversals would have.
+func countReplay(rules []*Rule, policy *Chain, packets, bytes uint64) {
 	for _, r := range rules {
-		r.Counters.Packets++
-		r.Counters.Bytes += n
+		r.Counters.Packets += packets
+		r.Counters.Bytes += bytes
 	}
 	if policy != nil {
-		policy.Counters.Packets++
-		policy.Counters.Bytes += n
+		policy.Counters.Packets += packets
+		policy.Counters.Bytes += bytes
 	}
 }

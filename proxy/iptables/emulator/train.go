@@ -68,22 +68,8 @@ func (e *Emulator) PeekTrain(table string, hook netfilter.Hook, mid, last TrainS
 // would have, one after the other.
 func (e *Emulator) CommitTrain(st *TrainStash) {
 	e.mu.Lock()
-	for _, r := range st.mid {
-		r.Counters.Packets += st.midN
-		r.Counters.Bytes += st.midBytes
-	}
-	if p := st.midPol; p != nil {
-		p.Counters.Packets += st.midN
-		p.Counters.Bytes += st.midBytes
-	}
-	for _, r := range st.last {
-		r.Counters.Packets++
-		r.Counters.Bytes += st.lastLen
-	}
-	if p := st.lastPol; p != nil {
-		p.Counters.Packets++
-		p.Counters.Bytes += st.lastLen
-	}
+	countReplay(st.mid, st.midPol, st.midN, st.midBytes)
+	countReplay(st.last, st.lastPol, 1, st.lastLen)
 	e.flowHits += st.midN + 1
 	e.mu.Unlock()
 }

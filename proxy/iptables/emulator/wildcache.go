@@ -293,7 +293,7 @@ func b2i(v bool) int {
 
 // replay applies the outcome to q, as the traversal would, and returns its verdict.
 func (l *wleaf) replay(q *Packet, mask uint16) TableVerdict {
-	countReplay(l.rules, l.policy, uint64(q.Len))
+	countReplay(l.rules, l.policy, 1, uint64(q.Len))
 	q.Mark, q.CT.Mark, q.CT.State, q.CT.Status = l.mark, l.ctMark, l.ctState, l.ctStatus
 	// A NAT target reads and writes these (so they are in the mask when one ran);
 	// when they are in the mask and nothing wrote them, the leaf holds the key's.
