@@ -28,7 +28,9 @@ import (
 //     of the entry (state, status), so that each segment's hooks would see the same;
 //   - a handler answers for the train only as a TrainHandler (the iptables emulator:
 //     when its flow cache holds the traversal of both of the train's shapes, the mid
-//     segments' flags and the last's, with the same outcome); any other handler the
+//     segments' flags and the last's, with the same outcome; the nftables evaluator's
+//     base chains, when one evaluation per shape draws no random number, updates no
+//     set and meets the same outcome); any other handler the
 //     train meets, a handler's no, a verdict other than Continue, a connection's first
 //     packet (NAT handlers), an untracked or related packet, a route that does not
 //     forward (local delivery, no route, no neighbour, hairpin off), a TTL that would

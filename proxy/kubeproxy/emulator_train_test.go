@@ -22,13 +22,59 @@ import (
 // counters advance by a train's segments and their bytes (emulator_train.go), as
 // conntrack's do.
 func TestTrainsThroughIPTables(t *testing.T) {
+	trainsThroughMode(t, IPTables, nil, func(t *testing.T, n *cluster.Node) string {
+		for _, l := range strings.Split(string(Emulator(n, netip.Addr{}).SaveCounters("filter")), "\n") {
+			if strings.Contains(l, "-A FORWARD") && strings.Contains(l, "-j KUBE-FORWARD") {
+				return l
+			}
+		}
+		return ""
+	})
+}
+
+// Trains through the nftables mode, as through the iptables mode above: kube-proxy's
+// base chains answer for trains (nftHandler.PeekTrain), and a counter in a base chain
+// of another table at the forward hook, added on each node, counts exactly the packets
+// and bytes conntrack counted.
+func TestTrainsThroughNFTables(t *testing.T) {
+	const table = "table ip trains {\n\tchain fwd {\n\t\ttype filter hook forward priority 10; policy accept;\n\t\tmeta l4proto tcp counter\n\t}\n}\n"
+	trainsThroughMode(t, NFTables, func(t *testing.T, n *cluster.Node) {
+		p := n.Proxy().(*nftablesProxy)
+		if err := p.emu.ApplyScript([]byte(table), "trains"); err != nil {
+			t.Fatal(err)
+		}
+		p.att.Sync()
+	}, func(t *testing.T, n *cluster.Node) string {
+		for _, l := range strings.Split(NFTEmulator(n).String(), "\n") {
+			if l = strings.TrimSpace(l); strings.HasPrefix(l, "meta l4proto tcp counter") {
+				var pkts, bytes uint64
+				if _, err := fmt.Sscanf(l, "meta l4proto tcp counter packets %d bytes %d", &pkts, &bytes); err != nil {
+					t.Fatalf("%q: %v", l, err)
+				}
+				return fmt.Sprintf("[%d:%d] %s", pkts, bytes, l)
+			}
+		}
+		return ""
+	})
+}
+
+// trainsThroughMode sends 2 MiB from a client pod through a ClusterIP to a backend on
+// the other node, in the mode, with trains and without; setup (may be nil) runs on each
+// node first; counted returns a node's counter of the flow's forwarded packets as
+// "[packets:bytes] ...".
+func trainsThroughMode(t *testing.T, mode Mode, setup func(*testing.T, *cluster.Node), counted func(*testing.T, *cluster.Node) string) {
 	for _, noTrains := range []bool{false, true} {
 		t.Run(fmt.Sprintf("NoTrains=%v", noTrains), func(t *testing.T) {
-			c, err := cluster.New(cluster.Config{Seed: 11, NoTrains: noTrains, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}}, Proxy: Factory(Options{Mode: IPTables})})
+			c, err := cluster.New(cluster.Config{Seed: 11, NoTrains: noTrains, Nodes: []cluster.NodeConfig{{Name: "node-a"}, {Name: "node-b"}}, Proxy: Factory(Options{Mode: mode})})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(c.Close)
+			if setup != nil {
+				for _, name := range []string{"node-a", "node-b"} {
+					setup(t, c.Node(name))
+				}
+			}
 			if err := c.Apply(service.NewService("default/bulk", service.Selector("app=bulk"), service.Port("", 80, 9000))); err != nil {
 				t.Fatal(err)
 			}
@@ -103,14 +149,9 @@ func TestTrainsThroughIPTables(t *testing.T) {
 						bytes += e.Bytes[0] + e.Bytes[1]
 					}
 				}
-				jump := ""
-				for _, l := range strings.Split(string(Emulator(n, netip.Addr{}).SaveCounters("filter")), "\n") {
-					if strings.Contains(l, "-A FORWARD") && strings.Contains(l, "-j KUBE-FORWARD") {
-						jump = l
-					}
-				}
+				jump := counted(t, n)
 				if want := fmt.Sprintf("[%d:%d] ", pkts, bytes); !strings.HasPrefix(jump, want) {
-					t.Errorf("%s: FORWARD's jump to KUBE-FORWARD counts %q, conntrack %s", name, jump, want)
+					t.Errorf("%s: the counter of forwarded packets reads %q, conntrack %s", name, jump, want)
 				}
 				if pkts < total/1448 {
 					t.Errorf("%s: conntrack counted %d packets for %d bytes", name, pkts, total)

@@ -132,6 +132,51 @@ type nftHandler struct {
 	e  *nftemu.Emulator
 	bc nftemu.BaseChain
 	q  nftemu.Packet
+	// train is the state between PeekTrain and CommitTrain (nil until a first train).
+	train *nftTrain
+}
+
+// nftTrain is an nftHandler's state between netsim's PeekTrain and CommitTrain calls
+// (both under the node's lock).
+type nftTrain struct {
+	mid, last nftemu.Packet
+	stash     nftemu.TrainStash
+}
+
+var _ netsim.TrainHandler = (*nftHandler)(nil)
+
+// PeekTrain implements netsim.TrainHandler: the base chain answers for a train when
+// evaluating it once for the mid segments' shape and once for the last's changes nothing
+// a segment's evaluation would not (nftemu.Emulator.PeekTrain) and lets both continue
+// alike; a traced or dry-run packet does not answer.
+func (h *nftHandler) PeekTrain(ctx *netsim.Context, p *netsim.Packet, t netsim.Train) (netsim.Verdict, bool) {
+	if !h.bc.Family.Sees(p.IPv6) {
+		return netsim.VerdictContinue, true
+	}
+	if ctx.Tracing() || ctx.DryRun() {
+		return netsim.Verdict{}, false
+	}
+	if h.train == nil {
+		h.train = new(nftTrain)
+	}
+	tr := h.train
+	nftFromNetsim(&tr.mid, p, ctx, h.bc.Priority)
+	tr.last = tr.mid
+	tr.mid.TCPFlags, tr.mid.Len = t.Flags, t.Len
+	tr.last.Len = t.LastLen
+	v, ok := h.e.PeekTrain(nftEnv{ctx}, h.bc, nftemu.TrainShape{P: &tr.mid, N: t.Segments - 1}, nftemu.TrainShape{P: &tr.last, N: 1}, &tr.stash)
+	if !ok || v.Decided() {
+		return netsim.Verdict{}, false
+	}
+	p.Mark = tr.mid.Mark
+	return netsim.VerdictContinue, true
+}
+
+// CommitTrain implements netsim.TrainHandler.
+func (h *nftHandler) CommitTrain() {
+	if h.train != nil {
+		h.e.CommitTrain(&h.train.stash)
+	}
 }
 
 // Handle implements netsim.Handler.

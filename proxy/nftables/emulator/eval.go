@@ -31,6 +31,8 @@ type evalCtx struct {
 	decChain string
 	// limit, in a walk, bounds the rules a path evaluates (nil: no bound).
 	limit *stepLimit
+	// peek, in PeekTrain, records counters instead of bumping them (nil: not a peek).
+	peek *peekRun
 }
 
 // stepLimit counts a walk path's rule evaluations over all its base chains: jumps
@@ -148,7 +150,9 @@ func (c *evalCtx) runRule(r *Rule) (fl flow, stop bool) {
 				c.detail(step, fmt.Sprintf("mark %#x", c.q.Mark))
 			}
 		case *CounterStmt:
-			if !c.env.DryRun() {
+			if p := c.peek; p != nil {
+				p.counts = append(p.counts, trainCount{c: s, packets: p.n, bytes: p.n * uint64(c.q.Len)})
+			} else if !c.env.DryRun() {
 				if s.obj != nil {
 					s.obj.Packets++
 					s.obj.Bytes += uint64(c.q.Len)
@@ -159,6 +163,9 @@ func (c *evalCtx) runRule(r *Rule) (fl flow, stop bool) {
 			}
 		case *LogStmt:
 		case *SetUpdateStmt:
+			if c.peek != nil {
+				c.peek.bad = true // each segment would add or refresh the element
+			}
 			if !c.update(s) {
 				return fNext, false
 			}
