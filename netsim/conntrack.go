@@ -1027,7 +1027,10 @@ func (t *Conntrack) tcpInWindow(c *Conn, dir int, p *Packet, s tcpSeg) bool {
 			sender.end, sender.maxend = end, end
 			sender.maxwin = max(win, 1)
 			sender.scale, sender.flags = tcpOptions(p)
-			if sender.flags&receiver.flags&tcpFlagWindowScale == 0 {
+			// RFC 1323: scaling only when both sides offer it, decided at the answer
+			// (the kernel's tcp_new takes a connection's first SYN, options and all,
+			// before tcp_in_window sees the other side).
+			if receiver.maxwin != 0 && sender.flags&receiver.flags&tcpFlagWindowScale == 0 {
 				sender.scale, receiver.scale = 0, 0
 			}
 			if !hasAck {

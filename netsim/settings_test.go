@@ -836,3 +836,61 @@ func TestOutputSeesOutInterface(t *testing.T) {
 		t.Errorf("OUTPUT saw out interfaces %v, want [nat:%s filter:%s]", seen, up, up)
 	}
 }
+
+// Window scaling in both directions, as the kernel's conntrack tracks it (tcp_new takes
+// the first SYN's options; the answer decides whether both sides scale): after a
+// handshake where both offer a window scale, a segment the server sends far beyond the
+// client's unscaled window but inside its scaled one is ESTABLISHED, and so is the
+// client's inside the server's; when the SYN-ACK offers none, neither side scales and
+// the same server segment is INVALID. (Conntrack once dropped the client's scale at its
+// SYN: every download through a Service of more than a window went INVALID.)
+func TestConntrackWindowScaleBothWays(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		synAck int8
+		want   netfilter.CtState
+	}{
+		{"both-scale", 7, netfilter.CtEstablished},
+		{"answer-without-scale", -1, netfilter.CtInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestCluster(t, threeNodes())
+			web := startPod(t, c, "node-b", "default/web", 8080)
+			client := startPod(t, c, "node-a", "default/client")
+			rec := &ctRecorder{}
+			c.Node("node-a").AddHandler(HandlerSpec{Name: "rec", Hook: netfilter.Forward, Priority: netfilter.PriorityFilter, Handler: rec})
+			dst := netip.AddrPortFrom(web.IP(), 8080)
+			src := netip.AddrPortFrom(client.IP(), 41000)
+			for _, step := range []struct {
+				from string
+				seg  TCPSegment
+			}{
+				{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPSyn, Seq: 1000, Window: 64240, WindowScale: 7}},
+				{"pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPSyn | netfilter.TCPAck, Seq: 5000, Ack: 1001, Window: 64240, WindowScale: tc.synAck}},
+				// The windows from here on are scaled (×128 where both scale): 1,000 is 128,000 bytes.
+				{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001, Ack: 5001, Window: 1000, WindowScale: -1}},
+				{"pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPAck, Seq: 5001, Ack: 1001, Window: 1000, WindowScale: -1}},
+			} {
+				if r, err := c.Inject(step.from, BuildTCP(step.seg), false); err != nil || r.Result != ResultDelivered {
+					t.Fatalf("handshake step %s: %v %v", TCPFlagString(step.seg.Flags), r.Outcome, err)
+				}
+			}
+			payload := make([]byte, 1000)
+			for _, step := range []struct {
+				from string
+				seg  TCPSegment
+			}{
+				{"pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPAck, Seq: 5001 + 100000, Ack: 1001, Window: 1000, WindowScale: -1, Payload: payload}},
+				{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001 + 100000, Ack: 5001, Window: 1000, WindowScale: -1, Payload: payload}},
+			} {
+				rec.states = nil
+				if _, err := c.Inject(step.from, BuildTCP(step.seg), false); err != nil {
+					t.Fatal(err)
+				}
+				if len(rec.states) != 1 || rec.states[0] != tc.want {
+					t.Errorf("%s's segment 100,000 bytes into a 128,000-byte scaled window: conntrack states %v, want [%v]", step.from, rec.states, tc.want)
+				}
+			}
+		})
+	}
+}
