@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/clusterlab/clusterlab/cluster"
 	"github.com/clusterlab/clusterlab/service"
 )
 
 // Trains through the iptables mode: 2 MiB over one connection through a ClusterIP,
-// client on node-a, backend on node-b, with trains and with every GSO packet cut at the
+// client on node-a, backend on node-b, and 1 MiB back, with trains and with every GSO packet cut at the
 // link (NoTrains). The bytes arrive intact; with trains most of them cross both nodes as
 // trains; and on both nodes, either way, the filter table's FORWARD jump to
 // KUBE-FORWARD (which every forwarded packet takes) counts exactly the packets and
@@ -24,6 +26,30 @@ import (
 func TestTrainsThroughIPTables(t *testing.T) {
 	trainsThroughMode(t, IPTables, nil, func(t *testing.T, n *cluster.Node) string {
 		for _, l := range strings.Split(string(Emulator(n, netip.Addr{}).SaveCounters("filter")), "\n") {
+			if strings.Contains(l, "-A FORWARD") && strings.Contains(l, "-j KUBE-FORWARD") {
+				return l
+			}
+		}
+		return ""
+	})
+}
+
+// Trains through the IPVS mode, as through the iptables mode above: IPVS's FORWARD
+// handler answers for trains (ipvsForward.PeekTrain). On node-a, where IPVS forwards
+// the connection (its SYN through INPUT, not FORWARD), the virtual service's packets
+// and bytes in and out are exactly conntrack's (the model sees every segment of a
+// train); on node-b the iptables rules around IPVS count them at FORWARD.
+func TestTrainsThroughIPVS(t *testing.T) {
+	trainsThroughMode(t, IPVS, nil, func(t *testing.T, n *cluster.Node) string {
+		if n.Name() == "node-a" {
+			var pkts, bytes uint64
+			for _, s := range IPVSModel(n).Traffic() {
+				pkts += s.Stats.InPkts + s.Stats.OutPkts
+				bytes += s.Stats.InBytes + s.Stats.OutBytes
+			}
+			return fmt.Sprintf("[%d:%d] IPVS in and out", pkts, bytes)
+		}
+		for _, l := range strings.Split(string(IPVSEmulator(n, corev1.IPv4Protocol).SaveCounters("filter")), "\n") {
 			if strings.Contains(l, "-A FORWARD") && strings.Contains(l, "-j KUBE-FORWARD") {
 				return l
 			}
@@ -100,7 +126,7 @@ func trainsThroughMode(t *testing.T, mode Mode, setup func(*testing.T, *cluster.
 					return
 				}
 				b, _ := io.ReadAll(conn)
-				conn.Write([]byte{1})
+				conn.Write(b[:len(b)/2]) // half of it back: trains the other way
 				conn.Close()
 				got <- b
 			}()
@@ -132,7 +158,10 @@ func trainsThroughMode(t *testing.T, mode Mode, setup func(*testing.T, *cluster.
 				t.Fatal(err)
 			}
 			conn.CloseWrite()
-			io.ReadFull(conn, make([]byte, 1))
+			back := make([]byte, total/2)
+			if _, err := io.ReadFull(conn, back); err != nil || string(back) != string(want[:total/2]) {
+				t.Fatalf("read back %v: not the first half of what was sent", err)
+			}
 			conn.Close()
 			if b := <-got; string(b) != string(want) {
 				t.Fatalf("received %d bytes, not the %d sent", len(b), len(want))
@@ -157,7 +186,10 @@ func trainsThroughMode(t *testing.T, mode Mode, setup func(*testing.T, *cluster.
 					t.Errorf("%s: conntrack counted %d packets for %d bytes", name, pkts, total)
 				}
 			}
-			into := c.Node("node-b").TrainsIntoPods()
+			into, toCli := c.Node("node-b").TrainsIntoPods(), c.Node("node-a").TrainsIntoPods()
+			if noTrains != (toCli == 0) {
+				t.Errorf("NoTrains=%v: %d trains delivered whole into the client", noTrains, toCli)
+			}
 			t.Logf("trains passed whole: %d; delivered whole into the backend: %d", whole, into)
 			if noTrains != (into == 0) {
 				t.Errorf("NoTrains=%v: %d trains delivered whole into the backend", noTrains, into)

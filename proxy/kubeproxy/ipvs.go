@@ -218,7 +218,7 @@ func newIPVS(n *cluster.Node, opts Options, cfg proxy.NodeConfig, ic IPVSConfig)
 	for _, s := range []netsim.HandlerSpec{
 		{Name: "ipvs reply", Hook: netfilter.Input, Priority: netfilter.PriorityNATSrc - 2, Handler: netsim.HandlerFunc(p.inputReply)},
 		{Name: "ipvs", Hook: netfilter.Input, Priority: netfilter.PriorityNATSrc - 1, Handler: netsim.HandlerFunc(p.inputRequest)},
-		{Name: "ipvs", Hook: netfilter.Forward, Priority: netfilter.PriorityNATSrc - 1, Handler: netsim.HandlerFunc(p.forward)},
+		{Name: "ipvs", Hook: netfilter.Forward, Priority: netfilter.PriorityNATSrc - 1, Handler: &ipvsForward{p: p}},
 		{Name: "ipvs", Hook: netfilter.Output, Priority: netfilter.PriorityNATDst + 1, Handler: netsim.HandlerFunc(p.output)},
 	} {
 		n.AddHandler(s)
@@ -386,7 +386,7 @@ func (s *ipvsSysctl) SetSysctl(name string, value int) error {
 // ipvsPacket is the model's view of a netsim packet with the given addresses.
 func ipvsPacket(pk *netsim.Packet, src, dst netip.AddrPort, localOut bool) ipvsemu.Packet {
 	q := ipvsemu.Packet{Protocol: pk.Proto, Src: src, Dst: dst, Mark: pk.Mark, TCPFlags: pk.TCPFlags, LocalOut: localOut,
-		ConfirmedConntrack: pk.Conn != nil && pk.Conn.Has(netfilter.StatusConfirmed)}
+		ConfirmedConntrack: pk.Conn != nil && pk.Conn.Has(netfilter.StatusConfirmed), Len: len(pk.Data)}
 	if pk.Proto == netfilter.ProtoSCTP {
 		// netsim does not parse SCTP chunks: a connection's first packet stands for INIT.
 		q.SCTPChunk = ipvsemu.SCTPData
@@ -455,6 +455,78 @@ func (p *ipvsProxy) forward(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdi
 		return p.reply(ctx, pk)
 	}
 	return p.established(ctx, pk, false)
+}
+
+// ipvsForward is the FORWARD hook's handler (forward), which answers for trains too: a
+// train of a connection IPVS forwards goes on whole, and the model sees each of its
+// segments when the train commits.
+type ipvsForward struct {
+	p *ipvsProxy
+	// The train PeekTrain answered for, until CommitTrain (under the node's lock).
+	pending   bool
+	mid, last ipvsemu.Packet
+	n         int
+	reply     bool
+	now       time.Time
+}
+
+var _ netsim.TrainHandler = (*ipvsForward)(nil)
+
+// Handle implements netsim.Handler.
+func (h *ipvsForward) Handle(ctx *netsim.Context, pk *netsim.Packet) netsim.Verdict {
+	return h.p.forward(ctx, pk)
+}
+
+// PeekTrain implements netsim.TrainHandler. Forward lets a train of a connection's
+// later packets go on whole when every segment's pass would be a Continue: replies
+// (reply: the model moves the entry's state, the packet goes on), and the client's
+// packets when the entry sends them to the real server the connection is bound to
+// (PeekInAt: a decision that holds for every segment). CommitTrain then shows the model
+// each segment, with its flags and length, as forward would have one by one, so the
+// entry's state, timeout and the byte and packet statistics are those the segments give.
+func (h *ipvsForward) PeekTrain(ctx *netsim.Context, pk *netsim.Packet, t netsim.Train) (netsim.Verdict, bool) {
+	h.pending = false
+	if !handled(pk.Proto) || !bound(pk) || pk.IsICMPError() {
+		return netsim.VerdictContinue, true
+	}
+	if ctx.DryRun() || ctx.Tracing() {
+		return netsim.Verdict{}, false
+	}
+	c := pk.Conn
+	if pk.CtReply {
+		h.mid = ipvsPacket(pk, netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort), netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort), false)
+	} else {
+		h.mid = ipvsPacket(pk, netip.AddrPortFrom(c.Orig.Src, c.Orig.SrcPort), netip.AddrPortFrom(c.Orig.Dst, c.Orig.DstPort), false)
+		d, ok := h.p.model.PeekInAt(h.mid, ctx.Now())
+		if !ok || d.Verdict == ipvsemu.VerdictForward && d.Dest != netip.AddrPortFrom(c.Reply.Src, c.Reply.SrcPort) {
+			return netsim.Verdict{}, false
+		}
+	}
+	h.last = h.mid
+	h.mid.TCPFlags, h.mid.Len = t.Flags, t.Len
+	h.last.Len = t.LastLen
+	h.n, h.reply, h.now, h.pending = t.Segments-1, pk.CtReply, ctx.Now(), true
+	return netsim.VerdictContinue, true
+}
+
+// CommitTrain implements netsim.TrainHandler.
+func (h *ipvsForward) CommitTrain() {
+	if !h.pending {
+		return
+	}
+	h.pending = false
+	m := h.p.model
+	for i := range h.n + 1 {
+		q := h.mid
+		if i == h.n {
+			q = h.last
+		}
+		if h.reply {
+			m.OutAt(q, h.now)
+		} else {
+			m.InAt(q, h.now)
+		}
+	}
 }
 
 // request handles a connection's first packet.

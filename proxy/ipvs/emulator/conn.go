@@ -547,6 +547,37 @@ func (m *Model) InAt(p Packet, now time.Time) Decision {
 	return m.in(&p)
 }
 
+// PeekInAt tells what InAt would decide for p, a packet that does not start a
+// connection (no SYN, no INIT), when InAt would send it on by an existing entry
+// (VerdictForward to the entry's real server, or VerdictBypass): ok false when p starts
+// a connection, or no entry sends it on (none, or one of a removed real server). Such a
+// decision depends on the entry alone, not on the packet's flags or length, so every
+// later packet of the entry gets it too until something else changes the entry. It
+// changes nothing but running the model's events up to now, as InAt does first.
+func (m *Model) PeekInAt(p Packet, now time.Time) (Decision, bool) {
+	p.unmap()
+	switch p.Protocol {
+	case netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP:
+	default:
+		return Decision{}, false
+	}
+	if isNewConn(&p) {
+		return Decision{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.syncAt(now)
+	c := m.connInGet(p.Protocol, p.Src.Addr(), p.Src.Port(), p.Dst.Addr(), p.Dst.Port())
+	if c == nil || c.dest != nil && !c.dest.available {
+		return Decision{}, false
+	}
+	dec := Decision{Via: ViaConnection, Verdict: VerdictForward, Dest: netip.AddrPortFrom(c.daddr, c.dport), Forward: c.fwd}
+	if c.bypass {
+		dec.Verdict, dec.Dest, dec.Forward = VerdictBypass, netip.AddrPortFrom(c.vaddr, c.vport), 0
+	}
+	return dec, true
+}
+
 // unmap turns IPv4-mapped IPv6 addresses into IPv4 ones.
 func (p *Packet) unmap() {
 	if p.Src.Addr().Is4In6() {

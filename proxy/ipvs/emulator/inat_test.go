@@ -93,3 +93,79 @@ func BenchmarkInEstablished(b *testing.B) {
 		})
 	}
 }
+
+// PeekInAt against InAt: two models fed the same fixed-seed mix of client packets,
+// replies, clock advances across the timeouts, real servers removed, re-added and
+// given weight 0 (expire_nodest_conn on or off); before each of the client's packets
+// one model is asked PeekInAt first. Wherever PeekInAt answers, the packet's InAt
+// decides the same verdict, destination and forwarding method; and PeekInAt changes
+// nothing InAt would not: both models' connection entries, counters and statistics
+// stay the same. It answers for most of the established connections' packets.
+func TestPeekInAtSameAsInAt(t *testing.T) {
+	for _, nodest := range []int{0, 1} {
+		t.Run(fmt.Sprintf("expire_nodest_conn=%d", nodest), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(38, uint64(nodest)))
+			lines := append(svcLines("rr", "A", "B", "C"), fmt.Sprintf("sysctl expire_nodest_conn=%d", nodest))
+			a := newTM(t, Config{}, lines...)
+			b := newTM(t, Config{}, lines...)
+			flagsOf := []uint8{netfilter.TCPSyn, netfilter.TCPAck, netfilter.TCPAck | netfilter.TCPPsh, netfilter.TCPAck, netfilter.TCPFin | netfilter.TCPAck, netfilter.TCPRst}
+			answered := 0
+			for i := range 4000 {
+				client := netip.MustParseAddrPort(fmt.Sprintf("192.0.2.%d:%d", 1+r.IntN(3), 40000+r.IntN(4)))
+				flags := flagsOf[r.IntN(len(flagsOf))]
+				rs := addrOf(string(rune('A'+r.IntN(3)))) + ":80"
+				switch r.IntN(30) {
+				case 0:
+					d := time.Duration(r.Int64N(int64(20 * time.Minute)))
+					a.advance(d)
+					b.advance(d)
+				case 1:
+					// A real server removed, or back (an error when it is already there or
+					// gone is fine: both models get the same).
+					l := "-d -t " + vip + " -r " + rs
+					if r.IntN(2) == 0 {
+						l = "-a -t " + vip + " -r " + rs + " -m -w 1"
+					}
+					a.Run([]byte(l), "test", a.clock)
+					b.Run([]byte(l), "test", b.clock)
+				case 2:
+					l := "-e -t " + vip + " -r " + rs + " -m -w " + fmt.Sprint(r.IntN(2))
+					a.Run([]byte(l), "test", a.clock)
+					b.Run([]byte(l), "test", b.clock)
+				case 3, 4, 5, 6, 7, 8, 9:
+					p := Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort(rs), Dst: client, TCPFlags: flags | netfilter.TCPAck, Len: 52 + r.IntN(1448)}
+					a.OutAt(p, a.clock.Now())
+					b.OutAt(p, b.clock.Now())
+				default:
+					p := Packet{Protocol: netfilter.ProtoTCP, Src: client, Dst: netip.MustParseAddrPort(vip), TCPFlags: flags, Len: 52 + r.IntN(1448)}
+					pd, ok := b.PeekInAt(p, b.clock.Now())
+					da, db := a.InAt(p, a.clock.Now()), b.InAt(p, b.clock.Now())
+					if ok {
+						answered++
+						if pd.Verdict != db.Verdict || pd.Dest != db.Dest || pd.Forward != db.Forward {
+							t.Fatalf("step %d: PeekInAt answered %v %v %v, InAt decided %v %v %v (%s)", i, pd.Verdict, pd.Dest, pd.Forward, db.Verdict, db.Dest, db.Forward, db.Reason)
+						}
+					}
+					if da.Verdict != db.Verdict || da.Dest != db.Dest || da.Reason != db.Reason {
+						t.Fatalf("step %d: after PeekInAt, InAt decided %v %v %q; without, %v %v %q", i, db.Verdict, db.Dest, db.Reason, da.Verdict, da.Dest, da.Reason)
+					}
+				}
+				if i%25 != 24 {
+					// Not every step: listing syncs the models (runs their expiries),
+					// which PeekInAt must do itself.
+					continue
+				}
+				if la, lb := a.Listing(false), b.Listing(false); la != lb {
+					t.Fatalf("step %d: entries without PeekInAt:\n%s\nwith:\n%s", i, la, lb)
+				}
+				if sa, sb := fmt.Sprintf("%+v %+v", a.Stats(), a.Traffic()), fmt.Sprintf("%+v %+v", b.Stats(), b.Traffic()); sa != sb {
+					t.Fatalf("step %d: stats without PeekInAt %s, with %s", i, sa, sb)
+				}
+			}
+			t.Logf("PeekInAt answered %d packets", answered)
+			if answered < 300 {
+				t.Errorf("PeekInAt answered only %d packets", answered)
+			}
+		})
+	}
+}
