@@ -515,17 +515,10 @@ func (h *ipvsForward) CommitTrain() {
 		return
 	}
 	h.pending = false
-	m := h.p.model
-	for i := range h.n + 1 {
-		q := h.mid
-		if i == h.n {
-			q = h.last
-		}
-		if h.reply {
-			m.OutAt(q, h.now)
-		} else {
-			m.InAt(q, h.now)
-		}
+	if h.reply {
+		h.p.model.OutRunAt(h.mid, h.n, h.last, h.now)
+	} else {
+		h.p.model.InRunAt(h.mid, h.n, h.last, h.now)
 	}
 }
 

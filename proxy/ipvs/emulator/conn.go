@@ -578,6 +578,39 @@ func (m *Model) PeekInAt(p Packet, now time.Time) (Decision, bool) {
 	return dec, true
 }
 
+// InRunAt is InAt for a run of a connection's packets, mid n times and then last once
+// (a train's segments), at one time, without the decisions: what n+1 InAt calls would
+// do to the model. OutRunAt is the same for replies (OutAt).
+func (m *Model) InRunAt(mid Packet, n int, last Packet, now time.Time) {
+	m.runAt(false, mid, n, last, now)
+}
+
+// OutRunAt is OutAt for a run of replies: see InRunAt.
+func (m *Model) OutRunAt(mid Packet, n int, last Packet, now time.Time) {
+	m.runAt(true, mid, n, last, now)
+}
+
+func (m *Model) runAt(out bool, mid Packet, n int, last Packet, now time.Time) {
+	mid.unmap()
+	last.unmap()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.noEntries = true
+	defer func() { m.noEntries = false }()
+	for i := range n + 1 {
+		q := mid
+		if i == n {
+			q = last
+		}
+		m.syncAt(now)
+		if out {
+			m.out(&q)
+		} else {
+			m.in(&q)
+		}
+	}
+}
+
 // unmap turns IPv4-mapped IPv6 addresses into IPv4 ones.
 func (p *Packet) unmap() {
 	if p.Src.Addr().Is4In6() {
@@ -607,15 +640,23 @@ func (m *Model) OutAt(p Packet, now time.Time) Decision {
 	} else {
 		m.syncAt(now)
 	}
+	return m.out(&p)
+}
+
+// out is OutAt after the clock.
+func (m *Model) out(p *Packet) Decision {
 	c := m.connOutGet(p.Protocol, p.Src, p.Dst)
 	if c == nil {
 		return Decision{Verdict: VerdictAccept, Reason: "no IPVS connection for this reply"}
 	}
-	countPacket(c, &p, true)
-	m.setState(c, dirOutput, &p)
+	countPacket(c, p, true)
+	m.setState(c, dirOutput, p)
 	m.connPut(c)
 	dec := Decision{Verdict: VerdictForward, Dest: netip.AddrPortFrom(c.vaddr, c.vport), Forward: c.fwd,
-		Via: ViaConnection, Conn: m.entry(c), Reason: "reply of an existing connection"}
+		Via: ViaConnection, Reason: "reply of an existing connection"}
+	if !m.noEntries {
+		dec.Conn = m.entry(c)
+	}
 	if c.dest != nil && c.dest.svc != nil {
 		dec.Service = c.dest.svc.virtualServer()
 	}
@@ -873,7 +914,7 @@ func (m *Model) in(p *Packet) Decision {
 		dec.Reason = note + "; " + dec.Reason
 	}
 	m.connPut(c)
-	if !c.freed {
+	if !c.freed && !m.noEntries {
 		dec.Conn = m.entry(c)
 	}
 	return dec

@@ -94,13 +94,15 @@ func BenchmarkInEstablished(b *testing.B) {
 	}
 }
 
-// PeekInAt against InAt: two models fed the same fixed-seed mix of client packets,
+// PeekInAt, InRunAt and OutRunAt against InAt and OutAt: two models fed the same fixed-seed mix of client packets,
 // replies, clock advances across the timeouts, real servers removed, re-added and
 // given weight 0 (expire_nodest_conn on or off); before each of the client's packets
 // one model is asked PeekInAt first. Wherever PeekInAt answers, the packet's InAt
 // decides the same verdict, destination and forwarding method; and PeekInAt changes
 // nothing InAt would not: both models' connection entries, counters and statistics
-// stay the same. It answers for most of the established connections' packets.
+// stay the same; and runs of packets (trains) through InRunAt and OutRunAt leave the
+// model as InAt and OutAt for each packet do. It answers for most of the established
+// connections' packets.
 func TestPeekInAtSameAsInAt(t *testing.T) {
 	for _, nodest := range []int{0, 1} {
 		t.Run(fmt.Sprintf("expire_nodest_conn=%d", nodest), func(t *testing.T) {
@@ -134,17 +136,55 @@ func TestPeekInAtSameAsInAt(t *testing.T) {
 					b.Run([]byte(l), "test", b.clock)
 				case 3, 4, 5, 6, 7, 8, 9:
 					p := Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort(rs), Dst: client, TCPFlags: flags | netfilter.TCPAck, Len: 52 + r.IntN(1448)}
+					if r.IntN(3) == 0 {
+						// A run of replies (a train): OutRunAt against OutAt for each.
+						last, n := p, r.IntN(40)
+						last.TCPFlags |= netfilter.TCPPsh
+						last.Len = 53 + r.IntN(1000)
+						for i := range n + 1 {
+							q := p
+							if i == n {
+								q = last
+							}
+							a.OutAt(q, a.clock.Now())
+						}
+						b.OutRunAt(p, n, last, b.clock.Now())
+						break
+					}
 					a.OutAt(p, a.clock.Now())
 					b.OutAt(p, b.clock.Now())
 				default:
 					p := Packet{Protocol: netfilter.ProtoTCP, Src: client, Dst: netip.MustParseAddrPort(vip), TCPFlags: flags, Len: 52 + r.IntN(1448)}
 					pd, ok := b.PeekInAt(p, b.clock.Now())
+					if ok && flags&netfilter.TCPSyn == 0 && r.IntN(3) == 0 {
+						// A run of the client's packets (a train) where PeekInAt
+						// answers: InRunAt against InAt for each, which decides as
+						// PeekInAt said every time.
+						answered++
+						last, n := p, r.IntN(40)
+						last.TCPFlags |= netfilter.TCPPsh
+						last.Len = 53 + r.IntN(1000)
+						for i := range n + 1 {
+							q := p
+							if i == n {
+								q = last
+							}
+							if d := a.InAt(q, a.clock.Now()); d.Verdict != pd.Verdict || d.Dest != pd.Dest || d.Forward != pd.Forward {
+								t.Fatalf("step %d: PeekInAt answered %v %v %v, InAt decided %v %v %v for packet %d of the run", i, pd.Verdict, pd.Dest, pd.Forward, d.Verdict, d.Dest, d.Forward, i)
+							}
+						}
+						b.InRunAt(p, n, last, b.clock.Now())
+						break
+					}
 					da, db := a.InAt(p, a.clock.Now()), b.InAt(p, b.clock.Now())
 					if ok {
 						answered++
 						if pd.Verdict != db.Verdict || pd.Dest != db.Dest || pd.Forward != db.Forward {
 							t.Fatalf("step %d: PeekInAt answered %v %v %v, InAt decided %v %v %v (%s)", i, pd.Verdict, pd.Dest, pd.Forward, db.Verdict, db.Dest, db.Forward, db.Reason)
 						}
+					}
+					if ca, cb := fmt.Sprintf("%+v", da.Conn), fmt.Sprintf("%+v", db.Conn); ca != cb {
+						t.Fatalf("step %d: after PeekInAt and runs, InAt's entry %s; without, %s", i, cb, ca)
 					}
 					if da.Verdict != db.Verdict || da.Dest != db.Dest || da.Reason != db.Reason {
 						t.Fatalf("step %d: after PeekInAt, InAt decided %v %v %q; without, %v %v %q", i, db.Verdict, db.Dest, db.Reason, da.Verdict, da.Dest, da.Reason)

@@ -96,13 +96,15 @@ type Config struct {
 // the schedulers, and the connection table with persistence templates. It implements
 // ipvs.Interface. A Model is safe for concurrent use.
 type Model struct {
-	mu    sync.Mutex
-	cfg   Config
-	sys   Sysctls
-	clock Clock
-	now   time.Time
-	pcg   *rand.PCG
-	rng   *rand.Rand
+	mu sync.Mutex
+	// noEntries: decisions leave Conn nil (InRunAt, OutRunAt: nobody reads them).
+	noEntries bool
+	cfg       Config
+	sys       Sysctls
+	clock     Clock
+	now       time.Time
+	pcg       *rand.PCG
+	rng       *rand.Rand
 
 	services map[svcKey]*service
 	ftpSvcs  int // services on port 21 (ftpsvc_counter)
