@@ -97,7 +97,7 @@
 // non-TCP packets bypass GRO. Config.NoOffload turns both off (gro.go).
 //
 // Trains (train.go): where every handler on a node's forwarding hooks is a TrainHandler
-// (the iptables emulator's and the nftables evaluator's are), a pod's link hands a GSO packet on uncut and nodes pass
+// (the iptables emulator's, the nftables evaluator's and IPVS's are), a pod's link hands a GSO packet on uncut and nodes pass
 // it through their hooks once for all its segments, with the counters, conntrack
 // entries and rewrites its segments would have given; it is cut into those segments at
 // a node's entry whenever something cannot answer for all of them, before anything

@@ -30,7 +30,8 @@ import (
 //     when its flow cache holds the traversal of both of the train's shapes, the mid
 //     segments' flags and the last's, with the same outcome; the nftables evaluator's
 //     base chains, when one evaluation per shape draws no random number, updates no
-//     set and meets the same outcome); any other handler the
+//     set and meets the same outcome; IPVS's forward handler, when its entry sends
+//     the connection's packets to the real server it is bound to); any other handler the
 //     train meets, a handler's no, a verdict other than Continue, a connection's first
 //     packet (NAT handlers), an untracked or related packet, a route that does not
 //     forward (local delivery, no route, no neighbour, hairpin off), a TTL that would
