@@ -86,6 +86,9 @@ const (
 	tcpFlagCloseInit
 	tcpFlagMaxAckSet
 	tcpFlagDataUnacked
+	// tcpFlagBeLiberal: a connection picked up mid-stream, whose window scaling is not
+	// known, is not held to its windows (IP_CT_TCP_FLAG_BE_LIBERAL, set by tcp_new).
+	tcpFlagBeLiberal
 )
 
 // Has reports whether all bits of s are set.
@@ -1038,6 +1041,12 @@ func (t *Conntrack) tcpInWindow(c *Conn, dir int, p *Packet, s tcpSeg) bool {
 			}
 		} else {
 			// Mid-stream pickup (nf_conntrack_tcp_loose).
+			if receiver.maxwin == 0 && c.TCPState == TCPNone {
+				// The connection's first packet (tcp_new): "We assume SACK and liberal
+				// window checking to handle window scaling", both directions.
+				sender.flags = tcpFlagSACKPerm | tcpFlagBeLiberal
+				receiver.flags = tcpFlagSACKPerm | tcpFlagBeLiberal
+			}
 			sender.end = end
 			swin := win << sender.scale
 			sender.maxwin = max(swin, 1)
@@ -1070,7 +1079,7 @@ func (t *Conntrack) tcpInWindow(c *Conn, dir int, p *Packet, s tcpSeg) bool {
 	ok := seqBefore(seq, sender.maxend+1) && inRecvWin &&
 		seqBefore(sack, receiver.end+1) && seqAfter(sack, receiver.end-maxAckWin-1)
 	if !ok {
-		return t.settings.TCPBeLiberal && !rst
+		return (t.settings.TCPBeLiberal || sender.flags&tcpFlagBeLiberal != 0) && !rst
 	}
 	if !syn {
 		win <<= sender.scale

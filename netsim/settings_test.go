@@ -894,3 +894,55 @@ func TestConntrackWindowScaleBothWays(t *testing.T) {
 		})
 	}
 }
+
+// A connection conntrack picks up mid-stream (after `conntrack -F`, say) has lost its
+// handshake, so its window scaling is unknown: the kernel's tcp_new marks both
+// directions liberal ("We assume SACK and liberal window checking to handle window
+// scaling"), and a server's segment far beyond the client's unscaled window is still
+// ESTABLISHED. An entry made from a handshake is held to its windows: the same segment
+// without the flush, but beyond the scaled window, is INVALID.
+func TestConntrackMidStreamPickupIsLiberal(t *testing.T) {
+	for _, flush := range []bool{true, false} {
+		t.Run(fmt.Sprintf("flush=%v", flush), func(t *testing.T) {
+			c := newTestCluster(t, threeNodes())
+			web := startPod(t, c, "node-b", "default/web", 8080)
+			client := startPod(t, c, "node-a", "default/client")
+			rec := &ctRecorder{}
+			c.Node("node-a").AddHandler(HandlerSpec{Name: "rec", Hook: netfilter.Forward, Priority: netfilter.PriorityFilter, Handler: rec})
+			dst := netip.AddrPortFrom(web.IP(), 8080)
+			src := netip.AddrPortFrom(client.IP(), 41000)
+			inject := func(from string, seg TCPSegment) {
+				t.Helper()
+				if r, err := c.Inject(from, BuildTCP(seg), false); err != nil || r.Result != ResultDelivered {
+					t.Fatalf("%s %s: %v %v", from, TCPFlagString(seg.Flags), r.Outcome, err)
+				}
+			}
+			inject("pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPSyn, Seq: 1000, Window: 64240, WindowScale: 7})
+			inject("pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPSyn | netfilter.TCPAck, Seq: 5000, Ack: 1001, Window: 64240, WindowScale: 7})
+			inject("pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001, Ack: 5001, Window: 100, WindowScale: -1})
+			if flush {
+				if n := c.Node("node-a").Conntrack().Flush(); n != 1 {
+					t.Fatalf("flushed %d entries", n)
+				}
+				// The client's next ACK makes the entry again, mid-stream.
+				inject("pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001, Ack: 5001, Window: 100, WindowScale: -1})
+			}
+			// A first segment from the server, acknowledged; then one 100,000 bytes on,
+			// beyond the client's window (100 × 128 = 12,800 bytes scaled).
+			inject("pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPAck, Seq: 5001, Ack: 1001, Window: 1000, WindowScale: -1, Payload: make([]byte, 1000)})
+			inject("pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001, Ack: 6001, Window: 100, WindowScale: -1})
+			rec.states = nil
+			seg := TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPAck, Seq: 5001 + 100000, Ack: 1001, Window: 1000, WindowScale: -1, Payload: make([]byte, 1000)}
+			if _, err := c.Inject("pod:default/web", BuildTCP(seg), false); err != nil {
+				t.Fatal(err)
+			}
+			want := netfilter.CtInvalid
+			if flush {
+				want = netfilter.CtEstablished
+			}
+			if len(rec.states) != 1 || rec.states[0] != want {
+				t.Errorf("server segment far out of the client's window: conntrack states %v, want [%v]", rec.states, want)
+			}
+		})
+	}
+}
