@@ -142,44 +142,71 @@ func TestRPFilter(t *testing.T) {
 	}
 }
 
-func TestTCPBeLiberalAndInvalid(t *testing.T) {
+// ctRig is a client pod on node-a and a web pod on node-b (port 8080), with the
+// conntrack states node-a's FORWARD sees recorded, for TCP segments injected by hand.
+type ctRig struct {
+	t        *testing.T
+	c        *Network
+	rec      *ctRecorder
+	cli, srv netip.AddrPort // the client's address (port 41000) and the server's
+}
+
+func newCtRig(t *testing.T) *ctRig {
 	c := newTestCluster(t, threeNodes())
 	web := startPod(t, c, "node-b", "default/web", 8080)
 	client := startPod(t, c, "node-a", "default/client")
 	rec := &ctRecorder{}
 	c.Node("node-a").AddHandler(HandlerSpec{Name: "rec", Hook: netfilter.Forward, Priority: netfilter.PriorityFilter, Handler: rec})
-	dst := netip.AddrPortFrom(web.IP(), 8080)
-	src := netip.AddrPortFrom(client.IP(), 41000)
-	// A handshake by hand (a connect probe would close the connection afterwards).
-	for _, step := range []struct {
-		from string
-		seg  TCPSegment
-	}{
-		{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPSyn, Seq: 1000, WindowScale: -1}},
-		{"pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPSyn | netfilter.TCPAck, Seq: 5000, Ack: 1001, WindowScale: -1}},
-		{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001, Ack: 5001, WindowScale: -1}},
-	} {
-		if r, err := c.Inject(step.from, BuildTCP(step.seg), false); err != nil || r.Result != ResultDelivered {
-			t.Fatalf("handshake step %s: %v %v", TCPFlagString(step.seg.Flags), r.Outcome, err)
-		}
+	return &ctRig{t: t, c: c, rec: rec, cli: netip.AddrPortFrom(client.IP(), 41000), srv: netip.AddrPortFrom(web.IP(), 8080)}
+}
+
+// seg is a segment from the client (or, fromServer, from the server) with the given
+// flags, sequence and acknowledgement numbers, window and payload size, no window
+// scale option unless ws >= 0.
+func (r *ctRig) seg(fromServer bool, flags uint8, seq, ack uint32, win uint16, ws int8, payload int) (string, TCPSegment) {
+	s := TCPSegment{Src: r.cli, Dst: r.srv, Flags: flags, Seq: seq, Ack: ack, Window: win, WindowScale: ws, Payload: make([]byte, payload)}
+	if fromServer {
+		s.Src, s.Dst = r.srv, r.cli
+		return "pod:default/web", s
 	}
-	entries := c.Node("node-a").Conntrack().List(CtFilter{Proto: netfilter.ProtoTCP, OrigDst: web.IP(), OrigSrcPort: 41000})
+	return "pod:default/client", s
+}
+
+// deliver injects the segment and fails the test unless it is delivered.
+func (r *ctRig) deliver(from string, s TCPSegment) {
+	r.t.Helper()
+	if res, err := r.c.Inject(from, BuildTCP(s), false); err != nil || res.Result != ResultDelivered {
+		r.t.Fatalf("%s %s: %v %v", from, TCPFlagString(s.Flags), res.Outcome, err)
+	}
+}
+
+// states injects the segment and returns the conntrack states node-a's FORWARD saw.
+func (r *ctRig) states(from string, s TCPSegment) []netfilter.CtState {
+	r.t.Helper()
+	r.rec.states = nil
+	if _, err := r.c.Inject(from, BuildTCP(s), false); err != nil {
+		r.t.Fatal(err)
+	}
+	return r.rec.states
+}
+
+func TestTCPBeLiberalAndInvalid(t *testing.T) {
+	r := newCtRig(t)
+	// A handshake by hand (a connect probe would close the connection afterwards).
+	r.deliver(r.seg(false, netfilter.TCPSyn, 1000, 0, 0, -1, 0))
+	r.deliver(r.seg(true, netfilter.TCPSyn|netfilter.TCPAck, 5000, 1001, 0, -1, 0))
+	r.deliver(r.seg(false, netfilter.TCPAck, 1001, 5001, 0, -1, 0))
+	entries := r.c.Node("node-a").Conntrack().List(CtFilter{Proto: netfilter.ProtoTCP, OrigDst: r.srv.Addr(), OrigSrcPort: 41000})
 	if len(entries) != 1 || entries[0].TCPState != TCPEstablished {
 		t.Fatalf("conntrack after handshake: %v", entries)
 	}
-	bad := BuildTCP(TCPSegment{Src: netip.AddrPortFrom(client.IP(), 41000), Dst: dst, Flags: netfilter.TCPAck, Seq: 0x80000000, Ack: 1, WindowScale: -1})
-	rec.states = nil
-	if _, err := c.Inject("pod:default/client", bad, false); err != nil {
-		t.Fatal(err)
+	from, bad := r.seg(false, netfilter.TCPAck, 0x80000000, 1, 0, -1, 0)
+	if st := r.states(from, bad); len(st) != 1 || st[0] != netfilter.CtInvalid {
+		t.Errorf("out-of-window ACK: conntrack states %v, want [INVALID]", st)
 	}
-	if len(rec.states) != 1 || rec.states[0] != netfilter.CtInvalid {
-		t.Errorf("out-of-window ACK: conntrack states %v, want [INVALID]", rec.states)
-	}
-	c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.Conntrack.TCPBeLiberal = true })
-	rec.states = nil
-	c.Inject("pod:default/client", bad, false)
-	if len(rec.states) != 1 || rec.states[0] != netfilter.CtEstablished {
-		t.Errorf("out-of-window ACK with tcp_be_liberal=1: %v, want [ESTABLISHED]", rec.states)
+	r.c.Node("node-a").UpdateSettings(func(s *NodeSettings) { s.Conntrack.TCPBeLiberal = true })
+	if st := r.states(from, bad); len(st) != 1 || st[0] != netfilter.CtEstablished {
+		t.Errorf("out-of-window ACK with tcp_be_liberal=1: %v, want [ESTABLISHED]", st)
 	}
 }
 
@@ -854,41 +881,20 @@ func TestConntrackWindowScaleBothWays(t *testing.T) {
 		{"answer-without-scale", -1, netfilter.CtInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newTestCluster(t, threeNodes())
-			web := startPod(t, c, "node-b", "default/web", 8080)
-			client := startPod(t, c, "node-a", "default/client")
-			rec := &ctRecorder{}
-			c.Node("node-a").AddHandler(HandlerSpec{Name: "rec", Hook: netfilter.Forward, Priority: netfilter.PriorityFilter, Handler: rec})
-			dst := netip.AddrPortFrom(web.IP(), 8080)
-			src := netip.AddrPortFrom(client.IP(), 41000)
-			for _, step := range []struct {
-				from string
-				seg  TCPSegment
-			}{
-				{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPSyn, Seq: 1000, Window: 64240, WindowScale: 7}},
-				{"pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPSyn | netfilter.TCPAck, Seq: 5000, Ack: 1001, Window: 64240, WindowScale: tc.synAck}},
-				// The windows from here on are scaled (×128 where both scale): 1,000 is 128,000 bytes.
-				{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001, Ack: 5001, Window: 1000, WindowScale: -1}},
-				{"pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPAck, Seq: 5001, Ack: 1001, Window: 1000, WindowScale: -1}},
-			} {
-				if r, err := c.Inject(step.from, BuildTCP(step.seg), false); err != nil || r.Result != ResultDelivered {
-					t.Fatalf("handshake step %s: %v %v", TCPFlagString(step.seg.Flags), r.Outcome, err)
+			r := newCtRig(t)
+			r.deliver(r.seg(false, netfilter.TCPSyn, 1000, 0, 64240, 7, 0))
+			r.deliver(r.seg(true, netfilter.TCPSyn|netfilter.TCPAck, 5000, 1001, 64240, tc.synAck, 0))
+			// The windows from here on are scaled (×128 where both scale): 1,000 is 128,000 bytes.
+			r.deliver(r.seg(false, netfilter.TCPAck, 1001, 5001, 1000, -1, 0))
+			r.deliver(r.seg(true, netfilter.TCPAck, 5001, 1001, 1000, -1, 0))
+			for _, fromServer := range []bool{true, false} {
+				seq, ack := uint32(1001+100000), uint32(5001)
+				if fromServer {
+					seq, ack = 5001+100000, 1001
 				}
-			}
-			payload := make([]byte, 1000)
-			for _, step := range []struct {
-				from string
-				seg  TCPSegment
-			}{
-				{"pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPAck, Seq: 5001 + 100000, Ack: 1001, Window: 1000, WindowScale: -1, Payload: payload}},
-				{"pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001 + 100000, Ack: 5001, Window: 1000, WindowScale: -1, Payload: payload}},
-			} {
-				rec.states = nil
-				if _, err := c.Inject(step.from, BuildTCP(step.seg), false); err != nil {
-					t.Fatal(err)
-				}
-				if len(rec.states) != 1 || rec.states[0] != tc.want {
-					t.Errorf("%s's segment 100,000 bytes into a 128,000-byte scaled window: conntrack states %v, want [%v]", step.from, rec.states, tc.want)
+				from, s := r.seg(fromServer, netfilter.TCPAck, seq, ack, 1000, -1, 1000)
+				if st := r.states(from, s); len(st) != 1 || st[0] != tc.want {
+					t.Errorf("%s's segment 100,000 bytes into a 128,000-byte scaled window: conntrack states %v, want [%v]", from, st, tc.want)
 				}
 			}
 		})
@@ -904,44 +910,27 @@ func TestConntrackWindowScaleBothWays(t *testing.T) {
 func TestConntrackMidStreamPickupIsLiberal(t *testing.T) {
 	for _, flush := range []bool{true, false} {
 		t.Run(fmt.Sprintf("flush=%v", flush), func(t *testing.T) {
-			c := newTestCluster(t, threeNodes())
-			web := startPod(t, c, "node-b", "default/web", 8080)
-			client := startPod(t, c, "node-a", "default/client")
-			rec := &ctRecorder{}
-			c.Node("node-a").AddHandler(HandlerSpec{Name: "rec", Hook: netfilter.Forward, Priority: netfilter.PriorityFilter, Handler: rec})
-			dst := netip.AddrPortFrom(web.IP(), 8080)
-			src := netip.AddrPortFrom(client.IP(), 41000)
-			inject := func(from string, seg TCPSegment) {
-				t.Helper()
-				if r, err := c.Inject(from, BuildTCP(seg), false); err != nil || r.Result != ResultDelivered {
-					t.Fatalf("%s %s: %v %v", from, TCPFlagString(seg.Flags), r.Outcome, err)
-				}
-			}
-			inject("pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPSyn, Seq: 1000, Window: 64240, WindowScale: 7})
-			inject("pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPSyn | netfilter.TCPAck, Seq: 5000, Ack: 1001, Window: 64240, WindowScale: 7})
-			inject("pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001, Ack: 5001, Window: 100, WindowScale: -1})
+			r := newCtRig(t)
+			r.deliver(r.seg(false, netfilter.TCPSyn, 1000, 0, 64240, 7, 0))
+			r.deliver(r.seg(true, netfilter.TCPSyn|netfilter.TCPAck, 5000, 1001, 64240, 7, 0))
+			r.deliver(r.seg(false, netfilter.TCPAck, 1001, 5001, 100, -1, 0))
 			if flush {
-				if n := c.Node("node-a").Conntrack().Flush(); n != 1 {
+				if n := r.c.Node("node-a").Conntrack().Flush(); n != 1 {
 					t.Fatalf("flushed %d entries", n)
 				}
 				// The client's next ACK makes the entry again, mid-stream.
-				inject("pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001, Ack: 5001, Window: 100, WindowScale: -1})
+				r.deliver(r.seg(false, netfilter.TCPAck, 1001, 5001, 100, -1, 0))
 			}
 			// A first segment from the server, acknowledged; then one 100,000 bytes on,
 			// beyond the client's window (100 × 128 = 12,800 bytes scaled).
-			inject("pod:default/web", TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPAck, Seq: 5001, Ack: 1001, Window: 1000, WindowScale: -1, Payload: make([]byte, 1000)})
-			inject("pod:default/client", TCPSegment{Src: src, Dst: dst, Flags: netfilter.TCPAck, Seq: 1001, Ack: 6001, Window: 100, WindowScale: -1})
-			rec.states = nil
-			seg := TCPSegment{Src: dst, Dst: src, Flags: netfilter.TCPAck, Seq: 5001 + 100000, Ack: 1001, Window: 1000, WindowScale: -1, Payload: make([]byte, 1000)}
-			if _, err := c.Inject("pod:default/web", BuildTCP(seg), false); err != nil {
-				t.Fatal(err)
-			}
+			r.deliver(r.seg(true, netfilter.TCPAck, 5001, 1001, 1000, -1, 1000))
+			r.deliver(r.seg(false, netfilter.TCPAck, 1001, 6001, 100, -1, 0))
 			want := netfilter.CtInvalid
 			if flush {
 				want = netfilter.CtEstablished
 			}
-			if len(rec.states) != 1 || rec.states[0] != want {
-				t.Errorf("server segment far out of the client's window: conntrack states %v, want [%v]", rec.states, want)
+			if st := r.states(r.seg(true, netfilter.TCPAck, 5001+100000, 1001, 1000, -1, 1000)); len(st) != 1 || st[0] != want {
+				t.Errorf("server segment far out of the client's window: conntrack states %v, want [%v]", st, want)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/clusterlab/clusterlab/cluster"
+	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/service"
 )
 
@@ -29,22 +30,7 @@ func TestDuplexTransfersNoInvalid(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(c.Close)
-				if err := c.Apply(service.NewService("default/duplex", service.Selector("app=duplex"), service.Port("", 80, 9000))); err != nil {
-					t.Fatal(err)
-				}
-				srv, err := c.CreatePod(service.NewPod("default/srv", service.Labels("app=duplex"), service.OnNode("node-b")))
-				if err != nil {
-					t.Fatal(err)
-				}
-				cli, err := c.CreatePod(service.NewPod("default/cli", service.OnNode("node-a")))
-				if err != nil {
-					t.Fatal(err)
-				}
-				ln, err := srv.Net().Listen("tcp", ":9000")
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer ln.Close()
+				cli, ln := serviceAcrossNodes(t, c, "duplex")
 				r := rand.New(rand.NewPCG(38, 1))
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				defer cancel()
@@ -116,4 +102,28 @@ func exchange(conn net.Conn, send, want []byte) error {
 		return fmt.Errorf("read %d bytes, not the %d sent", len(got), len(want))
 	}
 	return nil
+}
+
+// serviceAcrossNodes makes Service default/name (port 80 to 9000) selecting a backend
+// pod on node-b, which listens on 9000 (closed with the test), and a client pod on
+// node-a; it returns the client and the backend's listener.
+func serviceAcrossNodes(t *testing.T, c *cluster.Cluster, name string) (*netsim.Pod, net.Listener) {
+	t.Helper()
+	if err := c.Apply(service.NewService("default/"+name, service.Selector("app="+name), service.Port("", 80, 9000))); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := c.CreatePod(service.NewPod("default/srv", service.Labels("app="+name), service.OnNode("node-b")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := c.CreatePod(service.NewPod("default/cli", service.OnNode("node-a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := srv.Net().Listen("tcp", ":9000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return cli, ln
 }

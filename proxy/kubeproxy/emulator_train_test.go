@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/clusterlab/clusterlab/cluster"
-	"github.com/clusterlab/clusterlab/service"
 )
 
 // Trains through the iptables mode: 2 MiB over one connection through a ClusterIP,
@@ -101,22 +100,7 @@ func trainsThroughMode(t *testing.T, mode Mode, setup func(*testing.T, *cluster.
 					setup(t, c.Node(name))
 				}
 			}
-			if err := c.Apply(service.NewService("default/bulk", service.Selector("app=bulk"), service.Port("", 80, 9000))); err != nil {
-				t.Fatal(err)
-			}
-			srv, err := c.CreatePod(service.NewPod("default/srv", service.Labels("app=bulk"), service.OnNode("node-b")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cli, err := c.CreatePod(service.NewPod("default/cli", service.OnNode("node-a")))
-			if err != nil {
-				t.Fatal(err)
-			}
-			ln, err := srv.Net().Listen("tcp", ":9000")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
+			cli, ln := serviceAcrossNodes(t, c, "bulk")
 			const total = 2 << 20
 			got := make(chan []byte, 1)
 			go func() {

@@ -138,16 +138,8 @@ func TestPeekInAtSameAsInAt(t *testing.T) {
 					p := Packet{Protocol: netfilter.ProtoTCP, Src: netip.MustParseAddrPort(rs), Dst: client, TCPFlags: flags | netfilter.TCPAck, Len: 52 + r.IntN(1448)}
 					if r.IntN(3) == 0 {
 						// A run of replies (a train): OutRunAt against OutAt for each.
-						last, n := p, r.IntN(40)
-						last.TCPFlags |= netfilter.TCPPsh
-						last.Len = 53 + r.IntN(1000)
-						for i := range n + 1 {
-							q := p
-							if i == n {
-								q = last
-							}
-							a.OutAt(q, a.clock.Now())
-						}
+						last, n := drawRun(r, p)
+						eachOfRun(p, n, last, func(_ int, q Packet) { a.OutAt(q, a.clock.Now()) })
 						b.OutRunAt(p, n, last, b.clock.Now())
 						break
 					}
@@ -161,18 +153,12 @@ func TestPeekInAtSameAsInAt(t *testing.T) {
 						// answers: InRunAt against InAt for each, which decides as
 						// PeekInAt said every time.
 						answered++
-						last, n := p, r.IntN(40)
-						last.TCPFlags |= netfilter.TCPPsh
-						last.Len = 53 + r.IntN(1000)
-						for i := range n + 1 {
-							q := p
-							if i == n {
-								q = last
-							}
+						last, n := drawRun(r, p)
+						eachOfRun(p, n, last, func(j int, q Packet) {
 							if d := a.InAt(q, a.clock.Now()); d.Verdict != pd.Verdict || d.Dest != pd.Dest || d.Forward != pd.Forward {
-								t.Fatalf("step %d: PeekInAt answered %v %v %v, InAt decided %v %v %v for packet %d of the run", i, pd.Verdict, pd.Dest, pd.Forward, d.Verdict, d.Dest, d.Forward, i)
+								t.Fatalf("step %d: PeekInAt answered %v %v %v, InAt decided %v %v %v for packet %d of the run", i, pd.Verdict, pd.Dest, pd.Forward, d.Verdict, d.Dest, d.Forward, j)
 							}
-						}
+						})
 						b.InRunAt(p, n, last, b.clock.Now())
 						break
 					}
@@ -207,5 +193,25 @@ func TestPeekInAtSameAsInAt(t *testing.T) {
 				t.Errorf("PeekInAt answered only %d packets", answered)
 			}
 		})
+	}
+}
+
+// drawRun draws a run of packets like p (a train): how many mid packets (p itself), and
+// the last, with PSH and a shorter length.
+func drawRun(r *rand.Rand, p Packet) (last Packet, n int) {
+	last, n = p, r.IntN(40)
+	last.TCPFlags |= netfilter.TCPPsh
+	last.Len = 53 + r.IntN(1000)
+	return last, n
+}
+
+// eachOfRun calls f with each packet of the run, in order: mid n times, then last.
+func eachOfRun(mid Packet, n int, last Packet, f func(i int, q Packet)) {
+	for i := range n + 1 {
+		q := mid
+		if i == n {
+			q = last
+		}
+		f(i, q)
 	}
 }
