@@ -64,8 +64,15 @@ type specParser struct {
 	// jumpChunks are the chunks jumps were carved from (every JumpTarget this parser
 	// made): the transaction clears their hints (JumpTarget.to) when it ends.
 	jumpChunks [][]JumpTarget
-	spec       ruleSpec // the result of parse, valid until the next parse
-	one        [1]*Rule // expand's result for a rule without address lists
+	// The kube-proxy rules' match and target objects, from slabs: a -m tcp and a DNAT
+	// per endpoint, a -m statistic per endpoint but the last, a -m comment per rule in
+	// the small-cluster mode.
+	tcps     slab[TCPMatch]
+	stats    slab[StatisticMatch]
+	comments slab[CommentMatch]
+	nats     slab[NATTarget]
+	spec     ruleSpec // the result of parse, valid until the next parse
+	one      [1]*Rule // expand's result for a rule without address lists
 }
 
 // ruleAndSpec is a parsed rule and its Spec, allocated together.
@@ -78,6 +85,29 @@ type ruleAndSpec struct {
 const slabMax = 1024
 
 func nextChunk(last, least int) int { return max(min(2*last, slabMax), 16, least) }
+
+// slab hands out zero values of T carved from chunks (of nextChunk's sizes), one
+// allocation per chunk instead of one per value. A chunk lives as long as any of its
+// values, as the parser's rule slab does.
+type slab[T any] struct {
+	free []T
+	n    int // size of the last chunk
+}
+
+func (s *slab[T]) get() *T {
+	if len(s.free) == 0 {
+		s.n = nextChunk(s.n, 1)
+		s.free = make([]T, s.n)
+	}
+	v := &s.free[0]
+	s.free = s.free[1:]
+	return v
+}
+
+// noModuleSlabs makes matchOption and targetOption allocate each tcp, statistic and
+// comment match and DNAT target on its own, as they did before the slabs (for the test
+// comparing the two).
+var noModuleSlabs = false
 
 // newRule returns a zero Rule with its own zero Spec.
 func (sp *specParser) newRule() *Rule {
@@ -361,7 +391,19 @@ func (sp *specParser) matchOption(r *Rule, toks []token, i *int, opt string, neg
 		return optErr(opt, "! is not allowed before -m")
 	}
 	if def, ok := lookupModule(a.val); ok {
-		b := def.new()
+		var b matchBuilder
+		switch {
+		case noModuleSlabs:
+			b = def.new()
+		case def == modTCP:
+			b = sp.tcps.get()
+		case def == modStatistic:
+			b = sp.stats.get()
+		case def == modComment:
+			b = sp.comments.get()
+		default:
+			b = def.new()
+		}
 		r.Matches = append(r.Matches, b)
 		sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
 		return nil
@@ -409,7 +451,14 @@ func (sp *specParser) targetOption(r *Rule, toks []token, i *int, opt string, ne
 		r.Target = &VerdictTarget{Verdict: name}
 		sp.owners = append(sp.owners, owner{opts: noOpts})
 	case def != nil:
-		b := def.new()
+		var b targetBuilder
+		if name == "DNAT" && !noModuleSlabs {
+			t := sp.nats.get()
+			t.Kind = "DNAT"
+			b = t
+		} else {
+			b = def.new()
+		}
 		r.Target = b
 		sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
 	case known && (passTargets[name] || stopTargets[name]) || sp.looksLikeExtension(toks, toks[*i:]):

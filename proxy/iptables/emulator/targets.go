@@ -317,8 +317,19 @@ func (t *NATTarget) parseRange(s string, f Family) error {
 }
 
 func natPortProtos(rc *ruleCtx, what string) error {
-	return needProto(rc, what+" with ports", netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP, netfilter.ProtoDCCP)
+	// The accepted case first: the module name below is built (and escapes into the
+	// error) only when the check fails, not once per DNAT rule with a port.
+	if rc.proto.Set && !rc.proto.Neg {
+		switch rc.proto.Num {
+		case netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP, netfilter.ProtoDCCP:
+			return nil
+		}
+	}
+	return needProto(rc, what+" with ports", natPortProtoList[:]...)
 }
+
+// natPortProtoList is what a NAT target with ports accepts, in needProto's order.
+var natPortProtoList = [...]uint8{netfilter.ProtoTCP, netfilter.ProtoUDP, netfilter.ProtoSCTP, netfilter.ProtoDCCP}
 
 func (t *NATTarget) finish(rc *ruleCtx) error {
 	if !t.toSet {
