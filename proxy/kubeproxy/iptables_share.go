@@ -219,8 +219,15 @@ func (f *iptablesFamily) joinGroup(reg *shareRegistry, n *cluster.Node, cfg prox
 	f.g, f.cfg, f.icfg = g, cfg, icfg
 	f.lock = &g.evalMu
 	f.compiled = true
+	// The group's nodes hold the same rulesets and evaluate under evalMu: one wildcard
+	// cache per version serves them all, where a cache per node is cold in every node
+	// a large cluster's probes pass (a node's own comes from its own packets only).
+	f.emu.ShareWildCache(!noSharedWild)
 	return nil
 }
+
+// noSharedWild keeps a wildcard cache per node in groups (tests compare the two).
+var noSharedWild bool
 
 // syncShared syncs the family through its group; false when it must leave the group.
 func (f *iptablesFamily) syncShared(n *cluster.Node) (bool, error) {

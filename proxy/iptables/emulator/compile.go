@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"math/bits"
 	"net/netip"
 
 	"github.com/clusterlab/clusterlab/netfilter"
@@ -538,6 +539,16 @@ func (cp *chainProg) contains(rec *crec, o int, six bool, k *addrKey) bool {
 	return k.kind == 6 && k.hi&p.mhi == p.hi && k.lo&p.mlo == p.lo
 }
 
+// prefixBits is the length of the prefix contains compares at word o of rec: what
+// of the address the comparison reads (the wildcard cache keys by that much of it).
+func (cp *chainProg) prefixBits(rec *crec, o int, six bool) uint8 {
+	if !six {
+		return uint8(bits.OnesCount32(cp.word(rec, o+1)))
+	}
+	p := &cp.ext.v6[cp.word(rec, o)]
+	return uint8(bits.OnesCount64(p.mhi) + bits.OnesCount64(p.mlo))
+}
+
 func portIn(spec uint32, port uint16) bool {
 	return uint32(port) >= spec>>16 && uint32(port) <= spec&0xffff
 }
@@ -556,9 +567,15 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 	}
 	o := 0
 	if w0&fSrc != 0 {
-		c.reads |= rdSrc
 		six := w0&fSrc6 != 0
-		if cp.contains(rec, o, six, &c.keys.src) == (w0&fSrcNeg != 0) {
+		var in bool
+		if six {
+			c.reads |= rdSrc
+			in = cp.contains(rec, o, six, &c.keys.src)
+		} else {
+			in = c.srcIn4(cp.word(rec, o), cp.word(rec, o+1))
+		}
+		if in == (w0&fSrcNeg != 0) {
 			return false
 		}
 		o += 2
@@ -567,8 +584,9 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 		}
 	}
 	if w0&fDst != 0 {
-		c.reads |= rdDst
 		six := w0&fDst6 != 0
+		c.reads |= rdDstNet
+		c.dbits = max(c.dbits, cp.prefixBits(rec, o, six))
 		if cp.contains(rec, o, six, &c.keys.dst) == (w0&fDstNeg != 0) {
 			return false
 		}

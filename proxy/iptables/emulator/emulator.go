@@ -49,6 +49,8 @@ type Emulator struct {
 	wild     *wildCache
 	noWild   bool
 	wildHits uint64
+	// shareWild keeps the wildcard cache on the ruleset instead (ShareWildCache).
+	shareWild bool
 	// wildDrawHits counts those of them that drew (tests).
 	wildDrawHits uint64
 	wildArm      *wildMiss

@@ -254,7 +254,10 @@ type evalCtx struct {
 	// read (rd*); wildNo says it read something a key cannot hold; when wild, draws
 	// records its draws from the random source, the first of which are pre's
 	// (npre of them used so far) rather than the source's.
+	// dbits is, when reads has rdDstNet, the longest prefix of the destination
+	// address a compiled rule compared.
 	reads  uint16
+	dbits  uint8
 	wildNo bool
 	wild   bool
 	draws  []wdraw
@@ -946,7 +949,13 @@ func (c *evalCtx) nat(r *Rule, hook netfilter.Hook, chain string) *NAT {
 // compiled path passes a copy rebuilt from its code).
 func (c *evalCtx) natTarget(r *Rule, hook netfilter.Hook, chain string, tg *NATTarget) *NAT {
 	c.impure = true
-	c.reads |= rdSrc | rdDst | rdDport // it reads and writes them
+	// It writes the source (SNAT) or the destination and its port (DNAT), and reads
+	// what it writes (an absent address or port is kept); DNAT never reads the source.
+	if tg.Kind == "DNAT" {
+		c.reads |= rdDst | rdDport
+	} else {
+		c.reads |= rdSrc | rdDst | rdDport
+	}
 	p := c.pkt
 	n := c.newNAT(tg.Kind, r, hook, chain)
 	n.Random, n.RandomFully, n.Persistent = tg.Random, tg.RandomFully, tg.Persistent

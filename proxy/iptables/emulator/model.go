@@ -68,6 +68,10 @@ type Ruleset struct {
 	// once: a ruleset a restore made is not changed afterwards.
 	stateOnce sync.Once
 	state     *stateRefs
+
+	// wild is the wildcard cache of the emulators that hold this ruleset and share
+	// it (Emulator.ShareWildCache); nil until first used.
+	wild *wildCache
 }
 
 // stateRefs are the matches of a ruleset that name state kept beside the rules, in

@@ -1,6 +1,8 @@
 package emulator
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"net/netip"
 
 	"github.com/clusterlab/clusterlab/netfilter"
@@ -58,10 +60,19 @@ const (
 	rdOut
 	rdTTL
 	rdTuples // the conntrack tuples
+	// rdDstNet: a prefix of the destination (the longest a rule compared:
+	// evalCtx.dbits), where rdDst reads all of it.
+	rdDstNet
 )
 
-// wildSize is the number of wildcard cache entries per emulator (direct-mapped).
-const wildSize = 64
+// wildSize is the number of wildcard cache entries per emulator (direct-mapped), and
+// wildSharedSize per ruleset shared by emulators (ShareWildCache): one cache then
+// serves every node of a group, whose probes spread over many more Services than one
+// node's packets do, for the memory of one.
+const (
+	wildSize       = 64
+	wildSharedSize = 16384
+)
 
 // wkey is a packet as an entry's key holds it: the fields outside mask are zero, and
 // ext, the fields few traversals read, counts only when mask has one of them (rdExt).
@@ -72,6 +83,7 @@ type wkey struct {
 
 type wcore struct {
 	mask                       uint16
+	dbits                      uint8 // the prefix of dst kept (rdDstNet)
 	proto, flags, icmpT, icmpC uint8
 	ttl                        uint8
 	frag, ctReply              bool
@@ -95,15 +107,19 @@ func (k *wkey) equal(o *wkey) bool {
 	return k.wcore == o.wcore && (k.mask&rdExt == 0 || k.ext == o.ext)
 }
 
-// keyIn fills k with q's fields under mask.
-func (k *wkey) keyIn(q *Packet, mask uint16) {
+// keyIn fills k with q's fields under mask, and the first db bits of the destination
+// when mask reads it as a prefix.
+func (k *wkey) keyIn(q *Packet, mask uint16, db uint8) {
 	k.wcore = wcore{mask: mask, proto: q.Proto, frag: q.Fragment, ctReply: q.CT.Reply, ctState: q.CT.State,
 		ctStatus: q.CT.Status, mark: q.Mark, ctMark: q.CT.Mark}
 	if mask&rdSrc != 0 {
 		k.src = q.Src
 	}
-	if mask&rdDst != 0 {
+	switch {
+	case mask&rdDst != 0:
 		k.dst = q.Dst
+	case mask&rdDstNet != 0:
+		k.dst, k.dbits = keyPrefix(q.Dst, db), db
 	}
 	if mask&rdSport != 0 {
 		k.sport = q.SrcPort
@@ -132,6 +148,27 @@ func (k *wkey) keyIn(q *Packet, mask uint16) {
 			k.ext.orig, k.ext.reply = q.CT.Orig, q.CT.ReplyTuple
 		}
 	}
+}
+
+// keyPrefix returns a's first n bits (of 32 for IPv4, of 128 for IPv6), the rest zero:
+// every address with those bits answers a comparison with a prefix of at most n bits
+// as a does, and is of a's family. An address with a zone or an IPv4-mapped one is
+// kept whole (the comparisons treat them apart).
+func keyPrefix(a netip.Addr, n uint8) netip.Addr {
+	switch {
+	case a.Is4():
+		if n >= 32 {
+			return a
+		}
+		b := a.As4()
+		v := binary.BigEndian.Uint32(b[:]) &^ (^uint32(0) >> n)
+		binary.BigEndian.PutUint32(b[:], v)
+		return netip.AddrFrom4(b)
+	case !a.Is6() || a.Is4In6() || a.Zone() != "" || n >= 128:
+		return a
+	}
+	p, _ := a.Prefix(int(n))
+	return p.Addr()
 }
 
 // hash returns k's hash, for the slot (b: the table and hook's bit).
@@ -188,12 +225,13 @@ type wildEnt struct {
 // addrtype test (drawAddr4, drawAddr6: is a of a type in mask, on iface), whose
 // answer is the host's.
 type wdraw struct {
-	p     float64
-	a     netip.Addr
-	iface string
-	mask  AddrType
-	kind  uint8
-	v     bool
+	p      float64
+	a      netip.Addr
+	iface  string
+	mask   AddrType
+	pv, pm uint32 // drawSrc4: the prefix's address and mask
+	kind   uint8
+	v      bool
 }
 
 // The kinds of draws.
@@ -201,17 +239,26 @@ const (
 	drawChance uint8 = iota
 	drawAddr4
 	drawAddr6
+	// drawSrc4: is the packet's source in the IPv4 prefix pv/pm (a compiled rule's
+	// -s)? Asked of every packet that hits, so that the key need not hold the source:
+	// kube-proxy's rules compare it with the cluster's pod CIDR and, in each endpoint's
+	// chain, with the endpoint's address (hairpin masquerade), and a key holding it
+	// would keep an entry per client where these answers give one per Service.
+	drawSrc4
 )
 
 // same reports whether d and o ask the same question.
 func (d *wdraw) same(o *wdraw) bool {
-	return d.kind == o.kind && d.p == o.p && d.a == o.a && d.iface == o.iface && d.mask == o.mask
+	return d.kind == o.kind && d.p == o.p && d.a == o.a && d.iface == o.iface && d.mask == o.mask &&
+		d.pv == o.pv && d.pm == o.pm
 }
 
 // ask answers the question d asks, as a traversal would: the random source is drawn
 // from as evalCtx.chance draws, the host asked as AddrTypeMatch.eval asks.
-func (d *wdraw) ask(env Env) bool {
+func (d *wdraw) ask(env Env, q *Packet) bool {
 	switch d.kind {
+	case drawSrc4:
+		return src4In(keyOf(q.Src), d.pv, d.pm)
 	case drawAddr4:
 		return addrTypeMatch(env, d.a, d.iface, d.mask)
 	case drawAddr6:
@@ -222,10 +269,19 @@ func (d *wdraw) ask(env Env) bool {
 }
 
 type wildCache struct {
-	ents  [wildSize]wildEnt
+	ents  []wildEnt  // a power of two long
+	shift uint8      // 64 - log2(len(ents)): a key hash's top bits index ents
 	masks [40]uint16 // per table and hook bit: the key mask (valid for mgen)
 	mgen  [40]uint64
+	// dbits, per table and hook bit: the prefix of the destination in the key when
+	// the mask has rdDstNet (valid for mgen).
+	dbits [40]uint8
 	pre   []wdraw // a lookup's draws (the traversal after a partial hit replays them)
+}
+
+// newWildCache returns a cache of n entries (a power of two).
+func newWildCache(n int) *wildCache {
+	return &wildCache{ents: make([]wildEnt, n), shift: uint8(64 - bits.TrailingZeros(uint(n)))}
 }
 
 // wildMiss is what RunTable keeps of a missed lookup for filling the cache after the
@@ -240,7 +296,7 @@ type wildMiss struct {
 // wildMask returns the key mask of table and hook bit b for the current generation.
 func (w *wildCache) wildMask(gen uint64, b int) uint16 {
 	if w.mgen[b] != gen {
-		w.mgen[b], w.masks[b] = gen, 0
+		w.mgen[b], w.masks[b], w.dbits[b] = gen, 0, 0
 	}
 	return w.masks[b]
 }
@@ -249,15 +305,12 @@ func (w *wildCache) wildMask(gen uint64, b int) uint16 {
 // counters, the packet's changes) and returns it with true. On a miss it fills m for
 // wildFill; the draws it made are in m.pre.
 func (e *Emulator) wildLookup(env Env, b int, q *Packet, m *wildMiss) (TableVerdict, bool) {
-	if e.wild == nil {
-		e.wild = new(wildCache)
-	}
-	w := e.wild
+	w, gen := e.wildCache()
 	var k wkey
-	k.keyIn(q, w.wildMask(e.gen, b))
-	ent := &w.ents[k.hash(b)>>58&(wildSize-1)]
+	k.keyIn(q, w.wildMask(gen, b), w.dbits[b])
+	ent := &w.ents[k.hash(b)>>w.shift]
 	m.b, m.ent, m.pre = b, nil, w.pre[:0]
-	if ent.gen == e.gen && ent.bit == b && ent.key.equal(&k) {
+	if ent.gen == gen && ent.bit == b && ent.key.equal(&k) {
 		for n := &ent.nodes[0]; ; {
 			if n.leaf > 0 {
 				e.wildHits++
@@ -268,7 +321,7 @@ func (e *Emulator) wildLookup(env Env, b int, q *Packet, m *wildMiss) (TableVerd
 				return ent.leaves[n.leaf-1].replay(q, k.mask), true
 			}
 			d := n.d
-			d.v = d.ask(env)
+			d.v = d.ask(env, q)
 			v := d.v
 			m.pre = append(m.pre, d)
 			next := n.kid[b2i(v)]
@@ -315,17 +368,18 @@ func (e *Emulator) wildFill(c *evalCtx, m *wildMiss, q *Packet, v *TableVerdict)
 	if c == nil || !c.compiled || c.dry || c.wildNo || c.tr != nil {
 		return
 	}
-	w := e.wild
-	mask := w.wildMask(e.gen, m.b) | c.reads
+	w, gen := e.wildCache()
+	mask := w.wildMask(gen, m.b) | c.reads
 	w.masks[m.b] = mask
+	w.dbits[m.b] = max(w.dbits[m.b], c.dbits)
+	var k wkey
+	k.keyIn(&m.in, mask, w.dbits[m.b])
 	ent := m.ent
-	if ent == nil || ent.key.mask != mask || ent.gen != e.gen || ent.bit != m.b {
+	if ent == nil || ent.key.wcore.mask != mask || ent.key.dbits != k.dbits || ent.gen != gen || ent.bit != m.b {
 		// A new entry (or one whose key needs more fields now: it starts again).
-		var k wkey
-		k.keyIn(&m.in, mask)
-		ent = &w.ents[k.hash(m.b)>>58&(wildSize-1)]
-		if ent.gen != e.gen || ent.bit != m.b || !ent.key.equal(&k) {
-			ent.gen, ent.bit, ent.key = e.gen, m.b, k
+		ent = &w.ents[k.hash(m.b)>>w.shift]
+		if ent.gen != gen || ent.bit != m.b || !ent.key.equal(&k) {
+			ent.gen, ent.bit, ent.key = gen, m.b, k
 			ent.nodes, ent.leaves = ent.nodes[:0], ent.leaves[:0]
 		}
 	}
@@ -453,6 +507,41 @@ func (c *evalCtx) ruleReads(r *Rule) {
 	}
 }
 
+// wildCache returns the wildcard cache RunTable uses and the generation its entries
+// must have: the emulator's own, valid for a generation (Emulator.gen), or, with
+// ShareWildCache, the ruleset's, valid for as long as the ruleset (generation 1).
+func (e *Emulator) wildCache() (*wildCache, uint64) {
+	if e.shareWild {
+		if e.rs.wild == nil {
+			e.rs.wild = newWildCache(wildSharedSize)
+		}
+		return e.rs.wild, 1
+	}
+	if e.wild == nil {
+		e.wild = newWildCache(wildSize)
+	}
+	return e.wild, e.gen
+}
+
+// ShareWildCache keeps RunTable's wildcard cache on the ruleset (on) rather than in
+// the emulator (off, the default), so that emulators holding the same ruleset
+// (Adopt) share one cache: what one of them learned, another's packets hit. An entry
+// holds nothing of the emulator that filled it: its key and outcome come from the
+// packet and the rules (shared, counters included), and what else a traversal asks
+// (a random draw, an address's type) is asked again of the emulator whose packet hits
+// it, as the traversal would. What the emulator alone decides (xt_recent, nth, sets,
+// ipvs, nfacct, MASQUERADE's host addresses) is never kept (wildNo), and an emulator
+// evaluating a ruleset interpreted (Interpret) does not use the cache.
+//
+// The emulators sharing a ruleset must not evaluate at the same time (the caller
+// serialises them, as it must already for their shared compiled chains).
+func (e *Emulator) ShareWildCache(on bool) {
+	e.mu.Lock()
+	e.shareWild = on
+	e.gen++
+	e.mu.Unlock()
+}
+
 // WildCache turns RunTable's wildcard cache on (the default) or off (tests compare).
 func (e *Emulator) WildCache(on bool) {
 	e.mu.Lock()
@@ -480,7 +569,27 @@ func (c *evalCtx) addrType(six bool, a netip.Addr, rd uint16, iface string, mask
 		}
 		d.v = p.v
 	} else {
-		d.v = d.ask(c.env)
+		d.v = d.ask(c.env, c.pkt)
+	}
+	if c.wild {
+		c.draws = append(c.draws, d)
+	}
+	return d.v
+}
+
+// src4In is a compiled rule's test of an IPv4 -s (chainProg.contains).
+func src4In(k addrKey, v, m uint32) bool { return k.kind == 4 && uint32(k.lo)&m == v }
+
+// srcIn4 answers a compiled rule's -s v/m for the packet, recorded for the wildcard
+// cache as a draw (drawSrc4) whose answer is the packet's.
+func (c *evalCtx) srcIn4(v, m uint32) bool {
+	d := wdraw{kind: drawSrc4, pv: v, pm: m, v: src4In(c.keys.src, v, m)}
+	if c.npre < len(c.pre) {
+		p := &c.pre[c.npre]
+		c.npre++
+		if !p.same(&d) || p.v != d.v {
+			c.wildNo = true // cannot happen: the lookup asked the same of the same packet
+		}
 	}
 	if c.wild {
 		c.draws = append(c.draws, d)

@@ -35,13 +35,16 @@ func genFieldRuleset(t *rapid.T, f Family) []byte {
 	if f == IPv6 {
 		icmp = "-p ipv6-icmp -m icmp6 --icmpv6-type 128"
 	}
-	bits := 32
+	// Prefixes of several lengths: the key holds a destination's longest compared
+	// prefix, and a source's comparisons are asked again of each packet.
+	lens := []int{8, 16, 24, 31, 32, 32}
 	if f == IPv6 {
-		bits = 128
+		lens = []int{16, 64, 120, 127, 128, 128}
 	}
 	cond := func() string {
 		a := rapid.SampledFrom(addrs).Draw(t, "addr")
-		switch rapid.IntRange(0, 15).Draw(t, "cond") {
+		bits := rapid.SampledFrom(lens).Draw(t, "prefix")
+		switch rapid.IntRange(0, 16).Draw(t, "cond") {
 		case 0:
 			return "-p tcp -m tcp --sport 1000:1500"
 		case 1, 2:
@@ -70,6 +73,8 @@ func genFieldRuleset(t *rapid.T, f Family) []byte {
 			return "-m addrtype --dst-type LOCAL"
 		case 14:
 			return "-m conntrack --ctstate NEW"
+		case 15:
+			return fmt.Sprintf("! -s %s/%d", a, bits)
 		}
 		return "-p udp -m udp --dport 80"
 	}
