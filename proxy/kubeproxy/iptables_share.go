@@ -306,6 +306,10 @@ func (f *iptablesFamily) leaveGroup() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.evalMu.Lock()
+	// Its packets alone use its rules from now on: a cache of its own, of a node's
+	// size (a shared one's 16,384 entries on each of thousands of nodes leaving
+	// would be gigabytes), and the group's cache stays with the group's version.
+	f.emu.ShareWildCache(false)
 	// A copy of its own: restores on a branch of the group's versions would mark the
 	// group's chains gone and share their reference counts.
 	own, err := emulator.ParseDump(f.emu.Ruleset().Save(true), f.emu.Family(), "kube-proxy "+string(f.family))

@@ -154,3 +154,41 @@ func TestSharedWildCacheSameAsPerNode(t *testing.T) {
 		}
 	})
 }
+
+// TestLeavingNodeKeepsItsOwnWildCache: a group's nodes share their ruleset's wildcard
+// cache; a node that leaves the group (a Service with a Local policy makes its rules
+// its own) keeps a cache of a node's size, not a shared one of its own (thousands of
+// nodes leaving would each hold 16,384 entries).
+func TestLeavingNodeKeepsItsOwnWildCache(t *testing.T) {
+	c, err := cluster.New(cluster.Config{Seed: 1, ManualClock: true,
+		Nodes: []cluster.NodeConfig{{Name: "node-0"}, {Name: "node-1"}},
+		Proxy: Factory(Options{Mode: IPTables, ShareRules: true})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	shares := func() string {
+		var b strings.Builder
+		for _, n := range c.Nodes() {
+			fmt.Fprintf(&b, "%s %v; ", n.Name(), Emulator(n, netip.Addr{}).SharesWildCache())
+		}
+		return b.String()
+	}
+	if err := c.Apply(service.NewService("default/web", service.Selector("app=web"), service.Port("http", 80, 8080))); err != nil {
+		t.Fatal(err)
+	}
+	if got := shares(); got != "node-0 true; node-1 true; " {
+		t.Fatalf("in the group: %s", got)
+	}
+	if err := c.Apply(service.NewService("default/local", service.Selector("app=web"), service.Port("http", 80, 8080),
+		service.NodePort(), service.ExternalTrafficPolicy(corev1.ServiceExternalTrafficPolicyLocal))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreatePod(service.NewPod("default/web-1", service.Labels("app=web"),
+		service.ContainerPort("http", 8080, corev1.ProtocolTCP), service.OnNode("node-1"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := shares(); got != "node-0 false; node-1 false; " {
+		t.Fatalf("after leaving the group: %s", got)
+	}
+}

@@ -150,6 +150,7 @@ func (e *Emulator) restore(data []byte, opts RestoreOptions) error {
 
 // setRulesetLocked makes rs the emulator's ruleset.
 func (e *Emulator) setRulesetLocked(rs *Ruleset) {
+	e.passWild(rs)
 	e.rs = rs
 	e.gen++
 	var bits uint64

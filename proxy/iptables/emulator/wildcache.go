@@ -277,11 +277,28 @@ type wildCache struct {
 	// the mask has rdDstNet (valid for mgen).
 	dbits [40]uint8
 	pre   []wdraw // a lookup's draws (the traversal after a partial hit replays them)
+	// gen is the generation of a ruleset's cache's entries (ShareWildCache): a new
+	// ruleset takes over its predecessor's cache with a new one (passWild).
+	gen uint64
 }
 
 // newWildCache returns a cache of n entries (a power of two).
 func newWildCache(n int) *wildCache {
-	return &wildCache{ents: make([]wildEnt, n), shift: uint8(64 - bits.TrailingZeros(uint(n)))}
+	return &wildCache{ents: make([]wildEnt, n), shift: uint8(64 - bits.TrailingZeros(uint(n))), gen: 1}
+}
+
+// passWild hands the shared cache of the emulator's ruleset over to rs, the ruleset
+// replacing it, its entries no longer valid (a new generation): a group's versions
+// follow one another, and once a newer one exists the older is interpreted (no
+// cache), so the cache's 16,384 entries are made once rather than at each sync. An
+// emulator that still evaluates the older version compiled makes a cache anew.
+func (e *Emulator) passWild(rs *Ruleset) {
+	old := e.rs
+	if !e.shareWild || old == nil || old == rs || old.wild == nil || rs.wild != nil {
+		return
+	}
+	rs.wild, old.wild = old.wild, nil
+	rs.wild.gen++
 }
 
 // wildMiss is what RunTable keeps of a missed lookup for filling the cache after the
@@ -509,13 +526,14 @@ func (c *evalCtx) ruleReads(r *Rule) {
 
 // wildCache returns the wildcard cache RunTable uses and the generation its entries
 // must have: the emulator's own, valid for a generation (Emulator.gen), or, with
-// ShareWildCache, the ruleset's, valid for as long as the ruleset (generation 1).
+// ShareWildCache, the ruleset's, valid for as long as the ruleset holds it (its own
+// generation, wildCache.gen).
 func (e *Emulator) wildCache() (*wildCache, uint64) {
 	if e.shareWild {
 		if e.rs.wild == nil {
 			e.rs.wild = newWildCache(wildSharedSize)
 		}
-		return e.rs.wild, 1
+		return e.rs.wild, e.rs.wild.gen
 	}
 	if e.wild == nil {
 		e.wild = newWildCache(wildSize)
@@ -540,6 +558,14 @@ func (e *Emulator) ShareWildCache(on bool) {
 	e.shareWild = on
 	e.gen++
 	e.mu.Unlock()
+}
+
+// SharesWildCache reports whether the emulator keeps its wildcard cache on its ruleset
+// (ShareWildCache).
+func (e *Emulator) SharesWildCache() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.shareWild
 }
 
 // WildCache turns RunTable's wildcard cache on (the default) or off (tests compare).

@@ -383,3 +383,86 @@ func TestWildCacheDirections(t *testing.T) {
 		t.Fatalf("counters differ:\ncached:\n%s\ntraversed:\n%s", a, b)
 	}
 }
+
+// TestSharedWildCacheAcrossEmulators: emulators that adopted one ruleset and share its
+// wildcard cache hit what another filled, with the same outcome as a traversal; a new
+// version takes the cache over (one cache made, not one per version) with no entry of
+// the old version valid; an emulator still on the old version makes itself a new one.
+func TestSharedWildCacheAcrossEmulators(t *testing.T) {
+	leader := New(IPv4)
+	if err := leader.RestoreText(emutest.KubeDump(5, 3), RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v1 := leader.Ruleset()
+	var es [2]*Emulator
+	for i := range es {
+		es[i] = New(IPv4)
+		if err := es[i].Adopt(v1); err != nil {
+			t.Fatal(err)
+		}
+		es[i].ShareWildCache(true)
+	}
+	plain := New(IPv4) // the same rules, traversed every time
+	if err := plain.Adopt(v1); err != nil {
+		t.Fatal(err)
+	}
+	plain.WildCache(false)
+	plain.FlowCache(false)
+	run := func(e *Emulator, env Env, svc int, sport uint16) TableVerdict {
+		p := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.244.1.5"), SrcPort: sport,
+			Dst: netip.MustParseAddr(emutest.ClusterIP(svc)), DstPort: 80, TCPFlags: netfilter.TCPSyn, TTL: 64,
+			CT: Conntrack{State: netfilter.CtNew}}
+		v := e.RunTable(env, TableNAT, netfilter.Prerouting, &p, nil)
+		v.NAT.Rule = nil // the rule that made it differs between versions only by pointer
+		return v
+	}
+	// The statistic draws: each packet's environment is a source of the same seed as
+	// the traversal's, so both draw the same (and the cache's tree has the path).
+	check := func(e *Emulator, svc int, sport uint16) {
+		t.Helper()
+		got := run(e, NewStaticEnv(3, pktAddrs(IPv4)[1]), svc, sport)
+		want := run(plain, NewStaticEnv(3, pktAddrs(IPv4)[1]), svc, sport)
+		if got.Verdict != want.Verdict || got.NAT.Addr != want.NAT.Addr || got.NAT.Port != want.NAT.Port || got.Reason != want.Reason {
+			t.Fatalf("service %d port %d: cached %+v, traversed %+v", svc, sport, got, want)
+		}
+	}
+	check(es[0], 1, 40000)
+	if v1.wild == nil || es[0].wild != nil {
+		t.Fatalf("the cache is not the ruleset's: ruleset %p, emulator %p", v1.wild, es[0].wild)
+	}
+	check(es[1], 1, 40001)
+	if es[1].wildHits != 1 {
+		t.Fatalf("the second emulator's packet did not hit what the first filled (%d hits)", es[1].wildHits)
+	}
+	w := v1.wild
+	if err := leader.RestoreText(emutest.KubeDump(6, 2), RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v2 := leader.Ruleset()
+	if err := es[0].Adopt(v2); err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Adopt(v2); err != nil {
+		t.Fatal(err)
+	}
+	if v2.wild != w || v1.wild != nil {
+		t.Fatalf("the new version did not take the cache over: %p, old %p (was %p)", v2.wild, v1.wild, w)
+	}
+	hits := es[0].wildHits
+	check(es[0], 1, 40002) // version 2: 2 endpoints instead of 3
+	if es[0].wildHits != hits {
+		t.Fatal("an entry of the old version answered the new one")
+	}
+	check(es[0], 1, 40003)
+	if es[0].wildHits != hits+1 {
+		t.Fatal("no hit on the new version's entry")
+	}
+	// es[1] still holds version 1: a cache of its own making, not the passed one.
+	if err := plain.Adopt(v1); err != nil {
+		t.Fatal(err)
+	}
+	check(es[1], 1, 40004)
+	if v1.wild == nil || v1.wild == w {
+		t.Fatalf("version 1's cache: %p (the passed one %p)", v1.wild, w)
+	}
+}
