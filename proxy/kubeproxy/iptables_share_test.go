@@ -18,11 +18,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// shareTwin is the same cluster twice, with and without Options.ShareRules, driven
-// through the same steps.
+// shareTwin is the same cluster twice, with and without Options.ShareRules (or two
+// other variants, named by labels), driven through the same steps.
 type shareTwin struct {
-	c     [2]*cluster.Cluster // unshared, shared
-	nodes int
+	c      [2]*cluster.Cluster // unshared, shared
+	labels [2]string
+	nodes  int
 }
 
 // fataler is *testing.T or *rapid.T.
@@ -31,18 +32,25 @@ type fataler interface {
 	Fatalf(format string, args ...any)
 }
 
+// newShareCluster is a cluster of nodes node-0, node-1, … whose kube-proxy runs the
+// iptables mode, with or without ShareRules.
+func newShareCluster(t fataler, nodes int, seed uint64, share bool) *cluster.Cluster {
+	var ncs []cluster.NodeConfig
+	for j := 0; j < nodes; j++ {
+		ncs = append(ncs, cluster.NodeConfig{Name: fmt.Sprintf("node-%d", j)})
+	}
+	c, err := cluster.New(cluster.Config{Seed: seed, ManualClock: true, Nodes: ncs,
+		Proxy: Factory(Options{Mode: IPTables, ShareRules: share})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func newShareTwin(t fataler, nodes int) *shareTwin {
-	tw := &shareTwin{nodes: nodes}
+	tw := &shareTwin{nodes: nodes, labels: [2]string{"unshared", "shared"}}
 	for i, share := range []bool{false, true} {
-		var ncs []cluster.NodeConfig
-		for j := 0; j < nodes; j++ {
-			ncs = append(ncs, cluster.NodeConfig{Name: fmt.Sprintf("node-%d", j)})
-		}
-		c, err := cluster.New(cluster.Config{Seed: 1, ManualClock: true, Nodes: ncs,
-			Proxy: Factory(Options{Mode: IPTables, ShareRules: share})})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := newShareCluster(t, nodes, 1, share)
 		tw.c[i] = c
 		for j := 0; j < nodes; j++ {
 			if _, err := c.CreatePod(service.NewPod(fmt.Sprintf("default/client-%d", j), service.OnNode(fmt.Sprintf("node-%d", j)))); err != nil {
@@ -62,7 +70,7 @@ func (tw *shareTwin) both(t fataler, what string, f func(c *cluster.Cluster) str
 		got[i] = f(c)
 	}
 	if got[0] != got[1] {
-		t.Fatalf("%s: unshared and shared differ:\n--- unshared\n%s\n--- shared\n%s", what, got[0], got[1])
+		t.Fatalf("%s: %s and %s differ:\n--- %s\n%s\n--- %s\n%s", what, tw.labels[0], tw.labels[1], tw.labels[0], got[0], tw.labels[1], got[1])
 	}
 }
 

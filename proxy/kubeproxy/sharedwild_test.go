@@ -29,31 +29,14 @@ func TestSharedWildCacheSameAsPerNode(t *testing.T) {
 	defer func() { noSharedWild = false }()
 	rapid.Check(t, func(t *rapid.T) {
 		nodes := rapid.IntRange(2, 4).Draw(t, "nodes")
-		var cs [2]*cluster.Cluster
-		for i := range cs {
-			noSharedWild = i == 1
-			var ncs []cluster.NodeConfig
-			for j := 0; j < nodes; j++ {
-				ncs = append(ncs, cluster.NodeConfig{Name: fmt.Sprintf("node-%d", j)})
-			}
-			c, err := cluster.New(cluster.Config{Seed: 7, ManualClock: true, Nodes: ncs,
-				Proxy: Factory(Options{Mode: IPTables, ShareRules: true})})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			cs[i] = c
-		}
+		tw := &shareTwin{nodes: nodes, labels: [2]string{"shared", "per-node"}}
+		tw.c[0] = newShareCluster(t, nodes, 7, true)
+		noSharedWild = true
+		tw.c[1] = newShareCluster(t, nodes, 7, true)
 		noSharedWild = false
-		both := func(what string, f func(c *cluster.Cluster) string) {
-			var got [2]string
-			for i, c := range cs {
-				got[i] = f(c)
-			}
-			if got[0] != got[1] {
-				t.Fatalf("%s: shared and per-node caches differ:\n--- shared\n%s\n--- per node\n%s", what, got[0], got[1])
-			}
-		}
+		defer tw.close()
+		cs := tw.c
+		both := func(what string, f func(c *cluster.Cluster) string) { tw.both(t, what, f) }
 		var pods []string // every pod: clients and backends
 		for j := 0; j < nodes; j++ {
 			name := fmt.Sprintf("client-%d", j)
