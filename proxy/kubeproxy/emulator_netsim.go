@@ -20,18 +20,25 @@ import (
 // EmulatorHandlers returns the handler specs that run the emulator's tables on a netsim
 // node, named "<name> <table>". Each spec has its own handler: attach them to one node.
 func EmulatorHandlers(e *emulator.Emulator, name string) []netsim.HandlerSpec {
-	return emulatorHandlers(e, nil, nil, name)
+	return emulatorHandlers(e, nil, nil, nil, name)
 }
 
 // emulatorHandlers is EmulatorHandlers with a lock each packet's evaluation holds (nil:
-// none), for emulators that share chains, and a function called under it first.
-func emulatorHandlers(e *emulator.Emulator, lock *sync.Mutex, prep func(), name string) []netsim.HandlerSpec {
+// none), for emulators that share chains, a function called under it first, and the
+// packet buffer the handlers fill under it (nil: one of their own, which they share:
+// a node runs its handlers one packet at a time). Emulators sharing a lock share a
+// buffer: one that stays in the processor's cache, where each of thousands of nodes'
+// own buffers is cold when a large cluster's probes pass that node.
+func emulatorHandlers(e *emulator.Emulator, lock *sync.Mutex, prep func(), buf *emulator.Packet, name string) []netsim.HandlerSpec {
+	if buf == nil {
+		buf = new(emulator.Packet)
+	}
 	var specs []netsim.HandlerSpec
 	for h := netfilter.Prerouting; h <= netfilter.Postrouting; h++ {
 		for _, table := range emulator.TablesAt(h) {
 			specs = append(specs, netsim.HandlerSpec{Name: name + " " + table, Hook: h,
 				Priority: emulator.TablePriority(table, h), NAT: table == emulator.TableNAT,
-				Handler: &emulatorHandler{e: e, lock: lock, prep: prep, table: table, hook: h}})
+				Handler: &emulatorHandler{e: e, lock: lock, prep: prep, table: table, hook: h, q: buf}})
 		}
 	}
 	return specs
@@ -40,12 +47,12 @@ func emulatorHandlers(e *emulator.Emulator, lock *sync.Mutex, prep func(), name 
 // AttachEmulator registers the emulator's handlers on a node and returns a function that
 // removes them.
 func AttachEmulator(e *emulator.Emulator, n *netsim.Node, name string) (detach func()) {
-	return attachEmulator(e, nil, nil, n, name)
+	return attachEmulator(e, nil, nil, nil, n, name)
 }
 
-func attachEmulator(e *emulator.Emulator, lock *sync.Mutex, prep func(), n *netsim.Node, name string) (detach func()) {
+func attachEmulator(e *emulator.Emulator, lock *sync.Mutex, prep func(), buf *emulator.Packet, n *netsim.Node, name string) (detach func()) {
 	var removes []func()
-	for _, s := range emulatorHandlers(e, lock, prep, name) {
+	for _, s := range emulatorHandlers(e, lock, prep, buf, name) {
 		removes = append(removes, n.AddHandler(s))
 	}
 	return func() {
@@ -74,14 +81,16 @@ func (v emulatorEnv) AddrType(a netip.Addr, iface string) emulator.AddrType {
 }
 
 // emulatorHandler is one table at one hook. Netsim calls a node's handlers one packet
-// at a time, under the node's lock, so the packet buffer q is the handler's own.
+// at a time, under the node's lock, so the packet buffer q, shared by the node's
+// handlers, is theirs; with a lock, it is shared by every handler under the lock and
+// used under it.
 type emulatorHandler struct {
 	e     *emulator.Emulator
 	lock  *sync.Mutex // nil, or the lock of the emulators sharing e's chains
 	prep  func()      // called under lock before each evaluation (nil: none)
 	table string
 	hook  netfilter.Hook
-	q     emulator.Packet
+	q     *emulator.Packet
 	train *emulatorTrain // PeekTrain's state (emulator_train.go); nil until the first
 }
 
@@ -122,26 +131,27 @@ func (h *emulatorHandler) Handle(ctx *netsim.Context, p *netsim.Packet) netsim.V
 		}
 		return netsim.VerdictContinue
 	}
-	q := &h.q
-	fromNetsim(q, p, ctx, h.table)
+	q := h.q
 	if h.lock != nil {
 		h.lock.Lock()
 		if h.prep != nil {
 			h.prep()
 		}
 	}
+	fromNetsim(q, p, ctx, h.table)
 	v := e.RunTable(emulatorEnv{ctx}, h.table, h.hook, q, tr)
+	mark, ctMark, untracked := q.Mark, q.CT.Mark, q.CT.State == netfilter.CtUntracked
 	if h.lock != nil {
 		h.lock.Unlock()
 	}
 	if tr != nil {
 		traceRules(ctx, tr)
 	}
-	p.Mark = q.Mark
+	p.Mark = mark
 	if p.Conn != nil && !ctx.DryRun() {
-		p.Conn.Mark = q.CT.Mark
+		p.Conn.Mark = ctMark
 	}
-	if q.CT.State == netfilter.CtUntracked && h.table == emulator.TableRaw {
+	if untracked && h.table == emulator.TableRaw {
 		p.SetNoTrack()
 	}
 	if !v.Decided() {

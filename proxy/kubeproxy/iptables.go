@@ -110,7 +110,7 @@ func newIPTablesProxy(n *cluster.Node, cfg proxy.NodeConfig, share *shareRegistr
 			if err := f.joinGroup(share, n, cfg, icfg); err != nil {
 				return nil, fmt.Errorf("kube-proxy (iptables) on %s: %w", n.Name(), err)
 			}
-			attachEmulator(emu, f.lock, f.evalMode, n.Node, "kube-proxy "+string(fam))
+			attachEmulator(emu, f.lock, f.evalMode, &f.g.pkt, n.Node, "kube-proxy "+string(fam))
 		} else {
 			px, err := iptables.NewProxier(emu, ct, icfg)
 			if err != nil {

@@ -75,6 +75,8 @@ func (r *shareRegistry) group(c *cluster.Cluster, key string, mk func() (*shareG
 type shareGroup struct {
 	mu     sync.Mutex // serialises the group's syncs
 	evalMu sync.Mutex // held by every use of an emulator of the group (they share chains)
+	// pkt is the packet buffer of the group's nodes' netsim handlers (under evalMu).
+	pkt    emulator.Packet
 	family corev1.IPFamily
 	emu    *emulator.Emulator // the leader's
 	px     *iptables.Proxier  // the leader

@@ -20,42 +20,47 @@ import (
 //
 // It is safe for concurrent use; evaluations are serialised.
 type Emulator struct {
+	// The fields every RunTable call reads come first, together, so that a packet
+	// through a node whose emulator is cold (a large cluster's probes pass random
+	// nodes) loads two or three cache lines of it, not one per field: the flags and
+	// generation below, then wildMissBuf's head. The evaluation scratch and the rest
+	// follow.
 	fam Family // fixed at New; read without mu
 	mu  sync.Mutex
 	rs  *Ruleset
 	// chainsAt has bit chainAtBit(table, hook) set when rs has the table's built-in
 	// chain for the hook (read without mu: see HasChainAt).
 	chainsAt atomic.Uint64
-	st       *state
-	restores int
-	scratch  evalCtx // reused by evaluations (they hold mu)
-	// pkt and nat are the netsim handlers' packet and NAT result (they hold mu).
-	pkt Packet
-	nat NAT
 	// noCompile makes evaluations without a trace run on the Rules too (tests).
 	noCompile bool
+	// noFlowCache turns the flow cache off (tests); noWild the wildcard cache;
+	// shareWild keeps the wildcard cache on the ruleset instead (ShareWildCache).
+	noFlowCache bool
+	noWild      bool
+	shareWild   bool
 	// gen is the ruleset generation the flow cache's entries are valid for: every
 	// change of what a traversal reads besides the packet makes a new one
-	// (flowcache.go). flows is the cache (nil until first used); noFlowCache turns
-	// it off (tests).
-	gen         uint64
-	flows       *flowCache
-	noFlowCache bool
-	flowHits    uint64 // packets the flow cache answered (tests)
-	// wild is the wildcard cache (wildcache.go; nil until first used), noWild turns
-	// it off (tests), wildHits counts the packets it answered (tests); wildArm, set
-	// by RunTable around a traversal that may fill it, is what newCtx gives the
-	// traversal (its recording on, the draws a lookup made).
+	// (flowcache.go). flows is the cache (nil until first used).
+	gen      uint64
+	flows    *flowCache
+	flowHits uint64 // packets the flow cache answered (tests)
+	// wild is the wildcard cache (wildcache.go; nil until first used), wildHits counts
+	// the packets it answered (tests); wildArm, set by RunTable around a traversal that
+	// may fill it, is what newCtx gives the traversal (its recording on, the draws a
+	// lookup made).
 	wild     *wildCache
-	noWild   bool
 	wildHits uint64
-	// shareWild keeps the wildcard cache on the ruleset instead (ShareWildCache).
-	shareWild bool
 	// wildDrawHits counts those of them that drew (tests).
 	wildDrawHits uint64
 	wildArm      *wildMiss
 	// wildMissBuf is RunTable's wildMiss (a lookup's packet copy and draws).
 	wildMissBuf wildMiss
+
+	st       *state
+	restores int
+	scratch  evalCtx // reused by evaluations (they hold mu)
+	// nat is RunTable's NAT result (it holds mu).
+	nat NAT
 	// lenient loads skip what does not load (Lenient); skipped is what they left out.
 	lenient bool
 	skipped []SkippedLine

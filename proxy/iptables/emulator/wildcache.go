@@ -305,9 +305,9 @@ func (e *Emulator) passWild(rs *Ruleset) {
 // traversal.
 type wildMiss struct {
 	b   int
-	in  Packet   // the packet as it entered
 	ent *wildEnt // the entry whose tree the lookup followed (nil: no entry for the key)
 	pre []wdraw  // the draws the lookup made (given to the traversal)
+	in  Packet   // the packet as it entered (written on a miss only: last)
 }
 
 // wildMask returns the key mask of table and hook bit b for the current generation.
