@@ -65,7 +65,8 @@ const (
 	rdDstNet
 )
 
-// wildSize is the number of wildcard cache entries per emulator (direct-mapped), and
+// wildSize is the number of wildcard cache entries per emulator (two-way set
+// associative: wildCache.find), and
 // wildSharedSize per ruleset shared by emulators (ShareWildCache): one cache then
 // serves every node of a group, whose probes spread over many more Services than one
 // node's packets do, for the memory of one.
@@ -215,6 +216,7 @@ type wleaf struct {
 type wildEnt struct {
 	gen    uint64 // 0: empty
 	bit    int
+	used   uint64 // the cache's tick when it was last filled or hit (the pair's victim is the older)
 	key    wkey
 	nodes  []wnode // nodes[0] is the root
 	leaves []wleaf
@@ -277,9 +279,41 @@ type wildCache struct {
 	// the mask has rdDstNet (valid for mgen).
 	dbits [40]uint8
 	pre   []wdraw // a lookup's draws (the traversal after a partial hit replays them)
+	tick  uint64  // counts fills and hits (wildEnt.used)
 	// gen is the generation of a ruleset's cache's entries (ShareWildCache): a new
 	// ruleset takes over its predecessor's cache with a new one (passWild).
 	gen uint64
+}
+
+// find returns the entry holding k at table and hook bit b, or nil. The cache is
+// two-way set associative: k's entry is in slot i or i^1 (i from its hash), so that
+// two keys a node's packets alternate between (a Service's backends, say) do not evict
+// each other from one slot at every packet.
+func (w *wildCache) find(gen uint64, b int, k *wkey) *wildEnt {
+	i := int(k.hash(b) >> w.shift)
+	if ent := &w.ents[i]; ent.gen == gen && ent.bit == b && ent.key.equal(k) {
+		return ent
+	}
+	if ent := &w.ents[i^1]; ent.gen == gen && ent.bit == b && ent.key.equal(k) {
+		return ent
+	}
+	return nil
+}
+
+// victim returns the slot of k's pair that a new entry for k takes: one not valid for
+// gen, else the one filled or hit longer ago.
+func (w *wildCache) victim(gen uint64, k *wkey, b int) *wildEnt {
+	i := int(k.hash(b) >> w.shift)
+	a, o := &w.ents[i], &w.ents[i^1]
+	switch {
+	case a.gen != gen:
+		return a
+	case o.gen != gen:
+		return o
+	case o.used < a.used:
+		return o
+	}
+	return a
 }
 
 // newWildCache returns a cache of n entries (a power of two).
@@ -325,11 +359,13 @@ func (e *Emulator) wildLookup(env Env, b int, q *Packet, m *wildMiss) (TableVerd
 	w, gen := e.wildCache()
 	var k wkey
 	k.keyIn(q, w.wildMask(gen, b), w.dbits[b])
-	ent := &w.ents[k.hash(b)>>w.shift]
+	ent := w.find(gen, b, &k)
 	m.b, m.ent, m.pre = b, nil, w.pre[:0]
-	if ent.gen == gen && ent.bit == b && ent.key.equal(&k) {
+	if ent != nil {
 		for n := &ent.nodes[0]; ; {
 			if n.leaf > 0 {
+				w.tick++
+				ent.used = w.tick
 				e.wildHits++
 				if len(m.pre) > 0 {
 					e.wildDrawHits++
@@ -394,12 +430,14 @@ func (e *Emulator) wildFill(c *evalCtx, m *wildMiss, q *Packet, v *TableVerdict)
 	ent := m.ent
 	if ent == nil || ent.key.wcore.mask != mask || ent.key.dbits != k.dbits || ent.gen != gen || ent.bit != m.b {
 		// A new entry (or one whose key needs more fields now: it starts again).
-		ent = &w.ents[k.hash(m.b)>>w.shift]
-		if ent.gen != gen || ent.bit != m.b || !ent.key.equal(&k) {
+		if ent = w.find(gen, m.b, &k); ent == nil {
+			ent = w.victim(gen, &k, m.b)
 			ent.gen, ent.bit, ent.key = gen, m.b, k
 			ent.nodes, ent.leaves = ent.nodes[:0], ent.leaves[:0]
 		}
 	}
+	w.tick++
+	ent.used = w.tick
 	if !ent.add(c.draws) {
 		return // the path is there already
 	}

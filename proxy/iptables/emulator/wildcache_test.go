@@ -466,3 +466,49 @@ func TestSharedWildCacheAcrossEmulators(t *testing.T) {
 		t.Fatalf("version 1's cache: %p (the passed one %p)", v1.wild, w)
 	}
 }
+
+// TestWildCacheTwoWay: two keys whose hashes pick the same slot both stay (a node's
+// packets alternating between two backends missed at every packet when one slot held
+// one of them); a third evicts the one filled or hit longer ago.
+func TestWildCacheTwoWay(t *testing.T) {
+	w := newWildCache(wildSize)
+	const gen, b = 1, 16
+	keyOf := func(i int) wkey {
+		q := Packet{Proto: netfilter.ProtoTCP, Dst: netip.AddrFrom4([4]byte{10, 244, byte(i >> 8), byte(i)}), DstPort: 9376}
+		var k wkey
+		k.keyIn(&q, rdDst|rdDport, 0)
+		return k
+	}
+	var same []wkey
+	k0 := keyOf(0)
+	slot := int(k0.hash(b) >> w.shift)
+	for i := 0; len(same) < 3 && i < 1<<16; i++ {
+		k := keyOf(i)
+		if int(k.hash(b)>>w.shift)&^1 == slot&^1 {
+			same = append(same, k)
+		}
+	}
+	if len(same) < 3 {
+		t.Fatal("no three keys of one pair of slots")
+	}
+	fill := func(k *wkey) {
+		ent := w.victim(gen, k, b)
+		ent.gen, ent.bit, ent.key = gen, b, *k
+		w.tick++
+		ent.used = w.tick
+	}
+	fill(&same[0])
+	fill(&same[1])
+	for i := 0; i < 2; i++ {
+		if w.find(gen, b, &same[i]) == nil {
+			t.Fatalf("key %d of the pair lost", i)
+		}
+	}
+	w.tick++
+	w.find(gen, b, &same[0]).used = w.tick // key 0 hit: key 1 is the older
+	fill(&same[2])
+	if w.find(gen, b, &same[0]) == nil || w.find(gen, b, &same[2]) == nil || w.find(gen, b, &same[1]) != nil {
+		t.Fatalf("the third key did not evict the older: %v %v %v",
+			w.find(gen, b, &same[0]) != nil, w.find(gen, b, &same[1]) != nil, w.find(gen, b, &same[2]) != nil)
+	}
+}
