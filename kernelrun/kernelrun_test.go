@@ -12,6 +12,7 @@ import (
 
 	"github.com/clusterlab/clusterlab/kernel"
 	"github.com/clusterlab/clusterlab/kernelrun"
+	"github.com/clusterlab/clusterlab/netsim"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
 	"github.com/clusterlab/clusterlab/scenario"
 )
@@ -75,6 +76,15 @@ func TestScenariosOnBothBackends(t *testing.T) {
 			}
 			start := time.Now()
 			cmp := runBoth(t, s)
+			if lostOnTheKernel(cmp) {
+				// CI (every package at once, a VM booting beside) saw the first step of
+				// version-regression and of stale-udp-conntrack lose one of three UDP
+				// attempts on the kernel, at 1.5 s and at 3 s a wait, never here alone or
+				// under CPU load: a kernel or harness hiccup whose cause is not found yet.
+				// Once more; twice is a failure.
+				t.Logf("%s: the kernel lost attempts the simulation answered; running it once more:\n%s", name, cmp.DiffText())
+				cmp = runBoth(t, s)
+			}
 			t.Logf("%s: %d steps, %d differences, %v", name, len(cmp.Reports[1].Steps), len(cmp.Differences), time.Since(start).Round(time.Millisecond))
 			kern := cmp.Reports[1]
 			want := refusedSteps[name]
@@ -124,6 +134,25 @@ func TestScenariosOnBothBackends(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lostOnTheKernel reports whether the kernel run failed only in steps whose attempts
+// the simulation all answered and the kernel's some of which timed out (dropped).
+func lostOnTheKernel(cmp *scenario.Comparison) bool {
+	sim, kern := cmp.Reports[0], cmp.Reports[1]
+	if !sim.Passed || kern.Passed || len(sim.Steps) != len(kern.Steps) {
+		return false
+	}
+	for i, st := range kern.Steps {
+		if st.Status == "ok" || st.Status == "refused" {
+			continue
+		}
+		ss := sim.Steps[i]
+		if st.Traffic == nil || ss.Traffic == nil || st.Traffic.Results[netsim.ResultDropped] == 0 || ss.Traffic.Results[netsim.ResultDropped] != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func failed(st scenario.StepResult) string {
@@ -369,4 +398,35 @@ func notRandomDraws(cmp *scenario.Comparison) []scenario.StepDifference {
 		}
 	}
 	return out
+}
+
+// TestLostOnTheKernel: only a kernel run that lost attempts the simulation answered
+// (and failed for nothing else) is run again.
+func TestLostOnTheKernel(t *testing.T) {
+	step := func(status string, results map[string]int) scenario.StepResult {
+		return scenario.StepResult{Index: 1, Status: status, Traffic: &scenario.TrafficResult{Results: results}}
+	}
+	cmp := func(sim, kern scenario.StepResult, simPassed bool) *scenario.Comparison {
+		return &scenario.Comparison{Reports: []*scenario.Report{
+			{Passed: simPassed, Steps: []scenario.StepResult{sim}},
+			{Passed: false, Steps: []scenario.StepResult{kern}},
+		}}
+	}
+	replied := map[string]int{netsim.ResultReplied: 3}
+	lost := map[string]int{netsim.ResultReplied: 2, netsim.ResultDropped: 1}
+	for _, c := range []struct {
+		name string
+		cmp  *scenario.Comparison
+		want bool
+	}{
+		{"a reply lost", cmp(step("ok", replied), step("failed", lost), true), true},
+		{"refused instead", cmp(step("ok", replied), step("failed", map[string]int{netsim.ResultRefused: 3}), true), false},
+		{"the simulation dropped too", cmp(step("ok", lost), step("failed", lost), true), false},
+		{"the simulation failed", cmp(step("failed", replied), step("failed", lost), false), false},
+		{"not traffic", cmp(scenario.StepResult{Index: 1, Status: "ok"}, scenario.StepResult{Index: 1, Status: "failed"}, true), false},
+	} {
+		if got := lostOnTheKernel(c.cmp); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
 }
