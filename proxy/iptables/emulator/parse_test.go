@@ -629,3 +629,18 @@ func TestOptionAbbreviations(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchNameWithSpace: a quoted token can carry a space into -m's name; no module
+// has such a name, and a dump would print it as two words, so it is refused (the
+// lenient load, which saved it so, made a dump the strict load refused: fuzzing).
+func TestMatchNameWithSpace(t *testing.T) {
+	for _, name := range []string{`"0 0"`, `0" 0"`, `"a'b"`} {
+		_, err := ParseDump([]byte("*nat\n:C - [0:0]\n-A C -m "+name+"\nCOMMIT\n"), IPv4, "dump")
+		if err == nil || !strings.Contains(err.Error(), "invalid match name") || !strings.Contains(err.Error(), "dump:3") {
+			t.Errorf("-m %s: %v", name, err)
+		}
+	}
+	if _, err := ParseDump([]byte("*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m ipv6header.x_y-z\nCOMMIT\n"), IPv4, "dump"); err != nil {
+		t.Errorf("an unknown module's plain name: %v", err)
+	}
+}

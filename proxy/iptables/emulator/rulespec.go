@@ -408,7 +408,7 @@ func (sp *specParser) matchOption(r *Rule, toks []token, i *int, opt string, neg
 		sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
 		return nil
 	}
-	if a.val == "" || strings.HasPrefix(a.val, "-") {
+	if a.val == "" || strings.HasPrefix(a.val, "-") || !extName(a.val) {
 		return optErr(opt, "invalid match name %q", a.val)
 	}
 	u := &UnknownMatch{Name: a.val}
@@ -720,4 +720,17 @@ func (s *ruleSpec) expand(out []*Rule) []*Rule {
 		}
 	}
 	return out
+}
+
+// extName reports whether name can be an xtables extension's: letters, digits, '_',
+// '-' and '.' (a name with a space or a quote, which a quoted token can carry, names no
+// module, and a dump would print it unquoted as two words).
+func extName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
