@@ -3,6 +3,7 @@
 package kernel
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -162,7 +163,12 @@ func (h *nsHandle) addrs() ([]netip.Addr, error) {
 		return nil, err
 	}
 	defer nh.Close()
+	// A dump the kernel interrupted (the addresses changed meanwhile: a namespace
+	// being set up beside) is asked again; the CI's VM saw one.
 	list, err := nh.AddrList(nil, netlink.FAMILY_ALL)
+	for try := 0; errors.Is(err, netlink.ErrDumpInterrupted) && try < 5; try++ {
+		list, err = nh.AddrList(nil, netlink.FAMILY_ALL)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("netns %s: list addresses: %w", h.name, err)
 	}
