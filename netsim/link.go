@@ -37,12 +37,31 @@ func plainFrame(b []byte) frame { return frame{b: b} }
 
 // payload returns a netstack buffer with the frame's bytes: the frame's own pooled buffer
 // when it still holds exactly those bytes, else a copy.
+//
+// A frame longer than splitHeadAt+splitHeadMin goes in as two views: its first
+// splitHeadAt bytes (the IP and transport headers of any ordinary packet) copied into a
+// small view of their own, then the rest of its buffer. Netstack's IP layer keeps a
+// reference to the network header's view while it handles a packet and then reads the
+// header again, and a view whose memory is shared is copied whole before it is read
+// (buffer.PullUp's copy-on-write): with one view that is the whole frame, a 64 KiB train
+// cleared and copied once more per delivery; with the header on its own, 128 bytes.
 func (f frame) payload() buffer.Buffer {
 	if v := f.v; v != nil && v.Size() == len(f.b) && len(f.b) > 0 && &v.AsSlice()[0] == &f.b[0] {
-		return buffer.MakeWithView(v)
+		if len(f.b) < splitHeadAt+splitHeadMin {
+			return buffer.MakeWithView(v)
+		}
+		b := buffer.MakeWithView(buffer.NewViewWithData(f.b[:splitHeadAt]))
+		v.TrimFront(splitHeadAt)
+		b.Append(v)
+		return b
 	}
 	return buffer.MakeWithData(f.b)
 }
+
+const (
+	splitHeadAt  = 128 // a netstack chunk size: the head view is full, Append adds no bytes to it
+	splitHeadMin = 512
+)
 
 // stackLink is the link endpoint between a netstack (a pod's or a node's host stack) and
 // the datapath. Outbound packets are copied out into pooled buffers and handed to out as
