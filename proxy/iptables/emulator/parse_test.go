@@ -633,6 +633,41 @@ func TestOptionAbbreviations(t *testing.T) {
 // TestMatchNameWithSpace: a quoted token can carry a space into -m's name; no module
 // has such a name, and a dump would print it as two words, so it is refused (the
 // lenient load, which saved it so, made a dump the strict load refused: fuzzing).
+// TestTargetNameWithSpace: a -j name followed by options no module has is kept as an
+// extension target only when it can be one; a quoted name with a space or quote is a
+// chain name, refused, rather than kept and saved unquoted as two words. Extension
+// options with quoted spaces are kept and saved as written, and load again the same.
+func TestTargetNameWithSpace(t *testing.T) {
+	for _, name := range []string{`"A B"`, `X"Y Z"`, `"a'b"`} {
+		_, err := ParseDump([]byte("*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j "+name+" --foo x\nCOMMIT\n"), IPv4, "dump")
+		if err == nil || !strings.Contains(err.Error(), "invalid chain name") || !strings.Contains(err.Error(), "dump:3") {
+			t.Errorf("-j %s: %v", name, err)
+		}
+	}
+	for _, l := range []string{
+		`-A INPUT -j LOG --log-prefix "a b"`,
+		`-A INPUT -j NFLOG --nflog-prefix 'a b'`,
+		`-A INPUT -j XT_y-z.1 --foo "1 2"`,
+		`-A INPUT -m limit --limit "1/s x" -j ACCEPT`,
+	} {
+		d, err := ParseDump([]byte("*filter\n:INPUT ACCEPT [0:0]\n"+l+"\nCOMMIT\n"), IPv4, "dump")
+		if err != nil {
+			t.Errorf("%s: %v", l, err)
+			continue
+		}
+		out := string(d.Save(false))
+		if !strings.Contains(out, l+"\n") {
+			t.Errorf("%s: saved as\n%s", l, out)
+		}
+		d2, err := ParseDump([]byte(out), IPv4, "saved")
+		if err != nil {
+			t.Errorf("%s: its save does not load: %v", l, err)
+		} else if out2 := string(d2.Save(false)); out2 != out {
+			t.Errorf("%s: saved again as\n%s\nnot\n%s", l, out2, out)
+		}
+	}
+}
+
 func TestMatchNameWithSpace(t *testing.T) {
 	for _, name := range []string{`"0 0"`, `0" 0"`, `"a'b"`} {
 		_, err := ParseDump([]byte("*nat\n:C - [0:0]\n-A C -m "+name+"\nCOMMIT\n"), IPv4, "dump")
