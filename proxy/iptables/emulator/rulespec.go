@@ -461,7 +461,7 @@ func (sp *specParser) targetOption(r *Rule, toks []token, i *int, opt string, ne
 		}
 		r.Target = b
 		sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
-	case known && (passTargets[name] || stopTargets[name]) || extName(name) && sp.looksLikeExtension(toks, toks[*i:]):
+	case known && (passTargets[name] || stopTargets[name]) || sp.looksLikeExtension(toks, toks[*i:]) && extName(name):
 		// (A name no extension can have, a quoted one with a space or quote, is taken
 		// for a chain's below and refused there.)
 		u := &UnknownTarget{Target: name}
