@@ -570,8 +570,10 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 		six := w0&fSrc6 != 0
 		var in bool
 		if six {
-			c.reads |= rdSrc
-			in = cp.contains(rec, o, six, &c.keys.src)
+			// (A mask is a prefix's: AddrSpec holds a netip.Prefix, and a dump's
+			// non-contiguous mask is refused.)
+			p := &cp.ext.v6[cp.word(rec, o)]
+			in = c.srcIn6(p.hi, p.lo, uint32(cp.prefixBits(rec, o, six)))
 		} else {
 			in = c.srcIn4(cp.word(rec, o), cp.word(rec, o+1))
 		}

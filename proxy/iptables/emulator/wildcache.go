@@ -247,6 +247,9 @@ const (
 	// chain, with the endpoint's address (hairpin masquerade), and a key holding it
 	// would keep an entry per client where these answers give one per Service.
 	drawSrc4
+	// drawSrc6: drawSrc4 for an IPv6 prefix of contiguous mask: a its (masked)
+	// address, pm its length.
+	drawSrc6
 )
 
 // same reports whether d and o ask the same question.
@@ -261,6 +264,8 @@ func (d *wdraw) ask(env Env, q *Packet) bool {
 	switch d.kind {
 	case drawSrc4:
 		return src4In(keyOf(q.Src), d.pv, d.pm)
+	case drawSrc6:
+		return src6In(keyOf(q.Src), keyOf(d.a), d.pm)
 	case drawAddr4:
 		return addrTypeMatch(env, d.a, d.iface, d.mask)
 	case drawAddr6:
@@ -644,10 +649,29 @@ func (c *evalCtx) addrType(six bool, a netip.Addr, rd uint16, iface string, mask
 // src4In is a compiled rule's test of an IPv4 -s (chainProg.contains).
 func src4In(k addrKey, v, m uint32) bool { return k.kind == 4 && uint32(k.lo)&m == v }
 
+// src6In is a compiled rule's test of an IPv6 -s whose mask is the first n bits, the
+// prefix's address p (masked).
+func src6In(k, p addrKey, n uint32) bool {
+	mhi, mlo := mask64(int(n)), mask64(int(n)-64)
+	return k.kind == 6 && k.hi&mhi == p.hi && k.lo&mlo == p.lo
+}
+
+// srcIn6 is srcIn4 for an IPv6 -s of prefix length n (drawSrc6).
+func (c *evalCtx) srcIn6(hi, lo uint64, n uint32) bool {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], hi)
+	binary.BigEndian.PutUint64(b[8:], lo)
+	return c.srcQuestion(wdraw{kind: drawSrc6, a: netip.AddrFrom16(b), pm: n, v: src6In(c.keys.src, addrKey{hi: hi, lo: lo, kind: 6}, n)})
+}
+
 // srcIn4 answers a compiled rule's -s v/m for the packet, recorded for the wildcard
 // cache as a draw (drawSrc4) whose answer is the packet's.
 func (c *evalCtx) srcIn4(v, m uint32) bool {
-	d := wdraw{kind: drawSrc4, pv: v, pm: m, v: src4In(c.keys.src, v, m)}
+	return c.srcQuestion(wdraw{kind: drawSrc4, pv: v, pm: m, v: src4In(c.keys.src, v, m)})
+}
+
+// srcQuestion records source question d, answered, for the wildcard cache.
+func (c *evalCtx) srcQuestion(d wdraw) bool {
 	if c.npre < len(c.pre) {
 		p := &c.pre[c.npre]
 		c.npre++
