@@ -224,7 +224,7 @@ func (l *Link) flush(c *Network) {
 // that crosses adds the link's latency to the probe's delay, and a jitter drawn from the
 // link's source (none when exploring all branches: draws would change state).
 func (l *Link) probeLost(env *penv) bool {
-	if l == nil {
+	if l == nil || l.clean.Load() { // clean: no faults (nor held packets), nothing to draw
 		return false
 	}
 	l.mu.Lock()
