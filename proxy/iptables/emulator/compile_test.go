@@ -189,12 +189,14 @@ func loadedTwins(t *testing.T, data []byte) (es [2]*Emulator) {
 	return es
 }
 
-// TestCompiledSourcePrefixes: a compiled -s (and ! -s) of every prefix length class, in
-// both families, against sources inside and just outside it (the last bit of the
-// prefix flipped, a bit after the prefix flipped), answered as the Rules answer; and,
-// with the wildcard cache on, two packets from different sources on the same side of
-// the prefix hit one cache entry (the source is asked, not keyed).
-func TestCompiledSourcePrefixes(t *testing.T) {
+// TestCompiledAddressPrefixes: a compiled -s, ! -s, -d and ! -d of every prefix length
+// class, in both families, against addresses inside and just outside it (the last bit
+// of the prefix flipped, a bit after the prefix flipped), answered as the Rules answer
+// (and as netip.Prefix.Contains: the twins of the other differential tests share the
+// compiled predicates); and, with the wildcard cache on, packets from (or to) three
+// addresses on one side of the prefix hit one cache entry after the first: a source
+// is asked, not keyed, and a destination keyed by the prefix compared.
+func TestCompiledAddressPrefixes(t *testing.T) {
 	flip := func(a netip.Addr, bit int) netip.Addr {
 		b := a.AsSlice()
 		b[bit/8] ^= 0x80 >> (bit % 8)
@@ -213,44 +215,53 @@ func TestCompiledSourcePrefixes(t *testing.T) {
 		cases = append(cases, tc{IPv6, netip.PrefixFrom(netip.MustParseAddr("fd00:1:2:3:4:5:6:7"), n).Masked()})
 	}
 	for _, c := range cases {
-		for _, neg := range []string{"", "! "} {
-			text := fmt.Sprintf("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT %s-s %s -j DROP\nCOMMIT\n", neg, c.prefix)
-			es, envs := restoredTwins(t, c.f, []byte(text))
-			es[1].noCompile = true
-			base := netip.MustParseAddr("10.1.2.3")
-			if c.f == IPv6 {
-				base = netip.MustParseAddr("fd00:1:2:3:4:5:6:7")
+		base := netip.MustParseAddr("10.1.2.3")
+		if c.f == IPv6 {
+			base = netip.MustParseAddr("fd00:1:2:3:4:5:6:7")
+		}
+		other := pktAddrs(c.f)[1]
+		for _, opt := range []string{"-s", "-d"} {
+			packet := func(a netip.Addr, sport int) Packet {
+				p := Packet{Proto: netfilter.ProtoTCP, Src: a, Dst: other, SrcPort: uint16(sport), DstPort: 80, TTL: 64, Len: 60}
+				if opt == "-d" {
+					p.Src, p.Dst = other, a
+				}
+				return p
 			}
-			srcs := []netip.Addr{base}
-			if n := c.prefix.Bits(); n > 0 {
-				srcs = append(srcs, flip(base, n-1)) // outside
-			}
-			if n := c.prefix.Bits(); n < base.BitLen() {
-				srcs = append(srcs, flip(base, n), flip(base, base.BitLen()-1)) // inside
-			}
-			for _, src := range srcs {
-				want := c.prefix.Contains(src) != (neg != "")
-				for i, e := range es {
-					p := Packet{Proto: netfilter.ProtoTCP, Src: src, Dst: pktAddrs(c.f)[1], SrcPort: 1000, DstPort: 80, TTL: 64, Len: 60}
-					hr := e.EvalHook(envs[i], netfilter.Input, &p, nil)
-					if got := hr.Verdict == Drop; got != want {
-						t.Errorf("%s-s %s, source %s (compiled %v): dropped %v, want %v", neg, c.prefix, src, i == 0, got, want)
+			for _, neg := range []string{"", "! "} {
+				text := fmt.Sprintf("*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT %s%s %s -j DROP\nCOMMIT\n", neg, opt, c.prefix)
+				es, envs := restoredTwins(t, c.f, []byte(text))
+				es[1].noCompile = true
+				addrs := []netip.Addr{base}
+				if n := c.prefix.Bits(); n > 0 {
+					addrs = append(addrs, flip(base, n-1)) // outside
+				}
+				if n := c.prefix.Bits(); n < base.BitLen() {
+					addrs = append(addrs, flip(base, n), flip(base, base.BitLen()-1)) // inside
+				}
+				for _, a := range addrs {
+					want := c.prefix.Contains(a) != (neg != "")
+					for i, e := range es {
+						p := packet(a, 1000)
+						hr := e.EvalHook(envs[i], netfilter.Input, &p, nil)
+						if got := hr.Verdict == Drop; got != want {
+							t.Errorf("%s%s %s, address %s (compiled %v): dropped %v, want %v", neg, opt, c.prefix, a, i == 0, got, want)
+						}
 					}
 				}
-			}
-			// Two sources inside (or two outside) share one entry of the wildcard cache.
-			e := New(c.f)
-			if err := e.RestoreText([]byte(text), RestoreOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			env := NewStaticEnv(7, pktAddrs(c.f)[1])
-			if n := c.prefix.Bits(); n < base.BitLen() {
-				for k, src := range []netip.Addr{base, flip(base, base.BitLen()-1), flip(base, n)} {
-					p := Packet{Proto: netfilter.ProtoTCP, Src: src, Dst: pktAddrs(c.f)[1], SrcPort: uint16(1000 + k), DstPort: 80, TTL: 64, Len: 60}
-					hits := e.wildHits
-					e.RunTable(env, "filter", netfilter.Input, &p, nil)
-					if hit := e.wildHits > hits; hit != (k > 0) {
-						t.Errorf("%s-s %s, packet %d from %s: a wildcard cache hit %v, want %v", neg, c.prefix, k, src, hit, k > 0)
+				e := New(c.f)
+				if err := e.RestoreText([]byte(text), RestoreOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				env := NewStaticEnv(7, other)
+				if n := c.prefix.Bits(); n < base.BitLen() {
+					for k, a := range []netip.Addr{base, flip(base, base.BitLen()-1), flip(base, n)} {
+						p := packet(a, 1000+k)
+						hits := e.wildHits
+						e.RunTable(env, "filter", netfilter.Input, &p, nil)
+						if hit := e.wildHits > hits; hit != (k > 0) {
+							t.Errorf("%s%s %s, packet %d with %s: a wildcard cache hit %v, want %v", neg, opt, c.prefix, k, a, hit, k > 0)
+						}
 					}
 				}
 			}
