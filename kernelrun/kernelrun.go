@@ -674,9 +674,31 @@ func (d *Datapath) State(ctx context.Context) []scenario.NodeState {
 		}
 		st.Rules = strings.Join(rules, "\n")
 		st.Conntrack = d.exec(ctx, n, "conntrack", "-L")
+		st.Counters = d.counters(n)
 		out = append(out, st)
 	}
 	return out
+}
+
+// counters are the nonzero packet counters of node n's namespace and of its pods'
+// (NodeState.Counters), an error in the place of a namespace's counters that could
+// not be read.
+func (d *Datapath) counters(n *node) string {
+	line := func(label string, ns *kernel.Netns) string {
+		c, err := d.h.Counters(ns)
+		if err != nil {
+			c = "# " + err.Error()
+		}
+		return label + ": " + c + "\n"
+	}
+	var b strings.Builder
+	b.WriteString(line("node", n.kn.Netns))
+	for _, p := range d.h.Pods {
+		if d.podNode[p.Name] == n.name {
+			b.WriteString(line("pod "+p.Name, p.Netns))
+		}
+	}
+	return b.String()
 }
 
 func (d *Datapath) exec(ctx context.Context, n *node, args ...string) string {

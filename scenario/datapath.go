@@ -100,6 +100,11 @@ type NodeState struct {
 	Rules string `json:"rules"`
 	// Conntrack is conntrack -L.
 	Conntrack string `json:"conntrack"`
+	// Counters are the kernel's nonzero packet counters (/proc/net/snmp and netstat)
+	// of the node's namespace and of each of its pods', one line each ("node: ...",
+	// "pod NS/NAME: ..."): where a datagram that got no answer was lost (no socket, a
+	// full buffer, an IP discard). Only a back end that has them fills it.
+	Counters string `json:"counters,omitempty"`
 }
 
 // datapathTraffic runs a connect or send step's attempts on the data path.
