@@ -48,10 +48,11 @@ all_branches, DNS packets held together, HTTP, faults, partitions, kill_node,
 conntrack_stats, health checks) are refused with the reason (status refused; they do
 not fail the run). With --backend both the scenario runs in the simulation and on the
 kernel and the output ends with the steps whose outcomes differ, each labelled with a
-by-design difference where one explains it; the kernel's rules and conntrack table
-after each differing step are in -o json (differences[].datapath_state) and, with
---keep DIR, in DIR/step-N-NODE.rules and .conntrack. The namespaces are removed at the
-end, on Ctrl-C and SIGTERM, and, after a crash, by the next run.
+by-design difference where one explains it; the kernel's rules, conntrack table and
+namespaces' packet counters after each differing step are in -o json
+(differences[].datapath_state) and, with --keep DIR, in DIR/step-N-NODE.rules,
+.conntrack and .counters. The namespaces are removed at the end, on Ctrl-C and
+SIGTERM, and, after a crash, by the next run.
 
 A scenario file is YAML:
 

@@ -93,8 +93,9 @@ func interrupted(ctx context.Context, err error) error {
 	return scenarioErr(err)
 }
 
-// keepStates writes each differing step's kernel state as DIR/step-N-NODE.rules and
-// .conntrack.
+// keepStates writes each differing step's kernel state as DIR/step-N-NODE.rules,
+// .conntrack and .counters (the namespaces' nonzero packet counters; written when the
+// back end gave them).
 func keepStates(dir string, cmp *scenario.Comparison) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -107,6 +108,11 @@ func keepStates(dir string, cmp *scenario.Comparison) error {
 			}
 			if err := os.WriteFile(base+".conntrack", []byte(ns.Conntrack), 0o644); err != nil {
 				return err
+			}
+			if ns.Counters != "" {
+				if err := os.WriteFile(base+".counters", []byte(ns.Counters), 0o644); err != nil {
+					return err
+				}
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/clusterlab/clusterlab/kernel"
 	"github.com/clusterlab/clusterlab/kernelrun"
 	"github.com/clusterlab/clusterlab/proxy/kubeproxy"
+	"github.com/clusterlab/clusterlab/scenario"
 )
 
 // slowScenario waits on the kernel for about 30 s (ten advances of 3 s), long enough
@@ -209,5 +210,30 @@ func TestKernelRunNeedsRoot(t *testing.T) {
 		if ee.ExitCode() != 2 || !strings.Contains(stderr.String(), "needs root") || stdout.Len() > 0 {
 			t.Errorf("--backend %s as nobody: exit %d, stderr %q, stdout %q", backend, ee.ExitCode(), stderr.String(), stdout.String())
 		}
+	}
+}
+
+// TestKeepStates: --keep writes each differing step's kernel state, one file per node
+// and kind, the counters only when the back end gave them.
+func TestKeepStates(t *testing.T) {
+	dir := t.TempDir()
+	cmp := &scenario.Comparison{Differences: []scenario.StepDifference{{Index: 3, DatapathState: []scenario.NodeState{
+		{Node: "node-a", Rules: "*filter\nCOMMIT\n", Conntrack: "udp 17 ...\n", Counters: "node: Ip.InReceives=3\n"},
+		{Node: "node-b", Rules: "*nat\nCOMMIT\n", Conntrack: ""},
+	}}}}
+	if err := keepStates(dir, cmp); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"step-3-node-a.rules": "*filter\nCOMMIT\n", "step-3-node-a.conntrack": "udp 17 ...\n",
+		"step-3-node-a.counters": "node: Ip.InReceives=3\n", "step-3-node-b.rules": "*nat\nCOMMIT\n", "step-3-node-b.conntrack": "",
+	} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || string(got) != want {
+			t.Errorf("%s: %q, %v; want %q", name, got, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "step-3-node-b.counters")); err == nil {
+		t.Error("node-b had no counters, and a .counters file was written")
 	}
 }
