@@ -63,7 +63,8 @@ func connectTCP(src, dst netip.AddrPort, timeout time.Duration) (c net.Conn, res
 		}
 	}
 	if src.IsValid() {
-		if err := unix.Bind(fd, sockaddr(netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), v6)); err != nil {
+		sa := sockaddr(netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), v6)
+		if err := whilePortInUse(src, deadline, func() error { return unix.Bind(fd, sa) }); err != nil {
 			return nil, Result{Outcome: Failed, Err: fmt.Errorf("bind %v: %w", src, err)}
 		}
 	}

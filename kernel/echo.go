@@ -257,7 +257,10 @@ func dialEcho(proto string, src, dst netip.AddrPort, timeout time.Duration) Resu
 			return res
 		}
 	case "udp":
-		c, err = d.Dial(proto, dst.String())
+		err = whilePortInUse(src, time.Now().Add(timeout), func() error {
+			c, err = d.Dial(proto, dst.String())
+			return err
+		})
 		if err != nil {
 			return classify(Result{}, err)
 		}
@@ -293,6 +296,31 @@ func dialEcho(proto string, src, dst netip.AddrPort, timeout time.Duration) Resu
 	}
 	res.Outcome, res.Server, res.Source = Answered, name, netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	return res
+}
+
+// whilePortInUse calls bind, and calls it again while it fails with EADDRINUSE, src
+// has a fixed port and the deadline has not passed (the last error is returned).
+//
+// An attempt from a fixed source port closes its socket before the next one binds the
+// port again, but a socket can outlive its close for a moment: a fork in another
+// goroutine of this process (the harness runs ip, iptables-restore, nft and conntrack
+// while other tests' pods send) copies every open descriptor into the child, which
+// holds them until it execs and its close-on-exec descriptors go. A bind in that
+// window fails with EADDRINUSE: under load, a scenario's three UDP attempts from port
+// 5000 lost one or two that way, "dropped" on the kernel (the CI flake of
+// stale-udp-conntrack and version-regression). The port is free again once the child
+// has exec'd, so the bind is retried, every millisecond or so, until the attempt's
+// deadline.
+func whilePortInUse(src netip.AddrPort, deadline time.Time, bind func() error) error {
+	wait := 500 * time.Microsecond
+	for {
+		err := bind()
+		if err == nil || src.Port() == 0 || !errors.Is(err, syscall.EADDRINUSE) || !time.Now().Add(wait).Before(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 10*time.Millisecond)
+	}
 }
 
 func classify(res Result, err error) Result {
