@@ -35,7 +35,7 @@ func tokenize(line string, toks []token) ([]token, error) {
 			j++
 		}
 		if j == n || line[j] != '"' {
-			toks = append(toks, token{val: line[i:j], raw: line[i:j]})
+			toks = appendWord(toks, line[i:j])
 			i = j
 			continue
 		}
@@ -77,6 +77,22 @@ func tokenize(line string, toks []token) ([]token, error) {
 		i = k + 1
 	}
 	return toks, nil
+}
+
+// appendWord appends a plain word's token (val and raw both w). It writes the fields
+// one by one: appending a token literal copies the whole struct with the GC's bulk
+// write barrier (typedmemmove) whenever a collection is marking, which a 10,000-Service
+// restore's 8 million tokens made a third of tokenize's time.
+func appendWord(toks []token, w string) []token {
+	n := len(toks)
+	if n == cap(toks) {
+		toks = append(toks, token{})
+	} else {
+		toks = toks[:n+1]
+	}
+	t := &toks[n]
+	t.val, t.raw, t.quoted = w, w, false
+	return toks
 }
 
 // saveString appends s as xtables_save_string prints it: bare when it is non-empty and
