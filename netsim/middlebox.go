@@ -21,8 +21,9 @@ type Middlebox interface {
 	// in messages about addresses in use ("load balancer 198.51.100.1").
 	String() string
 	// Forward decides about pk, addressed to one of the middlebox's addresses. It may
-	// rewrite pk (Packet.SetDst). traced says whether the packet is traced: only then is
-	// MiddleboxVerdict.Note read.
+	// rewrite pk (Packet.SetDst), but must not keep pk or its bytes after it returns (a
+	// probe's packet is reused by the next probe). traced says whether the packet is
+	// traced: only then is MiddleboxVerdict.Note read.
 	Forward(pk *Packet, traced bool) MiddleboxVerdict
 }
 

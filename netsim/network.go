@@ -143,6 +143,9 @@ type Network struct {
 	rng    *rand.Rand
 
 	probeMu sync.Mutex // probes run one at a time
+	// probePk is the last probe's first packet, for the next probe to reuse (guarded by
+	// probeMu; nil while a probe uses it, or after a handler stole it).
+	probePk *probePacket
 	mu      sync.Mutex
 	// reservedPoints are capture points Capture takes before they exist (guarded by mu).
 	reservedPoints map[string]bool

@@ -324,7 +324,13 @@ func (c *Network) runProbe(p Probe, from place, src netip.Addr, sport uint16, en
 // runProbeWalks plays the packets of one probe along one path; the delay on links adds
 // up in env.delay until the outcome is known at the client.
 func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint16, env *penv, ch chooser) ProbeResult {
-	pp := new(probePacket)
+	pp := c.probePk
+	if pp == nil {
+		pp = new(probePacket)
+	} else {
+		c.probePk = nil
+		*pp = probePacket{}
+	}
 	if env.delay == nil {
 		env.delay = &pp.delay
 	}
@@ -351,6 +357,12 @@ func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 		return ProbeResult{Outcome: Outcome{Result: ResultDropped, Reason: "bad probe packet: " + err.Error()}}
 	}
 	end := c.walk(from, pk, env, nodeEnv)
+	if end.kind != endStolen {
+		// The next probe may have pp once this one is over: nothing keeps a probe's
+		// packet past its walk (handlers and middleboxes must not) except a handler
+		// that stole it. The caller reads env.delay, in pp, before the next probe.
+		c.probePk = pp
+	}
 	out := end.outcome(p.Proto, pk)
 	if p.Mode == ProbePacket || end.kind != endDelivered && end.kind != endRefused {
 		if end.kind == endRefused && end.reply != nil {
@@ -436,7 +448,8 @@ func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 }
 
 // probePacket is a probe's first packet, its bytes when they fit, and the probe's delay
-// counter (penv.delay): one allocation instead of three.
+// counter (penv.delay): one allocation instead of three, and one a Network reuses from
+// probe to probe (Network.probePk).
 type probePacket struct {
 	pk    Packet
 	buf   [64]byte // an IPv4 TCP SYN with the probe's options is 52 bytes
