@@ -334,6 +334,11 @@ func (c *Network) runProbeWalks(p Probe, from place, src netip.Addr, sport uint1
 	if env.delay == nil {
 		env.delay = &pp.delay
 	}
+	if env.t.IsZero() {
+		// A probe happens at one instant of the virtual clock (its links' delays add up
+		// in env.delay, not on the clock): read it once, not at each node it enters.
+		env.t = c.clock.Now()
+	}
 	nodeEnv := nodeEnvs{base: env, nodeCh: ch == nil}
 	var data []byte
 	dst := p.Dst
@@ -457,7 +462,7 @@ type probePacket struct {
 }
 
 // nodeEnvs makes the environment a probe's packet has at each node it enters: a copy
-// of the probe's environment as it is then (so the node reads the virtual time anew),
+// of the probe's environment as it is then (its virtual time the probe's, read once),
 // with the node's seeded chooser unless the probe resolves choices itself (nodeCh
 // false: AllBranches). The copy is the caller's variable, not a heap object: a probe
 // made two such allocations (one per node) when this was a closure returning a

@@ -137,3 +137,41 @@ func TestIdleHandlerSkipped(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeReadsTheClockOnce: a probe happens at one instant of the virtual clock, even
+// a clock that follows the wall: the conntrack entries its connection left on the two
+// nodes it crossed were created at the same time, and expire together. (Each node read
+// the clock anew before, a vDSO call per node and packet: 4 % of a probe.)
+func TestProbeReadsTheClockOnce(t *testing.T) {
+	c := newTestCluster(t, Config{Seed: 1, Nodes: []NodeConfig{{Name: "node-a"}, {Name: "node-b"}}})
+	server, _ := c.StartPod("node-b", "default", "server", nil, false)
+	c.StartPod("node-a", "default", "client", nil, false)
+	vip := netip.MustParseAddrPort("10.96.0.1:80")
+	backend := netip.AddrPortFrom(server.IP(), 8080)
+	c.Node("node-a").AddHandler(HandlerSpec{Name: "dnat", Hook: netfilter.Prerouting, Priority: netfilter.PriorityNATDst, NAT: true, Handler: HandlerFunc(func(ctx *Context, p *Packet) Verdict {
+		if p.Dst != vip.Addr() || p.DstPort != vip.Port() {
+			return VerdictContinue
+		}
+		return DNATTo(backend, "")
+	})})
+	for i := range 20 {
+		port := uint16(3000 + i)
+		r, err := c.ProbeOne(Probe{From: "pod:default/client", Proto: netfilter.ProtoTCP, Dst: vip, SrcPort: port})
+		if err != nil || r.Result != ResultDelivered {
+			t.Fatalf("probe %d: %v %v", i, r.Outcome, err)
+		}
+		entry := func(node string) Conn {
+			for _, e := range c.Node(node).Conntrack().Entries() {
+				if e.Orig.SrcPort == port {
+					return e
+				}
+			}
+			t.Fatalf("probe %d: no entry from port %d on %s", i, port, node)
+			return Conn{}
+		}
+		a, b := entry("node-a"), entry("node-b")
+		if !a.Created.Equal(b.Created) || !a.Expires.Equal(b.Expires) {
+			t.Fatalf("probe %d: node-a's entry created %v, expires %v; node-b's %v, %v", i, a.Created, a.Expires, b.Created, b.Expires)
+		}
+	}
+}
