@@ -2,8 +2,10 @@ package netsim
 
 import (
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/clusterlab/clusterlab/netfilter"
 )
@@ -173,5 +175,24 @@ func TestProbeReadsTheClockOnce(t *testing.T) {
 		if !a.Created.Equal(b.Created) || !a.Expires.Equal(b.Expires) {
 			t.Fatalf("probe %d: node-a's entry created %v, expires %v; node-b's %v, %v", i, a.Created, a.Expires, b.Created, b.Expires)
 		}
+	}
+}
+
+// TestContextWritesEveryField: Node.context writes the reused Context field by field
+// (a literal stored whole goes through the GC's bulk write barrier): it must write
+// every one, so a field added to Context must be added there too.
+func TestContextWritesEveryField(t *testing.T) {
+	c := newTestCluster(t, Config{Seed: 1, ManualClock: true, Nodes: []NodeConfig{{Name: "node-a"}}})
+	n := c.Node("node-a")
+	tr := &Trace{}
+	n.hctx = Context{node: nil, hook: netfilter.Output, now: Epoch.Add(time.Hour), chooser: randChooser{n.rng}, trace: tr, dryRun: true, handler: "stale"}
+	env := &penv{}
+	got := *n.context(netfilter.Prerouting, "fresh", env)
+	want := Context{node: n, hook: netfilter.Prerouting, now: env.now(n), handler: "fresh"}
+	if got != want {
+		t.Errorf("context over a stale one: %+v, want %+v", got, want)
+	}
+	if nf := reflect.TypeFor[Context]().NumField(); nf != 7 {
+		t.Errorf("Context has %d fields; Node.context writes 7, one by one: write the new ones there and here", nf)
 	}
 }

@@ -95,10 +95,12 @@ type emulatorHandler struct {
 }
 
 // fromNetsim builds the emulator's view of a netsim packet in q.
+// Every field of q is written, one by one (q is a heap object: see conntrackInto).
 func fromNetsim(q *emulator.Packet, p *netsim.Packet, ctx *netsim.Context, table string) {
-	*q = emulator.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
-		TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL,
-		InIface: p.InIface, OutIface: p.OutIface, Mark: p.Mark, Len: len(p.Data)}
+	q.Proto, q.Src, q.Dst, q.SrcPort, q.DstPort = p.Proto, p.Src, p.Dst, p.SrcPort, p.DstPort
+	q.TCPFlags, q.ICMPType, q.ICMPCode, q.TTL = p.TCPFlags, p.ICMPType, p.ICMPCode, p.TTL
+	q.Fragment = false
+	q.InIface, q.OutIface, q.Mark, q.Len = p.InIface, p.OutIface, p.Mark, len(p.Data)
 	conntrackInto((*ctView)(&q.CT), p, ctx, table == emulator.TableRaw) // the raw table runs before conntrack
 }
 

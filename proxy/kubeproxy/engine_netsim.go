@@ -35,8 +35,11 @@ func conntrackOf(p *netsim.Packet, ctx *netsim.Context, beforeConntrack bool) ct
 // conntrackInto is conntrackOf written into *v (the iptables emulator's packet holds an
 // emulator.Conntrack, whose fields are ctView's: the handler fills it in place rather
 // than copying a view of 130 bytes twice, three times per node a probe crosses).
+//
+// It writes the fields one by one, never a whole ctView: the emulator's packet is a
+// heap object, and storing a struct literal of pointerful fields (the tuples' addresses)
+// copies it with the GC's bulk write barrier whenever a collection marks.
 func conntrackInto(v *ctView, p *netsim.Packet, ctx *netsim.Context, beforeConntrack bool) {
-	*v = ctView{}
 	switch {
 	case p.Conn == nil && beforeConntrack:
 		// Before conntrack's lookup the packet has no entry (netsim marks a packet
@@ -49,15 +52,20 @@ func conntrackInto(v *ctView, p *netsim.Packet, ctx *netsim.Context, beforeConnt
 	default:
 		v.State = p.CtState
 	}
-	if c := p.Conn; c != nil {
-		v.Reply = p.CtReply
-		v.Mark = c.Mark
-		v.Orig, v.ReplyTuple = c.Orig, c.Reply
-		// The IPS_* bits the rules name (not the datapath's NAT_DONE bits).
-		v.Status = c.Status & (netfilter.StatusSeenReply | netfilter.StatusAssured | netfilter.StatusConfirmed | netfilter.StatusSrcNAT | netfilter.StatusDstNAT)
-		if !c.Expires.IsZero() {
-			v.Expire = c.Expires.Sub(ctx.Now())
-		}
+	c := p.Conn
+	if c == nil {
+		v.Reply, v.Mark, v.Status, v.Expire = false, 0, 0, 0
+		v.Orig, v.ReplyTuple = netfilter.Tuple{}, netfilter.Tuple{}
+		return
+	}
+	v.Reply = p.CtReply
+	v.Mark = c.Mark
+	v.Orig, v.ReplyTuple = c.Orig, c.Reply
+	// The IPS_* bits the rules name (not the datapath's NAT_DONE bits).
+	v.Status = c.Status & (netfilter.StatusSeenReply | netfilter.StatusAssured | netfilter.StatusConfirmed | netfilter.StatusSrcNAT | netfilter.StatusDstNAT)
+	v.Expire = 0
+	if !c.Expires.IsZero() {
+		v.Expire = c.Expires.Sub(ctx.Now())
 	}
 }
 
