@@ -172,6 +172,12 @@ func (sp *specParser) preParseLine(out *preParsed, line string, toks []token) []
 	if !strings.HasPrefix(line, "-A ") {
 		return toks
 	}
+	if !noFastRule {
+		if chain, spec, ok := sp.fastRule(line); ok {
+			out.chain, out.rule = chain, spec.rule
+			return toks
+		}
+	}
 	toks, err := tokenize(line, toks)
 	if err != nil || len(toks) < 2 || toks[0].quoted || toks[0].val != "-A" {
 		return toks

@@ -605,6 +605,8 @@ func (tx *txn) run(text string) error {
 		default:
 			if spec, chain := tx.preParsed(lineNo); spec != nil {
 				err = tx.preRuleCommand(spec, chain)
+			} else if chain, spec, ok := tx.fastRule(line); ok {
+				err = tx.preRuleCommand(spec, chain)
 			} else {
 				err = tx.commandLine(line)
 			}
@@ -1283,6 +1285,14 @@ func (tx *txn) preParsed(lineNo int) (*ruleSpec, string) {
 		return nil, ""
 	}
 	return tx.pre.lookup(lineNo)
+}
+
+// fastRule is the parser's fastRule for a line of the current table.
+func (tx *txn) fastRule(line string) (chain string, spec *ruleSpec, ok bool) {
+	if tx.cur == nil || noFastRule {
+		return "", nil, false
+	}
+	return tx.sp.fastRule(line)
 }
 
 // preRuleCommand applies an -A line a pre-parser parsed: ruleCommand after the parse.

@@ -17,8 +17,9 @@ import (
 	"github.com/clusterlab/clusterlab/proxy/iptables"
 )
 
-// TestModuleSlabsThroughProxier syncs kube-proxy's iptables Proxier into two emulators,
-// one parsing with the module slabs and one without (noModuleSlabs): random Services of
+// TestModuleSlabsThroughProxier syncs kube-proxy's iptables Proxier into three
+// emulators, one parsing with the module slabs and the fast rule shapes (fastRule), one
+// without the slabs (noModuleSlabs) and one without the fast shapes (noFastRule): random Services of
 // every type, protocol, traffic policy and affinity, random endpoints, a full sync then
 // 1-3 partial ones with endpoints changed; after each sync the save output (with
 // counters) and every chain's rule Specs must be the same.
@@ -79,6 +80,7 @@ func TestModuleSlabsThroughProxier(t *testing.T) {
 		}
 		ps, es := newProxier()
 		po, eo := newProxier()
+		pf, ef := newProxier()
 		syncs := 1 + rapid.IntRange(1, 3).Draw(rt, "syncs")
 		for k := 0; k < syncs; k++ {
 			if k > 0 {
@@ -93,34 +95,40 @@ func TestModuleSlabsThroughProxier(t *testing.T) {
 					slices[i] = sl
 				}
 			}
-			sync := func(p *iptables.Proxier, separate bool) error {
-				old := noModuleSlabs
-				noModuleSlabs = separate
-				defer func() { noModuleSlabs = old }()
+			sync := func(p *iptables.Proxier, separate, general bool) error {
+				oldSlabs, oldFast := noModuleSlabs, noFastRule
+				noModuleSlabs, noFastRule = separate, general
+				defer func() { noModuleSlabs, noFastRule = oldSlabs, oldFast }()
 				_, err := p.Sync(context.Background(), svcs, slices)
 				return err
 			}
-			errS, errO := sync(ps, false), sync(po, true)
-			if fmt.Sprint(errS) != fmt.Sprint(errO) {
-				rt.Fatalf("sync %d: error with slabs %v, without %v", k, errS, errO)
+			errS, errO, errF := sync(ps, false, false), sync(po, true, false), sync(pf, false, true)
+			if fmt.Sprint(errS) != fmt.Sprint(errO) || fmt.Sprint(errS) != fmt.Sprint(errF) {
+				rt.Fatalf("sync %d: error with slabs %v, without %v, general parse only %v", k, errS, errO, errF)
 			}
-			rs, ro := es.Ruleset(), eo.Ruleset()
-			if s, o := rs.Save(true), ro.Save(true); string(s) != string(o) {
-				rt.Fatalf("sync %d: save differs:\nslabs:\n%s\nseparate:\n%s", k, s, o)
-			}
-			for _, tn := range []string{"nat", "filter"} {
-				ts, to := rs.Table(tn), ro.Table(tn)
-				if ts == nil || to == nil {
-					continue
+			rs := es.Ruleset()
+			for _, other := range []struct {
+				what string
+				e    *Emulator
+			}{{"without slabs", eo}, {"general parse only", ef}} {
+				ro := other.e.Ruleset()
+				if s, o := rs.Save(true), ro.Save(true); string(s) != string(o) {
+					rt.Fatalf("sync %d: save differs:\nslabs, fast rules:\n%s\n%s:\n%s", k, s, other.what, o)
 				}
-				for _, c := range ts.AllChains() {
-					co := to.Chain(c.Name)
-					if co == nil || len(co.Rules) != len(c.Rules) {
-						rt.Fatalf("sync %d: chain %s differs", k, c.Name)
+				for _, tn := range []string{"nat", "filter"} {
+					ts, to := rs.Table(tn), ro.Table(tn)
+					if ts == nil || to == nil {
+						continue
 					}
-					for i := range c.Rules {
-						if !reflect.DeepEqual(c.Rules[i].Spec, co.Rules[i].Spec) {
-							rt.Fatalf("sync %d: chain %s rule %d: %+v / %+v", k, c.Name, i, c.Rules[i].Spec, co.Rules[i].Spec)
+					for _, c := range ts.AllChains() {
+						co := to.Chain(c.Name)
+						if co == nil || len(co.Rules) != len(c.Rules) {
+							rt.Fatalf("sync %d: chain %s differs (%s)", k, c.Name, other.what)
+						}
+						for i := range c.Rules {
+							if !reflect.DeepEqual(c.Rules[i].Spec, co.Rules[i].Spec) || c.Rules[i].Line != co.Rules[i].Line {
+								rt.Fatalf("sync %d: chain %s rule %d: %+v / %s %+v", k, c.Name, i, c.Rules[i].Spec, other.what, co.Rules[i].Spec)
+							}
 						}
 					}
 				}
