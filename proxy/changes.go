@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"reflect"
+	"runtime"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -361,6 +362,7 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 	newGroups := make(map[types.NamespacedName][]*discoveryv1.EndpointSlice, len(affected))
 	newEndpoints := make(map[types.NamespacedName][]portEndpoints, len(affected))
 	endpointsChanged := make(map[types.NamespacedName]bool, len(affected))
+	var jobs []endpointsJob // the Services whose endpoints are computed again
 	for nn := range affected {
 		old := t.groups[nn]
 		list := added[nn] // a list of this Update's own: kept as it is when old is empty
@@ -386,12 +388,14 @@ func (t *ChangeTracker) Update(services []*corev1.Service, slices []*discoveryv1
 			}
 			continue
 		}
-		m, err := portEndpointsForService(nn, list, &t.node)
-		if err != nil {
-			return nil, err
-		}
-		newEndpoints[nn] = m
-		endpointsChanged[nn] = true
+		jobs = append(jobs, endpointsJob{nn: nn, list: list})
+	}
+	if err := computeEndpoints(jobs, &t.node); err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		newEndpoints[j.nn] = j.eps
+		endpointsChanged[j.nn] = true
 	}
 
 	// The new view: the previous one with the changed Services' entries replaced (no
@@ -586,4 +590,48 @@ func countServing(list []*Endpoint) int {
 		}
 	}
 	return n
+}
+
+// endpointsJob is one Service's endpoints to compute from its slices (list): eps, or
+// err.
+type endpointsJob struct {
+	nn   types.NamespacedName
+	list []*discoveryv1.EndpointSlice
+	eps  []portEndpoints
+	err  error
+}
+
+// parallelEndpointsMin is the least number of Services whose endpoints an Update
+// computes in more than one goroutine (a first sync of a large cluster). A variable
+// for tests.
+var parallelEndpointsMin = 2048
+
+// computeEndpoints computes each job's endpoints (portEndpointsForService, which
+// depends only on the job's slices and the node), sharing many jobs among up to
+// GOMAXPROCS goroutines. It returns the error of the first job in jobs that has one.
+func computeEndpoints(jobs []endpointsJob, node *NodeConfig) error {
+	run := func(jobs []endpointsJob) {
+		for i := range jobs {
+			j := &jobs[i]
+			j.eps, j.err = portEndpointsForService(j.nn, j.list, node)
+		}
+	}
+	if n := min(runtime.GOMAXPROCS(0), 8); n > 1 && len(jobs) >= parallelEndpointsMin {
+		per := (len(jobs) + n - 1) / n
+		var wg sync.WaitGroup
+		for k := per; k < len(jobs); k += per {
+			part := jobs[k:min(k+per, len(jobs))]
+			wg.Go(func() { run(part) })
+		}
+		run(jobs[:per])
+		wg.Wait()
+	} else {
+		run(jobs)
+	}
+	for _, j := range jobs {
+		if j.err != nil {
+			return j.err
+		}
+	}
+	return nil
 }
