@@ -9,31 +9,33 @@ import (
 )
 
 // A first sync of 10,000 Services writes some 300,000 rules, and nearly all of them
-// have one of a few shapes: kube-proxy's per-service rules. Parsing them the general
+// are kube-proxy's per-service rules, made of a few options. Parsing them the general
 // way (tokenize the line, dispatch each option to its module by name, then check each
-// module's options as a whole) was most of the restore's time. fastRule recognizes
-// those shapes by their literal text and builds the rule directly: what parse gives
-// for the same line (FuzzFastRule and TestFastRuleMatchesParse compare the two), or
-// nothing, and the line goes the general way (which then also gives any error).
+// module's options as a whole) was most of the restore's time. fastRule reads such a
+// line by its literal text and builds the rule directly: what parse gives for the
+// same line (FuzzFastRule and TestFastRuleMatchesParse compare the two), or nothing,
+// and the line goes the general way (which then also gives any error).
 //
-// The shapes, after "-A CHAIN" and an optional "-m comment --comment C" (C a plain
-// word, or double-quoted without backslashes or quotes inside), words separated by
-// single spaces:
+// The lines it takes are "-A CHAIN", then these options in any order, each at most
+// once, words separated by single spaces:
 //
-//	-s ADDR -j TARGET                                         (KUBE-SEP: hairpin masquerade)
-//	-m P -p P -j DNAT --to-destination ADDR[:PORT]            (KUBE-SEP: the DNAT)
-//	-m statistic --mode random --probability F -j TARGET      (KUBE-SVC: one endpoint's share)
-//	-j TARGET                                                 (KUBE-SVC: the last endpoint)
-//	-m P -p P -d ADDR --dport PORT [! -s ADDR] -j TARGET      (KUBE-SERVICES, cluster IP masquerade)
+//	-s ADDR, ! -s ADDR, -d ADDR      one address each (no lists)
+//	-p P                             P tcp or udp
+//	-m comment --comment C           C a plain word, or double-quoted without a backslash inside
+//	-m P                             the protocol's module, after or before its -p
+//	--dport PORT                     after -m P
+//	-m statistic --mode random --probability F
 //
-// P is tcp or udp; TARGET a chain, ACCEPT, DROP or RETURN.
+// and last "-j TARGET" (a chain, ACCEPT, DROP or RETURN) or "-j DNAT --to-destination
+// ADDR[:PORT]". Both the order kube-proxy's generator writes (-m comment first, -m tcp
+// -p tcp) and iptables-save's (-s, -d, -p, then the matches) are of this form.
 
 // noFastRule sends every line the general way (tests compare the two).
 var noFastRule = false
 
-// fastRule parses line (trimmed, as run passes it) when it is an -A line of one of the
-// shapes above, returning its chain and spec (valid until the parser's next parse);
-// ok is false for any other line, or one of those shapes with a value parse refuses.
+// fastRule parses line (trimmed, as run passes it) when it is an -A line of the form
+// above, returning its chain and spec (valid until the parser's next parse); ok is
+// false for any other line, or one with a value the general parse would refuse.
 func (sp *specParser) fastRule(line string) (chain string, spec *ruleSpec, ok bool) {
 	s, ok := strings.CutPrefix(line, "-A ")
 	if !ok {
@@ -42,142 +44,158 @@ func (sp *specParser) fastRule(line string) (chain string, spec *ruleSpec, ok bo
 	if chain, s = plainWord(s); chain == "" || namesTable(chain) {
 		return "", nil, false
 	}
-	var comment string
-	hasComment := false
-	if rest, ok := strings.CutPrefix(s, " -m comment --comment "); ok {
-		// (A plain -t or --table anywhere makes the line an error: checkCommand.)
-		if comment, s, ok = commentWord(rest); !ok || len(comment) > 255 || !strings.HasPrefix(rest, `"`) && namesTable(comment) {
-			return "", nil, false
-		}
-		hasComment = true
-	}
-	const (
-		shapeMasq = iota + 1
-		shapeDNAT
-		shapeRandom
-		shapeJump
-		shapeVIP
+	// The options, read before anything is built: words, as they come.
+	var (
+		src, dst, proto, comment, prob, target, to string
+		srcNeg, hasComment, hasProb                bool
+		module, dport                              string // -m tcp or -m udp, and its --dport
+		modAt, commentAt, probAt                   int    // 1 + the position of each -m among the matches
+		nm                                         int    // the -m options read
 	)
-	var shape int
-	var addr, proto, to, prob, port, notSrc, target string
-	switch {
-	case strings.HasPrefix(s, " -s "):
-		addr, s = plainWord(s[len(" -s "):])
-		if target, s, ok = jumpEnd(s); !ok || addr == "" {
-			return "", nil, false
-		}
-		shape = shapeMasq
-	case strings.HasPrefix(s, " -m tcp -p tcp ") || strings.HasPrefix(s, " -m udp -p udp "):
-		proto, s = s[len(" -m "):len(" -m tcp")], s[len(" -m tcp -p tcp"):]
-		if rest, ok := strings.CutPrefix(s, " -j DNAT --to-destination "); ok {
-			if to, s = plainWord(rest); to == "" || s != "" {
-				return "", nil, false
-			}
-			shape = shapeDNAT
-			break
-		}
-		rest, ok := strings.CutPrefix(s, " -d ")
-		if !ok {
-			return "", nil, false
-		}
-		if addr, s = plainWord(rest); addr == "" {
-			return "", nil, false
-		}
-		if rest, ok = strings.CutPrefix(s, " --dport "); !ok {
-			return "", nil, false
-		}
-		if port, s = plainWord(rest); port == "" {
-			return "", nil, false
-		}
-		if rest, ok := strings.CutPrefix(s, " ! -s "); ok {
-			if notSrc, s = plainWord(rest); notSrc == "" {
-				return "", nil, false
+	for {
+		var w string
+		// The option's letter (upper case: the module of -m), to try one case only.
+		var k byte
+		if len(s) > 4 {
+			switch k = s[2]; {
+			case s[1] == '!':
+				k = 's'
+			case k == 'm':
+				k = s[4] &^ 0x20
 			}
 		}
-		if target, s, ok = jumpEnd(s); !ok {
+		switch {
+		case k == 'j' && strings.HasPrefix(s, " -j "):
+			if target, s = plainWord(s[len(" -j "):]); target == "" {
+				return "", nil, false
+			}
+			if s != "" {
+				if target != "DNAT" || !strings.HasPrefix(s, " --to-destination ") {
+					return "", nil, false
+				}
+				if to, s = plainWord(s[len(" --to-destination "):]); to == "" || s != "" {
+					return "", nil, false
+				}
+			}
+			goto build
+		case k == 's' && (strings.HasPrefix(s, " -s ") || strings.HasPrefix(s, " ! -s ")):
+			neg := s[1] == '!'
+			if w, s = plainWord(s[len(" -s ")+2*b2i(neg):]); w == "" || src != "" {
+				return "", nil, false
+			}
+			src, srcNeg = w, neg
+		case k == 'd' && strings.HasPrefix(s, " -d "):
+			if w, s = plainWord(s[len(" -d "):]); w == "" || dst != "" {
+				return "", nil, false
+			}
+			dst = w
+		case k == 'p' && (strings.HasPrefix(s, " -p tcp") || strings.HasPrefix(s, " -p udp")):
+			if proto != "" {
+				return "", nil, false
+			}
+			proto, s = s[len(" -p "):len(" -p tcp")], s[len(" -p tcp"):]
+		case k == 'C' && strings.HasPrefix(s, " -m comment --comment "):
+			if hasComment {
+				return "", nil, false
+			}
+			rest := s[len(" -m comment --comment "):]
+			if comment, s, ok = commentWord(rest); !ok || len(comment) > 255 || !strings.HasPrefix(rest, `"`) && namesTable(comment) {
+				return "", nil, false
+			}
+			hasComment, nm = true, nm+1
+			commentAt = nm
+		case (k == 'T' || k == 'U') && (strings.HasPrefix(s, " -m tcp") || strings.HasPrefix(s, " -m udp")):
+			if module != "" {
+				return "", nil, false
+			}
+			module, s = s[len(" -m "):len(" -m tcp")], s[len(" -m tcp"):]
+			nm++
+			modAt = nm
+		case k == '-' && strings.HasPrefix(s, " --dport "):
+			// The newest match with a --dport takes it: the protocol's module (no
+			// other module taken here has one). Before it, the general parse would
+			// load the module implicitly, after the matches so far.
+			if w, s = plainWord(s[len(" --dport "):]); w == "" || module == "" || dport != "" {
+				return "", nil, false
+			}
+			dport = w
+		case k == 'S' && strings.HasPrefix(s, " -m statistic --mode random --probability "):
+			if prob, s = plainWord(s[len(" -m statistic --mode random --probability "):]); prob == "" || hasProb {
+				return "", nil, false
+			}
+			hasProb, nm = true, nm+1
+			probAt = nm
+		default:
 			return "", nil, false
 		}
-		shape = shapeVIP
-	case strings.HasPrefix(s, " -m statistic --mode random --probability "):
-		prob, s = plainWord(s[len(" -m statistic --mode random --probability "):])
-		if target, s, ok = jumpEnd(s); !ok || prob == "" {
+		// Each option ends at a space before the next one (" -j" at the latest).
+		if s == "" || s[0] != ' ' {
 			return "", nil, false
 		}
-		shape = shapeRandom
-	default:
-		if target, s, ok = jumpEnd(s); !ok {
-			return "", nil, false
-		}
-		shape = shapeJump
 	}
 
-	// The rule, built as parse builds it: matches in the order of their -m options,
-	// each from the slab matchOption takes it from.
-	nm := 0
-	if hasComment {
-		nm++
-	}
-	if shape == shapeDNAT || shape == shapeVIP || shape == shapeRandom {
-		nm++
+build:
+	// A protocol module needs its -p (needProto), as does a DNAT with a port
+	// (natPortProtos, checked below).
+	if module != "" && module != proto {
+		return "", nil, false
 	}
 	r := sp.newRule()
 	r.Matches = sp.newMatches(nm)
 	sp.spec = ruleSpec{rule: r}
 	out := &sp.spec
-	if hasComment {
-		m := sp.moduleMatch(modComment).(*CommentMatch)
-		m.Comment = comment
-		r.Matches = append(r.Matches, m)
+	if proto != "" {
+		r.Proto = ProtoSpec{Set: true, Num: netfilter.ProtoTCP}
+		if proto == "udp" {
+			r.Proto.Num = netfilter.ProtoUDP
+		}
 	}
-	switch shape {
-	case shapeMasq:
-		if !sp.fastAddr(out, "-s", addr, false) {
-			return "", nil, false
-		}
-	case shapeRandom:
-		m := sp.moduleMatch(modStatistic).(*StatisticMatch)
-		p, err := strconv.ParseFloat(prob, 64)
-		if err != nil || p < 0 || p > 1 || math.IsNaN(p) {
-			return "", nil, false
-		}
-		m.Probability, m.modeSet = uint32(math.Round(p*(1<<31))), true
-		r.Matches = append(r.Matches, m)
-	case shapeDNAT, shapeVIP:
-		num := netfilter.ProtoTCP
-		var b matchBuilder
-		if proto == "tcp" {
-			b = sp.moduleMatch(modTCP)
-		} else {
-			num, b = netfilter.ProtoUDP, sp.moduleMatch(modUDP)
-		}
-		r.Matches = append(r.Matches, b)
-		r.Proto = ProtoSpec{Set: true, Num: num}
-		if shape == shapeDNAT {
-			t := sp.dnat()
-			t.toSet = true
-			if t.parseRange(to, sp.family) != nil {
+	if src != "" && !sp.fastAddr(out, "-s", src, srcNeg) || dst != "" && !sp.fastAddr(out, "-d", dst, false) {
+		return "", nil, false
+	}
+	// The matches, in the order of their -m options.
+	for at := 1; at <= nm; at++ {
+		switch at {
+		case commentAt:
+			m := sp.moduleMatch(modComment).(*CommentMatch)
+			m.Comment = comment
+			r.Matches = append(r.Matches, m)
+		case probAt:
+			m := sp.moduleMatch(modStatistic).(*StatisticMatch)
+			p, err := strconv.ParseFloat(prob, 64)
+			if err != nil || p < 0 || p > 1 || math.IsNaN(p) {
 				return "", nil, false
 			}
-			r.Target = t
-			return chain, out, true
-		}
-		if !sp.fastAddr(out, "-d", addr, false) {
-			return "", nil, false
-		}
-		var err error
-		if num == netfilter.ProtoTCP {
-			b.(*TCPMatch).Dport, err = parsePortSpec(port, false)
-		} else {
-			b.(*UDPMatch).Dport, err = parseUDPPortSpec(port, false)
-		}
-		if err != nil {
-			return "", nil, false
-		}
-		if notSrc != "" && !sp.fastAddr(out, "-s", notSrc, true) {
-			return "", nil, false
+			m.Probability, m.modeSet = uint32(math.Round(p*(1<<31))), true
+			r.Matches = append(r.Matches, m)
+		case modAt:
+			var err error
+			if module == "tcp" {
+				m := sp.moduleMatch(modTCP).(*TCPMatch)
+				if dport != "" {
+					m.Dport, err = parsePortSpec(dport, false)
+				}
+				r.Matches = append(r.Matches, m)
+			} else {
+				m := sp.moduleMatch(modUDP).(*UDPMatch)
+				if dport != "" {
+					m.Dport, err = parseUDPPortSpec(dport, false)
+				}
+				r.Matches = append(r.Matches, m)
+			}
+			if err != nil {
+				return "", nil, false
+			}
 		}
 	}
-	if !sp.fastTarget(r, target) {
+	if to != "" {
+		t := sp.dnat()
+		t.toSet = true
+		if t.parseRange(to, sp.family) != nil || t.PortMin != 0 && proto == "" {
+			return "", nil, false
+		}
+		r.Target = t
+	} else if !sp.fastTarget(r, target) {
 		return "", nil, false
 	}
 	return chain, out, true
@@ -217,16 +235,6 @@ func commentWord(s string) (val, rest string, ok bool) {
 		return "", s, false
 	}
 	return val, rest, true
-}
-
-// jumpEnd takes " -j TARGET" ending the line from the front of s.
-func jumpEnd(s string) (target, rest string, ok bool) {
-	s, ok = strings.CutPrefix(s, " -j ")
-	if !ok {
-		return "", s, false
-	}
-	target, rest = plainWord(s)
-	return target, rest, target != "" && rest == ""
 }
 
 // fastAddr sets the rule's -s or -d from a single address, as addrOption does.

@@ -12,7 +12,8 @@ import (
 // TestModuleSlabsAsSeparate restores random texts of kube-proxy's rule shapes (and
 // near misses: another -m, SNAT, MASQUERADE, bad values) with the tcp, statistic and
 // comment matches and DNAT targets carved from the parser's slabs and with each
-// allocated on its own (noModuleSlabs): the same error, -c save text and rules, and
+// allocated on its own (noModuleSlabs), and with every line parsed the general way
+// (noFastRule): the same error, -c save text and rules, and
 // each rule keeps its own values (no two rules share a match or target) — with texts
 // large enough to be pre-parsed by the workers or not.
 func TestModuleSlabsAsSeparate(t *testing.T) {
@@ -60,21 +61,38 @@ func TestModuleSlabsAsSeparate(t *testing.T) {
 		text := []byte(b.String())
 		lenient := rapid.Bool().Draw(rt, "lenient")
 
-		run := func(separate bool) (*Emulator, error) {
-			old := noModuleSlabs
-			noModuleSlabs = separate
-			defer func() { noModuleSlabs = old }()
+		run := func(separate, general bool) (*Emulator, error) {
+			oldSlabs, oldFast := noModuleSlabs, noFastRule
+			noModuleSlabs, noFastRule = separate, general
+			defer func() { noModuleSlabs, noFastRule = oldSlabs, oldFast }()
 			e := New(IPv4)
 			return e, e.RestoreText(text, RestoreOptions{Lenient: lenient})
 		}
-		es, errS := run(false)
-		eo, errO := run(true)
-		if fmt.Sprint(errS) != fmt.Sprint(errO) {
-			rt.Fatalf("error with slabs %v, without %v", errS, errO)
+		es, errS := run(false, false)
+		eo, errO := run(true, false)
+		eg, errG := run(false, true) // every line parsed the general way (no fastRule)
+		if fmt.Sprint(errS) != fmt.Sprint(errO) || fmt.Sprint(errS) != fmt.Sprint(errG) {
+			rt.Fatalf("error with slabs %v, without %v, general parse only %v", errS, errO, errG)
 		}
 		rs, ro := es.Ruleset(), eo.Ruleset()
 		if s, o := rs.Save(true), ro.Save(true); string(s) != string(o) {
 			rt.Fatalf("save differs:\nslabs:\n%s\nseparate:\n%s", s, o)
+		}
+		if s, g := rs.Save(true), eg.Ruleset().Save(true); string(s) != string(g) {
+			rt.Fatalf("save differs:\nslabs, fast rules:\n%s\ngeneral parse only:\n%s", s, g)
+		}
+		if tg := eg.Ruleset().Table("nat"); tg != nil && rs.Table("nat") != nil {
+			for _, name := range []string{"PREROUTING", "POSTROUTING", "C", "D"} {
+				cs, cg := rs.Table("nat").Chain(name), tg.Chain(name)
+				if cs == nil || cg == nil || len(cs.Rules) != len(cg.Rules) {
+					continue // the save texts were the same
+				}
+				for i := range cs.Rules {
+					if !reflect.DeepEqual(cs.Rules[i].Spec, cg.Rules[i].Spec) || cs.Rules[i].Line != cg.Rules[i].Line {
+						rt.Fatalf("chain %s rule %d: %+v / general %+v", name, i, cs.Rules[i].Spec, cg.Rules[i].Spec)
+					}
+				}
+			}
 		}
 		ts, to := rs.Table("nat"), ro.Table("nat")
 		if (ts == nil) != (to == nil) {
