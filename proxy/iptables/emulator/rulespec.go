@@ -391,19 +391,7 @@ func (sp *specParser) matchOption(r *Rule, toks []token, i *int, opt string, neg
 		return optErr(opt, "! is not allowed before -m")
 	}
 	if def, ok := lookupModule(a.val); ok {
-		var b matchBuilder
-		switch {
-		case noModuleSlabs:
-			b = def.new()
-		case def == modTCP:
-			b = sp.tcps.get()
-		case def == modStatistic:
-			b = sp.stats.get()
-		case def == modComment:
-			b = sp.comments.get()
-		default:
-			b = def.new()
-		}
+		b := sp.moduleMatch(def)
 		r.Matches = append(r.Matches, b)
 		sp.owners = append(sp.owners, owner{opts: def.opts, b: b})
 		return nil
@@ -452,10 +440,8 @@ func (sp *specParser) targetOption(r *Rule, toks []token, i *int, opt string, ne
 		sp.owners = append(sp.owners, owner{opts: noOpts})
 	case def != nil:
 		var b targetBuilder
-		if name == "DNAT" && !noModuleSlabs {
-			t := sp.nats.get()
-			t.Kind = "DNAT"
-			b = t
+		if name == "DNAT" {
+			b = sp.dnat()
 		} else {
 			b = def.new()
 		}
