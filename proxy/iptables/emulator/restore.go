@@ -484,7 +484,7 @@ func (tx *txn) jumpChain(name string) *Chain {
 // generator writes a service chain's jumps to its endpoint chains just before the
 // endpoint chains' own rules, which then find their chain there rather than in the
 // index (a cache miss each in a 110,000-chain table). recent, hit and jump hold
-// chains of table hitT; forget drops them all.
+// chains of table hitT; forget drops them all (hitT nil).
 func (tx *txn) lookup(t *Table, name string) *Chain {
 	if tx.hitT != t {
 		tx.hit, tx.jump, tx.hitT = nil, nil, t
@@ -506,11 +506,8 @@ func (tx *txn) lookup(t *Table, name string) *Chain {
 }
 
 // forget drops the chains ruleChain and jumpChain keep (a chain was replaced, removed
-// or renamed).
-func (tx *txn) forget() {
-	tx.hit, tx.jump, tx.hitT = nil, nil, nil
-	clear(tx.recent[:])
-}
+// or renamed): with hitT nil, the next lookup clears recent.
+func (tx *txn) forget() { tx.hit, tx.jump, tx.hitT = nil, nil, nil }
 
 // cutSpace returns the first field of s (a run of bytes other than ASCII and Unicode
 // white space, as strings.Fields splits) and what follows it; field is "" when s
