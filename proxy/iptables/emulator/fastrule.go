@@ -1,8 +1,6 @@
 package emulator
 
 import (
-	"math"
-	"strconv"
 	"strings"
 
 	"github.com/clusterlab/clusterlab/netfilter"
@@ -162,11 +160,11 @@ build:
 			r.Matches = append(r.Matches, m)
 		case probAt:
 			m := sp.moduleMatch(modStatistic).(*StatisticMatch)
-			p, err := strconv.ParseFloat(prob, 64)
-			if err != nil || p < 0 || p > 1 || math.IsNaN(p) {
+			p, err := parseProbability(prob)
+			if err != nil {
 				return "", nil, false
 			}
-			m.Probability, m.modeSet = uint32(math.Round(p*(1<<31))), true
+			m.Probability, m.modeSet = p, true
 			r.Matches = append(r.Matches, m)
 		case modAt:
 			var err error

@@ -42,11 +42,11 @@ func (m *StatisticMatch) option(rc *ruleCtx, opt string, neg bool, args []token)
 		}
 		m.modeSet = true
 	case "--probability":
-		p, err := strconv.ParseFloat(s, 64)
-		if err != nil || p < 0 || p > 1 || math.IsNaN(p) {
-			return fmt.Errorf("--probability must be between 0 and 1, not %q", s)
+		p, err := parseProbability(s)
+		if err != nil {
+			return err
 		}
-		m.Probability = uint32(math.Round(p * (1 << 31)))
+		m.Probability = p
 		m.Neg = m.Neg || neg
 	case "--every":
 		n, err := parseUint32(s)
@@ -111,4 +111,14 @@ func (m *StatisticMatch) eval(c *evalCtx) tri {
 		return triOf(c.nth(m) != m.Neg)
 	}
 	return triOf(c.chance(m.Prob()) != m.Neg)
+}
+
+// parseProbability parses --probability P as iptables stores it: round(P·2^31), P
+// between 0 and 1.
+func parseProbability(s string) (uint32, error) {
+	p, err := strconv.ParseFloat(s, 64)
+	if err != nil || p < 0 || p > 1 || math.IsNaN(p) {
+		return 0, fmt.Errorf("--probability must be between 0 and 1, not %q", s)
+	}
+	return uint32(math.Round(p * (1 << 31))), nil
 }
