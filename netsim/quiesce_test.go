@@ -15,6 +15,36 @@ import (
 	"time"
 )
 
+// TestQuiesceGoroutineStates: which goroutine states a quiescence wait takes for busy.
+// Waiting on a channel, a lock, a condition or a sleep is blocked, whatever the runtime
+// adds to the status; the collector's passing waits are busy: under memory pressure a
+// goroutine relaying a datagram sat in "GC assist wait" for three polls, the wait took
+// the cluster for quiet, and the manual clock's next step ended the proxy's UDP session
+// before the answer came back (TestModesAgree, once in a few hundred runs).
+func TestQuiesceGoroutineStates(t *testing.T) {
+	busy := []string{"running", "runnable", "syscall", "running (scan)", "runnable (scan)",
+		"GC assist wait", "GC assist marking", "preempted", "copystack", "garbage collection",
+		"wait for GC cycle", "stopping the world", "a state of a later Go"}
+	blocked := []string{"chan receive", "chan send", "select", "select (no cases)", "select (scan)",
+		"chan receive (scan)", "chan receive (durable)", "semacquire", "sync.Mutex.Lock",
+		"sync.RWMutex.RLock", "sync.Cond.Wait", "sync.WaitGroup.Wait", "sleep", "IO wait", "select (leaked)"}
+	want := map[string]bool{}
+	for _, s := range busy {
+		want[s] = true
+	}
+	for _, s := range blocked {
+		want[s] = false
+	}
+	for state, want := range want {
+		for _, tail := range []string{"", ", 3 minutes", ", locked to thread", ` labels:{"netsim-cluster": "7"}`} {
+			dump := "goroutine 1 [running]:\nmain.main()\n\ngoroutine 9 [" + state + tail + "]:\nmain.f()"
+			if got := len(busyGoroutines([]byte(dump))) == 1; got != want {
+				t.Errorf("goroutine in [%s%s]: busy %v, want %v", state, tail, got, want)
+			}
+		}
+	}
+}
+
 // TestQuiesceSignalWatcher: a process that called signal.Notify has os/signal's watcher
 // goroutine in a system call for ever; Quiesce must not take it for a busy goroutine
 // (it polled to its bound, about 100 s, in every such process), but any other goroutine

@@ -97,9 +97,10 @@ func (c *Network) Run(f func() error) error {
 func othersBusy(dump []byte) bool { return len(busyGoroutines(dump)) > 0 }
 
 // busyGoroutines returns the header lines of the goroutines of a dump (runtime.Stack of
-// all, the caller's first) that are running or runnable or in a system call, other than
-// the caller, os/signal's watcher and quiescence waits. With GODEBUG=tracebacklabels=1 a
-// header ends with the goroutine's labels: goroutine 7 [runnable labels:{"k": "v"}]:.
+// all, the caller's first) that are not blocked waiting for another goroutine or a
+// timer (see blocked), other than the caller, os/signal's watcher and quiescence waits.
+// With GODEBUG=tracebacklabels=1 a header ends with the goroutine's labels:
+// goroutine 7 [runnable labels:{"k": "v"}]:.
 func busyGoroutines(dump []byte) []string {
 	var out []string
 	first := true
@@ -117,16 +118,13 @@ func busyGoroutines(dump []byte) []string {
 		state := string(header[i+1 : j])
 		state, _, _ = strings.Cut(state, " labels:{")
 		state, _, _ = strings.Cut(state, ",")
-		switch state {
-		case "running", "runnable":
-		case "syscall":
-			// os/signal's watcher waits for signals in a system call for the life of
-			// any process that called signal.Notify (a CLI, a server, go test with
-			// some packages): it never runs simulation work.
-			if bytes.Contains(block, []byte("\nos/signal.signal_recv(")) {
-				continue
-			}
-		default:
+		if blocked(state) {
+			continue
+		}
+		// os/signal's watcher waits for signals in a system call for the life of any
+		// process that called signal.Notify (a CLI, a server, go test with some
+		// packages): it never runs simulation work.
+		if state == "syscall" && bytes.Contains(block, []byte("\nos/signal.signal_recv(")) {
 			continue
 		}
 		if bytes.Contains(block, []byte("clusterlab/netsim.pollQuiet(")) {
@@ -136,3 +134,31 @@ func busyGoroutines(dump []byte) []string {
 	}
 	return out
 }
+
+// blocked reports whether a goroutine in a dump's state (the header's status, before
+// any ", N minutes", ", locked to thread" or labels) waits for another goroutine, a
+// timer or I/O: on a channel, a lock, a condition, a sleep. Every other state is busy:
+// running, runnable, in a system call, and the runtime's own passing waits, which end
+// by themselves: a goroutine the garbage collector stopped to scan its stack
+// ("preempted"), one growing its stack ("copystack"), one
+// made to help the collector ("GC assist wait": it allocated during a collection and
+// goes on once the collector catches up). Under memory pressure such a goroutine is
+// often in the middle of the simulation's work (a proxy relaying a datagram), and
+// taking it for blocked let a manual clock move while its packet was in flight. A state
+// this list does not know also counts as busy: a quiescence wait then lasts until it
+// gives up, which is slow but never wrong.
+func blocked(state string) bool {
+	switch stateSuffixes.Replace(state) {
+	case "chan receive", "chan send", "select", "select (no cases)", "chan receive (nil chan)", "chan send (nil chan)",
+		"semacquire", "sync.Mutex.Lock", "sync.RWMutex.RLock", "sync.RWMutex.Lock", "sync.Cond.Wait", "sync.WaitGroup.Wait",
+		"sleep", "IO wait", "coroutine", "panicwait", "waiting", "leaked",
+		"finalizer wait", "cleanup wait", "synctest.Run", "synctest.Wait":
+		return true
+	}
+	return false
+}
+
+// stateSuffixes drops what the runtime adds to a status: " (leaked)", " (scan)" (the
+// collector is scanning the stack: the goroutine is as busy or blocked as its status
+// says) and " (durable)" (a wait inside a synctest bubble).
+var stateSuffixes = strings.NewReplacer(" (leaked)", "", " (scan)", "", " (durable)", "")
