@@ -54,7 +54,7 @@ func TestKernelAgrees(t *testing.T) {
 			if data, err := k.World.ScenarioYAML(nil); err == nil {
 				rt.Logf("scenario (the case in the simulation; `clusterlab run FILE`):\n%s", data)
 			}
-			rt.Fatalf("%d flows: the kernel did what the simulation cannot (first: %s)", len(k.Mismatches), k.Mismatches[0].Flow)
+			rt.Fatalf("%d flows: the kernel did what the simulation cannot; first: %s", len(k.Mismatches), k.Mismatches[0])
 		}
 	})
 }
@@ -202,7 +202,7 @@ func TestKernelAgreesIPVS(t *testing.T) {
 			if data, err := k.World.ScenarioYAML(nil); err == nil {
 				rt.Logf("scenario (the case in the simulation; `clusterlab run --modes ipvs FILE`):\n%s", data)
 			}
-			rt.Fatalf("%d flows: the kernel's IPVS mode did what the simulation's cannot (first: %s)", len(k.Mismatches), k.Mismatches[0].Flow)
+			rt.Fatalf("%d flows: the kernel's IPVS mode did what the simulation's cannot; first: %s", len(k.Mismatches), k.Mismatches[0])
 		}
 	})
 }

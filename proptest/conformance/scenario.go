@@ -113,6 +113,8 @@ func Report(t *rapid.T, cmp *Comparison) {
 			}
 		}
 	}
-	t.Fatalf("%d flows differ from the %s mode with no by-design difference to explain them (first: %s)",
-		len(cmp.Unexplained), Reference.Name, cmp.Unexplained[0].Flow)
+	// The message carries the first mismatch whole: when a failure does not come back on
+	// replay, rapid prints only this message of the failing run, not its logs.
+	t.Fatalf("%d flows differ from the %s mode with no by-design difference to explain them; first: %s",
+		len(cmp.Unexplained), Reference.Name, cmp.Unexplained[0])
 }
