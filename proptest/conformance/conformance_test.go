@@ -57,11 +57,17 @@ func TestMain(m *testing.M) {
 
 // TestModesAgree: over generated cases, every outcome of the IPVS and userspace modes
 // is one the iptables mode can give, or a by-design difference names it.
+//
+// A case with mismatches runs again (CompareConfirmed) and fails only if they come back;
+// one case in a run whose mismatches did not is tolerated and logged (a timing flake of
+// the harness, about one case in a thousand under load), more fail the test: a race
+// that often is a bug to find.
 func TestModesAgree(t *testing.T) {
 	named := map[string]int{}
+	var unconfirmed []string
 	rapid.Check(t, func(rt *rapid.T) {
 		c := proptest.Cases(proptest.Options{}).Draw(rt, "case")
-		cmp, err := Compare(c, Modes()...)
+		cmp, err := CompareConfirmed(c, Modes()...)
 		if err != nil {
 			rt.Fatalf("compare: %v\ncase: %s", err, c.Summary())
 		}
@@ -69,11 +75,18 @@ func TestModesAgree(t *testing.T) {
 		for k, v := range cmp.Named {
 			named[k] += v
 		}
+		if len(cmp.Unconfirmed) > 0 {
+			LogUnconfirmed(t, cmp)
+			unconfirmed = append(unconfirmed, c.Summary())
+		}
 		if len(cmp.Unexplained) > 0 {
 			Report(rt, cmp)
 		}
 	})
 	t.Logf("by-design differences seen: %v", named)
+	if len(unconfirmed) > 1 {
+		t.Errorf("%d cases had mismatches that a rerun did not give (timing in the harness); at most one is tolerated: %q", len(unconfirmed), unconfirmed)
+	}
 }
 
 // hand builds a case by hand: nodes node-a, node-b, ..., the generator's address plan,
@@ -358,6 +371,48 @@ func TestUnexplainedMismatchIsReported(t *testing.T) {
 	}
 	if n == 0 {
 		t.Errorf("the scenario has no mismatch steps:\n%s", data)
+	}
+}
+
+// TestCompareConfirmedReruns: a mismatch that comes back on every run fails however
+// often the case runs again; one that a rerun does not give (here a mode that
+// masquerades on its first build only, as a timing flake would differ on one run) is
+// moved to Unconfirmed and the clean rerun is returned.
+func TestCompareConfirmedReruns(t *testing.T) {
+	h := newHand(2).service(service.NewService("default/web", service.Selector("app=web"), service.Port("", 80, 8080))).
+		pod("default/web-0", "node-b", "web", "", 8080).pod("default/client", "node-a", "", "")
+	builds := 0
+	masqFirst := func(only bool) Mode {
+		return Mode{Name: "masquerade-all", Semantics: proptest.IPTablesSemantics,
+			Proxy: func(c proptest.ClusterSpec) cluster.ProxyFactory {
+				builds++
+				masq := !only || builds == 1
+				return kubeproxy.Factory(kubeproxy.Options{Mode: kubeproxy.IPTables, Node: func(nc *proxy.NodeConfig) {
+					c.KubeProxyFlags(nc)
+					nc.MasqueradeAll = masq
+				}})
+			}}
+	}
+	cmp, err := CompareConfirmed(h.c, masqFirst(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cmp.Unexplained) == 0 || len(cmp.Unconfirmed) != 0 || builds != 1+Reruns {
+		t.Errorf("a mismatch on every run: %d unexplained, %d unconfirmed after %d builds; want it reported after %d", len(cmp.Unexplained), len(cmp.Unconfirmed), builds, 1+Reruns)
+	}
+	cmp.Close()
+
+	builds = 0
+	cmp, err = CompareConfirmed(h.c, masqFirst(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cmp.Close()
+	if len(cmp.Unexplained) != 0 || len(cmp.Unconfirmed) == 0 || builds != 2 {
+		t.Fatalf("a mismatch on the first run only: %d unexplained, %d unconfirmed after %d builds; want it unconfirmed after 2", len(cmp.Unexplained), len(cmp.Unconfirmed), builds)
+	}
+	if m := cmp.Unconfirmed[0]; m.Flow.From != "pod:default/client" || m.Got.Seen != SeenNode {
+		t.Errorf("unconfirmed %s, want the client pod's flow seen as a node's address", m)
 	}
 }
 

@@ -47,7 +47,11 @@
 // Property wraps Compare for rapid; a failure logs the case, the mismatches and a
 // scenario file (Comparison.Scenario) that `clusterlab run --modes iptables,MODE FILE`
 // replays, printing the steps whose outcomes differ; rapid shrinks the case and prints
-// the seed.
+// the seed. It compares with CompareConfirmed, which runs a case with mismatches again:
+// a difference of the modes comes back on every run (the simulation is deterministic),
+// one that does not came from timing in the harness (a quiescence wait that ended
+// while a goroutine still had work, then a manual clock moved) and is logged as
+// unconfirmed rather than failed.
 //
 // # Against the kernel
 //

@@ -68,21 +68,31 @@ func (c *Comparison) Scenario() (*scenario.Scenario, error) {
 // reference mode and modes (Modes() when none are given), and fail on any mismatch no
 // by-design difference explains, logging the case, the mismatches and a scenario file
 // that replays them (also written to $PROPTEST_SCENARIO_DIR when set). rapid shrinks the
-// case first and prints the seed that reproduces it (-rapid.seed).
+// case first and prints the seed that reproduces it (-rapid.seed). A case with
+// mismatches is run again (CompareConfirmed): only those that come back fail it, and
+// those that did not are logged.
 func Property(o proptest.Options, modes ...Mode) func(*rapid.T) {
 	if len(modes) == 0 {
 		modes = Modes()
 	}
 	return func(t *rapid.T) {
 		c := proptest.Cases(o).Draw(t, "case")
-		cmp, err := Compare(c, modes...)
+		cmp, err := CompareConfirmed(c, modes...)
 		if err != nil {
 			t.Fatalf("compare: %v\ncase: %s", err, c.Summary())
 		}
 		defer cmp.Close()
+		LogUnconfirmed(t, cmp)
 		if len(cmp.Unexplained) > 0 {
 			Report(t, cmp)
 		}
+	}
+}
+
+// LogUnconfirmed logs the mismatches a comparison's rerun did not give (Unconfirmed).
+func LogUnconfirmed(t interface{ Logf(string, ...any) }, cmp *Comparison) {
+	for _, m := range cmp.Unconfirmed {
+		t.Logf("not confirmed by a rerun (timing in the harness, not a difference of the modes): %s\ncase: %s", m, cmp.Case.Summary())
 	}
 }
 
