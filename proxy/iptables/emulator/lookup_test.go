@@ -43,3 +43,78 @@ COMMIT
 		t.Errorf("Y of the version before changed: %v", y.Rules)
 	}
 }
+
+// TestLookupDeclaredChains: a chain not yet looked up is found among the chains
+// declared after the last one found (kube-proxy's order), and a declared chain that
+// no longer stands for its name is not: -X without a chain deletes every empty one
+// (A and B, still ahead of the lookups), -N makes a new A, and the rule after must land
+// in the new A; a rename leaves B's old name to a new chain. Out of order, the index
+// answers.
+func TestLookupDeclaredChains(t *testing.T) {
+	rs, err := Restore(NewRuleset(IPv4), []byte(`*filter
+:A - [0:0]
+:B - [0:0]
+-X
+-N A
+-A A -j ACCEPT
+COMMIT
+`), RestoreOptions{File: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := rs.Table("filter").Chain("A"); a == nil || len(a.Rules) != 1 || a.Rules[0].String() != "-j ACCEPT" {
+		t.Errorf("A made again after -X: %v, want one rule -j ACCEPT", a)
+	}
+	if b := rs.Table("filter").Chain("B"); b != nil {
+		t.Errorf("B after -X: %v, want none", b)
+	}
+
+	rs, err = Restore(NewRuleset(IPv4), []byte(`*filter
+:A - [0:0]
+:B - [0:0]
+:C - [0:0]
+-E B D
+-N B
+-A A -j B
+-A B -j C
+-A D -j DROP
+COMMIT
+`), RestoreOptions{File: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := rs.Table("filter")
+	for name, want := range map[string]string{"A": "-j B", "B": "-j C", "D": "-j DROP"} {
+		if c := ft.Chain(name); c == nil || len(c.Rules) != 1 || c.Rules[0].String() != want {
+			t.Errorf("chain %s: %v, want one rule %s", name, c, want)
+		}
+	}
+	if c := ft.Chain("C"); c == nil || len(c.Rules) != 0 {
+		t.Errorf("chain C: %v, want an empty chain", c)
+	}
+
+	// Rules naming the declared chains in another order than declared.
+	rs, err = Restore(NewRuleset(IPv4), []byte(`*filter
+:A - [0:0]
+:B - [0:0]
+:C - [0:0]
+:D - [0:0]
+:E - [0:0]
+:F - [0:0]
+-A F -j E
+-A E -j DROP
+-A A -j F
+-A C -j ACCEPT
+-A B -j C
+COMMIT
+`), RestoreOptions{File: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft = rs.Table("filter")
+	for name, want := range map[string]string{"F": "-j E", "E": "-j DROP", "A": "-j F", "C": "-j ACCEPT", "B": "-j C"} {
+		if c := ft.Chain(name); c == nil || len(c.Rules) != 1 || c.Rules[0].String() != want {
+			t.Errorf("chain %s: %v, want one rule %s", name, c, want)
+		}
+	}
+}

@@ -411,6 +411,11 @@ type txn struct {
 	jump *Chain
 	// recent: chains of table hitT found last (see lookup).
 	recent [64]*Chain
+	// decl are the chains the chain lines of table declT declared, in order, and
+	// declNext the first that no lookup has found yet (see lookup).
+	decl     []*Chain
+	declT    *Table
+	declNext int
 	// emptyFlushed are chains of the table before the transaction that it flushed
 	// while they were empty (flush): a copy mut makes of one is clean.
 	emptyFlushed map[*Chain]bool
@@ -485,6 +490,11 @@ func (tx *txn) jumpChain(name string) *Chain {
 // endpoint chains' own rules, which then find their chain there rather than in the
 // index (a cache miss each in a 110,000-chain table). recent, hit and jump hold
 // chains of table hitT; forget drops them all (hitT nil).
+//
+// A chain not in recent is looked for next among the few declared after the last
+// declared chain found (decl, declNext): kube-proxy declares its chains in the order
+// its rules first name them (a service's chain, then its endpoints' chains, service
+// after service), so the first mention of a chain is mostly the next declared one.
 func (tx *txn) lookup(t *Table, name string) *Chain {
 	if tx.hitT != t {
 		tx.hit, tx.jump, tx.hitT = nil, nil, t
@@ -497,6 +507,15 @@ func (tx *txn) lookup(t *Table, name string) *Chain {
 	i %= len(tx.recent)
 	if c := tx.recent[i]; c != nil && c.Name == name {
 		return c
+	}
+	if tx.declT == t {
+		for k := tx.declNext; k < len(tx.decl) && k < tx.declNext+declWindow; k++ {
+			if c := tx.decl[k]; c.Name == name {
+				tx.declNext = k + 1
+				tx.recent[i] = c
+				return c
+			}
+		}
 	}
 	c := t.Chain(name)
 	if c != nil {
@@ -956,6 +975,7 @@ func (tx *txn) dropRule(t *Table, err error) bool {
 				Rules: append(slices.Clone(c.Rules[:ri]), c.Rules[ri+1:]...), hooks: c.hooks, txn: c.txn}
 			t.setChainAt(ci, nc)
 			tx.forget()
+			tx.undeclare()
 			if j, ok := r.Target.(*JumpTarget); ok && tx.tables[t.Name] != nil {
 				tx.tables[t.Name].addRef(j.Chain, -1)
 			}
@@ -1104,14 +1124,36 @@ func (tx *txn) chainLine(rest string) error {
 		return tx.wrap(err)
 	}
 	if c != nil {
-		tx.flush(c)
+		tx.declare(t, tx.flush(c))
 		return nil
 	}
 	nc := t.AddChain(name)
 	nc.clean = true
 	tx.own(nc)
+	tx.declare(t, nc)
 	return nil
 }
+
+// declWindow is how many declared chains from declNext lookup compares.
+const declWindow = 4
+
+// declare notes that a chain line of t declared c, for lookup. Only a chain the
+// transaction owns is noted: another (an empty chain of the table before, which flush
+// leaves as it is) is replaced by a copy when the transaction changes it, and only
+// the copy may be handed out then.
+func (tx *txn) declare(t *Table, c *Chain) {
+	if c.txn != tx.id {
+		return
+	}
+	if tx.declT != t {
+		tx.decl, tx.declT, tx.declNext = tx.decl[:0], t, 0
+	}
+	tx.decl = append(tx.decl, c)
+}
+
+// undeclare forgets the declared chains: a name of the table no longer stands for the
+// chain it was declared with (a chain deleted, renamed or replaced).
+func (tx *txn) undeclare() { tx.decl, tx.declT, tx.declNext = tx.decl[:0], nil, 0 }
 
 // flush empties a chain; it returns the transaction's copy.
 func (tx *txn) flush(c *Chain) *Chain {
@@ -1762,6 +1804,7 @@ func (tx *txn) deleteChain(c *Chain, cmd string) error {
 	}
 	tx.cur.t.removeChain(c.Name)
 	tx.forget()
+	tx.undeclare()
 	tx.cur.deleted = append(tx.cur.deleted, c.Name)
 	if tx.cur.refs != nil {
 		delete(tx.cur.refs, c.Name)
@@ -1791,6 +1834,7 @@ func (tx *txn) rename(from, to, cmd string) error {
 	c.build, c.clean = nil, false
 	t.setIndex(from, nil)
 	tx.forget()
+	tx.undeclare()
 	c.Name = to
 	t.setIndex(to, c)
 	tx.cur.deleted = append(tx.cur.deleted, from)
