@@ -214,7 +214,7 @@ func (e *Emulator) gcChanges(tx *txn) bool {
 			return false
 		}
 		for _, c := range ts.owned {
-			if ts.t.Chain(c.Name) == c {
+			if ts.t.holds(c) {
 				made = append(made, c)
 			}
 		}

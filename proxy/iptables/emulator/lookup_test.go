@@ -118,3 +118,31 @@ COMMIT
 		}
 	}
 }
+
+// TestHoldsAfterDeletion: after -X removes a chain, the chains after it that the
+// restore changed before sit one place earlier than they last knew; an incremental
+// restore must still count them as the table's (Table.holds) and validate what it
+// changed in them: here a loop.
+func TestHoldsAfterDeletion(t *testing.T) {
+	base, err := Restore(NewRuleset(IPv4), []byte("*filter\n:A - [0:0]\n:B - [0:0]\n:C - [0:0]\n:D - [0:0]\n-A D -j ACCEPT\nCOMMIT\n"), RestoreOptions{File: "base"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Restore(base, []byte("*filter\n-A C -j B\n-A B -j C\n-X A\nCOMMIT\n"), RestoreOptions{File: "next", NoFlush: true})
+	if !errors.Is(err, ErrLoop) {
+		t.Fatalf("a loop made after a deletion: %v, want ErrLoop", err)
+	}
+	next, err := Restore(base, []byte("*filter\n-A C -j B\n-A B -j D\n-X A\nCOMMIT\n"), RestoreOptions{File: "next", NoFlush: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := next.Table("filter")
+	for name, want := range map[string]string{"B": "-j D", "C": "-j B", "D": "-j ACCEPT"} {
+		if c := ft.Chain(name); c == nil || len(c.Rules) != 1 || c.Rules[0].String() != want {
+			t.Errorf("chain %s: %v, want one rule %s", name, c, want)
+		}
+	}
+	if ft.Chain("A") != nil {
+		t.Error("A is still there after -X A")
+	}
+}

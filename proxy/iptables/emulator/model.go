@@ -272,6 +272,15 @@ func (t *Table) indexOf(c *Chain) int {
 	return i
 }
 
+// holds reports whether c is the chain its name stands for in t: found at its last
+// known position (no index lookup), or else through the index.
+func (t *Table) holds(c *Chain) bool {
+	if p := int(c.pos); p >= 0 && p < t.NumChains() && t.chains.at(p) == c {
+		return true
+	}
+	return t.Chain(c.Name) == c
+}
+
 // replaceChain puts nc where c is (same name).
 func (t *Table) replaceChain(c, nc *Chain) {
 	t.setChainAt(t.indexOf(c), nc)

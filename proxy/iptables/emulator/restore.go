@@ -732,21 +732,21 @@ func (tx *txn) commit() {
 		t := ts.t
 		if ts.prev == ts.base && ts.incremental() && len(ts.owned)+len(ts.deleted) < ts.prev.NumChains() {
 			for _, name := range ts.touched() {
-				if c := ts.prev.Chain(name); c != nil && t.Chain(name) != c {
+				if c := ts.prev.Chain(name); c != nil && !t.holds(c) {
 					tx.gone = append(tx.gone, c)
 				}
 			}
 			continue
 		}
 		for _, c := range ts.prev.AllChains() {
-			if t.Chain(c.Name) != c {
+			if !t.holds(c) {
 				tx.gone = append(tx.gone, c)
 			}
 		}
 	}
 	for _, ts := range tx.tables {
 		for _, c := range ts.owned {
-			if c.clean && len(c.Rules) >= memoMinRules && ts.t.Chain(c.Name) == c {
+			if c.clean && len(c.Rules) >= memoMinRules && ts.t.holds(c) {
 				if b := c.build; b != nil && !b.diverged && b.same == b.memo.src.lines() && len(c.Rules) == len(b.memo.Rules) {
 					c.src = b.memo.src // built from the same lines as the version before
 				} else {
@@ -779,7 +779,7 @@ func (tx *txn) validateChanges(ts *tableState) bool {
 	t, base := ts.t, ts.base
 	var owned []*Chain
 	for _, c := range ts.owned {
-		if t.Chain(c.Name) == c {
+		if t.holds(c) {
 			owned = append(owned, c)
 		}
 	}
