@@ -84,11 +84,7 @@ COMMIT
 		t.Fatal(err)
 	}
 	ft := rs.Table("filter")
-	for name, want := range map[string]string{"A": "-j B", "B": "-j C", "D": "-j DROP"} {
-		if c := ft.Chain(name); c == nil || len(c.Rules) != 1 || c.Rules[0].String() != want {
-			t.Errorf("chain %s: %v, want one rule %s", name, c, want)
-		}
-	}
+	oneRuleEach(t, ft, map[string]string{"A": "-j B", "B": "-j C", "D": "-j DROP"})
 	if c := ft.Chain("C"); c == nil || len(c.Rules) != 0 {
 		t.Errorf("chain C: %v, want an empty chain", c)
 	}
@@ -112,11 +108,7 @@ COMMIT
 		t.Fatal(err)
 	}
 	ft = rs.Table("filter")
-	for name, want := range map[string]string{"F": "-j E", "E": "-j DROP", "A": "-j F", "C": "-j ACCEPT", "B": "-j C"} {
-		if c := ft.Chain(name); c == nil || len(c.Rules) != 1 || c.Rules[0].String() != want {
-			t.Errorf("chain %s: %v, want one rule %s", name, c, want)
-		}
-	}
+	oneRuleEach(t, ft, map[string]string{"F": "-j E", "E": "-j DROP", "A": "-j F", "C": "-j ACCEPT", "B": "-j C"})
 }
 
 // TestHoldsAfterDeletion: after -X removes a chain, the chains after it that the
@@ -137,12 +129,18 @@ func TestHoldsAfterDeletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	ft := next.Table("filter")
-	for name, want := range map[string]string{"B": "-j D", "C": "-j B", "D": "-j ACCEPT"} {
-		if c := ft.Chain(name); c == nil || len(c.Rules) != 1 || c.Rules[0].String() != want {
-			t.Errorf("chain %s: %v, want one rule %s", name, c, want)
-		}
-	}
+	oneRuleEach(t, ft, map[string]string{"B": "-j D", "C": "-j B", "D": "-j ACCEPT"})
 	if ft.Chain("A") != nil {
 		t.Error("A is still there after -X A")
+	}
+}
+
+// oneRuleEach checks that each named chain of table t holds one rule, the one given.
+func oneRuleEach(t *testing.T, table *Table, want map[string]string) {
+	t.Helper()
+	for name, rule := range want {
+		if c := table.Chain(name); c == nil || len(c.Rules) != 1 || c.Rules[0].String() != rule {
+			t.Errorf("chain %s: %v, want one rule %s", name, c, rule)
+		}
 	}
 }
