@@ -488,13 +488,17 @@ func (tx *txn) jumpChain(name string) *Chain {
 // found last are kept in recent, by two bytes of the name and its length: kube-proxy's
 // generator writes a service chain's jumps to its endpoint chains just before the
 // endpoint chains' own rules, which then find their chain there rather than in the
-// index (a cache miss each in a 110,000-chain table). recent, hit and jump hold
-// chains of table hitT; forget drops them all (hitT nil).
+// index (a cache miss each in a 110,000-chain table). recent is 32 sets of two, the
+// one used last first, so that a chain named again and again (KUBE-SERVICES,
+// KUBE-MARK-MASQ) outlives one endpoint chain falling into its set. recent, hit and
+// jump hold chains of table hitT; forget drops them all (hitT nil).
 //
-// A chain not in recent is looked for next among the few declared after the last
-// declared chain found (decl, declNext): kube-proxy declares its chains in the order
-// its rules first name them (a service's chain, then its endpoints' chains, service
-// after service), so the first mention of a chain is mostly the next declared one.
+// A chain not in recent is looked for next among the declared chains around the first
+// that no lookup has found yet (decl, declNext: declBehind before it, declWindow from
+// it): kube-proxy declares its chains in the order its rules first name them (a
+// service's chain, then its endpoints' chains, service after service), so the first
+// mention of a chain is mostly the next declared one, and a later one a chain declared
+// just before.
 func (tx *txn) lookup(t *Table, name string) *Chain {
 	if tx.hitT != t {
 		tx.hit, tx.jump, tx.hitT = nil, nil, t
@@ -504,22 +508,26 @@ func (tx *txn) lookup(t *Table, name string) *Chain {
 		return t.Chain(name)
 	}
 	i := int(name[len(name)-1])<<3 ^ int(name[(len(name)-1)/2]) ^ len(name)
-	i %= len(tx.recent)
-	if c := tx.recent[i]; c != nil && c.Name == name {
+	set := tx.recent[2*(i%(len(tx.recent)/2)):][:2]
+	if c := set[0]; c != nil && c.Name == name {
+		return c
+	}
+	if c := set[1]; c != nil && c.Name == name {
+		set[0], set[1] = c, set[0]
 		return c
 	}
 	if tx.declT == t {
-		for k := tx.declNext; k < len(tx.decl) && k < tx.declNext+declWindow; k++ {
+		for k := max(tx.declNext-declBehind, 0); k < len(tx.decl) && k < tx.declNext+declWindow; k++ {
 			if c := tx.decl[k]; c.Name == name {
-				tx.declNext = k + 1
-				tx.recent[i] = c
+				tx.declNext = max(tx.declNext, k+1)
+				set[0], set[1] = c, set[0]
 				return c
 			}
 		}
 	}
 	c := t.Chain(name)
 	if c != nil {
-		tx.recent[i] = c
+		set[0], set[1] = c, set[0]
 	}
 	return c
 }
@@ -1134,8 +1142,12 @@ func (tx *txn) chainLine(rest string) error {
 	return nil
 }
 
-// declWindow is how many declared chains from declNext lookup compares.
-const declWindow = 4
+// declWindow is how many declared chains from declNext lookup compares, and
+// declBehind how many before it.
+const (
+	declWindow = 4
+	declBehind = 16
+)
 
 // declare notes that a chain line of t declared c, for lookup. Only a chain the
 // transaction owns is noted: another (an empty chain of the table before, which flush
