@@ -512,24 +512,32 @@ func (tx *txn) lookup(t *Table, name string) *Chain {
 	if c := set[0]; c != nil && c.Name == name {
 		return c
 	}
-	if c := set[1]; c != nil && c.Name == name {
-		set[0], set[1] = c, set[0]
-		return c
+	c := set[1]
+	if c == nil || c.Name != name {
+		c = tx.declared(t, name)
 	}
-	if tx.declT == t {
-		for k := max(tx.declNext-declBehind, 0); k < len(tx.decl) && k < tx.declNext+declWindow; k++ {
-			if c := tx.decl[k]; c.Name == name {
-				tx.declNext = max(tx.declNext, k+1)
-				set[0], set[1] = c, set[0]
-				return c
-			}
-		}
+	if c == nil {
+		c = t.Chain(name)
 	}
-	c := t.Chain(name)
 	if c != nil {
-		set[0], set[1] = c, set[0]
+		set[0], set[1] = c, set[0] // c first, the first before second (a swap when c was second)
 	}
 	return c
+}
+
+// declared returns the chain called name among t's declared chains around declNext, or
+// nil (see lookup).
+func (tx *txn) declared(t *Table, name string) *Chain {
+	if tx.declT != t {
+		return nil
+	}
+	for k := max(tx.declNext-declBehind, 0); k < len(tx.decl) && k < tx.declNext+declWindow; k++ {
+		if c := tx.decl[k]; c.Name == name {
+			tx.declNext = max(tx.declNext, k+1)
+			return c
+		}
+	}
+	return nil
 }
 
 // forget drops the chains ruleChain and jumpChain keep (a chain was replaced, removed
