@@ -250,16 +250,24 @@ func (t *Table) setIndex(name string, c *Chain) {
 	t.byName[name] = c
 }
 
-// reserve makes room in the chain index for n chains.
+// reserve makes room in the chain index for n more chains (a restore's declarations),
+// so that the index does not grow by doubling, rehashing what it holds each time. A
+// version layered on a base (cow) whose chains the n outnumber gets one flat index of
+// its own: the base is small beside what is coming, and a flat index is one lookup.
 func (t *Table) reserve(n int) {
-	if n <= len(t.byName) || t.base != nil {
-		return
+	switch {
+	case t.base == nil && n > len(t.byName), t.base != nil && n > t.NumChains():
+		m := make(map[string]*Chain, n+t.NumChains())
+		for _, c := range t.AllChains() {
+			m[c.Name] = c
+		}
+		t.byName, t.base = m, nil
+	case t.base != nil && len(t.byName) == 0:
+		// A new version of a table as large as what is coming: most declarations
+		// name chains it holds, and each one flushed or replaced lands in the upper
+		// layer.
+		t.byName = make(map[string]*Chain, n)
 	}
-	m := make(map[string]*Chain, n+t.NumChains())
-	for _, c := range t.AllChains() {
-		m[c.Name] = c
-	}
-	t.byName = m
 }
 
 // indexOf returns c's position in the table, or -1. c.pos is a hint: a chain only

@@ -1019,6 +1019,9 @@ func (tx *txn) tableLine(name string) error {
 			if old.checked && old.lineage != nil && old.lineage.head == old && !tx.opts.Lenient && !tx.opts.wholeTables {
 				ts.base = old
 			}
+			if n := tx.declaredChains(); n > 4096 {
+				t.reserve(n)
+			}
 		} else {
 			t, _ = NewTable(name)
 			for _, c := range t.AllChains() {
