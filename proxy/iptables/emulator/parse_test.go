@@ -425,6 +425,7 @@ func TestBadInput(t *testing.T) {
 		{"jump to a built-in chain", "*filter\n-A FORWARD -j INPUT\nCOMMIT\n", IPv4, 2, "-j INPUT", "built-in", nil},
 		{"chain named like a target", "*filter\n:LOG - [0:0]\nCOMMIT\n", IPv4, 2, "", "may not clash with target name", nil},
 		{"addrtype --limit-iface-out in INPUT", "*filter\n-A INPUT -m addrtype --dst-type LOCAL --limit-iface-out -j ACCEPT\nCOMMIT\n", IPv4, 2, "-m addrtype --limit-iface-out", "reached from INPUT", nil},
+		{"addrtype --limit-iface-out on a jump in INPUT", "*filter\n:X - [0:0]\n-A INPUT -m addrtype --dst-type LOCAL --limit-iface-out -j X\nCOMMIT\n", IPv4, 3, "-m addrtype --limit-iface-out", "reached from INPUT", nil},
 		{"addrtype --limit-iface-in reached from OUTPUT", "*nat\n:X - [0:0]\n-A OUTPUT -j X\n-A X -m addrtype --src-type LOCAL --limit-iface-in -j RETURN\nCOMMIT\n", IPv4, 4, "-m addrtype --limit-iface-in", "reached from OUTPUT", nil},
 		{"addrtype BROADCAST in IPv6", "*filter\n-A INPUT -m addrtype --dst-type BROADCAST -j ACCEPT\nCOMMIT\n", IPv6, 2, "-m addrtype", "IPv6 does not support BROADCAST", nil},
 		{"addrtype BLACKHOLE in IPv6", "*filter\n-A INPUT -m addrtype --src-type LOCAL,BLACKHOLE -j ACCEPT\nCOMMIT\n", IPv6, 2, "-m addrtype", "IPv6 does not support BLACKHOLE", nil},
