@@ -566,3 +566,60 @@ func TestIncrementalValidationOfReusedRules(t *testing.T) {
 		}
 	}
 }
+
+// TestRebuiltChainScan: a long chain rewritten with the lines of its version before
+// keeps that version's scan (gcChanges does not read its rules again), and one the
+// restore changed otherwise is scanned anew: a rule with state appended to a chain
+// scanned without (with or without a flush first) makes the chain's state count, so
+// that the restore dropping that rule drops the list.
+func TestRebuiltChainScan(t *testing.T) {
+	var long strings.Builder
+	long.WriteString(":LONG - [0:0]\n")
+	for i := range memoMinRules + 4 {
+		fmt.Fprintf(&long, "-A LONG -p udp --dport %d -j RETURN\n", i+1000)
+	}
+	const set = "-A LONG -m recent --name L --set\n"
+	env := NewStaticEnv(1)
+	for _, tc := range []struct{ name, add string }{
+		{"appended", "*nat\n" + set + "COMMIT\n"},
+		{"flushed and rewritten", "*nat\n" + long.String() + set + "COMMIT\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := New(IPv4)
+			restore := func(text string) {
+				t.Helper()
+				if err := e.RestoreText([]byte(text), RestoreOptions{NoFlush: true}); err != nil {
+					t.Fatalf("restore: %v\n%s", err, text)
+				}
+			}
+			hasList := func() bool { return slices.Contains(e.RecentLists(), "L") }
+			restore("*nat\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n")
+			restore("*nat\n" + long.String() + "-A KUBE-SERVICES -j LONG\nCOMMIT\n") // made incrementally: scanned, no state
+			restore("*nat\n" + long.String() + "COMMIT\n")                           // the same lines: the scan carried over
+			restore(tc.add)
+			e.EvalTable(env, TableNAT, netfilter.Prerouting, pkt("udp 10.1.0.1:5 10.96.0.1:53"), nil)
+			if !hasList() {
+				t.Fatal("list L not filled by the rule that sets it")
+			}
+			restore("*nat\n" + long.String() + "COMMIT\n")
+			if hasList() {
+				t.Fatal("list L kept after the restore that replaced the last rule naming it")
+			}
+		})
+	}
+	// The carried scan itself: a chain rebuilt from the same lines has its version
+	// before's bits without a scan of its own.
+	e := New(IPv4)
+	for _, in := range []string{
+		"*nat\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n",
+		"*nat\n" + long.String() + set + "-A KUBE-SERVICES -j LONG\nCOMMIT\n",
+		"*nat\n" + long.String() + set + "COMMIT\n",
+	} {
+		if err := e.RestoreText([]byte(in), RestoreOptions{NoFlush: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := e.rs.Table("nat").Chain("LONG"); c.scan != chainScanned|chainHasState {
+		t.Errorf("LONG rebuilt from the same lines: scan %03b, want scanned with state", c.scan)
+	}
+}

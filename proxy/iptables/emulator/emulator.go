@@ -221,9 +221,12 @@ func (e *Emulator) gcChanges(tx *txn) bool {
 	}
 	// A chain this restore made is scanned once, and keeps what it holds
 	// (Chain.scan): when a later restore replaces it (kube-proxy's KUBE-SERVICES,
-	// rewritten on every sync), it is not scanned again.
+	// rewritten on every sync), it is not scanned again. One rebuilt from the same
+	// lines as its version before has that version's bits already (commit).
 	for _, c := range made {
-		c.scan = scanChain(c)
+		if c.scan == 0 {
+			c.scan = scanChain(c)
+		}
 	}
 	for _, c := range tx.gone {
 		f := c.scan

@@ -764,7 +764,12 @@ func (tx *txn) commit() {
 		for _, c := range ts.owned {
 			if c.clean && len(c.Rules) >= memoMinRules && ts.t.holds(c) {
 				if b := c.build; b != nil && !b.diverged && b.same == b.memo.src.lines() && len(c.Rules) == len(b.memo.Rules) {
-					c.src = b.memo.src // built from the same lines as the version before
+					// Built from the same lines as the version before, over its
+					// Specs: what they hold is what that version's scan found
+					// (kube-proxy's KUBE-SERVICES, rewritten on every sync), and
+					// gcChanges need not read them again. (Every other chain the
+					// transaction owns is a new object, unscanned: mut, mutEmpty.)
+					c.src, c.scan = b.memo.src, b.memo.scan
 				} else {
 					c.src = tx.sourceOf(c)
 				}
@@ -1197,9 +1202,15 @@ func (tx *txn) flush(c *Chain) *Chain {
 		}
 		return c
 	}
-	for _, r := range c.Rules {
-		if j, ok := r.Target.(*JumpTarget); ok {
-			tx.cur.addRef(j.Chain, -1)
+	if ts := tx.cur; ts.refs != nil || ts.delta != nil {
+		// Until the counts exist (a chain deleted or renamed), there is nothing to
+		// update: they are counted from the table as it then stands. Reading every
+		// rule and its target here costs a cache miss or two a rule (kube-proxy
+		// flushes its 10,000-rule KUBE-SERVICES on every sync).
+		for _, r := range c.Rules {
+			if j, ok := r.Target.(*JumpTarget); ok {
+				ts.addRef(j.Chain, -1)
+			}
 		}
 	}
 	memo := c
