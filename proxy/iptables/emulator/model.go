@@ -262,10 +262,10 @@ func (t *Table) reserve(n int) {
 			m[c.Name] = c
 		}
 		t.byName, t.base = m, nil
-	case t.base != nil && len(t.byName) == 0:
+	case t.base != nil && len(t.byName) == 0 && n > 64:
 		// A new version of a table as large as what is coming: most declarations
 		// name chains it holds, and each one flushed or replaced lands in the upper
-		// layer.
+		// layer. (A partial sync's few declarations need no room made.)
 		t.byName = make(map[string]*Chain, n)
 	}
 }

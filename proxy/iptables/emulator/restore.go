@@ -1024,20 +1024,15 @@ func (tx *txn) tableLine(name string) error {
 			if old.checked && old.lineage != nil && old.lineage.head == old && !tx.opts.Lenient && !tx.opts.wholeTables {
 				ts.base = old
 			}
-			if n := tx.declaredChains(); n > 4096 {
-				t.reserve(n)
-			}
 		} else {
 			t, _ = NewTable(name)
 			for _, c := range t.AllChains() {
 				tx.own(c)
 			}
-			// Size the chain index for the chains the input declares when they
-			// outnumber the table's (a first load).
-			if n := tx.declaredChains(); n > t.NumChains() {
-				t.reserve(n)
-			}
 		}
+		// Size the chain index for the chains the input declares (a first load, a
+		// full resync: see reserve).
+		t.reserve(tx.declaredChains())
 		ts.t = t
 		if i := slices.IndexFunc(tx.rs.Tables, func(x *Table) bool { return x.Name == name }); i >= 0 {
 			tx.rs.Tables[i] = t
