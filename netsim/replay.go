@@ -122,18 +122,7 @@ func busyGoroutines(dump []byte) []string {
 		if blocked(state) {
 			continue
 		}
-		// os/signal's watcher waits for signals in a system call for the life of any
-		// process that called signal.Notify (a CLI, a server, go test with some
-		// packages): it never runs simulation work.
-		if state == "syscall" && bytes.Contains(block, []byte("\nos/signal.signal_recv(")) {
-			continue
-		}
-		// A goroutine waiting for a child process to exit (exec.Cmd.Wait,
-		// os.Process.Wait: the kernel package's reaper waits so for the life of any
-		// process that used a network namespace) does nothing until the child exits;
-		// what the child does is outside the process either way. Taken for busy, it
-		// made every later quiescence wait of the process run to its 5 s bound.
-		if state == "syscall" && bytes.Contains(block, []byte("\nos.(*Process).wait(")) {
+		if state == "syscall" && idleSyscall(block) {
 			continue
 		}
 		if bytes.Contains(block, []byte("clusterlab/netsim.pollQuiet(")) {
@@ -142,6 +131,27 @@ func busyGoroutines(dump []byte) []string {
 		out = append(out, string(header))
 	}
 	return out
+}
+
+// idleSyscalls are the frames of goroutines that wait in a system call for something
+// outside the simulation, for as long as it takes:
+//   - os/signal's watcher, for signals, for the life of any process that called
+//     signal.Notify (a CLI, a server, go test with some packages);
+//   - a wait for a child process to exit (exec.Cmd.Wait, os.Process.Wait): the kernel
+//     package's reaper waits so for the life of any process that used a network
+//     namespace, and what the child does is outside the process either way. Taken for
+//     busy, it made every later quiescence wait of the process run to its 5 s bound.
+var idleSyscalls = [][]byte{[]byte("\nos/signal.signal_recv("), []byte("\nos.(*Process).wait(")}
+
+// idleSyscall reports whether a goroutine in a system call (its dump block) is one of
+// idleSyscalls: it runs no simulation work.
+func idleSyscall(block []byte) bool {
+	for _, f := range idleSyscalls {
+		if bytes.Contains(block, f) {
+			return true
+		}
+	}
+	return false
 }
 
 // blocked reports whether a goroutine in a dump's state (the header's status, before
