@@ -55,21 +55,7 @@ func TestQuiesceSignalWatcher(t *testing.T) {
 	signal.Notify(c, os.Interrupt)
 	defer signal.Stop(c)
 	// The watcher starts runnable and then waits in signal_recv: look until it does.
-	buf := make([]byte, 1<<20)
-	var watcher, dump []byte
-	for i := 0; i < 5000 && watcher == nil; i++ {
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
-		dump = buf[:runtime.Stack(buf, true)]
-		for _, b := range bytes.Split(dump, []byte("\n\n")) {
-			if bytes.Contains(b, []byte("[syscall")) && bytes.Contains(b, []byte("\nos/signal.signal_recv(")) {
-				watcher = b
-			}
-		}
-	}
-	if watcher == nil {
-		t.Fatalf("no os/signal watcher in a system call in the goroutine dump:\n%s", dump)
-	}
+	watcher := syscallGoroutine(t, "\nos/signal.signal_recv(")
 	if othersBusy(append([]byte("goroutine 1 [running]:\nmain.main()\n\n"), watcher...)) {
 		t.Errorf("the signal watcher counts as busy:\n%s", watcher)
 	}
@@ -80,6 +66,26 @@ func TestQuiesceSignalWatcher(t *testing.T) {
 	if got := busyGoroutines([]byte("goroutine 1 [running]:\nmain.main()\n\ngoroutine 9 [runnable labels:{\"netsim-cluster\": \"7\"}]:\nmain.f()\n\ngoroutine 10 [chan receive labels:{\"netsim-cluster\": \"7\"}]:\nmain.g()")); len(got) != 1 || !strings.Contains(got[0], "goroutine 9 ") {
 		t.Errorf("busy goroutines of a labeled dump: %q, want goroutine 9's header", got)
 	}
+}
+
+// syscallGoroutine returns the dump block of a goroutine in a system call whose stack
+// holds frame, looking for up to about 5 s (a goroutine gets there after it starts).
+func syscallGoroutine(t *testing.T, frame string) []byte {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	var dump []byte
+	for range 5000 {
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+		dump = buf[:runtime.Stack(buf, true)]
+		for _, b := range bytes.Split(dump, []byte("\n\n")) {
+			if bytes.Contains(b, []byte("[syscall")) && bytes.Contains(b, []byte(frame)) {
+				return b
+			}
+		}
+	}
+	t.Fatalf("no goroutine in a system call with %q in the goroutine dump:\n%s", frame, dump)
+	return nil
 }
 
 // TestQuiesceChildWait: a goroutine waiting for a child process (exec.Cmd.Wait) is in a
@@ -95,21 +101,7 @@ func TestQuiesceChildWait(t *testing.T) {
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
 	defer func() { cmd.Process.Kill(); <-done }()
-	buf := make([]byte, 1<<20)
-	var waiter, dump []byte
-	for i := 0; i < 5000 && waiter == nil; i++ {
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
-		dump = buf[:runtime.Stack(buf, true)]
-		for _, b := range bytes.Split(dump, []byte("\n\n")) {
-			if bytes.Contains(b, []byte("[syscall")) && bytes.Contains(b, []byte("\nos/exec.(*Cmd).Wait(")) {
-				waiter = b
-			}
-		}
-	}
-	if waiter == nil {
-		t.Fatalf("no goroutine in a system call in exec.Cmd.Wait in the goroutine dump:\n%s", dump)
-	}
+	waiter := syscallGoroutine(t, "\nos/exec.(*Cmd).Wait(")
 	if othersBusy(append([]byte("goroutine 1 [running]:\nmain.main()\n\n"), waiter...)) {
 		t.Errorf("a goroutine waiting for a child process counts as busy:\n%s", waiter)
 	}
