@@ -121,3 +121,64 @@ func TestClockAdvanceRunningWaitsForDueTimers(t *testing.T) {
 		t.Errorf("the timer not yet due: next deadline %v %v", d, ok)
 	}
 }
+
+// In running mode one wall-clock timer serves every pending timer, armed for the
+// earliest: a timer set earlier than the one it is armed for, timers due at the same
+// wake-up, a timer moved earlier and, after an Advance, a timer the jump brought near
+// all fire by the wall clock; a stopped one does not.
+func TestClockRunningWakeUps(t *testing.T) {
+	c := NewClock(false)
+	fired := make(chan string, 16)
+	add := func(name string, d time.Duration) tcpip.Timer {
+		return c.AfterFunc(d, func() { fired <- name })
+	}
+	wait := func(names ...string) {
+		t.Helper()
+		want := map[string]bool{}
+		for _, n := range names {
+			want[n] = true
+		}
+		deadline := time.After(20 * time.Second)
+		for len(want) > 0 {
+			select {
+			case n := <-fired:
+				if !want[n] {
+					t.Fatalf("%s fired, waiting for %v", n, want)
+				}
+				delete(want, n)
+			case <-deadline:
+				t.Fatalf("not fired: %v", want)
+			}
+		}
+	}
+	add("late", time.Hour)
+	add("soon", 2*time.Millisecond) // earlier than the wall-clock timer's arming
+	add("pair1", 5*time.Millisecond)
+	add("pair2", 5*time.Millisecond)
+	moved := add("moved", 2*time.Hour)
+	moved.Reset(8 * time.Millisecond)
+	wait("soon", "pair1", "pair2", "moved")
+	// The wall-clock timer armed for a timer that then moves later, or stops, wakes
+	// up to nothing due and arms itself for the next.
+	x := add("x", 30*time.Millisecond)
+	x.Reset(60 * time.Millisecond)
+	stopped := add("stopped", 40*time.Millisecond)
+	stopped.Stop()
+	wait("x")
+	// An Advance that brings the last timer 20 ms near leaves the wall-clock timer
+	// armed for the new offset.
+	d, ok := c.NextDeadline()
+	if !ok || d < time.Minute {
+		t.Fatalf("next deadline %v %v, want the late timer's", d, ok)
+	}
+	c.Advance(d - 20*time.Millisecond)
+	wait("late")
+	if d, ok := c.NextDeadline(); ok {
+		t.Errorf("a timer is still pending, due in %v", d)
+	}
+	select {
+	case n := <-fired:
+		t.Errorf("%s fired again", n)
+	default:
+	}
+}
