@@ -292,3 +292,39 @@ func TestLifecycleWhileTrafficRuns(t *testing.T) {
 		t.Error("node-c still in the cluster")
 	}
 }
+
+// A probe's source names a pod as NAMESPACE/NAME or, in the default namespace, NAME
+// alone; a source that names nothing running, or no kind, is an error naming it.
+func TestProbeSourcePlaces(t *testing.T) {
+	c := newTestCluster(t, threeNodes())
+	web := startPod(t, c, "node-b", "default/web", 8080)
+	client := startPod(t, c, "node-a", "default/client")
+	startPod(t, c, "node-c", "other/client2")
+	dst := netip.AddrPortFrom(web.IP(), 8080)
+	for _, from := range []string{"pod:default/client", "pod:client"} {
+		r, err := c.ProbeOne(Probe{From: from, Proto: netfilter.ProtoTCP, Dst: dst, SrcPort: 40000})
+		if err != nil {
+			t.Fatalf("%s: %v", from, err)
+		}
+		if r.Result != ResultDelivered || r.SeenSrc.Addr() != client.IP() {
+			t.Errorf("%s: %s from %v, want delivered from %v", from, r.Outcome, r.SeenSrc, client.IP())
+		}
+	}
+	r, err := c.ProbeOne(Probe{From: "pod:other/client2", Proto: netfilter.ProtoTCP, Dst: dst, SrcPort: 40000})
+	if err != nil || r.Result != ResultDelivered {
+		t.Errorf("pod:other/client2: %v %v", r.Outcome, err)
+	}
+	for from, want := range map[string]string{
+		"pod:client2":      "no running pod default/client2",
+		"pod:default/nope": "no running pod default/nope",
+		"pod:other/client": "no running pod other/client",
+		"node:node-z":      `no node "node-z"`,
+		"vm:x":             `unknown kind "vm"`,
+		"default/client":   "want pod:NAMESPACE/NAME",
+		"external:nowhere": `no external host "nowhere"`,
+	} {
+		if _, err := c.ProbeOne(Probe{From: from, Proto: netfilter.ProtoTCP, Dst: dst}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want one with %q", from, err, want)
+		}
+	}
+}

@@ -240,9 +240,14 @@ func (c *Network) Nodes() []*Node {
 
 // Pod returns the running pod "namespace/name", or nil.
 func (c *Network) Pod(namespace, name string) *Pod {
+	return c.podByKey(namespace + "/" + name)
+}
+
+// podByKey returns the running pod whose key is "namespace/name", or nil.
+func (c *Network) podByKey(key string) *Pod {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.pods[namespace+"/"+name]
+	return c.pods[key]
 }
 
 // Pods returns the running pods sorted by key.

@@ -171,11 +171,14 @@ func (c *Network) parsePlace(s string) (place, error) {
 	}
 	switch kind {
 	case "pod":
+		// The spec's NAMESPACE/NAME is the pod's key as it stands (no key built, an
+		// allocation a probe).
 		ns, pn, ok := strings.Cut(name, "/")
+		key := name
 		if !ok {
-			ns, pn = "default", name
+			ns, pn, key = "default", name, "default/"+name
 		}
-		p := c.Pod(ns, pn)
+		p := c.podByKey(key)
 		if p == nil {
 			return place{}, fmt.Errorf("probe source %q: no running pod %s/%s", s, ns, pn)
 		}
