@@ -1975,21 +1975,7 @@ func (tx *txn) validate(t *Table) error {
 
 // checkTargetHooks rejects a rule whose target is not valid in a hook of the mask.
 func checkTargetHooks(t *Table, c *Chain, r *Rule, m uint8) error {
-	if r.Target == nil {
-		return nil
-	}
-	if _, ok := r.Target.(*JumpTarget); ok {
-		return nil // chain names cannot be target names (validChainName)
-	}
-	def := targets[r.Target.Name()]
-	if def == nil || def.hooks == nil {
-		return nil
-	}
-	var allowed uint8
-	for _, h := range def.hooks {
-		allowed |= 1 << h
-	}
-	if bad := m &^ allowed; bad != 0 {
+	if bad := m &^ targetHooks(r); bad != 0 {
 		var hooks []string
 		for h := netfilter.Prerouting; h <= netfilter.Postrouting; h++ {
 			if bad&(1<<h) != 0 {
@@ -2017,26 +2003,48 @@ type jumpGraph struct {
 // allowedHooks is the mask of hooks from which r is valid: all but those its target
 // (checkTargetHooks) or an addrtype interface limit (checkAddrTypeHooks) excludes.
 func allowedHooks(r *Rule) uint8 {
-	allowed := ^uint8(0)
-	if _, jump := r.Target.(*JumpTarget); r.Target != nil && !jump {
-		if def := targets[r.Target.Name()]; def != nil && def.hooks != nil {
-			allowed = 0
-			for _, h := range def.hooks {
-				allowed |= 1 << h
-			}
-		}
-	}
+	allowed := targetHooks(r)
 	for _, mt := range r.Matches {
 		if a, ok := mt.(*AddrTypeMatch); ok {
-			switch {
-			case a.LimitOut:
-				allowed &^= 1<<netfilter.Prerouting | 1<<netfilter.Input
-			case a.LimitIn:
-				allowed &^= 1<<netfilter.Output | 1<<netfilter.Postrouting
-			}
+			_, bad := addrTypeLimit(a)
+			allowed &^= bad
 		}
 	}
 	return allowed
+}
+
+// targetHooks is the mask of hooks from which r's target may be reached: all of them
+// for no target, a jump (chain names cannot be target names: validChainName) or a
+// target valid anywhere.
+func targetHooks(r *Rule) uint8 {
+	if r.Target == nil {
+		return ^uint8(0)
+	}
+	if _, ok := r.Target.(*JumpTarget); ok {
+		return ^uint8(0)
+	}
+	def := targets[r.Target.Name()]
+	if def == nil || def.hooks == nil {
+		return ^uint8(0)
+	}
+	var allowed uint8
+	for _, h := range def.hooks {
+		allowed |= 1 << h
+	}
+	return allowed
+}
+
+// addrTypeLimit is an addrtype match's interface limit option and the mask of hooks it
+// is not valid from, as the kernel's addrtype_mt_checkentry_v1 rejects them (no output
+// device yet, or no input device); 0 without a limit.
+func addrTypeLimit(a *AddrTypeMatch) (opt string, bad uint8) {
+	switch {
+	case a.LimitOut:
+		return "--limit-iface-out", 1<<netfilter.Prerouting | 1<<netfilter.Input
+	case a.LimitIn:
+		return "--limit-iface-in", 1<<netfilter.Output | 1<<netfilter.Postrouting
+	}
+	return "", 0
 }
 
 // resolveJumps looks each jump's target up once (by name; the validation then works
@@ -2087,17 +2095,9 @@ func checkAddrTypeHooks(t *Table, c *Chain, r *Rule, hooks uint8) error {
 		if !ok {
 			continue
 		}
-		opt, bad := "", []netfilter.Hook(nil)
-		switch {
-		case a.LimitOut:
-			opt, bad = "--limit-iface-out", []netfilter.Hook{netfilter.Prerouting, netfilter.Input}
-		case a.LimitIn:
-			opt, bad = "--limit-iface-in", []netfilter.Hook{netfilter.Output, netfilter.Postrouting}
-		default:
-			continue
-		}
-		for _, h := range bad {
-			if hooks&(1<<h) != 0 {
+		opt, bad := addrTypeLimit(a)
+		for h := netfilter.Prerouting; h <= netfilter.Postrouting; h++ {
+			if bad&hooks&(1<<h) != 0 {
 				return &ParseError{File: r.File, Line: r.Line, Option: "-m addrtype " + opt,
 					Err: fmt.Errorf("not valid in chain %s of table %s, which is reached from %s", c.Name, t.Name, h)}
 			}
