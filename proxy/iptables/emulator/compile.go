@@ -663,7 +663,7 @@ func (c *evalCtx) matchRec(cp *chainProg, rec *crec) bool {
 				c.impure = true
 			}
 			if c.wild {
-				rd, ok := matchReads(m)
+				rd, ok := c.matchReads(m)
 				c.reads |= rd
 				if !ok {
 					c.wildNo = true

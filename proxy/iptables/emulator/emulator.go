@@ -448,7 +448,7 @@ func (e *Emulator) newCtx(env Env, pkt *Packet, tr *Trace) *evalCtx {
 	c.ch = &c.envCh
 	c.draws = c.draws[:0]
 	if m := e.wildArm; m != nil {
-		c.wild, c.pre = true, m.pre
+		c.wild, c.pre, c.wildSets = true, m.pre, !e.shareWild
 	}
 	return c
 }

@@ -260,9 +260,12 @@ type evalCtx struct {
 	dbits  uint8
 	wildNo bool
 	wild   bool
-	draws  []wdraw
-	pre    []wdraw
-	npre   int
+	// wildSets: the wildcard cache is the emulator's own, whose generation every
+	// change of its ipsets moves, so a set match's outcome may be kept (setReads).
+	wildSets bool
+	draws    []wdraw
+	pre      []wdraw
+	npre     int
 }
 
 // Assumption records how an undecidable match was resolved on a path.

@@ -543,6 +543,55 @@ func matchReads(m Match) (uint16, bool) {
 	return 0, false
 }
 
+// matchReads is matchReads(m) for this evaluation: a set match's reads depend on its
+// set (setReads).
+func (c *evalCtx) matchReads(m Match) (uint16, bool) {
+	if sm, ok := m.(*SetMatch); ok {
+		return c.setReads(sm)
+	}
+	return matchReads(m)
+}
+
+// setReads returns the packet fields a set match reads: the address or port of each
+// of its set's dimensions, from the side its direction names (IPSet.test), and the
+// destination (the family check). Its outcome is a function of those and of the set's
+// members, which only a restore of the emulator's sets changes, moving the emulator's
+// generation: with a wildcard cache shared between emulators (ShareWildCache), whose
+// sets may differ, it is not kept. A missing set or counter conditions decide nothing
+// (the match is unknown: an assumption, never kept).
+func (c *evalCtx) setReads(m *SetMatch) (uint16, bool) {
+	if !c.wildSets || c.st.ipsets == nil {
+		return 0, false
+	}
+	set := c.st.ipsets.Get(m.Name)
+	if set == nil {
+		return 0, false
+	}
+	rd := rdDst
+	for i, d := range set.dims {
+		if i >= len(m.Dirs) {
+			break // fewer directions than dimensions: a miss whatever the packet
+		}
+		switch d {
+		case dimIP, dimNet:
+			if m.Dirs[i] {
+				rd |= rdDst
+			} else {
+				rd |= rdSrc
+			}
+		case dimPort:
+			if m.Dirs[i] {
+				rd |= rdDport
+			} else {
+				rd |= rdSport
+			}
+		default:
+			return 0, false
+		}
+	}
+	return rd, true
+}
+
 // ruleReads returns what matchRule reads of the packet for r's header and matches
 // (all of them: a superset of what one evaluation reads).
 func (c *evalCtx) ruleReads(r *Rule) {
@@ -559,7 +608,7 @@ func (c *evalCtx) ruleReads(r *Rule) {
 		c.reads |= rdOut
 	}
 	for _, m := range r.Matches {
-		rd, ok := matchReads(m)
+		rd, ok := c.matchReads(m)
 		c.reads |= rd
 		if !ok {
 			c.wildNo = true

@@ -1,7 +1,9 @@
 package emulator
 
 import (
+	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strings"
@@ -510,5 +512,105 @@ func TestWildCacheTwoWay(t *testing.T) {
 	if w.find(gen, b, &same[0]) == nil || w.find(gen, b, &same[2]) == nil || w.find(gen, b, &same[1]) != nil {
 		t.Fatalf("the third key did not evict the older: %v %v %v",
 			w.find(gen, b, &same[0]) != nil, w.find(gen, b, &same[1]) != nil, w.find(gen, b, &same[2]) != nil)
+	}
+}
+
+// TestWildCacheSetMatches: traversals through set matches are kept by the wildcard
+// cache keyed by the fields each set's dimensions read (the destination and its port
+// for dst,dst, the source for src), answer as traversals do, and are dropped when a
+// restore of the sets changes their members. With a cache shared between emulators,
+// whose sets may differ, they are not kept.
+func TestWildCacheSetMatches(t *testing.T) {
+	ctx := context.Background()
+	sets := "create KUBE-CLUSTER-IP hash:ip,port family inet\nadd KUBE-CLUSTER-IP 10.96.0.1,tcp:80\n" +
+		"create SRCS hash:ip family inet\nadd SRCS 10.0.0.9\n"
+	rules := "*filter\n" +
+		"-A INPUT -m set --match-set SRCS src -j DROP\n" +
+		"-A INPUT -m set --match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT\n" +
+		"-A INPUT -j REJECT\nCOMMIT\n"
+	var es [2]*Emulator
+	for i := range es {
+		es[i] = New(IPv4)
+		if err := es[i].RestoreIPSets(ctx, []byte(sets)); err != nil {
+			t.Fatal(err)
+		}
+		if err := es[i].RestoreText([]byte(rules), RestoreOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	es[1].WildCache(false)
+	es[1].FlowCache(false)
+	env := NewStaticEnv(1)
+	r := rand.New(rand.NewPCG(3, 4))
+	srcs := []string{"10.0.0.8", "10.0.0.9"}
+	dsts := []string{"10.96.0.1", "10.96.0.2"}
+	round := func(name string) (verdicts map[string]bool) {
+		t.Helper()
+		verdicts = map[string]bool{}
+		for i := range 400 {
+			src, dst, dport := srcs[r.IntN(2)], dsts[r.IntN(2)], uint16(80+r.IntN(2))
+			var got [2]TableVerdict
+			for k, e := range es {
+				p := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr(src), Dst: netip.MustParseAddr(dst),
+					SrcPort: uint16(30000 + i), DstPort: dport, TCPFlags: netfilter.TCPSyn, TTL: 64, InIface: "eth0",
+					CT: Conntrack{State: netfilter.CtNew}}
+				got[k] = e.RunTable(env, TableFilter, netfilter.Input, &p, nil)
+			}
+			if got[0].Verdict != got[1].Verdict || got[0].Reason != got[1].Reason {
+				t.Fatalf("%s: %s -> %s:%d: cached %v (%s), traversed %v (%s)", name, src, dst, dport, got[0].Verdict, got[0].Reason, got[1].Verdict, got[1].Reason)
+			}
+			verdicts[fmt.Sprintf("%s %s:%d %v", src, dst, dport, got[0].Verdict)] = true
+		}
+		return verdicts
+	}
+	hits := es[0].wildHits
+	v := round("first sets")
+	if es[0].wildHits-hits < 300 {
+		t.Errorf("the cache answered %d of 400 packets through set matches", es[0].wildHits-hits)
+	}
+	for _, want := range []string{"10.0.0.9 10.96.0.1:80 DROP", "10.0.0.8 10.96.0.1:80 ACCEPT", "10.0.0.8 10.96.0.1:81 REJECT", "10.0.0.8 10.96.0.2:80 REJECT"} {
+		if !v[want] {
+			t.Errorf("first sets: no %q among %v", want, v)
+		}
+	}
+	change := "add KUBE-CLUSTER-IP 10.96.0.2,tcp:80\ndel SRCS 10.0.0.9\n"
+	for _, e := range es {
+		if err := e.RestoreIPSets(ctx, []byte(change)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v = round("changed sets")
+	for _, want := range []string{"10.0.0.9 10.96.0.1:80 ACCEPT", "10.0.0.8 10.96.0.2:80 ACCEPT", "10.0.0.9 10.96.0.2:81 REJECT"} {
+		if !v[want] {
+			t.Errorf("changed sets: no %q among %v", want, v)
+		}
+	}
+
+	// Two emulators sharing a cache, one ruleset, sets that differ: each answers from
+	// its own sets.
+	var shared [2]*Emulator
+	for i := range shared {
+		shared[i] = New(IPv4)
+		if err := shared[i].RestoreIPSets(ctx, []byte(sets)); err != nil {
+			t.Fatal(err)
+		}
+		shared[i].ShareWildCache(true)
+	}
+	if err := shared[0].RestoreText([]byte(rules), RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared[1].Adopt(shared[0].Ruleset()); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared[1].RestoreIPSets(ctx, []byte("del SRCS 10.0.0.9\n")); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []Verdict{Drop, Drop, Accept, Accept} {
+		p := Packet{Proto: netfilter.ProtoTCP, Src: netip.MustParseAddr("10.0.0.9"), Dst: netip.MustParseAddr("10.96.0.1"),
+			SrcPort: uint16(40000 + i), DstPort: 80, TCPFlags: netfilter.TCPSyn, TTL: 64, InIface: "eth0",
+			CT: Conntrack{State: netfilter.CtNew}}
+		if got := shared[i/2].RunTable(env, TableFilter, netfilter.Input, &p, nil); got.Verdict != want {
+			t.Errorf("shared cache, emulator %d, packet %d: %v, want %v", i/2, i, got.Verdict, want)
+		}
 	}
 }
