@@ -505,11 +505,27 @@ func (s *Server) forward(ctx context.Context, req *mdns.Msg, network string) *md
 	resp.Id = req.Id
 	resp.Response = true
 	resp.Question = req.Question
-	// TSIG is hop by hop (RFC 8945): the upstream's signature is not ours to pass on,
-	// and miekg/dns packs a malformed one it unpacked into bytes that no longer parse
-	// (found by FuzzUpstreamReply).
-	resp.Answer, resp.Ns, resp.Extra = withoutTSIG(resp.Answer), withoutTSIG(resp.Ns), withoutTSIG(resp.Extra)
+	if !usableUpstreamReply(resp) {
+		m := new(mdns.Msg)
+		m.SetRcode(req, mdns.RcodeServerFailure)
+		m.RecursionAvailable = true
+		return m
+	}
 	return resp
+}
+
+// usableUpstreamReply drops from resp (a copy of an upstream's reply) what may not be
+// passed on and reports whether the rest encodes into bytes that parse; a reply that
+// does not counts as no reply. TSIG is hop by hop (RFC 8945): the upstream's
+// signature is not ours to pass on, and miekg/dns packs a malformed one it unpacked
+// into bytes that no longer parse. It unpacks other malformed records as leniently
+// and packs them as badly: an SOA whose rdata ends before its names has them empty,
+// and packs them as nothing under a length that counts the twenty bytes of numbers
+// (both found by FuzzUpstreamReply).
+func usableUpstreamReply(resp *mdns.Msg) bool {
+	resp.Answer, resp.Ns, resp.Extra = withoutTSIG(resp.Answer), withoutTSIG(resp.Ns), withoutTSIG(resp.Extra)
+	b, err := resp.Pack()
+	return err == nil && new(mdns.Msg).Unpack(b) == nil
 }
 
 // withoutTSIG drops TSIG records from a section.
@@ -543,6 +559,10 @@ func (s *Server) askUpstream(ctx context.Context, name string, qtype uint16, net
 	}
 	if resp == nil {
 		return nil, fmt.Errorf("upstream: empty reply")
+	}
+	// Its answer records go into ours.
+	if resp = resp.Copy(); !usableUpstreamReply(resp) {
+		return nil, fmt.Errorf("upstream: a reply that does not encode into one that parses")
 	}
 	return resp, nil
 }
