@@ -243,19 +243,23 @@ func (m *ctTable) del4(i int) {
 				return
 			}
 			// The key at j may fill the hole at i unless its home lies cyclically in (i, j].
-			h := m.home(m.slots[j].k)
-			if i <= j {
-				if i < h && h <= j {
-					continue
-				}
-			} else if i < h || h <= j {
-				continue
+			if !cyclicIn(m.home(m.slots[j].k), i, j) {
+				break
 			}
-			break
 		}
 		m.slots[i] = m.slots[j]
 		i = j
 	}
+}
+
+// cyclicIn reports whether slot h lies in (i, j] going round the table: an open-
+// addressing deletion (Knuth's algorithm R) leaves the key at j, homed at h, where it is
+// then, and moves it into the hole at i otherwise.
+func cyclicIn(h, i, j int) bool {
+	if i <= j {
+		return i < h && h <= j
+	}
+	return i < h || h <= j
 }
 
 // clear removes every mapping and keeps the slots (sweepLocked empties a table so, and

@@ -590,7 +590,7 @@ func (t *addr4Table) del(k uint32) {
 			break
 		}
 		// The entry at j stays when its home is cyclically in (i, j].
-		if h := t.home(t.slots[j].k); i <= j && i < h && h <= j || i > j && (i < h || h <= j) {
+		if cyclicIn(t.home(t.slots[j].k), i, j) {
 			continue
 		}
 		t.slots[i], i = t.slots[j], j

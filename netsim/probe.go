@@ -171,8 +171,8 @@ func (c *Network) parsePlace(s string) (place, error) {
 	}
 	switch kind {
 	case "pod":
-		// The spec's NAMESPACE/NAME is the pod's key as it stands (no key built, an
-		// allocation a probe).
+		// The spec's NAMESPACE/NAME is the pod's key as it stands: no key is built
+		// from the parts again.
 		ns, pn, ok := strings.Cut(name, "/")
 		key := name
 		if !ok {
