@@ -22,22 +22,15 @@ type ctView struct {
 	Expire           time.Duration
 }
 
-// conntrackOf returns what rules see of p's conntrack entry. beforeConntrack says the
-// handler runs before conntrack's lookup (the raw table, an nftables chain at a
-// priority below -200): a packet with no entry yet is then INVALID there, as it is
-// without an entry anywhere.
-func conntrackOf(p *netsim.Packet, ctx *netsim.Context, beforeConntrack bool) ctView {
-	var v ctView
-	conntrackInto(&v, p, ctx, beforeConntrack)
-	return v
-}
-
-// conntrackInto is conntrackOf written into *v (the iptables emulator's packet holds an
-// emulator.Conntrack, whose fields are ctView's: the handler fills it in place rather
-// than copying a view of 130 bytes twice, three times per node a probe crosses).
+// conntrackInto writes into *v what rules see of p's conntrack entry. beforeConntrack
+// says the handler runs before conntrack's lookup (the raw table, an nftables chain at
+// a priority below -200): a packet with no entry yet is then INVALID there, as it is
+// without an entry anywhere. The engines' packets (emulator.Conntrack, nftemu.Conntrack)
+// hold ctView's fields, so a handler fills its packet in place rather than copying a
+// view of 130 bytes twice, three times per node a probe crosses.
 //
-// It writes the fields one by one, never a whole ctView: the emulator's packet is a
-// heap object, and storing a struct literal of pointerful fields (the tuples' addresses)
+// It writes the fields one by one, never a whole ctView: the engine's packet is a heap
+// object, and storing a struct literal of pointerful fields (the tuples' addresses)
 // copies it with the GC's bulk write barrier whenever a collection marks.
 func conntrackInto(v *ctView, p *netsim.Packet, ctx *netsim.Context, beforeConntrack bool) {
 	switch {

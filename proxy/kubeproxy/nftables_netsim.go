@@ -254,11 +254,11 @@ func joinDetail(a, b string) string {
 	return "element " + a + "; " + b
 }
 
-// nftFromNetsim builds the evaluator's view of a netsim packet in q.
+// nftFromNetsim builds the evaluator's view of a netsim packet in q, field by field
+// like fromNetsim (q is the handler's, on the heap: see conntrackInto).
 func nftFromNetsim(q *nftemu.Packet, p *netsim.Packet, ctx *netsim.Context, prio int) {
-	*q = nftemu.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort,
-		TCPFlags: p.TCPFlags, ICMPType: p.ICMPType, ICMPCode: p.ICMPCode, TTL: p.TTL,
-		InIface: p.InIface, OutIface: p.OutIface, Mark: p.Mark, Len: len(p.Data)}
-	v := conntrackOf(p, ctx, prio < netfilter.PriorityConntrack) // a chain before conntrack's lookup
-	q.CT = nftemu.Conntrack{State: v.State, Status: v.Status, Reply: v.Reply, Orig: v.Orig, ReplyTuple: v.ReplyTuple, Mark: v.Mark, Expire: v.Expire}
+	q.Proto, q.Src, q.Dst, q.SrcPort, q.DstPort = p.Proto, p.Src, p.Dst, p.SrcPort, p.DstPort
+	q.TCPFlags, q.ICMPType, q.ICMPCode, q.TTL = p.TCPFlags, p.ICMPType, p.ICMPCode, p.TTL
+	q.InIface, q.OutIface, q.Mark, q.Len = p.InIface, p.OutIface, p.Mark, len(p.Data)
+	conntrackInto((*ctView)(&q.CT), p, ctx, prio < netfilter.PriorityConntrack) // a chain before conntrack's lookup
 }

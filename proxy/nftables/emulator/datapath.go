@@ -22,6 +22,10 @@ type Emulator struct {
 	seq  int
 	base [netfilter.NumHooks][]BaseChain
 	now  time.Time // the latest clock the evaluator saw (for printing "expires")
+
+	baseRef    [netfilter.NumHooks][]baseRef // base's tables and chains
+	oc         outCache                      // RunChain's outcome cache (outcache.go)
+	noOutCache bool                          // tests: evaluate every packet
 }
 
 // New returns an emulator with an empty ruleset.
@@ -102,7 +106,36 @@ func (e *Emulator) commitLocked() {
 			// same or a higher priority: of equal ones, the latest runs first.
 			return a.seq > b.seq
 		})
+		e.baseRef[h] = e.baseRef[h][:0]
+		for _, bc := range e.base[h] {
+			t := e.rs.table(bc.Family, bc.Table)
+			e.baseRef[h] = append(e.baseRef[h], baseRef{t, t.chain(bc.Chain)})
+		}
 	}
+}
+
+// baseRef is a base chain's table and chain, resolved once a generation.
+type baseRef struct {
+	t *Table
+	c *Chain
+}
+
+// resolve returns a base chain's table and chain: from the hook's list when bc is one
+// of its entries (the datapath's handlers hold those), else by name.
+func (e *Emulator) resolve(bc BaseChain) (*Table, *Chain) {
+	if int(bc.Hook) < len(e.base) {
+		for i, b := range e.base[bc.Hook] {
+			if b.seq == bc.seq && b.Chain == bc.Chain && b.Table == bc.Table && b.Family == bc.Family {
+				r := e.baseRef[bc.Hook][i]
+				return r.t, r.c
+			}
+		}
+	}
+	t := e.rs.table(bc.Family, bc.Table)
+	if t == nil {
+		return nil, nil
+	}
+	return t, t.chain(bc.Chain)
 }
 
 // Generation is bumped by every successful change of the ruleset (not by the packet
@@ -282,20 +315,36 @@ func (v ChainVerdict) Decided() bool {
 func (e *Emulator) RunChain(env Env, bc BaseChain, q *Packet, tr *Trace) ChainVerdict {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	t := e.rs.table(bc.Family, bc.Table)
+	t, c := e.resolve(bc)
 	if t == nil {
 		return ChainVerdict{Reason: fmt.Sprintf("%s %s: no such table", bc.Family, bc.Table)}
 	}
-	c := t.chain(bc.Chain)
 	if c == nil || !c.IsBase() {
 		return ChainVerdict{Reason: fmt.Sprintf("%s %s %s: no such base chain", bc.Family, bc.Table, bc.Chain)}
+	}
+	var cc *chainCache
+	var pre [maxDecs]int
+	npre := 0
+	if tr == nil && !e.noOutCache && !env.DryRun() {
+		cc = e.oc.chain(c, e.gen)
+		var v ChainVerdict
+		var ok bool
+		if v, ok, npre = cc.hit(env, q, &pre); ok {
+			return v
+		}
 	}
 	ctx := evalCtx{env: env, q: q, tr: tr, t: t, hook: bc.Hook}
 	if a, ok := env.(Assumer); ok {
 		ctx.assumer = a
 	}
-	v := ctx.runBase(c)
-	v.Rule, v.Chain = ctx.decRule, ctx.decChain
+	var v ChainVerdict
+	if cc != nil {
+		ctx.pre, ctx.npre = pre, npre
+		v = e.fill(&ctx, cc, c)
+	} else {
+		v = ctx.runBase(c)
+		v.Rule, v.Chain = ctx.decRule, ctx.decChain
+	}
 	if ctx.hasNow && ctx.now.After(e.now) {
 		e.now = ctx.now
 	}

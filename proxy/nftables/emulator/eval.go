@@ -33,6 +33,20 @@ type evalCtx struct {
 	limit *stepLimit
 	// peek, in PeekTrain, records counters instead of bumping them (nil: not a peek).
 	peek *peekRun
+
+	// The outcome cache's recording (outcache.go), when rec: the fields read, the
+	// decisions met, the counters bumped; noCache when the outcome must not be kept,
+	// setChanged when a set update ran; pre, draws made before the evaluation.
+	// Arrays, not slices: a slice of the context's own array would move it to the heap.
+	rec           bool
+	noCache       bool
+	setChanged    bool
+	reads         uint8
+	ndecs, nctrs  int
+	npre, usedPre int
+	decs          [maxDecs]odec
+	counters      [maxCounters]*CounterStmt
+	pre           [maxDecs]int
 }
 
 // stepLimit counts a walk path's rule evaluations over all its base chains: jumps
@@ -153,16 +167,19 @@ func (c *evalCtx) runRule(r *Rule) (fl flow, stop bool) {
 			if p := c.peek; p != nil {
 				p.counts = append(p.counts, trainCount{c: s, packets: p.n, bytes: p.n * uint64(c.q.Len)})
 			} else if !c.env.DryRun() {
-				if s.obj != nil {
-					s.obj.Packets++
-					s.obj.Bytes += uint64(c.q.Len)
-				} else {
-					s.Packets++
-					s.Bytes += uint64(c.q.Len)
+				s.bump(c.q.Len)
+				if c.rec {
+					if c.nctrs == maxCounters {
+						c.noCache = true
+					} else {
+						c.counters[c.nctrs] = s
+						c.nctrs++
+					}
 				}
 			}
 		case *LogStmt:
 		case *SetUpdateStmt:
+			c.noCache = true
 			if c.peek != nil {
 				c.peek.bad = true // each segment would add or refresh the element
 			}
@@ -176,6 +193,7 @@ func (c *evalCtx) runRule(r *Rule) (fl flow, stop bool) {
 				c.setVerdict(step, "UNKNOWN ("+s.Text+")")
 				return fFinal, true
 			}
+			c.noCache = true
 			v := false
 			if c.assumer != nil {
 				v = c.assumer.Assume(r, s)
@@ -278,6 +296,9 @@ func (c *evalCtx) load(x *Expr, k *key) bool {
 		a := q.Src
 		if x.Kind == xDaddr {
 			a = q.Dst
+			c.reads |= rdDst
+		} else {
+			c.reads |= rdSrc
 		}
 		if a.Is6() != x.V6 {
 			return false
@@ -305,8 +326,10 @@ func (c *evalCtx) load(x *Expr, k *key) bool {
 			return false
 		}
 		if x.Kind == xSport {
+			c.reads |= rdSport
 			return k.putUint(uint64(q.SrcPort), 2)
 		}
+		c.reads |= rdDport
 		return k.putUint(uint64(q.DstPort), 2)
 	case xNfproto:
 		if q.Dst.Is6() {
@@ -321,6 +344,9 @@ func (c *evalCtx) load(x *Expr, k *key) bool {
 		name := q.InIface
 		if x.Kind == xOifname {
 			name = q.OutIface
+			c.reads |= rdOif
+		} else {
+			c.reads |= rdIif
 		}
 		var b [16]byte
 		copy(b[:15], name)
@@ -334,18 +360,23 @@ func (c *evalCtx) load(x *Expr, k *key) bool {
 		if q.Proto != netfilter.ProtoTCP {
 			return false
 		}
+		c.reads |= rdFlags
 		return k.putUint(uint64(q.TCPFlags), 1)
 	case xFib:
-		a := q.Src
+		a, kind := q.Src, oFibSrc
 		if x.Fib == "daddr" {
-			a = q.Dst
+			a, kind = q.Dst, oFibDst
 		}
-		if c.env.IsLocal(a) {
+		local := c.env.IsLocal(a)
+		c.decide1(kind, 0, b2i(local))
+		if local {
 			return k.putUint(2, 4)
 		}
 		return k.putUint(1, 4)
 	case xNumgen:
-		v := uint32(c.env.Pick(int(x.Mod))) + x.Off
+		d := c.pick(int(x.Mod))
+		c.decide1(oDraw, int(x.Mod), d)
+		v := uint32(d) + x.Off
 		if c.tr != nil && len(c.tr.Steps) > 0 {
 			c.detail(len(c.tr.Steps)-1, fmt.Sprintf("numgen random mod %d = %d", x.Mod, v))
 		}
@@ -481,6 +512,7 @@ func (c *evalCtx) alive(s *Set, el *Element) bool {
 	if el.Timeout == 0 && el.Expires == 0 && !el.anchored {
 		return true
 	}
+	c.noCache = true
 	now := c.clock()
 	if !el.anchored {
 		d := el.Expires
@@ -521,6 +553,7 @@ func (c *evalCtx) update(u *SetUpdateStmt) bool {
 	if c.env.DryRun() || u.set == nil {
 		return true
 	}
+	c.setChanged = true
 	s := u.set
 	d := u.Timeout
 	if d == 0 {
