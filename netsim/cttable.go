@@ -3,6 +3,7 @@ package netsim
 import (
 	"encoding/binary"
 	"net/netip"
+	"unsafe"
 
 	"github.com/clusterlab/clusterlab/netfilter"
 )
@@ -197,6 +198,7 @@ func (m *ctTable) putNew4(o, r netfilter.Tuple, c *Conn) bool {
 func (m *ctTable) resize(size int) {
 	old := m.slots
 	m.slots = make([]ctSlot, size)
+	adviseHugePages(unsafe.Pointer(&m.slots[0]), uintptr(size)*unsafe.Sizeof(ctSlot{}))
 	shift := uint8(64)
 	for s := size; s > 1; s >>= 1 {
 		shift--
