@@ -1,7 +1,6 @@
 package emulator
 
 import (
-	"container/heap"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -155,7 +154,7 @@ func (m *Model) modTimer(c *conn, at time.Time) {
 func (m *Model) pushConnEvent(c *conn) {
 	c.timerGen++
 	c.evAt = c.expires
-	heap.Push(&m.events, &event{at: c.expires, seq: c.setSeq, kind: evConnExpire, conn: c, gen: c.timerGen})
+	m.events.push(event{at: c.expires, seq: c.setSeq, kind: evConnExpire, conn: c, gen: c.timerGen})
 }
 
 // fireConnTimer handles a connection event that came due.

@@ -1,9 +1,6 @@
 package emulator
 
-import (
-	"container/heap"
-	"time"
-)
+import "time"
 
 // event is a timer of the modelled kernel: a connection's expiry, a scheduler's periodic
 // garbage collection, the trash timer, the expire_nodest_conn work item. Events run in
@@ -27,36 +24,72 @@ const (
 	evNodestFlush           // ip_vs_expire_nodest_conn_flush work item
 )
 
-type eventQueue []*event
+// eventQueue is a binary min-heap of events by (time, seq), held by value: an event
+// per new connection, so no allocation and no interface calls (container/heap's
+// Less and Swap through an interface were a tenth of an IPVS probe).
+type eventQueue []event
 
-func (q eventQueue) Len() int { return len(q) }
-func (q eventQueue) Less(i, j int) bool {
-	if !q[i].at.Equal(q[j].at) {
-		return q[i].at.Before(q[j].at)
+// before orders events by time, then by the order they were set.
+func (a *event) before(b *event) bool {
+	if c := a.at.Compare(b.at); c != 0 {
+		return c < 0
 	}
-	return q[i].seq < q[j].seq
-}
-func (q eventQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *eventQueue) Push(x any)   { *q = append(*q, x.(*event)) }
-func (q *eventQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*q = old[:len(old)-1]
-	return e
+	return a.seq < b.seq
 }
 
-func (m *Model) schedule(e *event) {
+func (q *eventQueue) push(e event) {
+	h := append(*q, e)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h[i].before(&h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	*q = h
+}
+
+// pop removes and returns the earliest event; the queue must not be empty.
+func (q *eventQueue) pop() event {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h[n] = event{} // drop the references
+	h = h[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h[r].before(&h[l]) {
+			m = r
+		}
+		if !h[m].before(&h[i]) {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	return top
+}
+
+func (m *Model) schedule(e event) {
 	m.evSeq++
 	e.seq = m.evSeq
-	heap.Push(&m.events, e)
+	m.events.push(e)
 }
 
 // runEvents runs every event due at or before now, each at its own time, so that chains
 // (a template re-armed for 60 s by its own expiry) replay exactly.
 func (m *Model) runEvents(now time.Time) {
 	for len(m.events) > 0 && !m.events[0].at.After(now) {
-		e := heap.Pop(&m.events).(*event)
+		ev := m.events.pop()
+		e := &ev
 		m.now = e.at
 		switch e.kind {
 		case evConnExpire:

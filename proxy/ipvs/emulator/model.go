@@ -678,7 +678,7 @@ func (m *Model) Kernel() netfilter.KernelVersion {
 func (m *Model) trashDest(d *dest) {
 	if len(m.trash) == 0 {
 		m.trashGen++
-		m.schedule(&event{at: m.now.Add(trashPeriod / 2), kind: evTrash, gen: m.trashGen})
+		m.schedule(event{at: m.now.Add(trashPeriod / 2), kind: evTrash, gen: m.trashGen})
 	}
 	m.trash = append([]*dest{d}, m.trash...)
 	d.inTrash = true
@@ -686,7 +686,7 @@ func (m *Model) trashDest(d *dest) {
 	if m.sys.ExpireNodestConn && !m.nodestPending && m.kernel59() {
 		m.nodestPending = true
 		m.nodestGen++
-		m.schedule(&event{at: m.now.Add(m.jiffy), kind: evNodestFlush, gen: m.nodestGen})
+		m.schedule(event{at: m.now.Add(m.jiffy), kind: evNodestFlush, gen: m.nodestGen})
 	}
 }
 
@@ -729,7 +729,7 @@ func (m *Model) trashExpire() {
 	m.trash = kept
 	if len(m.trash) > 0 {
 		m.trashGen++
-		m.schedule(&event{at: m.now.Add(trashPeriod / 2), kind: evTrash, gen: m.trashGen})
+		m.schedule(event{at: m.now.Add(trashPeriod / 2), kind: evTrash, gen: m.trashGen})
 	}
 }
 

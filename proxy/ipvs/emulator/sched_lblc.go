@@ -53,7 +53,7 @@ type lblcSched struct {
 
 func (l *lblcSched) init(m *Model, s *service) {
 	l.tbl = gcTable[lblcEntry]{counter: 1}
-	m.schedule(&event{at: m.now.Add(checkExpireInterval), kind: evSchedTick, svc: s, gen: s.schedGen})
+	m.schedule(event{at: m.now.Add(checkExpireInterval), kind: evSchedTick, svc: s, gen: s.schedGen})
 }
 
 func (l *lblcSched) done(_ *Model, _ *service) {
@@ -126,7 +126,7 @@ func (l *lblcSched) schedule(m *Model, s *service, in *schedInput, dry bool) *de
 
 // tick is ip_vs_lblc_check_expire().
 func (l *lblcSched) tick(m *Model, s *service) {
-	defer m.schedule(&event{at: m.now.Add(checkExpireInterval), kind: evSchedTick, svc: s, gen: s.schedGen})
+	defer m.schedule(event{at: m.now.Add(checkExpireInterval), kind: evSchedTick, svc: s, gen: s.schedGen})
 	t := &l.tbl
 	now := m.now
 	if t.counter%countForFullExpire == 0 {
@@ -186,7 +186,7 @@ type lblcrSched struct {
 
 func (l *lblcrSched) init(m *Model, s *service) {
 	l.tbl = gcTable[lblcrEntry]{counter: 1}
-	m.schedule(&event{at: m.now.Add(checkExpireInterval), kind: evSchedTick, svc: s, gen: s.schedGen})
+	m.schedule(event{at: m.now.Add(checkExpireInterval), kind: evSchedTick, svc: s, gen: s.schedGen})
 }
 
 func (l *lblcrSched) done(_ *Model, _ *service) {
@@ -342,7 +342,7 @@ func (l *lblcrSched) schedule(m *Model, s *service, in *schedInput, dry bool) *d
 
 // tick is ip_vs_lblcr_check_expire().
 func (l *lblcrSched) tick(m *Model, s *service) {
-	defer m.schedule(&event{at: m.now.Add(checkExpireInterval), kind: evSchedTick, svc: s, gen: s.schedGen})
+	defer m.schedule(event{at: m.now.Add(checkExpireInterval), kind: evSchedTick, svc: s, gen: s.schedGen})
 	t := &l.tbl
 	now := m.now
 	if t.counter%countForFullExpire == 0 {
