@@ -17,7 +17,9 @@
 //	   ▼
 //	RunChain(env, base chain, packet): rules in order, jump/goto/return, verdict maps,
 //	set lookups (a hash lookup; one-component intervals by binary search), numgen
-//	from Env.Pick, dynamic set updates on Env's clock, marks, NAT → ChainVerdict
+//	from Env.Pick, dynamic set updates on Env's clock, marks, NAT → ChainVerdict;
+//	an untraced packet first meets the outcome cache (outcache.go): keyed by the
+//	fields earlier evaluations of the chain read, numgen and fib kept as decisions
 //	   │
 //	   ▼
 //	Walk: a connection's first packet through the node's hooks (PREROUTING → INPUT |

@@ -284,6 +284,9 @@ func (ent *oentry) insert(decs []odec, leaf *onode) {
 			n = &onode{kind: d.kind, mod: d.mod, kids: make([]*onode, size)}
 			*p = n
 		}
+		if d.v < 0 || d.v >= len(n.kids) {
+			return // cannot happen: a decision's value is below its size
+		}
 		p = &n.kids[d.v]
 	}
 	*p = leaf
@@ -308,6 +311,10 @@ func (c *evalCtx) pick(n int) int {
 	if c.usedPre < c.npre {
 		v := c.pre[c.usedPre]
 		c.usedPre++
+		if v >= n { // the tree disagrees with the rules (cannot happen): keep nothing
+			c.noCache = true
+			v %= n
+		}
 		return v
 	}
 	return c.env.Pick(n)

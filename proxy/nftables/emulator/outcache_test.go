@@ -17,6 +17,21 @@ import (
 	"github.com/clusterlab/clusterlab/netfilter"
 )
 
+// target is a Service address the ruleset names (dst zero: a node port, any address).
+type target struct {
+	dst   netip.Addr
+	proto uint8
+	port  uint16
+}
+
+// cacheCase is a ruleset of testdata and what its packets are drawn from.
+type cacheCase struct {
+	name    string
+	addrs   []netip.Addr
+	ports   []uint16
+	targets []target
+}
+
 // seqEnv is a testEnv whose draws come from a seeded source, counted, and whose local
 // addresses and dry-run flag the test changes.
 type seqEnv struct {
@@ -45,20 +60,9 @@ func TestOutcomeCacheMatchesEvaluation(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("testdata: %v", err)
 	}
-	type target struct {
-		dst   netip.Addr // zero: a node port (any local address)
-		proto uint8
-		port  uint16
-	}
-	type fileData struct {
-		name    string
-		addrs   []netip.Addr
-		ports   []uint16
-		targets []target
-	}
 	protos := map[string]uint8{"tcp": netfilter.ProtoTCP, "udp": netfilter.ProtoUDP, "sctp": netfilter.ProtoSCTP}
 	targetRE := regexp.MustCompile(`([0-9a-f.:]+ \. |\{ )(tcp|udp|sctp) \. (\d+)`)
-	var data []fileData
+	var data []cacheCase
 	addrRE := regexp.MustCompile(`\b\d+\.\d+\.\d+\.\d+\b|\b[0-9a-f]*:[0-9a-f:]*::?[0-9a-f]+\b`)
 	portRE := regexp.MustCompile(`\b\d{2,5}\b`)
 	for _, f := range files {
@@ -70,7 +74,7 @@ func TestOutcomeCacheMatchesEvaluation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := fileData{name: name}
+		d := cacheCase{name: name}
 		seen := map[string]bool{}
 		for _, w := range addrRE.FindAllString(string(text), -1) {
 			if a, err := netip.ParseAddr(w); err == nil && !seen[w] {
@@ -99,9 +103,17 @@ func TestOutcomeCacheMatchesEvaluation(t *testing.T) {
 		d.ports = append(d.ports, 40000, 80)
 		data = append(data, d)
 	}
-	const extra = "add table ip extra\nadd chain ip extra pre { type filter hook prerouting priority -300 ; }\nadd rule ip extra pre ip saddr 198.51.100.7 counter drop\n"
+	for _, d := range data {
+		t.Run(d.name, func(t *testing.T) { checkOutcomeCache(t, d) })
+	}
+}
+
+// extraTable is the ruleset change checkOutcomeCache applies and takes back.
+const extraTable = "add table ip extra\nadd chain ip extra pre { type filter hook prerouting priority -300 ; }\nadd rule ip extra pre ip saddr 198.51.100.7 counter drop\n"
+
+// checkOutcomeCache is TestOutcomeCacheMatchesEvaluation for one ruleset.
+func checkOutcomeCache(t *testing.T, d cacheCase) {
 	rapid.Check(t, func(rt *rapid.T) {
-		d := data[rapid.IntRange(0, len(data)-1).Draw(rt, "file")]
 		seed := rapid.Uint64().Draw(rt, "seed")
 		var emus [2]*Emulator
 		var envs [2]*seqEnv
@@ -148,13 +160,20 @@ func TestOutcomeCacheMatchesEvaluation(t *testing.T) {
 				for _, env := range envs {
 					env.now = env.now.Add(dt)
 				}
-			case 1: // an address becomes local or stops being
+			case 1: // an address becomes local or stops being: often a template's own
 				a := addr.Draw(rt, "local")
+				if rapid.Bool().Draw(rt, "template-addr") {
+					t := rapid.SampledFrom(templates).Draw(rt, "template")
+					a = t.Src
+					if rapid.Bool().Draw(rt, "dst") {
+						a = t.Dst
+					}
+				}
 				for _, env := range envs {
 					env.local[a] = !env.local[a]
 				}
 			case 2: // a ruleset change
-				script := extra
+				script := extraTable
 				if hasExtra {
 					script = "delete table ip extra\n"
 				}
