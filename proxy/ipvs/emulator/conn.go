@@ -48,6 +48,7 @@ type conn struct {
 	setSeq       uint64 // order of the last modTimer
 	evAt         time.Time
 
+	next     *conn // the next (older) entry of its hash chain
 	control  *conn
 	nControl int
 	inPkts   int
@@ -59,22 +60,23 @@ func (c *conn) key() connKey { return connKey{c.proto, c.caddr, c.cport} }
 
 // ---- hashing ----
 
-func (m *Model) table(tpl bool) map[connKey][]*conn {
+func (m *Model) table(tpl bool) map[connKey]*conn {
 	if tpl {
 		return m.tpls
 	}
 	return m.conns
 }
 
-// hash is ip_vs_conn_hash(): add at the head of the chain. One-packet entries are never
-// hashed.
+// hash is ip_vs_conn_hash(): add at the head of the chain (a list through conn.next, as
+// the kernel's hlist: no allocation per entry). One-packet entries are never hashed.
 func (m *Model) hash(c *conn) {
 	if c.onePkt || c.hashed {
 		return
 	}
 	t := m.table(c.template)
 	k := c.key()
-	t[k] = append([]*conn{c}, t[k]...)
+	c.next = t[k]
+	t[k] = c
 	c.hashed = true
 }
 
@@ -84,25 +86,28 @@ func (m *Model) unhash(c *conn) {
 	}
 	t := m.table(c.template)
 	k := c.key()
-	chain := t[k]
-	for i, x := range chain {
-		if x == c {
-			chain = append(chain[:i:i], chain[i+1:]...)
-			break
+	if head := t[k]; head == c {
+		if c.next == nil {
+			delete(t, k)
+		} else {
+			t[k] = c.next
+		}
+	} else {
+		for p := head; p != nil; p = p.next {
+			if p.next == c {
+				p.next = c.next
+				break
+			}
 		}
 	}
-	if len(chain) == 0 {
-		delete(t, k)
-	} else {
-		t[k] = chain
-	}
+	c.next = nil
 	c.hashed = false
 }
 
 // connInGet is ip_vs_conn_in_get(): the newest entry of the client's chain for this
 // virtual address and port.
 func (m *Model) connInGet(proto uint8, caddr netip.Addr, cport uint16, vaddr netip.Addr, vport uint16) *conn {
-	for _, c := range m.conns[connKey{proto, caddr, cport}] {
+	for c := m.conns[connKey{proto, caddr, cport}]; c != nil; c = c.next {
 		if c.vport == vport && c.vaddr == vaddr {
 			return c
 		}
@@ -112,7 +117,7 @@ func (m *Model) connInGet(proto uint8, caddr netip.Addr, cport uint16, vaddr net
 
 // ctInGet is ip_vs_ct_in_get(): a template for (protocol, client net, vaddr, vport).
 func (m *Model) ctInGet(proto uint8, cnet netip.Addr, vaddr netip.Addr, vport uint16) *conn {
-	for _, c := range m.tpls[connKey{proto, cnet, 0}] {
+	for c := m.tpls[connKey{proto, cnet, 0}]; c != nil; c = c.next {
 		if c.vport == vport && c.vaddr == vaddr {
 			return c
 		}
@@ -123,7 +128,7 @@ func (m *Model) ctInGet(proto uint8, cnet netip.Addr, vaddr netip.Addr, vport ui
 // connOutGet is ip_vs_conn_out_get(): a reply from src (the real server, or the virtual
 // address for DR/TUN) to dst (the client).
 func (m *Model) connOutGet(proto uint8, src, dst netip.AddrPort) *conn {
-	for _, c := range m.conns[connKey{proto, dst.Addr(), dst.Port()}] {
+	for c := m.conns[connKey{proto, dst.Addr(), dst.Port()}]; c != nil; c = c.next {
 		saddr, sport := c.daddr, c.dport
 		if c.fwd != ipvs.Masquerade {
 			saddr, sport = c.vaddr, c.vport
@@ -1228,9 +1233,11 @@ func (m *Model) expireNodestConnFlush() {
 // allConns returns every hashed entry (connections and templates) in creation order.
 func (m *Model) allConns() []*conn {
 	var out []*conn
-	for _, t := range []map[connKey][]*conn{m.conns, m.tpls} {
-		for _, chain := range t {
-			out = append(out, chain...)
+	for _, t := range []map[connKey]*conn{m.conns, m.tpls} {
+		for _, head := range t {
+			for c := head; c != nil; c = c.next {
+				out = append(out, c)
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].seq < out[j].seq })

@@ -114,8 +114,8 @@ type Model struct {
 	trashGen   uint64
 	trashArmed bool
 
-	conns   map[connKey][]*conn // normal connections, newest first per key
-	tpls    map[connKey][]*conn // persistence templates
+	conns   map[connKey]*conn // normal connections: each key's chain (conn.next), newest first
+	tpls    map[connKey]*conn // persistence templates, the same way
 	connSeq uint64
 
 	tcpTimeouts  [tcpLast + 1]time.Duration
@@ -156,7 +156,7 @@ var mhPrimes = [...]int{251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 1
 
 // New returns an empty model.
 func New(cfg Config) (*Model, error) {
-	m := &Model{cfg: cfg, services: map[svcKey]*service{}, conns: map[connKey][]*conn{}, tpls: map[connKey][]*conn{}}
+	m := &Model{cfg: cfg, services: map[svcKey]*service{}, conns: map[connKey]*conn{}, tpls: map[connKey]*conn{}}
 	m.k59 = proxy.KernelHas("ipvs-conn-reuse-unconfirmed-conntrack", cfg.Kernel)
 	if cfg.Clock == nil {
 		m.clock = NewManualClock()
