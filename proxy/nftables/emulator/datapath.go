@@ -327,10 +327,17 @@ func (e *Emulator) RunChain(env Env, bc BaseChain, q *Packet, tr *Trace) ChainVe
 	npre := 0
 	if tr == nil && !e.noOutCache && !env.DryRun() {
 		cc = e.oc.chain(c, e.gen)
-		var v ChainVerdict
-		var ok bool
-		if v, ok, npre = cc.hit(env, q, &pre); ok {
-			return v
+		if cc.off > 0 {
+			cc.off-- // too few hits lately: evaluate without the cache's costs
+			cc = nil
+		} else {
+			var v ChainVerdict
+			var ok bool
+			v, ok, npre = cc.hit(env, q, &pre)
+			cc.count(ok)
+			if ok {
+				return v
+			}
 		}
 	}
 	ctx := evalCtx{env: env, q: q, tr: tr, t: t, hook: bc.Hook}

@@ -177,10 +177,36 @@ type oentry struct {
 	root *onode
 }
 
-// chainCache is one base chain's entries and key mask.
+// chainCache is one base chain's entries and key mask, and how well they serve.
 type chainCache struct {
 	mask  uint8
 	slots [outSlots]*oentry
+	// A miss costs more than an evaluation without the cache (the key, the
+	// recording, the entry's allocation). Packets whose keys rarely recur (probes
+	// from many sources to many Services, more than the slots hold) would pay it
+	// every time: a window of outWindow lookups with fewer than outMinHits hits
+	// turns the cache off for the chain's next outOff evaluations.
+	tries, hits uint16
+	off         uint32
+}
+
+const (
+	outWindow  = 256
+	outMinHits = outWindow / 2
+	outOff     = 16 * outWindow
+)
+
+// count notes a lookup's result.
+func (cc *chainCache) count(hit bool) {
+	if hit {
+		cc.hits++
+	}
+	if cc.tries++; cc.tries == outWindow {
+		if cc.hits < outMinHits {
+			cc.off = outOff
+		}
+		cc.tries, cc.hits = 0, 0
+	}
 }
 
 // outCache is an emulator's outcome cache, for one ruleset generation.

@@ -445,3 +445,47 @@ func TestOutcomeCacheLeavesOut(t *testing.T) {
 		}
 	})
 }
+
+// TestOutcomeCacheTurnsOff: a chain whose packets' keys do not recur (a new source
+// each, read by the masquerade check) stops paying for misses after a window of
+// lookups, evaluates uncached for a while, then tries the cache again.
+func TestOutcomeCacheTurnsOff(t *testing.T) {
+	e := loadKubeProxy(t, "overall.nft")
+	env := &seqEnv{rnd: rand.New(rand.NewPCG(1, 2))}
+	var bc BaseChain
+	for _, b := range e.BaseChains(netfilter.Prerouting) {
+		if b.Type == "nat" {
+			bc = b
+		}
+	}
+	run := func(src netip.Addr) ChainVerdict {
+		q := tcp(src.String(), "172.30.0.41", 80)
+		v := e.RunChain(env, bc, q, nil)
+		if !v.HasNAT {
+			t.Fatalf("from %v: not NATed: %+v", src, v)
+		}
+		return v
+	}
+	cc := func() *chainCache { return e.oc.chains[e.resolveChain(t, bc)] }
+	src := netip.MustParseAddr("198.51.100.0")
+	for range outWindow {
+		src = src.Next()
+		run(src)
+	}
+	if got := cc().off; got != outOff {
+		t.Fatalf("after %d misses the cache is off for %d evaluations, want %d", outWindow, got, outOff)
+	}
+	for range outOff {
+		run(src) // the same key: the cache would hit, but it is off
+	}
+	if c := cc(); c.off != 0 || c.tries != 0 {
+		t.Fatalf("after the off period: off %d, tries %d", c.off, c.tries)
+	}
+	// Back on: the key recurs, every lookup after the first hits; the window passes.
+	for range outWindow {
+		run(src)
+	}
+	if c := cc(); c.off != 0 {
+		t.Fatalf("a window of hits turned the cache off (%d)", c.off)
+	}
+}
