@@ -231,8 +231,8 @@ func (oc *outCache) chain(c *Chain, gen uint64) *chainCache {
 func (oc *outCache) drop() { oc.chains = nil }
 
 // hit looks q up in the base chain's entries. On a hit it applies the outcome (marks,
-// counters) and returns it. Otherwise it returns the key's slot and the draws it made
-// on the way (a branch the entry lacks), which the evaluation must take as its own.
+// counters) and returns it. Otherwise it returns how many draws it made into pre on
+// the way (a branch the entry lacks), which the evaluation must take as its own.
 func (cc *chainCache) hit(env Env, q *Packet, pre *[maxDecs]int) (v ChainVerdict, ok bool, npre int) {
 	k := keyOf(q, cc.mask)
 	ent := cc.slots[k.slot()]
@@ -318,7 +318,8 @@ func (ent *oentry) insert(decs []odec, leaf *onode) {
 	*p = leaf
 }
 
-// decide records a decision of a recording evaluation.
+// decide1 records a decision of a recording evaluation (one more than maxDecs, or a
+// draw with a modulus beyond maxDrawKids, and the outcome is not kept).
 func (c *evalCtx) decide1(kind uint8, mod, v int) {
 	if !c.rec {
 		return
