@@ -250,16 +250,11 @@ func verdictString(v ChainVerdict) string {
 }
 
 // TestOutcomeCacheHits: the cache serves kube-proxy's ClusterIP packets (a new source
-// port each) without evaluating, and a ruleset change or a set update is seen at once.
+// port each) without evaluating, and a ruleset change is seen at once.
 func TestOutcomeCacheHits(t *testing.T) {
 	e := loadKubeProxy(t, "overall.nft")
 	env := &seqEnv{rnd: rand.New(rand.NewPCG(1, 2))}
-	var bc BaseChain
-	for _, b := range e.BaseChains(netfilter.Prerouting) {
-		if b.Type == "nat" {
-			bc = b
-		}
-	}
+	bc := natPrerouting(e)
 	run := func(sport uint16) ChainVerdict {
 		q := tcp("10.0.0.2", "172.30.0.44", 80)
 		q.SrcPort = sport
@@ -452,12 +447,7 @@ func TestOutcomeCacheLeavesOut(t *testing.T) {
 func TestOutcomeCacheTurnsOff(t *testing.T) {
 	e := loadKubeProxy(t, "overall.nft")
 	env := &seqEnv{rnd: rand.New(rand.NewPCG(1, 2))}
-	var bc BaseChain
-	for _, b := range e.BaseChains(netfilter.Prerouting) {
-		if b.Type == "nat" {
-			bc = b
-		}
-	}
+	bc := natPrerouting(e)
 	run := func(src netip.Addr) ChainVerdict {
 		q := tcp(src.String(), "172.30.0.41", 80)
 		v := e.RunChain(env, bc, q, nil)
@@ -488,4 +478,15 @@ func TestOutcomeCacheTurnsOff(t *testing.T) {
 	if c := cc(); c.off != 0 {
 		t.Fatalf("a window of hits turned the cache off (%d)", c.off)
 	}
+}
+
+// natPrerouting is the ruleset's nat base chain at PREROUTING.
+func natPrerouting(e *Emulator) BaseChain {
+	var bc BaseChain
+	for _, b := range e.BaseChains(netfilter.Prerouting) {
+		if b.Type == "nat" {
+			bc = b
+		}
+	}
+	return bc
 }
