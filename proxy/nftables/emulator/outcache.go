@@ -268,7 +268,7 @@ func (cc *chainCache) hit(env Env, q *Packet, pre *[maxDecs]int) (v ChainVerdict
 // ctx.pre holds the draws hit made.
 func (e *Emulator) fill(ctx *evalCtx, cc *chainCache, c *Chain) ChainVerdict {
 	q := ctx.q
-	in := *q
+	mark, ctMark := q.Mark, q.CT.Mark // the only fields an evaluation writes
 	ctx.rec = true
 	v := ctx.runBase(c)
 	v.Rule, v.Chain = ctx.decRule, ctx.decChain
@@ -284,7 +284,8 @@ func (e *Emulator) fill(ctx *evalCtx, cc *chainCache, c *Chain) ChainVerdict {
 		leaf.counters = append([]*CounterStmt(nil), ctx.counters[:ctx.nctrs]...)
 	}
 	cc.mask |= ctx.reads
-	k := keyOf(&in, cc.mask)
+	k := keyOf(q, cc.mask)
+	k.mark, k.ctMark = mark, ctMark // the key is the packet as it came
 	i := k.slot()
 	ent := cc.slots[i]
 	if ent == nil || !ent.k.equal(&k) {
